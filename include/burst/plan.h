@@ -1,0 +1,166 @@
+/*
+ * burst/plan.h - the attention plan and the distributed forward / backward calls.
+ *
+ * What is computed (docs: ALGORITHM.md): exact softmax attention of the whole sequence of N
+ * tokens, sharded over the G ranks of a communicator. Each rank passes its local shard of Q, K,
+ * V ([B, n_i, H, d]); K/V blocks travel around the ring (forward), and in the backward either
+ * the query bundle (pattern "burst") or K/V with their gradients (pattern "ring") travel.
+ *
+ * Masks are defined on GLOBAL token positions. Query at position i may attend key j iff
+ *     i - window_left <= j <= i + window_right      (a bound of -1 means unbounded)
+ * and, when causal, j <= i. With window_left = window_right = -1 and causal = 0 the attention is
+ * full. The positions of a rank's local rows follow from the layout (see burst/layout.h).
+ *
+ * Thread-safety: a plan belongs to one rank; its calls must not run concurrently with each other
+ * but plans of different ranks (threads) run concurrently. Every call documented as collective
+ * must be entered by all ranks of the communicator with equal plans.
+ */
+#ifndef BURST_PLAN_H
+#define BURST_PLAN_H
+
+#include "burst/export.h"
+
+#include <stdint.h>
+
+#include "burst/context.h"
+#include "burst/comm.h"
+#include "burst/status.h"
+#include "burst/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct burst_plan;
+
+typedef enum burst_layout {
+    BURST_LAYOUT_NATURAL = 0, /* rank i holds one contiguous shard, in rank order */
+    BURST_LAYOUT_ZIGZAG = 1,  /* 2G chunks; rank i holds chunks i and 2G-1-i (causal balance) */
+    BURST_LAYOUT_STRIPED = 2, /* token t lives on rank t mod G */
+} burst_layout_t;
+
+typedef enum burst_bwd_pattern {
+    BURST_BWD_BURST = 0, /* query bundle travels; K, V, dK, dV stay home (default) */
+    BURST_BWD_RING = 1,  /* K, V travel with the dK, dV accumulators */
+    BURST_BWD_AUTO = 2,  /* whichever sends fewer bytes (burst on a tie) */
+} burst_bwd_pattern_t;
+
+typedef enum burst_wire_precision {
+    BURST_WIRE_FP32 = 0,  /* travelling gradient accumulators are fp32 on the wire (default) */
+    BURST_WIRE_INPUT = 1, /* ... in the input dtype (fewer bytes, rounding at every hop) */
+} burst_wire_precision_t;
+
+#define BURST_WINDOW_UNBOUNDED (-1)
+
+struct burst_plan_params {
+    unsigned api_version; /* BURST_API_VERSION */
+    int64_t batch;        /* B >= 1 */
+    int64_t seq_len;      /* N, global tokens over all ranks */
+    /* Optional, natural layout only: G shard lengths (>= 1 each) summing to seq_len. NULL =
+     * as even as possible (the first N mod G ranks get one extra token). Copied. */
+    const int64_t *shard_lens;
+    int q_heads;                    /* Hq >= 1 */
+    int kv_heads;                   /* Hkv >= 1, Hq % Hkv == 0 (GQA / MQA) */
+    int head_dim;                   /* d: a multiple of 8, 8..256 */
+    burst_dtype_t dtype;            /* of Q, K, V, O, dO, dQ, dK, dV */
+    float softmax_scale;            /* tau; 0 = 1/sqrt(d) */
+    int causal;                     /* nonzero: causal mask on global positions */
+    int64_t window_left;            /* >= 0, or BURST_WINDOW_UNBOUNDED */
+    int64_t window_right;           /* >= 0, or BURST_WINDOW_UNBOUNDED */
+    burst_layout_t layout;          /* how tokens are spread over ranks */
+    burst_bwd_pattern_t bwd_pattern;
+    burst_wire_precision_t acc_wire; /* precision of travelling gradient accumulators */
+    int deterministic; /* nonzero: bitwise-identical reruns (no float atomics on any backend) */
+};
+
+/* Defaults: B = 1, full attention, natural layout, burst backward, fp32 accumulators, fp32
+ * dtype, scale 1/sqrt(d); sizes (seq_len, heads, head_dim) are 0 and must be set. */
+BURST_API struct burst_plan_params burst_plan_params_default(void);
+
+/*
+ * Create the plan of this rank. COLLECTIVE over comm: ranks exchange their parameters and every
+ * rank fails with BURST_ERR_PLAN_MISMATCH (message naming the first differing rank and field)
+ * if any rank's plan differs. Blocks up to the communicator's timeout. ctx and comm must
+ * outlive the plan. Validation errors name the field and value (BURST_ERR_INVALID_ARG or
+ * BURST_ERR_UNSUPPORTED); on a local validation error the communicator is aborted so that peers
+ * do not wait.
+ */
+BURST_API burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
+                                 const struct burst_plan_params *params,
+                                 struct burst_plan **plan_p);
+
+/* Destroy a plan; NULL accepted. Not collective. */
+BURST_API void burst_plan_destroy(struct burst_plan *plan);
+
+/* Tokens held by this rank (n_i). */
+BURST_API int64_t burst_plan_local_len(const struct burst_plan *plan);
+
+/* Global position of this rank's local row `local` (0 <= local < n_i), or -1 if out of range. */
+BURST_API int64_t burst_plan_position(const struct burst_plan *plan, int64_t local);
+
+/* The backward pattern actually used (AUTO resolved). */
+BURST_API burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *plan);
+
+/*
+ * Forward. COLLECTIVE. Inputs q [B, n, Hq, d], k and v [B, n, Hkv, d] (n = local length); outputs
+ * o [B, n, Hq, d] in the plan's dtype and lse: fp32, contiguous [B, Hq, n], the natural log of
+ * the softmax denominator of each row (scaled scores). Blocks until this rank's output is
+ * complete. On any error the outputs are left untouched. Inputs are only read.
+ */
+BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
+                                       const struct burst_tensor *k, const struct burst_tensor *v,
+                                       struct burst_tensor *o, float *lse);
+
+/*
+ * Backward. COLLECTIVE. Takes the forward's inputs, its outputs o and lse, and the output
+ * gradient dout; writes dq, dk, dv (same shapes as q, k, v, plan dtype). Blocks until this
+ * rank's gradients are complete. On any error the outputs are left untouched.
+ */
+BURST_API burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,
+                                        const struct burst_tensor *k, const struct burst_tensor *v,
+                                        const struct burst_tensor *o, const float *lse,
+                                        const struct burst_tensor *dout, struct burst_tensor *dq,
+                                        struct burst_tensor *dk, struct burst_tensor *dv);
+
+/* ---- observability: what the last call of each phase did on this rank ---- */
+
+typedef enum burst_phase {
+    BURST_PHASE_SETUP = 0, /* plan handshake */
+    BURST_PHASE_FWD = 1,
+    BURST_PHASE_BWD = 2,
+} burst_phase_t;
+
+struct burst_traffic {
+    uint64_t bytes_sent;
+    uint64_t msgs_sent;
+    uint64_t bytes_recv;
+    uint64_t msgs_recv;
+};
+
+struct burst_phase_stats {
+    int steps;            /* ring steps executed (< G when a window lets the ring stop early) */
+    int steps_computed;   /* steps whose block had work for this rank */
+    double total_s;       /* wall time of the call */
+    double compute_s;     /* time in local attention kernels */
+    double wait_s;        /* time blocked waiting for transfers */
+    struct burst_traffic traffic; /* all messages of the call */
+};
+
+/* Statistics of the last call of `phase` (zeros if none yet). Not thread-safe w.r.t. calls on
+ * the same plan. */
+BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,
+                                struct burst_phase_stats *stats_p);
+
+/*
+ * Traffic of ring step `step` (0 <= step <= steps) of the last call of `phase`: messages POSTED
+ * by this rank during that step. Slot `steps` holds the final hop that returns a travelling
+ * accumulator to its owner (backward only).
+ */
+BURST_API burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phase_t phase,
+                                       int step, struct burst_traffic *traffic_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BURST_PLAN_H */

@@ -1,0 +1,96 @@
+/*
+ * runtime/backend.h - the compute backend interface (private).
+ *
+ * A backend runs the LOCAL attention of one ring step and a few memory helpers. The ring engine
+ * (runtime/ring.c) never touches tensor elements itself: every byte it reads or writes goes
+ * through these ops, so a GPU backend plugs in by providing them for device memory.
+ *
+ * Conventions for every op:
+ *   - `be` is the instance returned by create(); ops are thread-safe (ranks of one process
+ *     share an instance and call concurrently).
+ *   - burst_tensor views are [B, n, H, d] with stride[3] == 1 (validated by the caller); fp32
+ *     scratch buffers (running O, accumulators) are contiguous [B, n, H, d]; per-row fp32
+ *     arrays (lse, D) are contiguous [B, H, n].
+ *   - ops may run asynchronously on a device; sync() waits for all work issued by the calling
+ *     thread. The cpu backend is synchronous.
+ * Optional members may be NULL. The table starts with its own size so it can grow.
+ */
+#ifndef BURST_RUNTIME_BACKEND_H
+#define BURST_RUNTIME_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "burst/context.h"
+#include "burst/tensor.h"
+#include "posmap.h"
+
+/* One forward step: attention of q against the block (k, v), merged into (o_acc, lse_acc). */
+struct burst_fwd_args {
+    const struct burst_tensor *q; /* [B, nq, Hq, d] */
+    const struct burst_tensor *k; /* [B, nk, Hkv, d] */
+    const struct burst_tensor *v; /* [B, nk, Hkv, d] */
+    struct burst_posmap qpos;     /* positions of q rows */
+    struct burst_posmap kpos;     /* positions of k rows */
+    struct burst_mask mask;
+    float scale;                  /* softmax scale tau */
+    /* Running results, updated in place with the log-sum-exp merge of ALGORITHM.md section 1.
+     * Initialised by the engine to o_acc = 0, lse_acc = -inf. Rows with no allowed key in this
+     * block must be left bit-for-bit unchanged. */
+    float *o_acc;   /* [B, nq, Hq, d] fp32 contiguous */
+    float *lse_acc; /* [B, Hq, nq] fp32 contiguous */
+};
+
+/* One backward step: gradients of the pair (q rows, k/v rows), ADDED into the accumulators. */
+struct burst_bwd_args {
+    const struct burst_tensor *q;    /* [B, nq, Hq, d] */
+    const struct burst_tensor *k;    /* [B, nk, Hkv, d] */
+    const struct burst_tensor *v;    /* [B, nk, Hkv, d] */
+    const struct burst_tensor *dout; /* [B, nq, Hq, d] */
+    const float *lse;                /* [B, Hq, nq] final global lse */
+    const float *delta;              /* [B, Hq, nq] D = rowsum(dO * O) */
+    struct burst_posmap qpos;
+    struct burst_posmap kpos;
+    struct burst_mask mask;
+    float scale;
+    float *dq; /* [B, nq, Hq, d] fp32, += tau * dS K */
+    float *dk; /* [B, nk, Hkv, d] fp32, += tau * dS^T Q (summed over the heads of a group) */
+    float *dv; /* [B, nk, Hkv, d] fp32, += P^T dO (summed over the heads of a group) */
+};
+
+struct burst_backend_ops {
+    size_t size;      /* sizeof(struct burst_backend_ops) */
+    const char *name; /* "cpu" */
+
+    /* Create an instance, or BURST_ERR_NO_DEVICE (with a message) if unusable here. */
+    burst_status_t (*create)(const struct burst_context_params *params, void **be_p);
+    void (*destroy)(void *be);
+    int (*num_threads)(void *be);
+
+    /* Memory the backend computes on (host memory for cpu). NULL on exhaustion. Zeroed. */
+    void *(*alloc)(void *be, size_t bytes);
+    void (*free)(void *be, void *ptr); /* NULL accepted */
+
+    /* dst = src elementwise, converting dtypes; equal shapes; any strides (stride[3] == 1). */
+    burst_status_t (*copy)(void *be, const struct burst_tensor *dst,
+                           const struct burst_tensor *src);
+    /* dst[i] = value for i < count. */
+    burst_status_t (*fill)(void *be, float *dst, size_t count, float value);
+    /* dst[i] += (float)src[i] for i < count; src has dtype src_dtype. */
+    burst_status_t (*accumulate)(void *be, float *dst, const void *src, burst_dtype_t src_dtype,
+                                 size_t count);
+
+    burst_status_t (*fwd_step)(void *be, const struct burst_fwd_args *args);
+    /* delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d] (fp32). */
+    burst_status_t (*bwd_delta)(void *be, const struct burst_tensor *dout,
+                                const struct burst_tensor *o, float *delta);
+    burst_status_t (*bwd_step)(void *be, const struct burst_bwd_args *args);
+
+    /* Wait for the calling thread's outstanding work (NULL when ops are synchronous). */
+    burst_status_t (*sync)(void *be);
+};
+
+/* Registered backends in priority order ("auto" takes the first whose create() succeeds). */
+extern const struct burst_backend_ops burst_cpu_backend_ops;
+
+#endif /* BURST_RUNTIME_BACKEND_H */

@@ -1,0 +1,83 @@
+/*
+ * runtime/posmap.h - global positions of a rank's local rows, and mask intervals.
+ *
+ * Every layout gives a rank at most two runs of rows whose global positions are affine in the
+ * local index and strictly increasing overall:
+ *   natural: one run, stride 1; zigzag: two runs, stride 1; striped: one run, stride G.
+ * The mask (window and causal, on global positions) allows, for a query at position p, exactly
+ * the keys with positions in [p - left, p + right]. Because key positions increase, the allowed
+ * keys of one query row form one contiguous interval of local key indices, computed in O(1) here.
+ * Backends use these helpers to skip masked tiles and to mask partial tiles.
+ */
+#ifndef BURST_RUNTIME_POSMAP_H
+#define BURST_RUNTIME_POSMAP_H
+
+#include <stdint.h>
+
+#define BURST_POSMAP_MAX_RUNS 2
+#define BURST_POS_INF ((int64_t)1 << 60) /* "unbounded" window side */
+
+struct burst_posmap {
+    int nruns;
+    struct {
+        int64_t local0;  /* first local index of the run */
+        int64_t len;     /* rows in the run */
+        int64_t global0; /* global position of the first row */
+        int64_t stride;  /* position step between rows (>= 1) */
+    } run[BURST_POSMAP_MAX_RUNS];
+};
+
+/* Allowed iff q_pos - left <= k_pos <= q_pos + right. left/right are >= 0 or BURST_POS_INF;
+ * causal is folded into right (right = min(right, 0)). */
+struct burst_mask {
+    int64_t left;
+    int64_t right;
+};
+
+static inline int64_t burst_posmap_len(const struct burst_posmap *m)
+{
+    int64_t n = 0;
+    for (int r = 0; r < m->nruns; r++)
+        n += m->run[r].len;
+    return n;
+}
+
+/* Global position of local row i (0 <= i < len). */
+static inline int64_t burst_posmap_pos(const struct burst_posmap *m, int64_t i)
+{
+    int r = (m->nruns > 1 && i >= m->run[1].local0) ? 1 : 0;
+    return m->run[r].global0 + (i - m->run[r].local0) * m->run[r].stride;
+}
+
+/* Number of local rows whose position is <= x. */
+static inline int64_t burst_posmap_count_le(const struct burst_posmap *m, int64_t x)
+{
+    int64_t n = 0;
+    for (int r = 0; r < m->nruns; r++) {
+        if (x < m->run[r].global0)
+            break;
+        int64_t c = (x - m->run[r].global0) / m->run[r].stride + 1;
+        n += c < m->run[r].len ? c : m->run[r].len;
+    }
+    return n;
+}
+
+/* Allowed key interval [*kbeg, *kend) of local key rows for a query at global position qpos
+ * (empty when *kbeg >= *kend). */
+static inline void burst_mask_keys(const struct burst_posmap *k, struct burst_mask mask,
+                                   int64_t qpos, int64_t *kbeg, int64_t *kend)
+{
+    int64_t lo = mask.left >= BURST_POS_INF ? -BURST_POS_INF : qpos - mask.left;
+    int64_t hi = mask.right >= BURST_POS_INF ? BURST_POS_INF : qpos + mask.right;
+    *kbeg = burst_posmap_count_le(k, lo - 1);
+    *kend = burst_posmap_count_le(k, hi);
+}
+
+/* Is key position kpos allowed for query position qpos? */
+static inline int burst_mask_allows(struct burst_mask mask, int64_t qpos, int64_t kpos)
+{
+    return (mask.left >= BURST_POS_INF || kpos >= qpos - mask.left) &&
+           (mask.right >= BURST_POS_INF || kpos <= qpos + mask.right);
+}
+
+#endif /* BURST_RUNTIME_POSMAP_H */

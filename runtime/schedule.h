@@ -1,0 +1,79 @@
+/*
+ * runtime/schedule.h - shards and the ring schedule, as pure functions (private).
+ *
+ * The ring engine executes exactly what burst_sched_step() says; tests simulate the same
+ * function for thousands of ranks to prove coverage (every allowed (query, key) pair computed
+ * once, every travelling accumulator home) without running any kernel.
+ *
+ * Directions. Forward and ring-backward blocks (K/V) travel to rank i+1; burst-backward query
+ * bundles travel to rank i-1. Either way, at step r rank i pairs query rows of rank a with key
+ * rows of rank b where a - b == r (mod G), so one window test decides how many steps a call needs
+ * in every pattern.
+ *
+ * Travelling accumulators (backward) move "one step behind": at step r >= 1 a rank computes its
+ * contribution for the block it holds into a fresh partial, then adds the accumulator the
+ * previous holder finished at step r-1 (acc_from), and at step r+1 forwards the sum to the next
+ * holder (acc_to of step r+1). The owner's own (step 0) contribution never travels; after the
+ * last step each chain's sum goes straight to its owner (final_to / final_from).
+ */
+#ifndef BURST_RUNTIME_SCHEDULE_H
+#define BURST_RUNTIME_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "burst/plan.h"
+#include "posmap.h"
+
+/* How N tokens are spread over G ranks. */
+struct burst_shards {
+    burst_layout_t layout;
+    int ranks;
+    int64_t seq_len;
+    int64_t *lens;    /* [ranks] tokens per rank */
+    int64_t *offsets; /* [ranks] natural layout: first position; others: prefix sums of lens */
+};
+
+/* Fill s for the layout; explicit_lens (natural only) may be NULL. On error s is untouched and
+ * the message names `who` and the offending value. */
+burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_layout_t layout,
+                                 int64_t seq_len, int ranks, const int64_t *explicit_lens);
+void burst_shards_fini(struct burst_shards *s);
+
+struct burst_posmap burst_shards_posmap(const struct burst_shards *s, int rank);
+
+/* Mask from plan parameters (causal folded into the right bound). */
+struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t window_right);
+
+/* Nonzero when some query row of rank qrank may attend some key row of rank krank
+ * (conservative for striped windows: may say yes where every element is masked). */
+int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int qrank, int krank);
+
+/* Ring steps a call needs: 1 + the largest r such that some rank a needs block (a - r). */
+int burst_ring_steps(const struct burst_shards *s, struct burst_mask mask);
+
+enum burst_sched_pattern {
+    BURST_SCHED_FWD = 0,       /* K/V travel to i+1 */
+    BURST_SCHED_BWD_BURST = 1, /* query bundle travels to i-1; dQ accumulator follows */
+    BURST_SCHED_BWD_RING = 2,  /* K/V travel to i+1; dK/dV accumulators follow */
+};
+
+struct burst_sched_step {
+    int block;     /* owner of the travelling block held at this step */
+    int q_rank;    /* owner of the query rows paired at this step */
+    int kv_rank;   /* owner of the key/value rows paired at this step */
+    int compute;   /* nonzero: the pair has allowed entries; run the kernel */
+    int send_to;   /* send the held block here during this step (-1: none) */
+    int recv_from; /* receive the next step's block from here during this step (-1: none) */
+    /* backward only (-1 when not applicable): */
+    int acc_to;     /* send the accumulator finished at step-1 here during this step */
+    int acc_from;   /* receive the accumulator for `block` from here; add it after computing */
+    int final_to;   /* last step only: after it, send the accumulator for `block` to its owner */
+    int final_from; /* last step only: receive this rank's own accumulator from here */
+};
+
+/* The schedule of rank `rank` at step `step` (0 <= step < steps) of a call with `steps` steps. */
+void burst_sched_step(enum burst_sched_pattern pattern, const struct burst_shards *s,
+                      struct burst_mask mask, int rank, int step, int steps,
+                      struct burst_sched_step *out);
+
+#endif /* BURST_RUNTIME_SCHEDULE_H */

@@ -1,0 +1,40 @@
+/*
+ * tests/ref.h - plain fp64 reference attention (tests and tools only; never in the library).
+ *
+ * Whole-sequence, single-device, natural token order. Layouts: q, o, dout, dq [B, N, Hq, d];
+ * k, v, dk, dv [B, N, Hkv, d]; lse [B, Hq, N]; all contiguous doubles. Query head h uses kv head
+ * h / (Hq / Hkv). Position i may attend j iff (left < 0 || j >= i - left) &&
+ * (right < 0 || j <= i + right) && (!causal || j <= i). A row with no allowed key has
+ * lse = -INFINITY, o = 0 and contributes zero gradients.
+ */
+#ifndef BURST_TESTS_REF_H
+#define BURST_TESTS_REF_H
+
+#include <stdint.h>
+
+struct ref_problem {
+    int64_t batch;
+    int64_t seq_len;
+    int q_heads;
+    int kv_heads;
+    int head_dim;
+    double scale;
+    int causal;
+    int64_t window_left;  /* -1 = unbounded */
+    int64_t window_right; /* -1 = unbounded */
+};
+
+void ref_forward(const struct ref_problem *p, const double *q, const double *k, const double *v,
+                 double *o, double *lse);
+
+/* Forward for a subset of query rows (global positions rows[0..nrows)): o_rows
+ * [B, nrows, Hq, d], lse_rows [B, Hq, nrows]. Cost O(nrows * N * H * d). */
+void ref_forward_rows(const struct ref_problem *p, const double *q, const double *k,
+                      const double *v, const int64_t *rows, int64_t nrows, double *o_rows,
+                      double *lse_rows);
+
+/* Gradients of sum(o * dout). Cost O(N^2 * H * d); memory O(N * H * d). */
+void ref_backward(const struct ref_problem *p, const double *q, const double *k, const double *v,
+                  const double *dout, double *dq, double *dk, double *dv);
+
+#endif /* BURST_TESTS_REF_H */

@@ -1,0 +1,56 @@
+/*
+ * transport/tp_comm.h - the communicator as the ring engine sees it (private).
+ *
+ * Wraps one transport instance. Every message goes through burst_comm_isend / _irecv, which count
+ * bytes and messages into comm->count (set by the engine per ring step) so that every transport
+ * is counted the same way. Waits use the communicator's timeout; any transport failure aborts
+ * the communicator so that peers stop waiting too.
+ */
+#ifndef BURST_TP_COMM_H
+#define BURST_TP_COMM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "burst/comm.h"
+#include "burst/plan.h"
+#include "transport.h"
+
+struct burst_comm {
+    struct burst_tp *tp;
+    int rank;
+    int size;
+    int timeout_ms;
+    atomic_int failed;        /* nonzero once aborted */
+    uint32_t seq;             /* collective calls issued; part of every tag */
+    struct burst_traffic *count; /* where traffic is counted now, or NULL */
+};
+
+/* Tag of a message: (collective call sequence, message kind, ring step). */
+enum burst_msg_kind {
+    BURST_MSG_HANDSHAKE = 1,
+    BURST_MSG_KV = 2,     /* forward K/V block */
+    BURST_MSG_BUNDLE = 3, /* backward read bundle */
+    BURST_MSG_ACC = 4,    /* backward travelling accumulator */
+};
+static inline uint64_t burst_tag(uint32_t seq, enum burst_msg_kind kind, int step)
+{
+    return ((uint64_t)seq << 32) | ((uint64_t)kind << 24) | (uint64_t)(uint32_t)step;
+}
+
+/* BURST_ERR_COMM_FAILED if the communicator was aborted, else BURST_OK. */
+burst_status_t burst_comm_check(struct burst_comm *comm);
+
+burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
+                                size_t len, struct burst_tp_req **req_p);
+burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
+                                size_t len, struct burst_tp_req **req_p);
+/* Wait with the communicator's timeout; *req_p is released and set to NULL. NULL req is OK. */
+burst_status_t burst_comm_wait(struct burst_comm *comm, struct burst_tp_req **req_p);
+
+/* Every rank contributes `len` bytes; all[r * len ...] receives rank r's. Ring algorithm,
+ * size-1 steps. Collective. */
+burst_status_t burst_comm_allgather(struct burst_comm *comm, uint64_t tag_base, const void *mine,
+                                    void *all, size_t len);
+
+#endif /* BURST_TP_COMM_H */

@@ -1,0 +1,55 @@
+/*
+ * transport/transport.h - the transport interface under a communicator (private).
+ *
+ * A transport moves tagged messages between the ranks of one ring. The ring engine only ever
+ * posts non-blocking sends and receives and waits for them later, so a transport whose
+ * operations progress in the background (RDMA, a copy engine) overlaps communication with
+ * compute without any engine change; a transport that copies synchronously simply completes
+ * operations early.
+ *
+ * Rules for implementations:
+ *   - isend/irecv must not block on the peer; they may complete the operation immediately.
+ *   - Messages between one (source, destination) pair with equal tags match in posting order.
+ *     A receive whose buffer length differs from the matched message's fails with
+ *     BURST_ERR_TRANSPORT (nothing is written past the buffer).
+ *   - The send buffer must stay untouched, and the receive buffer unread, until wait() returns.
+ *   - wait() blocks at most timeout_ms, returns BURST_ERR_TIMEOUT past it and
+ *     BURST_ERR_PEER_FAILED when the ring was aborted; it releases the request in every case.
+ *   - abort() is thread-safe and wakes every waiter of every rank it can reach.
+ */
+#ifndef BURST_TRANSPORT_H
+#define BURST_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "burst/status.h"
+
+struct burst_tp;
+struct burst_tp_req;
+
+struct burst_tp_ops {
+    size_t size;      /* sizeof(struct burst_tp_ops) */
+    const char *name; /* "local" */
+    burst_status_t (*isend)(struct burst_tp *tp, int peer, uint64_t tag, const void *buf,
+                            size_t len, struct burst_tp_req **req_p);
+    burst_status_t (*irecv)(struct burst_tp *tp, int peer, uint64_t tag, void *buf, size_t len,
+                            struct burst_tp_req **req_p);
+    burst_status_t (*wait)(struct burst_tp *tp, struct burst_tp_req *req, int timeout_ms);
+    void (*abort)(struct burst_tp *tp, burst_status_t reason);
+    void (*destroy)(struct burst_tp *tp);
+};
+
+/* Base of every transport instance (implementations embed it first). */
+struct burst_tp {
+    const struct burst_tp_ops *ops;
+    int rank;
+    int size;
+};
+
+/* The in-process transport: ranks are threads joined by a burst_local_world. */
+struct burst_local_world;
+burst_status_t burst_tp_local_create(struct burst_local_world *world, int rank, int size,
+                                     struct burst_tp **tp_p);
+
+#endif /* BURST_TRANSPORT_H */
