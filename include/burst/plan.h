@@ -143,6 +143,8 @@ struct burst_phase_stats {
     double total_s;       /* wall time of the call */
     double compute_s;     /* time in local attention kernels */
     double wait_s;        /* time blocked waiting for transfers */
+    uint64_t scratch_bytes;       /* peak bytes the engine allocated for the call (buffers in
+                                     flight, fp32 accumulators); excludes caller tensors */
     struct burst_traffic traffic; /* all messages of the call */
 };
 
