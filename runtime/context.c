@@ -1,0 +1,105 @@
+/* runtime/context.c - backend registry and the compute context. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "context_internal.h"
+#include "error.h"
+
+/* Backends in priority order: "auto" takes the first that creates successfully. */
+static const struct burst_backend_ops *const backends[] = {
+    &burst_cpu_backend_ops,
+};
+#define NUM_BACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+burst_status_t burst_check_api_version(const char *who, unsigned api_version)
+{
+    unsigned major = api_version >> 16, minor = api_version & 0xffffu;
+    if (major != BURST_VERSION_MAJOR || minor > BURST_VERSION_MINOR)
+        return burst_error(BURST_ERR_VERSION,
+                           "%s: api_version = 0x%x (%u.%u) is not served by library %s: set it to "
+                           "BURST_API_VERSION",
+                           who, api_version, major, minor, BURST_VERSION_STRING);
+    return BURST_OK;
+}
+
+struct burst_context_params burst_context_params_default(void)
+{
+    struct burst_context_params p = {
+        .api_version = BURST_API_VERSION,
+        .backend = "auto",
+        .num_threads = 0,
+    };
+    return p;
+}
+
+static burst_status_t try_backend(const struct burst_backend_ops *ops,
+                                  const struct burst_context_params *p, struct burst_context **ctx_p)
+{
+    struct burst_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return burst_error(BURST_ERR_NO_MEMORY, "burst_context_create: out of memory");
+    burst_status_t st = ops->create(p, &ctx->be);
+    if (st != BURST_OK) {
+        free(ctx);
+        return st;
+    }
+    ctx->ops = ops;
+    *ctx_p = ctx;
+    return BURST_OK;
+}
+
+burst_status_t burst_context_create(const struct burst_context_params *params,
+                                    struct burst_context **ctx_p)
+{
+    static const char *who = "burst_context_create";
+    burst_error_clear();
+    if (!ctx_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: ctx_p is NULL", who);
+    struct burst_context_params p = params ? *params : burst_context_params_default();
+    burst_status_t st = burst_check_api_version(who, p.api_version);
+    if (st != BURST_OK)
+        return st;
+    if (p.num_threads < 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: params->num_threads = %d must be >= 0",
+                           who, p.num_threads);
+
+    const char *name = p.backend ? p.backend : "auto";
+    if (strcmp(name, "auto") == 0) {
+        const char *env = getenv("BURST_BACKEND");
+        if (env && *env && strcmp(env, "auto") != 0)
+            name = env;
+    }
+    if (strcmp(name, "auto") == 0) {
+        st = BURST_ERR_NO_DEVICE;
+        for (size_t i = 0; i < NUM_BACKENDS; i++) {
+            st = try_backend(backends[i], &p, ctx_p);
+            if (st == BURST_OK)
+                return BURST_OK;
+        }
+        return burst_error(st, "%s: no backend is usable here", who);
+    }
+    for (size_t i = 0; i < NUM_BACKENDS; i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            return try_backend(backends[i], &p, ctx_p);
+    return burst_error(BURST_ERR_INVALID_ARG,
+                       "%s: backend = \"%s\" is not a backend of this build (have: cpu, auto)", who,
+                       name);
+}
+
+void burst_context_destroy(struct burst_context *ctx)
+{
+    if (!ctx)
+        return;
+    ctx->ops->destroy(ctx->be);
+    free(ctx);
+}
+
+const char *burst_context_backend(const struct burst_context *ctx)
+{
+    return ctx ? ctx->ops->name : "";
+}
+
+int burst_context_num_threads(const struct burst_context *ctx)
+{
+    return ctx && ctx->ops->num_threads ? ctx->ops->num_threads(ctx->be) : 1;
+}

@@ -1,0 +1,147 @@
+/* runtime/layout.c - public layout helpers: shard lengths, positions, permutations. */
+#include <string.h>
+
+#include "burst/layout.h"
+#include "error.h"
+#include "schedule.h"
+#include "tensor_check.h"
+
+static burst_status_t shards_for(const char *who, burst_layout_t layout, int64_t seq_len,
+                                 int ranks, int rank, struct burst_shards *s)
+{
+    burst_status_t st = burst_shards_init(s, who, layout, seq_len, ranks, NULL);
+    if (st != BURST_OK)
+        return st;
+    if (rank < 0 || rank >= ranks) {
+        burst_shards_fini(s);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: rank = %d is not in 0..%d", who, rank,
+                           ranks - 1);
+    }
+    return BURST_OK;
+}
+
+burst_status_t burst_layout_shard_len(burst_layout_t layout, int64_t seq_len, int ranks, int rank,
+                                      int64_t *len_p)
+{
+    static const char *who = "burst_layout_shard_len";
+    struct burst_shards s;
+    burst_error_clear();
+    if (!len_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: len_p is NULL", who);
+    burst_status_t st = shards_for(who, layout, seq_len, ranks, rank, &s);
+    if (st != BURST_OK)
+        return st;
+    *len_p = s.lens[rank];
+    burst_shards_fini(&s);
+    return BURST_OK;
+}
+
+burst_status_t burst_layout_shard_offset(burst_layout_t layout, int64_t seq_len, int ranks,
+                                         int rank, int64_t *offset_p)
+{
+    static const char *who = "burst_layout_shard_offset";
+    struct burst_shards s;
+    burst_error_clear();
+    if (!offset_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: offset_p is NULL", who);
+    burst_status_t st = shards_for(who, layout, seq_len, ranks, rank, &s);
+    if (st != BURST_OK)
+        return st;
+    *offset_p = s.offsets[rank];
+    burst_shards_fini(&s);
+    return BURST_OK;
+}
+
+burst_status_t burst_layout_position(burst_layout_t layout, int64_t seq_len, int ranks, int rank,
+                                     int64_t local, int64_t *pos_p)
+{
+    static const char *who = "burst_layout_position";
+    struct burst_shards s;
+    burst_error_clear();
+    if (!pos_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: pos_p is NULL", who);
+    burst_status_t st = shards_for(who, layout, seq_len, ranks, rank, &s);
+    if (st != BURST_OK)
+        return st;
+    if (local < 0 || local >= s.lens[rank]) {
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: local = %lld is not in 0..%lld", who,
+                         (long long)local, (long long)s.lens[rank] - 1);
+    } else {
+        struct burst_posmap m = burst_shards_posmap(&s, rank);
+        *pos_p = burst_posmap_pos(&m, local);
+    }
+    burst_shards_fini(&s);
+    return st;
+}
+
+/* Copy row `from` of src to row `to` of dst along dimension 1 (all batch, heads, head dims). */
+static void copy_row(const struct burst_tensor *dst, int64_t to, const struct burst_tensor *src,
+                     int64_t from, size_t es)
+{
+    const unsigned char *sp = src->data;
+    unsigned char *dp = dst->data;
+    for (int64_t b = 0; b < src->shape[0]; b++)
+        for (int64_t h = 0; h < src->shape[2]; h++) {
+            int64_t so = b * src->stride[0] + from * src->stride[1] + h * src->stride[2];
+            int64_t dof = b * dst->stride[0] + to * dst->stride[1] + h * dst->stride[2];
+            memcpy(dp + (size_t)dof * es, sp + (size_t)so * es, (size_t)src->shape[3] * es);
+        }
+}
+
+static burst_status_t permute(const char *who, burst_layout_t layout, int ranks,
+                              const struct burst_tensor *src, const char *src_name,
+                              struct burst_tensor *dst, const char *dst_name, int forward)
+{
+    burst_error_clear();
+    burst_status_t st = burst_tensor_check_view(who, src_name, src, 0);
+    if (st == BURST_OK)
+        st = burst_tensor_check_view(who, dst_name, dst, 1);
+    if (st != BURST_OK)
+        return st;
+    if (src->dtype != dst->dtype)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %s but %s->dtype = %s", who,
+                           dst_name, burst_dtype_name(dst->dtype), src_name,
+                           burst_dtype_name(src->dtype));
+    for (int i = 0; i < BURST_TENSOR_DIMS; i++)
+        if (src->shape[i] != dst->shape[i])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: %s->shape[%d] = %lld differs from %s->shape[%d] = %lld", who,
+                               dst_name, i, (long long)dst->shape[i], src_name, i,
+                               (long long)src->shape[i]);
+    if (burst_tensor_ranges_overlap(src, dst))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", who,
+                           src_name, dst_name);
+    struct burst_shards s;
+    st = burst_shards_init(&s, who, layout, src->shape[1], ranks, NULL);
+    if (st != BURST_OK)
+        return st;
+    size_t es = burst_dtype_size(src->dtype);
+    for (int r = 0; r < ranks; r++) {
+        struct burst_posmap m = burst_shards_posmap(&s, r);
+        for (int64_t l = 0; l < s.lens[r]; l++) {
+            int64_t pos = burst_posmap_pos(&m, l), perm = s.offsets[r] + l;
+            if (forward)
+                copy_row(dst, perm, src, pos, es);
+            else
+                copy_row(dst, pos, src, perm, es);
+        }
+    }
+    burst_shards_fini(&s);
+    return BURST_OK;
+}
+
+burst_status_t burst_layout_permute(burst_layout_t layout, int ranks,
+                                    const struct burst_tensor *natural,
+                                    struct burst_tensor *permuted)
+{
+    return permute("burst_layout_permute", layout, ranks, natural, "natural", permuted, "permuted",
+                   1);
+}
+
+burst_status_t burst_layout_unpermute(burst_layout_t layout, int ranks,
+                                      const struct burst_tensor *permuted,
+                                      struct burst_tensor *natural)
+{
+    return permute("burst_layout_unpermute", layout, ranks, permuted, "permuted", natural,
+                   "natural", 0);
+}

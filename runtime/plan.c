@@ -1,0 +1,365 @@
+/*
+ * runtime/plan.c - plan validation, the cross-rank handshake, pattern choice and statistics.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "plan_internal.h"
+
+struct burst_plan_params burst_plan_params_default(void)
+{
+    struct burst_plan_params p = {
+        .api_version = BURST_API_VERSION,
+        .batch = 1,
+        .seq_len = 0,
+        .shard_lens = NULL,
+        .q_heads = 0,
+        .kv_heads = 0,
+        .head_dim = 0,
+        .dtype = BURST_DTYPE_FP32,
+        .softmax_scale = 0.0f,
+        .causal = 0,
+        .window_left = BURST_WINDOW_UNBOUNDED,
+        .window_right = BURST_WINDOW_UNBOUNDED,
+        .layout = BURST_LAYOUT_NATURAL,
+        .bwd_pattern = BURST_BWD_BURST,
+        .acc_wire = BURST_WIRE_FP32,
+        .deterministic = 0,
+    };
+    return p;
+}
+
+#define MAX_ELEMS ((int64_t)1 << 50) /* keeps every byte count far from overflow */
+
+static burst_status_t validate(const char *who, const struct burst_plan_params *p)
+{
+    burst_status_t st = burst_check_api_version(who, p->api_version);
+    if (st != BURST_OK)
+        return st;
+#define NEED(cond, code, ...)                                                                  \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            return burst_error(code, __VA_ARGS__);                                             \
+    } while (0)
+    NEED(p->batch >= 1, BURST_ERR_INVALID_ARG, "%s: params->batch = %lld must be >= 1", who,
+         (long long)p->batch);
+    NEED(p->seq_len >= 1, BURST_ERR_INVALID_ARG, "%s: params->seq_len = %lld must be >= 1", who,
+         (long long)p->seq_len);
+    NEED(p->q_heads >= 1, BURST_ERR_INVALID_ARG, "%s: params->q_heads = %d must be >= 1", who,
+         p->q_heads);
+    NEED(p->kv_heads >= 1, BURST_ERR_INVALID_ARG, "%s: params->kv_heads = %d must be >= 1", who,
+         p->kv_heads);
+    NEED(p->q_heads % p->kv_heads == 0, BURST_ERR_INVALID_ARG,
+         "%s: params->q_heads = %d is not a multiple of params->kv_heads = %d", who, p->q_heads,
+         p->kv_heads);
+    NEED(p->head_dim >= 1, BURST_ERR_INVALID_ARG, "%s: params->head_dim = %d must be >= 1", who,
+         p->head_dim);
+    NEED(p->head_dim % 8 == 0 && p->head_dim <= 256, BURST_ERR_UNSUPPORTED,
+         "%s: params->head_dim = %d is unsupported (any multiple of 8 from 8 to 256)", who,
+         p->head_dim);
+    NEED(burst_dtype_size(p->dtype) != 0, BURST_ERR_INVALID_ARG,
+         "%s: params->dtype = %d is not a burst_dtype_t", who, (int)p->dtype);
+    NEED(isfinite(p->softmax_scale) && p->softmax_scale >= 0.0f, BURST_ERR_INVALID_ARG,
+         "%s: params->softmax_scale = %g must be finite and > 0 (or 0 for 1/sqrt(head_dim))",
+         who, (double)p->softmax_scale);
+    NEED(p->window_left >= -1, BURST_ERR_INVALID_ARG,
+         "%s: params->window_left = %lld must be >= 0 or BURST_WINDOW_UNBOUNDED", who,
+         (long long)p->window_left);
+    NEED(p->window_right >= -1, BURST_ERR_INVALID_ARG,
+         "%s: params->window_right = %lld must be >= 0 or BURST_WINDOW_UNBOUNDED", who,
+         (long long)p->window_right);
+    NEED(p->layout == BURST_LAYOUT_NATURAL || p->layout == BURST_LAYOUT_ZIGZAG ||
+             p->layout == BURST_LAYOUT_STRIPED,
+         BURST_ERR_INVALID_ARG, "%s: params->layout = %d is not a burst_layout_t", who,
+         (int)p->layout);
+    NEED(p->bwd_pattern == BURST_BWD_BURST || p->bwd_pattern == BURST_BWD_RING ||
+             p->bwd_pattern == BURST_BWD_AUTO,
+         BURST_ERR_INVALID_ARG, "%s: params->bwd_pattern = %d is not a burst_bwd_pattern_t", who,
+         (int)p->bwd_pattern);
+    NEED(p->acc_wire == BURST_WIRE_FP32 || p->acc_wire == BURST_WIRE_INPUT,
+         BURST_ERR_INVALID_ARG, "%s: params->acc_wire = %d is not a burst_wire_precision_t", who,
+         (int)p->acc_wire);
+    int64_t h = p->q_heads > p->kv_heads ? p->q_heads : p->kv_heads;
+    NEED(p->seq_len <= MAX_ELEMS / p->batch / h / p->head_dim, BURST_ERR_TOO_LARGE,
+         "%s: params->batch * seq_len * heads * head_dim = %lld * %lld * %lld * %d is too large",
+         who, (long long)p->batch, (long long)p->seq_len, (long long)h, p->head_dim);
+#undef NEED
+    return BURST_OK;
+}
+
+uint64_t burst_plan_bwd_step_bytes(const struct burst_plan_params *p, burst_bwd_pattern_t pat,
+                                   burst_dtype_t acc_dtype, int64_t n)
+{
+    uint64_t es = burst_dtype_size(p->dtype), as = burst_dtype_size(acc_dtype);
+    uint64_t rows = (uint64_t)p->batch * (uint64_t)n, d = (uint64_t)p->head_dim;
+    if (pat == BURST_BWD_RING) /* K, V in dtype; dK, dV accumulators */
+        return rows * (uint64_t)p->kv_heads * d * (2 * es + 2 * as);
+    /* Q, dO in dtype; dQ accumulator; lse and D in fp32 */
+    return rows * (uint64_t)p->q_heads * (d * (2 * es + as) + 2 * 4);
+}
+
+/* The fields ranks must agree on, in a fixed order, for the handshake. */
+enum { F_RANKS, F_BATCH, F_SEQ, F_SHARDS, F_HQ, F_HKV, F_D, F_DTYPE, F_SCALE, F_CAUSAL,
+       F_WLEFT, F_WRIGHT, F_LAYOUT, F_BWD, F_WIRE, F_DET, F_COUNT };
+static const char *const field_names[F_COUNT] = {
+    "ranks", "batch", "seq_len", "shard_lens", "q_heads", "kv_heads", "head_dim", "dtype",
+    "softmax_scale", "causal", "window_left", "window_right", "layout", "bwd_pattern",
+    "acc_wire", "deterministic",
+};
+
+static void encode(const struct burst_plan *plan, const struct burst_plan_params *p,
+                   int64_t rec[F_COUNT])
+{
+    uint64_t hash = 1469598103934665603ull; /* FNV-1a over the shard lengths */
+    for (int i = 0; i < plan->size; i++) {
+        hash ^= (uint64_t)plan->shards.lens[i];
+        hash *= 1099511628211ull;
+    }
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &plan->scale, sizeof(scale_bits));
+    rec[F_RANKS] = plan->size;
+    rec[F_BATCH] = p->batch;
+    rec[F_SEQ] = p->seq_len;
+    rec[F_SHARDS] = (int64_t)(hash >> 1);
+    rec[F_HQ] = p->q_heads;
+    rec[F_HKV] = p->kv_heads;
+    rec[F_D] = p->head_dim;
+    rec[F_DTYPE] = p->dtype;
+    rec[F_SCALE] = scale_bits;
+    rec[F_CAUSAL] = p->causal != 0;
+    rec[F_WLEFT] = p->window_left;
+    rec[F_WRIGHT] = p->window_right;
+    rec[F_LAYOUT] = p->layout;
+    rec[F_BWD] = p->bwd_pattern;
+    rec[F_WIRE] = p->acc_wire;
+    rec[F_DET] = p->deterministic != 0;
+}
+
+static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan_params *p)
+{
+    static const char *who = "burst_plan_create";
+    int64_t mine[F_COUNT];
+    encode(plan, p, mine);
+    int64_t *all = malloc(sizeof(mine) * (size_t)plan->size);
+    if (!all)
+        return burst_call_fail(plan, burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who));
+    uint32_t seq;
+    burst_status_t st = burst_call_begin(plan, BURST_PHASE_SETUP, &seq);
+    if (st == BURST_OK)
+        st = burst_comm_allgather(plan->comm, burst_tag(seq, BURST_MSG_HANDSHAKE, 0), mine, all,
+                                  sizeof(mine));
+    for (int r = 0; st == BURST_OK && r < plan->size; r++)
+        for (int f = 0; f < F_COUNT; f++)
+            if (all[r * F_COUNT + f] != mine[f]) {
+                st = burst_error(BURST_ERR_PLAN_MISMATCH,
+                                 "%s: the plan of rank %d differs from this rank's (%d) in field "
+                                 "%s (%lld there, %lld here)", who, r, plan->rank,
+                                 field_names[f], (long long)all[r * F_COUNT + f],
+                                 (long long)mine[f]);
+                break;
+            }
+    free(all);
+    plan->comm->count = NULL;
+    return st;
+}
+
+burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
+                                 const struct burst_plan_params *params,
+                                 struct burst_plan **plan_p)
+{
+    static const char *who = "burst_plan_create";
+    burst_error_clear();
+    if (!comm)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: comm is NULL", who);
+    burst_status_t st = BURST_OK;
+    if (!ctx)
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: ctx is NULL", who);
+    else if (!params)
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: params is NULL", who);
+    else if (!plan_p)
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: plan_p is NULL", who);
+    else if ((st = burst_comm_check(comm)) == BURST_OK)
+        st = validate(who, params);
+    if (st != BURST_OK) {
+        if (st != BURST_ERR_COMM_FAILED)
+            burst_comm_abort(comm, st); /* peers in the handshake must not wait for us */
+        return st;
+    }
+
+    struct burst_plan *plan = calloc(1, sizeof(*plan));
+    if (!plan) {
+        burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    }
+    plan->ctx = ctx;
+    plan->comm = comm;
+    plan->rank = comm->rank;
+    plan->size = comm->size;
+    st = burst_shards_init(&plan->shards, who, params->layout, params->seq_len, comm->size,
+                           params->shard_lens);
+    if (st != BURST_OK) {
+        free(plan);
+        burst_comm_abort(comm, st);
+        return st;
+    }
+    plan->p = *params;
+    plan->p.shard_lens = NULL;
+    plan->pos = burst_shards_posmap(&plan->shards, plan->rank);
+    plan->mask = burst_mask_make(params->causal, params->window_left, params->window_right);
+    plan->scale = params->softmax_scale > 0.0f ? params->softmax_scale
+                                               : 1.0f / sqrtf((float)params->head_dim);
+    plan->n = plan->shards.lens[plan->rank];
+    for (int r = 0; r < plan->size; r++)
+        if (plan->shards.lens[r] > plan->n_max)
+            plan->n_max = plan->shards.lens[r];
+    plan->steps = burst_ring_steps(&plan->shards, plan->mask);
+    plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
+    plan->bwd = params->bwd_pattern;
+    if (plan->bwd == BURST_BWD_AUTO) {
+        uint64_t b = burst_plan_bwd_step_bytes(params, BURST_BWD_BURST, plan->acc_dtype, 1);
+        uint64_t r = burst_plan_bwd_step_bytes(params, BURST_BWD_RING, plan->acc_dtype, 1);
+        plan->bwd = r < b ? BURST_BWD_RING : BURST_BWD_BURST;
+    }
+    for (int ph = 0; ph < 3; ph++) {
+        plan->step_traffic[ph] = calloc((size_t)plan->steps + 1, sizeof(struct burst_traffic));
+        if (!plan->step_traffic[ph]) {
+            burst_plan_destroy(plan);
+            burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
+            return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+        }
+    }
+    st = handshake(plan, params);
+    if (st != BURST_OK) {
+        burst_plan_destroy(plan);
+        return st;
+    }
+    *plan_p = plan;
+    return BURST_OK;
+}
+
+void burst_plan_destroy(struct burst_plan *plan)
+{
+    if (!plan)
+        return;
+    for (int ph = 0; ph < 3; ph++)
+        free(plan->step_traffic[ph]);
+    burst_shards_fini(&plan->shards);
+    free(plan);
+}
+
+int64_t burst_plan_local_len(const struct burst_plan *plan)
+{
+    return plan ? plan->n : 0;
+}
+
+int64_t burst_plan_position(const struct burst_plan *plan, int64_t local)
+{
+    if (!plan || local < 0 || local >= plan->n)
+        return -1;
+    return burst_posmap_pos(&plan->pos, local);
+}
+
+burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *plan)
+{
+    return plan ? plan->bwd : BURST_BWD_BURST;
+}
+
+static burst_status_t check_phase(const char *who, const struct burst_plan *plan,
+                                  burst_phase_t phase, const void *out)
+{
+    burst_error_clear();
+    if (!plan)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: plan is NULL", who);
+    if (phase != BURST_PHASE_SETUP && phase != BURST_PHASE_FWD && phase != BURST_PHASE_BWD)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: phase = %d is not a burst_phase_t", who,
+                           (int)phase);
+    if (!out)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: output pointer is NULL", who);
+    return BURST_OK;
+}
+
+burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,
+                                struct burst_phase_stats *stats_p)
+{
+    burst_status_t st = check_phase("burst_plan_stats", plan, phase, stats_p);
+    if (st == BURST_OK)
+        *stats_p = plan->stats[phase];
+    return st;
+}
+
+burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phase_t phase,
+                                       int step, struct burst_traffic *traffic_p)
+{
+    static const char *who = "burst_plan_step_traffic";
+    burst_status_t st = check_phase(who, plan, phase, traffic_p);
+    if (st != BURST_OK)
+        return st;
+    if (step < 0 || step > plan->steps)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: step = %d is not in 0..%d", who, step,
+                           plan->steps);
+    *traffic_p = plan->step_traffic[phase][step];
+    return BURST_OK;
+}
+
+/* ---- helpers shared by the ring engine ---- */
+
+double burst_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, uint32_t *seq_p)
+{
+    burst_status_t st = burst_comm_check(plan->comm);
+    if (st != BURST_OK)
+        return st;
+    memset(&plan->stats[phase], 0, sizeof(plan->stats[phase]));
+    memset(plan->step_traffic[phase], 0,
+           sizeof(struct burst_traffic) * ((size_t)plan->steps + 1));
+    plan->comm->count = &plan->step_traffic[phase][0];
+    *seq_p = ++plan->comm->seq;
+    return BURST_OK;
+}
+
+burst_status_t burst_call_fail(struct burst_plan *plan, burst_status_t st)
+{
+    if (st != BURST_ERR_COMM_FAILED)
+        burst_comm_abort(plan->comm, st);
+    plan->comm->count = NULL;
+    return st;
+}
+
+burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
+                                   void **ptr_p)
+{
+    if (s->count == (int)(sizeof(s->ptrs) / sizeof(s->ptrs[0])))
+        return burst_error(BURST_ERR_INTERNAL, "%s: too many scratch buffers", who);
+    const struct burst_context *ctx = s->plan->ctx;
+    void *p = ctx->ops->alloc(ctx->be, bytes ? bytes : 1);
+    if (!p)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,
+                           bytes);
+    s->ptrs[s->count++] = p;
+    s->bytes += bytes;
+    *ptr_p = p;
+    return BURST_OK;
+}
+
+void burst_scratch_free(struct burst_scratch *s)
+{
+    const struct burst_context *ctx = s->plan->ctx;
+    for (int i = 0; i < s->count; i++)
+        ctx->ops->free(ctx->be, s->ptrs[i]);
+    s->count = 0;
+}
+
+struct burst_tensor burst_view(void *data, burst_dtype_t dtype, int64_t b, int64_t n, int64_t h,
+                               int64_t d)
+{
+    return burst_tensor_contiguous(data, dtype, b, n, h, d);
+}

@@ -1,0 +1,61 @@
+/*
+ * runtime/plan_internal.h - the plan as the ring engine sees it (private).
+ */
+#ifndef BURST_RUNTIME_PLAN_INTERNAL_H
+#define BURST_RUNTIME_PLAN_INTERNAL_H
+
+#include "burst/plan.h"
+#include "context_internal.h"
+#include "schedule.h"
+#include "tp_comm.h"
+
+struct burst_plan {
+    struct burst_context *ctx;
+    struct burst_comm *comm;
+    struct burst_plan_params p; /* validated copy; p.shard_lens is NULL (see shards) */
+    struct burst_shards shards;
+    struct burst_posmap pos;    /* this rank's row positions */
+    struct burst_mask mask;
+    float scale;
+    int rank, size;
+    int steps;                  /* ring steps of every call (a window may stop it early) */
+    int64_t n;                  /* local tokens */
+    int64_t n_max;              /* largest shard: sizes the travelling buffers */
+    burst_bwd_pattern_t bwd;    /* resolved pattern */
+    burst_dtype_t acc_dtype;    /* dtype of travelling accumulators on the wire */
+
+    struct burst_phase_stats stats[3];
+    struct burst_traffic *step_traffic[3]; /* [steps + 1] per phase */
+};
+
+/* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */
+uint64_t burst_plan_bwd_step_bytes(const struct burst_plan_params *p, burst_bwd_pattern_t pat,
+                                   burst_dtype_t acc_dtype, int64_t n);
+
+/* ---- helpers shared by ring_fwd.c and ring_bwd.c ---- */
+
+/* Scratch allocations of one call: freed together, peak size recorded. */
+struct burst_scratch {
+    struct burst_plan *plan;
+    void *ptrs[16];
+    int count;
+    uint64_t bytes;
+};
+burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
+                                   void **ptr_p);
+void burst_scratch_free(struct burst_scratch *s);
+
+/* Monotonic seconds. */
+double burst_now(void);
+
+/* Begin a collective call: checks the communicator, starts stats, bumps the tag sequence. */
+burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, uint32_t *seq_p);
+
+/* A local failure inside a collective call: abort the communicator so peers stop waiting. */
+burst_status_t burst_call_fail(struct burst_plan *plan, burst_status_t st);
+
+/* A contiguous [b, n, h, d] view of data. */
+struct burst_tensor burst_view(void *data, burst_dtype_t dtype, int64_t b, int64_t n, int64_t h,
+                               int64_t d);
+
+#endif /* BURST_RUNTIME_PLAN_INTERNAL_H */

@@ -1,0 +1,336 @@
+/*
+ * runtime/ring_bwd.c - the backward ring, both communication patterns of ALGORITHM.md section 2.
+ *
+ *   burst: the query bundle (Q, dO, lse, D) travels to rank i-1; K, V, dK, dV stay home; the dQ
+ *          accumulator of each bundle follows it one step behind.
+ *   ring:  K, V travel to rank i+1; Q, dO, lse, D, dQ stay home; the dK/dV accumulators follow.
+ *
+ * Step r >= 1 computes the held block's contribution into a fresh fp32 partial while the next
+ * bundle and the previous step's accumulator are in flight, then adds the accumulator that the
+ * previous holder finished (received during this step) and sends the sum on at step r+1. The
+ * owner's own contribution (step 0) never travels; after the last step every chain goes straight
+ * to its owner. Accumulators are fp32 on the wire unless the plan asks for the input dtype.
+ * Outputs are written only after every step succeeded.
+ */
+#include <string.h>
+
+#include "error.h"
+#include "plan_internal.h"
+#include "tensor_check.h"
+
+struct bwd_call {
+    struct burst_plan *plan;
+    const struct burst_backend_ops *ops;
+    void *be;
+    int burst;        /* pattern */
+    int64_t B, Hq, Hkv, d;
+    size_t es, as;    /* element sizes: input dtype, accumulator wire dtype */
+};
+
+/* Elements of a travelling accumulator for a block of n tokens. */
+static size_t acc_elems(const struct bwd_call *c, int64_t n)
+{
+    return (size_t)(c->burst ? c->B * n * c->Hq * c->d : 2 * c->B * n * c->Hkv * c->d);
+}
+
+static size_t bundle_bytes(const struct bwd_call *c, int64_t n)
+{
+    if (c->burst)
+        return (size_t)(c->B * n * c->Hq) * (2 * (size_t)c->d * c->es + 2 * sizeof(float));
+    return 2 * (size_t)(c->B * n * c->Hkv * c->d) * c->es;
+}
+
+/* Views of a packed bundle: burst (q, dout, lse, delta) or ring (k, v). */
+struct bundle {
+    struct burst_tensor t0, t1;
+    float *lse, *delta;
+};
+
+static struct bundle bundle_views(const struct bwd_call *c, unsigned char *ptr, int64_t n)
+{
+    struct bundle b = {0};
+    burst_dtype_t dt = c->plan->p.dtype;
+    int64_t h = c->burst ? c->Hq : c->Hkv;
+    size_t part = (size_t)(c->B * n * h * c->d) * c->es;
+    b.t0 = burst_view(ptr, dt, c->B, n, h, c->d);
+    b.t1 = burst_view(ptr + part, dt, c->B, n, h, c->d);
+    if (c->burst) {
+        b.lse = (float *)(void *)(ptr + 2 * part);
+        b.delta = b.lse + c->B * c->Hq * n;
+    }
+    return b;
+}
+
+static burst_status_t pack_bundle(const struct bwd_call *c, const struct bundle *dst,
+                                  const struct bundle *src, int64_t n)
+{
+    burst_status_t st = c->ops->copy(c->be, &dst->t0, &src->t0);
+    if (st == BURST_OK)
+        st = c->ops->copy(c->be, &dst->t1, &src->t1);
+    if (st == BURST_OK && c->burst) { /* lse and D: [B, Hq, n] fp32 each */
+        int64_t rows = c->B * c->Hq * n;
+        struct burst_tensor ld = burst_view(dst->lse, BURST_DTYPE_FP32, 1, 1, 1, rows);
+        struct burst_tensor dd = burst_view(dst->delta, BURST_DTYPE_FP32, 1, 1, 1, rows);
+        struct burst_tensor ls = burst_view(src->lse, BURST_DTYPE_FP32, 1, 1, 1, rows);
+        struct burst_tensor ds = burst_view(src->delta, BURST_DTYPE_FP32, 1, 1, 1, rows);
+        st = c->ops->copy(c->be, &ld, &ls);
+        if (st == BURST_OK)
+            st = c->ops->copy(c->be, &dd, &ds);
+    }
+    if (st == BURST_OK && c->ops->sync)
+        st = c->ops->sync(c->be);
+    return st;
+}
+
+/* Buffer to put on the wire for fp32 accumulator acc of `count` elements (converted if the wire
+ * dtype is narrower). */
+static burst_status_t wire_acc(const struct bwd_call *c, float *acc, unsigned char *out,
+                               size_t count, const void **wire_p)
+{
+    if (c->plan->acc_dtype == BURST_DTYPE_FP32) {
+        *wire_p = acc;
+        return BURST_OK;
+    }
+    struct burst_tensor src = burst_view(acc, BURST_DTYPE_FP32, 1, 1, 1, (int64_t)count);
+    struct burst_tensor dst = burst_view(out, c->plan->acc_dtype, 1, 1, 1, (int64_t)count);
+    burst_status_t st = c->ops->copy(c->be, &dst, &src);
+    if (st == BURST_OK && c->ops->sync)
+        st = c->ops->sync(c->be);
+    *wire_p = out;
+    return st;
+}
+
+static burst_status_t check_args(const char *who, struct burst_plan *plan,
+                                 const struct burst_tensor *q, const struct burst_tensor *k,
+                                 const struct burst_tensor *v, const struct burst_tensor *o,
+                                 const float *lse, const struct burst_tensor *dout,
+                                 const struct burst_tensor *dq, const struct burst_tensor *dk,
+                                 const struct burst_tensor *dv)
+{
+    const struct burst_plan_params *p = &plan->p;
+    const int64_t B = p->batch, n = plan->n, d = p->head_dim;
+    burst_status_t st;
+    if ((st = burst_tensor_check(who, "q", q, p->dtype, B, n, p->q_heads, d, 0)) ||
+        (st = burst_tensor_check(who, "k", k, p->dtype, B, n, p->kv_heads, d, 0)) ||
+        (st = burst_tensor_check(who, "v", v, p->dtype, B, n, p->kv_heads, d, 0)) ||
+        (st = burst_tensor_check(who, "o", o, p->dtype, B, n, p->q_heads, d, 0)))
+        return st;
+    if (!lse)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: lse is NULL", who);
+    if ((st = burst_tensor_check(who, "dout", dout, p->dtype, B, n, p->q_heads, d, 0)) ||
+        (st = burst_tensor_check(who, "dq", dq, p->dtype, B, n, p->q_heads, d, 1)) ||
+        (st = burst_tensor_check(who, "dk", dk, p->dtype, B, n, p->kv_heads, d, 1)) ||
+        (st = burst_tensor_check(who, "dv", dv, p->dtype, B, n, p->kv_heads, d, 1)))
+        return st;
+    struct burst_tensor lv = burst_view((void *)(uintptr_t)lse, BURST_DTYPE_FP32, B, p->q_heads,
+                                        n, 1);
+    const struct burst_tensor *all[9] = {q, k, v, o, &lv, dout, dq, dk, dv};
+    static const char *names[9] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
+    for (int out = 6; out < 9; out++)
+        for (int i = 0; i < 9; i++)
+            if (i != out && (i < out || i >= 6) && burst_tensor_ranges_overlap(all[out], all[i]))
+                return burst_error(BURST_ERR_INVALID_ARG, "%s: output %s overlaps %s %s", who,
+                                   names[out], i < 6 ? "input" : "output", names[i]);
+    return BURST_OK;
+}
+
+burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,
+                                        const struct burst_tensor *k, const struct burst_tensor *v,
+                                        const struct burst_tensor *o, const float *lse,
+                                        const struct burst_tensor *dout, struct burst_tensor *dq,
+                                        struct burst_tensor *dk, struct burst_tensor *dv)
+{
+    static const char *who = "burst_attention_backward";
+    burst_error_clear();
+    if (!plan)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: plan is NULL", who);
+    burst_status_t st = burst_comm_check(plan->comm);
+    if (st != BURST_OK)
+        return st;
+    st = check_args(who, plan, q, k, v, o, lse, dout, dq, dk, dv);
+    if (st != BURST_OK)
+        return burst_call_fail(plan, st);
+
+    const struct burst_plan_params *p = &plan->p;
+    struct bwd_call c = {
+        .plan = plan, .ops = plan->ctx->ops, .be = plan->ctx->be,
+        .burst = plan->bwd == BURST_BWD_BURST,
+        .B = p->batch, .Hq = p->q_heads, .Hkv = p->kv_heads, .d = p->head_dim,
+        .es = burst_dtype_size(p->dtype), .as = burst_dtype_size(plan->acc_dtype),
+    };
+    const enum burst_sched_pattern pat = c.burst ? BURST_SCHED_BWD_BURST : BURST_SCHED_BWD_RING;
+    struct burst_comm *comm = plan->comm;
+    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_BWD];
+    struct burst_scratch sc = {.plan = plan};
+    struct burst_tp_req *rb = NULL, *sb = NULL, *ra = NULL, *sa = NULL;
+    const int64_t n = plan->n, G = plan->size;
+    const size_t qelems = (size_t)(c.B * n * c.Hq * c.d), kvelems = (size_t)(c.B * n * c.Hkv * c.d);
+    double t0 = burst_now();
+    uint32_t seq;
+    if ((st = burst_call_begin(plan, BURST_PHASE_BWD, &seq)) != BURST_OK)
+        return st;
+
+    float *dq_loc = NULL, *dkv_loc = NULL, *delta = NULL, *part[2] = {NULL, NULL};
+    unsigned char *buf[2] = {NULL, NULL}, *acc_in = NULL, *acc_out = NULL;
+    const size_t amax = acc_elems(&c, plan->n_max);
+    st = burst_scratch_alloc(&sc, who, qelems * sizeof(float), (void **)&dq_loc);
+    if (st == BURST_OK)
+        st = burst_scratch_alloc(&sc, who, 2 * kvelems * sizeof(float), (void **)&dkv_loc);
+    if (st == BURST_OK)
+        st = burst_scratch_alloc(&sc, who, (size_t)(c.B * c.Hq * n) * sizeof(float),
+                                 (void **)&delta);
+    if (plan->steps > 1) {
+        for (int i = 0; i < 2 && st == BURST_OK; i++)
+            st = burst_scratch_alloc(&sc, who, bundle_bytes(&c, plan->n_max), (void **)&buf[i]);
+        for (int i = 0; i < 2 && st == BURST_OK; i++)
+            st = burst_scratch_alloc(&sc, who, amax * sizeof(float), (void **)&part[i]);
+        if (st == BURST_OK)
+            st = burst_scratch_alloc(&sc, who, amax * c.as, (void **)&acc_in);
+        if (st == BURST_OK && plan->acc_dtype != BURST_DTYPE_FP32)
+            st = burst_scratch_alloc(&sc, who, amax * c.as, (void **)&acc_out);
+    }
+    if (st == BURST_OK)
+        st = c.ops->bwd_delta(c.be, dout, o, delta);
+
+    /* The home-side tensors, and this rank's own bundle (step 0). */
+    struct bundle own = {0};
+    if (c.burst) {
+        own.t0 = *q;
+        own.t1 = *dout;
+        own.lse = (float *)(uintptr_t)lse;
+        own.delta = delta;
+    } else {
+        own.t0 = *k;
+        own.t1 = *v;
+    }
+
+    int cur = -1; /* buffer holding the current bundle; -1 = own */
+    for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
+        struct burst_sched_step s;
+        burst_sched_step(pat, &plan->shards, plan->mask, plan->rank, r, plan->steps, &s);
+        comm->count = &plan->step_traffic[BURST_PHASE_BWD][r];
+        const int64_t nb = plan->shards.lens[s.block];
+        const int pc = r & 1; /* partial computed at this step; 1 - pc was finished at r - 1 */
+        struct bundle held = cur < 0 ? own : bundle_views(&c, buf[cur], nb);
+        int spare = cur < 0 ? 1 : 1 - cur;
+
+        if (s.recv_from >= 0) {
+            int64_t nn = plan->shards.lens[(s.block + (c.burst ? 1 : -1) + G) % G];
+            st = burst_comm_irecv(comm, s.recv_from, burst_tag(seq, BURST_MSG_BUNDLE, r + 1),
+                                  buf[spare], bundle_bytes(&c, nn), &rb);
+        }
+        if (st == BURST_OK && s.send_to >= 0) {
+            unsigned char *sbuf = buf[cur < 0 ? 0 : cur];
+            if (cur < 0) {
+                struct bundle packed = bundle_views(&c, sbuf, nb);
+                st = pack_bundle(&c, &packed, &own, nb);
+            }
+            if (st == BURST_OK)
+                st = burst_comm_isend(comm, s.send_to, burst_tag(seq, BURST_MSG_BUNDLE, r + 1),
+                                      sbuf, bundle_bytes(&c, nb), &sb);
+        }
+        if (st == BURST_OK && s.acc_to >= 0) { /* the accumulator finished at step r - 1 */
+            int64_t np = plan->shards.lens[(s.block + (c.burst ? -1 : 1) + G) % G];
+            const void *wire;
+            st = wire_acc(&c, part[1 - pc], acc_out, acc_elems(&c, np), &wire);
+            if (st == BURST_OK)
+                st = burst_comm_isend(comm, s.acc_to, burst_tag(seq, BURST_MSG_ACC, r), wire,
+                                      acc_elems(&c, np) * c.as, &sa);
+        }
+        if (st == BURST_OK && s.acc_from >= 0)
+            st = burst_comm_irecv(comm, s.acc_from, burst_tag(seq, BURST_MSG_ACC, r), acc_in,
+                                  acc_elems(&c, nb) * c.as, &ra);
+
+        /* Where this step's gradients go. */
+        float *gq = dq_loc, *gk = dkv_loc, *gv = dkv_loc + kvelems;
+        if (st == BURST_OK && r > 0) {
+            st = c.ops->fill(c.be, part[pc], acc_elems(&c, nb), 0.0f);
+            if (c.burst) {
+                gq = part[pc];
+            } else {
+                gk = part[pc];
+                gv = part[pc] + (size_t)(c.B * nb * c.Hkv * c.d);
+            }
+        }
+        if (st == BURST_OK && s.compute) {
+            double tc = burst_now();
+            struct burst_bwd_args a = {
+                .q = c.burst ? &held.t0 : q, .dout = c.burst ? &held.t1 : dout,
+                .lse = c.burst ? held.lse : lse, .delta = c.burst ? held.delta : delta,
+                .k = c.burst ? k : &held.t0, .v = c.burst ? v : &held.t1,
+                .qpos = burst_shards_posmap(&plan->shards, s.q_rank),
+                .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
+                .mask = plan->mask, .scale = plan->scale,
+                .dq = gq, .dk = gk, .dv = gv,
+            };
+            st = c.ops->bwd_step(c.be, &a);
+            if (st == BURST_OK && c.ops->sync)
+                st = c.ops->sync(c.be);
+            stats->compute_s += burst_now() - tc;
+            stats->steps_computed++;
+        }
+        double tw = burst_now();
+        burst_status_t w1 = burst_comm_wait(comm, &ra);
+        if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
+            st = c.ops->accumulate(c.be, part[pc], acc_in, plan->acc_dtype, acc_elems(&c, nb));
+        burst_status_t w2 = burst_comm_wait(comm, &rb), w3 = burst_comm_wait(comm, &sb),
+                       w4 = burst_comm_wait(comm, &sa);
+        stats->wait_s += burst_now() - tw;
+        if (st == BURST_OK)
+            st = w1 ? w1 : w2 ? w2 : w3 ? w3 : w4;
+        stats->steps = r + 1;
+        if (s.recv_from >= 0)
+            cur = spare;
+
+        /* After the last step: every chain goes home, and this rank's own comes back. */
+        if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
+            comm->count = &plan->step_traffic[BURST_PHASE_BWD][plan->steps];
+            const void *wire = NULL;
+            st = burst_comm_irecv(comm, s.final_from, burst_tag(seq, BURST_MSG_ACC, plan->steps),
+                                  acc_in, acc_elems(&c, n) * c.as, &ra);
+            if (st == BURST_OK)
+                st = wire_acc(&c, part[pc], acc_out, acc_elems(&c, nb), &wire);
+            if (st == BURST_OK)
+                st = burst_comm_isend(comm, s.final_to,
+                                      burst_tag(seq, BURST_MSG_ACC, plan->steps), wire,
+                                      acc_elems(&c, nb) * c.as, &sa);
+            tw = burst_now();
+            w1 = burst_comm_wait(comm, &ra);
+            w2 = burst_comm_wait(comm, &sa);
+            stats->wait_s += burst_now() - tw;
+            if (st == BURST_OK)
+                st = w1 ? w1 : w2;
+            if (st == BURST_OK)
+                st = c.ops->accumulate(c.be, c.burst ? dq_loc : dkv_loc, acc_in, plan->acc_dtype,
+                                       acc_elems(&c, n));
+        }
+    }
+
+    if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
+        struct burst_tensor gq = burst_view(dq_loc, BURST_DTYPE_FP32, c.B, n, c.Hq, c.d);
+        struct burst_tensor gk = burst_view(dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
+        struct burst_tensor gv = burst_view(dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv,
+                                            c.d);
+        st = c.ops->copy(c.be, dq, &gq);
+        if (st == BURST_OK)
+            st = c.ops->copy(c.be, dk, &gk);
+        if (st == BURST_OK)
+            st = c.ops->copy(c.be, dv, &gv);
+        if (st == BURST_OK && c.ops->sync)
+            st = c.ops->sync(c.be);
+    }
+    stats->scratch_bytes = sc.bytes;
+    burst_scratch_free(&sc);
+    for (int r = 0; r <= plan->steps; r++) {
+        const struct burst_traffic *t = &plan->step_traffic[BURST_PHASE_BWD][r];
+        stats->traffic.bytes_sent += t->bytes_sent;
+        stats->traffic.msgs_sent += t->msgs_sent;
+        stats->traffic.bytes_recv += t->bytes_recv;
+        stats->traffic.msgs_recv += t->msgs_recv;
+    }
+    stats->total_s = burst_now() - t0;
+    if (st != BURST_OK)
+        return burst_call_fail(plan, st);
+    comm->count = NULL;
+    return BURST_OK;
+}

@@ -1,0 +1,179 @@
+/*
+ * runtime/ring_fwd.c - the forward ring: K/V blocks travel, queries stay, partials merge.
+ *
+ * Step r of rank i (runtime/schedule.h): hold the K/V block of rank i - r; post the receive of
+ * the next block into the spare buffer and the send of the held block to rank i + 1; run the
+ * fused step kernel (attention + log-sum-exp merge into the running fp32 O and lse) while the
+ * transfer is in flight; wait; swap buffers. Step 0 computes straight from the caller's K/V and
+ * sends a packed copy. Outputs are written only after every step succeeded.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "error.h"
+#include "plan_internal.h"
+#include "tensor_check.h"
+
+static burst_status_t check_args(const char *who, struct burst_plan *plan,
+                                 const struct burst_tensor *q, const struct burst_tensor *k,
+                                 const struct burst_tensor *v, const struct burst_tensor *o,
+                                 const float *lse)
+{
+    const struct burst_plan_params *p = &plan->p;
+    burst_status_t st;
+    if ((st = burst_tensor_check(who, "q", q, p->dtype, p->batch, plan->n, p->q_heads,
+                                 p->head_dim, 0)) != BURST_OK ||
+        (st = burst_tensor_check(who, "k", k, p->dtype, p->batch, plan->n, p->kv_heads,
+                                 p->head_dim, 0)) != BURST_OK ||
+        (st = burst_tensor_check(who, "v", v, p->dtype, p->batch, plan->n, p->kv_heads,
+                                 p->head_dim, 0)) != BURST_OK ||
+        (st = burst_tensor_check(who, "o", o, p->dtype, p->batch, plan->n, p->q_heads,
+                                 p->head_dim, 1)) != BURST_OK)
+        return st;
+    if (!lse)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: lse is NULL", who);
+    struct burst_tensor lv = burst_view((void *)(uintptr_t)lse, BURST_DTYPE_FP32, p->batch,
+                                        p->q_heads, plan->n, 1);
+    const struct burst_tensor *ins[3] = {q, k, v};
+    static const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        if (burst_tensor_ranges_overlap(o, ins[i]))
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: output o overlaps input %s", who,
+                               names[i]);
+        if (burst_tensor_ranges_overlap(&lv, ins[i]))
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: output lse overlaps input %s", who,
+                               names[i]);
+    }
+    if (burst_tensor_ranges_overlap(&lv, o))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: outputs lse and o overlap", who);
+    return BURST_OK;
+}
+
+burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
+                                       const struct burst_tensor *k, const struct burst_tensor *v,
+                                       struct burst_tensor *o, float *lse)
+{
+    static const char *who = "burst_attention_forward";
+    burst_error_clear();
+    if (!plan)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: plan is NULL", who);
+    burst_status_t st = burst_comm_check(plan->comm);
+    if (st != BURST_OK)
+        return st;
+    st = check_args(who, plan, q, k, v, o, lse);
+    if (st != BURST_OK)
+        return burst_call_fail(plan, st);
+
+    const struct burst_plan_params *p = &plan->p;
+    const struct burst_backend_ops *be_ops = plan->ctx->ops;
+    void *be = plan->ctx->be;
+    struct burst_comm *comm = plan->comm;
+    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
+    struct burst_scratch sc = {.plan = plan};
+    struct burst_tp_req *rs = NULL, *rr = NULL;
+    double t0 = burst_now();
+    uint32_t seq;
+    if ((st = burst_call_begin(plan, BURST_PHASE_FWD, &seq)) != BURST_OK)
+        return st;
+
+    const int64_t B = p->batch, Hq = p->q_heads, Hkv = p->kv_heads, d = p->head_dim;
+    const size_t es = burst_dtype_size(p->dtype);
+    const size_t kv_elems_max = (size_t)(B * plan->n_max * Hkv * d);
+    float *o_acc = NULL, *lse_acc = NULL;
+    unsigned char *buf[2] = {NULL, NULL};
+    st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * plan->n * Hq * d),
+                             (void **)&o_acc);
+    if (st == BURST_OK)
+        st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * Hq * plan->n),
+                                 (void **)&lse_acc);
+    for (int i = 0; i < 2 && st == BURST_OK && plan->steps > 1; i++)
+        st = burst_scratch_alloc(&sc, who, 2 * kv_elems_max * es, (void **)&buf[i]);
+    if (st == BURST_OK)
+        st = be_ops->fill(be, lse_acc, (size_t)(B * Hq * plan->n), -INFINITY);
+
+    int cur = -1; /* buffer holding the current block; -1 = the caller's k, v */
+    for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
+        struct burst_sched_step s;
+        burst_sched_step(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->rank, r, plan->steps,
+                         &s);
+        comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
+        int64_t nb = plan->shards.lens[s.block];
+        struct burst_tensor kb, vb;
+        if (cur < 0) {
+            kb = *k;
+            vb = *v;
+        } else {
+            kb = burst_view(buf[cur], p->dtype, B, nb, Hkv, d);
+            vb = burst_view(buf[cur] + (size_t)(B * nb * Hkv * d) * es, p->dtype, B, nb, Hkv, d);
+        }
+        int spare = cur < 0 ? 1 : 1 - cur;
+        if (s.recv_from >= 0) {
+            int64_t nn = plan->shards.lens[(s.block - 1 + plan->size) % plan->size];
+            st = burst_comm_irecv(comm, s.recv_from, burst_tag(seq, BURST_MSG_KV, r + 1),
+                                  buf[spare], 2 * (size_t)(B * nn * Hkv * d) * es, &rr);
+        }
+        if (st == BURST_OK && s.send_to >= 0) {
+            if (cur < 0) { /* pack the caller's (strided) K, V once */
+                struct burst_tensor pk = burst_view(buf[0], p->dtype, B, nb, Hkv, d);
+                struct burst_tensor pv =
+                    burst_view(buf[0] + (size_t)(B * nb * Hkv * d) * es, p->dtype, B, nb, Hkv, d);
+                st = be_ops->copy(be, &pk, k);
+                if (st == BURST_OK)
+                    st = be_ops->copy(be, &pv, v);
+                if (st == BURST_OK && be_ops->sync)
+                    st = be_ops->sync(be);
+            }
+            if (st == BURST_OK)
+                st = burst_comm_isend(comm, s.send_to, burst_tag(seq, BURST_MSG_KV, r + 1),
+                                      buf[cur < 0 ? 0 : cur], 2 * (size_t)(B * nb * Hkv * d) * es,
+                                      &rs);
+        }
+        if (st == BURST_OK && s.compute) {
+            double tc = burst_now();
+            struct burst_fwd_args a = {
+                .q = q, .k = &kb, .v = &vb,
+                .qpos = plan->pos, .kpos = burst_shards_posmap(&plan->shards, s.block),
+                .mask = plan->mask, .scale = plan->scale,
+                .o_acc = o_acc, .lse_acc = lse_acc,
+            };
+            st = be_ops->fwd_step(be, &a);
+            if (st == BURST_OK && be_ops->sync)
+                st = be_ops->sync(be);
+            stats->compute_s += burst_now() - tc;
+            stats->steps_computed++;
+        }
+        double tw = burst_now();
+        burst_status_t st_r = burst_comm_wait(comm, &rr), st_s = burst_comm_wait(comm, &rs);
+        stats->wait_s += burst_now() - tw;
+        if (st == BURST_OK)
+            st = st_r != BURST_OK ? st_r : st_s;
+        stats->steps = r + 1;
+        if (s.recv_from >= 0)
+            cur = spare;
+    }
+
+    if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
+        struct burst_tensor oa = burst_view(o_acc, BURST_DTYPE_FP32, B, plan->n, Hq, d);
+        struct burst_tensor la = burst_view(lse_acc, BURST_DTYPE_FP32, B, Hq, plan->n, 1);
+        struct burst_tensor lo = burst_view(lse, BURST_DTYPE_FP32, B, Hq, plan->n, 1);
+        st = be_ops->copy(be, o, &oa);
+        if (st == BURST_OK)
+            st = be_ops->copy(be, &lo, &la);
+        if (st == BURST_OK && be_ops->sync)
+            st = be_ops->sync(be);
+    }
+    stats->scratch_bytes = sc.bytes;
+    burst_scratch_free(&sc);
+    for (int r = 0; r <= plan->steps; r++) {
+        const struct burst_traffic *t = &plan->step_traffic[BURST_PHASE_FWD][r];
+        stats->traffic.bytes_sent += t->bytes_sent;
+        stats->traffic.msgs_sent += t->msgs_sent;
+        stats->traffic.bytes_recv += t->bytes_recv;
+        stats->traffic.msgs_recv += t->msgs_recv;
+    }
+    stats->total_s = burst_now() - t0;
+    if (st != BURST_OK)
+        return burst_call_fail(plan, st);
+    comm->count = NULL;
+    return BURST_OK;
+}

@@ -1,0 +1,284 @@
+/*
+ * transport/tp_local.c - the in-process transport: ranks are threads of one process.
+ *
+ * A burst_local_world is a rendezvous table shared by its ranks. A send and a receive with the
+ * same (source, destination, tag) match in posting order; whichever is posted second performs the
+ * copy straight from the sender's buffer into the receiver's (no intermediate buffer), outside the
+ * world lock, then completes both. Aborting the world wakes every waiter; an operation whose copy
+ * is under way always finishes before its wait returns, so no buffer is touched after wait().
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "burst/comm.h"
+#include "error.h"
+#include "transport.h"
+
+enum req_state { REQ_PENDING, REQ_COPYING, REQ_DONE };
+
+struct burst_tp_req {
+    struct burst_tp_req *next; /* in the world's pending list while REQ_PENDING */
+    int is_send;
+    int src, dst;
+    uint64_t tag;
+    void *buf;
+    size_t len;
+    enum req_state state;
+    burst_status_t status;
+};
+
+struct burst_local_world {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int size;
+    int aborted;
+    burst_status_t reason;
+    unsigned char *joined;      /* [size] rank taken by a live transport */
+    struct burst_tp_req *sends; /* pending, posting order */
+    struct burst_tp_req *recvs;
+};
+
+struct tp_local {
+    struct burst_tp base;
+    struct burst_local_world *world;
+};
+
+burst_status_t burst_local_world_create(int size, struct burst_local_world **world_p)
+{
+    burst_error_clear();
+    if (!world_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "burst_local_world_create: world_p is NULL");
+    if (size < 1 || size > 65536)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "burst_local_world_create: size = %d must be in 1..65536", size);
+    struct burst_local_world *w = calloc(1, sizeof(*w));
+    unsigned char *joined = calloc((size_t)size, 1);
+    pthread_condattr_t ca;
+    if (!w || !joined) {
+        free(w);
+        free(joined);
+        return burst_error(BURST_ERR_NO_MEMORY, "burst_local_world_create: out of memory");
+    }
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    w->size = size;
+    w->joined = joined;
+    *world_p = w;
+    return BURST_OK;
+}
+
+void burst_local_world_destroy(struct burst_local_world *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->cond);
+    free(w->joined);
+    free(w);
+}
+
+static void list_remove(struct burst_tp_req **head, struct burst_tp_req *r)
+{
+    for (struct burst_tp_req **p = head; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            r->next = NULL;
+            return;
+        }
+}
+
+static void list_append(struct burst_tp_req **head, struct burst_tp_req *r)
+{
+    struct burst_tp_req **p = head;
+    while (*p)
+        p = &(*p)->next;
+    r->next = NULL;
+    *p = r;
+}
+
+/* Post r; match it against the opposite list. Called without the lock held. */
+static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct burst_tp_req **req_p)
+{
+    struct burst_local_world *w = tp->world;
+    pthread_mutex_lock(&w->lock);
+    if (w->aborted) {
+        pthread_mutex_unlock(&w->lock);
+        free(r);
+        return burst_error(BURST_ERR_PEER_FAILED,
+                           "local transport: rank %d: the ring was aborted (%s)", tp->base.rank,
+                           burst_status_str(w->reason));
+    }
+    struct burst_tp_req **other = r->is_send ? &w->recvs : &w->sends;
+    struct burst_tp_req *m = NULL;
+    for (struct burst_tp_req *it = *other; it; it = it->next)
+        if (it->src == r->src && it->dst == r->dst && it->tag == r->tag) {
+            m = it;
+            break;
+        }
+    if (!m) {
+        r->state = REQ_PENDING;
+        list_append(r->is_send ? &w->sends : &w->recvs, r);
+        pthread_mutex_unlock(&w->lock);
+        *req_p = r;
+        return BURST_OK;
+    }
+    list_remove(other, m);
+    struct burst_tp_req *s = r->is_send ? r : m, *d = r->is_send ? m : r;
+    if (s->len != d->len) {
+        s->status = d->status = BURST_ERR_TRANSPORT;
+        s->state = d->state = REQ_DONE;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        *req_p = r;
+        return BURST_OK; /* the error surfaces in wait() on both sides */
+    }
+    s->state = d->state = REQ_COPYING;
+    pthread_mutex_unlock(&w->lock);
+    if (s->len)
+        memcpy(d->buf, s->buf, s->len);
+    pthread_mutex_lock(&w->lock);
+    s->state = d->state = REQ_DONE;
+    s->status = d->status = BURST_OK;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    *req_p = r;
+    return BURST_OK;
+}
+
+static burst_status_t make_req(struct tp_local *tp, int is_send, int peer, uint64_t tag, void *buf,
+                               size_t len, struct burst_tp_req **req_p)
+{
+    if (peer < 0 || peer >= tp->base.size)
+        return burst_error(BURST_ERR_INTERNAL, "local transport: peer = %d out of range", peer);
+    struct burst_tp_req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return burst_error(BURST_ERR_NO_MEMORY, "local transport: out of memory");
+    r->is_send = is_send;
+    r->src = is_send ? tp->base.rank : peer;
+    r->dst = is_send ? peer : tp->base.rank;
+    r->tag = tag;
+    r->buf = buf;
+    r->len = len;
+    return post(tp, r, req_p);
+}
+
+static burst_status_t local_isend(struct burst_tp *t, int peer, uint64_t tag, const void *buf,
+                                  size_t len, struct burst_tp_req **req_p)
+{
+    return make_req((struct tp_local *)t, 1, peer, tag, (void *)(uintptr_t)buf, len, req_p);
+}
+
+static burst_status_t local_irecv(struct burst_tp *t, int peer, uint64_t tag, void *buf,
+                                  size_t len, struct burst_tp_req **req_p)
+{
+    return make_req((struct tp_local *)t, 0, peer, tag, buf, len, req_p);
+}
+
+static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int timeout_ms)
+{
+    struct tp_local *tp = (struct tp_local *)t;
+    struct burst_local_world *w = tp->world;
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    burst_status_t st;
+    int timed_out = 0;
+    pthread_mutex_lock(&w->lock);
+    while (r->state != REQ_DONE && (r->state == REQ_COPYING || (!w->aborted && !timed_out)))
+        if (pthread_cond_timedwait(&w->cond, &w->lock, &deadline) == ETIMEDOUT)
+            timed_out = 1;
+    if (r->state == REQ_DONE) {
+        st = r->status;
+        if (st != BURST_OK)
+            burst_error(st, "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx) "
+                        "matched a message of another length", t->rank,
+                        r->is_send ? "send" : "receive", r->len, r->is_send ? r->dst : r->src,
+                        (unsigned long long)r->tag);
+    } else {
+        list_remove(r->is_send ? &w->sends : &w->recvs, r);
+        int peer = r->is_send ? r->dst : r->src;
+        if (w->aborted)
+            st = burst_error(BURST_ERR_PEER_FAILED,
+                             "local transport: rank %d: the ring was aborted (%s) while waiting "
+                             "for rank %d", t->rank, burst_status_str(w->reason), peer);
+        else
+            st = burst_error(BURST_ERR_TIMEOUT,
+                             "local transport: rank %d: rank %d did not answer within %d ms",
+                             t->rank, peer, timeout_ms);
+    }
+    pthread_mutex_unlock(&w->lock);
+    free(r);
+    return st;
+}
+
+static void local_abort(struct burst_tp *t, burst_status_t reason)
+{
+    struct burst_local_world *w = ((struct tp_local *)t)->world;
+    pthread_mutex_lock(&w->lock);
+    if (!w->aborted) {
+        w->aborted = 1;
+        w->reason = reason;
+    }
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static void local_destroy(struct burst_tp *t)
+{
+    struct tp_local *tp = (struct tp_local *)t;
+    struct burst_local_world *w = tp->world;
+    pthread_mutex_lock(&w->lock);
+    w->joined[t->rank] = 0;
+    pthread_mutex_unlock(&w->lock);
+    free(tp);
+}
+
+static const struct burst_tp_ops local_ops = {
+    .size = sizeof(struct burst_tp_ops),
+    .name = "local",
+    .isend = local_isend,
+    .irecv = local_irecv,
+    .wait = local_wait,
+    .abort = local_abort,
+    .destroy = local_destroy,
+};
+
+burst_status_t burst_tp_local_create(struct burst_local_world *w, int rank, int size,
+                                     struct burst_tp **tp_p)
+{
+    static const char *who = "burst_comm_create";
+    if (size != w->size)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: params->size = %d but the world was created for %d ranks", who,
+                           size, w->size);
+    struct tp_local *tp = calloc(1, sizeof(*tp));
+    if (!tp)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    pthread_mutex_lock(&w->lock);
+    int taken = w->joined[rank];
+    if (!taken)
+        w->joined[rank] = 1;
+    pthread_mutex_unlock(&w->lock);
+    if (taken) {
+        free(tp);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: params->rank = %d is already taken in this world", who, rank);
+    }
+    tp->base.ops = &local_ops;
+    tp->base.rank = rank;
+    tp->base.size = size;
+    tp->world = w;
+    *tp_p = &tp->base;
+    return BURST_OK;
+}
