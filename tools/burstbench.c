@@ -1,0 +1,393 @@
+/*
+ * tools/burstbench.c - CPU speed benchmark: forward and forward+backward GFLOP/s over a sweep of
+ * sequence lengths, head dims and masks, each run checked against the fp64 reference on sampled
+ * rows. Prints a table, writes CSV, and compares with the machine's fp32 FMA peak.
+ * A program, not a test. See usage().
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "burst/burst.h"
+#include "job.h"
+
+#define MAX_LIST 16
+
+static const char *const prog = "burstbench";
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: burstbench [options]\n"
+        "\n"
+        "Sweep ranks x dtype x N x d x mask, time forward and forward+backward (median of\n"
+        "--iters runs; a run stops early once a configuration has used --max-seconds), check\n"
+        "the forward on %d sampled rows against the fp64 reference every run, print a table,\n"
+        "write CSV. GFLOP/s by the field's convention: forward 4*B*Hq*d*pairs (pairs = N^2,\n"
+        "about N^2/2 causal, counted exactly), fwd+bwd 3.5x forward.\n"
+        "\n"
+        "  --ranks LIST        ranks as threads of one process (default 1)\n"
+        "  --seqs LIST         sequence lengths (default 4096,16384)\n"
+        "  --dims LIST         head dims (default 64,128)\n"
+        "  --masks LIST        full,causal (default both)\n"
+        "  --dtypes LIST       fp32,fp16,bf16 (default fp32)\n"
+        "  --layout L          natural | zigzag | striped (default zigzag)\n"
+        "  --batch B           (default 1)\n"
+        "  --heads H           query heads (default 4)\n"
+        "  --kv-heads H        key/value heads (default: heads)\n"
+        "  --iters K           timed runs per configuration (default 3)\n"
+        "  --warmup W          untimed runs first; -1 = 1 below 50 GFLOP of fwd+bwd work, else 0\n"
+        "                      (default -1)\n"
+        "  --max-seconds S     stop timing a configuration after S seconds (default 20)\n"
+        "  --fwd-only          skip the backward\n"
+        "  --num-threads T     compute threads (default: all cores / BURST_NUM_THREADS)\n"
+        "  --peak-gflops X     fp32 peak of this machine (default: cores * 2 FMA units *\n"
+        "                      SIMD lanes * 2 * GHz, from /proc/cpuinfo)\n"
+        "  --csv PATH          CSV output (default burstbench.csv; '-' for none)\n"
+        "  --seed S            input seed (default 1)\n"
+        "  --quick             a smoke sweep: --seqs 1024,2048 --iters 1\n"
+        "  -h, --help\n"
+        "\n"
+        "Exit status: 0 every forward check passed, 1 a check failed, 2 usage, 3 runtime error.\n",
+        JOB_FWD_SAMPLE_ROWS);
+}
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see %s --help)\n", prog);
+    exit(2);
+}
+
+static int64_t parse_int(const char *flag, const char *val, int64_t lo, int64_t hi)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(val, &end, 10);
+    if (errno || end == val || *end || x < lo || x > hi)
+        die_usage("bad value for %s: '%s' (expected an integer in [%lld, %lld])", flag, val,
+                  (long long)lo, (long long)hi);
+    return (int64_t)x;
+}
+
+/* Comma-separated list: integers, or names (index into names). */
+static int parse_list(const char *flag, const char *val, int64_t *out, const char *const *names,
+                      int nnames, int64_t lo, int64_t hi)
+{
+    char buf[512];
+    if (strlen(val) >= sizeof(buf) || !*val)
+        die_usage("bad value for %s: '%s'", flag, val);
+    strcpy(buf, val);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n >= MAX_LIST)
+            die_usage("%s: at most %d values", flag, MAX_LIST);
+        if (names) {
+            int k = -1;
+            for (int i = 0; i < nnames; i++)
+                if (strcmp(tok, names[i]) == 0)
+                    k = i;
+            if (k < 0)
+                die_usage("bad value for %s: '%s'", flag, tok);
+            out[n++] = k;
+        } else {
+            out[n++] = parse_int(flag, tok, lo, hi);
+        }
+    }
+    return n;
+}
+
+/* ---- machine ---- */
+
+struct machine {
+    char model[128];
+    int cpus;
+    double mhz;
+    int avx2, fma, avx512f;
+};
+
+static void read_machine(struct machine *m)
+{
+    memset(m, 0, sizeof(*m));
+    snprintf(m->model, sizeof(m->model), "unknown");
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cpus = n > 0 ? (int)n : 1;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[8192];
+    while (fgets(line, sizeof(line), f)) {
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *v = colon + 1;
+        while (*v == ' ')
+            v++;
+        v[strcspn(v, "\n")] = 0;
+        if (strncmp(line, "model name", 10) == 0) {
+            snprintf(m->model, sizeof(m->model), "%s", v);
+        } else if (strncmp(line, "cpu MHz", 7) == 0) {
+            double x = atof(v);
+            m->mhz = x > m->mhz ? x : m->mhz;
+        } else if (strncmp(line, "flags", 5) == 0) {
+            char *save = NULL;
+            for (char *t = strtok_r(v, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                m->avx2 |= strcmp(t, "avx2") == 0;
+                m->fma |= strcmp(t, "fma") == 0;
+                m->avx512f |= strcmp(t, "avx512f") == 0;
+            }
+        }
+    }
+    fclose(f);
+}
+
+static int simd_lanes(const struct machine *m)
+{
+    return m->avx512f ? 16 : (m->avx2 || m->fma) ? 8 : 4;
+}
+
+/* ---- main ---- */
+
+static const char *const dtype_names[] = {"fp32", "fp16", "bf16"};
+static const char *const layout_names[] = {"natural", "zigzag", "striped"};
+static const char *const mask_names[] = {"full", "causal"};
+
+int main(int argc, char **argv)
+{
+    int64_t ranks[MAX_LIST] = {1}, seqs[MAX_LIST] = {4096, 16384}, dims[MAX_LIST] = {64, 128},
+            masks[MAX_LIST] = {0, 1}, dtypes[MAX_LIST] = {BURST_DTYPE_FP32};
+    int nranks = 1, nseqs = 2, ndims = 2, nmasks = 2, ndtypes = 1;
+    int batch = 1, heads = 4, kv_heads = 0, iters = 3, warmup = -1, num_threads = 0;
+    int run_bwd = 1;
+    double max_seconds = 20.0, peak_gflops = 0.0;
+    const char *csv_path = "burstbench.csv";
+    uint64_t seed = 1;
+    burst_layout_t layout = BURST_LAYOUT_ZIGZAG;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--quick")) {
+            seqs[0] = 1024;
+            seqs[1] = 2048;
+            nseqs = 2;
+            iters = 1;
+            continue;
+        }
+        if (!strcmp(a, "--fwd-only")) {
+            run_bwd = 0;
+            continue;
+        }
+        static const char *const valued[] = {
+            "--ranks",       "--seqs",        "--dims",     "--masks", "--dtypes", "--layout",
+            "--batch",       "--heads",       "--kv-heads", "--iters", "--warmup", "--max-seconds",
+            "--num-threads", "--peak-gflops", "--csv",      "--seed"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
+            known |= !strcmp(a, valued[k]);
+        if (!known)
+            die_usage("unknown option '%s'", a);
+        if (i + 1 >= argc)
+            die_usage("option %s needs a value", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--ranks"))
+            nranks = parse_list(a, v, ranks, NULL, 0, 1, 1024);
+        else if (!strcmp(a, "--seqs"))
+            nseqs = parse_list(a, v, seqs, NULL, 0, 1, INT64_C(1) << 32);
+        else if (!strcmp(a, "--dims"))
+            ndims = parse_list(a, v, dims, NULL, 0, 8, 256);
+        else if (!strcmp(a, "--masks"))
+            nmasks = parse_list(a, v, masks, mask_names, 2, 0, 0);
+        else if (!strcmp(a, "--dtypes"))
+            ndtypes = parse_list(a, v, dtypes, dtype_names, 3, 0, 0);
+        else if (!strcmp(a, "--layout")) {
+            int64_t l[MAX_LIST];
+            if (parse_list(a, v, l, layout_names, 3, 0, 0) != 1)
+                die_usage("--layout takes one value");
+            layout = (burst_layout_t)l[0];
+        } else if (!strcmp(a, "--batch"))
+            batch = (int)parse_int(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--heads"))
+            heads = (int)parse_int(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--kv-heads"))
+            kv_heads = (int)parse_int(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--iters"))
+            iters = (int)parse_int(a, v, 1, 1000);
+        else if (!strcmp(a, "--warmup"))
+            warmup = (int)parse_int(a, v, -1, 1000);
+        else if (!strcmp(a, "--max-seconds"))
+            max_seconds = (double)parse_int(a, v, 0, 1 << 20);
+        else if (!strcmp(a, "--num-threads"))
+            num_threads = (int)parse_int(a, v, 0, 1 << 16);
+        else if (!strcmp(a, "--peak-gflops")) {
+            char *end;
+            peak_gflops = strtod(v, &end);
+            if (end == v || *end || !(peak_gflops > 0))
+                die_usage("bad value for --peak-gflops: '%s'", v);
+        } else if (!strcmp(a, "--csv"))
+            csv_path = v;
+        else if (!strcmp(a, "--seed"))
+            seed = (uint64_t)parse_int(a, v, 0, INT64_MAX);
+    }
+    if (kv_heads == 0)
+        kv_heads = heads;
+    if (heads % kv_heads)
+        die_usage("--kv-heads %d must divide --heads %d", kv_heads, heads);
+    for (int i = 0; i < ndims; i++)
+        if (dims[i] % 8)
+            die_usage("bad value in --dims: %lld (expected a multiple of 8 in 8..256)",
+                      (long long)dims[i]);
+
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = "cpu";
+    cp.num_threads = num_threads;
+    struct burst_context *ctx;
+    burst_status_t st = burst_context_create(&cp, &ctx);
+    if (st != BURST_OK) {
+        fprintf(stderr, "%s: cpu backend: %s: %s\n", prog, burst_status_str(st),
+                burst_last_error());
+        return 3;
+    }
+    int threads = burst_context_num_threads(ctx);
+
+    struct machine m;
+    read_machine(&m);
+    int cores = threads < m.cpus ? threads : m.cpus;
+    int lanes = simd_lanes(&m);
+    int peak_given = peak_gflops > 0;
+    if (!peak_given)
+        peak_gflops = cores * 2.0 * lanes * 2.0 * m.mhz / 1000.0;
+
+    time_t now = time(NULL);
+    char date[32];
+    strftime(date, sizeof(date), "%Y-%m-%d %H:%M", localtime(&now));
+    printf("burstbench %s, %s\n", burst_version_string(), date);
+    printf("machine: %s, %d online cpus, %.0f MHz, avx2 %s, fma %s, avx512f %s\n", m.model, m.cpus,
+           m.mhz, m.avx2 ? "yes" : "no", m.fma ? "yes" : "no", m.avx512f ? "yes" : "no");
+    if (peak_given)
+        printf("fp32 peak: %.1f GFLOP/s (--peak-gflops)\n", peak_gflops);
+    else
+        printf("fp32 peak: %.1f GFLOP/s = %d cores x 2 FMA units x %d lanes x 2 x %.3f GHz\n",
+               peak_gflops, cores, lanes, m.mhz / 1000.0);
+    printf("backend %s, %d compute threads; B=%d Hq=%d Hkv=%d, layout %s, median of up to %d "
+           "runs (max %.0f s per configuration)\n\n",
+           burst_context_backend(ctx), threads, batch, heads, kv_heads, layout_names[layout], iters,
+           max_seconds);
+
+    FILE *csv = NULL;
+    if (strcmp(csv_path, "-") != 0) {
+        csv = fopen(csv_path, "w");
+        if (!csv) {
+            fprintf(stderr, "%s: --csv %s: %s\n", prog, csv_path, strerror(errno));
+            burst_context_destroy(ctx);
+            return 2;
+        }
+        fprintf(csv, "ranks,dtype,seq,head_dim,causal,batch,heads,kv_heads,layout,threads,iters,"
+                     "fwd_ms,fwd_gflops,fwd_pct_peak,fwd_bwd_ms,fwd_bwd_gflops,fwd_bwd_pct_peak,"
+                     "bytes_fwd_per_rank,bytes_bwd_per_rank,fwd_rel_err,check,peak_gflops,"
+                     "cpu_model\n");
+    }
+
+    printf("%5s %5s %6s %4s %-6s %4s %10s %9s %6s %11s %9s %6s %10s %6s\n", "ranks", "dtype", "N",
+           "d", "mask", "runs", "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak",
+           "fwd relerr", "check");
+    int all_ok = 1, rc_runtime = 0;
+    struct job_result *r = malloc(sizeof(*r));
+    if (!r) {
+        burst_context_destroy(ctx);
+        return 3;
+    }
+    double t_start = job_now();
+    int nconf = nranks * ndtypes * nseqs * ndims * nmasks;
+    for (int c = 0; c < nconf; c++) {
+        int rest = c;
+        int im = rest % nmasks;
+        rest /= nmasks;
+        int id = rest % ndims;
+        rest /= ndims;
+        int is = rest % nseqs;
+        rest /= nseqs;
+        int it = rest % ndtypes;
+        int ir = rest / ndtypes;
+        struct job_params p;
+        memset(&p, 0, sizeof(p));
+        p.ranks = (int)ranks[ir];
+        p.batch = batch;
+        p.seq_len = seqs[is];
+        p.q_heads = heads;
+        p.kv_heads = kv_heads;
+        p.head_dim = (int)dims[id];
+        p.dtype = (burst_dtype_t)dtypes[it];
+        p.causal = (int)masks[im];
+        p.window_left = -1;
+        p.window_right = -1;
+        p.layout = layout;
+        p.bwd = BURST_BWD_BURST;
+        p.run_bwd = run_bwd;
+        p.iters = iters;
+        double flops = job_fwd_flops(&p);
+        p.warmup = warmup >= 0 ? warmup : (3.5 * flops < 50e9 ? 1 : 0);
+        p.max_seconds = max_seconds;
+        p.seed = seed;
+        p.check_fwd = 1;
+        int rc = job_run(&p, ctx, r);
+        if (rc != JOB_OK) {
+            printf("%5d %5s %6lld %4d %-6s  error: %s\n", p.ranks, dtype_names[p.dtype],
+                   (long long)p.seq_len, p.head_dim, mask_names[p.causal], r->message);
+            rc_runtime = 1;
+            continue;
+        }
+        double rel = job_err_rel(&r->err[JOB_O], JOB_O);
+        double rel_lse = job_err_rel(&r->err[JOB_LSE], JOB_LSE);
+        rel = rel_lse > rel ? rel_lse : rel;
+        int ok = rel <= job_tolerance(p.dtype);
+        all_ok &= ok;
+        double gf = flops / r->fwd_s / 1e9;
+        double fb_s = r->fwd_s + r->bwd_s;
+        double gfb = run_bwd ? 3.5 * flops / fb_s / 1e9 : 0.0;
+        printf("%5d %5s %6lld %4d %-6s %4d %10.1f %9.1f %5.1f%% ", p.ranks, dtype_names[p.dtype],
+               (long long)p.seq_len, p.head_dim, mask_names[p.causal], r->iters_done,
+               r->fwd_s * 1e3, gf, 100.0 * gf / peak_gflops);
+        if (run_bwd)
+            printf("%11.1f %9.1f %5.1f%% ", fb_s * 1e3, gfb, 100.0 * gfb / peak_gflops);
+        else
+            printf("%11s %9s %6s ", "-", "-", "-");
+        printf("%10.2e %6s\n", rel, ok ? "ok" : "FAIL");
+        fflush(stdout);
+        if (csv) {
+            fprintf(csv,
+                    "%d,%s,%lld,%d,%d,%d,%d,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.3f,%.2f,"
+                    "%.2f,%" PRIu64 ",%" PRIu64 ",%.3e,%s,%.1f,\"%s\"\n",
+                    p.ranks, dtype_names[p.dtype], (long long)p.seq_len, p.head_dim, p.causal,
+                    batch, heads, kv_heads, layout_names[layout], threads, r->iters_done,
+                    r->fwd_s * 1e3, gf, 100.0 * gf / peak_gflops, run_bwd ? fb_s * 1e3 : 0.0, gfb,
+                    100.0 * gfb / peak_gflops, r->bytes_fwd, r->bytes_bwd, rel,
+                    ok ? "pass" : "fail", peak_gflops, m.model);
+            fflush(csv);
+        }
+    }
+    printf("\ntotal %.0f s; forward checked on sampled rows against the fp64 reference "
+           "(tolerance fp32 1e-4, fp16 5e-3, bf16 3e-2)%s%s\n",
+           job_now() - t_start, csv ? "; CSV: " : "", csv ? csv_path : "");
+    if (csv)
+        fclose(csv);
+    free(r);
+    burst_context_destroy(ctx);
+    return rc_runtime ? 3 : all_ok ? 0 : 1;
+}

@@ -1,0 +1,599 @@
+/*
+ * tools/burstrun.c - run one distributed attention job and report time, TFLOP/s, traffic, memory
+ * and (with --check) the error against the fp64 reference. See usage() for everything.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "burst/burst.h"
+#include "job.h"
+
+#define EXIT_CHECK_FAILED 1
+#define EXIT_USAGE 2
+#define EXIT_RUNTIME 3
+
+static const char *const prog = "burstrun";
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: burstrun [options]\n"
+        "\n"
+        "Run exact distributed attention (BurstAttention) over G ranks, each a thread of this\n"
+        "process joined by an in-process ring, time it, and optionally check it against a plain\n"
+        "fp64 reference. With no arguments it runs a small self-checking causal job:\n"
+        "  burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout zigzag --check\n"
+        "\n"
+        "problem:\n"
+        "  -n, --ranks G          ranks in the ring (default 4)\n"
+        "  --seq N                global sequence length (default 2048)\n"
+        "  --batch B              batch size (default 1)\n"
+        "  --heads H              query heads Hq (default 4)\n"
+        "  --kv-heads H           key/value heads Hkv, dividing Hq (default: Hq)\n"
+        "  --head-dim D           head dimension, a multiple of 8 in 8..256 (default 64)\n"
+        "  --dtype T              fp32 | fp16 | bf16 (default fp32)\n"
+        "  --causal               causal mask (default off when any argument is given)\n"
+        "  --layout L             natural | zigzag | striped (default zigzag)\n"
+        "  --window L,R           sliding window in global positions: key j is allowed for\n"
+        "                         query i iff i-L <= j <= i+R; -1 = unbounded (default -1,-1)\n"
+        "  --bwd P                backward pattern burst | ring | auto (default burst)\n"
+        "run:\n"
+        "  --backend NAME         cpu | auto (default auto; BURST_BACKEND overrides auto)\n"
+        "  --threads              ranks are threads of one process (the only mode for now)\n"
+        "  --num-threads T        compute threads of the shared context (default: all cores,\n"
+        "                         or BURST_NUM_THREADS)\n"
+        "  --iters K              timed iterations, the median is reported (default 5)\n"
+        "  --warmup W             untimed iterations first (default 1)\n"
+        "  --fwd-only             run the forward only\n"
+        "  --seed S               seed of the random inputs (default: from the clock, printed)\n"
+        "check:\n"
+        "  --check                compare with the fp64 reference of tests/ref.c after the\n"
+        "                         timed runs: O and lse of every row and dQ, dK, dV, when the\n"
+        "                         reference costs B*N^2*Hq*d <= %.0e multiply-adds; above that\n"
+        "                         --check is refused (exit 2): use --check-fwd-only\n"
+        "  --check-fwd-only       compare O and lse on %d sampled rows (spread over the\n"
+        "                         sequence, plus the first and last row of every rank), at any\n"
+        "                         size; the backward is not checked\n"
+        "                         Error = max |burst - ref| / max |ref| per tensor (lse: divided\n"
+        "                         by max(max |ref|, 1)); passes when every tensor is within\n"
+        "                         fp32 1e-4, fp16 5e-3, bf16 3e-2 (inputs are rounded to the\n"
+        "                         dtype before the reference sees them, so these bound the\n"
+        "                         runtime's fp32 arithmetic plus one output rounding)\n"
+        "output:\n"
+        "  --json                 print one JSON object on stdout instead of the table\n"
+        "  --info                 print the tunables (environment variables) and exit\n"
+        "  -h, --help             this text\n"
+        "  -V, --version          versions of burstrun and of the loaded library\n"
+        "\n"
+        "Reported: forward and backward wall time (median over --iters), TFLOP/s by the field's\n"
+        "convention with the exact count of allowed (query, key) pairs: forward = 4*B*Hq*d*pairs\n"
+        "(pairs = N^2 without mask, ~N^2/2 causal), backward = 2.5x, fwd+bwd = 3.5x forward;\n"
+        "\"TFLOP/s\" is the whole ring, \"/rank\" divides by G. Bytes and messages sent per rank\n"
+        "(maximum over ranks, from burst_plan_stats), library scratch per rank, and the peak\n"
+        "resident memory of the process (getrusage), which includes the global test tensors.\n"
+        "\n"
+        "Exit status: 0 all requested checks passed (or none requested), 1 a check failed,\n"
+        "2 usage error (bad flag or value, or parameters the library rejects), 3 runtime "
+        "failure.\n",
+        JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
+}
+
+static void info(void)
+{
+    static const struct {
+        const char *name, *what;
+    } vars[] = {
+        {"BURST_BACKEND", "backend chosen by \"auto\" (e.g. cpu)"},
+        {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
+        {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
+        {"BURST_TEST_SEED", "seed of the randomised tests (tests only)"},
+    };
+    printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
+    printf("tunables (environment, read once per process):\n");
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i].name);
+        printf("  %-18s %-58s %s\n", vars[i].name, vars[i].what, v ? v : "(unset)");
+    }
+    struct burst_context *ctx;
+    burst_status_t st = burst_context_create(NULL, &ctx);
+    if (st == BURST_OK) {
+        printf("backend \"auto\" resolves to: %s, %d compute threads\n", burst_context_backend(ctx),
+               burst_context_num_threads(ctx));
+        burst_context_destroy(ctx);
+    } else {
+        printf("backend \"auto\": %s: %s\n", burst_status_str(st), burst_last_error());
+    }
+}
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see %s --help)\n", prog);
+    exit(EXIT_USAGE);
+}
+
+static int64_t parse_int(const char *flag, const char *val, int64_t lo, int64_t hi)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(val, &end, 10);
+    if (errno || end == val || *end || x < lo || x > hi) {
+        fprintf(stderr,
+                "%s: bad value for %s: '%s' (expected an integer in [%lld, %lld]) (see %s "
+                "--help)\n",
+                prog, flag, val, (long long)lo, (long long)hi, prog);
+        exit(EXIT_USAGE);
+    }
+    return (int64_t)x;
+}
+
+static int parse_choice(const char *flag, const char *val, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(val, names[i]) == 0)
+            return i;
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, names[i], sizeof(list) - strlen(list) - 1);
+        if (i + 1 < n)
+            strncat(list, " | ", sizeof(list) - strlen(list) - 1);
+    }
+    fprintf(stderr, "%s: bad value for %s: '%s' (expected %s) (see %s --help)\n", prog, flag, val,
+            list, prog);
+    exit(EXIT_USAGE);
+}
+
+struct opts {
+    struct job_params jp;
+    const char *backend;
+    int num_threads;
+    int check, check_fwd_only;
+    int json;
+    int seed_given;
+    int default_job;
+};
+
+static const char *const dtype_names[] = {"fp32", "fp16", "bf16"};
+static const char *const layout_names[] = {"natural", "zigzag", "striped"};
+static const char *const bwd_names[] = {"burst", "ring", "auto"};
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    struct job_params *p = &o->jp;
+    memset(o, 0, sizeof(*o));
+    p->ranks = 4;
+    p->batch = 1;
+    p->seq_len = 2048;
+    p->q_heads = 4;
+    p->kv_heads = 0;
+    p->head_dim = 64;
+    p->dtype = BURST_DTYPE_FP32;
+    p->window_left = -1;
+    p->window_right = -1;
+    p->layout = BURST_LAYOUT_ZIGZAG;
+    p->bwd = BURST_BWD_BURST;
+    p->run_bwd = 1;
+    p->warmup = 1;
+    p->iters = 5;
+    o->backend = "auto";
+    if (argc <= 1) {
+        o->default_job = 1;
+        p->causal = 1;
+        o->check = 1;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        char name[64];
+        const char *val = NULL;
+        if (strncmp(arg, "--", 2) == 0) {
+            const char *eq = strchr(arg, '=');
+            size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+            if (len >= sizeof(name))
+                die_usage("unknown option '%s'", arg);
+            memcpy(name, arg, len);
+            name[len] = 0;
+            if (eq)
+                val = eq + 1;
+        } else if (arg[0] == '-' && arg[1] && arg[1] != '-') {
+            name[0] = '-';
+            name[1] = arg[1];
+            name[2] = 0;
+            if (arg[2])
+                val = arg + 2;
+        } else {
+            die_usage("unexpected argument '%s'", arg);
+        }
+
+        /* flags without a value */
+        static const char *const bare[] = {
+            "--causal", "--check", "--check-fwd-only", "--json", "--threads", "--fwd-only",
+            "--help",   "-h",      "--version",        "-V",     "--info"};
+        int is_bare = 0;
+        for (size_t b = 0; b < sizeof(bare) / sizeof(bare[0]); b++)
+            is_bare |= strcmp(name, bare[b]) == 0;
+        if (is_bare) {
+            if (val)
+                die_usage("option %s takes no value (got '%s')", name, val);
+            if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+                usage(stdout);
+                exit(0);
+            } else if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+                printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
+                exit(0);
+            } else if (!strcmp(name, "--info")) {
+                info();
+                exit(0);
+            } else if (!strcmp(name, "--causal")) {
+                p->causal = 1;
+            } else if (!strcmp(name, "--check")) {
+                o->check = 1;
+            } else if (!strcmp(name, "--check-fwd-only")) {
+                o->check_fwd_only = 1;
+            } else if (!strcmp(name, "--json")) {
+                o->json = 1;
+            } else if (!strcmp(name, "--fwd-only")) {
+                p->run_bwd = 0;
+            } /* --threads: the only mode */
+            continue;
+        }
+
+        static const char *const valued[] = {
+            "-n",         "--ranks", "--seq",     "--batch",      "--heads", "--kv-heads",
+            "--head-dim", "--dtype", "--layout",  "--window",     "--bwd",   "--iters",
+            "--warmup",   "--seed",  "--backend", "--num-threads"};
+        int known = 0;
+        for (size_t b = 0; b < sizeof(valued) / sizeof(valued[0]); b++)
+            known |= strcmp(name, valued[b]) == 0;
+        if (!known)
+            die_usage("unknown option '%s'", name);
+        if (!val) {
+            if (i + 1 >= argc)
+                die_usage("option %s needs a value", name);
+            val = argv[++i];
+        }
+
+        if (!strcmp(name, "-n") || !strcmp(name, "--ranks")) {
+            p->ranks = (int)parse_int(name, val, 1, 65536);
+        } else if (!strcmp(name, "--seq")) {
+            p->seq_len = parse_int(name, val, 1, INT64_C(1) << 40);
+        } else if (!strcmp(name, "--batch")) {
+            p->batch = parse_int(name, val, 1, INT64_C(1) << 30);
+        } else if (!strcmp(name, "--heads")) {
+            p->q_heads = (int)parse_int(name, val, 1, 1 << 20);
+        } else if (!strcmp(name, "--kv-heads")) {
+            p->kv_heads = (int)parse_int(name, val, 1, 1 << 20);
+        } else if (!strcmp(name, "--head-dim")) {
+            p->head_dim = (int)parse_int(name, val, 1, 1 << 20);
+        } else if (!strcmp(name, "--dtype")) {
+            p->dtype = (burst_dtype_t)parse_choice(name, val, dtype_names, 3);
+        } else if (!strcmp(name, "--layout")) {
+            p->layout = (burst_layout_t)parse_choice(name, val, layout_names, 3);
+        } else if (!strcmp(name, "--bwd")) {
+            p->bwd = (burst_bwd_pattern_t)parse_choice(name, val, bwd_names, 3);
+        } else if (!strcmp(name, "--window")) {
+            const char *comma = strchr(val, ',');
+            char left[64];
+            if (!comma || (size_t)(comma - val) >= sizeof(left))
+                die_usage("bad value for --window: '%s' (expected L,R with integers >= -1, "
+                          "-1 = unbounded)",
+                          val);
+            memcpy(left, val, (size_t)(comma - val));
+            left[comma - val] = 0;
+            p->window_left = parse_int("--window (left)", left, -1, INT64_C(1) << 40);
+            p->window_right = parse_int("--window (right)", comma + 1, -1, INT64_C(1) << 40);
+        } else if (!strcmp(name, "--iters")) {
+            p->iters = (int)parse_int(name, val, 1, 1000000);
+        } else if (!strcmp(name, "--warmup")) {
+            p->warmup = (int)parse_int(name, val, 0, 1000000);
+        } else if (!strcmp(name, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(val, &end, 0);
+            if (errno || end == val || *end || val[0] == '-')
+                die_usage("bad value for --seed: '%s' (expected an unsigned integer)", val);
+            p->seed = (uint64_t)s;
+            o->seed_given = 1;
+        } else if (!strcmp(name, "--backend")) {
+            if (!*val)
+                die_usage("bad value for --backend: '%s' (expected cpu | auto)", val);
+            o->backend = val;
+        } else if (!strcmp(name, "--num-threads")) {
+            o->num_threads = (int)parse_int(name, val, 0, 1 << 16);
+        }
+    }
+
+    /* consistency, naming the flags involved */
+    if (p->kv_heads == 0)
+        p->kv_heads = p->q_heads;
+    if (p->q_heads % p->kv_heads)
+        die_usage("--kv-heads %d must divide --heads %d", p->kv_heads, p->q_heads);
+    if (p->head_dim % 8 || p->head_dim > 256)
+        die_usage("bad value for --head-dim: '%d' (expected a multiple of 8 in 8..256)",
+                  p->head_dim);
+    int64_t min_seq = p->layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)p->ranks : p->ranks;
+    if (p->seq_len < min_seq)
+        die_usage("--seq %lld is too short: need at least %lld tokens for -n %d with layout %s",
+                  (long long)p->seq_len, (long long)min_seq, p->ranks, layout_names[p->layout]);
+    if (o->check_fwd_only) {
+        p->check_fwd = 1;
+    } else if (o->check) {
+        p->check_fwd = 1;
+        p->check_bwd = p->run_bwd;
+        if (p->check_bwd && job_bwd_ref_cost(p) > JOB_BWD_CHECK_LIMIT) {
+            die_usage("--check refused: the fp64 backward reference would cost B*N^2*Hq*d = %.3g "
+                      "multiply-adds (limit %.0e); use --check-fwd-only, --fwd-only or a smaller "
+                      "problem",
+                      job_bwd_ref_cost(p), JOB_BWD_CHECK_LIMIT);
+        }
+    }
+    if (!o->seed_given)
+        p->seed = (uint64_t)time(NULL);
+}
+
+/* ---- output ---- */
+
+static const char *human_bytes(double x, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (x >= 1024.0 && u < 4) {
+        x /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", x, unit[u]);
+    return buf;
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void json_num(double x)
+{
+    if (isfinite(x))
+        printf("%.6g", x);
+    else
+        printf("null");
+}
+
+struct summary {
+    double fwd_flops, pairs;
+    double tf_fwd, tf_bwd, tf_fb;
+    double max_abs, max_rel;
+    const char *check; /* pass / fail / skipped */
+    int tensor_ok[JOB_NTENSORS];
+    int tensor_checked[JOB_NTENSORS];
+};
+
+static void summarise(const struct job_params *p, const struct job_result *r, struct summary *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->pairs = job_allowed_pairs(p->seq_len, p->causal, p->window_left, p->window_right);
+    s->fwd_flops = job_fwd_flops(p);
+    s->tf_fwd = r->fwd_s > 0 ? s->fwd_flops / r->fwd_s / 1e12 : 0;
+    s->tf_bwd = r->bwd_s > 0 ? 2.5 * s->fwd_flops / r->bwd_s / 1e12 : 0;
+    s->tf_fb = p->run_bwd && r->fwd_s + r->bwd_s > 0
+                   ? 3.5 * s->fwd_flops / (r->fwd_s + r->bwd_s) / 1e12
+                   : 0;
+    s->check = "skipped";
+    if (!r->checked_fwd_rows)
+        return;
+    int ok = 1;
+    for (int t = 0; t < JOB_NTENSORS; t++) {
+        s->tensor_checked[t] = t <= JOB_LSE || r->checked_bwd;
+        if (!s->tensor_checked[t])
+            continue;
+        double rel = job_err_rel(&r->err[t], (enum job_tensor)t);
+        double abs_err = r->err[t].nonfinite ? INFINITY : r->err[t].max_abs;
+        s->max_abs = abs_err > s->max_abs ? abs_err : s->max_abs;
+        s->max_rel = rel > s->max_rel ? rel : s->max_rel;
+        s->tensor_ok[t] = rel <= job_tolerance(p->dtype);
+        ok &= s->tensor_ok[t];
+    }
+    s->check = ok ? "pass" : "fail";
+}
+
+static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
+{
+    const struct job_params *p = &o->jp;
+    int checked = r->checked_fwd_rows > 0;
+    printf("{");
+    printf("\"version\": ");
+    json_str(burst_version_string());
+    printf(", \"backend\": ");
+    json_str(r->backend);
+    printf(", \"ranks\": %d, \"threads\": %d, \"rank_mode\": \"threads\"", p->ranks,
+           r->num_threads);
+    printf(", \"batch\": %lld, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d",
+           (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim);
+    printf(", \"dtype\": \"%s\", \"causal\": %s, \"layout\": \"%s\"", dtype_names[p->dtype],
+           p->causal ? "true" : "false", layout_names[p->layout]);
+    printf(", \"window\": [%lld, %lld]", (long long)p->window_left, (long long)p->window_right);
+    printf(", \"bwd\": \"%s\", \"bwd_requested\": \"%s\"",
+           p->run_bwd ? bwd_names[r->bwd_used] : "none", bwd_names[p->bwd]);
+    printf(", \"seed\": %" PRIu64 ", \"warmup\": %d, \"iters\": %d", p->seed, p->warmup,
+           r->iters_done);
+    printf(", \"allowed_pairs\": %.0f, \"flops_fwd\": %.6g", s->pairs, s->fwd_flops);
+    printf(", \"fwd_ms\": ");
+    json_num(r->fwd_s * 1e3);
+    printf(", \"bwd_ms\": ");
+    json_num(p->run_bwd ? r->bwd_s * 1e3 : NAN);
+    printf(", \"tflops_fwd\": ");
+    json_num(s->tf_fwd);
+    printf(", \"tflops_bwd\": ");
+    json_num(p->run_bwd ? s->tf_bwd : NAN);
+    printf(", \"tflops_fwd_bwd\": ");
+    json_num(p->run_bwd ? s->tf_fb : NAN);
+    printf(", \"tflops_fwd_per_rank\": ");
+    json_num(s->tf_fwd / p->ranks);
+    printf(", \"tflops_fwd_bwd_per_rank\": ");
+    json_num(p->run_bwd ? s->tf_fb / p->ranks : NAN);
+    printf(", \"bytes_fwd_per_rank\": %" PRIu64 ", \"bytes_bwd_per_rank\": %" PRIu64, r->bytes_fwd,
+           r->bytes_bwd);
+    printf(", \"msgs_fwd_per_rank\": %" PRIu64 ", \"msgs_bwd_per_rank\": %" PRIu64, r->msgs_fwd,
+           r->msgs_bwd);
+    printf(", \"scratch_fwd_per_rank\": %" PRIu64 ", \"scratch_bwd_per_rank\": %" PRIu64,
+           r->scratch_fwd, r->scratch_bwd);
+    printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, job_peak_rss(),
+           r->caller_bytes);
+    printf(", \"max_abs_err\": ");
+    json_num(checked ? s->max_abs : NAN);
+    printf(", \"max_rel_err\": ");
+    json_num(checked ? s->max_rel : NAN);
+    printf(", \"tolerance\": ");
+    json_num(checked ? job_tolerance(p->dtype) : NAN);
+    printf(", \"check_scope\": \"%s\"", !checked         ? "none"
+                                        : r->checked_bwd ? "fwd+bwd"
+                                                         : "fwd-sampled-rows");
+    if (checked) {
+        printf(", \"errors\": {");
+        int first = 1;
+        for (int t = 0; t < JOB_NTENSORS; t++) {
+            if (!s->tensor_checked[t])
+                continue;
+            printf("%s\"%s\": {\"max_abs\": ", first ? "" : ", ",
+                   job_tensor_name((enum job_tensor)t));
+            json_num(r->err[t].nonfinite ? INFINITY : r->err[t].max_abs);
+            printf(", \"rel\": ");
+            json_num(job_err_rel(&r->err[t], (enum job_tensor)t));
+            printf(", \"nonfinite\": %lld}", (long long)r->err[t].nonfinite);
+            first = 0;
+        }
+        printf("}");
+    }
+    printf(", \"check\": \"%s\"}\n", s->check);
+}
+
+static void print_table(const struct opts *o, const struct job_result *r, const struct summary *s)
+{
+    const struct job_params *p = &o->jp;
+    char b1[32], b2[32], b3[32];
+    printf("burstrun %s: %d rank%s as threads of one process, backend %s (%d compute threads), "
+           "seed %" PRIu64 "%s\n",
+           burst_version_string(), p->ranks, p->ranks > 1 ? "s" : "", r->backend, r->num_threads,
+           p->seed, o->seed_given ? "" : " (from the clock)");
+    if (o->default_job)
+        printf("default job: burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout "
+               "zigzag --check\n");
+    char win[80];
+    if (p->window_left < 0 && p->window_right < 0)
+        snprintf(win, sizeof(win), "none");
+    else
+        snprintf(win, sizeof(win), "%lld,%lld", (long long)p->window_left,
+                 (long long)p->window_right);
+    printf("problem  B=%lld N=%lld Hq=%d Hkv=%d d=%d %s, %s, layout %s, window %s, bwd %s\n",
+           (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim,
+           dtype_names[p->dtype], p->causal ? "causal" : "non-causal", layout_names[p->layout], win,
+           p->run_bwd ? bwd_names[r->bwd_used] : "not run");
+    double n2 = (double)p->seq_len * (double)p->seq_len;
+    printf("work     allowed pairs %.0f (%.2f%% of N^2); forward %.4g GFLOP, fwd+bwd %.4g GFLOP\n",
+           s->pairs, 100.0 * s->pairs / n2, s->fwd_flops / 1e9, 3.5 * s->fwd_flops / 1e9);
+    printf("timing   %d warm-up + %d timed iterations; median (min) wall time of the ring\n\n",
+           p->warmup, r->iters_done);
+
+    printf("%-9s %22s %9s %12s %13s %6s %6s %13s %9s\n", "phase", "time ms (min)", "TFLOP/s",
+           "TFLOP/s/rank", "sent/rank", "msgs", "steps", "scratch/rank", "wait ms");
+    char t[48];
+    snprintf(t, sizeof(t), "%.3f (%.3f)", r->fwd_s * 1e3, r->fwd_min_s * 1e3);
+    printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f\n", "forward", t, s->tf_fwd,
+           s->tf_fwd / p->ranks, human_bytes((double)r->bytes_fwd, b1, sizeof(b1)), r->msgs_fwd,
+           r->steps_fwd, human_bytes((double)r->scratch_fwd, b2, sizeof(b2)), r->wait_fwd_s * 1e3);
+    if (p->run_bwd) {
+        snprintf(t, sizeof(t), "%.3f (%.3f)", r->bwd_s * 1e3, r->bwd_min_s * 1e3);
+        printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f\n", "backward", t,
+               s->tf_bwd, s->tf_bwd / p->ranks, human_bytes((double)r->bytes_bwd, b1, sizeof(b1)),
+               r->msgs_bwd, r->steps_bwd, human_bytes((double)r->scratch_bwd, b2, sizeof(b2)),
+               r->wait_bwd_s * 1e3);
+        snprintf(t, sizeof(t), "%.3f", (r->fwd_s + r->bwd_s) * 1e3);
+        printf("%-9s %22s %9.4f %12.4f %13s\n", "fwd+bwd", t, s->tf_fb, s->tf_fb / p->ranks,
+               human_bytes((double)(r->bytes_fwd + r->bytes_bwd), b1, sizeof(b1)));
+    }
+    printf("\nmemory   peak RSS %s (of which the job's global tensors %s)\n",
+           human_bytes((double)job_peak_rss(), b1, sizeof(b1)),
+           human_bytes((double)r->caller_bytes, b3, sizeof(b3)));
+
+    if (!r->checked_fwd_rows) {
+        printf("check    skipped (pass --check or --check-fwd-only)\n");
+        return;
+    }
+    printf("check    fp64 reference: forward on %d of %lld rows, backward %s; tolerance %.0e "
+           "of max |ref|\n",
+           r->checked_fwd_rows, (long long)p->seq_len, r->checked_bwd ? "in full" : "not checked",
+           job_tolerance(p->dtype));
+    printf("         %-6s %12s %12s %12s\n", "tensor", "max abs err", "max |ref|", "rel err");
+    for (int i = 0; i < JOB_NTENSORS; i++) {
+        if (!s->tensor_checked[i])
+            continue;
+        const struct job_err *e = &r->err[i];
+        printf("         %-6s %12.3e %12.3e %12.3e  %s", job_tensor_name((enum job_tensor)i),
+               e->max_abs, e->max_ref, job_err_rel(e, (enum job_tensor)i),
+               s->tensor_ok[i] ? "ok" : "FAIL");
+        if (e->nonfinite)
+            printf(" (%lld non-finite values)", (long long)e->nonfinite);
+        printf("\n");
+    }
+    printf("result   %s\n", strcmp(s->check, "pass") == 0 ? "PASS" : "FAIL");
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    parse_args(argc, argv, &o);
+
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = o.backend;
+    cp.num_threads = o.num_threads;
+    struct burst_context *ctx;
+    burst_status_t st = burst_context_create(&cp, &ctx);
+    if (st != BURST_OK) {
+        fprintf(stderr, "%s: --backend %s: %s: %s\n", prog, o.backend, burst_status_str(st),
+                burst_last_error());
+        return st == BURST_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    struct job_result *r = malloc(sizeof(*r));
+    if (!r) {
+        burst_context_destroy(ctx);
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return EXIT_RUNTIME;
+    }
+    int rc = job_run(&o.jp, ctx, r);
+    burst_context_destroy(ctx);
+    if (rc != JOB_OK) {
+        fprintf(stderr, "%s: %s\n", prog, r->message);
+        free(r);
+        return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    struct summary s;
+    summarise(&o.jp, r, &s);
+    if (o.json)
+        print_json(&o, r, &s);
+    else
+        print_table(&o, r, &s);
+    int fail = strcmp(s.check, "fail") == 0;
+    free(r);
+    return fail ? EXIT_CHECK_FAILED : 0;
+}
