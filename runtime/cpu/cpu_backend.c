@@ -1,0 +1,325 @@
+/*
+ * runtime/cpu/cpu_backend.c - the cpu backend's ops table: instance, memory and elementwise ops.
+ *
+ * Tunables (read once, at create):
+ *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core)
+ *   BURST_CPU_ISA       "base" forces the portable kernels; default picks AVX2+FMA+F16C when the
+ *                       cpu has them
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
+#include "cpu_convert.h"
+#include "cpu_internal.h"
+#include "error.h"
+
+/* Elementwise ops are split into items of about this many elements. */
+#define BURST_CPU_CHUNK ((int64_t)1 << 16)
+
+static int burst_cpu_default_threads(void)
+{
+    const char *env = getenv("BURST_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        long n = strtol(env, &end, 10);
+        if (errno == 0 && *end == '\0' && n > 0 && n <= 4096)
+            return (int)n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (n > 4096 ? 4096 : (int)n) : 1;
+}
+
+static enum burst_cpu_isa burst_cpu_pick_isa(void)
+{
+    const char *env = getenv("BURST_CPU_ISA");
+    if (env && strcmp(env, "base") == 0)
+        return BURST_CPU_ISA_BASE;
+#if BURST_CPU_HAVE_AVX2_VARIANT
+    unsigned a, b, c, d;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C))
+        return BURST_CPU_ISA_AVX2;
+#endif
+    return BURST_CPU_ISA_BASE;
+}
+
+static burst_status_t burst_cpu_create(const struct burst_context_params *params, void **be_p)
+{
+    if (!be_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu create: be_p is NULL");
+    int n = params ? params->num_threads : 0;
+    if (n < 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu create: params->num_threads = %d is "
+                           "negative", n);
+    if (n == 0)
+        n = burst_cpu_default_threads();
+    struct burst_cpu_backend *cpu = calloc(1, sizeof *cpu);
+    if (!cpu)
+        return burst_error(BURST_ERR_NO_MEMORY, "cpu create: out of memory");
+    burst_status_t st = burst_cpu_pool_create(n, &cpu->pool);
+    if (st != BURST_OK) {
+        free(cpu);
+        return st;
+    }
+    cpu->isa = burst_cpu_pick_isa();
+    *be_p = cpu;
+    return BURST_OK;
+}
+
+static void burst_cpu_destroy(void *be)
+{
+    struct burst_cpu_backend *cpu = be;
+    if (!cpu)
+        return;
+    burst_cpu_pool_destroy(cpu->pool);
+    free(cpu);
+}
+
+static int burst_cpu_num_threads(void *be)
+{
+    struct burst_cpu_backend *cpu = be;
+    return burst_cpu_pool_size(cpu->pool);
+}
+
+static void *burst_cpu_alloc(void *be, size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void burst_cpu_free(void *be, void *ptr)
+{
+    free(ptr);
+}
+
+static int burst_cpu_dtype_ok(burst_dtype_t dt)
+{
+    return dt == BURST_DTYPE_FP32 || dt == BURST_DTYPE_FP16 || dt == BURST_DTYPE_BF16;
+}
+
+static float burst_cpu_get(const void *p, burst_dtype_t dt, int64_t i)
+{
+    switch (dt) {
+    case BURST_DTYPE_FP16:
+        return burst_cpu_f16_to_f32(((const uint16_t *)p)[i]);
+    case BURST_DTYPE_BF16:
+        return burst_cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+/* ---- copy ---------------------------------------------------------------------------------- */
+
+struct burst_cpu_copy_job {
+    const struct burst_tensor *dst, *src;
+    int64_t rows, rows_per_item; /* rows of d elements: B * n * H */
+};
+
+static void burst_cpu_copy_item(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_copy_job *job = ctx;
+    const struct burst_tensor *dst = job->dst, *src = job->src;
+    int64_t n = src->shape[1], h = src->shape[2], d = src->shape[3];
+    int64_t r0 = item * job->rows_per_item;
+    int64_t r1 = burst_cpu_min64(r0 + job->rows_per_item, job->rows);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / (n * h), i = r / h % n, hh = r % h;
+        const void *s = burst_cpu_row(src, b, i, hh);
+        void *o = (void *)burst_cpu_row(dst, b, i, hh);
+        if (dst->dtype == src->dtype) {
+            memmove(o, s, (size_t)d * (dst->dtype == BURST_DTYPE_FP32 ? 4 : 2));
+        } else if (dst->dtype == BURST_DTYPE_FP32) {
+            for (int64_t c = 0; c < d; c++)
+                ((float *)o)[c] = burst_cpu_get(s, src->dtype, c);
+        } else if (dst->dtype == BURST_DTYPE_FP16) {
+            for (int64_t c = 0; c < d; c++)
+                ((uint16_t *)o)[c] = burst_cpu_f32_to_f16(burst_cpu_get(s, src->dtype, c));
+        } else {
+            for (int64_t c = 0; c < d; c++)
+                ((uint16_t *)o)[c] = burst_cpu_f32_to_bf16(burst_cpu_get(s, src->dtype, c));
+        }
+    }
+}
+
+static burst_status_t burst_cpu_copy(void *be, const struct burst_tensor *dst,
+                                     const struct burst_tensor *src)
+{
+    struct burst_cpu_backend *cpu = be;
+    if (!dst || !src || !dst->data || !src->data)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu copy: dst or src (or its data) is NULL");
+    if (!burst_cpu_dtype_ok(dst->dtype) || !burst_cpu_dtype_ok(src->dtype))
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu copy: bad dtype (dst %d, src %d)",
+                           (int)dst->dtype, (int)src->dtype);
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++) {
+        if (dst->shape[k] != src->shape[k] || src->shape[k] < 0)
+            return burst_error(BURST_ERR_INVALID_ARG, "cpu copy: shape[%d] differs (dst %lld, "
+                               "src %lld)", k, (long long)dst->shape[k],
+                               (long long)src->shape[k]);
+    }
+    if (src->shape[3] > 1 && (src->stride[3] != 1 || dst->stride[3] != 1))
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu copy: stride[3] must be 1 (dst %lld, "
+                           "src %lld)", (long long)dst->stride[3], (long long)src->stride[3]);
+    struct burst_cpu_copy_job job = {dst, src, src->shape[0] * src->shape[1] * src->shape[2], 1};
+    if (job.rows == 0 || src->shape[3] == 0)
+        return BURST_OK;
+    job.rows_per_item = burst_cpu_max64(1, BURST_CPU_CHUNK / src->shape[3]);
+    int64_t items = (job.rows + job.rows_per_item - 1) / job.rows_per_item;
+    return burst_cpu_pool_run(cpu->pool, items, 0, burst_cpu_copy_item, &job);
+}
+
+/* ---- fill / accumulate --------------------------------------------------------------------- */
+
+struct burst_cpu_elem_job {
+    float *dst;
+    const void *src; /* NULL: fill */
+    burst_dtype_t dtype;
+    float value;
+    size_t count;
+};
+
+static void burst_cpu_elem_item(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_elem_job *job = ctx;
+    size_t i0 = (size_t)item * (size_t)BURST_CPU_CHUNK;
+    size_t i1 = i0 + (size_t)BURST_CPU_CHUNK < job->count ? i0 + (size_t)BURST_CPU_CHUNK
+                                                          : job->count;
+    float *restrict dst = job->dst;
+    if (!job->src) {
+        for (size_t i = i0; i < i1; i++)
+            dst[i] = job->value;
+    } else if (job->dtype == BURST_DTYPE_FP32) {
+        const float *restrict src = job->src;
+        for (size_t i = i0; i < i1; i++)
+            dst[i] += src[i];
+    } else if (job->dtype == BURST_DTYPE_FP16) {
+        const uint16_t *src = job->src;
+        for (size_t i = i0; i < i1; i++)
+            dst[i] += burst_cpu_f16_to_f32(src[i]);
+    } else {
+        const uint16_t *src = job->src;
+        for (size_t i = i0; i < i1; i++)
+            dst[i] += burst_cpu_bf16_to_f32(src[i]);
+    }
+}
+
+static burst_status_t burst_cpu_elem_run(struct burst_cpu_backend *cpu,
+                                         struct burst_cpu_elem_job *job)
+{
+    int64_t items = (int64_t)((job->count + (size_t)BURST_CPU_CHUNK - 1) / BURST_CPU_CHUNK);
+    return burst_cpu_pool_run(cpu->pool, items, 0, burst_cpu_elem_item, job);
+}
+
+static burst_status_t burst_cpu_fill(void *be, float *dst, size_t count, float value)
+{
+    if (count == 0)
+        return BURST_OK;
+    if (!dst)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu fill: dst is NULL");
+    struct burst_cpu_elem_job job = {dst, NULL, BURST_DTYPE_FP32, value, count};
+    return burst_cpu_elem_run(be, &job);
+}
+
+static burst_status_t burst_cpu_accumulate(void *be, float *dst, const void *src,
+                                           burst_dtype_t src_dtype, size_t count)
+{
+    if (count == 0)
+        return BURST_OK;
+    if (!dst || !src)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu accumulate: dst or src is NULL");
+    if (!burst_cpu_dtype_ok(src_dtype))
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu accumulate: src_dtype = %d is unknown",
+                           (int)src_dtype);
+    struct burst_cpu_elem_job job = {dst, src, src_dtype, 0.0f, count};
+    return burst_cpu_elem_run(be, &job);
+}
+
+/* ---- shared argument checks ---------------------------------------------------------------- */
+
+static burst_status_t burst_cpu_check_view(const char *op, const char *name,
+                                           const struct burst_tensor *t)
+{
+    if (!t || !t->data)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
+    if (!burst_cpu_dtype_ok(t->dtype))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is unknown", op, name,
+                           (int)t->dtype);
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        if (t->shape[k] < 0)
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative",
+                               op, name, k, (long long)t->shape[k]);
+    if (t->stride[3] != 1)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
+                           (long long)t->stride[3]);
+    return BURST_OK;
+}
+
+burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
+                                   const struct burst_tensor *k, const struct burst_tensor *v,
+                                   const struct burst_tensor *dout, struct burst_cpu_dims *dim)
+{
+    burst_status_t st;
+    if ((st = burst_cpu_check_view(op, "q", q)) != BURST_OK ||
+        (st = burst_cpu_check_view(op, "k", k)) != BURST_OK ||
+        (st = burst_cpu_check_view(op, "v", v)) != BURST_OK ||
+        (dout && (st = burst_cpu_check_view(op, "dout", dout)) != BURST_OK))
+        return st;
+    dim->batch = q->shape[0];
+    dim->nq = q->shape[1];
+    dim->hq = q->shape[2];
+    dim->d = q->shape[3];
+    dim->nk = k->shape[1];
+    dim->hkv = k->shape[2];
+    if (dim->d <= 0 || dim->d % 8 != 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: head dim = %lld is not a positive "
+                           "multiple of 8", op, (long long)dim->d);
+    if (k->shape[0] != dim->batch || k->shape[3] != dim->d)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: k shape [%lld, %lld, %lld, %lld] does "
+                           "not match q [%lld, ., ., %lld]", op, (long long)k->shape[0],
+                           (long long)k->shape[1], (long long)k->shape[2],
+                           (long long)k->shape[3], (long long)dim->batch, (long long)dim->d);
+    for (int i = 0; i < BURST_TENSOR_DIMS; i++)
+        if (v->shape[i] != k->shape[i])
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: v->shape[%d] = %lld differs from "
+                               "k->shape[%d] = %lld", op, i, (long long)v->shape[i], i,
+                               (long long)k->shape[i]);
+    if (dout)
+        for (int i = 0; i < BURST_TENSOR_DIMS; i++)
+            if (dout->shape[i] != q->shape[i])
+                return burst_error(BURST_ERR_INVALID_ARG, "%s: dout->shape[%d] = %lld differs "
+                                   "from q->shape[%d] = %lld", op, i,
+                                   (long long)dout->shape[i], i, (long long)q->shape[i]);
+    if (dim->hkv <= 0 || dim->hq <= 0 || dim->hq % dim->hkv != 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: q heads = %lld is not a multiple of kv "
+                           "heads = %lld", op, (long long)dim->hq, (long long)dim->hkv);
+    dim->group = dim->hq / dim->hkv;
+    return BURST_OK;
+}
+
+const struct burst_backend_ops burst_cpu_backend_ops = {
+    .size = sizeof(struct burst_backend_ops),
+    .name = "cpu",
+    .create = burst_cpu_create,
+    .destroy = burst_cpu_destroy,
+    .num_threads = burst_cpu_num_threads,
+    .alloc = burst_cpu_alloc,
+    .free = burst_cpu_free,
+    .copy = burst_cpu_copy,
+    .fill = burst_cpu_fill,
+    .accumulate = burst_cpu_accumulate,
+    .fwd_step = burst_cpu_fwd_step,
+    .bwd_delta = burst_cpu_bwd_delta,
+    .bwd_step = burst_cpu_bwd_step,
+    .sync = NULL,
+};

@@ -1,0 +1,180 @@
+/*
+ * runtime/cpu/cpu_bwd.c - the backward step and D = rowsum(dO * O) of the cpu backend.
+ *
+ * Schedules (see cpu_bwd_kern.h; all three give bitwise identical results):
+ *   - enough (batch, kv head) groups for the pool: one item per group computes dQ, dK, dV in
+ *     a single pass (5 products per pair, the minimum);
+ *   - otherwise two passes with finer items: (batch, kv head, K tile) for dK/dV and
+ *     (batch, q head, Q tile) for dQ, which recompute scores and dP (7 products per pair).
+ * Items write disjoint outputs, so no float atomics and no dependence on the thread count.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_convert.h"
+#include "cpu_internal.h"
+#include "error.h"
+
+/* Per-thread scratch of one backward item (floats unless noted). */
+struct burst_cpu_bwd_scratch {
+    float *qt, *dot;   /* [d][BR]  Q^T pre-scaled, dO^T */
+    float *qn, *don;   /* [BR][d]  Q, dO */
+    float *k, *v;      /* [BC][d] */
+    float *s, *ds;     /* [BC][BR] scores -> P; dP -> dS */
+    float *lse2, *dlt, *kbf, *kef; /* [BR] */
+    int64_t *kb, *ke;  /* [BR] */
+};
+
+static size_t burst_cpu_bwd_scratch_floats(int64_t d)
+{
+    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR);
+}
+
+static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d)
+{
+    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    struct burst_cpu_bwd_scratch s;
+    float *p = scratch;
+    s.qt = p, p += BR * d;
+    s.dot = p, p += BR * d;
+    s.qn = p, p += BR * d;
+    s.don = p, p += BR * d;
+    s.k = p, p += BC * d;
+    s.v = p, p += BC * d;
+    s.s = p, p += BC * BR;
+    s.ds = p, p += BC * BR;
+    s.lse2 = p, p += BR;
+    s.dlt = p, p += BR;
+    s.kbf = p, p += BR;
+    s.kef = p, p += BR;
+    s.kb = (int64_t *)(void *)p; /* offset is a multiple of 8 floats: aligned */
+    s.ke = s.kb + BR;
+    return s;
+}
+
+#if BURST_CPU_HAVE_AVX2_VARIANT
+#define BURST_CPU_AVX2 1
+#include "cpu_bwd_kern.h"
+#undef BURST_CPU_AVX2
+#endif
+#define BURST_CPU_AVX2 0
+#include "cpu_bwd_kern.h"
+#undef BURST_CPU_AVX2
+
+burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
+{
+    struct burst_cpu_backend *cpu = be;
+    if (!args)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_step: args is NULL");
+    struct burst_cpu_bwd_job job;
+    burst_status_t st = burst_cpu_check_qkv("cpu bwd_step", args->q, args->k, args->v,
+                                            args->dout, &job.dim);
+    if (st != BURST_OK)
+        return st;
+    if (!args->dq && !args->dk && !args->dv)
+        return BURST_OK;
+    if (job.dim.nq == 0 || job.dim.nk == 0)
+        return BURST_OK;
+    if (!args->lse || !args->delta)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_step: lse or delta is NULL");
+    job.a = args;
+    job.nqt = (job.dim.nq + BURST_CPU_BWD_BR - 1) / BURST_CPU_BWD_BR;
+    job.nkt = (job.dim.nk + BURST_CPU_BWD_BC - 1) / BURST_CPU_BWD_BC;
+    size_t bytes = sizeof(float) * burst_cpu_bwd_scratch_floats(job.dim.d);
+
+    burst_cpu_task_fn group = bwd_item_group_base, kv = bwd_item_kv_base, q = bwd_item_q_base;
+#if BURST_CPU_HAVE_AVX2_VARIANT
+    if (cpu->isa == BURST_CPU_ISA_AVX2) {
+        group = bwd_item_group_avx2;
+        kv = bwd_item_kv_avx2;
+        q = bwd_item_q_avx2;
+    }
+#endif
+    int64_t groups = job.dim.batch * job.dim.hkv;
+    int64_t nt = burst_cpu_pool_size(cpu->pool);
+    /* one pass when the groups keep every thread busy: a whole multiple of the threads, or
+     * enough of them that the last round matters little */
+    if (groups % nt == 0 || groups >= 4 * nt)
+        return burst_cpu_pool_run(cpu->pool, groups, bytes, group, &job);
+    if (args->dk || args->dv) {
+        st = burst_cpu_pool_run(cpu->pool, groups * job.nkt, bytes, kv, &job);
+        if (st != BURST_OK)
+            return st;
+    }
+    if (args->dq)
+        st = burst_cpu_pool_run(cpu->pool, job.dim.batch * job.dim.hq * job.nqt, bytes, q, &job);
+    return st;
+}
+
+/* ---- D = rowsum(dO * O) -------------------------------------------------------------------- */
+
+struct burst_cpu_delta_job {
+    const struct burst_tensor *dout, *o;
+    float *delta;
+    int64_t rows_per_item;
+};
+
+static double burst_cpu_dot_row(const void *x, burst_dtype_t xt, const void *y, burst_dtype_t yt,
+                                int64_t d)
+{
+    double acc = 0.0;
+    for (int64_t c = 0; c < d; c++) {
+        float a = xt == BURST_DTYPE_FP32   ? ((const float *)x)[c]
+                  : xt == BURST_DTYPE_FP16 ? burst_cpu_f16_to_f32(((const uint16_t *)x)[c])
+                                           : burst_cpu_bf16_to_f32(((const uint16_t *)x)[c]);
+        float b = yt == BURST_DTYPE_FP32   ? ((const float *)y)[c]
+                  : yt == BURST_DTYPE_FP16 ? burst_cpu_f16_to_f32(((const uint16_t *)y)[c])
+                                           : burst_cpu_bf16_to_f32(((const uint16_t *)y)[c]);
+        acc += (double)a * (double)b;
+    }
+    return acc;
+}
+
+static void burst_cpu_delta_item(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_delta_job *job = ctx;
+    const struct burst_tensor *dout = job->dout, *o = job->o;
+    int64_t n = dout->shape[1], h = dout->shape[2], d = dout->shape[3];
+    int64_t rows = dout->shape[0] * n;
+    int64_t r0 = item * job->rows_per_item, r1 = burst_cpu_min64(r0 + job->rows_per_item, rows);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / n, i = r % n;
+        for (int64_t hh = 0; hh < h; hh++)
+            job->delta[(b * h + hh) * n + i] =
+                (float)burst_cpu_dot_row(burst_cpu_row(dout, b, i, hh), dout->dtype,
+                                         burst_cpu_row(o, b, i, hh), o->dtype, d);
+    }
+}
+
+burst_status_t burst_cpu_bwd_delta(void *be, const struct burst_tensor *dout,
+                                   const struct burst_tensor *o, float *delta)
+{
+    struct burst_cpu_backend *cpu = be;
+    if (!dout || !o || !delta || !dout->data || !o->data)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: dout, o or delta is NULL");
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        if (dout->shape[k] != o->shape[k] || o->shape[k] < 0)
+            return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: dout->shape[%d] = %lld "
+                               "differs from o->shape[%d] = %lld", k,
+                               (long long)dout->shape[k], k, (long long)o->shape[k]);
+    for (int k = 0; k < 2; k++) {
+        const struct burst_tensor *t = k ? o : dout;
+        if (t->dtype != BURST_DTYPE_FP32 && t->dtype != BURST_DTYPE_FP16 &&
+            t->dtype != BURST_DTYPE_BF16)
+            return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: %s->dtype = %d is unknown",
+                               k ? "o" : "dout", (int)t->dtype);
+        if (t->shape[3] > 1 && t->stride[3] != 1)
+            return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: %s->stride[3] = %lld is "
+                               "not 1", k ? "o" : "dout", (long long)t->stride[3]);
+    }
+    int64_t rows = dout->shape[0] * dout->shape[1];
+    if (rows == 0 || dout->shape[2] == 0)
+        return BURST_OK;
+    struct burst_cpu_delta_job job = {dout, o, delta, 1};
+    job.rows_per_item = burst_cpu_max64(1, 16384 / burst_cpu_max64(1, dout->shape[2] *
+                                                                     dout->shape[3]));
+    int64_t items = (rows + job.rows_per_item - 1) / job.rows_per_item;
+    return burst_cpu_pool_run(cpu->pool, items, 0, burst_cpu_delta_item, &job);
+}

@@ -1,0 +1,214 @@
+/*
+ * runtime/cpu/cpu_bwd_kern.h - the backward work items (TEMPLATE, included by cpu_bwd.c once
+ * per variant after defining BURST_CPU_AVX2).
+ *
+ * The unit of work is a pair (Q tile of BR rows of head h, K tile J of BC rows of kv head g):
+ *   St  = K Qt                   (Qt pre-scaled by tau log2 e; log2 units, key-major)
+ *   Pt  = 2^(St - lse log2 e)    (masked entries -> 0)
+ *   dPt = V dOt
+ *   dSt = tau Pt (dPt - D)
+ *   dV[J] += Pt dO,  dK[J] += dSt Q,  dQ[tile] += dSt^T K   (added straight into the outputs)
+ * Every output element receives its contributions in one fixed order: dQ rows over K tiles in
+ * increasing J; dK/dV rows over (head of the group, Q tile) in increasing order. The three
+ * schedules below all keep that order and compute a pair with the same code, so their results
+ * are bitwise identical and independent of the thread count:
+ *   bwd_item_group  (b, g): every pair of the group, dQ, dK and dV at once
+ *   bwd_item_kv     (b, g, J): the pairs of one K tile, dK and dV only
+ *   bwd_item_q      (b, h, Q tile): the pairs of one Q tile, dQ only
+ */
+#include "cpu_simd.h"
+#include "cpu_tile.h"
+
+#undef bwd_load_q
+#undef bwd_load_k
+#undef bwd_pair
+#undef bwd_pair_live
+#undef bwd_item_group
+#undef bwd_item_kv
+#undef bwd_item_q
+#define bwd_load_q KFN(bwd_load_q)
+#define bwd_load_k KFN(bwd_load_k)
+#define bwd_pair KFN(bwd_pair)
+#define bwd_pair_live KFN(bwd_pair_live)
+#define bwd_item_group KFN(bwd_item_group)
+#define bwd_item_kv KFN(bwd_item_kv)
+#define bwd_item_q KFN(bwd_item_q)
+
+/* Q side of tile t of head h: Qt (scaled), Q, dOt, dO, lse2, D; intervals already in sc. */
+KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
+                      int64_t b, int64_t h, int64_t i0, int64_t rows)
+{
+    const struct burst_bwd_args *a = job->a;
+    const int64_t d = job->dim.d, nq = job->dim.nq, BR = BURST_CPU_BWD_BR;
+    const float qmul = a->scale * 1.4426950408889634f;
+    for (int64_t i = 0; i < rows; i++) {
+        load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
+        load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d, 1.0f);
+        for (int64_t c = 0; c < d; c++) {
+            sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
+            sc->dot[c * BR + i] = sc->don[i * d + c];
+        }
+        float lse = a->lse[(b * job->dim.hq + h) * nq + i0 + i];
+        /* a row without any key (lse = -inf) gets P = 0 */
+        sc->lse2[i] = lse == -(float)INFINITY ? (float)INFINITY : lse * 1.4426950408889634f;
+        sc->dlt[i] = a->delta[(b * job->dim.hq + h) * nq + i0 + i];
+    }
+    for (int64_t i = rows; i < BR; i++) {
+        sc->lse2[i] = (float)INFINITY;
+        sc->dlt[i] = 0.0f;
+    }
+    for (int64_t c = 0; c < d && rows < BR; c++) {
+        memset(sc->qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
+        memset(sc->dot + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
+    }
+}
+
+/* K side of K tile starting at j0 (cnt rows, zero padded to jn). */
+KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
+                      int64_t b, int64_t g, int64_t j0, int64_t cnt, int64_t jn)
+{
+    const struct burst_bwd_args *a = job->a;
+    const int64_t d = job->dim.d;
+    for (int64_t j = 0; j < cnt; j++) {
+        load_row(sc->k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
+        load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
+    }
+    if (jn > cnt) {
+        memset(sc->k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+        memset(sc->v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+    }
+}
+
+KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
+                    const struct burst_cpu_rows *r, int64_t b, int64_t h, int64_t i0,
+                    int64_t rows, int64_t j0, int64_t cnt, int want_dq, int want_dkv)
+{
+    const struct burst_bwd_args *a = job->a;
+    const int64_t d = job->dim.d, BR = BURST_CPU_BWD_BR;
+    const int64_t hq = job->dim.hq, hkv = job->dim.hkv, g = h / job->dim.group;
+    const int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
+    const int full = cnt == BURST_CPU_BWD_BC && j0 >= r->kbmax && j0 + cnt <= r->kemin;
+    const int want_ds = want_dq || (want_dkv && a->dk);
+
+    gemm(jn, BR, d, sc->k, d, 1, sc->qt, BR, sc->s, BR, BURST_CPU_STORE, NULL);
+    if (!full)
+        mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
+    for (int64_t j = 0; j < jn; j++) {
+        float *s = sc->s + j * BR;
+        for (int64_t i = 0; i < BR; i += VL)
+            vf_store(s + i, vf_exp2(vf_sub(vf_load(s + i), vf_load(sc->lse2 + i))));
+    }
+    if (want_ds) {
+        gemm(jn, BR, d, sc->v, d, 1, sc->dot, BR, sc->ds, BR, BURST_CPU_STORE, NULL);
+        vf tau = vf_set1(a->scale);
+        for (int64_t j = 0; j < jn; j++) {
+            float *p = sc->s + j * BR, *ds = sc->ds + j * BR;
+            for (int64_t i = 0; i < BR; i += VL) {
+                vf x = vf_sub(vf_load(ds + i), vf_load(sc->dlt + i));
+                vf_store(ds + i, vf_mul(vf_mul(vf_load(p + i), x), tau));
+            }
+        }
+    }
+    if (want_dkv && a->dv)
+        gemm(cnt, d, rows, sc->s, BR, 1, sc->don, d, a->dv + ((b * job->dim.nk + j0) * hkv + g) * d,
+             hkv * d, BURST_CPU_ADD, NULL);
+    if (want_dkv && a->dk)
+        gemm(cnt, d, rows, sc->ds, BR, 1, sc->qn, d, a->dk + ((b * job->dim.nk + j0) * hkv + g) * d,
+             hkv * d, BURST_CPU_ADD, NULL);
+    if (want_dq)
+        gemm(rows, d, cnt, sc->ds, 1, BR, sc->k, d, a->dq + ((b * job->dim.nq + i0) * hq + h) * d,
+             hq * d, BURST_CPU_ADD, NULL);
+}
+
+/* Is pair (tile with summary r, K tile [j0, j0 + cnt)) non-empty? */
+KATTR int bwd_pair_live(const struct burst_cpu_bwd_scratch *sc, const struct burst_cpu_rows *r,
+                        int64_t rows, int64_t j0, int64_t cnt)
+{
+    if (r->kmin >= r->kmax || j0 >= r->kmax || j0 + cnt <= r->kmin)
+        return 0;
+    if (j0 >= r->kbmax && j0 + cnt <= r->kemin)
+        return 1;
+    return burst_cpu_any_allowed(sc->kb, sc->ke, rows, j0, j0 + cnt);
+}
+
+KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_bwd_job *job = ctx;
+    const struct burst_bwd_args *a = job->a;
+    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    int64_t g = item % job->dim.hkv, b = item / job->dim.hkv;
+    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d);
+    for (int64_t hh = 0; hh < job->dim.group; hh++) {
+        int64_t h = g * job->dim.group + hh;
+        for (int64_t t = 0; t < job->nqt; t++) {
+            int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
+            struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask,
+                                                          job->dim.nk, i0, rows, BR, sc.kb, sc.ke);
+            if (r.kmin >= r.kmax)
+                continue;
+            bwd_load_q(job, &sc, b, h, i0, rows);
+            for (int64_t jt = r.kmin / BC; jt * BC < r.kmax; jt++) {
+                int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+                if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
+                    continue;
+                bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
+                           BURST_CPU_MR);
+                bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, a->dq != NULL, 1);
+            }
+        }
+    }
+}
+
+KENTRY void bwd_item_kv(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_bwd_job *job = ctx;
+    const struct burst_bwd_args *a = job->a;
+    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    int64_t jt = item % job->nkt, g = item / job->nkt % job->dim.hkv;
+    int64_t b = item / job->nkt / job->dim.hkv;
+    int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d);
+    int loaded = 0;
+    for (int64_t hh = 0; hh < job->dim.group; hh++) {
+        int64_t h = g * job->dim.group + hh;
+        for (int64_t t = 0; t < job->nqt; t++) {
+            int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
+            struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask,
+                                                          job->dim.nk, i0, rows, BR, sc.kb, sc.ke);
+            if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
+                continue;
+            if (!loaded) {
+                bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
+                           BURST_CPU_MR);
+                loaded = 1;
+            }
+            bwd_load_q(job, &sc, b, h, i0, rows);
+            bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, 0, 1);
+        }
+    }
+}
+
+KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_bwd_job *job = ctx;
+    const struct burst_bwd_args *a = job->a;
+    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    int64_t t = job->nqt - 1 - item % job->nqt; /* heaviest (causal) first */
+    int64_t h = item / job->nqt % job->dim.hq, b = item / job->nqt / job->dim.hq;
+    int64_t g = h / job->dim.group;
+    int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
+    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d);
+    struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, job->dim.nk, i0,
+                                                  rows, BR, sc.kb, sc.ke);
+    if (r.kmin >= r.kmax)
+        return;
+    bwd_load_q(job, &sc, b, h, i0, rows);
+    for (int64_t jt = r.kmin / BC; jt * BC < r.kmax; jt++) {
+        int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+        if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
+            continue;
+        bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
+                   BURST_CPU_MR);
+        bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, 1, 0);
+    }
+}

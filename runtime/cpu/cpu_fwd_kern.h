@@ -1,0 +1,124 @@
+/*
+ * runtime/cpu/cpu_fwd_kern.h - the forward work item (TEMPLATE, included by cpu_fwd.c once per
+ * variant after defining BURST_CPU_AVX2).
+ *
+ * One item = (batch b, query head h, Q tile of BR rows). Q is loaded once, transposed and
+ * pre-scaled by tau * log2(e) (Qt[c][i]); K/V tiles of BC rows stream through:
+ *   St = K Qt              [BC x BR], scores in log2 units, key-major
+ *   mask partial tiles     St = -inf outside each query's key interval
+ *   m' = max(m, colmax St), alpha = 2^(m - m'), P = 2^(St - m'), l = alpha l + colsum P
+ *   O  = alpha O + P^T V   [BR x d]
+ * (with m' = -inf treated as 0 so fully masked rows stay exactly 0). At the end of the block
+ * the tile's (O / l, lse) is merged into (o_acc, lse_acc) with the log-sum-exp rule; rows with
+ * no allowed key are not touched.
+ */
+#include "cpu_simd.h"
+#include "cpu_tile.h"
+
+#undef fwd_item
+#define fwd_item KFN(fwd_item)
+
+KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
+{
+    const struct burst_cpu_fwd_job *job = ctx;
+    const struct burst_fwd_args *a = job->a;
+    const int64_t d = job->dim.d, nq = job->dim.nq, nk = job->dim.nk, hq = job->dim.hq;
+    const int64_t BR = BURST_CPU_FWD_BR, BC = BURST_CPU_FWD_BC;
+
+    /* heaviest tiles first (causal): tile index runs backwards */
+    int64_t t = job->nqt - 1 - item % job->nqt;
+    int64_t h = (item / job->nqt) % hq;
+    int64_t b = item / job->nqt / hq;
+    int64_t g = h / job->dim.group;
+    int64_t i0 = t * BR;
+    int64_t rows = burst_cpu_min64(BR, nq - i0);
+
+    struct burst_cpu_fwd_scratch sc = burst_cpu_fwd_layout(scratch, d);
+    struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, nk, i0, rows, BR,
+                                                  sc.kb, sc.ke);
+    if (r.kmin >= r.kmax)
+        return;
+
+    /* Qt = (tau log2 e) Q^T, zero columns past rows */
+    const float qmul = a->scale * 1.4426950408889634f;
+    for (int64_t i = 0; i < rows; i++) {
+        load_row(sc.tmp, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, qmul);
+        for (int64_t c = 0; c < d; c++)
+            sc.qt[c * BR + i] = sc.tmp[c];
+    }
+    for (int64_t c = 0; c < d && rows < BR; c++)
+        memset(sc.qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
+    memset(sc.o, 0, sizeof(float) * (size_t)(BR * d));
+    for (int64_t i = 0; i < BR; i++) {
+        sc.m[i] = -(float)INFINITY;
+        sc.l[i] = 0.0f;
+    }
+
+    for (int64_t j0 = r.kmin; j0 < r.kmax; j0 += BC) {
+        int64_t cnt = burst_cpu_min64(BC, r.kmax - j0);
+        int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
+        int full = cnt == BC && j0 >= r.kbmax && j0 + BC <= r.kemin;
+        if (!full && !burst_cpu_any_allowed(sc.kb, sc.ke, rows, j0, j0 + cnt))
+            continue;
+
+        for (int64_t j = 0; j < cnt; j++) {
+            load_row(sc.k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
+            load_row(sc.v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
+        }
+        if (jn > cnt) {
+            memset(sc.k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+            memset(sc.v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+        }
+
+        gemm(jn, BR, d, sc.k, d, 1, sc.qt, BR, sc.s, BR, BURST_CPU_STORE, NULL);
+        if (!full)
+            mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
+
+        for (int64_t i = 0; i < BR; i += VL) {
+            vf mx = vf_set1(-(float)INFINITY);
+            for (int64_t j = 0; j < jn; j++)
+                mx = vf_max(mx, vf_load(sc.s + j * BR + i));
+            vf mold = vf_load(sc.m + i);
+            vf mnew = vf_max(mold, mx);
+            vf muse = vf_zero_if_neginf(mnew);
+            vf alpha = vf_exp2(vf_sub(mold, muse));
+            vf sum = vf_zero();
+            for (int64_t j = 0; j < jn; j++) {
+                float *s = sc.s + j * BR + i;
+                vf p = vf_exp2(vf_sub(vf_load(s), muse));
+                vf_store(s, p);
+                sum = vf_add(sum, p);
+            }
+            vf_store(sc.m + i, mnew);
+            vf_store(sc.alpha + i, alpha);
+            vf_store(sc.l + i, vf_fma(vf_load(sc.l + i), alpha, sum));
+        }
+
+        gemm(BR, d, jn, sc.s, 1, BR, sc.v, d, sc.o, d, BURST_CPU_SCALE, sc.alpha);
+    }
+
+    /* fused merge into the running (o_acc, lse_acc) */
+    const float *lse_row = a->lse_acc + (b * hq + h) * nq + i0;
+    for (int64_t i = 0; i < rows; i++) {
+        if (!(sc.l[i] > 0.0f))
+            continue; /* no allowed key in this block: leave the row untouched */
+        double lr = ((double)sc.m[i] + log2((double)sc.l[i])) * 0.69314718055994530942;
+        double lo = (double)lse_row[i];
+        float *orow = a->o_acc + ((b * nq + i0 + i) * hq + h) * d;
+        const float *ot = sc.o + i * d;
+        double ln;
+        if (lo == -INFINITY) {
+            ln = lr;
+            vf cn = vf_set1((float)(1.0 / (double)sc.l[i]));
+            for (int64_t c = 0; c < d; c += VL)
+                vf_store(orow + c, vf_mul(cn, vf_load(ot + c)));
+        } else {
+            ln = (lo > lr ? lo : lr) + log1p(exp(-fabs(lo - lr)));
+            vf co = vf_set1((float)exp(lo - ln));
+            vf cn = vf_set1((float)(exp(lr - ln) / (double)sc.l[i]));
+            for (int64_t c = 0; c < d; c += VL)
+                vf_store(orow + c, vf_fma(co, vf_load(orow + c), vf_mul(cn, vf_load(ot + c))));
+        }
+        a->lse_acc[(b * hq + h) * nq + i0 + i] = (float)ln;
+    }
+}

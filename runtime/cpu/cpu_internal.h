@@ -1,0 +1,129 @@
+/*
+ * runtime/cpu/cpu_internal.h - shared declarations of the cpu backend (private).
+ *
+ * Kernel layout (see cpu_fwd.c and cpu_bwd.c for the algorithms):
+ *   - Q tiles of BR rows, K/V tiles of BC rows, micro-kernel of MR rows x (2 vectors) columns;
+ *   - every tile is converted to fp32 into per-thread scratch; scores are kept transposed,
+ *     St[key][query], so softmax statistics are vertical vector operations;
+ *   - each kernel exists twice: "avx2" (AVX2+FMA+F16C, x86-64 GCC/clang, chosen at run time)
+ *     and "base" (portable C / GNU vectors). BURST_CPU_ISA=base forces the portable one.
+ */
+#ifndef BURST_CPU_INTERNAL_H
+#define BURST_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cpu_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define BURST_CPU_HAVE_AVX2_VARIANT 1
+#else
+#define BURST_CPU_HAVE_AVX2_VARIANT 0
+#endif
+
+enum burst_cpu_isa {
+    BURST_CPU_ISA_BASE = 0,
+    BURST_CPU_ISA_AVX2 = 1,
+};
+
+/* Tile sizes. BR: multiple of 16 and of MR; BC: multiple of MR. */
+#define BURST_CPU_MR 6
+#define BURST_CPU_FWD_BR 96
+#define BURST_CPU_FWD_BC 48
+#define BURST_CPU_BWD_BR 48
+#define BURST_CPU_BWD_BC 48
+
+struct burst_cpu_backend {
+    struct burst_cpu_pool *pool;
+    enum burst_cpu_isa isa;
+};
+
+/* Geometry of one attention call, validated from the tensors. */
+struct burst_cpu_dims {
+    int64_t batch, nq, nk, hq, hkv, d, group; /* group = hq / hkv */
+};
+
+/* Forward job context (shared by every work item of one fwd_step). */
+struct burst_cpu_fwd_job {
+    const struct burst_fwd_args *a;
+    struct burst_cpu_dims dim;
+    int64_t nqt; /* Q tiles per (batch, head) */
+};
+
+/* Backward job context. */
+struct burst_cpu_bwd_job {
+    const struct burst_bwd_args *a;
+    struct burst_cpu_dims dim;
+    int64_t nqt, nkt; /* Q tiles, K tiles per (batch, head) */
+};
+
+/* Address of element [b, i, h, 0] of a view. */
+static inline const void *burst_cpu_row(const struct burst_tensor *t, int64_t b, int64_t i,
+                                        int64_t h)
+{
+    size_t es = t->dtype == BURST_DTYPE_FP32 ? 4 : 2;
+    int64_t off = b * t->stride[0] + i * t->stride[1] + h * t->stride[2];
+    return (const char *)t->data + off * (int64_t)es;
+}
+
+static inline int64_t burst_cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t burst_cpu_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Allowed key interval of every query row of the tile [i0, i0 + rows) (rows <= BR), clamped to
+ * [0, nk]; rows past `rows` up to br get an empty interval. Fills the summary of the tile:
+ * union [*kmin, *kmax) (empty when kmin >= kmax) and intersection [*kbmax, *kemin). */
+struct burst_cpu_rows {
+    int64_t kmin, kmax, kbmax, kemin;
+};
+
+static inline struct burst_cpu_rows burst_cpu_intervals(const struct burst_posmap *qpos,
+                                                        const struct burst_posmap *kpos,
+                                                        struct burst_mask mask, int64_t nk,
+                                                        int64_t i0, int64_t rows, int64_t br,
+                                                        int64_t *kb, int64_t *ke)
+{
+    struct burst_cpu_rows r = {INT64_MAX, 0, 0, INT64_MAX};
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t lo, hi;
+        burst_mask_keys(kpos, mask, burst_posmap_pos(qpos, i0 + i), &lo, &hi);
+        lo = burst_cpu_max64(lo, 0);
+        hi = burst_cpu_min64(hi, nk);
+        if (hi < lo)
+            hi = lo;
+        kb[i] = lo;
+        ke[i] = hi;
+        if (lo < hi) {
+            r.kmin = burst_cpu_min64(r.kmin, lo);
+            r.kmax = burst_cpu_max64(r.kmax, hi);
+        }
+        r.kbmax = burst_cpu_max64(r.kbmax, lo);
+        r.kemin = burst_cpu_min64(r.kemin, hi);
+    }
+    for (int64_t i = rows; i < br; i++)
+        kb[i] = ke[i] = 0;
+    return r;
+}
+
+/* Does any row of the tile allow a key of [j0, j1)? */
+static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, int64_t rows,
+                                        int64_t j0, int64_t j1)
+{
+    for (int64_t i = 0; i < rows; i++)
+        if (burst_cpu_max64(kb[i], j0) < burst_cpu_min64(ke[i], j1))
+            return 1;
+    return 0;
+}
+
+/* Validate the q/k/v shapes (and optional dout) of one step; fills dim. */
+burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
+                                   const struct burst_tensor *k, const struct burst_tensor *v,
+                                   const struct burst_tensor *dout, struct burst_cpu_dims *dim);
+
+burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args);
+burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args);
+burst_status_t burst_cpu_bwd_delta(void *be, const struct burst_tensor *dout,
+                                   const struct burst_tensor *o, float *delta);
+
+#endif /* BURST_CPU_INTERNAL_H */
