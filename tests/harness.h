@@ -1,0 +1,176 @@
+/*
+ * tests/harness.h - the shared test harness: random problems, G ranks as threads, comparison
+ * with the fp64 reference (tests/ref.h).
+ *
+ * One case = one attention problem. The harness
+ *   1. draws global natural-order inputs Q, K, V, dO with a seed (BURST_TEST_SEED or the clock;
+ *      printed on every failure so that it reproduces), rounds them to the case's dtype, and
+ *      hands the reference exactly the rounded values (so input rounding is not an error);
+ *   2. permutes them into the layout's rank order (burst_layout_permute) and cuts per-rank views
+ *      at burst_layout_shard_offset (or the prefix sums of explicit shard_lens), optionally with
+ *      padded head strides;
+ *   3. poisons every output (NaN bit patterns), runs G ranks as G threads of one process (one
+ *      shared context, a burst_local_world, one comm + plan per rank): forward, then backward;
+ *   4. unpermutes the outputs (burst_layout_unpermute) and compares O, lse, dQ, dK, dV with the
+ *      reference, element by element, and checks that padding between heads is still poison.
+ *
+ * TOLERANCE (per tensor T, element x with reference r; S_T = max |r| over T):
+ *
+ *     |x - r| <= rtol * |r| + 1e-5 * S_T + extra(x)
+ *
+ *   fp32:    rtol = 1e-5. This is the issue's "1e-5 relative of fp64"; the floor 1e-5 * S_T
+ *            stops elements that are near zero by cancellation (gradients, O rows averaging to
+ *            ~0) from demanding an impossible elementwise relative accuracy.
+ *            dQ and dK are sums of dS = P (dP - D), a difference of two dot products that may
+ *            cancel completely (a window of width 0 gives dS = 0 exactly, S_T = 0): for them
+ *            extra = 1e-5 * C, with C the same sum taken over the magnitudes of the cancelling
+ *            terms, C_dQ_i = tau sum_j P_ij (|dO_i|.|v_j| + |dO_i|.|O_i|) |k_j| (C_dK alike
+ *            over i with |q_i|): 1e-5 relative to what was subtracted. This applies to every
+ *            dtype.
+ *   fp16/bf16 (unit roundoff u = 2^-11 / 2^-8): inputs are rounded BEFORE the reference sees
+ *            them, so they contribute nothing; what remains is
+ *            (a) output rounding: O, dQ, dK, dV are cast to the dtype once: rtol = u + 1e-5
+ *                (lse stays fp32: rtol = 1e-5);
+ *            (b) the fp32 arithmetic inside: the same 1e-5 terms as fp32;
+ *            (c) the one "input" of the backward the reference does not see rounded: O. The
+ *                backward's D_i = sum_c dO_ic O_ic uses the forward's rounded O, so
+ *                |dD_i| <= u * w_i with w_i = sum_c |dO_ic| |O_ic|; to first order this moves
+ *                dQ_i by tau dD_i sum_j P_ij k_j  -> |.| <= tau u w_i sum_j P_ij |k_j|
+ *                dK_j by tau sum_i P_ij dD_i q_i  -> |.| <= tau u sum_i P_ij w_i |q_i|
+ *                (dV does not use D). These are computed elementwise in fp64 and added to extra.
+ *            (d) BURST_WIRE_INPUT only: the travelling accumulator (dQ for burst; dK, dV for
+ *                ring) is rounded to the dtype at each of its h = steps - 1 hops, each time by at
+ *                most u * |partial sum| <= u * A, where A is the sum of the absolute values of
+ *                every contribution (A_dQ = tau sum_j |dS_ij| |k_j|, A_dK = tau sum_i |dS_ij| |q_i|,
+ *                A_dV = sum_i P_ij |dO_i|, computed in fp64): extra += h * u * A.
+ *            Every derived term (c, d) is multiplied by 1.25 to cover second-order effects.
+ *   With fp32 accumulators on the wire (the default) no term depends on G: each hop moves
+ *   dtype values that are already exact (K, V, Q, dO) or fp32 values (lse, D, accumulators), so
+ *   the half-precision bound is the same for G = 1 and any G (test_scaling checks this).
+ *
+ * Reported per tensor: max_abs = max |x - r|, max_rel = max |x - r| / (|r| + S_T) (a mixed
+ * relative error that is meaningful for near-zero elements), and worst = max |x - r| / tol (the
+ * case passes when worst <= 1 for every tensor, nothing is NaN/Inf and the padding is intact).
+ *
+ * Threads: rank functions run on worker threads and must not call cmocka asserts (they longjmp);
+ * they record what happened and the main thread asserts after harness_run_ranks() returns.
+ */
+#ifndef BURST_TESTS_HARNESS_H
+#define BURST_TESTS_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "burst/burst.h"
+
+/* ---- seeds and random numbers ---- */
+
+/* The run's seed: BURST_TEST_SEED if set, else drawn from the clock. Stable within a process. */
+uint64_t harness_seed(void);
+uint64_t harness_rng_next(uint64_t *state); /* splitmix64 */
+double harness_rng_uniform(uint64_t *state, double lo, double hi);
+
+/* ---- dtypes (independent of the library's converters, which test_dtype checks) ---- */
+
+double harness_unit_roundoff(burst_dtype_t dtype); /* 2^-24, 2^-11, 2^-8 */
+double harness_round(burst_dtype_t dtype, double x);  /* round to nearest even into dtype */
+void harness_store(burst_dtype_t dtype, void *base, size_t i, double x); /* rounds (RNE) */
+double harness_load(burst_dtype_t dtype, const void *base, size_t i);
+/* Fill with a NaN bit pattern that no computation produces (the "poison"). */
+void harness_poison(burst_dtype_t dtype, void *base, size_t count);
+int harness_is_poison(burst_dtype_t dtype, const void *base, size_t i);
+
+/* ---- the shared context and rank threads ---- */
+
+/* One context for the whole test process (cpu backend), created on first use. */
+struct burst_context *harness_context(void);
+
+typedef void (*harness_rank_fn)(int rank, struct burst_comm *comm, void *arg);
+
+/* Run fn on `ranks` threads, each with its own communicator of one new world (timeout_ms as
+ * given; 0 = default). Returns 0, or -1 when the world/comm/threads could not be set up. */
+int harness_run_ranks(int ranks, int timeout_ms, harness_rank_fn fn, void *arg);
+
+/* Milliseconds on a monotonic clock. */
+double harness_now_ms(void);
+
+/* Does s contain needle, ignoring case? */
+int harness_contains(const char *s, const char *needle);
+
+/* ---- attention cases ---- */
+
+struct harness_case {
+    const char *name;
+    int ranks;
+    int64_t batch, seq_len;
+    int q_heads, kv_heads, head_dim;
+    burst_dtype_t dtype;
+    int causal;
+    int64_t window_left, window_right; /* -1 = unbounded (use HW(l, r) below) */
+    burst_layout_t layout;
+    burst_bwd_pattern_t bwd;
+    burst_wire_precision_t wire;
+    const int64_t *shard_lens; /* natural layout only; NULL = even shards */
+    float softmax_scale;       /* 0 = 1/sqrt(d) */
+    double amp;                /* q, k drawn from U(-amp, amp); 0 = 2 (score std ~ 1.3) */
+    double grid;               /* > 0: q, k rounded to multiples of 1/grid, so that scores are
+                                  exact in fp32 even when large (tests exp overflow safety
+                                  without ill-conditioning the fp32 dot products) */
+    int pad;                   /* extra elements between heads in the rank-visible tensors */
+    int deterministic;
+    uint64_t seed;             /* 0 = harness_seed() mixed with the case name */
+};
+
+enum harness_tensor { H_O = 0, H_LSE, H_DQ, H_DK, H_DV, H_NTENSORS };
+
+struct harness_err {
+    double max_abs;
+    double max_rel;
+    double worst;     /* max |x - r| / tol */
+    int64_t worst_at; /* flat index (natural order) of the worst element */
+    int64_t nonfinite;
+    int64_t pad_clobbered;
+};
+
+struct harness_rank_record {
+    burst_status_t st_plan, st_fwd, st_bwd;
+    char msg[512]; /* last error of the first failing call */
+    int64_t local_len;
+    int positions_ok;
+    burst_bwd_pattern_t bwd_used;
+    struct burst_phase_stats stats[3];
+    struct burst_traffic *step_traffic[3]; /* [stats[phase].steps + 1] */
+};
+
+struct harness_problem; /* inputs, outputs, reference: opaque */
+
+/* Build the inputs of case c. NULL on allocation failure or an invalid case (message printed). */
+struct harness_problem *harness_problem_create(const struct harness_case *c);
+void harness_problem_destroy(struct harness_problem *p);
+uint64_t harness_problem_seed(const struct harness_problem *p);
+
+/* Poison outputs, run G ranks (forward then backward), unpermute. 0 when every rank's plan,
+ * forward and backward returned BURST_OK, else -1 (records say which). */
+int harness_problem_run(struct harness_problem *p);
+const struct harness_rank_record *harness_problem_record(const struct harness_problem *p,
+                                                         int rank);
+/* Natural-order outputs of the last run: O, dQ, dK, dV in the dtype, lse fp32 [B, Hq, N]. */
+const void *harness_problem_output(const struct harness_problem *p, enum harness_tensor t,
+                                   size_t *bytes_p);
+
+/* Compare the last run with the reference (computed on first use). Fills err[H_NTENSORS];
+ * returns 1 when everything is within tolerance. */
+int harness_problem_compare(struct harness_problem *p, struct harness_err err[H_NTENSORS]);
+
+/* Print the case, seed and errors (one line per tensor). */
+void harness_problem_print(const struct harness_problem *p, const struct harness_err *err,
+                           const char *verdict);
+
+/* Create, run, compare, print on failure (always when verbose or BURST_TEST_VERBOSE=1),
+ * destroy. 1 = pass. */
+int harness_check_case(const struct harness_case *c, int verbose);
+
+/* Describe a case in one line (for messages). */
+void harness_case_str(const struct harness_case *c, char *buf, size_t len);
+
+#endif /* BURST_TESTS_HARNESS_H */

@@ -1,0 +1,1019 @@
+/*
+ * tests/test_bad_input.c - every entry point rejects bad input (issue 2 item 7), one test per
+ * case. Each test checks the returned status, that burst_last_error() names the argument and
+ * its value (for pointers: the name and "NULL"), and that nothing was half-written: output
+ * tensors keep their poison bytes and *_p outputs keep their sentinel.
+ * Multi-rank cases: bad input on one rank must not hang the others: they get
+ * BURST_ERR_PEER_FAILED within the communicator's (short) timeout, and plans that differ between
+ * ranks give BURST_ERR_PLAN_MISMATCH on every rank with a message naming the rank and field.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+enum { N = 16, HQ = 2, HKV = 1, D = 16, TIMEOUT_MS = 2000 };
+#define NQ ((size_t)N * HQ * D)
+#define NKV ((size_t)N * HKV * D)
+
+static int sentinel_obj;
+#define SENTINEL ((void *)&sentinel_obj)
+
+struct fixture {
+    struct burst_local_world *world;
+    struct burst_comm *comm;
+    struct burst_plan *plan;
+    struct burst_plan_params pp;
+    float q[NQ], k[NKV], v[NKV], dout[NQ];
+    float o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];          /* outputs: poisoned */
+    float o0[NQ], lse0[HQ * N], dq0[NQ], dk0[NKV], dv0[NKV];     /* their snapshots */
+    struct burst_tensor tq, tk, tv, tdout, to, tdq, tdk, tdv;
+};
+
+static struct burst_plan_params valid_params(void)
+{
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = N;
+    pp.q_heads = HQ;
+    pp.kv_heads = HKV;
+    pp.head_dim = D;
+    pp.causal = 1;
+    return pp;
+}
+
+static int setup_comm(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    if (!f || !harness_context())
+        return -1;
+    if (burst_local_world_create(1, &f->world) != BURST_OK)
+        return -1;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.size = 1;
+    cp.world = f->world;
+    cp.timeout_ms = TIMEOUT_MS;
+    if (burst_comm_create(&cp, &f->comm) != BURST_OK)
+        return -1;
+    f->pp = valid_params();
+    uint64_t st = harness_seed();
+    for (size_t i = 0; i < NQ; i++)
+        f->q[i] = (float)harness_rng_uniform(&st, -1, 1), f->dout[i] = 0.5f;
+    for (size_t i = 0; i < NKV; i++)
+        f->k[i] = (float)harness_rng_uniform(&st, -1, 1), f->v[i] = 0.25f;
+    memset(f->o, 0xa5, sizeof f->o);
+    memset(f->lse, 0xa5, sizeof f->lse);
+    memset(f->dq, 0xa5, sizeof f->dq);
+    memset(f->dk, 0xa5, sizeof f->dk);
+    memset(f->dv, 0xa5, sizeof f->dv);
+    memcpy(f->o0, f->o, sizeof f->o);
+    memcpy(f->lse0, f->lse, sizeof f->lse);
+    memcpy(f->dq0, f->dq, sizeof f->dq);
+    memcpy(f->dk0, f->dk, sizeof f->dk);
+    memcpy(f->dv0, f->dv, sizeof f->dv);
+    f->tq = burst_tensor_contiguous(f->q, BURST_DTYPE_FP32, 1, N, HQ, D);
+    f->tk = burst_tensor_contiguous(f->k, BURST_DTYPE_FP32, 1, N, HKV, D);
+    f->tv = burst_tensor_contiguous(f->v, BURST_DTYPE_FP32, 1, N, HKV, D);
+    f->tdout = burst_tensor_contiguous(f->dout, BURST_DTYPE_FP32, 1, N, HQ, D);
+    f->to = burst_tensor_contiguous(f->o, BURST_DTYPE_FP32, 1, N, HQ, D);
+    f->tdq = burst_tensor_contiguous(f->dq, BURST_DTYPE_FP32, 1, N, HQ, D);
+    f->tdk = burst_tensor_contiguous(f->dk, BURST_DTYPE_FP32, 1, N, HKV, D);
+    f->tdv = burst_tensor_contiguous(f->dv, BURST_DTYPE_FP32, 1, N, HKV, D);
+    *state = f;
+    return 0;
+}
+
+static int setup_plan(void **state)
+{
+    if (setup_comm(state) != 0)
+        return -1;
+    struct fixture *f = *state;
+    if (burst_plan_create(harness_context(), f->comm, &f->pp, &f->plan) != BURST_OK) {
+        fprintf(stderr, "setup: burst_plan_create: %s\n", burst_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    if (f) {
+        burst_plan_destroy(f->plan);
+        burst_comm_destroy(f->comm);
+        burst_local_world_destroy(f->world);
+        free(f);
+    }
+    return 0;
+}
+
+static void check_untouched(const struct fixture *f)
+{
+    assert_memory_equal(f->o, f->o0, sizeof f->o);
+    assert_memory_equal(f->lse, f->lse0, sizeof f->lse);
+    assert_memory_equal(f->dq, f->dq0, sizeof f->dq);
+    assert_memory_equal(f->dk, f->dk0, sizeof f->dk);
+    assert_memory_equal(f->dv, f->dv0, sizeof f->dv);
+}
+
+/* does msg contain one of the '|'-separated alternatives? */
+static int contains_any(const char *msg, const char *alts)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", alts);
+    for (char *save = NULL, *tok = strtok_r(buf, "|", &save); tok; tok = strtok_r(NULL, "|", &save))
+        if (harness_contains(msg, tok))
+            return 1;
+    return 0;
+}
+
+/* status is one of want/want2, the message contains both needles (NULL needle: skipped) */
+static void expect_error(burst_status_t st, burst_status_t want, burst_status_t want2,
+                         const char *needle1, const char *needle2)
+{
+    const char *msg = burst_last_error();
+    if (st != want && st != want2)
+        fail_msg("status %d (%s), expected %d (%s); message: \"%s\"", (int)st,
+                 burst_status_str(st), (int)want, burst_status_str(want), msg ? msg : "(null)");
+    if (!msg || !contains_any(msg, needle1) || (needle2 && !contains_any(msg, needle2)))
+        fail_msg("message \"%s\" does not name \"%s\"%s%s%s", msg ? msg : "(null)", needle1,
+                 needle2 ? " and \"" : "", needle2 ? needle2 : "", needle2 ? "\"" : "");
+}
+
+#define EXPECT(st, want, n1, n2) expect_error((st), (want), (want), (n1), (n2))
+#define INVALID BURST_ERR_INVALID_ARG
+
+/* ------------------------------------------------------------------ context, world, comm */
+
+static void ctx_null_out(void **state)
+{
+    (void)state;
+    EXPECT(burst_context_create(NULL, NULL), INVALID, "ctx_p", "NULL");
+}
+
+static void ctx_bad_version(void **state)
+{
+    (void)state;
+    struct burst_context_params cp = burst_context_params_default();
+    cp.api_version = BURST_API_VERSION + (1u << 16);
+    struct burst_context *ctx = SENTINEL;
+    char v[64]; /* decimal or hex */
+    snprintf(v, sizeof v, "%u|0x%x", cp.api_version, cp.api_version);
+    EXPECT(burst_context_create(&cp, &ctx), BURST_ERR_VERSION, "api_version", v);
+    assert_ptr_equal(ctx, SENTINEL);
+}
+
+static void ctx_newer_minor(void **state)
+{
+    (void)state;
+    struct burst_context_params cp = burst_context_params_default();
+    cp.api_version = BURST_API_VERSION + 1;
+    struct burst_context *ctx = SENTINEL;
+    EXPECT(burst_context_create(&cp, &ctx), BURST_ERR_VERSION, "api_version", NULL);
+    assert_ptr_equal(ctx, SENTINEL);
+}
+
+static void ctx_unknown_backend(void **state)
+{
+    (void)state;
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = "nosuchbackend";
+    struct burst_context *ctx = SENTINEL;
+    EXPECT(burst_context_create(&cp, &ctx), INVALID, "backend", "nosuchbackend");
+    assert_ptr_equal(ctx, SENTINEL);
+}
+
+static void ctx_negative_threads(void **state)
+{
+    (void)state;
+    struct burst_context_params cp = burst_context_params_default();
+    cp.num_threads = -3;
+    struct burst_context *ctx = SENTINEL;
+    EXPECT(burst_context_create(&cp, &ctx), INVALID, "num_threads", "-3");
+    assert_ptr_equal(ctx, SENTINEL);
+}
+
+static void world_bad_size(void **state)
+{
+    (void)state;
+    static const int sizes[] = {0, -2, 65537};
+    for (int i = 0; i < 3; i++) {
+        struct burst_local_world *w = SENTINEL;
+        char v[16];
+        snprintf(v, sizeof v, "%d", sizes[i]);
+        EXPECT(burst_local_world_create(sizes[i], &w), INVALID, "size", v);
+        assert_ptr_equal(w, SENTINEL);
+    }
+}
+
+static void world_null_out(void **state)
+{
+    (void)state;
+    EXPECT(burst_local_world_create(2, NULL), INVALID, "world_p", "NULL");
+}
+
+static void comm_null_params(void **state)
+{
+    (void)state;
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create(NULL, &c), INVALID, "params", "NULL");
+    assert_ptr_equal(c, SENTINEL);
+}
+
+static void comm_null_out(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.size = 1;
+    cp.world = f->world;
+    EXPECT(burst_comm_create(&cp, NULL), INVALID, "comm_p", "NULL");
+}
+
+static void comm_null_world(void **state)
+{
+    (void)state;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.size = 1;
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create(&cp, &c), INVALID, "world", "NULL");
+    assert_ptr_equal(c, SENTINEL);
+}
+
+static void comm_bad_rank(void **state)
+{
+    (void)state;
+    struct burst_local_world *w;
+    assert_int_equal(burst_local_world_create(2, &w), BURST_OK);
+    static const int ranks[] = {-1, 2, 7};
+    for (int i = 0; i < 3; i++) {
+        struct burst_comm_params cp = burst_comm_params_default();
+        cp.size = 2;
+        cp.rank = ranks[i];
+        cp.world = w;
+        struct burst_comm *c = SENTINEL;
+        char v[16];
+        snprintf(v, sizeof v, "%d", ranks[i]);
+        EXPECT(burst_comm_create(&cp, &c), INVALID, "rank", v);
+        assert_ptr_equal(c, SENTINEL);
+    }
+    burst_local_world_destroy(w);
+}
+
+static void comm_bad_size(void **state)
+{
+    (void)state;
+    struct burst_local_world *w;
+    assert_int_equal(burst_local_world_create(2, &w), BURST_OK);
+    static const int sizes[] = {0, -4, 3};
+    for (int i = 0; i < 3; i++) {
+        struct burst_comm_params cp = burst_comm_params_default();
+        cp.size = sizes[i];
+        cp.world = w;
+        struct burst_comm *c = SENTINEL;
+        char v[16];
+        snprintf(v, sizeof v, "%d", sizes[i]);
+        EXPECT(burst_comm_create(&cp, &c), INVALID, "size", v);
+        assert_ptr_equal(c, SENTINEL);
+    }
+    burst_local_world_destroy(w);
+}
+
+static void comm_rank_taken(void **state)
+{
+    struct fixture *f = *state; /* rank 0 of f->world is taken by f->comm */
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.size = 1;
+    cp.world = f->world;
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create(&cp, &c), INVALID, "rank", "0");
+    assert_ptr_equal(c, SENTINEL);
+}
+
+static void comm_bad_version(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.api_version = BURST_API_VERSION + (1u << 16);
+    cp.size = 1;
+    cp.world = f->world;
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create(&cp, &c), BURST_ERR_VERSION, "api_version", NULL);
+    assert_ptr_equal(c, SENTINEL);
+}
+
+static void comm_unknown_transport(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.transport = "carrierpigeon";
+    cp.size = 1;
+    cp.world = f->world;
+    struct burst_comm *c = SENTINEL;
+    burst_status_t st = burst_comm_create(&cp, &c);
+    expect_error(st, INVALID, BURST_ERR_UNSUPPORTED, "transport", "carrierpigeon");
+    assert_ptr_equal(c, SENTINEL);
+}
+
+/* ------------------------------------------------------------------ plan creation */
+
+static void plan_expect(struct fixture *f, const struct burst_plan_params *pp,
+                        burst_status_t want, burst_status_t want2, const char *n1,
+                        const char *n2)
+{
+    struct burst_plan *plan = SENTINEL;
+    burst_status_t st = burst_plan_create(harness_context(), f->comm, pp, &plan);
+    expect_error(st, want, want2, n1, n2);
+    assert_ptr_equal(plan, SENTINEL);
+}
+
+#define PLAN_BAD(fn, stmt, n1, n2)                                                                 \
+    static void fn(void **state)                                                                   \
+    {                                                                                              \
+        struct fixture *f = *state;                                                                \
+        struct burst_plan_params pp = f->pp;                                                       \
+        stmt;                                                                                      \
+        plan_expect(f, &pp, INVALID, INVALID, n1, n2);                                             \
+    }
+#define PLAN_BAD2(fn, stmt, n1, n2)                                                                \
+    static void fn(void **state)                                                                   \
+    {                                                                                              \
+        struct fixture *f = *state;                                                                \
+        struct burst_plan_params pp = f->pp;                                                       \
+        stmt;                                                                                      \
+        plan_expect(f, &pp, INVALID, BURST_ERR_UNSUPPORTED, n1, n2);                               \
+    }
+
+static void plan_null_ctx(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_plan *plan = SENTINEL;
+    EXPECT(burst_plan_create(NULL, f->comm, &f->pp, &plan), INVALID, "ctx", "NULL");
+    assert_ptr_equal(plan, SENTINEL);
+}
+
+static void plan_null_comm(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_plan *plan = SENTINEL;
+    EXPECT(burst_plan_create(harness_context(), NULL, &f->pp, &plan), INVALID, "comm", "NULL");
+    assert_ptr_equal(plan, SENTINEL);
+}
+
+static void plan_null_params(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_plan *plan = SENTINEL;
+    EXPECT(burst_plan_create(harness_context(), f->comm, NULL, &plan), INVALID, "params", "NULL");
+    assert_ptr_equal(plan, SENTINEL);
+}
+
+static void plan_null_out(void **state)
+{
+    struct fixture *f = *state;
+    EXPECT(burst_plan_create(harness_context(), f->comm, &f->pp, NULL), INVALID, "plan_p",
+           "NULL");
+}
+
+static void plan_bad_version(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_plan_params pp = f->pp;
+    pp.api_version = 0x7fff0000u;
+    plan_expect(f, &pp, BURST_ERR_VERSION, BURST_ERR_VERSION, "api_version", NULL);
+}
+
+PLAN_BAD(plan_batch_zero, pp.batch = 0, "batch", "0")
+PLAN_BAD(plan_batch_negative, pp.batch = -7, "batch", "-7")
+PLAN_BAD(plan_seq_len_zero, pp.seq_len = 0, "seq_len", "0")
+PLAN_BAD(plan_seq_len_negative, pp.seq_len = -5, "seq_len", "-5")
+PLAN_BAD(plan_q_heads_zero, pp.q_heads = 0, "q_heads", "0")
+PLAN_BAD(plan_q_heads_negative, pp.q_heads = -3, "q_heads", "-3")
+PLAN_BAD(plan_kv_heads_zero, pp.kv_heads = 0, "kv_heads", "0")
+PLAN_BAD(plan_kv_heads_negative, pp.kv_heads = -2, "kv_heads", "-2")
+PLAN_BAD(plan_heads_not_divisible, (pp.q_heads = 6, pp.kv_heads = 4), "heads", "6")
+PLAN_BAD(plan_kv_heads_above_q, (pp.q_heads = 2, pp.kv_heads = 4), "heads", "4")
+PLAN_BAD2(plan_head_dim_zero, pp.head_dim = 0, "head_dim", "0")
+PLAN_BAD2(plan_head_dim_negative, pp.head_dim = -8, "head_dim", "-8")
+PLAN_BAD2(plan_head_dim_12, pp.head_dim = 12, "head_dim", "12")
+PLAN_BAD2(plan_head_dim_264, pp.head_dim = 264, "head_dim", "264")
+PLAN_BAD2(plan_head_dim_4, pp.head_dim = 4, "head_dim", "4")
+PLAN_BAD(plan_dtype_unknown, pp.dtype = (burst_dtype_t)9, "dtype", "9")
+PLAN_BAD(plan_layout_unknown, pp.layout = (burst_layout_t)5, "layout", "5")
+PLAN_BAD(plan_bwd_unknown, pp.bwd_pattern = (burst_bwd_pattern_t)7, "bwd_pattern", "7")
+PLAN_BAD(plan_wire_unknown, pp.acc_wire = (burst_wire_precision_t)4, "acc_wire", "4")
+PLAN_BAD(plan_window_left_negative, pp.window_left = -2, "window_left", "-2")
+PLAN_BAD(plan_window_right_negative, pp.window_right = -3, "window_right", "-3")
+PLAN_BAD(plan_scale_negative, pp.softmax_scale = -0.5f, "softmax_scale", "-0.5")
+
+static const int64_t lens_short[1] = {15};
+static const int64_t lens_zero[1] = {0};
+static const int64_t lens_ok[1] = {N};
+PLAN_BAD(plan_shard_lens_sum, pp.shard_lens = lens_short, "shard_lens", "15")
+PLAN_BAD(plan_shard_lens_zero, (pp.shard_lens = lens_zero, pp.seq_len = 0), "seq_len", "0")
+PLAN_BAD(plan_shard_lens_zigzag, (pp.shard_lens = lens_ok, pp.layout = BURST_LAYOUT_ZIGZAG),
+         "shard_lens", NULL)
+
+static void plan_after_abort(void **state)
+{
+    /* a failed plan_create aborts the communicator: the next collective call says so */
+    struct fixture *f = *state;
+    struct burst_plan_params pp = f->pp;
+    pp.head_dim = 12;
+    struct burst_plan *plan = SENTINEL;
+    assert_int_not_equal(burst_plan_create(harness_context(), f->comm, &pp, &plan), BURST_OK);
+    pp = f->pp;
+    assert_int_equal(burst_plan_create(harness_context(), f->comm, &pp, &plan),
+                     BURST_ERR_COMM_FAILED);
+    assert_ptr_equal(plan, SENTINEL);
+}
+
+/* ------------------------------------------------------------------ forward */
+
+#define FWD(f, q, k, v, o, lse) burst_attention_forward((f)->plan, q, k, v, o, lse)
+
+static void fwd_expect(struct fixture *f, burst_status_t st, const char *n1, const char *n2)
+{
+    EXPECT(st, INVALID, n1, n2);
+    check_untouched(f);
+}
+
+static void fwd_null_plan(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, burst_attention_forward(NULL, &f->tq, &f->tk, &f->tv, &f->to, f->lse), "plan",
+               "NULL");
+}
+static void fwd_null_q(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, FWD(f, NULL, &f->tk, &f->tv, &f->to, f->lse), "q", "NULL");
+}
+static void fwd_null_k(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, FWD(f, &f->tq, NULL, &f->tv, &f->to, f->lse), "k", "NULL");
+}
+static void fwd_null_v(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, FWD(f, &f->tq, &f->tk, NULL, &f->to, f->lse), "v", "NULL");
+}
+static void fwd_null_o(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, FWD(f, &f->tq, &f->tk, &f->tv, NULL, f->lse), "o", "NULL");
+}
+static void fwd_null_lse(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, FWD(f, &f->tq, &f->tk, &f->tv, &f->to, NULL), "lse", "NULL");
+}
+static void fwd_null_data(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_tensor t = f->tk;
+    t.data = NULL;
+    fwd_expect(f, FWD(f, &f->tq, &t, &f->tv, &f->to, f->lse), "k", "NULL");
+}
+
+#define FWD_TENSOR_BAD(fn, field, stmt, n1, n2)                                                    \
+    static void fn(void **state)                                                                   \
+    {                                                                                              \
+        struct fixture *f = *state;                                                                \
+        struct burst_tensor t = f->field;                                                          \
+        stmt;                                                                                      \
+        struct burst_tensor q = f->tq, k = f->tk, v = f->tv, o = f->to;                            \
+        if (&f->field == &f->tq)                                                                   \
+            q = t;                                                                                 \
+        if (&f->field == &f->tk)                                                                   \
+            k = t;                                                                                 \
+        if (&f->field == &f->tv)                                                                   \
+            v = t;                                                                                 \
+        if (&f->field == &f->to)                                                                   \
+            o = t;                                                                                 \
+        fwd_expect(f, FWD(f, &q, &k, &v, &o, f->lse), n1, n2);                                     \
+    }
+
+FWD_TENSOR_BAD(fwd_q_batch_mismatch, tq, t.shape[0] = 3, "q", "3")
+FWD_TENSOR_BAD(fwd_q_len_mismatch, tq, t.shape[1] = N - 1, "q", "15")
+FWD_TENSOR_BAD(fwd_q_heads_mismatch, tq, t.shape[2] = 5, "q", "5")
+FWD_TENSOR_BAD(fwd_q_head_dim_mismatch, tq, t.shape[3] = 24, "q", "24")
+FWD_TENSOR_BAD(fwd_k_heads_mismatch, tk, (t.data = f->dout, t.shape[2] = HQ, t.stride[1] = HQ * D),
+               "k", "2")
+FWD_TENSOR_BAD(fwd_v_len_mismatch, tv, t.shape[1] = N + 3, "v", "19")
+FWD_TENSOR_BAD(fwd_k_dtype_mixed, tk, t.dtype = BURST_DTYPE_FP16, "k", "fp16|dtype")
+FWD_TENSOR_BAD(fwd_v_dtype_mixed, tv, t.dtype = BURST_DTYPE_BF16, "v", "bf16|dtype")
+FWD_TENSOR_BAD(fwd_o_dtype_mixed, to, t.dtype = BURST_DTYPE_FP16, "o", "fp16|dtype")
+FWD_TENSOR_BAD(fwd_q_dtype_unknown, tq, t.dtype = (burst_dtype_t)11, "q", "11")
+FWD_TENSOR_BAD(fwd_q_stride3, tq, t.stride[3] = 2, "stride", "2")
+FWD_TENSOR_BAD(fwd_k_stride_negative, tk, t.stride[1] = -(int64_t)(HKV * D), "stride", "-16")
+FWD_TENSOR_BAD(fwd_v_stride_zero, tv, t.stride[2] = 0, "stride", "0")
+FWD_TENSOR_BAD(fwd_o_overlapping, to, t.stride[1] = D / 2, "o", "overlap")
+FWD_TENSOR_BAD(fwd_o_heads_overlap, to, t.stride[2] = 8, "o", "overlap")
+
+static void fwd_o_aliases_q(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_tensor o = f->tq;
+    EXPECT(FWD(f, &f->tq, &f->tk, &f->tv, &o, f->lse), INVALID, "o", "q");
+    check_untouched(f);
+}
+
+/* ------------------------------------------------------------------ backward */
+
+#define BWD(f, q, k, v, o, lse, dout, dq, dk, dv)                                                  \
+    burst_attention_backward((f)->plan, q, k, v, o, lse, dout, dq, dk, dv)
+#define BWD_ALL(f) &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &f->tdk, &f->tdv
+
+static void bwd_null_plan(void **state)
+{
+    struct fixture *f = *state;
+    fwd_expect(f, burst_attention_backward(NULL, BWD_ALL(f)), "plan", "NULL");
+}
+
+#define BWD_NULL(fn, name, ...)                                                                    \
+    static void fn(void **state)                                                                   \
+    {                                                                                              \
+        struct fixture *f = *state;                                                                \
+        fwd_expect(f, BWD(f, __VA_ARGS__), name, "NULL");                                          \
+    }
+BWD_NULL(bwd_null_q, "q", NULL, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_k, "k", &f->tq, NULL, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_v, "v", &f->tq, &f->tk, NULL, &f->to, f->lse, &f->tdout, &f->tdq, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_o, "o", &f->tq, &f->tk, &f->tv, NULL, f->lse, &f->tdout, &f->tdq, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_lse, "lse", &f->tq, &f->tk, &f->tv, &f->to, NULL, &f->tdout, &f->tdq, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_dout, "dout", &f->tq, &f->tk, &f->tv, &f->to, f->lse, NULL, &f->tdq, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_dq, "dq", &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, NULL, &f->tdk,
+         &f->tdv)
+BWD_NULL(bwd_null_dk, "dk", &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, NULL,
+         &f->tdv)
+BWD_NULL(bwd_null_dv, "dv", &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &f->tdk,
+         NULL)
+
+#define BWD_TENSOR_BAD(fn, field, stmt, n1, n2)                                                    \
+    static void fn(void **state)                                                                   \
+    {                                                                                              \
+        struct fixture *f = *state;                                                                \
+        struct burst_tensor t = f->field;                                                          \
+        stmt;                                                                                      \
+        struct burst_tensor q = f->tq, k = f->tk, v = f->tv, o = f->to, dout = f->tdout,           \
+                            dq = f->tdq, dk = f->tdk, dv = f->tdv;                                 \
+        struct burst_tensor *all[8] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};                      \
+        const struct burst_tensor *orig[8] = {&f->tq, &f->tk,    &f->tv,  &f->to,                  \
+                                              &f->tdout, &f->tdq, &f->tdk, &f->tdv};               \
+        for (int i = 0; i < 8; i++)                                                                \
+            if (orig[i] == &f->field)                                                              \
+                *all[i] = t;                                                                       \
+        fwd_expect(f, BWD(f, &q, &k, &v, &o, f->lse, &dout, &dq, &dk, &dv), n1, n2);               \
+    }
+
+BWD_TENSOR_BAD(bwd_dout_len_mismatch, tdout, t.shape[1] = 9, "dout", "9")
+BWD_TENSOR_BAD(bwd_o_heads_mismatch, to, t.shape[2] = 3, "o", "3")
+BWD_TENSOR_BAD(bwd_dq_dtype_mixed, tdq, t.dtype = BURST_DTYPE_BF16, "dq", "bf16|dtype")
+BWD_TENSOR_BAD(bwd_dk_dtype_mixed, tdk, t.dtype = BURST_DTYPE_FP16, "dk", "fp16|dtype")
+BWD_TENSOR_BAD(bwd_dout_dtype_mixed, tdout, t.dtype = BURST_DTYPE_FP16, "dout", "fp16|dtype")
+BWD_TENSOR_BAD(bwd_dv_head_dim_mismatch, tdv, t.shape[3] = 8, "dv", "8")
+BWD_TENSOR_BAD(bwd_dv_stride3, tdv, t.stride[3] = 3, "stride", "3")
+BWD_TENSOR_BAD(bwd_dq_stride_negative, tdq, t.stride[0] = -1, "stride", "-1")
+BWD_TENSOR_BAD(bwd_dk_overlapping, tdk, t.stride[1] = 4, "dk", "overlap")
+
+static void bwd_dq_aliases_dk(void **state)
+{
+    struct fixture *f = *state;
+    /* dk written over dq's memory: both outputs, overlapping */
+    struct burst_tensor dk = burst_tensor_contiguous(f->dq, BURST_DTYPE_FP32, 1, N, HKV, D);
+    fwd_expect(f, BWD(f, &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &dk,
+                      &f->tdv),
+               "overlap", NULL);
+}
+
+/* ------------------------------------------------------------------ stats */
+
+static void stats_null_plan(void **state)
+{
+    (void)state;
+    struct burst_phase_stats s;
+    memset(&s, 0x5a, sizeof s);
+    struct burst_phase_stats s0 = s;
+    EXPECT(burst_plan_stats(NULL, BURST_PHASE_FWD, &s), INVALID, "plan", "NULL");
+    assert_memory_equal(&s, &s0, sizeof s);
+}
+
+static void stats_null_out(void **state)
+{
+    struct fixture *f = *state;
+    EXPECT(burst_plan_stats(f->plan, BURST_PHASE_FWD, NULL), INVALID, "stats_p", "NULL");
+}
+
+static void stats_bad_phase(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_phase_stats s;
+    memset(&s, 0x5a, sizeof s);
+    struct burst_phase_stats s0 = s;
+    EXPECT(burst_plan_stats(f->plan, (burst_phase_t)7, &s), INVALID, "phase", "7");
+    assert_memory_equal(&s, &s0, sizeof s);
+}
+
+static void step_traffic_bad_step(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_traffic t;
+    memset(&t, 0x5a, sizeof t);
+    struct burst_traffic t0 = t;
+    EXPECT(burst_plan_step_traffic(f->plan, BURST_PHASE_FWD, -1, &t), INVALID, "step", "-1");
+    EXPECT(burst_plan_step_traffic(f->plan, BURST_PHASE_FWD, 1000, &t), INVALID, "step", "1000");
+    assert_memory_equal(&t, &t0, sizeof t);
+}
+
+static void step_traffic_null(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_traffic t;
+    EXPECT(burst_plan_step_traffic(f->plan, BURST_PHASE_FWD, 0, NULL), INVALID, "traffic_p",
+           "NULL");
+    EXPECT(burst_plan_step_traffic(NULL, BURST_PHASE_FWD, 0, &t), INVALID, "plan", "NULL");
+}
+
+/* ------------------------------------------------------------------ layout helpers */
+
+static void layout_shard_len_errors(void **state)
+{
+    (void)state;
+    int64_t len = 77;
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 16, 0, 0, &len), INVALID, "ranks", "0");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 16, 4, -1, &len), INVALID, "rank", "-1");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 16, 4, 4, &len), INVALID, "rank", "4");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 3, 4, 0, &len), INVALID, "seq_len", "3");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_STRIPED, 3, 4, 0, &len), INVALID, "seq_len", "3");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_ZIGZAG, 7, 4, 0, &len), INVALID, "seq_len", "7");
+    EXPECT(burst_layout_shard_len((burst_layout_t)9, 16, 4, 0, &len), INVALID, "layout", "9");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 16, 4, 0, NULL), INVALID, "len_p",
+           "NULL");
+    assert_int_equal(len, 77);
+}
+
+static void layout_position_errors(void **state)
+{
+    (void)state;
+    int64_t pos = 77;
+    EXPECT(burst_layout_position(BURST_LAYOUT_ZIGZAG, 16, 4, 1, 4, &pos), INVALID, "local", "4");
+    EXPECT(burst_layout_position(BURST_LAYOUT_STRIPED, 16, 4, 1, -1, &pos), INVALID, "local",
+           "-1");
+    EXPECT(burst_layout_position(BURST_LAYOUT_NATURAL, 16, 4, 5, 0, &pos), INVALID, "rank", "5");
+    EXPECT(burst_layout_position(BURST_LAYOUT_NATURAL, 16, 4, 0, 0, NULL), INVALID, "pos_p",
+           "NULL");
+    assert_int_equal(pos, 77);
+}
+
+static void layout_offset_errors(void **state)
+{
+    (void)state;
+    int64_t off = 77;
+    EXPECT(burst_layout_shard_offset(BURST_LAYOUT_NATURAL, 16, -2, 0, &off), INVALID, "ranks",
+           "-2");
+    EXPECT(burst_layout_shard_offset(BURST_LAYOUT_STRIPED, 16, 4, 9, &off), INVALID, "rank", "9");
+    EXPECT(burst_layout_shard_offset(BURST_LAYOUT_ZIGZAG, 16, 4, 0, NULL), INVALID, "offset_p",
+           "NULL");
+    assert_int_equal(off, 77);
+}
+
+static void layout_permute_errors(void **state)
+{
+    struct fixture *f = *state;
+    /* q [1, 16, 2, 16] natural -> o (permuted), o must stay untouched on every error */
+    struct burst_tensor src = f->tq, dst = f->to;
+    EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 4, NULL, &dst), INVALID, "natural", "NULL");
+    EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 4, &src, NULL), INVALID, "permuted",
+           "NULL");
+    EXPECT(burst_layout_unpermute(BURST_LAYOUT_ZIGZAG, 4, NULL, &dst), INVALID, "permuted",
+           "NULL");
+    EXPECT(burst_layout_unpermute(BURST_LAYOUT_ZIGZAG, 4, &src, NULL), INVALID, "natural",
+           "NULL");
+    EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 0, &src, &dst), INVALID, "ranks", "0");
+    EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 9, &src, &dst), INVALID, "seq_len", "16");
+    EXPECT(burst_layout_permute((burst_layout_t)6, 4, &src, &dst), INVALID, "layout", "6");
+    struct burst_tensor d2 = dst;
+    d2.dtype = BURST_DTYPE_FP16;
+    EXPECT(burst_layout_permute(BURST_LAYOUT_STRIPED, 4, &src, &d2), INVALID, "dtype", "fp16");
+    d2 = dst;
+    d2.shape[2] = 1;
+    EXPECT(burst_layout_permute(BURST_LAYOUT_STRIPED, 4, &src, &d2), INVALID, "shape", "1");
+    d2 = dst;
+    d2.stride[3] = 2;
+    EXPECT(burst_layout_unpermute(BURST_LAYOUT_STRIPED, 4, &src, &d2), INVALID, "stride", "2");
+    d2 = dst;
+    d2.stride[2] = 4; /* heads overlap in the output */
+    EXPECT(burst_layout_unpermute(BURST_LAYOUT_STRIPED, 4, &src, &d2), INVALID, "overlap", NULL);
+    struct burst_tensor s2 = src;
+    s2.data = f->o + 8; /* src and dst overlap */
+    EXPECT(burst_layout_permute(BURST_LAYOUT_NATURAL, 4, &s2, &dst), INVALID, "overlap", NULL);
+    check_untouched(f);
+}
+
+/* ------------------------------------------------------------------ multi-rank failures */
+
+enum { MR_G = 3 };
+
+struct mr_state {
+    int bad_rank;
+    int kind; /* 0: mismatch causal, 1: mismatch head_dim, 2: bad plan param, 3: bad forward,
+                 4: bad backward, 5: mismatch dtype */
+    burst_status_t st[MR_G], st_after[MR_G];
+    double ms[MR_G];
+    char msg[MR_G][512];
+    int untouched[MR_G];
+};
+
+static void mr_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct mr_state *s = arg;
+    struct burst_plan_params pp = valid_params();
+    pp.seq_len = N * MR_G;
+    pp.causal = 0;
+    const int bad = rank == s->bad_rank;
+    if (bad && s->kind == 0)
+        pp.causal = 1;
+    if (bad && s->kind == 1)
+        pp.head_dim = 2 * D;
+    if (bad && s->kind == 2)
+        pp.head_dim = 12;
+    if (bad && s->kind == 5)
+        pp.dtype = BURST_DTYPE_BF16;
+    float q[NQ], k[NKV], v[NKV], dout[NQ], o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];
+    float snap[2 * NQ + HQ * N + 2 * NKV];
+    for (size_t i = 0; i < NQ; i++)
+        q[i] = dout[i] = 0.25f * (float)(i % 7);
+    for (size_t i = 0; i < NKV; i++)
+        k[i] = v[i] = 0.125f * (float)(i % 5);
+    memset(o, 0xa5, sizeof o);
+    memset(lse, 0xa5, sizeof lse);
+    memset(dq, 0xa5, sizeof dq);
+    memset(dk, 0xa5, sizeof dk);
+    memset(dv, 0xa5, sizeof dv);
+    struct burst_tensor tq = burst_tensor_contiguous(q, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        tk = burst_tensor_contiguous(k, BURST_DTYPE_FP32, 1, N, HKV, D),
+                        tv = burst_tensor_contiguous(v, BURST_DTYPE_FP32, 1, N, HKV, D),
+                        tdo = burst_tensor_contiguous(dout, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        to = burst_tensor_contiguous(o, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        tdq = burst_tensor_contiguous(dq, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        tdk = burst_tensor_contiguous(dk, BURST_DTYPE_FP32, 1, N, HKV, D),
+                        tdv = burst_tensor_contiguous(dv, BURST_DTYPE_FP32, 1, N, HKV, D);
+    struct burst_plan *plan = NULL;
+    const double t0 = harness_now_ms();
+    burst_status_t st = burst_plan_create(harness_context(), comm, &pp, &plan);
+    if (st == BURST_OK && s->kind == 4) {
+        st = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
+        memcpy(snap, o, sizeof o);
+        memcpy(snap + NQ, lse, sizeof lse);
+    } else {
+        memcpy(snap, o, sizeof o);
+        memcpy(snap + NQ, lse, sizeof lse);
+    }
+    memcpy(snap + NQ + HQ * N, dq, sizeof dq);
+    memcpy(snap + 2 * NQ + HQ * N, dk, sizeof dk);
+    memcpy(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv);
+    const double t1 = harness_now_ms();
+    if (st == BURST_OK && s->kind == 3)
+        st = burst_attention_forward(plan, &tq, &tk, &tv, bad ? NULL : &to, lse);
+    if (st == BURST_OK && s->kind == 4) {
+        struct burst_tensor bdq = tdq;
+        if (bad)
+            bdq.dtype = BURST_DTYPE_FP16;
+        st = burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo, &bdq, &tdk, &tdv);
+    }
+    s->ms[rank] = harness_now_ms() - (s->kind >= 3 ? t1 : t0);
+    s->st[rank] = st;
+    snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
+    s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 && memcmp(snap + NQ, lse, sizeof lse) == 0 &&
+                         memcmp(snap + NQ + HQ * N, dq, sizeof dq) == 0 &&
+                         memcmp(snap + 2 * NQ + HQ * N, dk, sizeof dk) == 0 &&
+                         memcmp(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv) == 0;
+    /* the communicator is aborted now: the next collective call says so, at once */
+    s->st_after[rank] = plan ? burst_attention_forward(plan, &tq, &tk, &tv, &to, lse) : st;
+    burst_plan_destroy(plan);
+}
+
+static void run_mr(struct mr_state *s)
+{
+    assert_int_equal(harness_run_ranks(MR_G, TIMEOUT_MS, mr_rank, s), 0);
+    for (int r = 0; r < MR_G; r++)
+        printf("rank %d: status %d (%s) after %.0f ms: %s\n", r, (int)s->st[r],
+               burst_status_str(s->st[r]), s->ms[r], s->msg[r]);
+}
+
+static void mismatch(int kind, const char *field, int bad_rank)
+{
+    struct mr_state s;
+    memset(&s, 0, sizeof s);
+    s.bad_rank = bad_rank;
+    s.kind = kind;
+    run_mr(&s);
+    char rk[16];
+    snprintf(rk, sizeof rk, "%d", bad_rank);
+    for (int r = 0; r < MR_G; r++) {
+        if (s.st[r] != BURST_ERR_PLAN_MISMATCH)
+            fail_msg("rank %d: status %d (%s), expected BURST_ERR_PLAN_MISMATCH: %s", r,
+                     (int)s.st[r], burst_status_str(s.st[r]), s.msg[r]);
+        /* names the field and a rank that differs: the bad one, or rank 0 on the bad rank */
+        if (!harness_contains(s.msg[r], field) || !harness_contains(s.msg[r], "rank") ||
+            !(harness_contains(s.msg[r], rk) || (r == bad_rank && harness_contains(s.msg[r], "0"))))
+            fail_msg("rank %d: message \"%s\" does not name field %s and rank %s", r, s.msg[r],
+                     field, rk);
+        assert_true(s.ms[r] < TIMEOUT_MS + 1000);
+        assert_true(s.untouched[r]);
+    }
+}
+
+static void mr_mismatch_causal(void **state)
+{
+    (void)state;
+    mismatch(0, "causal", 2);
+}
+
+static void mr_mismatch_head_dim(void **state)
+{
+    (void)state;
+    mismatch(1, "head_dim", 1);
+}
+
+static void mr_mismatch_dtype(void **state)
+{
+    (void)state;
+    mismatch(5, "dtype", 2);
+}
+
+static void peers_fail(int kind, int bad_rank, const char *n1, const char *n2)
+{
+    struct mr_state s;
+    memset(&s, 0, sizeof s);
+    s.bad_rank = bad_rank;
+    s.kind = kind;
+    run_mr(&s);
+    for (int r = 0; r < MR_G; r++) {
+        if (r == bad_rank) {
+            if (s.st[r] != BURST_ERR_INVALID_ARG && s.st[r] != BURST_ERR_UNSUPPORTED)
+                fail_msg("bad rank %d: status %d (%s): %s", r, (int)s.st[r],
+                         burst_status_str(s.st[r]), s.msg[r]);
+            if (!harness_contains(s.msg[r], n1) || !harness_contains(s.msg[r], n2))
+                fail_msg("bad rank %d: message \"%s\" does not name %s / %s", r, s.msg[r], n1, n2);
+        } else if (s.st[r] != BURST_ERR_PEER_FAILED) {
+            fail_msg("rank %d: status %d (%s), expected BURST_ERR_PEER_FAILED: %s", r,
+                     (int)s.st[r], burst_status_str(s.st[r]), s.msg[r]);
+        }
+        if (!(s.ms[r] < TIMEOUT_MS + 1000))
+            fail_msg("rank %d returned after %.0f ms (timeout %d ms)", r, s.ms[r], TIMEOUT_MS);
+        if (!s.untouched[r])
+            fail_msg("rank %d: outputs written although the call failed", r);
+        if (s.st_after[r] != BURST_ERR_COMM_FAILED && s.st_after[r] != BURST_ERR_PEER_FAILED &&
+            s.st_after[r] != s.st[r])
+            fail_msg("rank %d: call after the failure returned %d (%s)", r, (int)s.st_after[r],
+                     burst_status_str(s.st_after[r]));
+    }
+}
+
+static void mr_bad_plan_one_rank(void **state)
+{
+    (void)state;
+    peers_fail(2, 1, "head_dim", "12");
+}
+
+static void mr_bad_forward_one_rank(void **state)
+{
+    (void)state;
+    peers_fail(3, 2, "o", "NULL");
+}
+
+static void mr_bad_backward_one_rank(void **state)
+{
+    (void)state;
+    peers_fail(4, 0, "dq", "fp16");
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup_comm, teardown)
+#define TP(fn) cmocka_unit_test_setup_teardown(fn, setup_plan, teardown)
+
+int main(void)
+{
+    printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ctx_null_out),
+        cmocka_unit_test(ctx_bad_version),
+        cmocka_unit_test(ctx_newer_minor),
+        cmocka_unit_test(ctx_unknown_backend),
+        cmocka_unit_test(ctx_negative_threads),
+        cmocka_unit_test(world_bad_size),
+        cmocka_unit_test(world_null_out),
+        cmocka_unit_test(comm_null_params),
+        T(comm_null_out),
+        cmocka_unit_test(comm_null_world),
+        cmocka_unit_test(comm_bad_rank),
+        cmocka_unit_test(comm_bad_size),
+        T(comm_rank_taken),
+        T(comm_bad_version),
+        T(comm_unknown_transport),
+        T(plan_null_ctx),
+        T(plan_null_comm),
+        T(plan_null_params),
+        T(plan_null_out),
+        T(plan_bad_version),
+        T(plan_batch_zero),
+        T(plan_batch_negative),
+        T(plan_seq_len_zero),
+        T(plan_seq_len_negative),
+        T(plan_q_heads_zero),
+        T(plan_q_heads_negative),
+        T(plan_kv_heads_zero),
+        T(plan_kv_heads_negative),
+        T(plan_heads_not_divisible),
+        T(plan_kv_heads_above_q),
+        T(plan_head_dim_zero),
+        T(plan_head_dim_negative),
+        T(plan_head_dim_12),
+        T(plan_head_dim_264),
+        T(plan_head_dim_4),
+        T(plan_dtype_unknown),
+        T(plan_layout_unknown),
+        T(plan_bwd_unknown),
+        T(plan_wire_unknown),
+        T(plan_window_left_negative),
+        T(plan_window_right_negative),
+        T(plan_scale_negative),
+        T(plan_shard_lens_sum),
+        T(plan_shard_lens_zero),
+        T(plan_shard_lens_zigzag),
+        T(plan_after_abort),
+        TP(fwd_null_plan),
+        TP(fwd_null_q),
+        TP(fwd_null_k),
+        TP(fwd_null_v),
+        TP(fwd_null_o),
+        TP(fwd_null_lse),
+        TP(fwd_null_data),
+        TP(fwd_q_batch_mismatch),
+        TP(fwd_q_len_mismatch),
+        TP(fwd_q_heads_mismatch),
+        TP(fwd_q_head_dim_mismatch),
+        TP(fwd_k_heads_mismatch),
+        TP(fwd_v_len_mismatch),
+        TP(fwd_k_dtype_mixed),
+        TP(fwd_v_dtype_mixed),
+        TP(fwd_o_dtype_mixed),
+        TP(fwd_q_dtype_unknown),
+        TP(fwd_q_stride3),
+        TP(fwd_k_stride_negative),
+        TP(fwd_v_stride_zero),
+        TP(fwd_o_overlapping),
+        TP(fwd_o_heads_overlap),
+        TP(fwd_o_aliases_q),
+        TP(bwd_null_plan),
+        TP(bwd_null_q),
+        TP(bwd_null_k),
+        TP(bwd_null_v),
+        TP(bwd_null_o),
+        TP(bwd_null_lse),
+        TP(bwd_null_dout),
+        TP(bwd_null_dq),
+        TP(bwd_null_dk),
+        TP(bwd_null_dv),
+        TP(bwd_dout_len_mismatch),
+        TP(bwd_o_heads_mismatch),
+        TP(bwd_dq_dtype_mixed),
+        TP(bwd_dk_dtype_mixed),
+        TP(bwd_dout_dtype_mixed),
+        TP(bwd_dv_head_dim_mismatch),
+        TP(bwd_dv_stride3),
+        TP(bwd_dq_stride_negative),
+        TP(bwd_dk_overlapping),
+        TP(bwd_dq_aliases_dk),
+        cmocka_unit_test(stats_null_plan),
+        TP(stats_null_out),
+        TP(stats_bad_phase),
+        TP(step_traffic_bad_step),
+        TP(step_traffic_null),
+        cmocka_unit_test(layout_shard_len_errors),
+        cmocka_unit_test(layout_position_errors),
+        cmocka_unit_test(layout_offset_errors),
+        T(layout_permute_errors),
+        cmocka_unit_test(mr_mismatch_causal),
+        cmocka_unit_test(mr_mismatch_head_dim),
+        cmocka_unit_test(mr_mismatch_dtype),
+        cmocka_unit_test(mr_bad_plan_one_rank),
+        cmocka_unit_test(mr_bad_forward_one_rank),
+        cmocka_unit_test(mr_bad_backward_one_rank),
+    };
+    return cmocka_run_group_tests_name("bad_input", tests, NULL, NULL);
+}

@@ -1,0 +1,358 @@
+/*
+ * tests/test_schedule.c - ring schedule coverage (ALGORITHM.md section 6, invariant 4), simulated
+ * with burst_sched_step (runtime/schedule.h) for every pattern, layout and mask, G up to 1024
+ * with 1-3 tokens per rank. No kernel runs. For every configuration:
+ *   - shards: every global position is held by exactly one rank, local positions increase,
+ *     posmaps agree with the public layout helpers; burst_mask_keys agrees with
+ *     burst_mask_allows element by element (G <= 16);
+ *   - the allowed (query, key) pairs counted through posmaps equal a closed-form count on global
+ *     positions; every allowed pair is computed exactly once (no rank pair twice, none missed);
+ *     outside striped windows, where burst_block_needed is documented as conservative, compute
+ *     is set exactly when the pair has allowed entries and the step count is the minimal one;
+ *   - message passing: every send is matched by exactly one receive at the same step, in the
+ *     documented direction, and the block a rank holds at step r+1 is the one its sender held
+ *     at step r (step 0: its own);
+ *   - backward: every travelling accumulator chain starts fresh at step 1, is handed from
+ *     holder to holder (each send matched by one receive of the same chain), collects each
+ *     computing holder once, and ends at its owner exactly once.
+ * 'slow' (--slow) runs more G values and every mask for each.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "schedule.h"
+
+struct mask_spec {
+    int causal;
+    int64_t left, right;
+};
+
+static char where[256];
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            char m_[256];                                                                          \
+            snprintf(m_, sizeof m_, __VA_ARGS__);                                                  \
+            fail_msg("%s: %s [%s]", where, m_, #cond);                                             \
+        }                                                                                          \
+    } while (0)
+
+static int wrap(int x, int g)
+{
+    return ((x % g) + g) % g;
+}
+
+/* Closed-form number of allowed (query, key) pairs on global positions 0..N-1. */
+static int64_t allowed_total(int64_t N, struct burst_mask m)
+{
+    int64_t total = 0;
+    for (int64_t p = 0; p < N; p++) {
+        int64_t lo = m.left >= BURST_POS_INF ? 0 : p - m.left;
+        int64_t hi = m.right >= BURST_POS_INF ? N - 1 : p + m.right;
+        if (lo < 0)
+            lo = 0;
+        if (hi > N - 1)
+            hi = N - 1;
+        if (hi >= lo)
+            total += hi - lo + 1;
+    }
+    return total;
+}
+
+static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t *lens,
+                         struct mask_spec ms)
+{
+    struct burst_shards s;
+    snprintf(where, sizeof where, "layout=%d G=%d N=%lld causal=%d window=(%lld,%lld)%s",
+             (int)layout, G, (long long)N, ms.causal, (long long)ms.left, (long long)ms.right,
+             lens ? " explicit lens" : "");
+    CHECK(burst_shards_init(&s, "test", layout, N, G, lens) == BURST_OK, "shards_init: %s",
+          burst_last_error());
+    const struct burst_mask mask = burst_mask_make(ms.causal, ms.left, ms.right);
+    /* burst_block_needed may over-approximate only for striped rows with a window bounded on
+     * both sides (the union of the rows' windows then has gaps) */
+    const int exact_needed = layout != BURST_LAYOUT_STRIPED || mask.left >= BURST_POS_INF ||
+                             mask.right >= BURST_POS_INF;
+    const size_t GG = (size_t)G * (size_t)G;
+
+    /* shards and posmaps */
+    int *owner = malloc((size_t)N * sizeof *owner);
+    struct burst_posmap *pm = malloc((size_t)G * sizeof *pm);
+    CHECK(owner && pm, "out of memory");
+    for (int64_t p = 0; p < N; p++)
+        owner[p] = -1;
+    for (int r = 0; r < G; r++) {
+        pm[r] = burst_shards_posmap(&s, r);
+        CHECK(burst_posmap_len(&pm[r]) == s.lens[r], "rank %d: posmap length %lld vs lens %lld",
+              r, (long long)burst_posmap_len(&pm[r]), (long long)s.lens[r]);
+        int64_t last = -1;
+        for (int64_t i = 0; i < s.lens[r]; i++) {
+            int64_t p = burst_posmap_pos(&pm[r], i);
+            CHECK(p > last && p < N, "rank %d row %lld: position %lld", r, (long long)i,
+                  (long long)p);
+            CHECK(owner[p] == -1, "position %lld held by ranks %d and %d", (long long)p,
+                  owner[p], r);
+            owner[p] = r;
+            last = p;
+            if (!lens && (G <= 64 || i == 0)) {
+                int64_t want = -1;
+                CHECK(burst_layout_position(layout, N, G, r, i, &want) == BURST_OK &&
+                          want == p,
+                      "rank %d row %lld: posmap %lld, burst_layout_position %lld", r,
+                      (long long)i, (long long)p, (long long)want);
+            }
+        }
+    }
+    for (int64_t p = 0; p < N; p++)
+        CHECK(owner[p] >= 0, "position %lld held by no rank", (long long)p);
+
+    /* allowed pairs per rank pair, through posmaps */
+    int32_t *allowed = calloc(GG, sizeof *allowed);
+    CHECK(allowed != NULL, "out of memory");
+    int64_t sum = 0;
+    for (int a = 0; a < G; a++)
+        for (int64_t i = 0; i < s.lens[a]; i++) {
+            const int64_t qp = burst_posmap_pos(&pm[a], i);
+            for (int b = 0; b < G; b++) {
+                int64_t kb, ke;
+                burst_mask_keys(&pm[b], mask, qp, &kb, &ke);
+                if (ke > kb) {
+                    allowed[(size_t)a * G + b] += (int32_t)(ke - kb);
+                    sum += ke - kb;
+                }
+                if (G <= 16)
+                    for (int64_t j = 0; j < s.lens[b]; j++) {
+                        int in = j >= kb && j < ke;
+                        CHECK(in == burst_mask_allows(mask, qp, burst_posmap_pos(&pm[b], j)),
+                              "burst_mask_keys [%lld,%lld) disagrees with burst_mask_allows "
+                              "for query %lld, key %lld",
+                              (long long)kb, (long long)ke, (long long)qp,
+                              (long long)burst_posmap_pos(&pm[b], j));
+                    }
+            }
+        }
+    const int64_t total = allowed_total(N, mask);
+    CHECK(sum == total, "posmaps count %lld allowed pairs, positions %lld", (long long)sum,
+          (long long)total);
+
+    /* steps */
+    int exact_steps = 1;
+    for (int a = 0; a < G; a++)
+        for (int r = 1; r < G; r++)
+            if (allowed[(size_t)a * G + wrap(a - r, G)] && r + 1 > exact_steps)
+                exact_steps = r + 1;
+    const int steps = burst_ring_steps(&s, mask);
+    CHECK(steps >= exact_steps && steps <= G, "burst_ring_steps = %d, needed %d", steps,
+          exact_steps);
+    if (exact_needed)
+        CHECK(steps == exact_steps, "burst_ring_steps = %d, minimal %d", steps, exact_steps);
+
+    uint8_t *computed = malloc(GG), *members = malloc(GG);
+    int *holder = malloc((size_t)G * sizeof *holder), *holder_next = malloc((size_t)G * sizeof *holder);
+    int *delivered = malloc((size_t)G * sizeof *delivered);
+    struct burst_sched_step *cur = malloc((size_t)G * sizeof *cur),
+                            *prev = malloc((size_t)G * sizeof *prev);
+    CHECK(computed && members && holder && holder_next && delivered && cur && prev,
+          "out of memory");
+
+    for (int pat = 0; pat < 3; pat++) {
+        const int burst = pat == BURST_SCHED_BWD_BURST, bwd = pat != BURST_SCHED_FWD;
+        memset(computed, 0, GG);
+        memset(members, 0, GG);
+        for (int x = 0; x < G; x++)
+            holder[x] = -1, delivered[x] = 0;
+        for (int r = 0; r < steps; r++) {
+            for (int i = 0; i < G; i++)
+                burst_sched_step((enum burst_sched_pattern)pat, &s, mask, i, r, steps, &cur[i]);
+            for (int i = 0; i < G; i++) {
+                const struct burst_sched_step *c = &cur[i];
+                const int blk = wrap(burst ? i + r : i - r, G);
+                CHECK(c->block == blk, "pattern %d step %d rank %d: block %d, expected %d", pat,
+                      r, i, c->block, blk);
+                CHECK(c->q_rank == (burst ? blk : i) && c->kv_rank == (burst ? i : blk),
+                      "pattern %d step %d rank %d: pair (%d, %d)", pat, r, i, c->q_rank,
+                      c->kv_rank);
+                CHECK(wrap(c->q_rank - c->kv_rank, G) == wrap(r, G), "pair offset");
+                const int32_t al = allowed[(size_t)c->q_rank * G + c->kv_rank];
+                if (al)
+                    CHECK(c->compute, "pattern %d step %d rank %d: pair (%d,%d) has %d allowed "
+                          "entries but compute = 0", pat, r, i, c->q_rank, c->kv_rank, (int)al);
+                if (exact_needed)
+                    CHECK(!c->compute == !al, "pattern %d step %d rank %d: compute=%d for a "
+                          "pair with %d allowed entries", pat, r, i, c->compute, (int)al);
+                if (c->compute)
+                    CHECK(++computed[(size_t)c->q_rank * G + c->kv_rank] == 1,
+                          "pattern %d: pair (%d,%d) computed twice", pat, c->q_rank, c->kv_rank);
+                /* block transfers: direction, matching, continuity */
+                const int next = wrap(burst ? i - 1 : i + 1, G);
+                if (r < steps - 1) {
+                    CHECK(c->send_to == next && c->recv_from == wrap(burst ? i + 1 : i - 1, G),
+                          "pattern %d step %d rank %d: send_to %d recv_from %d", pat, r, i,
+                          c->send_to, c->recv_from);
+                } else {
+                    CHECK(c->send_to == -1 && c->recv_from == -1,
+                          "pattern %d last step rank %d still sends (%d) or receives (%d)", pat,
+                          i, c->send_to, c->recv_from);
+                }
+                if (c->send_to >= 0)
+                    CHECK(cur[c->send_to].recv_from == i, "step %d: send %d->%d unmatched", r, i,
+                          c->send_to);
+                if (c->recv_from >= 0)
+                    CHECK(cur[c->recv_from].send_to == i, "step %d: receive %d<-%d unmatched",
+                          r, i, c->recv_from);
+                if (r > 0) {
+                    const int from = prev[i].recv_from;
+                    CHECK(from >= 0 && prev[from].send_to == i && prev[from].block == c->block,
+                          "pattern %d step %d rank %d holds block %d that no neighbour sent it",
+                          pat, r, i, c->block);
+                }
+                /* accumulators */
+                if (!bwd || r < 2)
+                    CHECK(c->acc_to == -1 && c->acc_from == -1,
+                          "pattern %d step %d rank %d: unexpected accumulator transfer", pat, r,
+                          i);
+                if (!bwd || r < steps - 1 || steps < 2)
+                    CHECK(c->final_to == -1 && c->final_from == -1,
+                          "pattern %d step %d rank %d: unexpected final transfer", pat, r, i);
+            }
+            if (bwd && r >= 1) {
+                for (int i = 0; i < G; i++) {
+                    const struct burst_sched_step *c = &cur[i];
+                    const int x = c->block;
+                    /* receive the chain of x from its previous holder */
+                    CHECK(c->acc_from == holder[x],
+                          "pattern %d step %d rank %d: chain %d is at rank %d but acc_from = %d",
+                          pat, r, i, x, holder[x], c->acc_from);
+                    if (c->acc_from >= 0)
+                        CHECK(cur[c->acc_from].acc_to == i,
+                              "step %d: accumulator %d->%d not sent", r, c->acc_from, i);
+                    /* send the chain finished at step r-1 */
+                    if (r >= 2) {
+                        CHECK(c->acc_to >= 0 && cur[c->acc_to].acc_from == i &&
+                                  cur[c->acc_to].block == prev[i].block,
+                              "pattern %d step %d rank %d: accumulator of block %d sent to %d",
+                              pat, r, i, prev[i].block, c->acc_to);
+                    }
+                    if (c->compute)
+                        CHECK(++members[(size_t)x * G + i] == 1,
+                              "chain %d visits rank %d twice", x, i);
+                    holder_next[x] = i;
+                }
+                memcpy(holder, holder_next, (size_t)G * sizeof *holder);
+            }
+            struct burst_sched_step *t = prev;
+            prev = cur;
+            cur = t;
+        }
+        /* prev = last step */
+        if (bwd && steps >= 2) {
+            for (int i = 0; i < G; i++) {
+                const int x = prev[i].block;
+                CHECK(prev[i].final_to == x && holder[x] == i,
+                      "pattern %d: final hop of chain %d from rank %d goes to %d", pat, x, i,
+                      prev[i].final_to);
+                CHECK(prev[x].final_from == i, "pattern %d: owner %d expects its chain from %d, "
+                      "it is at %d", pat, x, prev[x].final_from, i);
+                delivered[x]++;
+            }
+            for (int x = 0; x < G; x++)
+                CHECK(delivered[x] == 1, "chain %d delivered %d times", x, delivered[x]);
+        }
+        int64_t covered = 0;
+        for (size_t ab = 0; ab < GG; ab++) {
+            if (allowed[ab])
+                CHECK(computed[ab] == 1, "pattern %d: pair (%d,%d) with %d allowed entries "
+                      "computed %d times", pat, (int)(ab / (size_t)G), (int)(ab % (size_t)G),
+                      (int)allowed[ab], computed[ab]);
+            if (computed[ab])
+                covered += allowed[ab];
+        }
+        CHECK(covered == total, "pattern %d covers %lld of %lld pairs", pat, (long long)covered,
+              (long long)total);
+    }
+    free(owner), free(pm), free(allowed), free(computed), free(members), free(holder),
+        free(holder_next), free(delivered), free(cur), free(prev);
+    burst_shards_fini(&s);
+}
+
+static void run_sweep(const int *Gs, size_t nG, int all_masks)
+{
+    uint64_t st = harness_seed() + 99;
+    for (size_t gi = 0; gi < nG; gi++) {
+        const int G = Gs[gi];
+        const struct mask_spec masks[] = {
+            {0, -1, -1}, {1, -1, -1}, {1, 3, -1}, {0, 2, 5},  {0, -1, 2},
+            {0, 0, 0},   {1, G + 1, -1}, {0, 3 * G / 2, G / 3}, {1, 0, -1},
+        };
+        const size_t nm = all_masks || G <= 64 ? sizeof masks / sizeof *masks : 4;
+        for (int layout = 0; layout < 3; layout++)
+            for (int t = 1; t <= 3; t++) {
+                if (G >= 512 && !all_masks && t == 2)
+                    continue;
+                const int64_t per = layout == BURST_LAYOUT_ZIGZAG ? 2 * t : t;
+                const int64_t N = G * per + (t == 2 ? G / 2 : t == 3 ? 1 % G : 0);
+                for (size_t m = 0; m < nm; m++)
+                    check_config((burst_layout_t)layout, G, N, NULL, masks[m]);
+            }
+        /* explicit shard lengths, 1-3 tokens each */
+        int64_t *lens = malloc((size_t)G * sizeof *lens);
+        assert_non_null(lens);
+        int64_t N = 0;
+        for (int r = 0; r < G; r++)
+            N += lens[r] = 1 + (int64_t)(harness_rng_next(&st) % 3);
+        for (size_t m = 0; m < nm; m++)
+            check_config(BURST_LAYOUT_NATURAL, G, N, lens, masks[m]);
+        free(lens);
+    }
+}
+
+static void test_small(void **state)
+{
+    (void)state;
+    static const int Gs[] = {1, 2, 3, 4, 5, 7, 8, 13, 16};
+    run_sweep(Gs, sizeof Gs / sizeof *Gs, 1);
+}
+
+static void test_large(void **state)
+{
+    (void)state;
+    static const int Gs[] = {64, 1024};
+    run_sweep(Gs, sizeof Gs / sizeof *Gs, 0);
+}
+
+static void test_slow(void **state)
+{
+    (void)state;
+    int Gs[64];
+    size_t n = 0;
+    for (int g = 1; g <= 40; g++)
+        Gs[n++] = g;
+    static const int big[] = {63, 100, 127, 128, 257, 512, 1000, 1024};
+    for (size_t i = 0; i < sizeof big / sizeof *big; i++)
+        Gs[n++] = big[i];
+    run_sweep(Gs, n, 1);
+}
+
+int main(int argc, char **argv)
+{
+    printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
+    if (argc > 1 && strcmp(argv[1], "--slow") == 0) {
+        const struct CMUnitTest slow[] = {cmocka_unit_test(test_slow)};
+        return cmocka_run_group_tests_name("schedule_sweep", slow, NULL, NULL);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small),
+        cmocka_unit_test(test_large),
+    };
+    return cmocka_run_group_tests_name("schedule", tests, NULL, NULL);
+}
