@@ -268,7 +268,7 @@ burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *plan)
 }
 
 static burst_status_t check_phase(const char *who, const struct burst_plan *plan,
-                                  burst_phase_t phase, const void *out)
+                                  burst_phase_t phase, const void *out, const char *out_name)
 {
     burst_error_clear();
     if (!plan)
@@ -277,14 +277,14 @@ static burst_status_t check_phase(const char *who, const struct burst_plan *plan
         return burst_error(BURST_ERR_INVALID_ARG, "%s: phase = %d is not a burst_phase_t", who,
                            (int)phase);
     if (!out)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: output pointer is NULL", who);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", who, out_name);
     return BURST_OK;
 }
 
 burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,
                                 struct burst_phase_stats *stats_p)
 {
-    burst_status_t st = check_phase("burst_plan_stats", plan, phase, stats_p);
+    burst_status_t st = check_phase("burst_plan_stats", plan, phase, stats_p, "stats_p");
     if (st == BURST_OK)
         *stats_p = plan->stats[phase];
     return st;
@@ -294,7 +294,7 @@ burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phas
                                        int step, struct burst_traffic *traffic_p)
 {
     static const char *who = "burst_plan_step_traffic";
-    burst_status_t st = check_phase(who, plan, phase, traffic_p);
+    burst_status_t st = check_phase(who, plan, phase, traffic_p, "traffic_p");
     if (st != BURST_OK)
         return st;
     if (step < 0 || step > plan->steps)
