@@ -103,7 +103,8 @@ double job_err_rel(const struct job_err *e, enum job_tensor t);
 
 const char *job_tensor_name(enum job_tensor t);
 
-/* Largest relative error (job_err_rel) a check accepts: fp32 1e-4, fp16 5e-3, bf16 3e-2. */
+/* Largest relative error (job_err_rel) a check accepts: fp32 1e-4; fp16 4 * 2^-11 = 1.95e-3 and
+ * bf16 4 * 2^-8 = 1.56e-2 (four units of roundoff of the dtype). */
 double job_tolerance(burst_dtype_t dtype);
 
 /* Monotonic seconds. */
