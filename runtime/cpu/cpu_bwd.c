@@ -26,15 +26,15 @@ struct burst_cpu_bwd_scratch {
     int64_t *kb, *ke;  /* [BR] */
 };
 
-static size_t burst_cpu_bwd_scratch_floats(int64_t d)
+static size_t burst_cpu_bwd_scratch_floats(int64_t d, int64_t BR)
 {
-    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    const int64_t BC = BURST_CPU_BWD_BC;
     return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR);
 }
 
-static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d)
+static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d, int64_t BR)
 {
-    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    const int64_t BC = BURST_CPU_BWD_BC;
     struct burst_cpu_bwd_scratch s;
     float *p = scratch;
     s.qt = p, p += BR * d;
@@ -80,9 +80,10 @@ burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
     if (!args->lse || !args->delta)
         return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_step: lse or delta is NULL");
     job.a = args;
-    job.nqt = (job.dim.nq + BURST_CPU_BWD_BR - 1) / BURST_CPU_BWD_BR;
+    job.br = BURST_CPU_BWD_BR(job.dim.d);
+    job.nqt = (job.dim.nq + job.br - 1) / job.br;
     job.nkt = (job.dim.nk + BURST_CPU_BWD_BC - 1) / BURST_CPU_BWD_BC;
-    size_t bytes = sizeof(float) * burst_cpu_bwd_scratch_floats(job.dim.d);
+    size_t bytes = sizeof(float) * burst_cpu_bwd_scratch_floats(job.dim.d, job.br);
 
     burst_cpu_task_fn group = bwd_item_group_base, kv = bwd_item_kv_base, q = bwd_item_q_base;
 #if BURST_CPU_HAVE_AVX2_VARIANT

@@ -22,6 +22,7 @@
 #undef bwd_load_q
 #undef bwd_load_k
 #undef bwd_pair
+#undef bwd_prefetch_k
 #undef bwd_pair_live
 #undef bwd_item_group
 #undef bwd_item_kv
@@ -29,6 +30,7 @@
 #define bwd_load_q KFN(bwd_load_q)
 #define bwd_load_k KFN(bwd_load_k)
 #define bwd_pair KFN(bwd_pair)
+#define bwd_prefetch_k KFN(bwd_prefetch_k)
 #define bwd_pair_live KFN(bwd_pair_live)
 #define bwd_item_group KFN(bwd_item_group)
 #define bwd_item_kv KFN(bwd_item_kv)
@@ -39,7 +41,7 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
                       int64_t b, int64_t h, int64_t i0, int64_t rows)
 {
     const struct burst_bwd_args *a = job->a;
-    const int64_t d = job->dim.d, nq = job->dim.nq, BR = BURST_CPU_BWD_BR;
+    const int64_t d = job->dim.d, nq = job->dim.nq, BR = job->br;
     const float qmul = a->scale * 1.4426950408889634f;
     for (int64_t i = 0; i < rows; i++) {
         load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
@@ -84,7 +86,7 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
                     int64_t rows, int64_t j0, int64_t cnt, int want_dq, int want_dkv)
 {
     const struct burst_bwd_args *a = job->a;
-    const int64_t d = job->dim.d, BR = BURST_CPU_BWD_BR;
+    const int64_t d = job->dim.d, BR = job->br;
     const int64_t hq = job->dim.hq, hkv = job->dim.hkv, g = h / job->dim.group;
     const int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
     const int full = cnt == BURST_CPU_BWD_BC && j0 >= r->kbmax && j0 + cnt <= r->kemin;
@@ -120,6 +122,23 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
              hq * d, BURST_CPU_ADD, NULL);
 }
 
+/* Start loading K tile at j0 (and its dK/dV rows when with_dkv) while the current one runs. */
+KATTR void bwd_prefetch_k(const struct burst_cpu_bwd_job *job, int64_t b, int64_t g, int64_t j0,
+                          int64_t kmax, int with_dkv)
+{
+    const struct burst_bwd_args *a = job->a;
+    if (j0 >= kmax)
+        return;
+    int64_t n = burst_cpu_min64(BURST_CPU_BWD_BC, job->dim.nk - j0), d = job->dim.d;
+    int64_t hkv = job->dim.hkv;
+    burst_cpu_prefetch_view(a->k, b, j0, n, g);
+    burst_cpu_prefetch_view(a->v, b, j0, n, g);
+    if (with_dkv && a->dk)
+        burst_cpu_prefetch(a->dk + (b * job->dim.nk * hkv + g) * d, 4, hkv * d, j0, n, d, 1);
+    if (with_dkv && a->dv)
+        burst_cpu_prefetch(a->dv + (b * job->dim.nk * hkv + g) * d, 4, hkv * d, j0, n, d, 1);
+}
+
 /* Is pair (tile with summary r, K tile [j0, j0 + cnt)) non-empty? */
 KATTR int bwd_pair_live(const struct burst_cpu_bwd_scratch *sc, const struct burst_cpu_rows *r,
                         int64_t rows, int64_t j0, int64_t cnt)
@@ -135,9 +154,9 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
 {
     const struct burst_cpu_bwd_job *job = ctx;
     const struct burst_bwd_args *a = job->a;
-    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    const int64_t BR = job->br, BC = BURST_CPU_BWD_BC;
     int64_t g = item % job->dim.hkv, b = item / job->dim.hkv;
-    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d);
+    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d, BR);
     for (int64_t hh = 0; hh < job->dim.group; hh++) {
         int64_t h = g * job->dim.group + hh;
         for (int64_t t = 0; t < job->nqt; t++) {
@@ -153,6 +172,7 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
                     continue;
                 bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
                            BURST_CPU_MR);
+                bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 1);
                 bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, a->dq != NULL, 1);
             }
         }
@@ -163,11 +183,11 @@ KENTRY void bwd_item_kv(void *ctx, int64_t item, void *scratch)
 {
     const struct burst_cpu_bwd_job *job = ctx;
     const struct burst_bwd_args *a = job->a;
-    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    const int64_t BR = job->br, BC = BURST_CPU_BWD_BC;
     int64_t jt = item % job->nkt, g = item / job->nkt % job->dim.hkv;
     int64_t b = item / job->nkt / job->dim.hkv;
     int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
-    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d);
+    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d, BR);
     int loaded = 0;
     for (int64_t hh = 0; hh < job->dim.group; hh++) {
         int64_t h = g * job->dim.group + hh;
@@ -192,12 +212,12 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
 {
     const struct burst_cpu_bwd_job *job = ctx;
     const struct burst_bwd_args *a = job->a;
-    const int64_t BR = BURST_CPU_BWD_BR, BC = BURST_CPU_BWD_BC;
+    const int64_t BR = job->br, BC = BURST_CPU_BWD_BC;
     int64_t t = job->nqt - 1 - item % job->nqt; /* heaviest (causal) first */
     int64_t h = item / job->nqt % job->dim.hq, b = item / job->nqt / job->dim.hq;
     int64_t g = h / job->dim.group;
     int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
-    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d);
+    struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d, BR);
     struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, job->dim.nk, i0,
                                                   rows, BR, sc.kb, sc.ke);
     if (r.kmin >= r.kmax)
@@ -209,6 +229,7 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
             continue;
         bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
                    BURST_CPU_MR);
+        bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 0);
         bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, 1, 0);
     }
 }

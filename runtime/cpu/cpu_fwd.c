@@ -24,15 +24,15 @@ struct burst_cpu_fwd_scratch {
     int64_t *kb, *ke; /* [BR] */
 };
 
-static size_t burst_cpu_fwd_scratch_floats(int64_t d)
+static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
-    const int64_t BR = BURST_CPU_FWD_BR, BC = BURST_CPU_FWD_BC;
+    const int64_t BC = BURST_CPU_FWD_BC;
     return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR);
 }
 
-static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d)
+static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d, int64_t BR)
 {
-    const int64_t BR = BURST_CPU_FWD_BR, BC = BURST_CPU_FWD_BC;
+    const int64_t BC = BURST_CPU_FWD_BC;
     struct burst_cpu_fwd_scratch s;
     float *p = scratch;
     s.qt = p, p += BR * d;
@@ -73,9 +73,10 @@ burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)
     if (job.dim.nq == 0 || job.dim.nk == 0)
         return BURST_OK;
     job.a = args;
-    job.nqt = (job.dim.nq + BURST_CPU_FWD_BR - 1) / BURST_CPU_FWD_BR;
+    job.br = BURST_CPU_FWD_BR(job.dim.d);
+    job.nqt = (job.dim.nq + job.br - 1) / job.br;
     int64_t items = job.dim.batch * job.dim.hq * job.nqt;
-    size_t bytes = sizeof(float) * burst_cpu_fwd_scratch_floats(job.dim.d);
+    size_t bytes = sizeof(float) * burst_cpu_fwd_scratch_floats(job.dim.d, job.br);
     burst_cpu_task_fn fn = fwd_item_base;
 #if BURST_CPU_HAVE_AVX2_VARIANT
     if (cpu->isa == BURST_CPU_ISA_AVX2)

@@ -23,7 +23,7 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     const struct burst_cpu_fwd_job *job = ctx;
     const struct burst_fwd_args *a = job->a;
     const int64_t d = job->dim.d, nq = job->dim.nq, nk = job->dim.nk, hq = job->dim.hq;
-    const int64_t BR = BURST_CPU_FWD_BR, BC = BURST_CPU_FWD_BC;
+    const int64_t BR = job->br, BC = BURST_CPU_FWD_BC;
 
     /* heaviest tiles first (causal): tile index runs backwards */
     int64_t t = job->nqt - 1 - item % job->nqt;
@@ -33,7 +33,7 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     int64_t i0 = t * BR;
     int64_t rows = burst_cpu_min64(BR, nq - i0);
 
-    struct burst_cpu_fwd_scratch sc = burst_cpu_fwd_layout(scratch, d);
+    struct burst_cpu_fwd_scratch sc = burst_cpu_fwd_layout(scratch, d, BR);
     struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, nk, i0, rows, BR,
                                                   sc.kb, sc.ke);
     if (r.kmin >= r.kmax)
@@ -70,6 +70,11 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
             memset(sc.v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
         }
 
+        if (j0 + BC < r.kmax) { /* next tile on its way while this one computes */
+            int64_t nn = burst_cpu_min64(BC, r.kmax - j0 - BC);
+            burst_cpu_prefetch_view(a->k, b, j0 + BC, nn, g);
+            burst_cpu_prefetch_view(a->v, b, j0 + BC, nn, g);
+        }
         gemm(jn, BR, d, sc.k, d, 1, sc.qt, BR, sc.s, BR, BURST_CPU_STORE, NULL);
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);

@@ -28,11 +28,13 @@ enum burst_cpu_isa {
     BURST_CPU_ISA_AVX2 = 1,
 };
 
-/* Tile sizes. BR: multiple of 16 and of MR; BC: multiple of MR. */
+/* Tile sizes. BR (Q rows): multiple of 16 and of MR, chosen from d so that a thread's tiles
+ * stay within a 512 KiB L2; larger BR means fewer passes over K/V. BC (K rows): multiple of MR.
+ * They depend on d only, never on the thread count (determinism). */
 #define BURST_CPU_MR 6
-#define BURST_CPU_FWD_BR 96
+#define BURST_CPU_FWD_BR(d) ((d) <= 128 ? 192 : 96)
 #define BURST_CPU_FWD_BC 48
-#define BURST_CPU_BWD_BR 48
+#define BURST_CPU_BWD_BR(d) ((d) <= 128 ? 96 : 48)
 #define BURST_CPU_BWD_BC 48
 
 struct burst_cpu_backend {
@@ -49,6 +51,7 @@ struct burst_cpu_dims {
 struct burst_cpu_fwd_job {
     const struct burst_fwd_args *a;
     struct burst_cpu_dims dim;
+    int64_t br;  /* Q tile rows */
     int64_t nqt; /* Q tiles per (batch, head) */
 };
 
@@ -56,6 +59,7 @@ struct burst_cpu_fwd_job {
 struct burst_cpu_bwd_job {
     const struct burst_bwd_args *a;
     struct burst_cpu_dims dim;
+    int64_t br;       /* Q tile rows */
     int64_t nqt, nkt; /* Q tiles, K tiles per (batch, head) */
 };
 
@@ -66,6 +70,35 @@ static inline const void *burst_cpu_row(const struct burst_tensor *t, int64_t b,
     size_t es = t->dtype == BURST_DTYPE_FP32 ? 4 : 2;
     int64_t off = b * t->stride[0] + i * t->stride[1] + h * t->stride[2];
     return (const char *)t->data + off * (int64_t)es;
+}
+
+/* Ask the cpu to start loading rows [i0, i0 + n) of head h (d elements each, esize bytes per
+ * element) of a [B, n, H, d] buffer at base with row stride rs (elements): used one tile ahead. */
+static inline void burst_cpu_prefetch(const void *base, size_t esize, int64_t rs, int64_t i0,
+                                      int64_t n, int64_t d, int write)
+{
+#if defined(__GNUC__)
+    for (int64_t i = i0; i < i0 + n; i++) {
+        const char *p = (const char *)base + (size_t)(i * rs) * esize;
+        for (size_t off = 0; off < (size_t)d * esize; off += 64) {
+            if (write)
+                __builtin_prefetch(p + off, 1, 2);
+            else
+                __builtin_prefetch(p + off, 0, 2);
+        }
+    }
+#else
+    (void)base, (void)esize, (void)rs, (void)i0, (void)n, (void)d, (void)write;
+#endif
+}
+
+/* Prefetch rows [i0, i0 + n) of head h of a view. */
+static inline void burst_cpu_prefetch_view(const struct burst_tensor *t, int64_t b, int64_t i0,
+                                           int64_t n, int64_t h)
+{
+    size_t es = t->dtype == BURST_DTYPE_FP32 ? 4 : 2;
+    const char *base = (const char *)t->data + (b * t->stride[0] + h * t->stride[2]) * (int64_t)es;
+    burst_cpu_prefetch(base, es, t->stride[1], i0, n, t->shape[3], 0);
 }
 
 static inline int64_t burst_cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
