@@ -81,10 +81,16 @@ static inline void burst_cpu_prefetch(const void *base, size_t esize, int64_t rs
     for (int64_t i = i0; i < i0 + n; i++) {
         const char *p = (const char *)base + (size_t)(i * rs) * esize;
         for (size_t off = 0; off < (size_t)d * esize; off += 64) {
+#if defined(__x86_64__)
+            /* volatile asm: GCC deletes loops of __builtin_prefetch as dead code */
+            (void)write;
+            __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)(p + off)));
+#else
             if (write)
                 __builtin_prefetch(p + off, 1, 2);
             else
                 __builtin_prefetch(p + off, 0, 2);
+#endif
         }
     }
 #else
