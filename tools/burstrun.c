@@ -79,6 +79,9 @@ static void usage(FILE *f)
         "\"TFLOP/s\" is the whole ring, \"/rank\" divides by G. Bytes and messages sent per rank\n"
         "(maximum over ranks, from burst_plan_stats), library scratch per rank, and the peak\n"
         "resident memory of the process (getrusage), which includes the global test tensors.\n"
+        "\"cpu share\" = process cpu time / (wall time x compute threads) over the timed runs:\n"
+        "well below 100%% means other processes took the cores (or threads idled); with\n"
+        "several ranks the rank threads compute too, so it may exceed 100%%.\n"
         "\n"
         "Exit status: 0 all requested checks passed (or none requested), 1 a check failed,\n"
         "2 usage error (bad flag or value, or parameters the library rejects), 3 runtime "
@@ -436,6 +439,8 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     printf(", \"window\": [%lld, %lld]", (long long)p->window_left, (long long)p->window_right);
     printf(", \"bwd\": \"%s\", \"bwd_requested\": \"%s\"",
            p->run_bwd ? bwd_names[r->bwd_used] : "none", bwd_names[p->bwd]);
+    printf(", \"cpu_share\": ");
+    json_num(r->cpu_share);
     printf(", \"seed\": %" PRIu64 ", \"warmup\": %d, \"iters\": %d", p->seed, p->warmup,
            r->iters_done);
     printf(", \"allowed_pairs\": %.0f, \"flops_fwd\": %.6g", s->pairs, s->fwd_flops);
@@ -513,8 +518,9 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
     double n2 = (double)p->seq_len * (double)p->seq_len;
     printf("work     allowed pairs %.0f (%.2f%% of N^2); forward %.4g GFLOP, fwd+bwd %.4g GFLOP\n",
            s->pairs, 100.0 * s->pairs / n2, s->fwd_flops / 1e9, 3.5 * s->fwd_flops / 1e9);
-    printf("timing   %d warm-up + %d timed iterations; median (min) wall time of the ring\n\n",
-           p->warmup, r->iters_done);
+    printf("timing   %d warm-up + %d timed iterations; median (min) wall time of the ring; "
+           "cpu share %.0f%%\n\n",
+           p->warmup, r->iters_done, 100.0 * r->cpu_share);
 
     printf("%-9s %22s %9s %12s %13s %6s %6s %13s %9s\n", "phase", "time ms (min)", "TFLOP/s",
            "TFLOP/s/rank", "sent/rank", "msgs", "steps", "scratch/rank", "wait ms");

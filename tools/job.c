@@ -22,6 +22,15 @@ double job_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double process_cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
 uint64_t job_peak_rss(void)
 {
     struct rusage ru;
@@ -187,7 +196,8 @@ struct job {
     int fail_is_secondary; /* the message recorded is a peer's echo (PEER_FAILED) */
     char fail_msg[1024];
 
-    double *t_fwd, *t_bwd; /* [warmup + iters] */
+    double *t_fwd, *t_bwd;             /* [warmup + iters] */
+    double cpu0, wall0, cpu_s, wall_s; /* process cpu time and wall time of the timed iterations */
     int iters_done;
     struct burst_phase_stats *st_fwd, *st_bwd; /* [G] */
     burst_bwd_pattern_t bwd_used;
@@ -313,10 +323,15 @@ static void *rank_main(void *arg)
     int total = p->warmup + p->iters;
     double timed_start = 0.0;
     for (int it = 0; it < total; it++) {
-        if (it == p->warmup)
-            timed_start = job_now();
         if (sync_ranks(j, 0) & FLAG_FAIL)
             goto out;
+        if (it == p->warmup) {
+            timed_start = job_now();
+            if (r == 0) {
+                j->wall0 = timed_start;
+                j->cpu0 = process_cpu_seconds();
+            }
+        }
         double t0 = job_now();
         st = burst_attention_forward(plan, &q, &k, &v, &o, lse);
         fl = st != BURST_OK ? record_failure(j, r, "burst_attention_forward", st) : 0;
@@ -337,6 +352,8 @@ static void *rank_main(void *arg)
             j->t_bwd[it] = t2 - t1;
             if (it >= p->warmup) {
                 j->iters_done = it - p->warmup + 1;
+                j->wall_s = t2 - j->wall0;
+                j->cpu_s = process_cpu_seconds() - j->cpu0;
                 if (p->max_seconds > 0 && t2 - timed_start > p->max_seconds)
                     fl = FLAG_STOP;
             }
@@ -772,6 +789,8 @@ int job_run(const struct job_params *p, struct burst_context *ctx, struct job_re
     }
 
     r->bwd_used = j.bwd_used;
+    if (j.wall_s > 0 && r->num_threads > 0)
+        r->cpu_share = j.cpu_s / (j.wall_s * r->num_threads);
     r->iters_done = j.iters_done;
     r->fwd_s = median(j.t_fwd + p->warmup, j.iters_done);
     r->fwd_min_s = min_of(j.t_fwd + p->warmup, j.iters_done);

@@ -69,6 +69,9 @@ struct job_result {
     double fwd_s; /* median wall time of the forward over the timed iterations */
     double bwd_s; /* median wall time of the backward (0 when not run) */
     double fwd_min_s, bwd_min_s;
+    /* process cpu time over the timed iterations / (wall time * compute threads): about 1 when
+     * the job had its cores to itself, lower when other processes took them (or threads idled) */
+    double cpu_share;
 
     /* per-rank statistics of the last call of each phase: the maximum over ranks */
     uint64_t bytes_fwd, msgs_fwd, bytes_bwd, msgs_bwd;
