@@ -322,7 +322,6 @@ int main(int argc, char **argv)
     if (!r || !best) {
         free(r);
         free(best);
-        free(best);
         burst_context_destroy(ctx);
         return 3;
     }
