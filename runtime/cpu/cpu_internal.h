@@ -17,6 +17,10 @@
 #include "backend.h"
 #include "cpu_pool.h"
 
+#if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
+#error "the cpu kernels rely on IEEE infinities for masking: do not build them with -ffast-math"
+#endif
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define BURST_CPU_HAVE_AVX2_VARIANT 1
 #else

@@ -104,7 +104,7 @@ KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill)
     return _mm256_blendv_ps(fill, a, m);
 }
 
-/* a where a == -inf, else b ... used for the "m == -inf -> 0" rule: zero where c is -inf */
+/* a with its -inf lanes replaced by 0 (a running max of -inf is used as 0: no NaN) */
 KATTR vf vf_zero_if_neginf(vf a)
 {
     vf m = _mm256_cmp_ps(a, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
