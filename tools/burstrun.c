@@ -53,11 +53,14 @@ static void usage(FILE *f)
         "  --warmup W             untimed iterations first (default 1)\n"
         "  --fwd-only             run the forward only\n"
         "  --seed S               seed of the random inputs (default: from the clock, printed)\n"
-        "check:\n"
+        "check:\n");
+    fprintf(
+        f,
         "  --check                compare with the fp64 reference of tests/ref.c after the\n"
         "                         timed runs: O and lse of every row and dQ, dK, dV, when the\n"
         "                         reference costs B*N^2*Hq*d <= %.0e multiply-adds; above that\n"
-        "                         --check is refused (exit 2): use --check-fwd-only\n"
+        "                         --check is refused (exit 2): use --check-fwd-only (with\n"
+        "                         --fwd-only, --check checks sampled rows at any size)\n"
         "  --check-fwd-only       compare O and lse on %d sampled rows (spread over the\n"
         "                         sequence, plus the first and last row of every rank), at any\n"
         "                         size; the backward is not checked\n"
@@ -78,7 +81,8 @@ static void usage(FILE *f)
         "(pairs = N^2 without mask, ~N^2/2 causal), backward = 2.5x, fwd+bwd = 3.5x forward;\n"
         "\"TFLOP/s\" is the whole ring, \"/rank\" divides by G. Bytes and messages sent per rank\n"
         "(maximum over ranks, from burst_plan_stats), library scratch per rank, and the peak\n"
-        "resident memory of the process (getrusage), which includes the global test tensors.\n"
+        "resident memory of the process (getrusage) after the timed runs and before the check,\n"
+        "which includes the global test tensors.\n"
         "\"cpu share\" = process cpu time / (wall time x compute threads) over the timed runs:\n"
         "well below 100%% means other processes took the cores (or threads idled); with\n"
         "several ranks the rank threads compute too, so it may exceed 100%%.\n"
@@ -331,12 +335,14 @@ static void parse_args(int argc, char **argv, struct opts *o)
     if (p->seq_len < min_seq)
         die_usage("--seq %lld is too short: need at least %lld tokens for -n %d with layout %s",
                   (long long)p->seq_len, (long long)min_seq, p->ranks, layout_names[p->layout]);
+    int affordable = job_bwd_ref_cost(p) <= JOB_BWD_CHECK_LIMIT;
     if (o->check_fwd_only) {
         p->check_fwd = 1;
     } else if (o->check) {
-        p->check_fwd = 1;
+        /* every row when the full reference is affordable, else (--fwd-only) sampled rows */
+        p->check_fwd = affordable ? 2 : 1;
         p->check_bwd = p->run_bwd;
-        if (p->check_bwd && job_bwd_ref_cost(p) > JOB_BWD_CHECK_LIMIT) {
+        if (p->check_bwd && !affordable) {
             die_usage("--check refused: the fp64 backward reference would cost B*N^2*Hq*d = %.3g "
                       "multiply-adds (limit %.0e); use --check-fwd-only, --fwd-only or a smaller "
                       "problem",
@@ -464,7 +470,7 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
            r->msgs_bwd);
     printf(", \"scratch_fwd_per_rank\": %" PRIu64 ", \"scratch_bwd_per_rank\": %" PRIu64,
            r->scratch_fwd, r->scratch_bwd);
-    printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, job_peak_rss(),
+    printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, r->peak_rss,
            r->caller_bytes);
     printf(", \"max_abs_err\": ");
     json_num(checked ? s->max_abs : NAN);
@@ -540,7 +546,7 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
                human_bytes((double)(r->bytes_fwd + r->bytes_bwd), b1, sizeof(b1)));
     }
     printf("\nmemory   peak RSS %s (of which the job's global tensors %s)\n",
-           human_bytes((double)job_peak_rss(), b1, sizeof(b1)),
+           human_bytes((double)r->peak_rss, b1, sizeof(b1)),
            human_bytes((double)r->caller_bytes, b3, sizeof(b3)));
 
     if (!r->checked_fwd_rows) {

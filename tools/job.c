@@ -611,7 +611,7 @@ static int run_check(struct job *j, struct job_result *r)
     c.j = j;
     c.do_bwd = p->check_bwd && p->run_bwd;
     c.ntasks = (int)p->batch * p->kv_heads;
-    if (!c.do_bwd) {
+    if (p->check_fwd < 2 && !c.do_bwd) {
         int64_t *rows = sample_rows(j, &c.nrows);
         if (!rows) {
             set_msg(r, JOB_EFAIL, "out of memory for the check");
@@ -788,6 +788,7 @@ int job_run(const struct job_params *p, struct burst_context *ctx, struct job_re
         goto out;
     }
 
+    r->peak_rss = job_peak_rss();
     r->bwd_used = j.bwd_used;
     if (j.wall_s > 0 && r->num_threads > 0)
         r->cpu_share = j.cpu_s / (j.wall_s * r->num_threads);

@@ -37,7 +37,7 @@ struct job_params {
     int iters;          /* timed iterations (>= 1) */
     double max_seconds; /* stop timing after the iteration that passes this (0 = never) */
     uint64_t seed;
-    int check_fwd; /* compare O and lse: all rows when check_bwd, else sampled rows */
+    int check_fwd; /* compare O and lse: 1 = on sampled rows, 2 = on every row */
     int check_bwd; /* compare dQ, dK, dV with the full reference (needs run_bwd) */
 };
 
@@ -79,6 +79,7 @@ struct job_result {
     int steps_fwd, steps_bwd;
     double wait_fwd_s, wait_bwd_s;
     uint64_t caller_bytes; /* global tensors the job itself allocated (not the library's) */
+    uint64_t peak_rss;     /* peak resident bytes of the process after the runs, before the check */
 
     int checked_fwd_rows; /* query rows compared (per batch and head); 0 = forward not checked */
     int checked_bwd;
