@@ -54,7 +54,7 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
                 free(offs);
                 return burst_error(BURST_ERR_INVALID_ARG,
                                    "%s: shard_lens[%d] = %lld must be >= 1", who, i,
-                                   (long long)lens[i]);
+                                   (long long)explicit_lens[i]);
             }
         } else if (layout == BURST_LAYOUT_ZIGZAG) {
             lens[i] = zz_chunk_len(seq_len, ranks, i) +
