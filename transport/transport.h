@@ -40,11 +40,25 @@ struct burst_tp_ops {
     void (*destroy)(struct burst_tp *tp);
 };
 
+/*
+ * Optional out-of-band control channel (the bootstrap's connection to the launcher), attached by
+ * the communicator. A transport whose wait() blocks polls it so that a peer's death reported out
+ * of band ends the wait at once instead of at the timeout, and tells it about local aborts so
+ * that the launcher can stop every other rank.
+ */
+struct burst_tp_ctrl {
+    /* BURST_OK, or BURST_ERR_PEER_FAILED with a message naming the failed rank. Non-blocking. */
+    burst_status_t (*poll)(struct burst_tp_ctrl *ctrl);
+    /* This rank is aborting the ring with `reason`. Non-blocking, idempotent. */
+    void (*abort)(struct burst_tp_ctrl *ctrl, burst_status_t reason);
+};
+
 /* Base of every transport instance (implementations embed it first). */
 struct burst_tp {
     const struct burst_tp_ops *ops;
     int rank;
     int size;
+    struct burst_tp_ctrl *ctrl; /* may be NULL */
 };
 
 /* The in-process transport: ranks are threads joined by a burst_local_world. */
