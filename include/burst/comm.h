@@ -2,9 +2,12 @@
  * burst/comm.h - communicators: the ring of ranks that share one attention call.
  *
  * A communicator is one rank's membership in a ring of `size` ranks. Ranks exchange blocks
- * through a transport; this release ships the in-process transport "local", whose ranks are
- * threads of one process joined by a burst_local_world. (Process and network transports plug in
- * behind the same calls.)
+ * through a transport:
+ *   "local"   ranks are threads of one process joined by a burst_local_world;
+ *   "fabric"  ranks are processes, on one host or many, joined through libfabric (shm inside a
+ *             host, tcp / verbs / efa between hosts). They find each other through a rendezvous
+ *             service (burst_rendezvous_create, run by the launcher, e.g. burstrun) that every
+ *             rank reaches at `rendezvous` and proves membership to with the job's secret key.
  *
  * Failure model: if a collective call fails on one rank (bad input, timeout, allocation), that
  * rank aborts the communicator so that its peers return BURST_ERR_PEER_FAILED instead of
@@ -40,7 +43,7 @@ BURST_API void burst_local_world_destroy(struct burst_local_world *world);
 
 struct burst_comm_params {
     unsigned api_version;  /* BURST_API_VERSION */
-    const char *transport; /* "local" (default when NULL) */
+    const char *transport; /* "local" (default when NULL) or "fabric" */
     int rank;              /* 0 <= rank < size */
     int size;              /* ranks in the ring */
     /* transport "local": the world created by burst_local_world_create(size) */
@@ -48,6 +51,12 @@ struct burst_comm_params {
     /* Longest wait for a peer in milliseconds; 0 = BURST_TIMEOUT_MS from the environment,
      * or 120000. */
     int timeout_ms;
+    /* transport "fabric": */
+    const char *fabric;     /* "auto" (NULL), "shm", "tcp", "verbs", "efa"; auto = shm when
+                               every rank is on this host, else the fastest network provider */
+    const char *iface;      /* network interface for tcp/verbs, NULL = provider default */
+    const char *rendezvous; /* "host:port" of the job's rendezvous service */
+    const char *job_key;    /* the job's secret key (hex string) */
 };
 
 /* Parameters with every field at its default. Thread-safe. */
@@ -59,6 +68,14 @@ BURST_API struct burst_comm_params burst_comm_params_default(void);
  */
 BURST_API burst_status_t burst_comm_create(const struct burst_comm_params *params,
                                  struct burst_comm **comm_p);
+
+/*
+ * Join the ring of a process started by a launcher (burstrun, or any launcher that sets the same
+ * environment): transport "fabric" with BURST_RANK, BURST_SIZE, BURST_RENDEZVOUS, BURST_JOB_KEY,
+ * and optionally BURST_FABRIC, BURST_IFACE, BURST_TIMEOUT_MS. COLLECTIVE: blocks until every
+ * rank has joined (at most the timeout). Errors name the missing or malformed variable.
+ */
+BURST_API burst_status_t burst_comm_create_env(struct burst_comm **comm_p);
 
 /* Leave the ring; NULL accepted. Must not race with calls using comm. */
 BURST_API void burst_comm_destroy(struct burst_comm *comm);
@@ -72,6 +89,34 @@ BURST_API const char *burst_comm_transport(const struct burst_comm *comm);
  * BURST_ERR_PEER_FAILED). Thread-safe; may be called from a watchdog thread. Idempotent.
  */
 BURST_API void burst_comm_abort(struct burst_comm *comm, burst_status_t reason);
+
+/*
+ * The rendezvous service of a multi-process job (run by the launcher). It listens on
+ * bind_addr:port (NULL = "127.0.0.1": loopback only unless told otherwise; port 0 = any free
+ * port), admits exactly `size` ranks that present `job_key` (NULL = generate a random 256-bit
+ * key), lets them exchange their addresses, and keeps a control connection to each rank for the
+ * life of the job: when a rank dies or aborts, every other rank is told at once. Serves from a
+ * background thread; all calls are thread-safe.
+ */
+struct burst_rendezvous;
+
+BURST_API burst_status_t burst_rendezvous_create(const char *bind_addr, int port, int size,
+                                                 const char *job_key,
+                                                 struct burst_rendezvous **rv_p);
+
+/* "host:port" ranks connect to, and the job key they must present. Valid while rv lives. */
+BURST_API const char *burst_rendezvous_address(const struct burst_rendezvous *rv);
+BURST_API const char *burst_rendezvous_key(const struct burst_rendezvous *rv);
+
+/* The launcher saw rank `rank` fail (e.g. its process died): tell every other rank. */
+BURST_API void burst_rendezvous_report_failure(struct burst_rendezvous *rv, int rank,
+                                               const char *why);
+
+/* Rank that failed first (reported, aborted or disconnected early), or -1. */
+BURST_API int burst_rendezvous_failed_rank(const struct burst_rendezvous *rv);
+
+/* Stop serving and close every connection; NULL accepted. */
+BURST_API void burst_rendezvous_destroy(struct burst_rendezvous *rv);
 
 #ifdef __cplusplus
 }
