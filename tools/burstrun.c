@@ -101,6 +101,7 @@ static void info(void)
         {"BURST_BACKEND", "backend chosen by \"auto\" (e.g. cpu)"},
         {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
         {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
+        {"BURST_CPU_ISA", "\"base\": portable cpu kernels instead of AVX2+FMA+F16C"},
         {"BURST_TEST_SEED", "seed of the randomised tests (tests only)"},
     };
     printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
