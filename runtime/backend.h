@@ -2,7 +2,7 @@
  * runtime/backend.h - the compute backend interface (private).
  *
  * A backend runs the LOCAL attention of one ring step and a few memory helpers. The ring engine
- * (runtime/ring.c) never touches tensor elements itself: every byte it reads or writes goes
+ * (runtime/ring_fwd.c, ring_bwd.c) never touches tensor elements itself: every byte it reads or writes goes
  * through these ops, so a GPU backend plugs in by providing them for device memory.
  *
  * Conventions for every op:

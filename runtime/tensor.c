@@ -1,4 +1,5 @@
 /* runtime/tensor.c - dtypes, descriptors, half conversions and tensor validation. */
+#include <stddef.h>
 #include <string.h>
 
 #include "burst/tensor.h"
@@ -97,6 +98,15 @@ float burst_bf16_to_fp32(uint16_t h)
     return f;
 }
 
+/* r = a * b for a, b >= 0; zero when it would not fit in int64. */
+static int mul_fits(int64_t a, int64_t b, int64_t *r)
+{
+    if (a != 0 && b > INT64_MAX / a)
+        return 0;
+    *r = a * b;
+    return 1;
+}
+
 burst_status_t burst_tensor_check_view(const char *who, const char *name,
                                        const struct burst_tensor *t, int output)
 {
@@ -119,6 +129,17 @@ burst_status_t burst_tensor_check_view(const char *who, const char *name,
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: %s->stride[3] = %lld: the head dimension must be contiguous (1)",
                            who, name, (long long)t->stride[3]);
+    /* The whole view must be addressable: offset of the last element, in bytes, fits. */
+    int64_t last = 0, term;
+    const int64_t limit = (int64_t)(PTRDIFF_MAX / 8);
+    for (int i = 0; i < BURST_TENSOR_DIMS; i++) {
+        if (!mul_fits(t->shape[i] - 1, t->stride[i], &term) || term > limit - last)
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: %s->stride[%d] = %lld with shape[%d] = %lld puts elements "
+                               "beyond any addressable memory", who, name, i,
+                               (long long)t->stride[i], i, (long long)t->shape[i]);
+        last += term;
+    }
     if (output) {
         /* No self-overlap: ordered by stride, each dimension must step over the whole extent of
          * the dimensions inside it. */
@@ -134,7 +155,7 @@ burst_status_t burst_tensor_check_view(const char *who, const char *name,
             int dim = ord[i];
             if (t->shape[dim] == 1)
                 continue;
-            if (t->stride[dim] < span)
+            if (t->stride[dim] < span) /* span <= last + 1: no overflow below */
                 return burst_error(BURST_ERR_INVALID_ARG,
                                    "%s: %s->stride[%d] = %lld overlaps the inner dimensions "
                                    "(needs >= %lld): an output must not alias itself",

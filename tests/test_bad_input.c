@@ -515,6 +515,10 @@ FWD_TENSOR_BAD(fwd_q_dtype_unknown, tq, t.dtype = (burst_dtype_t)11, "q", "11")
 FWD_TENSOR_BAD(fwd_q_stride3, tq, t.stride[3] = 2, "stride", "2")
 FWD_TENSOR_BAD(fwd_k_stride_negative, tk, t.stride[1] = -(int64_t)(HKV * D), "stride", "-16")
 FWD_TENSOR_BAD(fwd_v_stride_zero, tv, t.stride[2] = 0, "stride", "0")
+/* Strides whose byte offsets overflow must be refused, not wrapped around. */
+FWD_TENSOR_BAD(fwd_o_stride_overflow, to, t.stride[1] = INT64_MAX, "stride", "9223372036854775807")
+FWD_TENSOR_BAD(fwd_q_stride_wraps, tq, t.stride[1] = (int64_t)1 << 62, "stride",
+               "4611686018427387904")
 FWD_TENSOR_BAD(fwd_o_overlapping, to, t.stride[1] = D / 2, "o", "overlap")
 FWD_TENSOR_BAD(fwd_o_heads_overlap, to, t.stride[2] = 8, "o", "overlap")
 
@@ -974,6 +978,8 @@ int main(void)
         TP(fwd_o_dtype_mixed),
         TP(fwd_q_dtype_unknown),
         TP(fwd_q_stride3),
+        TP(fwd_o_stride_overflow),
+        TP(fwd_q_stride_wraps),
         TP(fwd_k_stride_negative),
         TP(fwd_v_stride_zero),
         TP(fwd_o_overlapping),

@@ -491,6 +491,34 @@ static void test_masked_rows_half(void **state)
     }
 }
 
+/* A NaN in one query row must come out as NaN in that row (not as "fully masked": O = 0,
+ * lse = -inf), and must not leak into the other rows. */
+static void test_nan_propagates(void **state)
+{
+    (void)state;
+    uint64_t st = harness_seed() ^ 0x4e414eu;
+    struct rows q = rows_make(&st, BURST_DTYPE_FP32, NQ, HQ, 100, 1.0);
+    struct rows k = rows_make(&st, BURST_DTYPE_FP32, NQ, HKV, 0, 1.0);
+    struct rows v = rows_make(&st, BURST_DTYPE_FP32, NQ, HKV, 0, 1.0);
+    ((float *)q.x)[(size_t)(3 * HQ) * D] = NAN; /* batch 0, row 3, head 0, element 0 */
+    float *o = malloc(sizeof(float) * B * NQ * HQ * D), *lse = malloc(sizeof(float) * B * HQ * NQ);
+    assert_true(o && lse);
+    acc_init(o, lse);
+    fwd(&q, &k, &v, full, o, lse);
+    for (int64_t i = 0; i < NQ; i++)
+        for (int h = 0; h < HQ; h++) {
+            int poisoned = i == 3 && h == 0;
+            float l = lse[(size_t)h * NQ + (size_t)i], x = o[((size_t)i * HQ + (size_t)h) * D];
+            assert_int_equal(isnan(l) != 0, poisoned);
+            assert_int_equal(isnan(x) != 0, poisoned);
+        }
+    free(o);
+    free(lse);
+    rows_free(&q);
+    rows_free(&k);
+    rows_free(&v);
+}
+
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
@@ -503,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_empty_partial_bf16),
         cmocka_unit_test(test_masked_rows),
         cmocka_unit_test(test_masked_rows_half),
+        cmocka_unit_test(test_nan_propagates),
     };
     return cmocka_run_group_tests_name("merge", tests, setup, teardown);
 }

@@ -6,6 +6,7 @@
  * copy straight from the sender's buffer into the receiver's (no intermediate buffer), outside the
  * world lock, then completes both. Aborting the world wakes every waiter; an operation whose copy
  * is under way always finishes before its wait returns, so no buffer is touched after wait().
+ * Once every communicator of an aborted world is destroyed, the world is usable again.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@ struct burst_local_world {
     int aborted;
     burst_status_t reason;
     unsigned char *joined;      /* [size] rank taken by a live transport */
+    int members;                /* live transports; when the last leaves, an abort is forgotten */
     struct burst_tp_req *sends; /* pending, posting order */
     struct burst_tp_req *recvs;
 };
@@ -240,6 +242,10 @@ static void local_destroy(struct burst_tp *t)
     struct burst_local_world *w = tp->world;
     pthread_mutex_lock(&w->lock);
     w->joined[t->rank] = 0;
+    if (--w->members == 0) { /* everyone left: the world can host a fresh ring */
+        w->aborted = 0;
+        w->reason = BURST_OK;
+    }
     pthread_mutex_unlock(&w->lock);
     free(tp);
 }
@@ -267,8 +273,10 @@ burst_status_t burst_tp_local_create(struct burst_local_world *w, int rank, int 
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     pthread_mutex_lock(&w->lock);
     int taken = w->joined[rank];
-    if (!taken)
+    if (!taken) {
         w->joined[rank] = 1;
+        w->members++;
+    }
     pthread_mutex_unlock(&w->lock);
     if (taken) {
         free(tp);

@@ -12,8 +12,12 @@
  * Failure model: if a collective call fails on one rank (bad input, timeout, allocation), that
  * rank aborts the communicator so that its peers return BURST_ERR_PEER_FAILED instead of
  * waiting; an aborted communicator answers every later collective call with
- * BURST_ERR_COMM_FAILED. Destroy it and create a new one. No call waits longer than the
+ * BURST_ERR_COMM_FAILED. Destroy it (on every rank) and create a new one: a local world whose
+ * communicators were all destroyed hosts a fresh ring. No call waits longer than the
  * communicator's timeout for a peer.
+ *
+ * One collective call at a time per communicator: plans sharing a communicator must not run
+ * their calls concurrently (they share its message sequence).
  */
 #ifndef BURST_COMM_H
 #define BURST_COMM_H
@@ -83,6 +87,14 @@ BURST_API void burst_comm_destroy(struct burst_comm *comm);
 BURST_API int burst_comm_rank(const struct burst_comm *comm);
 BURST_API int burst_comm_size(const struct burst_comm *comm);
 BURST_API const char *burst_comm_transport(const struct burst_comm *comm);
+
+/*
+ * Transport "fabric": the provider the ranks agreed on ("shm", "tcp", "verbs", "efa"), and the
+ * number of distinct hosts in the ring (ranks on one host share a boot of one machine).
+ * Transport "local": "" and 1. Valid while comm lives; thread-safe.
+ */
+BURST_API const char *burst_comm_fabric(const struct burst_comm *comm);
+BURST_API int burst_comm_hosts(const struct burst_comm *comm);
 
 /*
  * Mark the communicator failed with `reason` and wake every peer waiting on it (they return

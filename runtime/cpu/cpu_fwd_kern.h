@@ -105,8 +105,11 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     /* fused merge into the running (o_acc, lse_acc) */
     const float *lse_row = a->lse_acc + (b * hq + h) * nq + i0;
     for (int64_t i = 0; i < rows; i++) {
-        if (!(sc.l[i] > 0.0f))
-            continue; /* no allowed key in this block: leave the row untouched */
+        /* l == 0 exactly when the row has no allowed key in this block (every allowed key
+         * contributes 2^0 = 1 at the row maximum): leave the row untouched. A NaN or inf input
+         * makes l NaN, which falls through and propagates instead of masquerading as masked. */
+        if (sc.l[i] == 0.0f)
+            continue;
         double lr = ((double)sc.m[i] + log2((double)sc.l[i])) * 0.69314718055994530942;
         double lo = (double)lse_row[i];
         float *orow = a->o_acc + ((b * nq + i0 + i) * hq + h) * d;

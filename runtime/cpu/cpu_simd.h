@@ -14,7 +14,8 @@
  *   base   the portable baseline: VL 4 GNU vectors where the compiler has them and the target
  *          has 16-byte SIMD (SSE2, NEON), else plain scalar C with VL 1.
  * vf_exp2 returns 2^x with relative error below 2e-7 for x in [-126, 127], and exactly 0 for
- * x < -126 (including -inf), never NaN for finite or -inf input.
+ * x < -126 (including -inf), never NaN for finite or -inf input, and NaN for NaN (so that a NaN
+ * input propagates to the output instead of looking like a masked row).
  */
 
 #undef vf
@@ -113,7 +114,9 @@ KATTR vf vf_zero_if_neginf(vf a)
 
 KATTR vf vf_exp2(vf x)
 {
-    vf keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+    vf zero = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    vf nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    vf x0 = x;
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.0f)), _mm256_set1_ps(127.0f));
     vf t = _mm256_add_ps(x, _mm256_set1_ps(BURST_CPU_EXP2_MAGIC));
     vf f = _mm256_sub_ps(x, _mm256_sub_ps(t, _mm256_set1_ps(BURST_CPU_EXP2_MAGIC)));
@@ -126,7 +129,7 @@ KATTR vf vf_exp2(vf x)
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
     vf r = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-    return _mm256_and_ps(r, keep);
+    return _mm256_blendv_ps(_mm256_andnot_ps(zero, r), x0, nan);
 }
 
 KATTR vf vf_load_f16(const uint16_t *p)
@@ -179,7 +182,8 @@ KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill)
 KATTR vf vf_zero_if_neginf(vf a) { return (vf)((vi)a & ~(a == vf_set1(-__builtin_inff()))); }
 KATTR vf vf_exp2(vf x)
 {
-    vi keep = x >= vf_set1(-126.0f);
+    vi zero = x < vf_set1(-126.0f), nan = x != x;
+    vf x0 = x;
     x = vf_select(x > vf_set1(-126.0f), x, vf_set1(-126.0f));
     x = vf_select(x < vf_set1(127.0f), x, vf_set1(127.0f));
     vf t = x + BURST_CPU_EXP2_MAGIC;
@@ -192,7 +196,7 @@ KATTR vf vf_exp2(vf x)
     p = p * f + BURST_CPU_EXP2_P5;
     p = p * f + 1.0f;
     vi r = (vi)p + ((vi)t << 23);
-    return (vf)(r & keep);
+    return vf_select(nan, x0, (vf)(r & ~zero));
 }
 KATTR vf vf_load_f16(const uint16_t *p)
 {
@@ -224,7 +228,9 @@ KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill) { return j >= lo && j < 
 KATTR vf vf_zero_if_neginf(vf a) { return a == -(float)INFINITY ? 0.0f : a; }
 KATTR vf vf_exp2(vf x)
 {
-    if (!(x >= -126.0f))
+    if (x != x)
+        return x;
+    if (x < -126.0f)
         return 0.0f;
     x = x < 127.0f ? x : 127.0f;
     float t = x + BURST_CPU_EXP2_MAGIC;
