@@ -46,8 +46,12 @@ if [ -z "$lib_so" ] || [ -z "$lib_a" ]; then
 fi
 libdir=$(dirname "$lib_so")
 
-# Only the installed burst.pc; paths in it are relocated under DESTDIR by the sysroot.
-PKG_CONFIG_LIBDIR=$(dirname "$pc")
+# The installed burst.pc first; paths in it are relocated under DESTDIR by the sysroot. The
+# system's .pc files stay reachable for burst's private requirements (e.g. libfabric): their -I/-L
+# get the sysroot prefix too, which is harmless (burst's headers need none of theirs and the
+# linker still searches the system directories).
+system_pc=$(pkg-config --variable pc_path pkg-config 2>/dev/null || true)
+PKG_CONFIG_LIBDIR=$(dirname "$pc")${system_pc:+:$system_pc}
 PKG_CONFIG_PATH=
 PKG_CONFIG_SYSROOT_DIR=$dest
 export PKG_CONFIG_LIBDIR PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
@@ -68,6 +72,21 @@ LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ./embed
 # static: the archive in place of -lburst, plus the private libraries burst.pc declares
 # shellcheck disable=SC2086
 static_rest=$(printf '%s\n' $static_libs | { grep -v -e '^-lburst$' -e '^-L' || true; } | tr '\n' ' ')
+# Dependencies installed only as shared libraries (e.g. Debian's libfabric) list their own static
+# dependencies in Libs.private; those are not needed (nor installed) when the dependency itself is
+# linked shared, so keep only the -l flags this system can resolve.
+kept=
+for flag in $static_rest; do
+    case $flag in
+    -l*)
+        name=${flag#-l}
+        so=$("$cc" -print-file-name="lib$name.so")
+        ar=$("$cc" -print-file-name="lib$name.a")
+        [ "$so" != "lib$name.so" ] || [ "$ar" != "lib$name.a" ] || continue ;;
+    esac
+    kept="$kept $flag"
+done
+static_rest=$kept
 # shellcheck disable=SC2086
 "$cc" -std=c11 -Wall -Wextra -Werror -o embed_static embed.c $cflags "$lib_a" $static_rest \
     -pthread -lm
