@@ -24,6 +24,11 @@ struct burst_comm {
     atomic_int failed;        /* nonzero once aborted */
     uint32_t seq;             /* collective calls issued; part of every tag */
     struct burst_traffic *count; /* where traffic is counted now, or NULL */
+    /* transport "fabric" (zero / NULL otherwise): */
+    struct burst_boot *boot; /* connection to the rendezvous: the control channel */
+    char fabric[16];         /* provider chosen: "shm", "tcp", "verbs", "efa" */
+    int *host_of;            /* [size]: lowest rank on the same host as rank r */
+    int nhosts;              /* distinct hosts in the ring */
 };
 
 /* Tag of a message: (collective call sequence, message kind, ring step). */

@@ -1,0 +1,773 @@
+/*
+ * tests/test_procs.c - rings of real processes joined through the rendezvous (suite 'net').
+ *
+ *   test_procs shm|tcp results   G = 2, 3, 4, 8 rank processes: forward + backward results are
+ *                                bitwise identical to the in-process ring (transport "local")
+ *   test_procs shm|tcp faults    a rank SIGKILLed during the forward, then during the backward:
+ *                                every survivor returns BURST_ERR_PEER_FAILED (or TIMEOUT) soon,
+ *                                naming the rank
+ *   test_procs shm refused       wrong / malformed keys and corrupted, truncated and oversized
+ *                                control messages are refused; the service keeps serving
+ * Exit 77 (SKIP) when libfabric or the provider is absent. Every case checks that no process,
+ * /dev/shm entry, file descriptor or listening socket is left behind.
+ *
+ * The parent runs burst_rendezvous_create and starts each rank with fork + exec of this program
+ * (--worker): a fresh process image, as a launcher gives, and no locks inherited from the
+ * parent's threads. Workers join with burst_comm_create_env (BURST_RANK, ...) and write their
+ * outputs into a shared memory file that the parent compares with its own in-process run.
+ * Progress bytes on a pipe ('F' before the forward, 'B' before the backward) let the parent kill
+ * a rank while the ring is running.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "burst/burst.h"
+#include "harness.h"
+
+#define MAXG 8
+#define SKIP 77
+
+static const char *g_prov; /* "shm" or "tcp" */
+static int g_failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            g_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* ---- the problem (same in workers and parent) ---- */
+
+struct prob {
+    int G;
+    int64_t B, N;
+    int Hq, Hkv, d;
+    uint64_t seed;
+};
+
+/* Result slot of one rank in the shared file. */
+struct slot {
+    int done;
+    burst_status_t st_comm, st_plan, st_fwd, st_bwd;
+    double t_fail_ms; /* CLOCK_MONOTONIC when the failing call returned */
+    char msg[512];
+    char fabric[16];
+    int hosts;
+};
+
+/* Permuted-order tensors of the whole problem, [B, N, H, d]; lse per rank, consecutive. */
+struct bufs {
+    float *q, *k, *v, *dout;      /* inputs */
+    float *o, *dq, *dk, *dv, *lse; /* outputs */
+};
+
+static size_t nq(const struct prob *p)
+{
+    return (size_t)(p->B * p->N * p->Hq * p->d);
+}
+
+static size_t nkv(const struct prob *p)
+{
+    return (size_t)(p->B * p->N * p->Hkv * p->d);
+}
+
+static size_t out_bytes(const struct prob *p)
+{
+    return sizeof(float) * (2 * nq(p) + 2 * nkv(p) + (size_t)(p->B * p->Hq * p->N));
+}
+
+static void bufs_outputs_at(const struct prob *p, struct bufs *b, void *base)
+{
+    float *f = base;
+    b->o = f;
+    b->dq = b->o + nq(p);
+    b->dk = b->dq + nq(p);
+    b->dv = b->dk + nkv(p);
+    b->lse = b->dv + nkv(p);
+}
+
+/* Inputs in natural order from the seed, then permuted into rank order (zigzag). */
+static int make_inputs(const struct prob *p, struct bufs *b)
+{
+    size_t n[4] = {nq(p), nkv(p), nkv(p), nq(p)};
+    int heads[4] = {p->Hq, p->Hkv, p->Hkv, p->Hq};
+    float **dst[4] = {&b->q, &b->k, &b->v, &b->dout};
+    uint64_t s = p->seed;
+    for (int t = 0; t < 4; t++) {
+        float *nat = malloc(n[t] * sizeof(float));
+        *dst[t] = malloc(n[t] * sizeof(float));
+        if (!nat || !*dst[t]) {
+            free(nat);
+            return -1;
+        }
+        for (size_t i = 0; i < n[t]; i++)
+            nat[i] = (float)harness_rng_uniform(&s, -2.0, 2.0);
+        struct burst_tensor tn =
+            burst_tensor_contiguous(nat, BURST_DTYPE_FP32, p->B, p->N, heads[t], p->d);
+        struct burst_tensor tp =
+            burst_tensor_contiguous(*dst[t], BURST_DTYPE_FP32, p->B, p->N, heads[t], p->d);
+        burst_status_t st = burst_layout_permute(BURST_LAYOUT_ZIGZAG, p->G, &tn, &tp);
+        free(nat);
+        if (st != BURST_OK) {
+            fprintf(stderr, "permute: %s\n", burst_last_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void free_inputs(struct bufs *b)
+{
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    free(b->dout);
+}
+
+/* The view of rank r's shard of a permuted [B, N, H, d] tensor. */
+static struct burst_tensor shard(const struct prob *p, float *base, int heads, int64_t off,
+                                 int64_t len)
+{
+    struct burst_tensor t = {
+        .data = base + off * heads * p->d,
+        .dtype = BURST_DTYPE_FP32,
+        .shape = {p->B, len, heads, p->d},
+        .stride = {p->N * heads * p->d, (int64_t)heads * p->d, p->d, 1},
+    };
+    return t;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void progress(int fd, int rank, char phase)
+{
+    if (fd >= 0) {
+        char m[2] = {(char)rank, phase};
+        ssize_t n = write(fd, m, 2);
+        (void)n;
+    }
+}
+
+/* One rank: plan, forward, backward. Outputs land in out's shard of rank `rank`. */
+static void run_rank(struct burst_context *ctx, struct burst_comm *comm, const struct prob *p,
+                     const struct bufs *in, struct bufs *out, struct slot *sl, int pipe_fd)
+{
+    int r = burst_comm_rank(comm);
+    int64_t off = 0, len = 0;
+    burst_layout_shard_offset(BURST_LAYOUT_ZIGZAG, p->N, p->G, r, &off);
+    burst_layout_shard_len(BURST_LAYOUT_ZIGZAG, p->N, p->G, r, &len);
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.batch = p->B;
+    pp.seq_len = p->N;
+    pp.q_heads = p->Hq;
+    pp.kv_heads = p->Hkv;
+    pp.head_dim = p->d;
+    pp.dtype = BURST_DTYPE_FP32;
+    pp.causal = 1;
+    pp.layout = BURST_LAYOUT_ZIGZAG;
+    pp.deterministic = 1;
+    struct burst_plan *plan = NULL;
+    sl->st_plan = burst_plan_create(ctx, comm, &pp, &plan);
+    if (sl->st_plan != BURST_OK) {
+        sl->t_fail_ms = now_ms();
+        snprintf(sl->msg, sizeof(sl->msg), "%s", burst_last_error());
+        return;
+    }
+    struct burst_tensor q = shard(p, in->q, p->Hq, off, len), k = shard(p, in->k, p->Hkv, off, len),
+                        v = shard(p, in->v, p->Hkv, off, len),
+                        dout = shard(p, in->dout, p->Hq, off, len),
+                        o = shard(p, out->o, p->Hq, off, len),
+                        dq = shard(p, out->dq, p->Hq, off, len),
+                        dk = shard(p, out->dk, p->Hkv, off, len),
+                        dv = shard(p, out->dv, p->Hkv, off, len);
+    float *lse = out->lse + p->B * p->Hq * off; /* [B, Hq, len] of this rank */
+    progress(pipe_fd, r, 'F');
+    sl->st_fwd = burst_attention_forward(plan, &q, &k, &v, &o, lse);
+    if (sl->st_fwd == BURST_OK) {
+        progress(pipe_fd, r, 'B');
+        sl->st_bwd = burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
+    }
+    if (sl->st_fwd != BURST_OK || sl->st_bwd != BURST_OK) {
+        sl->t_fail_ms = now_ms();
+        snprintf(sl->msg, sizeof(sl->msg), "%s", burst_last_error());
+    }
+    burst_plan_destroy(plan);
+}
+
+/* ---- worker process ---- */
+
+static int worker_main(int argc, char **argv)
+{
+    /* --worker G B N Hq Hkv d seed out_fd pipe_fd */
+    if (argc != 11)
+        return 2;
+    struct prob p = {atoi(argv[2]), atoll(argv[3]), atoll(argv[4]), atoi(argv[5]),
+                     atoi(argv[6]), atoi(argv[7]), strtoull(argv[8], NULL, 0)};
+    int out_fd = atoi(argv[9]), pipe_fd = atoi(argv[10]);
+    size_t bytes = MAXG * sizeof(struct slot) + out_bytes(&p);
+    void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, out_fd, 0);
+    if (map == MAP_FAILED)
+        return 3;
+    close(out_fd);
+    struct slot *slots = map;
+    struct bufs b = {0};
+    bufs_outputs_at(&p, &b, (char *)map + MAXG * sizeof(struct slot));
+    const char *rs = getenv("BURST_RANK");
+    int rank = rs ? atoi(rs) : 0;
+    if (rank < 0 || rank >= MAXG)
+        return 4;
+    struct slot *sl = &slots[rank];
+    struct burst_comm *comm = NULL;
+    sl->st_comm = burst_comm_create_env(&comm);
+    if (sl->st_comm != BURST_OK) {
+        sl->t_fail_ms = now_ms();
+        snprintf(sl->msg, sizeof(sl->msg), "%s", burst_last_error());
+        sl->done = 1;
+        return 0;
+    }
+    snprintf(sl->fabric, sizeof(sl->fabric), "%s", burst_comm_fabric(comm));
+    sl->hosts = burst_comm_hosts(comm);
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = "cpu";
+    struct burst_context *ctx = NULL;
+    if (make_inputs(&p, &b) != 0 || burst_context_create(&cp, &ctx) != BURST_OK)
+        return 5;
+    run_rank(ctx, comm, &p, &b, &b, sl, pipe_fd);
+    burst_context_destroy(ctx);
+    burst_comm_destroy(comm);
+    free_inputs(&b);
+    sl->done = 1;
+    munmap(map, bytes);
+    return 0;
+}
+
+/* ---- parent ---- */
+
+struct job {
+    struct prob p;
+    struct burst_rendezvous *rv;
+    pid_t pid[MAXG + 1];
+    int npid;
+    int out_fd, pipe_r, pipe_w;
+    void *map;
+    size_t bytes;
+    struct slot *slots;
+    struct bufs out;
+};
+
+static char g_self[4096];
+static pid_t g_children[256]; /* every rank process started: their /dev/shm names */
+static int g_nchildren;
+
+static int job_open(struct job *j, const struct prob *p)
+{
+    memset(j, 0, sizeof(*j));
+    j->p = *p;
+    j->out_fd = j->pipe_r = j->pipe_w = -1;
+    j->bytes = MAXG * sizeof(struct slot) + out_bytes(p);
+    int pfd[2];
+    j->out_fd = memfd_create("burst-test-procs", 0);
+    if (j->out_fd < 0 || ftruncate(j->out_fd, (off_t)j->bytes) != 0 || pipe(pfd) != 0)
+        return -1;
+    j->pipe_r = pfd[0];
+    j->pipe_w = pfd[1];
+    j->map = mmap(NULL, j->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, j->out_fd, 0);
+    if (j->map == MAP_FAILED)
+        return -1;
+    j->slots = j->map;
+    bufs_outputs_at(p, &j->out, (char *)j->map + MAXG * sizeof(struct slot));
+    memset(j->out.o, 0xff, out_bytes(p)); /* NaN: every element must be written */
+    if (burst_rendezvous_create(NULL, 0, p->G, NULL, &j->rv) != BURST_OK) {
+        fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* Start rank `rank` with job key `key` (NULL = the job's). */
+static pid_t job_spawn(struct job *j, int rank, const char *key)
+{
+    char a[9][32];
+    const struct prob *p = &j->p;
+    snprintf(a[0], 32, "%d", p->G);
+    snprintf(a[1], 32, "%lld", (long long)p->B);
+    snprintf(a[2], 32, "%lld", (long long)p->N);
+    snprintf(a[3], 32, "%d", p->Hq);
+    snprintf(a[4], 32, "%d", p->Hkv);
+    snprintf(a[5], 32, "%d", p->d);
+    snprintf(a[6], 32, "%llu", (unsigned long long)p->seed);
+    snprintf(a[7], 32, "%d", j->out_fd);
+    snprintf(a[8], 32, "%d", j->pipe_w);
+    char rs[16], gs[16];
+    snprintf(rs, sizeof(rs), "%d", rank);
+    snprintf(gs, sizeof(gs), "%d", p->G);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("BURST_RANK", rs, 1);
+        setenv("BURST_SIZE", gs, 1);
+        setenv("BURST_RENDEZVOUS", burst_rendezvous_address(j->rv), 1);
+        setenv("BURST_JOB_KEY", key ? key : burst_rendezvous_key(j->rv), 1);
+        setenv("BURST_FABRIC", g_prov, 1);
+        if (strcmp(g_prov, "tcp") == 0)
+            setenv("BURST_IFACE", "127.0.0.1", 1);
+        setenv("BURST_TIMEOUT_MS", "20000", 1);
+        setenv("BURST_NUM_THREADS", "1", 1);
+        close(j->pipe_r);
+        char *argv[] = {g_self, "--worker", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
+                        a[8], NULL};
+        execv(g_self, argv);
+        _exit(127);
+    }
+    if (pid > 0) {
+        j->pid[j->npid++] = pid;
+        if (g_nchildren < 256)
+            g_children[g_nchildren++] = pid;
+    }
+    return pid;
+}
+
+/* Wait for every child (SIGKILL after deadline_ms). Reports unexpected deaths to the
+ * rendezvous, as a launcher does. Returns the number of abnormal exits. */
+static int job_reap(struct job *j, double deadline_ms, int killed)
+{
+    int bad = 0;
+    double until = now_ms() + deadline_ms;
+    for (int i = 0; i < j->npid; i++) {
+        int status = 0;
+        for (;;) {
+            pid_t w = waitpid(j->pid[i], &status, WNOHANG);
+            if (w == j->pid[i])
+                break;
+            if (now_ms() > until) {
+                fprintf(stderr, "child %d still running after the deadline: SIGKILL\n",
+                        (int)j->pid[i]);
+                kill(j->pid[i], SIGKILL);
+                waitpid(j->pid[i], &status, 0);
+                bad++;
+                break;
+            }
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
+        if (WIFSIGNALED(status)) {
+            char why[64];
+            snprintf(why, sizeof(why), "killed by signal %d", WTERMSIG(status));
+            burst_rendezvous_report_failure(j->rv, i, why);
+            if (i != killed)
+                bad++;
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "child %d exited with %d\n", i, WEXITSTATUS(status));
+            bad++;
+        }
+    }
+    j->npid = 0;
+    return bad;
+}
+
+static void job_close(struct job *j)
+{
+    if (j->npid)
+        job_reap(j, 30000, -1);
+    burst_rendezvous_destroy(j->rv);
+    if (j->map && j->map != MAP_FAILED)
+        munmap(j->map, j->bytes);
+    if (j->out_fd >= 0)
+        close(j->out_fd);
+    if (j->pipe_r >= 0)
+        close(j->pipe_r);
+    if (j->pipe_w >= 0)
+        close(j->pipe_w);
+}
+
+/* Wait for the progress byte `phase` of `rank`; 0, or -1 after timeout_ms. */
+static int job_wait_phase(struct job *j, int rank, char phase, int timeout_ms)
+{
+    double until = now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(until - now_ms());
+        if (left <= 0)
+            return -1;
+        struct pollfd pf = {.fd = j->pipe_r, .events = POLLIN};
+        if (poll(&pf, 1, left) <= 0)
+            continue;
+        char m[2];
+        if (read(j->pipe_r, m, 2) == 2 && m[0] == rank && m[1] == phase)
+            return 0;
+    }
+}
+
+/* ---- leftovers ---- */
+
+struct snapshot {
+    char shm[256][256];
+    int nshm;
+    int nfd;
+};
+
+static void snap(struct snapshot *s)
+{
+    s->nshm = 0;
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] != '.' && s->nshm < 256)
+            snprintf(s->shm[s->nshm++], 256, "%.255s", e->d_name);
+    if (d)
+        closedir(d);
+    s->nfd = 0;
+    d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));)
+        s->nfd += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+}
+
+static void check_leftovers(const struct snapshot *before, const char *what)
+{
+    struct snapshot after;
+    snap(&after);
+    /* New entries named "<pid>:..." (the shm provider's) of our rank processes; other
+     * programs running meanwhile may create their own. */
+    for (int i = 0; i < after.nshm; i++) {
+        int found = 0, ours = 0;
+        for (int k = 0; k < before->nshm && !found; k++)
+            found = strcmp(after.shm[i], before->shm[k]) == 0;
+        for (int k = 0; k < g_nchildren && !ours; k++) {
+            char pre[24];
+            int l = snprintf(pre, sizeof(pre), "%d:", (int)g_children[k]);
+            ours = strncmp(after.shm[i], pre, (size_t)l) == 0;
+        }
+        CHECK(found || !ours, "%s: /dev/shm/%s left behind", what, after.shm[i]);
+    }
+    CHECK(after.nfd == before->nfd, "%s: %d file descriptors open, %d before", what, after.nfd,
+          before->nfd);
+    CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD, "%s: a child process is left",
+          what);
+}
+
+/* Connecting to a closed rendezvous address must fail (no socket left listening). */
+static int still_listening(const char *addr)
+{
+    char host[256];
+    snprintf(host, sizeof(host), "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return 0;
+    *colon = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return 0;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int ok = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return ok;
+}
+
+/* ---- the in-process reference ---- */
+
+struct ref_arg {
+    const struct prob *p;
+    const struct bufs *in;
+    struct bufs *out;
+    struct slot slots[MAXG];
+};
+
+static void ref_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct ref_arg *a = arg;
+    run_rank(harness_context(), comm, a->p, a->in, a->out, &a->slots[rank], -1);
+}
+
+static int run_reference(const struct prob *p, void **out_p)
+{
+    struct bufs in = {0}, out = {0};
+    void *mem = calloc(1, out_bytes(p));
+    struct ref_arg a = {p, &in, &out, {{0}}};
+    if (!mem || make_inputs(p, &in) != 0)
+        return -1;
+    bufs_outputs_at(p, &out, mem);
+    memset(mem, 0xff, out_bytes(p));
+    int rc = harness_run_ranks(p->G, 20000, ref_rank, &a);
+    for (int r = 0; r < p->G; r++)
+        if (a.slots[r].st_plan || a.slots[r].st_fwd || a.slots[r].st_bwd) {
+            fprintf(stderr, "reference rank %d: %s\n", r, a.slots[r].msg);
+            rc = -1;
+        }
+    free_inputs(&in);
+    if (rc != 0) {
+        free(mem);
+        return -1;
+    }
+    *out_p = mem;
+    return 0;
+}
+
+/* ---- cases ---- */
+
+static void case_results(int G)
+{
+    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + (uint64_t)G};
+    struct snapshot before;
+    snap(&before);
+    double t0 = now_ms();
+    struct job j;
+    char addr[320] = "";
+    if (job_open(&j, &p) == 0) {
+        snprintf(addr, sizeof(addr), "%s", burst_rendezvous_address(j.rv));
+        for (int r = 0; r < G; r++)
+            job_spawn(&j, r, NULL);
+        CHECK(job_reap(&j, 60000, -1) == 0, "G=%d: a rank did not exit cleanly", G);
+        for (int r = 0; r < G; r++) {
+            struct slot *s = &j.slots[r];
+            CHECK(s->done && s->st_comm == BURST_OK && s->st_plan == BURST_OK &&
+                      s->st_fwd == BURST_OK && s->st_bwd == BURST_OK,
+                  "G=%d rank %d: comm %d plan %d fwd %d bwd %d: %s", G, r, s->st_comm,
+                  s->st_plan, s->st_fwd, s->st_bwd, s->msg);
+            CHECK(strcmp(s->fabric, g_prov) == 0 && s->hosts == 1,
+                  "G=%d rank %d: fabric \"%s\", %d hosts", G, r, s->fabric, s->hosts);
+        }
+        double t1 = now_ms();
+        void *ref = NULL;
+        CHECK(run_reference(&p, &ref) == 0, "G=%d: the in-process reference failed", G);
+        if (ref) {
+            const unsigned char *x = (const unsigned char *)j.out.o, *y = ref;
+            size_t n = out_bytes(&p), i = 0;
+            while (i < n && x[i] == y[i])
+                i++;
+            CHECK(i == n, "G=%d seed %llu: processes and threads differ at byte %zu of %zu", G,
+                  (unsigned long long)p.seed, i, n);
+            size_t nan = 0;
+            for (size_t e = 0; e < n / sizeof(float); e++)
+                nan += j.out.o[e] != j.out.o[e];
+            CHECK(nan == 0, "G=%d: %zu output elements were not written", G, nan);
+            free(ref);
+        }
+        printf("%s G=%d N=%lld: %d processes %.0f ms, in-process %.0f ms, bitwise %s\n", g_prov,
+               G, (long long)p.N, G, t1 - t0, now_ms() - t1, g_failures ? "?" : "equal");
+    } else {
+        CHECK(0, "G=%d: job setup failed", G);
+    }
+    job_close(&j);
+    CHECK(!addr[0] || !still_listening(addr), "rendezvous %s still accepts connections", addr);
+    check_leftovers(&before, "results");
+}
+
+/* Kill `victim` once it reached `phase` plus delay_ms; every survivor must fail fast. */
+static void case_fault(int G, int victim, char phase, int delay_ms)
+{
+    /* Big enough that one forward / backward lasts well over delay_ms on two cores. */
+    struct prob p = {G, 1, 2048 * G, 4, 4, 64, harness_seed() + 99};
+    struct snapshot before;
+    snap(&before);
+    struct job j;
+    if (job_open(&j, &p) != 0) {
+        CHECK(0, "job setup failed");
+        job_close(&j);
+        return;
+    }
+    for (int r = 0; r < G; r++)
+        job_spawn(&j, r, NULL);
+    int reached = job_wait_phase(&j, victim, phase, 20000) == 0;
+    CHECK(reached, "rank %d never reached phase %c", victim, phase);
+    struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    double t_kill = now_ms();
+    kill(j.pid[victim], SIGKILL);
+    CHECK(job_reap(&j, 30000, victim) == 0, "a survivor did not exit cleanly");
+    CHECK(burst_rendezvous_failed_rank(j.rv) == victim, "rendezvous says rank %d failed",
+          burst_rendezvous_failed_rank(j.rv));
+    char name[32];
+    snprintf(name, sizeof(name), "rank %d", victim);
+    double worst = 0;
+    for (int r = 0; r < G; r++) {
+        if (r == victim)
+            continue;
+        struct slot *s = &j.slots[r];
+        burst_status_t st = s->st_fwd != BURST_OK ? s->st_fwd : s->st_bwd;
+        CHECK(s->done && (st == BURST_ERR_PEER_FAILED || st == BURST_ERR_TIMEOUT),
+              "phase %c: survivor %d returned %s: %s", phase, r, burst_status_str(st), s->msg);
+        CHECK(strstr(s->msg, name) != NULL, "phase %c: survivor %d's message does not name %s: %s",
+              phase, r, name, s->msg);
+        double dt = s->t_fail_ms - t_kill;
+        worst = dt > worst ? dt : worst;
+        CHECK(dt < 3000, "phase %c: survivor %d noticed after %.0f ms", phase, r, dt);
+    }
+    printf("%s G=%d: rank %d killed %d ms into the %s: survivors failed within %.0f ms; "
+           "e.g. \"%s\"\n",
+           g_prov, G, victim, delay_ms, phase == 'F' ? "forward" : "backward", worst,
+           j.slots[(victim + 1) % G].msg);
+    job_close(&j);
+    check_leftovers(&before, "faults");
+}
+
+/* A raw connection sends `msg` and reads the reply; 1 if the service answered REFUSED (3). */
+static int raw_refused(const char *addr, const void *msg, size_t len, int close_early)
+{
+    char host[256];
+    snprintf(host, sizeof(host), "%s", addr);
+    char *colon = strrchr(host, ':');
+    *colon = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return 0;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), refused = 0;
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        send(fd, msg, len, MSG_NOSIGNAL) == (ssize_t)len && !close_early) {
+        unsigned char h[12];
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 5000) == 1 && recv(fd, h, 12, MSG_WAITALL) == 12)
+            refused = memcmp(h, "BRST", 4) == 0 && h[6] == 0 && h[7] == 3;
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return refused;
+}
+
+static void case_refused(void)
+{
+    struct prob p = {2, 1, 64, 2, 2, 16, harness_seed()};
+    struct snapshot before;
+    snap(&before);
+    struct job j;
+    if (job_open(&j, &p) != 0) {
+        CHECK(0, "job setup failed");
+        job_close(&j);
+        return;
+    }
+    const char *addr = burst_rendezvous_address(j.rv);
+    /* Malformed messages from strangers: refused, and the service goes on. */
+    unsigned char m[96] = {'B', 'R', 'S', 'T', 0, 1, 0, 1, 0, 0, 0, 76};
+    unsigned char bad_magic[12] = {'H', 'T', 'T', 'P', 0, 1, 0, 1, 0, 0, 0, 76};
+    unsigned char bad_ver[12] = {'B', 'R', 'S', 'T', 0, 9, 0, 1, 0, 0, 0, 76};
+    unsigned char huge[12] = {'B', 'R', 'S', 'T', 0, 1, 0, 4, 0x7f, 0xff, 0xff, 0xff};
+    unsigned char badtype[12] = {'B', 'R', 'S', 'T', 0, 1, 0, 77, 0, 0, 0, 0};
+    unsigned char notfirst[16] = {'B', 'R', 'S', 'T', 0, 1, 0, 4, 0, 0, 0, 4, 0, 0, 0, 1};
+    CHECK(raw_refused(addr, bad_magic, 12, 0), "bad magic not refused");
+    CHECK(raw_refused(addr, bad_ver, 12, 0), "bad version not refused");
+    CHECK(raw_refused(addr, huge, 12, 0), "oversized message not refused");
+    CHECK(raw_refused(addr, badtype, 12, 0), "unknown type not refused");
+    CHECK(raw_refused(addr, notfirst, 16, 0), "GATHER before HELLO not refused");
+    memset(m + 12, 'a', 64); /* a HELLO with a wrong key, rank 0 */
+    m[12 + 64 + 7] = 2;      /* size 2 */
+    CHECK(raw_refused(addr, m, 12 + 76, 0), "wrong key not refused");
+    raw_refused(addr, m, 7, 1);      /* truncated header, then gone */
+    raw_refused(addr, m, 12 + 30, 1); /* truncated HELLO, then gone */
+    /* A rank process with a wrong key: refused with a clear status and message. */
+    char wrong[65];
+    snprintf(wrong, sizeof(wrong), "%s", burst_rendezvous_key(j.rv));
+    wrong[10] = wrong[10] == '0' ? '1' : '0';
+    job_spawn(&j, 0, wrong);
+    CHECK(job_reap(&j, 20000, -1) == 0, "the refused rank did not exit cleanly");
+    CHECK(j.slots[0].st_comm == BURST_ERR_INVALID_ARG &&
+              harness_contains(j.slots[0].msg, "wrong job key"),
+          "wrong key: %s: %s", burst_status_str(j.slots[0].st_comm), j.slots[0].msg);
+    printf("wrong key: \"%s\"\n", j.slots[0].msg);
+    /* A malformed key never reaches the wire. */
+    job_spawn(&j, 0, "not-a-key");
+    job_reap(&j, 20000, -1);
+    CHECK(j.slots[0].st_comm == BURST_ERR_INVALID_ARG &&
+              harness_contains(j.slots[0].msg, "BURST_JOB_KEY"),
+          "malformed key: %s", j.slots[0].msg);
+    CHECK(burst_rendezvous_failed_rank(j.rv) == -1, "a refused stranger failed the job");
+    /* The right ranks still get in and finish. */
+    memset(j.slots, 0, sizeof(j.slots[0]) * MAXG);
+    for (int r = 0; r < 2; r++)
+        job_spawn(&j, r, NULL);
+    CHECK(job_reap(&j, 30000, -1) == 0, "a rank did not exit cleanly");
+    for (int r = 0; r < 2; r++)
+        CHECK(j.slots[r].done && !j.slots[r].st_comm && !j.slots[r].st_fwd && !j.slots[r].st_bwd,
+              "rank %d after the refusals: %s", r, j.slots[r].msg);
+    /* A third rank 0: refused as a duplicate / late joiner. */
+    memset(j.slots, 0, sizeof(j.slots[0]) * MAXG);
+    job_spawn(&j, 0, NULL);
+    job_reap(&j, 20000, -1);
+    CHECK(j.slots[0].st_comm == BURST_ERR_INVALID_ARG, "duplicate rank: %s", j.slots[0].msg);
+    printf("duplicate rank: \"%s\"\n", j.slots[0].msg);
+    job_close(&j);
+    check_leftovers(&before, "refused");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0)
+        return worker_main(argc, argv);
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s shm|tcp results|faults|refused\n", argv[0]);
+        return 2;
+    }
+    ssize_t n = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
+    if (n <= 0)
+        return 2;
+    g_self[n] = '\0';
+    g_prov = argv[1];
+    const char *what = argv[2];
+    signal(SIGPIPE, SIG_IGN);
+    printf("seed %llu (BURST_TEST_SEED)\n", (unsigned long long)harness_seed());
+    /* A one-rank probe: is the fabric transport built, and is the provider usable? */
+    {
+        struct burst_rendezvous *rv = NULL;
+        struct burst_comm *c = NULL;
+        if (burst_rendezvous_create(NULL, 0, 1, NULL, &rv) != BURST_OK) {
+            fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
+            return 1;
+        }
+        struct burst_comm_params cp = burst_comm_params_default();
+        cp.transport = "fabric";
+        cp.fabric = g_prov;
+        cp.iface = strcmp(g_prov, "tcp") == 0 ? "127.0.0.1" : NULL;
+        cp.rendezvous = burst_rendezvous_address(rv);
+        cp.job_key = burst_rendezvous_key(rv);
+        cp.timeout_ms = 10000;
+        burst_status_t st = burst_comm_create(&cp, &c);
+        burst_comm_destroy(c);
+        burst_rendezvous_destroy(rv);
+        if (st == BURST_ERR_UNSUPPORTED) {
+            printf("SKIP: %s\n", burst_last_error());
+            return SKIP;
+        }
+        if (st != BURST_OK) {
+            fprintf(stderr, "one-rank probe: %s: %s\n", burst_status_str(st), burst_last_error());
+            return 1;
+        }
+    }
+    double t0 = now_ms();
+    if (strcmp(what, "results") == 0) {
+        static const int gs[] = {2, 3, 4, 8};
+        for (int i = 0; i < 4; i++)
+            case_results(gs[i]);
+    } else if (strcmp(what, "faults") == 0) {
+        case_fault(4, 2, 'F', 150);
+        case_fault(4, 1, 'B', 150);
+    } else if (strcmp(what, "refused") == 0) {
+        case_refused();
+    } else {
+        fprintf(stderr, "unknown case \"%s\"\n", what);
+        return 2;
+    }
+    printf("%s %s: %s in %.1f s\n", g_prov, what, g_failures ? "FAILED" : "ok",
+           (now_ms() - t0) / 1e3);
+    return g_failures ? 1 : 0;
+}
