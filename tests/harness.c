@@ -647,10 +647,11 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  *   ck[j] = tau sum_i P_ij (|dO_i|.|v_j| + w_i) |q_i|     (same for dK)
  *   dd_dq[i] = tau w_i sum_j P_ij |k_j|,  dd_dk[j] = tau sum_i P_ij w_i |q_i|   (D from rounded O)
  *   a_dq[i] = tau sum_j |dS_ij| |k_j|,  a_dk[j] = tau sum_i |dS_ij| |q_i|,  a_dv[j] = sum_i P_ij |dO_i|
- * with w_i = sum_c |dO_ic| |O_ic|.
+ *   e_o[i] = sum_j P_ij delta_ij |v_j - O_i|   (scores rounded in fp32, see harness.h)
+ * with w_i = sum_c |dO_ic| |O_ic| and delta_ij = 2 u32 sqrt(d) tau sum_c |q_ic| |k_jc|.
  */
 static void harness_bounds(struct harness_problem *p, double *cq, double *ck, double *dd_dq,
-                           double *dd_dk, double *a_dq, double *a_dk, double *a_dv)
+                           double *dd_dk, double *a_dq, double *a_dk, double *a_dv, double *e_o)
 {
     const int64_t N = p->N;
     const int d = p->d, Hq = p->Hq, Hkv = p->Hkv, group = Hq / Hkv;
@@ -673,15 +674,18 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                     if (!harness_allowed(&p->c, i, j))
                         continue;
                     const size_t ko = (size_t)(((b * N + j) * Hkv + h / group) * d);
-                    double s = 0, dp = 0, adp = 0;
+                    double s = 0, dp = 0, adp = 0, aqk = 0;
                     for (int c = 0; c < d; c++) {
                         s += q[qo + c] * k[ko + c];
                         dp += dO[qo + c] * v[ko + c];
                         adp += fabs(dO[qo + c]) * fabs(v[ko + c]);
+                        aqk += fabs(q[qo + c]) * fabs(k[ko + c]);
                     }
                     const double P = exp(tau * s - l), ads = fabs(P * (dp - D));
                     const double mag = tau * P * (adp + w);
+                    const double delta = 2.0 * 0x1p-24 * sqrt((double)d) * tau * aqk;
                     for (int c = 0; c < d; c++) {
+                        e_o[qo + c] += P * delta * fabs(v[ko + c] - o[qo + c]);
                         cq[qo + c] += mag * fabs(k[ko + c]);
                         ck[ko + c] += mag * fabs(q[qo + c]);
                         dd_dq[qo + c] += tau * w * P * fabs(k[ko + c]);
@@ -714,17 +718,19 @@ static int harness_reference(struct harness_problem *p)
     ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
                  p->ref[H_DK], p->ref[H_DV]);
     {
-        double *a[7];
-        const size_t cnt[7] = {nq, nkv, nq, nkv, nq, nkv, nkv};
+        double *a[8];
+        const size_t cnt[8] = {nq, nkv, nq, nkv, nq, nkv, nkv, nq};
         int ok = 1;
-        for (int i = 0; i < 7; i++)
+        for (int i = 0; i < 8; i++)
             ok &= (a[i] = calloc(cnt[i], sizeof(double))) != NULL;
         if (!ok) {
-            for (int i = 0; i < 7; i++)
+            for (int i = 0; i < 8; i++)
                 free(a[i]);
             return -1;
         }
-        harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+        harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        for (size_t i = 0; i < nq; i++) /* every dtype: the kernels compute scores in fp32 */
+            p->extra[H_O][i] = a[7][i];
         /* half dtypes: (c) D from the rounded O; (d) hops of an accumulator in the dtype */
         const double u = p->c.dtype == BURST_DTYPE_FP32 ? 0.0 : harness_unit_roundoff(p->c.dtype);
         int hops = 0;
@@ -741,7 +747,7 @@ static int harness_reference(struct harness_problem *p)
                                 1.25 * (u * a[3][i] + (ring ? hu * a[5][i] : 0.0));
             p->extra[H_DV][i] = 1.25 * (ring ? hu * a[6][i] : 0.0);
         }
-        for (int i = 0; i < 7; i++)
+        for (int i = 0; i < 8; i++)
             free(a[i]);
     }
     p->ref_done = 1;
