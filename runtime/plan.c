@@ -225,7 +225,8 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
     for (int ph = 0; ph < 3; ph++) {
         plan->step_traffic[ph] = calloc((size_t)plan->steps + 1, sizeof(struct burst_traffic));
-        if (!plan->step_traffic[ph]) {
+        plan->step_time[ph] = calloc((size_t)plan->steps + 1, sizeof(struct burst_step_time));
+        if (!plan->step_traffic[ph] || !plan->step_time[ph]) {
             burst_plan_destroy(plan);
             burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
             return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
@@ -244,8 +245,10 @@ void burst_plan_destroy(struct burst_plan *plan)
 {
     if (!plan)
         return;
-    for (int ph = 0; ph < 3; ph++)
+    for (int ph = 0; ph < 3; ph++) {
         free(plan->step_traffic[ph]);
+        free(plan->step_time[ph]);
+    }
     burst_shards_fini(&plan->shards);
     free(plan);
 }
@@ -304,6 +307,23 @@ burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phas
     return BURST_OK;
 }
 
+burst_status_t burst_plan_step_times(const struct burst_plan *plan, burst_phase_t phase,
+                                     int step, double *compute_s_p, double *wait_s_p)
+{
+    static const char *who = "burst_plan_step_times";
+    burst_status_t st = check_phase(who, plan, phase, compute_s_p, "compute_s_p");
+    if (st == BURST_OK && !wait_s_p)
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: wait_s_p is NULL", who);
+    if (st != BURST_OK)
+        return st;
+    if (step < 0 || step > plan->steps)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: step = %d is not in 0..%d", who, step,
+                           plan->steps);
+    *compute_s_p = plan->step_time[phase][step].compute_s;
+    *wait_s_p = plan->step_time[phase][step].wait_s;
+    return BURST_OK;
+}
+
 /* ---- helpers shared by the ring engine ---- */
 
 double burst_now(void)
@@ -321,6 +341,7 @@ burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, ui
     memset(&plan->stats[phase], 0, sizeof(plan->stats[phase]));
     memset(plan->step_traffic[phase], 0,
            sizeof(struct burst_traffic) * ((size_t)plan->steps + 1));
+    memset(plan->step_time[phase], 0, sizeof(struct burst_step_time) * ((size_t)plan->steps + 1));
     plan->comm->count = &plan->step_traffic[phase][0];
     *seq_p = ++plan->comm->seq;
     return BURST_OK;
@@ -332,6 +353,40 @@ burst_status_t burst_call_fail(struct burst_plan *plan, burst_status_t st)
         burst_comm_abort(plan->comm, st);
     plan->comm->count = NULL;
     return st;
+}
+
+void burst_call_compute(struct burst_plan *plan, burst_phase_t phase, int step, double seconds)
+{
+    plan->stats[phase].compute_s += seconds;
+    plan->step_time[phase][step].compute_s += seconds;
+}
+
+void burst_call_wait(struct burst_plan *plan, burst_phase_t phase, int step, double seconds)
+{
+    plan->stats[phase].wait_s += seconds;
+    plan->step_time[phase][step].wait_s += seconds;
+}
+
+burst_status_t burst_call_end(struct burst_plan *plan, burst_phase_t phase,
+                              struct burst_scratch *sc, double t0, burst_status_t st)
+{
+    struct burst_phase_stats *stats = &plan->stats[phase];
+    stats->scratch_bytes = sc->bytes;
+    burst_scratch_free(sc);
+    for (int r = 0; r <= plan->steps; r++) {
+        const struct burst_traffic *t = &plan->step_traffic[phase][r];
+        stats->traffic.bytes_sent += t->bytes_sent;
+        stats->traffic.msgs_sent += t->msgs_sent;
+        stats->traffic.bytes_recv += t->bytes_recv;
+        stats->traffic.msgs_recv += t->msgs_recv;
+    }
+    double busy = stats->compute_s + stats->wait_s;
+    stats->overlap = busy > 0.0 ? stats->compute_s / busy : 1.0;
+    stats->total_s = burst_now() - t0;
+    if (st != BURST_OK)
+        return burst_call_fail(plan, st);
+    plan->comm->count = NULL;
+    return BURST_OK;
 }
 
 burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,

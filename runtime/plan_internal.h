@@ -26,6 +26,9 @@ struct burst_plan {
 
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3]; /* [steps + 1] per phase */
+    struct burst_step_time {
+        double compute_s, wait_s;
+    } *step_time[3];                       /* [steps + 1] per phase */
 };
 
 /* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */
@@ -53,6 +56,15 @@ burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, ui
 
 /* A local failure inside a collective call: abort the communicator so peers stop waiting. */
 burst_status_t burst_call_fail(struct burst_plan *plan, burst_status_t st);
+
+/* Account time of ring step `step` (0..steps) of the current call. */
+void burst_call_compute(struct burst_plan *plan, burst_phase_t phase, int step, double seconds);
+void burst_call_wait(struct burst_plan *plan, burst_phase_t phase, int step, double seconds);
+
+/* End a collective call that began at t0: totals, overlap and scratch into the phase's stats,
+ * scratch freed; on failure the communicator is aborted. Returns st. */
+burst_status_t burst_call_end(struct burst_plan *plan, burst_phase_t phase,
+                              struct burst_scratch *sc, double t0, burst_status_t st);
 
 /* A contiguous [b, n, h, d] view of data. */
 struct burst_tensor burst_view(void *data, burst_dtype_t dtype, int64_t b, int64_t n, int64_t h,

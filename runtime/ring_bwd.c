@@ -266,7 +266,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             st = c.ops->bwd_step(c.be, &a);
             if (st == BURST_OK && c.ops->sync)
                 st = c.ops->sync(c.be);
-            stats->compute_s += burst_now() - tc;
+            burst_call_compute(plan, BURST_PHASE_BWD, r, burst_now() - tc);
             stats->steps_computed++;
         }
         double tw = burst_now();
@@ -275,7 +275,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             st = c.ops->accumulate(c.be, part[pc], acc_in, plan->acc_dtype, acc_elems(&c, nb));
         burst_status_t w2 = burst_comm_wait(comm, &rb), w3 = burst_comm_wait(comm, &sb),
                        w4 = burst_comm_wait(comm, &sa);
-        stats->wait_s += burst_now() - tw;
+        burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
         if (st == BURST_OK)
             st = w1 ? w1 : w2 ? w2 : w3 ? w3 : w4;
         stats->steps = r + 1;
@@ -297,7 +297,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             tw = burst_now();
             w1 = burst_comm_wait(comm, &ra);
             w2 = burst_comm_wait(comm, &sa);
-            stats->wait_s += burst_now() - tw;
+            burst_call_wait(plan, BURST_PHASE_BWD, plan->steps, burst_now() - tw);
             if (st == BURST_OK)
                 st = w1 ? w1 : w2;
             if (st == BURST_OK)
@@ -319,18 +319,5 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         if (st == BURST_OK && c.ops->sync)
             st = c.ops->sync(c.be);
     }
-    stats->scratch_bytes = sc.bytes;
-    burst_scratch_free(&sc);
-    for (int r = 0; r <= plan->steps; r++) {
-        const struct burst_traffic *t = &plan->step_traffic[BURST_PHASE_BWD][r];
-        stats->traffic.bytes_sent += t->bytes_sent;
-        stats->traffic.msgs_sent += t->msgs_sent;
-        stats->traffic.bytes_recv += t->bytes_recv;
-        stats->traffic.msgs_recv += t->msgs_recv;
-    }
-    stats->total_s = burst_now() - t0;
-    if (st != BURST_OK)
-        return burst_call_fail(plan, st);
-    comm->count = NULL;
-    return BURST_OK;
+    return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
 }

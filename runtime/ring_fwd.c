@@ -139,12 +139,12 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
             st = be_ops->fwd_step(be, &a);
             if (st == BURST_OK && be_ops->sync)
                 st = be_ops->sync(be);
-            stats->compute_s += burst_now() - tc;
+            burst_call_compute(plan, BURST_PHASE_FWD, r, burst_now() - tc);
             stats->steps_computed++;
         }
         double tw = burst_now();
         burst_status_t st_r = burst_comm_wait(comm, &rr), st_s = burst_comm_wait(comm, &rs);
-        stats->wait_s += burst_now() - tw;
+        burst_call_wait(plan, BURST_PHASE_FWD, r, burst_now() - tw);
         if (st == BURST_OK)
             st = st_r != BURST_OK ? st_r : st_s;
         stats->steps = r + 1;
@@ -162,18 +162,5 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
         if (st == BURST_OK && be_ops->sync)
             st = be_ops->sync(be);
     }
-    stats->scratch_bytes = sc.bytes;
-    burst_scratch_free(&sc);
-    for (int r = 0; r <= plan->steps; r++) {
-        const struct burst_traffic *t = &plan->step_traffic[BURST_PHASE_FWD][r];
-        stats->traffic.bytes_sent += t->bytes_sent;
-        stats->traffic.msgs_sent += t->msgs_sent;
-        stats->traffic.bytes_recv += t->bytes_recv;
-        stats->traffic.msgs_recv += t->msgs_recv;
-    }
-    stats->total_s = burst_now() - t0;
-    if (st != BURST_OK)
-        return burst_call_fail(plan, st);
-    comm->count = NULL;
-    return BURST_OK;
+    return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
 }

@@ -560,6 +560,12 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
         rec->step_traffic[ph] = calloc((size_t)steps + 1, sizeof(struct burst_traffic));
         for (int s = 0; rec->step_traffic[ph] && s <= steps; s++)
             burst_plan_step_traffic(plan, (burst_phase_t)ph, s, &rec->step_traffic[ph][s]);
+        for (int s = 0; s <= steps; s++) {
+            double cs = 0.0, ws = 0.0;
+            burst_plan_step_times(plan, (burst_phase_t)ph, s, &cs, &ws);
+            rec->step_compute_sum[ph] += cs;
+            rec->step_wait_sum[ph] += ws;
+        }
     }
     burst_plan_destroy(plan);
 }

@@ -148,6 +148,7 @@ struct harness_rank_record {
     burst_bwd_pattern_t bwd_used;
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3]; /* [stats[phase].steps + 1] */
+    double step_compute_sum[3], step_wait_sum[3]; /* burst_plan_step_times summed over steps */
 };
 
 struct harness_problem; /* inputs, outputs, reference: opaque */

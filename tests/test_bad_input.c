@@ -643,6 +643,18 @@ static void step_traffic_bad_step(void **state)
     assert_memory_equal(&t, &t0, sizeof t);
 }
 
+static void step_times_bad(void **state)
+{
+    struct fixture *f = *state;
+    double c = 0.0, w = 0.0;
+    EXPECT(burst_plan_step_times(f->plan, BURST_PHASE_FWD, 0, NULL, &w), INVALID, "compute_s_p",
+           "NULL");
+    EXPECT(burst_plan_step_times(f->plan, BURST_PHASE_FWD, 0, &c, NULL), INVALID, "wait_s_p",
+           "NULL");
+    EXPECT(burst_plan_step_times(NULL, BURST_PHASE_BWD, 0, &c, &w), INVALID, "plan", "NULL");
+    EXPECT(burst_plan_step_times(f->plan, BURST_PHASE_FWD, -1, &c, &w), INVALID, "step", "-1");
+}
+
 static void step_traffic_null(void **state)
 {
     struct fixture *f = *state;
@@ -1010,6 +1022,7 @@ int main(void)
         TP(stats_bad_phase),
         TP(step_traffic_bad_step),
         TP(step_traffic_null),
+        TP(step_times_bad),
         cmocka_unit_test(layout_shard_len_errors),
         cmocka_unit_test(layout_position_errors),
         cmocka_unit_test(layout_offset_errors),

@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -105,6 +106,16 @@ static void check_traffic(const struct harness_case *c)
                 fail_msg("%s: rank %d phase %d ran %d steps, expected %d", desc, i, ph, st->steps,
                          S);
             assert_non_null(rec->step_traffic[ph]);
+            /* per-step times add up to the phase's, and overlap is compute / (compute + wait) */
+            const double busy = st->compute_s + st->wait_s;
+            if (fabs(rec->step_compute_sum[ph] - st->compute_s) > 1e-9 ||
+                fabs(rec->step_wait_sum[ph] - st->wait_s) > 1e-9 ||
+                fabs(st->overlap - (busy > 0.0 ? st->compute_s / busy : 1.0)) > 1e-12 ||
+                !(st->overlap >= 0.0 && st->overlap <= 1.0))
+                fail_msg("%s: rank %d phase %d: step times (%g, %g) do not add up to the phase's "
+                         "(%g, %g) or overlap %g is wrong", desc, i, ph,
+                         rec->step_compute_sum[ph], rec->step_wait_sum[ph], st->compute_s,
+                         st->wait_s, st->overlap);
             uint64_t total = 0;
             for (int r = 0; r <= S; r++) {
                 uint64_t want = 0, msgs_min = 0;

@@ -142,7 +142,9 @@ struct burst_phase_stats {
     int steps_computed;   /* steps whose block had work for this rank */
     double total_s;       /* wall time of the call */
     double compute_s;     /* time in local attention kernels */
-    double wait_s;        /* time blocked waiting for transfers */
+    double wait_s;        /* time blocked waiting for transfers after computing */
+    double overlap;       /* compute_s / (compute_s + wait_s): 1 when every transfer was hidden
+                             behind compute, 0 when nothing was computed while waiting */
     uint64_t scratch_bytes;       /* peak bytes the engine allocated for the call (buffers in
                                      flight, fp32 accumulators); excludes caller tensors */
     struct burst_traffic traffic; /* all messages of the call */
@@ -160,6 +162,14 @@ BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_p
  */
 BURST_API burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phase_t phase,
                                        int step, struct burst_traffic *traffic_p);
+
+/*
+ * Time ring step `step` (0 <= step <= steps) of the last call of `phase` spent in local kernels
+ * (*compute_s_p) and blocked on transfers (*wait_s_p); slot `steps` is the final hop. Both
+ * outputs must be non-NULL.
+ */
+BURST_API burst_status_t burst_plan_step_times(const struct burst_plan *plan, burst_phase_t phase,
+                                               int step, double *compute_s_p, double *wait_s_p);
 
 #ifdef __cplusplus
 }
