@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "burst/burst.h"
 #include "job.h"
+#include "launch.h"
 
 #define EXIT_CHECK_FAILED 1
 #define EXIT_USAGE 2
@@ -26,9 +28,11 @@ static void usage(FILE *f)
         f,
         "usage: burstrun [options]\n"
         "\n"
-        "Run exact distributed attention (BurstAttention) over G ranks, each a thread of this\n"
-        "process joined by an in-process ring, time it, and optionally check it against a plain\n"
-        "fp64 reference. With no arguments it runs a small self-checking causal job:\n"
+        "Run exact distributed attention (BurstAttention) over G ranks, time it, and optionally\n"
+        "check it against a plain fp64 reference. Ranks are processes on this host joined\n"
+        "through libfabric (default; shm unless --fabric says otherwise), or with --threads\n"
+        "threads of this process joined by an in-process ring. Both compute the same global\n"
+        "problem from the seed. With no arguments it runs a small self-checking causal job:\n"
         "  burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout zigzag --check\n"
         "\n"
         "problem:\n"
@@ -46,9 +50,18 @@ static void usage(FILE *f)
         "  --bwd P                backward pattern burst | ring | auto (default burst)\n"
         "run:\n"
         "  --backend NAME         cpu | auto (default auto; BURST_BACKEND overrides auto)\n"
-        "  --threads              ranks are threads of one process (the only mode for now)\n"
-        "  --num-threads T        compute threads of the shared context (default: all cores,\n"
-        "                         or BURST_NUM_THREADS)\n"
+        "  --threads              ranks are threads of this process (in-process ring) instead\n"
+        "                         of processes\n"
+        "  --fabric F             auto | shm | tcp | verbs | efa (default shm; auto = shm on\n"
+        "                         one host); rank processes only\n"
+        "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
+        "                         127.0.0.1)\n"
+        "  --timeout S            longest wait for a peer, seconds (default: BURST_TIMEOUT_MS\n"
+        "                         or 120)\n"
+        "  --num-threads T        compute threads: of the shared context with --threads\n"
+        "                         (default all cores), of each rank process otherwise\n"
+        "                         (default cores / G, at least 1); or BURST_NUM_THREADS\n"
+        "  --deterministic        plan.deterministic = 1: bitwise-reproducible results\n"
         "  --iters K              timed iterations, the median is reported (default 5)\n"
         "  --warmup W             untimed iterations first (default 1)\n"
         "  --fwd-only             run the forward only\n"
@@ -72,25 +85,45 @@ static void usage(FILE *f)
         "                         2^-11, bf16 2^-8), so the half-type bounds are 4 u\n"
         "output:\n"
         "  --json                 print one JSON object on stdout instead of the table\n"
+        "  --hash                 add output_hash: FNV-1a 64 of the bytes of O, lse, dQ, dK, dV\n"
+        "                         (equal hashes = bitwise equal results, e.g. --threads against\n"
+        "                         processes with --deterministic)\n"
+        "  --verbose              per-rank compute / wait / total time of each phase, and the\n"
+        "                         launch (rendezvous, fabric) on stderr\n"
         "  --info                 print the tunables (environment variables) and exit\n"
         "  -h, --help             this text\n"
-        "  -V, --version          versions of burstrun and of the loaded library\n"
+        "  -V, --version          versions of burstrun and of the loaded library\n",
+        JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
+    fprintf(
+        f,
         "\n"
-        "Reported: forward and backward wall time (median over --iters), TFLOP/s by the field's\n"
-        "convention with the exact count of allowed (query, key) pairs: forward = 4*B*Hq*d*pairs\n"
-        "(pairs = N^2 without mask, ~N^2/2 causal), backward = 2.5x, fwd+bwd = 3.5x forward;\n"
-        "\"TFLOP/s\" is the whole ring, \"/rank\" divides by G. Bytes and messages sent per rank\n"
-        "(maximum over ranks, from burst_plan_stats), library scratch per rank, and the peak\n"
-        "resident memory of the process (getrusage) after the timed runs and before the check,\n"
-        "which includes the global test tensors.\n"
-        "\"cpu share\" = process cpu time / (wall time x compute threads) over the timed runs:\n"
-        "well below 100%% means other processes took the cores (or threads idled); with\n"
-        "several ranks the rank threads compute too, so it may exceed 100%%.\n"
+        "Reported: forward and backward wall time (median over --iters; with rank processes an\n"
+        "iteration's time is the slowest rank's call), TFLOP/s by the field's convention with\n"
+        "the exact count of allowed (query, key) pairs: forward = 4*B*Hq*d*pairs (pairs = N^2\n"
+        "without mask, ~N^2/2 causal), backward = 2.5x, fwd+bwd = 3.5x forward; \"TFLOP/s\" is\n"
+        "the whole ring, \"/rank\" divides by G. Bytes and messages sent per rank (maximum over\n"
+        "ranks, from burst_plan_stats), library scratch per rank, and the peak resident memory\n"
+        "(getrusage; of the largest rank process with processes) after the timed runs and before\n"
+        "the check, which includes the global test tensors.\n"
+        "\"compute\" and \"wait\" per step: burst_plan_stats compute_s and wait_s of the last "
+        "call,\n"
+        "divided by its ring steps, mean over ranks. \"overlap\" = sum compute_s / (sum compute_s\n"
+        "+ sum wait_s) over ranks: the fraction of communication hidden behind compute (a step\n"
+        "whose transfer, posted as its compute starts, outlasts a compute c by w exposes w of\n"
+        "c + w); 1 = fully hidden; \"-\" (null) without communication.\n"
+        "\"cpu share\" = cpu time / (wall time x compute threads) over the timed runs, summed\n"
+        "over rank processes: well below 100%% means other processes took the cores (or threads\n"
+        "idled); with --threads the rank threads compute too, so it may exceed 100%%.\n"
+        "\n"
+        "A rank process that dies (or Ctrl-C) stops the whole job: the others are told through\n"
+        "the rendezvous, get %d ms to exit, then SIGKILL; burstrun names the rank and how it\n"
+        "died. Rank output is printed with a \"[rank i] \" prefix; a progress line shows on a\n"
+        "terminal's stderr for jobs longer than 2 s. Across hosts (--hosts, mpirun): not yet.\n"
         "\n"
         "Exit status: 0 all requested checks passed (or none requested), 1 a check failed,\n"
-        "2 usage error (bad flag or value, or parameters the library rejects), 3 runtime "
-        "failure.\n",
-        JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
+        "2 usage error (bad flag or value, or parameters the library rejects), 3 runtime\n"
+        "failure (e.g. a rank died), 128 + signal when interrupted (130 for Ctrl-C).\n",
+        LAUNCH_GRACE_MS);
 }
 
 static void info(void)
@@ -172,7 +205,15 @@ struct opts {
     int json;
     int seed_given;
     int default_job;
+    int threads; /* --threads: ranks as threads */
+    int verbose;
+    const char *fabric, *iface;
+    int timeout_s;
+    struct job_kill kill; /* hidden --test-kill-* */
 };
+
+static const char *const fabric_names[] = {"auto", "shm", "tcp", "verbs", "efa"};
+static const char *const phase_names[] = {"fwd", "bwd"};
 
 static const char *const dtype_names[] = {"fp32", "fp16", "bf16"};
 static const char *const layout_names[] = {"natural", "zigzag", "striped"};
@@ -181,6 +222,7 @@ static const char *const bwd_names[] = {"burst", "ring", "auto"};
 static void parse_args(int argc, char **argv, struct opts *o)
 {
     struct job_params *p = &o->jp;
+    int fabric_given = 0;
     memset(o, 0, sizeof(*o));
     p->ranks = 4;
     p->batch = 1;
@@ -197,6 +239,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
     p->warmup = 1;
     p->iters = 5;
     o->backend = "auto";
+    o->fabric = "shm";
+    o->kill.rank = -1;
+    o->kill.phase = 'F';
+#ifndef BURST_HAVE_FABRIC
+    o->threads = 1; /* built without libfabric: threads are the only mode */
+#endif
     if (argc <= 1) {
         o->default_job = 1;
         p->causal = 1;
@@ -227,9 +275,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
         }
 
         /* flags without a value */
-        static const char *const bare[] = {
-            "--causal", "--check", "--check-fwd-only", "--json", "--threads", "--fwd-only",
-            "--help",   "-h",      "--version",        "-V",     "--info"};
+        static const char *const bare[] = {"--causal",         "--check",
+                                           "--check-fwd-only", "--json",
+                                           "--threads",        "--fwd-only",
+                                           "--help",           "-h",
+                                           "--version",        "-V",
+                                           "--info",           "--hash",
+                                           "--verbose",        "--deterministic"};
         int is_bare = 0;
         for (size_t b = 0; b < sizeof(bare) / sizeof(bare[0]); b++)
             is_bare |= strcmp(name, bare[b]) == 0;
@@ -255,14 +307,41 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->json = 1;
             } else if (!strcmp(name, "--fwd-only")) {
                 p->run_bwd = 0;
-            } /* --threads: the only mode */
+            } else if (!strcmp(name, "--threads")) {
+                o->threads = 1;
+            } else if (!strcmp(name, "--hash")) {
+                p->want_hash = 1;
+            } else if (!strcmp(name, "--verbose")) {
+                o->verbose = 1;
+            } else if (!strcmp(name, "--deterministic")) {
+                p->deterministic = 1;
+            }
             continue;
         }
 
-        static const char *const valued[] = {
-            "-n",         "--ranks", "--seq",     "--batch",      "--heads", "--kv-heads",
-            "--head-dim", "--dtype", "--layout",  "--window",     "--bwd",   "--iters",
-            "--warmup",   "--seed",  "--backend", "--num-threads"};
+        static const char *const valued[] = {"-n",
+                                             "--ranks",
+                                             "--seq",
+                                             "--batch",
+                                             "--heads",
+                                             "--kv-heads",
+                                             "--head-dim",
+                                             "--dtype",
+                                             "--layout",
+                                             "--window",
+                                             "--bwd",
+                                             "--iters",
+                                             "--warmup",
+                                             "--seed",
+                                             "--backend",
+                                             "--num-threads",
+                                             "--fabric",
+                                             "--iface",
+                                             "--timeout",
+                                             "--test-kill-rank",
+                                             "--test-kill-phase",
+                                             "--test-kill-iter",
+                                             "--test-kill-delay"};
         int known = 0;
         for (size_t b = 0; b < sizeof(valued) / sizeof(valued[0]); b++)
             known |= strcmp(name, valued[b]) == 0;
@@ -321,10 +400,43 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->backend = val;
         } else if (!strcmp(name, "--num-threads")) {
             o->num_threads = (int)parse_int(name, val, 0, 1 << 16);
+        } else if (!strcmp(name, "--fabric")) {
+            o->fabric = fabric_names[parse_choice(name, val, fabric_names, 5)];
+            fabric_given = 1;
+        } else if (!strcmp(name, "--iface")) {
+            if (!*val || strlen(val) > 200)
+                die_usage("bad value for --iface: '%s' (expected an interface name or address)",
+                          val);
+            o->iface = val;
+            fabric_given = 1;
+        } else if (!strcmp(name, "--timeout")) {
+            o->timeout_s = (int)parse_int(name, val, 1, 86400 * 7);
+        } else if (!strcmp(name, "--test-kill-rank")) {
+            o->kill.rank = (int)parse_int(name, val, 0, 65535);
+        } else if (!strcmp(name, "--test-kill-phase")) {
+            o->kill.phase = parse_choice(name, val, phase_names, 2) ? 'B' : 'F';
+        } else if (!strcmp(name, "--test-kill-iter")) {
+            o->kill.iter = (int)parse_int(name, val, 0, 1000000);
+        } else if (!strcmp(name, "--test-kill-delay")) {
+            o->kill.delay_ms = (int)parse_int(name, val, 0, 3600000);
         }
     }
 
     /* consistency, naming the flags involved */
+#ifndef BURST_HAVE_FABRIC
+    if (fabric_given)
+        die_usage("--fabric / --iface: this burstrun was built without libfabric; ranks can "
+                  "only be threads (--threads)");
+#endif
+    if (o->threads && fabric_given)
+        die_usage("--fabric / --iface apply to rank processes, not to --threads");
+    if (o->threads && o->timeout_s)
+        die_usage("--timeout applies to rank processes, not to --threads (use BURST_TIMEOUT_MS)");
+    if (o->kill.rank >= 0 && (o->threads || o->kill.rank >= p->ranks))
+        die_usage("--test-kill-rank %d needs rank processes and a rank below -n %d", o->kill.rank,
+                  p->ranks);
+    if (o->kill.rank >= 0 && o->kill.phase == 'B' && !p->run_bwd)
+        die_usage("--test-kill-phase bwd with --fwd-only");
     if (p->kv_heads == 0)
         p->kv_heads = p->q_heads;
     if (p->q_heads % p->kv_heads)
@@ -428,6 +540,25 @@ static void summarise(const struct job_params *p, const struct job_result *r, st
     s->check = ok ? "pass" : "fail";
 }
 
+/* Mean over ranks of compute_s / steps and wait_s / steps of the last call of a phase. */
+static void per_step(const struct job_params *p, const struct job_result *r, int phase,
+                     double *compute_p, double *wait_p)
+{
+    double c = 0.0, w = 0.0;
+    int n = 0;
+    for (int rk = 0; r->rank_stats && rk < p->ranks; rk++) {
+        const struct burst_phase_stats *st =
+            phase ? &r->rank_stats[rk].bwd : &r->rank_stats[rk].fwd;
+        if (st->steps > 0) {
+            c += st->compute_s / st->steps;
+            w += st->wait_s / st->steps;
+            n++;
+        }
+    }
+    *compute_p = n ? c / n : NAN;
+    *wait_p = n ? w / n : NAN;
+}
+
 static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
 {
     const struct job_params *p = &o->jp;
@@ -437,8 +568,11 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     json_str(burst_version_string());
     printf(", \"backend\": ");
     json_str(r->backend);
-    printf(", \"ranks\": %d, \"threads\": %d, \"rank_mode\": \"threads\"", p->ranks,
-           r->num_threads);
+    printf(", \"ranks\": %d, \"threads\": %d, \"rank_mode\": ", p->ranks, r->num_threads);
+    json_str(r->rank_mode);
+    printf(", \"fabric\": ");
+    json_str(r->fabric);
+    printf(", \"hosts\": %d", r->hosts);
     printf(", \"batch\": %lld, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d",
            (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim);
     printf(", \"dtype\": \"%s\", \"causal\": %s, \"layout\": \"%s\"", dtype_names[p->dtype],
@@ -471,6 +605,41 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
            r->msgs_bwd);
     printf(", \"scratch_fwd_per_rank\": %" PRIu64 ", \"scratch_bwd_per_rank\": %" PRIu64,
            r->scratch_fwd, r->scratch_bwd);
+    printf(", \"overlap\": {\"fwd\": ");
+    json_num(job_overlap(r, 0));
+    printf(", \"bwd\": ");
+    json_num(p->run_bwd ? job_overlap(r, 1) : NAN);
+    printf("}");
+    for (int ph = 0; ph < 1 + p->run_bwd; ph++) {
+        double c, w;
+        per_step(p, r, ph, &c, &w);
+        printf(", \"%s_step_ms\": {\"compute\": ", ph ? "bwd" : "fwd");
+        json_num(c * 1e3);
+        printf(", \"wait\": ");
+        json_num(w * 1e3);
+        printf("}");
+    }
+    if (r->rank_stats) {
+        printf(", \"per_rank\": [");
+        for (int rk = 0; rk < p->ranks; rk++) {
+            printf("%s{\"rank\": %d", rk ? ", " : "", rk);
+            for (int ph = 0; ph < 1 + p->run_bwd; ph++) {
+                const struct burst_phase_stats *st =
+                    ph ? &r->rank_stats[rk].bwd : &r->rank_stats[rk].fwd;
+                printf(", \"%s\": {\"steps\": %d, \"compute_ms\": ", ph ? "bwd" : "fwd", st->steps);
+                json_num(st->compute_s * 1e3);
+                printf(", \"wait_ms\": ");
+                json_num(st->wait_s * 1e3);
+                printf(", \"total_ms\": ");
+                json_num(st->total_s * 1e3);
+                printf("}");
+            }
+            printf("}");
+        }
+        printf("]");
+    }
+    if (p->want_hash)
+        printf(", \"output_hash\": \"%016" PRIx64 "\"", r->output_hash);
     printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, r->peak_rss,
            r->caller_bytes);
     printf(", \"max_abs_err\": ");
@@ -501,14 +670,38 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     printf(", \"check\": \"%s\"}\n", s->check);
 }
 
+/* "compute / wait" ms per step and the overlap cell of one phase. */
+static void step_cells(const struct job_params *p, const struct job_result *r, int phase, char *cw,
+                       size_t cwn, char *ov, size_t ovn)
+{
+    double c, w;
+    per_step(p, r, phase, &c, &w);
+    if (isfinite(c))
+        snprintf(cw, cwn, "%.3f / %.3f", c * 1e3, w * 1e3);
+    else
+        snprintf(cw, cwn, "-");
+    double x = job_overlap(r, phase);
+    if (isfinite(x))
+        snprintf(ov, ovn, "%.1f%%", 100.0 * x);
+    else
+        snprintf(ov, ovn, "-");
+}
+
 static void print_table(const struct opts *o, const struct job_result *r, const struct summary *s)
 {
     const struct job_params *p = &o->jp;
     char b1[32], b2[32], b3[32];
-    printf("burstrun %s: %d rank%s as threads of one process, backend %s (%d compute threads), "
-           "seed %" PRIu64 "%s\n",
-           burst_version_string(), p->ranks, p->ranks > 1 ? "s" : "", r->backend, r->num_threads,
-           p->seed, o->seed_given ? "" : " (from the clock)");
+    if (o->threads)
+        printf("burstrun %s: %d rank%s as threads of one process, backend %s (%d compute "
+               "threads), seed %" PRIu64 "%s\n",
+               burst_version_string(), p->ranks, p->ranks > 1 ? "s" : "", r->backend,
+               r->num_threads, p->seed, o->seed_given ? "" : " (from the clock)");
+    else
+        printf("burstrun %s: %d rank process%s on %d host%s, fabric %s, backend %s (%d compute "
+               "threads each), seed %" PRIu64 "%s\n",
+               burst_version_string(), p->ranks, p->ranks > 1 ? "es" : "", r->hosts,
+               r->hosts > 1 ? "s" : "", r->fabric, r->backend, r->num_threads, p->seed,
+               o->seed_given ? "" : " (from the clock)");
     if (o->default_job)
         printf("default job: burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout "
                "zigzag --check\n");
@@ -529,26 +722,47 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
            "cpu share %.0f%%\n\n",
            p->warmup, r->iters_done, 100.0 * r->cpu_share);
 
-    printf("%-9s %22s %9s %12s %13s %6s %6s %13s %9s\n", "phase", "time ms (min)", "TFLOP/s",
-           "TFLOP/s/rank", "sent/rank", "msgs", "steps", "scratch/rank", "wait ms");
-    char t[48];
+    printf("%-9s %22s %9s %12s %13s %6s %6s %13s %9s %20s %7s\n", "phase", "time ms (min)",
+           "TFLOP/s", "TFLOP/s/rank", "sent/rank", "msgs", "steps", "scratch/rank", "wait ms",
+           "step compute/wait", "overlap");
+    char t[48], cw[48], ov[16];
+    step_cells(p, r, 0, cw, sizeof(cw), ov, sizeof(ov));
     snprintf(t, sizeof(t), "%.3f (%.3f)", r->fwd_s * 1e3, r->fwd_min_s * 1e3);
-    printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f\n", "forward", t, s->tf_fwd,
-           s->tf_fwd / p->ranks, human_bytes((double)r->bytes_fwd, b1, sizeof(b1)), r->msgs_fwd,
-           r->steps_fwd, human_bytes((double)r->scratch_fwd, b2, sizeof(b2)), r->wait_fwd_s * 1e3);
+    printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f %20s %7s\n", "forward", t,
+           s->tf_fwd, s->tf_fwd / p->ranks, human_bytes((double)r->bytes_fwd, b1, sizeof(b1)),
+           r->msgs_fwd, r->steps_fwd, human_bytes((double)r->scratch_fwd, b2, sizeof(b2)),
+           r->wait_fwd_s * 1e3, cw, ov);
     if (p->run_bwd) {
+        step_cells(p, r, 1, cw, sizeof(cw), ov, sizeof(ov));
         snprintf(t, sizeof(t), "%.3f (%.3f)", r->bwd_s * 1e3, r->bwd_min_s * 1e3);
-        printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f\n", "backward", t,
+        printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f %20s %7s\n", "backward", t,
                s->tf_bwd, s->tf_bwd / p->ranks, human_bytes((double)r->bytes_bwd, b1, sizeof(b1)),
                r->msgs_bwd, r->steps_bwd, human_bytes((double)r->scratch_bwd, b2, sizeof(b2)),
-               r->wait_bwd_s * 1e3);
+               r->wait_bwd_s * 1e3, cw, ov);
         snprintf(t, sizeof(t), "%.3f", (r->fwd_s + r->bwd_s) * 1e3);
         printf("%-9s %22s %9.4f %12.4f %13s\n", "fwd+bwd", t, s->tf_fb, s->tf_fb / p->ranks,
                human_bytes((double)(r->bytes_fwd + r->bytes_bwd), b1, sizeof(b1)));
     }
-    printf("\nmemory   peak RSS %s (of which the job's global tensors %s)\n",
+    printf("\nmemory   peak RSS %s%s (the job's global tensors: %s%s)\n",
            human_bytes((double)r->peak_rss, b1, sizeof(b1)),
-           human_bytes((double)r->caller_bytes, b3, sizeof(b3)));
+           o->threads ? "" : " of the largest rank process",
+           human_bytes((double)r->caller_bytes, b3, sizeof(b3)),
+           o->threads ? "" : ", shared by the ranks");
+    if (o->verbose && r->rank_stats) {
+        printf("\nper rank (last call)     %-32s %s\n", "forward: compute / wait / total ms",
+               p->run_bwd ? "backward: compute / wait / total ms" : "");
+        for (int rk = 0; rk < p->ranks; rk++) {
+            const struct burst_phase_stats *f = &r->rank_stats[rk].fwd, *b = &r->rank_stats[rk].bwd;
+            printf("  rank %-5d steps %-4d %9.3f / %8.3f / %8.3f", rk, f->steps, f->compute_s * 1e3,
+                   f->wait_s * 1e3, f->total_s * 1e3);
+            if (p->run_bwd)
+                printf("    %9.3f / %8.3f / %8.3f", b->compute_s * 1e3, b->wait_s * 1e3,
+                       b->total_s * 1e3);
+            printf("\n");
+        }
+    }
+    if (p->want_hash)
+        printf("hash     output FNV-1a %016" PRIx64 "\n", r->output_hash);
 
     if (!r->checked_fwd_rows) {
         printf("check    skipped (pass --check or --check-fwd-only)\n");
@@ -573,10 +787,63 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
     printf("result   %s\n", strcmp(s->check, "pass") == 0 ? "PASS" : "FAIL");
 }
 
+static int run_processes(struct opts *o, struct job_result *r)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        fprintf(stderr, "%s: cannot find its own executable (/proc/self/exe)\n", prog);
+        return EXIT_RUNTIME;
+    }
+    self[n] = '\0';
+    struct launch_opts lo = {
+        .self = self,
+        .backend = o->backend,
+        .num_threads = o->num_threads,
+        .fabric = o->fabric,
+        .iface = o->iface,
+        .timeout_s = o->timeout_s,
+        .json = o->json,
+        .verbose = o->verbose,
+        .kill = o->kill,
+    };
+    int sig = 0;
+    int rc = launch_run(&o->jp, &lo, r, &sig);
+    if (rc == JOB_OK)
+        return 0;
+    fprintf(stderr, "%s: %s\n", prog, r->message);
+    if (rc == LAUNCH_EINTR)
+        return 128 + sig;
+    return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
+}
+
 int main(int argc, char **argv)
 {
+    /* a rank process started by run_processes: --rank-worker FD */
+    if (argc == 3 && strcmp(argv[1], "--rank-worker") == 0)
+        return job_worker_main(atoi(argv[2]));
     struct opts o;
     parse_args(argc, argv, &o);
+    if (!o.threads) {
+        struct job_result *r = calloc(1, sizeof(*r));
+        if (!r) {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            return EXIT_RUNTIME;
+        }
+        int rc = run_processes(&o, r);
+        if (rc == 0) {
+            struct summary s;
+            summarise(&o.jp, r, &s);
+            if (o.json)
+                print_json(&o, r, &s);
+            else
+                print_table(&o, r, &s);
+            rc = strcmp(s.check, "fail") == 0 ? EXIT_CHECK_FAILED : 0;
+        }
+        job_result_free(r);
+        free(r);
+        return rc;
+    }
 
     struct burst_context_params cp = burst_context_params_default();
     cp.backend = o.backend;
@@ -598,6 +865,7 @@ int main(int argc, char **argv)
     burst_context_destroy(ctx);
     if (rc != JOB_OK) {
         fprintf(stderr, "%s: %s\n", prog, r->message);
+        job_result_free(r);
         free(r);
         return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
     }
@@ -608,6 +876,7 @@ int main(int argc, char **argv)
     else
         print_table(&o, r, &s);
     int fail = strcmp(s.check, "fail") == 0;
+    job_result_free(r);
     free(r);
     return fail ? EXIT_CHECK_FAILED : 0;
 }

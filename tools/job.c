@@ -1,13 +1,18 @@
-/* tools/job.c - run one distributed attention job over in-process ranks and check it. */
+/* tools/job.c - one distributed attention job: ranks as threads, or the rank-process side; the
+ * check against the fp64 reference. */
 #include "job.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -178,33 +183,75 @@ struct job {
     size_t esz;
     int64_t *lens, *offs; /* [G] shard lengths and offsets in permuted order */
     int64_t *perm;        /* [N] permuted index of natural position */
+    int64_t *nat;         /* [N] natural position of permuted index */
     int32_t *owner;       /* [N] rank holding natural position */
-    /* global tensors in permuted order, dtype */
+    /* global tensors in permuted order, dtype (threads: owned; processes: in the arena) */
     void *q, *k, *v, *dout, *o, *dq, *dk, *dv;
     float **lse; /* [G] per-rank [B, Hq, n_r] */
 
-    /* rank synchronisation: a barrier that also ORs flags across ranks */
+    /* threads mode: a barrier that also ORs flags across ranks */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int live; /* rank threads taking part (G unless some failed to start) */
     int arrived;
     unsigned gen;
     int round_flags, last_flags;
-
-    /* first failure */
-    int fail_status;
-    int fail_is_secondary; /* the message recorded is a peer's echo (PEER_FAILED) */
-    char fail_msg[1024];
-
-    double *t_fwd, *t_bwd;             /* [warmup + iters] */
-    double cpu0, wall0, cpu_s, wall_s; /* process cpu time and wall time of the timed iterations */
-    int iters_done;
-    struct burst_phase_stats *st_fwd, *st_bwd; /* [G] */
-    burst_bwd_pattern_t bwd_used;
 };
 
 #define FLAG_FAIL 1
 #define FLAG_STOP 2
+
+/* Shard lengths, offsets and the natural <-> permuted maps, from the library's layout helpers.
+ * 0, or -1 with the message in r. */
+static int job_geometry(struct job *j, struct job_result *r)
+{
+    const struct job_params *p = j->p;
+    int G = p->ranks;
+    int64_t N = p->seq_len;
+    j->esz = burst_dtype_size(p->dtype);
+    j->lens = calloc((size_t)G, sizeof(int64_t));
+    j->offs = calloc((size_t)G, sizeof(int64_t));
+    j->perm = calloc((size_t)N, sizeof(int64_t));
+    j->nat = calloc((size_t)N, sizeof(int64_t));
+    j->owner = calloc((size_t)N, sizeof(int32_t));
+    j->lse = calloc((size_t)G, sizeof(float *));
+    if (!j->lens || !j->offs || !j->perm || !j->nat || !j->owner || !j->lse) {
+        set_msg(r, JOB_EFAIL, "out of memory");
+        return -1;
+    }
+    for (int rk = 0; rk < G; rk++) {
+        burst_status_t st = burst_layout_shard_len(p->layout, N, G, rk, &j->lens[rk]);
+        if (st == BURST_OK)
+            st = burst_layout_shard_offset(p->layout, N, G, rk, &j->offs[rk]);
+        if (st != BURST_OK) {
+            set_msg(r, JOB_EUSAGE, "%s", burst_last_error());
+            return -1;
+        }
+        for (int64_t l = 0; l < j->lens[rk]; l++) {
+            int64_t pos;
+            st = burst_layout_position(p->layout, N, G, rk, l, &pos);
+            if (st != BURST_OK || pos < 0 || pos >= N) {
+                set_msg(r, JOB_EFAIL, "burst_layout_position(rank %d, local %lld) failed: %s", rk,
+                        (long long)l, burst_last_error());
+                return -1;
+            }
+            j->perm[pos] = j->offs[rk] + l;
+            j->nat[j->offs[rk] + l] = pos;
+            j->owner[pos] = rk;
+        }
+    }
+    return 0;
+}
+
+static void job_geometry_free(struct job *j)
+{
+    free(j->lens);
+    free(j->offs);
+    free(j->perm);
+    free(j->nat);
+    free(j->owner);
+    free(j->lse);
+}
 
 /* Complete the current round (mutex held). */
 static void sync_release(struct job *j)
@@ -233,24 +280,6 @@ static int sync_ranks(struct job *j, int flags)
     return out;
 }
 
-static int record_failure(struct job *j, int rank, const char *call, burst_status_t st)
-{
-    int secondary = st == BURST_ERR_PEER_FAILED || st == BURST_ERR_COMM_FAILED;
-    pthread_mutex_lock(&j->mu);
-    if (!j->fail_status || (j->fail_is_secondary && !secondary)) {
-        const char *msg = burst_last_error();
-        snprintf(j->fail_msg, sizeof(j->fail_msg), "rank %d: %s failed: %s%s%s", rank, call,
-                 burst_status_str(st), msg && *msg ? ": " : "", msg ? msg : "");
-        int usage = (st == BURST_ERR_INVALID_ARG || st == BURST_ERR_UNSUPPORTED ||
-                     st == BURST_ERR_TOO_LARGE) &&
-                    strcmp(call, "burst_plan_create") == 0;
-        j->fail_status = usage ? JOB_EUSAGE : JOB_EFAIL;
-        j->fail_is_secondary = secondary;
-    }
-    pthread_mutex_unlock(&j->mu);
-    return FLAG_FAIL;
-}
-
 static struct burst_tensor view(const struct job *j, void *base, int rank, int heads)
 {
     const struct job_params *p = j->p;
@@ -270,30 +299,79 @@ static struct burst_tensor view(const struct job *j, void *base, int rank, int h
     return t;
 }
 
-struct rank_arg {
+/* ---- one rank: the loop both modes run ---- */
+
+struct rank_run {
     struct job *j;
     int rank;
+    struct burst_comm *comm;
+    int threads;                 /* threads mode: barriers between calls, rank 0 decides STOP */
+    const struct job_kill *kill; /* processes: test fault injection, or NULL */
+    int *progress;               /* iterations completed, or NULL */
+    double *t_fwd, *t_bwd;       /* [warmup + iters] wall time of this rank's calls */
+
+    int status;    /* JOB_OK, JOB_EUSAGE, JOB_EFAIL */
+    int secondary; /* the failure is a peer's echo */
+    char msg[512];
+    burst_bwd_pattern_t bwd_used;
+    int iters_done;
+    double wall_s, cpu_s;
+    struct job_rank_stats st;
 };
 
-static void *rank_main(void *arg)
+static int rank_fail(struct rank_run *rr, const char *call, burst_status_t st)
 {
-    struct rank_arg *ra = arg;
-    struct job *j = ra->j;
+    const char *msg = burst_last_error();
+    snprintf(rr->msg, sizeof(rr->msg), "rank %d: %s failed: %s%s%s", rr->rank, call,
+             burst_status_str(st), msg && *msg ? ": " : "", msg ? msg : "");
+    int usage =
+        (st == BURST_ERR_INVALID_ARG || st == BURST_ERR_UNSUPPORTED || st == BURST_ERR_TOO_LARGE) &&
+        strcmp(call, "burst_plan_create") == 0;
+    rr->status = usage ? JOB_EUSAGE : JOB_EFAIL;
+    rr->secondary = st == BURST_ERR_PEER_FAILED || st == BURST_ERR_COMM_FAILED;
+    return FLAG_FAIL;
+}
+
+/* Threads: a barrier ORing the flags of every rank. Processes: the ring's collective calls are
+ * the only synchronisation; a rank stops on its own failure (its peers learn it through the
+ * communicator). */
+static int rank_sync(struct rank_run *rr, int flags)
+{
+    return rr->threads ? sync_ranks(rr->j, flags) : flags;
+}
+
+static void *kill_later(void *arg)
+{
+    const struct job_kill *k = arg;
+    struct timespec ts = {k->delay_ms / 1000, (long)(k->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static void maybe_kill(const struct rank_run *rr, int it, char phase)
+{
+    const struct job_kill *k = rr->kill;
+    if (!k || k->rank != rr->rank || k->iter != it || k->phase != phase)
+        return;
+    if (k->delay_ms <= 0) {
+        raise(SIGKILL);
+        return;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, kill_later, (void *)k) == 0)
+        pthread_detach(th);
+    else
+        raise(SIGKILL);
+}
+
+static void rank_loop(struct rank_run *rr)
+{
+    struct job *j = rr->j;
     const struct job_params *p = j->p;
-    int r = ra->rank;
-    struct burst_comm *comm = NULL;
+    int r = rr->rank;
     struct burst_plan *plan = NULL;
     int fl = 0;
-
-    struct burst_comm_params cp = burst_comm_params_default();
-    cp.rank = r;
-    cp.size = p->ranks;
-    cp.world = j->world;
-    burst_status_t st = burst_comm_create(&cp, &comm);
-    if (st != BURST_OK)
-        fl = record_failure(j, r, "burst_comm_create", st);
-    if (sync_ranks(j, fl) & FLAG_FAIL)
-        goto out;
 
     struct burst_plan_params pp = burst_plan_params_default();
     pp.batch = p->batch;
@@ -307,13 +385,13 @@ static void *rank_main(void *arg)
     pp.window_right = p->window_right;
     pp.layout = p->layout;
     pp.bwd_pattern = p->bwd;
-    st = burst_plan_create(j->ctx, comm, &pp, &plan);
+    pp.deterministic = p->deterministic;
+    burst_status_t st = burst_plan_create(j->ctx, rr->comm, &pp, &plan);
     if (st != BURST_OK)
-        fl = record_failure(j, r, "burst_plan_create", st);
-    if (sync_ranks(j, fl) & FLAG_FAIL)
+        fl = rank_fail(rr, "burst_plan_create", st);
+    if (rank_sync(rr, fl) & FLAG_FAIL)
         goto out;
-    if (r == 0)
-        j->bwd_used = burst_plan_bwd_pattern(plan);
+    rr->bwd_used = burst_plan_bwd_pattern(plan);
 
     struct burst_tensor q = view(j, j->q, r, p->q_heads), k = view(j, j->k, r, p->kv_heads),
                         v = view(j, j->v, r, p->kv_heads), o = view(j, j->o, r, p->q_heads),
@@ -321,78 +399,106 @@ static void *rank_main(void *arg)
                         dk = view(j, j->dk, r, p->kv_heads), dv = view(j, j->dv, r, p->kv_heads);
     float *lse = j->lse[r];
     int total = p->warmup + p->iters;
-    double timed_start = 0.0;
+    double timed_start = 0.0, cpu0 = 0.0;
     for (int it = 0; it < total; it++) {
-        if (sync_ranks(j, 0) & FLAG_FAIL)
+        if (rank_sync(rr, 0) & FLAG_FAIL)
             goto out;
         if (it == p->warmup) {
             timed_start = job_now();
-            if (r == 0) {
-                j->wall0 = timed_start;
-                j->cpu0 = process_cpu_seconds();
-            }
+            cpu0 = process_cpu_seconds();
         }
+        maybe_kill(rr, it, 'F');
         double t0 = job_now();
         st = burst_attention_forward(plan, &q, &k, &v, &o, lse);
-        fl = st != BURST_OK ? record_failure(j, r, "burst_attention_forward", st) : 0;
-        if (sync_ranks(j, fl) & FLAG_FAIL)
+        fl = st != BURST_OK ? rank_fail(rr, "burst_attention_forward", st) : 0;
+        if (rank_sync(rr, fl) & FLAG_FAIL)
             goto out;
         double t1 = job_now();
         double t2 = t1;
         if (p->run_bwd) {
+            maybe_kill(rr, it, 'B');
             st = burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
-            fl = st != BURST_OK ? record_failure(j, r, "burst_attention_backward", st) : 0;
-            if (sync_ranks(j, fl) & FLAG_FAIL)
+            fl = st != BURST_OK ? rank_fail(rr, "burst_attention_backward", st) : 0;
+            if (rank_sync(rr, fl) & FLAG_FAIL)
                 goto out;
             t2 = job_now();
         }
+        rr->t_fwd[it] = t1 - t0;
+        rr->t_bwd[it] = t2 - t1;
         fl = 0;
-        if (r == 0) {
-            j->t_fwd[it] = t1 - t0;
-            j->t_bwd[it] = t2 - t1;
-            if (it >= p->warmup) {
-                j->iters_done = it - p->warmup + 1;
-                j->wall_s = t2 - j->wall0;
-                j->cpu_s = process_cpu_seconds() - j->cpu0;
-                if (p->max_seconds > 0 && t2 - timed_start > p->max_seconds)
-                    fl = FLAG_STOP;
-            }
+        if (it >= p->warmup) {
+            rr->iters_done = it - p->warmup + 1;
+            rr->wall_s = t2 - timed_start;
+            rr->cpu_s = process_cpu_seconds() - cpu0;
+            /* processes cannot agree on stopping early without a collective: threads only */
+            if (rr->threads && r == 0 && p->max_seconds > 0 && t2 - timed_start > p->max_seconds)
+                fl = FLAG_STOP;
         }
-        if (sync_ranks(j, fl) & FLAG_STOP)
+        if (rr->progress)
+            __atomic_store_n(rr->progress, it + 1, __ATOMIC_RELAXED);
+        if (rank_sync(rr, fl) & FLAG_STOP)
             break;
     }
-    burst_plan_stats(plan, BURST_PHASE_FWD, &j->st_fwd[r]);
+    burst_plan_stats(plan, BURST_PHASE_FWD, &rr->st.fwd);
     if (p->run_bwd)
-        burst_plan_stats(plan, BURST_PHASE_BWD, &j->st_bwd[r]);
+        burst_plan_stats(plan, BURST_PHASE_BWD, &rr->st.bwd);
 out:
     burst_plan_destroy(plan);
-    burst_comm_destroy(comm);
+}
+
+static void *rank_thread(void *arg)
+{
+    struct rank_run *rr = arg;
+    struct job *j = rr->j;
+    int fl = 0;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.rank = rr->rank;
+    cp.size = j->p->ranks;
+    cp.world = j->world;
+    burst_status_t st = burst_comm_create(&cp, &rr->comm);
+    if (st != BURST_OK)
+        fl = rank_fail(rr, "burst_comm_create", st);
+    if (!(sync_ranks(j, fl) & FLAG_FAIL))
+        rank_loop(rr);
+    burst_comm_destroy(rr->comm);
+    rr->comm = NULL;
     return NULL;
 }
 
 /* ---- inputs ---- */
 
-/* Fill a global [B, N, H, d] tensor in natural order from stream `stream`, then permute it
- * into dst. tmp holds at least as many elements. */
-static int fill_input(struct job *j, void *dst, void *tmp, int heads, uint64_t stream,
-                      struct job_result *r)
+/* The stream's i-th draw (from 0): splitmix64 is a counter, so rank r draws its elements alone
+ * and gets exactly what a sequential fill of the natural-order tensor would give. */
+static float rand_at(uint64_t s0, size_t i)
+{
+    uint64_t s = s0 + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    return rand_normalish(&s);
+}
+
+/* Fill rank `rank`'s rows of a global permuted [B, N, H, d] tensor from stream `stream`:
+ * element (b, pos, h, e) is draw ((b * N + pos) * H + h) * d + e of the natural-order tensor. */
+static void fill_shard(const struct job *j, void *dst, int heads, uint64_t stream, int rank)
 {
     const struct job_params *p = j->p;
-    uint64_t s = p->seed * 0x2545F4914F6CDD1Dull + stream * 0x9E3779B97F4A7C15ull;
-    size_t count = (size_t)p->batch * (size_t)p->seq_len * (size_t)heads * (size_t)p->head_dim;
-    for (size_t i = 0; i < count; i++)
-        store_elem(tmp, p->dtype, i, rand_normalish(&s));
-    struct burst_tensor nat =
-        burst_tensor_contiguous(tmp, p->dtype, p->batch, p->seq_len, heads, p->head_dim);
-    struct burst_tensor per =
-        burst_tensor_contiguous(dst, p->dtype, p->batch, p->seq_len, heads, p->head_dim);
-    burst_status_t st = burst_layout_permute(p->layout, p->ranks, &nat, &per);
-    if (st != BURST_OK) {
-        set_msg(r, JOB_EFAIL, "burst_layout_permute failed: %s: %s", burst_status_str(st),
-                burst_last_error());
-        return -1;
-    }
-    return 0;
+    uint64_t s0 = p->seed * 0x2545F4914F6CDD1Dull + stream * 0x9E3779B97F4A7C15ull;
+    size_t hd = (size_t)heads * (size_t)p->head_dim, N = (size_t)p->seq_len;
+    for (int64_t b = 0; b < p->batch; b++)
+        for (int64_t l = 0; l < j->lens[rank]; l++) {
+            size_t t = (size_t)(j->offs[rank] + l), pos = (size_t)j->nat[t];
+            size_t src = ((size_t)b * N + pos) * hd, at = ((size_t)b * N + t) * hd;
+            for (size_t e = 0; e < hd; e++)
+                store_elem(dst, p->dtype, at + e, rand_at(s0, src + e));
+        }
+}
+
+static void fill_rank_inputs(const struct job *j, int rank)
+{
+    const struct job_params *p = j->p;
+    fill_shard(j, j->q, p->q_heads, 1, rank);
+    fill_shard(j, j->k, p->kv_heads, 2, rank);
+    fill_shard(j, j->v, p->kv_heads, 3, rank);
+    if (p->run_bwd)
+        fill_shard(j, j->dout, p->q_heads, 4, rank);
 }
 
 /* ---- check against the fp64 reference ---- */
@@ -648,7 +754,7 @@ static int run_check(struct job *j, struct job_result *r)
     return 0;
 }
 
-/* ---- the job ---- */
+/* ---- results ---- */
 
 static void *alloc_tensor(struct job_result *r, size_t elems, size_t esz, uint64_t *total)
 {
@@ -661,6 +767,100 @@ static void *alloc_tensor(struct job_result *r, size_t elems, size_t esz, uint64
     return ptr;
 }
 
+static void fnv1a(uint64_t *h, const void *data, size_t n)
+{
+    const unsigned char *c = data;
+    for (size_t i = 0; i < n; i++) {
+        *h ^= c[i];
+        *h *= 0x100000001B3ull;
+    }
+}
+
+/* FNV-1a over the bytes of O, lse (rank by rank), dQ, dK, dV (the last three when run). */
+static uint64_t output_hash(const struct job *j)
+{
+    const struct job_params *p = j->p;
+    size_t qb =
+        (size_t)p->batch * (size_t)p->seq_len * (size_t)p->q_heads * (size_t)p->head_dim * j->esz;
+    size_t kb = qb / (size_t)p->q_heads * (size_t)p->kv_heads;
+    uint64_t h = 0xCBF29CE484222325ull;
+    fnv1a(&h, j->o, qb);
+    for (int rk = 0; rk < p->ranks; rk++)
+        fnv1a(&h, j->lse[rk],
+              (size_t)p->batch * (size_t)p->q_heads * (size_t)j->lens[rk] * sizeof(float));
+    if (p->run_bwd) {
+        fnv1a(&h, j->dq, qb);
+        fnv1a(&h, j->dk, kb);
+        fnv1a(&h, j->dv, kb);
+    }
+    return h;
+}
+
+/* Fill r's timings and statistics from the per-iteration times tf / tb [warmup + iters] and
+ * the per-rank statistics st [G]; hash and check the outputs as requested. */
+static int finish(struct job *j, struct job_result *r, const double *tf, const double *tb,
+                  int iters_done, const struct job_rank_stats *st)
+{
+    const struct job_params *p = j->p;
+    r->iters_done = iters_done;
+    r->fwd_s = median(tf + p->warmup, iters_done);
+    r->fwd_min_s = min_of(tf + p->warmup, iters_done);
+    if (p->run_bwd) {
+        r->bwd_s = median(tb + p->warmup, iters_done);
+        r->bwd_min_s = min_of(tb + p->warmup, iters_done);
+    }
+    r->rank_stats = malloc((size_t)p->ranks * sizeof(*r->rank_stats));
+    if (r->rank_stats)
+        memcpy(r->rank_stats, st, (size_t)p->ranks * sizeof(*r->rank_stats));
+    for (int rk = 0; rk < p->ranks; rk++) {
+        const struct burst_phase_stats *f = &st[rk].fwd, *b = &st[rk].bwd;
+#define MAXU(x, y) ((x) = (y) > (x) ? (y) : (x))
+        MAXU(r->bytes_fwd, f->traffic.bytes_sent);
+        MAXU(r->msgs_fwd, f->traffic.msgs_sent);
+        MAXU(r->scratch_fwd, f->scratch_bytes);
+        MAXU(r->steps_fwd, f->steps);
+        MAXU(r->wait_fwd_s, f->wait_s);
+        MAXU(r->bytes_bwd, b->traffic.bytes_sent);
+        MAXU(r->msgs_bwd, b->traffic.msgs_sent);
+        MAXU(r->scratch_bwd, b->scratch_bytes);
+        MAXU(r->steps_bwd, b->steps);
+        MAXU(r->wait_bwd_s, b->wait_s);
+#undef MAXU
+        r->compute_sum_s[0] += f->compute_s;
+        r->wait_sum_s[0] += f->wait_s;
+        r->total_sum_s[0] += f->total_s;
+        r->compute_sum_s[1] += b->compute_s;
+        r->wait_sum_s[1] += b->wait_s;
+        r->total_sum_s[1] += b->total_s;
+    }
+    if (p->want_hash)
+        r->output_hash = output_hash(j);
+    if (p->check_fwd || p->check_bwd)
+        run_check(j, r);
+    return r->status;
+}
+
+void job_result_free(struct job_result *r)
+{
+    if (r) {
+        free(r->rank_stats);
+        r->rank_stats = NULL;
+    }
+}
+
+double job_overlap(const struct job_result *r, int phase)
+{
+    if (phase < 0 || phase > 1)
+        return NAN;
+    double c = r->compute_sum_s[phase], w = r->wait_sum_s[phase];
+    int comm = phase ? r->msgs_bwd > 0 : r->msgs_fwd > 0;
+    if (!comm || c + w <= 0)
+        return NAN;
+    return c / (c + w);
+}
+
+/* ---- ranks as threads ---- */
+
 int job_run(const struct job_params *p, struct burst_context *ctx, struct job_result *r)
 {
     memset(r, 0, sizeof(*r));
@@ -668,61 +868,35 @@ int job_run(const struct job_params *p, struct burst_context *ctx, struct job_re
     memset(&j, 0, sizeof(j));
     j.p = p;
     j.ctx = ctx;
-    j.esz = burst_dtype_size(p->dtype);
     snprintf(r->backend, sizeof(r->backend), "%s", burst_context_backend(ctx));
+    snprintf(r->rank_mode, sizeof(r->rank_mode), "threads");
+    snprintf(r->fabric, sizeof(r->fabric), "none");
+    r->hosts = 1;
     r->num_threads = burst_context_num_threads(ctx);
     int G = p->ranks;
     int64_t N = p->seq_len;
     int total_iters = p->warmup + p->iters;
     pthread_t *th = NULL;
-    struct rank_arg *ra = NULL;
-    int started = 0, bad;
+    struct rank_run *rr = NULL;
+    struct job_rank_stats *st = NULL;
+    double *times = NULL;
+    int started = 0;
     uint64_t tot = 0;
-    void *tmp = NULL;
-    burst_status_t st;
 
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv, NULL);
     j.live = G;
 
-    j.lens = calloc((size_t)G, sizeof(int64_t));
-    j.offs = calloc((size_t)G, sizeof(int64_t));
-    j.perm = calloc((size_t)N, sizeof(int64_t));
-    j.owner = calloc((size_t)N, sizeof(int32_t));
-    j.lse = calloc((size_t)G, sizeof(float *));
-    j.t_fwd = calloc((size_t)total_iters, sizeof(double));
-    j.t_bwd = calloc((size_t)total_iters, sizeof(double));
-    j.st_fwd = calloc((size_t)G, sizeof(*j.st_fwd));
-    j.st_bwd = calloc((size_t)G, sizeof(*j.st_bwd));
     th = calloc((size_t)G, sizeof(*th));
-    ra = calloc((size_t)G, sizeof(*ra));
-    if (!j.lens || !j.offs || !j.perm || !j.owner || !j.lse || !j.t_fwd || !j.t_bwd || !j.st_fwd ||
-        !j.st_bwd || !th || !ra) {
+    rr = calloc((size_t)G, sizeof(*rr));
+    st = calloc((size_t)G, sizeof(*st));
+    times = calloc((size_t)total_iters * 2 * (size_t)G, sizeof(double));
+    if (!th || !rr || !st || !times) {
         set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
-
-    /* shards and the natural -> permuted map, from the library's layout helpers */
-    for (int rk = 0; rk < G; rk++) {
-        st = burst_layout_shard_len(p->layout, N, G, rk, &j.lens[rk]);
-        if (st == BURST_OK)
-            st = burst_layout_shard_offset(p->layout, N, G, rk, &j.offs[rk]);
-        if (st != BURST_OK) {
-            set_msg(r, JOB_EUSAGE, "%s", burst_last_error());
-            goto out;
-        }
-        for (int64_t l = 0; l < j.lens[rk]; l++) {
-            int64_t pos;
-            st = burst_layout_position(p->layout, N, G, rk, l, &pos);
-            if (st != BURST_OK || pos < 0 || pos >= N) {
-                set_msg(r, JOB_EFAIL, "burst_layout_position(rank %d, local %lld) failed: %s", rk,
-                        (long long)l, burst_last_error());
-                goto out;
-            }
-            j.perm[pos] = j.offs[rk] + l;
-            j.owner[pos] = rk;
-        }
-    }
+    if (job_geometry(&j, r) != 0)
+        goto out;
 
     /* tensors */
     size_t qel = (size_t)p->batch * (size_t)N * (size_t)p->q_heads * (size_t)p->head_dim;
@@ -743,38 +917,29 @@ int job_run(const struct job_params *p, struct burst_context *ctx, struct job_re
             goto out;
     }
     r->caller_bytes = tot;
-    tmp = malloc(qel * j.esz);
-    if (!tmp) {
-        set_msg(r, JOB_EFAIL, "out of memory allocating %zu bytes", qel * j.esz);
-        goto out;
-    }
-    bad = fill_input(&j, j.q, tmp, p->q_heads, 1, r) ||
-          fill_input(&j, j.k, tmp, p->kv_heads, 2, r) ||
-          fill_input(&j, j.v, tmp, p->kv_heads, 3, r) ||
-          (p->run_bwd && fill_input(&j, j.dout, tmp, p->q_heads, 4, r));
-    free(tmp);
-    if (bad)
-        goto out;
+    for (int rk = 0; rk < G; rk++)
+        fill_rank_inputs(&j, rk);
 
     /* ranks */
-    st = burst_local_world_create(G, &j.world);
-    if (st != BURST_OK) {
+    burst_status_t bst = burst_local_world_create(G, &j.world);
+    if (bst != BURST_OK) {
         set_msg(r, JOB_EFAIL, "burst_local_world_create(%d) failed: %s: %s", G,
-                burst_status_str(st), burst_last_error());
+                burst_status_str(bst), burst_last_error());
         goto out;
     }
     for (int rk = 0; rk < G; rk++) {
-        ra[rk].j = &j;
-        ra[rk].rank = rk;
-        if (pthread_create(&th[rk], NULL, rank_main, &ra[rk]) != 0)
+        rr[rk].j = &j;
+        rr[rk].rank = rk;
+        rr[rk].threads = 1;
+        rr[rk].t_fwd = times + (size_t)2 * (size_t)rk * (size_t)total_iters;
+        rr[rk].t_bwd = rr[rk].t_fwd + total_iters;
+        if (pthread_create(&th[rk], NULL, rank_thread, &rr[rk]) != 0)
             break;
         started++;
     }
     if (started < G) {
         /* ranks already started wait for the others in sync_ranks; let them through failed */
         pthread_mutex_lock(&j.mu);
-        j.fail_status = JOB_EFAIL;
-        snprintf(j.fail_msg, sizeof(j.fail_msg), "could not start %d rank threads", G);
         j.live = started;
         j.round_flags |= FLAG_FAIL;
         if (started > 0 && j.arrived >= j.live)
@@ -783,49 +948,36 @@ int job_run(const struct job_params *p, struct burst_context *ctx, struct job_re
     }
     for (int rk = 0; rk < started; rk++)
         pthread_join(th[rk], NULL);
-    if (j.fail_status) {
-        set_msg(r, j.fail_status, "%s", j.fail_msg);
+    if (started < G) {
+        set_msg(r, JOB_EFAIL, "could not start %d rank threads", G);
         goto out;
     }
+    /* the first rank with a failure of its own, else the first echo */
+    for (int pass = 0; pass < 2 && !r->status; pass++)
+        for (int rk = 0; rk < G && !r->status; rk++)
+            if (rr[rk].status && (pass || !rr[rk].secondary))
+                set_msg(r, rr[rk].status, "%s", rr[rk].msg);
+    if (r->status)
+        goto out;
 
     r->peak_rss = job_peak_rss();
-    r->bwd_used = j.bwd_used;
-    if (j.wall_s > 0 && r->num_threads > 0)
-        r->cpu_share = j.cpu_s / (j.wall_s * r->num_threads);
-    r->iters_done = j.iters_done;
-    r->fwd_s = median(j.t_fwd + p->warmup, j.iters_done);
-    r->fwd_min_s = min_of(j.t_fwd + p->warmup, j.iters_done);
-    if (p->run_bwd) {
-        r->bwd_s = median(j.t_bwd + p->warmup, j.iters_done);
-        r->bwd_min_s = min_of(j.t_bwd + p->warmup, j.iters_done);
-    }
-    for (int rk = 0; rk < G; rk++) {
-        const struct burst_phase_stats *f = &j.st_fwd[rk], *b = &j.st_bwd[rk];
-#define MAXU(x, y) ((x) = (y) > (x) ? (y) : (x))
-        MAXU(r->bytes_fwd, f->traffic.bytes_sent);
-        MAXU(r->msgs_fwd, f->traffic.msgs_sent);
-        MAXU(r->scratch_fwd, f->scratch_bytes);
-        MAXU(r->steps_fwd, f->steps);
-        MAXU(r->wait_fwd_s, f->wait_s);
-        MAXU(r->bytes_bwd, b->traffic.bytes_sent);
-        MAXU(r->msgs_bwd, b->traffic.msgs_sent);
-        MAXU(r->scratch_bwd, b->scratch_bytes);
-        MAXU(r->steps_bwd, b->steps);
-        MAXU(r->wait_bwd_s, b->wait_s);
-#undef MAXU
-    }
-
-    if (p->check_fwd || p->check_bwd)
-        run_check(&j, r);
+    r->bwd_used = rr[0].bwd_used;
+    if (rr[0].wall_s > 0 && r->num_threads > 0)
+        r->cpu_share = rr[0].cpu_s / (rr[0].wall_s * r->num_threads);
+    for (int rk = 0; rk < G; rk++)
+        st[rk] = rr[rk].st;
+    /* rank 0's times span the barriers after each call: the whole ring's time */
+    finish(&j, r, rr[0].t_fwd, rr[0].t_bwd, rr[0].iters_done, st);
 
 out:
     free(th);
-    free(ra);
+    free(rr);
+    free(st);
+    free(times);
     burst_local_world_destroy(j.world);
     if (j.lse)
         for (int rk = 0; rk < G; rk++)
             free(j.lse[rk]);
-    free(j.lse);
     free(j.q);
     free(j.k);
     free(j.v);
@@ -834,15 +986,255 @@ out:
     free(j.dq);
     free(j.dk);
     free(j.dv);
-    free(j.lens);
-    free(j.offs);
-    free(j.perm);
-    free(j.owner);
-    free(j.t_fwd);
-    free(j.t_bwd);
-    free(j.st_fwd);
-    free(j.st_bwd);
+    job_geometry_free(&j);
     pthread_cond_destroy(&j.cv);
     pthread_mutex_destroy(&j.mu);
+    return r->status;
+}
+
+/* ---- ranks as processes: the arena ---- */
+
+static uint64_t align64(uint64_t x)
+{
+    return (x + 63u) & ~(uint64_t)63u;
+}
+
+uint64_t job_arena_layout(const struct job_params *p, struct job_arena_hdr *h, char *msg,
+                          size_t cap)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = JOB_ARENA_MAGIC;
+    h->version = JOB_ARENA_VERSION;
+    h->p = *p;
+    h->kill.rank = -1;
+    size_t esz = burst_dtype_size(p->dtype);
+    if (!esz) {
+        snprintf(msg, cap, "bad dtype %d", (int)p->dtype);
+        return 0;
+    }
+    uint64_t G = (uint64_t)p->ranks, total = (uint64_t)(p->warmup + p->iters);
+    uint64_t qb = (uint64_t)p->batch * (uint64_t)p->seq_len * (uint64_t)p->q_heads *
+                  (uint64_t)p->head_dim * esz;
+    uint64_t kb = qb / (uint64_t)p->q_heads * (uint64_t)p->kv_heads;
+    uint64_t lb = (uint64_t)p->batch * (uint64_t)p->q_heads * (uint64_t)p->seq_len * 4u;
+    uint64_t bw = p->run_bwd ? 1 : 0;
+    uint64_t off = align64(sizeof(*h));
+    h->off_slots = off;
+    off = align64(off + G * sizeof(struct job_slot));
+    h->off_times = off;
+    off = align64(off + G * 2 * total * sizeof(double));
+    h->off_q = off;
+    off = align64(off + qb);
+    h->off_k = off;
+    off = align64(off + kb);
+    h->off_v = off;
+    off = align64(off + kb);
+    h->off_o = off;
+    off = align64(off + qb);
+    h->off_lse = off;
+    off = align64(off + lb);
+    h->off_dout = off;
+    off = align64(off + bw * qb);
+    h->off_dq = off;
+    off = align64(off + bw * qb);
+    h->off_dk = off;
+    off = align64(off + bw * kb);
+    h->off_dv = off;
+    off = align64(off + bw * kb);
+    h->bytes = off;
+    return off;
+}
+
+struct job_slot *job_arena_slots(void *arena)
+{
+    const struct job_arena_hdr *h = arena;
+    return (struct job_slot *)((char *)arena + h->off_slots);
+}
+
+double *job_arena_times(void *arena, int rank)
+{
+    const struct job_arena_hdr *h = arena;
+    uint64_t total = (uint64_t)(h->p.warmup + h->p.iters);
+    return (double *)((char *)arena + h->off_times) + (uint64_t)rank * 2 * total;
+}
+
+/* Point j's tensors into the arena (geometry already computed). */
+static void arena_attach(struct job *j, void *arena)
+{
+    const struct job_arena_hdr *h = arena;
+    char *a = arena;
+    const struct job_params *p = j->p;
+    j->q = a + h->off_q;
+    j->k = a + h->off_k;
+    j->v = a + h->off_v;
+    j->o = a + h->off_o;
+    if (p->run_bwd) {
+        j->dout = a + h->off_dout;
+        j->dq = a + h->off_dq;
+        j->dk = a + h->off_dk;
+        j->dv = a + h->off_dv;
+    }
+    for (int rk = 0; rk < p->ranks; rk++)
+        j->lse[rk] =
+            (float *)(a + h->off_lse) + (size_t)p->batch * (size_t)p->q_heads * (size_t)j->offs[rk];
+}
+
+int job_worker_main(int fd)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(struct job_arena_hdr)) {
+        fprintf(stderr, "rank worker: fd %d is not a job arena\n", fd);
+        return JOB_EFAIL;
+    }
+    size_t bytes = (size_t)sb.st_size;
+    void *arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (arena == MAP_FAILED) {
+        fprintf(stderr, "rank worker: mmap of the arena failed: %s\n", strerror(errno));
+        return JOB_EFAIL;
+    }
+    const struct job_arena_hdr *h = arena;
+    const char *rs = getenv("BURST_RANK");
+    int rank = rs ? atoi(rs) : -1;
+    if (h->magic != JOB_ARENA_MAGIC || h->version != JOB_ARENA_VERSION || h->bytes != bytes ||
+        rank < 0 || rank >= h->p.ranks) {
+        fprintf(stderr, "rank worker: bad arena or BURST_RANK=%s\n", rs ? rs : "(unset)");
+        munmap(arena, bytes);
+        return JOB_EFAIL;
+    }
+    struct job_slot *slot = job_arena_slots(arena) + rank;
+    double *times = job_arena_times(arena, rank);
+    struct job j;
+    memset(&j, 0, sizeof(j));
+    j.p = &h->p;
+    struct job_result *tmp = calloc(1, sizeof(*tmp));
+    struct rank_run *rr = calloc(1, sizeof(*rr));
+    struct burst_comm *comm = NULL;
+    int rc = JOB_EFAIL;
+    if (!tmp || !rr) {
+        snprintf(slot->message, sizeof(slot->message), "rank %d: out of memory", rank);
+        goto out;
+    }
+    if (job_geometry(&j, tmp) != 0) {
+        snprintf(slot->message, sizeof(slot->message), "rank %d: %.480s", rank, tmp->message);
+        rc = tmp->status;
+        goto out;
+    }
+    arena_attach(&j, arena);
+    fill_rank_inputs(&j, rank);
+
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = h->backend;
+    cp.num_threads = h->num_threads;
+    burst_status_t st = burst_context_create(&cp, &j.ctx);
+    if (st != BURST_OK) {
+        snprintf(slot->message, sizeof(slot->message), "rank %d: --backend %s: %s: %s", rank,
+                 h->backend, burst_status_str(st), burst_last_error());
+        rc = st == BURST_ERR_INVALID_ARG ? JOB_EUSAGE : JOB_EFAIL;
+        goto out;
+    }
+    snprintf(slot->backend, sizeof(slot->backend), "%s", burst_context_backend(j.ctx));
+    slot->num_threads = burst_context_num_threads(j.ctx);
+    st = burst_comm_create_env(&comm);
+    if (st != BURST_OK) {
+        rr->rank = rank;
+        rank_fail(rr, "burst_comm_create_env", st);
+        snprintf(slot->message, sizeof(slot->message), "%s", rr->msg);
+        slot->secondary = rr->secondary;
+        rc = st == BURST_ERR_UNSUPPORTED ? JOB_EUSAGE : rr->secondary ? JOB_EPEER : JOB_EFAIL;
+        goto out;
+    }
+    snprintf(slot->fabric, sizeof(slot->fabric), "%s", burst_comm_fabric(comm));
+    slot->hosts = burst_comm_hosts(comm);
+
+    rr->j = &j;
+    rr->rank = rank;
+    rr->comm = comm;
+    rr->kill = &h->kill;
+    rr->progress = &slot->iter;
+    rr->t_fwd = times;
+    rr->t_bwd = times + (h->p.warmup + h->p.iters);
+    rank_loop(rr);
+    slot->bwd_used = (int)rr->bwd_used;
+    slot->iters_done = rr->iters_done;
+    slot->wall_s = rr->wall_s;
+    slot->cpu_s = rr->cpu_s;
+    slot->peak_rss = job_peak_rss();
+    slot->st = rr->st;
+    slot->secondary = rr->secondary;
+    snprintf(slot->message, sizeof(slot->message), "%s", rr->msg);
+    rc = rr->status == JOB_OK ? JOB_OK : rr->secondary ? JOB_EPEER : rr->status;
+out:
+    if (rc != JOB_OK && slot->message[0])
+        fprintf(stderr, "%s\n", slot->message);
+    slot->status = rc == JOB_EPEER ? JOB_EFAIL : rc;
+    burst_comm_destroy(comm);
+    burst_context_destroy(j.ctx);
+    __atomic_store_n(&slot->done, 1, __ATOMIC_RELEASE);
+    job_geometry_free(&j);
+    free(tmp);
+    free(rr);
+    munmap(arena, bytes);
+    return rc;
+}
+
+int job_arena_collect(void *arena, struct job_result *r)
+{
+    const struct job_arena_hdr *h = arena;
+    const struct job_params *p = &h->p;
+    struct job_slot *slots = job_arena_slots(arena);
+    memset(r, 0, sizeof(*r));
+    int G = p->ranks, total = p->warmup + p->iters;
+    struct job j;
+    memset(&j, 0, sizeof(j));
+    j.p = p;
+    double *tf = calloc((size_t)total, sizeof(double)), *tb = calloc((size_t)total, sizeof(double));
+    struct job_rank_stats *st = calloc((size_t)G, sizeof(*st));
+    if (!tf || !tb || !st) {
+        set_msg(r, JOB_EFAIL, "out of memory");
+        goto out;
+    }
+    if (job_geometry(&j, r) != 0)
+        goto out;
+    arena_attach(&j, arena);
+    for (int rk = 0; rk < G; rk++)
+        if (!__atomic_load_n(&slots[rk].done, __ATOMIC_ACQUIRE) || slots[rk].status != JOB_OK) {
+            set_msg(r, JOB_EFAIL, "rank %d did not finish: %s", rk,
+                    slots[rk].message[0] ? slots[rk].message : "(no message)");
+            goto out;
+        }
+    snprintf(r->backend, sizeof(r->backend), "%s", slots[0].backend);
+    snprintf(r->rank_mode, sizeof(r->rank_mode), "processes");
+    snprintf(r->fabric, sizeof(r->fabric), "%s", slots[0].fabric);
+    r->hosts = slots[0].hosts;
+    r->num_threads = slots[0].num_threads;
+    r->bwd_used = (burst_bwd_pattern_t)slots[0].bwd_used;
+    /* an iteration's time is the slowest rank's call: ranks start their calls at different
+     * moments (there is no barrier between processes), the ring ends when the last one does */
+    int iters = total;
+    double cpu = 0.0, wall = 0.0;
+    int threads = 0;
+    for (int rk = 0; rk < G; rk++) {
+        const double *t = job_arena_times(arena, rk);
+        for (int it = 0; it < total; it++) {
+            tf[it] = t[it] > tf[it] ? t[it] : tf[it];
+            tb[it] = t[total + it] > tb[it] ? t[total + it] : tb[it];
+        }
+        iters = slots[rk].iters_done < iters ? slots[rk].iters_done : iters;
+        cpu += slots[rk].cpu_s;
+        wall = slots[rk].wall_s > wall ? slots[rk].wall_s : wall;
+        threads += slots[rk].num_threads;
+        r->peak_rss = slots[rk].peak_rss > r->peak_rss ? slots[rk].peak_rss : r->peak_rss;
+        st[rk] = slots[rk].st;
+    }
+    if (wall > 0 && threads > 0)
+        r->cpu_share = cpu / (wall * threads);
+    r->caller_bytes = h->bytes - h->off_q;
+    finish(&j, r, tf, tb, iters, st);
+out:
+    free(tf);
+    free(tb);
+    free(st);
+    job_geometry_free(&j);
     return r->status;
 }

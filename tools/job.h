@@ -1,11 +1,17 @@
 /*
  * tools/job.h - one distributed attention job run by the tools (burstrun, burstbench).
  *
- * A job builds random global Q, K, V, dO in natural token order, shards them with
- * burst_layout_permute, runs G ranks as threads of this process over a burst_local_world (one
- * shared context), times forward and backward (median over iterations after a warm-up), collects
- * the per-rank statistics, and optionally checks the results against the fp64 reference of
- * tests/ref.h. Not part of the library.
+ * A job is one global problem: random Q, K, V, dO drawn in natural token order from the seed
+ * (element i of a tensor is the i-th draw of a counter-based stream, so any rank can draw its own
+ * shard alone), held in the layout's permuted order. It runs either
+ *   - job_run: G ranks as threads of this process over a burst_local_world (one shared context),
+ *   - or, through tools/launch.c, G rank processes that each run job_worker_main: a worker maps
+ *     the job's arena (a memfd shared with the launcher: parameters, one result slot per rank,
+ *     and the global tensors), draws its own shard of the inputs into it, joins the ring with
+ *     burst_comm_create_env and writes its outputs, timings and statistics into the arena.
+ * Both run the same per-rank loop (timing, statistics, failure handling). Forward and backward
+ * are timed (median over iterations after a warm-up), and the results can be checked against
+ * the fp64 reference of tests/ref.h. Not part of the library.
  */
 #ifndef BURST_TOOLS_JOB_H
 #define BURST_TOOLS_JOB_H
@@ -37,8 +43,15 @@ struct job_params {
     int iters;          /* timed iterations (>= 1) */
     double max_seconds; /* stop timing after the iteration that passes this (0 = never) */
     uint64_t seed;
-    int check_fwd; /* compare O and lse: 1 = on sampled rows, 2 = on every row */
-    int check_bwd; /* compare dQ, dK, dV with the full reference (needs run_bwd) */
+    int check_fwd;     /* compare O and lse: 1 = on sampled rows, 2 = on every row */
+    int check_bwd;     /* compare dQ, dK, dV with the full reference (needs run_bwd) */
+    int deterministic; /* plan.deterministic: bitwise-reproducible results */
+    int want_hash;     /* compute job_result.output_hash */
+};
+
+/* Per-rank statistics of the last call of each phase. */
+struct job_rank_stats {
+    struct burst_phase_stats fwd, bwd;
 };
 
 /* Error of one compared tensor: max |lib - ref| and max |ref| over the compared elements. */
@@ -63,7 +76,10 @@ struct job_result {
     char message[1024]; /* why, when status != JOB_OK */
 
     char backend[32];
-    int num_threads;
+    int num_threads;    /* compute threads of one rank's context (threads mode: the shared one) */
+    char rank_mode[16]; /* "threads" or "processes" */
+    char fabric[16];    /* provider the rank processes agreed on; "none" for threads */
+    int hosts;          /* distinct hosts of the ring */
     burst_bwd_pattern_t bwd_used;
     int iters_done;
     double fwd_s; /* median wall time of the forward over the timed iterations */
@@ -79,7 +95,13 @@ struct job_result {
     int steps_fwd, steps_bwd;
     double wait_fwd_s, wait_bwd_s;
     uint64_t caller_bytes; /* global tensors the job itself allocated (not the library's) */
-    uint64_t peak_rss;     /* peak resident bytes of the process after the runs, before the check */
+    uint64_t peak_rss;     /* peak resident bytes of the process after the runs, before the check
+                              (processes: the largest rank process) */
+
+    /* sums over ranks of the last call's compute_s, wait_s and total_s (burst_plan_stats) */
+    double compute_sum_s[2], wait_sum_s[2], total_sum_s[2]; /* [0] forward, [1] backward */
+    struct job_rank_stats *rank_stats; /* [ranks], or NULL; freed by job_result_free */
+    uint64_t output_hash;              /* FNV-1a of O, lse, dQ, dK, dV (want_hash) */
 
     int checked_fwd_rows; /* query rows compared (per batch and head); 0 = forward not checked */
     int checked_bwd;
@@ -99,8 +121,85 @@ double job_fwd_flops(const struct job_params *p);
 /* Multiply-adds of the fp64 backward reference: B * N^2 * Hq * d. */
 double job_bwd_ref_cost(const struct job_params *p);
 
-/* Run the job on ctx. Fills *r (always); returns r->status. */
+/* Run the job with ranks as threads on ctx. Fills *r (always); returns r->status. Release
+ * r with job_result_free. */
 int job_run(const struct job_params *p, struct burst_context *ctx, struct job_result *r);
+
+/* Free what job_run / launch_run attached to r (not r itself); safe to call twice. */
+void job_result_free(struct job_result *r);
+
+/* Overlap of one phase (0 forward, 1 backward) over all ranks:
+ *     compute_sum / (compute_sum + wait_sum)
+ * Under the engine's schedule each step's transfer is posted as its compute starts, so a step
+ * that computes c and then waits w had a transfer of c + w, c of it hidden; a step that does not
+ * wait hid its whole transfer. 1 = no exposed communication. NaN without communication (one
+ * rank, or nothing timed). */
+double job_overlap(const struct job_result *r, int phase);
+
+/* ---- rank processes (tools/launch.c starts them) ---- */
+
+/* Test-only fault injection: rank `rank` SIGKILLs itself at iteration `iter` (warm-up included,
+ * from 0), just before (delay_ms = 0) or delay_ms into its forward ('F') or backward ('B'). */
+struct job_kill {
+    int rank; /* -1 = off */
+    char phase;
+    int iter;
+    int delay_ms;
+};
+
+/* What one rank process reports in its slot of the arena. */
+struct job_slot {
+    int iter;      /* iterations completed, warm-up included (read for the progress line) */
+    int done;      /* the worker finished (successfully or not) and filled the slot */
+    int status;    /* JOB_OK, JOB_EUSAGE, JOB_EFAIL */
+    int secondary; /* the failure echoes a peer's (BURST_ERR_PEER_FAILED / COMM_FAILED) */
+    char message[512];
+    char backend[32];
+    char fabric[16];
+    int hosts;
+    int num_threads;
+    int bwd_used;
+    int iters_done;
+    double wall_s, cpu_s; /* timed iterations: wall time and process cpu time */
+    uint64_t peak_rss;
+    struct job_rank_stats st;
+};
+
+#define JOB_ARENA_MAGIC 0x42525354u /* "BRST" */
+#define JOB_ARENA_VERSION 1u
+
+/* The arena's first bytes. The worker is the same executable as the launcher, so the layout
+ * is shared by construction; magic, version and size are still checked. */
+struct job_arena_hdr {
+    uint32_t magic, version;
+    uint64_t bytes; /* size of the whole arena */
+    struct job_params p;
+    char backend[32];
+    int num_threads; /* 0 = default */
+    struct job_kill kill;
+    /* byte offsets from the arena's start */
+    uint64_t off_slots, off_times, off_q, off_k, off_v, off_dout, off_o, off_dq, off_dk, off_dv,
+        off_lse;
+};
+
+/* Compute the arena layout of p into *h (p copied in) and return its size, or 0 when the
+ * shards cannot be computed (message in msg). */
+uint64_t job_arena_layout(const struct job_params *p, struct job_arena_hdr *h, char *msg,
+                          size_t cap);
+
+/* The slots [G] and the per-rank iteration times [G][2][warmup + iters] of an arena. */
+struct job_slot *job_arena_slots(void *arena);
+double *job_arena_times(void *arena, int rank);
+
+/* Body of a rank process: maps the arena from fd, joins the ring from the environment
+ * (burst_comm_create_env), runs, fills its slot. Returns the process exit status: 0 ok,
+ * JOB_EUSAGE, JOB_EFAIL, or JOB_EPEER when it failed because a peer did. */
+#define JOB_EPEER 4
+int job_worker_main(int fd);
+
+/* Launcher side, after every rank process exited: merge the slots and times into r, hash and
+ * check the outputs in the arena as requested. Returns r->status. */
+int job_arena_collect(void *arena, struct job_result *r);
 
 /* Relative error of one tensor: max_abs / max_ref (lse: / max(max_ref, 1)); Inf on non-finite. */
 double job_err_rel(const struct job_err *e, enum job_tensor t);

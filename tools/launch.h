@@ -1,0 +1,53 @@
+/*
+ * tools/launch.h - burstrun's launcher for rank processes on this host.
+ *
+ * launch_run creates the job's arena (a memfd: parameters, one result slot per rank, the global
+ * tensors; see job.h) and a rendezvous service on 127.0.0.1 with a random key, then starts G
+ * copies of `self` with `--rank-worker FD` and the environment of burst_comm_create_env
+ * (BURST_RANK, BURST_SIZE, BURST_RENDEZVOUS, BURST_JOB_KEY, BURST_FABRIC, BURST_IFACE,
+ * BURST_TIMEOUT_MS). It then supervises them from one poll() loop:
+ *   - each rank's stdout and stderr come through pipes and are printed line by line with a
+ *     "[rank i] " prefix (stdout lines go to stderr when stdout carries JSON);
+ *   - a progress line on stderr (iteration i/K, rate, ETA) when stderr is a terminal and the job
+ *     has run for more than 2 s, rewritten in place;
+ *   - SIGCHLD: a rank that died (signal, or a non-zero exit) is reported to the rendezvous
+ *     (burst_rendezvous_report_failure) so that every survivor's ring call returns
+ *     BURST_ERR_PEER_FAILED at once; survivors get LAUNCH_GRACE_MS to exit, then SIGKILL;
+ *   - SIGINT / SIGTERM / SIGHUP: every rank gets SIGTERM, then SIGKILL after the grace period.
+ * Every child is reaped, the arena and the rendezvous are gone when launch_run returns. Rank
+ * processes run in their own process group (a terminal's Ctrl-C reaches only the launcher) and
+ * die with the launcher (PR_SET_PDEATHSIG), so none outlives it even if it is SIGKILLed.
+ */
+#ifndef BURST_TOOLS_LAUNCH_H
+#define BURST_TOOLS_LAUNCH_H
+
+#include "job.h"
+
+/* Time the other ranks get to exit after the first failure, before SIGKILL. */
+#define LAUNCH_GRACE_MS 3000
+
+/* launch_run's status when a signal stopped the job (the signal in *signal_p). */
+#define LAUNCH_EINTR 5
+
+struct launch_opts {
+    const char *self;     /* executable of the rank processes (this program) */
+    const char *backend;  /* context backend of every rank */
+    int num_threads;      /* compute threads per rank; 0 = cores / G (at least 1), or
+                            BURST_NUM_THREADS when set */
+    const char *fabric;   /* auto | shm | tcp | verbs | efa */
+    const char *iface;    /* NULL: default (127.0.0.1 for tcp, the provider's choice otherwise) */
+    int timeout_s;        /* peer timeout; 0 = BURST_TIMEOUT_MS or the library default */
+    int json;             /* stdout is JSON: rank stdout goes to stderr */
+    int verbose;          /* print the launch (rendezvous, pids) on stderr */
+    struct job_kill kill; /* test fault injection (rank -1 = off) */
+};
+
+/*
+ * Run the job as lo->... rank processes. Fills *r (always; release with job_result_free) and
+ * returns r->status: JOB_OK, JOB_EUSAGE, JOB_EFAIL (r->message names the rank that failed first
+ * and how it died), or LAUNCH_EINTR with the signal in *signal_p.
+ */
+int launch_run(const struct job_params *p, const struct launch_opts *lo, struct job_result *r,
+               int *signal_p);
+
+#endif /* BURST_TOOLS_LAUNCH_H */
