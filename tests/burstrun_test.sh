@@ -1,0 +1,133 @@
+#!/bin/sh
+# tests/burstrun_test.sh BURSTRUN shm|tcp results|faults  (suite 'net')
+#
+#   results  burstrun -n 4 --check over the provider passes and names the fabric; --json has
+#            rank_mode, fabric, hosts, overlap; rank processes give bitwise the results of
+#            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8
+#   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
+#            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
+#            and no rank process or /dev/shm entry is left behind (the listening rendezvous
+#            socket lives in burstrun itself, gone with it)
+# Exit 77 (SKIP) when the provider is unavailable.
+set -u
+BR=$1
+PROV=$2
+WHAT=$3
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_test.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+SEED=${BURST_TEST_SEED:-$(date +%s)}
+echo "seed $SEED (BURST_TEST_SEED)"
+SMALL="--seq 256 --heads 2 --kv-heads 1 --head-dim 32 --warmup 0 --iters 1 --seed $SEED"
+
+fail() {
+    echo "FAIL: $*"
+    FAILS=$((FAILS + 1))
+}
+
+now_ms() {
+    echo $(($(date +%s%N) / 1000000))
+}
+
+# Leftovers of the rank processes whose pids burstrun --verbose printed in file $2: a process
+# still running, or a /dev/shm entry of the shm provider ("<pid>:..."). Other jobs may run on
+# the host meanwhile, so only these pids count.
+check_leftovers() {
+    pids=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$2")
+    [ -n "$pids" ] || fail "$1: burstrun --verbose printed no pids"
+    for p in $pids; do
+        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--rank-worker"; then
+            fail "$1: rank process $p is still running"
+        fi
+        for f in /dev/shm/"$p":*; do
+            [ -e "$f" ] && fail "$1: $f left behind"
+        done
+    done
+}
+
+
+# Is the provider usable? burstrun exits 2 when the ranks' fabric is refused as unsupported.
+"$BR" -n 1 --fabric "$PROV" $SMALL >"$TMP/probe" 2>&1
+rc=$?
+if [ $rc -eq 2 ]; then
+    echo "SKIP: fabric $PROV unavailable: $(tail -n 1 "$TMP/probe")"
+    exit 77
+elif [ $rc -ne 0 ]; then
+    cat "$TMP/probe"
+    echo "FAIL: one-rank probe exited $rc"
+    exit 1
+fi
+
+T0=$(now_ms)
+case "$WHAT" in
+results)
+    # (1) a checked job: table and JSON
+    "$BR" -n 4 --check --causal --seq 512 --fabric "$PROV" --seed "$SEED" --verbose \
+        >"$TMP/table" 2>&1 || fail "burstrun -n 4 --check --fabric $PROV exited $?"
+    cat "$TMP/table"
+    check_leftovers "results" "$TMP/table"
+    grep -q "4 rank processes on 1 host, fabric $PROV" "$TMP/table" || fail "table does not name fabric $PROV"
+    grep -q "^result   PASS" "$TMP/table" || fail "table: check did not pass"
+    "$BR" -n 4 --check --causal --seq 512 --fabric "$PROV" --seed "$SEED" --json >"$TMP/json" 2>"$TMP/json.err" ||
+        fail "burstrun --json exited $?"
+    cat "$TMP/json"
+    for key in '"rank_mode": "processes"' "\"fabric\": \"$PROV\"" '"hosts": 1' '"overlap": {"fwd": ' \
+        '"fwd_step_ms": {"compute": ' '"per_rank": [' '"check": "pass"'; do
+        grep -qF "$key" "$TMP/json" || fail "--json lacks $key"
+    done
+    [ "$(head -c 1 "$TMP/json")" = "{" ] && [ "$(wc -l <"$TMP/json")" -eq 1 ] ||
+        fail "--json stdout is not one JSON object"
+    # (2) processes == threads, bitwise
+    for g in "2 --layout natural" "3 --layout striped --bwd ring" "4 --causal" "8 --causal --window 40,-1"; do
+        set -- $g
+        n=$1
+        shift
+        h1=$("$BR" -n $n "$@" $SMALL --deterministic --hash --json --threads | grep -o '"output_hash": "[0-9a-f]*"')
+        h2=$("$BR" -n $n "$@" $SMALL --deterministic --hash --json --fabric "$PROV" | grep -o '"output_hash": "[0-9a-f]*"')
+        echo "G=$n $*: threads $h1, processes ($PROV) $h2"
+        [ -n "$h1" ] && [ "$h1" = "$h2" ] || fail "G=$n $*: threads and processes differ"
+    done
+    ;;
+faults)
+    TO=20
+    # (3) a rank killed just before its backward, while the others are in theirs
+    for k in "2 bwd 1 0" "1 fwd 0 100"; do
+        set -- $k
+        t=$(now_ms)
+        "$BR" -n 4 --seq 4096 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" \
+            --test-kill-rank $1 --test-kill-phase $2 --test-kill-iter $3 --test-kill-delay $4 \
+            --verbose >"$TMP/out" 2>"$TMP/err"
+        rc=$?
+        dt=$(($(now_ms) - t))
+        cat "$TMP/err"
+        echo "rank $1 killed in the $2 of iteration $3 (+$4 ms): exit $rc after $dt ms"
+        [ $rc -eq 3 ] || fail "kill rank $1 ($2): exit status $rc, expected 3"
+        grep -q "^burstrun: rank $1 (pid [0-9]*) was killed by signal 9 (SIGKILL)" "$TMP/err" ||
+            fail "kill rank $1 ($2): the message does not name rank $1 and SIGKILL"
+        [ $dt -lt $((TO * 1000)) ] || fail "kill rank $1 ($2): took $dt ms (timeout ${TO} s)"
+        check_leftovers "kill rank $1 ($2)" "$TMP/err"
+    done
+    # Ctrl-C: SIGINT to burstrun alone (its ranks run in their own process group)
+    "$BR" -n 4 --seq 8192 --iters 50 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
+        >"$TMP/out" 2>"$TMP/err" &
+    pid=$!
+    sleep 1.5
+    t=$(now_ms)
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    dt=$(($(now_ms) - t))
+    cat "$TMP/err"
+    echo "SIGINT: exit $rc after $dt ms"
+    [ $rc -eq 130 ] || fail "SIGINT: exit status $rc, expected 130"
+    grep -q "interrupted by SIGINT" "$TMP/err" || fail "SIGINT: no message"
+    [ $dt -lt 10000 ] || fail "SIGINT: took $dt ms"
+    check_leftovers "SIGINT" "$TMP/err"
+    ;;
+*)
+    echo "unknown case $WHAT"
+    exit 2
+    ;;
+esac
+echo "$PROV $WHAT: $([ $FAILS -eq 0 ] && echo ok || echo "$FAILS FAILED") in $(($(now_ms) - T0)) ms"
+[ $FAILS -eq 0 ]
