@@ -321,6 +321,40 @@ static void comm_unknown_transport(void **state)
     assert_ptr_equal(c, SENTINEL);
 }
 
+/* An unknown bootstrap is named; "mpi" in a build without MPI says how to rebuild. */
+static void comm_bad_bootstrap(void **state)
+{
+    (void)state;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.transport = "fabric";
+    cp.bootstrap = "carrierpigeon";
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create(&cp, &c), INVALID, "params->bootstrap", "carrierpigeon");
+    assert_ptr_equal(c, SENTINEL);
+#ifndef BURST_HAVE_MPI
+    cp.bootstrap = "mpi";
+    EXPECT(burst_comm_create(&cp, &c), BURST_ERR_UNSUPPORTED, "params->bootstrap",
+           "-Dmpi=enabled");
+    assert_ptr_equal(c, SENTINEL);
+#endif
+}
+
+/* BURST_BOOTSTRAP: an unknown value, and "mpi" outside mpirun, are named (no MPI call). */
+static void comm_env_bad_bootstrap(void **state)
+{
+    (void)state;
+    const char *old_r = getenv("OMPI_COMM_WORLD_RANK"), *old_s = getenv("OMPI_COMM_WORLD_SIZE");
+    if (old_r || old_s)
+        skip(); /* running under mpirun */
+    struct burst_comm *c = SENTINEL;
+    setenv("BURST_BOOTSTRAP", "carrierpigeon", 1);
+    EXPECT(burst_comm_create_env(&c), INVALID, "BURST_BOOTSTRAP", "carrierpigeon");
+    setenv("BURST_BOOTSTRAP", "mpi", 1);
+    EXPECT(burst_comm_create_env(&c), INVALID, "BURST_BOOTSTRAP", "OMPI_COMM_WORLD_RANK");
+    unsetenv("BURST_BOOTSTRAP");
+    assert_ptr_equal(c, SENTINEL);
+}
+
 /* ------------------------------------------------------------------ plan creation */
 
 static void plan_expect(struct fixture *f, const struct burst_plan_params *pp,
@@ -941,6 +975,8 @@ int main(void)
         T(comm_rank_taken),
         T(comm_bad_version),
         T(comm_unknown_transport),
+        cmocka_unit_test(comm_bad_bootstrap),
+        cmocka_unit_test(comm_env_bad_bootstrap),
         T(plan_null_ctx),
         T(plan_null_comm),
         T(plan_null_params),

@@ -73,7 +73,29 @@ int burst_boot_key_valid(const char *key);
 /* This machine's boot id (/proc/sys/kernel/random/boot_id), "" when unknown; buf >= 41 bytes. */
 void burst_boot_boot_id(char *buf, size_t cap);
 
+/*
+ * The rank-side client, with two implementations behind one interface (ops below):
+ *   burst_boot_join      the rendezvous of this file's protocol (tp_rendezvous.c);
+ *   burst_boot_join_mpi  MPI_COMM_WORLD of a job started by mpirun (tp_mpi_boot.c, built when
+ *                        MPI is found: BURST_HAVE_MPI).
+ * Both hand out a struct burst_boot; the calls after join dispatch through its ops, so the
+ * communicator does not know which one it holds.
+ */
 struct burst_boot;
+
+struct burst_boot_ops {
+    const char *name; /* "rendezvous", "mpi" */
+    burst_status_t (*allgather)(struct burst_boot *b, const void *mine, size_t len,
+                                unsigned char **buf_p, const unsigned char **blob, size_t *lens);
+    burst_status_t (*cleanup)(struct burst_boot *b, const char *name);
+    struct burst_tp_ctrl *(*ctrl)(struct burst_boot *b);
+    void (*leave)(struct burst_boot *b, int bye);
+};
+
+/* The first member of every implementation's object. */
+struct burst_boot {
+    const struct burst_boot_ops *ops;
+};
 
 /*
  * Connect to the rendezvous at "host:port" (retrying refused connections until timeout_ms: the
@@ -84,23 +106,51 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
                                int rank, int size, int timeout_ms, struct burst_boot **boot_p);
 
 /*
+ * Join through MPI_COMM_WORLD (COLLECTIVE over it): MPI_Init_thread if MPI is not initialized
+ * yet (then the last leave of this process calls MPI_Finalize), and check that the world's rank
+ * and size are `rank` and `size`. Exchanges use MPI_COMM_WORLD's duplicate with MPI_ERRORS_RETURN
+ * and never wait longer than timeout_ms. BURST_ERR_UNSUPPORTED when the build has no MPI.
+ *
+ * Peer death: MPI tells nothing, so ctrl->poll always returns BURST_OK and ctrl->abort only marks
+ * this rank (it must not kill the process: no MPI_Abort). A dead rank is seen by the fabric's
+ * own errors or the communicator's timeout, and mpirun ends the whole job when a rank exits
+ * without MPI_Finalize: after an abort, or a timed-out exchange, leave does not finalize.
+ * cleanup does nothing: a killed rank's /dev/shm segment is not removed for it.
+ */
+burst_status_t burst_boot_join_mpi(const char *who, int rank, int size, int timeout_ms,
+                                   struct burst_boot **boot_p);
+
+/*
  * One GATHER round: send `len` bytes (<= BURST_BOOT_MAX_BLOB), receive every rank's blob.
  * On success *buf_p is one allocation (free()) holding all blobs; blob[r] / lens[r] (arrays of
  * size entries, caller's) point into it. Blocks at most the timeout; a FAILED from the server
  * gives BURST_ERR_PEER_FAILED naming the rank.
  */
-burst_status_t burst_boot_allgather(struct burst_boot *b, const void *mine, size_t len,
-                                    unsigned char **buf_p, const unsigned char **blob,
-                                    size_t *lens);
+static inline burst_status_t burst_boot_allgather(struct burst_boot *b, const void *mine,
+                                                  size_t len, unsigned char **buf_p,
+                                                  const unsigned char **blob, size_t *lens)
+{
+    return b->ops->allgather(b, mine, len, buf_p, blob, lens);
+}
 
 /* Register /dev/shm/<name> for removal by the server if this rank dies. */
-burst_status_t burst_boot_cleanup(struct burst_boot *b, const char *name);
+static inline burst_status_t burst_boot_cleanup(struct burst_boot *b, const char *name)
+{
+    return b->ops->cleanup(b, name);
+}
 
 /* The control channel (poll: FAILED / EOF -> BURST_ERR_PEER_FAILED; abort: sends ABORT).
  * Valid while b lives. */
-struct burst_tp_ctrl *burst_boot_ctrl(struct burst_boot *b);
+static inline struct burst_tp_ctrl *burst_boot_ctrl(struct burst_boot *b)
+{
+    return b->ops->ctrl(b);
+}
 
 /* Leave: BYE when `bye` (a clean leave), then close. NULL accepted. */
-void burst_boot_leave(struct burst_boot *b, int bye);
+static inline void burst_boot_leave(struct burst_boot *b, int bye)
+{
+    if (b)
+        b->ops->leave(b, bye);
+}
 
 #endif /* BURST_TP_BOOTSTRAP_H */

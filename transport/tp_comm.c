@@ -31,6 +31,7 @@ struct burst_comm_params burst_comm_params_default(void)
         .iface = NULL,
         .rendezvous = NULL,
         .job_key = NULL,
+        .bootstrap = NULL,
     };
     return p;
 }
@@ -139,7 +140,7 @@ static burst_status_t choose_fabric(struct burst_comm *c, const unsigned char *c
 }
 
 static burst_status_t comm_create_fabric(const struct burst_comm_params *p, const char *want,
-                                         struct burst_comm *c)
+                                         int mpi, struct burst_comm *c)
 {
     static const char *who = "burst_comm_create";
     unsigned char mine[REC_LEN] = {0};
@@ -153,8 +154,13 @@ static burst_status_t comm_create_fabric(const struct burst_comm_params *p, cons
         st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %d ranks", who, c->size);
         goto out;
     }
-    st = burst_boot_join(who, p->rendezvous, p->job_key, c->rank, c->size, c->timeout_ms,
-                         &c->boot);
+#ifdef BURST_HAVE_MPI
+    if (mpi)
+        st = burst_boot_join_mpi(who, c->rank, c->size, c->timeout_ms, &c->boot);
+    else
+#endif
+        st = burst_boot_join(who, p->rendezvous, p->job_key, c->rank, c->size, c->timeout_ms,
+                             &c->boot);
     if (st != BURST_OK)
         goto out;
     /* Round 1: hosts and providers. */
@@ -232,24 +238,38 @@ out:
 }
 #endif /* BURST_HAVE_FABRIC */
 
-/* Transport "fabric": check the fields, then join through the rendezvous. */
+/* Transport "fabric": check the fields, then join through the bootstrap. */
 static burst_status_t comm_create_fabric_checked(const struct burst_comm_params *p,
                                                  struct burst_comm **comm_p)
 {
     static const char *who = "burst_comm_create";
-    if (!p->rendezvous || !*p->rendezvous)
+    const char *boot = p->bootstrap && *p->bootstrap ? p->bootstrap : "rendezvous";
+    int mpi = strcmp(boot, "mpi") == 0;
+    if (!mpi && strcmp(boot, "rendezvous") != 0)
         return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: params->rendezvous is %s (transport \"fabric\" needs the "
-                           "\"host:port\" of the job's rendezvous)", who,
-                           p->rendezvous ? "empty" : "NULL");
-    if (!p->job_key)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: params->job_key is NULL (transport \"fabric\" needs the job's "
-                           "key)", who);
-    if (!burst_boot_key_valid(p->job_key))
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: params->job_key (%zu characters) is not %d..%d hex digits", who,
-                           strlen(p->job_key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
+                           "%s: params->bootstrap = \"%s\" is not one of rendezvous, mpi", who,
+                           boot);
+#ifndef BURST_HAVE_MPI
+    if (mpi)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: params->bootstrap = \"mpi\": this build has no MPI (rebuild "
+                           "with meson -Dmpi=enabled and libopenmpi-dev installed)", who);
+#endif
+    if (!mpi) { /* under MPI, MPI_COMM_WORLD is the job: no address, no key */
+        if (!p->rendezvous || !*p->rendezvous)
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: params->rendezvous is %s (transport \"fabric\" needs the "
+                               "\"host:port\" of the job's rendezvous, or params->bootstrap = "
+                               "\"mpi\" under mpirun)", who, p->rendezvous ? "empty" : "NULL");
+        if (!p->job_key)
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: params->job_key is NULL (transport \"fabric\" needs the "
+                               "job's key)", who);
+        if (!burst_boot_key_valid(p->job_key))
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: params->job_key (%zu characters) is not %d..%d hex digits",
+                               who, strlen(p->job_key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
+    }
     /* params->fabric, else BURST_FABRIC (which only overrides "auto"), else "auto". */
     const char *want = p->fabric && *p->fabric ? p->fabric : "auto";
     const char *env = getenv("BURST_FABRIC");
@@ -270,7 +290,7 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
     c->size = p->size;
     c->timeout_ms = p->timeout_ms ? p->timeout_ms : env_timeout_ms();
     atomic_init(&c->failed, 0);
-    burst_status_t st = comm_create_fabric(p, want, c);
+    burst_status_t st = comm_create_fabric(p, want, mpi, c);
     if (st != BURST_OK) {
         free(c);
         return st;
@@ -363,25 +383,46 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     burst_error_clear();
     if (!comm_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: comm_p is NULL", who);
+    /* BURST_BOOTSTRAP, else the rendezvous when BURST_RENDEZVOUS is set, else MPI when Open
+     * MPI's mpirun started us. */
+    const char *boot = getenv("BURST_BOOTSTRAP"), *rv = getenv("BURST_RENDEZVOUS");
+    const char *key = getenv("BURST_JOB_KEY");
+    const char *ompi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char *ompi_size = getenv("OMPI_COMM_WORLD_SIZE");
+    int mpi = (!rv || !*rv) && ompi_rank && *ompi_rank && ompi_size && *ompi_size;
+    if (boot && *boot) {
+        mpi = strcmp(boot, "mpi") == 0;
+        if (!mpi && strcmp(boot, "rendezvous") != 0)
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: BURST_BOOTSTRAP = \"%.32s\" is not one of rendezvous, mpi",
+                               who, boot);
+        if (mpi && !(ompi_rank && *ompi_rank && ompi_size && *ompi_size))
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: BURST_BOOTSTRAP = \"mpi\" but OMPI_COMM_WORLD_RANK / "
+                               "OMPI_COMM_WORLD_SIZE are not set (start the ranks with Open "
+                               "MPI's mpirun)", who);
+    }
+    const char *size_var = mpi ? "OMPI_COMM_WORLD_SIZE" : "BURST_SIZE";
+    const char *rank_var = mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK";
     long rank = 0, size = 0, timeout = 0;
     int set = 0;
-    burst_status_t st = env_int(who, "BURST_SIZE", 1, 65536, 1, &set, &size);
+    burst_status_t st = env_int(who, size_var, 1, 65536, 1, &set, &size);
     if (st == BURST_OK)
-        st = env_int(who, "BURST_RANK", 0, size - 1, 1, &set, &rank);
+        st = env_int(who, rank_var, 0, size - 1, 1, &set, &rank);
     if (st == BURST_OK)
         st = env_int(who, "BURST_TIMEOUT_MS", 1, 86400000L, 0, &set, &timeout);
     if (st != BURST_OK)
         return st;
-    const char *rv = getenv("BURST_RENDEZVOUS"), *key = getenv("BURST_JOB_KEY");
-    if (!rv || !*rv)
+    if (!mpi && (!rv || !*rv))
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_RENDEZVOUS is not set (a launcher such as burstrun sets it "
-                           "to the \"host:port\" of the job's rendezvous)", who);
-    if (!key || !*key)
+                           "to the \"host:port\" of the job's rendezvous; under Open MPI's "
+                           "mpirun the bootstrap is MPI)", who);
+    if (!mpi && (!key || !*key))
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY is not set (a launcher such as burstrun sets it)",
                            who);
-    if (!burst_boot_key_valid(key))
+    if (!mpi && !burst_boot_key_valid(key))
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY (%zu characters) is not %d..%d hex digits", who,
                            strlen(key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
@@ -397,8 +438,9 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     p.timeout_ms = set ? (int)timeout : 0;
     p.fabric = fabric && *fabric ? fabric : NULL;
     p.iface = iface && *iface ? iface : NULL;
-    p.rendezvous = rv;
-    p.job_key = key;
+    p.bootstrap = mpi ? "mpi" : "rendezvous";
+    p.rendezvous = mpi ? NULL : rv;
+    p.job_key = mpi ? NULL : key;
     return burst_comm_create(&p, comm_p);
 }
 

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -861,8 +862,9 @@ void burst_rendezvous_destroy(struct burst_rendezvous *rv)
 
 /* ---- client ---- */
 
-struct burst_boot {
-    struct burst_tp_ctrl ctrl; /* first: burst_boot_ctrl() hands out its address */
+struct rv_boot {
+    struct burst_boot base;    /* first: ops */
+    struct burst_tp_ctrl ctrl; /* burst_boot_ctrl() hands out its address */
     pthread_mutex_t lock;
     int fd;
     int rank, size, timeout_ms;
@@ -935,7 +937,7 @@ static int recv_all(int fd, void *buf, size_t len, int64_t deadline)
     return 0;
 }
 
-static int boot_send(struct burst_boot *b, uint32_t type, const void *a, size_t alen,
+static int boot_send(struct rv_boot *b, uint32_t type, const void *a, size_t alen,
                      const void *c, size_t clen, int64_t deadline)
 {
     unsigned char h[BURST_BOOT_HDR];
@@ -952,7 +954,7 @@ static int boot_send(struct burst_boot *b, uint32_t type, const void *a, size_t 
     return 0;
 }
 
-static burst_status_t boot_io_error(struct burst_boot *b, const char *who, const char *what)
+static burst_status_t boot_io_error(struct rv_boot *b, const char *who, const char *what)
 {
     int e = errno;
     if (e == ETIMEDOUT)
@@ -968,7 +970,7 @@ static burst_status_t boot_io_error(struct burst_boot *b, const char *who, const
 }
 
 /* A FAILED or REFUSED payload as an error. */
-static burst_status_t boot_remote_error(struct burst_boot *b, const char *who, uint32_t type,
+static burst_status_t boot_remote_error(struct rv_boot *b, const char *who, uint32_t type,
                                         const unsigned char *p, size_t len)
 {
     char text[BURST_BOOT_MAX_TEXT + 1];
@@ -984,7 +986,7 @@ static burst_status_t boot_remote_error(struct burst_boot *b, const char *who, u
 }
 
 /* Receive one message of the setup phase. *body_p: malloc'ed payload (or NULL if empty). */
-static burst_status_t boot_recv(struct burst_boot *b, const char *who, const char *what,
+static burst_status_t boot_recv(struct rv_boot *b, const char *who, const char *what,
                                 uint32_t *type_p, unsigned char **body_p, uint32_t *len_p)
 {
     unsigned char h[BURST_BOOT_HDR];
@@ -1018,7 +1020,7 @@ static burst_status_t boot_recv(struct burst_boot *b, const char *who, const cha
     return BURST_OK;
 }
 
-static burst_status_t boot_connect(struct burst_boot *b, const char *who, const char *rendezvous)
+static burst_status_t boot_connect(struct rv_boot *b, const char *who, const char *rendezvous)
 {
     char host[256];
     const char *colon = strrchr(rendezvous, ':');
@@ -1091,13 +1093,20 @@ static burst_status_t boot_connect(struct burst_boot *b, const char *who, const 
 
 static burst_status_t boot_poll(struct burst_tp_ctrl *ctrl);
 static void boot_abort(struct burst_tp_ctrl *ctrl, burst_status_t reason);
+static const struct burst_boot_ops rv_boot_ops;
+
+static struct rv_boot *rv_boot_of_ctrl(struct burst_tp_ctrl *ctrl)
+{
+    return (struct rv_boot *)(void *)((char *)ctrl - offsetof(struct rv_boot, ctrl));
+}
 
 burst_status_t burst_boot_join(const char *who, const char *rendezvous, const char *job_key,
                                int rank, int size, int timeout_ms, struct burst_boot **boot_p)
 {
-    struct burst_boot *b = calloc(1, sizeof(*b));
+    struct rv_boot *b = calloc(1, sizeof(*b));
     if (!b)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    b->base.ops = &rv_boot_ops;
     b->ctrl.poll = boot_poll;
     b->ctrl.abort = boot_abort;
     b->fd = -1;
@@ -1132,17 +1141,18 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
                          rank, b->addr, type);
         goto err;
     }
-    *boot_p = b;
+    *boot_p = &b->base;
     return BURST_OK;
 err:
-    burst_boot_leave(b, 0);
+    burst_boot_leave(&b->base, 0);
     return st;
 }
 
-burst_status_t burst_boot_allgather(struct burst_boot *b, const void *mine, size_t len,
-                                    unsigned char **buf_p, const unsigned char **blob,
-                                    size_t *lens)
+static burst_status_t rv_allgather(struct burst_boot *base, const void *mine, size_t len,
+                                   unsigned char **buf_p, const unsigned char **blob,
+                                   size_t *lens)
 {
+    struct rv_boot *b = (struct rv_boot *)base;
     static const char *who = "burst_comm_create";
     if (len > BURST_BOOT_MAX_BLOB)
         return burst_error(BURST_ERR_INTERNAL, "%s: bootstrap blob of %zu bytes", who, len);
@@ -1191,8 +1201,9 @@ burst_status_t burst_boot_allgather(struct burst_boot *b, const void *mine, size
     return BURST_OK;
 }
 
-burst_status_t burst_boot_cleanup(struct burst_boot *b, const char *name)
+static burst_status_t rv_cleanup(struct burst_boot *base, const char *name)
 {
+    struct rv_boot *b = (struct rv_boot *)base;
     size_t n = strlen(name);
     if (n == 0 || n > BURST_BOOT_MAX_NAME || strchr(name, '/'))
         return BURST_OK; /* not a plain name: nothing the server could remove */
@@ -1206,15 +1217,15 @@ burst_status_t burst_boot_cleanup(struct burst_boot *b, const char *name)
     return BURST_OK;
 }
 
-struct burst_tp_ctrl *burst_boot_ctrl(struct burst_boot *b)
+static struct burst_tp_ctrl *rv_ctrl(struct burst_boot *base)
 {
-    return &b->ctrl;
+    return &((struct rv_boot *)base)->ctrl;
 }
 
 /* Record the channel's failure (first one wins); the lock is held. */
-static void boot_set_failure(struct burst_boot *b, const char *fmt, ...) BURST_PRINTF(2, 3);
+static void boot_set_failure(struct rv_boot *b, const char *fmt, ...) BURST_PRINTF(2, 3);
 
-static void boot_set_failure(struct burst_boot *b, const char *fmt, ...)
+static void boot_set_failure(struct rv_boot *b, const char *fmt, ...)
 {
     if (b->fail_st != BURST_OK)
         return;
@@ -1227,7 +1238,7 @@ static void boot_set_failure(struct burst_boot *b, const char *fmt, ...)
 
 static burst_status_t boot_poll(struct burst_tp_ctrl *ctrl)
 {
-    struct burst_boot *b = (struct burst_boot *)ctrl;
+    struct rv_boot *b = rv_boot_of_ctrl(ctrl);
     pthread_mutex_lock(&b->lock);
     while (b->fail_st == BURST_OK && b->fd >= 0) {
         size_t want = b->in_len < BURST_BOOT_HDR ? BURST_BOOT_HDR - b->in_len : 0;
@@ -1283,7 +1294,7 @@ static burst_status_t boot_poll(struct burst_tp_ctrl *ctrl)
 
 static void boot_abort(struct burst_tp_ctrl *ctrl, burst_status_t reason)
 {
-    struct burst_boot *b = (struct burst_boot *)ctrl;
+    struct rv_boot *b = rv_boot_of_ctrl(ctrl);
     pthread_mutex_lock(&b->lock);
     if (!b->aborted && b->fd >= 0) {
         b->aborted = 1;
@@ -1299,10 +1310,9 @@ static void boot_abort(struct burst_tp_ctrl *ctrl, burst_status_t reason)
     pthread_mutex_unlock(&b->lock);
 }
 
-void burst_boot_leave(struct burst_boot *b, int bye)
+static void rv_leave(struct burst_boot *base, int bye)
 {
-    if (!b)
-        return;
+    struct rv_boot *b = (struct rv_boot *)base;
     if (b->fd >= 0) {
         if (bye && boot_send(b, BURST_BOOT_BYE, NULL, 0, NULL, 0, now_ms() + 1000) == 0) {
             /* Read what the server sent so that close() sends FIN, not RST (which could drop
@@ -1317,3 +1327,11 @@ void burst_boot_leave(struct burst_boot *b, int bye)
     pthread_mutex_destroy(&b->lock);
     free(b);
 }
+
+static const struct burst_boot_ops rv_boot_ops = {
+    .name = "rendezvous",
+    .allgather = rv_allgather,
+    .cleanup = rv_cleanup,
+    .ctrl = rv_ctrl,
+    .leave = rv_leave,
+};

@@ -5,9 +5,11 @@
  * through a transport:
  *   "local"   ranks are threads of one process joined by a burst_local_world;
  *   "fabric"  ranks are processes, on one host or many, joined through libfabric (shm inside a
- *             host, tcp / verbs / efa between hosts). They find each other through a rendezvous
- *             service (burst_rendezvous_create, run by the launcher, e.g. burstrun) that every
- *             rank reaches at `rendezvous` and proves membership to with the job's secret key.
+ *             host, tcp / verbs / efa between hosts). They find each other through a bootstrap:
+ *             "rendezvous", a service (burst_rendezvous_create, run by the launcher, e.g.
+ *             burstrun) that every rank reaches at `rendezvous` and proves membership to with the
+ *             job's secret key; or "mpi", MPI_COMM_WORLD of a job started by Open MPI's mpirun
+ *             (builds with MPI only). MPI carries only the bootstrap; blocks go through libfabric.
  *
  * Failure model: if a collective call fails on one rank (bad input, timeout, allocation), that
  * rank aborts the communicator so that its peers return BURST_ERR_PEER_FAILED instead of
@@ -61,6 +63,20 @@ struct burst_comm_params {
     const char *iface;      /* network interface for tcp/verbs, NULL = provider default */
     const char *rendezvous; /* "host:port" of the job's rendezvous service */
     const char *job_key;    /* the job's secret key (hex string) */
+    /*
+     * How ranks find each other: "rendezvous" (NULL: the default; needs rendezvous and job_key)
+     * or "mpi": the job is MPI_COMM_WORLD (rank and size must match it). burst_comm_create
+     * calls MPI_Init_thread (MPI_THREAD_SERIALIZED) if MPI is not initialized, and then
+     * MPI_Finalize when the last such communicator of the process is destroyed cleanly, after
+     * which MPI cannot start again: a program that creates rings one after another initializes
+     * MPI itself. MPI calls are made only inside burst_comm_create and burst_comm_destroy, from
+     * the calling thread. Peer death under MPI is detected by the fabric's errors and the
+     * timeout, and by mpirun, which ends the whole job when a rank exits without MPI_Finalize
+     * (a rank whose communicator failed or was aborted does not finalize). A killed rank's shm
+     * segment is not removed for it (the rendezvous does that). BURST_ERR_UNSUPPORTED when the
+     * build has no MPI (meson -Dmpi=enabled with libopenmpi-dev).
+     */
+    const char *bootstrap;
 };
 
 /* Parameters with every field at its default. Thread-safe. */
@@ -76,8 +92,11 @@ BURST_API burst_status_t burst_comm_create(const struct burst_comm_params *param
 /*
  * Join the ring of a process started by a launcher (burstrun, or any launcher that sets the same
  * environment): transport "fabric" with BURST_RANK, BURST_SIZE, BURST_RENDEZVOUS, BURST_JOB_KEY,
- * and optionally BURST_FABRIC, BURST_IFACE, BURST_TIMEOUT_MS. COLLECTIVE: blocks until every
- * rank has joined (at most the timeout). Errors name the missing or malformed variable.
+ * and optionally BURST_FABRIC, BURST_IFACE, BURST_TIMEOUT_MS. Under Open MPI's mpirun (no
+ * BURST_RENDEZVOUS, OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE set) the bootstrap is "mpi"
+ * with rank and size from those two; BURST_BOOTSTRAP=mpi|rendezvous overrides the choice.
+ * COLLECTIVE: blocks until every rank has joined (at most the timeout). Errors name the missing
+ * or malformed variable.
  */
 BURST_API burst_status_t burst_comm_create_env(struct burst_comm **comm_p);
 
