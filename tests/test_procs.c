@@ -8,6 +8,10 @@
  *                                naming the rank
  *   test_procs shm refused       wrong / malformed keys and corrupted, truncated and oversized
  *                                control messages are refused; the service keeps serving
+ *   test_procs shm|tcp mpi       G = 2, 4 ranks started by Open MPI's mpirun join through the MPI
+ *                                bootstrap (burst_comm_create_env sees OMPI_COMM_WORLD_*, no
+ *                                BURST_RENDEZVOUS): results as in "results". SKIP (77) when
+ *                                mpirun is absent or starts no rank (e.g. no slots)
  * Exit 77 (SKIP) when libfabric or the provider is absent. Every case checks that no process,
  * /dev/shm entry, file descriptor or listening socket is left behind.
  *
@@ -20,6 +24,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -63,6 +68,7 @@ struct prob {
 
 /* Result slot of one rank in the shared file. */
 struct slot {
+    int started, pid; /* mpi: the worker reached main */
     int done;
     burst_status_t st_comm, st_plan, st_fwd, st_bwd;
     double t_fail_ms; /* CLOCK_MONOTONIC when the failing call returned */
@@ -219,12 +225,16 @@ static void run_rank(struct burst_context *ctx, struct burst_comm *comm, const s
 
 static int worker_main(int argc, char **argv)
 {
-    /* --worker G B N Hq Hkv d seed out_fd pipe_fd */
-    if (argc != 11)
+    /* --worker G B N Hq Hkv d seed out_fd pipe_fd, or --mpi-worker G B N Hq Hkv d seed path */
+    int mpi = strcmp(argv[1], "--mpi-worker") == 0;
+    if (argc != (mpi ? 10 : 11))
         return 2;
     struct prob p = {atoi(argv[2]), atoll(argv[3]), atoll(argv[4]), atoi(argv[5]),
                      atoi(argv[6]), atoi(argv[7]), strtoull(argv[8], NULL, 0)};
-    int out_fd = atoi(argv[9]), pipe_fd = atoi(argv[10]);
+    int out_fd = mpi ? open(argv[9], O_RDWR | O_CLOEXEC) : atoi(argv[9]);
+    int pipe_fd = mpi ? -1 : atoi(argv[10]);
+    if (out_fd < 0)
+        return 3;
     size_t bytes = MAXG * sizeof(struct slot) + out_bytes(&p);
     void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, out_fd, 0);
     if (map == MAP_FAILED)
@@ -233,11 +243,13 @@ static int worker_main(int argc, char **argv)
     struct slot *slots = map;
     struct bufs b = {0};
     bufs_outputs_at(&p, &b, (char *)map + MAXG * sizeof(struct slot));
-    const char *rs = getenv("BURST_RANK");
+    const char *rs = getenv(mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK");
     int rank = rs ? atoi(rs) : 0;
     if (rank < 0 || rank >= MAXG)
         return 4;
     struct slot *sl = &slots[rank];
+    sl->pid = (int)getpid();
+    sl->started = 1;
     struct burst_comm *comm = NULL;
     sl->st_comm = burst_comm_create_env(&comm);
     if (sl->st_comm != BURST_OK) {
@@ -526,6 +538,43 @@ static int run_reference(const struct prob *p, void **out_p)
 
 /* ---- cases ---- */
 
+/* The G slots reported success on `fabric`; the outputs at `out` (every rank's, in the shared
+ * file) are bitwise those of the in-process ring. Prints one line with the timings. */
+static void check_results(const struct prob *p, const struct slot *slots, const struct bufs *out,
+                          const char *how, double run_ms)
+{
+    int G = p->G;
+    for (int r = 0; r < G; r++) {
+        const struct slot *s = &slots[r];
+        CHECK(s->done && s->st_comm == BURST_OK && s->st_plan == BURST_OK &&
+                  s->st_fwd == BURST_OK && s->st_bwd == BURST_OK,
+              "%s G=%d rank %d: comm %d plan %d fwd %d bwd %d: %s", how, G, r, s->st_comm,
+              s->st_plan, s->st_fwd, s->st_bwd, s->msg);
+        CHECK(strcmp(s->fabric, g_prov) == 0 && s->hosts == 1,
+              "%s G=%d rank %d: fabric \"%s\", %d hosts", how, G, r, s->fabric, s->hosts);
+    }
+    int failures = g_failures;
+    double t1 = now_ms();
+    void *ref = NULL;
+    CHECK(run_reference(p, &ref) == 0, "G=%d: the in-process reference failed", G);
+    if (ref) {
+        const unsigned char *x = (const unsigned char *)out->o, *y = ref;
+        size_t n = out_bytes(p), i = 0;
+        while (i < n && x[i] == y[i])
+            i++;
+        CHECK(i == n, "%s G=%d seed %llu: processes and threads differ at byte %zu of %zu", how,
+              G, (unsigned long long)p->seed, i, n);
+        size_t nan = 0;
+        for (size_t e = 0; e < n / sizeof(float); e++)
+            nan += out->o[e] != out->o[e];
+        CHECK(nan == 0, "%s G=%d: %zu output elements were not written", how, G, nan);
+        free(ref);
+    }
+    printf("%s G=%d N=%lld%s%s: %d processes %.0f ms, in-process %.0f ms, bitwise %s\n", g_prov,
+           G, (long long)p->N, *how ? " " : "", how, G, run_ms, now_ms() - t1,
+           g_failures > failures ? "?" : "equal");
+}
+
 static void case_results(int G)
 {
     struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + (uint64_t)G};
@@ -539,39 +588,136 @@ static void case_results(int G)
         for (int r = 0; r < G; r++)
             job_spawn(&j, r, NULL);
         CHECK(job_reap(&j, 60000, -1) == 0, "G=%d: a rank did not exit cleanly", G);
-        for (int r = 0; r < G; r++) {
-            struct slot *s = &j.slots[r];
-            CHECK(s->done && s->st_comm == BURST_OK && s->st_plan == BURST_OK &&
-                      s->st_fwd == BURST_OK && s->st_bwd == BURST_OK,
-                  "G=%d rank %d: comm %d plan %d fwd %d bwd %d: %s", G, r, s->st_comm,
-                  s->st_plan, s->st_fwd, s->st_bwd, s->msg);
-            CHECK(strcmp(s->fabric, g_prov) == 0 && s->hosts == 1,
-                  "G=%d rank %d: fabric \"%s\", %d hosts", G, r, s->fabric, s->hosts);
-        }
-        double t1 = now_ms();
-        void *ref = NULL;
-        CHECK(run_reference(&p, &ref) == 0, "G=%d: the in-process reference failed", G);
-        if (ref) {
-            const unsigned char *x = (const unsigned char *)j.out.o, *y = ref;
-            size_t n = out_bytes(&p), i = 0;
-            while (i < n && x[i] == y[i])
-                i++;
-            CHECK(i == n, "G=%d seed %llu: processes and threads differ at byte %zu of %zu", G,
-                  (unsigned long long)p.seed, i, n);
-            size_t nan = 0;
-            for (size_t e = 0; e < n / sizeof(float); e++)
-                nan += j.out.o[e] != j.out.o[e];
-            CHECK(nan == 0, "G=%d: %zu output elements were not written", G, nan);
-            free(ref);
-        }
-        printf("%s G=%d N=%lld: %d processes %.0f ms, in-process %.0f ms, bitwise %s\n", g_prov,
-               G, (long long)p.N, G, t1 - t0, now_ms() - t1, g_failures ? "?" : "equal");
+        check_results(&p, j.slots, &j.out, "", now_ms() - t0);
     } else {
         CHECK(0, "G=%d: job setup failed", G);
     }
     job_close(&j);
     CHECK(!addr[0] || !still_listening(addr), "rendezvous %s still accepts connections", addr);
     check_leftovers(&before, "results");
+}
+
+/* mpirun on PATH, or NULL. */
+static const char *find_mpirun(void)
+{
+    static char path[4096];
+    const char *env = getenv("PATH");
+    for (const char *d = env ? env : ""; *d;) {
+        size_t n = strcspn(d, ":");
+        snprintf(path, sizeof(path), "%.*s/mpirun", (int)n, d);
+        if (n && access(path, X_OK) == 0)
+            return path;
+        d += n + (d[n] == ':');
+    }
+    return NULL;
+}
+
+/*
+ * G ranks started by Open MPI's mpirun, bootstrapped through MPI (1 = passed or failed, 0 =
+ * mpirun started no rank: skip). Results go to a file in TMPDIR that every rank maps. Open MPI
+ * itself is kept to loopback TCP (its shared-memory and RDMA components fail in some
+ * containers); the ring's traffic is libfabric's.
+ */
+static int case_mpi(int G)
+{
+    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + 7 * (uint64_t)G};
+    struct snapshot before;
+    snap(&before);
+    char path[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof(path), "%s/burst-test-mpi.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    size_t bytes = MAXG * sizeof(struct slot) + out_bytes(&p);
+    int fd = mkstemp(path);
+    void *map = MAP_FAILED;
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
+        (map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        CHECK(0, "G=%d: result file %s: %s", G, path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(path);
+        }
+        return 1;
+    }
+    close(fd);
+    struct slot *slots = map;
+    struct bufs out = {0};
+    bufs_outputs_at(&p, &out, (char *)map + MAXG * sizeof(struct slot));
+    memset(out.o, 0xff, out_bytes(&p)); /* NaN: every element must be written */
+    char a[8][32], np[16];
+    snprintf(np, sizeof(np), "%d", G);
+    snprintf(a[0], 32, "%d", p.G);
+    snprintf(a[1], 32, "%lld", (long long)p.B);
+    snprintf(a[2], 32, "%lld", (long long)p.N);
+    snprintf(a[3], 32, "%d", p.Hq);
+    snprintf(a[4], 32, "%d", p.Hkv);
+    snprintf(a[5], 32, "%d", p.d);
+    snprintf(a[6], 32, "%llu", (unsigned long long)p.seed);
+    double t0 = now_ms();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0); /* mpirun and its ranks: one group the parent can stop */
+        unsetenv("BURST_RENDEZVOUS");
+        unsetenv("BURST_JOB_KEY");
+        unsetenv("BURST_RANK");
+        unsetenv("BURST_SIZE");
+        unsetenv("BURST_BOOTSTRAP"); /* chosen from OMPI_COMM_WORLD_* */
+        setenv("BURST_FABRIC", g_prov, 1);
+        setenv("BURST_IFACE", strcmp(g_prov, "tcp") == 0 ? "127.0.0.1" : "", 1);
+        setenv("BURST_TIMEOUT_MS", "20000", 1);
+        setenv("BURST_NUM_THREADS", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        /* By name, not by path: Open MPI takes an absolute argv[0] as its --prefix. */
+        char *argv[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np,
+                        "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+                        "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
+                        "-x", "BURST_FABRIC", "-x", "BURST_IFACE", "-x", "BURST_TIMEOUT_MS",
+                        "-x", "BURST_NUM_THREADS",
+                        g_self, "--mpi-worker", a[0], a[1], a[2], a[3], a[4], a[5], a[6], path,
+                        NULL};
+        execvp("mpirun", argv);
+        _exit(127);
+    }
+    int status = 0, started = 0;
+    if (pid > 0) {
+        setpgid(pid, pid);
+        double until = now_ms() + 60000;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            if (now_ms() > until) {
+                fprintf(stderr, "G=%d: mpirun still running after 60 s: stopping it\n", G);
+                kill(-pid, SIGTERM);
+                struct timespec ts = {3, 0};
+                nanosleep(&ts, NULL);
+                kill(-pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                break;
+            }
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    double run_ms = now_ms() - t0;
+    for (int r = 0; r < G; r++) {
+        started += slots[r].started;
+        if (slots[r].started && g_nchildren < 256)
+            g_children[g_nchildren++] = slots[r].pid;
+    }
+    int ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    int ran = started > 0 || ok;
+    if (ran) {
+        CHECK(ok, "G=%d: mpirun exited with %s %d", G,
+              WIFSIGNALED(status) ? "signal" : "status",
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        check_results(&p, slots, &out, "mpirun", run_ms);
+    } else {
+        printf("SKIP: mpirun -np %d started no rank (exit status %d): see its output above\n", G,
+               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    munmap(map, bytes);
+    unlink(path);
+    check_leftovers(&before, "mpi");
+    return ran;
 }
 
 /* Kill `victim` once it reached `phase` plus delay_ms; every survivor must fail fast. */
@@ -712,10 +858,10 @@ static void case_refused(void)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--worker") == 0)
+    if (argc > 1 && (strcmp(argv[1], "--worker") == 0 || strcmp(argv[1], "--mpi-worker") == 0))
         return worker_main(argc, argv);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s shm|tcp results|faults|refused\n", argv[0]);
+        fprintf(stderr, "usage: %s shm|tcp results|faults|refused|mpi\n", argv[0]);
         return 2;
     }
     ssize_t n = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
@@ -763,6 +909,15 @@ int main(int argc, char **argv)
         case_fault(4, 1, 'B', 150);
     } else if (strcmp(what, "refused") == 0) {
         case_refused();
+    } else if (strcmp(what, "mpi") == 0) {
+        if (!find_mpirun()) {
+            printf("SKIP: mpirun (Open MPI) not found on PATH\n");
+            return SKIP;
+        }
+        static const int gs[] = {2, 4};
+        for (int i = 0; i < 2; i++)
+            if (!case_mpi(gs[i]))
+                return g_failures ? 1 : SKIP;
     } else {
         fprintf(stderr, "unknown case \"%s\"\n", what);
         return 2;
