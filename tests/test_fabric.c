@@ -570,7 +570,12 @@ static int rank_timeout(struct burst_tp *tp, int rank, int n)
 
 static void test_timeout(void **state)
 {
+    /* Over ofi_rxm the transport keeps chunks eager by default (tp_fabric.c, "ofi_rxm and dead
+     * peers"), and an eager send completes once the peer's provider buffered it; the large
+     * send must stay a rendezvous for it to wait on a receiver that never comes. */
+    setenv("BURST_FAB_RXM_EAGER", "0", 1);
     run_ranks(2, rank_timeout, NULL);
+    unsetenv("BURST_FAB_RXM_EAGER");
 }
 
 /* A fake control channel: poll fails once fail_at (s) has passed; abort calls are counted. */

@@ -49,9 +49,32 @@
  * fails with BURST_ERR_PEER_FAILED, and the caller may free its buffers. Every call into the
  * provider happens under fab->lock except the blocking poll().
  *
+ * An operation that fails with a provider error (not a length mismatch) waits up to
+ * FAB_CTRL_GRACE_MS for tp->ctrl to report a death, and returns that (BURST_ERR_PEER_FAILED,
+ * naming the rank) when it comes: a dead peer shows first as FI_EIO (shm) or FI_ECONNRESET (tcp).
+ *
+ * Posting after a failure: isend/irecv poll tp->ctrl too, before anything reaches the provider,
+ * and a peer whose operation completed with a connection error (FI_ECONNRESET, ...) is marked
+ * dead; nothing is posted to or from a dead peer again (its requests fail with
+ * BURST_ERR_PEER_FAILED at once). Posting to a dead peer makes rxm reconnect to a dead address,
+ * and posting a receive from one can match a message whose connection is already gone (below).
+ *
+ * ofi_rxm and dead peers (libfabric 1.17, tcp;ofi_rxm and verbs;ofi_rxm): a message above the
+ * eager limit travels by rendezvous: its header may arrive before the receive is posted and wait
+ * in rxm's unexpected queue, holding a pointer to its connection. When the peer dies, rxm closes
+ * that connection (rxm_close_conn sets conn->msg_ep = NULL, rxm_free_conn frees it) but leaves
+ * the header queued; a later fi_trecv that matches it starts the rendezvous read on
+ * conn->msg_ep and the survivor dies with SIGSEGV inside fi_trecv (rxm_rndv_read ->
+ * rndv_ops->xfer(NULL, ...)). The ctrl check above cannot close that race alone: rxm may tear the
+ * connection down before the rendezvous reports the death. So over ofi_rxm every chunk is kept
+ * at or below rxm's eager limit (FAB_RXM_EAGER_LIMIT, or FI_OFI_RXM_BUFFER_SIZE /
+ * FI_OFI_RXM_EAGER_LIMIT when set lower): an unexpected eager message carries its data in rxm's
+ * own buffer and matching it never touches the connection. BURST_FAB_RXM_EAGER=0 lifts the cap
+ * (rendezvous for large messages: faster on verbs, unsafe when a peer dies).
+ *
  * Tunables (read once at burst_fab_open): BURST_FAB_PROGRESS=thread|caller,
  * BURST_FAB_SPIN_US (wait()'s polling before it blocks), BURST_FAB_CHUNK_BYTES,
- * BURST_FAB_MR_LOCAL=1.
+ * BURST_FAB_MR_LOCAL=1, BURST_FAB_RXM_EAGER=0|1.
  */
 #include <errno.h>
 #include <poll.h>
@@ -78,15 +101,17 @@
 #include "tp_fabric.h"
 
 #define FAB_API FI_VERSION(1, 9)
-#define FAB_WINDOW 8          /* chunks of one request posted at once */
-#define FAB_CQ_BATCH 16       /* completions read per fi_cq_read */
-#define FAB_SLICE_MS 5        /* wait(): ctrl poll period */
-#define FAB_DRAIN_MS 200      /* wait(): how long cancelled chunks may take to complete */
-#define FAB_SPIN_US 20        /* wait(): CQ polling before blocking (BURST_FAB_SPIN_US) */
-#define FAB_THREAD_SPIN_US 50 /* progress thread without wait fd: polling after an event */
+#define FAB_WINDOW 8           /* chunks of one request posted at once */
+#define FAB_CQ_BATCH 16        /* completions read per fi_cq_read */
+#define FAB_SLICE_MS 5         /* wait(): ctrl poll period */
+#define FAB_DRAIN_MS 200       /* wait(): how long cancelled chunks may take to complete */
+#define FAB_CTRL_GRACE_MS 1000 /* wait(): how long a provider error waits for ctrl's verdict */
+#define FAB_SPIN_US 20         /* wait(): CQ polling before blocking (BURST_FAB_SPIN_US) */
+#define FAB_THREAD_SPIN_US 50  /* progress thread without wait fd: polling after an event */
 #define FAB_SLEEP_MIN_US 16
 #define FAB_SLEEP_MAX_US 1000
-#define FAB_POLL_MS 100 /* progress thread with wait fd: poll() timeout */
+#define FAB_POLL_MS 100           /* progress thread with wait fd: poll() timeout */
+#define FAB_RXM_EAGER_LIMIT 16384 /* ofi_rxm's default eager limit (FI_OFI_RXM_BUFFER_SIZE) */
 
 /* One posted chunk. The libfabric context must come first: completions return its address. */
 struct fab_op {
@@ -126,8 +151,9 @@ struct burst_fab {
     struct fid_av *av;
     struct fid_cq *cq;
     struct fid_ep *ep;
-    fi_addr_t *peers; /* [size] */
-    size_t chunk;     /* C above */
+    fi_addr_t *peers;         /* [size] */
+    unsigned char *peer_dead; /* [size]: a connection error completed an operation with it */
+    size_t chunk;             /* C above */
     int mr_local;
     int use_thread;
     int spin_us;
@@ -237,6 +263,24 @@ static int env_int(const char *name, int def, int lo, int hi)
     return (*end == '\0' && v >= lo && v <= hi) ? (int)v : def;
 }
 
+/* The largest message ofi_rxm sends eagerly: its default, or a lower FI_OFI_RXM_BUFFER_SIZE /
+ * FI_OFI_RXM_EAGER_LIMIT (a higher one may or may not raise it, depending on the version). */
+static size_t rxm_eager_limit(void)
+{
+    static const char *const vars[] = {"FI_OFI_RXM_BUFFER_SIZE", "FI_OFI_RXM_EAGER_LIMIT"};
+    size_t limit = FAB_RXM_EAGER_LIMIT;
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(vars[i]);
+        if (!s || !*s)
+            continue;
+        char *end;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (*end == '\0' && v >= 1 && v < limit)
+            limit = (size_t)v;
+    }
+    return limit;
+}
+
 /* fi_getinfo for a burst provider name; iface as described in fab_open. */
 static int fab_getinfo(const char *fi_prov, const char *iface, int mr_local,
                        struct fi_info **info_p)
@@ -315,6 +359,7 @@ void burst_fab_close(struct burst_fab *f)
     pthread_cond_destroy(&f->done_cv);
     pthread_cond_destroy(&f->work_cv);
     free(f->peers);
+    free(f->peer_dead);
     free(f->q);
     free(f);
 }
@@ -359,8 +404,9 @@ burst_status_t burst_fab_open(const char *provider, const char *iface, int rank,
     int force_mr = env_int("BURST_FAB_MR_LOCAL", 0, 0, 1);
 
     f->peers = calloc((size_t)size, sizeof(*f->peers));
+    f->peer_dead = calloc((size_t)size, 1);
     f->q = calloc(2 * (size_t)size, sizeof(*f->q));
-    if (!f->peers || !f->q) {
+    if (!f->peers || !f->peer_dead || !f->q) {
         burst_fab_close(f);
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     }
@@ -381,6 +427,11 @@ burst_status_t burst_fab_open(const char *provider, const char *iface, int rank,
     }
     f->mr_local = force_mr || (fi->domain_attr->mr_mode & FI_MR_LOCAL);
     f->chunk = fi->ep_attr->max_msg_size ? fi->ep_attr->max_msg_size : SIZE_MAX;
+    if (strstr(fi_prov, "ofi_rxm") && env_int("BURST_FAB_RXM_EAGER", 1, 0, 1)) {
+        size_t eager = rxm_eager_limit();
+        if (eager < f->chunk)
+            f->chunk = eager; /* see "ofi_rxm and dead peers" above */
+    }
     const char *cs = getenv("BURST_FAB_CHUNK_BYTES");
     if (cs && *cs) {
         unsigned long long c = strtoull(cs, NULL, 10);
@@ -540,6 +591,12 @@ static void op_finish(struct burst_fab *f, struct fab_op *op)
 static void req_post(struct burst_fab *f, struct burst_tp_req *r)
 {
     size_t full = f->chunk == SIZE_MAX ? 0 : r->len / f->chunk;
+    if (f->peer_dead[r->peer] && r->posted < r->nchunks) {
+        /* Never hand the provider an operation with a peer whose connection failed. */
+        req_fail(r, BURST_ERR_PEER_FAILED, FI_ECONNRESET,
+                 "an earlier operation with this peer failed; not posted");
+        return;
+    }
     while (r->posted < r->nchunks && r->inflight < FAB_WINDOW && r->status == BURST_OK) {
         struct fab_op *op = NULL;
         for (int i = 0; i < FAB_WINDOW && !op; i++)
@@ -615,6 +672,8 @@ static void fab_complete(struct burst_fab *f, void *context, size_t len, int err
             req_fail(r, BURST_ERR_TRANSPORT, err, "length mismatch (FI_ETRUNC)");
         else if (err != FI_ECANCELED)
             req_fail(r, fab_status(err), err, call);
+        if (fab_status(err) == BURST_ERR_PEER_FAILED)
+            f->peer_dead[r->peer] = 1;
     } else if (!r->is_send && len != op->len) {
         req_fail(r, BURST_ERR_TRANSPORT, 0, "length mismatch (short message)");
         r->got_len = len;
@@ -773,6 +832,12 @@ static burst_status_t fab_post(struct burst_tp *t, int is_send, int peer, uint64
                            f->prov, peer);
     if (len && !buf)
         return burst_error(BURST_ERR_INTERNAL, "libfabric transport (%s): NULL buffer", f->prov);
+    if (t->ctrl) {
+        /* A death the control channel already reports: fail before touching the provider. */
+        burst_status_t st = t->ctrl->poll(t->ctrl);
+        if (st != BURST_OK)
+            return st; /* ctrl->poll's message names the failed rank */
+    }
     struct burst_tp_req *r = calloc(1, sizeof(*r));
     if (!r)
         return burst_error(BURST_ERR_NO_MEMORY, "libfabric transport (%s): out of memory", f->prov);
@@ -796,6 +861,14 @@ static burst_status_t fab_post(struct burst_tp *t, int is_send, int peer, uint64
                                f->prov, t->rank, burst_status_str(reason));
         return fab_error_as(BURST_ERR_PEER_FAILED, f->prov, call, err,
                             "rank %d: endpoint closed after an earlier failure", t->rank);
+    }
+    if (f->peer_dead[peer]) {
+        pthread_mutex_unlock(&f->lock);
+        free(r);
+        return burst_error(BURST_ERR_PEER_FAILED,
+                           "libfabric transport (%s): rank %d: %s rank %d refused: an earlier "
+                           "operation with rank %d failed with a connection error",
+                           f->prov, t->rank, is_send ? "send to" : "receive from", peer, peer);
     }
     r->lnext = f->live;
     if (f->live)
@@ -913,6 +986,20 @@ static burst_status_t fab_wait(struct burst_tp *t, struct burst_tp_req *r, int t
     burst_status_t st;
     if (fail == BURST_OK && r->status != BURST_OK && !req_final(r))
         req_cancel(f, r); /* a chunk failed: the rest cannot succeed */
+    if (fail == BURST_OK && r->status != BURST_OK && r->fi_err && r->fi_err != FI_ETRUNC &&
+        t->ctrl) {
+        /* A provider error with a peer (shm: FI_EIO once the peer's memory is gone; tcp:
+         * FI_ECONNRESET) is most often its death, which the control channel reports a moment
+         * later: wait for that report (up to FAB_CTRL_GRACE_MS) so that the caller gets
+         * BURST_ERR_PEER_FAILED naming the failed rank. */
+        int64_t end = now_us() + FAB_CTRL_GRACE_MS * 1000;
+        pthread_mutex_unlock(&f->lock);
+        while ((fail = t->ctrl->poll(t->ctrl)) == BURST_OK && now_us() < end) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&f->lock);
+    }
     if (fail != BURST_OK || !req_final(r)) {
         req_cancel(f, r);
         if (fail == BURST_ERR_TIMEOUT)
