@@ -33,7 +33,7 @@ struct burst_fwd_args {
     struct burst_posmap qpos;     /* positions of q rows */
     struct burst_posmap kpos;     /* positions of k rows */
     struct burst_mask mask;
-    float scale;                  /* softmax scale tau */
+    float scale; /* softmax scale tau */
     /* Running results, updated in place with the log-sum-exp merge of ALGORITHM.md section 1.
      * Initialised by the engine to o_acc = 0, lse_acc = -inf. Rows with no allowed key in this
      * block must be left bit-for-bit unchanged. */

@@ -33,7 +33,8 @@ struct burst_context_params burst_context_params_default(void)
 }
 
 static burst_status_t try_backend(const struct burst_backend_ops *ops,
-                                  const struct burst_context_params *p, struct burst_context **ctx_p)
+                                  const struct burst_context_params *p,
+                                  struct burst_context **ctx_p)
 {
     struct burst_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
@@ -60,8 +61,8 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
     if (st != BURST_OK)
         return st;
     if (p.num_threads < 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: params->num_threads = %d must be >= 0",
-                           who, p.num_threads);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: params->num_threads = %d must be >= 0", who,
+                           p.num_threads);
 
     const char *name = p.backend ? p.backend : "auto";
     if (strcmp(name, "auto") == 0) {

@@ -6,8 +6,8 @@
 #include "schedule.h"
 #include "tensor_check.h"
 
-static burst_status_t shards_for(const char *who, burst_layout_t layout, int64_t seq_len,
-                                 int ranks, int rank, struct burst_shards *s)
+static burst_status_t shards_for(const char *who, burst_layout_t layout, int64_t seq_len, int ranks,
+                                 int rank, struct burst_shards *s)
 {
     burst_status_t st = burst_shards_init(s, who, layout, seq_len, ranks, NULL);
     if (st != BURST_OK)
@@ -104,13 +104,12 @@ static burst_status_t permute(const char *who, burst_layout_t layout, int ranks,
                            burst_dtype_name(src->dtype));
     for (int i = 0; i < BURST_TENSOR_DIMS; i++)
         if (src->shape[i] != dst->shape[i])
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: %s->shape[%d] = %lld differs from %s->shape[%d] = %lld", who,
-                               dst_name, i, (long long)dst->shape[i], src_name, i,
-                               (long long)src->shape[i]);
+            return burst_error(
+                BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld differs from %s->shape[%d] = %lld",
+                who, dst_name, i, (long long)dst->shape[i], src_name, i, (long long)src->shape[i]);
     if (burst_tensor_ranges_overlap(src, dst))
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", who,
-                           src_name, dst_name);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", who, src_name,
+                           dst_name);
     struct burst_shards s;
     st = burst_shards_init(&s, who, layout, src->shape[1], ranks, NULL);
     if (st != BURST_OK)

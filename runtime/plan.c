@@ -39,10 +39,10 @@ static burst_status_t validate(const char *who, const struct burst_plan_params *
     burst_status_t st = burst_check_api_version(who, p->api_version);
     if (st != BURST_OK)
         return st;
-#define NEED(cond, code, ...)                                                                  \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            return burst_error(code, __VA_ARGS__);                                             \
+#define NEED(cond, code, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return burst_error(code, __VA_ARGS__);                                                 \
     } while (0)
     NEED(p->batch >= 1, BURST_ERR_INVALID_ARG, "%s: params->batch = %lld must be >= 1", who,
          (long long)p->batch);
@@ -63,8 +63,8 @@ static burst_status_t validate(const char *who, const struct burst_plan_params *
     NEED(burst_dtype_size(p->dtype) != 0, BURST_ERR_INVALID_ARG,
          "%s: params->dtype = %d is not a burst_dtype_t", who, (int)p->dtype);
     NEED(isfinite(p->softmax_scale) && p->softmax_scale >= 0.0f, BURST_ERR_INVALID_ARG,
-         "%s: params->softmax_scale = %g must be finite and > 0 (or 0 for 1/sqrt(head_dim))",
-         who, (double)p->softmax_scale);
+         "%s: params->softmax_scale = %g must be finite and > 0 (or 0 for 1/sqrt(head_dim))", who,
+         (double)p->softmax_scale);
     NEED(p->window_left >= -1, BURST_ERR_INVALID_ARG,
          "%s: params->window_left = %lld must be >= 0 or BURST_WINDOW_UNBOUNDED", who,
          (long long)p->window_left);
@@ -79,9 +79,8 @@ static burst_status_t validate(const char *who, const struct burst_plan_params *
              p->bwd_pattern == BURST_BWD_AUTO,
          BURST_ERR_INVALID_ARG, "%s: params->bwd_pattern = %d is not a burst_bwd_pattern_t", who,
          (int)p->bwd_pattern);
-    NEED(p->acc_wire == BURST_WIRE_FP32 || p->acc_wire == BURST_WIRE_INPUT,
-         BURST_ERR_INVALID_ARG, "%s: params->acc_wire = %d is not a burst_wire_precision_t", who,
-         (int)p->acc_wire);
+    NEED(p->acc_wire == BURST_WIRE_FP32 || p->acc_wire == BURST_WIRE_INPUT, BURST_ERR_INVALID_ARG,
+         "%s: params->acc_wire = %d is not a burst_wire_precision_t", who, (int)p->acc_wire);
     int64_t h = p->q_heads > p->kv_heads ? p->q_heads : p->kv_heads;
     NEED(p->seq_len <= MAX_ELEMS / p->batch / h / p->head_dim, BURST_ERR_TOO_LARGE,
          "%s: params->batch * seq_len * heads * head_dim = %lld * %lld * %lld * %d is too large",
@@ -102,12 +101,29 @@ uint64_t burst_plan_bwd_step_bytes(const struct burst_plan_params *p, burst_bwd_
 }
 
 /* The fields ranks must agree on, in a fixed order, for the handshake. */
-enum { F_RANKS, F_BATCH, F_SEQ, F_SHARDS, F_HQ, F_HKV, F_D, F_DTYPE, F_SCALE, F_CAUSAL,
-       F_WLEFT, F_WRIGHT, F_LAYOUT, F_BWD, F_WIRE, F_DET, F_COUNT };
+enum {
+    F_RANKS,
+    F_BATCH,
+    F_SEQ,
+    F_SHARDS,
+    F_HQ,
+    F_HKV,
+    F_D,
+    F_DTYPE,
+    F_SCALE,
+    F_CAUSAL,
+    F_WLEFT,
+    F_WRIGHT,
+    F_LAYOUT,
+    F_BWD,
+    F_WIRE,
+    F_DET,
+    F_COUNT
+};
 static const char *const field_names[F_COUNT] = {
-    "ranks", "batch", "seq_len", "shard_lens", "q_heads", "kv_heads", "head_dim", "dtype",
-    "softmax_scale", "causal", "window_left", "window_right", "layout", "bwd_pattern",
-    "acc_wire", "deterministic",
+    "ranks",    "batch",       "seq_len",       "shard_lens",    "q_heads",     "kv_heads",
+    "head_dim", "dtype",       "softmax_scale", "causal",        "window_left", "window_right",
+    "layout",   "bwd_pattern", "acc_wire",      "deterministic",
 };
 
 static void encode(const struct burst_plan *plan, const struct burst_plan_params *p,
@@ -156,9 +172,9 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
             if (all[r * F_COUNT + f] != mine[f]) {
                 st = burst_error(BURST_ERR_PLAN_MISMATCH,
                                  "%s: the plan of rank %d differs from this rank's (%d) in field "
-                                 "%s (%lld there, %lld here)", who, r, plan->rank,
-                                 field_names[f], (long long)all[r * F_COUNT + f],
-                                 (long long)mine[f]);
+                                 "%s (%lld there, %lld here)",
+                                 who, r, plan->rank, field_names[f],
+                                 (long long)all[r * F_COUNT + f], (long long)mine[f]);
                 break;
             }
     free(all);
@@ -167,8 +183,7 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
 }
 
 burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
-                                 const struct burst_plan_params *params,
-                                 struct burst_plan **plan_p)
+                                 const struct burst_plan_params *params, struct burst_plan **plan_p)
 {
     static const char *who = "burst_plan_create";
     burst_error_clear();
@@ -293,8 +308,8 @@ burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t pha
     return st;
 }
 
-burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phase_t phase,
-                                       int step, struct burst_traffic *traffic_p)
+burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phase_t phase, int step,
+                                       struct burst_traffic *traffic_p)
 {
     static const char *who = "burst_plan_step_traffic";
     burst_status_t st = check_phase(who, plan, phase, traffic_p, "traffic_p");
@@ -307,8 +322,8 @@ burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phas
     return BURST_OK;
 }
 
-burst_status_t burst_plan_step_times(const struct burst_plan *plan, burst_phase_t phase,
-                                     int step, double *compute_s_p, double *wait_s_p)
+burst_status_t burst_plan_step_times(const struct burst_plan *plan, burst_phase_t phase, int step,
+                                     double *compute_s_p, double *wait_s_p)
 {
     static const char *who = "burst_plan_step_times";
     burst_status_t st = check_phase(who, plan, phase, compute_s_p, "compute_s_p");
@@ -339,8 +354,7 @@ burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, ui
     if (st != BURST_OK)
         return st;
     memset(&plan->stats[phase], 0, sizeof(plan->stats[phase]));
-    memset(plan->step_traffic[phase], 0,
-           sizeof(struct burst_traffic) * ((size_t)plan->steps + 1));
+    memset(plan->step_traffic[phase], 0, sizeof(struct burst_traffic) * ((size_t)plan->steps + 1));
     memset(plan->step_time[phase], 0, sizeof(struct burst_step_time) * ((size_t)plan->steps + 1));
     plan->comm->count = &plan->step_traffic[phase][0];
     *seq_p = ++plan->comm->seq;

@@ -14,21 +14,21 @@ struct burst_plan {
     struct burst_comm *comm;
     struct burst_plan_params p; /* validated copy; p.shard_lens is NULL (see shards) */
     struct burst_shards shards;
-    struct burst_posmap pos;    /* this rank's row positions */
+    struct burst_posmap pos; /* this rank's row positions */
     struct burst_mask mask;
     float scale;
     int rank, size;
-    int steps;                  /* ring steps of every call (a window may stop it early) */
-    int64_t n;                  /* local tokens */
-    int64_t n_max;              /* largest shard: sizes the travelling buffers */
-    burst_bwd_pattern_t bwd;    /* resolved pattern */
-    burst_dtype_t acc_dtype;    /* dtype of travelling accumulators on the wire */
+    int steps;               /* ring steps of every call (a window may stop it early) */
+    int64_t n;               /* local tokens */
+    int64_t n_max;           /* largest shard: sizes the travelling buffers */
+    burst_bwd_pattern_t bwd; /* resolved pattern */
+    burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
 
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3]; /* [steps + 1] per phase */
     struct burst_step_time {
         double compute_s, wait_s;
-    } *step_time[3];                       /* [steps + 1] per phase */
+    } * step_time[3]; /* [steps + 1] per phase */
 };
 
 /* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */

@@ -22,9 +22,9 @@ struct bwd_call {
     struct burst_plan *plan;
     const struct burst_backend_ops *ops;
     void *be;
-    int burst;        /* pattern */
+    int burst; /* pattern */
     int64_t B, Hq, Hkv, d;
-    size_t es, as;    /* element sizes: input dtype, accumulator wire dtype */
+    size_t es, as; /* element sizes: input dtype, accumulator wire dtype */
 };
 
 /* Elements of a travelling accumulator for a block of n tokens. */
@@ -122,8 +122,8 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
         (st = burst_tensor_check(who, "dk", dk, p->dtype, B, n, p->kv_heads, d, 1)) ||
         (st = burst_tensor_check(who, "dv", dv, p->dtype, B, n, p->kv_heads, d, 1)))
         return st;
-    struct burst_tensor lv = burst_view((void *)(uintptr_t)lse, BURST_DTYPE_FP32, B, p->q_heads,
-                                        n, 1);
+    struct burst_tensor lv =
+        burst_view((void *)(uintptr_t)lse, BURST_DTYPE_FP32, B, p->q_heads, n, 1);
     const struct burst_tensor *all[9] = {q, k, v, o, &lv, dout, dq, dk, dv};
     static const char *names[9] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
     for (int out = 6; out < 9; out++)
@@ -153,10 +153,16 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
 
     const struct burst_plan_params *p = &plan->p;
     struct bwd_call c = {
-        .plan = plan, .ops = plan->ctx->ops, .be = plan->ctx->be,
+        .plan = plan,
+        .ops = plan->ctx->ops,
+        .be = plan->ctx->be,
         .burst = plan->bwd == BURST_BWD_BURST,
-        .B = p->batch, .Hq = p->q_heads, .Hkv = p->kv_heads, .d = p->head_dim,
-        .es = burst_dtype_size(p->dtype), .as = burst_dtype_size(plan->acc_dtype),
+        .B = p->batch,
+        .Hq = p->q_heads,
+        .Hkv = p->kv_heads,
+        .d = p->head_dim,
+        .es = burst_dtype_size(p->dtype),
+        .as = burst_dtype_size(plan->acc_dtype),
     };
     const enum burst_sched_pattern pat = c.burst ? BURST_SCHED_BWD_BURST : BURST_SCHED_BWD_RING;
     struct burst_comm *comm = plan->comm;
@@ -255,13 +261,19 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         if (st == BURST_OK && s.compute) {
             double tc = burst_now();
             struct burst_bwd_args a = {
-                .q = c.burst ? &held.t0 : q, .dout = c.burst ? &held.t1 : dout,
-                .lse = c.burst ? held.lse : lse, .delta = c.burst ? held.delta : delta,
-                .k = c.burst ? k : &held.t0, .v = c.burst ? v : &held.t1,
+                .q = c.burst ? &held.t0 : q,
+                .dout = c.burst ? &held.t1 : dout,
+                .lse = c.burst ? held.lse : lse,
+                .delta = c.burst ? held.delta : delta,
+                .k = c.burst ? k : &held.t0,
+                .v = c.burst ? v : &held.t1,
                 .qpos = burst_shards_posmap(&plan->shards, s.q_rank),
                 .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
-                .mask = plan->mask, .scale = plan->scale,
-                .dq = gq, .dk = gk, .dv = gv,
+                .mask = plan->mask,
+                .scale = plan->scale,
+                .dq = gq,
+                .dk = gk,
+                .dv = gv,
             };
             st = c.ops->bwd_step(c.be, &a);
             if (st == BURST_OK && c.ops->sync)
@@ -291,9 +303,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             if (st == BURST_OK)
                 st = wire_acc(&c, part[pc], acc_out, acc_elems(&c, nb), &wire);
             if (st == BURST_OK)
-                st = burst_comm_isend(comm, s.final_to,
-                                      burst_tag(seq, BURST_MSG_ACC, plan->steps), wire,
-                                      acc_elems(&c, nb) * c.as, &sa);
+                st = burst_comm_isend(comm, s.final_to, burst_tag(seq, BURST_MSG_ACC, plan->steps),
+                                      wire, acc_elems(&c, nb) * c.as, &sa);
             tw = burst_now();
             w1 = burst_comm_wait(comm, &ra);
             w2 = burst_comm_wait(comm, &sa);
@@ -309,8 +320,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
     if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
         struct burst_tensor gq = burst_view(dq_loc, BURST_DTYPE_FP32, c.B, n, c.Hq, c.d);
         struct burst_tensor gk = burst_view(dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
-        struct burst_tensor gv = burst_view(dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv,
-                                            c.d);
+        struct burst_tensor gv =
+            burst_view(dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
         st = c.ops->copy(c.be, dq, &gq);
         if (st == BURST_OK)
             st = c.ops->copy(c.be, dk, &gk);

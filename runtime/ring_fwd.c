@@ -21,19 +21,19 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
 {
     const struct burst_plan_params *p = &plan->p;
     burst_status_t st;
-    if ((st = burst_tensor_check(who, "q", q, p->dtype, p->batch, plan->n, p->q_heads,
-                                 p->head_dim, 0)) != BURST_OK ||
-        (st = burst_tensor_check(who, "k", k, p->dtype, p->batch, plan->n, p->kv_heads,
-                                 p->head_dim, 0)) != BURST_OK ||
-        (st = burst_tensor_check(who, "v", v, p->dtype, p->batch, plan->n, p->kv_heads,
-                                 p->head_dim, 0)) != BURST_OK ||
-        (st = burst_tensor_check(who, "o", o, p->dtype, p->batch, plan->n, p->q_heads,
-                                 p->head_dim, 1)) != BURST_OK)
+    if ((st = burst_tensor_check(who, "q", q, p->dtype, p->batch, plan->n, p->q_heads, p->head_dim,
+                                 0)) != BURST_OK ||
+        (st = burst_tensor_check(who, "k", k, p->dtype, p->batch, plan->n, p->kv_heads, p->head_dim,
+                                 0)) != BURST_OK ||
+        (st = burst_tensor_check(who, "v", v, p->dtype, p->batch, plan->n, p->kv_heads, p->head_dim,
+                                 0)) != BURST_OK ||
+        (st = burst_tensor_check(who, "o", o, p->dtype, p->batch, plan->n, p->q_heads, p->head_dim,
+                                 1)) != BURST_OK)
         return st;
     if (!lse)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: lse is NULL", who);
-    struct burst_tensor lv = burst_view((void *)(uintptr_t)lse, BURST_DTYPE_FP32, p->batch,
-                                        p->q_heads, plan->n, 1);
+    struct burst_tensor lv =
+        burst_view((void *)(uintptr_t)lse, BURST_DTYPE_FP32, p->batch, p->q_heads, plan->n, 1);
     const struct burst_tensor *ins[3] = {q, k, v};
     static const char *names[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++) {
@@ -131,10 +131,15 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
         if (st == BURST_OK && s.compute) {
             double tc = burst_now();
             struct burst_fwd_args a = {
-                .q = q, .k = &kb, .v = &vb,
-                .qpos = plan->pos, .kpos = burst_shards_posmap(&plan->shards, s.block),
-                .mask = plan->mask, .scale = plan->scale,
-                .o_acc = o_acc, .lse_acc = lse_acc,
+                .q = q,
+                .k = &kb,
+                .v = &vb,
+                .qpos = plan->pos,
+                .kpos = burst_shards_posmap(&plan->shards, s.block),
+                .mask = plan->mask,
+                .scale = plan->scale,
+                .o_acc = o_acc,
+                .lse_acc = lse_acc,
             };
             st = be_ops->fwd_step(be, &a);
             if (st == BURST_OK && be_ops->sync)

@@ -31,13 +31,14 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
     if (explicit_lens && layout != BURST_LAYOUT_NATURAL)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: shard_lens given with layout = %d: explicit shard lengths need "
-                           "the natural layout", who, (int)layout);
+                           "the natural layout",
+                           who, (int)layout);
     int64_t min_len = layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)ranks : ranks;
     if (!explicit_lens && seq_len < min_len)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: seq_len = %lld is too short for %d ranks in this layout (needs "
-                           ">= %lld so that no shard is empty)", who, (long long)seq_len, ranks,
-                           (long long)min_len);
+                           ">= %lld so that no shard is empty)",
+                           who, (long long)seq_len, ranks, (long long)min_len);
     int64_t *lens = malloc(sizeof(int64_t) * (size_t)ranks);
     int64_t *offs = malloc(sizeof(int64_t) * (size_t)ranks);
     if (!lens || !offs) {
@@ -52,13 +53,12 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
             if (lens[i] < 1) {
                 free(lens);
                 free(offs);
-                return burst_error(BURST_ERR_INVALID_ARG,
-                                   "%s: shard_lens[%d] = %lld must be >= 1", who, i,
-                                   (long long)explicit_lens[i]);
+                return burst_error(BURST_ERR_INVALID_ARG, "%s: shard_lens[%d] = %lld must be >= 1",
+                                   who, i, (long long)explicit_lens[i]);
             }
         } else if (layout == BURST_LAYOUT_ZIGZAG) {
-            lens[i] = zz_chunk_len(seq_len, ranks, i) +
-                      zz_chunk_len(seq_len, ranks, 2 * ranks - 1 - i);
+            lens[i] =
+                zz_chunk_len(seq_len, ranks, i) + zz_chunk_len(seq_len, ranks, 2 * ranks - 1 - i);
         } else {
             lens[i] = seq_len / ranks + (i < seq_len % ranks ? 1 : 0);
         }
@@ -68,9 +68,8 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
     if (sum != seq_len) {
         free(lens);
         free(offs);
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: shard_lens sum to %lld but seq_len = %lld", who, (long long)sum,
-                           (long long)seq_len);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: shard_lens sum to %lld but seq_len = %lld",
+                           who, (long long)sum, (long long)seq_len);
     }
     s->layout = layout;
     s->ranks = ranks;

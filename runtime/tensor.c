@@ -115,15 +115,15 @@ burst_status_t burst_tensor_check_view(const char *who, const char *name,
     if (!t->data)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->data is NULL", who, name);
     if (burst_dtype_size(t->dtype) == 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is not a burst_dtype_t",
-                           who, name, (int)t->dtype);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is not a burst_dtype_t", who,
+                           name, (int)t->dtype);
     for (int i = 0; i < BURST_TENSOR_DIMS; i++) {
         if (t->shape[i] <= 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld must be > 0",
-                               who, name, i, (long long)t->shape[i]);
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld must be > 0", who,
+                               name, i, (long long)t->shape[i]);
         if (t->stride[i] <= 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[%d] = %lld must be > 0",
-                               who, name, i, (long long)t->stride[i]);
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[%d] = %lld must be > 0", who,
+                               name, i, (long long)t->stride[i]);
     }
     if (t->stride[3] != 1)
         return burst_error(BURST_ERR_INVALID_ARG,
@@ -136,8 +136,8 @@ burst_status_t burst_tensor_check_view(const char *who, const char *name,
         if (!mul_fits(t->shape[i] - 1, t->stride[i], &term) || term > limit - last)
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: %s->stride[%d] = %lld with shape[%d] = %lld puts elements "
-                               "beyond any addressable memory", who, name, i,
-                               (long long)t->stride[i], i, (long long)t->shape[i]);
+                               "beyond any addressable memory",
+                               who, name, i, (long long)t->stride[i], i, (long long)t->shape[i]);
         last += term;
     }
     if (output) {
@@ -167,8 +167,8 @@ burst_status_t burst_tensor_check_view(const char *who, const char *name,
 }
 
 burst_status_t burst_tensor_check(const char *who, const char *name, const struct burst_tensor *t,
-                                  burst_dtype_t dtype, int64_t b, int64_t n, int64_t h,
-                                  int64_t d, int output)
+                                  burst_dtype_t dtype, int64_t b, int64_t n, int64_t h, int64_t d,
+                                  int output)
 {
     static const char *dim_names[BURST_TENSOR_DIMS] = {"batch", "tokens", "heads", "head_dim"};
     burst_status_t st = burst_tensor_check_view(who, name, t, output);

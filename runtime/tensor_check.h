@@ -14,8 +14,8 @@
  * no self-overlap. Returns BURST_OK or an error with a message naming the argument and value.
  */
 burst_status_t burst_tensor_check(const char *who, const char *name, const struct burst_tensor *t,
-                                  burst_dtype_t dtype, int64_t b, int64_t n, int64_t h,
-                                  int64_t d, int output);
+                                  burst_dtype_t dtype, int64_t b, int64_t n, int64_t h, int64_t d,
+                                  int output);
 
 /* Shape and stride checks only (no expected shape), for the layout helpers. */
 burst_status_t burst_tensor_check_view(const char *who, const char *name,

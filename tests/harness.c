@@ -27,8 +27,8 @@ static void harness_seed_init(void)
     } else {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t s = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^
-                     ((uint64_t)getpid() << 32);
+        uint64_t s =
+            (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
         harness_seed_value = harness_rng_next(&s) & 0xffffffffffffull; /* short to retype */
     }
 }
@@ -58,12 +58,9 @@ double harness_rng_uniform(uint64_t *state, double lo, double hi)
 double harness_unit_roundoff(burst_dtype_t dtype)
 {
     switch (dtype) {
-    case BURST_DTYPE_FP16:
-        return 0x1.0p-11;
-    case BURST_DTYPE_BF16:
-        return 0x1.0p-8;
-    default:
-        return 0x1.0p-24;
+    case BURST_DTYPE_FP16: return 0x1.0p-11;
+    case BURST_DTYPE_BF16: return 0x1.0p-8;
+    default: return 0x1.0p-24;
     }
 }
 
@@ -88,12 +85,9 @@ static double harness_round_bits(double x, int bits, int min_exp, double max)
 double harness_round(burst_dtype_t dtype, double x)
 {
     switch (dtype) {
-    case BURST_DTYPE_FP16:
-        return harness_round_bits(x, 11, -24, 65504.0);
-    case BURST_DTYPE_BF16:
-        return harness_round_bits(x, 8, -133, 0x1.fep127);
-    default:
-        return (double)(float)x;
+    case BURST_DTYPE_FP16: return harness_round_bits(x, 11, -24, 65504.0);
+    case BURST_DTYPE_BF16: return harness_round_bits(x, 8, -133, 0x1.fep127);
+    default: return (double)(float)x;
     }
 }
 
@@ -224,8 +218,7 @@ int harness_contains(const char *s, const char *needle)
     size_t n = strlen(needle);
     for (; *s; s++) {
         size_t i = 0;
-        while (i < n && s[i] &&
-               tolower((unsigned char)s[i]) == tolower((unsigned char)needle[i]))
+        while (i < n && s[i] && tolower((unsigned char)s[i]) == tolower((unsigned char)needle[i]))
             i++;
         if (i == n)
             return 1;
@@ -293,7 +286,17 @@ out:
 
 /* ---- problems ---- */
 
-enum { T_Q, T_K, T_V, T_DO, T_O, T_DQ, T_DK, T_DV, T_COUNT };
+enum {
+    T_Q,
+    T_K,
+    T_V,
+    T_DO,
+    T_O,
+    T_DQ,
+    T_DK,
+    T_DV,
+    T_COUNT
+};
 
 struct harness_problem {
     struct harness_case c;
@@ -305,13 +308,13 @@ struct harness_problem {
     size_t es;
     double scale;
 
-    double *in64[4];                  /* q, k, v, dO: natural, rounded, fp64 */
-    void *nat[T_COUNT];               /* natural contiguous, dtype */
-    void *perm[T_COUNT];              /* permuted (rank order), padded strides */
-    size_t perm_count[T_COUNT];       /* elements of perm[] */
+    double *in64[4];            /* q, k, v, dO: natural, rounded, fp64 */
+    void *nat[T_COUNT];         /* natural contiguous, dtype */
+    void *perm[T_COUNT];        /* permuted (rank order), padded strides */
+    size_t perm_count[T_COUNT]; /* elements of perm[] */
     struct burst_tensor perm_t[T_COUNT];
-    float **lse_rank;                 /* [G][B, Hq, n_r] */
-    float *lse_perm, *lse_nat;        /* [B, Hq, N] */
+    float **lse_rank;          /* [G][B, Hq, n_r] */
+    float *lse_perm, *lse_nat; /* [B, Hq, N] */
     struct harness_rank_record *rec;
 
     int ref_done;
@@ -464,8 +467,8 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
         if (!p->nat[t] || !p->perm[t])
             goto fail;
         harness_poison(c->dtype, p->perm[t], p->perm_count[t]); /* padding stays poison */
-        struct burst_tensor pt = {p->perm[t], c->dtype, {p->B, p->N, H, p->d},
-                                  {p->N * H * hs, H * hs, hs, 1}};
+        struct burst_tensor pt = {
+            p->perm[t], c->dtype, {p->B, p->N, H, p->d}, {p->N * H * hs, H * hs, hs, 1}};
         p->perm_t[t] = pt;
         if (t <= T_DO) {
             p->in64[t] = malloc(count * sizeof(double));
@@ -480,8 +483,8 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
                 p->in64[t][i] = x;
                 harness_store(c->dtype, p->nat[t], i, x);
             }
-            struct burst_tensor nt = burst_tensor_contiguous(p->nat[t], c->dtype, p->B, p->N, H,
-                                                             p->d);
+            struct burst_tensor nt =
+                burst_tensor_contiguous(p->nat[t], c->dtype, p->B, p->N, H, p->d);
             if (burst_layout_permute(c->layout, G, &nt, &p->perm_t[t]) != BURST_OK) {
                 fprintf(stderr, "harness: permute refused %s: %s\n", desc, burst_last_error());
                 goto fail;
@@ -526,8 +529,8 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
     }
     rec->local_len = burst_plan_local_len(plan);
     rec->bwd_used = burst_plan_bwd_pattern(plan);
-    rec->positions_ok = rec->local_len == p->lens[rank] &&
-                        burst_plan_position(plan, rec->local_len) == -1;
+    rec->positions_ok =
+        rec->local_len == p->lens[rank] && burst_plan_position(plan, rec->local_len) == -1;
     for (int64_t i = 0; rec->positions_ok && i < p->lens[rank]; i++) {
         int64_t want = -2;
         if (p->c.shard_lens)
@@ -538,7 +541,8 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
     }
 
     struct burst_tensor q = harness_rank_view(p, T_Q, rank), k = harness_rank_view(p, T_K, rank),
-                        v = harness_rank_view(p, T_V, rank), dout = harness_rank_view(p, T_DO, rank),
+                        v = harness_rank_view(p, T_V, rank),
+                        dout = harness_rank_view(p, T_DO, rank),
                         o = harness_rank_view(p, T_O, rank), dq = harness_rank_view(p, T_DQ, rank),
                         dk = harness_rank_view(p, T_DK, rank),
                         dv = harness_rank_view(p, T_DV, rank);
@@ -547,8 +551,8 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
         harness_note(rec, "burst_attention_forward", rec->st_fwd);
         rec->st_bwd = BURST_ERR_INTERNAL;
     } else {
-        rec->st_bwd = burst_attention_backward(plan, &q, &k, &v, &o, p->lse_rank[rank], &dout,
-                                               &dq, &dk, &dv);
+        rec->st_bwd =
+            burst_attention_backward(plan, &q, &k, &v, &o, p->lse_rank[rank], &dout, &dq, &dk, &dv);
         if (rec->st_bwd != BURST_OK)
             harness_note(rec, "burst_attention_backward", rec->st_bwd);
     }
@@ -575,8 +579,7 @@ int harness_problem_run(struct harness_problem *p)
     const int G = p->G;
     for (int t = T_O; t < T_COUNT; t++) {
         harness_poison(p->c.dtype, p->perm[t], p->perm_count[t]);
-        harness_poison(p->c.dtype, p->nat[t],
-                       (size_t)(p->B * p->N * harness_heads(p, t) * p->d));
+        harness_poison(p->c.dtype, p->nat[t], (size_t)(p->B * p->N * harness_heads(p, t) * p->d));
     }
     for (int r = 0; r < G; r++) {
         harness_poison(BURST_DTYPE_FP32, p->lse_rank[r], (size_t)(p->B * p->Hq * p->lens[r]));
@@ -602,8 +605,8 @@ int harness_problem_run(struct harness_problem *p)
         for (int64_t bh = 0; bh < p->B * p->Hq; bh++)
             memcpy(p->lse_perm + bh * p->N + p->offs[r], p->lse_rank[r] + bh * p->lens[r],
                    (size_t)p->lens[r] * sizeof(float));
-    struct burst_tensor lp = {p->lse_perm, BURST_DTYPE_FP32, {p->B, p->N, p->Hq, 1},
-                              {p->Hq * p->N, 1, p->N, 1}};
+    struct burst_tensor lp = {
+        p->lse_perm, BURST_DTYPE_FP32, {p->B, p->N, p->Hq, 1}, {p->Hq * p->N, 1, p->N, 1}};
     struct burst_tensor ln = lp;
     ln.data = p->lse_nat;
     if (burst_layout_unpermute(p->c.layout, G, &lp, &ln) != BURST_OK) {
@@ -611,8 +614,8 @@ int harness_problem_run(struct harness_problem *p)
         ok = 0;
     }
     for (int t = T_O; t < T_COUNT; t++) {
-        struct burst_tensor nt = burst_tensor_contiguous(p->nat[t], p->c.dtype, p->B, p->N,
-                                                         harness_heads(p, t), p->d);
+        struct burst_tensor nt =
+            burst_tensor_contiguous(p->nat[t], p->c.dtype, p->B, p->N, harness_heads(p, t), p->d);
         if (burst_layout_unpermute(p->c.layout, G, &p->perm_t[t], &nt) != BURST_OK) {
             fprintf(stderr, "harness: unpermute: %s\n", burst_last_error());
             ok = 0;
@@ -621,8 +624,7 @@ int harness_problem_run(struct harness_problem *p)
     return ok ? 0 : -1;
 }
 
-const struct harness_rank_record *harness_problem_record(const struct harness_problem *p,
-                                                         int rank)
+const struct harness_rank_record *harness_problem_record(const struct harness_problem *p, int rank)
 {
     return &p->rec[rank];
 }
@@ -717,9 +719,15 @@ static int harness_reference(struct harness_problem *p)
         if (!p->ref[t] || !p->extra[t])
             return -1;
     }
-    struct ref_problem rp = {p->B,           p->N,          p->Hq,
-                             p->Hkv,         p->d,          p->scale,
-                             p->c.causal,    p->c.window_left, p->c.window_right};
+    struct ref_problem rp = {p->B,
+                             p->N,
+                             p->Hq,
+                             p->Hkv,
+                             p->d,
+                             p->scale,
+                             p->c.causal,
+                             p->c.window_left,
+                             p->c.window_right};
     ref_forward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->ref[H_O], p->ref[H_LSE]);
     ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
                  p->ref[H_DK], p->ref[H_DV]);
@@ -746,11 +754,9 @@ static int harness_reference(struct harness_problem *p)
         const double hu = p->c.wire == BURST_WIRE_INPUT ? hops * u : 0.0;
         const int ring = p->rec[0].bwd_used == BURST_BWD_RING;
         for (size_t i = 0; i < nq; i++)
-            p->extra[H_DQ][i] = 1e-5 * a[0][i] +
-                                1.25 * (u * a[2][i] + (ring ? 0.0 : hu * a[4][i]));
+            p->extra[H_DQ][i] = 1e-5 * a[0][i] + 1.25 * (u * a[2][i] + (ring ? 0.0 : hu * a[4][i]));
         for (size_t i = 0; i < nkv; i++) {
-            p->extra[H_DK][i] = 1e-5 * a[1][i] +
-                                1.25 * (u * a[3][i] + (ring ? hu * a[5][i] : 0.0));
+            p->extra[H_DK][i] = 1e-5 * a[1][i] + 1.25 * (u * a[3][i] + (ring ? hu * a[5][i] : 0.0));
             p->extra[H_DV][i] = 1.25 * (ring ? hu * a[6][i] : 0.0);
         }
         for (int i = 0; i < 8; i++)

@@ -80,8 +80,8 @@ double harness_rng_uniform(uint64_t *state, double lo, double hi);
 
 /* ---- dtypes (independent of the library's converters, which test_dtype checks) ---- */
 
-double harness_unit_roundoff(burst_dtype_t dtype); /* 2^-24, 2^-11, 2^-8 */
-double harness_round(burst_dtype_t dtype, double x);  /* round to nearest even into dtype */
+double harness_unit_roundoff(burst_dtype_t dtype);   /* 2^-24, 2^-11, 2^-8 */
+double harness_round(burst_dtype_t dtype, double x); /* round to nearest even into dtype */
 void harness_store(burst_dtype_t dtype, void *base, size_t i, double x); /* rounds (RNE) */
 double harness_load(burst_dtype_t dtype, const void *base, size_t i);
 /* Fill with a NaN bit pattern that no computation produces (the "poison"). */
@@ -126,10 +126,17 @@ struct harness_case {
                                   without ill-conditioning the fp32 dot products) */
     int pad;                   /* extra elements between heads in the rank-visible tensors */
     int deterministic;
-    uint64_t seed;             /* 0 = harness_seed() mixed with the case name */
+    uint64_t seed; /* 0 = harness_seed() mixed with the case name */
 };
 
-enum harness_tensor { H_O = 0, H_LSE, H_DQ, H_DK, H_DV, H_NTENSORS };
+enum harness_tensor {
+    H_O = 0,
+    H_LSE,
+    H_DQ,
+    H_DK,
+    H_DV,
+    H_NTENSORS
+};
 
 struct harness_err {
     double max_abs;
@@ -147,7 +154,7 @@ struct harness_rank_record {
     int positions_ok;
     burst_bwd_pattern_t bwd_used;
     struct burst_phase_stats stats[3];
-    struct burst_traffic *step_traffic[3]; /* [stats[phase].steps + 1] */
+    struct burst_traffic *step_traffic[3];        /* [stats[phase].steps + 1] */
     double step_compute_sum[3], step_wait_sum[3]; /* burst_plan_step_times summed over steps */
 };
 
@@ -161,8 +168,7 @@ uint64_t harness_problem_seed(const struct harness_problem *p);
 /* Poison outputs, run G ranks (forward then backward), unpermute. 0 when every rank's plan,
  * forward and backward returned BURST_OK, else -1 (records say which). */
 int harness_problem_run(struct harness_problem *p);
-const struct harness_rank_record *harness_problem_record(const struct harness_problem *p,
-                                                         int rank);
+const struct harness_rank_record *harness_problem_record(const struct harness_problem *p, int rank);
 /* Natural-order outputs of the last run: O, dQ, dK, dV in the dtype, lse fp32 [B, Hq, N]. */
 const void *harness_problem_output(const struct harness_problem *p, enum harness_tensor t,
                                    size_t *bytes_p);

@@ -39,8 +39,8 @@
 
 /* Defaults for the table: override with later designated initializers. */
 #define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,          \
-    .head_dim = 32, .dtype = F32, .window_left = -1, .window_right = -1, .layout = NAT,          \
+    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
+    .head_dim = 32, .dtype = F32, .window_left = -1, .window_right = -1, .layout = NAT,            \
     .bwd = BURST
 
 static const int64_t lens_a[] = {5, 17, 1, 9};
@@ -84,8 +84,7 @@ static const struct harness_case unit_cases[] = {
      .bwd = RING},
     /* GQA */
     {CASE("gqa4_causal_zigzag", 4, 64), .q_heads = 8, .kv_heads = 2, .causal = 1, .layout = ZZ},
-    {CASE("gqa4_ring_wire_input", 3, 48), .q_heads = 4, .kv_heads = 1, .bwd = RING,
-     .wire = WIN},
+    {CASE("gqa4_ring_wire_input", 3, 48), .q_heads = 4, .kv_heads = 1, .bwd = RING, .wire = WIN},
     {CASE("gqa8_ring_striped", 3, 45), .q_heads = 8, .kv_heads = 1, .layout = STR, .bwd = RING},
     {CASE("gqa8_burst_window", 2, 40), .q_heads = 8, .kv_heads = 1, .window_left = 5,
      .window_right = 5},
@@ -101,12 +100,10 @@ static const struct harness_case unit_cases[] = {
     {CASE("d256_ring_gqa", 2, 24), .q_heads = 2, .kv_heads = 1, .head_dim = 256, .bwd = RING},
     {CASE("d40_window", 3, 42), .head_dim = 40, .window_left = 8, .window_right = 2},
     /* fp16 / bf16, both patterns and wire precisions */
-    {CASE("fp16_zigzag_causal", 4, 64), .q_heads = 4, .kv_heads = 2, .head_dim = 64,
-     .dtype = F16, .causal = 1, .layout = ZZ},
-    {CASE("fp16_ring_wire_input", 4, 64), .head_dim = 64, .dtype = F16, .bwd = RING,
-     .wire = WIN},
-    {CASE("fp16_burst_wire_input", 7, 77), .dtype = F16, .causal = 1, .layout = STR,
-     .wire = WIN},
+    {CASE("fp16_zigzag_causal", 4, 64), .q_heads = 4, .kv_heads = 2, .head_dim = 64, .dtype = F16,
+     .causal = 1, .layout = ZZ},
+    {CASE("fp16_ring_wire_input", 4, 64), .head_dim = 64, .dtype = F16, .bwd = RING, .wire = WIN},
+    {CASE("fp16_burst_wire_input", 7, 77), .dtype = F16, .causal = 1, .layout = STR, .wire = WIN},
     {CASE("fp16_d256", 2, 32), .q_heads = 1, .kv_heads = 1, .head_dim = 256, .dtype = F16},
     {CASE("bf16_burst_wire_input_striped", 4, 64), .dtype = BF16, .causal = 1, .layout = STR,
      .wire = WIN},
@@ -125,30 +122,28 @@ static const struct harness_case unit_cases[] = {
     {CASE("lens_explicit_causal", 4, 32), .shard_lens = lens_a, .causal = 1},
     {CASE("lens_explicit_window_ring", 4, 40), .shard_lens = lens_b, .window_left = 4,
      .window_right = 2, .bwd = RING},
-    {CASE("lens_explicit_bf16_wire_input", 3, 32), .shard_lens = lens_c, .dtype = BF16,
-     .causal = 1, .wire = WIN},
-    {CASE("pad_fp16_batch2", 3, 36), .batch = 2, .pad = 8, .dtype = F16, .layout = ZZ,
-     .causal = 1},
+    {CASE("lens_explicit_bf16_wire_input", 3, 32), .shard_lens = lens_c, .dtype = BF16, .causal = 1,
+     .wire = WIN},
+    {CASE("pad_fp16_batch2", 3, 36), .batch = 2, .pad = 8, .dtype = F16, .layout = ZZ, .causal = 1},
     {CASE("pad_fp32_ring_gqa", 4, 40), .pad = 16, .q_heads = 4, .kv_heads = 1, .bwd = RING,
      .layout = STR},
-    {CASE("pad_bf16_window", 2, 30), .pad = 8, .dtype = BF16, .window_left = 3,
-     .window_right = 3, .bwd = RING},
+    {CASE("pad_bf16_window", 2, 30), .pad = 8, .dtype = BF16, .window_left = 3, .window_right = 3,
+     .bwd = RING},
     /* local lengths above the cpu kernel's tiles (96 query / 48 key rows), not multiples */
     {CASE("tiles_g1_causal_window", 1, 203), .causal = 1, .window_left = 70},
     {CASE("tiles_g2_zigzag_causal", 2, 230), .causal = 1, .layout = ZZ},
-    {CASE("tiles_g3_ring_window", 3, 300), .head_dim = 64, .window_left = 50,
-     .window_right = 20, .bwd = RING},
+    {CASE("tiles_g3_ring_window", 3, 300), .head_dim = 64, .window_left = 50, .window_right = 20,
+     .bwd = RING},
     {CASE("tiles_g2_striped_ring_causal", 2, 201), .causal = 1, .layout = STR, .bwd = RING},
-    {CASE("tiles_bf16_gqa4", 2, 200), .q_heads = 4, .kv_heads = 1, .dtype = BF16,
-     .causal = 1},
+    {CASE("tiles_bf16_gqa4", 2, 200), .q_heads = 4, .kv_heads = 1, .dtype = BF16, .causal = 1},
     /* numerics: large scores (softmax must subtract its max), explicit scale, determinism */
     /* scores up to ~+-150 (exp overflows fp32 past 88 without the max subtraction) */
     {CASE("large_scores", 4, 64), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4, .causal = 1,
      .layout = ZZ},
     {CASE("large_scores_ring_bf16", 3, 48), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
      .dtype = BF16, .bwd = RING},
-    {CASE("large_scores_striped_fp16_window", 4, 64), .softmax_scale = 1.0f, .amp = 4.0,
-     .grid = 4, .dtype = F16, .layout = STR, .window_left = 20, .window_right = 3},
+    {CASE("large_scores_striped_fp16_window", 4, 64), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
+     .dtype = F16, .layout = STR, .window_left = 20, .window_right = 3},
     {CASE("tiny_scale", 2, 40), .softmax_scale = 1e-3f},
     {CASE("deterministic_flag", 4, 64), .deterministic = 1, .causal = 1, .layout = STR,
      .bwd = RING},
@@ -225,11 +220,12 @@ int main(int argc, char **argv)
         const struct CMUnitTest slow[] = {cmocka_unit_test(test_sweep)};
         return cmocka_run_group_tests_name("attention_sweep", slow, NULL, NULL);
     }
-    enum { NCASES = sizeof unit_cases / sizeof *unit_cases };
+    enum {
+        NCASES = sizeof unit_cases / sizeof *unit_cases
+    };
     struct CMUnitTest tests[NCASES];
     for (size_t i = 0; i < NCASES; i++) {
-        struct CMUnitTest t = {unit_cases[i].name, test_case, NULL, NULL,
-                               (void *)&unit_cases[i]};
+        struct CMUnitTest t = {unit_cases[i].name, test_case, NULL, NULL, (void *)&unit_cases[i]};
         tests[i] = t;
     }
     return _cmocka_run_group_tests("attention", tests, NCASES, NULL, NULL);

@@ -20,7 +20,13 @@
 
 #include "harness.h"
 
-enum { N = 16, HQ = 2, HKV = 1, D = 16, TIMEOUT_MS = 2000 };
+enum {
+    N = 16,
+    HQ = 2,
+    HKV = 1,
+    D = 16,
+    TIMEOUT_MS = 2000
+};
 #define NQ ((size_t)N * HQ * D)
 #define NKV ((size_t)N * HKV * D)
 
@@ -33,8 +39,8 @@ struct fixture {
     struct burst_plan *plan;
     struct burst_plan_params pp;
     float q[NQ], k[NKV], v[NKV], dout[NQ];
-    float o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];          /* outputs: poisoned */
-    float o0[NQ], lse0[HQ * N], dq0[NQ], dk0[NKV], dv0[NKV];     /* their snapshots */
+    float o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];      /* outputs: poisoned */
+    float o0[NQ], lse0[HQ * N], dq0[NQ], dk0[NKV], dv0[NKV]; /* their snapshots */
     struct burst_tensor tq, tk, tv, tdout, to, tdq, tdk, tdv;
 };
 
@@ -140,8 +146,8 @@ static void expect_error(burst_status_t st, burst_status_t want, burst_status_t 
 {
     const char *msg = burst_last_error();
     if (st != want && st != want2)
-        fail_msg("status %d (%s), expected %d (%s); message: \"%s\"", (int)st,
-                 burst_status_str(st), (int)want, burst_status_str(want), msg ? msg : "(null)");
+        fail_msg("status %d (%s), expected %d (%s); message: \"%s\"", (int)st, burst_status_str(st),
+                 (int)want, burst_status_str(want), msg ? msg : "(null)");
     if (!msg || !contains_any(msg, needle1) || (needle2 && !contains_any(msg, needle2)))
         fail_msg("message \"%s\" does not name \"%s\"%s%s%s", msg ? msg : "(null)", needle1,
                  needle2 ? " and \"" : "", needle2 ? needle2 : "", needle2 ? "\"" : "");
@@ -333,8 +339,7 @@ static void comm_bad_bootstrap(void **state)
     assert_ptr_equal(c, SENTINEL);
 #ifndef BURST_HAVE_MPI
     cp.bootstrap = "mpi";
-    EXPECT(burst_comm_create(&cp, &c), BURST_ERR_UNSUPPORTED, "params->bootstrap",
-           "-Dmpi=enabled");
+    EXPECT(burst_comm_create(&cp, &c), BURST_ERR_UNSUPPORTED, "params->bootstrap", "-Dmpi=enabled");
     assert_ptr_equal(c, SENTINEL);
 #endif
 }
@@ -357,9 +362,8 @@ static void comm_env_bad_bootstrap(void **state)
 
 /* ------------------------------------------------------------------ plan creation */
 
-static void plan_expect(struct fixture *f, const struct burst_plan_params *pp,
-                        burst_status_t want, burst_status_t want2, const char *n1,
-                        const char *n2)
+static void plan_expect(struct fixture *f, const struct burst_plan_params *pp, burst_status_t want,
+                        burst_status_t want2, const char *n1, const char *n2)
 {
     struct burst_plan *plan = SENTINEL;
     burst_status_t st = burst_plan_create(harness_context(), f->comm, pp, &plan);
@@ -411,8 +415,7 @@ static void plan_null_params(void **state)
 static void plan_null_out(void **state)
 {
     struct fixture *f = *state;
-    EXPECT(burst_plan_create(harness_context(), f->comm, &f->pp, NULL), INVALID, "plan_p",
-           "NULL");
+    EXPECT(burst_plan_create(harness_context(), f->comm, &f->pp, NULL), INVALID, "plan_p", "NULL");
 }
 
 static void plan_bad_version(void **state)
@@ -610,7 +613,7 @@ BWD_NULL(bwd_null_dv, "dv", &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &
         struct burst_tensor q = f->tq, k = f->tk, v = f->tv, o = f->to, dout = f->tdout,           \
                             dq = f->tdq, dk = f->tdk, dv = f->tdv;                                 \
         struct burst_tensor *all[8] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};                      \
-        const struct burst_tensor *orig[8] = {&f->tq, &f->tk,    &f->tv,  &f->to,                  \
+        const struct burst_tensor *orig[8] = {&f->tq,    &f->tk,  &f->tv,  &f->to,                 \
                                               &f->tdout, &f->tdq, &f->tdk, &f->tdv};               \
         for (int i = 0; i < 8; i++)                                                                \
             if (orig[i] == &f->field)                                                              \
@@ -633,8 +636,7 @@ static void bwd_dq_aliases_dk(void **state)
     struct fixture *f = *state;
     /* dk written over dq's memory: both outputs, overlapping */
     struct burst_tensor dk = burst_tensor_contiguous(f->dq, BURST_DTYPE_FP32, 1, N, HKV, D);
-    fwd_expect(f, BWD(f, &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &dk,
-                      &f->tdv),
+    fwd_expect(f, BWD(f, &f->tq, &f->tk, &f->tv, &f->to, f->lse, &f->tdout, &f->tdq, &dk, &f->tdv),
                "overlap", NULL);
 }
 
@@ -711,8 +713,7 @@ static void layout_shard_len_errors(void **state)
     EXPECT(burst_layout_shard_len(BURST_LAYOUT_STRIPED, 3, 4, 0, &len), INVALID, "seq_len", "3");
     EXPECT(burst_layout_shard_len(BURST_LAYOUT_ZIGZAG, 7, 4, 0, &len), INVALID, "seq_len", "7");
     EXPECT(burst_layout_shard_len((burst_layout_t)9, 16, 4, 0, &len), INVALID, "layout", "9");
-    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 16, 4, 0, NULL), INVALID, "len_p",
-           "NULL");
+    EXPECT(burst_layout_shard_len(BURST_LAYOUT_NATURAL, 16, 4, 0, NULL), INVALID, "len_p", "NULL");
     assert_int_equal(len, 77);
 }
 
@@ -721,8 +722,7 @@ static void layout_position_errors(void **state)
     (void)state;
     int64_t pos = 77;
     EXPECT(burst_layout_position(BURST_LAYOUT_ZIGZAG, 16, 4, 1, 4, &pos), INVALID, "local", "4");
-    EXPECT(burst_layout_position(BURST_LAYOUT_STRIPED, 16, 4, 1, -1, &pos), INVALID, "local",
-           "-1");
+    EXPECT(burst_layout_position(BURST_LAYOUT_STRIPED, 16, 4, 1, -1, &pos), INVALID, "local", "-1");
     EXPECT(burst_layout_position(BURST_LAYOUT_NATURAL, 16, 4, 5, 0, &pos), INVALID, "rank", "5");
     EXPECT(burst_layout_position(BURST_LAYOUT_NATURAL, 16, 4, 0, 0, NULL), INVALID, "pos_p",
            "NULL");
@@ -747,12 +747,9 @@ static void layout_permute_errors(void **state)
     /* q [1, 16, 2, 16] natural -> o (permuted), o must stay untouched on every error */
     struct burst_tensor src = f->tq, dst = f->to;
     EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 4, NULL, &dst), INVALID, "natural", "NULL");
-    EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 4, &src, NULL), INVALID, "permuted",
-           "NULL");
-    EXPECT(burst_layout_unpermute(BURST_LAYOUT_ZIGZAG, 4, NULL, &dst), INVALID, "permuted",
-           "NULL");
-    EXPECT(burst_layout_unpermute(BURST_LAYOUT_ZIGZAG, 4, &src, NULL), INVALID, "natural",
-           "NULL");
+    EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 4, &src, NULL), INVALID, "permuted", "NULL");
+    EXPECT(burst_layout_unpermute(BURST_LAYOUT_ZIGZAG, 4, NULL, &dst), INVALID, "permuted", "NULL");
+    EXPECT(burst_layout_unpermute(BURST_LAYOUT_ZIGZAG, 4, &src, NULL), INVALID, "natural", "NULL");
     EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 0, &src, &dst), INVALID, "ranks", "0");
     EXPECT(burst_layout_permute(BURST_LAYOUT_ZIGZAG, 9, &src, &dst), INVALID, "seq_len", "16");
     EXPECT(burst_layout_permute((burst_layout_t)6, 4, &src, &dst), INVALID, "layout", "6");
@@ -776,7 +773,9 @@ static void layout_permute_errors(void **state)
 
 /* ------------------------------------------------------------------ multi-rank failures */
 
-enum { MR_G = 3 };
+enum {
+    MR_G = 3
+};
 
 struct mr_state {
     int bad_rank;
@@ -848,7 +847,8 @@ static void mr_rank(int rank, struct burst_comm *comm, void *arg)
     s->ms[rank] = harness_now_ms() - (s->kind >= 3 ? t1 : t0);
     s->st[rank] = st;
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
-    s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 && memcmp(snap + NQ, lse, sizeof lse) == 0 &&
+    s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 &&
+                         memcmp(snap + NQ, lse, sizeof lse) == 0 &&
                          memcmp(snap + NQ + HQ * N, dq, sizeof dq) == 0 &&
                          memcmp(snap + 2 * NQ + HQ * N, dk, sizeof dk) == 0 &&
                          memcmp(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv) == 0;
@@ -921,8 +921,8 @@ static void peers_fail(int kind, int bad_rank, const char *n1, const char *n2)
             if (!harness_contains(s.msg[r], n1) || !harness_contains(s.msg[r], n2))
                 fail_msg("bad rank %d: message \"%s\" does not name %s / %s", r, s.msg[r], n1, n2);
         } else if (s.st[r] != BURST_ERR_PEER_FAILED) {
-            fail_msg("rank %d: status %d (%s), expected BURST_ERR_PEER_FAILED: %s", r,
-                     (int)s.st[r], burst_status_str(s.st[r]), s.msg[r]);
+            fail_msg("rank %d: status %d (%s), expected BURST_ERR_PEER_FAILED: %s", r, (int)s.st[r],
+                     burst_status_str(s.st[r]), s.msg[r]);
         }
         if (!(s.ms[r] < TIMEOUT_MS + 1000))
             fail_msg("rank %d returned after %.0f ms (timeout %d ms)", r, s.ms[r], TIMEOUT_MS);

@@ -53,8 +53,8 @@ static void check_reruns(const struct harness_case *c)
 }
 
 #define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 4, .kv_heads = 2,          \
-    .head_dim = 32, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1,           \
+    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 4, .kv_heads = 2,           \
+    .head_dim = 32, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1,              \
     .deterministic = 1
 
 #if defined(__GNUC__)
@@ -71,8 +71,8 @@ static const struct harness_case cases[] = {
     {CASE("det_ring_striped_bf16_wire_input", 3, 150), .dtype = BURST_DTYPE_BF16,
      .layout = BURST_LAYOUT_STRIPED, .bwd = BURST_BWD_RING, .wire = BURST_WIRE_INPUT,
      .window_left = 20, .window_right = 7},
-    {CASE("det_fp16_gqa_natural", 8, 130), .q_heads = 8, .kv_heads = 1,
-     .dtype = BURST_DTYPE_FP16, .causal = 1},
+    {CASE("det_fp16_gqa_natural", 8, 130), .q_heads = 8, .kv_heads = 1, .dtype = BURST_DTYPE_FP16,
+     .causal = 1},
     {CASE("det_batch2_ring", 2, 220), .batch = 2, .bwd = BURST_BWD_RING, .head_dim = 64},
 };
 #if defined(__clang__)
@@ -90,7 +90,9 @@ static void test_case(void **state)
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
-    enum { NCASES = sizeof cases / sizeof *cases };
+    enum {
+        NCASES = sizeof cases / sizeof *cases
+    };
     struct CMUnitTest tests[NCASES];
     for (size_t i = 0; i < NCASES; i++) {
         struct CMUnitTest t = {cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};

@@ -45,22 +45,41 @@ static void check_encode(float f)
         return;
     }
     if (got16 != want16)
-        fail_msg("fp32 -> fp16 of %.9g (%a): library 0x%04x, expected 0x%04x", (double)f,
-                 (double)f, got16, want16);
+        fail_msg("fp32 -> fp16 of %.9g (%a): library 0x%04x, expected 0x%04x", (double)f, (double)f,
+                 got16, want16);
     if (got_bf != want_bf)
-        fail_msg("fp32 -> bf16 of %.9g (%a): library 0x%04x, expected 0x%04x", (double)f,
-                 (double)f, got_bf, want_bf);
+        fail_msg("fp32 -> bf16 of %.9g (%a): library 0x%04x, expected 0x%04x", (double)f, (double)f,
+                 got_bf, want_bf);
 }
 
 static void test_encode(void **state)
 {
     (void)state;
-    static const float edges[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f,
-                                  70000.0f, 0x1.0p-14f, 0x1.0p-24f, 0x1.0p-25f, 0x1.8p-25f,
-                                  0x1.0p-26f, 0x1.ffcp-15f, 1.0f + 0x1.0p-11f,
-                                  1.0f + 0x1.8p-11f, 1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-8f,
-                                  1.0f + 0x1.0p-9f, 1.0f + 0x1.8p-9f, 3.0e38f, 0x1.fffffep127f,
-                                  INFINITY, -INFINITY, NAN};
+    static const float edges[] = {0.0f,
+                                  -0.0f,
+                                  1.0f,
+                                  -1.0f,
+                                  65504.0f,
+                                  65519.0f,
+                                  65520.0f,
+                                  70000.0f,
+                                  0x1.0p-14f,
+                                  0x1.0p-24f,
+                                  0x1.0p-25f,
+                                  0x1.8p-25f,
+                                  0x1.0p-26f,
+                                  0x1.ffcp-15f,
+                                  1.0f + 0x1.0p-11f,
+                                  1.0f + 0x1.8p-11f,
+                                  1.0f + 0x1.0p-8f,
+                                  1.0f + 0x1.8p-8f,
+                                  1.0f + 0x1.0p-9f,
+                                  1.0f + 0x1.8p-9f,
+                                  3.0e38f,
+                                  0x1.fffffep127f,
+                                  INFINITY,
+                                  -INFINITY,
+                                  NAN};
     for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
         check_encode(edges[i]);
     uint64_t st = harness_seed();
@@ -69,8 +88,7 @@ static void test_encode(void **state)
         float f;
         memcpy(&f, &bits, 4);
         if (fabsf(f) > 1e5f || fabsf(f) < 1e-9f) /* keep most in the interesting range */
-            f = (float)harness_rng_uniform(&st, -70000.0, 70000.0) *
-                (i % 3 == 0 ? 1e-6f : 1.0f);
+            f = (float)harness_rng_uniform(&st, -70000.0, 70000.0) * (i % 3 == 0 ? 1e-6f : 1.0f);
         check_encode(f);
     }
 }

@@ -66,7 +66,7 @@ static void check_linear(const struct harness_case *c)
 }
 
 #define CASE(nm)                                                                                   \
-    .name = (nm), .ranks = 2, .batch = 1, .q_heads = 2, .kv_heads = 1, .head_dim = 16,            \
+    .name = (nm), .ranks = 2, .batch = 1, .q_heads = 2, .kv_heads = 1, .head_dim = 16,             \
     .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1
 
 static void test_burst(void **state)

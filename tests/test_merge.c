@@ -24,7 +24,15 @@
 #include "backend.h"
 #include "harness.h"
 
-enum { B = 2, HQ = 4, HKV = 2, D = 40, NQ = 13, NK = 20, QPOS0 = 100 };
+enum {
+    B = 2,
+    HQ = 4,
+    HKV = 2,
+    D = 40,
+    NQ = 13,
+    NK = 20,
+    QPOS0 = 100
+};
 
 static void *be;
 
@@ -99,8 +107,8 @@ static void fwd(const struct rows *q, const struct rows *k, const struct rows *v
                 struct burst_mask mask, float *o_acc, float *lse_acc)
 {
     struct burst_tensor qt = rows_tensor(q), kt = rows_tensor(k), vt = rows_tensor(v);
-    struct burst_fwd_args a = {&qt, &kt, &vt, rows_posmap(q), rows_posmap(k), mask, tau,
-                               o_acc, lse_acc};
+    struct burst_fwd_args a = {&qt,  &kt, &vt,   rows_posmap(q), rows_posmap(k),
+                               mask, tau, o_acc, lse_acc};
     assert_int_equal(burst_cpu_backend_ops.fwd_step(be, &a), BURST_OK);
 }
 
@@ -385,8 +393,8 @@ static void test_masked_rows(void **state)
     struct burst_tensor dot = rows_tensor(&dout), qt = rows_tensor(&q), kt = rows_tensor(&k),
                         vt = rows_tensor(&v);
     assert_int_equal(burst_cpu_backend_ops.bwd_delta(be, &dot, &ot, delta), BURST_OK);
-    struct burst_bwd_args a = {&qt, &kt, &vt, &dot, l, delta, rows_posmap(&q), rows_posmap(&k),
-                               causal, tau, dq, dk, dv};
+    struct burst_bwd_args a = {&qt,    &kt, &vt, &dot, l, delta, rows_posmap(&q), rows_posmap(&k),
+                               causal, tau, dq,  dk,   dv};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a), BURST_OK);
 
     /* fp64 gradients of this single-block problem */
@@ -448,8 +456,9 @@ static void test_masked_rows(void **state)
     assert_true(dk2 && dv2 && dq2);
     memcpy(dq2, dq, no * 4);
     struct burst_tensor kft = rows_tensor(&kf), vft = rows_tensor(&vf);
-    struct burst_bwd_args a2 = {&qt, &kft, &vft, &dot, l, delta, rows_posmap(&q),
-                                rows_posmap(&kf), causal, tau, dq2, dk2, dv2};
+    struct burst_bwd_args a2 = {
+        &qt,    &kft, &vft, &dot, l,  delta, rows_posmap(&q), rows_posmap(&kf),
+        causal, tau,  dq2,  dk2,  dv2};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a2), BURST_OK);
     assert_memory_equal(dq2, dq, no * 4);
     for (size_t i = 0; i < nk; i++)
@@ -457,8 +466,7 @@ static void test_masked_rows(void **state)
 
     free(o), free(l), free(delta), free(dq), free(dk), free(dv), free(orf), free(lrf);
     free(gq), free(gk), free(gv), free(dk2), free(dv2), free(dq2);
-    rows_free(&q), rows_free(&k), rows_free(&v), rows_free(&dout), rows_free(&kf),
-        rows_free(&vf);
+    rows_free(&q), rows_free(&k), rows_free(&v), rows_free(&dout), rows_free(&kf), rows_free(&vf);
 }
 
 /* Masked rows with half inputs: still exactly 0 / -inf. */
@@ -523,14 +531,10 @@ int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_fp32_full),
-        cmocka_unit_test(test_order_fp32_causal),
-        cmocka_unit_test(test_order_bf16_window),
-        cmocka_unit_test(test_order_fp16_full),
-        cmocka_unit_test(test_empty_partial_fp32),
-        cmocka_unit_test(test_empty_partial_bf16),
-        cmocka_unit_test(test_masked_rows),
-        cmocka_unit_test(test_masked_rows_half),
+        cmocka_unit_test(test_order_fp32_full),    cmocka_unit_test(test_order_fp32_causal),
+        cmocka_unit_test(test_order_bf16_window),  cmocka_unit_test(test_order_fp16_full),
+        cmocka_unit_test(test_empty_partial_fp32), cmocka_unit_test(test_empty_partial_bf16),
+        cmocka_unit_test(test_masked_rows),        cmocka_unit_test(test_masked_rows_half),
         cmocka_unit_test(test_nan_propagates),
     };
     return cmocka_run_group_tests_name("merge", tests, setup, teardown);

@@ -79,7 +79,7 @@ struct slot {
 
 /* Permuted-order tensors of the whole problem, [B, N, H, d]; lse per rank, consecutive. */
 struct bufs {
-    float *q, *k, *v, *dout;      /* inputs */
+    float *q, *k, *v, *dout;       /* inputs */
     float *o, *dq, *dk, *dv, *lse; /* outputs */
 };
 
@@ -229,8 +229,13 @@ static int worker_main(int argc, char **argv)
     int mpi = strcmp(argv[1], "--mpi-worker") == 0;
     if (argc != (mpi ? 10 : 11))
         return 2;
-    struct prob p = {atoi(argv[2]), atoll(argv[3]), atoll(argv[4]), atoi(argv[5]),
-                     atoi(argv[6]), atoi(argv[7]), strtoull(argv[8], NULL, 0)};
+    struct prob p = {atoi(argv[2]),
+                     atoll(argv[3]),
+                     atoll(argv[4]),
+                     atoi(argv[5]),
+                     atoi(argv[6]),
+                     atoi(argv[7]),
+                     strtoull(argv[8], NULL, 0)};
     int out_fd = mpi ? open(argv[9], O_RDWR | O_CLOEXEC) : atoi(argv[9]);
     int pipe_fd = mpi ? -1 : atoi(argv[10]);
     if (out_fd < 0)
@@ -346,8 +351,8 @@ static pid_t job_spawn(struct job *j, int rank, const char *key)
         setenv("BURST_TIMEOUT_MS", "20000", 1);
         setenv("BURST_NUM_THREADS", "1", 1);
         close(j->pipe_r);
-        char *argv[] = {g_self, "--worker", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
-                        a[8], NULL};
+        char *argv[] = {g_self, "--worker", a[0], a[1], a[2], a[3],
+                        a[4],   a[5],       a[6], a[7], a[8], NULL};
         execv(g_self, argv);
         _exit(127);
     }
@@ -473,8 +478,7 @@ static void check_leftovers(const struct snapshot *before, const char *what)
     }
     CHECK(after.nfd == before->nfd, "%s: %d file descriptors open, %d before", what, after.nfd,
           before->nfd);
-    CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD, "%s: a child process is left",
-          what);
+    CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD, "%s: a child process is left", what);
 }
 
 /* Connecting to a closed rendezvous address must fail (no socket left listening). */
@@ -562,16 +566,16 @@ static void check_results(const struct prob *p, const struct slot *slots, const 
         size_t n = out_bytes(p), i = 0;
         while (i < n && x[i] == y[i])
             i++;
-        CHECK(i == n, "%s G=%d seed %llu: processes and threads differ at byte %zu of %zu", how,
-              G, (unsigned long long)p->seed, i, n);
+        CHECK(i == n, "%s G=%d seed %llu: processes and threads differ at byte %zu of %zu", how, G,
+              (unsigned long long)p->seed, i, n);
         size_t nan = 0;
         for (size_t e = 0; e < n / sizeof(float); e++)
             nan += out->o[e] != out->o[e];
         CHECK(nan == 0, "%s G=%d: %zu output elements were not written", how, G, nan);
         free(ref);
     }
-    printf("%s G=%d N=%lld%s%s: %d processes %.0f ms, in-process %.0f ms, bitwise %s\n", g_prov,
-           G, (long long)p->N, *how ? " " : "", how, G, run_ms, now_ms() - t1,
+    printf("%s G=%d N=%lld%s%s: %d processes %.0f ms, in-process %.0f ms, bitwise %s\n", g_prov, G,
+           (long long)p->N, *how ? " " : "", how, G, run_ms, now_ms() - t1,
            g_failures > failures ? "?" : "equal");
 }
 
@@ -669,12 +673,41 @@ static int case_mpi(int G)
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
         /* By name, not by path: Open MPI takes an absolute argv[0] as its --prefix. */
-        char *argv[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np,
-                        "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
-                        "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
-                        "-x", "BURST_FABRIC", "-x", "BURST_IFACE", "-x", "BURST_TIMEOUT_MS",
-                        "-x", "BURST_NUM_THREADS",
-                        g_self, "--mpi-worker", a[0], a[1], a[2], a[3], a[4], a[5], a[6], path,
+        char *argv[] = {"mpirun",
+                        "--allow-run-as-root",
+                        "--oversubscribe",
+                        "-np",
+                        np,
+                        "--mca",
+                        "pml",
+                        "ob1",
+                        "--mca",
+                        "btl",
+                        "self,tcp",
+                        "--mca",
+                        "btl_tcp_if_include",
+                        "lo",
+                        "--mca",
+                        "oob_tcp_if_include",
+                        "lo",
+                        "-x",
+                        "BURST_FABRIC",
+                        "-x",
+                        "BURST_IFACE",
+                        "-x",
+                        "BURST_TIMEOUT_MS",
+                        "-x",
+                        "BURST_NUM_THREADS",
+                        g_self,
+                        "--mpi-worker",
+                        a[0],
+                        a[1],
+                        a[2],
+                        a[3],
+                        a[4],
+                        a[5],
+                        a[6],
+                        path,
                         NULL};
         execvp("mpirun", argv);
         _exit(127);
@@ -706,8 +739,7 @@ static int case_mpi(int G)
     int ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     int ran = started > 0 || ok;
     if (ran) {
-        CHECK(ok, "G=%d: mpirun exited with %s %d", G,
-              WIFSIGNALED(status) ? "signal" : "status",
+        CHECK(ok, "G=%d: mpirun exited with %s %d", G, WIFSIGNALED(status) ? "signal" : "status",
               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         check_results(&p, slots, &out, "mpirun", run_ms);
     } else {
@@ -819,7 +851,7 @@ static void case_refused(void)
     memset(m + 12, 'a', 64); /* a HELLO with a wrong key, rank 0 */
     m[12 + 64 + 7] = 2;      /* size 2 */
     CHECK(raw_refused(addr, m, 12 + 76, 0), "wrong key not refused");
-    raw_refused(addr, m, 7, 1);      /* truncated header, then gone */
+    raw_refused(addr, m, 7, 1);       /* truncated header, then gone */
     raw_refused(addr, m, 12 + 30, 1); /* truncated HELLO, then gone */
     /* A rank process with a wrong key: refused with a clear status and message. */
     char wrong[65];

@@ -63,8 +63,8 @@ static void check_grad(const struct ref_problem *p, uint64_t seed)
             const double fd = (fp - fm) / (2 * h);
             /* central differences: O(h^2) truncation + O(eps/h) cancellation ~ 1e-9 */
             if (fabs(fd - gs[t][i]) > 1e-7 * (1 + fabs(fd)))
-                fail_msg("tensor %d element %zu: analytic %.12g vs finite difference %.12g", t,
-                         i, gs[t][i], fd);
+                fail_msg("tensor %d element %zu: analytic %.12g vs finite difference %.12g", t, i,
+                         gs[t][i], fd);
         }
     free(q), free(k), free(v), free(dout), free(dq), free(dk), free(dv), free(o), free(lse);
 }
@@ -110,7 +110,8 @@ static void test_rows_and_weights(void **state)
                 if (rows[r] == 0) {
                     double s = 0;
                     for (int c = 0; c < 16; c++)
-                        s += q[((b * 9 + 0) * 4 + h) * 16 + c] * k[((b * 9 + 0) * 2 + h / 2) * 16 + c];
+                        s += q[((b * 9 + 0) * 4 + h) * 16 + c] *
+                             k[((b * 9 + 0) * 2 + h / 2) * 16 + c];
                     assert_true(fabs(lrow[(b * 4 + h) * 3 + r] - 0.25 * s) < 1e-12);
                 }
             }

@@ -46,14 +46,13 @@ static void compare_g(const struct harness_case *c, int G_small, int G_big, doub
     errors_at(*c, G_big, eg);
     for (int t = 0; t < H_NTENSORS; t++)
         if (!(eg[t].max_rel <= 2 * e1[t].max_rel + slack))
-            fail_msg("%s: %s error %.3g at G=%d exceeds 2 x %.3g (G=%d) + %.1g", c->name,
-                     names[t], eg[t].max_rel, G_big, e1[t].max_rel, G_small, slack);
+            fail_msg("%s: %s error %.3g at G=%d exceeds 2 x %.3g (G=%d) + %.1g", c->name, names[t],
+                     eg[t].max_rel, G_big, e1[t].max_rel, G_small, slack);
 }
 
 #define CASE(nm, n)                                                                                \
-    .name = (nm), .ranks = 1, .batch = 1, .seq_len = (n), .q_heads = 4, .kv_heads = 2,            \
-    .head_dim = 32, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1,           \
-    .seed = 0
+    .name = (nm), .ranks = 1, .batch = 1, .seq_len = (n), .q_heads = 4, .kv_heads = 2,             \
+    .head_dim = 32, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1, .seed = 0
 
 static void test_fp32_natural_burst(void **state)
 {

@@ -81,8 +81,8 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
     const struct burst_mask mask = burst_mask_make(ms.causal, ms.left, ms.right);
     /* burst_block_needed may over-approximate only for striped rows with a window bounded on
      * both sides (the union of the rows' windows then has gaps) */
-    const int exact_needed = layout != BURST_LAYOUT_STRIPED || mask.left >= BURST_POS_INF ||
-                             mask.right >= BURST_POS_INF;
+    const int exact_needed =
+        layout != BURST_LAYOUT_STRIPED || mask.left >= BURST_POS_INF || mask.right >= BURST_POS_INF;
     const size_t GG = (size_t)G * (size_t)G;
 
     /* shards and posmaps */
@@ -93,23 +93,22 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
         owner[p] = -1;
     for (int r = 0; r < G; r++) {
         pm[r] = burst_shards_posmap(&s, r);
-        CHECK(burst_posmap_len(&pm[r]) == s.lens[r], "rank %d: posmap length %lld vs lens %lld",
-              r, (long long)burst_posmap_len(&pm[r]), (long long)s.lens[r]);
+        CHECK(burst_posmap_len(&pm[r]) == s.lens[r], "rank %d: posmap length %lld vs lens %lld", r,
+              (long long)burst_posmap_len(&pm[r]), (long long)s.lens[r]);
         int64_t last = -1;
         for (int64_t i = 0; i < s.lens[r]; i++) {
             int64_t p = burst_posmap_pos(&pm[r], i);
             CHECK(p > last && p < N, "rank %d row %lld: position %lld", r, (long long)i,
                   (long long)p);
-            CHECK(owner[p] == -1, "position %lld held by ranks %d and %d", (long long)p,
-                  owner[p], r);
+            CHECK(owner[p] == -1, "position %lld held by ranks %d and %d", (long long)p, owner[p],
+                  r);
             owner[p] = r;
             last = p;
             if (!lens && (G <= 64 || i == 0)) {
                 int64_t want = -1;
-                CHECK(burst_layout_position(layout, N, G, r, i, &want) == BURST_OK &&
-                          want == p,
-                      "rank %d row %lld: posmap %lld, burst_layout_position %lld", r,
-                      (long long)i, (long long)p, (long long)want);
+                CHECK(burst_layout_position(layout, N, G, r, i, &want) == BURST_OK && want == p,
+                      "rank %d row %lld: posmap %lld, burst_layout_position %lld", r, (long long)i,
+                      (long long)p, (long long)want);
             }
         }
     }
@@ -158,7 +157,8 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
         CHECK(steps == exact_steps, "burst_ring_steps = %d, minimal %d", steps, exact_steps);
 
     uint8_t *computed = malloc(GG), *members = malloc(GG);
-    int *holder = malloc((size_t)G * sizeof *holder), *holder_next = malloc((size_t)G * sizeof *holder);
+    int *holder = malloc((size_t)G * sizeof *holder),
+        *holder_next = malloc((size_t)G * sizeof *holder);
     int *delivered = malloc((size_t)G * sizeof *delivered);
     struct burst_sched_step *cur = malloc((size_t)G * sizeof *cur),
                             *prev = malloc((size_t)G * sizeof *prev);
@@ -177,19 +177,23 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
             for (int i = 0; i < G; i++) {
                 const struct burst_sched_step *c = &cur[i];
                 const int blk = wrap(burst ? i + r : i - r, G);
-                CHECK(c->block == blk, "pattern %d step %d rank %d: block %d, expected %d", pat,
-                      r, i, c->block, blk);
+                CHECK(c->block == blk, "pattern %d step %d rank %d: block %d, expected %d", pat, r,
+                      i, c->block, blk);
                 CHECK(c->q_rank == (burst ? blk : i) && c->kv_rank == (burst ? i : blk),
                       "pattern %d step %d rank %d: pair (%d, %d)", pat, r, i, c->q_rank,
                       c->kv_rank);
                 CHECK(wrap(c->q_rank - c->kv_rank, G) == wrap(r, G), "pair offset");
                 const int32_t al = allowed[(size_t)c->q_rank * G + c->kv_rank];
                 if (al)
-                    CHECK(c->compute, "pattern %d step %d rank %d: pair (%d,%d) has %d allowed "
-                          "entries but compute = 0", pat, r, i, c->q_rank, c->kv_rank, (int)al);
+                    CHECK(c->compute,
+                          "pattern %d step %d rank %d: pair (%d,%d) has %d allowed "
+                          "entries but compute = 0",
+                          pat, r, i, c->q_rank, c->kv_rank, (int)al);
                 if (exact_needed)
-                    CHECK(!c->compute == !al, "pattern %d step %d rank %d: compute=%d for a "
-                          "pair with %d allowed entries", pat, r, i, c->compute, (int)al);
+                    CHECK(!c->compute == !al,
+                          "pattern %d step %d rank %d: compute=%d for a "
+                          "pair with %d allowed entries",
+                          pat, r, i, c->compute, (int)al);
                 if (c->compute)
                     CHECK(++computed[(size_t)c->q_rank * G + c->kv_rank] == 1,
                           "pattern %d: pair (%d,%d) computed twice", pat, c->q_rank, c->kv_rank);
@@ -201,15 +205,15 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
                           c->send_to, c->recv_from);
                 } else {
                     CHECK(c->send_to == -1 && c->recv_from == -1,
-                          "pattern %d last step rank %d still sends (%d) or receives (%d)", pat,
-                          i, c->send_to, c->recv_from);
+                          "pattern %d last step rank %d still sends (%d) or receives (%d)", pat, i,
+                          c->send_to, c->recv_from);
                 }
                 if (c->send_to >= 0)
                     CHECK(cur[c->send_to].recv_from == i, "step %d: send %d->%d unmatched", r, i,
                           c->send_to);
                 if (c->recv_from >= 0)
-                    CHECK(cur[c->recv_from].send_to == i, "step %d: receive %d<-%d unmatched",
-                          r, i, c->recv_from);
+                    CHECK(cur[c->recv_from].send_to == i, "step %d: receive %d<-%d unmatched", r, i,
+                          c->recv_from);
                 if (r > 0) {
                     const int from = prev[i].recv_from;
                     CHECK(from >= 0 && prev[from].send_to == i && prev[from].block == c->block,
@@ -219,8 +223,7 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
                 /* accumulators */
                 if (!bwd || r < 2)
                     CHECK(c->acc_to == -1 && c->acc_from == -1,
-                          "pattern %d step %d rank %d: unexpected accumulator transfer", pat, r,
-                          i);
+                          "pattern %d step %d rank %d: unexpected accumulator transfer", pat, r, i);
                 if (!bwd || r < steps - 1 || steps < 2)
                     CHECK(c->final_to == -1 && c->final_from == -1,
                           "pattern %d step %d rank %d: unexpected final transfer", pat, r, i);
@@ -234,18 +237,18 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
                           "pattern %d step %d rank %d: chain %d is at rank %d but acc_from = %d",
                           pat, r, i, x, holder[x], c->acc_from);
                     if (c->acc_from >= 0)
-                        CHECK(cur[c->acc_from].acc_to == i,
-                              "step %d: accumulator %d->%d not sent", r, c->acc_from, i);
+                        CHECK(cur[c->acc_from].acc_to == i, "step %d: accumulator %d->%d not sent",
+                              r, c->acc_from, i);
                     /* send the chain finished at step r-1 */
                     if (r >= 2) {
                         CHECK(c->acc_to >= 0 && cur[c->acc_to].acc_from == i &&
                                   cur[c->acc_to].block == prev[i].block,
-                              "pattern %d step %d rank %d: accumulator of block %d sent to %d",
-                              pat, r, i, prev[i].block, c->acc_to);
+                              "pattern %d step %d rank %d: accumulator of block %d sent to %d", pat,
+                              r, i, prev[i].block, c->acc_to);
                     }
                     if (c->compute)
-                        CHECK(++members[(size_t)x * G + i] == 1,
-                              "chain %d visits rank %d twice", x, i);
+                        CHECK(++members[(size_t)x * G + i] == 1, "chain %d visits rank %d twice", x,
+                              i);
                     holder_next[x] = i;
                 }
                 memcpy(holder, holder_next, (size_t)G * sizeof *holder);
@@ -261,8 +264,10 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
                 CHECK(prev[i].final_to == x && holder[x] == i,
                       "pattern %d: final hop of chain %d from rank %d goes to %d", pat, x, i,
                       prev[i].final_to);
-                CHECK(prev[x].final_from == i, "pattern %d: owner %d expects its chain from %d, "
-                      "it is at %d", pat, x, prev[x].final_from, i);
+                CHECK(prev[x].final_from == i,
+                      "pattern %d: owner %d expects its chain from %d, "
+                      "it is at %d",
+                      pat, x, prev[x].final_from, i);
                 delivered[x]++;
             }
             for (int x = 0; x < G; x++)
@@ -271,9 +276,11 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
         int64_t covered = 0;
         for (size_t ab = 0; ab < GG; ab++) {
             if (allowed[ab])
-                CHECK(computed[ab] == 1, "pattern %d: pair (%d,%d) with %d allowed entries "
-                      "computed %d times", pat, (int)(ab / (size_t)G), (int)(ab % (size_t)G),
-                      (int)allowed[ab], computed[ab]);
+                CHECK(computed[ab] == 1,
+                      "pattern %d: pair (%d,%d) with %d allowed entries "
+                      "computed %d times",
+                      pat, (int)(ab / (size_t)G), (int)(ab % (size_t)G), (int)allowed[ab],
+                      computed[ab]);
             if (computed[ab])
                 covered += allowed[ab];
         }
@@ -291,8 +298,8 @@ static void run_sweep(const int *Gs, size_t nG, int all_masks)
     for (size_t gi = 0; gi < nG; gi++) {
         const int G = Gs[gi];
         const struct mask_spec masks[] = {
-            {0, -1, -1}, {1, -1, -1}, {1, 3, -1}, {0, 2, 5},  {0, -1, 2},
-            {0, 0, 0},   {1, G + 1, -1}, {0, 3 * G / 2, G / 3}, {1, 0, -1},
+            {0, -1, -1},    {1, -1, -1},           {1, 3, -1}, {0, 2, 5}, {0, -1, 2}, {0, 0, 0},
+            {1, G + 1, -1}, {0, 3 * G / 2, G / 3}, {1, 0, -1},
         };
         const size_t nm = all_masks || G <= 64 ? sizeof masks / sizeof *masks : 4;
         for (int layout = 0; layout < 3; layout++)

@@ -40,8 +40,8 @@ static uint64_t fwd_bytes(const struct harness_case *c, const int64_t *n, int a)
            burst_dtype_size(c->dtype);
 }
 
-static uint64_t read_bytes(const struct harness_case *c, burst_bwd_pattern_t pat,
-                           const int64_t *n, int a)
+static uint64_t read_bytes(const struct harness_case *c, burst_bwd_pattern_t pat, const int64_t *n,
+                           int a)
 {
     const uint64_t es = burst_dtype_size(c->dtype);
     if (pat == BURST_BWD_RING)
@@ -49,8 +49,8 @@ static uint64_t read_bytes(const struct harness_case *c, burst_bwd_pattern_t pat
     return (uint64_t)(c->batch * n[a] * c->q_heads) * (2ull * (uint64_t)c->head_dim * es + 8ull);
 }
 
-static uint64_t acc_bytes(const struct harness_case *c, burst_bwd_pattern_t pat,
-                          const int64_t *n, int a)
+static uint64_t acc_bytes(const struct harness_case *c, burst_bwd_pattern_t pat, const int64_t *n,
+                          int a)
 {
     const uint64_t ws = c->wire == BURST_WIRE_FP32 ? 4 : burst_dtype_size(c->dtype);
     if (pat == BURST_BWD_RING)
@@ -89,8 +89,9 @@ static void check_traffic(const struct harness_case *c)
             for (int r = 1; r < S; r++)
                 tot[pat] += acc_bytes(c, (burst_bwd_pattern_t)pat, n,
                                       pat == BURST_BWD_RING ? wrap(i - r, G) : wrap(i + r, G));
-    const burst_bwd_pattern_t want_pat =
-        c->bwd != BURST_BWD_AUTO ? c->bwd : tot[1] < tot[0] ? BURST_BWD_RING : BURST_BWD_BURST;
+    const burst_bwd_pattern_t want_pat = c->bwd != BURST_BWD_AUTO ? c->bwd
+                                         : tot[1] < tot[0]        ? BURST_BWD_RING
+                                                                  : BURST_BWD_BURST;
 
     uint64_t sent_all[3] = {0, 0, 0}, recv_all[3] = {0, 0, 0};
     for (int i = 0; i < G; i++) {
@@ -98,7 +99,8 @@ static void check_traffic(const struct harness_case *c)
         const burst_bwd_pattern_t pat = rec->bwd_used;
         if (pat != want_pat)
             fail_msg("%s: rank %d uses backward pattern %d, expected %d (burst %llu bytes, ring "
-                     "%llu)", desc, i, (int)pat, (int)want_pat, (unsigned long long)tot[0],
+                     "%llu)",
+                     desc, i, (int)pat, (int)want_pat, (unsigned long long)tot[0],
                      (unsigned long long)tot[1]);
         for (int ph = BURST_PHASE_FWD; ph <= BURST_PHASE_BWD; ph++) {
             const struct burst_phase_stats *st = &rec->stats[ph];
@@ -113,9 +115,9 @@ static void check_traffic(const struct harness_case *c)
                 fabs(st->overlap - (busy > 0.0 ? st->compute_s / busy : 1.0)) > 1e-12 ||
                 !(st->overlap >= 0.0 && st->overlap <= 1.0))
                 fail_msg("%s: rank %d phase %d: step times (%g, %g) do not add up to the phase's "
-                         "(%g, %g) or overlap %g is wrong", desc, i, ph,
-                         rec->step_compute_sum[ph], rec->step_wait_sum[ph], st->compute_s,
-                         st->wait_s, st->overlap);
+                         "(%g, %g) or overlap %g is wrong",
+                         desc, i, ph, rec->step_compute_sum[ph], rec->step_wait_sum[ph],
+                         st->compute_s, st->wait_s, st->overlap);
             uint64_t total = 0;
             for (int r = 0; r <= S; r++) {
                 uint64_t want = 0, msgs_min = 0;
@@ -129,21 +131,22 @@ static void check_traffic(const struct harness_case *c)
                     if (r < S - 1)
                         want += read_bytes(c, pat, n, ring ? wrap(i - r, G) : wrap(i + r, G));
                     if (r >= 2 && r < S)
-                        want += acc_bytes(c, pat, n,
-                                          ring ? wrap(i - r + 1, G) : wrap(i + r - 1, G));
+                        want +=
+                            acc_bytes(c, pat, n, ring ? wrap(i - r + 1, G) : wrap(i + r - 1, G));
                     if (r == S && S >= 2)
-                        want += acc_bytes(c, pat, n,
-                                          ring ? wrap(i - S + 1, G) : wrap(i + S - 1, G));
+                        want +=
+                            acc_bytes(c, pat, n, ring ? wrap(i - S + 1, G) : wrap(i + S - 1, G));
                 }
                 const struct burst_traffic *t = &rec->step_traffic[ph][r];
                 if (t->bytes_sent != want)
-                    fail_msg("%s: rank %d %s step %d of %d sent %llu bytes, expected %llu", desc,
-                             i, ph == BURST_PHASE_FWD ? "forward" : "backward", r, S,
+                    fail_msg("%s: rank %d %s step %d of %d sent %llu bytes, expected %llu", desc, i,
+                             ph == BURST_PHASE_FWD ? "forward" : "backward", r, S,
                              (unsigned long long)t->bytes_sent, (unsigned long long)want);
                 if (ph == BURST_PHASE_FWD && t->msgs_sent != msgs_min)
                     fail_msg("%s: rank %d forward step %d posted %llu messages, expected %llu "
-                             "(K and V travel as one message)", desc, i, r,
-                             (unsigned long long)t->msgs_sent, (unsigned long long)msgs_min);
+                             "(K and V travel as one message)",
+                             desc, i, r, (unsigned long long)t->msgs_sent,
+                             (unsigned long long)msgs_min);
                 total += want;
             }
             if (st->traffic.bytes_sent != total)
@@ -162,7 +165,7 @@ static void check_traffic(const struct harness_case *c)
 }
 
 #define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,          \
+    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
     .head_dim = 16, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1
 
 #if defined(__GNUC__)
@@ -195,8 +198,8 @@ static const struct harness_case cases[] = {
     /* AUTO: MHA -> burst; GQA 4:1 -> ring; input-dtype wire too */
     {CASE("auto_mha", 3, 30), .bwd = BURST_BWD_AUTO},
     {CASE("auto_gqa4", 3, 30), .q_heads = 8, .bwd = BURST_BWD_AUTO},
-    {CASE("auto_mha_bf16_wire_input", 3, 30), .dtype = BURST_DTYPE_BF16,
-     .wire = BURST_WIRE_INPUT, .bwd = BURST_BWD_AUTO},
+    {CASE("auto_mha_bf16_wire_input", 3, 30), .dtype = BURST_DTYPE_BF16, .wire = BURST_WIRE_INPUT,
+     .bwd = BURST_BWD_AUTO},
     {CASE("auto_gqa2_bf16_wire_input", 3, 30), .q_heads = 4, .dtype = BURST_DTYPE_BF16,
      .wire = BURST_WIRE_INPUT, .bwd = BURST_BWD_AUTO},
     {CASE("auto_gqa2_d8", 4, 40), .q_heads = 4, .head_dim = 8, .bwd = BURST_BWD_AUTO},
@@ -232,7 +235,9 @@ static void test_paper_ratio(void **state)
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
-    enum { NCASES = sizeof cases / sizeof *cases };
+    enum {
+        NCASES = sizeof cases / sizeof *cases
+    };
     struct CMUnitTest tests[NCASES + 1];
     for (size_t i = 0; i < NCASES; i++) {
         struct CMUnitTest t = {cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};

@@ -48,12 +48,12 @@
 
 #define BURST_BOOT_VERSION 1
 #define BURST_BOOT_HDR 12
-#define BURST_BOOT_KEY_LEN 64      /* bytes of the key field (hex digits, NUL-padded) */
-#define BURST_BOOT_KEY_MIN 32      /* a key has at least 32 hex digits (128 bits) */
-#define BURST_BOOT_MAX_BLOB 65536  /* bytes of one GATHER blob */
-#define BURST_BOOT_MAX_TEXT 1024   /* bytes of a reason */
-#define BURST_BOOT_BOOT_ID_LEN 40  /* boot_id field of CLEANUP */
-#define BURST_BOOT_MAX_NAME 255    /* CLEANUP name */
+#define BURST_BOOT_KEY_LEN 64     /* bytes of the key field (hex digits, NUL-padded) */
+#define BURST_BOOT_KEY_MIN 32     /* a key has at least 32 hex digits (128 bits) */
+#define BURST_BOOT_MAX_BLOB 65536 /* bytes of one GATHER blob */
+#define BURST_BOOT_MAX_TEXT 1024  /* bytes of a reason */
+#define BURST_BOOT_BOOT_ID_LEN 40 /* boot_id field of CLEANUP */
+#define BURST_BOOT_MAX_NAME 255   /* CLEANUP name */
 
 enum burst_boot_type {
     BURST_BOOT_HELLO = 1,

@@ -49,7 +49,9 @@ static int env_timeout_ms(void)
 }
 
 static const char *const fab_names[] = {"shm", "tcp", "verbs", "efa"};
-enum { FAB_NAMES = 4 };
+enum {
+    FAB_NAMES = 4
+};
 
 static int fab_index(const char *name)
 {
@@ -65,7 +67,12 @@ static int fab_index(const char *name)
  * Fixed 316 bytes: host[256] | boot_id[40] | fabric[16] (NUL-terminated strings, NUL-padded) |
  * avail u32 (big-endian; bit i = fab_names[i] usable on this machine).
  */
-enum { REC_HOST = 256, REC_BOOT = 40, REC_FAB = 16, REC_LEN = REC_HOST + REC_BOOT + REC_FAB + 4 };
+enum {
+    REC_HOST = 256,
+    REC_BOOT = 40,
+    REC_FAB = 16,
+    REC_LEN = REC_HOST + REC_BOOT + REC_FAB + 4
+};
 
 static int rec_valid(const unsigned char *r, size_t len)
 {
@@ -89,8 +96,8 @@ static burst_status_t choose_fabric(struct burst_comm *c, const unsigned char *c
         if (strcmp((const char *)rec[r] + REC_HOST + REC_BOOT, want) != 0)
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: ranks disagree on the fabric: rank %d asks for \"%s\", rank "
-                               "%d for \"%s\" (params->fabric / BURST_FABRIC)", who, c->rank,
-                               want, r, (const char *)rec[r] + REC_HOST + REC_BOOT);
+                               "%d for \"%s\" (params->fabric / BURST_FABRIC)",
+                               who, c->rank, want, r, (const char *)rec[r] + REC_HOST + REC_BOOT);
     c->nhosts = 0;
     for (int r = 0; r < g; r++) {
         c->host_of[r] = r;
@@ -115,8 +122,8 @@ static burst_status_t choose_fabric(struct burst_comm *c, const unsigned char *c
         if (pick < 0)
             return burst_error(BURST_ERR_UNSUPPORTED,
                                "%s: rank %d: fabric \"auto\": no provider is usable on every rank "
-                               "(%d hosts; this rank has:%s%s%s%s)", who, c->rank, c->nhosts,
-                               rec_avail(rec[c->rank]) & 1u ? " shm" : "",
+                               "(%d hosts; this rank has:%s%s%s%s)",
+                               who, c->rank, c->nhosts, rec_avail(rec[c->rank]) & 1u ? " shm" : "",
                                rec_avail(rec[c->rank]) & 2u ? " tcp" : "",
                                rec_avail(rec[c->rank]) & 4u ? " verbs" : "",
                                rec_avail(rec[c->rank]) & 8u ? " efa" : "");
@@ -132,8 +139,8 @@ static burst_status_t choose_fabric(struct burst_comm *c, const unsigned char *c
                 if (c->host_of[r] != 0)
                     return burst_error(BURST_ERR_INVALID_ARG,
                                        "%s: fabric \"shm\" needs every rank on one host, but rank "
-                                       "%d runs on %s and rank 0 on %s", who, r,
-                                       (const char *)rec[r], (const char *)rec[0]);
+                                       "%d runs on %s and rank 0 on %s",
+                                       who, r, (const char *)rec[r], (const char *)rec[0]);
     }
     snprintf(c->fabric, sizeof(c->fabric), "%s", fab_names[pick]);
     return BURST_OK;
@@ -253,22 +260,25 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
     if (mpi)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: params->bootstrap = \"mpi\": this build has no MPI (rebuild "
-                           "with meson -Dmpi=enabled and libopenmpi-dev installed)", who);
+                           "with meson -Dmpi=enabled and libopenmpi-dev installed)",
+                           who);
 #endif
     if (!mpi) { /* under MPI, MPI_COMM_WORLD is the job: no address, no key */
         if (!p->rendezvous || !*p->rendezvous)
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: params->rendezvous is %s (transport \"fabric\" needs the "
                                "\"host:port\" of the job's rendezvous, or params->bootstrap = "
-                               "\"mpi\" under mpirun)", who, p->rendezvous ? "empty" : "NULL");
+                               "\"mpi\" under mpirun)",
+                               who, p->rendezvous ? "empty" : "NULL");
         if (!p->job_key)
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: params->job_key is NULL (transport \"fabric\" needs the "
-                               "job's key)", who);
+                               "job's key)",
+                               who);
         if (!burst_boot_key_valid(p->job_key))
             return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: params->job_key (%zu characters) is not %d..%d hex digits",
-                               who, strlen(p->job_key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
+                               "%s: params->job_key (%zu characters) is not %d..%d hex digits", who,
+                               strlen(p->job_key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
     }
     /* params->fabric, else BURST_FABRIC (which only overrides "auto"), else "auto". */
     const char *want = p->fabric && *p->fabric ? p->fabric : "auto";
@@ -300,12 +310,12 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
 #else
     return burst_error(BURST_ERR_UNSUPPORTED,
                        "%s: params->transport = \"fabric\": this build has no libfabric "
-                       "(rebuild with meson -Dfabric=enabled and libfabric-dev installed)", who);
+                       "(rebuild with meson -Dfabric=enabled and libfabric-dev installed)",
+                       who);
 #endif
 }
 
-burst_status_t burst_comm_create(const struct burst_comm_params *params,
-                                 struct burst_comm **comm_p)
+burst_status_t burst_comm_create(const struct burst_comm_params *params, struct burst_comm **comm_p)
 {
     static const char *who = "burst_comm_create";
     burst_error_clear();
@@ -331,11 +341,13 @@ burst_status_t burst_comm_create(const struct burst_comm_params *params,
     if (strcmp(name, "local") != 0)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: params->transport = \"%s\" is not a transport (have: local, "
-                           "fabric)", who, name);
+                           "fabric)",
+                           who, name);
     if (!params->world)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: params->world is NULL (transport \"local\" needs the world from "
-                           "burst_local_world_create)", who);
+                           "burst_local_world_create)",
+                           who);
     struct burst_comm *c = calloc(1, sizeof(*c));
     if (!c)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
@@ -370,8 +382,9 @@ static burst_status_t env_int(const char *who, const char *name, long lo, long h
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < lo || v > hi)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s = \"%.64s\" is not an integer in %ld..%ld",
-                           who, name, s, lo, hi);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %s = \"%.64s\" is not an integer in %ld..%ld", who, name, s, lo,
+                           hi);
     *set_p = 1;
     *v_p = v;
     return BURST_OK;
@@ -394,13 +407,14 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
         mpi = strcmp(boot, "mpi") == 0;
         if (!mpi && strcmp(boot, "rendezvous") != 0)
             return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: BURST_BOOTSTRAP = \"%.32s\" is not one of rendezvous, mpi",
-                               who, boot);
+                               "%s: BURST_BOOTSTRAP = \"%.32s\" is not one of rendezvous, mpi", who,
+                               boot);
         if (mpi && !(ompi_rank && *ompi_rank && ompi_size && *ompi_size))
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: BURST_BOOTSTRAP = \"mpi\" but OMPI_COMM_WORLD_RANK / "
                                "OMPI_COMM_WORLD_SIZE are not set (start the ranks with Open "
-                               "MPI's mpirun)", who);
+                               "MPI's mpirun)",
+                               who);
     }
     const char *size_var = mpi ? "OMPI_COMM_WORLD_SIZE" : "BURST_SIZE";
     const char *rank_var = mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK";
@@ -417,7 +431,8 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_RENDEZVOUS is not set (a launcher such as burstrun sets it "
                            "to the \"host:port\" of the job's rendezvous; under Open MPI's "
-                           "mpirun the bootstrap is MPI)", who);
+                           "mpirun the bootstrap is MPI)",
+                           who);
     if (!mpi && (!key || !*key))
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY is not set (a launcher such as burstrun sets it)",
@@ -430,7 +445,8 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     if (fabric && *fabric && strcmp(fabric, "auto") != 0 && fab_index(fabric) < 0)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_FABRIC = \"%.32s\" is not one of auto, shm, tcp, verbs, "
-                           "efa", who, fabric);
+                           "efa",
+                           who, fabric);
     struct burst_comm_params p = burst_comm_params_default();
     p.transport = "fabric";
     p.rank = (int)rank;
@@ -492,7 +508,8 @@ burst_status_t burst_comm_check(struct burst_comm *comm)
     if (atomic_load(&comm->failed))
         return burst_error(BURST_ERR_COMM_FAILED,
                            "rank %d: the communicator was aborted by an earlier failure; destroy "
-                           "it and create a new one", comm->rank);
+                           "it and create a new one",
+                           comm->rank);
     return BURST_OK;
 }
 

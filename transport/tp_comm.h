@@ -21,8 +21,8 @@ struct burst_comm {
     int rank;
     int size;
     int timeout_ms;
-    atomic_int failed;        /* nonzero once aborted */
-    uint32_t seq;             /* collective calls issued; part of every tag */
+    atomic_int failed;           /* nonzero once aborted */
+    uint32_t seq;                /* collective calls issued; part of every tag */
     struct burst_traffic *count; /* where traffic is counted now, or NULL */
     /* transport "fabric" (zero / NULL otherwise): */
     struct burst_boot *boot; /* connection to the rendezvous: the control channel */

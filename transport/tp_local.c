@@ -18,7 +18,11 @@
 #include "error.h"
 #include "transport.h"
 
-enum req_state { REQ_PENDING, REQ_COPYING, REQ_DONE };
+enum req_state {
+    REQ_PENDING,
+    REQ_COPYING,
+    REQ_DONE
+};
 
 struct burst_tp_req {
     struct burst_tp_req *next; /* in the world's pending list while REQ_PENDING */
@@ -176,8 +180,8 @@ static burst_status_t local_isend(struct burst_tp *t, int peer, uint64_t tag, co
     return make_req((struct tp_local *)t, 1, peer, tag, (void *)(uintptr_t)buf, len, req_p);
 }
 
-static burst_status_t local_irecv(struct burst_tp *t, int peer, uint64_t tag, void *buf,
-                                  size_t len, struct burst_tp_req **req_p)
+static burst_status_t local_irecv(struct burst_tp *t, int peer, uint64_t tag, void *buf, size_t len,
+                                  struct burst_tp_req **req_p)
 {
     return make_req((struct tp_local *)t, 0, peer, tag, buf, len, req_p);
 }
@@ -203,17 +207,19 @@ static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int
     if (r->state == REQ_DONE) {
         st = r->status;
         if (st != BURST_OK)
-            burst_error(st, "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx) "
-                        "matched a message of another length", t->rank,
-                        r->is_send ? "send" : "receive", r->len, r->is_send ? r->dst : r->src,
-                        (unsigned long long)r->tag);
+            burst_error(st,
+                        "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx) "
+                        "matched a message of another length",
+                        t->rank, r->is_send ? "send" : "receive", r->len,
+                        r->is_send ? r->dst : r->src, (unsigned long long)r->tag);
     } else {
         list_remove(r->is_send ? &w->sends : &w->recvs, r);
         int peer = r->is_send ? r->dst : r->src;
         if (w->aborted)
             st = burst_error(BURST_ERR_PEER_FAILED,
                              "local transport: rank %d: the ring was aborted (%s) while waiting "
-                             "for rank %d", t->rank, burst_status_str(w->reason), peer);
+                             "for rank %d",
+                             t->rank, burst_status_str(w->reason), peer);
         else
             st = burst_error(BURST_ERR_TIMEOUT,
                              "local transport: rank %d: rank %d did not answer within %d ms",

@@ -76,8 +76,7 @@ static int mpi_wait(struct mpi_boot *b, MPI_Request *req)
 }
 
 static burst_status_t mpi_allgather(struct burst_boot *base, const void *mine, size_t len,
-                                    unsigned char **buf_p, const unsigned char **blob,
-                                    size_t *lens)
+                                    unsigned char **buf_p, const unsigned char **blob, size_t *lens)
 {
     static const char *who = "burst_comm_create";
     struct mpi_boot *b = (struct mpi_boot *)base;
@@ -109,7 +108,8 @@ static burst_status_t mpi_allgather(struct burst_boot *base, const void *mine, s
         if (counts[r] < 0 || counts[r] > BURST_BOOT_MAX_BLOB) {
             st = burst_error(BURST_ERR_TRANSPORT,
                              "%s: rank %d: rank %d announced a bootstrap blob of %d bytes (at "
-                             "most %d)", who, b->rank, r, counts[r], BURST_BOOT_MAX_BLOB);
+                             "most %d)",
+                             who, b->rank, r, counts[r], BURST_BOOT_MAX_BLOB);
             goto out;
         }
         displs[r] = (int)total;
@@ -149,7 +149,8 @@ mpi_fail:
         b->stranded = 1;
         return burst_error(BURST_ERR_TIMEOUT,
                            "%s: rank %d: %s of the MPI bootstrap did not complete within %d ms "
-                           "(a rank is missing or stuck)", who, b->rank, call, b->timeout_ms);
+                           "(a rank is missing or stuck)",
+                           who, b->rank, call, b->timeout_ms);
     }
     st = mpi_error(who, b->rank, call, rc);
 out:
@@ -215,14 +216,10 @@ static const struct burst_boot_ops mpi_boot_ops = {
 static const char *thread_level(int level)
 {
     switch (level) {
-    case MPI_THREAD_SINGLE:
-        return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-        return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-        return "MPI_THREAD_SERIALIZED";
-    default:
-        return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
     }
 }
 
@@ -235,7 +232,8 @@ static burst_status_t mpi_start(const char *who, int rank)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: rank %d: bootstrap \"mpi\": MPI was already finalized in this "
                            "process and cannot start again (a program that creates several "
-                           "rings one after another should call MPI_Init itself)", who, rank);
+                           "rings one after another should call MPI_Init itself)",
+                           who, rank);
     MPI_Initialized(&inited);
     if (!inited) {
         rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &level);
@@ -251,8 +249,8 @@ static burst_status_t mpi_start(const char *who, int rank)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: rank %d: bootstrap \"mpi\": MPI runs at %s, so only the thread "
                            "that initialized it may call MPI; create the communicator there or "
-                           "initialize MPI with MPI_THREAD_SERIALIZED", who, rank,
-                           thread_level(level));
+                           "initialize MPI with MPI_THREAD_SERIALIZED",
+                           who, rank, thread_level(level));
     return BURST_OK;
 }
 
@@ -299,7 +297,8 @@ burst_status_t burst_boot_join_mpi(const char *who, int rank, int size, int time
         b->stranded = 1; /* the duplicate may still complete into b->comm */
         st = burst_error(BURST_ERR_TIMEOUT,
                          "%s: rank %d: bootstrap \"mpi\": not every rank of MPI_COMM_WORLD "
-                         "joined within %d ms", who, rank, timeout_ms);
+                         "joined within %d ms",
+                         who, rank, timeout_ms);
         goto err;
     }
     if (rc == MPI_SUCCESS)
@@ -315,8 +314,8 @@ burst_status_t burst_boot_join_mpi(const char *who, int rank, int size, int time
     if (wrank != rank || wsize != size) {
         st = burst_error(BURST_ERR_INVALID_ARG,
                          "%s: bootstrap \"mpi\": params->rank = %d and params->size = %d, but "
-                         "this process is rank %d of %d in MPI_COMM_WORLD", who, rank, size,
-                         wrank, wsize);
+                         "this process is rank %d of %d in MPI_COMM_WORLD",
+                         who, rank, size, wrank, wsize);
         goto err;
     }
     pthread_mutex_unlock(&mpi_lock);

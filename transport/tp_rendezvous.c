@@ -36,10 +36,10 @@
 #include "error.h"
 #include "tp_bootstrap.h"
 
-#define RV_HELLO_MS 30000       /* a connection must send HELLO within this */
-#define RV_MAX_PENDING 64       /* connections that have not sent HELLO yet */
-#define RV_MAX_OUT (64u << 20)  /* output buffered for one connection */
-#define RV_RETRY_MS 50          /* client: pause between refused connection attempts */
+#define RV_HELLO_MS 30000      /* a connection must send HELLO within this */
+#define RV_MAX_PENDING 64      /* connections that have not sent HELLO yet */
+#define RV_MAX_OUT (64u << 20) /* output buffered for one connection */
+#define RV_RETRY_MS 50         /* client: pause between refused connection attempts */
 
 static const unsigned char boot_magic[4] = {'B', 'R', 'S', 'T'};
 
@@ -162,14 +162,18 @@ void burst_boot_boot_id(char *buf, size_t cap)
 
 /* ---- server ---- */
 
-enum rv_state { CL_NEW, CL_JOINED, CL_LEFT };
+enum rv_state {
+    CL_NEW,
+    CL_JOINED,
+    CL_LEFT
+};
 
 struct rv_client {
     int fd;
     enum rv_state state;
-    int dead;            /* to be closed by the thread */
-    int rank;            /* once joined */
-    int abort_pending;   /* ABORT received; broadcast after this poll round's deaths */
+    int dead;          /* to be closed by the thread */
+    int rank;          /* once joined */
+    int abort_pending; /* ABORT received; broadcast after this poll round's deaths */
     char abort_why[BURST_BOOT_MAX_TEXT];
     int64_t hello_deadline;
     unsigned char hdr[BURST_BOOT_HDR];
@@ -180,7 +184,7 @@ struct rv_client {
     unsigned char *out;
     size_t out_len, out_off, out_cap;
     int close_after_flush;
-    uint32_t round;          /* last round this rank sent */
+    uint32_t round;                    /* last round this rank sent */
     char shm[BURST_BOOT_MAX_NAME + 1]; /* CLEANUP name, "" = none */
 };
 
@@ -218,8 +222,8 @@ static void rv_wake(struct burst_rendezvous *rv)
 static void cl_flush(struct rv_client *c)
 {
     while (!c->dead && c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n =
+            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out_off += (size_t)n;
         } else if (n < 0 && errno == EINTR) {
@@ -425,8 +429,7 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
         return; /* left: ignore anything after BYE */
     switch (c->type) {
     case BURST_BOOT_GATHER: {
-        if (c->len < 4)
-            {
+        if (c->len < 4) {
             rv_violation(rv, c, "GATHER shorter than 4 bytes");
             return;
         }
@@ -436,9 +439,9 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
         if (round != rv->round || c->round + 1 != round) {
             snprintf(why, sizeof(why), "GATHER of round %u, expected %u", round, rv->round);
             {
-            rv_violation(rv, c, why);
-            return;
-        }
+                rv_violation(rv, c, why);
+                return;
+            }
         }
         c->round = round;
         rv->blen[c->rank] = c->len - 4;
@@ -467,8 +470,7 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
         c->shm[0] = '\0'; /* it cleaned up after itself */
         return;
     case BURST_BOOT_CLEANUP: {
-        if (c->len <= BURST_BOOT_BOOT_ID_LEN)
-            {
+        if (c->len <= BURST_BOOT_BOOT_ID_LEN) {
             rv_violation(rv, c, "CLEANUP without a name");
             return;
         }
@@ -478,8 +480,7 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
         size_t nlen = c->len - BURST_BOOT_BOOT_ID_LEN;
         copy_text(name, sizeof(name), c->body + BURST_BOOT_BOOT_ID_LEN, nlen);
         if (strlen(name) != nlen || strchr(name, '/') || strchr(name, '?') ||
-            strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-            {
+            strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
             rv_violation(rv, c, "CLEANUP name is not a plain file name");
             return;
         }
@@ -692,7 +693,8 @@ static void rv_free(struct burst_rendezvous *rv)
 static burst_status_t rv_listen(struct burst_rendezvous *rv, const char *who, const char *host,
                                 int port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char ps[16];
@@ -703,8 +705,8 @@ static burst_status_t rv_listen(struct burst_rendezvous *rv, const char *who, co
                            gai_strerror(gai));
     int err = 0;
     for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                        a->ai_protocol);
+        int fd =
+            socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
         if (fd < 0) {
             err = errno;
             continue;
@@ -937,8 +939,8 @@ static int recv_all(int fd, void *buf, size_t len, int64_t deadline)
     return 0;
 }
 
-static int boot_send(struct rv_boot *b, uint32_t type, const void *a, size_t alen,
-                     const void *c, size_t clen, int64_t deadline)
+static int boot_send(struct rv_boot *b, uint32_t type, const void *a, size_t alen, const void *c,
+                     size_t clen, int64_t deadline)
 {
     unsigned char h[BURST_BOOT_HDR];
     memcpy(h, boot_magic, 4);
@@ -959,12 +961,13 @@ static burst_status_t boot_io_error(struct rv_boot *b, const char *who, const ch
     int e = errno;
     if (e == ETIMEDOUT)
         return burst_error(BURST_ERR_TIMEOUT,
-                           "%s: rank %d: rendezvous %s: no answer to %s within %d ms", who,
-                           b->rank, b->addr, what, b->timeout_ms);
+                           "%s: rank %d: rendezvous %s: no answer to %s within %d ms", who, b->rank,
+                           b->addr, what, b->timeout_ms);
     if (e == ECONNRESET || e == EPIPE)
         return burst_error(BURST_ERR_PEER_FAILED,
                            "%s: rank %d: rendezvous %s closed the connection during %s "
-                           "(launcher gone)", who, b->rank, b->addr, what);
+                           "(launcher gone)",
+                           who, b->rank, b->addr, what);
     return burst_error(BURST_ERR_TRANSPORT, "%s: rank %d: rendezvous %s: %s: %s", who, b->rank,
                        b->addr, what, strerror(e));
 }
@@ -996,8 +999,8 @@ static burst_status_t boot_recv(struct rv_boot *b, const char *who, const char *
     uint32_t type, len;
     char why[160];
     if (check_header(h, b->size, &type, &len, why, sizeof(why)) != 0)
-        return burst_error(BURST_ERR_TRANSPORT, "%s: rank %d: rendezvous %s: bad message: %s",
-                           who, b->rank, b->addr, why);
+        return burst_error(BURST_ERR_TRANSPORT, "%s: rank %d: rendezvous %s: bad message: %s", who,
+                           b->rank, b->addr, why);
     if ((type == BURST_BOOT_FAILED || type == BURST_BOOT_REFUSED) && len < 4)
         return burst_error(BURST_ERR_TRANSPORT,
                            "%s: rank %d: rendezvous %s: bad message: type %u of %u bytes", who,
@@ -1026,8 +1029,8 @@ static burst_status_t boot_connect(struct rv_boot *b, const char *who, const cha
     const char *colon = strrchr(rendezvous, ':');
     size_t hl = colon ? (size_t)(colon - rendezvous) : 0;
     if (!colon || hl == 0 || hl >= sizeof(host))
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: rendezvous = \"%s\" is not \"host:port\"", who, rendezvous);
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: rendezvous = \"%s\" is not \"host:port\"",
+                           who, rendezvous);
     memcpy(host, rendezvous, hl);
     host[hl] = '\0';
     if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') { /* [v6 address] */
@@ -1040,19 +1043,19 @@ static burst_status_t boot_connect(struct rv_boot *b, const char *who, const cha
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: rendezvous = \"%s\": port \"%s\" is not in 1..65535", who,
                            rendezvous, colon + 1);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     int gai = getaddrinfo(host, colon + 1, &hints, &ai);
     if (gai != 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: rendezvous = \"%s\": host \"%s\": %s",
-                           who, rendezvous, host, gai_strerror(gai));
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: rendezvous = \"%s\": host \"%s\": %s", who,
+                           rendezvous, host, gai_strerror(gai));
     int64_t deadline = now_ms() + b->timeout_ms;
     int err = 0;
     for (;;) {
         for (struct addrinfo *a = ai; a; a = a->ai_next) {
-            int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                            a->ai_protocol);
+            int fd =
+                socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
             if (fd < 0) {
                 err = errno;
                 continue;
@@ -1124,8 +1127,7 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
     put_u32(hello + BURST_BOOT_KEY_LEN, (uint32_t)rank);
     put_u32(hello + BURST_BOOT_KEY_LEN + 4, (uint32_t)size);
     put_u32(hello + BURST_BOOT_KEY_LEN + 8, (uint32_t)getpid());
-    if (boot_send(b, BURST_BOOT_HELLO, hello, sizeof(hello), NULL, 0,
-                  now_ms() + timeout_ms) != 0) {
+    if (boot_send(b, BURST_BOOT_HELLO, hello, sizeof(hello), NULL, 0, now_ms() + timeout_ms) != 0) {
         st = boot_io_error(b, who, "HELLO");
         goto err;
     }
@@ -1149,8 +1151,7 @@ err:
 }
 
 static burst_status_t rv_allgather(struct burst_boot *base, const void *mine, size_t len,
-                                   unsigned char **buf_p, const unsigned char **blob,
-                                   size_t *lens)
+                                   unsigned char **buf_p, const unsigned char **blob, size_t *lens)
 {
     struct rv_boot *b = (struct rv_boot *)base;
     static const char *who = "burst_comm_create";
@@ -1194,8 +1195,8 @@ static burst_status_t rv_allgather(struct burst_boot *base, const void *mine, si
     if (bad) {
         free(body);
         return burst_error(BURST_ERR_TRANSPORT,
-                           "%s: rank %d: rendezvous %s: bad answer to round %u: %s", who,
-                           b->rank, b->addr, round, bad);
+                           "%s: rank %d: rendezvous %s: bad answer to round %u: %s", who, b->rank,
+                           b->addr, round, bad);
     }
     *buf_p = body;
     return BURST_OK;
@@ -1211,8 +1212,8 @@ static burst_status_t rv_cleanup(struct burst_boot *base, const char *name)
     unsigned char field[BURST_BOOT_BOOT_ID_LEN] = {0};
     burst_boot_boot_id(boot, sizeof(boot));
     memcpy(field, boot, strlen(boot));
-    if (boot_send(b, BURST_BOOT_CLEANUP, field, sizeof(field), name, n,
-                  now_ms() + b->timeout_ms) != 0)
+    if (boot_send(b, BURST_BOOT_CLEANUP, field, sizeof(field), name, n, now_ms() + b->timeout_ms) !=
+        0)
         return boot_io_error(b, "burst_comm_create", "CLEANUP");
     return BURST_OK;
 }
@@ -1267,8 +1268,7 @@ static burst_status_t boot_poll(struct burst_tp_ctrl *ctrl)
                 int bad = check_header(b->in, b->size, &type, &len, why, sizeof(why)) != 0;
                 if (!bad && (type != BURST_BOOT_FAILED || len < 4)) {
                     bad = 1;
-                    snprintf(why, sizeof(why), "unexpected message type %u of %u bytes", type,
-                             len);
+                    snprintf(why, sizeof(why), "unexpected message type %u of %u bytes", type, len);
                 }
                 if (bad) {
                     boot_set_failure(b, "rank %d: bad control message from the rendezvous %s: %s",

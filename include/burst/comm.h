@@ -87,7 +87,7 @@ BURST_API struct burst_comm_params burst_comm_params_default(void);
  * Fails with BURST_ERR_INVALID_ARG if the rank is already taken in the world.
  */
 BURST_API burst_status_t burst_comm_create(const struct burst_comm_params *params,
-                                 struct burst_comm **comm_p);
+                                           struct burst_comm **comm_p);
 
 /*
  * Join the ring of a process started by a launcher (burstrun, or any launcher that sets the same

@@ -41,7 +41,7 @@ BURST_API struct burst_context_params burst_context_params_default(void);
  * BURST_ERR_NO_DEVICE (named backend not usable here), BURST_ERR_NO_MEMORY.
  */
 BURST_API burst_status_t burst_context_create(const struct burst_context_params *params,
-                                    struct burst_context **ctx_p);
+                                              struct burst_context **ctx_p);
 
 /* Destroy a context; NULL is accepted. No plan created with it may be in use or remain. */
 BURST_API void burst_context_destroy(struct burst_context *ctx);

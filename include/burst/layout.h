@@ -35,26 +35,26 @@ extern "C" {
 /* Number of tokens rank `rank` holds. Errors: ranks < 1, rank out of range, seq_len < ranks
  * (natural, striped) or < 2*ranks (zigzag), unknown layout. */
 BURST_API burst_status_t burst_layout_shard_len(burst_layout_t layout, int64_t seq_len, int ranks,
-                                      int rank, int64_t *len_p);
+                                                int rank, int64_t *len_p);
 
 /* Global position of local row `local` of rank `rank`. */
-BURST_API burst_status_t burst_layout_position(burst_layout_t layout, int64_t seq_len, int ranks, int rank,
-                                     int64_t local, int64_t *pos_p);
+BURST_API burst_status_t burst_layout_position(burst_layout_t layout, int64_t seq_len, int ranks,
+                                               int rank, int64_t local, int64_t *pos_p);
 
 /* Offset of rank's shard in the permuted order (sum of the lengths of ranks before it). */
-BURST_API burst_status_t burst_layout_shard_offset(burst_layout_t layout, int64_t seq_len, int ranks,
-                                         int rank, int64_t *offset_p);
+BURST_API burst_status_t burst_layout_shard_offset(burst_layout_t layout, int64_t seq_len,
+                                                   int ranks, int rank, int64_t *offset_p);
 
 /* natural -> permuted. src and dst must have equal dtype and shape, shape[1] == seq_len, and
  * must not overlap. */
 BURST_API burst_status_t burst_layout_permute(burst_layout_t layout, int ranks,
-                                    const struct burst_tensor *natural,
-                                    struct burst_tensor *permuted);
+                                              const struct burst_tensor *natural,
+                                              struct burst_tensor *permuted);
 
 /* permuted -> natural. Same requirements. */
 BURST_API burst_status_t burst_layout_unpermute(burst_layout_t layout, int ranks,
-                                      const struct burst_tensor *permuted,
-                                      struct burst_tensor *natural);
+                                                const struct burst_tensor *permuted,
+                                                struct burst_tensor *natural);
 
 #ifdef __cplusplus
 }

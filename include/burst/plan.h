@@ -59,15 +59,15 @@ struct burst_plan_params {
     /* Optional, natural layout only: G shard lengths (>= 1 each) summing to seq_len. NULL =
      * as even as possible (the first N mod G ranks get one extra token). Copied. */
     const int64_t *shard_lens;
-    int q_heads;                    /* Hq >= 1 */
-    int kv_heads;                   /* Hkv >= 1, Hq % Hkv == 0 (GQA / MQA) */
-    int head_dim;                   /* d: a multiple of 8, 8..256 */
-    burst_dtype_t dtype;            /* of Q, K, V, O, dO, dQ, dK, dV */
-    float softmax_scale;            /* tau; 0 = 1/sqrt(d) */
-    int causal;                     /* nonzero: causal mask on global positions */
-    int64_t window_left;            /* >= 0, or BURST_WINDOW_UNBOUNDED */
-    int64_t window_right;           /* >= 0, or BURST_WINDOW_UNBOUNDED */
-    burst_layout_t layout;          /* how tokens are spread over ranks */
+    int q_heads;           /* Hq >= 1 */
+    int kv_heads;          /* Hkv >= 1, Hq % Hkv == 0 (GQA / MQA) */
+    int head_dim;          /* d: a multiple of 8, 8..256 */
+    burst_dtype_t dtype;   /* of Q, K, V, O, dO, dQ, dK, dV */
+    float softmax_scale;   /* tau; 0 = 1/sqrt(d) */
+    int causal;            /* nonzero: causal mask on global positions */
+    int64_t window_left;   /* >= 0, or BURST_WINDOW_UNBOUNDED */
+    int64_t window_right;  /* >= 0, or BURST_WINDOW_UNBOUNDED */
+    burst_layout_t layout; /* how tokens are spread over ranks */
     burst_bwd_pattern_t bwd_pattern;
     burst_wire_precision_t acc_wire; /* precision of travelling gradient accumulators */
     int deterministic; /* nonzero: bitwise-identical reruns (no float atomics on any backend) */
@@ -86,8 +86,8 @@ BURST_API struct burst_plan_params burst_plan_params_default(void);
  * do not wait.
  */
 BURST_API burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
-                                 const struct burst_plan_params *params,
-                                 struct burst_plan **plan_p);
+                                           const struct burst_plan_params *params,
+                                           struct burst_plan **plan_p);
 
 /* Destroy a plan; NULL accepted. Not collective. */
 BURST_API void burst_plan_destroy(struct burst_plan *plan);
@@ -107,20 +107,22 @@ BURST_API burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *pl
  * the softmax denominator of each row (scaled scores). Blocks until this rank's output is
  * complete. On any error the outputs are left untouched. Inputs are only read.
  */
-BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
-                                       const struct burst_tensor *k, const struct burst_tensor *v,
-                                       struct burst_tensor *o, float *lse);
+BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan,
+                                                 const struct burst_tensor *q,
+                                                 const struct burst_tensor *k,
+                                                 const struct burst_tensor *v,
+                                                 struct burst_tensor *o, float *lse);
 
 /*
  * Backward. COLLECTIVE. Takes the forward's inputs, its outputs o and lse, and the output
  * gradient dout; writes dq, dk, dv (same shapes as q, k, v, plan dtype). Blocks until this
  * rank's gradients are complete. On any error the outputs are left untouched.
  */
-BURST_API burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,
-                                        const struct burst_tensor *k, const struct burst_tensor *v,
-                                        const struct burst_tensor *o, const float *lse,
-                                        const struct burst_tensor *dout, struct burst_tensor *dq,
-                                        struct burst_tensor *dk, struct burst_tensor *dv);
+BURST_API burst_status_t burst_attention_backward(
+    struct burst_plan *plan, const struct burst_tensor *q, const struct burst_tensor *k,
+    const struct burst_tensor *v, const struct burst_tensor *o, const float *lse,
+    const struct burst_tensor *dout, struct burst_tensor *dq, struct burst_tensor *dk,
+    struct burst_tensor *dv);
 
 /* ---- observability: what the last call of each phase did on this rank ---- */
 
@@ -138,14 +140,14 @@ struct burst_traffic {
 };
 
 struct burst_phase_stats {
-    int steps;            /* ring steps executed (< G when a window lets the ring stop early) */
-    int steps_computed;   /* steps whose block had work for this rank */
-    double total_s;       /* wall time of the call */
-    double compute_s;     /* time in local attention kernels */
-    double wait_s;        /* time blocked waiting for transfers after computing */
-    double overlap;       /* compute_s / (compute_s + wait_s): 1 when every transfer was hidden
+    int steps;              /* ring steps executed (< G when a window lets the ring stop early) */
+    int steps_computed;     /* steps whose block had work for this rank */
+    double total_s;         /* wall time of the call */
+    double compute_s;       /* time in local attention kernels */
+    double wait_s;          /* time blocked waiting for transfers after computing */
+    double overlap;         /* compute_s / (compute_s + wait_s): 1 when every transfer was hidden
                              behind compute, 0 when nothing was computed while waiting */
-    uint64_t scratch_bytes;       /* peak bytes the engine allocated for the call (buffers in
+    uint64_t scratch_bytes; /* peak bytes the engine allocated for the call (buffers in
                                      flight, fp32 accumulators); excludes caller tensors */
     struct burst_traffic traffic; /* all messages of the call */
 };
@@ -153,7 +155,7 @@ struct burst_phase_stats {
 /* Statistics of the last call of `phase` (zeros if none yet). Not thread-safe w.r.t. calls on
  * the same plan. */
 BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,
-                                struct burst_phase_stats *stats_p);
+                                          struct burst_phase_stats *stats_p);
 
 /*
  * Traffic of ring step `step` (0 <= step <= steps) of the last call of `phase`: messages POSTED
@@ -161,7 +163,7 @@ BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_p
  * accumulator to its owner (backward only).
  */
 BURST_API burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phase_t phase,
-                                       int step, struct burst_traffic *traffic_p);
+                                                 int step, struct burst_traffic *traffic_p);
 
 /*
  * Time ring step `step` (0 <= step <= steps) of the last call of `phase` spent in local kernels

@@ -48,8 +48,9 @@ BURST_API const char *burst_dtype_name(burst_dtype_t dtype);
  * Convenience: a descriptor for a densely packed row-major [B, n, H, d] tensor at data.
  * Does not validate (validation happens where the tensor is used). Thread-safe.
  */
-BURST_API struct burst_tensor burst_tensor_contiguous(void *data, burst_dtype_t dtype, int64_t batch,
-                                            int64_t seq, int64_t heads, int64_t head_dim);
+BURST_API struct burst_tensor burst_tensor_contiguous(void *data, burst_dtype_t dtype,
+                                                      int64_t batch, int64_t seq, int64_t heads,
+                                                      int64_t head_dim);
 
 /* Conversions between fp32 and the half types (round to nearest even). Thread-safe. */
 BURST_API uint16_t burst_fp32_to_fp16(float x);

@@ -57,8 +57,10 @@ static burst_status_t burst_cpu_create(const struct burst_context_params *params
         return burst_error(BURST_ERR_INVALID_ARG, "cpu create: be_p is NULL");
     int n = params ? params->num_threads : 0;
     if (n < 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "cpu create: params->num_threads = %d is "
-                           "negative", n);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "cpu create: params->num_threads = %d is "
+                           "negative",
+                           n);
     if (n == 0)
         n = burst_cpu_default_threads();
     struct burst_cpu_backend *cpu = calloc(1, sizeof *cpu);
@@ -111,12 +113,9 @@ static int burst_cpu_dtype_ok(burst_dtype_t dt)
 static float burst_cpu_get(const void *p, burst_dtype_t dt, int64_t i)
 {
     switch (dt) {
-    case BURST_DTYPE_FP16:
-        return burst_cpu_f16_to_f32(((const uint16_t *)p)[i]);
-    case BURST_DTYPE_BF16:
-        return burst_cpu_bf16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const float *)p)[i];
+    case BURST_DTYPE_FP16: return burst_cpu_f16_to_f32(((const uint16_t *)p)[i]);
+    case BURST_DTYPE_BF16: return burst_cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
     }
 }
 
@@ -164,13 +163,16 @@ static burst_status_t burst_cpu_copy(void *be, const struct burst_tensor *dst,
                            (int)dst->dtype, (int)src->dtype);
     for (int k = 0; k < BURST_TENSOR_DIMS; k++) {
         if (dst->shape[k] != src->shape[k] || src->shape[k] < 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "cpu copy: shape[%d] differs (dst %lld, "
-                               "src %lld)", k, (long long)dst->shape[k],
-                               (long long)src->shape[k]);
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "cpu copy: shape[%d] differs (dst %lld, "
+                               "src %lld)",
+                               k, (long long)dst->shape[k], (long long)src->shape[k]);
     }
     if (src->shape[3] > 1 && (src->stride[3] != 1 || dst->stride[3] != 1))
-        return burst_error(BURST_ERR_INVALID_ARG, "cpu copy: stride[3] must be 1 (dst %lld, "
-                           "src %lld)", (long long)dst->stride[3], (long long)src->stride[3]);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "cpu copy: stride[3] must be 1 (dst %lld, "
+                           "src %lld)",
+                           (long long)dst->stride[3], (long long)src->stride[3]);
     struct burst_cpu_copy_job job = {dst, src, src->shape[0] * src->shape[1] * src->shape[2], 1};
     if (job.rows == 0 || src->shape[3] == 0)
         return BURST_OK;
@@ -193,8 +195,8 @@ static void burst_cpu_elem_item(void *ctx, int64_t item, void *scratch)
 {
     const struct burst_cpu_elem_job *job = ctx;
     size_t i0 = (size_t)item * (size_t)BURST_CPU_CHUNK;
-    size_t i1 = i0 + (size_t)BURST_CPU_CHUNK < job->count ? i0 + (size_t)BURST_CPU_CHUNK
-                                                          : job->count;
+    size_t i1 =
+        i0 + (size_t)BURST_CPU_CHUNK < job->count ? i0 + (size_t)BURST_CPU_CHUNK : job->count;
     float *restrict dst = job->dst;
     if (!job->src) {
         for (size_t i = i0; i < i1; i++)
@@ -257,8 +259,8 @@ static burst_status_t burst_cpu_check_view(const char *op, const char *name,
                            (int)t->dtype);
     for (int k = 0; k < BURST_TENSOR_DIMS; k++)
         if (t->shape[k] < 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative",
-                               op, name, k, (long long)t->shape[k]);
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative", op,
+                               name, k, (long long)t->shape[k]);
     if (t->stride[3] != 1)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
                            (long long)t->stride[3]);
@@ -282,27 +284,35 @@ burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
     dim->nk = k->shape[1];
     dim->hkv = k->shape[2];
     if (dim->d <= 0 || dim->d % 8 != 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: head dim = %lld is not a positive "
-                           "multiple of 8", op, (long long)dim->d);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: head dim = %lld is not a positive "
+                           "multiple of 8",
+                           op, (long long)dim->d);
     if (k->shape[0] != dim->batch || k->shape[3] != dim->d)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: k shape [%lld, %lld, %lld, %lld] does "
-                           "not match q [%lld, ., ., %lld]", op, (long long)k->shape[0],
-                           (long long)k->shape[1], (long long)k->shape[2],
-                           (long long)k->shape[3], (long long)dim->batch, (long long)dim->d);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: k shape [%lld, %lld, %lld, %lld] does "
+                           "not match q [%lld, ., ., %lld]",
+                           op, (long long)k->shape[0], (long long)k->shape[1],
+                           (long long)k->shape[2], (long long)k->shape[3], (long long)dim->batch,
+                           (long long)dim->d);
     for (int i = 0; i < BURST_TENSOR_DIMS; i++)
         if (v->shape[i] != k->shape[i])
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: v->shape[%d] = %lld differs from "
-                               "k->shape[%d] = %lld", op, i, (long long)v->shape[i], i,
-                               (long long)k->shape[i]);
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: v->shape[%d] = %lld differs from "
+                               "k->shape[%d] = %lld",
+                               op, i, (long long)v->shape[i], i, (long long)k->shape[i]);
     if (dout)
         for (int i = 0; i < BURST_TENSOR_DIMS; i++)
             if (dout->shape[i] != q->shape[i])
-                return burst_error(BURST_ERR_INVALID_ARG, "%s: dout->shape[%d] = %lld differs "
-                                   "from q->shape[%d] = %lld", op, i,
-                                   (long long)dout->shape[i], i, (long long)q->shape[i]);
+                return burst_error(BURST_ERR_INVALID_ARG,
+                                   "%s: dout->shape[%d] = %lld differs "
+                                   "from q->shape[%d] = %lld",
+                                   op, i, (long long)dout->shape[i], i, (long long)q->shape[i]);
     if (dim->hkv <= 0 || dim->hq <= 0 || dim->hq % dim->hkv != 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: q heads = %lld is not a multiple of kv "
-                           "heads = %lld", op, (long long)dim->hq, (long long)dim->hkv);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: q heads = %lld is not a multiple of kv "
+                           "heads = %lld",
+                           op, (long long)dim->hq, (long long)dim->hkv);
     dim->group = dim->hq / dim->hkv;
     return BURST_OK;
 }

@@ -18,12 +18,12 @@
 
 /* Per-thread scratch of one backward item (floats unless noted). */
 struct burst_cpu_bwd_scratch {
-    float *qt, *dot;   /* [d][BR]  Q^T pre-scaled, dO^T */
-    float *qn, *don;   /* [BR][d]  Q, dO */
-    float *k, *v;      /* [BC][d] */
-    float *s, *ds;     /* [BC][BR] scores -> P; dP -> dS */
+    float *qt, *dot;               /* [d][BR]  Q^T pre-scaled, dO^T */
+    float *qn, *don;               /* [BR][d]  Q, dO */
+    float *k, *v;                  /* [BC][d] */
+    float *s, *ds;                 /* [BC][BR] scores -> P; dP -> dS */
     float *lse2, *dlt, *kbf, *kef; /* [BR] */
-    int64_t *kb, *ke;  /* [BR] */
+    int64_t *kb, *ke;              /* [BR] */
 };
 
 static size_t burst_cpu_bwd_scratch_floats(int64_t d, int64_t BR)
@@ -69,8 +69,8 @@ burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
     if (!args)
         return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_step: args is NULL");
     struct burst_cpu_bwd_job job;
-    burst_status_t st = burst_cpu_check_qkv("cpu bwd_step", args->q, args->k, args->v,
-                                            args->dout, &job.dim);
+    burst_status_t st =
+        burst_cpu_check_qkv("cpu bwd_step", args->q, args->k, args->v, args->dout, &job.dim);
     if (st != BURST_OK)
         return st;
     if (!args->dq && !args->dk && !args->dv)
@@ -157,9 +157,10 @@ burst_status_t burst_cpu_bwd_delta(void *be, const struct burst_tensor *dout,
         return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: dout, o or delta is NULL");
     for (int k = 0; k < BURST_TENSOR_DIMS; k++)
         if (dout->shape[k] != o->shape[k] || o->shape[k] < 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: dout->shape[%d] = %lld "
-                               "differs from o->shape[%d] = %lld", k,
-                               (long long)dout->shape[k], k, (long long)o->shape[k]);
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "cpu bwd_delta: dout->shape[%d] = %lld "
+                               "differs from o->shape[%d] = %lld",
+                               k, (long long)dout->shape[k], k, (long long)o->shape[k]);
     for (int k = 0; k < 2; k++) {
         const struct burst_tensor *t = k ? o : dout;
         if (t->dtype != BURST_DTYPE_FP32 && t->dtype != BURST_DTYPE_FP16 &&
@@ -167,15 +168,17 @@ burst_status_t burst_cpu_bwd_delta(void *be, const struct burst_tensor *dout,
             return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: %s->dtype = %d is unknown",
                                k ? "o" : "dout", (int)t->dtype);
         if (t->shape[3] > 1 && t->stride[3] != 1)
-            return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_delta: %s->stride[3] = %lld is "
-                               "not 1", k ? "o" : "dout", (long long)t->stride[3]);
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "cpu bwd_delta: %s->stride[3] = %lld is "
+                               "not 1",
+                               k ? "o" : "dout", (long long)t->stride[3]);
     }
     int64_t rows = dout->shape[0] * dout->shape[1];
     if (rows == 0 || dout->shape[2] == 0)
         return BURST_OK;
     struct burst_cpu_delta_job job = {dout, o, delta, 1};
-    job.rows_per_item = burst_cpu_max64(1, 16384 / burst_cpu_max64(1, dout->shape[2] *
-                                                                     dout->shape[3]));
+    job.rows_per_item =
+        burst_cpu_max64(1, 16384 / burst_cpu_max64(1, dout->shape[2] * dout->shape[3]));
     int64_t items = (rows + job.rows_per_item - 1) / job.rows_per_item;
     return burst_cpu_pool_run(cpu->pool, items, 0, burst_cpu_delta_item, &job);
 }

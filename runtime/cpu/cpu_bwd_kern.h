@@ -82,8 +82,8 @@ KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
 }
 
 KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
-                    const struct burst_cpu_rows *r, int64_t b, int64_t h, int64_t i0,
-                    int64_t rows, int64_t j0, int64_t cnt, int want_dq, int want_dkv)
+                    const struct burst_cpu_rows *r, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                    int64_t j0, int64_t cnt, int want_dq, int want_dkv)
 {
     const struct burst_bwd_args *a = job->a;
     const int64_t d = job->dim.d, BR = job->br;
@@ -161,8 +161,8 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
         int64_t h = g * job->dim.group + hh;
         for (int64_t t = 0; t < job->nqt; t++) {
             int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
-            struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask,
-                                                          job->dim.nk, i0, rows, BR, sc.kb, sc.ke);
+            struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, job->dim.nk,
+                                                          i0, rows, BR, sc.kb, sc.ke);
             if (r.kmin >= r.kmax)
                 continue;
             bwd_load_q(job, &sc, b, h, i0, rows);
@@ -170,8 +170,8 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
                 int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
                 if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
                     continue;
-                bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
-                           BURST_CPU_MR);
+                bwd_load_k(job, &sc, b, g, j0, cnt,
+                           (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
                 bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 1);
                 bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, a->dq != NULL, 1);
             }
@@ -193,13 +193,13 @@ KENTRY void bwd_item_kv(void *ctx, int64_t item, void *scratch)
         int64_t h = g * job->dim.group + hh;
         for (int64_t t = 0; t < job->nqt; t++) {
             int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
-            struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask,
-                                                          job->dim.nk, i0, rows, BR, sc.kb, sc.ke);
+            struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, job->dim.nk,
+                                                          i0, rows, BR, sc.kb, sc.ke);
             if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
                 continue;
             if (!loaded) {
-                bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
-                           BURST_CPU_MR);
+                bwd_load_k(job, &sc, b, g, j0, cnt,
+                           (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
                 loaded = 1;
             }
             bwd_load_q(job, &sc, b, h, i0, rows);
@@ -218,8 +218,8 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
     int64_t g = h / job->dim.group;
     int64_t i0 = t * BR, rows = burst_cpu_min64(BR, job->dim.nq - i0);
     struct burst_cpu_bwd_scratch sc = burst_cpu_bwd_layout(scratch, job->dim.d, BR);
-    struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, job->dim.nk, i0,
-                                                  rows, BR, sc.kb, sc.ke);
+    struct burst_cpu_rows r =
+        burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, job->dim.nk, i0, rows, BR, sc.kb, sc.ke);
     if (r.kmin >= r.kmax)
         return;
     bwd_load_q(job, &sc, b, h, i0, rows);
@@ -227,8 +227,7 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
         int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
         if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
             continue;
-        bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR *
-                   BURST_CPU_MR);
+        bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
         bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 0);
         bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, 1, 0);
     }

@@ -63,12 +63,12 @@ static inline uint16_t burst_cpu_f32_to_f16(float x)
         return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x1ffu));
     if (a >= 0x477ff000u) /* >= 65520 rounds to inf (65504 is the largest finite) */
         return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) { /* below 2^-14: subnormal half or zero */
+    if (a < 0x38800000u) {   /* below 2^-14: subnormal half or zero */
         if (a < 0x33000000u) /* below 2^-25: rounds to zero (2^-25 itself is a tie to 0) */
             return sign;
-        uint32_t e = a >> 23;              /* 102 .. 112 */
+        uint32_t e = a >> 23; /* 102 .. 112 */
         uint32_t m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;         /* 14 .. 24: result = m >> shift */
+        uint32_t shift = 126u - e; /* 14 .. 24: result = m >> shift */
         uint32_t r = m >> shift;
         uint32_t rem = m & ((1u << shift) - 1u);
         uint32_t half = 1u << (shift - 1u);

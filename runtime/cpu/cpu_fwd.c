@@ -15,13 +15,13 @@
 
 /* Per-thread scratch of one forward item (floats unless noted). */
 struct burst_cpu_fwd_scratch {
-    float *qt;    /* [d][BR]  Q^T, pre-scaled */
-    float *o;     /* [BR][d]  unnormalised output */
-    float *k, *v; /* [BC][d] */
-    float *s;     /* [BC][BR] scores, then probabilities */
+    float *qt;                        /* [d][BR]  Q^T, pre-scaled */
+    float *o;                         /* [BR][d]  unnormalised output */
+    float *k, *v;                     /* [BC][d] */
+    float *s;                         /* [BC][BR] scores, then probabilities */
     float *m, *l, *alpha, *kbf, *kef; /* [BR] */
-    float *tmp;   /* [d] */
-    int64_t *kb, *ke; /* [BR] */
+    float *tmp;                       /* [d] */
+    int64_t *kb, *ke;                 /* [BR] */
 };
 
 static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
@@ -66,8 +66,8 @@ burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)
     if (!args || !args->o_acc || !args->lse_acc)
         return burst_error(BURST_ERR_INVALID_ARG, "cpu fwd_step: args, o_acc or lse_acc is NULL");
     struct burst_cpu_fwd_job job;
-    burst_status_t st = burst_cpu_check_qkv("cpu fwd_step", args->q, args->k, args->v, NULL,
-                                            &job.dim);
+    burst_status_t st =
+        burst_cpu_check_qkv("cpu fwd_step", args->q, args->k, args->v, NULL, &job.dim);
     if (st != BURST_OK)
         return st;
     if (job.dim.nq == 0 || job.dim.nk == 0)

@@ -34,8 +34,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     int64_t rows = burst_cpu_min64(BR, nq - i0);
 
     struct burst_cpu_fwd_scratch sc = burst_cpu_fwd_layout(scratch, d, BR);
-    struct burst_cpu_rows r = burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, nk, i0, rows, BR,
-                                                  sc.kb, sc.ke);
+    struct burst_cpu_rows r =
+        burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, nk, i0, rows, BR, sc.kb, sc.ke);
     if (r.kmin >= r.kmax)
         return;
 

@@ -111,8 +111,14 @@ static inline void burst_cpu_prefetch_view(const struct burst_tensor *t, int64_t
     burst_cpu_prefetch(base, es, t->stride[1], i0, n, t->shape[3], 0);
 }
 
-static inline int64_t burst_cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t burst_cpu_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t burst_cpu_min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+static inline int64_t burst_cpu_max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
 
 /* Allowed key interval of every query row of the tile [i0, i0 + rows) (rows <= BR), clamped to
  * [0, nk]; rows past `rows` up to br get an empty interval. Fills the summary of the tile:

@@ -183,8 +183,10 @@ burst_status_t burst_cpu_pool_run(struct burst_cpu_pool *pool, int64_t n_items,
 
     if (pool->nstarted == 0 || n_items == 1) {
         if (!scratch)
-            return burst_error(BURST_ERR_NO_MEMORY, "cpu backend: no memory for %zu bytes of "
-                               "scratch", scratch_bytes);
+            return burst_error(BURST_ERR_NO_MEMORY,
+                               "cpu backend: no memory for %zu bytes of "
+                               "scratch",
+                               scratch_bytes);
         for (int64_t i = 0; i < n_items; i++)
             fn(ctx, i, scratch);
         free(scratch);

@@ -88,15 +88,42 @@
 typedef __m256 vf;
 typedef __m256i vi;
 
-KATTR vf vf_zero(void) { return _mm256_setzero_ps(); }
-KATTR vf vf_set1(float x) { return _mm256_set1_ps(x); }
-KATTR vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
-KATTR void vf_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
-KATTR vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
-KATTR vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
-KATTR vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-KATTR vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
-KATTR vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+KATTR vf vf_zero(void)
+{
+    return _mm256_setzero_ps();
+}
+KATTR vf vf_set1(float x)
+{
+    return _mm256_set1_ps(x);
+}
+KATTR vf vf_load(const float *p)
+{
+    return _mm256_loadu_ps(p);
+}
+KATTR void vf_store(float *p, vf v)
+{
+    _mm256_storeu_ps(p, v);
+}
+KATTR vf vf_add(vf a, vf b)
+{
+    return _mm256_add_ps(a, b);
+}
+KATTR vf vf_sub(vf a, vf b)
+{
+    return _mm256_sub_ps(a, b);
+}
+KATTR vf vf_mul(vf a, vf b)
+{
+    return _mm256_mul_ps(a, b);
+}
+KATTR vf vf_max(vf a, vf b)
+{
+    return _mm256_max_ps(a, b);
+}
+KATTR vf vf_fma(vf a, vf b, vf c)
+{
+    return _mm256_fmadd_ps(a, b, c);
+}
 
 /* a where lo <= j < hi (elementwise), else fill */
 KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill)
@@ -153,33 +180,63 @@ KATTR vf vf_load_bf16(const uint16_t *p)
 #define KATTR static inline
 #endif
 
-#if defined(__GNUC__) && !defined(BURST_CPU_FORCE_SCALAR) &&                                    \
+#if defined(__GNUC__) && !defined(BURST_CPU_FORCE_SCALAR) &&                                       \
     (defined(__SSE2__) || defined(__ARM_NEON) || defined(__aarch64__))
 #define BURST_CPU_VEC_GNU4 1
 #define VL 4
 typedef float vf __attribute__((vector_size(16)));
 typedef int32_t vi __attribute__((vector_size(16)));
 
-KATTR vf vf_zero(void) { return (vf){0.0f, 0.0f, 0.0f, 0.0f}; }
-KATTR vf vf_set1(float x) { return (vf){x, x, x, x}; }
+KATTR vf vf_zero(void)
+{
+    return (vf){0.0f, 0.0f, 0.0f, 0.0f};
+}
+KATTR vf vf_set1(float x)
+{
+    return (vf){x, x, x, x};
+}
 KATTR vf vf_load(const float *p)
 {
     vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-KATTR void vf_store(float *p, vf v) { memcpy(p, &v, sizeof v); }
-KATTR vf vf_add(vf a, vf b) { return a + b; }
-KATTR vf vf_sub(vf a, vf b) { return a - b; }
-KATTR vf vf_mul(vf a, vf b) { return a * b; }
-KATTR vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
-KATTR vf vf_select(vi m, vf a, vf b) { return (vf)(((vi)a & m) | ((vi)b & ~m)); }
-KATTR vf vf_max(vf a, vf b) { return vf_select(a > b, a, b); }
+KATTR void vf_store(float *p, vf v)
+{
+    memcpy(p, &v, sizeof v);
+}
+KATTR vf vf_add(vf a, vf b)
+{
+    return a + b;
+}
+KATTR vf vf_sub(vf a, vf b)
+{
+    return a - b;
+}
+KATTR vf vf_mul(vf a, vf b)
+{
+    return a * b;
+}
+KATTR vf vf_fma(vf a, vf b, vf c)
+{
+    return a * b + c;
+}
+KATTR vf vf_select(vi m, vf a, vf b)
+{
+    return (vf)(((vi)a & m) | ((vi)b & ~m));
+}
+KATTR vf vf_max(vf a, vf b)
+{
+    return vf_select(a > b, a, b);
+}
 KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill)
 {
     return vf_select((j >= lo) & (j < hi), a, fill);
 }
-KATTR vf vf_zero_if_neginf(vf a) { return (vf)((vi)a & ~(a == vf_set1(-__builtin_inff()))); }
+KATTR vf vf_zero_if_neginf(vf a)
+{
+    return (vf)((vi)a & ~(a == vf_set1(-__builtin_inff())));
+}
 KATTR vf vf_exp2(vf x)
 {
     vi zero = x < vf_set1(-126.0f), nan = x != x;
@@ -200,8 +257,8 @@ KATTR vf vf_exp2(vf x)
 }
 KATTR vf vf_load_f16(const uint16_t *p)
 {
-    return (vf){burst_cpu_f16_to_f32(p[0]), burst_cpu_f16_to_f32(p[1]),
-                burst_cpu_f16_to_f32(p[2]), burst_cpu_f16_to_f32(p[3])};
+    return (vf){burst_cpu_f16_to_f32(p[0]), burst_cpu_f16_to_f32(p[1]), burst_cpu_f16_to_f32(p[2]),
+                burst_cpu_f16_to_f32(p[3])};
 }
 KATTR vf vf_load_bf16(const uint16_t *p)
 {
@@ -215,17 +272,50 @@ KATTR vf vf_load_bf16(const uint16_t *p)
 typedef float vf;
 typedef int32_t vi;
 
-KATTR vf vf_zero(void) { return 0.0f; }
-KATTR vf vf_set1(float x) { return x; }
-KATTR vf vf_load(const float *p) { return *p; }
-KATTR void vf_store(float *p, vf v) { *p = v; }
-KATTR vf vf_add(vf a, vf b) { return a + b; }
-KATTR vf vf_sub(vf a, vf b) { return a - b; }
-KATTR vf vf_mul(vf a, vf b) { return a * b; }
-KATTR vf vf_max(vf a, vf b) { return a > b ? a : b; }
-KATTR vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
-KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill) { return j >= lo && j < hi ? a : fill; }
-KATTR vf vf_zero_if_neginf(vf a) { return a == -(float)INFINITY ? 0.0f : a; }
+KATTR vf vf_zero(void)
+{
+    return 0.0f;
+}
+KATTR vf vf_set1(float x)
+{
+    return x;
+}
+KATTR vf vf_load(const float *p)
+{
+    return *p;
+}
+KATTR void vf_store(float *p, vf v)
+{
+    *p = v;
+}
+KATTR vf vf_add(vf a, vf b)
+{
+    return a + b;
+}
+KATTR vf vf_sub(vf a, vf b)
+{
+    return a - b;
+}
+KATTR vf vf_mul(vf a, vf b)
+{
+    return a * b;
+}
+KATTR vf vf_max(vf a, vf b)
+{
+    return a > b ? a : b;
+}
+KATTR vf vf_fma(vf a, vf b, vf c)
+{
+    return a * b + c;
+}
+KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill)
+{
+    return j >= lo && j < hi ? a : fill;
+}
+KATTR vf vf_zero_if_neginf(vf a)
+{
+    return a == -(float)INFINITY ? 0.0f : a;
+}
 KATTR vf vf_exp2(vf x)
 {
     if (x != x)
@@ -244,7 +334,13 @@ KATTR vf vf_exp2(vf x)
     p = p * f + 1.0f;
     return burst_cpu_bits_f32(burst_cpu_f32_bits(p) + (burst_cpu_f32_bits(t) << 23));
 }
-KATTR vf vf_load_f16(const uint16_t *p) { return burst_cpu_f16_to_f32(*p); }
-KATTR vf vf_load_bf16(const uint16_t *p) { return burst_cpu_bf16_to_f32(*p); }
+KATTR vf vf_load_f16(const uint16_t *p)
+{
+    return burst_cpu_f16_to_f32(*p);
+}
+KATTR vf vf_load_bf16(const uint16_t *p)
+{
+    return burst_cpu_bf16_to_f32(*p);
+}
 #endif
 #endif /* variant */

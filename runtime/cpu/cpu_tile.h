@@ -60,7 +60,7 @@ KATTR void mk(const int nv, const int rows, int64_t K, const float *A, int64_t a
     } while (0)
 #define BURST_CPU_MK_OUT(r)                                                                        \
     if (rows > r) {                                                                                \
-        float *cr = C + (r) * ldc;                                                                 \
+        float *cr = C + (r)*ldc;                                                                   \
         BURST_CPU_MK_ST(cr, c##r##0, r);                                                           \
         if (nv > 1)                                                                                \
             BURST_CPU_MK_ST(cr + VL, c##r##1, r);                                                  \
@@ -135,7 +135,7 @@ KATTR void mask_tile(float *St, int64_t br, int64_t jn, int64_t j0, const int64_
         vf jf = vf_set1((float)j);
         float *s = St + j * br;
         for (int64_t i = 0; i < br; i += VL)
-            vf_store(s + i, vf_in_range(vf_load(s + i), jf, vf_load(kbf + i), vf_load(kef + i),
-                                        ninf));
+            vf_store(s + i,
+                     vf_in_range(vf_load(s + i), jf, vf_load(kbf + i), vf_load(kef + i), ninf));
     }
 }
