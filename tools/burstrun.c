@@ -135,13 +135,27 @@ static void info(void)
         {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
         {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
         {"BURST_CPU_ISA", "\"base\": portable cpu kernels instead of AVX2+FMA+F16C"},
+        {"BURST_FABRIC", "libfabric provider chosen by \"auto\": shm|tcp|verbs|efa"},
+        {"BURST_IFACE", "network interface or address for tcp/verbs"},
+        {"BURST_BOOTSTRAP", "rendezvous|mpi (default: mpi under Open MPI's mpirun)"},
+        {"BURST_RANK", "this process's rank (set by the launcher)"},
+        {"BURST_SIZE", "ranks in the job (set by the launcher)"},
+        {"BURST_RENDEZVOUS", "host:port of the job's rendezvous (set by the launcher)"},
+        {"BURST_JOB_KEY", "the job's secret key (set by the launcher; never printed)"},
+        {"BURST_FAB_PROGRESS", "thread|caller: who drives libfabric progress (thread)"},
+        {"BURST_FAB_SPIN_US", "wait()'s polling before it sleeps, in us (20)"},
+        {"BURST_FAB_CHUNK_BYTES", "split messages into chunks of this size (provider max)"},
+        {"BURST_FAB_MR_LOCAL", "1: register every buffer (providers needing FI_MR_LOCAL)"},
+        {"BURST_FAB_RXM_EAGER", "0: allow ofi_rxm rendezvous (faster, unsafe if a peer dies)"},
         {"BURST_TEST_SEED", "seed of the randomised tests (tests only)"},
     };
     printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
     printf("tunables (environment, read once per process):\n");
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char *v = getenv(vars[i].name);
-        printf("  %-18s %-58s %s\n", vars[i].name, vars[i].what, v ? v : "(unset)");
+        if (v && strcmp(vars[i].name, "BURST_JOB_KEY") == 0)
+            v = "(set)";
+        printf("  %-21s %-60s %s\n", vars[i].name, vars[i].what, v ? v : "(unset)");
     }
     struct burst_context *ctx;
     burst_status_t st = burst_context_create(NULL, &ctx);
