@@ -28,6 +28,7 @@ struct burst_plan_params burst_plan_params_default(void)
         .bwd_pattern = BURST_BWD_BURST,
         .acc_wire = BURST_WIRE_FP32,
         .deterministic = 0,
+        .ranks_per_node = 0,
     };
     return p;
 }
@@ -118,12 +119,13 @@ enum {
     F_BWD,
     F_WIRE,
     F_DET,
+    F_LOCAL,
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "ranks",    "batch",       "seq_len",       "shard_lens",    "q_heads",     "kv_heads",
-    "head_dim", "dtype",       "softmax_scale", "causal",        "window_left", "window_right",
-    "layout",   "bwd_pattern", "acc_wire",      "deterministic",
+    "ranks",    "batch",       "seq_len",       "shard_lens",    "q_heads",        "kv_heads",
+    "head_dim", "dtype",       "softmax_scale", "causal",        "window_left",    "window_right",
+    "layout",   "bwd_pattern", "acc_wire",      "deterministic", "ranks_per_node",
 };
 
 static void encode(const struct burst_plan *plan, const struct burst_plan_params *p,
@@ -152,6 +154,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_BWD] = p->bwd_pattern;
     rec[F_WIRE] = p->acc_wire;
     rec[F_DET] = p->deterministic != 0;
+    rec[F_LOCAL] = plan->local;
 }
 
 static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan_params *p)
@@ -198,6 +201,12 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: plan_p is NULL", who);
     else if ((st = burst_comm_check(comm)) == BURST_OK)
         st = validate(who, params);
+    if (st == BURST_OK && (params->ranks_per_node < 0 || params->ranks_per_node > comm->size ||
+                           (params->ranks_per_node > 0 && comm->size % params->ranks_per_node)))
+        st = burst_error(BURST_ERR_INVALID_ARG,
+                         "%s: params->ranks_per_node = %d must be 0 (flat ring) or divide the "
+                         "ring size %d",
+                         who, params->ranks_per_node, comm->size);
     if (st != BURST_OK) {
         if (st != BURST_ERR_COMM_FAILED)
             burst_comm_abort(comm, st); /* peers in the handshake must not wait for us */
@@ -230,7 +239,8 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     for (int r = 0; r < plan->size; r++)
         if (plan->shards.lens[r] > plan->n_max)
             plan->n_max = plan->shards.lens[r];
-    plan->steps = burst_ring_steps(&plan->shards, plan->mask);
+    plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : comm->size;
+    plan->steps = burst_ring_steps2(&plan->shards, plan->mask, plan->local);
     plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
     plan->bwd = params->bwd_pattern;
     if (plan->bwd == BURST_BWD_AUTO) {

@@ -19,6 +19,7 @@ struct burst_plan {
     float scale;
     int rank, size;
     int steps;               /* ring steps of every call (a window may stop it early) */
+    int local;               /* ranks per node of the two-level ring (size: the flat ring) */
     int64_t n;               /* local tokens */
     int64_t n_max;           /* largest shard: sizes the travelling buffers */
     burst_bwd_pattern_t bwd; /* resolved pattern */

@@ -16,6 +16,7 @@
 
 #include "error.h"
 #include "plan_internal.h"
+#include "ring_blocks.h"
 #include "tensor_check.h"
 
 struct bwd_call {
@@ -38,6 +39,11 @@ static size_t bundle_bytes(const struct bwd_call *c, int64_t n)
     if (c->burst)
         return (size_t)(c->B * n * c->Hq) * (2 * (size_t)c->d * c->es + 2 * sizeof(float));
     return 2 * (size_t)(c->B * n * c->Hkv * c->d) * c->es;
+}
+
+static size_t bundle_bytes_of(const void *arg, int64_t n)
+{
+    return bundle_bytes(arg, n);
 }
 
 /* Views of a packed bundle: burst (q, dout, lse, delta) or ring (k, v). */
@@ -80,6 +86,19 @@ static burst_status_t pack_bundle(const struct bwd_call *c, const struct bundle 
     if (st == BURST_OK && c->ops->sync)
         st = c->ops->sync(c->be);
     return st;
+}
+
+struct own_pack {
+    const struct bwd_call *c;
+    const struct bundle *own;
+};
+
+/* Pack this rank's own bundle (the caller's strided tensors) into a message buffer. */
+static burst_status_t pack_own(void *arg, unsigned char *dst)
+{
+    const struct own_pack *op = arg;
+    struct bundle packed = bundle_views(op->c, dst, op->c->plan->n);
+    return pack_bundle(op->c, &packed, op->own, op->c->plan->n);
 }
 
 /* Buffer to put on the wire for fp32 accumulator acc of `count` elements (converted if the wire
@@ -168,7 +187,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
     struct burst_comm *comm = plan->comm;
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_BWD];
     struct burst_scratch sc = {.plan = plan};
-    struct burst_tp_req *rb = NULL, *sb = NULL, *ra = NULL, *sa = NULL;
+    struct burst_tp_req *ra = NULL, *sa = NULL;
     const int64_t n = plan->n, G = plan->size;
     const size_t qelems = (size_t)(c.B * n * c.Hq * c.d), kvelems = (size_t)(c.B * n * c.Hkv * c.d);
     double t0 = burst_now();
@@ -177,7 +196,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         return st;
 
     float *dq_loc = NULL, *dkv_loc = NULL, *delta = NULL, *part[2] = {NULL, NULL};
-    unsigned char *buf[2] = {NULL, NULL}, *acc_in = NULL, *acc_out = NULL;
+    unsigned char *acc_in = NULL, *acc_out = NULL;
+    struct burst_blocks blk = {0};
     const size_t amax = acc_elems(&c, plan->n_max);
     st = burst_scratch_alloc(&sc, who, qelems * sizeof(float), (void **)&dq_loc);
     if (st == BURST_OK)
@@ -187,14 +207,15 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
                                  (void **)&delta);
     if (plan->steps > 1) {
         for (int i = 0; i < 2 && st == BURST_OK; i++)
-            st = burst_scratch_alloc(&sc, who, bundle_bytes(&c, plan->n_max), (void **)&buf[i]);
-        for (int i = 0; i < 2 && st == BURST_OK; i++)
             st = burst_scratch_alloc(&sc, who, amax * sizeof(float), (void **)&part[i]);
         if (st == BURST_OK)
             st = burst_scratch_alloc(&sc, who, amax * c.as, (void **)&acc_in);
         if (st == BURST_OK && plan->acc_dtype != BURST_DTYPE_FP32)
             st = burst_scratch_alloc(&sc, who, amax * c.as, (void **)&acc_out);
     }
+    if (st == BURST_OK)
+        st = burst_blocks_init(&blk, plan, &sc, who, pat, BURST_MSG_BUNDLE, seq, bundle_bytes_of,
+                               &c);
     if (st == BURST_OK)
         st = c.ops->bwd_delta(c.be, dout, o, delta);
 
@@ -210,33 +231,20 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         own.t1 = *v;
     }
 
-    int cur = -1; /* buffer holding the current bundle; -1 = own */
+    struct own_pack op = {&c, &own};
     for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
         struct burst_sched_step s;
-        burst_sched_step(pat, &plan->shards, plan->mask, plan->rank, r, plan->steps, &s);
+        burst_sched_step2(pat, &plan->shards, plan->mask, plan->local, plan->rank, r, plan->steps,
+                          &s);
         comm->count = &plan->step_traffic[BURST_PHASE_BWD][r];
         const int64_t nb = plan->shards.lens[s.block];
         const int pc = r & 1; /* partial computed at this step; 1 - pc was finished at r - 1 */
-        struct bundle held = cur < 0 ? own : bundle_views(&c, buf[cur], nb);
-        int spare = cur < 0 ? 1 : 1 - cur;
-
-        if (s.recv_from >= 0) {
-            int64_t nn = plan->shards.lens[(s.block + (c.burst ? 1 : -1) + G) % G];
-            st = burst_comm_irecv(comm, s.recv_from, burst_tag(seq, BURST_MSG_BUNDLE, r + 1),
-                                  buf[spare], bundle_bytes(&c, nn), &rb);
-        }
-        if (st == BURST_OK && s.send_to >= 0) {
-            unsigned char *sbuf = buf[cur < 0 ? 0 : cur];
-            if (cur < 0) {
-                struct bundle packed = bundle_views(&c, sbuf, nb);
-                st = pack_bundle(&c, &packed, &own, nb);
-            }
-            if (st == BURST_OK)
-                st = burst_comm_isend(comm, s.send_to, burst_tag(seq, BURST_MSG_BUNDLE, r + 1),
-                                      sbuf, bundle_bytes(&c, nb), &sb);
-        }
+        unsigned char *cur = burst_blocks_current(&blk);
+        struct bundle held = cur ? bundle_views(&c, cur, nb) : own;
+        st = burst_blocks_post(&blk, &s, r, pack_own, &op);
         if (st == BURST_OK && s.acc_to >= 0) { /* the accumulator finished at step r - 1 */
-            int64_t np = plan->shards.lens[(s.block + (c.burst ? -1 : 1) + G) % G];
+            int64_t np =
+                plan->shards.lens[burst_sched_block(pat, (int)G, plan->local, plan->rank, r - 1)];
             const void *wire;
             st = wire_acc(&c, part[1 - pc], acc_out, acc_elems(&c, np), &wire);
             if (st == BURST_OK)
@@ -285,14 +293,12 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         burst_status_t w1 = burst_comm_wait(comm, &ra);
         if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
             st = c.ops->accumulate(c.be, part[pc], acc_in, plan->acc_dtype, acc_elems(&c, nb));
-        burst_status_t w2 = burst_comm_wait(comm, &rb), w3 = burst_comm_wait(comm, &sb),
+        burst_status_t w2 = burst_blocks_wait(&blk, &s), w3 = BURST_OK,
                        w4 = burst_comm_wait(comm, &sa);
         burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
         if (st == BURST_OK)
             st = w1 ? w1 : w2 ? w2 : w3 ? w3 : w4;
         stats->steps = r + 1;
-        if (s.recv_from >= 0)
-            cur = spare;
 
         /* After the last step: every chain goes home, and this rank's own comes back. */
         if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
@@ -330,5 +336,9 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         if (st == BURST_OK && c.ops->sync)
             st = c.ops->sync(c.be);
     }
+    if (blk.plan)
+        burst_blocks_drain(&blk);
+    burst_comm_wait(comm, &ra);
+    burst_comm_wait(comm, &sa);
     return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
 }

@@ -12,7 +12,40 @@
 
 #include "error.h"
 #include "plan_internal.h"
+#include "ring_blocks.h"
 #include "tensor_check.h"
+
+/* A K/V message: K then V of a block of n tokens, [B, n, Hkv, d] each, in the plan's dtype. */
+static size_t kv_bytes(const void *arg, int64_t n)
+{
+    const struct burst_plan *plan = arg;
+    const struct burst_plan_params *p = &plan->p;
+    return 2 * (size_t)(p->batch * n * p->kv_heads * p->head_dim) * burst_dtype_size(p->dtype);
+}
+
+struct fwd_pack {
+    struct burst_plan *plan;
+    const struct burst_tensor *k, *v;
+};
+
+/* Pack this rank's (possibly strided) K, V into a K/V message. */
+static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
+{
+    const struct fwd_pack *f = arg;
+    const struct burst_plan_params *p = &f->plan->p;
+    const struct burst_backend_ops *ops = f->plan->ctx->ops;
+    void *be = f->plan->ctx->be;
+    const int64_t n = f->plan->n;
+    struct burst_tensor pk = burst_view(dst, p->dtype, p->batch, n, p->kv_heads, p->head_dim);
+    struct burst_tensor pv =
+        burst_view(dst + kv_bytes(f->plan, n) / 2, p->dtype, p->batch, n, p->kv_heads, p->head_dim);
+    burst_status_t st = ops->copy(be, &pk, f->k);
+    if (st == BURST_OK)
+        st = ops->copy(be, &pv, f->v);
+    if (st == BURST_OK && ops->sync)
+        st = ops->sync(be);
+    return st;
+}
 
 static burst_status_t check_args(const char *who, struct burst_plan *plan,
                                  const struct burst_tensor *q, const struct burst_tensor *k,
@@ -70,7 +103,6 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     struct burst_comm *comm = plan->comm;
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
     struct burst_scratch sc = {.plan = plan};
-    struct burst_tp_req *rs = NULL, *rr = NULL;
     double t0 = burst_now();
     uint32_t seq;
     if ((st = burst_call_begin(plan, BURST_PHASE_FWD, &seq)) != BURST_OK)
@@ -78,56 +110,33 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
 
     const int64_t B = p->batch, Hq = p->q_heads, Hkv = p->kv_heads, d = p->head_dim;
     const size_t es = burst_dtype_size(p->dtype);
-    const size_t kv_elems_max = (size_t)(B * plan->n_max * Hkv * d);
     float *o_acc = NULL, *lse_acc = NULL;
-    unsigned char *buf[2] = {NULL, NULL};
+    struct fwd_pack pk = {plan, k, v};
+    struct burst_blocks blk = {0};
     st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * plan->n * Hq * d),
                              (void **)&o_acc);
     if (st == BURST_OK)
         st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * Hq * plan->n),
                                  (void **)&lse_acc);
-    for (int i = 0; i < 2 && st == BURST_OK && plan->steps > 1; i++)
-        st = burst_scratch_alloc(&sc, who, 2 * kv_elems_max * es, (void **)&buf[i]);
+    if (st == BURST_OK)
+        st = burst_blocks_init(&blk, plan, &sc, who, BURST_SCHED_FWD, BURST_MSG_KV, seq, kv_bytes,
+                               plan);
     if (st == BURST_OK)
         st = be_ops->fill(be, lse_acc, (size_t)(B * Hq * plan->n), -INFINITY);
 
-    int cur = -1; /* buffer holding the current block; -1 = the caller's k, v */
     for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
         struct burst_sched_step s;
-        burst_sched_step(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->rank, r, plan->steps,
-                         &s);
+        burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, r,
+                          plan->steps, &s);
         comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
-        int64_t nb = plan->shards.lens[s.block];
-        struct burst_tensor kb, vb;
-        if (cur < 0) {
-            kb = *k;
-            vb = *v;
-        } else {
-            kb = burst_view(buf[cur], p->dtype, B, nb, Hkv, d);
-            vb = burst_view(buf[cur] + (size_t)(B * nb * Hkv * d) * es, p->dtype, B, nb, Hkv, d);
+        const int64_t nb = plan->shards.lens[s.block];
+        unsigned char *cur = burst_blocks_current(&blk);
+        struct burst_tensor kb = *k, vb = *v;
+        if (cur) {
+            kb = burst_view(cur, p->dtype, B, nb, Hkv, d);
+            vb = burst_view(cur + (size_t)(B * nb * Hkv * d) * es, p->dtype, B, nb, Hkv, d);
         }
-        int spare = cur < 0 ? 1 : 1 - cur;
-        if (s.recv_from >= 0) {
-            int64_t nn = plan->shards.lens[(s.block - 1 + plan->size) % plan->size];
-            st = burst_comm_irecv(comm, s.recv_from, burst_tag(seq, BURST_MSG_KV, r + 1),
-                                  buf[spare], 2 * (size_t)(B * nn * Hkv * d) * es, &rr);
-        }
-        if (st == BURST_OK && s.send_to >= 0) {
-            if (cur < 0) { /* pack the caller's (strided) K, V once */
-                struct burst_tensor pk = burst_view(buf[0], p->dtype, B, nb, Hkv, d);
-                struct burst_tensor pv =
-                    burst_view(buf[0] + (size_t)(B * nb * Hkv * d) * es, p->dtype, B, nb, Hkv, d);
-                st = be_ops->copy(be, &pk, k);
-                if (st == BURST_OK)
-                    st = be_ops->copy(be, &pv, v);
-                if (st == BURST_OK && be_ops->sync)
-                    st = be_ops->sync(be);
-            }
-            if (st == BURST_OK)
-                st = burst_comm_isend(comm, s.send_to, burst_tag(seq, BURST_MSG_KV, r + 1),
-                                      buf[cur < 0 ? 0 : cur], 2 * (size_t)(B * nb * Hkv * d) * es,
-                                      &rs);
-        }
+        st = burst_blocks_post(&blk, &s, r, fwd_pack_own, &pk);
         if (st == BURST_OK && s.compute) {
             double tc = burst_now();
             struct burst_fwd_args a = {
@@ -148,14 +157,14 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
             stats->steps_computed++;
         }
         double tw = burst_now();
-        burst_status_t st_r = burst_comm_wait(comm, &rr), st_s = burst_comm_wait(comm, &rs);
+        burst_status_t stw = burst_blocks_wait(&blk, &s);
         burst_call_wait(plan, BURST_PHASE_FWD, r, burst_now() - tw);
         if (st == BURST_OK)
-            st = st_r != BURST_OK ? st_r : st_s;
+            st = stw;
         stats->steps = r + 1;
-        if (s.recv_from >= 0)
-            cur = spare;
     }
+    if (blk.plan)
+        burst_blocks_drain(&blk);
 
     if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
         struct burst_tensor oa = burst_view(o_acc, BURST_DTYPE_FP32, B, plan->n, Hq, d);

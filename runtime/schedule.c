@@ -149,45 +149,80 @@ int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int
     return 0;
 }
 
-int burst_ring_steps(const struct burst_shards *s, struct burst_mask mask)
+static int wrap(int x, int g)
+{
+    return ((x % g) + g) % g;
+}
+
+int burst_ring_steps2(const struct burst_shards *s, struct burst_mask mask, int local)
 {
     int g = s->ranks;
     for (int r = g - 1; r > 0; r--)
         for (int a = 0; a < g; a++)
-            if (burst_block_needed(s, mask, a, ((a - r) % g + g) % g))
+            if (burst_block_needed(s, mask, a, burst_sched_block(BURST_SCHED_FWD, g, local, a, r)))
                 return r + 1;
     return 1;
 }
 
-static int wrap(int x, int g)
+int burst_ring_steps(const struct burst_shards *s, struct burst_mask mask)
 {
-    return ((x % g) + g) % g;
+    return burst_ring_steps2(s, mask, s->ranks);
+}
+
+/* Rank at node offset dm and local offset dl from rank. */
+static int topo_move(int rank, int ranks, int local, int dm, int dl)
+{
+    int nodes = ranks / local, m = rank / local, l = rank % local;
+    return wrap(m + dm, nodes) * local + wrap(l + dl, local);
+}
+
+int burst_sched_block(enum burst_sched_pattern pattern, int ranks, int local, int rank, int step)
+{
+    int dir = pattern == BURST_SCHED_BWD_BURST ? -1 : 1, t = step / local, s = step % local;
+    return topo_move(rank, ranks, local, -dir * t, -dir * s);
+}
+
+int burst_sched_holder(enum burst_sched_pattern pattern, int ranks, int local, int block, int step)
+{
+    int dir = pattern == BURST_SCHED_BWD_BURST ? -1 : 1, t = step / local, s = step % local;
+    return topo_move(block, ranks, local, dir * t, dir * s);
+}
+
+void burst_sched_step2(enum burst_sched_pattern pattern, const struct burst_shards *s,
+                       struct burst_mask mask, int local, int rank, int step, int steps,
+                       struct burst_sched_step *out)
+{
+    const int g = s->ranks, burst = pattern == BURST_SCHED_BWD_BURST, dir = burst ? -1 : 1;
+    const int nodes = g / local, sr = step % local, t = step / local;
+
+    out->block = burst_sched_block(pattern, g, local, rank, step);
+    out->q_rank = burst ? out->block : rank;
+    out->kv_rank = burst ? rank : out->block;
+    out->compute = burst_block_needed(s, mask, out->q_rank, out->kv_rank);
+    int local_next = sr + 1 < local && step + 1 < steps;
+    out->send_to = local_next ? topo_move(rank, g, local, 0, dir) : -1;
+    out->recv_from = local_next ? topo_move(rank, g, local, 0, -dir) : -1;
+    int inter = nodes > 1 && sr == 0 && (t + 1) * local < steps;
+    out->inter_send_to = inter ? topo_move(rank, g, local, dir, 0) : -1;
+    out->inter_recv_from = inter ? topo_move(rank, g, local, -dir, 0) : -1;
+    out->round_last = sr == local - 1 || step == steps - 1;
+    out->acc_to = out->acc_from = out->final_to = out->final_from = -1;
+    if (pattern == BURST_SCHED_FWD)
+        return;
+    if (step >= 2) {
+        int prev_block = burst_sched_block(pattern, g, local, rank, step - 1);
+        out->acc_to = burst_sched_holder(pattern, g, local, prev_block, step);
+        out->acc_from = burst_sched_holder(pattern, g, local, out->block, step - 1);
+    }
+    if (step == steps - 1 && steps >= 2) {
+        out->final_to = out->block;
+        out->final_from = burst_sched_holder(pattern, g, local, rank, steps - 1);
+    }
 }
 
 void burst_sched_step(enum burst_sched_pattern pattern, const struct burst_shards *s,
                       struct burst_mask mask, int rank, int step, int steps,
                       struct burst_sched_step *out)
 {
-    int g = s->ranks, last = step == steps - 1;
-    /* Blocks move to `next`; the previous holder of the block held now is `prev`. */
-    int burst = pattern == BURST_SCHED_BWD_BURST;
-    int next = wrap(burst ? rank - 1 : rank + 1, g), prev = wrap(burst ? rank + 1 : rank - 1, g);
-
-    out->block = wrap(burst ? rank + step : rank - step, g);
-    out->q_rank = burst ? out->block : rank;
-    out->kv_rank = burst ? rank : out->block;
-    out->compute = burst_block_needed(s, mask, out->q_rank, out->kv_rank);
-    out->send_to = last ? -1 : next;
-    out->recv_from = last ? -1 : prev;
-    out->acc_to = out->acc_from = out->final_to = out->final_from = -1;
-    if (pattern == BURST_SCHED_FWD)
-        return;
-    if (step >= 2) {
-        out->acc_to = next;
-        out->acc_from = prev;
-    }
-    if (last && steps >= 2) {
-        out->final_to = out->block;
-        out->final_from = wrap(burst ? rank - (steps - 1) : rank + (steps - 1), g);
-    }
+    burst_sched_step2(pattern, s, mask, s->ranks, rank, step, steps, out);
 }

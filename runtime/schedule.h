@@ -51,19 +51,34 @@ int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int
 /* Ring steps a call needs: 1 + the largest r such that some rank a needs block (a - r). */
 int burst_ring_steps(const struct burst_shards *s, struct burst_mask mask);
 
+/* The same on the two-level ring of `local` ranks per node: 1 + the largest r at which some rank
+ * needs the block it holds (burst_sched_block; the same r for every pattern). */
+int burst_ring_steps2(const struct burst_shards *s, struct burst_mask mask, int local);
+
 enum burst_sched_pattern {
     BURST_SCHED_FWD = 0,       /* K/V travel to i+1 */
     BURST_SCHED_BWD_BURST = 1, /* query bundle travels to i-1; dQ accumulator follows */
     BURST_SCHED_BWD_RING = 2,  /* K/V travel to i+1; dK/dV accumulators follow */
 };
 
+/*
+ * Two-level ring (ALGORITHM.md section 4): the G ranks form M = G / L nodes of L consecutive
+ * ranks. Step r = t L + s is step s of round t. During round t the L blocks that started on node
+ * (m - t) circulate over the local ring of node m (L - 1 local hops); at the first step of each
+ * round every rank also forwards the block it holds (the round's first) to the same local index
+ * on the next node, and that transfer has the whole round to complete. L = G is the flat ring;
+ * L = 1 is the flat ring with every hop "inter-node".
+ */
 struct burst_sched_step {
-    int block;     /* owner of the travelling block held at this step */
-    int q_rank;    /* owner of the query rows paired at this step */
-    int kv_rank;   /* owner of the key/value rows paired at this step */
-    int compute;   /* nonzero: the pair has allowed entries; run the kernel */
-    int send_to;   /* send the held block here during this step (-1: none) */
-    int recv_from; /* receive the next step's block from here during this step (-1: none) */
+    int block;           /* owner of the travelling block held at this step */
+    int q_rank;          /* owner of the query rows paired at this step */
+    int kv_rank;         /* owner of the key/value rows paired at this step */
+    int compute;         /* nonzero: the pair has allowed entries; run the kernel */
+    int send_to;         /* local ring: send the held block here during this step (-1: none) */
+    int recv_from;       /* local ring: receive the next step's block from here (-1: none) */
+    int inter_send_to;   /* first step of a round: send the held block to the next node (-1) */
+    int inter_recv_from; /* first step of a round: receive the next round's first block (-1) */
+    int round_last;      /* last step of a round: the inter-node transfers complete here */
     /* backward only (-1 when not applicable): */
     int acc_to;     /* send the accumulator finished at step-1 here during this step */
     int acc_from;   /* receive the accumulator for `block` from here; add it after computing */
@@ -71,9 +86,19 @@ struct burst_sched_step {
     int final_from; /* last step only: receive this rank's own accumulator from here */
 };
 
-/* The schedule of rank `rank` at step `step` (0 <= step < steps) of a call with `steps` steps. */
+/* The schedule of rank `rank` at step `step` (0 <= step < steps) of a call with `steps` steps,
+ * on the flat ring. */
 void burst_sched_step(enum burst_sched_pattern pattern, const struct burst_shards *s,
                       struct burst_mask mask, int rank, int step, int steps,
                       struct burst_sched_step *out);
+
+/* The same on the two-level ring of `local` ranks per node (local divides the ranks). */
+void burst_sched_step2(enum burst_sched_pattern pattern, const struct burst_shards *s,
+                       struct burst_mask mask, int local, int rank, int step, int steps,
+                       struct burst_sched_step *out);
+
+/* Owner of the block rank `rank` holds at `step`, and the rank holding block `block` then. */
+int burst_sched_block(enum burst_sched_pattern pattern, int ranks, int local, int rank, int step);
+int burst_sched_holder(enum burst_sched_pattern pattern, int ranks, int local, int block, int step);
 
 #endif /* BURST_RUNTIME_SCHEDULE_H */

@@ -71,6 +71,12 @@ struct burst_plan_params {
     burst_bwd_pattern_t bwd_pattern;
     burst_wire_precision_t acc_wire; /* precision of travelling gradient accumulators */
     int deterministic; /* nonzero: bitwise-identical reruns (no float atomics on any backend) */
+    /* Two-level ring (ALGORITHM.md section 4): ranks per node L, dividing the ring size; the
+     * ranks of a node are consecutive. Blocks hop over each node's local ring and, once per L
+     * steps, to the same local index on the next node, overlapped with the L local steps.
+     * 0 = a flat ring (same as L = ring size). Results equal the flat ring's up to rounding
+     * (blocks merge in another order). */
+    int ranks_per_node;
 };
 
 /* Defaults: B = 1, full attention, natural layout, burst backward, fp32 accumulators, fp32
