@@ -41,6 +41,8 @@ static void usage(FILE *f)
         "  --batch B              batch size (default 1)\n"
         "  --heads H              query heads Hq (default 4)\n"
         "  --kv-heads H           key/value heads Hkv, dividing Hq (default: Hq)\n"
+        "  --ranks-per-node L     two-level ring: L consecutive ranks per node, dividing G\n"
+        "                         (default 0: the flat ring)\n"
         "  --head-dim D           head dimension, a multiple of 8 in 8..256 (default 64)\n"
         "  --dtype T              fp32 | fp16 | bf16 (default fp32)\n"
         "  --causal               causal mask (default off when any argument is given)\n"
@@ -339,6 +341,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              "--batch",
                                              "--heads",
                                              "--kv-heads",
+                                             "--ranks-per-node",
                                              "--head-dim",
                                              "--dtype",
                                              "--layout",
@@ -375,6 +378,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
             p->batch = parse_int(name, val, 1, INT64_C(1) << 30);
         } else if (!strcmp(name, "--heads")) {
             p->q_heads = (int)parse_int(name, val, 1, 1 << 20);
+        } else if (!strcmp(name, "--ranks-per-node")) {
+            p->ranks_per_node = (int)parse_int(name, val, 0, 65536);
         } else if (!strcmp(name, "--kv-heads")) {
             p->kv_heads = (int)parse_int(name, val, 1, 1 << 20);
         } else if (!strcmp(name, "--head-dim")) {

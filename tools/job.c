@@ -386,6 +386,7 @@ static void rank_loop(struct rank_run *rr)
     pp.layout = p->layout;
     pp.bwd_pattern = p->bwd;
     pp.deterministic = p->deterministic;
+    pp.ranks_per_node = p->ranks_per_node;
     burst_status_t st = burst_plan_create(j->ctx, rr->comm, &pp, &plan);
     if (st != BURST_OK)
         fl = rank_fail(rr, "burst_plan_create", st);

@@ -43,10 +43,11 @@ struct job_params {
     int iters;          /* timed iterations (>= 1) */
     double max_seconds; /* stop timing after the iteration that passes this (0 = never) */
     uint64_t seed;
-    int check_fwd;     /* compare O and lse: 1 = on sampled rows, 2 = on every row */
-    int check_bwd;     /* compare dQ, dK, dV with the full reference (needs run_bwd) */
-    int deterministic; /* plan.deterministic: bitwise-reproducible results */
-    int want_hash;     /* compute job_result.output_hash */
+    int check_fwd;      /* compare O and lse: 1 = on sampled rows, 2 = on every row */
+    int check_bwd;      /* compare dQ, dK, dV with the full reference (needs run_bwd) */
+    int deterministic;  /* plan.deterministic: bitwise-reproducible results */
+    int ranks_per_node; /* plan.ranks_per_node: two-level ring (0 = flat) */
+    int want_hash;      /* compute job_result.output_hash */
 };
 
 /* Per-rank statistics of the last call of each phase. */
