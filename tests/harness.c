@@ -340,14 +340,14 @@ void harness_case_str(const struct harness_case *c, char *buf, size_t len)
     }
     snprintf(buf, len,
              "%s: G=%d B=%lld N=%lld Hq=%d Hkv=%d d=%d %s%s window=(%lld,%lld) %s bwd=%s "
-             "wire=%s scale=%g amp=%g grid=%g pad=%d det=%d%s",
+             "wire=%s scale=%g amp=%g grid=%g pad=%d det=%d L=%d%s",
              c->name ? c->name : "?", c->ranks, (long long)c->batch, (long long)c->seq_len,
              c->q_heads, c->kv_heads, c->head_dim, burst_dtype_name(c->dtype),
              c->causal ? " causal" : "", (long long)c->window_left, (long long)c->window_right,
              (unsigned)c->layout < 3 ? lay[c->layout] : "?",
              (unsigned)c->bwd < 3 ? bwd[c->bwd] : "?",
              c->wire == BURST_WIRE_INPUT ? "input" : "fp32", (double)c->softmax_scale, c->amp,
-             c->grid, c->pad, c->deterministic, lens);
+             c->grid, c->pad, c->deterministic, c->ranks_per_node, lens);
 }
 
 uint64_t harness_problem_seed(const struct harness_problem *p)
@@ -428,6 +428,7 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     pp.bwd_pattern = c->bwd;
     pp.acc_wire = c->wire;
     pp.deterministic = c->deterministic;
+    pp.ranks_per_node = c->ranks_per_node;
     p->params = pp;
 
     const int G = p->G;

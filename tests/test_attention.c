@@ -7,7 +7,9 @@
  * three layouts; left / right / two-sided windows (including windows that stop the ring early);
  * GQA ratios 1, 4, 8; head dims 8..256; fp32, fp16, bf16; batch > 1; uneven shards (N mod G != 0
  * and explicit shard_lens); burst and ring backward (and auto); fp32 and input-dtype
- * accumulators on the wire; padded (strided) tensors; large scores; one token per rank.
+ * accumulators on the wire; padded (strided) tensors; large scores; one token per rank; the
+ * two-level ring (ranks_per_node L: G = 4 with L = 2, 4; G = 6 with L = 2, 3; G = 8 with
+ * L = 1, 2, 4; windows that stop the ring mid-round).
  * Structural axes are exercised mostly in fp32, whose tolerance (1e-5) catches a single missing
  * or doubled key; the half dtypes check the dtype paths against the bound derived in harness.h.
  *
@@ -147,6 +149,45 @@ static const struct harness_case unit_cases[] = {
     {CASE("tiny_scale", 2, 40), .softmax_scale = 1e-3f},
     {CASE("deterministic_flag", 4, 64), .deterministic = 1, .causal = 1, .layout = STR,
      .bwd = RING},
+    /* two-level ring (ranks_per_node = L; ALGORITHM.md section 4): node splits of G = 4, 6, 8,
+     * both patterns and wire precisions, windows that stop the ring before a round ends */
+    {CASE("l2_g4_full", 4, 64), .ranks_per_node = 2},
+    {CASE("l2_g4_causal_zigzag_ring", 4, 64), .ranks_per_node = 2, .causal = 1, .layout = ZZ,
+     .bwd = RING},
+    {CASE("l4_g4_is_flat_causal_striped", 4, 48), .ranks_per_node = 4, .causal = 1, .layout = STR},
+    {CASE("l2_g4_win_left_causal_2steps", 4, 64), .ranks_per_node = 2, .causal = 1,
+     .window_left = 10},
+    {CASE("l2_g4_win_left_ring_2steps", 4, 64), .ranks_per_node = 2, .window_left = 10,
+     .bwd = RING},
+    {CASE("l2_g4_lens_explicit_window", 4, 32), .ranks_per_node = 2, .shard_lens = lens_a,
+     .window_left = 6, .window_right = 2, .bwd = RING},
+    {CASE("l2_g6_causal_striped", 6, 60), .ranks_per_node = 2, .causal = 1, .layout = STR},
+    {CASE("l2_g6_full_natural_ring_bf16", 6, 62), .ranks_per_node = 2, .dtype = BF16, .bwd = RING},
+    {CASE("l2_g6_win_left_causal_3steps_wire_input", 6, 60), .ranks_per_node = 2, .causal = 1,
+     .window_left = 12, .wire = WIN},
+    {CASE("l2_g6_gqa4_causal_ring", 6, 60), .ranks_per_node = 2, .q_heads = 8, .kv_heads = 2,
+     .causal = 1, .bwd = RING},
+    {CASE("l3_g6_causal_zigzag_ring_wire_input", 6, 72), .ranks_per_node = 3, .causal = 1,
+     .layout = ZZ, .bwd = RING, .wire = WIN},
+    {CASE("l3_g6_full_striped_bf16", 6, 54), .ranks_per_node = 3, .dtype = BF16, .layout = STR},
+    {CASE("l3_g6_win_left_2steps", 6, 60), .ranks_per_node = 3, .window_left = 5},
+    {CASE("l3_g6_win_left_causal_2steps_ring", 6, 60), .ranks_per_node = 3, .causal = 1,
+     .window_left = 5, .bwd = RING},
+    {CASE("l4_g8_causal_natural", 8, 80), .ranks_per_node = 4, .causal = 1},
+    {CASE("l4_g8_win_left_3steps", 8, 96), .ranks_per_node = 4, .window_left = 20},
+    {CASE("l4_g8_win_left_causal_3steps_ring", 8, 96), .ranks_per_node = 4, .causal = 1,
+     .window_left = 20, .bwd = RING},
+    {CASE("l4_g8_win_left_5steps_bf16_wire_input", 8, 96), .ranks_per_node = 4, .dtype = BF16,
+     .window_left = 50, .causal = 1, .wire = WIN},
+    {CASE("l4_g8_gqa8_causal_zigzag", 8, 96), .ranks_per_node = 4, .q_heads = 8, .kv_heads = 1,
+     .causal = 1, .layout = ZZ},
+    {CASE("l2_g8_win_both_zigzag_bf16_wire_input", 8, 96), .ranks_per_node = 2, .dtype = BF16,
+     .window_left = 5, .window_right = 7, .layout = ZZ, .wire = WIN},
+    {CASE("l2_g8_causal_striped_ring", 8, 72), .ranks_per_node = 2, .causal = 1, .layout = STR,
+     .bwd = RING},
+    {CASE("l1_g8_causal_zigzag", 8, 96), .ranks_per_node = 1, .causal = 1, .layout = ZZ},
+    {CASE("l1_g8_win_left_ring_bf16_wire_input", 8, 96), .ranks_per_node = 1, .dtype = BF16,
+     .window_left = 20, .bwd = RING, .wire = WIN},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop

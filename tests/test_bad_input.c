@@ -448,6 +448,9 @@ PLAN_BAD(plan_wire_unknown, pp.acc_wire = (burst_wire_precision_t)4, "acc_wire",
 PLAN_BAD(plan_window_left_negative, pp.window_left = -2, "window_left", "-2")
 PLAN_BAD(plan_window_right_negative, pp.window_right = -3, "window_right", "-3")
 PLAN_BAD(plan_scale_negative, pp.softmax_scale = -0.5f, "softmax_scale", "-0.5")
+PLAN_BAD(plan_ranks_per_node_negative, pp.ranks_per_node = -1, "ranks_per_node", "-1")
+/* the fixture's ring has one rank */
+PLAN_BAD(plan_ranks_per_node_above_ring, pp.ranks_per_node = 2, "ranks_per_node", "2")
 
 static const int64_t lens_short[1] = {15};
 static const int64_t lens_zero[1] = {0};
@@ -780,7 +783,7 @@ enum {
 struct mr_state {
     int bad_rank;
     int kind; /* 0: mismatch causal, 1: mismatch head_dim, 2: bad plan param, 3: bad forward,
-                 4: bad backward, 5: mismatch dtype */
+                 4: bad backward, 5: mismatch dtype, 6: mismatch ranks_per_node (1 vs 0 = 3) */
     burst_status_t st[MR_G], st_after[MR_G];
     double ms[MR_G];
     char msg[MR_G][512];
@@ -802,6 +805,8 @@ static void mr_rank(int rank, struct burst_comm *comm, void *arg)
         pp.head_dim = 12;
     if (bad && s->kind == 5)
         pp.dtype = BURST_DTYPE_BF16;
+    if (bad && s->kind == 6)
+        pp.ranks_per_node = 1; /* the others: 0 = flat = MR_G per node */
     float q[NQ], k[NKV], v[NKV], dout[NQ], o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];
     float snap[2 * NQ + HQ * N + 2 * NKV];
     for (size_t i = 0; i < NQ; i++)
@@ -906,6 +911,78 @@ static void mr_mismatch_dtype(void **state)
     mismatch(5, "dtype", 2);
 }
 
+static void mr_mismatch_ranks_per_node(void **state)
+{
+    (void)state;
+    mismatch(6, "ranks_per_node", 1);
+}
+
+/* ranks_per_node that does not divide the ring (3 of 4) or exceeds it (5 of 4), on every rank:
+ * each rank fails locally, naming the field and the value, without waiting for its peers */
+struct rpn_state {
+    int value;
+    burst_status_t st[4];
+    char msg[4][512];
+    double ms[4];
+};
+
+static void rpn_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct rpn_state *s = arg;
+    struct burst_plan_params pp = valid_params();
+    pp.seq_len = N * 4;
+    pp.ranks_per_node = s->value;
+    struct burst_plan *plan = SENTINEL;
+    const double t0 = harness_now_ms();
+    s->st[rank] = burst_plan_create(harness_context(), comm, &pp, &plan);
+    s->ms[rank] = harness_now_ms() - t0;
+    snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
+    if (s->st[rank] == BURST_OK)
+        burst_plan_destroy(plan);
+    else if (plan != SENTINEL)
+        s->st[rank] = BURST_ERR_INTERNAL; /* plan_p written on failure */
+}
+
+static void rpn_bad(int value)
+{
+    struct rpn_state s;
+    memset(&s, 0, sizeof s);
+    s.value = value;
+    assert_int_equal(harness_run_ranks(4, TIMEOUT_MS, rpn_rank, &s), 0);
+    char v[16];
+    snprintf(v, sizeof v, "%d", value);
+    int invalid = 0;
+    for (int r = 0; r < 4; r++) {
+        /* a rank whose peer aborted the communicator first may see that instead */
+        if (s.st[r] == BURST_ERR_PEER_FAILED || s.st[r] == BURST_ERR_COMM_FAILED)
+            continue;
+        if (s.st[r] != BURST_ERR_INVALID_ARG)
+            fail_msg("G=4 ranks_per_node=%d rank %d: status %d (%s), expected "
+                     "BURST_ERR_INVALID_ARG: %s",
+                     value, r, (int)s.st[r], burst_status_str(s.st[r]), s.msg[r]);
+        invalid++;
+        if (!harness_contains(s.msg[r], "ranks_per_node") || !harness_contains(s.msg[r], v))
+            fail_msg("G=4 rank %d: message \"%s\" does not name ranks_per_node and %s", r, s.msg[r],
+                     v);
+        if (!(s.ms[r] < TIMEOUT_MS + 1000))
+            fail_msg("rank %d returned after %.0f ms (timeout %d ms)", r, s.ms[r], TIMEOUT_MS);
+    }
+    if (invalid == 0)
+        fail_msg("G=4 ranks_per_node=%d: no rank reported BURST_ERR_INVALID_ARG", value);
+}
+
+static void mr_ranks_per_node_not_divisor(void **state)
+{
+    (void)state;
+    rpn_bad(3);
+}
+
+static void mr_ranks_per_node_above_ring(void **state)
+{
+    (void)state;
+    rpn_bad(5);
+}
+
 static void peers_fail(int kind, int bad_rank, const char *n1, const char *n2)
 {
     struct mr_state s;
@@ -1004,6 +1081,8 @@ int main(void)
         T(plan_window_left_negative),
         T(plan_window_right_negative),
         T(plan_scale_negative),
+        T(plan_ranks_per_node_negative),
+        T(plan_ranks_per_node_above_ring),
         T(plan_shard_lens_sum),
         T(plan_shard_lens_zero),
         T(plan_shard_lens_zigzag),
@@ -1066,6 +1145,9 @@ int main(void)
         cmocka_unit_test(mr_mismatch_causal),
         cmocka_unit_test(mr_mismatch_head_dim),
         cmocka_unit_test(mr_mismatch_dtype),
+        cmocka_unit_test(mr_mismatch_ranks_per_node),
+        cmocka_unit_test(mr_ranks_per_node_not_divisor),
+        cmocka_unit_test(mr_ranks_per_node_above_ring),
         cmocka_unit_test(mr_bad_plan_one_rank),
         cmocka_unit_test(mr_bad_forward_one_rank),
         cmocka_unit_test(mr_bad_backward_one_rank),

@@ -15,6 +15,24 @@
  *   - backward: every travelling accumulator chain starts fresh at step 1, is handed from
  *     holder to holder (each send matched by one receive of the same chain), collects each
  *     computing holder once, and ends at its owner exactly once.
+ * Two-level ring (ALGORITHM.md section 4; burst_sched_step2 with L ranks per node, every divisor
+ * L of G <= 40, a few for larger G), for every pattern, layout and mask:
+ *   - the block a rank holds is the documented one (round t = r / L: node m - t, local index
+ *     l - (r mod L), mirrored for the burst pattern), burst_sched_block / burst_sched_holder agree;
+ *   - burst_ring_steps2 is the steps the two-level order needs (the last step at which some
+ *     rank holds a block it needs, the same for every pattern; minimal outside striped
+ *     windows; burst_ring_steps for L = G), and running that many steps computes every allowed
+ *     pair exactly once;
+ *   - local sends match local receives at the same step inside one node; inter-node sends go at
+ *     a round's first step to the same local index on the next node and match one inter-node
+ *     receive; the block held at step r+1 is the local sender's block at step r, or at a
+ *     round's start the inter-node sender's block at the previous round's start; round_last
+ *     marks every round's last step;
+ *   - accumulator chains as for the flat ring (holder to next holder, each computing holder
+ *     once, home exactly once);
+ *   - bytes: steps - 1 block messages per rank per call (as on the flat ring), at most one
+ *     inter-node message per round, none at a round's last step;
+ *   - L = G: burst_sched_step2 equals burst_sched_step field by field.
  * 'slow' (--slow) runs more G values and every mask for each.
  */
 #include <setjmp.h>
@@ -67,6 +85,270 @@ static int64_t allowed_total(int64_t N, struct burst_mask m)
             total += hi - lo + 1;
     }
     return total;
+}
+
+/* ---- two-level ring ---- */
+
+static int locals_G;            /* G the list below belongs to */
+static int locals[16], nlocals; /* L values to simulate for the configuration being checked */
+
+/* The documented two-level block: rank (m, l) at step r = t L + s of pattern pat holds the
+ * block that started at (m - dir t, l - dir s), dir = -1 for the burst pattern. */
+static int ref_block(int pat, int G, int L, int i, int r)
+{
+    const int dir = pat == BURST_SCHED_BWD_BURST ? -1 : 1, M = G / L;
+    const int m = i / L, l = i % L, t = r / L, sr = r % L;
+    return wrap(m - dir * t, M) * L + wrap(l - dir * sr, L);
+}
+
+/* Steps the two-level ring needs: 1 + the last step at which a rank meets a block it needs
+ * (burst_block_needed, as burst_ring_steps uses it). */
+static int two_level_steps(const struct burst_shards *s, struct burst_mask mask, int G, int L,
+                           int pat)
+{
+    const int burst = pat == BURST_SCHED_BWD_BURST;
+    int need = 1;
+    for (int i = 0; i < G; i++)
+        for (int r = 1; r < G; r++) {
+            const int b = ref_block(pat, G, L, i, r);
+            if (r + 1 > need && burst_block_needed(s, mask, burst ? b : i, burst ? i : b))
+                need = r + 1;
+        }
+    return need;
+}
+
+static int sched_equal(const struct burst_sched_step *a, const struct burst_sched_step *b)
+{
+    return a->block == b->block && a->q_rank == b->q_rank && a->kv_rank == b->kv_rank &&
+           !a->compute == !b->compute && a->send_to == b->send_to && a->recv_from == b->recv_from &&
+           a->inter_send_to == b->inter_send_to && a->inter_recv_from == b->inter_recv_from &&
+           !a->round_last == !b->round_last && a->acc_to == b->acc_to &&
+           a->acc_from == b->acc_from && a->final_to == b->final_to &&
+           a->final_from == b->final_from;
+}
+
+static void check_two_level(const struct burst_shards *s, struct burst_mask mask,
+                            const int32_t *allowed, int64_t total, int exact_needed, int L)
+{
+    const int G = s->ranks, M = G / L;
+    const size_t GG = (size_t)G * (size_t)G;
+    uint8_t *computed = malloc(GG), *members = malloc(GG);
+    int *holder = malloc((size_t)G * sizeof *holder),
+        *holder_next = malloc((size_t)G * sizeof *holder);
+    int *delivered = malloc((size_t)G * sizeof *delivered),
+        *sent = malloc((size_t)G * sizeof *sent), *rcvd = malloc((size_t)G * sizeof *rcvd);
+    struct burst_sched_step *cur = malloc((size_t)G * sizeof *cur),
+                            *prev = malloc((size_t)G * sizeof *prev),
+                            *rstart = malloc((size_t)G * sizeof *rstart);
+    CHECK(computed && members && holder && holder_next && delivered && sent && rcvd && cur &&
+              prev && rstart,
+          "out of memory");
+
+    for (int pat = 0; pat < 3; pat++) {
+        const int burst = pat == BURST_SCHED_BWD_BURST, bwd = pat != BURST_SCHED_FWD;
+        const int dir = burst ? -1 : 1;
+        /* the steps the engine runs (plan.c); the pairs met at step r are the same for every
+         * pattern, so one count serves all three */
+        const int steps = burst_ring_steps2(s, mask, L);
+        CHECK(steps == two_level_steps(s, mask, G, L, pat),
+              "L=%d pattern %d: burst_ring_steps2 = %d, the two-level order needs %d", L, pat,
+              steps, two_level_steps(s, mask, G, L, pat));
+        if (exact_needed) {
+            int minimal = 1;
+            for (int i = 0; i < G; i++)
+                for (int r = 1; r < G; r++) {
+                    const int b = ref_block(pat, G, L, i, r);
+                    if (allowed[burst ? (size_t)b * G + i : (size_t)i * G + b] && r + 1 > minimal)
+                        minimal = r + 1;
+                }
+            CHECK(steps == minimal, "L=%d pattern %d: burst_ring_steps2 = %d, minimal %d", L, pat,
+                  steps, minimal);
+        }
+        if (L == G)
+            CHECK(steps == burst_ring_steps(s, mask),
+                  "L=G pattern %d: two-level order needs %d steps, burst_ring_steps = %d", pat,
+                  steps, burst_ring_steps(s, mask));
+        memset(computed, 0, GG);
+        memset(members, 0, GG);
+        for (int x = 0; x < G; x++)
+            holder[x] = -1, delivered[x] = 0, sent[x] = 0, rcvd[x] = 0;
+        for (int r = 0; r < steps; r++) {
+            const int sr = r % L, t = r / L;
+            for (int i = 0; i < G; i++) {
+                burst_sched_step2((enum burst_sched_pattern)pat, s, mask, L, i, r, steps, &cur[i]);
+                if (L == G) {
+                    struct burst_sched_step flat;
+                    burst_sched_step((enum burst_sched_pattern)pat, s, mask, i, r, steps, &flat);
+                    CHECK(sched_equal(&cur[i], &flat),
+                          "L=G pattern %d step %d rank %d: burst_sched_step2 differs from "
+                          "burst_sched_step",
+                          pat, r, i);
+                }
+            }
+            for (int i = 0; i < G; i++) {
+                const struct burst_sched_step *c = &cur[i];
+                const int m = i / L, l = i % L;
+                const int blk = ref_block(pat, G, L, i, r);
+                CHECK(c->block == blk, "L=%d pattern %d step %d rank %d: block %d, expected %d", L,
+                      pat, r, i, c->block, blk);
+                CHECK(burst_sched_block((enum burst_sched_pattern)pat, G, L, i, r) == blk &&
+                          burst_sched_holder((enum burst_sched_pattern)pat, G, L, blk, r) == i,
+                      "L=%d pattern %d step %d rank %d: burst_sched_block/holder disagree", L, pat,
+                      r, i);
+                CHECK(c->q_rank == (burst ? blk : i) && c->kv_rank == (burst ? i : blk),
+                      "L=%d pattern %d step %d rank %d: pair (%d, %d)", L, pat, r, i, c->q_rank,
+                      c->kv_rank);
+                const int32_t al = allowed[(size_t)c->q_rank * G + c->kv_rank];
+                if (al)
+                    CHECK(c->compute,
+                          "L=%d pattern %d step %d rank %d: pair (%d,%d) has %d allowed entries "
+                          "but compute = 0",
+                          L, pat, r, i, c->q_rank, c->kv_rank, (int)al);
+                if (exact_needed)
+                    CHECK(!c->compute == !al,
+                          "L=%d pattern %d step %d rank %d: compute=%d for a pair with %d "
+                          "allowed entries",
+                          L, pat, r, i, c->compute, (int)al);
+                if (c->compute)
+                    CHECK(++computed[(size_t)c->q_rank * G + c->kv_rank] == 1,
+                          "L=%d pattern %d: pair (%d,%d) computed twice", L, pat, c->q_rank,
+                          c->kv_rank);
+                /* local ring: inside the node, in the pattern's direction, not at a round's
+                 * last step nor at the call's last step */
+                const int lnext = m * L + wrap(l + dir, L), lprev = m * L + wrap(l - dir, L);
+                if (sr + 1 < L && r + 1 < steps)
+                    CHECK(c->send_to == lnext && c->recv_from == lprev,
+                          "L=%d pattern %d step %d rank %d: local send_to %d recv_from %d, "
+                          "expected %d, %d",
+                          L, pat, r, i, c->send_to, c->recv_from, lnext, lprev);
+                else
+                    CHECK(c->send_to == -1 && c->recv_from == -1,
+                          "L=%d pattern %d step %d rank %d: local send_to %d recv_from %d at a "
+                          "round's or the call's last step",
+                          L, pat, r, i, c->send_to, c->recv_from);
+                /* inter-node: at a round's first step when a next round exists */
+                const int inext = wrap(m + dir, M) * L + l, iprev = wrap(m - dir, M) * L + l;
+                if (M > 1 && sr == 0 && (t + 1) * L < steps)
+                    CHECK(c->inter_send_to == inext && c->inter_recv_from == iprev,
+                          "L=%d pattern %d step %d rank %d: inter send_to %d recv_from %d, "
+                          "expected %d, %d",
+                          L, pat, r, i, c->inter_send_to, c->inter_recv_from, inext, iprev);
+                else
+                    CHECK(c->inter_send_to == -1 && c->inter_recv_from == -1,
+                          "L=%d pattern %d step %d rank %d: inter send_to %d recv_from %d "
+                          "unexpected",
+                          L, pat, r, i, c->inter_send_to, c->inter_recv_from);
+                CHECK(!c->round_last == !(sr == L - 1 || r == steps - 1),
+                      "L=%d pattern %d step %d rank %d: round_last = %d", L, pat, r, i,
+                      c->round_last);
+                /* matching at the same step */
+                if (c->send_to >= 0)
+                    CHECK(cur[c->send_to].recv_from == i && c->send_to / L == m,
+                          "L=%d step %d: local send %d->%d unmatched", L, r, i, c->send_to);
+                if (c->recv_from >= 0)
+                    CHECK(cur[c->recv_from].send_to == i,
+                          "L=%d step %d: local receive %d<-%d unmatched", L, r, i, c->recv_from);
+                if (c->inter_send_to >= 0)
+                    CHECK(cur[c->inter_send_to].inter_recv_from == i && c->inter_send_to % L == l &&
+                              c->inter_send_to / L != m,
+                          "L=%d step %d: inter send %d->%d unmatched", L, r, i, c->inter_send_to);
+                if (c->inter_recv_from >= 0)
+                    CHECK(cur[c->inter_recv_from].inter_send_to == i,
+                          "L=%d step %d: inter receive %d<-%d unmatched", L, r, i,
+                          c->inter_recv_from);
+                sent[i] += (c->send_to >= 0) + (c->inter_send_to >= 0);
+                rcvd[i] += (c->recv_from >= 0) + (c->inter_recv_from >= 0);
+                /* continuity: where the block held now came from */
+                if (r > 0 && sr > 0) {
+                    const int from = prev[i].recv_from;
+                    CHECK(from >= 0 && prev[from].send_to == i && prev[from].block == c->block,
+                          "L=%d pattern %d step %d rank %d holds block %d that no local "
+                          "neighbour sent it at step %d",
+                          L, pat, r, i, c->block, r - 1);
+                } else if (r > 0) {
+                    const int from = rstart[i].inter_recv_from;
+                    CHECK(from >= 0 && rstart[from].inter_send_to == i &&
+                              rstart[from].block == c->block,
+                          "L=%d pattern %d step %d rank %d holds block %d that no inter-node "
+                          "neighbour sent it at step %d",
+                          L, pat, r, i, c->block, r - L);
+                    CHECK(prev[i].round_last, "L=%d step %d rank %d: new round without round_last",
+                          L, r, i);
+                }
+                if (!bwd || r < 2)
+                    CHECK(c->acc_to == -1 && c->acc_from == -1,
+                          "L=%d pattern %d step %d rank %d: unexpected accumulator transfer", L,
+                          pat, r, i);
+                if (!bwd || r < steps - 1 || steps < 2)
+                    CHECK(c->final_to == -1 && c->final_from == -1,
+                          "L=%d pattern %d step %d rank %d: unexpected final transfer", L, pat, r,
+                          i);
+            }
+            if (bwd && r >= 1) {
+                for (int i = 0; i < G; i++) {
+                    const struct burst_sched_step *c = &cur[i];
+                    const int x = c->block;
+                    CHECK(c->acc_from == holder[x],
+                          "L=%d pattern %d step %d rank %d: chain %d is at rank %d but acc_from "
+                          "= %d",
+                          L, pat, r, i, x, holder[x], c->acc_from);
+                    if (c->acc_from >= 0)
+                        CHECK(cur[c->acc_from].acc_to == i,
+                              "L=%d step %d: accumulator %d->%d not sent", L, r, c->acc_from, i);
+                    if (r >= 2)
+                        CHECK(c->acc_to >= 0 && cur[c->acc_to].acc_from == i &&
+                                  cur[c->acc_to].block == prev[i].block,
+                              "L=%d pattern %d step %d rank %d: accumulator of block %d sent to "
+                              "%d",
+                              L, pat, r, i, prev[i].block, c->acc_to);
+                    if (c->compute)
+                        CHECK(++members[(size_t)x * G + i] == 1,
+                              "L=%d: chain %d visits rank %d twice", L, x, i);
+                    holder_next[x] = i;
+                }
+                memcpy(holder, holder_next, (size_t)G * sizeof *holder);
+            }
+            if (sr == 0)
+                memcpy(rstart, cur, (size_t)G * sizeof *cur);
+            struct burst_sched_step *tmp = prev;
+            prev = cur;
+            cur = tmp;
+        }
+        if (bwd && steps >= 2) {
+            for (int i = 0; i < G; i++) {
+                const int x = prev[i].block;
+                CHECK(prev[i].final_to == x && holder[x] == i,
+                      "L=%d pattern %d: final hop of chain %d from rank %d goes to %d", L, pat, x,
+                      i, prev[i].final_to);
+                CHECK(prev[x].final_from == i,
+                      "L=%d pattern %d: owner %d expects its chain from %d, it is at %d", L, pat, x,
+                      prev[x].final_from, i);
+                delivered[x]++;
+            }
+            for (int x = 0; x < G; x++)
+                CHECK(delivered[x] == 1, "L=%d: chain %d delivered %d times", L, x, delivered[x]);
+        }
+        /* bytes: as many block messages as the flat ring */
+        for (int i = 0; i < G; i++)
+            CHECK(sent[i] == steps - 1 && rcvd[i] == steps - 1,
+                  "L=%d pattern %d rank %d: %d block sends, %d receives in %d steps", L, pat, i,
+                  sent[i], rcvd[i], steps);
+        int64_t covered = 0;
+        for (size_t ab = 0; ab < GG; ab++) {
+            if (allowed[ab])
+                CHECK(computed[ab] == 1,
+                      "L=%d pattern %d (%d steps): pair (%d,%d) with %d allowed entries computed "
+                      "%d times",
+                      L, pat, steps, (int)(ab / (size_t)G), (int)(ab % (size_t)G), (int)allowed[ab],
+                      computed[ab]);
+            if (computed[ab])
+                covered += allowed[ab];
+        }
+        CHECK(covered == total, "L=%d pattern %d covers %lld of %lld pairs", L, pat,
+              (long long)covered, (long long)total);
+    }
+    free(computed), free(members), free(holder), free(holder_next), free(delivered), free(sent),
+        free(rcvd), free(cur), free(prev), free(rstart);
 }
 
 static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t *lens,
@@ -287,9 +569,36 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
         CHECK(covered == total, "pattern %d covers %lld of %lld pairs", pat, (long long)covered,
               (long long)total);
     }
+    if (locals_G == G)
+        for (int li = 0; li < nlocals; li++)
+            check_two_level(&s, mask, allowed, total, exact_needed, locals[li]);
     free(owner), free(pm), free(allowed), free(computed), free(members), free(holder),
         free(holder_next), free(delivered), free(cur), free(prev);
     burst_shards_fini(&s);
+}
+
+/* The L values simulated for G: every divisor up to G = 40; a few for the large G. */
+static void set_locals(int G, int slow)
+{
+    locals_G = G;
+    nlocals = 0;
+    if (G <= 40) {
+        for (int L = 1; L <= G; L++)
+            if (G % L == 0)
+                locals[nlocals++] = L;
+        return;
+    }
+    static const int l64[] = {1, 2, 4, 8, 16, 64}, l1024[] = {1, 32, 1024};
+    const int *ls = NULL;
+    int n = 0;
+    if (G == 64)
+        ls = l64, n = 6;
+    else if (G == 1024 && slow)
+        ls = l1024, n = 3;
+    else if (G == 128 && slow)
+        ls = l64, n = 5; /* 1..16 */
+    for (int k = 0; k < n; k++)
+        locals[nlocals++] = ls[k];
 }
 
 static void run_sweep(const int *Gs, size_t nG, int all_masks)
@@ -297,6 +606,7 @@ static void run_sweep(const int *Gs, size_t nG, int all_masks)
     uint64_t st = harness_seed() + 99;
     for (size_t gi = 0; gi < nG; gi++) {
         const int G = Gs[gi];
+        set_locals(G, all_masks);
         const struct mask_spec masks[] = {
             {0, -1, -1},    {1, -1, -1},           {1, 3, -1}, {0, 2, 5}, {0, -1, 2}, {0, 0, 0},
             {1, G + 1, -1}, {0, 3 * G / 2, G / 3}, {1, 0, -1},
@@ -326,7 +636,7 @@ static void run_sweep(const int *Gs, size_t nG, int all_masks)
 static void test_small(void **state)
 {
     (void)state;
-    static const int Gs[] = {1, 2, 3, 4, 5, 7, 8, 13, 16};
+    static const int Gs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16};
     run_sweep(Gs, sizeof Gs / sizeof *Gs, 1);
 }
 

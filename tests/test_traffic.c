@@ -14,6 +14,15 @@
  *     r >= 2 the dK, dV accumulators of block i - r + 1: 2 B n Hkv d ws; slot S: block i - S + 1.
  * Totals (stats.traffic) equal the sums; every byte sent is received by a neighbour. BURST_BWD_AUTO
  * must resolve to the pattern with fewer bytes (burst on a tie).
+ *
+ * Two-level ring (ranks_per_node = L): the blocks a rank holds and forwards come from
+ * burst_sched_step2 (runtime/schedule.h). The ring runs burst_ring_steps2 steps, at least the
+ * steps the two-level order needs (a window may make that more than the flat ring's). Per step, the bytes posted
+ * are the blocks the schedule sends (local send at any step, inter-node send at a round's first
+ * step) plus the accumulator it hands on (acc_to; slot S: final_to); forward messages per step
+ * = local + inter-node sends of the schedule; steps - 1 block messages per rank. Totals: every
+ * rank's bytes equal the flat ring's formula for the same step count when shards are even, and
+ * the bytes of all ranks together equal it always.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +33,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -164,6 +174,139 @@ static void check_traffic(const struct harness_case *c)
     harness_problem_destroy(p);
 }
 
+/* Steps the two-level order needs for `pat`: 1 + the last step at which a rank holds a block
+ * it needs (burst_block_needed, as burst_ring_steps uses it). */
+static int two_level_needed(const struct burst_shards *s, struct burst_mask mask, int L,
+                            enum burst_sched_pattern pat)
+{
+    const int G = s->ranks, burst = pat == BURST_SCHED_BWD_BURST;
+    int need = 1;
+    for (int i = 0; i < G; i++)
+        for (int r = 1; r < G; r++) {
+            const int b = burst_sched_block(pat, G, L, i, r);
+            if (r + 1 > need && burst_block_needed(s, mask, burst ? b : i, burst ? i : b))
+                need = r + 1;
+        }
+    return need;
+}
+
+/* Flat ring formula for rank i over S steps (as in check_traffic). */
+static uint64_t flat_total(const struct harness_case *c, const int64_t *n, int G, int i, int ph,
+                           burst_bwd_pattern_t pat, int S)
+{
+    uint64_t total = 0;
+    const int ring = pat == BURST_BWD_RING;
+    for (int r = 0; r < S - 1; r++)
+        total += ph == BURST_PHASE_FWD
+                     ? fwd_bytes(c, n, wrap(i - r, G))
+                     : read_bytes(c, pat, n, ring ? wrap(i - r, G) : wrap(i + r, G));
+    if (ph == BURST_PHASE_BWD)
+        for (int r = 1; r < S; r++)
+            total += acc_bytes(c, pat, n, ring ? wrap(i - r, G) : wrap(i + r, G));
+    return total;
+}
+
+static void check_traffic2(const struct harness_case *c)
+{
+    char desc[512];
+    harness_case_str(c, desc, sizeof desc);
+    struct harness_problem *p = harness_problem_create(c);
+    assert_non_null(p);
+    if (harness_problem_run(p) != 0) {
+        harness_problem_print(p, NULL, "FAIL");
+        fail_msg("%s: run failed", desc);
+    }
+    const int G = c->ranks, L = c->ranks_per_node;
+    struct burst_shards s;
+    assert_int_equal(burst_shards_init(&s, "test", c->layout, c->seq_len, G, c->shard_lens),
+                     BURST_OK);
+    const struct burst_mask mask = burst_mask_make(c->causal, c->window_left, c->window_right);
+    const int64_t *n = s.lens;
+    int even = c->shard_lens == NULL;
+    for (int i = 1; i < G; i++)
+        even = even && n[i] == n[0];
+    struct burst_sched_step *sc = calloc((size_t)G * (size_t)(G + 1), sizeof *sc);
+    assert_non_null(sc);
+
+    for (int ph = BURST_PHASE_FWD; ph <= BURST_PHASE_BWD; ph++) {
+        const burst_bwd_pattern_t pat = harness_problem_record(p, 0)->bwd_used;
+        const enum burst_sched_pattern sp = ph == BURST_PHASE_FWD   ? BURST_SCHED_FWD
+                                            : pat == BURST_BWD_RING ? BURST_SCHED_BWD_RING
+                                                                    : BURST_SCHED_BWD_BURST;
+        const int S = harness_problem_record(p, 0)->stats[ph].steps;
+        const int need = two_level_needed(&s, mask, L, sp);
+        if (S != burst_ring_steps2(&s, mask, L) || S < need || S > G)
+            fail_msg("%s: phase %d ran %d steps; burst_ring_steps2 = %d, the two-level order "
+                     "needs %d (of %d)",
+                     desc, ph, S, burst_ring_steps2(&s, mask, L), need, G);
+        for (int i = 0; i < G; i++)
+            for (int r = 0; r < S; r++)
+                burst_sched_step2(sp, &s, mask, L, i, r, S, &sc[(size_t)i * (size_t)(G + 1) + r]);
+        uint64_t grand = 0, grand_flat = 0, sent_all = 0, recv_all = 0;
+        for (int i = 0; i < G; i++) {
+            const struct harness_rank_record *rec = harness_problem_record(p, i);
+            const struct burst_phase_stats *st = &rec->stats[ph];
+            const struct burst_sched_step *me = &sc[(size_t)i * (size_t)(G + 1)];
+            if (st->steps != S || rec->bwd_used != pat)
+                fail_msg("%s: rank %d phase %d: %d steps, pattern %d; rank 0: %d, %d", desc, i, ph,
+                         st->steps, (int)rec->bwd_used, S, (int)pat);
+            assert_non_null(rec->step_traffic[ph]);
+            uint64_t total = 0, blocks = 0;
+            for (int r = 0; r <= S; r++) {
+                uint64_t want = 0, msgs = 0;
+                if (r < S) {
+                    const int nsend = (me[r].send_to >= 0) + (me[r].inter_send_to >= 0);
+                    msgs += (uint64_t)nsend;
+                    blocks += (uint64_t)nsend;
+                    want += (uint64_t)nsend * (ph == BURST_PHASE_FWD
+                                                   ? fwd_bytes(c, n, me[r].block)
+                                                   : read_bytes(c, pat, n, me[r].block));
+                    if (ph == BURST_PHASE_BWD && me[r].acc_to >= 0)
+                        want += acc_bytes(c, pat, n, me[r - 1].block);
+                } else if (ph == BURST_PHASE_BWD && S >= 2) {
+                    want += acc_bytes(c, pat, n, me[S - 1].block);
+                }
+                const struct burst_traffic *t = &rec->step_traffic[ph][r];
+                if (t->bytes_sent != want)
+                    fail_msg("%s: rank %d %s step %d of %d (L=%d) sent %llu bytes, expected %llu "
+                             "(local send %d, inter send %d, acc_to %d)",
+                             desc, i, ph == BURST_PHASE_FWD ? "forward" : "backward", r, S, L,
+                             (unsigned long long)t->bytes_sent, (unsigned long long)want,
+                             r < S ? me[r].send_to : -1, r < S ? me[r].inter_send_to : -1,
+                             r < S ? me[r].acc_to : -1);
+                if (ph == BURST_PHASE_FWD && t->msgs_sent != msgs)
+                    fail_msg("%s: rank %d forward step %d (L=%d) posted %llu messages, the "
+                             "schedule says %llu (local send %d, inter send %d)",
+                             desc, i, r, L, (unsigned long long)t->msgs_sent,
+                             (unsigned long long)msgs, r < S ? me[r].send_to : -1,
+                             r < S ? me[r].inter_send_to : -1);
+                total += want;
+            }
+            if (blocks != (uint64_t)(S - 1))
+                fail_msg("%s: rank %d phase %d: %llu block messages in %d steps", desc, i, ph,
+                         (unsigned long long)blocks, S);
+            if (st->traffic.bytes_sent != total)
+                fail_msg("%s: rank %d phase %d total %llu bytes, expected %llu", desc, i, ph,
+                         (unsigned long long)st->traffic.bytes_sent, (unsigned long long)total);
+            const uint64_t flat = flat_total(c, n, G, i, ph, pat, S);
+            if (even && total != flat)
+                fail_msg("%s: rank %d phase %d: two-level total %llu bytes, flat ring %llu", desc,
+                         i, ph, (unsigned long long)total, (unsigned long long)flat);
+            grand += total;
+            grand_flat += flat;
+            sent_all += st->traffic.bytes_sent;
+            recv_all += st->traffic.bytes_recv;
+        }
+        if (grand != grand_flat || sent_all != recv_all)
+            fail_msg("%s: phase %d: all ranks send %llu bytes (flat ring %llu), receive %llu", desc,
+                     ph, (unsigned long long)sent_all, (unsigned long long)grand_flat,
+                     (unsigned long long)recv_all);
+    }
+    free(sc);
+    burst_shards_fini(&s);
+    harness_problem_destroy(p);
+}
+
 #define CASE(nm, G, n)                                                                             \
     .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
     .head_dim = 16, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1
@@ -203,6 +346,18 @@ static const struct harness_case cases[] = {
     {CASE("auto_gqa2_bf16_wire_input", 3, 30), .q_heads = 4, .dtype = BURST_DTYPE_BF16,
      .wire = BURST_WIRE_INPUT, .bwd = BURST_BWD_AUTO},
     {CASE("auto_gqa2_d8", 4, 40), .q_heads = 4, .head_dim = 8, .bwd = BURST_BWD_AUTO},
+    /* two-level ring (check_traffic2) */
+    {CASE("l2_g4_burst_zigzag", 4, 64), .ranks_per_node = 2, .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("l2_g6_ring_bf16", 6, 60), .ranks_per_node = 2, .dtype = BURST_DTYPE_BF16,
+     .bwd = BURST_BWD_RING},
+    {CASE("l3_g6_window_burst", 6, 96), .ranks_per_node = 3, .window_left = 10},
+    {CASE("l4_g8_window_ring_wire_input", 8, 128), .ranks_per_node = 4, .window_left = 10,
+     .causal = 1, .bwd = BURST_BWD_RING, .wire = BURST_WIRE_INPUT, .dtype = BURST_DTYPE_BF16},
+    {CASE("l2_g4_lens_burst_bf16", 4, 32), .ranks_per_node = 2, .shard_lens = lens_a,
+     .dtype = BURST_DTYPE_BF16},
+    {CASE("l1_g4_ring_gqa", 4, 40), .ranks_per_node = 1, .q_heads = 4, .bwd = BURST_BWD_RING},
+    {CASE("l2_g4_auto_gqa4", 4, 40), .ranks_per_node = 2, .q_heads = 8, .bwd = BURST_BWD_AUTO},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop
@@ -213,7 +368,11 @@ static const struct harness_case cases[] = {
 
 static void test_case(void **state)
 {
-    check_traffic(*state);
+    const struct harness_case *c = *state;
+    if (c->ranks_per_node > 0)
+        check_traffic2(c);
+    else
+        check_traffic(c);
 }
 
 /* The section 2 example: MHA, d = 128, one dtype (fp32 accumulators off): burst sends 386
