@@ -14,7 +14,8 @@
  * or doubled key; the half dtypes check the dtype paths against the bound derived in harness.h.
  *
  * 'slow' (argument --slow): the cartesian product of G x layout x causal x window x pattern x
- * dtype, cycling head dim, GQA ratio, batch and wire precision through the cases.
+ * dtype, cycling head dim, GQA ratio, batch, wire precision and (every other case) the
+ * two-level split L through the cases.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -204,6 +205,18 @@ static void test_case(void **state)
 
 /* ---- slow sweep ---- */
 
+/* Every other case on a two-level ring: L cycles through the proper divisors of G (0 = flat). */
+static int two_level_split(int G, int idx)
+{
+    if (idx % 2 == 0 || G == 1)
+        return 0;
+    int divs[8], n = 0;
+    for (int L = 1; L < G && n < 8; L++)
+        if (G % L == 0)
+            divs[n++] = L;
+    return divs[(idx / 2) % n];
+}
+
 static void test_sweep(void **state)
 {
     (void)state;
@@ -245,6 +258,7 @@ static void test_sweep(void **state)
                                 .bwd = (burst_bwd_pattern_t)bwd,
                                 .wire = (idx / 3) % 2 ? BURST_WIRE_INPUT : BURST_WIRE_FP32,
                                 .pad = idx % 7 == 0 ? 8 : 0,
+                                .ranks_per_node = two_level_split(G, idx),
                             };
                             total++;
                             if (!harness_check_case(&c, 0))
