@@ -293,11 +293,10 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         burst_status_t w1 = burst_comm_wait(comm, &ra);
         if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
             st = c.ops->accumulate(c.be, part[pc], acc_in, plan->acc_dtype, acc_elems(&c, nb));
-        burst_status_t w2 = burst_blocks_wait(&blk, &s), w3 = BURST_OK,
-                       w4 = burst_comm_wait(comm, &sa);
+        burst_status_t w2 = burst_blocks_wait(&blk, &s), w3 = burst_comm_wait(comm, &sa);
         burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
         if (st == BURST_OK)
-            st = w1 ? w1 : w2 ? w2 : w3 ? w3 : w4;
+            st = w1 ? w1 : w2 ? w2 : w3;
         stats->steps = r + 1;
 
         /* After the last step: every chain goes home, and this rank's own comes back. */
