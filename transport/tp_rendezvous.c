@@ -880,6 +880,19 @@ struct rv_boot {
     size_t in_len;
 };
 
+/* Wait until fd is ready for `events` or the deadline (ms, monotonic) passes: 0 (ready, or
+ * interrupted: the caller retries), or -1 with errno (ETIMEDOUT). */
+static int wait_ready(int fd, short events, int64_t deadline)
+{
+    int64_t left = deadline - now_ms();
+    if (left <= 0) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
+    struct pollfd pf = {.fd = fd, .events = events};
+    return poll(&pf, 1, (int)left) < 0 && errno != EINTR ? -1 : 0;
+}
+
 /* Send all of buf before deadline (ms, monotonic). 0, or -1 with errno (ETIMEDOUT). */
 static int send_all(int fd, const void *buf, size_t len, int64_t deadline)
 {
@@ -895,13 +908,7 @@ static int send_all(int fd, const void *buf, size_t len, int64_t deadline)
             continue;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
+        if (wait_ready(fd, POLLOUT, deadline) != 0)
             return -1;
     }
     return 0;
@@ -927,13 +934,7 @@ static int recv_all(int fd, void *buf, size_t len, int64_t deadline)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
+        if (wait_ready(fd, POLLIN, deadline) != 0)
             return -1;
     }
     return 0;
