@@ -1,6 +1,13 @@
 /*
  * tests/harness.c - see harness.h (tolerances are derived there).
  */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
 #include "harness.h"
 
 #include <ctype.h>
@@ -118,6 +125,26 @@ static double harness_fp16_value(uint16_t h)
     else
         v = ldexp((double)(1024u + m), (int)e - 25);
     return (h & 0x8000u) ? -v : v;
+}
+
+int harness_run_cases(const char *group, const struct harness_case *cases, size_t ncases,
+                      void (*fn)(void **state), const struct CMUnitTest *extra, size_t nextra)
+{
+    struct CMUnitTest *tests = calloc(ncases + nextra, sizeof(*tests));
+    if (!tests) {
+        fprintf(stderr, "%s: out of memory\n", group);
+        return 1;
+    }
+    for (size_t i = 0; i < ncases; i++) {
+        tests[i].name = cases[i].name;
+        tests[i].test_func = fn;
+        tests[i].initial_state = (void *)(uintptr_t)&cases[i];
+    }
+    for (size_t i = 0; i < nextra; i++)
+        tests[ncases + i] = extra[i];
+    int rc = _cmocka_run_group_tests(group, tests, ncases + nextra, NULL, NULL);
+    free(tests);
+    return rc;
 }
 
 void harness_store(burst_dtype_t dtype, void *base, size_t i, double x)

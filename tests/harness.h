@@ -71,6 +71,16 @@
 
 #include "burst/burst.h"
 
+struct CMUnitTest;
+struct harness_case;
+
+/*
+ * Run one cmocka test per case (named after the case, state = the case) with fn, followed by the
+ * `nextra` tests in extra (may be NULL); returns cmocka's group result.
+ */
+int harness_run_cases(const char *group, const struct harness_case *cases, size_t ncases,
+                      void (*fn)(void **state), const struct CMUnitTest *extra, size_t nextra);
+
 /* ---- seeds and random numbers ---- */
 
 /* The run's seed: BURST_TEST_SEED if set, else drawn from the clock. Stable within a process. */

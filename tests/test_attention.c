@@ -275,13 +275,6 @@ int main(int argc, char **argv)
         const struct CMUnitTest slow[] = {cmocka_unit_test(test_sweep)};
         return cmocka_run_group_tests_name("attention_sweep", slow, NULL, NULL);
     }
-    enum {
-        NCASES = sizeof unit_cases / sizeof *unit_cases
-    };
-    struct CMUnitTest tests[NCASES];
-    for (size_t i = 0; i < NCASES; i++) {
-        struct CMUnitTest t = {unit_cases[i].name, test_case, NULL, NULL, (void *)&unit_cases[i]};
-        tests[i] = t;
-    }
-    return _cmocka_run_group_tests("attention", tests, NCASES, NULL, NULL);
+    return harness_run_cases("attention", unit_cases, sizeof unit_cases / sizeof *unit_cases,
+                             test_case, NULL, 0);
 }

@@ -90,13 +90,6 @@ static void test_case(void **state)
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
-    enum {
-        NCASES = sizeof cases / sizeof *cases
-    };
-    struct CMUnitTest tests[NCASES];
-    for (size_t i = 0; i < NCASES; i++) {
-        struct CMUnitTest t = {cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
-        tests[i] = t;
-    }
-    return _cmocka_run_group_tests("determinism", tests, NCASES, NULL, NULL);
+    return harness_run_cases("determinism", cases, sizeof cases / sizeof *cases, test_case, NULL,
+                             0);
 }

@@ -394,15 +394,6 @@ static void test_paper_ratio(void **state)
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
-    enum {
-        NCASES = sizeof cases / sizeof *cases
-    };
-    struct CMUnitTest tests[NCASES + 1];
-    for (size_t i = 0; i < NCASES; i++) {
-        struct CMUnitTest t = {cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
-        tests[i] = t;
-    }
-    struct CMUnitTest t = {"paper_ratio", test_paper_ratio, NULL, NULL, NULL};
-    tests[NCASES] = t;
-    return _cmocka_run_group_tests("traffic", tests, NCASES + 1, NULL, NULL);
+    const struct CMUnitTest extra[] = {cmocka_unit_test(test_paper_ratio)};
+    return harness_run_cases("traffic", cases, sizeof cases / sizeof *cases, test_case, extra, 1);
 }
