@@ -24,6 +24,7 @@
 #include "burst/context.h"
 #include "burst/tensor.h"
 #include "posmap.h"
+#include "strbuf.h"
 
 /* One forward step: attention of q against the block (k, v), merged into (o_acc, lse_acc). */
 struct burst_fwd_args {
@@ -88,9 +89,25 @@ struct burst_backend_ops {
 
     /* Wait for the calling thread's outstanding work (NULL when ops are synchronous). */
     burst_status_t (*sync)(void *be);
+
+    /*
+     * Describe this backend for burst_probe() without creating a context: its devices, their
+     * capabilities and the tile configuration create() would choose. Appends to `out`: as text,
+     * lines indented by two spaces; as JSON, one object
+     *   {"backend": name, "available": bool, "reason": str (only when unavailable),
+     *    "devices": [{"index": i, "name": str, ..., "tiles": {...}}, ...]}.
+     * Never fails: an unusable backend says why in "reason".
+     */
+    void (*probe)(const struct burst_context_params *params, struct burst_sb *out, int json);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */
 extern const struct burst_backend_ops burst_cpu_backend_ops;
+#ifdef BURST_HAVE_CUDA
+extern const struct burst_backend_ops burst_cuda_backend_ops; /* cuda/ */
+#endif
+#ifdef BURST_HAVE_VULKAN
+extern const struct burst_backend_ops burst_vk_backend_ops; /* runtime/vulkan/ */
+#endif
 
 #endif /* BURST_RUNTIME_BACKEND_H */

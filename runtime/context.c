@@ -7,6 +7,12 @@
 
 /* Backends in priority order: "auto" takes the first that creates successfully. */
 static const struct burst_backend_ops *const backends[] = {
+#ifdef BURST_HAVE_CUDA
+    &burst_cuda_backend_ops,
+#endif
+#ifdef BURST_HAVE_VULKAN
+    &burst_vk_backend_ops,
+#endif
     &burst_cpu_backend_ops,
 };
 #define NUM_BACKENDS (sizeof(backends) / sizeof(backends[0]))
@@ -28,6 +34,7 @@ struct burst_context_params burst_context_params_default(void)
         .api_version = BURST_API_VERSION,
         .backend = "auto",
         .num_threads = 0,
+        .device = NULL,
     };
     return p;
 }
@@ -64,6 +71,9 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params->num_threads = %d must be >= 0", who,
                            p.num_threads);
 
+    if (!p.device || !*p.device) /* backends see NULL (device 0), an index or a name */
+        p.device =
+            getenv("BURST_DEVICE") && *getenv("BURST_DEVICE") ? getenv("BURST_DEVICE") : NULL;
     const char *name = p.backend ? p.backend : "auto";
     if (strcmp(name, "auto") == 0) {
         const char *env = getenv("BURST_BACKEND");
@@ -82,9 +92,14 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
     for (size_t i = 0; i < NUM_BACKENDS; i++)
         if (strcmp(backends[i]->name, name) == 0)
             return try_backend(backends[i], &p, ctx_p);
+    char have[128] = "";
+    for (size_t i = 0; i < NUM_BACKENDS; i++) {
+        strncat(have, backends[i]->name, sizeof have - strlen(have) - 1);
+        strncat(have, ", ", sizeof have - strlen(have) - 1);
+    }
     return burst_error(BURST_ERR_INVALID_ARG,
-                       "%s: backend = \"%s\" is not a backend of this build (have: cpu, auto)", who,
-                       name);
+                       "%s: backend = \"%s\" is not a backend of this build (have: %sauto)", who,
+                       name, have);
 }
 
 void burst_context_destroy(struct burst_context *ctx)
@@ -103,4 +118,76 @@ const char *burst_context_backend(const struct burst_context *ctx)
 int burst_context_num_threads(const struct burst_context *ctx)
 {
     return ctx && ctx->ops->num_threads ? ctx->ops->num_threads(ctx->be) : 1;
+}
+
+burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void **ptr_p)
+{
+    static const char *who = "burst_context_alloc";
+    burst_error_clear();
+    if (!ptr_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: ptr_p is NULL", who);
+    *ptr_p = NULL;
+    if (!ctx)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: ctx is NULL", who);
+    if (bytes == 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: bytes = 0 must be > 0", who);
+    *ptr_p = ctx->ops->alloc(ctx->be, bytes);
+    if (!*ptr_p)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: %s backend could not allocate %zu bytes", who,
+                           ctx->ops->name, bytes);
+    return BURST_OK;
+}
+
+void burst_context_free(struct burst_context *ctx, void *ptr)
+{
+    if (ctx && ptr)
+        ctx->ops->free(ctx->be, ptr);
+}
+
+burst_status_t burst_probe(const struct burst_context_params *params, int json, char **report_p)
+{
+    static const char *who = "burst_probe";
+    burst_error_clear();
+    if (!report_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: report_p is NULL", who);
+    *report_p = NULL;
+    struct burst_context_params p = params ? *params : burst_context_params_default();
+    burst_status_t st = burst_check_api_version(who, p.api_version);
+    if (st != BURST_OK)
+        return st;
+    struct burst_sb sb = {0};
+    if (json) {
+        burst_sb_printf(&sb, "{\"version\": ");
+        burst_sb_json_str(&sb, BURST_VERSION_STRING);
+        burst_sb_printf(&sb, ", \"backends\": [");
+    }
+    for (size_t i = 0; i < NUM_BACKENDS; i++) {
+        const struct burst_backend_ops *ops = backends[i];
+        if (json && i)
+            burst_sb_printf(&sb, ", ");
+        if (!json)
+            burst_sb_printf(&sb, "backend %s\n", ops->name);
+        if (ops->probe) {
+            ops->probe(&p, &sb, json);
+        } else if (json) {
+            burst_sb_printf(&sb, "{\"backend\": ");
+            burst_sb_json_str(&sb, ops->name);
+            burst_sb_printf(&sb, ", \"available\": null, \"devices\": []}");
+        } else {
+            burst_sb_printf(&sb, "  (no probe)\n");
+        }
+    }
+    if (json)
+        burst_sb_printf(&sb, "]}\n");
+    if (sb.failed || !sb.buf) {
+        free(sb.buf);
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    }
+    *report_p = sb.buf;
+    return BURST_OK;
+}
+
+void burst_free(void *p)
+{
+    free(p);
 }

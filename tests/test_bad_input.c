@@ -206,6 +206,42 @@ static void ctx_negative_threads(void **state)
     assert_ptr_equal(ctx, SENTINEL);
 }
 
+static void ctx_alloc_zero(void **state)
+{
+    (void)state;
+    void *ptr = SENTINEL;
+    EXPECT(burst_context_alloc(harness_context(), 0, &ptr), INVALID, "bytes", "0");
+    assert_null(ptr);
+}
+
+static void ctx_alloc_null(void **state)
+{
+    (void)state;
+    void *ptr = SENTINEL;
+    EXPECT(burst_context_alloc(NULL, 64, &ptr), INVALID, "ctx", "NULL");
+    assert_null(ptr);
+    EXPECT(burst_context_alloc(harness_context(), 64, NULL), INVALID, "ptr_p", "NULL");
+}
+
+static void ctx_alloc_huge(void **state)
+{
+    (void)state;
+    void *ptr = SENTINEL;
+    EXPECT(burst_context_alloc(harness_context(), SIZE_MAX / 2, &ptr), BURST_ERR_NO_MEMORY,
+           "burst_context_alloc", NULL);
+    assert_null(ptr);
+}
+
+static void probe_null_out(void **state)
+{
+    (void)state;
+    EXPECT(burst_probe(NULL, 0, NULL), INVALID, "report_p", "NULL");
+    char *r = NULL;
+    assert_int_equal(burst_probe(NULL, 1, &r), BURST_OK);
+    assert_non_null(strstr(r, "\"backend\": \"cpu\""));
+    burst_free(r);
+}
+
 static void world_bad_size(void **state)
 {
     (void)state;
@@ -1042,6 +1078,10 @@ int main(void)
         cmocka_unit_test(ctx_newer_minor),
         cmocka_unit_test(ctx_unknown_backend),
         cmocka_unit_test(ctx_negative_threads),
+        cmocka_unit_test(ctx_alloc_zero),
+        cmocka_unit_test(ctx_alloc_null),
+        cmocka_unit_test(ctx_alloc_huge),
+        cmocka_unit_test(probe_null_out),
         cmocka_unit_test(world_bad_size),
         cmocka_unit_test(world_null_out),
         cmocka_unit_test(comm_null_params),

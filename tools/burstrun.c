@@ -51,7 +51,9 @@ static void usage(FILE *f)
         "                         query i iff i-L <= j <= i+R; -1 = unbounded (default -1,-1)\n"
         "  --bwd P                backward pattern burst | ring | auto (default burst)\n"
         "run:\n"
-        "  --backend NAME         cpu | auto (default auto; BURST_BACKEND overrides auto)\n"
+        "  --backend NAME         cpu | vulkan | cuda | auto, as built (default auto;\n"
+        "                         BURST_BACKEND overrides auto)\n"
+        "  --device D             GPU backends: device index or name substring (BURST_DEVICE)\n"
         "  --threads              ranks are threads of this process (in-process ring) instead\n"
         "                         of processes\n"
         "  --fabric F             auto | shm | tcp | verbs | efa (default shm; auto = shm on\n"
@@ -93,6 +95,8 @@ static void usage(FILE *f)
         "  --verbose              per-rank compute / wait / total time of each phase, and the\n"
         "                         launch (rendezvous, fabric) on stderr\n"
         "  --info                 print the tunables (environment variables) and exit\n"
+        "  --probe                list every backend's devices, capabilities and chosen tiles\n"
+        "                         and exit (with --json: one JSON object)\n"
         "  -h, --help             this text\n"
         "  -V, --version          versions of burstrun and of the loaded library\n",
         JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
@@ -134,6 +138,7 @@ static void info(void)
         const char *name, *what;
     } vars[] = {
         {"BURST_BACKEND", "backend chosen by \"auto\" (e.g. cpu)"},
+        {"BURST_DEVICE", "GPU backends: device index or name substring (default 0)"},
         {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
         {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
         {"BURST_CPU_ISA", "\"base\": portable cpu kernels instead of AVX2+FMA+F16C"},
@@ -223,6 +228,7 @@ struct opts {
     int default_job;
     int threads; /* --threads: ranks as threads */
     int verbose;
+    int probe; /* --probe: report the backends and exit */
     const char *fabric, *iface;
     int timeout_s;
     struct job_kill kill; /* hidden --test-kill-* */
@@ -297,7 +303,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                            "--help",           "-h",
                                            "--version",        "-V",
                                            "--info",           "--hash",
-                                           "--verbose",        "--deterministic"};
+                                           "--verbose",        "--deterministic",
+                                           "--probe"};
         int is_bare = 0;
         for (size_t b = 0; b < sizeof(bare) / sizeof(bare[0]); b++)
             is_bare |= strcmp(name, bare[b]) == 0;
@@ -331,6 +338,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->verbose = 1;
             } else if (!strcmp(name, "--deterministic")) {
                 p->deterministic = 1;
+            } else if (!strcmp(name, "--probe")) {
+                o->probe = 1;
             }
             continue;
         }
@@ -351,6 +360,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              "--warmup",
                                              "--seed",
                                              "--backend",
+                                             "--device",
                                              "--num-threads",
                                              "--fabric",
                                              "--iface",
@@ -415,8 +425,15 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->seed_given = 1;
         } else if (!strcmp(name, "--backend")) {
             if (!*val)
-                die_usage("bad value for --backend: '%s' (expected cpu | auto)", val);
+                die_usage("bad value for --backend: '%s' (expected cpu | vulkan | cuda | auto)",
+                          val);
             o->backend = val;
+        } else if (!strcmp(name, "--device")) {
+            if (!*val)
+                die_usage("bad value for --device: '' (expected an index or a name)");
+            /* children and the library read it from the environment */
+            if (setenv("BURST_DEVICE", val, 1) != 0)
+                die_usage("--device %s: cannot set BURST_DEVICE", val);
         } else if (!strcmp(name, "--num-threads")) {
             o->num_threads = (int)parse_int(name, val, 0, 1 << 16);
         } else if (!strcmp(name, "--fabric")) {
@@ -843,6 +860,20 @@ int main(int argc, char **argv)
         return job_worker_main(atoi(argv[2]));
     struct opts o;
     parse_args(argc, argv, &o);
+    if (o.probe) {
+        struct burst_context_params cp = burst_context_params_default();
+        cp.num_threads = o.num_threads;
+        char *report;
+        burst_status_t st = burst_probe(&cp, o.json, &report);
+        if (st != BURST_OK) {
+            fprintf(stderr, "%s: --probe: %s: %s\n", prog, burst_status_str(st),
+                    burst_last_error());
+            return EXIT_RUNTIME;
+        }
+        fputs(report, stdout);
+        burst_free(report);
+        return 0;
+    }
     if (!o.threads) {
         struct job_result *r = calloc(1, sizeof(*r));
         if (!r) {

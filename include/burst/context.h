@@ -8,6 +8,8 @@
 #ifndef BURST_CONTEXT_H
 #define BURST_CONTEXT_H
 
+#include <stddef.h>
+
 #include "burst/export.h"
 
 #include "burst/status.h"
@@ -29,6 +31,12 @@ struct burst_context_params {
     const char *backend;
     /* Worker threads for the cpu backend; 0 = BURST_NUM_THREADS or else every online core. */
     int num_threads;
+    /*
+     * Device of a GPU backend (cuda, vulkan): a decimal index into the backend's device list (as
+     * burst_probe() prints it) or a case-insensitive substring of the device name. NULL or "" =
+     * the environment variable BURST_DEVICE, or else device 0. Ignored by the cpu backend.
+     */
+    const char *device;
 };
 
 /* Parameters with every field at its default (api_version = BURST_API_VERSION). Thread-safe. */
@@ -51,6 +59,32 @@ BURST_API const char *burst_context_backend(const struct burst_context *ctx);
 
 /* Number of compute threads the context uses (cpu backend), or 1. Thread-safe. */
 BURST_API int burst_context_num_threads(const struct burst_context *ctx);
+
+/*
+ * Memory the context's backend computes on, zeroed: host memory for cpu; for GPU backends,
+ * memory the device reads directly and the host can also address (see the backend's notes in
+ * README.md). Tensors in such memory avoid staging copies. *ptr_p receives NULL and
+ * BURST_ERR_NO_MEMORY is returned on exhaustion; bytes == 0 is BURST_ERR_INVALID_ARG.
+ * Thread-safe. Free with burst_context_free() on the same context.
+ */
+BURST_API burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void **ptr_p);
+
+/* Free memory from burst_context_alloc(); NULL is accepted. Thread-safe. */
+BURST_API void burst_context_free(struct burst_context *ctx, void *ptr);
+
+/*
+ * Describe every backend of this build without creating a context: devices, capabilities (shared
+ * memory, subgroup size, data types, matrix units, memory; threads and vector width for cpu) and
+ * the tile sizes each would choose. `json` = 0: readable text; 1: one JSON object
+ * {"version": str, "backends": [...]}. *report_p receives a NUL-terminated string to release
+ * with burst_free(). Errors: BURST_ERR_INVALID_ARG (report_p NULL), BURST_ERR_NO_MEMORY.
+ * params may be NULL; its device field selects nothing here (every device is listed).
+ */
+BURST_API burst_status_t burst_probe(const struct burst_context_params *params, int json,
+                                     char **report_p);
+
+/* Release a string returned by the library (burst_probe); NULL is accepted. */
+BURST_API void burst_free(void *p);
 
 #ifdef __cplusplus
 }

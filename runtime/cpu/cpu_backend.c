@@ -317,6 +317,41 @@ burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
     return BURST_OK;
 }
 
+/* burst_probe(): threads, instruction set, vector width and the tile rule (d <= 128 / d > 128). */
+static void burst_cpu_probe(const struct burst_context_params *params, struct burst_sb *out,
+                            int json)
+{
+    int threads =
+        params && params->num_threads > 0 ? params->num_threads : burst_cpu_default_threads();
+    enum burst_cpu_isa isa = burst_cpu_pick_isa();
+    const char *isa_name = isa == BURST_CPU_ISA_AVX2 ? "avx2+fma+f16c" : "portable";
+    int width = isa == BURST_CPU_ISA_AVX2 ? 8 : 4; /* fp32 lanes of the kernels' vectors */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (json) {
+        burst_sb_printf(out,
+                        "{\"backend\": \"cpu\", \"available\": true, \"devices\": [{\"index\": 0, "
+                        "\"name\": \"host cpu\", \"cores_online\": %ld, \"threads\": %d, \"isa\": ",
+                        cores, threads);
+        burst_sb_json_str(out, isa_name);
+        burst_sb_printf(out,
+                        ", \"vector_fp32_lanes\": %d, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], "
+                        "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, \"bwd_br\": [%d, %d], "
+                        "\"bwd_bc\": %d, \"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
+                        width, BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC,
+                        BURST_CPU_BWD_BR(128), BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC,
+                        BURST_CPU_MR);
+    } else {
+        burst_sb_printf(out,
+                        "  device 0: host cpu, %ld cores online, %d compute threads, kernels %s "
+                        "(%d fp32 lanes), dtypes fp32 fp16 bf16\n"
+                        "    tiles: forward %dx%d (d <= 128) / %dx%d (d > 128) query x key rows, "
+                        "backward %dx%d / %dx%d, micro-kernel %d rows\n",
+                        cores, threads, isa_name, width, BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BC,
+                        BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_BWD_BR(128),
+                        BURST_CPU_BWD_BC, BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR);
+    }
+}
+
 const struct burst_backend_ops burst_cpu_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "cpu",
@@ -332,4 +367,5 @@ const struct burst_backend_ops burst_cpu_backend_ops = {
     .bwd_delta = burst_cpu_bwd_delta,
     .bwd_step = burst_cpu_bwd_step,
     .sync = NULL,
+    .probe = burst_cpu_probe,
 };
