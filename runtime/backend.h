@@ -99,6 +99,19 @@ struct burst_backend_ops {
      * Never fails: an unusable backend says why in "reason".
      */
     void (*probe)(const struct burst_context_params *params, struct burst_sb *out, int json);
+
+    /*
+     * Backends whose memory the host cannot address (cuda: cudaMalloc) set device_memory = 1
+     * and provide the three ops below; the engine then stages the travelling blocks through
+     * host memory for transports that need host buffers (runtime/ring_blocks.c). Backends whose
+     * alloc() returns host-addressable memory (cpu; vulkan's mapped buffers) leave them NULL.
+     */
+    int device_memory;
+    /* Copy bytes between any two of: backend memory, host memory. Synchronous. */
+    burst_status_t (*memcpy)(void *be, void *dst, const void *src, size_t bytes);
+    /* Page-locked host memory for staging (fast device<->host copies). NULL on exhaustion. */
+    void *(*host_alloc)(void *be, size_t bytes);
+    void (*host_free)(void *be, void *ptr);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

@@ -144,6 +144,24 @@ void burst_context_free(struct burst_context *ctx, void *ptr)
         ctx->ops->free(ctx->be, ptr);
 }
 
+burst_status_t burst_context_memcpy(struct burst_context *ctx, void *dst, const void *src,
+                                    size_t bytes)
+{
+    static const char *who = "burst_context_memcpy";
+    burst_error_clear();
+    if (!ctx)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: ctx is NULL", who);
+    if (bytes == 0)
+        return BURST_OK;
+    if (!dst || !src)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL (bytes = %zu)", who,
+                           !dst ? "dst" : "src", bytes);
+    if (ctx->ops->memcpy)
+        return ctx->ops->memcpy(ctx->be, dst, src, bytes);
+    memmove(dst, src, bytes);
+    return BURST_OK;
+}
+
 burst_status_t burst_probe(const struct burst_context_params *params, int json, char **report_p)
 {
     static const char *who = "burst_probe";

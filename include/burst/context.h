@@ -73,6 +73,14 @@ BURST_API burst_status_t burst_context_alloc(struct burst_context *ctx, size_t b
 BURST_API void burst_context_free(struct burst_context *ctx, void *ptr);
 
 /*
+ * Copy `bytes` between host memory and the context's memory in either direction (or within
+ * either): what applications use to fill and read tensors on a GPU backend. Synchronous.
+ * Errors: BURST_ERR_INVALID_ARG (NULL pointer with bytes > 0), device errors.
+ */
+BURST_API burst_status_t burst_context_memcpy(struct burst_context *ctx, void *dst, const void *src,
+                                              size_t bytes);
+
+/*
  * Describe every backend of this build without creating a context: devices, capabilities (shared
  * memory, subgroup size, data types, matrix units, memory; threads and vector width for cpu) and
  * the tile sizes each would choose. `json` = 0: readable text; 1: one JSON object
