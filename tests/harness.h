@@ -100,7 +100,9 @@ int harness_is_poison(burst_dtype_t dtype, const void *base, size_t i);
 
 /* ---- the shared context and rank threads ---- */
 
-/* One context for the whole test process (cpu backend), created on first use. */
+/* One context for the whole test process, created on first use: backend BURST_TEST_BACKEND
+ * (default cpu). A backend with no device here ends the test program with exit status 77
+ * (meson: SKIP), so GPU variants of the tests skip on machines without that GPU. */
 struct burst_context *harness_context(void);
 
 typedef void (*harness_rank_fn)(int rank, struct burst_comm *comm, void *arg);
