@@ -6,6 +6,10 @@
  *   test_procs shm|tcp faults    a rank SIGKILLed during the forward, then during the backward:
  *                                every survivor returns BURST_ERR_PEER_FAILED (or TIMEOUT) soon,
  *                                naming the rank
+ *   test_procs tcp netns         two "hosts" (network namespaces joined by a veth pair), G = 4, 6,
+ *                                two-level ring of G/2 ranks per host: fabric auto becomes the
+ *                                hybrid "shm+tcp", 2 hosts, results bitwise those of the
+ *                                in-process two-level ring. SKIP (77) where `ip netns add` fails
  *   test_procs shm refused       wrong / malformed keys and corrupted, truncated and oversized
  *                                control messages are refused; the service keeps serving
  *   test_procs shm|tcp mpi       G = 2, 4 ranks started by Open MPI's mpirun join through the MPI
@@ -27,7 +31,9 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +70,7 @@ struct prob {
     int64_t B, N;
     int Hq, Hkv, d;
     uint64_t seed;
+    int rpn; /* ranks per node of a two-level ring, 0 = flat (workers: BURST_TEST_RPN) */
 };
 
 /* Result slot of one rank in the shared file. */
@@ -193,6 +200,7 @@ static void run_rank(struct burst_context *ctx, struct burst_comm *comm, const s
     pp.causal = 1;
     pp.layout = BURST_LAYOUT_ZIGZAG;
     pp.deterministic = 1;
+    pp.ranks_per_node = p->rpn;
     struct burst_plan *plan = NULL;
     sl->st_plan = burst_plan_create(ctx, comm, &pp, &plan);
     if (sl->st_plan != BURST_OK) {
@@ -229,13 +237,15 @@ static int worker_main(int argc, char **argv)
     int mpi = strcmp(argv[1], "--mpi-worker") == 0;
     if (argc != (mpi ? 10 : 11))
         return 2;
+    const char *rpn = getenv("BURST_TEST_RPN");
     struct prob p = {atoi(argv[2]),
                      atoll(argv[3]),
                      atoll(argv[4]),
                      atoi(argv[5]),
                      atoi(argv[6]),
                      atoi(argv[7]),
-                     strtoull(argv[8], NULL, 0)};
+                     strtoull(argv[8], NULL, 0),
+                     rpn ? atoi(rpn) : 0};
     int out_fd = mpi ? open(argv[9], O_RDWR | O_CLOEXEC) : atoi(argv[9]);
     int pipe_fd = mpi ? -1 : atoi(argv[10]);
     if (out_fd < 0)
@@ -291,15 +301,27 @@ struct job {
     size_t bytes;
     struct slot *slots;
     struct bufs out;
+    /* netns case: the rendezvous' bind address, and per rank a network namespace to enter
+     * (an open /run/netns file, or -1) and its BURST_IFACE (NULL: the provider's default) */
+    const char *bind;
+    int netns[MAXG];
+    const char *iface[MAXG];
 };
 
 static char g_self[4096];
 static pid_t g_children[256]; /* every rank process started: their /dev/shm names */
 static int g_nchildren;
 
-static int job_open(struct job *j, const struct prob *p)
+/* Open a job; bind, netns and iface as in struct job (NULL: loopback, none, default). */
+static int job_open_net(struct job *j, const struct prob *p, const char *bind, const int *netns,
+                        const char *const *iface)
 {
     memset(j, 0, sizeof(*j));
+    j->bind = bind;
+    for (int r = 0; r < MAXG; r++) {
+        j->netns[r] = netns ? netns[r] : -1;
+        j->iface[r] = iface ? iface[r] : NULL;
+    }
     j->p = *p;
     j->out_fd = j->pipe_r = j->pipe_w = -1;
     j->bytes = MAXG * sizeof(struct slot) + out_bytes(p);
@@ -315,11 +337,16 @@ static int job_open(struct job *j, const struct prob *p)
     j->slots = j->map;
     bufs_outputs_at(p, &j->out, (char *)j->map + MAXG * sizeof(struct slot));
     memset(j->out.o, 0xff, out_bytes(p)); /* NaN: every element must be written */
-    if (burst_rendezvous_create(NULL, 0, p->G, NULL, &j->rv) != BURST_OK) {
+    if (burst_rendezvous_create(j->bind, 0, p->G, NULL, &j->rv) != BURST_OK) {
         fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
         return -1;
     }
     return 0;
+}
+
+static int job_open(struct job *j, const struct prob *p)
+{
+    return job_open_net(j, p, NULL, NULL, NULL);
 }
 
 /* Start rank `rank` with job key `key` (NULL = the job's). */
@@ -345,9 +372,16 @@ static pid_t job_spawn(struct job *j, int rank, const char *key)
         setenv("BURST_SIZE", gs, 1);
         setenv("BURST_RENDEZVOUS", burst_rendezvous_address(j->rv), 1);
         setenv("BURST_JOB_KEY", key ? key : burst_rendezvous_key(j->rv), 1);
-        setenv("BURST_FABRIC", g_prov, 1);
-        if (strcmp(g_prov, "tcp") == 0)
+        setenv("BURST_FABRIC", j->bind ? "auto" : g_prov, 1);
+        if (j->iface[rank])
+            setenv("BURST_IFACE", j->iface[rank], 1);
+        else if (strcmp(g_prov, "tcp") == 0)
             setenv("BURST_IFACE", "127.0.0.1", 1);
+        char rpn[16];
+        snprintf(rpn, sizeof(rpn), "%d", p->rpn);
+        setenv("BURST_TEST_RPN", rpn, 1);
+        if (j->netns[rank] >= 0 && setns(j->netns[rank], CLONE_NEWNET) != 0)
+            _exit(126);
         setenv("BURST_TIMEOUT_MS", "20000", 1);
         setenv("BURST_NUM_THREADS", "1", 1);
         close(j->pipe_r);
@@ -545,7 +579,7 @@ static int run_reference(const struct prob *p, void **out_p)
 /* The G slots reported success on `fabric`; the outputs at `out` (every rank's, in the shared
  * file) are bitwise those of the in-process ring. Prints one line with the timings. */
 static void check_results(const struct prob *p, const struct slot *slots, const struct bufs *out,
-                          const char *how, double run_ms)
+                          const char *how, double run_ms, const char *fabric, int hosts)
 {
     int G = p->G;
     for (int r = 0; r < G; r++) {
@@ -554,7 +588,7 @@ static void check_results(const struct prob *p, const struct slot *slots, const 
                   s->st_fwd == BURST_OK && s->st_bwd == BURST_OK,
               "%s G=%d rank %d: comm %d plan %d fwd %d bwd %d: %s", how, G, r, s->st_comm,
               s->st_plan, s->st_fwd, s->st_bwd, s->msg);
-        CHECK(strcmp(s->fabric, g_prov) == 0 && s->hosts == 1,
+        CHECK(strcmp(s->fabric, fabric) == 0 && s->hosts == hosts,
               "%s G=%d rank %d: fabric \"%s\", %d hosts", how, G, r, s->fabric, s->hosts);
     }
     int failures = g_failures;
@@ -581,7 +615,7 @@ static void check_results(const struct prob *p, const struct slot *slots, const 
 
 static void case_results(int G)
 {
-    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + (uint64_t)G};
+    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + (uint64_t)G, 0};
     struct snapshot before;
     snap(&before);
     double t0 = now_ms();
@@ -592,13 +626,102 @@ static void case_results(int G)
         for (int r = 0; r < G; r++)
             job_spawn(&j, r, NULL);
         CHECK(job_reap(&j, 60000, -1) == 0, "G=%d: a rank did not exit cleanly", G);
-        check_results(&p, j.slots, &j.out, "", now_ms() - t0);
+        check_results(&p, j.slots, &j.out, "", now_ms() - t0, g_prov, 1);
     } else {
         CHECK(0, "G=%d: job setup failed", G);
     }
     job_close(&j);
     CHECK(!addr[0] || !still_listening(addr), "rendezvous %s still accepts connections", addr);
     check_leftovers(&before, "results");
+}
+
+/* ---- two "hosts": network namespaces joined by a veth pair ---- */
+
+/* Run a shell command quietly; its exit status (-1 when it could not run). */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    char full[600];
+    snprintf(full, sizeof(full), "%s >/dev/null 2>&1", cmd);
+    int st = system(full);
+    return st == -1 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
+}
+
+/*
+ * Namespaces A and B joined by a veth pair (10.213.x.1 in A, 10.213.x.2 in B). The parent enters
+ * A (rendezvous bound to A's address) and the ranks of "host" B enter B: a two-level ring of
+ * 2 x L ranks (L = G / 2) whose ranks 0..L-1 run in A and the rest in B.
+ * The ranks must agree on fabric "shm+tcp" (auto: shm inside a namespace, tcp across the veth),
+ * see 2 hosts, and give bitwise the in-process two-level ring's results. Returns 0 when it ran,
+ * SKIP when namespaces cannot be made here.
+ */
+static int case_netns(int G)
+{
+    char na[32], nb[32], va[16], vb[16], aa[32], ab[32], path[64];
+    int x = (int)(getpid() % 250) + 1;
+    snprintf(na, sizeof(na), "burst-a-%d", (int)getpid());
+    snprintf(nb, sizeof(nb), "burst-b-%d", (int)getpid());
+    snprintf(va, sizeof(va), "bva%d", (int)getpid() % 100000);
+    snprintf(vb, sizeof(vb), "bvb%d", (int)getpid() % 100000);
+    snprintf(aa, sizeof(aa), "10.213.%d.1", x);
+    snprintf(ab, sizeof(ab), "10.213.%d.2", x);
+    if (sh("ip netns add %s", na) != 0) {
+        printf("SKIP: cannot create a network namespace here (ip netns add: needs root and "
+               "iproute2)\n");
+        return SKIP;
+    }
+    int ok =
+        sh("ip netns add %s", nb) == 0 &&
+        sh("ip link add %s type veth peer name %s", va, vb) == 0 &&
+        sh("ip link set %s netns %s", va, na) == 0 && sh("ip link set %s netns %s", vb, nb) == 0 &&
+        sh("ip -n %s addr add %s/24 dev %s", na, aa, va) == 0 &&
+        sh("ip -n %s addr add %s/24 dev %s", nb, ab, vb) == 0 &&
+        sh("ip -n %s link set %s up", na, va) == 0 && sh("ip -n %s link set %s up", nb, vb) == 0 &&
+        sh("ip -n %s link set lo up", na) == 0 && sh("ip -n %s link set lo up", nb) == 0;
+    int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC), fa = -1, fb = -1;
+    snprintf(path, sizeof(path), "/run/netns/%s", na);
+    fa = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof(path), "/run/netns/%s", nb);
+    fb = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(ok && home >= 0 && fa >= 0 && fb >= 0, "netns: setting up %s and %s failed", na, nb);
+    if (ok && home >= 0 && fa >= 0 && fb >= 0 && setns(fa, CLONE_NEWNET) == 0) {
+        struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + 11 * (uint64_t)G, G / 2};
+        int netns[MAXG];
+        const char *iface[MAXG];
+        for (int r = 0; r < MAXG; r++) {
+            netns[r] = r < G / 2 ? -1 : fb; /* A's ranks inherit the parent's namespace */
+            iface[r] = r < G / 2 ? aa : ab;
+        }
+        struct snapshot before;
+        snap(&before);
+        double t0 = now_ms();
+        struct job j;
+        if (job_open_net(&j, &p, aa, netns, iface) == 0) {
+            for (int r = 0; r < G; r++)
+                job_spawn(&j, r, NULL);
+            CHECK(job_reap(&j, 60000, -1) == 0, "netns G=%d: a rank did not exit cleanly", G);
+            check_results(&p, j.slots, &j.out, "netns", now_ms() - t0, "shm+tcp", 2);
+        } else {
+            CHECK(0, "netns G=%d: job setup failed", G);
+        }
+        job_close(&j);
+        CHECK(setns(home, CLONE_NEWNET) == 0, "netns: cannot return to the first namespace");
+        check_leftovers(&before, "netns");
+    }
+    if (home >= 0)
+        close(home);
+    if (fa >= 0)
+        close(fa);
+    if (fb >= 0)
+        close(fb);
+    sh("ip netns del %s", na); /* the veth pair goes with its namespaces */
+    sh("ip netns del %s", nb);
+    return 0;
 }
 
 /* mpirun on PATH, or NULL. */
@@ -624,7 +747,7 @@ static const char *find_mpirun(void)
  */
 static int case_mpi(int G)
 {
-    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + 7 * (uint64_t)G};
+    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + 7 * (uint64_t)G, 0};
     struct snapshot before;
     snap(&before);
     char path[4096];
@@ -741,7 +864,7 @@ static int case_mpi(int G)
     if (ran) {
         CHECK(ok, "G=%d: mpirun exited with %s %d", G, WIFSIGNALED(status) ? "signal" : "status",
               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        check_results(&p, slots, &out, "mpirun", run_ms);
+        check_results(&p, slots, &out, "mpirun", run_ms, g_prov, 1);
     } else {
         printf("SKIP: mpirun -np %d started no rank (exit status %d): see its output above\n", G,
                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
@@ -756,7 +879,7 @@ static int case_mpi(int G)
 static void case_fault(int G, int victim, char phase, int delay_ms)
 {
     /* Big enough that one forward / backward lasts well over delay_ms on two cores. */
-    struct prob p = {G, 1, 2048 * G, 4, 4, 64, harness_seed() + 99};
+    struct prob p = {G, 1, 2048 * G, 4, 4, 64, harness_seed() + 99, 0};
     struct snapshot before;
     snap(&before);
     struct job j;
@@ -826,7 +949,7 @@ static int raw_refused(const char *addr, const void *msg, size_t len, int close_
 
 static void case_refused(void)
 {
-    struct prob p = {2, 1, 64, 2, 2, 16, harness_seed()};
+    struct prob p = {2, 1, 64, 2, 2, 16, harness_seed(), 0};
     struct snapshot before;
     snap(&before);
     struct job j;
@@ -941,6 +1064,11 @@ int main(int argc, char **argv)
         case_fault(4, 1, 'B', 150);
     } else if (strcmp(what, "refused") == 0) {
         case_refused();
+    } else if (strcmp(what, "netns") == 0) {
+        static const int gs[] = {4, 6};
+        for (int i = 0; i < 2; i++)
+            if (case_netns(gs[i]) == SKIP)
+                return SKIP;
     } else if (strcmp(what, "mpi") == 0) {
         if (!find_mpirun()) {
             printf("SKIP: mpirun (Open MPI) not found on PATH\n");

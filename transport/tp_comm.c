@@ -12,9 +12,6 @@
 #include "error.h"
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
-#ifdef BURST_HAVE_FABRIC
-#include "tp_fabric.h"
-#endif
 
 #define DEFAULT_TIMEOUT_MS 120000
 
@@ -36,6 +33,16 @@ struct burst_comm_params burst_comm_params_default(void)
     return p;
 }
 
+const char *const burst_fab_names[BURST_FAB_NAMES] = {"shm", "tcp", "verbs", "efa"};
+
+int burst_fab_index(const char *name)
+{
+    for (int i = 0; i < BURST_FAB_NAMES; i++)
+        if (strcmp(name, burst_fab_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 static int env_timeout_ms(void)
 {
     const char *s = getenv("BURST_TIMEOUT_MS");
@@ -47,203 +54,6 @@ static int env_timeout_ms(void)
     }
     return DEFAULT_TIMEOUT_MS;
 }
-
-static const char *const fab_names[] = {"shm", "tcp", "verbs", "efa"};
-enum {
-    FAB_NAMES = 4
-};
-
-static int fab_index(const char *name)
-{
-    for (int i = 0; i < FAB_NAMES; i++)
-        if (strcmp(name, fab_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-#ifdef BURST_HAVE_FABRIC
-/*
- * Round 1 of the bootstrap: who am I, where do I run, what do I ask for, what can I use.
- * Fixed 316 bytes: host[256] | boot_id[40] | fabric[16] (NUL-terminated strings, NUL-padded) |
- * avail u32 (big-endian; bit i = fab_names[i] usable on this machine).
- */
-enum {
-    REC_HOST = 256,
-    REC_BOOT = 40,
-    REC_FAB = 16,
-    REC_LEN = REC_HOST + REC_BOOT + REC_FAB + 4
-};
-
-static int rec_valid(const unsigned char *r, size_t len)
-{
-    return len == REC_LEN && memchr(r, 0, REC_HOST) && memchr(r + REC_HOST, 0, REC_BOOT) &&
-           memchr(r + REC_HOST + REC_BOOT, 0, REC_FAB);
-}
-
-static uint32_t rec_avail(const unsigned char *r)
-{
-    const unsigned char *p = r + REC_HOST + REC_BOOT + REC_FAB;
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Decide the provider from every rank's record (every rank computes the same). */
-static burst_status_t choose_fabric(struct burst_comm *c, const unsigned char *const *rec,
-                                    const char *who)
-{
-    int g = c->size;
-    const char *want = (const char *)rec[c->rank] + REC_HOST + REC_BOOT;
-    for (int r = 0; r < g; r++)
-        if (strcmp((const char *)rec[r] + REC_HOST + REC_BOOT, want) != 0)
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: ranks disagree on the fabric: rank %d asks for \"%s\", rank "
-                               "%d for \"%s\" (params->fabric / BURST_FABRIC)",
-                               who, c->rank, want, r, (const char *)rec[r] + REC_HOST + REC_BOOT);
-    c->nhosts = 0;
-    for (int r = 0; r < g; r++) {
-        c->host_of[r] = r;
-        for (int q = 0; q < r; q++)
-            if (memcmp(rec[q], rec[r], REC_HOST + REC_BOOT) == 0) {
-                c->host_of[r] = q;
-                break;
-            }
-        c->nhosts += c->host_of[r] == r;
-    }
-    uint32_t all = 0xffffffffu;
-    for (int r = 0; r < g; r++)
-        all &= rec_avail(rec[r]);
-    int pick = -1;
-    if (strcmp(want, "auto") == 0) {
-        static const int order[] = {3, 2, 1}; /* efa, verbs, tcp */
-        if (c->nhosts == 1 && (all & 1u))
-            pick = 0;
-        for (int i = 0; pick < 0 && i < 3; i++)
-            if (all & (1u << order[i]))
-                pick = order[i];
-        if (pick < 0)
-            return burst_error(BURST_ERR_UNSUPPORTED,
-                               "%s: rank %d: fabric \"auto\": no provider is usable on every rank "
-                               "(%d hosts; this rank has:%s%s%s%s)",
-                               who, c->rank, c->nhosts, rec_avail(rec[c->rank]) & 1u ? " shm" : "",
-                               rec_avail(rec[c->rank]) & 2u ? " tcp" : "",
-                               rec_avail(rec[c->rank]) & 4u ? " verbs" : "",
-                               rec_avail(rec[c->rank]) & 8u ? " efa" : "");
-    } else {
-        pick = fab_index(want);
-        for (int r = 0; r < g; r++)
-            if (!(rec_avail(rec[r]) & (1u << pick)))
-                return burst_error(BURST_ERR_UNSUPPORTED,
-                                   "%s: fabric \"%s\" is not usable on rank %d (host %s)", who,
-                                   want, r, (const char *)rec[r]);
-        if (pick == 0 && c->nhosts > 1)
-            for (int r = 1; r < g; r++)
-                if (c->host_of[r] != 0)
-                    return burst_error(BURST_ERR_INVALID_ARG,
-                                       "%s: fabric \"shm\" needs every rank on one host, but rank "
-                                       "%d runs on %s and rank 0 on %s",
-                                       who, r, (const char *)rec[r], (const char *)rec[0]);
-    }
-    snprintf(c->fabric, sizeof(c->fabric), "%s", fab_names[pick]);
-    return BURST_OK;
-}
-
-static burst_status_t comm_create_fabric(const struct burst_comm_params *p, const char *want,
-                                         int mpi, struct burst_comm *c)
-{
-    static const char *who = "burst_comm_create";
-    unsigned char mine[REC_LEN] = {0};
-    unsigned char *buf = NULL;
-    struct burst_fab *fab = NULL;
-    burst_status_t st;
-    const unsigned char **blob = calloc((size_t)c->size, sizeof(*blob));
-    size_t *lens = calloc((size_t)c->size, sizeof(*lens));
-    c->host_of = calloc((size_t)c->size, sizeof(*c->host_of));
-    if (!blob || !lens || !c->host_of) {
-        st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %d ranks", who, c->size);
-        goto out;
-    }
-#ifdef BURST_HAVE_MPI
-    if (mpi)
-        st = burst_boot_join_mpi(who, c->rank, c->size, c->timeout_ms, &c->boot);
-    else
-#endif
-        st = burst_boot_join(who, p->rendezvous, p->job_key, c->rank, c->size, c->timeout_ms,
-                             &c->boot);
-    if (st != BURST_OK)
-        goto out;
-    /* Round 1: hosts and providers. */
-    if (gethostname((char *)mine, REC_HOST - 1) != 0)
-        strcpy((char *)mine, "?");
-    mine[REC_HOST - 1] = 0;
-    burst_boot_boot_id((char *)mine + REC_HOST, REC_BOOT);
-    snprintf((char *)mine + REC_HOST + REC_BOOT, REC_FAB, "%s", want);
-    uint32_t avail = 0;
-    for (int i = 0; i < FAB_NAMES; i++)
-        avail |= burst_fab_available(fab_names[i]) ? 1u << i : 0u;
-    unsigned char *ap = mine + REC_HOST + REC_BOOT + REC_FAB;
-    ap[0] = (unsigned char)(avail >> 24);
-    ap[1] = (unsigned char)(avail >> 16);
-    ap[2] = (unsigned char)(avail >> 8);
-    ap[3] = (unsigned char)avail;
-    st = burst_boot_allgather(c->boot, mine, REC_LEN, &buf, blob, lens);
-    if (st != BURST_OK)
-        goto out;
-    for (int r = 0; r < c->size; r++)
-        if (!rec_valid(blob[r], lens[r])) {
-            st = burst_error(BURST_ERR_TRANSPORT,
-                             "%s: rank %d: malformed host record of rank %d (%zu bytes)", who,
-                             c->rank, r, lens[r]);
-            goto out;
-        }
-    st = choose_fabric(c, blob, who);
-    free(buf);
-    buf = NULL;
-    if (st != BURST_OK)
-        goto out;
-    /* Round 2: endpoint addresses. */
-    st = burst_fab_open(c->fabric, p->iface, c->rank, c->size, &fab);
-    if (st != BURST_OK)
-        goto out;
-    unsigned char addr[BURST_BOOT_MAX_BLOB / 16];
-    size_t alen = sizeof(addr);
-    st = burst_fab_address(fab, addr, &alen);
-    if (st != BURST_OK)
-        goto out;
-    /* shm's segment "fi_shm://<name>" is /dev/shm/<name>: the launcher removes it if we die. */
-    if (strcmp(c->fabric, "shm") == 0 && alen > 9 && alen < 9 + BURST_BOOT_MAX_NAME &&
-        memcmp(addr, "fi_shm://", 9) == 0) {
-        char name[BURST_BOOT_MAX_NAME + 1];
-        memcpy(name, addr + 9, alen - 9);
-        name[alen - 9] = '\0';
-        st = burst_boot_cleanup(c->boot, name);
-        if (st != BURST_OK)
-            goto out;
-    }
-    st = burst_boot_allgather(c->boot, addr, alen, &buf, blob, lens);
-    if (st != BURST_OK)
-        goto out;
-    st = burst_fab_connect(fab, (const void *const *)blob, lens, &c->tp);
-    if (st != BURST_OK)
-        goto out;
-    fab = NULL; /* owned by the transport */
-    c->tp->ctrl = burst_boot_ctrl(c->boot);
-out:
-    free(buf);
-    free(blob);
-    free(lens);
-    burst_fab_close(fab);
-    if (st != BURST_OK) {
-        if (c->boot) {
-            /* Tell the other ranks at once rather than let them wait for the timeout. */
-            burst_boot_ctrl(c->boot)->abort(burst_boot_ctrl(c->boot), st);
-            burst_boot_leave(c->boot, 1);
-            c->boot = NULL;
-        }
-        free(c->host_of);
-        c->host_of = NULL;
-    }
-    return st;
-}
-#endif /* BURST_HAVE_FABRIC */
 
 /* Transport "fabric": check the fields, then join through the bootstrap. */
 static burst_status_t comm_create_fabric_checked(const struct burst_comm_params *p,
@@ -288,7 +98,7 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
         want = env;
         from_env = 1;
     }
-    if (strcmp(want, "auto") != 0 && fab_index(want) < 0)
+    if (strcmp(want, "auto") != 0 && burst_fab_index(want) < 0)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: %s = \"%s\" is not one of auto, shm, tcp, verbs, efa", who,
                            from_env ? "BURST_FABRIC" : "params->fabric", want);
@@ -300,7 +110,7 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
     c->size = p->size;
     c->timeout_ms = p->timeout_ms ? p->timeout_ms : env_timeout_ms();
     atomic_init(&c->failed, 0);
-    burst_status_t st = comm_create_fabric(p, want, mpi, c);
+    burst_status_t st = burst_comm_join_fabric(p, want, mpi, c);
     if (st != BURST_OK) {
         free(c);
         return st;
@@ -442,7 +252,7 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
                            "%s: BURST_JOB_KEY (%zu characters) is not %d..%d hex digits", who,
                            strlen(key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
     const char *fabric = getenv("BURST_FABRIC"), *iface = getenv("BURST_IFACE");
-    if (fabric && *fabric && strcmp(fabric, "auto") != 0 && fab_index(fabric) < 0)
+    if (fabric && *fabric && strcmp(fabric, "auto") != 0 && burst_fab_index(fabric) < 0)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_FABRIC = \"%.32s\" is not one of auto, shm, tcp, verbs, "
                            "efa",

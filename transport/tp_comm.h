@@ -26,7 +26,8 @@ struct burst_comm {
     struct burst_traffic *count; /* where traffic is counted now, or NULL */
     /* transport "fabric" (zero / NULL otherwise): */
     struct burst_boot *boot; /* connection to the rendezvous: the control channel */
-    char fabric[16];         /* provider chosen: "shm", "tcp", "verbs", "efa" */
+    char fabric[16];         /* provider chosen: "shm", "tcp", "verbs", "efa", or a hybrid
+                                "shm+tcp" (shm inside hosts, the network between them) */
     int *host_of;            /* [size]: lowest rank on the same host as rank r */
     int nhosts;              /* distinct hosts in the ring */
 };
@@ -42,6 +43,18 @@ static inline uint64_t burst_tag(uint32_t seq, enum burst_msg_kind kind, int ste
 {
     return ((uint64_t)seq << 32) | ((uint64_t)kind << 24) | (uint64_t)(uint32_t)step;
 }
+
+/* Provider names, in the bit order of the bootstrap's availability mask; the index of a name
+ * among them, or -1. */
+#define BURST_FAB_NAMES 4
+extern const char *const burst_fab_names[BURST_FAB_NAMES]; /* shm, tcp, verbs, efa */
+int burst_fab_index(const char *name);
+
+/* Transport "fabric": join the ring through the bootstrap (rendezvous, or MPI when mpi != 0),
+ * choose the provider(s) for `want` ("auto" or a provider name) and connect c->tp.
+ * transport/tp_comm_fabric.c (builds with libfabric only). */
+burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const char *want, int mpi,
+                                      struct burst_comm *c);
 
 /* BURST_ERR_COMM_FAILED if the communicator was aborted, else BURST_OK. */
 burst_status_t burst_comm_check(struct burst_comm *comm);

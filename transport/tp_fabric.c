@@ -832,6 +832,10 @@ static burst_status_t fab_post(struct burst_tp *t, int is_send, int peer, uint64
                            f->prov, peer);
     if (len && !buf)
         return burst_error(BURST_ERR_INTERNAL, "libfabric transport (%s): NULL buffer", f->prov);
+    if (f->peers[peer] == FI_ADDR_UNSPEC)
+        return burst_error(BURST_ERR_INTERNAL,
+                           "libfabric transport (%s): rank %d has no address of rank %d", f->prov,
+                           t->rank, peer);
     if (t->ctrl) {
         /* A death the control channel already reports: fail before touching the provider. */
         burst_status_t st = t->ctrl->poll(t->ctrl);
@@ -1102,8 +1106,13 @@ burst_status_t burst_fab_connect(struct burst_fab *f, const void *const *addrs, 
     if (f->base.ops)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: already connected", who);
     for (int r = 0; r < f->base.size; r++) {
-        if (!addrs[r] || !lens[r])
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: addrs[%d] is empty", who, r);
+        f->peers[r] = FI_ADDR_UNSPEC;
+        if (!addrs[r] || !lens[r]) { /* a peer reached through another transport (hybrid) */
+            if (r == f->base.rank)
+                return burst_error(BURST_ERR_INVALID_ARG, "%s: addrs[%d] (this rank) is empty", who,
+                                   r);
+            continue;
+        }
         fi_addr_t a = FI_ADDR_UNSPEC;
         int ret = fi_av_insert(f->av, addrs[r], 1, &a, 0, NULL);
         if (ret != 1)

@@ -58,8 +58,11 @@ struct burst_comm_params {
      * or 120000. */
     int timeout_ms;
     /* transport "fabric": */
-    const char *fabric;     /* "auto" (NULL), "shm", "tcp", "verbs", "efa"; auto = shm when
-                               every rank is on this host, else the fastest network provider */
+    /* "auto" (NULL), "shm", "tcp", "verbs", "efa". auto = shm when every rank is on one host;
+     * else the fastest network provider every rank has (efa, verbs, tcp), and when some host
+     * runs several ranks and every rank has shm, the hybrid "shm+<network>": shm between the
+     * ranks of a host, the network between hosts. An explicit name serves every peer. */
+    const char *fabric;
     const char *iface;      /* network interface for tcp/verbs, NULL = provider default */
     const char *rendezvous; /* "host:port" of the job's rendezvous service */
     const char *job_key;    /* the job's secret key (hex string) */
@@ -108,8 +111,9 @@ BURST_API int burst_comm_size(const struct burst_comm *comm);
 BURST_API const char *burst_comm_transport(const struct burst_comm *comm);
 
 /*
- * Transport "fabric": the provider the ranks agreed on ("shm", "tcp", "verbs", "efa"), and the
- * number of distinct hosts in the ring (ranks on one host share a boot of one machine).
+ * Transport "fabric": the provider the ranks agreed on ("shm", "tcp", "verbs", "efa", or a hybrid
+ * such as "shm+tcp"), and the number of distinct hosts in the ring (ranks on one host share a
+ * host name, a boot of one machine and a network namespace).
  * Transport "local": "" and 1. Valid while comm lives; thread-safe.
  */
 BURST_API const char *burst_comm_fabric(const struct burst_comm *comm);
