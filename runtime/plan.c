@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "fault.h"
 #include "plan_internal.h"
 
 struct burst_plan_params burst_plan_params_default(void)
@@ -368,6 +369,8 @@ burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, ui
     memset(plan->step_time[phase], 0, sizeof(struct burst_step_time) * ((size_t)plan->steps + 1));
     plan->comm->count = &plan->step_traffic[phase][0];
     *seq_p = ++plan->comm->seq;
+    if (phase == BURST_PHASE_FWD || phase == BURST_PHASE_BWD)
+        burst_fault_call(plan->rank, phase == BURST_PHASE_BWD);
     return BURST_OK;
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fault.h"
 #include "plan_internal.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
@@ -236,6 +237,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         struct burst_sched_step s;
         burst_sched_step2(pat, &plan->shards, plan->mask, plan->local, plan->rank, r, plan->steps,
                           &s);
+        burst_fault_step(plan->rank, 1, r);
         comm->count = &plan->step_traffic[BURST_PHASE_BWD][r];
         const int64_t nb = plan->shards.lens[s.block];
         const int pc = r & 1; /* partial computed at this step; 1 - pc was finished at r - 1 */
@@ -300,6 +302,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         stats->steps = r + 1;
 
         /* After the last step: every chain goes home, and this rank's own comes back. */
+        if (st == BURST_OK && r == plan->steps - 1)
+            burst_fault_step(plan->rank, 1, -1);
         if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
             comm->count = &plan->step_traffic[BURST_PHASE_BWD][plan->steps];
             const void *wire = NULL;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fault.h"
 #include "plan_internal.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
@@ -128,6 +129,7 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
         struct burst_sched_step s;
         burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, r,
                           plan->steps, &s);
+        burst_fault_step(plan->rank, 0, r);
         comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
         const int64_t nb = plan->shards.lens[s.block];
         unsigned char *cur = burst_blocks_current(&blk);
@@ -166,6 +168,8 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     if (blk.plan)
         burst_blocks_drain(&blk);
 
+    if (st == BURST_OK)
+        burst_fault_step(plan->rank, 0, -1);
     if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
         struct burst_tensor oa = burst_view(o_acc, BURST_DTYPE_FP32, B, plan->n, Hq, d);
         struct burst_tensor la = burst_view(lse_acc, BURST_DTYPE_FP32, B, Hq, plan->n, 1);

@@ -7,7 +7,8 @@
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
-#            socket lives in burstrun itself, gone with it)
+#            socket lives in burstrun itself, gone with it); then a rank that kills itself at
+#            each ring step of the forward and of the backward (--test-kill-step)
 # Exit 77 (SKIP) when the provider is unavailable.
 set -u
 BR=$1
@@ -106,6 +107,24 @@ faults)
             fail "kill rank $1 ($2): the message does not name rank $1 and SIGKILL"
         [ $dt -lt $((TO * 1000)) ] || fail "kill rank $1 ($2): took $dt ms (timeout ${TO} s)"
         check_leftovers "kill rank $1 ($2)" "$TMP/err"
+    done
+    # (4) a rank that kills itself at exactly ring step s of its forward / backward (-1: after
+    # the last step), every step of both phases of a 4-rank ring
+    for ph in fwd bwd; do
+        for s in 0 1 2 3 -1; do
+            t=$(now_ms)
+            "$BR" -n 4 --seq 512 --causal --iters 1 --warmup 0 --fabric "$PROV" --timeout $TO \
+                --seed "$SEED" --test-kill-rank 1 --test-kill-phase $ph --test-kill-step $s \
+                --verbose >"$TMP/out" 2>"$TMP/err"
+            rc=$?
+            dt=$(($(now_ms) - t))
+            echo "rank 1 killed at $ph step $s: exit $rc after $dt ms"
+            [ $rc -eq 3 ] || { cat "$TMP/err"; fail "kill at $ph step $s: exit status $rc, expected 3"; }
+            grep -q "^burstrun: rank 1 (pid [0-9]*) was killed by signal 9 (SIGKILL)" "$TMP/err" ||
+                fail "kill at $ph step $s: the message does not name rank 1 and SIGKILL"
+            [ $dt -lt $((TO * 1000)) ] || fail "kill at $ph step $s: took $dt ms (timeout ${TO} s)"
+            check_leftovers "kill at $ph step $s" "$TMP/err"
+        done
     done
     # Ctrl-C: SIGINT to burstrun alone (its ranks run in their own process group)
     "$BR" -n 4 --seq 8192 --iters 50 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \

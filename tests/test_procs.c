@@ -406,6 +406,8 @@ static int job_reap(struct job *j, double deadline_ms, int killed)
     double until = now_ms() + deadline_ms;
     for (int i = 0; i < j->npid; i++) {
         int status = 0;
+        if (j->pid[i] <= 0) /* already reaped by the case */
+            continue;
         for (;;) {
             pid_t w = waitpid(j->pid[i], &status, WNOHANG);
             if (w == j->pid[i])
@@ -876,7 +878,14 @@ static int case_mpi(int G)
 }
 
 /* Kill `victim` once it reached `phase` plus delay_ms; every survivor must fail fast. */
-static void case_fault(int G, int victim, char phase, int delay_ms)
+/*
+ * Rank `victim` dies in `phase` ('F' forward, 'B' backward): killed by the parent delay_ms after
+ * it reported the phase (step < -1), or, step >= -1, by itself at exactly that ring step
+ * (BURST_FAULT, runtime/fault.h; -1 = after the last step). Every survivor must fail with
+ * BURST_ERR_PEER_FAILED naming the victim, soon; after the last step (-1) a survivor that needed
+ * nothing more from the victim may complete instead, but one at least notices.
+ */
+static void case_fault(int G, int victim, char phase, int delay_ms, int step)
 {
     /* Big enough that one forward / backward lasts well over delay_ms on two cores. */
     struct prob p = {G, 1, 2048 * G, 4, 4, 64, harness_seed() + 99, 0};
@@ -888,36 +897,70 @@ static void case_fault(int G, int victim, char phase, int delay_ms)
         job_close(&j);
         return;
     }
+    char spec[96];
+    snprintf(spec, sizeof(spec), "kill:rank=%d,phase=%s,step=%d", victim,
+             phase == 'B' ? "bwd" : "fwd", step);
+    if (step >= -1)
+        setenv("BURST_FAULT", spec, 1); /* inherited by every rank; only the victim acts */
     for (int r = 0; r < G; r++)
         job_spawn(&j, r, NULL);
+    unsetenv("BURST_FAULT");
     int reached = job_wait_phase(&j, victim, phase, 20000) == 0;
     CHECK(reached, "rank %d never reached phase %c", victim, phase);
-    struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
     double t_kill = now_ms();
-    kill(j.pid[victim], SIGKILL);
+    if (step < -1) {
+        struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        t_kill = now_ms();
+        kill(j.pid[victim], SIGKILL);
+    } else {
+        int status; /* the victim's own death: when did it happen? */
+        CHECK(waitpid(j.pid[victim], &status, 0) == j.pid[victim] && WIFSIGNALED(status) &&
+                  WTERMSIG(status) == SIGKILL,
+              "%s: rank %d did not die by SIGKILL", spec, victim);
+        t_kill = now_ms();
+        char why[64];
+        snprintf(why, sizeof(why), "killed by signal %d", SIGKILL);
+        burst_rendezvous_report_failure(j.rv, victim, why); /* as a launcher does */
+        j.pid[victim] = -1;
+    }
     CHECK(job_reap(&j, 30000, victim) == 0, "a survivor did not exit cleanly");
     CHECK(burst_rendezvous_failed_rank(j.rv) == victim, "rendezvous says rank %d failed",
           burst_rendezvous_failed_rank(j.rv));
     char name[32];
     snprintf(name, sizeof(name), "rank %d", victim);
     double worst = 0;
+    int failed = 0;
     for (int r = 0; r < G; r++) {
         if (r == victim)
             continue;
         struct slot *s = &j.slots[r];
-        burst_status_t st = s->st_fwd != BURST_OK ? s->st_fwd : s->st_bwd;
+        /* the first call that failed: the victim may die before a survivor has finished the
+         * plan's handshake (it had done its own part), so that can be the plan */
+        burst_status_t st = s->st_comm   ? s->st_comm
+                            : s->st_plan ? s->st_plan
+                            : s->st_fwd  ? s->st_fwd
+                                         : s->st_bwd;
+        if (step == -1 && s->done && st == BURST_OK)
+            continue; /* died after its last transfer: this survivor needed nothing more */
+        failed++;
         CHECK(s->done && (st == BURST_ERR_PEER_FAILED || st == BURST_ERR_TIMEOUT),
-              "phase %c: survivor %d returned %s: %s", phase, r, burst_status_str(st), s->msg);
+              "%s: survivor %d (done %d; comm %d plan %d fwd %d bwd %d) returned %s: %s", spec, r,
+              s->done, s->st_comm, s->st_plan, s->st_fwd, s->st_bwd, burst_status_str(st), s->msg);
         CHECK(strstr(s->msg, name) != NULL, "phase %c: survivor %d's message does not name %s: %s",
               phase, r, name, s->msg);
         double dt = s->t_fail_ms - t_kill;
         worst = dt > worst ? dt : worst;
         CHECK(dt < 3000, "phase %c: survivor %d noticed after %.0f ms", phase, r, dt);
     }
-    printf("%s G=%d: rank %d killed %d ms into the %s: survivors failed within %.0f ms; "
-           "e.g. \"%s\"\n",
-           g_prov, G, victim, delay_ms, phase == 'F' ? "forward" : "backward", worst,
+    CHECK(failed > 0, "%s: no survivor noticed the death", spec);
+    char when[48];
+    if (step < -1)
+        snprintf(when, sizeof(when), "%d ms into", delay_ms);
+    else
+        snprintf(when, sizeof(when), "at step %d of", step);
+    printf("%s G=%d: rank %d killed %s the %s: survivors failed within %.0f ms; e.g. \"%s\"\n",
+           g_prov, G, victim, when, phase == 'F' ? "forward" : "backward", worst,
            j.slots[(victim + 1) % G].msg);
     job_close(&j);
     check_leftovers(&before, "faults");
@@ -1060,8 +1103,12 @@ int main(int argc, char **argv)
         for (int i = 0; i < 4; i++)
             case_results(gs[i]);
     } else if (strcmp(what, "faults") == 0) {
-        case_fault(4, 2, 'F', 150);
-        case_fault(4, 1, 'B', 150);
+        case_fault(4, 2, 'F', 150, -2);
+        case_fault(4, 1, 'B', 150, -2);
+        /* every step of either phase (G = 4: steps 0..3, then -1 = after the last) */
+        for (int ph = 0; ph < 2; ph++)
+            for (int step = -1; step < 4; step++)
+                case_fault(4, 3 - ph, ph ? 'B' : 'F', 0, step);
     } else if (strcmp(what, "refused") == 0) {
         case_refused();
     } else if (strcmp(what, "netns") == 0) {

@@ -155,6 +155,7 @@ static void info(void)
         {"BURST_FAB_MR_LOCAL", "1: register every buffer (providers needing FI_MR_LOCAL)"},
         {"BURST_FAB_RXM_EAGER", "0: allow ofi_rxm rendezvous (faster, unsafe if a peer dies)"},
         {"BURST_TEST_SEED", "seed of the randomised tests (tests only)"},
+        {"BURST_FAULT", "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C]"},
     };
     printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
     printf("tunables (environment, read once per process):\n");
@@ -232,6 +233,7 @@ struct opts {
     const char *fabric, *iface;
     int timeout_s;
     struct job_kill kill; /* hidden --test-kill-* */
+    int kill_step;        /* hidden --test-kill-step: ring step (-1: after the last) */
 };
 
 static const char *const fabric_names[] = {"auto", "shm", "tcp", "verbs", "efa"};
@@ -244,7 +246,7 @@ static const char *const bwd_names[] = {"burst", "ring", "auto"};
 static void parse_args(int argc, char **argv, struct opts *o)
 {
     struct job_params *p = &o->jp;
-    int fabric_given = 0;
+    int fabric_given = 0, kill_step_given = 0;
     memset(o, 0, sizeof(*o));
     p->ranks = 4;
     p->batch = 1;
@@ -368,7 +370,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              "--test-kill-rank",
                                              "--test-kill-phase",
                                              "--test-kill-iter",
-                                             "--test-kill-delay"};
+                                             "--test-kill-delay",
+                                             "--test-kill-step"};
         int known = 0;
         for (size_t b = 0; b < sizeof(valued) / sizeof(valued[0]); b++)
             known |= strcmp(name, valued[b]) == 0;
@@ -455,6 +458,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->kill.iter = (int)parse_int(name, val, 0, 1000000);
         } else if (!strcmp(name, "--test-kill-delay")) {
             o->kill.delay_ms = (int)parse_int(name, val, 0, 3600000);
+        } else if (!strcmp(name, "--test-kill-step")) {
+            o->kill_step = (int)parse_int(name, val, -1, 1 << 20);
+            kill_step_given = 1;
         }
     }
 
@@ -473,6 +479,20 @@ static void parse_args(int argc, char **argv, struct opts *o)
                   p->ranks);
     if (o->kill.rank >= 0 && o->kill.phase == 'B' && !p->run_bwd)
         die_usage("--test-kill-phase bwd with --fwd-only");
+    if (kill_step_given && o->kill.rank < 0)
+        die_usage("--test-kill-step needs --test-kill-rank");
+    if (kill_step_given) {
+        if (o->kill.delay_ms)
+            die_usage("--test-kill-step and --test-kill-delay exclude each other");
+        /* The rank kills itself inside the ring engine (runtime/fault.h), at exactly that step
+         * of that call: the rank processes inherit the variable. */
+        char spec[128];
+        snprintf(spec, sizeof(spec), "kill:rank=%d,phase=%s,step=%d,call=%d", o->kill.rank,
+                 o->kill.phase == 'B' ? "bwd" : "fwd", o->kill_step, o->kill.iter);
+        if (setenv("BURST_FAULT", spec, 1) != 0)
+            die_usage("--test-kill-step: cannot set BURST_FAULT");
+        o->kill.rank = -1; /* not the launcher's timed kill */
+    }
     if (p->kv_heads == 0)
         p->kv_heads = p->q_heads;
     if (p->q_heads % p->kv_heads)
