@@ -1,0 +1,461 @@
+/*
+ * runtime/vulkan/vk_attn.c - fwd_step, bwd_delta and bwd_step of the Vulkan backend: argument
+ * checks, the per-row key intervals, the parameter block and the dispatches.
+ *
+ * Masks: the host computes each query row's allowed key interval [kb, ke) from the posmaps
+ * (runtime/posmap.h, O(1) per row) into an int32 pair array the kernels read; kernels skip key
+ * tiles outside the union of their rows' intervals and mask partial tiles per row.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "vk_internal.h"
+
+#define BURST_VK_I32_MAX ((int64_t)0x7fffffff)
+
+struct burst_vk_dims {
+    int64_t batch, nq, nk, hq, hkv, d, group;
+};
+
+static size_t burst_vk_esize(burst_dtype_t dt)
+{
+    return dt == BURST_DTYPE_FP32 ? 4 : 2;
+}
+
+/* Validate a [B, n, H, d] view and give its extent in bytes from data. */
+static burst_status_t burst_vk_check_view(const char *op, const char *name,
+                                          const struct burst_tensor *t, size_t *bytes_p)
+{
+    if (!t || !t->data)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
+    if (t->dtype != BURST_DTYPE_FP32 && t->dtype != BURST_DTYPE_FP16 &&
+        t->dtype != BURST_DTYPE_BF16)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is unknown", op, name,
+                           (int)t->dtype);
+    int64_t last = 0;
+    int empty = 0;
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++) {
+        if (t->shape[k] < 0)
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative", op,
+                               name, k, (long long)t->shape[k]);
+        if (t->stride[k] < 0)
+            return burst_error(BURST_ERR_UNSUPPORTED,
+                               "%s: %s->stride[%d] = %lld: negative strides are unsupported by the "
+                               "vulkan backend",
+                               op, name, k, (long long)t->stride[k]);
+        empty |= t->shape[k] == 0;
+        if (t->shape[k] > 0)
+            last += (t->shape[k] - 1) * t->stride[k];
+    }
+    if (t->stride[3] != 1)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
+                           (long long)t->stride[3]);
+    if (last >= BURST_VK_I32_MAX)
+        return burst_error(BURST_ERR_TOO_LARGE,
+                           "%s: %s spans %lld elements; the vulkan kernels index at most 2^31 - 1",
+                           op, name, (long long)last + 1);
+    *bytes_p = empty ? 0 : (size_t)(last + 1) * burst_vk_esize(t->dtype);
+    return BURST_OK;
+}
+
+static burst_status_t burst_vk_check_qkv(struct burst_vk_backend *be, const char *op,
+                                         const struct burst_tensor *q, const struct burst_tensor *k,
+                                         const struct burst_tensor *v,
+                                         const struct burst_tensor *dout, size_t bytes[4],
+                                         struct burst_vk_dims *dim)
+{
+    burst_status_t st;
+    if ((st = burst_vk_check_view(op, "q", q, &bytes[0])) != BURST_OK ||
+        (st = burst_vk_check_view(op, "k", k, &bytes[1])) != BURST_OK ||
+        (st = burst_vk_check_view(op, "v", v, &bytes[2])) != BURST_OK ||
+        (dout && (st = burst_vk_check_view(op, "dout", dout, &bytes[3])) != BURST_OK))
+        return st;
+    dim->batch = q->shape[0];
+    dim->nq = q->shape[1];
+    dim->hq = q->shape[2];
+    dim->d = q->shape[3];
+    dim->nk = k->shape[1];
+    dim->hkv = k->shape[2];
+    if (dim->d <= 0 || dim->d % 8 != 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: head dim = %lld is not a positive multiple of 8", op,
+                           (long long)dim->d);
+    if (dim->d > BURST_VK_MAX_HEAD_DIM)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: head dim = %lld is unsupported by the vulkan backend (multiples of "
+                           "8 up to %d)",
+                           op, (long long)dim->d, BURST_VK_MAX_HEAD_DIM);
+    if (k->shape[0] != dim->batch || k->shape[3] != dim->d)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: k shape [%lld, %lld, %lld, %lld] does not match q [%lld, ., ., "
+                           "%lld]",
+                           op, (long long)k->shape[0], (long long)k->shape[1],
+                           (long long)k->shape[2], (long long)k->shape[3], (long long)dim->batch,
+                           (long long)dim->d);
+    for (int i = 0; i < BURST_TENSOR_DIMS; i++)
+        if (v->shape[i] != k->shape[i])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: v->shape[%d] = %lld differs from k->shape[%d] = %lld", op, i,
+                               (long long)v->shape[i], i, (long long)k->shape[i]);
+    if (dout)
+        for (int i = 0; i < BURST_TENSOR_DIMS; i++)
+            if (dout->shape[i] != q->shape[i])
+                return burst_error(BURST_ERR_INVALID_ARG,
+                                   "%s: dout->shape[%d] = %lld differs from q->shape[%d] = %lld",
+                                   op, i, (long long)dout->shape[i], i, (long long)q->shape[i]);
+    if (dim->hkv <= 0 || dim->hq <= 0 || dim->hq % dim->hkv != 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: q heads = %lld is not a multiple of kv heads = %lld", op,
+                           (long long)dim->hq, (long long)dim->hkv);
+    dim->group = dim->hq / dim->hkv;
+    int64_t rows = dim->batch * (dim->nq > dim->nk ? dim->nq : dim->nk) *
+                   (dim->hq > dim->hkv ? dim->hq : dim->hkv);
+    if (rows > BURST_VK_I32_MAX / dim->d || dim->hq > 65535 || dim->batch > 65535)
+        return burst_error(BURST_ERR_TOO_LARGE,
+                           "%s: batch = %lld, rows = %lld / %lld, heads = %lld / %lld, d = %lld: "
+                           "the vulkan kernels index at most 2^31 - 1 elements and 65535 heads "
+                           "and batches",
+                           op, (long long)dim->batch, (long long)dim->nq, (long long)dim->nk,
+                           (long long)dim->hq, (long long)dim->hkv, (long long)dim->d);
+    (void)be;
+    return BURST_OK;
+}
+
+/* The tile of kernel kern for head dim d, or an UNSUPPORTED error naming d. */
+static burst_status_t burst_vk_tile_for(struct burst_vk_backend *be, const char *op,
+                                        enum burst_vk_kernel kern, int64_t d,
+                                        struct burst_vk_tile *tl)
+{
+    *tl = be->tiles.k[kern][burst_vk_dclass((int)d)];
+    if (tl->t > 0)
+        return BURST_OK;
+    struct burst_vk_tile one = {1, 1, 1};
+    return burst_error(
+        BURST_ERR_UNSUPPORTED,
+        "%s: head dim = %lld is unsupported on vulkan device %d (%s): its %s kernel "
+        "needs at least %zu bytes of shared memory, the device offers %u%s",
+        op, (long long)d, be->index, be->caps.name, burst_vk_kernel_names[kern],
+        burst_vk_tile_shared(kern, &one, burst_vk_dclass_max[burst_vk_dclass((int)d)]),
+        be->env.max_shared && be->env.max_shared < be->caps.max_shared ? be->env.max_shared
+                                                                       : be->caps.max_shared,
+        be->env.max_shared ? " (BURST_VK_MAX_SHARED)" : "");
+}
+
+static struct burst_vk_view burst_vk_view_of(const struct burst_tensor *t, VkDeviceAddress a)
+{
+    struct burst_vk_view v = {a, 0, (int32_t)t->stride[0], (int32_t)t->stride[1],
+                              (int32_t)t->stride[2]};
+    if (t->dtype != BURST_DTYPE_FP32 && (a & 3u)) { /* 4-byte aligned base + element offset */
+        v.addr = a - 2;
+        v.off = 1;
+    }
+    return v;
+}
+
+/* Allowed key interval of each query row, clamped to [0, nk]; empty rows get (0, 0). */
+static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_posmap *kpos,
+                          struct burst_mask mask, int64_t nq, int64_t nk, int32_t *rows)
+{
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t lo, hi;
+        burst_mask_keys(kpos, mask, burst_posmap_pos(qpos, i), &lo, &hi);
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > nk ? nk : hi;
+        if (lo >= hi)
+            lo = hi = 0;
+        rows[2 * i] = (int32_t)lo;
+        rows[2 * i + 1] = (int32_t)hi;
+    }
+}
+
+static uint32_t burst_vk_groups(int64_t n, int br)
+{
+    return (uint32_t)((n + br - 1) / br);
+}
+
+/* Forward with an explicit kernel and tile (fwd_step and the autotune). */
+static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct burst_fwd_args *a,
+                                       const struct burst_vk_dims *dim, const size_t bytes[4],
+                                       enum burst_vk_kernel kern, const struct burst_vk_tile *tl,
+                                       double *ms_p)
+{
+    const char *op = "vulkan fwd_step";
+    int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, 0};
+    VkPipeline pipe;
+    burst_status_t st = burst_vk_pipeline(be, kern, (int)dim->d, tl, dt, &pipe);
+    if (st != BURST_OK)
+        return st;
+    if (burst_vk_groups(dim->nq, tl->br) > be->caps.max_groups[0])
+        return burst_error(BURST_ERR_TOO_LARGE,
+                           "%s: %lld query rows need more workgroups than "
+                           "the device's %u",
+                           op, (long long)dim->nq, be->caps.max_groups[0]);
+    size_t nacc = (size_t)(dim->batch * dim->nq * dim->hq);
+    struct burst_vk_slot slots[5] = {
+        {a->q->data, bytes[0], 0, 0, NULL}, {a->k->data, bytes[1], 0, 0, NULL},
+        {a->v->data, bytes[2], 0, 0, NULL}, {a->o_acc, nacc * (size_t)dim->d * 4, 1, 0, NULL},
+        {a->lse_acc, nacc * 4, 1, 0, NULL},
+    };
+    struct burst_vk_stream *s;
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+        return st;
+    void *extra;
+    VkDeviceAddress xa;
+    size_t poff = 0, roff = 256;
+    st = burst_vk_stage(be, s, slots, 5, roff + 8 * (size_t)dim->nq, &extra, &xa);
+    if (st == BURST_OK) {
+        struct burst_vk_params *p = (void *)((unsigned char *)extra + poff);
+        memset(p, 0, sizeof *p);
+        p->q = burst_vk_view_of(a->q, slots[0].addr);
+        p->k = burst_vk_view_of(a->k, slots[1].addr);
+        p->v = burst_vk_view_of(a->v, slots[2].addr);
+        p->o = slots[3].addr;
+        p->lse = slots[4].addr;
+        p->rows = xa + roff;
+        p->batch = (int32_t)dim->batch;
+        p->nq = (int32_t)dim->nq;
+        p->nk = (int32_t)dim->nk;
+        p->hq = (int32_t)dim->hq;
+        p->hkv = (int32_t)dim->hkv;
+        p->group = (int32_t)dim->group;
+        p->scale = a->scale;
+        burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim->nq, dim->nk,
+                      (int32_t *)(void *)((unsigned char *)extra + roff));
+        struct burst_vk_dispatch d = {
+            kern,
+            pipe,
+            xa + poff,
+            {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq, (uint32_t)dim->batch}};
+        st = burst_vk_submit(be, s, &d, 1, slots, 5, ms_p != NULL, ms_p);
+    }
+    burst_vk_stream_release(be, s);
+    return st;
+}
+
+burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
+{
+    struct burst_vk_backend *be = bev;
+    const char *op = "vulkan fwd_step";
+    if (!a || !a->o_acc || !a->lse_acc)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: args, o_acc or lse_acc is NULL", op);
+    struct burst_vk_dims dim;
+    size_t bytes[4];
+    burst_status_t st = burst_vk_check_qkv(be, op, a->q, a->k, a->v, NULL, bytes, &dim);
+    if (st != BURST_OK || dim.nq == 0 || dim.nk == 0 || dim.batch == 0)
+        return st;
+    struct burst_vk_tile tl;
+    enum burst_vk_kernel kern = BURST_VK_FWD;
+    /* the cooperative-matrix forward takes fp16 inputs of a head dim it has tiles for */
+    if (be->use_coopmat && a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
+        a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0 &&
+        be->tiles.k[BURST_VK_FWD_CM][burst_vk_dclass((int)dim.d)].t > 0)
+        kern = BURST_VK_FWD_CM;
+    if ((st = burst_vk_tile_for(be, op, kern, dim.d, &tl)) != BURST_OK)
+        return st;
+    return burst_vk_fwd_run(be, a, &dim, bytes, kern, &tl, NULL);
+}
+
+burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
+{
+    struct burst_vk_backend *be = bev;
+    const char *op = "vulkan bwd_step";
+    if (!a)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: args is NULL", op);
+    struct burst_vk_dims dim;
+    size_t bytes[4];
+    burst_status_t st = burst_vk_check_qkv(be, op, a->q, a->k, a->v, a->dout, bytes, &dim);
+    if (st != BURST_OK)
+        return st;
+    if ((!a->dq && !a->dk && !a->dv) || dim.nq == 0 || dim.nk == 0 || dim.batch == 0)
+        return BURST_OK;
+    if (!a->lse || !a->delta)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: lse or delta is NULL", op);
+    struct burst_vk_tile tq, tkv;
+    if ((st = burst_vk_tile_for(be, op, BURST_VK_DQ, dim.d, &tq)) != BURST_OK ||
+        (st = burst_vk_tile_for(be, op, BURST_VK_DKV, dim.d, &tkv)) != BURST_OK)
+        return st;
+    int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, (int)a->dout->dtype};
+    VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE;
+    if (a->dq && (st = burst_vk_pipeline(be, BURST_VK_DQ, (int)dim.d, &tq, dt, &pq)) != BURST_OK)
+        return st;
+    if ((a->dk || a->dv) &&
+        (st = burst_vk_pipeline(be, BURST_VK_DKV, (int)dim.d, &tkv, dt, &pkv)) != BURST_OK)
+        return st;
+    if (burst_vk_groups(dim.nq, tq.br) > be->caps.max_groups[0] ||
+        burst_vk_groups(dim.nk, tkv.br) > be->caps.max_groups[0])
+        return burst_error(BURST_ERR_TOO_LARGE,
+                           "%s: %lld query / %lld key rows need more workgroups than the "
+                           "device's %u",
+                           op, (long long)dim.nq, (long long)dim.nk, be->caps.max_groups[0]);
+    size_t nrow = (size_t)(dim.batch * dim.nq * dim.hq);
+    size_t nkv = (size_t)(dim.batch * dim.nk * dim.hkv * dim.d);
+    struct burst_vk_slot slots[9] = {
+        {a->q->data, bytes[0], 0, 0, NULL},
+        {a->k->data, bytes[1], 0, 0, NULL},
+        {a->v->data, bytes[2], 0, 0, NULL},
+        {a->dout->data, bytes[3], 0, 0, NULL},
+        {a->lse, nrow * 4, 0, 0, NULL},
+        {a->delta, nrow * 4, 0, 0, NULL},
+        {a->dq, a->dq ? nrow * (size_t)dim.d * 4 : 0, 1, 0, NULL},
+        {a->dk, a->dk ? nkv * 4 : 0, 1, 0, NULL},
+        {a->dv, a->dv ? nkv * 4 : 0, 1, 0, NULL},
+    };
+    struct burst_vk_stream *s;
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+        return st;
+    void *extra;
+    VkDeviceAddress xa;
+    size_t roff = 256;
+    st = burst_vk_stage(be, s, slots, 9, roff + 8 * (size_t)dim.nq, &extra, &xa);
+    if (st == BURST_OK) {
+        struct burst_vk_params *p = extra;
+        memset(p, 0, sizeof *p);
+        p->q = burst_vk_view_of(a->q, slots[0].addr);
+        p->k = burst_vk_view_of(a->k, slots[1].addr);
+        p->v = burst_vk_view_of(a->v, slots[2].addr);
+        p->dout = burst_vk_view_of(a->dout, slots[3].addr);
+        p->lse = slots[4].addr;
+        p->delta = slots[5].addr;
+        p->o = slots[6].addr;
+        p->dk = slots[7].addr;
+        p->dv = slots[8].addr;
+        p->rows = xa + roff;
+        p->batch = (int32_t)dim.batch;
+        p->nq = (int32_t)dim.nq;
+        p->nk = (int32_t)dim.nk;
+        p->hq = (int32_t)dim.hq;
+        p->hkv = (int32_t)dim.hkv;
+        p->group = (int32_t)dim.group;
+        p->scale = a->scale;
+        p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
+        burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,
+                      (int32_t *)(void *)((unsigned char *)extra + roff));
+        struct burst_vk_dispatch d[2];
+        int nd = 0;
+        if (pkv)
+            d[nd++] = (struct burst_vk_dispatch){
+                BURST_VK_DKV,
+                pkv,
+                xa,
+                {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv, (uint32_t)dim.batch}};
+        if (pq)
+            d[nd++] = (struct burst_vk_dispatch){
+                BURST_VK_DQ,
+                pq,
+                xa,
+                {burst_vk_groups(dim.nq, tq.br), (uint32_t)dim.hq, (uint32_t)dim.batch}};
+        st = burst_vk_submit(be, s, d, nd, slots, 9, 0, NULL);
+    }
+    burst_vk_stream_release(be, s);
+    return st;
+}
+
+burst_status_t burst_vk_bwd_delta(void *bev, const struct burst_tensor *dout,
+                                  const struct burst_tensor *o, float *delta)
+{
+    struct burst_vk_backend *be = bev;
+    const char *op = "vulkan bwd_delta";
+    if (!delta)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: delta is NULL", op);
+    size_t bd, bo;
+    burst_status_t st;
+    if ((st = burst_vk_check_view(op, "dout", dout, &bd)) != BURST_OK ||
+        (st = burst_vk_check_view(op, "o", o, &bo)) != BURST_OK)
+        return st;
+    for (int i = 0; i < BURST_TENSOR_DIMS; i++)
+        if (o->shape[i] != dout->shape[i])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: o->shape[%d] = %lld differs from dout->shape[%d] = %lld", op, i,
+                               (long long)o->shape[i], i, (long long)dout->shape[i]);
+    int64_t d = dout->shape[3];
+    int64_t rows = dout->shape[0] * dout->shape[1] * dout->shape[2];
+    if (rows == 0 || d == 0)
+        return BURST_OK;
+    if (d % 8 != 0 || d > BURST_VK_MAX_HEAD_DIM)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: head dim = %lld is unsupported by the vulkan backend (multiples "
+                           "of 8 up to %d)",
+                           op, (long long)d, BURST_VK_MAX_HEAD_DIM);
+    if (rows >= BURST_VK_I32_MAX)
+        return burst_error(BURST_ERR_TOO_LARGE, "%s: %lld rows exceed 2^31 - 1", op,
+                           (long long)rows);
+    struct burst_vk_tile tl = be->tiles.k[BURST_VK_DELTA][0];
+    int dt[4] = {(int)o->dtype, 0, 0, (int)dout->dtype};
+    VkPipeline pipe;
+    if ((st = burst_vk_pipeline(be, BURST_VK_DELTA, (int)d, &tl, dt, &pipe)) != BURST_OK)
+        return st;
+    struct burst_vk_slot slots[3] = {
+        {o->data, bo, 0, 0, NULL},
+        {dout->data, bd, 0, 0, NULL},
+        {delta, (size_t)rows * 4, 1, 0, NULL},
+    };
+    struct burst_vk_stream *s;
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+        return st;
+    void *extra;
+    VkDeviceAddress xa;
+    st = burst_vk_stage(be, s, slots, 3, sizeof(struct burst_vk_params), &extra, &xa);
+    if (st == BURST_OK) {
+        struct burst_vk_params *p = extra;
+        memset(p, 0, sizeof *p);
+        p->q = burst_vk_view_of(o, slots[0].addr);
+        p->dout = burst_vk_view_of(dout, slots[1].addr);
+        p->delta = slots[2].addr;
+        p->batch = (int32_t)dout->shape[0];
+        p->nq = (int32_t)dout->shape[1];
+        p->hq = (int32_t)dout->shape[2];
+        uint32_t groups = burst_vk_groups(rows, 64);
+        uint32_t gx = groups < 65535 ? groups : 65535;
+        struct burst_vk_dispatch dd = {BURST_VK_DELTA, pipe, xa, {gx, (groups + gx - 1) / gx, 1}};
+        st = burst_vk_submit(be, s, &dd, 1, slots, 3, 0, NULL);
+    }
+    burst_vk_stream_release(be, s);
+    return st;
+}
+
+double burst_vk_time_fwd(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
+                         const struct burst_vk_tile *tl)
+{
+    /* a fixed problem: 1 x 1024 rows x 4 heads, fp16, no mask; best of 3 after a warm-up */
+    const int64_t n = 1024, h = 4;
+    size_t elems = (size_t)(n * h * d);
+    unsigned char *q = burst_vk_alloc(be, elems * 2), *kk = burst_vk_alloc(be, elems * 2);
+    float *o = burst_vk_alloc(be, elems * 4), *lse = burst_vk_alloc(be, (size_t)(n * h) * 4);
+    double best = -1.0;
+    if (q && kk && o && lse) {
+        for (size_t i = 0; i < elems; i++) { /* small fp16 values: 0x2c00 + noise */
+            ((uint16_t *)(void *)q)[i] = (uint16_t)(0x2c00u + (i * 2654435761u >> 24));
+            ((uint16_t *)(void *)kk)[i] = (uint16_t)(0x2c00u + (i * 40503u >> 8 & 0xffu));
+        }
+        struct burst_tensor tq = {q, BURST_DTYPE_FP16, {1, n, h, d}, {n * h * d, h * d, d, 1}};
+        struct burst_tensor tk = tq;
+        tk.data = kk;
+        struct burst_fwd_args a = {
+            .q = &tq, .k = &tk, .v = &tk, .scale = 0.125f, .o_acc = o, .lse_acc = lse};
+        a.qpos.nruns = a.kpos.nruns = 1;
+        a.qpos.run[0].len = a.kpos.run[0].len = n;
+        a.qpos.run[0].stride = a.kpos.run[0].stride = 1;
+        a.mask.left = a.mask.right = BURST_POS_INF;
+        struct burst_vk_dims dim = {1, n, n, h, h, d, 1};
+        size_t bytes[4] = {elems * 2, elems * 2, elems * 2, 0};
+        for (int it = 0; it < 4; it++) {
+            for (size_t i = 0; i < (size_t)(n * h); i++)
+                lse[i] = -INFINITY;
+            double ms = -1.0;
+            if (burst_vk_fwd_run(be, &a, &dim, bytes, k, tl, &ms) != BURST_OK || ms < 0) {
+                best = -1.0;
+                break;
+            }
+            if (it > 0 && (best < 0 || ms < best))
+                best = ms;
+        }
+    }
+    burst_vk_free(be, q);
+    burst_vk_free(be, kk);
+    burst_vk_free(be, o);
+    burst_vk_free(be, lse);
+    burst_error_clear();
+    return best;
+}

@@ -1,0 +1,289 @@
+/*
+ * runtime/vulkan/vk_backend.c - the Vulkan backend's ops table: create, destroy, probe.
+ *
+ * Environment switches (read once, at create and by the probe; see README.md):
+ *   BURST_VK_SUBGROUP=0   scalar kernels only (no subgroup shuffles)
+ *   BURST_VK_COOPMAT=0    never the cooperative-matrix forward
+ *   BURST_VK_AUTOTUNE=1   time tile candidates at create and cache the fastest
+ *   BURST_VK_CACHE=0      ignore the tile cache file
+ *   BURST_VK_PROFILE=1    timestamp every dispatch, print the totals to stderr at destroy
+ *   BURST_VK_MAX_SHARED=N behave as if the device had at most N bytes of shared memory (tests)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "vk_internal.h"
+
+static void burst_vk_destroy(void *bev)
+{
+    struct burst_vk_backend *be = bev;
+    if (!be)
+        return;
+    if (be->dev) {
+        vkDeviceWaitIdle(be->dev);
+        if (be->env.profile) {
+            for (int k = 0; k < BURST_VK_NUM_KERNELS; k++)
+                if (be->prof_count[k])
+                    fprintf(stderr, "burst vulkan profile: %-7s %8llu dispatches %12.3f ms\n",
+                            burst_vk_kernel_names[k], (unsigned long long)be->prof_count[k],
+                            be->prof_ms[k]);
+        }
+        burst_vk_streams_fini(be);
+        burst_vk_pipeline_fini(be);
+        burst_vk_memory_fini(be);
+        vkDestroyDevice(be->dev, NULL);
+    }
+    if (be->inst)
+        vkDestroyInstance(be->inst, NULL);
+    pthread_mutex_destroy(&be->qlock);
+    pthread_mutex_destroy(&be->mlock);
+    pthread_mutex_destroy(&be->slock);
+    pthread_mutex_destroy(&be->plock);
+    pthread_mutex_destroy(&be->proflock);
+    pthread_cond_destroy(&be->scond);
+    free(be);
+}
+
+/* Why device caps cannot run the kernels, or NULL. */
+static const char *burst_vk_unusable(const struct burst_vk_caps *caps)
+{
+    if (caps->api_version < VK_API_VERSION_1_2)
+        return "it offers Vulkan < 1.2";
+    if (!caps->bda)
+        return "it lacks bufferDeviceAddress";
+    if (!caps->int64)
+        return "it lacks shaderInt64";
+    return NULL;
+}
+
+static burst_status_t burst_vk_create(const struct burst_context_params *params, void **be_p)
+{
+    if (!be_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "vulkan create: be_p is NULL");
+    struct burst_vk_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return burst_error(BURST_ERR_NO_MEMORY, "vulkan create: out of memory");
+    pthread_mutex_init(&be->qlock, NULL);
+    pthread_mutex_init(&be->mlock, NULL);
+    pthread_mutex_init(&be->slock, NULL);
+    pthread_mutex_init(&be->plock, NULL);
+    pthread_mutex_init(&be->proflock, NULL);
+    pthread_cond_init(&be->scond, NULL);
+    burst_vk_env_read(&be->env);
+
+    VkPhysicalDevice devs[BURST_VK_MAX_DEVICES];
+    uint32_t ndev = 0;
+    burst_status_t st = burst_vk_instance(&be->inst, devs, &ndev);
+    if (st == BURST_OK)
+        st = burst_vk_select(be->inst, devs, ndev, params ? params->device : NULL, &be->index);
+    if (st == BURST_OK) {
+        be->phys = devs[be->index];
+        burst_vk_caps_read(be->inst, be->phys, &be->caps);
+        const char *why = burst_vk_unusable(&be->caps);
+        if (why)
+            st = burst_error(BURST_ERR_NO_DEVICE, "vulkan: device %d (%s) is unusable: %s",
+                             be->index, be->caps.name, why);
+    }
+    if (st == BURST_OK) {
+        be->use_coopmat = burst_vk_coopmat_usable(&be->caps, &be->env);
+        st = burst_vk_device_create(be);
+    }
+    if (st == BURST_OK) {
+        burst_vk_memory_init(be);
+        if (be->mem_host == ~0u && be->mem_fast == ~0u)
+            st = burst_error(BURST_ERR_NO_DEVICE,
+                             "vulkan: device %d (%s) has no host-visible coherent memory",
+                             be->index, be->caps.name);
+    }
+    if (st == BURST_OK)
+        st = burst_vk_pipeline_init(be);
+    if (st != BURST_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", burst_last_error());
+        burst_vk_destroy(be);
+        return burst_error(st, "%s", msg);
+    }
+    burst_vk_tiles_choose(be);
+    *be_p = be;
+    return BURST_OK;
+}
+
+static int burst_vk_num_threads(void *be)
+{
+    (void)be;
+    return 1;
+}
+
+static const char *burst_vk_type_str(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+    }
+}
+
+static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkInstance inst,
+                                  VkPhysicalDevice phys, const struct burst_vk_env *env)
+{
+    struct burst_vk_caps c;
+    burst_vk_caps_read(inst, phys, &c);
+    struct burst_vk_tiles t;
+    burst_vk_tiles_rule(&c, env, &t);
+    burst_vk_cache_load(&c, env, &t);
+    const char *why = burst_vk_unusable(&c);
+    char api[32], cache[640];
+    snprintf(api, sizeof api, "%u.%u.%u", VK_API_VERSION_MAJOR(c.api_version),
+             VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
+    burst_vk_cache_path(&c, cache, sizeof cache);
+    int cm = burst_vk_coopmat_usable(&c, env);
+    int sg = t.k[BURST_VK_FWD][1].t > 1;
+    const char *path = why ? "none" : cm ? "coopmat_nv+subgroup" : sg ? "subgroup" : "scalar";
+    if (json) {
+        burst_sb_printf(out, "{\"index\": %d, \"name\": ", index);
+        burst_sb_json_str(out, c.name);
+        burst_sb_printf(out,
+                        ", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u, \"api\": "
+                        "\"%s\", \"driver_version\": %u, \"usable\": %s, ",
+                        burst_vk_type_str(c.type), c.vendor_id, c.device_id, api, c.driver_version,
+                        why ? "false" : "true");
+        if (why) {
+            burst_sb_printf(out, "\"reason\": ");
+            burst_sb_json_str(out, why);
+            burst_sb_printf(out, ", ");
+        }
+        burst_sb_printf(out,
+                        "\"shared_memory\": %u, \"max_invocations\": %u, \"subgroup_size\": %u, "
+                        "\"subgroup_size_range\": [%u, %u], \"subgroup_shuffle\": %s, "
+                        "\"fp16\": %s, \"bf16\": %s, \"int8\": %s, \"int64\": %s, "
+                        "\"buffer_device_address\": %s, \"timestamps\": %s, "
+                        "\"coopmat_nv\": %s, \"coopmat_khr\": %s, \"coopmat_shapes\": [",
+                        c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
+                        c.subgroup_shuffle ? "true" : "false", c.fp16 ? "true" : "false",
+                        c.bf16 ? "true" : "false", c.int8 ? "true" : "false",
+                        c.int64 ? "true" : "false", c.bda ? "true" : "false",
+                        c.timestamps ? "true" : "false", c.coopmat_nv ? "true" : "false",
+                        c.coopmat_khr ? "true" : "false");
+        for (int i = 0; i < c.ncoop; i++)
+            burst_sb_printf(out, "%s{\"m\": %u, \"n\": %u, \"k\": %u, \"a\": %d, \"c\": %d}",
+                            i ? ", " : "", c.coop[i].m, c.coop[i].n, c.coop[i].k, c.coop[i].a_type,
+                            c.coop[i].c_type);
+        burst_sb_printf(out, "], \"heaps\": [");
+        for (uint32_t i = 0; i < c.nheaps; i++)
+            burst_sb_printf(out, "%s{\"bytes\": %llu, \"device_local\": %s}", i ? ", " : "",
+                            (unsigned long long)c.heap_size[i],
+                            c.heap_device_local[i] ? "true" : "false");
+        burst_sb_printf(out, "], \"host_visible_device_local\": %s, \"path\": \"%s\", \"tiles\": {",
+                        c.host_visible_device_local ? "true" : "false", path);
+        for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
+            burst_sb_printf(out, "%s\"%s\": [", k ? ", " : "", burst_vk_kernel_names[k]);
+            for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
+                burst_sb_printf(out, "%s{\"max_head_dim\": %d, \"t\": %d, \"br\": %d, \"bc\": %d}",
+                                d ? ", " : "", burst_vk_dclass_max[d], t.k[k][d].t, t.k[k][d].br,
+                                t.k[k][d].bc);
+            burst_sb_printf(out, "]");
+        }
+        burst_sb_printf(out, ", \"source\": \"%s\", \"cache_file\": ", t.source);
+        burst_sb_json_str(out, cache);
+        burst_sb_printf(out, "}}");
+        return;
+    }
+    burst_sb_printf(out,
+                    "  device %d: %s (%s, Vulkan %s, driver %u, vendor 0x%04x device 0x%04x)%s%s\n",
+                    index, c.name, burst_vk_type_str(c.type), api, c.driver_version, c.vendor_id,
+                    c.device_id, why ? ": unusable, " : "", why ? why : "");
+    burst_sb_printf(out,
+                    "    limits: %u B shared memory, %u invocations, subgroup %u (%u..%u)%s\n"
+                    "    types: fp16 %s, bf16 %s, int8 %s, int64 %s; buffer device address %s; "
+                    "timestamps %s\n",
+                    c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
+                    c.subgroup_shuffle ? ", shuffles" : ", no shuffles", c.fp16 ? "yes" : "no",
+                    c.bf16 ? "yes" : "no", c.int8 ? "yes" : "no", c.int64 ? "yes" : "no",
+                    c.bda ? "yes" : "no", c.timestamps ? "yes" : "no");
+    burst_sb_printf(out, "    cooperative matrix: NV %s, KHR %s", c.coopmat_nv ? "yes" : "no",
+                    c.coopmat_khr ? "yes" : "no");
+    for (int i = 0; i < c.ncoop; i++)
+        burst_sb_printf(out, "%s%ux%ux%u (A type %d, C type %d)", i ? ", " : ": ", c.coop[i].m,
+                        c.coop[i].n, c.coop[i].k, c.coop[i].a_type, c.coop[i].c_type);
+    burst_sb_printf(out, "\n    memory:");
+    for (uint32_t i = 0; i < c.nheaps; i++)
+        burst_sb_printf(out, " heap %u %.1f GiB%s;", i,
+                        (double)c.heap_size[i] / (1024.0 * 1024.0 * 1024.0),
+                        c.heap_device_local[i] ? " device-local" : "");
+    burst_sb_printf(out, " buffers are %s\n",
+                    c.host_visible_device_local ? "device-local and host-visible"
+                                                : "host-visible (not device-local)");
+    burst_sb_printf(out, "    path: %s; tiles (%s) T x BR x BC by head dim <= 64 / 128 / 256:\n",
+                    path, t.source);
+    for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
+        if (k == BURST_VK_DELTA)
+            continue;
+        burst_sb_printf(out, "      %-7s", burst_vk_kernel_names[k]);
+        for (int d = 0; d < BURST_VK_NUM_DCLASS; d++) {
+            if (t.k[k][d].t)
+                burst_sb_printf(out, " %dx%dx%d", t.k[k][d].t, t.k[k][d].br, t.k[k][d].bc);
+            else
+                burst_sb_printf(out, " -");
+        }
+        burst_sb_printf(out, "\n");
+    }
+    burst_sb_printf(out, "    tile cache: %s\n", cache[0] ? cache : "(no cache directory)");
+}
+
+static void burst_vk_probe(const struct burst_context_params *params, struct burst_sb *out,
+                           int json)
+{
+    (void)params;
+    struct burst_vk_env env;
+    burst_vk_env_read(&env);
+    VkInstance inst;
+    VkPhysicalDevice devs[BURST_VK_MAX_DEVICES];
+    uint32_t n = 0;
+    burst_status_t st = burst_vk_instance(&inst, devs, &n);
+    if (st != BURST_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", burst_last_error());
+        burst_error_clear();
+        if (json) {
+            burst_sb_printf(out, "{\"backend\": \"vulkan\", \"available\": false, \"reason\": ");
+            burst_sb_json_str(out, why);
+            burst_sb_printf(out, ", \"devices\": []}");
+        } else {
+            burst_sb_printf(out, "  unavailable: %s\n", why);
+        }
+        return;
+    }
+    if (json)
+        burst_sb_printf(out, "{\"backend\": \"vulkan\", \"available\": true, \"devices\": [");
+    for (uint32_t i = 0; i < n; i++) {
+        if (json && i)
+            burst_sb_printf(out, ", ");
+        burst_vk_probe_device(out, json, (int)i, inst, devs[i], &env);
+    }
+    if (json)
+        burst_sb_printf(out, "]}");
+    vkDestroyInstance(inst, NULL);
+}
+
+const struct burst_backend_ops burst_vk_backend_ops = {
+    .size = sizeof(struct burst_backend_ops),
+    .name = "vulkan",
+    .create = burst_vk_create,
+    .destroy = burst_vk_destroy,
+    .num_threads = burst_vk_num_threads,
+    .alloc = burst_vk_alloc,
+    .free = burst_vk_free,
+    .copy = burst_vk_copy,
+    .fill = burst_vk_fill,
+    .accumulate = burst_vk_accumulate,
+    .fwd_step = burst_vk_fwd_step,
+    .bwd_delta = burst_vk_bwd_delta,
+    .bwd_step = burst_vk_bwd_step,
+    .sync = NULL,
+    .probe = burst_vk_probe,
+    .device_memory = 0,
+};

@@ -1,0 +1,258 @@
+/*
+ * runtime/vulkan/vk_caps.c - device capabilities, the environment switches and the tile rule.
+ *
+ * THE TILE RULE (per kernel, per head-dim class d <= 64 / <= 128 / <= 256, evaluated at the
+ * class's largest d so one pipeline serves the class):
+ *   T  (threads sharing a row): 8 when the subgroup path is on (shuffles supported, minimum
+ *      subgroup size >= 8, BURST_VK_SUBGROUP not 0), else 1 (the scalar kernels). 8 divides
+ *      every head dim (multiples of 8) and keeps a thread's slice (d / T <= 32 floats per array)
+ *      in registers.
+ *   BR (rows per workgroup): workgroup of W = min(128, maxComputeWorkGroupInvocations) for the
+ *      subgroup path, min(64, ...) for the scalar one (whose threads hold whole rows);
+ *      BR = W / T. W is a multiple of every subgroup size up to 128, so the T lanes of a row
+ *      share a subgroup.
+ *   BC (rows staged in shared memory: K/V rows for fwd and dq, Q/dO rows for dkv): the largest
+ *      power of two <= 64 with burst_vk_tile_shared() <= min(24 KiB, maxComputeSharedMemorySize
+ *      - 1 KiB), leaving room for a second resident workgroup on 48 KiB devices. When even
+ *      BC = 1 does not fit, the head-dim class is unsupported on this device (t = 0).
+ *   The cooperative-matrix forward (fwd_cm) uses fixed 16x16x16 fp16 tiles: BR = 16 * warps
+ *      rows, BC = 16 keys per step; it is valid only where the device lists that shape.
+ * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
+ * (vk_cache.c); the choice is cached per device and driver version.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk_internal.h"
+#include "vk_spv_config.h"
+
+const char *const burst_vk_kernel_names[BURST_VK_NUM_KERNELS] = {"fwd", "dq", "dkv", "delta",
+                                                                 "fwd_cm"};
+const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
+
+static int burst_vk_env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end == '\0' ? (int)x : dflt;
+}
+
+void burst_vk_env_read(struct burst_vk_env *env)
+{
+    env->subgroup = burst_vk_env_int("BURST_VK_SUBGROUP", 1) != 0;
+    env->coopmat = burst_vk_env_int("BURST_VK_COOPMAT", 1) != 0;
+    env->autotune = burst_vk_env_int("BURST_VK_AUTOTUNE", 0) != 0;
+    env->cache = burst_vk_env_int("BURST_VK_CACHE", 1) != 0;
+    env->profile = burst_vk_env_int("BURST_VK_PROFILE", 0) != 0;
+    int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
+    env->max_shared = ms > 0 ? (uint32_t)ms : 0;
+}
+
+void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps)
+{
+    memset(caps, 0, sizeof *caps);
+    VkPhysicalDeviceSubgroupProperties sg = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+    };
+    VkPhysicalDeviceSubgroupSizeControlProperties sgc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
+        .pNext = &sg,
+    };
+    VkPhysicalDeviceMaintenance3Properties m3 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
+        .pNext = &sgc,
+    };
+    VkPhysicalDeviceProperties2 p2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+        .pNext = &m3,
+    };
+    vkGetPhysicalDeviceProperties2(phys, &p2);
+    const VkPhysicalDeviceProperties *p = &p2.properties;
+    snprintf(caps->name, sizeof caps->name, "%s", p->deviceName);
+    caps->vendor_id = p->vendorID;
+    caps->device_id = p->deviceID;
+    caps->api_version = p->apiVersion;
+    caps->driver_version = p->driverVersion;
+    memcpy(caps->cache_uuid, p->pipelineCacheUUID, VK_UUID_SIZE);
+    caps->type = p->deviceType;
+    caps->max_shared = p->limits.maxComputeSharedMemorySize;
+    caps->max_invocations = p->limits.maxComputeWorkGroupInvocations;
+    memcpy(caps->max_groups, p->limits.maxComputeWorkGroupCount, sizeof caps->max_groups);
+    caps->timestamps = p->limits.timestampComputeAndGraphics;
+    caps->timestamp_period = p->limits.timestampPeriod;
+    caps->subgroup = sg.subgroupSize;
+    caps->subgroup_min = sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
+    caps->subgroup_max = sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
+    caps->subgroup_shuffle = (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
+                             (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
+    caps->max_alloc = m3.maxMemoryAllocationSize;
+
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+    };
+    VkPhysicalDeviceFeatures2 f2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+        .pNext = caps->api_version >= VK_API_VERSION_1_2 ? &f12 : NULL,
+    };
+    vkGetPhysicalDeviceFeatures2(phys, &f2);
+    caps->int64 = f2.features.shaderInt64;
+    caps->fp16 = f12.shaderFloat16;
+    caps->int8 = f12.shaderInt8;
+    caps->bda = f12.bufferDeviceAddress;
+
+    uint32_t next = 0;
+    vkEnumerateDeviceExtensionProperties(phys, NULL, &next, NULL);
+    VkExtensionProperties *exts = calloc(next ? next : 1, sizeof *exts);
+    if (exts) {
+        vkEnumerateDeviceExtensionProperties(phys, NULL, &next, exts);
+        for (uint32_t i = 0; i < next; i++) {
+            const char *e = exts[i].extensionName;
+            if (strcmp(e, "VK_NV_cooperative_matrix") == 0)
+                caps->coopmat_nv = 1;
+            else if (strcmp(e, "VK_KHR_cooperative_matrix") == 0)
+                caps->coopmat_khr = 1;
+            else if (strcmp(e, "VK_KHR_shader_bfloat16") == 0)
+                caps->bf16 = 1;
+        }
+        free(exts);
+    }
+    if (caps->coopmat_nv) {
+        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
+            (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+                inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+        uint32_t n = 0;
+        if (get && get(phys, &n, NULL) == VK_SUCCESS && n > 0) {
+            VkCooperativeMatrixPropertiesNV props[16];
+            for (uint32_t i = 0; i < 16; i++)
+                props[i] = (VkCooperativeMatrixPropertiesNV){
+                    .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV};
+            n = n > 16 ? 16 : n;
+            VkResult r = get(phys, &n, props);
+            for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
+                if (props[i].scope != VK_SCOPE_SUBGROUP_NV)
+                    continue;
+                caps->coop[caps->ncoop++] =
+                    (struct burst_vk_coopmat_shape){props[i].MSize, props[i].NSize, props[i].KSize,
+                                                    (int)props[i].AType, (int)props[i].CType};
+            }
+        }
+    }
+
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(phys, &mp);
+    caps->nheaps = mp.memoryHeapCount;
+    for (uint32_t i = 0; i < mp.memoryHeapCount; i++) {
+        caps->heap_size[i] = mp.memoryHeaps[i].size;
+        caps->heap_device_local[i] =
+            (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
+    }
+    const VkMemoryPropertyFlags fast = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
+                                       VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                       VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
+        if ((mp.memoryTypes[i].propertyFlags & fast) == fast)
+            caps->host_visible_device_local = 1;
+}
+
+int burst_vk_dclass(int d)
+{
+    return d <= 64 ? 0 : d <= 128 ? 1 : 2;
+}
+
+size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d)
+{
+    switch (k) {
+    case BURST_VK_FWD:
+    case BURST_VK_DQ: return (size_t)(8 * tl->bc * d + 16);
+    case BURST_VK_DKV: return (size_t)(8 * tl->bc * d + 16 * tl->bc + 16);
+    case BURST_VK_FWD_CM:
+        /* Q tile fp16 [BR][d], K and V tiles fp16 [16][d], S/P fp32 and fp16 [BR][16], O fp32
+         * [BR][d] staging for the rescale, row stats */
+        return (size_t)(2 * tl->br * d + 2 * 2 * 16 * d + 6 * tl->br * 16 + 4 * tl->br * d +
+                        16 * tl->br);
+    default: return 0;
+    }
+}
+
+static uint32_t burst_vk_shared_limit(const struct burst_vk_caps *caps,
+                                      const struct burst_vk_env *env)
+{
+    uint32_t s = caps->max_shared;
+    if (env->max_shared && env->max_shared < s)
+        s = env->max_shared;
+    return s;
+}
+
+int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                        enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
+{
+    int d = burst_vk_dclass_max[dclass];
+    if (tl->t < 1 || tl->br < 1 || tl->bc < 1 || tl->bc > 64 || (tl->t & (tl->t - 1)) || d % tl->t)
+        return 0;
+    if (tl->t > 1 && (!env->subgroup || !caps->subgroup_shuffle || !BURST_VK_SPV_FWD_SG ||
+                      (uint32_t)tl->t > caps->subgroup_min))
+        return 0;
+    uint32_t wg = (uint32_t)(tl->br * tl->t);
+    if (wg > caps->max_invocations || wg > 1024 || (tl->t > 1 && wg % caps->subgroup_max))
+        return 0;
+    return burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
+}
+
+void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                         struct burst_vk_tiles *tiles)
+{
+    memset(tiles, 0, sizeof *tiles);
+    tiles->source = "rule";
+    uint32_t limit = burst_vk_shared_limit(caps, env);
+    limit = limit > 1024 ? limit - 1024 : 0;
+    if (limit > 24576)
+        limit = 24576;
+    int sg =
+        env->subgroup && caps->subgroup_shuffle && BURST_VK_SPV_FWD_SG && caps->subgroup_min >= 8;
+    int t = sg ? 8 : 1;
+    uint32_t wg = sg ? 128 : 64;
+    while (wg > caps->max_invocations && wg > (uint32_t)t)
+        wg /= 2;
+    for (int k = BURST_VK_FWD; k <= BURST_VK_DKV; k++) {
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+            struct burst_vk_tile tl = {t, (int)wg / t, 64};
+            while (tl.bc >= 1 && burst_vk_tile_shared((enum burst_vk_kernel)k, &tl,
+                                                      burst_vk_dclass_max[c]) > limit)
+                tl.bc /= 2;
+            if (tl.bc >= 1 && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &tl))
+                tiles->k[k][c] = tl;
+        }
+    }
+    for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
+        tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
+    if (burst_vk_coopmat_usable(caps, env)) {
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+            /* 4 subgroups of 16 rows each; fall back to 2 and 1 where shared memory is short */
+            for (int warps = 4; warps >= 1; warps /= 2) {
+                struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, 16};
+                if (burst_vk_tile_shared(BURST_VK_FWD_CM, &tl, burst_vk_dclass_max[c]) <=
+                        burst_vk_shared_limit(caps, env) &&
+                    (uint32_t)(warps * (int)caps->subgroup) <= caps->max_invocations) {
+                    tiles->k[BURST_VK_FWD_CM][c] = tl;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env)
+{
+    if (!BURST_VK_SPV_FWD_CM_NV || !env->coopmat || !caps->coopmat_nv || !caps->fp16)
+        return 0;
+    for (int i = 0; i < caps->ncoop; i++)
+        if (caps->coop[i].m == 16 && caps->coop[i].n == 16 && caps->coop[i].k == 16 &&
+            caps->coop[i].a_type == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            caps->coop[i].c_type == VK_COMPONENT_TYPE_FLOAT32_NV)
+            return 1;
+    return 0;
+}

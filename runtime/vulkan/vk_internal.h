@@ -1,0 +1,308 @@
+/*
+ * runtime/vulkan/vk_internal.h - shared declarations of the Vulkan backend (private).
+ *
+ * The backend runs the local attention of a ring step as SPIR-V compute shaders (shaders/) on
+ * any Vulkan 1.2 device with buffer device addresses and 64-bit integers in shaders (lavapipe,
+ * AMD, Intel, NVIDIA). One file per concept:
+ *   vk_device.c    instance, device selection by index or name, the compute queue, VkResult ->
+ *                  burst_status_t (the one place native errors are converted)
+ *   vk_caps.c      what a device offers (limits, types, matrix units, heaps) and the tile rule
+ *   vk_cache.c     the per device + driver tile cache file and the opt-in autotune
+ *   vk_memory.c    buffers: alloc/free of host-addressable memory, the pointer registry
+ *   vk_stream.c    per-call command buffers, staging of caller host memory, submit + wait,
+ *                  timestamp queries
+ *   vk_pipeline.c  compute pipelines cached per (kernel, head dim, tiles, dtypes)
+ *   vk_attn.c      fwd_step, bwd_delta, bwd_step: argument checks, parameter blocks, dispatch
+ *   vk_elem.c      copy / fill / accumulate (on the host: the memory is host-addressable)
+ *   vk_backend.c   create / destroy / probe and the ops table
+ *
+ * Memory model: alloc() returns persistently mapped host-visible memory (device-local too where
+ * the device has such memory: unified memory, lavapipe, resizable BAR), so the ring engine and
+ * the transports read and write block buffers with the CPU as on the cpu backend
+ * (ops->device_memory = 0). Every buffer is registered by its mapped range; a kernel argument
+ * whose pointer lies in a registered buffer is passed to the shader by its device address,
+ * any other pointer (plain caller memory) is copied into the calling stream's staging buffer
+ * before the dispatch and, for outputs, back after it.
+ *
+ * Ops are synchronous (sync = NULL): each records one command buffer, submits it and waits for
+ * its fence. Threads (ranks) calling concurrently each take their own stream; only
+ * vkQueueSubmit is serialised.
+ */
+#ifndef BURST_VK_INTERNAL_H
+#define BURST_VK_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <vulkan/vulkan.h>
+
+#include "backend.h"
+#include "strbuf.h"
+
+#define BURST_VK_MAX_STREAMS 64 /* concurrent calls (ranks of one process) */
+#define BURST_VK_MAX_DEVICES 16
+#define BURST_VK_MAX_HEAD_DIM 256
+#define BURST_VK_NUM_DCLASS 3 /* tile classes by head dim: <= 64, <= 128, <= 256 */
+
+/* ---- device capabilities (vk_caps.c) ------------------------------------------------------- */
+
+struct burst_vk_coopmat_shape {
+    uint32_t m, n, k;
+    int a_type, c_type; /* VkComponentTypeNV */
+};
+
+struct burst_vk_caps {
+    char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
+    uint32_t vendor_id, device_id, api_version, driver_version;
+    uint8_t cache_uuid[VK_UUID_SIZE]; /* pipelineCacheUUID: changes with the driver build */
+    VkPhysicalDeviceType type;
+    uint32_t max_shared;      /* maxComputeSharedMemorySize (bytes) */
+    uint32_t max_invocations; /* maxComputeWorkGroupInvocations */
+    uint32_t max_groups[3];   /* maxComputeWorkGroupCount */
+    uint32_t subgroup, subgroup_min, subgroup_max;
+    int subgroup_shuffle; /* VK_SUBGROUP_FEATURE_SHUFFLE_BIT in compute */
+    int fp16, int8, int64, bf16, bda, timestamps;
+    float timestamp_period; /* ns per tick */
+    int coopmat_nv;         /* VK_NV_cooperative_matrix */
+    int coopmat_khr;        /* VK_KHR_cooperative_matrix (reported; no kernel yet) */
+    int ncoop;
+    struct burst_vk_coopmat_shape coop[16];
+    uint32_t nheaps;
+    VkDeviceSize heap_size[VK_MAX_MEMORY_HEAPS];
+    int heap_device_local[VK_MAX_MEMORY_HEAPS];
+    int host_visible_device_local; /* a DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT type exists */
+    uint64_t max_alloc;            /* maxMemoryAllocationSize */
+};
+
+/* Kernels, with the pipeline cache's name for each. */
+enum burst_vk_kernel {
+    BURST_VK_FWD = 0,
+    BURST_VK_DQ,
+    BURST_VK_DKV,
+    BURST_VK_DELTA,
+    BURST_VK_FWD_CM, /* cooperative matrix (NV) forward */
+    BURST_VK_NUM_KERNELS
+};
+extern const char *const burst_vk_kernel_names[BURST_VK_NUM_KERNELS];
+
+/* Tiles of one kernel: T threads per row, BR rows per workgroup (workgroup = BR * T
+ * invocations), BC rows of the tile staged in shared memory. */
+struct burst_vk_tile {
+    int t, br, bc;
+};
+
+/* Tile choice of a device: [kernel][head-dim class]. */
+struct burst_vk_tiles {
+    struct burst_vk_tile k[BURST_VK_NUM_KERNELS][BURST_VK_NUM_DCLASS];
+    const char *source; /* "rule", "cache" or "autotune" */
+};
+
+/* Switches read once at create (and by the probe). */
+struct burst_vk_env {
+    int subgroup;        /* BURST_VK_SUBGROUP: 0 = scalar kernels only */
+    int coopmat;         /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
+    int autotune;        /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best */
+    int cache;           /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
+    int profile;         /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
+    uint32_t max_shared; /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
+};
+
+void burst_vk_env_read(struct burst_vk_env *env);
+
+/* Read the capabilities of phys (needs the instance for the NV matrix query). */
+void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps);
+
+/* Head-dim class of d (0, 1, 2) and the largest d of each class. */
+int burst_vk_dclass(int d);
+extern const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS];
+
+/* Shared memory a kernel needs with tile tl at head dim d (bytes). */
+size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d);
+
+/* Is tl usable on caps for kernel k at the class's largest head dim? */
+int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                        enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl);
+
+/* The documented tile rule (vk_caps.c); every entry valid, or t = 0 where nothing fits. */
+void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                         struct burst_vk_tiles *tiles);
+
+/* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16)? */
+int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
+
+/* ---- the instance ------------------------------------------------------------------------- */
+
+struct burst_vk_buffer {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    unsigned char *map;
+    VkDeviceAddress addr;
+    size_t size;
+};
+
+struct burst_vk_stream {
+    VkCommandPool pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkQueryPool queries; /* 2 timestamps per dispatch, BURST_VK_PROFILE only */
+    struct burst_vk_buffer stage;
+    size_t used; /* bytes of stage handed out for the current call */
+    int busy;
+};
+
+struct burst_vk_pipe {
+    uint32_t key[9]; /* kernel, d, t, br, bc, dtq, dtk, dtv, dto */
+    VkPipeline pipe;
+};
+
+struct burst_vk_backend {
+    VkInstance inst;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfamily;
+    pthread_mutex_t qlock; /* vkQueueSubmit */
+    int index;             /* device index */
+    struct burst_vk_caps caps;
+    struct burst_vk_env env;
+    struct burst_vk_tiles tiles;
+    int use_coopmat;
+    uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
+
+    pthread_mutex_t mlock; /* registry */
+    struct burst_vk_buffer *bufs;
+    size_t nbufs, capbufs;
+
+    pthread_mutex_t slock; /* streams */
+    pthread_cond_t scond;
+    struct burst_vk_stream streams[BURST_VK_MAX_STREAMS];
+    int nstreams;
+
+    pthread_mutex_t plock; /* pipelines */
+    VkPipelineLayout layout;
+    struct burst_vk_pipe *pipes;
+    size_t npipes, cappipes;
+
+    pthread_mutex_t proflock; /* BURST_VK_PROFILE totals */
+    double prof_ms[BURST_VK_NUM_KERNELS];
+    uint64_t prof_count[BURST_VK_NUM_KERNELS];
+};
+
+/* ---- vk_device.c --------------------------------------------------------------------------- */
+
+/* Convert a failed VkResult into a status with the message "<what>: <VkResult name> (<code>)";
+ * VK_SUCCESS gives BURST_OK. Out-of-memory results map to BURST_ERR_DEVICE_MEMORY. */
+burst_status_t burst_vk_result(VkResult r, const char *what);
+const char *burst_vk_result_str(VkResult r);
+
+/* Create an instance and list the physical devices; BURST_ERR_NO_DEVICE (message says why)
+ * when there is no loader, no driver or no device. */
+burst_status_t burst_vk_instance(VkInstance *inst_p, VkPhysicalDevice *devs, uint32_t *ndev_p);
+
+/* Which of the ndev devices `spec` names (NULL/"" = 0; an index; a name substring). */
+burst_status_t burst_vk_select(VkInstance inst, const VkPhysicalDevice *devs, uint32_t ndev,
+                               const char *spec, int *index_p);
+
+/* Create the logical device and queue of be->phys (caps already read). */
+burst_status_t burst_vk_device_create(struct burst_vk_backend *be);
+
+/* ---- vk_memory.c --------------------------------------------------------------------------- */
+
+/* Pick the memory types (be->mem_fast, be->mem_host). */
+void burst_vk_memory_init(struct burst_vk_backend *be);
+/* A mapped storage buffer with a device address; host_only avoids device-local memory. */
+burst_status_t burst_vk_buffer_create(struct burst_vk_backend *be, size_t bytes, int host_only,
+                                      struct burst_vk_buffer *b);
+void burst_vk_buffer_destroy(struct burst_vk_backend *be, struct burst_vk_buffer *b);
+void *burst_vk_alloc(void *be, size_t bytes);
+void burst_vk_free(void *be, void *ptr);
+/* Device address of [ptr, ptr + bytes) if it lies inside one registered buffer, else 0. */
+VkDeviceAddress burst_vk_lookup(struct burst_vk_backend *be, const void *ptr, size_t bytes);
+void burst_vk_memory_fini(struct burst_vk_backend *be);
+
+/* ---- vk_stream.c --------------------------------------------------------------------------- */
+
+/* One argument of a call: host pointer and extent; resolved to a device address. */
+struct burst_vk_slot {
+    const void *host;
+    size_t bytes;
+    int out; /* copied back after the call when staged */
+    VkDeviceAddress addr;
+    unsigned char *staged; /* mapped staging copy, or NULL when registered */
+};
+
+/* One dispatch of a call. */
+struct burst_vk_dispatch {
+    enum burst_vk_kernel kernel;
+    VkPipeline pipe;
+    VkDeviceAddress params;
+    uint32_t groups[3];
+};
+
+burst_status_t burst_vk_stream_acquire(struct burst_vk_backend *be, struct burst_vk_stream **s_p);
+void burst_vk_stream_release(struct burst_vk_backend *be, struct burst_vk_stream *s);
+/* Resolve every slot (registered or staged); extra = bytes of scratch wanted in the staging
+ * buffer (returned in *extra_p, mapped, with its address in *extra_addr_p). */
+burst_status_t burst_vk_stage(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                              struct burst_vk_slot *slots, int nslots, size_t extra, void **extra_p,
+                              VkDeviceAddress *extra_addr_p);
+/* Record the dispatches (no barrier between them: they write disjoint memory), submit, wait,
+ * then copy staged outputs back. *ms_p (may be NULL) receives the GPU time of the dispatches
+ * when timestamps are on (BURST_VK_PROFILE or force_timing), else -1. */
+burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                               const struct burst_vk_dispatch *d, int nd,
+                               struct burst_vk_slot *slots, int nslots, int force_timing,
+                               double *ms_p);
+void burst_vk_streams_fini(struct burst_vk_backend *be);
+
+/* ---- vk_pipeline.c ------------------------------------------------------------------------- */
+
+burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be);
+/* The pipeline of kernel k for head dim d, tile tl and dtypes; created on first use. */
+burst_status_t burst_vk_pipeline(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
+                                 const struct burst_vk_tile *tl, const int dtypes[4],
+                                 VkPipeline *pipe_p);
+void burst_vk_pipeline_fini(struct burst_vk_backend *be);
+
+/* ---- vk_attn.c / vk_elem.c ----------------------------------------------------------------- */
+
+/* Parameter block of every kernel: mirrors struct Params of shaders/common.glsl (std430). */
+struct burst_vk_view {
+    uint64_t addr;
+    int32_t off, s0, s1, s2;
+};
+struct burst_vk_params {
+    struct burst_vk_view q, k, v, dout;
+    uint64_t o, lse, delta, dk, dv, rows;
+    int32_t batch, nq, nk, hq, hkv, group;
+    float scale;
+    int32_t flags;
+};
+
+burst_status_t burst_vk_fwd_step(void *be, const struct burst_fwd_args *args);
+burst_status_t burst_vk_bwd_delta(void *be, const struct burst_tensor *dout,
+                                  const struct burst_tensor *o, float *delta);
+burst_status_t burst_vk_bwd_step(void *be, const struct burst_bwd_args *args);
+burst_status_t burst_vk_copy(void *be, const struct burst_tensor *dst,
+                             const struct burst_tensor *src);
+burst_status_t burst_vk_fill(void *be, float *dst, size_t count, float value);
+burst_status_t burst_vk_accumulate(void *be, float *dst, const void *src, burst_dtype_t src_dtype,
+                                   size_t count);
+
+/* Time the forward kernel with tile tl on a synthetic problem (autotune): ms, or < 0. */
+double burst_vk_time_fwd(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
+                         const struct burst_vk_tile *tl);
+
+/* ---- vk_cache.c ---------------------------------------------------------------------------- */
+
+/* Fill be->tiles: the cache file when valid for this device and driver, else the rule, then
+ * (BURST_VK_AUTOTUNE=1) the autotune, whose result is written back to the cache. */
+void burst_vk_tiles_choose(struct burst_vk_backend *be);
+/* Path of the cache file for caps into buf (empty when no cache directory). */
+void burst_vk_cache_path(const struct burst_vk_caps *caps, char *buf, size_t len);
+/* Load tiles from the cache file; 1 when present and valid. */
+int burst_vk_cache_load(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                        struct burst_vk_tiles *tiles);
+
+#endif /* BURST_VK_INTERNAL_H */

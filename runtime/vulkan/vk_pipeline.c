@@ -1,0 +1,169 @@
+/*
+ * runtime/vulkan/vk_pipeline.c - compute pipelines cached per (kernel, head dim, tile, dtypes).
+ *
+ * One pipeline layout for every kernel: no descriptor sets, an 8-byte push constant holding the
+ * device address of the call's parameter block. Tile sizes, head dim and dtypes are
+ * specialization constants (ids in shaders/common.glsl); a tile with T > 1 uses the subgroup
+ * SPIR-V, T = 1 the scalar one. Pipelines live until the backend is destroyed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "vk_internal.h"
+#include "vk_spv_config.h"
+
+#include "bwd_delta.spv.h"
+#include "bwd_dkv.spv.h"
+#include "bwd_dq.spv.h"
+#include "fwd.spv.h"
+#if BURST_VK_SPV_FWD_SG
+#include "bwd_dkv_sg.spv.h"
+#include "bwd_dq_sg.spv.h"
+#include "fwd_sg.spv.h"
+#endif
+#if BURST_VK_SPV_FWD_CM_NV
+#include "fwd_cm_nv.spv.h"
+#endif
+
+struct burst_vk_spv {
+    const uint32_t *code;
+    size_t bytes;
+};
+
+static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
+{
+#define BURST_VK_SPV(x) ((struct burst_vk_spv){x, sizeof(x)})
+    switch (k) {
+#if BURST_VK_SPV_FWD_SG
+    case BURST_VK_FWD:
+        return subgroup ? BURST_VK_SPV(burst_vk_spv_fwd_sg) : BURST_VK_SPV(burst_vk_spv_fwd);
+    case BURST_VK_DQ:
+        return subgroup ? BURST_VK_SPV(burst_vk_spv_bwd_dq_sg) : BURST_VK_SPV(burst_vk_spv_bwd_dq);
+    case BURST_VK_DKV:
+        return subgroup ? BURST_VK_SPV(burst_vk_spv_bwd_dkv_sg)
+                        : BURST_VK_SPV(burst_vk_spv_bwd_dkv);
+#else
+    case BURST_VK_FWD: return BURST_VK_SPV(burst_vk_spv_fwd);
+    case BURST_VK_DQ: return BURST_VK_SPV(burst_vk_spv_bwd_dq);
+    case BURST_VK_DKV: return BURST_VK_SPV(burst_vk_spv_bwd_dkv);
+#endif
+    case BURST_VK_DELTA: return BURST_VK_SPV(burst_vk_spv_bwd_delta);
+#if BURST_VK_SPV_FWD_CM_NV
+    case BURST_VK_FWD_CM: return BURST_VK_SPV(burst_vk_spv_fwd_cm_nv);
+#endif
+    default: return (struct burst_vk_spv){NULL, 0};
+    }
+#undef BURST_VK_SPV
+}
+
+burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be)
+{
+    VkPushConstantRange pcr = {
+        .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+        .offset = 0,
+        .size = sizeof(uint64_t),
+    };
+    VkPipelineLayoutCreateInfo lci = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+        .pushConstantRangeCount = 1,
+        .pPushConstantRanges = &pcr,
+    };
+    return burst_vk_result(vkCreatePipelineLayout(be->dev, &lci, NULL, &be->layout),
+                           "vulkan: vkCreatePipelineLayout");
+}
+
+static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const uint32_t key[9],
+                                              VkPipeline *pipe_p)
+{
+    enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
+    struct burst_vk_spv spv = burst_vk_spv_of(k, key[2] > 1 && k != BURST_VK_FWD_CM);
+    if (!spv.code)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "vulkan: kernel %s was not built (glslangValidator lacked an extension)",
+                           burst_vk_kernel_names[k]);
+    VkShaderModuleCreateInfo mci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+        .codeSize = spv.bytes,
+        .pCode = spv.code,
+    };
+    VkShaderModule mod;
+    VkResult r = vkCreateShaderModule(be->dev, &mci, NULL, &mod);
+    if (r != VK_SUCCESS)
+        return burst_vk_result(r, "vulkan: vkCreateShaderModule");
+    /* constants 0..7 = key[1..8] (D, T, BR, BC, dtypes); 8 = workgroup size */
+    int32_t data[9];
+    VkSpecializationMapEntry map[9];
+    for (int i = 0; i < 9; i++) {
+        data[i] = i < 8 ? (int32_t)key[i + 1] : (int32_t)(key[2] * key[3]);
+        map[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(i * 4), 4};
+    }
+    if (k == BURST_VK_DELTA)
+        data[8] = 64;
+    VkSpecializationInfo spec = {9, map, sizeof data, data};
+    VkComputePipelineCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage =
+            {
+                .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                .module = mod,
+                .pName = "main",
+                .pSpecializationInfo = &spec,
+            },
+        .layout = be->layout,
+    };
+    r = vkCreateComputePipelines(be->dev, VK_NULL_HANDLE, 1, &pci, NULL, pipe_p);
+    vkDestroyShaderModule(be->dev, mod, NULL);
+    return burst_vk_result(r, "vulkan: vkCreateComputePipelines");
+}
+
+burst_status_t burst_vk_pipeline(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
+                                 const struct burst_vk_tile *tl, const int dtypes[4],
+                                 VkPipeline *pipe_p)
+{
+    uint32_t key[9] = {(uint32_t)k,         (uint32_t)d,         (uint32_t)tl->t,
+                       (uint32_t)tl->br,    (uint32_t)tl->bc,    (uint32_t)dtypes[0],
+                       (uint32_t)dtypes[1], (uint32_t)dtypes[2], (uint32_t)dtypes[3]};
+    /* building under the lock keeps one pipeline per key; lavapipe compiles at creation, so
+     * concurrent first calls wait for each other once */
+    pthread_mutex_lock(&be->plock);
+    for (size_t i = 0; i < be->npipes; i++) {
+        if (memcmp(be->pipes[i].key, key, sizeof key) == 0) {
+            *pipe_p = be->pipes[i].pipe;
+            pthread_mutex_unlock(&be->plock);
+            return BURST_OK;
+        }
+    }
+    burst_status_t st = BURST_OK;
+    if (be->npipes == be->cappipes) {
+        size_t cap = be->cappipes ? 2 * be->cappipes : 16;
+        struct burst_vk_pipe *np = realloc(be->pipes, cap * sizeof *np);
+        if (!np)
+            st = burst_error(BURST_ERR_NO_MEMORY, "vulkan: out of memory");
+        else
+            be->pipes = np, be->cappipes = cap;
+    }
+    VkPipeline pipe = VK_NULL_HANDLE;
+    if (st == BURST_OK)
+        st = burst_vk_pipeline_build(be, key, &pipe);
+    if (st == BURST_OK) {
+        memcpy(be->pipes[be->npipes].key, key, sizeof key);
+        be->pipes[be->npipes++].pipe = pipe;
+        *pipe_p = pipe;
+    }
+    pthread_mutex_unlock(&be->plock);
+    return st;
+}
+
+void burst_vk_pipeline_fini(struct burst_vk_backend *be)
+{
+    for (size_t i = 0; i < be->npipes; i++)
+        vkDestroyPipeline(be->dev, be->pipes[i].pipe, NULL);
+    free(be->pipes);
+    be->pipes = NULL;
+    be->npipes = be->cappipes = 0;
+    if (be->layout)
+        vkDestroyPipelineLayout(be->dev, be->layout, NULL);
+    be->layout = VK_NULL_HANDLE;
+}

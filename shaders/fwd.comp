@@ -1,0 +1,128 @@
+#version 460
+// shaders/fwd.comp - forward step, scalar/subgroup path: one Q tile against one K/V block with
+// online softmax, and the log-sum-exp merge into the running (O, lse) fused at the end.
+//
+// Workgroup (x = Q tile, y = query head, z = batch): BR query rows, T threads per row; thread
+// (r, lane) owns elements c = lane + T e of row r (q pre-scaled by tau log2 e, and the output
+// accumulator, in registers). K/V tiles of BC rows are converted to fp32 into shared memory;
+// dot products are reduced across the T threads of a row with subgroup shuffles (none when
+// T = 1: the scalar variant, built with -DBURST_SCALAR, uses no subgroup operation at all).
+// Only key tiles inside the union of the tile's allowed key intervals are visited (fully masked
+// tiles are skipped); partial tiles are masked per row. Rows with no allowed key in the block
+// leave (O, lse) bit-for-bit unchanged.
+#extension GL_GOOGLE_include_directive : require
+#ifndef BURST_SCALAR
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#include "common.glsl"
+
+shared float ks[BC * D];
+shared float vs[BC * D];
+shared int kmin_s, kmax_s;
+
+float row_reduce(float x)
+{
+#ifndef BURST_SCALAR
+    for (int s = T / 2; s > 0; s >>= 1)
+        x += subgroupShuffleXor(x, uint(s));
+#endif
+    return x;
+}
+
+void main()
+{
+    Params P = Params(pc.params);
+    const int tid = int(gl_LocalInvocationID.x);
+    const int r = tid / T, lane = tid % T;
+    const int b = int(gl_WorkGroupID.z), h = int(gl_WorkGroupID.y);
+    const int i0 = int(gl_WorkGroupID.x) * BR, i = i0 + r;
+    const bool live = i < P.nq;
+    const int g = h / P.group;
+    I32x2 rows = I32x2(P.rows);
+
+    // union of the tile's allowed key intervals
+    if (tid == 0) {
+        kmin_s = P.nk;
+        kmax_s = 0;
+    }
+    barrier();
+    ivec2 my = live ? rows.v[i] : ivec2(0, 0);
+    if (lane == 0 && my.x < my.y) {
+        atomicMin(kmin_s, my.x);
+        atomicMax(kmax_s, my.y);
+    }
+    barrier();
+    const int kmin = kmin_s, kmax = kmax_s;
+    if (kmin >= kmax)
+        return;
+
+    float q[E], o[E];
+    const float qmul = P.scale * LOG2E;
+    for (int e = 0; e < E; e++) {
+        q[e] = live ? load_elem(P.q, DTQ, view_index(P.q, b, i, h, lane + T * e)) * qmul : 0.0;
+        o[e] = 0.0;
+    }
+    float m = NEG_INF, l = 0.0;
+    for (int j0 = kmin; j0 < kmax; j0 += BC) {
+        barrier();
+        for (int x = tid; x < BC * D; x += BR * T) {
+            int j = x / D, c = x % D;
+            bool in_block = j0 + j < kmax;
+            ks[x] = in_block ? load_elem(P.k, DTK, view_index(P.k, b, j0 + j, g, c)) : 0.0;
+            vs[x] = in_block ? load_elem(P.v, DTV, view_index(P.v, b, j0 + j, g, c)) : 0.0;
+        }
+        barrier();
+        float s[BC];
+        float mx = NEG_INF;
+        for (int j = 0; j < BC; j++) {
+            float acc = 0.0;
+            for (int e = 0; e < E; e++)
+                acc = fma(q[e], ks[j * D + lane + T * e], acc);
+            acc = row_reduce(acc);
+            int kj = j0 + j;
+            s[j] = (kj >= my.x && kj < my.y) ? acc : NEG_INF;
+            mx = max(mx, s[j]);
+        }
+        float mnew = max(m, mx);
+        float muse = mnew == NEG_INF ? 0.0 : mnew; // fully masked so far: stay exactly 0
+        float alpha = exp2(m - muse);
+        float sum = 0.0;
+        for (int j = 0; j < BC; j++) {
+            s[j] = exp2(s[j] - muse);
+            sum += s[j];
+        }
+        l = l * alpha + sum;
+        m = mnew;
+        for (int e = 0; e < E; e++) {
+            float acc = o[e] * alpha;
+            for (int j = 0; j < BC; j++)
+                acc = fma(s[j], vs[j * D + lane + T * e], acc);
+            o[e] = acc;
+        }
+    }
+    // l == 0 exactly when the row has no allowed key here; NaN inputs fall through and propagate
+    if (!live || l == 0.0)
+        return;
+
+    // fused merge: L' = max(L, Lr) + log(1 + exp(-|L - Lr|)), O' = e^(L-L') O + e^(Lr-L') Or
+    F32 lse = F32(P.lse), oa = F32(P.o);
+    const uint li = uint((b * P.hq + h) * P.nq + i);
+    const uint ob = uint(((b * P.nq + i) * P.hq + h) * D);
+    float lr = (m + log2(l)) * LN2;
+    float lo = lse.v[li], ln;
+    if (lo == NEG_INF) {
+        ln = lr;
+        float cn = 1.0 / l;
+        for (int e = 0; e < E; e++)
+            oa.v[ob + lane + T * e] = o[e] * cn;
+    } else {
+        ln = max(lo, lr) + log(1.0 + exp(-abs(lo - lr)));
+        float co = exp(lo - ln), cn = exp(lr - ln) / l;
+        for (int e = 0; e < E; e++) {
+            uint x = ob + uint(lane + T * e);
+            oa.v[x] = fma(co, oa.v[x], cn * o[e]);
+        }
+    }
+    if (lane == 0)
+        lse.v[li] = ln;
+}
