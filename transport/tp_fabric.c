@@ -74,7 +74,8 @@
  *
  * Tunables (read once at burst_fab_open): BURST_FAB_PROGRESS=thread|caller,
  * BURST_FAB_SPIN_US (wait()'s polling before it blocks), BURST_FAB_CHUNK_BYTES,
- * BURST_FAB_MR_LOCAL=1, BURST_FAB_RXM_EAGER=0|1.
+ * BURST_FAB_MR_LOCAL=1, BURST_FAB_RXM_EAGER=0|1. The transport sets FI_OFI_RXM_BUFFER_SIZE
+ * (64 KiB) in the environment when the user has not: see rxm_defaults_once().
  */
 #include <errno.h>
 #include <poll.h>
@@ -112,6 +113,8 @@
 #define FAB_SLEEP_MAX_US 1000
 #define FAB_POLL_MS 100           /* progress thread with wait fd: poll() timeout */
 #define FAB_RXM_EAGER_LIMIT 16384 /* ofi_rxm's default eager limit (FI_OFI_RXM_BUFFER_SIZE) */
+#define FAB_RXM_BUFFER 65536      /* FI_OFI_RXM_BUFFER_SIZE unless the user sets it */
+#define FAB_RXM_HDR 256           /* >= ofi_rxm's packet header inside a bounce buffer */
 
 /* One posted chunk. The libfabric context must come first: completions return its address. */
 struct fab_op {
@@ -263,22 +266,45 @@ static int env_int(const char *name, int def, int lo, int hi)
     return (*end == '\0' && v >= lo && v <= hi) ? (int)v : def;
 }
 
-/* The largest message ofi_rxm sends eagerly: its default, or a lower FI_OFI_RXM_BUFFER_SIZE /
- * FI_OFI_RXM_EAGER_LIMIT (a higher one may or may not raise it, depending on the version). */
+/*
+ * ofi_rxm's eager messages copy through bounce buffers of FI_OFI_RXM_BUFFER_SIZE bytes (default
+ * 16 KiB), and the transport keeps every chunk eager (see "ofi_rxm and dead peers"), so that size
+ * sets the bandwidth: 16 KiB chunks cost half of tcp's speed. Unless the user set it, raise it to
+ * FAB_RXM_BUFFER before libfabric first reads its parameters (the first fi_getinfo of the
+ * process: every entry point of this file calls this first). Costs rxm's receive pool
+ * (FI_OFI_RXM_RX_SIZE buffers per endpoint) that much more memory per buffer.
+ */
+static void rxm_defaults_once(void)
+{
+    if (!getenv("FI_OFI_RXM_BUFFER_SIZE")) {
+        char v[32];
+        snprintf(v, sizeof(v), "%d", FAB_RXM_BUFFER);
+        setenv("FI_OFI_RXM_BUFFER_SIZE", v, 0);
+    }
+}
+
+static void rxm_defaults(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, rxm_defaults_once);
+}
+
+/* The largest chunk ofi_rxm sends eagerly: its bounce buffer minus its header (FAB_RXM_HDR, an
+ * upper bound), or a lower FI_OFI_RXM_EAGER_LIMIT. */
 static size_t rxm_eager_limit(void)
 {
     static const char *const vars[] = {"FI_OFI_RXM_BUFFER_SIZE", "FI_OFI_RXM_EAGER_LIMIT"};
-    size_t limit = FAB_RXM_EAGER_LIMIT;
+    size_t limit = SIZE_MAX;
     for (int i = 0; i < 2; i++) {
         const char *s = getenv(vars[i]);
         if (!s || !*s)
             continue;
         char *end;
         unsigned long long v = strtoull(s, &end, 10);
-        if (*end == '\0' && v >= 1 && v < limit)
-            limit = (size_t)v;
+        if (*end == '\0' && v > FAB_RXM_HDR && v - (i ? 0 : FAB_RXM_HDR) < limit)
+            limit = (size_t)v - (i ? 0 : FAB_RXM_HDR);
     }
-    return limit;
+    return limit == SIZE_MAX ? FAB_RXM_EAGER_LIMIT : limit;
 }
 
 /* fi_getinfo for a burst provider name; iface as described in fab_open. */
@@ -327,6 +353,7 @@ static int fab_getinfo(const char *fi_prov, const char *iface, int mr_local,
 
 int burst_fab_available(const char *provider)
 {
+    rxm_defaults();
     const char *fi_prov = fab_prov_name(provider);
     struct fi_info *info = NULL;
     if (!fi_prov)
@@ -373,6 +400,7 @@ burst_status_t burst_fab_open(const char *provider, const char *iface, int rank,
                               struct burst_fab **fab_p)
 {
     static const char *who = "burst_fab_open";
+    rxm_defaults();
     const char *fi_prov = fab_prov_name(provider);
     if (!fab_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: fab_p is NULL", who);
