@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/burstrun_test.sh BURSTRUN shm|tcp results|faults  (suite 'net')
+# tests/burstrun_test.sh BURSTRUN shm|tcp results|faults|mpi  (suite 'net')
 #
 #   results  burstrun -n 4 --check over the provider passes and names the fabric; --json has
 #            rank_mode, fabric, hosts, overlap; rank processes give bitwise the results of
@@ -9,7 +9,10 @@
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
 #            socket lives in burstrun itself, gone with it); then a rank that kills itself at
 #            each ring step of the forward and of the backward (--test-kill-step)
-# Exit 77 (SKIP) when the provider is unavailable.
+#   mpi      --hosts / --hostfile through Open MPI's mpirun on this host: bitwise the results of
+#            --threads, --check passes, a rank killed at a ring step is named (exit 3), bad
+#            --hosts values are usage errors
+# Exit 77 (SKIP) when the provider, mpirun or burstrun's MPI support is unavailable.
 set -u
 BR=$1
 PROV=$2
@@ -142,6 +145,43 @@ faults)
     grep -q "interrupted by SIGINT" "$TMP/err" || fail "SIGINT: no message"
     [ $dt -lt 10000 ] || fail "SIGINT: took $dt ms"
     check_leftovers "SIGINT" "$TMP/err"
+    ;;
+mpi)
+    # (5) --hosts / --hostfile: ranks started by Open MPI's mpirun on this host, bootstrapped
+    # through MPI; rank 0 reports. Loopback-only MCA settings for a sandbox; root allowed (CI).
+    command -v mpirun >/dev/null || { echo "SKIP: mpirun (Open MPI) not found"; exit 77; }
+    export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo \
+        OMPI_MCA_oob_tcp_if_include=lo OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    FAB="--fabric $PROV"
+    [ "$PROV" = tcp ] && FAB="$FAB --iface 127.0.0.1"
+    "$BR" --hosts localhost:1 $SMALL $FAB >"$TMP/probe" 2>&1
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "built without MPI" "$TMP/probe"; then
+        echo "SKIP: burstrun built without MPI"
+        exit 77
+    fi
+    [ $rc -eq 0 ] || { cat "$TMP/probe"; fail "--hosts localhost:1 exited $rc"; }
+    h1=$("$BR" -n 4 --causal $SMALL --deterministic --hash --json --threads | grep -o '"output_hash": "[0-9a-f]*"')
+    h2=$("$BR" --hosts localhost:2,127.0.0.1:2 --causal $SMALL $FAB --deterministic --hash --json \
+        2>"$TMP/err" | tee "$TMP/json" | grep -o '"output_hash": "[0-9a-f]*"')
+    echo "--hosts localhost:2,127.0.0.1:2: threads $h1, mpirun ($PROV) $h2"
+    [ -n "$h1" ] && [ "$h1" = "$h2" ] || { cat "$TMP/err"; fail "--hosts: threads and mpirun ranks differ"; }
+    grep -qF '"ranks": 4' "$TMP/json" || fail "--hosts: JSON does not say 4 ranks"
+    printf 'localhost slots=3 # three ranks\n' >"$TMP/hostfile"
+    "$BR" --hostfile "$TMP/hostfile" --check --causal --seq 384 $FAB >"$TMP/table" 2>&1 ||
+        { cat "$TMP/table"; fail "--hostfile --check exited $?"; }
+    grep -q "^result   PASS" "$TMP/table" || fail "--hostfile: check did not pass"
+    grep -q "3 rank processes" "$TMP/table" || fail "--hostfile: not 3 ranks"
+    t=$(now_ms)
+    "$BR" --hosts localhost:4 --seq 512 --iters 1 --warmup 0 $FAB --timeout 20 --seed "$SEED" \
+        --test-kill-rank 1 --test-kill-phase bwd --test-kill-step 1 >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    dt=$(($(now_ms) - t))
+    echo "--hosts, rank 1 killed at backward step 1: exit $rc after $dt ms"
+    [ $rc -eq 3 ] || { cat "$TMP/err"; fail "--hosts kill: exit status $rc, expected 3"; }
+    grep -q "^burstrun: rank 1 failed" "$TMP/err" || fail "--hosts kill: the message does not name rank 1"
+    "$BR" --hosts "localhost:0" $SMALL >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--hosts" "$TMP/err" || fail "--hosts localhost:0 is not a usage error"
     ;;
 *)
     echo "unknown case $WHAT"

@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "burst/burst.h"
 #include "job.h"
 #include "launch.h"
+#include "launch_mpi.h"
 
 #define EXIT_CHECK_FAILED 1
 #define EXIT_USAGE 2
@@ -58,6 +60,8 @@ static void usage(FILE *f)
         "                         of processes\n"
         "  --fabric F             auto | shm | tcp | verbs | efa (default shm; auto = shm on\n"
         "                         one host); rank processes only\n"
+        "  --hosts LIST           run across hosts through mpirun: \"h1:4,h2:4\" (slots per host)\n"
+        "  --hostfile F           the same from an Open MPI hostfile (\"host slots=N\" lines)\n"
         "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
         "                         127.0.0.1)\n"
         "  --timeout S            longest wait for a peer, seconds (default: BURST_TIMEOUT_MS\n"
@@ -124,7 +128,13 @@ static void usage(FILE *f)
         "A rank process that dies (or Ctrl-C) stops the whole job: the others are told through\n"
         "the rendezvous, get %d ms to exit, then SIGKILL; burstrun names the rank and how it\n"
         "died. Rank output is printed with a \"[rank i] \" prefix; a progress line shows on a\n"
-        "terminal's stderr for jobs longer than 2 s. Across hosts (--hosts, mpirun): not yet.\n"
+        "terminal's stderr for jobs longer than 2 s.\n"
+        "\n"
+        "Across hosts: --hosts h1:4,h2:4 (Open MPI's --host syntax) or --hostfile F (Open MPI\n"
+        "hostfile: \"host slots=N\" lines) runs the ranks through mpirun; -n defaults to the slot\n"
+        "count and --fabric to auto (shm inside a host, the network between hosts). The hosts\n"
+        "need the same burstrun path and libburst, Open MPI (passwordless ssh from here), and a\n"
+        "network fabric; rank 0 prints the job's table. BURST_* settings travel with the job.\n"
         "\n"
         "Exit status: 0 all requested checks passed (or none requested), 1 a check failed,\n"
         "2 usage error (bad flag or value, or parameters the library rejects), 3 runtime\n"
@@ -229,7 +239,10 @@ struct opts {
     int default_job;
     int threads; /* --threads: ranks as threads */
     int verbose;
-    int probe; /* --probe: report the backends and exit */
+    int probe;                    /* --probe: report the backends and exit */
+    const char *hosts, *hostfile; /* --hosts / --hostfile: ranks through mpirun */
+    int host_slots;               /* slots they give */
+    int ranks_given, fabric_given;
     const char *fabric, *iface;
     int timeout_s;
     struct job_kill kill; /* hidden --test-kill-* */
@@ -242,6 +255,72 @@ static const char *const phase_names[] = {"fwd", "bwd"};
 static const char *const dtype_names[] = {"fp32", "fp16", "bf16"};
 static const char *const layout_names[] = {"natural", "zigzag", "striped"};
 static const char *const bwd_names[] = {"burst", "ring", "auto"};
+
+/* --hosts "h1:4,h2,h3:2": the slot count (an entry without ":N" gives 1). */
+static int parse_hosts(const char *v)
+{
+    long total = 0;
+    const char *p = v;
+    if (!*v)
+        die_usage("bad value for --hosts: '' (expected host:slots,host:slots,...)");
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        const char *colon = memchr(p, ':', n);
+        long slots = 1;
+        if (colon == p || n == 0)
+            die_usage("bad value for --hosts: '%s' (empty host name)", v);
+        if (colon) {
+            char *end;
+            slots = strtol(colon + 1, &end, 10);
+            if (end != p + n || slots < 1 || slots > 65536)
+                die_usage("bad value for --hosts: '%s' (slots of '%.*s' must be 1..65536)", v,
+                          (int)n, p);
+        }
+        total += slots;
+        if (total > 65536)
+            die_usage("bad value for --hosts: '%s' (more than 65536 slots)", v);
+        p += n + (p[n] == ',');
+    }
+    return (int)total;
+}
+
+/* An Open MPI hostfile: "host [slots=N] ..." per line, '#' comments: the slot count. */
+static int parse_hostfile(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die_usage("--hostfile %s: %s", path, strerror(errno));
+    char line[1024];
+    long total = 0;
+    int lineno = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        line[strcspn(line, "#\r\n")] = '\0';
+        char *tok = strtok(line, " \t");
+        if (!tok)
+            continue;
+        long slots = 1;
+        for (char *t = strtok(NULL, " \t"); t; t = strtok(NULL, " \t"))
+            if (!strncmp(t, "slots=", 6)) {
+                char *end;
+                slots = strtol(t + 6, &end, 10);
+                if (*end || slots < 1 || slots > 65536) {
+                    fclose(f);
+                    die_usage("--hostfile %s:%d: bad '%s' (expected slots=1..65536)", path, lineno,
+                              t);
+                }
+            }
+        total += slots;
+        if (total > 65536) {
+            fclose(f);
+            die_usage("--hostfile %s: more than 65536 slots", path);
+        }
+    }
+    fclose(f);
+    if (total == 0)
+        die_usage("--hostfile %s: no hosts in it", path);
+    return (int)total;
+}
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
@@ -371,7 +450,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              "--test-kill-phase",
                                              "--test-kill-iter",
                                              "--test-kill-delay",
-                                             "--test-kill-step"};
+                                             "--test-kill-step",
+                                             "--hosts",
+                                             "--hostfile"};
         int known = 0;
         for (size_t b = 0; b < sizeof(valued) / sizeof(valued[0]); b++)
             known |= strcmp(name, valued[b]) == 0;
@@ -385,6 +466,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
 
         if (!strcmp(name, "-n") || !strcmp(name, "--ranks")) {
             p->ranks = (int)parse_int(name, val, 1, 65536);
+            o->ranks_given = 1;
+        } else if (!strcmp(name, "--hosts")) {
+            o->hosts = val;
+            o->host_slots = parse_hosts(val);
+        } else if (!strcmp(name, "--hostfile")) {
+            o->hostfile = val;
+            o->host_slots = parse_hostfile(val);
         } else if (!strcmp(name, "--seq")) {
             p->seq_len = parse_int(name, val, 1, INT64_C(1) << 40);
         } else if (!strcmp(name, "--batch")) {
@@ -472,6 +560,25 @@ static void parse_args(int argc, char **argv, struct opts *o)
 #endif
     if (o->threads && fabric_given)
         die_usage("--fabric / --iface apply to rank processes, not to --threads");
+    o->fabric_given = fabric_given;
+    if (o->hosts && o->hostfile)
+        die_usage("--hosts and --hostfile exclude each other");
+    if ((o->hosts || o->hostfile) && o->threads)
+        die_usage("--%s runs rank processes through mpirun, not --threads",
+                  o->hosts ? "hosts" : "hostfile");
+    if (o->hosts || o->hostfile) {
+        if (!o->ranks_given)
+            p->ranks = o->host_slots;
+        else if (p->ranks > o->host_slots)
+            die_usage("-n %d: --%s gives only %d slots", p->ranks, o->hosts ? "hosts" : "hostfile",
+                      o->host_slots);
+        if (!fabric_given)
+            o->fabric = "auto";
+        if (!launch_mpi_available())
+            die_usage("--%s: this burstrun was built without MPI (install Open MPI's development "
+                      "files and rebuild)",
+                      o->hosts ? "hosts" : "hostfile");
+    }
     if (o->threads && o->timeout_s)
         die_usage("--timeout applies to rank processes, not to --threads (use BURST_TIMEOUT_MS)");
     if (o->kill.rank >= 0 && (o->threads || o->kill.rank >= p->ranks))
@@ -873,13 +980,136 @@ static int run_processes(struct opts *o, struct job_result *r)
     return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
+/* --hosts / --hostfile: the job's own arguments (without those two) for every rank, then mpirun. */
+static int run_mpirun(const struct opts *o, int argc, char **argv)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        fprintf(stderr, "%s: cannot find its own executable (/proc/self/exe)\n", prog);
+        return EXIT_RUNTIME;
+    }
+    self[n] = '\0';
+    char **args = calloc((size_t)argc + 4, sizeof(char *));
+    if (!args)
+        return EXIT_RUNTIME;
+    int na = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hosts") || !strcmp(argv[i], "--hostfile")) {
+            i++; /* and its value */
+            continue;
+        }
+        if (!strncmp(argv[i], "--hosts=", 8) || !strncmp(argv[i], "--hostfile=", 11))
+            continue;
+        args[na++] = argv[i];
+    }
+    char nbuf[24];
+    snprintf(nbuf, sizeof(nbuf), "--ranks=%d", o->jp.ranks);
+    if (!o->ranks_given)
+        args[na++] = nbuf;
+    if (!o->fabric_given)
+        args[na++] = "--fabric=auto";
+    int rc = launch_mpi_run(prog, self, o->jp.ranks, o->hosts, o->hostfile, o->verbose, args, na);
+    free(args);
+    return rc;
+}
+
+/* A rank started by mpirun (--mpi-rank-worker ARGS): run like a local rank process on a private
+ * arena, merge the arenas into rank 0, which reports for the job (tools/launch_mpi.h). */
+static int mpi_rank_main(int argc, char **argv)
+{
+    int rank = 0, size = 0;
+    if (launch_mpi_init(&rank, &size) != 0)
+        return EXIT_RUNTIME;
+    struct opts o;
+    parse_args(argc - 1, argv + 1, &o); /* argv[1], "--mpi-rank-worker", stands for argv[0] */
+    if (size != o.jp.ranks) {
+        fprintf(stderr, "%s: rank %d: mpirun started %d ranks, the job has -n %d\n", prog, rank,
+                size, o.jp.ranks);
+        launch_mpi_finalize();
+        return EXIT_USAGE;
+    }
+    struct job_arena_hdr h;
+    char msg[256];
+    uint64_t bytes = job_arena_layout(&o.jp, &h, msg, sizeof(msg));
+    if (!bytes) {
+        fprintf(stderr, "%s: rank %d: %s\n", prog, rank, msg);
+        launch_mpi_finalize();
+        return EXIT_USAGE;
+    }
+    snprintf(h.backend, sizeof(h.backend), "%s", o.backend);
+    h.num_threads = o.num_threads;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* ranks on this host share its cores */
+    if (!h.num_threads && !getenv("BURST_NUM_THREADS") && ls && atoi(ls) > 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        h.num_threads = ncpu > atoi(ls) ? (int)(ncpu / atoi(ls)) : 1;
+    }
+    h.kill = o.kill;
+    int fd = memfd_create("burstrun-mpi-job", MFD_CLOEXEC);
+    void *arena = MAP_FAILED;
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
+        (arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        fprintf(stderr, "%s: rank %d: the job's %llu bytes: %s\n", prog, rank,
+                (unsigned long long)bytes, strerror(errno));
+        launch_mpi_finalize();
+        return EXIT_RUNTIME;
+    }
+    memcpy(arena, &h, sizeof(h));
+    char v[32];
+    snprintf(v, sizeof(v), "%d", rank);
+    setenv("BURST_RANK", v, 1);
+    snprintf(v, sizeof(v), "%d", size);
+    setenv("BURST_SIZE", v, 1);
+    setenv("BURST_BOOTSTRAP", "mpi", 1);
+    setenv("BURST_FABRIC", o.fabric, 1);
+    if (o.iface)
+        setenv("BURST_IFACE", o.iface, 1);
+    if (o.timeout_s) {
+        snprintf(v, sizeof(v), "%d", o.timeout_s * 1000);
+        setenv("BURST_TIMEOUT_MS", v, 1);
+    }
+    int wrc = job_worker_main(dup(fd)); /* closes the fd it is given */
+    close(fd);
+    int rc = wrc == 0 ? 0 : wrc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
+    if (launch_mpi_merge(arena, bytes) != 0) {
+        fprintf(stderr, "%s: rank %d: merging the results into rank 0 failed\n", prog, rank);
+        rc = EXIT_RUNTIME;
+    } else if (rank == 0) {
+        struct job_result *r = calloc(1, sizeof(*r));
+        if (r && job_arena_collect(arena, r) == JOB_OK) {
+            struct summary s;
+            summarise(&o.jp, r, &s);
+            if (o.json)
+                print_json(&o, r, &s);
+            else
+                print_table(&o, r, &s);
+            if (strcmp(s.check, "fail") == 0)
+                rc = EXIT_CHECK_FAILED;
+        } else {
+            fprintf(stderr, "%s: %s\n", prog, r ? r->message : "out of memory");
+            rc = rc ? rc : EXIT_RUNTIME;
+        }
+        if (r)
+            job_result_free(r);
+        free(r);
+    }
+    munmap(arena, bytes);
+    fflush(NULL);
+    launch_mpi_finalize();
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* a rank process started by run_processes: --rank-worker FD */
     if (argc == 3 && strcmp(argv[1], "--rank-worker") == 0)
         return job_worker_main(atoi(argv[2]));
     struct opts o;
+    if (argc >= 2 && strcmp(argv[1], "--mpi-rank-worker") == 0)
+        return mpi_rank_main(argc, argv);
     parse_args(argc, argv, &o);
+    if (o.hosts || o.hostfile)
+        return run_mpirun(&o, argc, argv);
     if (o.probe) {
         struct burst_context_params cp = burst_context_params_default();
         cp.num_threads = o.num_threads;

@@ -1,0 +1,202 @@
+/* tools/launch_mpi.c - burstrun across hosts through Open MPI (see launch_mpi.h). */
+#include "launch_mpi.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef BURST_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* Environment variables the ranks need from the launcher's environment (mpirun -x). */
+static const char *const forward_vars[] = {
+    "BURST_FABRIC",       "BURST_IFACE",         "BURST_TIMEOUT_MS", "BURST_NUM_THREADS",
+    "BURST_BACKEND",      "BURST_DEVICE",        "BURST_CPU_ISA",    "BURST_FAULT",
+    "BURST_FAB_PROGRESS", "BURST_FAB_RXM_EAGER", "FI_PROVIDER",      "FI_OFI_RXM_BUFFER_SIZE",
+};
+#define NFWD (sizeof(forward_vars) / sizeof(forward_vars[0]))
+
+int launch_mpi_available(void)
+{
+#ifdef BURST_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Scan one line of mpirun's stderr for the rank it says failed; -1 when none. */
+static int failed_rank_in(const char *line)
+{
+    const char *p = strstr(line, "process rank ");
+    if (!p)
+        return -1;
+    char *end;
+    long r = strtol(p + 13, &end, 10);
+    return end > p + 13 && r >= 0 && r < INT_MAX ? (int)r : -1;
+}
+
+int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
+                   const char *hostfile, int verbose, char **job_args, int njob_args)
+{
+    size_t cap = 16 + 2 * NFWD + (size_t)njob_args + 1;
+    char **argv = calloc(cap, sizeof(char *));
+    if (!argv) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 2;
+    }
+    char np[16];
+    snprintf(np, sizeof(np), "%d", G);
+    size_t a = 0;
+    argv[a++] = "mpirun"; /* by name: Open MPI takes an absolute argv[0] as its --prefix */
+    if (geteuid() == 0)
+        argv[a++] = "--allow-run-as-root";
+    argv[a++] = "-np";
+    argv[a++] = np;
+    argv[a++] = hosts ? "--host" : "--hostfile";
+    argv[a++] = (char *)(hosts ? hosts : hostfile);
+    argv[a++] = "--bind-to";
+    argv[a++] = "none";
+    for (size_t i = 0; i < NFWD; i++)
+        if (getenv(forward_vars[i])) {
+            argv[a++] = "-x";
+            argv[a++] = (char *)forward_vars[i];
+        }
+    argv[a++] = (char *)self;
+    argv[a++] = "--mpi-rank-worker";
+    for (int i = 0; i < njob_args; i++)
+        argv[a++] = job_args[i];
+    argv[a] = NULL;
+    if (verbose) {
+        fprintf(stderr, "%s:", prog);
+        for (size_t i = 0; i < a; i++)
+            fprintf(stderr, " %s", argv[i]);
+        fprintf(stderr, "\n");
+    }
+    int errp[2];
+    if (pipe(errp) != 0) {
+        fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+        free(argv);
+        return 2;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(errp[0]);
+        dup2(errp[1], 2);
+        close(errp[1]);
+        execvp("mpirun", argv);
+        fprintf(stderr, "%s: cannot run mpirun (Open MPI) for --hosts/--hostfile: %s\n", prog,
+                strerror(errno));
+        _exit(127);
+    }
+    close(errp[1]);
+    free(argv);
+    if (pid < 0) {
+        close(errp[0]);
+        fprintf(stderr, "%s: fork: %s\n", prog, strerror(errno));
+        return 2;
+    }
+    /* Ctrl-C goes to the whole foreground group: mpirun handles it; we wait for it. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_term;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGTERM, &ign, &old_term);
+    FILE *err = fdopen(errp[0], "r");
+    char line[1024];
+    int failed = -1;
+    while (err && fgets(line, sizeof(line), err)) {
+        fputs(line, stderr);
+        if (failed < 0)
+            failed = failed_rank_in(line);
+    }
+    if (err)
+        fclose(err);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (WIFSIGNALED(status)) {
+        fprintf(stderr, "%s: mpirun was killed by signal %d\n", prog, WTERMSIG(status));
+        return 128 + WTERMSIG(status);
+    }
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (rc == 127)
+        return 2;
+    if (rc != 0) {
+        /* burstrun's statuses (1 check failed, 2 usage, 3 runtime) pass through; anything else,
+         * a rank killed by a signal included, is a runtime failure */
+        int ours = rc <= 3 ? rc : 3;
+        if (failed >= 0)
+            fprintf(stderr, "%s: rank %d failed (as mpirun reports above); mpirun exited %d\n",
+                    prog, failed, rc);
+        else
+            fprintf(stderr, "%s: the job failed: mpirun exited %d\n", prog, rc);
+        return ours;
+    }
+    return 0;
+}
+
+#ifdef BURST_HAVE_MPI
+int launch_mpi_init(int *rank_p, int *size_p)
+{
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "burstrun --mpi-rank-worker: MPI_Init_thread failed\n");
+        return -1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank_p);
+    MPI_Comm_size(MPI_COMM_WORLD, size_p);
+    return 0;
+}
+
+int launch_mpi_merge(void *arena, size_t bytes)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const size_t piece = (size_t)1 << 30; /* counts are ints */
+    for (size_t off = 0; off < bytes; off += piece) {
+        int n = (int)(bytes - off < piece ? bytes - off : piece);
+        char *p = (char *)arena + off;
+        int ret = rank == 0 ? MPI_Reduce(MPI_IN_PLACE, p, n, MPI_BYTE, MPI_BOR, 0, MPI_COMM_WORLD)
+                            : MPI_Reduce(p, NULL, n, MPI_BYTE, MPI_BOR, 0, MPI_COMM_WORLD);
+        if (ret != MPI_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+void launch_mpi_finalize(void)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin)
+        MPI_Finalize();
+}
+#else
+int launch_mpi_init(int *rank_p, int *size_p)
+{
+    (void)rank_p;
+    (void)size_p;
+    fprintf(stderr, "burstrun --mpi-rank-worker: this burstrun was built without MPI\n");
+    return -1;
+}
+
+int launch_mpi_merge(void *arena, size_t bytes)
+{
+    (void)arena;
+    (void)bytes;
+    return -1;
+}
+
+void launch_mpi_finalize(void)
+{
+}
+#endif

@@ -1,0 +1,48 @@
+/*
+ * tools/launch_mpi.h - burstrun across hosts: Open MPI's mpirun starts the ranks.
+ *
+ * Launcher side (`burstrun --hosts h1:4,h2:4 ...` or `--hostfile F`): launch_mpi_run() runs
+ *   mpirun -np G (--host LIST | --hostfile F) --bind-to none [-x BURST_*]... \
+ *          <this burstrun> --mpi-rank-worker <the job's own arguments>
+ * passes mpirun's stdout through (rank 0 prints the job's table or JSON there) and its stderr,
+ * and when the job fails names the rank Open MPI reports ("process rank N ... exited on
+ * signal ..."). Ctrl-C reaches mpirun (same process group), which stops every rank.
+ *
+ * Rank side (`--mpi-rank-worker`): every rank initialises MPI, runs the job exactly as a local
+ * rank process does (tools/job.h job_worker_main) on a private arena, bootstrapped through MPI
+ * (MPI_Allgather of fabric addresses); then launch_mpi_merge() gathers the arenas into rank 0 with
+ * a bitwise-OR reduction, which is exact because every rank writes only its own slot, timings
+ * and shard rows, leaving everything else zero. Rank 0 then reports for the whole job.
+ *
+ * What the hosts need: the same burstrun (same path) and libburst on every host, Open MPI's
+ * daemons reachable (passwordless ssh from the launching host, as mpirun requires), and a fabric
+ * between them (tcp, verbs or efa; --iface names the interface to use when there are several).
+ * Every rank holds the job's global tensors (the arena), so memory per rank grows with G.
+ */
+#ifndef BURST_TOOLS_LAUNCH_MPI_H
+#define BURST_TOOLS_LAUNCH_MPI_H
+
+#include <stddef.h>
+
+/* Nonzero when burstrun was built with MPI (the rank side needs it; mpirun itself is found at
+ * run time). */
+int launch_mpi_available(void);
+
+/*
+ * Launcher: run `self --mpi-rank-worker job_args...` on G ranks over `hosts` (Open MPI's --host
+ * syntax, "h1:4,h2:4") or `hostfile`. Returns burstrun's exit status: mpirun's, or 2 when mpirun
+ * cannot be started, 128 + signal when it was killed by one.
+ */
+int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
+                   const char *hostfile, int verbose, char **job_args, int njob_args);
+
+/* Rank side: MPI_Init_thread; *rank_p / *size_p of MPI_COMM_WORLD. 0, or -1 with a message. */
+int launch_mpi_init(int *rank_p, int *size_p);
+
+/* Rank side: bitwise-OR `bytes` of every rank's arena into rank 0's (in place there). */
+int launch_mpi_merge(void *arena, size_t bytes);
+
+/* Rank side: MPI_Finalize. */
+void launch_mpi_finalize(void);
+
+#endif /* BURST_TOOLS_LAUNCH_MPI_H */
