@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "fault.h"
+#include "ring_xfer.h"
 #include "plan_internal.h"
 
 struct burst_plan_params burst_plan_params_default(void)
@@ -275,6 +276,7 @@ void burst_plan_destroy(struct burst_plan *plan)
         free(plan->step_traffic[ph]);
         free(plan->step_time[ph]);
     }
+    burst_xfer_pool_free(plan);
     burst_shards_fini(&plan->shards);
     free(plan);
 }

@@ -30,6 +30,13 @@ struct burst_plan {
     struct burst_step_time {
         double compute_s, wait_s;
     } * step_time[3]; /* [steps + 1] per phase */
+    /* host staging of transfers for device-memory backends (runtime/ring_xfer.h) */
+#define BURST_STAGE_BUFS 8
+    struct burst_stage {
+        void *ptr;
+        size_t size;
+        int busy;
+    } stage[BURST_STAGE_BUFS];
 };
 
 /* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */

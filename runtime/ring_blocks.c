@@ -53,7 +53,6 @@ static int64_t block_len(const struct burst_blocks *b, int step)
 burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sched_step *s, int step,
                                  burst_blocks_pack_fn pack, void *pack_arg)
 {
-    struct burst_comm *comm = b->plan->comm;
     const int sends = s->send_to >= 0 || s->inter_send_to >= 0;
     int src = b->cur;
     burst_status_t st = BURST_OK;
@@ -74,10 +73,10 @@ burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sche
         b->in = take_free(b);
         if (b->in < 0)
             return burst_error(BURST_ERR_INTERNAL, "ring: no free block buffer at step %d", step);
-        st = burst_comm_irecv(comm, s->inter_recv_from, tag, b->buf[b->in],
+        st = burst_xfer_irecv(b->plan, s->inter_recv_from, tag, b->buf[b->in],
                               b->bytes(b->bytes_arg, block_len(b, target)), &b->ir);
         if (st == BURST_OK)
-            st = burst_comm_isend(comm, s->inter_send_to, tag, b->buf[src], cur_bytes, &b->is);
+            st = burst_xfer_isend(b->plan, s->inter_send_to, tag, b->buf[src], cur_bytes, &b->is);
         if (st != BURST_OK)
             return st;
     }
@@ -87,10 +86,10 @@ burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sche
         b->next = take_free(b);
         if (b->next < 0)
             return burst_error(BURST_ERR_INTERNAL, "ring: no free block buffer at step %d", step);
-        st = burst_comm_irecv(comm, s->recv_from, tag, b->buf[b->next],
+        st = burst_xfer_irecv(b->plan, s->recv_from, tag, b->buf[b->next],
                               b->bytes(b->bytes_arg, block_len(b, step + 1)), &b->lr);
         if (st == BURST_OK)
-            st = burst_comm_isend(comm, s->send_to, tag, b->buf[src], cur_bytes, &b->ls);
+            st = burst_xfer_isend(b->plan, s->send_to, tag, b->buf[src], cur_bytes, &b->ls);
     }
     return st;
 }
@@ -102,13 +101,12 @@ unsigned char *burst_blocks_current(const struct burst_blocks *b)
 
 burst_status_t burst_blocks_wait(struct burst_blocks *b, const struct burst_sched_step *s)
 {
-    struct burst_comm *comm = b->plan->comm;
-    burst_status_t w1 = burst_comm_wait(comm, &b->lr), w2 = burst_comm_wait(comm, &b->ls);
+    burst_status_t w1 = burst_xfer_wait(b->plan, &b->lr), w2 = burst_xfer_wait(b->plan, &b->ls);
     burst_status_t w3 = BURST_OK, w4 = BURST_OK;
     int cur = b->next >= 0 ? b->next : b->cur;
     if (s->round_last || w1 != BURST_OK || w2 != BURST_OK) {
-        w3 = burst_comm_wait(comm, &b->ir);
-        w4 = burst_comm_wait(comm, &b->is);
+        w3 = burst_xfer_wait(b->plan, &b->ir);
+        w4 = burst_xfer_wait(b->plan, &b->is);
         b->rs = -1;
         if (b->in >= 0)
             cur = b->in;
@@ -122,9 +120,8 @@ burst_status_t burst_blocks_wait(struct burst_blocks *b, const struct burst_sche
 
 void burst_blocks_drain(struct burst_blocks *b)
 {
-    struct burst_comm *comm = b->plan->comm;
-    burst_comm_wait(comm, &b->lr);
-    burst_comm_wait(comm, &b->ls);
-    burst_comm_wait(comm, &b->ir);
-    burst_comm_wait(comm, &b->is);
+    burst_xfer_wait(b->plan, &b->lr);
+    burst_xfer_wait(b->plan, &b->ls);
+    burst_xfer_wait(b->plan, &b->ir);
+    burst_xfer_wait(b->plan, &b->is);
 }

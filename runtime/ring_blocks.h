@@ -13,6 +13,7 @@
 #define BURST_RUNTIME_RING_BLOCKS_H
 
 #include "plan_internal.h"
+#include "ring_xfer.h"
 
 /* Copy this rank's own block into `dst` (a packed buffer) for sending. */
 typedef burst_status_t (*burst_blocks_pack_fn)(void *arg, unsigned char *dst);
@@ -31,7 +32,7 @@ struct burst_blocks {
     int in;   /* buffer receiving the next round's first block, or -1 */
     int next; /* buffer receiving the next step's block over the local ring, or -1 */
     int sent; /* buffer the local send of this step reads, or -1 */
-    struct burst_tp_req *ls, *lr, *is, *ir;
+    struct burst_xfer ls, lr, is, ir;
 };
 
 /* Allocate the buffers (from sc) for blocks of up to plan->n_max tokens. */

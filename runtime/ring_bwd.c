@@ -188,7 +188,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
     struct burst_comm *comm = plan->comm;
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_BWD];
     struct burst_scratch sc = {.plan = plan};
-    struct burst_tp_req *ra = NULL, *sa = NULL;
+    struct burst_xfer ra = {0}, sa = {0};
     const int64_t n = plan->n, G = plan->size;
     const size_t qelems = (size_t)(c.B * n * c.Hq * c.d), kvelems = (size_t)(c.B * n * c.Hkv * c.d);
     double t0 = burst_now();
@@ -250,11 +250,11 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             const void *wire;
             st = wire_acc(&c, part[1 - pc], acc_out, acc_elems(&c, np), &wire);
             if (st == BURST_OK)
-                st = burst_comm_isend(comm, s.acc_to, burst_tag(seq, BURST_MSG_ACC, r), wire,
+                st = burst_xfer_isend(plan, s.acc_to, burst_tag(seq, BURST_MSG_ACC, r), wire,
                                       acc_elems(&c, np) * c.as, &sa);
         }
         if (st == BURST_OK && s.acc_from >= 0)
-            st = burst_comm_irecv(comm, s.acc_from, burst_tag(seq, BURST_MSG_ACC, r), acc_in,
+            st = burst_xfer_irecv(plan, s.acc_from, burst_tag(seq, BURST_MSG_ACC, r), acc_in,
                                   acc_elems(&c, nb) * c.as, &ra);
 
         /* Where this step's gradients go. */
@@ -292,10 +292,10 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             stats->steps_computed++;
         }
         double tw = burst_now();
-        burst_status_t w1 = burst_comm_wait(comm, &ra);
+        burst_status_t w1 = burst_xfer_wait(plan, &ra);
         if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
             st = c.ops->accumulate(c.be, part[pc], acc_in, plan->acc_dtype, acc_elems(&c, nb));
-        burst_status_t w2 = burst_blocks_wait(&blk, &s), w3 = burst_comm_wait(comm, &sa);
+        burst_status_t w2 = burst_blocks_wait(&blk, &s), w3 = burst_xfer_wait(plan, &sa);
         burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
         if (st == BURST_OK)
             st = w1 ? w1 : w2 ? w2 : w3;
@@ -307,16 +307,16 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
             comm->count = &plan->step_traffic[BURST_PHASE_BWD][plan->steps];
             const void *wire = NULL;
-            st = burst_comm_irecv(comm, s.final_from, burst_tag(seq, BURST_MSG_ACC, plan->steps),
+            st = burst_xfer_irecv(plan, s.final_from, burst_tag(seq, BURST_MSG_ACC, plan->steps),
                                   acc_in, acc_elems(&c, n) * c.as, &ra);
             if (st == BURST_OK)
                 st = wire_acc(&c, part[pc], acc_out, acc_elems(&c, nb), &wire);
             if (st == BURST_OK)
-                st = burst_comm_isend(comm, s.final_to, burst_tag(seq, BURST_MSG_ACC, plan->steps),
+                st = burst_xfer_isend(plan, s.final_to, burst_tag(seq, BURST_MSG_ACC, plan->steps),
                                       wire, acc_elems(&c, nb) * c.as, &sa);
             tw = burst_now();
-            w1 = burst_comm_wait(comm, &ra);
-            w2 = burst_comm_wait(comm, &sa);
+            w1 = burst_xfer_wait(plan, &ra);
+            w2 = burst_xfer_wait(plan, &sa);
             burst_call_wait(plan, BURST_PHASE_BWD, plan->steps, burst_now() - tw);
             if (st == BURST_OK)
                 st = w1 ? w1 : w2;
@@ -341,7 +341,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
     }
     if (blk.plan)
         burst_blocks_drain(&blk);
-    burst_comm_wait(comm, &ra);
-    burst_comm_wait(comm, &sa);
+    burst_xfer_wait(plan, &ra);
+    burst_xfer_wait(plan, &sa);
     return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
 }

@@ -1,0 +1,103 @@
+/* runtime/ring_xfer.c - staged ring transfers (see ring_xfer.h). */
+#include "ring_xfer.h"
+
+#include "context_internal.h"
+#include "error.h"
+
+static int staged(const struct burst_plan *plan)
+{
+    return plan->ctx->ops->device_memory;
+}
+
+/* A free staging buffer of at least len bytes: the smallest that fits, else grow one. */
+static burst_status_t stage_get(struct burst_plan *plan, size_t len, int *idx_p)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    struct burst_stage *pool = plan->stage;
+    int best = -1, empty = -1;
+    for (int i = 0; i < BURST_STAGE_BUFS; i++) {
+        if (pool[i].busy)
+            continue;
+        if (pool[i].ptr && pool[i].size >= len && (best < 0 || pool[i].size < pool[best].size))
+            best = i;
+        if (empty < 0 || pool[i].size < pool[empty].size)
+            empty = i;
+    }
+    if (best < 0) {
+        if (empty < 0)
+            return burst_error(BURST_ERR_INTERNAL, "ring: more than %d staged transfers at once",
+                               BURST_STAGE_BUFS);
+        if (pool[empty].ptr)
+            ops->host_free(plan->ctx->be, pool[empty].ptr);
+        pool[empty].ptr = ops->host_alloc(plan->ctx->be, len);
+        pool[empty].size = pool[empty].ptr ? len : 0;
+        if (!pool[empty].ptr)
+            return burst_error(BURST_ERR_NO_MEMORY, "ring: %zu bytes of page-locked staging memory",
+                               len);
+        best = empty;
+    }
+    pool[best].busy = 1;
+    *idx_p = best;
+    return BURST_OK;
+}
+
+static void stage_put(struct burst_plan *plan, struct burst_xfer *x)
+{
+    if (x->used)
+        plan->stage[x->stage].busy = 0;
+    x->used = 0;
+}
+
+burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag, const void *buf,
+                                size_t len, struct burst_xfer *x)
+{
+    *x = (struct burst_xfer){0};
+    if (!staged(plan) || len == 0)
+        return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
+    burst_status_t st = stage_get(plan, len, &x->stage);
+    if (st != BURST_OK)
+        return st;
+    x->used = 1;
+    void *h = plan->stage[x->stage].ptr;
+    st = plan->ctx->ops->memcpy(plan->ctx->be, h, buf, len);
+    if (st == BURST_OK)
+        st = burst_comm_isend(plan->comm, peer, tag, h, len, &x->req);
+    if (st != BURST_OK)
+        stage_put(plan, x);
+    return st;
+}
+
+burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag, void *buf,
+                                size_t len, struct burst_xfer *x)
+{
+    *x = (struct burst_xfer){0};
+    if (!staged(plan) || len == 0)
+        return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);
+    burst_status_t st = stage_get(plan, len, &x->stage);
+    if (st != BURST_OK)
+        return st;
+    x->used = 1;
+    x->dev = buf;
+    x->len = len;
+    st = burst_comm_irecv(plan->comm, peer, tag, plan->stage[x->stage].ptr, len, &x->req);
+    if (st != BURST_OK)
+        stage_put(plan, x);
+    return st;
+}
+
+burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x)
+{
+    burst_status_t st = burst_comm_wait(plan->comm, &x->req);
+    if (st == BURST_OK && x->used && x->dev)
+        st = plan->ctx->ops->memcpy(plan->ctx->be, x->dev, plan->stage[x->stage].ptr, x->len);
+    stage_put(plan, x);
+    x->dev = NULL;
+    return st;
+}
+
+void burst_xfer_pool_free(struct burst_plan *plan)
+{
+    for (int i = 0; i < BURST_STAGE_BUFS; i++)
+        if (plan->stage[i].ptr)
+            plan->ctx->ops->host_free(plan->ctx->be, plan->stage[i].ptr);
+}

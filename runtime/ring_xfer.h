@@ -1,0 +1,38 @@
+/*
+ * runtime/ring_xfer.h - the ring engine's transfers, staged through host memory when the
+ * backend computes on memory the host cannot address (private).
+ *
+ * Transports move host memory (memcpy between threads, libfabric between processes). When the
+ * context's backend sets device_memory (cuda: cudaMalloc'd scratch), a send first copies the
+ * device buffer into a page-locked staging buffer and sends that; a receive lands in a staging
+ * buffer and wait() copies it to its device destination. Otherwise these are the communicator's
+ * own calls. Staging buffers come from a per-plan pool (ops->host_alloc), reused across steps and
+ * calls, freed with the plan. The device-resident ring (device-to-device copies, no host hop) is
+ * a transport of its own and bypasses this.
+ */
+#ifndef BURST_RUNTIME_RING_XFER_H
+#define BURST_RUNTIME_RING_XFER_H
+
+#include "plan_internal.h"
+
+/* One posted transfer. Zero-initialise; wait() returns it to that state. */
+struct burst_xfer {
+    struct burst_tp_req *req;
+    int stage; /* staging buffer of the plan's pool, or -1 (0 when zero-initialised: see used) */
+    int used;  /* a staging buffer is held */
+    void *dev; /* receive: where the staged bytes go after the wait */
+    size_t len;
+};
+
+burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag, const void *buf,
+                                size_t len, struct burst_xfer *x);
+burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag, void *buf,
+                                size_t len, struct burst_xfer *x);
+/* Wait (communicator timeout), copy a staged receive to its destination, release. Harmless on
+ * a transfer never posted. Returns the first failure. */
+burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);
+
+/* Free the plan's staging pool (burst_plan_destroy). */
+void burst_xfer_pool_free(struct burst_plan *plan);
+
+#endif /* BURST_RUNTIME_RING_XFER_H */
