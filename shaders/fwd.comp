@@ -11,10 +11,18 @@
 // tiles are skipped); partial tiles are masked per row. Rows with no allowed key in the block
 // leave (O, lse) bit-for-bit unchanged.
 #extension GL_GOOGLE_include_directive : require
+#ifndef BURST_NO_UNROLL
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
 #ifndef BURST_SCALAR
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #include "common.glsl"
+
+const int CH = BC < 8 ? BC : 8; // keys per online-softmax update
 
 shared float ks[BC * D];
 shared float vs[BC * D];
@@ -72,32 +80,36 @@ void main()
             vs[x] = in_block ? load_elem(P.v, DTV, view_index(P.v, b, j0 + j, g, c)) : 0.0;
         }
         barrier();
-        float s[BC];
-        float mx = NEG_INF;
-        for (int j = 0; j < BC; j++) {
-            float acc = 0.0;
-            for (int e = 0; e < E; e++)
-                acc = fma(q[e], ks[j * D + lane + T * e], acc);
-            acc = row_reduce(acc);
-            int kj = j0 + j;
-            s[j] = (kj >= my.x && kj < my.y) ? acc : NEG_INF;
-            mx = max(mx, s[j]);
-        }
-        float mnew = max(m, mx);
-        float muse = mnew == NEG_INF ? 0.0 : mnew; // fully masked so far: stay exactly 0
-        float alpha = exp2(m - muse);
-        float sum = 0.0;
-        for (int j = 0; j < BC; j++) {
-            s[j] = exp2(s[j] - muse);
-            sum += s[j];
-        }
-        l = l * alpha + sum;
-        m = mnew;
-        for (int e = 0; e < E; e++) {
-            float acc = o[e] * alpha;
-            for (int j = 0; j < BC; j++)
-                acc = fma(s[j], vs[j * D + lane + T * e], acc);
-            o[e] = acc;
+        // keys in chunks of CH: the score array has a compile-time size and fully unrolled
+        // loops, so it stays in registers (lavapipe spills dynamically indexed arrays)
+        for (int c0 = 0; c0 < BC; c0 += CH) {
+            float s[CH];
+            float mx = NEG_INF;
+            UNROLL for (int j = 0; j < CH; j++) {
+                float acc = 0.0;
+                for (int e = 0; e < E; e++)
+                    acc = fma(q[e], ks[(c0 + j) * D + lane + T * e], acc);
+                acc = row_reduce(acc);
+                int kj = j0 + c0 + j;
+                s[j] = (kj >= my.x && kj < my.y) ? acc : NEG_INF;
+                mx = max(mx, s[j]);
+            }
+            float mnew = max(m, mx);
+            float muse = mnew == NEG_INF ? 0.0 : mnew; // fully masked so far: stay exactly 0
+            float alpha = exp2(m - muse);
+            float sum = 0.0;
+            UNROLL for (int j = 0; j < CH; j++) {
+                s[j] = exp2(s[j] - muse);
+                sum += s[j];
+            }
+            l = l * alpha + sum;
+            m = mnew;
+            for (int e = 0; e < E; e++) {
+                float acc = o[e] * alpha;
+                UNROLL for (int j = 0; j < CH; j++)
+                    acc = fma(s[j], vs[(c0 + j) * D + lane + T * e], acc);
+                o[e] = acc;
+            }
         }
     }
     // l == 0 exactly when the row has no allowed key here; NaN inputs fall through and propagate

@@ -151,6 +151,10 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                         "\"%s\", \"driver_version\": %u, \"usable\": %s, ",
                         burst_vk_type_str(c.type), c.vendor_id, c.device_id, api, c.driver_version,
                         why ? "false" : "true");
+        burst_sb_printf(out, "\"cache_uuid\": \"");
+        for (int i = 0; i < (int)VK_UUID_SIZE; i++)
+            burst_sb_printf(out, "%02x", c.cache_uuid[i]);
+        burst_sb_printf(out, "\", ");
         if (why) {
             burst_sb_printf(out, "\"reason\": ");
             burst_sb_json_str(out, why);

@@ -1,0 +1,373 @@
+/*
+ * tests/test_vulkan.c - what is particular to the Vulkan backend (runtime/vulkan/); the shared
+ * harness tests run on it too (vk_* tests in tests/meson.build, BURST_TEST_BACKEND=vulkan).
+ *
+ *   test_vulkan            (suite vulkan; exit 77 without a Vulkan device)
+ *     - attention cases against the fp64 reference on the path the environment selects (meson
+ *       runs it once with BURST_VK_SUBGROUP=0: the scalar kernels), every mask, GQA, dtypes and
+ *       head dims 8..256;
+ *     - burst_probe text and JSON list the device, its limits and its tiles;
+ *     - bad input: head dim 264 -> BURST_ERR_UNSUPPORTED naming it; a device with too little
+ *       shared memory (BURST_VK_MAX_SHARED) -> BURST_ERR_UNSUPPORTED naming the head dim;
+ *       allocations beyond the device -> NULL / BURST_ERR_NO_MEMORY, no crash;
+ *     - tile cache: a valid file is used ("cache"); corrupt, stale and truncated ones are ignored.
+ *   test_vulkan nodevice   (run with VK_ICD_FILENAMES pointing nowhere) backend "vulkan" gives
+ *                          BURST_ERR_NO_DEVICE with a message, "auto" falls back to another.
+ *   test_vulkan autotune   (suite slow) BURST_VK_AUTOTUNE=1 writes a cache file that a second
+ *                          context then loads.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "harness.h"
+
+static char cache_dir[256];
+
+static void case_fn(void **state)
+{
+    const struct harness_case *c = *state;
+    assert_true(harness_check_case(c, 0));
+}
+
+#define VK_CASE(nm, G, n, hq, hkv, d, dt)                                                          \
+    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = (hq), .kv_heads = (hkv),    \
+    .head_dim = (d), .dtype = (dt), .window_left = -1, .window_right = -1
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
+#endif
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Winitializer-overrides"
+#endif
+static const struct harness_case cases[] = {
+    {VK_CASE("full_g1_d64", 1, 96, 2, 2, 64, BURST_DTYPE_FP32)},
+    {VK_CASE("causal_zigzag_g4_fp16", 4, 128, 4, 2, 32, BURST_DTYPE_FP16), .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {VK_CASE("causal_striped_g3_bf16_ring", 3, 90, 4, 1, 16, BURST_DTYPE_BF16), .causal = 1,
+     .layout = BURST_LAYOUT_STRIPED, .bwd = BURST_BWD_RING},
+    {VK_CASE("window_g2_d8", 2, 80, 2, 2, 8, BURST_DTYPE_FP32), .window_left = 7,
+     .window_right = 3},
+    {VK_CASE("d256_gqa_g2", 2, 48, 4, 2, 256, BURST_DTYPE_FP32), .causal = 1},
+    {VK_CASE("d136_padded_g2_fp16", 2, 40, 2, 1, 136, BURST_DTYPE_FP16), .pad = 3},
+    {VK_CASE("batch2_g2_bf16", 2, 64, 2, 2, 40, BURST_DTYPE_BF16), .batch = 2, .window_left = 20,
+     .window_right = 0},
+};
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+/* ---- probe --------------------------------------------------------------------------------- */
+
+static void probe_lists_device(void **state)
+{
+    (void)state;
+    char *text = NULL, *json = NULL;
+    assert_int_equal(burst_probe(NULL, 0, &text), BURST_OK);
+    assert_int_equal(burst_probe(NULL, 1, &json), BURST_OK);
+    assert_non_null(strstr(text, "backend vulkan"));
+    assert_non_null(strstr(text, "device 0:"));
+    assert_non_null(strstr(text, "shared memory"));
+    assert_non_null(strstr(text, "subgroup"));
+    assert_non_null(strstr(text, "fwd "));
+    assert_non_null(strstr(json, "\"backend\": \"vulkan\", \"available\": true"));
+    const char *keys[] = {"\"shared_memory\": ", "\"subgroup_size\": ",  "\"fp16\": ",
+                          "\"coopmat_nv\": ",    "\"heaps\": [",         "\"tiles\": {",
+                          "\"fwd\": [",          "\"source\": \"rule\"", "\"path\": "};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!strstr(json, keys[i]))
+            fail_msg("probe JSON lacks %s:\n%s", keys[i], json);
+    burst_free(text);
+    burst_free(json);
+}
+
+/* ---- bad input ----------------------------------------------------------------------------- */
+
+struct fwd_problem {
+    float *q, *o, *lse;
+    struct burst_tensor tq;
+    struct burst_fwd_args a;
+};
+
+static void fwd_problem_init(struct fwd_problem *p, int d)
+{
+    const int n = 8;
+    p->q = calloc((size_t)(n * d), 4);
+    p->o = calloc((size_t)(n * d), 4);
+    p->lse = calloc((size_t)n, 4);
+    assert_non_null(p->q);
+    p->tq = (struct burst_tensor){p->q, BURST_DTYPE_FP32, {1, n, 1, d}, {n * d, d, d, 1}};
+    memset(&p->a, 0, sizeof p->a);
+    p->a.q = p->a.k = p->a.v = &p->tq;
+    p->a.qpos.nruns = p->a.kpos.nruns = 1;
+    p->a.qpos.run[0].len = p->a.kpos.run[0].len = n;
+    p->a.qpos.run[0].stride = p->a.kpos.run[0].stride = 1;
+    p->a.mask.left = p->a.mask.right = BURST_POS_INF;
+    p->a.scale = 0.5f;
+    p->a.o_acc = p->o;
+    p->a.lse_acc = p->lse;
+}
+
+static void fwd_problem_fini(struct fwd_problem *p)
+{
+    free(p->q);
+    free(p->o);
+    free(p->lse);
+}
+
+static void unsupported_head_dim(void **state)
+{
+    (void)state;
+    void *be = NULL;
+    assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
+    struct fwd_problem p;
+    fwd_problem_init(&p, 264);
+    burst_status_t st = burst_vk_backend_ops.fwd_step(be, &p.a);
+    assert_int_equal(st, BURST_ERR_UNSUPPORTED);
+    assert_true(harness_contains(burst_last_error(), "head dim = 264"));
+    fwd_problem_fini(&p);
+
+    fwd_problem_init(&p, 64); /* works: the same call path succeeds */
+    assert_int_equal(burst_vk_backend_ops.fwd_step(be, &p.a), BURST_OK);
+    fwd_problem_fini(&p);
+
+    /* allocations beyond the device: NULL, nothing crashes, the instance stays usable */
+    assert_null(burst_vk_backend_ops.alloc(be, (size_t)1 << 62));
+    void *ok = burst_vk_backend_ops.alloc(be, 4096);
+    assert_non_null(ok);
+    burst_vk_backend_ops.free(be, ok);
+    burst_vk_backend_ops.destroy(be);
+}
+
+static void small_shared_memory(void **state)
+{
+    (void)state;
+    setenv("BURST_VK_MAX_SHARED", "4096", 1); /* read at create */
+    void *be = NULL;
+    burst_status_t st = burst_vk_backend_ops.create(NULL, &be);
+    unsetenv("BURST_VK_MAX_SHARED");
+    assert_int_equal(st, BURST_OK);
+    struct fwd_problem p;
+    fwd_problem_init(&p, 256); /* K and V tiles of one row of 256 floats need 2 KiB... */
+    st = burst_vk_backend_ops.fwd_step(be, &p.a);
+    fwd_problem_fini(&p);
+    if (st == BURST_OK) { /* ...which fits: then 4096 B must still refuse nothing smaller */
+        burst_vk_backend_ops.destroy(be);
+        setenv("BURST_VK_MAX_SHARED", "1024", 1);
+        st = burst_vk_backend_ops.create(NULL, &be);
+        unsetenv("BURST_VK_MAX_SHARED");
+        assert_int_equal(st, BURST_OK);
+        fwd_problem_init(&p, 256);
+        st = burst_vk_backend_ops.fwd_step(be, &p.a);
+        fwd_problem_fini(&p);
+    }
+    assert_int_equal(st, BURST_ERR_UNSUPPORTED);
+    if (!harness_contains(burst_last_error(), "head dim = 256") ||
+        !harness_contains(burst_last_error(), "shared memory"))
+        fail_msg("message does not name the head dim and shared memory: %s", burst_last_error());
+    burst_vk_backend_ops.destroy(be);
+}
+
+static void context_alloc_huge(void **state)
+{
+    (void)state;
+    void *ptr = (void *)1;
+    assert_int_equal(burst_context_alloc(harness_context(), (size_t)1 << 62, &ptr),
+                     BURST_ERR_NO_MEMORY);
+    assert_null(ptr);
+}
+
+/* ---- tile cache ---------------------------------------------------------------------------- */
+
+static uint64_t fnv(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The probe's JSON value of "key": "<string>" (first occurrence) into out. */
+static void json_string(const char *json, const char *key, char *out, size_t len)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    size_t pl = strlen(pat);
+    const char *p = json;
+    while (*p && strncmp(p, pat, pl) != 0)
+        p++;
+    assert_true(*p != '\0');
+    p += pl;
+    size_t n = 0;
+    while (p[n] && p[n] != '"' && n + 1 < len)
+        n++;
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *probe_json(void)
+{
+    char *json = NULL;
+    assert_int_equal(burst_probe(NULL, 1, &json), BURST_OK);
+    return json;
+}
+
+/* The file must carry the device's pipeline-cache UUID, which the probe reports (cache_uuid). */
+static void tile_cache(void **state)
+{
+    (void)state;
+    char *json = probe_json();
+    char path[512], uuid[64];
+    json_string(json, "cache_file", path, sizeof path);
+    json_string(json, "cache_uuid", uuid, sizeof uuid);
+    assert_non_null(strstr(path, cache_dir));
+    burst_free(json);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/burst", cache_dir);
+    mkdir(cache_dir, 0700);
+    mkdir(dir, 0700);
+
+    /* a valid file: fwd for d <= 128 becomes 1 x 32 x 4 (valid on every device) */
+    char text[512];
+    int n = snprintf(text, sizeof text, "burst-vk-tiles 1\nuuid %s\nfwd 1 1 32 4\n", uuid);
+    snprintf(text + n, sizeof text - (size_t)n, "sum %016llx\n",
+             (unsigned long long)fnv(text, (size_t)n));
+    write_file(path, text);
+    json = probe_json();
+    if (!strstr(json, "\"source\": \"cache\"") ||
+        !strstr(json, "{\"max_head_dim\": 128, \"t\": 1, \"br\": 32, \"bc\": 4}"))
+        fail_msg("valid cache file %s not used:\n%s", path, json);
+    burst_free(json);
+    /* and a context created now computes correctly with it */
+    void *be = NULL;
+    assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
+    struct fwd_problem p;
+    fwd_problem_init(&p, 128);
+    assert_int_equal(burst_vk_backend_ops.fwd_step(be, &p.a), BURST_OK);
+    fwd_problem_fini(&p);
+    burst_vk_backend_ops.destroy(be);
+
+    /* corrupt (checksum), stale (another uuid), truncated, garbage, invalid tile: ignored */
+    char bad[5][512];
+    snprintf(bad[0], sizeof bad[0], "%s", text);
+    bad[0][strlen("burst-vk-tiles 1\nuuid ") + 3] ^= 1;
+    n = snprintf(bad[1], sizeof bad[1], "burst-vk-tiles 1\nuuid %032d\nfwd 1 1 32 4\n", 7);
+    snprintf(bad[1] + n, sizeof bad[1] - (size_t)n, "sum %016llx\n",
+             (unsigned long long)fnv(bad[1], (size_t)n));
+    snprintf(bad[2], sizeof bad[2], "%.*s", (int)strlen(text) - 12, text);
+    snprintf(bad[3], sizeof bad[3], "\x01\x02garbage\n\n\nsum zz\n");
+    n = snprintf(bad[4], sizeof bad[4], "burst-vk-tiles 1\nuuid %s\nfwd 1 3 32 4\n", uuid);
+    snprintf(bad[4] + n, sizeof bad[4] - (size_t)n, "sum %016llx\n",
+             (unsigned long long)fnv(bad[4], (size_t)n));
+    for (int i = 0; i < 5; i++) {
+        write_file(path, bad[i]);
+        json = probe_json();
+        if (!strstr(json, "\"source\": \"rule\""))
+            fail_msg("bad cache file %d was used:\n%s\n%s", i, bad[i], json);
+        burst_free(json);
+        assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
+        burst_vk_backend_ops.destroy(be);
+    }
+    remove(path);
+}
+
+/* ---- modes --------------------------------------------------------------------------------- */
+
+static int run_nodevice(void)
+{
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = "vulkan";
+    struct burst_context *ctx = NULL;
+    burst_status_t st = burst_context_create(&cp, &ctx);
+    if (st != BURST_ERR_NO_DEVICE || ctx || !harness_contains(burst_last_error(), "vulkan")) {
+        fprintf(stderr, "nodevice: vulkan gave %d (%s), want BURST_ERR_NO_DEVICE\n", (int)st,
+                burst_last_error());
+        return 1;
+    }
+    printf("vulkan without a device: %s\n", burst_last_error());
+    cp.backend = "auto";
+    st = burst_context_create(&cp, &ctx);
+    if (st != BURST_OK || strcmp(burst_context_backend(ctx), "vulkan") == 0) {
+        fprintf(stderr, "nodevice: auto gave %d (%s)\n", (int)st, burst_last_error());
+        return 1;
+    }
+    printf("auto fell back to %s\n", burst_context_backend(ctx));
+    burst_context_destroy(ctx);
+    char *json = NULL;
+    if (burst_probe(NULL, 1, &json) != BURST_OK ||
+        !strstr(json, "\"backend\": \"vulkan\", \"available\": false, \"reason\": ")) {
+        fprintf(stderr, "nodevice: probe: %s\n", json ? json : burst_last_error());
+        return 1;
+    }
+    burst_free(json);
+    return 0;
+}
+
+static int run_autotune(void)
+{
+    setenv("BURST_VK_AUTOTUNE", "1", 1);
+    void *be = NULL;
+    if (burst_vk_backend_ops.create(NULL, &be) == BURST_ERR_NO_DEVICE)
+        return 77;
+    unsetenv("BURST_VK_AUTOTUNE");
+    burst_vk_backend_ops.destroy(be);
+    char *json = NULL;
+    if (burst_probe(NULL, 1, &json) != BURST_OK || !strstr(json, "\"source\": \"cache\"")) {
+        fprintf(stderr, "autotune: no cache was written / loaded:\n%s\n", json ? json : "");
+        return 1;
+    }
+    printf("%s\n", json);
+    burst_free(json);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* a private cache directory: never the user's */
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/burst-test-vk-%ld", (long)getpid());
+    setenv("XDG_CACHE_HOME", cache_dir, 1);
+    int rc;
+    if (argc > 1 && strcmp(argv[1], "nodevice") == 0) {
+        rc = run_nodevice();
+    } else if (argc > 1 && strcmp(argv[1], "autotune") == 0) {
+        rc = run_autotune();
+    } else {
+        printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
+        harness_context(); /* exit 77 here when there is no Vulkan device */
+        const struct CMUnitTest extra[] = {
+            cmocka_unit_test(probe_lists_device),  cmocka_unit_test(unsupported_head_dim),
+            cmocka_unit_test(small_shared_memory), cmocka_unit_test(context_alloc_huge),
+            cmocka_unit_test(tile_cache),
+        };
+        rc = harness_run_cases("vulkan", cases, sizeof cases / sizeof *cases, case_fn, extra,
+                               sizeof extra / sizeof *extra);
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", cache_dir);
+    return rc;
+}
