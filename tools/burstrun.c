@@ -950,15 +950,35 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
     printf("result   %s\n", strcmp(s->check, "pass") == 0 ? "PASS" : "FAIL");
 }
 
+/* This program's path (rank processes and mpirun start it again); 0, or -1 with a message. */
+static int self_exe(char *buf, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0) {
+        fprintf(stderr, "%s: cannot find its own executable (/proc/self/exe)\n", prog);
+        return -1;
+    }
+    buf[n] = '\0';
+    return 0;
+}
+
+/* The job's table or JSON on stdout; EXIT_CHECK_FAILED when a requested check failed, else 0. */
+static int report(const struct opts *o, const struct job_result *r)
+{
+    struct summary s;
+    summarise(&o->jp, r, &s);
+    if (o->json)
+        print_json(o, r, &s);
+    else
+        print_table(o, r, &s);
+    return strcmp(s.check, "fail") == 0 ? EXIT_CHECK_FAILED : 0;
+}
+
 static int run_processes(struct opts *o, struct job_result *r)
 {
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
-        fprintf(stderr, "%s: cannot find its own executable (/proc/self/exe)\n", prog);
+    if (self_exe(self, sizeof(self)) != 0)
         return EXIT_RUNTIME;
-    }
-    self[n] = '\0';
     struct launch_opts lo = {
         .self = self,
         .backend = o->backend,
@@ -984,12 +1004,8 @@ static int run_processes(struct opts *o, struct job_result *r)
 static int run_mpirun(const struct opts *o, int argc, char **argv)
 {
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
-        fprintf(stderr, "%s: cannot find its own executable (/proc/self/exe)\n", prog);
+    if (self_exe(self, sizeof(self)) != 0)
         return EXIT_RUNTIME;
-    }
-    self[n] = '\0';
     char **args = calloc((size_t)argc + 4, sizeof(char *));
     if (!args)
         return EXIT_RUNTIME;
@@ -1077,13 +1093,7 @@ static int mpi_rank_main(int argc, char **argv)
     } else if (rank == 0) {
         struct job_result *r = calloc(1, sizeof(*r));
         if (r && job_arena_collect(arena, r) == JOB_OK) {
-            struct summary s;
-            summarise(&o.jp, r, &s);
-            if (o.json)
-                print_json(&o, r, &s);
-            else
-                print_table(&o, r, &s);
-            if (strcmp(s.check, "fail") == 0)
+            if (report(&o, r) != 0)
                 rc = EXIT_CHECK_FAILED;
         } else {
             fprintf(stderr, "%s: %s\n", prog, r ? r->message : "out of memory");
@@ -1131,15 +1141,8 @@ int main(int argc, char **argv)
             return EXIT_RUNTIME;
         }
         int rc = run_processes(&o, r);
-        if (rc == 0) {
-            struct summary s;
-            summarise(&o.jp, r, &s);
-            if (o.json)
-                print_json(&o, r, &s);
-            else
-                print_table(&o, r, &s);
-            rc = strcmp(s.check, "fail") == 0 ? EXIT_CHECK_FAILED : 0;
-        }
+        if (rc == 0)
+            rc = report(&o, r);
         job_result_free(r);
         free(r);
         return rc;
@@ -1169,14 +1172,8 @@ int main(int argc, char **argv)
         free(r);
         return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
     }
-    struct summary s;
-    summarise(&o.jp, r, &s);
-    if (o.json)
-        print_json(&o, r, &s);
-    else
-        print_table(&o, r, &s);
-    int fail = strcmp(s.check, "fail") == 0;
+    rc = report(&o, r);
     job_result_free(r);
     free(r);
-    return fail ? EXIT_CHECK_FAILED : 0;
+    return rc;
 }
