@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "context_internal.h" /* ops->device_memory */
 #include "ref.h"
 
 /* ---- seeds and random numbers ---- */
@@ -347,7 +348,12 @@ struct harness_problem {
     void *perm[T_COUNT];        /* permuted (rank order), padded strides */
     size_t perm_count[T_COUNT]; /* elements of perm[] */
     struct burst_tensor perm_t[T_COUNT];
-    float **lse_rank;          /* [G][B, Hq, n_r] */
+    float **lse_rank; /* [G][B, Hq, n_r] */
+    /* device_memory backends (cuda): the rank-visible tensors live in the context's memory;
+     * perm[] and lse_rank[] are their host images, uploaded before and downloaded after a run */
+    int on_device;
+    void *dev[T_COUNT];
+    float **lse_dev;           /* [G] */
     float *lse_perm, *lse_nat; /* [B, Hq, N] */
     struct harness_rank_record *rec;
 
@@ -398,7 +404,13 @@ void harness_problem_destroy(struct harness_problem *p)
     for (int t = 0; t < T_COUNT; t++) {
         free(p->nat[t]);
         free(p->perm[t]);
+        if (p->on_device)
+            burst_context_free(harness_context(), p->dev[t]);
     }
+    if (p->lse_dev)
+        for (int r = 0; r < p->G; r++)
+            burst_context_free(harness_context(), p->lse_dev[r]);
+    free(p->lse_dev);
     if (p->lse_rank)
         for (int r = 0; r < p->G; r++)
             free(p->lse_rank[r]);
@@ -526,6 +538,24 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
             }
         }
     }
+    struct burst_context *ctx = harness_context();
+    if (ctx && ctx->ops->device_memory) {
+        p->on_device = 1;
+        p->lse_dev = calloc((size_t)G, sizeof *p->lse_dev);
+        if (!p->lse_dev)
+            goto fail;
+        for (int t = 0; t < T_COUNT; t++)
+            if (burst_context_alloc(ctx, p->perm_count[t] * p->es, &p->dev[t]) != BURST_OK) {
+                fprintf(stderr, "harness: %s\n", burst_last_error());
+                goto fail;
+            }
+        for (int r = 0; r < G; r++)
+            if (burst_context_alloc(ctx, (size_t)(p->B * p->Hq * p->lens[r]) * sizeof(float) + 4,
+                                    (void **)&p->lse_dev[r]) != BURST_OK) {
+                fprintf(stderr, "harness: %s\n", burst_last_error());
+                goto fail;
+            }
+    }
     p->lse_perm = malloc((size_t)(p->B * p->Hq * p->N) * sizeof(float));
     p->lse_nat = malloc((size_t)(p->B * p->Hq * p->N) * sizeof(float));
     if (!p->lse_perm || !p->lse_nat)
@@ -540,6 +570,8 @@ fail:
 static struct burst_tensor harness_rank_view(const struct harness_problem *p, int t, int rank)
 {
     struct burst_tensor v = p->perm_t[t];
+    if (p->on_device)
+        v.data = p->dev[t];
     v.data = (char *)v.data + (size_t)(p->offs[rank] * v.stride[1]) * p->es;
     v.shape[1] = p->lens[rank];
     return v;
@@ -581,13 +613,13 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
                         o = harness_rank_view(p, T_O, rank), dq = harness_rank_view(p, T_DQ, rank),
                         dk = harness_rank_view(p, T_DK, rank),
                         dv = harness_rank_view(p, T_DV, rank);
-    rec->st_fwd = burst_attention_forward(plan, &q, &k, &v, &o, p->lse_rank[rank]);
+    float *lse = p->on_device ? p->lse_dev[rank] : p->lse_rank[rank];
+    rec->st_fwd = burst_attention_forward(plan, &q, &k, &v, &o, lse);
     if (rec->st_fwd != BURST_OK) {
         harness_note(rec, "burst_attention_forward", rec->st_fwd);
         rec->st_bwd = BURST_ERR_INTERNAL;
     } else {
-        rec->st_bwd =
-            burst_attention_backward(plan, &q, &k, &v, &o, p->lse_rank[rank], &dout, &dq, &dk, &dv);
+        rec->st_bwd = burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
         if (rec->st_bwd != BURST_OK)
             harness_note(rec, "burst_attention_backward", rec->st_bwd);
     }
@@ -609,6 +641,34 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
     burst_plan_destroy(plan);
 }
 
+/* device_memory backends: upload every rank-visible tensor and lse (inputs and the poisoned
+ * outputs) when up, download them when not. 0 or -1 (message printed). */
+static int harness_problem_transfer(struct harness_problem *p, int up)
+{
+    struct burst_context *ctx = harness_context();
+    for (int t = 0; t < T_COUNT; t++) {
+        if (!up && t < T_O)
+            continue;
+        size_t bytes = p->perm_count[t] * p->es;
+        if (burst_context_memcpy(ctx, up ? p->dev[t] : p->perm[t], up ? p->perm[t] : p->dev[t],
+                                 bytes) != BURST_OK) {
+            fprintf(stderr, "harness: %s tensor %d: %s\n", up ? "upload" : "download", t,
+                    burst_last_error());
+            return -1;
+        }
+    }
+    for (int r = 0; r < p->G; r++) {
+        size_t bytes = (size_t)(p->B * p->Hq * p->lens[r]) * sizeof(float);
+        if (burst_context_memcpy(ctx, up ? (void *)p->lse_dev[r] : (void *)p->lse_rank[r],
+                                 up ? (void *)p->lse_rank[r] : (void *)p->lse_dev[r],
+                                 bytes) != BURST_OK) {
+            fprintf(stderr, "harness: lse of rank %d: %s\n", r, burst_last_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int harness_problem_run(struct harness_problem *p)
 {
     const int G = p->G;
@@ -627,7 +687,11 @@ int harness_problem_run(struct harness_problem *p)
     harness_poison(BURST_DTYPE_FP32, p->lse_perm, nl);
     harness_poison(BURST_DTYPE_FP32, p->lse_nat, nl);
 
+    if (p->on_device && harness_problem_transfer(p, 1) != 0)
+        return -1;
     if (harness_run_ranks(G, 60000, harness_case_rank, p) != 0)
+        return -1;
+    if (p->on_device && harness_problem_transfer(p, 0) != 0)
         return -1;
 
     int ok = 1;
@@ -692,10 +756,24 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  *   a_dq[i] = tau sum_j |dS_ij| |k_j|,  a_dk[j] = tau sum_i |dS_ij| |q_i|,  a_dv[j] = sum_i P_ij |dO_i|
  *   e_o[i] = sum_j P_ij delta_ij |v_j - O_i|   (scores rounded in fp32, see harness.h)
  * with w_i = sum_c |dO_ic| |O_ic| and delta_ij = 2 u32 sqrt(d) tau sum_c |q_ic| |k_jc|.
+ *
+ * mma (GPU backends, fp16/bf16): the forward's P V product runs on matrix units with P rounded to
+ * the dtype, p~ = p (1 + e) + h with |e| <= u and, in fp16 only, |h| <= 2^-25 for the
+ * subnormal range (p is relative to the running row max, so after normalisation by the row sum,
+ * which is >= 1, the absolute term stays below 2^-25). That moves O_ic by at most
+ *   mo_ic = sum_j (u P_ij + h) |v_jc|,  added to e_o,
+ * and O's error is then no longer relative to |O_ic|, so D's error (term (c)) grows from u w_i to
+ *   u w_i + sum_c |dO_ic| mo_ic,  which replaces u w_i in dd_dq and dd_dk (as w_i + that / u).
+ * The backward's dV = P^T dO, dK = dS^T Q and dQ = dS K round P and dS the same way:
+ *   m_dv[j] = sum_i (u P_ij + h) |dO_i|,  m_dk[j] = tau sum_i (u |dS_ij| + h) |q_i|,
+ *   m_dq[i] = tau sum_j (u |dS_ij| + h) |k_j|   (computed only when mma; added to extra).
  */
 static void harness_bounds(struct harness_problem *p, double *cq, double *ck, double *dd_dq,
-                           double *dd_dk, double *a_dq, double *a_dk, double *a_dv, double *e_o)
+                           double *dd_dk, double *a_dq, double *a_dk, double *a_dv, double *e_o,
+                           int mma, double *m_dq, double *m_dk, double *m_dv)
 {
+    const double u = harness_unit_roundoff(p->c.dtype);
+    const double hsub = p->c.dtype == BURST_DTYPE_FP16 ? 0x1p-25 : 0.0;
     const int64_t N = p->N;
     const int d = p->d, Hq = p->Hq, Hkv = p->Hkv, group = Hq / Hkv;
     const double tau = p->scale;
@@ -708,10 +786,26 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                 const double l = lse[(b * Hq + h) * N + i];
                 if (l == -INFINITY)
                     continue;
-                double D = 0, w = 0;
+                double D = 0, w = 0, wd = 0;
                 for (int c = 0; c < d; c++) {
                     D += dO[qo + c] * o[qo + c];
                     w += fabs(dO[qo + c]) * fabs(o[qo + c]);
+                }
+                wd = w;
+                if (mma) { /* P rounded for the matrix units: mo_ic, see above */
+                    for (int64_t j = 0; j < N; j++) {
+                        if (!harness_allowed(&p->c, i, j))
+                            continue;
+                        const size_t ko = (size_t)(((b * N + j) * Hkv + h / group) * d);
+                        double s = 0;
+                        for (int c = 0; c < d; c++)
+                            s += q[qo + c] * k[ko + c];
+                        const double P = exp(tau * s - l), f = u * P + hsub;
+                        for (int c = 0; c < d; c++) {
+                            e_o[qo + c] += f * fabs(v[ko + c]);
+                            wd += fabs(dO[qo + c]) * f * fabs(v[ko + c]) / u;
+                        }
+                    }
                 }
                 for (int64_t j = 0; j < N; j++) {
                     if (!harness_allowed(&p->c, i, j))
@@ -731,11 +825,16 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                         e_o[qo + c] += P * delta * fabs(v[ko + c] - o[qo + c]);
                         cq[qo + c] += mag * fabs(k[ko + c]);
                         ck[ko + c] += mag * fabs(q[qo + c]);
-                        dd_dq[qo + c] += tau * w * P * fabs(k[ko + c]);
-                        dd_dk[ko + c] += tau * P * w * fabs(q[qo + c]);
+                        dd_dq[qo + c] += tau * wd * P * fabs(k[ko + c]);
+                        dd_dk[ko + c] += tau * P * wd * fabs(q[qo + c]);
                         a_dq[qo + c] += tau * ads * fabs(k[ko + c]);
                         a_dk[ko + c] += tau * ads * fabs(q[qo + c]);
                         a_dv[ko + c] += P * fabs(dO[qo + c]);
+                        if (mma) {
+                            m_dv[ko + c] += (u * P + hsub) * fabs(dO[qo + c]);
+                            m_dk[ko + c] += tau * (u * ads + hsub) * fabs(q[qo + c]);
+                            m_dq[qo + c] += tau * (u * ads + hsub) * fabs(k[ko + c]);
+                        }
                     }
                 }
             }
@@ -767,17 +866,21 @@ static int harness_reference(struct harness_problem *p)
     ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
                  p->ref[H_DK], p->ref[H_DV]);
     {
-        double *a[8];
-        const size_t cnt[8] = {nq, nkv, nq, nkv, nq, nkv, nkv, nq};
+        double *a[11];
+        const size_t cnt[11] = {nq, nkv, nq, nkv, nq, nkv, nkv, nq, nq, nkv, nkv};
         int ok = 1;
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 11; i++)
             ok &= (a[i] = calloc(cnt[i], sizeof(double))) != NULL;
         if (!ok) {
-            for (int i = 0; i < 8; i++)
+            for (int i = 0; i < 11; i++)
                 free(a[i]);
             return -1;
         }
-        harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+        /* GPU backends run the fp16/bf16 forward on matrix units (P rounded to the dtype) */
+        struct burst_context *ctx = harness_context();
+        const int mma =
+            p->c.dtype != BURST_DTYPE_FP32 && ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
+        harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, a[8], a[9], a[10]);
         for (size_t i = 0; i < nq; i++) /* every dtype: the kernels compute scores in fp32 */
             p->extra[H_O][i] = a[7][i];
         /* half dtypes: (c) D from the rounded O; (d) hops of an accumulator in the dtype */
@@ -789,12 +892,14 @@ static int harness_reference(struct harness_problem *p)
         const double hu = p->c.wire == BURST_WIRE_INPUT ? hops * u : 0.0;
         const int ring = p->rec[0].bwd_used == BURST_BWD_RING;
         for (size_t i = 0; i < nq; i++)
-            p->extra[H_DQ][i] = 1e-5 * a[0][i] + 1.25 * (u * a[2][i] + (ring ? 0.0 : hu * a[4][i]));
+            p->extra[H_DQ][i] =
+                1e-5 * a[0][i] + 1.25 * (u * a[2][i] + (ring ? 0.0 : hu * a[4][i])) + a[8][i];
         for (size_t i = 0; i < nkv; i++) {
-            p->extra[H_DK][i] = 1e-5 * a[1][i] + 1.25 * (u * a[3][i] + (ring ? hu * a[5][i] : 0.0));
-            p->extra[H_DV][i] = 1.25 * (ring ? hu * a[6][i] : 0.0);
+            p->extra[H_DK][i] =
+                1e-5 * a[1][i] + 1.25 * (u * a[3][i] + (ring ? hu * a[5][i] : 0.0)) + a[9][i];
+            p->extra[H_DV][i] = 1.25 * (ring ? hu * a[6][i] : 0.0) + a[10][i];
         }
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 11; i++)
             free(a[i]);
     }
     p->ref_done = 1;

@@ -11,6 +11,9 @@
  *      padded head strides;
  *   3. poisons every output (NaN bit patterns), runs G ranks as G threads of one process (one
  *      shared context, a burst_local_world, one comm + plan per rank): forward, then backward;
+ *      on a backend with device memory (cuda) the rank-visible tensors and lse are allocated
+ *      with burst_context_alloc, uploaded (inputs and poisoned outputs) before and downloaded
+ *      after the run with burst_context_memcpy, so every check below sees the device's bytes;
  *   4. unpermutes the outputs (burst_layout_unpermute) and compares O, lse, dQ, dK, dV with the
  *      reference, element by element, and checks that padding between heads is still poison.
  *
@@ -51,6 +54,12 @@
  *                most u * |partial sum| <= u * A, where A is the sum of the absolute values of
  *                every contribution (A_dQ = tau sum_j |dS_ij| |k_j|, A_dK = tau sum_i |dS_ij| |q_i|,
  *                A_dV = sum_i P_ij |dO_i|, computed in fp64): extra += h * u * A.
+ *            (e) GPU backends (any but cpu) run the fp16/bf16 forward's P V product on matrix
+ *                units with P rounded to the dtype (as FlashAttention does): O_ic moves by at most
+ *                mo_ic = sum_j (u P_ij + h) |v_jc| (h = 2^-25 in fp16 for subnormal P, else 0),
+ *                added to O's extra, and D's error in (c) grows by sum_c |dO_ic| mo_ic; the
+ *                backward's dV, dK, dQ products round P and dS alike: + sum (u |P or dS| + h)
+ *                times the other operand's magnitudes (tau for dK, dQ).
  *            Every derived term (c, d) is multiplied by 1.25 to cover second-order effects.
  *   With fp32 accumulators on the wire (the default) no term depends on G: each hop moves
  *   dtype values that are already exact (K, V, Q, dO) or fp32 values (lse, D, accumulators), so

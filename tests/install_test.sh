@@ -78,6 +78,12 @@ static_rest=$(printf '%s\n' $static_libs | { grep -v -e '^-lburst$' -e '^-L' || 
 kept=
 for flag in $static_rest; do
     case $flag in
+    /*)
+        # an archive named by absolute path (the CUDA backend's libcudart_static.a): the sysroot
+        # prefixed it, but it is a system file outside the install
+        if [ ! -e "$flag" ] && [ -e "${flag#"$dest"}" ]; then
+            flag=${flag#"$dest"}
+        fi ;;
     -l*)
         name=${flag#-l}
         so=$("$cc" -print-file-name="lib$name.so")

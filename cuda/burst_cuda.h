@@ -1,0 +1,103 @@
+/*
+ * cuda/burst_cuda.h - the CUDA backend's private interface between its host C code and its
+ * kernels (compiled by nvcc; every kernel entry point below has C linkage).
+ *
+ * Files (one concept each):
+ *   burst_cuda_backend.c  the ops table: instance, device memory, argument checks, dispatch, and
+ *                         the ONE place where cudaError_t becomes burst_status_t (with the
+ *                         native message from cudaGetErrorString)
+ *   burst_cuda_probe.c    device capabilities -> kernel variant and tile sizes (burstrun --probe)
+ *   burst_cuda_elem.cu    copy with dtype conversion and strides, fill, accumulate, D = rowsum
+ *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for d = 64 / 128 in
+ *                         fp16 / bf16; a SIMT fp32-arithmetic path for every other case)
+ *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
+ *                         so every backward is deterministic)
+ *
+ * Streams: every op runs on the calling thread's per-thread default stream (cudaStreamPerThread),
+ * so ranks that are threads of one process overlap on one GPU; sync() waits for that stream only.
+ * Kernel launchers return the cudaError_t of the launch (as int, so that this header stays plain
+ * C); the backend converts it.
+ */
+#ifndef BURST_CUDA_H
+#define BURST_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "posmap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dtypes as the kernels see them (same values as burst_dtype_t's FP32 / FP16 / BF16 order). */
+enum burst_cuda_dtype {
+    BURST_CUDA_F32 = 0,
+    BURST_CUDA_F16 = 1,
+    BURST_CUDA_BF16 = 2,
+};
+
+/* A [B, n, H, d] view in device memory: element strides, stride[3] == 1. */
+struct burst_cuda_view {
+    const void *data;
+    int dtype; /* enum burst_cuda_dtype */
+    int64_t shape[4];
+    int64_t stride[4];
+};
+
+/* Kernel variant of the forward step, chosen by burst_cuda_pick_fwd() from the probe. */
+enum burst_cuda_fwd_kind {
+    BURST_CUDA_FWD_SIMT = 0, /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
+    BURST_CUDA_FWD_MMA = 1,  /* fp16/bf16, d = 64 or 128, mma.sync m16n8k16 + ldmatrix + cp.async */
+};
+
+/* One attention step as the kernels see it (shared by forward and backward). */
+struct burst_cuda_step {
+    struct burst_cuda_view q, k, v, dout;
+    struct burst_posmap qpos, kpos;
+    struct burst_mask mask;
+    float scale;
+    int64_t batch, nq, nk, hq, hkv, d, group;
+    /* forward: running results; backward: final lse, D and the fp32 accumulators */
+    float *o_acc, *lse_acc;
+    const float *lse, *delta;
+    float *dq, *dk, *dv;
+};
+
+/* Launchers (asynchronous on cudaStreamPerThread). Return a cudaError_t as int. */
+int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, int num_sms);
+int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, int num_sms);
+int burst_cuda_launch_copy(const struct burst_cuda_view *dst, const struct burst_cuda_view *src);
+int burst_cuda_launch_fill(float *dst, int64_t count, float value);
+int burst_cuda_launch_accumulate(float *dst, const void *src, int src_dtype, int64_t count);
+int burst_cuda_launch_delta(const struct burst_cuda_view *dout, const struct burst_cuda_view *o,
+                            float *delta);
+/* Raise the dynamic shared-memory limit of the kernels that need it (once per device). */
+int burst_cuda_kernels_init(void);
+
+/* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */
+struct burst_cuda_caps {
+    int cc_major, cc_minor;
+    int sms;
+    size_t smem_block_optin; /* largest dynamic shared memory a block may ask for */
+};
+
+/* Can this device run the tensor-core forward (sm_80+, enough shared memory for d = 128)?
+ * BURST_CUDA_KERNEL=simt turns it off (kill switch); burst_cuda_probe.c. */
+int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
+/* Shared memory of the tensor-core forward for head dim d (64 or 128). */
+size_t burst_cuda_mma_smem(int d);
+
+/* Tile sizes of the kernels, for the probe (query rows x key rows). */
+#define BURST_CUDA_MMA_BR 64
+#define BURST_CUDA_MMA_BC 64
+#define BURST_CUDA_MMA_WARPS 4
+#define BURST_CUDA_SIMT_BR 32
+#define BURST_CUDA_SIMT_BC(d) ((d) <= 128 ? 32 : 16)
+#define BURST_CUDA_SIMT_WARPS 4
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BURST_CUDA_H */

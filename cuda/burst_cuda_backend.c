@@ -1,0 +1,507 @@
+/*
+ * cuda/burst_cuda_backend.c - the cuda backend's ops table (see cuda/burst_cuda.h for the files).
+ *
+ * Device memory is cudaMalloc'd (never managed memory); staging memory is pinned with
+ * cudaHostAlloc. Every op first makes the instance's device current for the calling thread,
+ * then works on cudaStreamPerThread. Every cudaError_t is converted by burst_cuda_status():
+ *   cudaErrorMemoryAllocation                       -> BURST_ERR_DEVICE_MEMORY
+ *   no device, no / too old driver, no kernel image -> BURST_ERR_NO_DEVICE
+ *   anything else                                   -> BURST_ERR_DEVICE
+ * with the native name and message (cudaGetErrorName / cudaGetErrorString).
+ *
+ * Tunables (read at create):
+ *   BURST_CUDA_KERNEL   "simt" forces the SIMT forward (kill switch for the tensor-core path)
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "burst_cuda.h"
+#include "error.h"
+
+struct burst_cuda_backend {
+    int device;
+    struct burst_cuda_caps caps;
+    int mma; /* tensor-core forward usable */
+    char name[256];
+};
+
+/* The one place where CUDA errors become burst statuses. */
+static burst_status_t burst_cuda_status(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return BURST_OK;
+    burst_status_t st = BURST_ERR_DEVICE;
+    if (e == cudaErrorMemoryAllocation)
+        st = BURST_ERR_DEVICE_MEMORY;
+    else if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+             e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDevice ||
+             e == cudaErrorStubLibrary || e == cudaErrorDevicesUnavailable)
+        st = BURST_ERR_NO_DEVICE;
+    return burst_error(st, "cuda %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static burst_status_t burst_cuda_enter(const struct burst_cuda_backend *cb, const char *what)
+{
+    return burst_cuda_status(cudaSetDevice(cb->device), what);
+}
+
+static int burst_cuda_icontains(const char *s, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *s; s++) {
+        size_t i = 0;
+        while (i < n && s[i] && tolower((unsigned char)s[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return n == 0;
+}
+
+/* params->device: NULL = 0, a decimal index, or a case-insensitive substring of the name. */
+static burst_status_t burst_cuda_pick_device(const char *want, int count, int *dev_p)
+{
+    if (!want || !*want) {
+        *dev_p = 0;
+        return BURST_OK;
+    }
+    char *end;
+    errno = 0;
+    long idx = strtol(want, &end, 10);
+    if (errno == 0 && *end == '\0') {
+        if (idx < 0 || idx >= count)
+            return burst_error(BURST_ERR_NO_DEVICE,
+                               "cuda create: params->device = \"%s\" is not a device index "
+                               "(this machine has %d cuda devices)",
+                               want, count);
+        *dev_p = (int)idx;
+        return BURST_OK;
+    }
+    for (int i = 0; i < count; i++) {
+        struct cudaDeviceProp pr;
+        if (cudaGetDeviceProperties(&pr, i) == cudaSuccess && burst_cuda_icontains(pr.name, want)) {
+            *dev_p = i;
+            return BURST_OK;
+        }
+    }
+    return burst_error(BURST_ERR_NO_DEVICE,
+                       "cuda create: params->device = \"%s\" matches no cuda device name", want);
+}
+
+static burst_status_t burst_cuda_create(const struct burst_context_params *params, void **be_p)
+{
+    if (!be_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda create: be_p is NULL");
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        /* any failure to enumerate (no driver, driver too old, no device) means: not here */
+        char msg[512];
+        burst_cuda_status(e, "create: cudaGetDeviceCount");
+        snprintf(msg, sizeof msg, "%s", burst_last_error());
+        return burst_error(BURST_ERR_NO_DEVICE, "%s", msg);
+    }
+    if (count <= 0)
+        return burst_error(BURST_ERR_NO_DEVICE, "cuda create: no cuda device on this machine");
+    int dev;
+    burst_status_t st = burst_cuda_pick_device(params ? params->device : NULL, count, &dev);
+    if (st != BURST_OK)
+        return st;
+    struct cudaDeviceProp pr;
+    if ((st = burst_cuda_status(cudaGetDeviceProperties(&pr, dev), "create: properties")) !=
+        BURST_OK)
+        return st;
+    if (pr.major < 8)
+        return burst_error(BURST_ERR_NO_DEVICE,
+                           "cuda create: device %d (%s) has compute capability %d.%d; the kernels "
+                           "are built for 8.0 (sm_80) and 9.0 (sm_90, sm_90a)",
+                           dev, pr.name, pr.major, pr.minor);
+    struct burst_cuda_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return burst_error(BURST_ERR_NO_MEMORY, "cuda create: out of memory");
+    cb->device = dev;
+    cb->caps.cc_major = pr.major;
+    cb->caps.cc_minor = pr.minor;
+    cb->caps.sms = pr.multiProcessorCount;
+    cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
+    cb->mma = burst_cuda_mma_usable(&cb->caps);
+    snprintf(cb->name, sizeof cb->name, "%s", pr.name);
+    if ((st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
+        (st = burst_cuda_status(cudaFree(NULL), "create: context")) == BURST_OK)
+        st = burst_cuda_status((cudaError_t)burst_cuda_kernels_init(), "create: kernel setup");
+    if (st != BURST_OK) {
+        free(cb);
+        return st;
+    }
+    *be_p = cb;
+    return BURST_OK;
+}
+
+static void burst_cuda_destroy(void *be)
+{
+    struct burst_cuda_backend *cb = be;
+    if (!cb)
+        return;
+    if (cudaSetDevice(cb->device) == cudaSuccess)
+        cudaDeviceSynchronize();
+    free(cb);
+}
+
+static int burst_cuda_num_threads(void *be)
+{
+    return 1;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+static void *burst_cuda_alloc(void *be, size_t bytes)
+{
+    struct burst_cuda_backend *cb = be;
+    void *p = NULL;
+    if (burst_cuda_enter(cb, "alloc") != BURST_OK)
+        return NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaSuccess) {
+        e = cudaMemsetAsync(p, 0, bytes ? bytes : 1, cudaStreamPerThread);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(cudaStreamPerThread);
+        if (e != cudaSuccess) {
+            cudaFree(p);
+            p = NULL;
+        }
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        burst_cuda_status(e, "alloc: cudaMalloc");
+    }
+    return p;
+}
+
+static void burst_cuda_free(void *be, void *ptr)
+{
+    struct burst_cuda_backend *cb = be;
+    if (!ptr || cudaSetDevice(cb->device) != cudaSuccess)
+        return;
+    cudaStreamSynchronize(cudaStreamPerThread);
+    cudaFree(ptr);
+}
+
+static burst_status_t burst_cuda_memcpy(void *be, void *dst, const void *src, size_t bytes)
+{
+    struct burst_cuda_backend *cb = be;
+    if (bytes == 0)
+        return BURST_OK;
+    if (!dst || !src)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda memcpy: %s is NULL (bytes = %zu)",
+                           dst ? "src" : "dst", bytes);
+    burst_status_t st = burst_cuda_enter(cb, "memcpy");
+    if (st == BURST_OK)
+        st = burst_cuda_status(
+            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "memcpy");
+    if (st == BURST_OK)
+        st = burst_cuda_status(cudaStreamSynchronize(cudaStreamPerThread), "memcpy: sync");
+    return st;
+}
+
+static void *burst_cuda_host_alloc(void *be, size_t bytes)
+{
+    struct burst_cuda_backend *cb = be;
+    void *p = NULL;
+    if (burst_cuda_enter(cb, "host_alloc") != BURST_OK)
+        return NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        burst_cuda_status(e, "host_alloc: cudaHostAlloc");
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void burst_cuda_host_free(void *be, void *ptr)
+{
+    if (ptr)
+        cudaFreeHost(ptr);
+}
+
+static burst_status_t burst_cuda_sync(void *be)
+{
+    struct burst_cuda_backend *cb = be;
+    burst_status_t st = burst_cuda_enter(cb, "sync");
+    if (st == BURST_OK)
+        st =
+            burst_cuda_status(cudaStreamSynchronize(cudaStreamPerThread), "sync (a kernel failed)");
+    return st;
+}
+
+/* ---- argument checks --------------------------------------------------------------------------- */
+
+static int burst_cuda_dtype(burst_dtype_t dt)
+{
+    switch (dt) {
+    case BURST_DTYPE_FP32: return BURST_CUDA_F32;
+    case BURST_DTYPE_FP16: return BURST_CUDA_F16;
+    case BURST_DTYPE_BF16: return BURST_CUDA_BF16;
+    default: return -1;
+    }
+}
+
+static burst_status_t burst_cuda_view_of(const char *op, const char *name,
+                                         const struct burst_tensor *t, struct burst_cuda_view *v)
+{
+    if (!t || !t->data)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
+    if (burst_cuda_dtype(t->dtype) < 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is unknown", op, name,
+                           (int)t->dtype);
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        if (t->shape[k] < 0)
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative", op,
+                               name, k, (long long)t->shape[k]);
+    if (t->shape[3] > 1 && t->stride[3] != 1)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
+                           (long long)t->stride[3]);
+    v->data = t->data;
+    v->dtype = burst_cuda_dtype(t->dtype);
+    for (int k = 0; k < 4; k++) {
+        v->shape[k] = t->shape[k];
+        v->stride[k] = t->stride[k];
+    }
+    return BURST_OK;
+}
+
+static burst_status_t burst_cuda_check_qkv(const char *op, const struct burst_tensor *q,
+                                           const struct burst_tensor *k,
+                                           const struct burst_tensor *v,
+                                           const struct burst_tensor *dout,
+                                           struct burst_cuda_step *s)
+{
+    burst_status_t st;
+    if ((st = burst_cuda_view_of(op, "q", q, &s->q)) != BURST_OK ||
+        (st = burst_cuda_view_of(op, "k", k, &s->k)) != BURST_OK ||
+        (st = burst_cuda_view_of(op, "v", v, &s->v)) != BURST_OK ||
+        (dout && (st = burst_cuda_view_of(op, "dout", dout, &s->dout)) != BURST_OK))
+        return st;
+    s->batch = q->shape[0];
+    s->nq = q->shape[1];
+    s->hq = q->shape[2];
+    s->d = q->shape[3];
+    s->nk = k->shape[1];
+    s->hkv = k->shape[2];
+    if (s->d <= 0 || s->d % 8 != 0 || s->d > 256)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: head dim = %lld is not a multiple of 8 in [8, 256]", op,
+                           (long long)s->d);
+    if (k->dtype != q->dtype || v->dtype != q->dtype || (dout && dout->dtype != q->dtype))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: q, k, v%s dtypes differ (q %d, k %d, v %d)",
+                           op, dout ? ", dout" : "", (int)q->dtype, (int)k->dtype, (int)v->dtype);
+    if (k->shape[0] != s->batch || k->shape[3] != s->d)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: k shape [%lld, %lld, %lld, %lld] does not match q [%lld, ., ., "
+                           "%lld]",
+                           op, (long long)k->shape[0], (long long)k->shape[1],
+                           (long long)k->shape[2], (long long)k->shape[3], (long long)s->batch,
+                           (long long)s->d);
+    for (int i = 0; i < BURST_TENSOR_DIMS; i++) {
+        if (v->shape[i] != k->shape[i])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: v->shape[%d] = %lld differs from k->shape[%d] = %lld", op, i,
+                               (long long)v->shape[i], i, (long long)k->shape[i]);
+        if (dout && dout->shape[i] != q->shape[i])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: dout->shape[%d] = %lld differs from q->shape[%d] = %lld", op, i,
+                               (long long)dout->shape[i], i, (long long)q->shape[i]);
+    }
+    if (s->hkv <= 0 || s->hq <= 0 || s->hq % s->hkv != 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: q heads = %lld is not a multiple of kv heads = %lld", op,
+                           (long long)s->hq, (long long)s->hkv);
+    s->group = s->hq / s->hkv;
+    return BURST_OK;
+}
+
+/* The tensor-core forward reads 16-byte chunks: data and row strides must be 16-byte aligned. */
+static int burst_cuda_aligned16(const struct burst_cuda_view *v)
+{
+    if (((uintptr_t)v->data & 15u) != 0)
+        return 0;
+    for (int k = 0; k < 3; k++)
+        if (v->stride[k] % 8 != 0)
+            return 0;
+    return 1;
+}
+
+/* Tensor cores for fp16/bf16 with d = 64 or 128 and 16-byte aligned rows, else SIMT. */
+static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct burst_cuda_step *s,
+                           int bwd)
+{
+    if (!cb->mma || s->q.dtype == BURST_CUDA_F32 || (s->d != 64 && s->d != 128) ||
+        s->nq >= INT32_MAX || s->nk >= INT32_MAX || /* row indices are 32-bit there */
+        !burst_cuda_aligned16(&s->q) || !burst_cuda_aligned16(&s->k) ||
+        !burst_cuda_aligned16(&s->v) || (bwd && !burst_cuda_aligned16(&s->dout)))
+        return BURST_CUDA_FWD_SIMT;
+    return BURST_CUDA_FWD_MMA;
+}
+
+/* ---- ops ----------------------------------------------------------------------------------------- */
+
+static burst_status_t burst_cuda_copy(void *be, const struct burst_tensor *dst,
+                                      const struct burst_tensor *src)
+{
+    struct burst_cuda_view vd, vs;
+    burst_status_t st;
+    if ((st = burst_cuda_view_of("cuda copy", "dst", dst, &vd)) != BURST_OK ||
+        (st = burst_cuda_view_of("cuda copy", "src", src, &vs)) != BURST_OK)
+        return st;
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        if (dst->shape[k] != src->shape[k])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "cuda copy: shape[%d] differs (dst %lld, src %lld)", k,
+                               (long long)dst->shape[k], (long long)src->shape[k]);
+    if ((st = burst_cuda_enter(be, "copy")) != BURST_OK)
+        return st;
+    return burst_cuda_status((cudaError_t)burst_cuda_launch_copy(&vd, &vs), "copy: launch");
+}
+
+static burst_status_t burst_cuda_fill(void *be, float *dst, size_t count, float value)
+{
+    if (count == 0)
+        return BURST_OK;
+    if (!dst)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda fill: dst is NULL (count = %zu)", count);
+    burst_status_t st = burst_cuda_enter(be, "fill");
+    if (st != BURST_OK)
+        return st;
+    return burst_cuda_status((cudaError_t)burst_cuda_launch_fill(dst, (int64_t)count, value),
+                             "fill: launch");
+}
+
+static burst_status_t burst_cuda_accumulate(void *be, float *dst, const void *src,
+                                            burst_dtype_t src_dtype, size_t count)
+{
+    if (count == 0)
+        return BURST_OK;
+    if (!dst || !src)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda accumulate: %s is NULL (count = %zu)",
+                           dst ? "src" : "dst", count);
+    if (burst_cuda_dtype(src_dtype) < 0)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda accumulate: src_dtype = %d is unknown",
+                           (int)src_dtype);
+    burst_status_t st = burst_cuda_enter(be, "accumulate");
+    if (st != BURST_OK)
+        return st;
+    return burst_cuda_status((cudaError_t)burst_cuda_launch_accumulate(
+                                 dst, src, burst_cuda_dtype(src_dtype), (int64_t)count),
+                             "accumulate: launch");
+}
+
+static burst_status_t burst_cuda_fwd_step(void *be, const struct burst_fwd_args *a)
+{
+    struct burst_cuda_backend *cb = be;
+    if (!a || !a->o_acc || !a->lse_acc)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_step: args, o_acc or lse_acc is NULL");
+    struct burst_cuda_step s;
+    memset(&s, 0, sizeof s);
+    burst_status_t st = burst_cuda_check_qkv("cuda fwd_step", a->q, a->k, a->v, NULL, &s);
+    if (st != BURST_OK)
+        return st;
+    if (s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0)
+        return BURST_OK;
+    s.qpos = a->qpos;
+    s.kpos = a->kpos;
+    s.mask = a->mask;
+    s.scale = a->scale;
+    s.o_acc = a->o_acc;
+    s.lse_acc = a->lse_acc;
+    if ((st = burst_cuda_enter(cb, "fwd_step")) != BURST_OK)
+        return st;
+    return burst_cuda_status(
+        (cudaError_t)burst_cuda_launch_fwd(&s, burst_cuda_kind(cb, &s, 0), cb->caps.sms),
+        "fwd_step: launch");
+}
+
+static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *dout,
+                                           const struct burst_tensor *o, float *delta)
+{
+    struct burst_cuda_view vd, vo;
+    burst_status_t st;
+    if (!delta)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_delta: delta is NULL");
+    if ((st = burst_cuda_view_of("cuda bwd_delta", "dout", dout, &vd)) != BURST_OK ||
+        (st = burst_cuda_view_of("cuda bwd_delta", "o", o, &vo)) != BURST_OK)
+        return st;
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        if (dout->shape[k] != o->shape[k])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "cuda bwd_delta: dout->shape[%d] = %lld differs from o->shape[%d] "
+                               "= %lld",
+                               k, (long long)dout->shape[k], k, (long long)o->shape[k]);
+    if ((st = burst_cuda_enter(be, "bwd_delta")) != BURST_OK)
+        return st;
+    return burst_cuda_status((cudaError_t)burst_cuda_launch_delta(&vd, &vo, delta),
+                             "bwd_delta: launch");
+}
+
+static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args *a)
+{
+    struct burst_cuda_backend *cb = be;
+    if (!a)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_step: args is NULL");
+    struct burst_cuda_step s;
+    memset(&s, 0, sizeof s);
+    burst_status_t st = burst_cuda_check_qkv("cuda bwd_step", a->q, a->k, a->v, a->dout, &s);
+    if (st != BURST_OK)
+        return st;
+    if (!a->dq && !a->dk && !a->dv)
+        return BURST_OK;
+    if (s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0)
+        return BURST_OK;
+    if (!a->lse || !a->delta)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_step: %s is NULL",
+                           a->lse ? "delta" : "lse");
+    s.qpos = a->qpos;
+    s.kpos = a->kpos;
+    s.mask = a->mask;
+    s.scale = a->scale;
+    s.lse = a->lse;
+    s.delta = a->delta;
+    s.dq = a->dq;
+    s.dk = a->dk;
+    s.dv = a->dv;
+    if ((st = burst_cuda_enter(cb, "bwd_step")) != BURST_OK)
+        return st;
+    return burst_cuda_status(
+        (cudaError_t)burst_cuda_launch_bwd(&s, burst_cuda_kind(cb, &s, 1), cb->caps.sms),
+        "bwd_step: launch");
+}
+
+void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
+
+const struct burst_backend_ops burst_cuda_backend_ops = {
+    .size = sizeof(struct burst_backend_ops),
+    .name = "cuda",
+    .create = burst_cuda_create,
+    .destroy = burst_cuda_destroy,
+    .num_threads = burst_cuda_num_threads,
+    .alloc = burst_cuda_alloc,
+    .free = burst_cuda_free,
+    .copy = burst_cuda_copy,
+    .fill = burst_cuda_fill,
+    .accumulate = burst_cuda_accumulate,
+    .fwd_step = burst_cuda_fwd_step,
+    .bwd_delta = burst_cuda_bwd_delta,
+    .bwd_step = burst_cuda_bwd_step,
+    .sync = burst_cuda_sync,
+    .probe = burst_cuda_probe,
+    .device_memory = 1,
+    .memcpy = burst_cuda_memcpy,
+    .host_alloc = burst_cuda_host_alloc,
+    .host_free = burst_cuda_host_free,
+};

@@ -1,0 +1,447 @@
+/*
+ * cuda/burst_cuda_bwd.cu - the backward step: a dK/dV kernel (one block per key tile of a kv
+ * head, looping over the heads of its group and the query tiles that may see it) followed by a
+ * dQ kernel (one block per query tile, looping over key tiles). Each output element has one
+ * writer, which adds its sum to the fp32 accumulator: no float atomics, so the backward is
+ * deterministic whatever the plan asks (params->deterministic costs nothing here).
+ *
+ * Two variants of each kernel, chosen like the forward's:
+ *   - tensor cores (fp16/bf16, d = 64 or 128, sm_80+): 4 warps x 16 rows, 64-row tiles of the
+ *     streamed operand in shared memory (cp.async, double buffered), S, dP, dV, dK, dQ as
+ *     mma.sync m16n8k16 products with fp32 accumulators; P and dS are rounded to the input
+ *     dtype as the A operand of the dV / dK / dQ products (tests/harness.h bounds this);
+ *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
+ */
+#include "burst_cuda_mma.cuh"
+
+/* ---- tensor cores: dQ ---------------------------------------------------------------------------- */
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
+{
+    extern __shared__ __align__(16) unsigned char smraw[];
+    T *sq = (T *)smraw, *sdo = sq + MMA_BR * D, *sk = sdo + MMA_BR * D, *sv = sk + 2 * MMA_BC * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nq + MMA_BR - 1) / MMA_BR;
+    const int64_t t = tiles - 1 - blockIdx.x % tiles;
+    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
+    const int64_t g = h / s.group, i0 = t * MMA_BR;
+    const float sl2 = s.scale * BURST_LOG2E;
+
+    int64_t lo = 0, hi = 0;
+    if (threadIdx.x < MMA_BR && i0 + threadIdx.x < s.nq)
+        burst_dkeys(s, i0 + threadIdx.x, &lo, &hi);
+    int64_t kmin, kmax;
+    burst_block_range(lo, hi, &kmin, &kmax);
+    if (kmin >= kmax)
+        return;
+
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    int64_t kb[2], ke[2];
+    float l2[2], dl[2];
+    for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + warp * 16 + rq + 8 * u;
+        kb[u] = ke[u] = 0;
+        l2[u] = CUDART_INF_F;
+        dl[u] = 0.0f;
+        if (i < s.nq) {
+            burst_dkeys(s, i, &kb[u], &ke[u]);
+            float lse = s.lse[(b * s.hq + h) * s.nq + i];
+            l2[u] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+            dl[u] = s.delta[(b * s.hq + h) * s.nq + i];
+        }
+    }
+    int64_t ub = ke[0] > kb[0] ? kb[0] : INT64_MAX, ue = ke[0] > kb[0] ? ke[0] : 0;
+    if (ke[1] > kb[1]) {
+        ub = ub < kb[1] ? ub : kb[1];
+        ue = ue > ke[1] ? ue : ke[1];
+    }
+    for (int m = 1; m < 32; m <<= 1) {
+        ub = min(ub, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)ub, m));
+        ue = max(ue, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)ue, m));
+    }
+
+    const int64_t jfirst = kmin / MMA_BC * MMA_BC;
+    burst_mma_load<T, D>(sq, s.q, b, i0, MMA_BR, s.nq, h);
+    burst_mma_load<T, D>(sdo, s.dout, b, i0, MMA_BR, s.nq, h);
+    burst_mma_load<T, D>(sk, s.k, b, jfirst, MMA_BC, s.nk, g);
+    burst_mma_load<T, D>(sv, s.v, b, jfirst, MMA_BC, s.nk, g);
+    burst_cp_commit();
+
+    float dq[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    int stage = 0;
+    for (int64_t j0 = jfirst; j0 < kmax; j0 += MMA_BC, stage ^= 1) {
+        if (j0 + MMA_BC < kmax) {
+            burst_mma_load<T, D>(sk + (stage ^ 1) * MMA_BC * D, s.k, b, j0 + MMA_BC, MMA_BC, s.nk,
+                                 g);
+            burst_mma_load<T, D>(sv + (stage ^ 1) * MMA_BC * D, s.v, b, j0 + MMA_BC, MMA_BC, s.nk,
+                                 g);
+            burst_cp_commit();
+            burst_cp_wait<1>();
+        } else {
+            burst_cp_wait<0>();
+        }
+        __syncthreads();
+        const T *kt = sk + stage * MMA_BC * D, *vt = sv + stage * MMA_BC * D;
+        if (ue > j0 && ub < j0 + MMA_BC) {
+            float sc[MMA_BC / 8][4], dp[MMA_BC / 8][4];
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                unsigned qa[4], oa[4];
+                burst_ldm_x4(qa, sq + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+                burst_ldm_x4(oa, sdo + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+                for (int n2 = 0; n2 < MMA_BC / 16; n2++) {
+                    unsigned bk[4], bv[4];
+                    const int r = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
+                    const int c = kk * 16 + ((lane >> 3) & 1) * 8;
+                    burst_ldm_x4(bk, kt + burst_swz<D>(r, c));
+                    burst_ldm_x4(bv, vt + burst_swz<D>(r, c));
+                    burst_mma<T>::run(sc[2 * n2], qa, bk);
+                    burst_mma<T>::run(sc[2 * n2 + 1], qa, bk + 2);
+                    burst_mma<T>::run(dp[2 * n2], oa, bv);
+                    burst_mma<T>::run(dp[2 * n2 + 1], oa, bv + 2);
+                }
+            }
+            /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs */
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int u = e >> 1;
+                    const int64_t j = j0 + n * 8 + cq + (e & 1);
+                    float p = (j >= kb[u] && j < ke[u]) ? burst_ex2(sc[n][e] * sl2 - l2[u]) : 0.0f;
+                    sc[n][e] = p * (dp[n][e] - dl[u]);
+                }
+            /* dQ += dS K: dS from the C tiles as A, K through ldmatrix.trans */
+#pragma unroll
+            for (int kk = 0; kk < MMA_BC / 16; kk++) {
+                unsigned af[4];
+                af[0] = burst_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+                af[1] = burst_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+                af[2] = burst_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                af[3] = burst_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+                for (int n2 = 0; n2 < D / 16; n2++) {
+                    unsigned bf[4];
+                    burst_ldm_x4_t(bf, kt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                         n2 * 16 + (lane >> 4) * 8));
+                    burst_mma<T>::run(dq[2 * n2], af, bf);
+                    burst_mma<T>::run(dq[2 * n2 + 1], af, bf + 2);
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + warp * 16 + rq + 8 * u;
+        if (i >= s.nq)
+            continue;
+        float *row = s.dq + ((b * s.nq + i) * s.hq + h) * s.d;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            float2 *p2 = (float2 *)(row + n * 8 + cq), x = *p2;
+            x.x = fmaf(s.scale, dq[n][2 * u], x.x);
+            x.y = fmaf(s.scale, dq[n][2 * u + 1], x.y);
+            *p2 = x;
+        }
+    }
+}
+
+template <int D> static size_t burst_mma_dq_smem()
+{
+    return (size_t)(2 * MMA_BR + 4 * MMA_BC) * D * 2;
+}
+
+/* ---- tensor cores: dK and dV ------------------------------------------------------------------ */
+
+/* Per-row scalars of one query tile, in shared memory beside its Q / dO stage. */
+struct burst_qrows {
+    float l2[MMA_BR], dl[MMA_BR];
+    int kb[MMA_BR], ke[MMA_BR];
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step s)
+{
+    extern __shared__ __align__(16) unsigned char smraw[];
+    T *sk = (T *)smraw, *sv = sk + MMA_BC * D, *sq = sv + MMA_BC * D, *sdo = sq + 2 * MMA_BR * D;
+    struct burst_qrows *rows = (struct burst_qrows *)(sdo + 2 * MMA_BR * D);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nk + MMA_BC - 1) / MMA_BC;
+    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
+    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * MMA_BC;
+    const float sl2 = s.scale * BURST_LOG2E;
+
+    int64_t lo = 0, hi = 0;
+    if (threadIdx.x < MMA_BC && j0 + threadIdx.x < s.nk)
+        burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
+    int64_t imin, imax;
+    burst_block_range(lo, hi, &imin, &imax);
+    if (imin >= imax)
+        return;
+    const int64_t ifirst = imin / MMA_BR * MMA_BR;
+    const int64_t ntq = (imax - ifirst + MMA_BR - 1) / MMA_BR, total = ntq * s.group;
+
+    /* query tile `it` of the flattened (head of the group, query tile) loop into stage st */
+    auto issue = [&](int64_t it, int st) {
+        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * MMA_BR;
+        burst_mma_load<T, D>(sq + st * MMA_BR * D, s.q, b, i0, MMA_BR, s.nq, h);
+        burst_mma_load<T, D>(sdo + st * MMA_BR * D, s.dout, b, i0, MMA_BR, s.nq, h);
+        burst_cp_commit();
+        if (threadIdx.x < MMA_BR) {
+            const int64_t i = i0 + threadIdx.x;
+            int64_t kb = 0, ke = 0;
+            float l2 = CUDART_INF_F, dl = 0.0f;
+            if (i < s.nq) {
+                burst_dkeys(s, i, &kb, &ke);
+                float lse = s.lse[(b * s.hq + h) * s.nq + i];
+                l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+                dl = s.delta[(b * s.hq + h) * s.nq + i];
+            }
+            rows[st].l2[threadIdx.x] = l2;
+            rows[st].dl[threadIdx.x] = dl;
+            rows[st].kb[threadIdx.x] = (int)kb;
+            rows[st].ke[threadIdx.x] = (int)ke;
+        }
+    };
+
+    burst_mma_load<T, D>(sk, s.k, b, j0, MMA_BC, s.nk, g);
+    burst_mma_load<T, D>(sv, s.v, b, j0, MMA_BC, s.nk, g);
+    issue(0, 0);
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    const int key0 = (int)j0 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
+
+    for (int64_t it = 0; it < total; it++) {
+        const int st = (int)(it & 1);
+        if (it + 1 < total) {
+            issue(it + 1, st ^ 1);
+            burst_cp_wait<1>();
+        } else {
+            burst_cp_wait<0>();
+        }
+        __syncthreads();
+        const T *qt = sq + st * MMA_BR * D, *ot = sdo + st * MMA_BR * D;
+        const struct burst_qrows *rw = &rows[st];
+        float sc[MMA_BR / 8][4], dp[MMA_BR / 8][4];
+#pragma unroll
+        for (int n = 0; n < MMA_BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[n][e] = dp[n][e] = 0.0f;
+        /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x 64 queries */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            unsigned ka[4], va[4];
+            burst_ldm_x4(ka, sk + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+            burst_ldm_x4(va, sv + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+            for (int n2 = 0; n2 < MMA_BR / 16; n2++) {
+                unsigned bq[4], bo[4];
+                const int r = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
+                const int c = kk * 16 + ((lane >> 3) & 1) * 8;
+                burst_ldm_x4(bq, qt + burst_swz<D>(r, c));
+                burst_ldm_x4(bo, ot + burst_swz<D>(r, c));
+                burst_mma<T>::run(sc[2 * n2], ka, bq);
+                burst_mma<T>::run(sc[2 * n2 + 1], ka, bq + 2);
+                burst_mma<T>::run(dp[2 * n2], va, bo);
+                burst_mma<T>::run(dp[2 * n2 + 1], va, bo + 2);
+            }
+        }
+        /* P^T and dS^T; column = query row of the tile */
+#pragma unroll
+        for (int n = 0; n < MMA_BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = n * 8 + cq + (e & 1), key = key0 + 8 * (e >> 1);
+                const bool ok = key >= rw->kb[qi] && key < rw->ke[qi];
+                float p = ok ? burst_ex2(sc[n][e] * sl2 - rw->l2[qi]) : 0.0f;
+                sc[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - rw->dl[qi]);
+            }
+        /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B through ldmatrix.trans */
+#pragma unroll
+        for (int kk = 0; kk < MMA_BR / 16; kk++) {
+            unsigned pa[4], da[4];
+            pa[0] = burst_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+            pa[1] = burst_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+            pa[2] = burst_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            pa[3] = burst_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            da[0] = burst_mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
+            da[1] = burst_mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
+            da[2] = burst_mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            da[3] = burst_mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int n2 = 0; n2 < D / 16; n2++) {
+                unsigned bo[4], bq[4];
+                const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int c = n2 * 16 + (lane >> 4) * 8;
+                burst_ldm_x4_t(bo, ot + burst_swz<D>(r, c));
+                burst_ldm_x4_t(bq, qt + burst_swz<D>(r, c));
+                burst_mma<T>::run(dv[2 * n2], pa, bo);
+                burst_mma<T>::run(dv[2 * n2 + 1], pa, bo + 2);
+                burst_mma<T>::run(dk[2 * n2], da, bq);
+                burst_mma<T>::run(dk[2 * n2 + 1], da, bq + 2);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t j = key0 + 8 * u;
+        if (j >= s.nk)
+            continue;
+        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            if (s.dk) {
+                float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
+                x.x = fmaf(s.scale, dk[n][2 * u], x.x);
+                x.y = fmaf(s.scale, dk[n][2 * u + 1], x.y);
+                *p2 = x;
+            }
+            if (s.dv) {
+                float2 *p2 = (float2 *)(s.dv + off + n * 8 + cq), x = *p2;
+                x.x += dv[n][2 * u];
+                x.y += dv[n][2 * u + 1];
+                *p2 = x;
+            }
+        }
+    }
+}
+
+template <int D> static size_t burst_mma_dkdv_smem()
+{
+    return (size_t)(2 * MMA_BC + 4 * MMA_BR) * D * 2 + 2 * sizeof(struct burst_qrows);
+}
+
+template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
+{
+    if (s->dk || s->dv) {
+        int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
+        burst_mma_dkdv<T, D><<<(unsigned)blocks, 128, burst_mma_dkdv_smem<D>(),
+                               cudaStreamPerThread>>>(*s);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+    }
+    if (s->dq) {
+        int64_t blocks = s->batch * s->hq * ((s->nq + MMA_BR - 1) / MMA_BR);
+        burst_mma_dq<T, D>
+            <<<(unsigned)blocks, 128, burst_mma_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
+{
+    return s->d == 64 ? burst_bwd_mma_run<T, 64>(s) : burst_bwd_mma_run<T, 128>(s);
+}
+
+template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
+{
+    cudaError_t e = cudaFuncSetAttribute(burst_mma_dkdv<T, D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)burst_mma_dkdv_smem<D>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(burst_mma_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)burst_mma_dq_smem<D>());
+    return e;
+}
+
+template <typename T, int D> static int burst_bwd_run(const struct burst_cuda_step *s)
+{
+    using C = burst_simt_cfg<D>;
+    if (s->dk || s->dv) {
+        int64_t blocks = s->batch * s->hkv * ((s->nk + C::ROWS - 1) / C::ROWS);
+        burst_simt_dkdv<T, D><<<(unsigned)blocks, 128, burst_simt_dkdv_smem<D>(),
+                                cudaStreamPerThread>>>(*s);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+    }
+    if (s->dq) {
+        int64_t blocks = s->batch * s->hq * ((s->nq + C::ROWS - 1) / C::ROWS);
+        burst_simt_dq<T, D>
+            <<<(unsigned)blocks, 128, burst_simt_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T> static int burst_bwd_dims(const struct burst_cuda_step *s)
+{
+    if (s->d <= 64)
+        return burst_bwd_run<T, 64>(s);
+    if (s->d <= 128)
+        return burst_bwd_run<T, 128>(s);
+    return burst_bwd_run<T, 256>(s);
+}
+
+extern "C" int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, int num_sms)
+{
+    (void)num_sms;
+    if (kind == BURST_CUDA_FWD_MMA)
+        return s->q.dtype == BURST_CUDA_F16 ? burst_bwd_mma<__half>(s)
+                                            : burst_bwd_mma<__nv_bfloat16>(s);
+    switch (s->q.dtype) {
+    case BURST_CUDA_F16: return burst_bwd_dims<__half>(s);
+    case BURST_CUDA_BF16: return burst_bwd_dims<__nv_bfloat16>(s);
+    default: return burst_bwd_dims<float>(s);
+    }
+}
+
+template <typename T, int D> static cudaError_t burst_bwd_attr()
+{
+    cudaError_t e = cudaFuncSetAttribute(burst_simt_dkdv<T, D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)burst_simt_dkdv_smem<D>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(burst_simt_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)burst_simt_dq_smem<D>());
+    return e;
+}
+
+template <typename T> static cudaError_t burst_bwd_attr_all()
+{
+    cudaError_t e = burst_bwd_attr<T, 64>();
+    if (e == cudaSuccess)
+        e = burst_bwd_attr<T, 128>();
+    if (e == cudaSuccess)
+        e = burst_bwd_attr<T, 256>();
+    return e;
+}
+
+extern "C" int burst_cuda_bwd_init(void)
+{
+    cudaError_t e = burst_bwd_attr_all<float>();
+    if (e == cudaSuccess)
+        e = burst_bwd_attr_all<__half>();
+    if (e == cudaSuccess)
+        e = burst_bwd_attr_all<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<__half, 64>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<__half, 128>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<__nv_bfloat16, 64>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<__nv_bfloat16, 128>();
+    return e;
+}

@@ -1,0 +1,111 @@
+/*
+ * cuda/burst_cuda_common.cuh - device helpers shared by the kernels: element loads/stores in
+ * the three dtypes, and the posmap / mask arithmetic of runtime/posmap.h on the device.
+ */
+#ifndef BURST_CUDA_COMMON_CUH
+#define BURST_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "burst_cuda.h"
+
+#define BURST_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ float burst_ld(const void *p, int dtype, int64_t i)
+{
+    if (dtype == BURST_CUDA_F32)
+        return ((const float *)p)[i];
+    if (dtype == BURST_CUDA_F16)
+        return __half2float(((const __half *)p)[i]);
+    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+template <typename T> __device__ __forceinline__ float burst_to_f(T x);
+template <> __device__ __forceinline__ float burst_to_f<float>(float x)
+{
+    return x;
+}
+template <> __device__ __forceinline__ float burst_to_f<__half>(__half x)
+{
+    return __half2float(x);
+}
+template <> __device__ __forceinline__ float burst_to_f<__nv_bfloat16>(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
+
+__device__ __forceinline__ void burst_st(void *p, int dtype, int64_t i, float x)
+{
+    if (dtype == BURST_CUDA_F32)
+        ((float *)p)[i] = x;
+    else if (dtype == BURST_CUDA_F16)
+        ((__half *)p)[i] = __float2half_rn(x);
+    else
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+}
+
+/* Element offset of [b, i, h, 0] of a view. */
+__device__ __forceinline__ int64_t burst_off(const struct burst_cuda_view &v, int64_t b, int64_t i,
+                                             int64_t h)
+{
+    return b * v.stride[0] + i * v.stride[1] + h * v.stride[2];
+}
+
+/* ---- posmap.h on the device ---- */
+
+__device__ __forceinline__ int64_t burst_dpos(const struct burst_posmap &m, int64_t i)
+{
+    int r = (m.nruns > 1 && i >= m.run[1].local0) ? 1 : 0;
+    return m.run[r].global0 + (i - m.run[r].local0) * m.run[r].stride;
+}
+
+__device__ __forceinline__ int64_t burst_dcount_le(const struct burst_posmap &m, int64_t x)
+{
+    int64_t n = 0;
+    for (int r = 0; r < m.nruns; r++) {
+        if (x < m.run[r].global0)
+            break;
+        int64_t c = (x - m.run[r].global0) / m.run[r].stride + 1;
+        n += c < m.run[r].len ? c : m.run[r].len;
+    }
+    return n;
+}
+
+/* Allowed local key interval [*kb, *ke) of local query row i, clamped to [0, nk]. */
+__device__ __forceinline__ void burst_dkeys(const struct burst_cuda_step &s, int64_t i, int64_t *kb,
+                                            int64_t *ke)
+{
+    int64_t p = burst_dpos(s.qpos, i);
+    int64_t lo = s.mask.left >= BURST_POS_INF ? -BURST_POS_INF : p - s.mask.left;
+    int64_t hi = s.mask.right >= BURST_POS_INF ? BURST_POS_INF : p + s.mask.right;
+    int64_t b = burst_dcount_le(s.kpos, lo - 1), e = burst_dcount_le(s.kpos, hi);
+    b = b < 0 ? 0 : b;
+    e = e > s.nk ? s.nk : e;
+    if (e < b)
+        e = b;
+    *kb = b;
+    *ke = e;
+}
+
+/* Allowed local query interval of local key row j: queries whose interval contains j. Because
+ * both position maps increase and the mask is a band, this is one interval too: the queries with
+ * position in [kp - right, kp + left]. */
+__device__ __forceinline__ void burst_dqueries(const struct burst_cuda_step &s, int64_t j,
+                                               int64_t *ib, int64_t *ie)
+{
+    int64_t p = burst_dpos(s.kpos, j);
+    int64_t lo = s.mask.right >= BURST_POS_INF ? -BURST_POS_INF : p - s.mask.right;
+    int64_t hi = s.mask.left >= BURST_POS_INF ? BURST_POS_INF : p + s.mask.left;
+    int64_t b = burst_dcount_le(s.qpos, lo - 1), e = burst_dcount_le(s.qpos, hi);
+    b = b < 0 ? 0 : b;
+    e = e > s.nq ? s.nq : e;
+    if (e < b)
+        e = b;
+    *ib = b;
+    *ie = e;
+}
+
+#endif /* BURST_CUDA_COMMON_CUH */

@@ -1,0 +1,374 @@
+/*
+ * cuda/burst_cuda_fwd.cu - the forward step with the log-sum-exp merge fused.
+ *
+ * Two kernels (burst_cuda_pick_fwd in burst_cuda_probe.c chooses):
+ *   - burst_mma_fwd<T, D>: fp16 / bf16 with d = 64 or 128 on sm_80+. A block of 4 warps owns 64
+ *     query rows (16 per warp); K/V tiles of 64 rows stream through shared memory with cp.async
+ *     double buffering (the next tile loads while this one computes). S = Q K^T and O += P V run
+ *     on the tensor cores as mma.sync.m16n8k16 with fp32 accumulation; operands come from shared
+ *     memory through ldmatrix (.trans for V), rows XOR-swizzled in 16-byte chunks so that the 8
+ *     rows of an ldmatrix hit distinct banks. P is rounded to the input dtype for the P V product
+ *     (as every FlashAttention kernel does; tests/harness.h states the bound this adds). The
+ *     softmax keeps per-row max / sum in fp32 registers in log2 units.
+ *   - burst_simt_fwd<T, D> (burst_cuda_simt.cuh): everything else.
+ * Both skip key tiles outside the union of their rows' allowed intervals, skip tiles a warp's
+ * rows cannot see, and leave rows with no allowed key bit-for-bit unchanged.
+ */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "burst_cuda_mma.cuh"
+
+/* ---- the tensor-core kernel ------------------------------------------------------------------- */
+
+/* MR = m16 row tiles per warp: a block owns 4 * 16 * MR query rows; every K/V fragment loaded
+ * from shared memory feeds MR products (MR = 2 halves the shared-memory traffic per flop). */
+template <typename T, int D, int MR>
+__global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s)
+{
+    constexpr int BR = 64 * MR;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    T *sq = (T *)smraw, *sk = sq + BR * D, *sv = sk + 2 * MMA_BC * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nq + BR - 1) / BR;
+    const int64_t t = tiles - 1 - blockIdx.x % tiles;
+    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
+    const int64_t g = h / s.group, i0 = t * BR;
+    const float sl2 = s.scale * BURST_LOG2E;
+
+    int64_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
+    if (i0 + threadIdx.x < s.nq)
+        burst_dkeys(s, i0 + threadIdx.x, &lo, &hi);
+    if (MR > 1 && i0 + 128 + threadIdx.x < s.nq && threadIdx.x + 128 < BR)
+        burst_dkeys(s, i0 + 128 + threadIdx.x, &lo2, &hi2);
+    if (lo2 < hi2) {
+        if (lo >= hi) {
+            lo = lo2;
+            hi = hi2;
+        } else {
+            lo = lo < lo2 ? lo : lo2;
+            hi = hi > hi2 ? hi : hi2;
+        }
+    }
+    int64_t kmin, kmax;
+    burst_block_range(lo, hi, &kmin, &kmax);
+    if (kmin >= kmax)
+        return;
+
+    /* this thread's rows in the mma C layout: r = 2 mr + u -> warp rows 16 mr + rq + 8 u */
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    int kb[2 * MR], ke[2 * MR]; /* local indices: the backend sends nk < 2^31 only */
+    int wb = 0, we = INT_MAX, ub = INT_MAX, ue = 0;
+#pragma unroll
+    for (int r = 0; r < 2 * MR; r++) {
+        const int64_t i = i0 + warp * 16 * MR + (r >> 1) * 16 + rq + 8 * (r & 1);
+        int64_t b64 = 0, e64 = 0;
+        if (i < s.nq)
+            burst_dkeys(s, i, &b64, &e64);
+        kb[r] = (int)b64;
+        ke[r] = (int)e64;
+        wb = wb > kb[r] ? wb : kb[r];
+        we = we < ke[r] ? we : ke[r];
+        if (ke[r] > kb[r]) {
+            ub = ub < kb[r] ? ub : kb[r];
+            ue = ue > ke[r] ? ue : ke[r];
+        }
+    }
+    for (int m = 1; m < 32; m <<= 1) {
+        wb = max(wb, __shfl_xor_sync(0xffffffffu, wb, m));
+        we = min(we, __shfl_xor_sync(0xffffffffu, we, m));
+        ub = min(ub, __shfl_xor_sync(0xffffffffu, ub, m));
+        ue = max(ue, __shfl_xor_sync(0xffffffffu, ue, m));
+    }
+
+    const int64_t jfirst = kmin / MMA_BC * MMA_BC;
+    burst_mma_load<T, D>(sq, s.q, b, i0, BR, s.nq, h);
+    burst_mma_load<T, D>(sk, s.k, b, jfirst, MMA_BC, s.nk, g);
+    burst_mma_load<T, D>(sv, s.v, b, jfirst, MMA_BC, s.nk, g);
+    burst_cp_commit();
+
+    float o[MR][D / 8][4];
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            o[mr][n][0] = o[mr][n][1] = o[mr][n][2] = o[mr][n][3] = 0.0f;
+    float m[2 * MR], l[2 * MR];
+#pragma unroll
+    for (int r = 0; r < 2 * MR; r++) {
+        m[r] = -CUDART_INF_F;
+        l[r] = 0.0f;
+    }
+
+    int stage = 0;
+    for (int64_t j0 = jfirst; j0 < kmax; j0 += MMA_BC, stage ^= 1) {
+        if (j0 + MMA_BC < kmax) {
+            burst_mma_load<T, D>(sk + (stage ^ 1) * MMA_BC * D, s.k, b, j0 + MMA_BC, MMA_BC, s.nk,
+                                 g);
+            burst_mma_load<T, D>(sv + (stage ^ 1) * MMA_BC * D, s.v, b, j0 + MMA_BC, MMA_BC, s.nk,
+                                 g);
+            burst_cp_commit();
+            burst_cp_wait<1>();
+        } else {
+            burst_cp_wait<0>();
+        }
+        __syncthreads();
+        const T *kt = sk + stage * MMA_BC * D, *vt = sv + stage * MMA_BC * D;
+        if (ue > j0 && ub < j0 + MMA_BC) { /* some row of this warp sees this tile */
+            float sc[MR][MMA_BC / 8][4];
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                for (int n = 0; n < MMA_BC / 8; n++)
+                    sc[mr][n][0] = sc[mr][n][1] = sc[mr][n][2] = sc[mr][n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                unsigned qa[MR][4];
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++)
+                    burst_ldm_x4(qa[mr], sq + burst_swz<D>(warp * 16 * MR + mr * 16 + (lane & 15),
+                                                           kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+                for (int n2 = 0; n2 < MMA_BC / 16; n2++) {
+                    unsigned bf[4];
+                    burst_ldm_x4(bf, kt + burst_swz<D>(n2 * 16 + (lane >> 4) * 8 + (lane & 7),
+                                                       kk * 16 + ((lane >> 3) & 1) * 8));
+#pragma unroll
+                    for (int mr = 0; mr < MR; mr++) {
+                        burst_mma<T>::run(sc[mr][2 * n2], qa[mr], bf);
+                        burst_mma<T>::run(sc[mr][2 * n2 + 1], qa[mr], bf + 2);
+                    }
+                }
+            }
+            const int full = j0 >= wb && j0 + MMA_BC <= we;
+            float mx[2 * MR];
+#pragma unroll
+            for (int r = 0; r < 2 * MR; r++)
+                mx[r] = -CUDART_INF_F;
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                for (int n = 0; n < MMA_BC / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = 2 * mr + (e >> 1);
+                        const int j = (int)j0 + n * 8 + cq + (e & 1);
+                        float x = sc[mr][n][e] * sl2;
+                        if (!full && !(j >= kb[r] && j < ke[r]))
+                            x = -CUDART_INF_F;
+                        sc[mr][n][e] = x;
+                        mx[r] = fmaxf(mx[r], x);
+                    }
+            float alpha[2 * MR], muse[2 * MR];
+#pragma unroll
+            for (int r = 0; r < 2 * MR; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float mnew = fmaxf(m[r], mx[r]);
+                muse[r] = mnew == -CUDART_INF_F ? 0.0f : mnew;
+                alpha[r] = burst_ex2(m[r] - muse[r]);
+                m[r] = mnew;
+                l[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    o[mr][n][0] *= alpha[2 * mr];
+                    o[mr][n][1] *= alpha[2 * mr];
+                    o[mr][n][2] *= alpha[2 * mr + 1];
+                    o[mr][n][3] *= alpha[2 * mr + 1];
+                }
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                for (int n = 0; n < MMA_BC / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = 2 * mr + (e >> 1);
+                        float p = burst_ex2(sc[mr][n][e] - muse[r]);
+                        sc[mr][n][e] = p;
+                        l[r] += p;
+                    }
+            /* O += P V: P from the S accumulators (C layout = A layout), V through ldmatrix.trans */
+#pragma unroll
+            for (int kk = 0; kk < MMA_BC / 16; kk++) {
+                unsigned pf[MR][4];
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++) {
+                    pf[mr][0] = burst_mma<T>::pack(sc[mr][2 * kk][0], sc[mr][2 * kk][1]);
+                    pf[mr][1] = burst_mma<T>::pack(sc[mr][2 * kk][2], sc[mr][2 * kk][3]);
+                    pf[mr][2] = burst_mma<T>::pack(sc[mr][2 * kk + 1][0], sc[mr][2 * kk + 1][1]);
+                    pf[mr][3] = burst_mma<T>::pack(sc[mr][2 * kk + 1][2], sc[mr][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int n2 = 0; n2 < D / 16; n2++) {
+                    unsigned bf[4];
+                    burst_ldm_x4_t(bf, vt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                         n2 * 16 + (lane >> 4) * 8));
+#pragma unroll
+                    for (int mr = 0; mr < MR; mr++) {
+                        burst_mma<T>::run(o[mr][2 * n2], pf[mr], bf);
+                        burst_mma<T>::run(o[mr][2 * n2 + 1], pf[mr], bf + 2);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* everyone is done with this stage before it is refilled */
+    }
+
+    /* row sums across the quad, then the fused merge into (o_acc, lse_acc) */
+#pragma unroll
+    for (int r = 0; r < 2 * MR; r++) {
+        const int mr = r >> 1, u = r & 1;
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int64_t i = i0 + warp * 16 * MR + mr * 16 + rq + 8 * u;
+        if (i >= s.nq || l[r] == 0.0f)
+            continue;
+        float *lse = s.lse_acc + (b * s.hq + h) * s.nq + i;
+        double lr = ((double)m[r] + log2((double)l[r])) * 0.69314718055994530942;
+        double lo_ = (double)*lse, ln, co, cn;
+        if (lo_ == -(double)CUDART_INF) {
+            ln = lr;
+            co = 0.0;
+            cn = 1.0 / (double)l[r];
+        } else {
+            ln = fmax(lo_, lr) + log1p(exp(-fabs(lo_ - lr)));
+            co = exp(lo_ - ln);
+            cn = exp(lr - ln) / (double)l[r];
+        }
+        float *orow = s.o_acc + ((b * s.nq + i) * s.hq + h) * s.d;
+        const float fco = (float)co, fcn = (float)cn;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            float2 *p2 = (float2 *)(orow + n * 8 + cq);
+            float2 x = make_float2(fcn * o[mr][n][2 * u], fcn * o[mr][n][2 * u + 1]);
+            if (co != 0.0) {
+                float2 y = *p2;
+                x.x = fmaf(fco, y.x, x.x);
+                x.y = fmaf(fco, y.y, x.y);
+            }
+            *p2 = x;
+        }
+        if ((lane & 3) == 0)
+            *lse = (float)ln;
+    }
+}
+
+template <int D, int MR> static size_t burst_mma_fwd_smem()
+{
+    return (size_t)(64 * MR + 4 * MMA_BC) * D * 2;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------------- */
+
+template <typename T, int D> static int burst_fwd_simt_run(const struct burst_cuda_step *s)
+{
+    using C = burst_simt_cfg<D>;
+    int64_t blocks = s->batch * s->hq * ((s->nq + C::ROWS - 1) / C::ROWS);
+    burst_simt_fwd<T, D>
+        <<<(unsigned)blocks, 128, burst_simt_fwd_smem<D>(), cudaStreamPerThread>>>(*s);
+    return cudaGetLastError();
+}
+
+template <typename T> static int burst_fwd_simt(const struct burst_cuda_step *s)
+{
+    if (s->d <= 64)
+        return burst_fwd_simt_run<T, 64>(s);
+    if (s->d <= 128)
+        return burst_fwd_simt_run<T, 128>(s);
+    return burst_fwd_simt_run<T, 256>(s);
+}
+
+/* Rows per warp of the tensor-core forward: 32 (MR = 2) unless BURST_CUDA_FWD_ROWS=16. */
+static int burst_fwd_mr(void)
+{
+    static int mr = 0;
+    if (!mr) {
+        const char *e = getenv("BURST_CUDA_FWD_ROWS");
+        mr = e && atoi(e) == 16 ? 1 : 2;
+    }
+    return mr;
+}
+
+template <typename T, int D, int MR> static int burst_fwd_mma_run(const struct burst_cuda_step *s)
+{
+    int64_t blocks = s->batch * s->hq * ((s->nq + 64 * MR - 1) / (64 * MR));
+    burst_mma_fwd<T, D, MR>
+        <<<(unsigned)blocks, 128, burst_mma_fwd_smem<D, MR>(), cudaStreamPerThread>>>(*s);
+    return cudaGetLastError();
+}
+
+template <typename T> static int burst_fwd_mma(const struct burst_cuda_step *s)
+{
+    if (burst_fwd_mr() == 1)
+        return s->d == 64 ? burst_fwd_mma_run<T, 64, 1>(s) : burst_fwd_mma_run<T, 128, 1>(s);
+    return s->d == 64 ? burst_fwd_mma_run<T, 64, 2>(s) : burst_fwd_mma_run<T, 128, 2>(s);
+}
+
+extern "C" int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, int num_sms)
+{
+    (void)num_sms;
+    if (kind == BURST_CUDA_FWD_MMA)
+        return s->q.dtype == BURST_CUDA_F16 ? burst_fwd_mma<__half>(s)
+                                            : burst_fwd_mma<__nv_bfloat16>(s);
+    switch (s->q.dtype) {
+    case BURST_CUDA_F16: return burst_fwd_simt<__half>(s);
+    case BURST_CUDA_BF16: return burst_fwd_simt<__nv_bfloat16>(s);
+    default: return burst_fwd_simt<float>(s);
+    }
+}
+
+template <typename T, int D> static cudaError_t burst_fwd_attr_simt()
+{
+    return cudaFuncSetAttribute(burst_simt_fwd<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)burst_simt_fwd_smem<D>());
+}
+
+template <typename T> static cudaError_t burst_fwd_attr()
+{
+    cudaError_t e = burst_fwd_attr_simt<T, 64>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_simt<T, 128>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_simt<T, 256>();
+    return e;
+}
+
+template <typename T, int D, int MR> static cudaError_t burst_fwd_attr_mma1()
+{
+    return cudaFuncSetAttribute(burst_mma_fwd<T, D, MR>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)burst_mma_fwd_smem<D, MR>());
+}
+
+template <typename T> static cudaError_t burst_fwd_attr_mma()
+{
+    cudaError_t e = burst_fwd_attr_mma1<T, 64, 1>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma1<T, 128, 1>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma1<T, 64, 2>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma1<T, 128, 2>();
+    return e;
+}
+
+extern "C" int burst_cuda_bwd_init(void);
+
+extern "C" int burst_cuda_kernels_init(void)
+{
+    cudaError_t e = burst_fwd_attr<float>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr<__half>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma<__half>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = (cudaError_t)burst_cuda_bwd_init();
+    return e;
+}

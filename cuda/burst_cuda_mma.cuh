@@ -1,0 +1,115 @@
+/*
+ * cuda/burst_cuda_mma.cuh - tensor-core building blocks shared by the forward and backward
+ * kernels (sm_80+): cp.async 16-byte copies, ldmatrix (.trans), mma.sync m16n8k16 with fp32
+ * accumulators for fp16 and bf16, ex2.approx, and the XOR swizzle of [rows][D] tiles of 16-bit
+ * elements (16-byte chunk c of row r is stored at chunk c ^ (r & 7), so that the 8 row
+ * addresses of one ldmatrix fall in distinct banks).
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16): A (16x16, row) a0..a3 = rows {g, g+8} x cols
+ * {2t, 2t+1} and {2t+8, 2t+9}; B (16x8, col) b0, b1 = rows {2t, 2t+1} and {2t+8, 2t+9} x col g;
+ * C (16x8) c0, c1 = row g, cols 2t, 2t+1; c2, c3 = row g + 8 (g = lane / 4, t = lane % 4). So two
+ * adjacent C tiles of a product are exactly one A fragment of the next product (P, dS).
+ */
+#ifndef BURST_CUDA_MMA_CUH
+#define BURST_CUDA_MMA_CUH
+
+#include "burst_cuda_simt.cuh"
+
+/* ---- PTX helpers ----------------------------------------------------------------------------- */
+
+__device__ __forceinline__ unsigned burst_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy global -> shared; src_bytes = 0 writes zeros (rows past the end). */
+__device__ __forceinline__ void burst_cp16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(burst_smem_addr(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void burst_cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void burst_cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void burst_ldm_x4(unsigned *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(burst_smem_addr(p)));
+}
+__device__ __forceinline__ void burst_ldm_x4_t(unsigned *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(burst_smem_addr(p)));
+}
+
+template <typename T> struct burst_mma;
+template <> struct burst_mma<__half> {
+    static __device__ __forceinline__ void run(float *c, const unsigned *a, const unsigned *b)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    static __device__ __forceinline__ unsigned pack(float x, float y)
+    {
+        __half2 h = __floats2half2_rn(x, y);
+        return *(unsigned *)&h;
+    }
+};
+template <> struct burst_mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float *c, const unsigned *a, const unsigned *b)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    static __device__ __forceinline__ unsigned pack(float x, float y)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+        return *(unsigned *)&h;
+    }
+};
+
+__device__ __forceinline__ float burst_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+
+#define MMA_BR BURST_CUDA_MMA_BR
+#define MMA_BC BURST_CUDA_MMA_BC
+
+/* Element offset of (row, col) in a swizzled [rows][D] tile of 16-bit elements. */
+template <int D> __device__ __forceinline__ int burst_swz(int row, int col)
+{
+    return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+/* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a swizzled tile. */
+template <typename T, int D>
+__device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_view &v, int64_t b,
+                                               int64_t r0, int rows, int64_t valid, int64_t h)
+{
+    constexpr int CH = D / 8; /* 16-byte chunks per row */
+    const T *base = (const T *)v.data;
+    for (int e = threadIdx.x; e < rows * CH; e += MMA_BR * 2) {
+        int r = e / CH, ch = e % CH;
+        int ok = r0 + r < valid;
+        const T *src = ok ? base + burst_off(v, b, r0 + r, h) + ch * 8 : base;
+        burst_cp16(sh + burst_swz<D>(r, ch * 8), src, ok ? 16 : 0);
+    }
+}
+
+#endif /* BURST_CUDA_MMA_CUH */

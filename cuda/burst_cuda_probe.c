@@ -1,0 +1,113 @@
+/*
+ * cuda/burst_cuda_probe.c - what the cuda backend would run on each device: compute capability,
+ * multiprocessors, shared memory per block (default and opt-in) and per multiprocessor,
+ * registers, L2 -> kernel variant and tile sizes (burst_probe(), burstrun --probe [--json]).
+ *
+ * The rule (the only variants the build instantiates):
+ *   fp16/bf16, d = 64 or 128, sm_80+ with >= burst_cuda_mma_smem(128) bytes of opt-in shared
+ *     memory per block: tensor cores (mma.sync m16n8k16 + ldmatrix + cp.async, 4 warps, K/V or
+ *     Q/dO double buffered): forward tiles 128 query (32 per warp; 64 with
+ *     BURST_CUDA_FWD_ROWS=16) x 64 key rows; backward dK/dV per 64-key tile x 64-row query tiles,
+ *     dQ per 64-row query tile x 64-key tiles;
+ *   everything else: SIMT fp32, 32 query rows (8 per warp) x 32 key rows (16 rows per block
+ *     when d > 128), the same two backward kernels;
+ *   no float atomics anywhere (the backward is deterministic).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "burst_cuda.h"
+
+size_t burst_cuda_mma_smem(int d)
+{
+    /* the largest of the tensor-core kernels: the dK/dV kernel (K, V, two stages of Q, dO and
+     * their row scalars) */
+    return (size_t)(2 * BURST_CUDA_MMA_BC + 4 * BURST_CUDA_MMA_BR) * (size_t)d * 2 + 2048;
+}
+
+int burst_cuda_mma_usable(const struct burst_cuda_caps *caps)
+{
+    const char *env = getenv("BURST_CUDA_KERNEL");
+    if (env && strcmp(env, "simt") == 0)
+        return 0;
+    return caps->cc_major >= 8 && caps->smem_block_optin >= burst_cuda_mma_smem(128);
+}
+
+void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
+
+void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= 0) {
+        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no cuda device";
+        if (json) {
+            burst_sb_printf(out, "{\"backend\": \"cuda\", \"available\": false, \"reason\": ");
+            burst_sb_json_str(out, why);
+            burst_sb_printf(out, ", \"devices\": []}");
+        } else {
+            burst_sb_printf(out, "  unavailable: %s\n", why);
+        }
+        return;
+    }
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    if (json)
+        burst_sb_printf(out,
+                        "{\"backend\": \"cuda\", \"available\": true, \"runtime\": %d, "
+                        "\"driver\": %d, \"devices\": [",
+                        rt, drv);
+    else
+        burst_sb_printf(out, "  cuda runtime %d, driver %d, %d device(s)\n", rt, drv, count);
+    for (int i = 0; i < count; i++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess)
+            continue;
+        struct burst_cuda_caps caps = {p.major, p.minor, p.multiProcessorCount,
+                                       p.sharedMemPerBlockOptin};
+        int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
+        const char *fwd = mma ? "mma.sync m16n8k16 + ldmatrix + cp.async (sm_80 path)" : "simt";
+        if (json) {
+            burst_sb_printf(out, "%s{\"index\": %d, \"name\": ", i ? ", " : "", i);
+            burst_sb_json_str(out, p.name);
+            burst_sb_printf(
+                out,
+                ", \"compute_capability\": \"%d.%d\", \"usable\": %s, \"sms\": %d, "
+                "\"smem_per_block\": %zu, \"smem_per_block_optin\": %zu, \"smem_per_sm\": %zu, "
+                "\"regs_per_block\": %d, \"regs_per_sm\": %d, \"l2_bytes\": %d, "
+                "\"memory_bytes\": %zu, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], \"tiles\": "
+                "{\"variant\": \"%s\", \"fwd_mma\": {\"br\": %d, \"bc\": %d, \"warps\": %d, "
+                "\"stages\": 2, \"head_dims\": [64, 128], \"smem_d128\": %zu}, \"fwd_simt\": "
+                "{\"br\": %d, \"bc\": 32, \"warps\": %d}, \"bwd_mma\": {\"kv_rows\": 64, "
+                "\"q_rows\": 64}, \"bwd_simt\": {\"kv_rows\": [%d, %d], \"q_rows\": [%d, %d]}, "
+                "\"deterministic\": true}}",
+                p.major, p.minor, usable ? "true" : "false", p.multiProcessorCount,
+                p.sharedMemPerBlock, p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor,
+                p.regsPerBlock, p.regsPerMultiprocessor, p.l2CacheSize, p.totalGlobalMem,
+                mma ? "mma" : "simt", 2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
+                BURST_CUDA_MMA_WARPS, burst_cuda_mma_smem(128), BURST_CUDA_SIMT_BR,
+                BURST_CUDA_SIMT_WARPS, 32, 16, 32, 16);
+        } else {
+            burst_sb_printf(out,
+                            "  device %d: %s, compute capability %d.%d%s, %d SMs, shared memory "
+                            "%zu B/block (%zu opt-in), %zu B/SM, %d registers/SM, L2 %d B, "
+                            "memory %.1f GiB\n"
+                            "    forward and backward: %s; forward tiles %dx%d (d = 64, 128; "
+                            "fp16/bf16), else simt %dx32; backward dK/dV + dQ kernels, "
+                            "deterministic (no atomics)\n",
+                            i, p.name, p.major, p.minor, usable ? "" : " (unusable: needs 8.0+)",
+                            p.multiProcessorCount, p.sharedMemPerBlock, p.sharedMemPerBlockOptin,
+                            p.sharedMemPerMultiprocessor, p.regsPerMultiprocessor, p.l2CacheSize,
+                            (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), fwd,
+                            2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC, BURST_CUDA_SIMT_BR);
+        }
+    }
+    if (json)
+        burst_sb_printf(out, "]}");
+    (void)params;
+}

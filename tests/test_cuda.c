@@ -1,0 +1,463 @@
+/*
+ * tests/test_cuda.c - the cuda backend (cuda/): what the shared harness cannot reach yet.
+ *
+ *   test_cuda fallback   (suite 'unit', runs on every machine of a cuda build) hides every GPU
+ *                        (CUDA_VISIBLE_DEVICES=""): backend "cuda" must fail with
+ *                        BURST_ERR_NO_DEVICE and a message, "auto" must fall back to another
+ *                        backend, burst_probe must say why cuda is unavailable. Exit 77 in a
+ *                        build without the cuda backend.
+ *   test_cuda            (suite 'gpu', BURST_TEST_BACKEND=cuda; exit 77 without a GPU):
+ *     - single-rank harness cases (G = 1: the ring's staging of device memory is not needed)
+ *       for every mask, dtype, GQA ratio and head dims 8..256 against the fp64 reference;
+ *     - op level, cuda against the cpu backend on identical inputs: fwd_step and bwd_step with
+ *       position maps of two runs and of stride 3, causal, strictly causal (right = -1) and
+ *       windowed masks, running (O, lse) that already hold values and rows with no allowed key
+ *       (which must stay bit-for-bit unchanged);
+ *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
+ *       still works; bad head dim -> BURST_ERR_INVALID_ARG naming it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context_internal.h"
+#include "harness.h"
+
+#define F32 BURST_DTYPE_FP32
+#define F16 BURST_DTYPE_FP16
+#define BF16 BURST_DTYPE_BF16
+
+#define CASE(nm, n)                                                                                \
+    .name = (nm), .ranks = 1, .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,             \
+    .head_dim = 64, .dtype = F32, .window_left = -1, .window_right = -1,                           \
+    .layout = BURST_LAYOUT_NATURAL, .bwd = BURST_BWD_BURST
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
+#endif
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Winitializer-overrides"
+#endif
+static const struct harness_case cases[] = {
+    {CASE("full_fp32_d64", 150)},
+    {CASE("causal_fp32_d128", 200), .head_dim = 128, .causal = 1},
+    {CASE("causal_window_fp32_d32", 170), .head_dim = 32, .causal = 1, .window_left = 20},
+    {CASE("window_both_fp32_d8", 90), .head_dim = 8, .window_left = 6, .window_right = 9},
+    {CASE("win_zero_width", 40), .window_left = 0, .window_right = 0},
+    {CASE("zigzag_causal_fp32_d24", 66), .head_dim = 24, .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("gqa4_causal_fp32_d40", 100), .q_heads = 8, .kv_heads = 2, .head_dim = 40, .causal = 1},
+    {CASE("d256_fp32", 48), .q_heads = 1, .kv_heads = 1, .head_dim = 256, .causal = 1},
+    {CASE("d200_bf16", 40), .q_heads = 1, .kv_heads = 1, .head_dim = 200, .dtype = BF16},
+    {CASE("d72_fp16_window", 80), .head_dim = 72, .dtype = F16, .window_left = 9,
+     .window_right = 4},
+    /* the tensor-core forward: fp16 / bf16 with d = 64 and 128 */
+    {CASE("mma_bf16_d128_causal", 300), .head_dim = 128, .dtype = BF16, .causal = 1},
+    {CASE("mma_fp16_d128_full", 200), .head_dim = 128, .dtype = F16},
+    {CASE("mma_bf16_d64_gqa8", 180), .q_heads = 8, .kv_heads = 1, .dtype = BF16, .causal = 1},
+    {CASE("mma_fp16_d64_window", 260), .dtype = F16, .window_left = 37, .window_right = 5},
+    {CASE("mma_fp16_d128_batch2_pad", 130), .batch = 2, .pad = 8, .head_dim = 128, .dtype = F16,
+     .causal = 1},
+    {CASE("mma_bf16_d64_zigzag", 128), .dtype = BF16, .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("mma_large_scores_bf16", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4, .dtype = BF16,
+     .causal = 1},
+    {CASE("mma_large_scores_fp16_window", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
+     .dtype = F16, .window_left = 20, .window_right = 3},
+    {CASE("one_token", 1), .causal = 1},
+    {CASE("tiny_scale", 40), .softmax_scale = 1e-3f},
+};
+/* rerun bitwise */
+static const struct harness_case det[] = {
+    {CASE("det_bf16_d128", 200), .head_dim = 128, .dtype = BF16, .causal = 1, .deterministic = 1},
+    {CASE("det_fp32_gqa", 150), .q_heads = 4, .kv_heads = 1, .window_left = 30, .deterministic = 1},
+};
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+static void test_case(void **state)
+{
+    const struct harness_case *c = *state;
+    assert_true(harness_check_case(c, 0));
+}
+
+/* ---- bitwise reruns ---- */
+
+static void test_reruns(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof det / sizeof *det; i++) {
+        struct harness_problem *p = harness_problem_create(&det[i]);
+        assert_non_null(p);
+        void *first[H_NTENSORS];
+        size_t bytes[H_NTENSORS];
+        assert_int_equal(harness_problem_run(p), 0);
+        for (int t = 0; t < H_NTENSORS; t++) {
+            const void *x = harness_problem_output(p, (enum harness_tensor)t, &bytes[t]);
+            first[t] = malloc(bytes[t]);
+            assert_non_null(first[t]);
+            memcpy(first[t], x, bytes[t]);
+        }
+        for (int run = 1; run < 3; run++) {
+            assert_int_equal(harness_problem_run(p), 0);
+            for (int t = 0; t < H_NTENSORS; t++) {
+                size_t b;
+                const void *x = harness_problem_output(p, (enum harness_tensor)t, &b);
+                if (b != bytes[t] || memcmp(x, first[t], b) != 0)
+                    fail_msg("%s: run %d: tensor %d differs bitwise", det[i].name, run, t);
+            }
+        }
+        for (int t = 0; t < H_NTENSORS; t++)
+            free(first[t]);
+        harness_problem_destroy(p);
+    }
+}
+
+/* ---- op level: cuda against cpu ---- */
+
+struct op_case {
+    const char *name;
+    burst_dtype_t dt;
+    int d, hq, hkv;
+    int64_t nq, nk;
+    struct burst_posmap qpos, kpos;
+    struct burst_mask mask;
+};
+
+#define INF BURST_POS_INF
+static const struct op_case op_cases[] = {
+    /* zigzag-like two runs for q, one run for k, strictly causal */
+    {"two_runs_strict_fp32",
+     F32,
+     32,
+     2,
+     1,
+     70,
+     90,
+     {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
+     {1, {{0, 90, 20, 1}}},
+     {INF, -1}},
+    {"stride3_causal_bf16",
+     BF16,
+     128,
+     4,
+     2,
+     130,
+     100,
+     {1, {{0, 130, 1, 3}}},
+     {1, {{0, 100, 0, 3}}},
+     {INF, 0}},
+    {"stride3_strict_fp16_d64",
+     F16,
+     64,
+     2,
+     2,
+     150,
+     150,
+     {1, {{0, 150, 2, 3}}},
+     {1, {{0, 150, 2, 3}}},
+     {INF, -1}},
+    {"window_two_runs_bf16_d64",
+     BF16,
+     64,
+     2,
+     1,
+     200,
+     120,
+     {2, {{0, 100, 0, 1}, {100, 100, 500, 1}}},
+     {1, {{0, 120, 60, 1}}},
+     {40, 3}},
+    {"window_fp32_d136",
+     F32,
+     136,
+     1,
+     1,
+     50,
+     70,
+     {1, {{0, 50, 30, 1}}},
+     {1, {{0, 70, 0, 1}}},
+     {10, 10}},
+};
+
+static float op_rand(uint64_t *st)
+{
+    return (float)harness_rng_uniform(st, -1.0, 1.0);
+}
+
+/* A [1, n, H, d] tensor of dtype dt with random (rounded) values, host and device copies. */
+struct op_tensor {
+    struct burst_tensor host, dev;
+    size_t bytes;
+};
+
+static void op_tensor_make(struct burst_context *ctx, struct op_tensor *t, burst_dtype_t dt,
+                           int64_t n, int64_t h, int64_t d, uint64_t *st, double amp)
+{
+    size_t count = (size_t)(n * h * d);
+    t->bytes = count * burst_dtype_size(dt);
+    void *hp = malloc(t->bytes);
+    void *dp = NULL;
+    assert_non_null(hp);
+    for (size_t i = 0; i < count; i++)
+        harness_store(dt, hp, i, amp * op_rand(st));
+    assert_int_equal(burst_context_alloc(ctx, t->bytes, &dp), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, dp, hp, t->bytes), BURST_OK);
+    t->host = burst_tensor_contiguous(hp, dt, 1, n, h, d);
+    t->dev = burst_tensor_contiguous(dp, dt, 1, n, h, d);
+}
+
+static float *op_upload(struct burst_context *ctx, const float *h, size_t count)
+{
+    void *d = NULL;
+    assert_int_equal(burst_context_alloc(ctx, count * 4, &d), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, d, h, count * 4), BURST_OK);
+    return d;
+}
+
+static void op_download(struct burst_context *ctx, float *h, const float *d, size_t count)
+{
+    assert_int_equal(burst_context_memcpy(ctx, h, d, count * 4), BURST_OK);
+}
+
+static double op_max_abs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && fabs(x[i]) > m)
+            m = fabs(x[i]);
+    return m;
+}
+
+/* |a - b| <= tol * max|b| elementwise, infinities equal. */
+static int op_close(const char *what, const float *a, const float *b, size_t n, double tol)
+{
+    double s = op_max_abs(b, n), worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) {
+            if (a[i] != b[i]) {
+                printf("    %s[%zu]: cuda %g cpu %g\n", what, i, (double)a[i], (double)b[i]);
+                return 0;
+            }
+            continue;
+        }
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (e > worst) {
+            worst = e;
+            at = i;
+        }
+    }
+    if (worst > tol * (s > 0 ? s : 1)) {
+        printf("    %s: max |cuda - cpu| = %g at %zu (cuda %g cpu %g), max |cpu| = %g, tol %g\n",
+               what, worst, at, (double)a[at], (double)b[at], s, tol);
+        return 0;
+    }
+    return 1;
+}
+
+static void test_ops(void **state)
+{
+    (void)state;
+    struct burst_context *ctx = harness_context();
+    assert_non_null(ctx);
+    const struct burst_backend_ops *cu = ctx->ops, *cpu = &burst_cpu_backend_ops;
+    void *cpu_be = NULL;
+    assert_int_equal(cpu->create(NULL, &cpu_be), BURST_OK);
+    int failed = 0;
+    for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++) {
+        const struct op_case *c = &op_cases[ci];
+        uint64_t st = harness_seed() ^ (0x9e37u * (ci + 1));
+        struct op_tensor q, k, v, dout;
+        op_tensor_make(ctx, &q, c->dt, c->nq, c->hq, c->d, &st, 2.0);
+        op_tensor_make(ctx, &k, c->dt, c->nk, c->hkv, c->d, &st, 2.0);
+        op_tensor_make(ctx, &v, c->dt, c->nk, c->hkv, c->d, &st, 1.0);
+        op_tensor_make(ctx, &dout, c->dt, c->nq, c->hq, c->d, &st, 1.0);
+        const size_t no = (size_t)(c->nq * c->hq * c->d), nl = (size_t)(c->nq * c->hq);
+        const size_t nkv = (size_t)(c->nk * c->hkv * c->d);
+        /* running values: some rows already merged, some empty (-inf) */
+        float *o0 = malloc(no * 4), *l0 = malloc(nl * 4), *o1 = malloc(no * 4),
+              *l1 = malloc(nl * 4);
+        float *o2 = malloc(no * 4), *l2 = malloc(nl * 4);
+        assert_true(o0 && l0 && o1 && l1 && o2 && l2);
+        for (size_t i = 0; i < nl; i++)
+            l0[i] = i % 3 == 0 ? -INFINITY : op_rand(&st);
+        for (size_t e = 0; e < no; e++) { /* o is [nq, hq, d], lse [hq, nq] */
+            size_t i = e / (size_t)(c->d * c->hq), h = e / (size_t)c->d % (size_t)c->hq;
+            o0[e] = l0[h * (size_t)c->nq + i] == -INFINITY ? 0.0f : op_rand(&st);
+        }
+        memcpy(o1, o0, no * 4);
+        memcpy(l1, l0, nl * 4);
+        float *od = op_upload(ctx, o0, no), *ld = op_upload(ctx, l0, nl);
+        struct burst_fwd_args fa = {.q = &q.host,
+                                    .k = &k.host,
+                                    .v = &v.host,
+                                    .qpos = c->qpos,
+                                    .kpos = c->kpos,
+                                    .mask = c->mask,
+                                    .scale = 0.3f,
+                                    .o_acc = o1,
+                                    .lse_acc = l1};
+        assert_int_equal(cpu->fwd_step(cpu_be, &fa), BURST_OK);
+        fa.q = &q.dev, fa.k = &k.dev, fa.v = &v.dev, fa.o_acc = od, fa.lse_acc = ld;
+        assert_int_equal(cu->fwd_step(ctx->be, &fa), BURST_OK);
+        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        op_download(ctx, o2, od, no);
+        op_download(ctx, l2, ld, nl);
+        const double tol = c->dt == F32 ? 2e-5 : c->dt == F16 ? 4e-3 : 2e-2;
+        int ok = op_close("O", o2, o1, no, tol) && op_close("lse", l2, l1, nl, 2e-5);
+        /* rows the cpu left untouched (no allowed key) must be untouched bit for bit */
+        for (size_t r = 0; ok && r < nl; r++) {
+            size_t h = r / (size_t)c->nq, i = r % (size_t)c->nq;
+            size_t orow = (i * (size_t)c->hq + h) * (size_t)c->d;
+            if (memcmp(&l1[r], &l0[r], 4) == 0 &&
+                (memcmp(&l2[r], &l0[r], 4) != 0 ||
+                 memcmp(o2 + orow, o0 + orow, (size_t)c->d * 4) != 0)) {
+                printf("    row %zu of head %zu has no allowed key but was changed\n", i, h);
+                ok = 0;
+            }
+        }
+
+        /* backward with the merged lse as the "final" lse and a random D */
+        float *dl = malloc(nl * 4), *g0 = calloc(no + 2 * nkv, 4), *g1 = malloc((no + 2 * nkv) * 4);
+        assert_true(dl && g0 && g1);
+        for (size_t i = 0; i < nl; i++)
+            dl[i] = 0.5f * op_rand(&st);
+        for (size_t i = 0; i < no + 2 * nkv; i++)
+            g0[i] = op_rand(&st); /* the accumulators already hold something */
+        memcpy(g1, g0, (no + 2 * nkv) * 4);
+        float *lsed = op_upload(ctx, l1, nl), *dld = op_upload(ctx, dl, nl);
+        float *gd = op_upload(ctx, g0, no + 2 * nkv);
+        struct burst_bwd_args ba = {.q = &q.host,
+                                    .k = &k.host,
+                                    .v = &v.host,
+                                    .dout = &dout.host,
+                                    .lse = l1,
+                                    .delta = dl,
+                                    .qpos = c->qpos,
+                                    .kpos = c->kpos,
+                                    .mask = c->mask,
+                                    .scale = 0.3f,
+                                    .dq = g1,
+                                    .dk = g1 + no,
+                                    .dv = g1 + no + nkv};
+        assert_int_equal(cpu->bwd_step(cpu_be, &ba), BURST_OK);
+        ba.q = &q.dev, ba.k = &k.dev, ba.v = &v.dev, ba.dout = &dout.dev, ba.lse = lsed;
+        ba.delta = dld, ba.dq = gd, ba.dk = gd + no, ba.dv = gd + no + nkv;
+        assert_int_equal(cu->bwd_step(ctx->be, &ba), BURST_OK);
+        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        float *g2 = malloc((no + 2 * nkv) * 4);
+        assert_non_null(g2);
+        op_download(ctx, g2, gd, no + 2 * nkv);
+        const double btol = tol; /* tensor cores round P and dS like the forward rounds P */
+        ok = ok && op_close("dQ", g2, g1, no, btol) &&
+             op_close("dK", g2 + no, g1 + no, nkv, btol) &&
+             op_close("dV", g2 + no + nkv, g1 + no + nkv, nkv, btol);
+        printf("[%s] %s\n", ok ? "ok" : "FAIL", c->name);
+        failed += !ok;
+
+        burst_context_free(ctx, od);
+        burst_context_free(ctx, ld);
+        burst_context_free(ctx, lsed);
+        burst_context_free(ctx, dld);
+        burst_context_free(ctx, gd);
+        struct op_tensor *ts[] = {&q, &k, &v, &dout};
+        for (int i = 0; i < 4; i++) {
+            free(ts[i]->host.data);
+            burst_context_free(ctx, ts[i]->dev.data);
+        }
+        free(o0), free(l0), free(o1), free(l1), free(o2), free(l2), free(dl), free(g0), free(g1),
+            free(g2);
+    }
+    cpu->destroy(cpu_be);
+    assert_int_equal(failed, 0);
+}
+
+/* ---- bad input ---- */
+
+static void test_oom_and_bad_input(void **state)
+{
+    (void)state;
+    struct burst_context *ctx = harness_context();
+    void *p = NULL;
+    /* 1 PiB: more than any GPU; must fail cleanly and leave the context usable */
+    assert_int_equal(burst_context_alloc(ctx, (size_t)1 << 50, &p), BURST_ERR_NO_MEMORY);
+    assert_null(p);
+    assert_true(harness_contains(burst_last_error(), "could not allocate"));
+    assert_int_equal(burst_context_alloc(ctx, 1 << 20, &p), BURST_OK);
+    burst_context_free(ctx, p);
+    /* a head dim the kernels do not have */
+    uint16_t dummy[8];
+    struct burst_tensor t = burst_tensor_contiguous(dummy, F16, 1, 1, 1, 264);
+    float o[1], l[1];
+    struct burst_fwd_args fa = {.q = &t, .k = &t, .v = &t, .scale = 1.0f, .o_acc = o, .lse_acc = l};
+    fa.qpos.nruns = fa.kpos.nruns = 1;
+    fa.mask.left = fa.mask.right = INF;
+    assert_int_equal(ctx->ops->fwd_step(ctx->be, &fa), BURST_ERR_INVALID_ARG);
+    assert_true(harness_contains(burst_last_error(), "head dim = 264"));
+}
+
+/* ---- no device: fallback ---- */
+
+static int fallback(void)
+{
+#ifndef BURST_HAVE_CUDA
+    printf("this build has no cuda backend: SKIP\n");
+    return 77;
+#else
+    setenv("CUDA_VISIBLE_DEVICES", "", 1); /* before the first CUDA call of the process */
+    int bad = 0;
+    struct burst_context_params cp = burst_context_params_default();
+    struct burst_context *ctx = NULL;
+    cp.backend = "cuda";
+    burst_status_t st = burst_context_create(&cp, &ctx);
+    printf("backend cuda without a device: %s: %s\n", burst_status_str(st), burst_last_error());
+    bad |=
+        st != BURST_ERR_NO_DEVICE || ctx != NULL || !harness_contains(burst_last_error(), "cuda");
+    cp.backend = "auto";
+    unsetenv("BURST_BACKEND");
+    st = burst_context_create(&cp, &ctx);
+    printf("backend auto: %s, runs on %s\n", burst_status_str(st), burst_context_backend(ctx));
+    bad |= st != BURST_OK || strcmp(burst_context_backend(ctx), "cuda") == 0;
+    burst_context_destroy(ctx);
+    char *rep = NULL;
+    st = burst_probe(NULL, 1, &rep);
+    bad |= st != BURST_OK || !rep ||
+           !harness_contains(rep, "\"backend\": \"cuda\", \"available\": false");
+    printf("probe: %.200s\n", rep ? rep : "(none)");
+    burst_free(rep);
+    printf("%s\n", bad ? "FAIL" : "PASS");
+    return bad;
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "fallback") == 0)
+        return fallback();
+    printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
+    const char *filter = getenv("BURST_TEST_FILTER"); /* e.g. under compute-sanitizer */
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    if (!harness_context())
+        return 1;
+    const struct CMUnitTest extra[] = {
+        cmocka_unit_test(test_reruns),
+        cmocka_unit_test(test_ops),
+        cmocka_unit_test(test_oom_and_bad_input),
+    };
+    return harness_run_cases("cuda", cases, sizeof cases / sizeof *cases, test_case, extra,
+                             sizeof extra / sizeof *extra);
+}
