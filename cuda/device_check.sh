@@ -1,0 +1,63 @@
+#!/bin/bash
+# cuda/device_check.sh [SRC] - build and check the CUDA backend on a GPU machine, then benchmark.
+#
+# Builds SRC (default: this checkout) into /tmp/burst-cuda-build with only the GPU's own target
+# (BURST_ARCHS, default 90), runs the cuda tests, compute-sanitizer memcheck and racecheck
+# on small cases, and (BURST_BENCH=1) tools/burstbench_cuda.py. Logs go to $OUT (or /tmp/out);
+# a short table is printed last. Used through the device tool as (from the repo root):
+#   run(command="source .device/env.sh && bash cuda/device_check.sh", carry=[".device"])
+set -uo pipefail
+src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+out=${OUT:-/tmp/out}
+b=/tmp/burst-cuda-build
+mkdir -p "$out"
+summary=()
+step() { # name command...
+    local name=$1
+    shift
+    local t0=$SECONDS
+    "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    summary+=("$(printf '%-28s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
+    return $rc
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+step setup meson setup "$b" "$src" -Dvulkan=disabled -Dfabric=disabled -Dmpi=disabled \
+    -Dcuda=enabled "-Dnvcc_archs=${BURST_ARCHS:-90}" \
+    -Dnvcc_args=-lineinfo
+step build ninja -C "$b"
+step probe "$b/tools/burstrun" --probe
+step test_fallback "$b/tests/test_cuda" fallback
+BURST_TEST_BACKEND=cuda step test_cuda "$b/tests/test_cuda"
+BURST_TEST_BACKEND=cuda BURST_CUDA_FWD_ROWS=16 step test_cuda_rows16 "$b/tests/test_cuda"
+if [ "${BURST_RING:-0}" = 1 ]; then
+    BURST_TEST_BACKEND=cuda step test_attention_cuda "$b/tests/test_attention"
+fi
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
+    export BURST_TEST_BACKEND=cuda
+    BURST_TEST_FILTER='*d64*' step memcheck "$cs" --tool memcheck --error-exitcode 9 \
+        "$b/tests/test_cuda"
+    BURST_TEST_FILTER='mma_bf16_d64_gqa8' step racecheck "$cs" --tool racecheck \
+        --error-exitcode 9 "$b/tests/test_cuda"
+    BURST_TEST_FILTER='full_fp32_d64' step racecheck_simt "$cs" --tool racecheck \
+        --error-exitcode 9 "$b/tests/test_cuda"
+    unset BURST_TEST_BACKEND
+fi
+if [ "${BURST_BENCH:-0}" = 1 ]; then
+    step bench python3 "$src/tools/burstbench_cuda.py" --exe "$b/tools/burstbench_cuda" \
+        --csv "$out/burstbench_cuda.csv" --svg "$out/burstbench_cuda.svg" ${BURST_BENCH_ARGS:-}
+    tail -n 40 "$out/bench.log"
+fi
+if [ -n "${BURST_BENCH2:-}" ]; then # a second sweep, printed only
+    python3 "$src/tools/burstbench_cuda.py" --exe "$b/tools/burstbench_cuda" \
+        --csv /tmp/bench2.csv --svg /tmp/bench2.svg $BURST_BENCH2 2>&1 | tail -n 20
+fi
+if [ -n "${BURST_BENCH_ROWS16:-}" ]; then # the forward with 16 rows per warp, for comparison
+    BURST_CUDA_FWD_ROWS=16 "$b/tools/burstbench_cuda" --csv /tmp/rows16.csv $BURST_BENCH_ROWS16
+fi
+for f in test_cuda test_cuda_rows16 memcheck racecheck racecheck_simt test_attention_cuda; do
+    [ -f "$out/$f.log" ] && { echo "== $f (tail)"; grep -E "FAIL|ERROR|PASSED|FAILED|error|hazard" "$out/$f.log" | tail -n 12; }
+done
+echo "== $(cat "$out/gpu.txt")"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,257 @@
+/*
+ * tools/burstbench_cuda.c - GPU speed benchmark of the cuda backend through the public API:
+ * forward and forward+backward TFLOP/s of one rank (G = 1) over N x d x mask x dtype, tensors in
+ * device memory (burst_context_alloc), median of --iters timed runs after one warm-up. Prints a
+ * table and writes CSV; tools/burstbench_cuda.py runs it beside PyTorch SDPA on the same sizes.
+ * A program, not a test. FLOPs by the field's convention: forward 4 B Hq d N^2 (halved when
+ * causal), fwd+bwd 3.5x forward. Times include what a caller pays per call (the plan's scratch
+ * allocation, the final cast of O); the first forward of a plan is not timed.
+ *
+ *   burstbench_cuda [--seqs 4096,16384] [--dims 64,128] [--masks full,causal]
+ *                   [--dtypes bf16,fp16] [--heads 32] [--batch 1] [--iters 5]
+ *                   [--bwd-max-seq 16384] [--csv FILE]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "burst/burst.h"
+
+#define MAX_LIST 16
+
+static int parse_list(const char *s, long *v)
+{
+    int n = 0;
+    while (s && *s && n < MAX_LIST) {
+        char *end;
+        v[n++] = strtol(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return n;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Device tensor [B, N, H, d] of dtype dt filled with uniform(-1, 1) values. */
+static void *dev_tensor(struct burst_context *ctx, burst_dtype_t dt, size_t count, uint64_t *st)
+{
+    size_t es = burst_dtype_size(dt), bytes = count * es;
+    void *h = malloc(bytes), *d = NULL;
+    if (!h)
+        return NULL;
+    for (size_t i = 0; i < count; i++) {
+        *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+        float x = (float)((double)(*st >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+        uint32_t b;
+        memcpy(&b, &x, 4);
+        uint16_t v;
+        if (dt == BURST_DTYPE_BF16) {
+            v = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+        } else { /* fp16 of a value in (-1, 1): exponent >= -24 handled coarsely (bench data) */
+            float a = fabsf(x);
+            int e;
+            float m = frexpf(a, &e);
+            v = a < 6.1e-5f ? 0
+                            : (uint16_t)(((unsigned)(e - 1 + 15) << 10) |
+                                         ((unsigned)lrintf((m * 2.0f - 1.0f) * 1024.0f) & 1023u));
+            v |= x < 0 ? 0x8000u : 0u;
+        }
+        if (dt == BURST_DTYPE_FP32)
+            memcpy((char *)h + 4 * i, &x, 4);
+        else
+            memcpy((char *)h + 2 * i, &v, 2);
+    }
+    if (burst_context_alloc(ctx, bytes, &d) != BURST_OK ||
+        burst_context_memcpy(ctx, d, h, bytes) != BURST_OK) {
+        burst_context_free(ctx, d);
+        d = NULL;
+    }
+    free(h);
+    return d;
+}
+
+int main(int argc, char **argv)
+{
+    long seqs[MAX_LIST] = {4096, 16384}, dims[MAX_LIST] = {64, 128};
+    int nseq = 2, ndim = 2, nmask = 2, ndt = 2, iters = 5;
+    int masks[2] = {0, 1};
+    burst_dtype_t dts[3] = {BURST_DTYPE_BF16, BURST_DTYPE_FP16};
+    long heads = 32, batch = 1, bwd_max = 16384;
+    const char *csv = "burstbench_cuda.csv";
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1;
+        if (!strcmp(a, "--seqs") && v)
+            nseq = parse_list(v, seqs);
+        else if (!strcmp(a, "--dims") && v)
+            ndim = parse_list(v, dims);
+        else if (!strcmp(a, "--heads") && v)
+            heads = atol(v);
+        else if (!strcmp(a, "--batch") && v)
+            batch = atol(v);
+        else if (!strcmp(a, "--iters") && v)
+            iters = atoi(v);
+        else if (!strcmp(a, "--bwd-max-seq") && v)
+            bwd_max = atol(v);
+        else if (!strcmp(a, "--csv") && v)
+            csv = v;
+        else if (!strcmp(a, "--masks") && v) {
+            nmask = 0;
+            if (strstr(v, "full"))
+                masks[nmask++] = 0;
+            if (strstr(v, "causal"))
+                masks[nmask++] = 1;
+        } else if (!strcmp(a, "--dtypes") && v) {
+            ndt = 0;
+            if (strstr(v, "bf16"))
+                dts[ndt++] = BURST_DTYPE_BF16;
+            if (strstr(v, "fp16"))
+                dts[ndt++] = BURST_DTYPE_FP16;
+            if (strstr(v, "fp32"))
+                dts[ndt++] = BURST_DTYPE_FP32;
+        } else {
+            used = 0;
+        }
+        if (!used || nseq < 1 || ndim < 1 || iters < 1) {
+            fprintf(stderr,
+                    "burstbench_cuda: bad argument %s (see the comment at the top of "
+                    "tools/burstbench_cuda.c)\n",
+                    a);
+            return 2;
+        }
+    }
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = "cuda";
+    struct burst_context *ctx = NULL;
+    if (burst_context_create(&cp, &ctx) != BURST_OK) {
+        fprintf(stderr, "burstbench_cuda: %s\n", burst_last_error());
+        return 77;
+    }
+    FILE *f = fopen(csv, "w");
+    if (!f) {
+        perror(csv);
+        return 1;
+    }
+    fprintf(f, "impl,dtype,batch,heads,seq,head_dim,causal,fwd_ms,fwd_tflops,fwdbwd_ms,"
+               "fwdbwd_tflops\n");
+    printf("%-6s %6s %4s %6s %10s %10s %12s %12s\n", "dtype", "N", "d", "causal", "fwd ms",
+           "fwd TF/s", "fwd+bwd ms", "fwd+bwd TF/s");
+    uint64_t st = 42;
+    for (int di = 0; di < ndt; di++)
+        for (int ni = 0; ni < nseq; ni++)
+            for (int hi = 0; hi < ndim; hi++)
+                for (int mi = 0; mi < nmask; mi++) {
+                    const long N = seqs[ni], d = dims[hi];
+                    const int causal = masks[mi];
+                    const burst_dtype_t dt = dts[di];
+                    struct burst_local_world *world = NULL;
+                    struct burst_comm *comm = NULL;
+                    struct burst_plan *plan = NULL;
+                    struct burst_comm_params cm = burst_comm_params_default();
+                    struct burst_plan_params pp = burst_plan_params_default();
+                    pp.batch = batch;
+                    pp.seq_len = N;
+                    pp.q_heads = (int)heads;
+                    pp.kv_heads = (int)heads;
+                    pp.head_dim = (int)d;
+                    pp.dtype = dt;
+                    pp.causal = causal;
+                    cm.rank = 0;
+                    cm.size = 1;
+                    size_t cnt = (size_t)(batch * N * heads * d);
+                    void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *dout = NULL, *dq = NULL,
+                         *dk = NULL, *dv = NULL, *lse = NULL;
+                    if (burst_local_world_create(1, &world) != BURST_OK ||
+                        (cm.world = world, burst_comm_create(&cm, &comm)) != BURST_OK ||
+                        burst_plan_create(ctx, comm, &pp, &plan) != BURST_OK ||
+                        !(q = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(k = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(v = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(dout = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(o = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(dq = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(dk = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(dv = dev_tensor(ctx, dt, cnt, &st)) ||
+                        burst_context_alloc(ctx, (size_t)(batch * heads * N) * 4, &lse) !=
+                            BURST_OK) {
+                        fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d,
+                                burst_last_error());
+                        goto next;
+                    }
+                    {
+                        struct burst_tensor tq = burst_tensor_contiguous(q, dt, batch, N, heads, d),
+                                            tk = burst_tensor_contiguous(k, dt, batch, N, heads, d),
+                                            tv = burst_tensor_contiguous(v, dt, batch, N, heads, d),
+                                            to = burst_tensor_contiguous(o, dt, batch, N, heads, d),
+                                            tdo = burst_tensor_contiguous(dout, dt, batch, N, heads,
+                                                                          d),
+                                            tdq =
+                                                burst_tensor_contiguous(dq, dt, batch, N, heads, d),
+                                            tdk =
+                                                burst_tensor_contiguous(dk, dt, batch, N, heads, d),
+                                            tdv =
+                                                burst_tensor_contiguous(dv, dt, batch, N, heads, d);
+                        double tf[64], tb[64],
+                            fl = 4.0 * (double)batch * (double)heads * (double)d * (double)N *
+                                 (double)N * (causal ? 0.5 : 1.0);
+                        int it = iters > 64 ? 64 : iters, do_bwd = N <= bwd_max;
+                        burst_status_t s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
+                        for (int r = 0; s2 == BURST_OK && r < it; r++) {
+                            double t0 = now_s();
+                            s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
+                            double t1 = now_s();
+                            if (s2 == BURST_OK && do_bwd)
+                                s2 = burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo,
+                                                              &tdq, &tdk, &tdv);
+                            tf[r] = t1 - t0;
+                            tb[r] = now_s() - t0;
+                        }
+                        if (s2 != BURST_OK) {
+                            fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d,
+                                    burst_last_error());
+                            goto next;
+                        }
+                        double mf = median(tf, it), mb = do_bwd ? median(tb, it) : NAN;
+                        printf("%-6s %6ld %4ld %6s %10.3f %10.1f %12.3f %12.1f\n",
+                               burst_dtype_name(dt), N, d, causal ? "yes" : "no", mf * 1e3,
+                               fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12);
+                        fprintf(f, "burst,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f\n",
+                                burst_dtype_name(dt), batch, heads, N, d, causal, mf * 1e3,
+                                fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12);
+                        fflush(stdout);
+                        fflush(f);
+                    }
+                next:
+                    burst_plan_destroy(plan);
+                    burst_comm_destroy(comm);
+                    burst_local_world_destroy(world);
+                    void *bufs[] = {q, k, v, o, dout, dq, dk, dv, lse};
+                    for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
+                        burst_context_free(ctx, bufs[b]);
+                }
+    fclose(f);
+    burst_context_destroy(ctx);
+    return 0;
+}
