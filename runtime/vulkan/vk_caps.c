@@ -170,10 +170,8 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     case BURST_VK_DQ: return (size_t)(8 * tl->bc * d + 16);
     case BURST_VK_DKV: return (size_t)(8 * tl->bc * d + 16 * tl->bc + 16);
     case BURST_VK_FWD_CM:
-        /* Q tile fp16 [BR][d], K and V tiles fp16 [16][d], S/P fp32 and fp16 [BR][16], O fp32
-         * [BR][d] staging for the rescale, row stats */
-        return (size_t)(2 * tl->br * d + 2 * 2 * 16 * d + 6 * tl->br * 16 + 4 * tl->br * d +
-                        16 * tl->br);
+        /* Q tile fp16 [BR][d], K and V tiles fp16 [16][d], S fp32 and P fp16 [BR][16] */
+        return (size_t)(2 * tl->br * d + 2 * 2 * 16 * d + 6 * tl->br * 16 + 16);
     default: return 0;
     }
 }
@@ -247,7 +245,8 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
 
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env)
 {
-    if (!BURST_VK_SPV_FWD_CM_NV || !env->coopmat || !caps->coopmat_nv || !caps->fp16)
+    if (!BURST_VK_SPV_FWD_CM_NV || !env->coopmat || !caps->coopmat_nv || !caps->fp16 ||
+        caps->subgroup < 16 || caps->subgroup_min != caps->subgroup_max)
         return 0;
     for (int i = 0; i < caps->ncoop; i++)
         if (caps->coop[i].m == 16 && caps->coop[i].n == 16 && caps->coop[i].k == 16 &&

@@ -100,6 +100,8 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     }
     if (k == BURST_VK_DELTA)
         data[8] = 64;
+    if (k == BURST_VK_FWD_CM) /* BR / 16 subgroups of T invocations */
+        data[8] = (int32_t)(key[2] * key[3] / 16);
     VkSpecializationInfo spec = {9, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

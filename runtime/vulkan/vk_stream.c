@@ -111,7 +111,9 @@ burst_status_t burst_vk_stage(struct burst_vk_backend *be, struct burst_vk_strea
     if (need > s->stage.size) {
         burst_vk_buffer_destroy(be, &s->stage);
         size_t cap = need < ((size_t)1 << 20) ? ((size_t)1 << 20) : need + need / 4;
-        burst_status_t st = burst_vk_buffer_create(be, cap, 1, &s->stage);
+        /* device-local + host-visible first (resizable BAR, unified memory): kernels read the
+         * staged arguments many times, host writes them once */
+        burst_status_t st = burst_vk_buffer_create(be, cap, 0, &s->stage);
         if (st != BURST_OK) {
             char why[256];
             snprintf(why, sizeof why, "%s", burst_last_error());

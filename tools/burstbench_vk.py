@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""tools/burstbench_vk.py - the Vulkan backend against PyTorch SDPA on the same sizes, same GPU.
+
+Runs `burstrun --backend vulkan` (one rank) for each Vulkan path (coopmat = the default where the
+device has GL_NV_cooperative_matrix, subgroup = BURST_VK_COOPMAT=0, scalar = also
+BURST_VK_SUBGROUP=0), forward only and forward+backward, with BURST_VK_PROFILE=1 so the GPU time
+of the kernels themselves (timestamp queries) is reported beside burstrun's wall time (which also
+counts host staging of caller tensors and the host-side output casts). Then PyTorch's
+scaled_dot_product_attention with the FLASH_ATTENTION and CUDNN_ATTENTION backends on the same
+sizes. Prints a table (TFLOP/s with the field's convention: fwd 4 B N^2 H d, halved when causal;
+fwd+bwd 3.5x) and writes burstbench_vk.csv. Before timing, a small checked run (--check) of each
+path guards against timing a wrong kernel.
+
+    python3 tools/burstbench_vk.py --burstrun build/tools/burstrun [--seq 16384 --heads 32
+        --head-dim 128 --dtype fp16 --causal] [--paths coopmat,subgroup,scalar] [--no-torch]
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+
+PATHS = {
+    "coopmat": {},
+    "subgroup": {"BURST_VK_COOPMAT": "0"},
+    "scalar": {"BURST_VK_COOPMAT": "0", "BURST_VK_SUBGROUP": "0"},
+}
+
+
+def run_burst(args, path, fwd_only, seq, check=False):
+    env = dict(os.environ, BURST_VK_PROFILE="1", **PATHS[path])
+    cmd = [args.burstrun, "--threads", "-n", "1", "--backend", "vulkan", "--seq", str(seq),
+           "--heads", str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
+           "--iters", str(args.iters), "--warmup", "1", "--json"]
+    if args.causal:
+        cmd.append("--causal")
+    if fwd_only:
+        cmd.append("--fwd-only")
+    if check:
+        cmd += ["--check-fwd-only" if fwd_only else "--check", "--iters", "1"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    out = p.stdout.strip().splitlines()
+    js = None
+    for line in reversed(out):
+        if line.startswith("{"):
+            js = json.loads(line)
+            break
+    prof = {}
+    for m in re.finditer(r"burst vulkan profile: (\S+)\s+(\d+) dispatches\s+([\d.]+) ms", p.stderr):
+        prof[m.group(1)] = (int(m.group(2)), float(m.group(3)))
+    if p.returncode != 0 or js is None:
+        sys.stderr.write(f"[{path}] burstrun failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}\n")
+    return js, prof
+
+
+def kernel_ms(prof, names):
+    """GPU ms per call of one forward (or backward) summed over the kernels named."""
+    total = 0.0
+    for n in names:
+        if n in prof:
+            cnt, ms = prof[n]
+            total += ms / cnt if n != "delta" else ms / cnt
+    return total
+
+
+def torch_sdpa(args):
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"no torch: {e}"}
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    B, H, N, d = 1, args.heads, args.seq, args.head_dim
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, H, N, d, device="cuda", dtype=dt)
+    res = {}
+    for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(be):
+                def fwd():
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+
+                def fb():
+                    o = fwd()
+                    o.backward(do)
+
+                for f, key in ((fwd, "fwd"), (fb, "fwd_bwd")):
+                    for _ in range(2):
+                        f()
+                    torch.cuda.synchronize()
+                    times = []
+                    for _ in range(args.iters):
+                        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        s.record()
+                        f()
+                        e.record()
+                        torch.cuda.synchronize()
+                        times.append(s.elapsed_time(e))
+                    res[f"{name}_{key}_ms"] = sorted(times)[len(times) // 2]
+        except Exception as e:  # noqa: BLE001
+            res[f"{name}_error"] = str(e)[:200]
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--burstrun", default="build/tools/burstrun")
+    ap.add_argument("--seq", type=int, default=16384)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--paths", default="coopmat,subgroup,scalar")
+    ap.add_argument("--check-seq", type=int, default=1024)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--csv", default="burstbench_vk.csv")
+    args = ap.parse_args()
+
+    flops_fwd = 4.0 * args.seq * args.seq * args.heads * args.head_dim * (0.5 if args.causal else 1.0)
+    rows = []
+    for path in args.paths.split(","):
+        js, _ = run_burst(args, path, True, args.check_seq, check=True)
+        ok = js is not None and js.get("check") == "pass"
+        print(f"[{path}] check at N={args.check_seq}: {js.get('check') if js else 'failed'}"
+              f" (max_rel_err {js.get('max_rel_err') if js else None})", flush=True)
+        for fwd_only in (True, False):
+            js, prof = run_burst(args, path, fwd_only, args.seq)
+            if js is None:
+                continue
+            wall = js["fwd_ms"] + (0.0 if fwd_only else js["bwd_ms"])
+            kern = kernel_ms(prof, ["fwd", "fwd_cm"]) + (0.0 if fwd_only else
+                                                        kernel_ms(prof, ["dq", "dkv", "delta"]))
+            f = flops_fwd * (1.0 if fwd_only else 3.5)
+            rows.append({"impl": f"vulkan-{path}", "what": "fwd" if fwd_only else "fwd+bwd",
+                         "checked": ok, "wall_ms": wall, "kernel_ms": kern,
+                         "tflops_wall": f / wall / 1e9, "tflops_kernel": f / kern / 1e9 if kern else 0})
+            print(rows[-1], flush=True)
+    if not args.no_torch:
+        t = torch_sdpa(args)
+        print("torch:", t, flush=True)
+        for name in ("fa2", "cudnn"):
+            for key, mult, what in (("fwd", 1.0, "fwd"), ("fwd_bwd", 3.5, "fwd+bwd")):
+                ms = t.get(f"{name}_{key}_ms")
+                if ms:
+                    rows.append({"impl": f"torch-{name}", "what": what, "checked": True,
+                                 "wall_ms": ms, "kernel_ms": ms,
+                                 "tflops_wall": flops_fwd * mult / ms / 1e9,
+                                 "tflops_kernel": flops_fwd * mult / ms / 1e9})
+    print(f"\nB=1 N={args.seq} H={args.heads} d={args.head_dim} {args.dtype} causal={args.causal}")
+    print(f"{'impl':18} {'what':8} {'kernel ms':>10} {'TFLOP/s':>8} {'wall ms':>10} {'TFLOP/s':>8}")
+    for r in rows:
+        print(f"{r['impl']:18} {r['what']:8} {r['kernel_ms']:10.2f} {r['tflops_kernel']:8.1f} "
+              f"{r['wall_ms']:10.2f} {r['tflops_wall']:8.1f}")
+    with open(args.csv, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()) if rows else ["impl"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
