@@ -81,6 +81,7 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
             name = env;
     }
     if (strcmp(name, "auto") == 0) {
+        p.backend = "auto"; /* backends may decline what only an explicit request should get */
         st = BURST_ERR_NO_DEVICE;
         for (size_t i = 0; i < NUM_BACKENDS; i++) {
             st = try_backend(backends[i], &p, ctx_p);
@@ -89,6 +90,7 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
         }
         return burst_error(st, "%s: no backend is usable here", who);
     }
+    p.backend = name; /* a backend sees its own name when asked for (also via BURST_BACKEND) */
     for (size_t i = 0; i < NUM_BACKENDS; i++)
         if (strcmp(backends[i]->name, name) == 0)
             return try_backend(backends[i], &p, ctx_p);

@@ -25,7 +25,9 @@ struct burst_context_params {
     /* Set to BURST_API_VERSION: lets a newer library serve code built against an older header. */
     unsigned api_version;
     /*
-     * Backend name: "cpu", or "auto" / NULL for the first usable backend in priority order.
+     * Backend name: "cuda", "vulkan", "cpu" (as built), or "auto" / NULL for the first usable
+     * backend in that priority order; "auto" skips software Vulkan devices (lavapipe), which run
+     * only when "vulkan" is asked for by name.
      * The environment variable BURST_BACKEND, when set, overrides "auto" (not explicit names).
      */
     const char *backend;

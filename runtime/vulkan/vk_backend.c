@@ -82,9 +82,17 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
         be->phys = devs[be->index];
         burst_vk_caps_read(be->inst, be->phys, &be->caps);
         const char *why = burst_vk_unusable(&be->caps);
+        /* "auto" wants hardware: a software rasteriser (lavapipe, SwiftShader) on the cpu is
+         * far slower than the cpu backend; it runs only when "vulkan" is asked for by name. */
+        int by_auto = params && params->backend && strcmp(params->backend, "auto") == 0;
         if (why)
             st = burst_error(BURST_ERR_NO_DEVICE, "vulkan: device %d (%s) is unusable: %s",
                              be->index, be->caps.name, why);
+        else if (by_auto && be->caps.type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+            st = burst_error(BURST_ERR_NO_DEVICE,
+                             "vulkan: device %d (%s) is a software (cpu) device, which backend "
+                             "\"auto\" skips; ask for backend \"vulkan\" to use it",
+                             be->index, be->caps.name);
     }
     if (st == BURST_OK) {
         be->use_coopmat = burst_vk_coopmat_usable(&be->caps, &be->env);
