@@ -2,8 +2,11 @@
  * tests/test_fabric.c - the libfabric transport (transport/tp_fabric.h) between real processes.
  *
  *   test_fabric shm|tcp            the cases below (suite 'net'); exit 77 if the provider is absent
- *   test_fabric shm|tcp --bench    ping-pong latency / bandwidth, idle CPU and overlap (a program,
- *                                  not a test; BURST_FAB_PROGRESS / BURST_FAB_SPIN_US apply)
+ *   test_fabric shm|tcp --bench [SIZE...]
+ *                                  ping-pong latency / bandwidth (64 B, then 4 KiB .. 64 MiB by
+ *                                  factors of 4, or the sizes given, K/M suffixes), idle CPU and
+ *                                  overlap (a program, not a test; BURST_FAB_PROGRESS /
+ *                                  BURST_FAB_SPIN_US apply)
  *
  * Every case forks 2..4 rank processes. Each opens an endpoint, sends its address to the parent
  * through a pipe and reads back every rank's (no bootstrap service exists yet), connects, runs the
@@ -706,15 +709,21 @@ static double cpu_s(void)
            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
+/* --bench sizes: 64 B (latency), then 4 KiB to 64 MiB by factors of 4; or those given after
+ * --bench (bytes, K/M suffixes). */
+static size_t g_sizes[32] = {64, 4096, 16384, 65536, 262144, MIB, 4 * MIB, 16 * MIB, 64 * MIB};
+static int g_nsizes = 9;
+
 static int rank_bench(struct burst_tp *tp, int rank, int n)
 {
-    static const size_t sizes[] = {64, 4096, 65536, 4 * MIB};
     int peer = 1 - rank;
     unsigned char *b = calloc(1, 64 * MIB);
     CHECK(b, "out of memory");
-    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-        size_t len = sizes[k];
-        int iters = len <= 65536 ? 20000 : 500, warm = iters / 10;
+    for (int k = 0; k < g_nsizes; k++) {
+        size_t len = g_sizes[k];
+        /* about 1 GiB each way, at least 20 and at most 20000 round trips */
+        size_t it = (1024 * MIB) / len;
+        int iters = it < 20 ? 20 : it > 20000 ? 20000 : (int)it, warm = iters / 10 + 1;
         double t0 = 0;
         for (int i = -warm; i < iters; i++) {
             struct burst_tp_req *r;
@@ -780,7 +789,7 @@ int main(int argc, char **argv)
 {
     g_prov = argc > 1 ? argv[1] : "shm";
     if (strcmp(g_prov, "shm") != 0 && strcmp(g_prov, "tcp") != 0) {
-        fprintf(stderr, "usage: %s shm|tcp [--bench]\n", argv[0]);
+        fprintf(stderr, "usage: %s shm|tcp [--bench [SIZE...]]\n", argv[0]);
         return 2;
     }
     g_iface = getenv("BURST_TEST_FAB_IFACE");
@@ -791,6 +800,18 @@ int main(int argc, char **argv)
         return 77;
     }
     if (argc > 2 && strcmp(argv[2], "--bench") == 0) {
+        if (argc > 3)
+            g_nsizes = 0;
+        for (int i = 3; i < argc && g_nsizes < 32; i++) {
+            char *end;
+            unsigned long long v = strtoull(argv[i], &end, 10);
+            v <<= (*end == 'K' || *end == 'k') ? 10 : (*end == 'M' || *end == 'm') ? 20 : 0;
+            if (v == 0 || v > 64 * MIB || (*end && end[1])) {
+                fprintf(stderr, "test_fabric: size \"%s\" is not 1 B to 64 MiB\n", argv[i]);
+                return 2;
+            }
+            g_sizes[g_nsizes++] = (size_t)v;
+        }
         run_ranks(2, rank_bench, NULL);
         return 0;
     }
