@@ -241,6 +241,7 @@ struct opts {
     int verbose;
     int probe;                    /* --probe: report the backends and exit */
     const char *hosts, *hostfile; /* --hosts / --hostfile: ranks through mpirun */
+    int mpi_worker;               /* this process is a rank started by mpirun */
     int host_slots;               /* slots they give */
     int ranks_given, fabric_given;
     const char *fabric, *iface;
@@ -910,7 +911,9 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
            human_bytes((double)r->peak_rss, b1, sizeof(b1)),
            o->threads ? "" : " of the largest rank process",
            human_bytes((double)r->caller_bytes, b3, sizeof(b3)),
-           o->threads ? "" : ", shared by the ranks");
+           o->threads     ? ""
+           : o->mpi_worker ? ", a private copy in every rank process"
+                           : ", shared by the ranks");
     if (o->verbose && r->rank_stats) {
         printf("\nper rank (last call)     %-32s %s\n", "forward: compute / wait / total ms",
                p->run_bwd ? "backward: compute / wait / total ms" : "");
@@ -1039,6 +1042,7 @@ static int mpi_rank_main(int argc, char **argv)
         return EXIT_RUNTIME;
     struct opts o;
     parse_args(argc - 1, argv + 1, &o); /* argv[1], "--mpi-rank-worker", stands for argv[0] */
+    o.mpi_worker = 1;
     if (size != o.jp.ranks) {
         fprintf(stderr, "%s: rank %d: mpirun started %d ranks, the job has -n %d\n", prog, rank,
                 size, o.jp.ranks);
