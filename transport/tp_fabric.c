@@ -114,6 +114,7 @@
 #define FAB_POLL_MS 100           /* progress thread with wait fd: poll() timeout */
 #define FAB_RXM_EAGER_LIMIT 16384 /* ofi_rxm's default eager limit (FI_OFI_RXM_BUFFER_SIZE) */
 #define FAB_RXM_BUFFER 65536      /* FI_OFI_RXM_BUFFER_SIZE unless the user sets it */
+#define FAB_RXM_POOL 256          /* FI_OFI_RXM_{TX,RX,MSG_RX}_SIZE unless the user sets them */
 #define FAB_RXM_HDR 256           /* >= ofi_rxm's packet header inside a bounce buffer */
 
 /* One posted chunk. The libfabric context must come first: completions return its address. */
@@ -271,16 +272,28 @@ static int env_int(const char *name, int def, int lo, int hi)
  * 16 KiB), and the transport keeps every chunk eager (see "ofi_rxm and dead peers"), so that size
  * sets the bandwidth: 16 KiB chunks cost half of tcp's speed. Unless the user set it, raise it to
  * FAB_RXM_BUFFER before libfabric first reads its parameters (the first fi_getinfo of the
- * process: every entry point of this file calls this first). Costs rxm's receive pool
- * (FI_OFI_RXM_RX_SIZE buffers per endpoint) that much more memory per buffer.
+ * process: every entry point of this file calls this first).
+ * The bounce-buffer pools are sized in buffers, so their memory grows with the buffer: with
+ * rxm's default pools (2048 tx, 2048 rx, 4096 posted on the shared receive context over tcp)
+ * 64 KiB buffers cost about 400 MiB per process (16 KiB: 110 MiB). The ring keeps only a few
+ * blocks in flight per peer, and tcp holds back what finds no posted buffer (no loss), so the
+ * pools are cut to FAB_RXM_POOL buffers each unless the user set them: about 140 MiB per process
+ * at 64 KiB, with no loss of bandwidth measured (docs/BENCHMARKS.md).
  */
 static void rxm_defaults_once(void)
 {
+    static const char *const pools[] = {"FI_OFI_RXM_TX_SIZE", "FI_OFI_RXM_RX_SIZE",
+                                        "FI_OFI_RXM_MSG_RX_SIZE"};
+    char v[32];
     if (!getenv("FI_OFI_RXM_BUFFER_SIZE")) {
-        char v[32];
         snprintf(v, sizeof(v), "%d", FAB_RXM_BUFFER);
         setenv("FI_OFI_RXM_BUFFER_SIZE", v, 0);
     }
+    for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
+        if (!getenv(pools[i])) {
+            snprintf(v, sizeof(v), "%d", FAB_RXM_POOL);
+            setenv(pools[i], v, 0);
+        }
 }
 
 static void rxm_defaults(void)
