@@ -4,6 +4,7 @@
 # Install the build into a temporary DESTDIR, then compile examples/embed.c with the system C
 # compiler against the INSTALLED copy only, found through pkg-config (burst.pc), and run it:
 # once linked against the shared library (found with LD_LIBRARY_PATH), once against libburst.a.
+# BURST_TEST_CFLAGS adds compiler flags (a sanitizer build's -fsanitize=...).
 # Exit 77 (meson: SKIP) when meson, pkg-config or a C compiler is missing.
 set -eu
 
@@ -14,6 +15,7 @@ fi
 build=$1
 src=$2
 cc=${CC:-cc}
+xflags=${BURST_TEST_CFLAGS:-} # e.g. -fsanitize=address,undefined in a sanitizer build
 
 for tool in meson pkg-config "$cc"; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -66,7 +68,7 @@ cd "$tmp"
 
 # shared
 # shellcheck disable=SC2086
-"$cc" -std=c11 -Wall -Wextra -Werror -o embed embed.c $cflags $libs -pthread -lm
+"$cc" -std=c11 -Wall -Wextra -Werror $xflags -o embed embed.c $cflags $libs -pthread -lm
 LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ./embed
 
 # static: the archive in place of -lburst, plus the private libraries burst.pc declares
@@ -94,7 +96,7 @@ for flag in $static_rest; do
 done
 static_rest=$kept
 # shellcheck disable=SC2086
-"$cc" -std=c11 -Wall -Wextra -Werror -o embed_static embed.c $cflags "$lib_a" $static_rest \
+"$cc" -std=c11 -Wall -Wextra -Werror $xflags -o embed_static embed.c $cflags "$lib_a" $static_rest \
     -pthread -lm
 if command -v readelf >/dev/null 2>&1 && readelf -d embed_static | grep -q 'libburst'; then
     echo "FAIL: embed_static still depends on a shared libburst" >&2

@@ -20,6 +20,15 @@
 
 #include "harness.h"
 
+/* Some cases below ask for absurd allocations that must fail with BURST_ERR_NO_MEMORY. Under
+ * AddressSanitizer such a request aborts the process unless the allocator may return NULL, as
+ * it does without ASan; this hook (read by ASan at start-up only) says so. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
 enum {
     N = 16,
     HQ = 2,
