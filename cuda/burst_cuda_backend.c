@@ -209,6 +209,30 @@ static burst_status_t burst_cuda_memcpy(void *be, void *dst, const void *src, si
     return st;
 }
 
+/* Device memory, managed memory and page-locked host memory (cudaHostAlloc /
+ * cudaHostRegister: mapped into the device's address space under UVA) are addressable by the
+ * kernels; plain host memory is not (nor, where the driver has HMM, at any useful speed). */
+static burst_status_t burst_cuda_check_memory(void *be, const char *who, const char *name,
+                                              const void *ptr)
+{
+    (void)be;
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it */
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (%p) is not memory the cuda backend "
+                           "can address: %s", who, name, ptr, cudaGetErrorString(e));
+    }
+    if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
+        a.type == cudaMemoryTypeHost)
+        return BURST_OK;
+    return burst_error(BURST_ERR_INVALID_ARG,
+                       "%s: %s (%p) is plain host memory; the cuda backend computes on device "
+                       "memory: allocate the tensor with burst_context_alloc() and fill it with "
+                       "burst_context_memcpy() (or run on the cpu backend)",
+                       who, name, ptr);
+}
+
 static void *burst_cuda_host_alloc(void *be, size_t bytes)
 {
     struct burst_cuda_backend *cb = be;
@@ -504,4 +528,5 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
     .memcpy = burst_cuda_memcpy,
     .host_alloc = burst_cuda_host_alloc,
     .host_free = burst_cuda_host_free,
+    .check_memory = burst_cuda_check_memory,
 };

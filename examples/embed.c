@@ -4,7 +4,10 @@
  * Two ranks run as threads of this process over an in-process ring (burst_local_world). The
  * application holds global Q, K, V, dO in natural token order, permutes them into the causal
  * zigzag layout with burst_layout_permute, hands each rank a strided view of its shard, runs
- * the forward and the backward, and permutes the output back.
+ * the forward and the backward, and permutes the output back. The tensors the ranks compute on
+ * live in the context's memory (burst_context_alloc, filled and read with burst_context_memcpy):
+ * the portable way, required where the backend computes on device memory (cuda; see
+ * burst_context_device_memory) and free of staging copies everywhere else.
  *
  * Check: with a causal mask the first token attends only to itself, so O at position 0 equals V
  * at position 0 in every head; every output and gradient must be finite.
@@ -27,7 +30,8 @@
 #define DTYPE BURST_DTYPE_BF16
 #define LAYOUT BURST_LAYOUT_ZIGZAG
 
-/* Global tensors, [1, SEQ, HEADS, DIM] bf16, in permuted order (rank 0's shard, then rank 1's). */
+/* Global tensors, [1, SEQ, HEADS, DIM] bf16, in permuted order (rank 0's shard, then rank 1's),
+ * in the context's memory. */
 struct app {
     struct burst_context *ctx;
     struct burst_local_world *world;
@@ -82,11 +86,9 @@ static void *rank_main(void *arg)
     st = burst_layout_shard_offset(LAYOUT, SEQ, RANKS, ra->rank, &off);
     if (st != BURST_OK)
         goto out;
-    lse = malloc((size_t)(HEADS * len) * sizeof(*lse));
-    if (!lse) {
-        st = BURST_ERR_NO_MEMORY;
+    st = burst_context_alloc(app->ctx, (size_t)(HEADS * len) * sizeof(*lse), (void **)&lse);
+    if (st != BURST_OK)
         goto out;
-    }
     struct burst_tensor q = shard(app->q, off, len), k = shard(app->k, off, len),
                         v = shard(app->v, off, len), o = shard(app->o, off, len),
                         dout = shard(app->dout, off, len), dq = shard(app->dq, off, len),
@@ -99,22 +101,27 @@ out:
         fprintf(stderr, "embed: rank %d: %s: %s\n", ra->rank, burst_status_str(st),
                 burst_last_error());
     app->status[ra->rank] = st;
-    free(lse);
+    burst_context_free(app->ctx, lse);
     burst_plan_destroy(plan);
     burst_comm_destroy(comm);
     return NULL;
 }
 
-/* Natural-order random bf16 tensor, permuted into dst. */
-static int fill(uint16_t *dst, uint16_t *tmp, uint32_t seed)
+/* Natural-order random bf16 tensor, permuted on the host (host_per), copied into dst. */
+static int fill(struct burst_context *ctx, uint16_t *dst, uint16_t *tmp, uint16_t *host_per,
+                uint32_t seed)
 {
     for (size_t i = 0; i < (size_t)SEQ * HEADS * DIM; i++) {
         seed = seed * 1664525u + 1013904223u;
         tmp[i] = burst_fp32_to_bf16((float)(seed >> 8) / 8388608.0f - 1.0f);
     }
     struct burst_tensor nat = burst_tensor_contiguous(tmp, DTYPE, 1, SEQ, HEADS, DIM);
-    struct burst_tensor per = burst_tensor_contiguous(dst, DTYPE, 1, SEQ, HEADS, DIM);
-    return burst_layout_permute(LAYOUT, RANKS, &nat, &per) == BURST_OK ? 0 : -1;
+    struct burst_tensor per = burst_tensor_contiguous(host_per, DTYPE, 1, SEQ, HEADS, DIM);
+    if (burst_layout_permute(LAYOUT, RANKS, &nat, &per) != BURST_OK)
+        return -1;
+    return burst_context_memcpy(ctx, dst, host_per, (size_t)SEQ * HEADS * DIM * 2) == BURST_OK
+               ? 0
+               : -1;
 }
 
 static double max_abs(const uint16_t *x)
@@ -132,10 +139,12 @@ int main(void)
     struct app app = {0};
     size_t bytes = (size_t)SEQ * HEADS * DIM * sizeof(uint16_t);
     uint16_t **bufs[] = {&app.q, &app.k, &app.v, &app.o, &app.dout, &app.dq, &app.dk, &app.dv};
+    /* host copies: scratch, the permuted inputs and outputs, o and v back in natural order */
     uint16_t *tmp = malloc(bytes), *o_nat = malloc(bytes), *v_nat = malloc(bytes);
+    uint16_t *h[8] = {0};
     int ok = tmp && o_nat && v_nat;
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        ok &= (*bufs[i] = calloc(1, bytes)) != NULL;
+    for (int i = 0; i < 8; i++)
+        ok &= (h[i] = malloc(bytes)) != NULL;
     if (!ok) {
         fprintf(stderr, "embed: out of memory\n");
         return 1;
@@ -147,9 +156,14 @@ int main(void)
         fprintf(stderr, "embed: %s\n", burst_last_error());
         return 1;
     }
-    if (fill(app.q, tmp, 1) || fill(app.k, tmp, 2) || fill(app.v, tmp, 3) ||
-        fill(app.dout, tmp, 4)) {
-        fprintf(stderr, "embed: burst_layout_permute: %s\n", burst_last_error());
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (burst_context_alloc(app.ctx, bytes, (void **)bufs[i]) != BURST_OK) {
+            fprintf(stderr, "embed: burst_context_alloc: %s\n", burst_last_error());
+            return 1;
+        }
+    if (fill(app.ctx, app.q, tmp, h[0], 1) || fill(app.ctx, app.k, tmp, h[1], 2) ||
+        fill(app.ctx, app.v, tmp, h[2], 3) || fill(app.ctx, app.dout, tmp, h[4], 4)) {
+        fprintf(stderr, "embed: filling the inputs: %s\n", burst_last_error());
         return 1;
     }
 
@@ -168,9 +182,15 @@ int main(void)
         if (app.status[r] != BURST_OK)
             return 1;
 
-    /* back to natural order, then compare O[0] with V[0] */
-    struct burst_tensor per_o = burst_tensor_contiguous(app.o, DTYPE, 1, SEQ, HEADS, DIM);
-    struct burst_tensor per_v = burst_tensor_contiguous(app.v, DTYPE, 1, SEQ, HEADS, DIM);
+    /* the outputs to the host (h[3] = o, h[5..7] = dq, dk, dv), back to natural order, then
+     * compare O[0] with V[0] */
+    for (int i = 3; i < 8; i++)
+        if (i != 4 && burst_context_memcpy(app.ctx, h[i], *bufs[i], bytes) != BURST_OK) {
+            fprintf(stderr, "embed: burst_context_memcpy: %s\n", burst_last_error());
+            return 1;
+        }
+    struct burst_tensor per_o = burst_tensor_contiguous(h[3], DTYPE, 1, SEQ, HEADS, DIM);
+    struct burst_tensor per_v = burst_tensor_contiguous(h[2], DTYPE, 1, SEQ, HEADS, DIM);
     struct burst_tensor nat_o = burst_tensor_contiguous(o_nat, DTYPE, 1, SEQ, HEADS, DIM);
     struct burst_tensor nat_v = burst_tensor_contiguous(v_nat, DTYPE, 1, SEQ, HEADS, DIM);
     if (burst_layout_unpermute(LAYOUT, RANKS, &per_o, &nat_o) != BURST_OK ||
@@ -183,7 +203,7 @@ int main(void)
         double e = fabs((double)burst_bf16_to_fp32(o_nat[i]) - burst_bf16_to_fp32(v_nat[i]));
         err0 = e > err0 ? e : err0;
     }
-    double mo = max_abs(app.o), mq = max_abs(app.dq), mk = max_abs(app.dk), mv = max_abs(app.dv);
+    double mo = max_abs(h[3]), mq = max_abs(h[5]), mk = max_abs(h[6]), mv = max_abs(h[7]);
     int pass = err0 <= 1e-2 && isfinite(mo) && isfinite(mq) && isfinite(mk) && isfinite(mv) &&
                mq > 0 && mk > 0 && mv > 0;
     printf("embed: %d ranks, N=%d, H=%d, d=%d, causal zigzag bf16 on %s: max |O[0]-V[0]| = %.3g, "
@@ -191,10 +211,12 @@ int main(void)
            RANKS, SEQ, HEADS, DIM, burst_context_backend(app.ctx), err0, mq, mk, mv,
            pass ? "ok" : "FAILED");
 
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        burst_context_free(app.ctx, *bufs[i]);
     burst_local_world_destroy(app.world);
     burst_context_destroy(app.ctx);
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        free(*bufs[i]);
+    for (int i = 0; i < 8; i++)
+        free(h[i]);
     free(tmp);
     free(o_nat);
     free(v_nat);

@@ -112,6 +112,13 @@ struct burst_backend_ops {
     /* Page-locked host memory for staging (fast device<->host copies). NULL on exhaustion. */
     void *(*host_alloc)(void *be, size_t bytes);
     void (*host_free)(void *be, void *ptr);
+    /*
+     * Optional (device_memory backends): BURST_OK when the device can address ptr, the first
+     * element of the caller's tensor `name`; otherwise an INVALID_ARG error naming `who`, the
+     * tensor and what memory it is. The engine asks before any transfer of a call, so a tensor
+     * in plain host memory fails the call on its rank cleanly instead of faulting a kernel.
+     */
+    burst_status_t (*check_memory)(void *be, const char *who, const char *name, const void *ptr);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

@@ -117,6 +117,24 @@ const char *burst_context_backend(const struct burst_context *ctx)
     return ctx ? ctx->ops->name : "";
 }
 
+int burst_context_device_memory(const struct burst_context *ctx)
+{
+    return ctx && ctx->ops->device_memory;
+}
+
+burst_status_t burst_context_check_memory(const struct burst_context *ctx, const char *who, int n,
+                                          const char *const *names, const void *const *ptrs)
+{
+    if (!ctx->ops->check_memory)
+        return BURST_OK;
+    for (int i = 0; i < n; i++) {
+        burst_status_t st = ctx->ops->check_memory(ctx->be, who, names[i], ptrs[i]);
+        if (st != BURST_OK)
+            return st;
+    }
+    return BURST_OK;
+}
+
 int burst_context_num_threads(const struct burst_context *ctx)
 {
     return ctx && ctx->ops->num_threads ? ctx->ops->num_threads(ctx->be) : 1;

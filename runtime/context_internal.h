@@ -15,4 +15,9 @@ struct burst_context {
 /* Check a caller's api_version against this library; names `who` in the message. */
 burst_status_t burst_check_api_version(const char *who, unsigned api_version);
 
+/* The backend's check_memory for each of the n caller tensors (names[i], ptrs[i]); BURST_OK
+ * when the backend has none (its kernels address any host memory). */
+burst_status_t burst_context_check_memory(const struct burst_context *ctx, const char *who, int n,
+                                          const char *const *names, const void *const *ptrs);
+
 #endif /* BURST_RUNTIME_CONTEXT_INTERNAL_H */

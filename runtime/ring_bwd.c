@@ -151,7 +151,10 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
             if (i != out && (i < out || i >= 6) && burst_tensor_ranges_overlap(all[out], all[i]))
                 return burst_error(BURST_ERR_INVALID_ARG, "%s: output %s overlaps %s %s", who,
                                    names[out], i < 6 ? "input" : "output", names[i]);
-    return BURST_OK;
+    const void *mem[9];
+    for (int i = 0; i < 9; i++)
+        mem[i] = all[i]->data;
+    return burst_context_check_memory(plan->ctx, who, 9, names, mem);
 }
 
 burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,

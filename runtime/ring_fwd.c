@@ -80,7 +80,9 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
     }
     if (burst_tensor_ranges_overlap(&lv, o))
         return burst_error(BURST_ERR_INVALID_ARG, "%s: outputs lse and o overlap", who);
-    return BURST_OK;
+    static const char *const mem_names[5] = {"q", "k", "v", "o", "lse"};
+    const void *const mem[5] = {q->data, k->data, v->data, o->data, lse};
+    return burst_context_check_memory(plan->ctx, who, 5, mem_names, mem);
 }
 
 burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,

@@ -387,6 +387,53 @@ static void test_ops(void **state)
 
 /* ---- bad input ---- */
 
+/* One rank: a forward whose q is plain host memory is refused, naming q and the remedy; the
+ * same call with q in device memory then runs (the context survives the refusal). */
+static int g_host_q_result = -1;
+
+static void host_q_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    struct burst_context *ctx = harness_context();
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = 64;
+    pp.q_heads = pp.kv_heads = 1;
+    pp.head_dim = 64;
+    pp.dtype = F16;
+    struct burst_plan *plan = NULL;
+    size_t bytes = 64 * 64 * 2;
+    uint16_t *host = calloc(1, bytes);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+    int ok = host && burst_plan_create(ctx, comm, &pp, &plan) == BURST_OK &&
+             burst_context_alloc(ctx, bytes, &dq) == BURST_OK &&
+             burst_context_alloc(ctx, bytes, &dk) == BURST_OK &&
+             burst_context_alloc(ctx, bytes, &dv) == BURST_OK &&
+             burst_context_alloc(ctx, bytes, &dout) == BURST_OK &&
+             burst_context_alloc(ctx, 64 * sizeof(float), &dlse) == BURST_OK;
+    if (ok) {
+        struct burst_tensor q = burst_tensor_contiguous(host, F16, 1, 64, 1, 64),
+                            k = burst_tensor_contiguous(dk, F16, 1, 64, 1, 64),
+                            v = burst_tensor_contiguous(dv, F16, 1, 64, 1, 64),
+                            o = burst_tensor_contiguous(dout, F16, 1, 64, 1, 64);
+        burst_status_t st = burst_attention_forward(plan, &q, &k, &v, &o, dlse);
+        printf("q in host memory: %s: %s\n", burst_status_str(st), burst_last_error());
+        ok = st == BURST_ERR_INVALID_ARG && harness_contains(burst_last_error(), "q (") &&
+             harness_contains(burst_last_error(), "burst_context_alloc");
+        q.data = dq;
+        st = burst_attention_forward(plan, &q, &k, &v, &o, dlse);
+        ok = ok && st == BURST_OK;
+    }
+    g_host_q_result = ok;
+    burst_plan_destroy(plan);
+    burst_context_free(ctx, dq);
+    burst_context_free(ctx, dk);
+    burst_context_free(ctx, dv);
+    burst_context_free(ctx, dout);
+    burst_context_free(ctx, dlse);
+    free(host);
+}
+
 static void test_oom_and_bad_input(void **state)
 {
     (void)state;
@@ -407,6 +454,10 @@ static void test_oom_and_bad_input(void **state)
     fa.mask.left = fa.mask.right = INF;
     assert_int_equal(ctx->ops->fwd_step(ctx->be, &fa), BURST_ERR_INVALID_ARG);
     assert_true(harness_contains(burst_last_error(), "head dim = 264"));
+    /* tensors in plain host memory */
+    assert_int_equal(burst_context_device_memory(ctx), 1);
+    assert_int_equal(harness_run_ranks(1, 60000, host_q_rank, NULL), 0);
+    assert_int_equal(g_host_q_result, 1);
 }
 
 /* ---- no device: fallback ---- */
@@ -431,6 +482,7 @@ static int fallback(void)
     st = burst_context_create(&cp, &ctx);
     printf("backend auto: %s, runs on %s\n", burst_status_str(st), burst_context_backend(ctx));
     bad |= st != BURST_OK || strcmp(burst_context_backend(ctx), "cuda") == 0;
+    bad |= burst_context_device_memory(ctx) != 0; /* cpu (or vulkan): host memory works */
     burst_context_destroy(ctx);
     char *rep = NULL;
     st = burst_probe(NULL, 1, &rep);

@@ -59,6 +59,17 @@ BURST_API void burst_context_destroy(struct burst_context *ctx);
 /* Name of the backend the context runs on ("cpu"). Valid while ctx lives. Thread-safe. */
 BURST_API const char *burst_context_backend(const struct burst_context *ctx);
 
+/*
+ * 1 when the context's backend computes on memory the host cannot address (cuda: device
+ * memory): the tensors passed to burst_attention_forward/backward must then come from
+ * burst_context_alloc() (filled and read with burst_context_memcpy()), and a tensor in plain host
+ * memory is refused with BURST_ERR_INVALID_ARG naming it. 0 when any host memory works (cpu;
+ * vulkan, which stages host memory itself; memory from burst_context_alloc() still avoids that
+ * staging). Portable code can always use burst_context_alloc() + burst_context_memcpy().
+ * Thread-safe.
+ */
+BURST_API int burst_context_device_memory(const struct burst_context *ctx);
+
 /* Number of compute threads the context uses (cpu backend), or 1. Thread-safe. */
 BURST_API int burst_context_num_threads(const struct burst_context *ctx);
 
