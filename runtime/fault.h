@@ -20,11 +20,14 @@
  *   truncate:rank=R,phase=fwd|bwd,step=S[,call=C]
  *       That message is sent with half of its bytes (a 1-byte message with 0). The receiver
  *       (and on the in-process transport the sender): BURST_ERR_TRANSPORT naming the peer and
- *       the lengths; every other rank BURST_ERR_PEER_FAILED.
+ *       the length(s); every other rank BURST_ERR_PEER_FAILED, or BURST_ERR_TIMEOUT where it
+ *       was itself waiting on a rank that was waiting (processes).
  *   duplicate:rank=R,phase=fwd|bwd,step=S[,call=C]
  *       That message is sent twice (the copy from a private buffer). Tags are unique per call,
- *       so the copy is never received: results stay correct; the copy's request is released
- *       when the communicator is destroyed (no leak).
+ *       so the copy is never received: results stay correct (in-process, libfabric tcp); the
+ *       copy's request is released when the communicator is destroyed (no leak). libfabric shm
+ *       holds the connection behind a large unreceived message: there the ring stops with
+ *       BURST_ERR_TIMEOUT after the timeout instead (a defined error, not a hang).
  *   delay:rank=R,phase=fwd|bwd,step=S,ms=M[,call=C]
  *       That message is sent M ms late (the sending rank sleeps): results stay correct.
  * A step in which R sends nothing leaves a message fault unused.
