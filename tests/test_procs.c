@@ -1191,8 +1191,8 @@ int main(int argc, char **argv)
                 case_fault(4, 3 - ph, ph ? 'B' : 'F', 0, step);
     } else if (strcmp(what, "msgfaults") == 0) {
         g_only = argc > 3 ? argv[3] : NULL;
-        case_msgfault("drop:rank=1,phase=fwd,step=0", "2000", BURST_ERR_TIMEOUT, "rank 1", 0,
-                      15000, 0);
+        case_msgfault("drop:rank=1,phase=fwd,step=0", "2000", BURST_ERR_TIMEOUT,
+                      "did not complete within 2000 ms", 0, 15000, 0);
         /* 20 s timeouts: every rank must hear of the failure long before */
         case_msgfault("truncate:rank=2,phase=bwd,step=1", "20000", BURST_ERR_TRANSPORT,
                       "length mismatch", 0, 12000, 0);

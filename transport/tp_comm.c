@@ -379,8 +379,10 @@ static void send_duplicate(struct burst_comm *comm, int peer, uint64_t tag,
 burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
                                 size_t len, struct burst_tp_req **req_p)
 {
-    int ms = 0;
-    enum burst_fault_msg fault = burst_fault_send(comm->rank, &ms);
+    int ms = 0; /* ring messages only: never the plan's handshake */
+    enum burst_fault_msg fault = ((tag >> 24) & 0xff) == BURST_MSG_HANDSHAKE
+                                     ? BURST_FAULT_MSG_NONE
+                                     : burst_fault_send(comm->rank, &ms);
     if (fault == BURST_FAULT_MSG_DROP) {
         *req_p = NULL; /* as if sent: burst_comm_wait(NULL) succeeds */
         return BURST_OK;
