@@ -4,6 +4,7 @@
 
 #include "context_internal.h"
 #include "error.h"
+#include "fault.h"
 
 /* Backends in priority order: "auto" takes the first that creates successfully. */
 static const struct burst_backend_ops *const backends[] = {
@@ -151,7 +152,7 @@ burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void
         return burst_error(BURST_ERR_INVALID_ARG, "%s: ctx is NULL", who);
     if (bytes == 0)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: bytes = 0 must be > 0", who);
-    *ptr_p = ctx->ops->alloc(ctx->be, bytes);
+    *ptr_p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, bytes);
     if (!*ptr_p)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: %s backend could not allocate %zu bytes", who,
                            ctx->ops->name, bytes);

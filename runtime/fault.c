@@ -7,71 +7,207 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-static struct {
-    int on;
-    int rank, is_bwd, step, call;
-} spec;
-static atomic_int calls[2]; /* calls of the faulty rank per phase, this process */
+#define MAX_SPECS 8
+
+enum action {
+    A_KILL,
+    A_DROP,
+    A_TRUNCATE,
+    A_DUPLICATE,
+    A_DELAY,
+    A_SLOW,
+    A_OOM
+};
+static const char *const action_names[] = {"kill",  "drop", "truncate", "duplicate",
+                                           "delay", "slow", "oom"};
+
+struct spec {
+    enum action action;
+    int rank, is_bwd, step, call, ms; /* is_bwd -1: either phase (slow) */
+    long alloc, count;
+    atomic_int calls[2]; /* calls of `rank` per phase, this process */
+};
+
+static struct spec specs[MAX_SPECS];
+static int nspecs;
+static int have_oom;
+static atomic_long allocs; /* backend allocations so far (oom:) */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* "key=value" into *out; 1 when `item` has that key and a valid integer. */
-static int kv(const char *item, const char *key, long lo, long hi, int *out)
+/* The message fault armed for this thread's next send by the step hook: a spec index, or -1. */
+static _Thread_local int armed = -1;
+
+/* "key=value" at item into *out; 1 when item has that key and a valid integer in lo..hi, -1
+ * when it has the key and a bad value, 0 when it is another key. */
+static int kv(const char *item, const char *key, long lo, long hi, long *out)
 {
     size_t n = strlen(key);
     if (strncmp(item, key, n) != 0 || item[n] != '=')
         return 0;
     char *end;
     long v = strtol(item + n + 1, &end, 10);
-    if (end == item + n + 1 || (*end && *end != ',') || v < lo || v > hi)
+    if (end == item + n + 1 || (*end && *end != ',' && *end != ';') || v < lo || v > hi)
         return -1;
-    *out = (int)v;
+    *out = v;
     return 1;
 }
 
-static void parse(void)
+/* One "ACTION:key=value,..." ending at ';' or the end; 0, or -1 when malformed. */
+static int parse_one(const char *s, struct spec *sp)
 {
-    const char *s = getenv("BURST_FAULT");
-    if (!s || !*s)
-        return;
-    int rank = -1, is_bwd = -1, step = -2, call = 0, ok = strncmp(s, "kill:", 5) == 0;
-    for (const char *p = s + 5; ok && *p; p += strcspn(p, ","), p += *p == ',') {
-        if (!strncmp(p, "phase=fwd", 9) && (p[9] == ',' || !p[9]))
+    memset(sp, 0, sizeof(*sp));
+    size_t alen = strcspn(s, ":;");
+    int a = -1;
+    for (int i = 0; i < (int)(sizeof(action_names) / sizeof(action_names[0])); i++)
+        if (strlen(action_names[i]) == alen && strncmp(s, action_names[i], alen) == 0)
+            a = i;
+    if (a < 0 || s[alen] != ':')
+        return -1;
+    sp->action = (enum action)a;
+    long rank = -1, step = -2, call = 0, ms = -1, alloc = -1, count = 1;
+    int is_bwd = -1;
+    for (const char *p = s + alen + 1; *p && *p != ';'; p += strcspn(p, ",;"), p += *p == ',') {
+        if (!strncmp(p, "phase=fwd", 9) && (p[9] == ',' || p[9] == ';' || !p[9]))
             is_bwd = 0;
-        else if (!strncmp(p, "phase=bwd", 9) && (p[9] == ',' || !p[9]))
+        else if (!strncmp(p, "phase=bwd", 9) && (p[9] == ',' || p[9] == ';' || !p[9]))
             is_bwd = 1;
         else if (kv(p, "rank", 0, 1 << 20, &rank) != 1 && kv(p, "step", -1, 1 << 20, &step) != 1 &&
-                 kv(p, "call", 0, 1 << 30, &call) != 1)
-            ok = 0;
+                 kv(p, "call", 0, 1 << 30, &call) != 1 && kv(p, "ms", 0, 600000, &ms) != 1 &&
+                 kv(p, "alloc", 0, 1L << 40, &alloc) != 1 && kv(p, "count", 1, 1L << 40, &count) != 1)
+            return -1;
     }
-    if (!ok || rank < 0 || is_bwd < 0 || step < -1) {
-        fprintf(stderr,
-                "burst: BURST_FAULT=\"%s\" ignored: expected "
-                "kill:rank=R,phase=fwd|bwd,step=S[,call=C]\n",
-                s);
-        return;
+    sp->rank = (int)rank;
+    sp->is_bwd = is_bwd;
+    sp->step = (int)step;
+    sp->call = (int)call;
+    sp->ms = (int)ms;
+    sp->alloc = alloc;
+    sp->count = count;
+    switch (sp->action) {
+    case A_SLOW: return rank >= 0 && ms >= 0 ? 0 : -1;
+    case A_OOM: return alloc >= 0 ? 0 : -1;
+    case A_DELAY:
+        if (ms < 0)
+            return -1;
+        /* fall through */
+    default: return rank >= 0 && is_bwd >= 0 && step >= -1 ? 0 : -1;
     }
-    spec.rank = rank;
-    spec.is_bwd = is_bwd;
-    spec.step = step;
-    spec.call = call;
-    spec.on = 1;
+}
+
+static int parse(const char *s)
+{
+    nspecs = 0;
+    have_oom = 0;
+    atomic_store(&allocs, 0);
+    if (!s || !*s)
+        return 0;
+    struct spec tmp[MAX_SPECS];
+    int n = 0;
+    for (const char *p = s; *p; p += strcspn(p, ";"), p += *p == ';') {
+        if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0) {
+            fprintf(stderr,
+                    "burst: BURST_FAULT=\"%s\" ignored: expected up to %d of "
+                    "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C], "
+                    "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
+                    "separated by ';' (runtime/fault.h)\n",
+                    s, MAX_SPECS);
+            return -1;
+        }
+        n++;
+    }
+    for (int i = 0; i < n; i++) {
+        specs[i] = tmp[i];
+        have_oom |= tmp[i].action == A_OOM;
+    }
+    nspecs = n;
+    return 0;
+}
+
+static void parse_env(void)
+{
+    parse(getenv("BURST_FAULT"));
+}
+
+static void ensure(void)
+{
+    pthread_once(&once, parse_env);
+}
+
+int burst_fault_set(const char *spec)
+{
+    ensure();
+    armed = -1;
+    return parse(spec);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
 }
 
 void burst_fault_call(int rank, int is_bwd)
 {
-    pthread_once(&once, parse);
-    if (spec.on && rank == spec.rank)
-        atomic_fetch_add(&calls[is_bwd != 0], 1);
+    ensure();
+    armed = -1;
+    for (int i = 0; i < nspecs; i++)
+        if (rank == specs[i].rank)
+            atomic_fetch_add(&specs[i].calls[is_bwd != 0], 1);
 }
 
 void burst_fault_step(int rank, int is_bwd, int step)
 {
-    if (!spec.on || rank != spec.rank || (is_bwd != 0) != spec.is_bwd || step != spec.step ||
-        atomic_load(&calls[is_bwd != 0]) != spec.call + 1)
-        return;
-    fprintf(stderr, "burst: BURST_FAULT: rank %d kills itself at %s step %d of call %d\n", rank,
-            is_bwd ? "backward" : "forward", step, spec.call);
-    kill(getpid(), SIGKILL);
+    armed = -1;
+    for (int i = 0; i < nspecs; i++) {
+        struct spec *sp = &specs[i];
+        if (rank != sp->rank)
+            continue;
+        if (sp->action == A_SLOW) {
+            if (sp->is_bwd < 0 || sp->is_bwd == (is_bwd != 0))
+                sleep_ms(sp->ms);
+            continue;
+        }
+        if (sp->action == A_OOM || sp->is_bwd != (is_bwd != 0) || step != sp->step ||
+            atomic_load(&sp->calls[is_bwd != 0]) != sp->call + 1)
+            continue;
+        if (sp->action != A_KILL) {
+            armed = i;
+            continue;
+        }
+        fprintf(stderr, "burst: BURST_FAULT: rank %d kills itself at %s step %d of call %d\n",
+                rank, is_bwd ? "backward" : "forward", step, sp->call);
+        kill(getpid(), SIGKILL);
+    }
+}
+
+enum burst_fault_msg burst_fault_send(int rank, int *ms_p)
+{
+    int i = armed;
+    if (i < 0 || i >= nspecs || specs[i].rank != rank)
+        return BURST_FAULT_MSG_NONE;
+    armed = -1; /* the step's first message only */
+    *ms_p = specs[i].ms;
+    switch (specs[i].action) {
+    case A_DROP: return BURST_FAULT_MSG_DROP;
+    case A_TRUNCATE: return BURST_FAULT_MSG_TRUNCATE;
+    case A_DUPLICATE: return BURST_FAULT_MSG_DUPLICATE;
+    case A_DELAY: return BURST_FAULT_MSG_DELAY;
+    default: return BURST_FAULT_MSG_NONE;
+    }
+}
+
+int burst_fault_alloc(void)
+{
+    ensure();
+    if (!have_oom)
+        return 0;
+    long n = atomic_fetch_add(&allocs, 1);
+    for (int i = 0; i < nspecs; i++)
+        if (specs[i].action == A_OOM && n >= specs[i].alloc && n - specs[i].alloc < specs[i].count)
+            return 1;
+    return 0;
 }

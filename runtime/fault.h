@@ -1,22 +1,77 @@
 /*
  * runtime/fault.h - fault injection for tests (private). Compiled in, off unless the environment
- * variable BURST_FAULT is set when the first ring call of the process runs.
+ * variable BURST_FAULT is set when the process first reaches a hook below (a ring call, a
+ * message, a backend allocation); tests of one process may also set it with burst_fault_set().
  *
- *   BURST_FAULT="kill:rank=R,phase=fwd|bwd,step=S[,call=C]"
+ *   BURST_FAULT="SPEC[;SPEC...]"      at most 8 specs, each "ACTION:key=value,..."
  *
- * Rank R (its communicator rank) SIGKILLs its own process at the start of ring step S of its
- * C-th forward or backward call (C counts from 0 per rank and phase, default 0), before the
- * step's transfers are posted: the deterministic "rank dies at step S" of the failure tests.
- * step = -1 means after the last step, before the outputs are written (backward: before the
- * final hop of the accumulators). A malformed value is reported once on stderr and ignored.
+ * Ring faults: rank R (its communicator rank) acts at the start of ring step S of its C-th
+ * forward or backward call (C counts from 0 per rank and phase, default 0), before the step's
+ * transfers are posted. step = -1 means after the last step, before the outputs are written
+ * (backward: before the final hop of the accumulators).
+ *
+ *   kill:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *       SIGKILL its own process: the deterministic "rank dies at step S" of the failure tests.
+ *       Survivors: BURST_ERR_PEER_FAILED (or BURST_ERR_TIMEOUT) naming rank R.
+ *   drop:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *       The first message R sends in that step is never sent (its send completes at once).
+ *       The receiver: BURST_ERR_TIMEOUT naming rank R after the communicator's timeout
+ *       (BURST_TIMEOUT_MS); every other rank BURST_ERR_PEER_FAILED when the receiver aborts.
+ *   truncate:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *       That message is sent with half of its bytes (a 1-byte message with 0). The receiver
+ *       (and on the in-process transport the sender): BURST_ERR_TRANSPORT naming the peer and
+ *       the length(s); every other rank BURST_ERR_PEER_FAILED, or BURST_ERR_TIMEOUT where it
+ *       was itself waiting on a rank that was waiting (processes).
+ *   duplicate:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *       That message is sent twice (the copy from a private buffer). Tags are unique per call,
+ *       so the copy is never received: results stay correct (in-process, libfabric tcp); the
+ *       copy's request is released when the communicator is destroyed (no leak). libfabric shm
+ *       holds the connection behind a large unreceived message: there the ring stops with
+ *       BURST_ERR_TIMEOUT after the timeout instead (a defined error, not a hang).
+ *   delay:rank=R,phase=fwd|bwd,step=S,ms=M[,call=C]
+ *       That message is sent M ms late (the sending rank sleeps): results stay correct.
+ * A step in which R sends nothing leaves a message fault unused.
+ *
+ *   slow:rank=R,ms=M[,phase=fwd|bwd]
+ *       R sleeps M ms at the start of every ring step (of the phase, or of both): a slow rank.
+ *       Results stay correct; peers wait (within their timeout).
+ *
+ *   oom:alloc=N[,count=K]
+ *       Device out of memory: backend allocations of this process (burst_context_alloc, ring
+ *       scratch, staging buffers) are counted from 0, and numbers N..N+K-1 (K default 1) fail.
+ *       The call that allocates returns BURST_ERR_NO_MEMORY (its ring peers
+ *       BURST_ERR_PEER_FAILED) and frees what it had allocated.
+ *
+ * A malformed value is reported once on stderr and ignored (no fault at all).
  */
 #ifndef BURST_RUNTIME_FAULT_H
 #define BURST_RUNTIME_FAULT_H
 
-/* Called by the ring engine at every step (and with step = -1 after the last one). */
+#include <stddef.h>
+
+/* Called by the ring engine at every step (and with step = -1 after the last one): kill, slow,
+ * and arming a message fault for the calling thread's next send. */
 void burst_fault_step(int rank, int is_bwd, int step);
 
-/* Called at the start of every ring call: counts calls for `call=`. */
+/* Called at the start of every ring call: counts calls for `call=`, disarms message faults. */
 void burst_fault_call(int rank, int is_bwd);
+
+/* What the communicator does to the message that `rank` is sending now (transport/tp_comm.c). */
+enum burst_fault_msg {
+    BURST_FAULT_MSG_NONE = 0,
+    BURST_FAULT_MSG_DROP,
+    BURST_FAULT_MSG_TRUNCATE,
+    BURST_FAULT_MSG_DUPLICATE,
+    BURST_FAULT_MSG_DELAY, /* *ms_p: how long */
+};
+enum burst_fault_msg burst_fault_send(int rank, int *ms_p);
+
+/* Nonzero when the backend allocation being made now must fail (oom:). Thread-safe. */
+int burst_fault_alloc(void);
+
+/* Tests in one process: replace the specs (NULL or "" = none) and reset every counter, as if
+ * BURST_FAULT were `spec`. 0, or -1 when spec is malformed (then no fault is active). Not
+ * thread-safe: call it while no ring call is running. */
+int burst_fault_set(const char *spec);
 
 #endif /* BURST_RUNTIME_FAULT_H */

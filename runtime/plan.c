@@ -424,7 +424,7 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
     if (s->count == (int)(sizeof(s->ptrs) / sizeof(s->ptrs[0])))
         return burst_error(BURST_ERR_INTERNAL, "%s: too many scratch buffers", who);
     const struct burst_context *ctx = s->plan->ctx;
-    void *p = ctx->ops->alloc(ctx->be, bytes ? bytes : 1);
+    void *p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, bytes ? bytes : 1);
     if (!p)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,
                            bytes);

@@ -3,6 +3,7 @@
 
 #include "context_internal.h"
 #include "error.h"
+#include "fault.h"
 
 static int staged(const struct burst_plan *plan)
 {
@@ -29,7 +30,7 @@ static burst_status_t stage_get(struct burst_plan *plan, size_t len, int *idx_p)
                                BURST_STAGE_BUFS);
         if (pool[empty].ptr)
             ops->host_free(plan->ctx->be, pool[empty].ptr);
-        pool[empty].ptr = ops->host_alloc(plan->ctx->be, len);
+        pool[empty].ptr = burst_fault_alloc() ? NULL : ops->host_alloc(plan->ctx->be, len);
         pool[empty].size = pool[empty].ptr ? len : 0;
         if (!pool[empty].ptr)
             return burst_error(BURST_ERR_NO_MEMORY, "ring: %zu bytes of page-locked staging memory",

@@ -571,6 +571,50 @@ static int rank_timeout(struct burst_tp *tp, int rank, int n)
     return 0;
 }
 
+/*
+ * Peers' addresses come from the wire (the bootstrap): a short one must not make libfabric read
+ * past it (exactly-sized heap copy: ASan sees any over-read), an oversized one is refused with
+ * BURST_ERR_TRANSPORT naming the rank. One endpoint, in this process.
+ */
+static void test_bad_address(void **state)
+{
+    (void)state;
+    struct burst_fab *fab = NULL;
+    assert_int_equal(burst_fab_open(g_prov, g_iface, 0, 2, &fab), BURST_OK);
+    unsigned char mine[512];
+    size_t mlen = sizeof(mine);
+    assert_int_equal(burst_fab_address(fab, mine, &mlen), BURST_OK);
+    size_t big = 600;
+    unsigned char *huge = calloc(1, big), *shortest = malloc(3);
+    assert_non_null(huge);
+    assert_non_null(shortest);
+    memcpy(shortest, "f:1", 3); /* no NUL, shorter than any address */
+    const void *addrs[2] = {mine, shortest};
+    size_t lens[2] = {mlen, 3};
+    struct burst_tp *tp = NULL;
+    burst_status_t st = burst_fab_connect(fab, addrs, lens, &tp);
+    printf("%s: a 3-byte peer address: %s%s%s\n", g_prov, burst_status_str(st),
+           st ? ": " : "", st ? burst_last_error() : "");
+    if (st == BURST_OK) /* the provider took it: the transport owns the endpoint */
+        tp->ops->destroy(tp);
+    else
+        burst_fab_close(fab);
+    assert_int_equal(burst_fab_open(g_prov, g_iface, 0, 2, &fab), BURST_OK); /* a fresh one */
+    mlen = sizeof(mine);
+    assert_int_equal(burst_fab_address(fab, mine, &mlen), BURST_OK);
+    lens[0] = mlen;
+    addrs[1] = huge;
+    lens[1] = big;
+    st = burst_fab_connect(fab, addrs, lens, &tp);
+    printf("%s: a 600-byte peer address: %s: %s\n", g_prov, burst_status_str(st),
+           burst_last_error());
+    assert_int_equal(st, BURST_ERR_TRANSPORT);
+    assert_non_null(strstr(burst_last_error(), "address of rank 1 is 600 bytes"));
+    burst_fab_close(fab);
+    free(huge);
+    free(shortest);
+}
+
 static void test_timeout(void **state)
 {
     /* Over ofi_rxm the transport keeps chunks eager by default (tp_fabric.c, "ofi_rxm and dead
@@ -820,7 +864,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ring_chunked), cmocka_unit_test(test_tags),
         cmocka_unit_test(test_length),       cmocka_unit_test(test_length_chunked),
         cmocka_unit_test(test_timeout),      cmocka_unit_test(test_abort),
-        cmocka_unit_test(test_killed),
+        cmocka_unit_test(test_killed),       cmocka_unit_test(test_bad_address),
     };
     if (getenv("BURST_TEST_FILTER")) /* e.g. BURST_TEST_FILTER=test_length */
         cmocka_set_test_filter(getenv("BURST_TEST_FILTER"));

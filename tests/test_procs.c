@@ -10,6 +10,13 @@
  *                                two-level ring of G/2 ranks per host: fabric auto becomes the
  *                                hybrid "shm+tcp", 2 hosts, results bitwise those of the
  *                                in-process two-level ring. SKIP (77) where `ip netns add` fails
+ *   test_procs shm|tcp msgfaults G = 3 rank processes with BURST_FAULT (runtime/fault.h): a
+ *                                dropped message (BURST_ERR_TIMEOUT naming the sender within
+ *                                the 2 s timeout, PEER_FAILED elsewhere), a truncated one
+ *                                (BURST_ERR_TRANSPORT, length mismatch, no timeout wait), a
+ *                                duplicated, a delayed one and a slow rank (results bitwise
+ *                                those of the in-process ring), out of memory in every process
+ *                                (NO_MEMORY / PEER_FAILED)
  *   test_procs shm refused       wrong / malformed keys and corrupted, truncated and oversized
  *                                control messages are refused; the service keeps serving
  *   test_procs shm|tcp mpi       G = 2, 4 ranks started by Open MPI's mpirun join through the MPI
@@ -309,6 +316,7 @@ struct job {
 };
 
 static char g_self[4096];
+static const char *g_timeout = "20000"; /* BURST_TIMEOUT_MS of the rank processes */
 static pid_t g_children[256]; /* every rank process started: their /dev/shm names */
 static int g_nchildren;
 
@@ -382,7 +390,7 @@ static pid_t job_spawn(struct job *j, int rank, const char *key)
         setenv("BURST_TEST_RPN", rpn, 1);
         if (j->netns[rank] >= 0 && setns(j->netns[rank], CLONE_NEWNET) != 0)
             _exit(126);
-        setenv("BURST_TIMEOUT_MS", "20000", 1);
+        setenv("BURST_TIMEOUT_MS", g_timeout, 1);
         setenv("BURST_NUM_THREADS", "1", 1);
         close(j->pipe_r);
         char *argv[] = {g_self, "--worker", a[0], a[1], a[2], a[3],
@@ -970,6 +978,78 @@ static void case_fault(int G, int victim, char phase, int delay_ms, int step)
     check_leftovers(&before, "faults");
 }
 
+static const char *g_only; /* msgfaults: only the spec starting with this (argv[3]) */
+
+/*
+ * G rank processes run with BURST_FAULT=spec and BURST_TIMEOUT_MS=timeout. want == BURST_OK:
+ * every rank succeeds and the results are bitwise those of the in-process ring, and the run lasts
+ * at least min_ms; with may_stall, every rank may instead fail with BURST_ERR_TIMEOUT /
+ * PEER_FAILED (a duplicate that is never received holds the libfabric shm connection behind it).
+ * Else every rank fails, `want` at least once with `text` in its message, the others with
+ * BURST_ERR_PEER_FAILED (told by the rendezvous: the failing rank's ABORT) or `want`, and
+ * BURST_ERR_TIMEOUT only where timing out is the fault (drop); all within max_ms of the start
+ * (process start-up included): never a hang, and with a long timeout, nobody waits for it.
+ */
+static void case_msgfault(const char *spec, const char *timeout, burst_status_t want,
+                          const char *text, double min_ms, double max_ms, int may_stall)
+{
+    if (g_only && strncmp(spec, g_only, strlen(g_only)) != 0)
+        return;
+    struct prob p = {3, 2, 96 * 3, 4, 2, 32, harness_seed() + 7, 0};
+    struct snapshot before;
+    snap(&before);
+    struct job j;
+    if (job_open(&j, &p) != 0) {
+        CHECK(0, "%s: job setup failed", spec);
+        job_close(&j);
+        return;
+    }
+    g_timeout = timeout;
+    setenv("BURST_FAULT", spec, 1); /* inherited by every rank; only the named one acts */
+    double t0 = now_ms();
+    for (int r = 0; r < p.G; r++)
+        job_spawn(&j, r, NULL);
+    unsetenv("BURST_FAULT");
+    g_timeout = "20000";
+    CHECK(job_reap(&j, 30000, -1) == 0, "%s: a rank did not exit cleanly", spec);
+    double dt = now_ms() - t0;
+    int failed = 0;
+    for (int r = 0; r < p.G; r++)
+        failed += j.slots[r].st_comm || j.slots[r].st_plan || j.slots[r].st_fwd ||
+                  j.slots[r].st_bwd;
+    if (want == BURST_OK && !(may_stall && failed)) {
+        check_results(&p, j.slots, &j.out, spec, dt, g_prov, 1);
+        CHECK(dt >= min_ms, "%s: took %.0f ms, less than %.0f: no fault acted?", spec, dt, min_ms);
+    } else {
+        int seen = 0;
+        double last = 0;
+        if (want == BURST_OK) { /* a stall: timeouts, and the ranks told about them */
+            want = BURST_ERR_TIMEOUT;
+            text = "did not complete";
+            max_ms = 15000;
+        }
+        for (int r = 0; r < p.G; r++) {
+            const struct slot *sl = &j.slots[r];
+            burst_status_t st = sl->st_comm   ? sl->st_comm
+                                : sl->st_plan ? sl->st_plan
+                                : sl->st_fwd  ? sl->st_fwd
+                                              : sl->st_bwd;
+            CHECK(sl->done && (st == want || st == BURST_ERR_PEER_FAILED),
+                  "%s: rank %d (done %d) returned %s: %s", spec, r, sl->done, burst_status_str(st),
+                  sl->msg);
+            seen += st == want && harness_contains(sl->msg, text);
+            printf("  rank %d: %s after %.0f ms: %s\n", r, burst_status_str(st),
+                   sl->t_fail_ms - t0, sl->msg);
+            last = sl->t_fail_ms - t0 > last ? sl->t_fail_ms - t0 : last;
+        }
+        CHECK(seen > 0, "%s: no rank returned %s with \"%s\"", spec, burst_status_str(want), text);
+        CHECK(last < max_ms, "%s: the last rank failed %.0f ms after the start", spec, last);
+        printf("%s G=3 %s: every rank failed within %.0f ms\n", g_prov, spec, last);
+    }
+    job_close(&j);
+    check_leftovers(&before, spec);
+}
+
 /* A raw connection sends `msg` and reads the reply; 1 if the service answered REFUSED (3). */
 static int raw_refused(const char *addr, const void *msg, size_t len, int close_early)
 {
@@ -1063,7 +1143,7 @@ int main(int argc, char **argv)
     if (argc > 1 && (strcmp(argv[1], "--worker") == 0 || strcmp(argv[1], "--mpi-worker") == 0))
         return worker_main(argc, argv);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s shm|tcp results|faults|refused|mpi\n", argv[0]);
+        fprintf(stderr, "usage: %s shm|tcp results|faults|msgfaults|refused|netns|mpi\n", argv[0]);
         return 2;
     }
     ssize_t n = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
@@ -1113,6 +1193,18 @@ int main(int argc, char **argv)
         for (int ph = 0; ph < 2; ph++)
             for (int step = -1; step < 4; step++)
                 case_fault(4, 3 - ph, ph ? 'B' : 'F', 0, step);
+    } else if (strcmp(what, "msgfaults") == 0) {
+        g_only = argc > 3 ? argv[3] : NULL;
+        case_msgfault("drop:rank=1,phase=fwd,step=0", "2000", BURST_ERR_TIMEOUT,
+                      "did not complete within 2000 ms", 0, 15000, 0);
+        /* 20 s timeouts: every rank must hear of the failure long before */
+        case_msgfault("truncate:rank=2,phase=bwd,step=1", "20000", BURST_ERR_TRANSPORT,
+                      "length mismatch", 0, 12000, 0);
+        case_msgfault("oom:alloc=1", "20000", BURST_ERR_NO_MEMORY, "allocate", 0, 12000, 0);
+        case_msgfault("duplicate:rank=0,phase=fwd,step=1;duplicate:rank=1,phase=bwd,step=0",
+                      "2000", BURST_OK, "", 0, 0, 1);
+        case_msgfault("delay:rank=1,phase=bwd,step=0,ms=400", "20000", BURST_OK, "", 400, 0, 0);
+        case_msgfault("slow:rank=2,ms=100", "20000", BURST_OK, "", 600, 0, 0);
     } else if (strcmp(what, "refused") == 0) {
         case_refused();
     } else if (strcmp(what, "netns") == 0) {

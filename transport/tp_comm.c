@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "context_internal.h"
 #include "error.h"
+#include "fault.h"
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
 
@@ -270,10 +272,30 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     return burst_comm_create(&p, comm_p);
 }
 
+/* Release the copies of BURST_FAULT=duplicate (never received: a zero wait cancels them),
+ * keeping the thread's last error message. */
+static void drain_duplicates(struct burst_comm *comm)
+{
+    if (!comm->ndup)
+        return;
+    char keep[512];
+    snprintf(keep, sizeof(keep), "%s", burst_last_error());
+    for (int i = 0; i < comm->ndup; i++) {
+        comm->tp->ops->wait(comm->tp, comm->dup_req[i], 0);
+        free(comm->dup_buf[i]);
+    }
+    comm->ndup = 0;
+    if (keep[0])
+        burst_error(BURST_ERR_INTERNAL, "%s", keep);
+    else
+        burst_error_clear();
+}
+
 void burst_comm_destroy(struct burst_comm *comm)
 {
     if (!comm)
         return;
+    drain_duplicates(comm);
     comm->tp->ops->destroy(comm->tp);
     burst_boot_leave(comm->boot, 1); /* after the endpoint is gone: BYE means "cleaned up" */
     free(comm->host_of);
@@ -331,12 +353,52 @@ static burst_status_t fail(struct burst_comm *comm, burst_status_t st)
     return st;
 }
 
+/* BURST_FAULT=duplicate: send a private copy of the message too (kept until destroy). A
+ * failure aborts the ring; the original request stays the caller's to wait for. */
+static void send_duplicate(struct burst_comm *comm, int peer, uint64_t tag,
+                                     const void *buf, size_t len)
+{
+    void *copy = malloc(len ? len : 1);
+    if (!copy || comm->ndup == (int)(sizeof(comm->dup_req) / sizeof(comm->dup_req[0]))) {
+        free(copy);
+        return; /* no room: the duplicate is skipped */
+    }
+    if (len)
+        memcpy(copy, buf, len);
+    struct burst_tp_req *r = NULL;
+    burst_status_t st = comm->tp->ops->isend(comm->tp, peer, tag, copy, len, &r);
+    if (st != BURST_OK) { /* the ring is aborted: the caller's waits report it */
+        free(copy);
+        fail(comm, st);
+        return;
+    }
+    comm->dup_req[comm->ndup] = r;
+    comm->dup_buf[comm->ndup++] = copy;
+}
+
 burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
                                 size_t len, struct burst_tp_req **req_p)
 {
+    int ms = 0; /* ring messages only: never the plan's handshake */
+    enum burst_fault_msg fault = ((tag >> 24) & 0xff) == BURST_MSG_HANDSHAKE
+                                     ? BURST_FAULT_MSG_NONE
+                                     : burst_fault_send(comm->rank, &ms);
+    if (fault == BURST_FAULT_MSG_DROP) {
+        *req_p = NULL; /* as if sent: burst_comm_wait(NULL) succeeds */
+        return BURST_OK;
+    }
+    if (fault == BURST_FAULT_MSG_TRUNCATE)
+        len /= 2;
+    if (fault == BURST_FAULT_MSG_DELAY) {
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
     burst_status_t st = comm->tp->ops->isend(comm->tp, peer, tag, buf, len, req_p);
     if (st != BURST_OK)
         return fail(comm, st);
+    if (fault == BURST_FAULT_MSG_DUPLICATE)
+        send_duplicate(comm, peer, tag, buf, len);
     if (comm->count) {
         comm->count->bytes_sent += len;
         comm->count->msgs_sent++;

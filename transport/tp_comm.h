@@ -30,7 +30,14 @@ struct burst_comm {
                                 "shm+tcp" (shm inside hosts, the network between them) */
     int *host_of;            /* [size]: lowest rank on the same host as rank r */
     int nhosts;              /* distinct hosts in the ring */
+    /* BURST_FAULT=duplicate: the extra copies sent (never received), released at destroy */
+    struct burst_tp_req *dup_req[4];
+    void *dup_buf[4];
+    int ndup;
 };
+
+/* Every message of the ring passes burst_comm_isend: the transport-independent place where
+ * BURST_FAULT's drop / truncate / duplicate / delay act (runtime/fault.h). */
 
 /* Tag of a message: (collective call sequence, message kind, ring step). */
 enum burst_msg_kind {

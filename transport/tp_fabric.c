@@ -116,6 +116,7 @@
 #define FAB_RXM_BUFFER 65536      /* FI_OFI_RXM_BUFFER_SIZE unless the user sets it */
 #define FAB_RXM_POOL 256          /* FI_OFI_RXM_{TX,RX,MSG_RX}_SIZE unless the user sets them */
 #define FAB_RXM_HDR 256           /* >= ofi_rxm's packet header inside a bounce buffer */
+#define FAB_ADDR_MAX 512 /* a peer's address from the bootstrap, bytes (> any provider's) */
 
 /* One posted chunk. The libfabric context must come first: completions return its address. */
 struct fab_op {
@@ -1154,8 +1155,16 @@ burst_status_t burst_fab_connect(struct burst_fab *f, const void *const *addrs, 
                                    r);
             continue;
         }
+        /* The address came from the wire: fi_av_insert reads the provider's address length, or
+         * up to a NUL (shm names), whatever lens[r] says. Give it a zero-padded copy. */
+        if (lens[r] >= FAB_ADDR_MAX)
+            return burst_error(BURST_ERR_TRANSPORT,
+                               "%s: rank %d: the address of rank %d is %zu bytes (at most %d)",
+                               who, f->base.rank, r, lens[r], FAB_ADDR_MAX - 1);
+        unsigned char addr[FAB_ADDR_MAX] = {0};
+        memcpy(addr, addrs[r], lens[r]);
         fi_addr_t a = FI_ADDR_UNSPEC;
-        int ret = fi_av_insert(f->av, addrs[r], 1, &a, 0, NULL);
+        int ret = fi_av_insert(f->av, addr, 1, &a, 0, NULL);
         if (ret != 1)
             return fab_error(f->prov, "fi_av_insert", ret < 0 ? ret : -FI_EADDRNOTAVAIL,
                              "rank %d: address of rank %d", f->base.rank, r);

@@ -32,6 +32,8 @@ burst_status_t burst_fab_open(const char *provider, const char *iface, int rank,
 burst_status_t burst_fab_address(struct burst_fab *fab, void *buf, size_t *len_p);
 
 /* Insert the addresses of every rank (addrs[r], lens[r]; r = 0..size-1) and become a transport.
+ * Addresses come from peers: each is copied into a zero-padded buffer before libfabric reads it
+ * (an address of 512 bytes or more is refused with BURST_ERR_TRANSPORT naming the rank).
  * An empty address (NULL or length 0) leaves that peer unreachable through this endpoint (the
  * hybrid transport reaches it through another); this rank's own address must be present.
  * On success the transport owns fab; on failure fab is still the caller's. */

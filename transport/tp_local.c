@@ -31,6 +31,7 @@ struct burst_tp_req {
     uint64_t tag;
     void *buf;
     size_t len;
+    size_t other_len; /* the matched message's, when the lengths differ */
     enum req_state state;
     burst_status_t status;
 };
@@ -137,6 +138,8 @@ static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct b
     list_remove(other, m);
     struct burst_tp_req *s = r->is_send ? r : m, *d = r->is_send ? m : r;
     if (s->len != d->len) {
+        s->other_len = d->len;
+        d->other_len = s->len;
         s->status = d->status = BURST_ERR_TRANSPORT;
         s->state = d->state = REQ_DONE;
         pthread_cond_broadcast(&w->cond);
@@ -209,9 +212,9 @@ static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int
         if (st != BURST_OK)
             burst_error(st,
                         "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx) "
-                        "matched a message of another length",
+                        "matched a message of another length (%zu bytes)",
                         t->rank, r->is_send ? "send" : "receive", r->len,
-                        r->is_send ? r->dst : r->src, (unsigned long long)r->tag);
+                        r->is_send ? r->dst : r->src, (unsigned long long)r->tag, r->other_len);
     } else {
         list_remove(r->is_send ? &w->sends : &w->recvs, r);
         int peer = r->is_send ? r->dst : r->src;

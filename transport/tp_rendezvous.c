@@ -644,19 +644,36 @@ static void *rv_main(void *arg)
         if (pfd[1].revents)
             rv_accept(rv);
         now = now_ms();
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 0: this round's deaths; then its ABORTs (rv_fail keeps the first failure,
+             * so a death is what the others hear), also from ranks that left or died since
+             * (ABORT, BYE and EOF often arrive together); pass 1: deaths caused by the
+             * broadcast. */
+            for (int i = 0; i < rv->ncl; i++) {
+                struct rv_client *c = rv->cl[i];
+                if (c->state == CL_NEW && !c->close_after_flush && now >= c->hello_deadline)
+                    c->dead = 1;
+                cl_flush(c);
+                if (c->close_after_flush && c->out_len == 0)
+                    c->dead = 1;
+                if (c->dead && c->state == CL_JOINED) {
+                    char why[128];
+                    snprintf(why, sizeof(why), "the control connection of rank %d broke",
+                             c->rank);
+                    rv_lost(rv, c, why);
+                }
+            }
+            for (int i = 0; pass == 0 && i < rv->ncl; i++) {
+                struct rv_client *c = rv->cl[i];
+                if (c->abort_pending) {
+                    c->abort_pending = 0;
+                    rv_fail(rv, c->rank, c->abort_why);
+                }
+            }
+        }
         int k = 0;
         for (int i = 0; i < rv->ncl; i++) {
             struct rv_client *c = rv->cl[i];
-            if (c->state == CL_NEW && !c->close_after_flush && now >= c->hello_deadline)
-                c->dead = 1;
-            cl_flush(c);
-            if (c->close_after_flush && c->out_len == 0)
-                c->dead = 1;
-            if (c->dead && c->state == CL_JOINED) {
-                char why[128];
-                snprintf(why, sizeof(why), "the control connection of rank %d broke", c->rank);
-                rv_lost(rv, c, why);
-            }
             if (c->dead)
                 cl_free(c);
             else
