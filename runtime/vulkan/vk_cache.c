@@ -17,7 +17,8 @@
  * forward kernel of each head-dim class, time the rule's tile and its neighbours (T in {1, 2, 4,
  * 8}, workgroups of 64 / 128 / 256, BC halved) on a 1024-row fp16 problem with timestamp
  * queries and keep the fastest; the backward kernels take the forward's T and workgroup. A few
- * seconds on a GPU; slow on lavapipe.
+ * seconds on a GPU; slow on lavapipe. BURST_VK_AUTOTUNE=<head dim> tunes only that head dim's
+ * class (64, 128 or 256) and keeps the rule's tiles for the others.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -168,7 +169,7 @@ static void burst_vk_autotune(struct burst_vk_backend *be, struct burst_vk_tiles
     static const int ts[] = {1, 2, 4, 8}, wgs[] = {64, 128, 256};
     for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
         struct burst_vk_tile best = tiles->k[BURST_VK_FWD][c];
-        if (best.t == 0)
+        if (best.t == 0 || (be->env.autotune > 1 && burst_vk_dclass(be->env.autotune) != c))
             continue;
         int d = burst_vk_dclass_max[c];
         double best_ms = burst_vk_time_fwd(be, BURST_VK_FWD, d, &best);

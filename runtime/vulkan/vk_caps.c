@@ -45,7 +45,8 @@ void burst_vk_env_read(struct burst_vk_env *env)
 {
     env->subgroup = burst_vk_env_int("BURST_VK_SUBGROUP", 1) != 0;
     env->coopmat = burst_vk_env_int("BURST_VK_COOPMAT", 1) != 0;
-    env->autotune = burst_vk_env_int("BURST_VK_AUTOTUNE", 0) != 0;
+    int at = burst_vk_env_int("BURST_VK_AUTOTUNE", 0);
+    env->autotune = at == 1 || (at >= 8 && at <= 256) ? at : 0;
     env->cache = burst_vk_env_int("BURST_VK_CACHE", 1) != 0;
     env->profile = burst_vk_env_int("BURST_VK_PROFILE", 0) != 0;
     int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);

@@ -102,7 +102,8 @@ struct burst_vk_tiles {
 struct burst_vk_env {
     int subgroup;        /* BURST_VK_SUBGROUP: 0 = scalar kernels only */
     int coopmat;         /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
-    int autotune;        /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best */
+    int autotune;        /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
+                          * a head dim (8..256) = only for its class (the others keep the rule) */
     int cache;           /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
     int profile;         /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
     uint32_t max_shared; /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
