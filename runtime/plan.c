@@ -214,7 +214,16 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
                                   sizeof(mine));
     for (int r = 0; st == BURST_OK && r < plan->size; r++)
         for (int f = 0; f < F_SPEED; f++)
-            if (all[r * F_COUNT + f] != mine[f]) {
+            if (all[r * F_COUNT + f] != mine[f] && (f == F_WEIGHTS || f == F_SHARDS)) {
+                st = burst_error(BURST_ERR_PLAN_MISMATCH, /* hashes: their values say nothing */
+                                 "%s: the plan of rank %d differs from this rank's (%d) in field "
+                                 "%s (%s)",
+                                 who, r, plan->rank, field_names[f],
+                                 !all[r * F_COUNT + f] ? "unset there, set here"
+                                 : !mine[f]            ? "set there, unset here"
+                                                       : "the values differ");
+                break;
+            } else if (all[r * F_COUNT + f] != mine[f]) {
                 st = burst_error(BURST_ERR_PLAN_MISMATCH,
                                  "%s: the plan of rank %d differs from this rank's (%d) in field "
                                  "%s (%lld there, %lld here)",
