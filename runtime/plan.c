@@ -265,6 +265,7 @@ static burst_status_t plan_shards(struct burst_plan *plan, const char *who,
 /* Everything that follows from the shards: positions, step count, traffic/time slots. */
 static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
 {
+    const int had = plan->step_traffic[0] ? plan->steps + 1 : 0; /* slots kept (setup) */
     plan->steps = 0; /* measured shards not known yet: the handshake's slot only */
     if (plan->shards.lens) {
         plan->pos = burst_shards_posmap(&plan->shards, plan->rank);
@@ -284,10 +285,10 @@ static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
             plan->step_time[ph] = w;
         if (!t || !w)
             return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
-        if (ph != BURST_PHASE_SETUP) {
-            memset(plan->step_traffic[ph], 0, slots * sizeof(struct burst_traffic));
-            memset(plan->step_time[ph], 0, slots * sizeof(struct burst_step_time));
-        }
+        /* the setup phase keeps the handshake's counts; new slots start at zero */
+        size_t keep = ph != BURST_PHASE_SETUP ? 0 : (size_t)had < slots ? (size_t)had : slots;
+        memset(plan->step_traffic[ph] + keep, 0, (slots - keep) * sizeof(struct burst_traffic));
+        memset(plan->step_time[ph] + keep, 0, (slots - keep) * sizeof(struct burst_step_time));
     }
     return BURST_OK;
 }

@@ -238,6 +238,7 @@ struct mstate {
     char msg[MG][512];
     int64_t lens[MG][MG];
     double speeds[MG][MG];
+    uint64_t setup_sent[MG]; /* bytes the handshake sent (setup phase, slot 0) */
 };
 
 static void mrank(int rank, struct burst_comm *comm, void *arg)
@@ -263,6 +264,9 @@ static void mrank(int rank, struct burst_comm *comm, void *arg)
     struct burst_plan *plan = NULL;
     s->st[rank] = burst_plan_create(harness_context(), comm, &pp, &plan);
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
+    struct burst_traffic t = {0};
+    if (plan && burst_plan_step_traffic(plan, BURST_PHASE_SETUP, 0, &t) == BURST_OK)
+        s->setup_sent[rank] = t.bytes_sent;
     for (int r = 0; plan && r < MG; r++) {
         s->lens[rank][r] = burst_plan_shard_len(plan, r);
         s->speeds[rank][r] = burst_plan_rank_speed(plan, r);
@@ -297,6 +301,7 @@ static void test_measure(void **state)
             sum += s.lens[r][i];
         }
         assert_int_equal(sum, 90);
+        assert_true(s.setup_sent[r] > 0); /* the handshake's count survives the late shards */
     }
     run_m(&s, 3);
     for (int r = 0; r < MG; r++) {
