@@ -117,6 +117,11 @@ const char *burst_context_backend(const struct burst_context *ctx)
     return ctx ? ctx->ops->name : "";
 }
 
+int burst_context_device_memory(const struct burst_context *ctx)
+{
+    return ctx ? ctx->ops->device_memory : 0;
+}
+
 int burst_context_num_threads(const struct burst_context *ctx)
 {
     return ctx && ctx->ops->num_threads ? ctx->ops->num_threads(ctx->be) : 1;

@@ -339,6 +339,14 @@ static void test_mismatch_measure(void **state)
     expect_mismatch(2, "measure_speed", 2);
 }
 
+/* burst_context_device_memory: what burstrun asks to place a rank's tensors (cuda: yes) */
+static void test_device_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(burst_context_device_memory(NULL), 0);
+    assert_int_equal(burst_context_device_memory(harness_backend_context("cpu")), 0);
+}
+
 int main(int argc, char **argv)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
@@ -352,6 +360,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rounding),         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_measure),          cmocka_unit_test(test_mismatch_weights),
         cmocka_unit_test(test_mismatch_measure),
+        cmocka_unit_test(test_device_memory),
     };
     /* one case through the per-rank context list (a cpu context other than the shared one) */
     cases[0].backends = "cpu,cpu";

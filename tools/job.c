@@ -400,6 +400,37 @@ static void maybe_kill(const struct rank_run *rr, int it, char phase)
         raise(SIGKILL);
 }
 
+/* Ranks on a device-memory backend (cuda) compute on tensors in their context's memory: each
+ * global permuted tensor's shard of the rank, packed [B, n, H, d] contiguous. */
+struct dev_shards {
+    struct burst_context *ctx;
+    void *buf[8]; /* q, k, v, dout, o, dq, dk, dv */
+    float *lse;
+};
+
+/* Copy rank's rows of global tensor `host` (heads) to or from the packed shard `dev`. */
+static burst_status_t dev_copy(const struct job *j, struct burst_context *ctx, int rank, int heads,
+                               void *host, void *dev, int up)
+{
+    const struct job_params *p = j->p;
+    size_t row = (size_t)heads * (size_t)p->head_dim * j->esz, n = (size_t)j->lens[rank];
+    burst_status_t st = BURST_OK;
+    for (int64_t b = 0; st == BURST_OK && b < p->batch; b++) {
+        char *h = (char *)host + ((size_t)b * (size_t)p->seq_len + (size_t)j->offs[rank]) * row;
+        char *d = (char *)dev + (size_t)b * n * row;
+        st = up ? burst_context_memcpy(ctx, d, h, n * row)
+                : burst_context_memcpy(ctx, h, d, n * row);
+    }
+    return st;
+}
+
+static void dev_free(struct dev_shards *ds)
+{
+    for (int t = 0; t < 8; t++)
+        burst_context_free(ds->ctx, ds->buf[t]);
+    burst_context_free(ds->ctx, ds->lse);
+}
+
 static void rank_loop(struct rank_run *rr)
 {
     struct job *j = rr->j;
@@ -437,6 +468,7 @@ static void rank_loop(struct rank_run *rr)
         pp.shard_weights = reversed;
     }
     struct burst_context *ctx = j->ctxs ? j->ctxs[r] : j->ctx;
+    struct dev_shards ds = {.ctx = ctx};
     burst_status_t st = burst_plan_create(ctx, rr->comm, &pp, &plan);
     if (st != BURST_OK)
         fl = rank_fail(rr, "burst_plan_create", st);
@@ -449,6 +481,31 @@ static void rank_loop(struct rank_run *rr)
                         dout = view(j, j->dout, r, p->q_heads), dq = view(j, j->dq, r, p->q_heads),
                         dk = view(j, j->dk, r, p->kv_heads), dv = view(j, j->dv, r, p->kv_heads);
     float *lse = j->lse[r];
+    fl = 0;
+    if (burst_context_device_memory(ctx)) {
+        void *hosts[8] = {j->q, j->k, j->v, j->dout, j->o, j->dq, j->dk, j->dv};
+        struct burst_tensor *views[8] = {&q, &k, &v, &dout, &o, &dq, &dk, &dv};
+        st = BURST_OK;
+        for (int t = 0; st == BURST_OK && t < 8; t++) {
+            int heads = (t == 1 || t == 2 || t == 6 || t == 7) ? p->kv_heads : p->q_heads;
+            size_t bytes = (size_t)p->batch * (size_t)j->lens[r] * (size_t)heads *
+                           (size_t)p->head_dim * j->esz;
+            if (!hosts[t]) /* --fwd-only: no backward tensors */
+                continue;
+            st = burst_context_alloc(ctx, bytes, &ds.buf[t]);
+            if (st == BURST_OK && t < 4)
+                st = dev_copy(j, ctx, r, heads, hosts[t], ds.buf[t], 1);
+            *views[t] = burst_tensor_contiguous(ds.buf[t], p->dtype, p->batch, j->lens[r], heads,
+                                                p->head_dim);
+        }
+        size_t nl = (size_t)p->batch * (size_t)p->q_heads * (size_t)j->lens[r];
+        if (st == BURST_OK)
+            st = burst_context_alloc(ctx, nl * sizeof(float), (void **)&ds.lse);
+        lse = ds.lse;
+        fl = st != BURST_OK ? rank_fail(rr, "burst_context_alloc / memcpy", st) : 0;
+    }
+    if (rank_sync(rr, fl) & FLAG_FAIL) /* every rank: threads meet at this barrier */
+        goto out;
     int total = p->warmup + p->iters;
     double timed_start = 0.0, cpu0 = 0.0;
     for (int it = 0; it < total; it++) {
@@ -493,7 +550,22 @@ static void rank_loop(struct rank_run *rr)
     burst_plan_stats(plan, BURST_PHASE_FWD, &rr->st.fwd);
     if (p->run_bwd)
         burst_plan_stats(plan, BURST_PHASE_BWD, &rr->st.bwd);
+    if (ds.lse) { /* outputs back into the job's global tensors */
+        void *hosts[8] = {j->q, j->k, j->v, j->dout, j->o, j->dq, j->dk, j->dv};
+        st = BURST_OK;
+        for (int t = 4; st == BURST_OK && t < 8; t++)
+            if (hosts[t])
+                st = dev_copy(j, ctx, r, (t == 6 || t == 7) ? p->kv_heads : p->q_heads, hosts[t],
+                              ds.buf[t], 0);
+        if (st == BURST_OK)
+            st = burst_context_memcpy(ctx, j->lse[r], ds.lse,
+                                      (size_t)p->batch * (size_t)p->q_heads * (size_t)j->lens[r] *
+                                          sizeof(float));
+        if (st != BURST_OK)
+            rank_fail(rr, "burst_context_memcpy (outputs)", st);
+    }
 out:
+    dev_free(&ds);
     burst_plan_destroy(plan);
 }
 

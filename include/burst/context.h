@@ -71,6 +71,11 @@ BURST_API int burst_context_num_threads(const struct burst_context *ctx);
  */
 BURST_API burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void **ptr_p);
 
+/* Nonzero when burst_context_alloc() returns memory the host cannot address (cuda: cudaMalloc):
+ * tensors passed to the plan's calls must then live in such memory, filled and read with
+ * burst_context_memcpy(). 0 for cpu and vulkan (and for NULL). Thread-safe. Since API 0.2. */
+BURST_API int burst_context_device_memory(const struct burst_context *ctx);
+
 /* Free memory from burst_context_alloc(); NULL is accepted. Thread-safe. */
 BURST_API void burst_context_free(struct burst_context *ctx, void *ptr);
 
