@@ -327,13 +327,14 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
 
     struct burst_plan *plan = calloc(1, sizeof(*plan));
-    double *speeds = calloc((size_t)comm->size, sizeof(double));
+    double *speeds = calloc(2 * (size_t)comm->size, sizeof(double)); /* + weights */
     if (!plan || !speeds) {
         free(plan);
         free(speeds);
         burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     }
+    double *weights = speeds + comm->size;
     plan->ctx = ctx;
     plan->comm = comm;
     plan->rank = comm->rank;
@@ -369,7 +370,14 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
     st = handshake(plan, params, speed, params->measure_speed ? speeds : NULL);
     if (st == BURST_OK && params->measure_speed) {
-        st = plan_shards(plan, who, params, speeds);
+        /* as weights relative to the fastest rank: a GPU's rate (~1e12 rows x keys x heads per
+         * second) may exceed the largest weight accepted from callers */
+        double top = 0.0;
+        for (int r = 0; r < plan->size; r++)
+            top = speeds[r] > top ? speeds[r] : top;
+        for (int r = 0; r < plan->size; r++)
+            weights[r] = top > 0.0 ? speeds[r] / top : 1.0;
+        st = plan_shards(plan, who, params, weights);
         if (st == BURST_OK)
             st = plan_derive(plan, who);
         if (st != BURST_OK) /* the same on every rank: every rank fails alike */
