@@ -1,4 +1,5 @@
 /* runtime/layout.c - public layout helpers: shard lengths, positions, permutations. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "burst/layout.h"
@@ -7,9 +8,9 @@
 #include "tensor_check.h"
 
 static burst_status_t shards_for(const char *who, burst_layout_t layout, int64_t seq_len, int ranks,
-                                 int rank, struct burst_shards *s)
+                                 const int64_t *lens, int rank, struct burst_shards *s)
 {
-    burst_status_t st = burst_shards_init(s, who, layout, seq_len, ranks, NULL);
+    burst_status_t st = burst_shards_init(s, who, layout, seq_len, ranks, lens);
     if (st != BURST_OK)
         return st;
     if (rank < 0 || rank >= ranks) {
@@ -28,7 +29,7 @@ burst_status_t burst_layout_shard_len(burst_layout_t layout, int64_t seq_len, in
     burst_error_clear();
     if (!len_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: len_p is NULL", who);
-    burst_status_t st = shards_for(who, layout, seq_len, ranks, rank, &s);
+    burst_status_t st = shards_for(who, layout, seq_len, ranks, NULL, rank, &s);
     if (st != BURST_OK)
         return st;
     *len_p = s.lens[rank];
@@ -44,7 +45,7 @@ burst_status_t burst_layout_shard_offset(burst_layout_t layout, int64_t seq_len,
     burst_error_clear();
     if (!offset_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: offset_p is NULL", who);
-    burst_status_t st = shards_for(who, layout, seq_len, ranks, rank, &s);
+    burst_status_t st = shards_for(who, layout, seq_len, ranks, NULL, rank, &s);
     if (st != BURST_OK)
         return st;
     *offset_p = s.offsets[rank];
@@ -52,15 +53,14 @@ burst_status_t burst_layout_shard_offset(burst_layout_t layout, int64_t seq_len,
     return BURST_OK;
 }
 
-burst_status_t burst_layout_position(burst_layout_t layout, int64_t seq_len, int ranks, int rank,
-                                     int64_t local, int64_t *pos_p)
+static burst_status_t position(const char *who, burst_layout_t layout, int64_t seq_len, int ranks,
+                               const int64_t *lens, int rank, int64_t local, int64_t *pos_p)
 {
-    static const char *who = "burst_layout_position";
     struct burst_shards s;
     burst_error_clear();
     if (!pos_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: pos_p is NULL", who);
-    burst_status_t st = shards_for(who, layout, seq_len, ranks, rank, &s);
+    burst_status_t st = shards_for(who, layout, seq_len, ranks, lens, rank, &s);
     if (st != BURST_OK)
         return st;
     if (local < 0 || local >= s.lens[rank]) {
@@ -71,6 +71,43 @@ burst_status_t burst_layout_position(burst_layout_t layout, int64_t seq_len, int
         *pos_p = burst_posmap_pos(&m, local);
     }
     burst_shards_fini(&s);
+    return st;
+}
+
+burst_status_t burst_layout_position(burst_layout_t layout, int64_t seq_len, int ranks, int rank,
+                                     int64_t local, int64_t *pos_p)
+{
+    return position("burst_layout_position", layout, seq_len, ranks, NULL, rank, local, pos_p);
+}
+
+burst_status_t burst_layout_position_lens(burst_layout_t layout, int64_t seq_len, int ranks,
+                                          const int64_t *lens, int rank, int64_t local,
+                                          int64_t *pos_p)
+{
+    return position("burst_layout_position_lens", layout, seq_len, ranks, lens, rank, local, pos_p);
+}
+
+burst_status_t burst_layout_weighted_lens(burst_layout_t layout, int64_t seq_len, int ranks,
+                                          const double *weights, int64_t *lens_p)
+{
+    static const char *who = "burst_layout_weighted_lens";
+    burst_error_clear();
+    if (ranks < 1)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: ranks = %d must be >= 1", who, ranks);
+    if (!weights || !lens_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", who,
+                           weights ? "lens_p" : "weights");
+    if (layout != BURST_LAYOUT_NATURAL && layout != BURST_LAYOUT_ZIGZAG &&
+        layout != BURST_LAYOUT_STRIPED)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: layout = %d is not a burst_layout_t", who,
+                           (int)layout);
+    int64_t *tmp = malloc(sizeof(int64_t) * (size_t)ranks);
+    if (!tmp)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    burst_status_t st = burst_shards_weighted_lens(who, layout, seq_len, ranks, weights, tmp);
+    if (st == BURST_OK)
+        memcpy(lens_p, tmp, sizeof(int64_t) * (size_t)ranks);
+    free(tmp);
     return st;
 }
 
@@ -89,8 +126,9 @@ static void copy_row(const struct burst_tensor *dst, int64_t to, const struct bu
 }
 
 static burst_status_t permute(const char *who, burst_layout_t layout, int ranks,
-                              const struct burst_tensor *src, const char *src_name,
-                              struct burst_tensor *dst, const char *dst_name, int forward)
+                              const int64_t *lens, const struct burst_tensor *src,
+                              const char *src_name, struct burst_tensor *dst, const char *dst_name,
+                              int forward)
 {
     burst_error_clear();
     burst_status_t st = burst_tensor_check_view(who, src_name, src, 0);
@@ -111,7 +149,7 @@ static burst_status_t permute(const char *who, burst_layout_t layout, int ranks,
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s and %s overlap in memory", who, src_name,
                            dst_name);
     struct burst_shards s;
-    st = burst_shards_init(&s, who, layout, src->shape[1], ranks, NULL);
+    st = burst_shards_init(&s, who, layout, src->shape[1], ranks, lens);
     if (st != BURST_OK)
         return st;
     size_t es = burst_dtype_size(src->dtype);
@@ -133,14 +171,30 @@ burst_status_t burst_layout_permute(burst_layout_t layout, int ranks,
                                     const struct burst_tensor *natural,
                                     struct burst_tensor *permuted)
 {
-    return permute("burst_layout_permute", layout, ranks, natural, "natural", permuted, "permuted",
-                   1);
+    return permute("burst_layout_permute", layout, ranks, NULL, natural, "natural", permuted,
+                   "permuted", 1);
 }
 
 burst_status_t burst_layout_unpermute(burst_layout_t layout, int ranks,
                                       const struct burst_tensor *permuted,
                                       struct burst_tensor *natural)
 {
-    return permute("burst_layout_unpermute", layout, ranks, permuted, "permuted", natural,
+    return permute("burst_layout_unpermute", layout, ranks, NULL, permuted, "permuted", natural,
                    "natural", 0);
+}
+
+burst_status_t burst_layout_permute_lens(burst_layout_t layout, int ranks, const int64_t *lens,
+                                         const struct burst_tensor *natural,
+                                         struct burst_tensor *permuted)
+{
+    return permute("burst_layout_permute_lens", layout, ranks, lens, natural, "natural", permuted,
+                   "permuted", 1);
+}
+
+burst_status_t burst_layout_unpermute_lens(burst_layout_t layout, int ranks, const int64_t *lens,
+                                           const struct burst_tensor *permuted,
+                                           struct burst_tensor *natural)
+{
+    return permute("burst_layout_unpermute_lens", layout, ranks, lens, permuted, "permuted",
+                   natural, "natural", 0);
 }

@@ -2,6 +2,7 @@
  * runtime/plan.c - plan validation, the cross-rank handshake, pattern choice and statistics.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 #include "fault.h"
 #include "ring_xfer.h"
 #include "plan_internal.h"
+#include "speed.h"
 
 struct burst_plan_params burst_plan_params_default(void)
 {
@@ -31,7 +33,19 @@ struct burst_plan_params burst_plan_params_default(void)
         .acc_wire = BURST_WIRE_FP32,
         .deterministic = 0,
         .ranks_per_node = 0,
+        .shard_weights = NULL,
+        .measure_speed = 0,
     };
+    return p;
+}
+
+/* The caller's params as this library's struct: fields newer than the caller's api_version
+ * (a shorter struct) are not read and keep their defaults. */
+static struct burst_plan_params params_copy(const struct burst_plan_params *in)
+{
+    struct burst_plan_params p = burst_plan_params_default();
+    unsigned minor = in->api_version & 0xffffu;
+    memcpy(&p, in, minor >= 2 ? sizeof(p) : offsetof(struct burst_plan_params, shard_weights));
     return p;
 }
 
@@ -82,6 +96,12 @@ static burst_status_t validate(const char *who, const struct burst_plan_params *
              p->bwd_pattern == BURST_BWD_AUTO,
          BURST_ERR_INVALID_ARG, "%s: params->bwd_pattern = %d is not a burst_bwd_pattern_t", who,
          (int)p->bwd_pattern);
+    NEED(!(p->shard_lens && p->shard_weights), BURST_ERR_INVALID_ARG,
+         "%s: params->shard_lens and params->shard_weights are both set (give one)", who);
+    NEED(!(p->measure_speed && (p->shard_lens || p->shard_weights)), BURST_ERR_INVALID_ARG,
+         "%s: params->measure_speed = %d with params->%s set (measured speeds size the shards: "
+         "give one)",
+         who, p->measure_speed, p->shard_lens ? "shard_lens" : "shard_weights");
     NEED(p->acc_wire == BURST_WIRE_FP32 || p->acc_wire == BURST_WIRE_INPUT, BURST_ERR_INVALID_ARG,
          "%s: params->acc_wire = %d is not a burst_wire_precision_t", who, (int)p->acc_wire);
     int64_t h = p->q_heads > p->kv_heads ? p->q_heads : p->kv_heads;
@@ -108,6 +128,8 @@ enum {
     F_RANKS,
     F_BATCH,
     F_SEQ,
+    F_MEASURE,
+    F_WEIGHTS,
     F_SHARDS,
     F_HQ,
     F_HKV,
@@ -122,28 +144,44 @@ enum {
     F_WIRE,
     F_DET,
     F_LOCAL,
+    F_SPEED, /* not compared: this rank's measured speed (double bits), or 0 */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "ranks",    "batch",       "seq_len",       "shard_lens",    "q_heads",        "kv_heads",
-    "head_dim", "dtype",       "softmax_scale", "causal",        "window_left",    "window_right",
-    "layout",   "bwd_pattern", "acc_wire",      "deterministic", "ranks_per_node",
+    "ranks",         "batch",    "seq_len",       "measure_speed",  "shard_weights",
+    "shard_lens",    "q_heads",  "kv_heads",      "head_dim",       "dtype",
+    "softmax_scale", "causal",   "window_left",   "window_right",   "layout",
+    "bwd_pattern",   "acc_wire", "deterministic", "ranks_per_node", "speed",
 };
 
-static void encode(const struct burst_plan *plan, const struct burst_plan_params *p,
+static uint64_t fnv1a(uint64_t hash, uint64_t x)
+{
+    return (hash ^ x) * 1099511628211ull;
+}
+
+static void encode(const struct burst_plan *plan, const struct burst_plan_params *p, double speed,
                    int64_t rec[F_COUNT])
 {
-    uint64_t hash = 1469598103934665603ull; /* FNV-1a over the shard lengths */
-    for (int i = 0; i < plan->size; i++) {
-        hash ^= (uint64_t)plan->shards.lens[i];
-        hash *= 1099511628211ull;
+    /* FNV-1a over the shard lengths (not known yet when measuring) and the weights' bits */
+    uint64_t hash = 1469598103934665603ull, whash = 0;
+    for (int i = 0; plan->shards.lens && i < plan->size; i++)
+        hash = fnv1a(hash, (uint64_t)plan->shards.lens[i]);
+    for (int i = 0; p->shard_weights && i < plan->size; i++) {
+        uint64_t bits;
+        memcpy(&bits, &p->shard_weights[i], sizeof(bits));
+        whash = fnv1a(whash ? whash : 1469598103934665603ull, bits);
     }
+    int64_t speed_bits;
+    memcpy(&speed_bits, &speed, sizeof(speed_bits));
     uint32_t scale_bits;
     memcpy(&scale_bits, &plan->scale, sizeof(scale_bits));
     rec[F_RANKS] = plan->size;
     rec[F_BATCH] = p->batch;
     rec[F_SEQ] = p->seq_len;
-    rec[F_SHARDS] = (int64_t)(hash >> 1);
+    rec[F_SHARDS] = plan->shards.lens ? (int64_t)(hash >> 1) : 0;
+    rec[F_MEASURE] = p->measure_speed != 0;
+    rec[F_WEIGHTS] = (int64_t)(whash >> 1);
+    rec[F_SPEED] = speed_bits;
     rec[F_HQ] = p->q_heads;
     rec[F_HKV] = p->kv_heads;
     rec[F_D] = p->head_dim;
@@ -159,11 +197,13 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_LOCAL] = plan->local;
 }
 
-static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan_params *p)
+/* Exchange and compare the plans; with measure_speed, *speeds receives every rank's speed. */
+static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan_params *p,
+                                double speed, double *speeds)
 {
     static const char *who = "burst_plan_create";
     int64_t mine[F_COUNT];
-    encode(plan, p, mine);
+    encode(plan, p, speed, mine);
     int64_t *all = malloc(sizeof(mine) * (size_t)plan->size);
     if (!all)
         return burst_call_fail(plan, burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who));
@@ -173,8 +213,17 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
         st = burst_comm_allgather(plan->comm, burst_tag(seq, BURST_MSG_HANDSHAKE, 0), mine, all,
                                   sizeof(mine));
     for (int r = 0; st == BURST_OK && r < plan->size; r++)
-        for (int f = 0; f < F_COUNT; f++)
-            if (all[r * F_COUNT + f] != mine[f]) {
+        for (int f = 0; f < F_SPEED; f++)
+            if (all[r * F_COUNT + f] != mine[f] && (f == F_WEIGHTS || f == F_SHARDS)) {
+                st = burst_error(BURST_ERR_PLAN_MISMATCH, /* hashes: their values say nothing */
+                                 "%s: the plan of rank %d differs from this rank's (%d) in field "
+                                 "%s (%s)",
+                                 who, r, plan->rank, field_names[f],
+                                 !all[r * F_COUNT + f] ? "unset there, set here"
+                                 : !mine[f]            ? "set there, unset here"
+                                                       : "the values differ");
+                break;
+            } else if (all[r * F_COUNT + f] != mine[f]) {
                 st = burst_error(BURST_ERR_PLAN_MISMATCH,
                                  "%s: the plan of rank %d differs from this rank's (%d) in field "
                                  "%s (%lld there, %lld here)",
@@ -182,27 +231,89 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
                                  (long long)all[r * F_COUNT + f], (long long)mine[f]);
                 break;
             }
+    for (int r = 0; st == BURST_OK && speeds && r < plan->size; r++)
+        memcpy(&speeds[r], &all[r * F_COUNT + F_SPEED], sizeof(double));
     free(all);
     plan->comm->count = NULL;
     return st;
 }
 
+/* Shards from explicit lengths, weights, or the layout's even split. */
+static burst_status_t plan_shards(struct burst_plan *plan, const char *who,
+                                  const struct burst_plan_params *p, const double *weights)
+{
+    const int64_t *lens = p->shard_lens;
+    int64_t *wl = NULL;
+    if (weights) {
+        wl = malloc(sizeof(int64_t) * (size_t)plan->size);
+        if (!wl)
+            return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+        burst_status_t st =
+            burst_shards_weighted_lens(who, p->layout, p->seq_len, plan->size, weights, wl);
+        if (st != BURST_OK) {
+            free(wl);
+            return st;
+        }
+        lens = wl;
+    }
+    burst_status_t st =
+        burst_shards_init(&plan->shards, who, p->layout, p->seq_len, plan->size, lens);
+    free(wl);
+    return st;
+}
+
+/* Everything that follows from the shards: positions, step count, traffic/time slots. */
+static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
+{
+    const int had = plan->step_traffic[0] ? plan->steps + 1 : 0; /* slots kept (setup) */
+    plan->steps = 0; /* measured shards not known yet: the handshake's slot only */
+    if (plan->shards.lens) {
+        plan->pos = burst_shards_posmap(&plan->shards, plan->rank);
+        plan->n = plan->shards.lens[plan->rank];
+        for (int r = 0; r < plan->size; r++)
+            if (plan->shards.lens[r] > plan->n_max)
+                plan->n_max = plan->shards.lens[r];
+        plan->steps = burst_ring_steps2(&plan->shards, plan->mask, plan->local);
+    }
+    for (int ph = 0; ph < 3; ph++) {
+        size_t slots = (size_t)plan->steps + 1;
+        void *t = realloc(plan->step_traffic[ph], slots * sizeof(struct burst_traffic));
+        if (t)
+            plan->step_traffic[ph] = t;
+        void *w = realloc(plan->step_time[ph], slots * sizeof(struct burst_step_time));
+        if (w)
+            plan->step_time[ph] = w;
+        if (!t || !w)
+            return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+        /* the setup phase keeps the handshake's counts; new slots start at zero */
+        size_t keep = ph != BURST_PHASE_SETUP ? 0 : (size_t)had < slots ? (size_t)had : slots;
+        memset(plan->step_traffic[ph] + keep, 0, (slots - keep) * sizeof(struct burst_traffic));
+        memset(plan->step_time[ph] + keep, 0, (slots - keep) * sizeof(struct burst_step_time));
+    }
+    return BURST_OK;
+}
+
 burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
-                                 const struct burst_plan_params *params, struct burst_plan **plan_p)
+                                 const struct burst_plan_params *in, struct burst_plan **plan_p)
 {
     static const char *who = "burst_plan_create";
     burst_error_clear();
     if (!comm)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: comm is NULL", who);
     burst_status_t st = BURST_OK;
+    struct burst_plan_params pcopy, *params = &pcopy;
     if (!ctx)
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: ctx is NULL", who);
-    else if (!params)
+    else if (!in)
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: params is NULL", who);
     else if (!plan_p)
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: plan_p is NULL", who);
     else if ((st = burst_comm_check(comm)) == BURST_OK)
+        st = burst_check_api_version(who, in->api_version); /* before anything newer is read */
+    if (st == BURST_OK) {
+        pcopy = params_copy(in);
         st = validate(who, params);
+    }
     if (st == BURST_OK && (params->ranks_per_node < 0 || params->ranks_per_node > comm->size ||
                            (params->ranks_per_node > 0 && comm->size % params->ranks_per_node)))
         st = burst_error(BURST_ERR_INVALID_ARG,
@@ -216,33 +327,26 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
 
     struct burst_plan *plan = calloc(1, sizeof(*plan));
-    if (!plan) {
+    double *speeds = calloc(2 * (size_t)comm->size, sizeof(double)); /* + weights */
+    if (!plan || !speeds) {
+        free(plan);
+        free(speeds);
         burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     }
+    double *weights = speeds + comm->size;
     plan->ctx = ctx;
     plan->comm = comm;
     plan->rank = comm->rank;
     plan->size = comm->size;
-    st = burst_shards_init(&plan->shards, who, params->layout, params->seq_len, comm->size,
-                           params->shard_lens);
-    if (st != BURST_OK) {
-        free(plan);
-        burst_comm_abort(comm, st);
-        return st;
-    }
+    plan->speeds = speeds;
     plan->p = *params;
     plan->p.shard_lens = NULL;
-    plan->pos = burst_shards_posmap(&plan->shards, plan->rank);
+    plan->p.shard_weights = NULL;
     plan->mask = burst_mask_make(params->causal, params->window_left, params->window_right);
     plan->scale = params->softmax_scale > 0.0f ? params->softmax_scale
                                                : 1.0f / sqrtf((float)params->head_dim);
-    plan->n = plan->shards.lens[plan->rank];
-    for (int r = 0; r < plan->size; r++)
-        if (plan->shards.lens[r] > plan->n_max)
-            plan->n_max = plan->shards.lens[r];
     plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : comm->size;
-    plan->steps = burst_ring_steps2(&plan->shards, plan->mask, plan->local);
     plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
     plan->bwd = params->bwd_pattern;
     if (plan->bwd == BURST_BWD_AUTO) {
@@ -250,16 +354,35 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
         uint64_t r = burst_plan_bwd_step_bytes(params, BURST_BWD_RING, plan->acc_dtype, 1);
         plan->bwd = r < b ? BURST_BWD_RING : BURST_BWD_BURST;
     }
-    for (int ph = 0; ph < 3; ph++) {
-        plan->step_traffic[ph] = calloc((size_t)plan->steps + 1, sizeof(struct burst_traffic));
-        plan->step_time[ph] = calloc((size_t)plan->steps + 1, sizeof(struct burst_step_time));
-        if (!plan->step_traffic[ph] || !plan->step_time[ph]) {
-            burst_plan_destroy(plan);
-            burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
-            return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
-        }
+    /* the shards are known before the handshake (which compares them), except when measured:
+     * then they follow from the speeds the handshake gathers */
+    double speed = 0.0;
+    if (!params->measure_speed)
+        st = plan_shards(plan, who, params, params->shard_weights);
+    else
+        st = burst_speed_measure(ctx, params, who, &speed);
+    if (st == BURST_OK)
+        st = plan_derive(plan, who); /* slot 0 of the setup phase for the handshake */
+    if (st != BURST_OK) {
+        burst_plan_destroy(plan);
+        burst_comm_abort(comm, st);
+        return st;
     }
-    st = handshake(plan, params);
+    st = handshake(plan, params, speed, params->measure_speed ? speeds : NULL);
+    if (st == BURST_OK && params->measure_speed) {
+        /* as weights relative to the fastest rank: a GPU's rate (~1e12 rows x keys x heads per
+         * second) may exceed the largest weight accepted from callers */
+        double top = 0.0;
+        for (int r = 0; r < plan->size; r++)
+            top = speeds[r] > top ? speeds[r] : top;
+        for (int r = 0; r < plan->size; r++)
+            weights[r] = top > 0.0 ? speeds[r] / top : 1.0;
+        st = plan_shards(plan, who, params, weights);
+        if (st == BURST_OK)
+            st = plan_derive(plan, who);
+        if (st != BURST_OK) /* the same on every rank: every rank fails alike */
+            burst_comm_abort(comm, st);
+    }
     if (st != BURST_OK) {
         burst_plan_destroy(plan);
         return st;
@@ -278,12 +401,23 @@ void burst_plan_destroy(struct burst_plan *plan)
     }
     burst_xfer_pool_free(plan);
     burst_shards_fini(&plan->shards);
+    free(plan->speeds);
     free(plan);
 }
 
 int64_t burst_plan_local_len(const struct burst_plan *plan)
 {
     return plan ? plan->n : 0;
+}
+
+int64_t burst_plan_shard_len(const struct burst_plan *plan, int rank)
+{
+    return plan && rank >= 0 && rank < plan->size ? plan->shards.lens[rank] : -1;
+}
+
+double burst_plan_rank_speed(const struct burst_plan *plan, int rank)
+{
+    return plan && rank >= 0 && rank < plan->size ? plan->speeds[rank] : 0.0;
 }
 
 int64_t burst_plan_position(const struct burst_plan *plan, int64_t local)

@@ -12,7 +12,7 @@
 struct burst_plan {
     struct burst_context *ctx;
     struct burst_comm *comm;
-    struct burst_plan_params p; /* validated copy; p.shard_lens is NULL (see shards) */
+    struct burst_plan_params p; /* validated copy; shard_lens, shard_weights NULL (see shards) */
     struct burst_shards shards;
     struct burst_posmap pos; /* this rank's row positions */
     struct burst_mask mask;
@@ -24,6 +24,7 @@ struct burst_plan {
     int64_t n_max;           /* largest shard: sizes the travelling buffers */
     burst_bwd_pattern_t bwd; /* resolved pattern */
     burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
+    double *speeds;          /* [size] measured speeds (measure_speed), else zeros */
 
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3]; /* [steps + 1] per phase */

@@ -1,4 +1,5 @@
 /* runtime/schedule.c - shard geometry, block needs and the ring schedule (pure functions). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "error.h"
@@ -16,6 +17,130 @@ static int64_t zz_chunk_start(int64_t n, int g, int c)
     return (int64_t)c * q + (c < r ? c : r);
 }
 
+/* The posmap of rank `rank` for the default (even) shards of each layout. */
+static struct burst_posmap even_posmap(burst_layout_t layout, int64_t n, int g, int rank,
+                                       const int64_t *lens, const int64_t *offs)
+{
+    struct burst_posmap m = {0};
+    m.nruns = 1;
+    m.run[0].len = lens[rank];
+    m.run[0].stride = 1;
+    if (layout == BURST_LAYOUT_ZIGZAG) {
+        int c1 = 2 * g - 1 - rank;
+        m.nruns = 2;
+        m.run[0].len = zz_chunk_len(n, g, rank);
+        m.run[0].global0 = zz_chunk_start(n, g, rank);
+        m.run[1].local0 = m.run[0].len;
+        m.run[1].len = zz_chunk_len(n, g, c1);
+        m.run[1].global0 = zz_chunk_start(n, g, c1);
+        m.run[1].stride = 1;
+    } else if (layout == BURST_LAYOUT_STRIPED) {
+        m.run[0].global0 = rank;
+        m.run[0].stride = g;
+    } else {
+        m.run[0].global0 = offs[rank];
+    }
+    return m;
+}
+
+/* Posmaps of explicit (uneven) shard lengths, the layouts generalised (schedule.h). */
+static void uneven_posmaps(burst_layout_t layout, int g, const int64_t *lens, const int64_t *offs,
+                           struct burst_posmap *maps)
+{
+    int64_t min = lens[0], front = 0, back = 0, tail = 0;
+    for (int i = 0; i < g; i++) {
+        min = lens[i] < min ? lens[i] : min;
+        front += lens[i] - lens[i] / 2;
+    }
+    for (int i = g - 1; i >= 0; i--) { /* zigzag: back chunks in reverse rank order */
+        struct burst_posmap *m = &maps[i];
+        *m = (struct burst_posmap){0};
+        if (layout != BURST_LAYOUT_ZIGZAG)
+            break;
+        m->nruns = 2;
+        m->run[0].len = lens[i] - lens[i] / 2;
+        m->run[0].stride = 1;
+        m->run[1].local0 = m->run[0].len;
+        m->run[1].len = lens[i] / 2;
+        m->run[1].global0 = front + back;
+        m->run[1].stride = 1;
+        back += m->run[1].len;
+    }
+    front = 0;
+    for (int i = 0; i < g; i++) {
+        struct burst_posmap *m = &maps[i];
+        if (layout == BURST_LAYOUT_ZIGZAG) {
+            m->run[0].global0 = front;
+            front += m->run[0].len;
+        } else if (layout == BURST_LAYOUT_STRIPED) {
+            *m = (struct burst_posmap){0};
+            m->nruns = lens[i] > min ? 2 : 1;
+            m->run[0].len = min;
+            m->run[0].global0 = i;
+            m->run[0].stride = g;
+            m->run[1].local0 = min;
+            m->run[1].len = lens[i] - min;
+            m->run[1].global0 = (int64_t)g * min + tail;
+            m->run[1].stride = 1;
+            tail += lens[i] - min;
+        } else {
+            *m = (struct burst_posmap){0};
+            m->nruns = 1;
+            m->run[0].len = lens[i];
+            m->run[0].global0 = offs[i];
+            m->run[0].stride = 1;
+        }
+    }
+}
+
+int64_t burst_shards_min_len(burst_layout_t layout)
+{
+    return layout == BURST_LAYOUT_ZIGZAG ? 2 : 1;
+}
+
+burst_status_t burst_shards_weighted_lens(const char *who, burst_layout_t layout, int64_t seq_len,
+                                          int ranks, const double *weights, int64_t *lens)
+{
+    const int64_t m0 = burst_shards_min_len(layout);
+    double sum = 0.0;
+    for (int i = 0; i < ranks; i++) {
+        if (!(weights[i] > 0.0) || !isfinite(weights[i]) || weights[i] > 1e12)
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: shard_weights[%d] = %g must be finite, > 0 and <= 1e12", who, i,
+                               weights[i]);
+        sum += weights[i];
+    }
+    if (seq_len < m0 * ranks)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: seq_len = %lld is too short for %d weighted shards (needs >= "
+                           "%lld: at least %lld tokens per rank in this layout)",
+                           who, (long long)seq_len, ranks, (long long)(m0 * ranks), (long long)m0);
+    /* Largest remainders (Hamilton): floor of each quota, at least m0, then single tokens to
+     * the largest remainders (taken back from the smallest), ties to the lower rank. */
+    int64_t total = 0;
+    for (int i = 0; i < ranks; i++) {
+        double q = (double)seq_len * (weights[i] / sum);
+        lens[i] = (int64_t)q > m0 ? (int64_t)q : m0;
+        total += lens[i];
+    }
+    while (total != seq_len) {
+        int best = -1;
+        double best_r = 0.0;
+        for (int i = 0; i < ranks; i++) {
+            double r = (double)seq_len * (weights[i] / sum) - (double)lens[i];
+            if (total > seq_len && lens[i] <= m0)
+                continue;
+            if (best < 0 || (total < seq_len ? r > best_r : r < best_r)) {
+                best = i;
+                best_r = r;
+            }
+        }
+        lens[best] += total < seq_len ? 1 : -1;
+        total += total < seq_len ? 1 : -1;
+    }
+    return BURST_OK;
+}
+
 burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_layout_t layout,
                                  int64_t seq_len, int ranks, const int64_t *explicit_lens)
 {
@@ -28,11 +153,6 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
         layout != BURST_LAYOUT_STRIPED)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: layout = %d is not a burst_layout_t", who,
                            (int)layout);
-    if (explicit_lens && layout != BURST_LAYOUT_NATURAL)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: shard_lens given with layout = %d: explicit shard lengths need "
-                           "the natural layout",
-                           who, (int)layout);
     int64_t min_len = layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)ranks : ranks;
     if (!explicit_lens && seq_len < min_len)
         return burst_error(BURST_ERR_INVALID_ARG,
@@ -41,21 +161,18 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
                            who, (long long)seq_len, ranks, (long long)min_len);
     int64_t *lens = malloc(sizeof(int64_t) * (size_t)ranks);
     int64_t *offs = malloc(sizeof(int64_t) * (size_t)ranks);
-    if (!lens || !offs) {
-        free(lens);
-        free(offs);
-        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
-    }
-    int64_t sum = 0;
-    for (int i = 0; i < ranks; i++) {
+    struct burst_posmap *maps = malloc(sizeof(struct burst_posmap) * (size_t)ranks);
+    burst_status_t st = BURST_OK;
+    if (!lens || !offs || !maps)
+        st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    int64_t sum = 0, m0 = burst_shards_min_len(layout);
+    for (int i = 0; st == BURST_OK && i < ranks; i++) {
         if (explicit_lens) {
             lens[i] = explicit_lens[i];
-            if (lens[i] < 1) {
-                free(lens);
-                free(offs);
-                return burst_error(BURST_ERR_INVALID_ARG, "%s: shard_lens[%d] = %lld must be >= 1",
-                                   who, i, (long long)explicit_lens[i]);
-            }
+            if (lens[i] < m0)
+                st = burst_error(BURST_ERR_INVALID_ARG,
+                                 "%s: shard_lens[%d] = %lld must be >= %lld in this layout", who, i,
+                                 (long long)explicit_lens[i], (long long)m0);
         } else if (layout == BURST_LAYOUT_ZIGZAG) {
             lens[i] =
                 zz_chunk_len(seq_len, ranks, i) + zz_chunk_len(seq_len, ranks, 2 * ranks - 1 - i);
@@ -65,17 +182,26 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
         offs[i] = sum;
         sum += lens[i];
     }
-    if (sum != seq_len) {
+    if (st == BURST_OK && sum != seq_len)
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: shard_lens sum to %lld but seq_len = %lld",
+                         who, (long long)sum, (long long)seq_len);
+    if (st != BURST_OK) {
         free(lens);
         free(offs);
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: shard_lens sum to %lld but seq_len = %lld",
-                           who, (long long)sum, (long long)seq_len);
+        free(maps);
+        return st;
     }
+    if (explicit_lens)
+        uneven_posmaps(layout, ranks, lens, offs, maps);
+    else
+        for (int i = 0; i < ranks; i++)
+            maps[i] = even_posmap(layout, seq_len, ranks, i, lens, offs);
     s->layout = layout;
     s->ranks = ranks;
     s->seq_len = seq_len;
     s->lens = lens;
     s->offsets = offs;
+    s->maps = maps;
     return BURST_OK;
 }
 
@@ -85,42 +211,14 @@ void burst_shards_fini(struct burst_shards *s)
         return;
     free(s->lens);
     free(s->offsets);
+    free(s->maps);
     s->lens = s->offsets = NULL;
+    s->maps = NULL;
 }
 
 struct burst_posmap burst_shards_posmap(const struct burst_shards *s, int rank)
 {
-    struct burst_posmap m = {0};
-    int g = s->ranks;
-    switch (s->layout) {
-    case BURST_LAYOUT_ZIGZAG: {
-        int c1 = 2 * g - 1 - rank;
-        m.nruns = 2;
-        m.run[0].local0 = 0;
-        m.run[0].len = zz_chunk_len(s->seq_len, g, rank);
-        m.run[0].global0 = zz_chunk_start(s->seq_len, g, rank);
-        m.run[0].stride = 1;
-        m.run[1].local0 = m.run[0].len;
-        m.run[1].len = zz_chunk_len(s->seq_len, g, c1);
-        m.run[1].global0 = zz_chunk_start(s->seq_len, g, c1);
-        m.run[1].stride = 1;
-        break;
-    }
-    case BURST_LAYOUT_STRIPED:
-        m.nruns = 1;
-        m.run[0].len = s->lens[rank];
-        m.run[0].global0 = rank;
-        m.run[0].stride = g;
-        break;
-    case BURST_LAYOUT_NATURAL:
-    default:
-        m.nruns = 1;
-        m.run[0].len = s->lens[rank];
-        m.run[0].global0 = s->offsets[rank];
-        m.run[0].stride = 1;
-        break;
-    }
-    return m;
+    return s->maps[rank];
 }
 
 struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t window_right)

@@ -24,20 +24,47 @@
 #include "burst/plan.h"
 #include "posmap.h"
 
-/* How N tokens are spread over G ranks. */
+/*
+ * How N tokens are spread over G ranks. Default (even) shards follow burst/layout.h. Explicit
+ * (uneven) lengths n_i generalise every layout, keeping at most two runs per rank:
+ *   natural  rank i holds [sum_{j<i} n_j, + n_i);
+ *   zigzag   chunk i = the first ceil(n_i / 2) rows, chunk 2G-1-i = the last floor(n_i / 2);
+ *            chunks laid in the order 0, 1, ..., 2G-1 (so n_i >= 2). A rank's causal work is
+ *            about n_i * N / 2, proportional to its shard: balance survives uneven shards;
+ *   striped  with m = min n_i, rank i holds positions i, i + G, ..., i + (m-1) G (the striped
+ *            part, G m tokens) and then n_i - m consecutive positions after G m, in rank order
+ *            (the tail). Equal lengths, or lengths differing by one where the longer come
+ *            first, give exactly the even striped layout; causal balance holds in the striped
+ *            part only (tail rows attend to more keys), so zigzag balances uneven shards better.
+ */
 struct burst_shards {
     burst_layout_t layout;
     int ranks;
     int64_t seq_len;
-    int64_t *lens;    /* [ranks] tokens per rank */
-    int64_t *offsets; /* [ranks] natural layout: first position; others: prefix sums of lens */
+    int64_t *lens;             /* [ranks] tokens per rank */
+    int64_t *offsets;          /* [ranks] prefix sums of lens (permuted order) */
+    struct burst_posmap *maps; /* [ranks] positions of each rank's rows */
 };
 
-/* Fill s for the layout; explicit_lens (natural only) may be NULL. On error s is untouched and
- * the message names `who` and the offending value. */
+/* Fill s for the layout; explicit_lens (any layout, >= burst_shards_min_len each) may be NULL
+ * for the even shards. On error s is untouched and the message names `who` and the value. */
 burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_layout_t layout,
                                  int64_t seq_len, int ranks, const int64_t *explicit_lens);
 void burst_shards_fini(struct burst_shards *s);
+
+/* Fewest rows an explicit shard may have in a layout: 2 for zigzag (two chunks), else 1. */
+int64_t burst_shards_min_len(burst_layout_t layout);
+
+/*
+ * Shard lengths proportional to weights (> 0, finite): the rounding rule. Quota q_i =
+ * N w_i / sum w; n_i = max(floor(q_i), min_len); then one token at a time to the rank with the
+ * largest q_i - n_i while the sum is short (taken from the smallest q_i - n_i among ranks above
+ * min_len while it is over), ties to the lower rank. Pure and deterministic: ranks given the same
+ * weights compute the same lengths. Kernels need no row granularity (any n_i >= 1 works on
+ * every backend), so min_len is the only constraint. Errors name `who`.
+ */
+burst_status_t burst_shards_weighted_lens(const char *who, burst_layout_t layout, int64_t seq_len,
+                                          int ranks, const double *weights, int64_t *lens);
 
 struct burst_posmap burst_shards_posmap(const struct burst_shards *s, int rank);
 

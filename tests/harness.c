@@ -239,6 +239,71 @@ struct burst_context *harness_context(void)
     return harness_ctx;
 }
 
+/* Contexts by backend name for mixed rings (harness_backend_context). */
+#define HARNESS_MAX_BACKENDS 8
+static struct {
+    char name[32];
+    struct burst_context *ctx;
+} harness_backends[HARNESS_MAX_BACKENDS];
+static pthread_mutex_t harness_backends_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void harness_backends_fini(void)
+{
+    for (int i = 0; i < HARNESS_MAX_BACKENDS; i++)
+        burst_context_destroy(harness_backends[i].ctx);
+    memset(harness_backends, 0, sizeof harness_backends);
+}
+
+struct burst_context *harness_backend_context(const char *name)
+{
+    struct burst_context *ctx = NULL;
+    pthread_mutex_lock(&harness_backends_mu);
+    int i = 0;
+    for (; i < HARNESS_MAX_BACKENDS && harness_backends[i].ctx; i++)
+        if (strcmp(harness_backends[i].name, name) == 0)
+            break;
+    if (i < HARNESS_MAX_BACKENDS && harness_backends[i].ctx) {
+        ctx = harness_backends[i].ctx;
+    } else if (i < HARNESS_MAX_BACKENDS) {
+        struct burst_context_params cp = burst_context_params_default();
+        cp.backend = name;
+        burst_status_t st = burst_context_create(&cp, &ctx);
+        if (st == BURST_ERR_NO_DEVICE || (st == BURST_ERR_INVALID_ARG &&
+                                          harness_contains(burst_last_error(), "not a backend"))) {
+            fprintf(stderr, "harness: backend %s is not usable here (%s): SKIP\n", name,
+                    burst_last_error());
+            exit(77);
+        }
+        if (st != BURST_OK) {
+            fprintf(stderr, "harness: backend %s: %s\n", name, burst_last_error());
+            ctx = NULL;
+        } else {
+            if (i == 0)
+                atexit(harness_backends_fini);
+            snprintf(harness_backends[i].name, sizeof harness_backends[i].name, "%s", name);
+            harness_backends[i].ctx = ctx;
+        }
+    }
+    pthread_mutex_unlock(&harness_backends_mu);
+    return ctx;
+}
+
+struct burst_context *harness_rank_context(const char *list, int rank)
+{
+    if (!list)
+        return harness_context();
+    int n = 1;
+    for (const char *c = list; *c; c++)
+        n += *c == ',';
+    const char *s = list;
+    for (int i = 0; i < rank % n; i++)
+        s = strchr(s, ',') + 1;
+    char name[32];
+    size_t len = strcspn(s, ",");
+    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+    return harness_backend_context(name);
+}
+
 double harness_now_ms(void)
 {
     struct timespec ts;
@@ -371,13 +436,22 @@ void harness_case_str(const struct harness_case *c, char *buf, size_t len)
 {
     static const char *lay[] = {"natural", "zigzag", "striped"};
     static const char *bwd[] = {"burst", "ring", "auto"};
-    char lens[128] = "";
+    char lens[192] = "";
+    size_t o = 0;
     if (c->shard_lens) {
-        size_t o = (size_t)snprintf(lens, sizeof lens, " lens=");
+        o += (size_t)snprintf(lens, sizeof lens, " lens=");
         for (int r = 0; r < c->ranks && o < sizeof lens; r++)
             o += (size_t)snprintf(lens + o, sizeof lens - o, "%s%lld", r ? "," : "",
                                   (long long)c->shard_lens[r]);
     }
+    if (c->shard_weights && o < sizeof lens) {
+        o += (size_t)snprintf(lens + o, sizeof lens - o, " weights=");
+        for (int r = 0; r < c->ranks && o < sizeof lens; r++)
+            o += (size_t)snprintf(lens + o, sizeof lens - o, "%s%g", r ? "," : "",
+                                  c->shard_weights[r]);
+    }
+    if (c->backends && o < sizeof lens)
+        snprintf(lens + o, sizeof lens - o, " backends=%s", c->backends);
     snprintf(buf, len,
              "%s: G=%d B=%lld N=%lld Hq=%d Hkv=%d d=%d %s%s window=(%lld,%lld) %s bwd=%s "
              "wire=%s scale=%g amp=%g grid=%g pad=%d det=%d L=%d%s",
@@ -439,6 +513,12 @@ static uint64_t harness_hash(const char *s)
     return h;
 }
 
+/* Explicit shard lengths of the case (given or from weights), or NULL for the even ones. */
+static const int64_t *harness_lens(const struct harness_problem *p)
+{
+    return p->c.shard_lens || p->c.shard_weights ? p->lens : NULL;
+}
+
 struct harness_problem *harness_problem_create(const struct harness_case *c)
 {
     struct harness_problem *p = calloc(1, sizeof *p);
@@ -462,6 +542,7 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     pp.batch = c->batch;
     pp.seq_len = c->seq_len;
     pp.shard_lens = c->shard_lens;
+    pp.shard_weights = c->shard_weights;
     pp.q_heads = c->q_heads;
     pp.kv_heads = c->kv_heads;
     pp.head_dim = c->head_dim;
@@ -485,9 +566,15 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     if (!p->lens || !p->offs || !p->rec || !p->lse_rank)
         goto fail;
     int64_t off = 0;
+    if (c->shard_weights && burst_layout_weighted_lens(c->layout, c->seq_len, G, c->shard_weights,
+                                                       p->lens) != BURST_OK) {
+        fprintf(stderr, "harness: weighted lens refused %s: %s\n", desc, burst_last_error());
+        goto fail;
+    }
     for (int r = 0; r < G; r++) {
-        if (c->shard_lens) {
-            p->lens[r] = c->shard_lens[r];
+        if (c->shard_lens || c->shard_weights) {
+            if (c->shard_lens)
+                p->lens[r] = c->shard_lens[r];
             p->offs[r] = off;
             off += p->lens[r];
         } else if (burst_layout_shard_len(c->layout, c->seq_len, G, r, &p->lens[r]) != BURST_OK ||
@@ -532,14 +619,27 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
             }
             struct burst_tensor nt =
                 burst_tensor_contiguous(p->nat[t], c->dtype, p->B, p->N, H, p->d);
-            if (burst_layout_permute(c->layout, G, &nt, &p->perm_t[t]) != BURST_OK) {
+            if (burst_layout_permute_lens(c->layout, G, harness_lens(p), &nt, &p->perm_t[t]) !=
+                BURST_OK) {
                 fprintf(stderr, "harness: permute refused %s: %s\n", desc, burst_last_error());
                 goto fail;
             }
         }
     }
     struct burst_context *ctx = harness_context();
-    if (ctx && ctx->ops->device_memory) {
+    for (int r = 0; c->backends && r < G; r++) {
+        struct burst_context *rc = harness_rank_context(c->backends, r);
+        if (!rc)
+            goto fail;
+        if (rc->ops->device_memory) { /* the uploads below use one context */
+            fprintf(stderr,
+                    "harness: backends=%s: device-memory backends in mixed rings are "
+                    "not supported by the harness: SKIP\n",
+                    c->backends);
+            exit(77);
+        }
+    }
+    if (!c->backends && ctx && ctx->ops->device_memory) {
         p->on_device = 1;
         p->lse_dev = calloc((size_t)G, sizeof *p->lse_dev);
         if (!p->lse_dev)
@@ -589,7 +689,8 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
     struct harness_problem *p = arg;
     struct harness_rank_record *rec = &p->rec[rank];
     struct burst_plan *plan = NULL;
-    rec->st_plan = burst_plan_create(harness_context(), comm, &p->params, &plan);
+    rec->st_plan =
+        burst_plan_create(harness_rank_context(p->c.backends, rank), comm, &p->params, &plan);
     if (rec->st_plan != BURST_OK) {
         harness_note(rec, "burst_plan_create", rec->st_plan);
         return;
@@ -600,10 +701,7 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
         rec->local_len == p->lens[rank] && burst_plan_position(plan, rec->local_len) == -1;
     for (int64_t i = 0; rec->positions_ok && i < p->lens[rank]; i++) {
         int64_t want = -2;
-        if (p->c.shard_lens)
-            want = p->offs[rank] + i;
-        else
-            burst_layout_position(p->c.layout, p->N, p->G, rank, i, &want);
+        burst_layout_position_lens(p->c.layout, p->N, p->G, harness_lens(p), rank, i, &want);
         rec->positions_ok = burst_plan_position(plan, i) == want;
     }
 
@@ -708,14 +806,15 @@ int harness_problem_run(struct harness_problem *p)
         p->lse_perm, BURST_DTYPE_FP32, {p->B, p->N, p->Hq, 1}, {p->Hq * p->N, 1, p->N, 1}};
     struct burst_tensor ln = lp;
     ln.data = p->lse_nat;
-    if (burst_layout_unpermute(p->c.layout, G, &lp, &ln) != BURST_OK) {
+    if (burst_layout_unpermute_lens(p->c.layout, G, harness_lens(p), &lp, &ln) != BURST_OK) {
         fprintf(stderr, "harness: unpermute(lse): %s\n", burst_last_error());
         ok = 0;
     }
     for (int t = T_O; t < T_COUNT; t++) {
         struct burst_tensor nt =
             burst_tensor_contiguous(p->nat[t], p->c.dtype, p->B, p->N, harness_heads(p, t), p->d);
-        if (burst_layout_unpermute(p->c.layout, G, &p->perm_t[t], &nt) != BURST_OK) {
+        if (burst_layout_unpermute_lens(p->c.layout, G, harness_lens(p), &p->perm_t[t], &nt) !=
+            BURST_OK) {
             fprintf(stderr, "harness: unpermute: %s\n", burst_last_error());
             ok = 0;
         }
@@ -877,9 +976,12 @@ static int harness_reference(struct harness_problem *p)
             return -1;
         }
         /* GPU backends run the fp16/bf16 forward on matrix units (P rounded to the dtype) */
-        struct burst_context *ctx = harness_context();
-        const int mma =
-            p->c.dtype != BURST_DTYPE_FP32 && ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
+        int gpu = 0; /* any rank on a GPU backend: the bound for matrix units (upper bound) */
+        for (int r = 0; r < p->G; r++) {
+            struct burst_context *ctx = harness_rank_context(p->c.backends, r);
+            gpu |= ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
+        }
+        const int mma = p->c.dtype != BURST_DTYPE_FP32 && gpu;
         harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, a[8], a[9], a[10]);
         for (size_t i = 0; i < nq; i++) /* every dtype: the kernels compute scores in fp32 */
             p->extra[H_O][i] = a[7][i];

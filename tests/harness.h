@@ -10,7 +10,8 @@
  *      at burst_layout_shard_offset (or the prefix sums of explicit shard_lens), optionally with
  *      padded head strides;
  *   3. poisons every output (NaN bit patterns), runs G ranks as G threads of one process (one
- *      shared context, a burst_local_world, one comm + plan per rank): forward, then backward;
+ *      shared context, or one context per rank from the case's `backends` list for mixed rings,
+ *      a burst_local_world, one comm + plan per rank): forward, then backward;
  *      on a backend with device memory (cuda) the rank-visible tensors and lse are allocated
  *      with burst_context_alloc, uploaded (inputs and poisoned outputs) before and downloaded
  *      after the run with burst_context_memcpy, so every check below sees the device's bytes;
@@ -114,6 +115,14 @@ int harness_is_poison(burst_dtype_t dtype, const void *base, size_t i);
  * (meson: SKIP), so GPU variants of the tests skip on machines without that GPU. */
 struct burst_context *harness_context(void);
 
+/* The context of one backend by name (created on first use, cached for the process). A name
+ * this build lacks, or a backend with no device here, ends the program with 77 (SKIP). */
+struct burst_context *harness_backend_context(const char *name);
+
+/* Rank `rank`'s context for a comma-separated per-rank list (cycling), or the shared context
+ * when list is NULL. */
+struct burst_context *harness_rank_context(const char *list, int rank);
+
 typedef void (*harness_rank_fn)(int rank, struct burst_comm *comm, void *arg);
 
 /* Run fn on `ranks` threads, each with its own communicator of one new world (timeout_ms as
@@ -139,13 +148,16 @@ struct harness_case {
     burst_layout_t layout;
     burst_bwd_pattern_t bwd;
     burst_wire_precision_t wire;
-    const int64_t *shard_lens; /* natural layout only; NULL = even shards */
-    float softmax_scale;       /* 0 = 1/sqrt(d) */
-    double amp;                /* q, k drawn from U(-amp, amp); 0 = 2 (score std ~ 1.3) */
-    double grid;               /* > 0: q, k rounded to multiples of 1/grid, so that scores are
+    const int64_t *shard_lens;   /* any layout; NULL = even shards (or shard_weights) */
+    const double *shard_weights; /* plan.shard_weights: shards sized by weight (NULL = none) */
+    const char *backends;        /* per-rank backends, comma-separated, cycling over the ranks (e.g.
+                             "cpu,vulkan"); NULL = the shared context (BURST_TEST_BACKEND) */
+    float softmax_scale;         /* 0 = 1/sqrt(d) */
+    double amp;                  /* q, k drawn from U(-amp, amp); 0 = 2 (score std ~ 1.3) */
+    double grid;                 /* > 0: q, k rounded to multiples of 1/grid, so that scores are
                                   exact in fp32 even when large (tests exp overflow safety
                                   without ill-conditioning the fp32 dot products) */
-    int pad;                   /* extra elements between heads in the rank-visible tensors */
+    int pad;                     /* extra elements between heads in the rank-visible tensors */
     int deterministic;
     int ranks_per_node; /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
     uint64_t seed;      /* 0 = harness_seed() mixed with the case name */

@@ -502,8 +502,18 @@ static const int64_t lens_zero[1] = {0};
 static const int64_t lens_ok[1] = {N};
 PLAN_BAD(plan_shard_lens_sum, pp.shard_lens = lens_short, "shard_lens", "15")
 PLAN_BAD(plan_shard_lens_zero, (pp.shard_lens = lens_zero, pp.seq_len = 0), "seq_len", "0")
-PLAN_BAD(plan_shard_lens_zigzag, (pp.shard_lens = lens_ok, pp.layout = BURST_LAYOUT_ZIGZAG),
-         "shard_lens", NULL)
+static const int64_t lens_one[1] = {1};
+static const double weights_neg[1] = {-1.0};
+static const double weights_ok[1] = {2.0};
+/* zigzag splits each shard into two chunks: explicit shards need >= 2 tokens */
+PLAN_BAD(plan_shard_lens_zigzag,
+         (pp.shard_lens = lens_one, pp.seq_len = 1, pp.layout = BURST_LAYOUT_ZIGZAG),
+         "shard_lens[0]", ">= 2")
+PLAN_BAD(plan_shard_weights_negative, pp.shard_weights = weights_neg, "shard_weights[0]", "-1")
+PLAN_BAD(plan_shard_weights_and_lens, (pp.shard_weights = weights_ok, pp.shard_lens = lens_ok),
+         "shard_weights", "shard_lens")
+PLAN_BAD(plan_measure_and_weights, (pp.shard_weights = weights_ok, pp.measure_speed = 1),
+         "measure_speed", "shard_weights")
 
 static void plan_after_abort(void **state)
 {
@@ -1135,6 +1145,9 @@ int main(void)
         T(plan_shard_lens_sum),
         T(plan_shard_lens_zero),
         T(plan_shard_lens_zigzag),
+        T(plan_shard_weights_negative),
+        T(plan_shard_weights_and_lens),
+        T(plan_measure_and_weights),
         T(plan_after_abort),
         TP(fwd_null_plan),
         TP(fwd_null_q),

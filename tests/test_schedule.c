@@ -1,7 +1,8 @@
 /*
  * tests/test_schedule.c - ring schedule coverage (ALGORITHM.md section 6, invariant 4), simulated
  * with burst_sched_step (runtime/schedule.h) for every pattern, layout and mask, G up to 1024
- * with 1-3 tokens per rank. No kernel runs. For every configuration:
+ * with 1-3 tokens per rank, even shards and explicit uneven ones in every layout. No kernel
+ * runs. For every configuration:
  *   - shards: every global position is held by exactly one rank, local positions increase,
  *     posmaps agree with the public layout helpers; burst_mask_keys agrees with
  *     burst_mask_allows element by element (G <= 16);
@@ -621,14 +622,17 @@ static void run_sweep(const int *Gs, size_t nG, int all_masks)
                 for (size_t m = 0; m < nm; m++)
                     check_config((burst_layout_t)layout, G, N, NULL, masks[m]);
             }
-        /* explicit shard lengths, 1-3 tokens each */
+        /* explicit (uneven) shard lengths in every layout: 1-3 tokens each (zigzag 2-4) */
         int64_t *lens = malloc((size_t)G * sizeof *lens);
         assert_non_null(lens);
-        int64_t N = 0;
-        for (int r = 0; r < G; r++)
-            N += lens[r] = 1 + (int64_t)(harness_rng_next(&st) % 3);
-        for (size_t m = 0; m < nm; m++)
-            check_config(BURST_LAYOUT_NATURAL, G, N, lens, masks[m]);
+        for (int layout = 0; layout < 3; layout++) {
+            int64_t N = 0;
+            for (int r = 0; r < G; r++)
+                N += lens[r] = (layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) +
+                               (int64_t)(harness_rng_next(&st) % 3);
+            for (size_t m = 0; m < nm; m++)
+                check_config((burst_layout_t)layout, G, N, lens, masks[m]);
+        }
         free(lens);
     }
 }

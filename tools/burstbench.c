@@ -358,10 +358,18 @@ int main(int argc, char **argv)
         p.max_seconds = max_seconds;
         p.seed = seed;
         p.check_fwd = 1;
-        int rc = job_run(&p, ctx, r);
+        p.mismatch_rank = -1;
+        struct burst_context *ctxs[64]; /* every rank on the one context */
+        for (int rk = 0; rk < p.ranks && rk < 64; rk++)
+            ctxs[rk] = ctx;
+        if (p.ranks > 64) {
+            fprintf(stderr, "%s: at most 64 ranks\n", prog);
+            return 2;
+        }
+        int rc = job_run(&p, ctxs, r);
         for (int t = 0; rc == JOB_OK && r->cpu_share < min_cpu / 100.0 && t < retries; t++) {
             *best = *r;
-            rc = job_run(&p, ctx, r);
+            rc = job_run(&p, ctxs, r);
             fprintf(stderr, "%s: N=%lld d=%d %s: cpu share %.0f%% < %.0f%%, ran it again: %.0f%%\n",
                     prog, (long long)p.seq_len, p.head_dim, mask_names[p.causal],
                     100.0 * best->cpu_share, min_cpu, rc == JOB_OK ? 100.0 * r->cpu_share : 0.0);

@@ -55,6 +55,14 @@ static void usage(FILE *f)
         "run:\n"
         "  --backend NAME         cpu | vulkan | cuda | auto, as built (default auto;\n"
         "                         BURST_BACKEND overrides auto)\n"
+        "  --backends A,B,...     one backend per rank, in rank order (a heterogeneous ring,\n"
+        "                         e.g. cuda,vulkan,cpu); a shorter list repeats (cpu,vulkan\n"
+        "                         with -n 4: cpu,vulkan,cpu,vulkan), a longer one is refused\n"
+        "  --weights W0,W1,...    shards sized by weight: rank i gets about N*Wi/sum(W) tokens\n"
+        "                         (one weight > 0 per rank); auto = by each rank's speed,\n"
+        "                         measured by a short local attention step on its own backend\n"
+        "                         (the JSON then has rank_speeds and ideal_fwd_ms = the work\n"
+        "                         over the sum of the speeds); default: equal shards\n"
         "  --device D             GPU backends: device index or name substring (BURST_DEVICE)\n"
         "  --threads              ranks are threads of this process (in-process ring) instead\n"
         "                         of processes\n"
@@ -68,7 +76,10 @@ static void usage(FILE *f)
         "                         or 120)\n"
         "  --num-threads T        compute threads: of the shared context with --threads\n"
         "                         (default all cores), of each rank process otherwise\n"
-        "                         (default cores / G, at least 1); or BURST_NUM_THREADS\n"
+        "                         (default cores / G, at least 1); or BURST_NUM_THREADS.\n"
+        "                         A list T0,T1,... gives each rank its own (repeating like\n"
+        "                         --backends; with --threads each rank then has its own\n"
+        "                         context): ranks of unequal speed on one machine\n"
         "  --deterministic        plan.deterministic = 1: bitwise-reproducible results\n"
         "  --iters K              timed iterations, the median is reported (default 5)\n"
         "  --warmup W             untimed iterations first (default 1)\n"
@@ -231,8 +242,10 @@ static int parse_choice(const char *flag, const char *val, const char *const *na
 
 struct opts {
     struct job_params jp;
-    const char *backend;
-    int num_threads;
+    const char *backend; /* --backend NAME or --backends LIST: one entry per rank, cycling */
+    int num_threads;     /* --num-threads: the first entry */
+    const char *num_threads_list; /* --num-threads as given ("0" = default) */
+    int backends_given;
     int check, check_fwd_only;
     int json;
     int seed_given;
@@ -326,7 +339,7 @@ static int parse_hostfile(const char *path)
 static void parse_args(int argc, char **argv, struct opts *o)
 {
     struct job_params *p = &o->jp;
-    int fabric_given = 0, kill_step_given = 0;
+    int fabric_given = 0, kill_step_given = 0, weights_count = 0, backend_given = 0;
     memset(o, 0, sizeof(*o));
     p->ranks = 4;
     p->batch = 1;
@@ -343,6 +356,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
     p->warmup = 1;
     p->iters = 5;
     o->backend = "auto";
+    o->num_threads_list = "0";
+    p->mismatch_rank = -1;
     o->fabric = "shm";
     o->kill.rank = -1;
     o->kill.phase = 'F';
@@ -453,7 +468,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              "--test-kill-delay",
                                              "--test-kill-step",
                                              "--hosts",
-                                             "--hostfile"};
+                                             "--hostfile",
+                                             "--backends",
+                                             "--weights",
+                                             "--test-mismatch"};
         int known = 0;
         for (size_t b = 0; b < sizeof(valued) / sizeof(valued[0]); b++)
             known |= strcmp(name, valued[b]) == 0;
@@ -516,10 +534,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
             p->seed = (uint64_t)s;
             o->seed_given = 1;
         } else if (!strcmp(name, "--backend")) {
+            if (o->backends_given)
+                die_usage("--backend and --backends exclude each other");
             if (!*val)
                 die_usage("bad value for --backend: '%s' (expected cpu | vulkan | cuda | auto)",
                           val);
             o->backend = val;
+            backend_given = 1;
         } else if (!strcmp(name, "--device")) {
             if (!*val)
                 die_usage("bad value for --device: '' (expected an index or a name)");
@@ -527,7 +548,68 @@ static void parse_args(int argc, char **argv, struct opts *o)
             if (setenv("BURST_DEVICE", val, 1) != 0)
                 die_usage("--device %s: cannot set BURST_DEVICE", val);
         } else if (!strcmp(name, "--num-threads")) {
-            o->num_threads = (int)parse_int(name, val, 0, 1 << 16);
+            int n = job_list_count(val);
+            if (n > JOB_MAX_LIST || strlen(val) >= 500)
+                die_usage("bad value for --num-threads: more than %d entries or 500 characters",
+                          JOB_MAX_LIST);
+            for (int e = 0; e < n; e++) {
+                char ent[32];
+                job_list_entry(val, e, ent, sizeof(ent));
+                int t = (int)parse_int(name, ent, 0, 1 << 16);
+                if (e == 0)
+                    o->num_threads = t;
+            }
+            o->num_threads_list = val;
+        } else if (!strcmp(name, "--backends")) {
+            int n = job_list_count(val);
+            if (n > JOB_MAX_LIST || strlen(val) >= 500)
+                die_usage("bad value for --backends: '%.40s...' (at most %d entries, 500 "
+                          "characters)",
+                          val, JOB_MAX_LIST);
+            for (int e = 0; e < n; e++) {
+                char ent[64];
+                job_list_entry(val, e, ent, sizeof(ent));
+                if (strcmp(ent, "cpu") && strcmp(ent, "vulkan") && strcmp(ent, "cuda") &&
+                    strcmp(ent, "auto"))
+                    die_usage("bad value for --backends: entry %d is '%s' (expected cpu | vulkan "
+                              "| cuda | auto)",
+                              e, ent);
+            }
+            if (backend_given)
+                die_usage("--backend and --backends exclude each other");
+            o->backend = val;
+            o->backends_given = 1;
+        } else if (!strcmp(name, "--weights")) {
+            if (!strcmp(val, "auto")) {
+                p->weights_mode = JOB_WEIGHTS_MEASURED;
+                continue;
+            }
+            int n = job_list_count(val);
+            if (n > JOB_MAX_LIST)
+                die_usage("bad value for --weights: more than %d entries", JOB_MAX_LIST);
+            for (int e = 0; e < n; e++) {
+                char ent[64], *end;
+                job_list_entry(val, e, ent, sizeof(ent));
+                errno = 0;
+                double w = strtod(ent, &end);
+                if (errno || end == ent || *end || !(w > 0.0) || w > 1e12)
+                    die_usage("bad value for --weights: entry %d is '%s' (expected a number > 0 "
+                              "and <= 1e12, or auto)",
+                              e, ent);
+                p->weights[e] = w;
+            }
+            p->weights_mode = JOB_WEIGHTS_GIVEN;
+            weights_count = n; /* checked against -n below */
+        } else if (!strcmp(name, "--test-mismatch")) {
+            char field[16];
+            int rk = -1;
+            if (sscanf(val, "%d:%15s", &rk, field) != 2 || rk < 0 || rk > 65535 ||
+                (strcmp(field, "weights") && strcmp(field, "head_dim")))
+                die_usage("bad value for --test-mismatch: '%s' (expected RANK:weights or "
+                          "RANK:head_dim)",
+                          val);
+            p->mismatch_rank = rk;
+            snprintf(p->mismatch_field, sizeof(p->mismatch_field), "%s", field);
         } else if (!strcmp(name, "--fabric")) {
             o->fabric = fabric_names[parse_choice(name, val, fabric_names, 5)];
             fabric_given = 1;
@@ -600,6 +682,24 @@ static void parse_args(int argc, char **argv, struct opts *o)
         if (setenv("BURST_FAULT", spec, 1) != 0)
             die_usage("--test-kill-step: cannot set BURST_FAULT");
         o->kill.rank = -1; /* not the launcher's timed kill */
+    }
+    if (p->weights_mode == JOB_WEIGHTS_GIVEN && weights_count != p->ranks)
+        die_usage("--weights has %d entries for -n %d ranks (give one weight per rank, or auto)",
+                  weights_count, p->ranks);
+    if (job_list_count(o->backend) > p->ranks)
+        die_usage("--backends has %d entries for -n %d ranks (at most one per rank; a shorter "
+                  "list repeats)",
+                  job_list_count(o->backend), p->ranks);
+    if (job_list_count(o->num_threads_list) > p->ranks)
+        die_usage("--num-threads has %d entries for -n %d ranks",
+                  job_list_count(o->num_threads_list), p->ranks);
+    if (p->mismatch_rank >= p->ranks)
+        die_usage("--test-mismatch: rank %d is not below -n %d", p->mismatch_rank, p->ranks);
+    if (p->weights_mode != JOB_WEIGHTS_EVEN) {
+        int64_t min = (p->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) * (int64_t)p->ranks;
+        if (p->seq_len < min)
+            die_usage("--seq %lld is too short for --weights with -n %d and layout %s (needs %lld)",
+                      (long long)p->seq_len, p->ranks, layout_names[p->layout], (long long)min);
     }
     if (p->kv_heads == 0)
         p->kv_heads = p->q_heads;
@@ -723,6 +823,20 @@ static void per_step(const struct job_params *p, const struct job_result *r, int
     *wait_p = n ? w / n : NAN;
 }
 
+/* The forward's ideal time on ranks of the measured speeds: total work (allowed query/key pairs
+ * times batch and query heads, the unit of the speeds) over the sum of the speeds. NAN without
+ * measured speeds. */
+static double ideal_fwd_s(const struct job_params *p, const struct job_result *r)
+{
+    double sum = 0.0;
+    for (int rk = 0; r->rank_speeds && rk < p->ranks; rk++)
+        sum += r->rank_speeds[rk];
+    if (!(sum > 0.0))
+        return NAN;
+    return job_allowed_pairs(p->seq_len, p->causal, p->window_left, p->window_right) *
+           (double)p->batch * p->q_heads / sum;
+}
+
 static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
 {
     const struct job_params *p = &o->jp;
@@ -804,6 +918,23 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     }
     if (p->want_hash)
         printf(", \"output_hash\": \"%016" PRIx64 "\"", r->output_hash);
+    static const char *const wmodes[] = {"even", "given", "auto"};
+    printf(", \"weights\": \"%s\"", wmodes[p->weights_mode]);
+    if (r->shard_lens) {
+        printf(", \"shard_lens\": [");
+        for (int rk = 0; rk < p->ranks; rk++)
+            printf("%s%lld", rk ? ", " : "", (long long)r->shard_lens[rk]);
+        printf("]");
+    }
+    if (r->rank_speeds) {
+        printf(", \"rank_speeds\": [");
+        for (int rk = 0; rk < p->ranks; rk++) {
+            printf("%s", rk ? ", " : "");
+            json_num(r->rank_speeds[rk]);
+        }
+        printf("], \"ideal_fwd_ms\": ");
+        json_num(ideal_fwd_s(p, r) * 1e3);
+    }
     printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, r->peak_rss,
            r->caller_bytes);
     printf(", \"max_abs_err\": ");
@@ -879,6 +1010,16 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
            (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim,
            dtype_names[p->dtype], p->causal ? "causal" : "non-causal", layout_names[p->layout], win,
            p->run_bwd ? bwd_names[r->bwd_used] : "not run");
+    if (p->weights_mode != JOB_WEIGHTS_EVEN && r->shard_lens) {
+        printf("shards   %s:",
+               p->weights_mode == JOB_WEIGHTS_MEASURED ? "by measured speed" : "by --weights");
+        for (int rk = 0; rk < p->ranks && rk < 16; rk++)
+            printf(" %lld", (long long)r->shard_lens[rk]);
+        printf("%s", p->ranks > 16 ? " ..." : "");
+        if (r->rank_speeds)
+            printf("; ideal forward %.3f ms (work / sum of rank speeds)", ideal_fwd_s(p, r) * 1e3);
+        printf("\n");
+    }
     double n2 = (double)p->seq_len * (double)p->seq_len;
     printf("work     allowed pairs %.0f (%.2f%% of N^2); forward %.4g GFLOP, fwd+bwd %.4g GFLOP\n",
            s->pairs, 100.0 * s->pairs / n2, s->fwd_flops / 1e9, 3.5 * s->fwd_flops / 1e9);
@@ -985,7 +1126,7 @@ static int run_processes(struct opts *o, struct job_result *r)
     struct launch_opts lo = {
         .self = self,
         .backend = o->backend,
-        .num_threads = o->num_threads,
+        .num_threads = o->num_threads_list,
         .fabric = o->fabric,
         .iface = o->iface,
         .timeout_s = o->timeout_s,
@@ -1058,11 +1199,12 @@ static int mpi_rank_main(int argc, char **argv)
         return EXIT_USAGE;
     }
     snprintf(h.backend, sizeof(h.backend), "%s", o.backend);
-    h.num_threads = o.num_threads;
+    snprintf(h.num_threads, sizeof(h.num_threads), "%s", o.num_threads_list);
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* ranks on this host share its cores */
-    if (!h.num_threads && !getenv("BURST_NUM_THREADS") && ls && atoi(ls) > 0) {
+    if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS") && ls && atoi(ls) > 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        h.num_threads = ncpu > atoi(ls) ? (int)(ncpu / atoi(ls)) : 1;
+        snprintf(h.num_threads, sizeof(h.num_threads), "%d",
+                 ncpu > atoi(ls) ? (int)(ncpu / atoi(ls)) : 1);
     }
     h.kill = o.kill;
     int fd = memfd_create("burstrun-mpi-job", MFD_CLOEXEC);
@@ -1152,32 +1294,58 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    struct burst_context_params cp = burst_context_params_default();
-    cp.backend = o.backend;
-    cp.num_threads = o.num_threads;
-    struct burst_context *ctx;
-    burst_status_t st = burst_context_create(&cp, &ctx);
-    if (st != BURST_OK) {
-        fprintf(stderr, "%s: --backend %s: %s: %s\n", prog, o.backend, burst_status_str(st),
-                burst_last_error());
-        return st == BURST_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
-    }
-    struct job_result *r = malloc(sizeof(*r));
-    if (!r) {
-        burst_context_destroy(ctx);
+    /* --threads: one context per distinct (backend, threads) entry, shared by its ranks */
+    int G = o.jp.ranks, nctx = 0, rc = 0;
+    struct burst_context **ctxs = calloc((size_t)G, sizeof(*ctxs));
+    struct burst_context **own = calloc((size_t)G, sizeof(*own));
+    int *own_rank = calloc((size_t)G, sizeof(int));
+    struct job_result *r = calloc(1, sizeof(*r));
+    if (!ctxs || !own || !own_rank || !r) {
         fprintf(stderr, "%s: out of memory\n", prog);
-        return EXIT_RUNTIME;
+        rc = EXIT_RUNTIME;
+        goto threads_out;
     }
-    int rc = job_run(&o.jp, ctx, r);
-    burst_context_destroy(ctx);
+    for (int rk = 0; rk < G; rk++) {
+        char be[64], nt[32], be2[64], nt2[32];
+        job_list_entry(o.backend, rk, be, sizeof(be));
+        job_list_entry(o.num_threads_list, rk, nt, sizeof(nt));
+        for (int c = 0; c < nctx && !ctxs[rk]; c++) {
+            job_list_entry(o.backend, own_rank[c], be2, sizeof(be2));
+            job_list_entry(o.num_threads_list, own_rank[c], nt2, sizeof(nt2));
+            if (!strcmp(be, be2) && atoi(nt) == atoi(nt2))
+                ctxs[rk] = own[c];
+        }
+        if (ctxs[rk])
+            continue;
+        struct burst_context_params cp = burst_context_params_default();
+        cp.backend = be;
+        cp.num_threads = atoi(nt);
+        burst_status_t st = burst_context_create(&cp, &own[nctx]);
+        if (st != BURST_OK) {
+            fprintf(stderr, "%s: rank %d: backend \"%s\" (--backend%s %s): %s: %s\n", prog, rk, be,
+                    o.backends_given ? "s" : "", o.backend, burst_status_str(st),
+                    burst_last_error());
+            rc = st == BURST_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
+            goto threads_out;
+        }
+        own_rank[nctx] = rk;
+        ctxs[rk] = own[nctx++];
+    }
+    rc = job_run(&o.jp, ctxs, r);
     if (rc != JOB_OK) {
         fprintf(stderr, "%s: %s\n", prog, r->message);
-        job_result_free(r);
-        free(r);
-        return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
+        rc = rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
+        goto threads_out;
     }
     rc = report(&o, r);
-    job_result_free(r);
+threads_out:
+    for (int c = 0; c < nctx; c++)
+        burst_context_destroy(own[c]);
+    if (r)
+        job_result_free(r);
     free(r);
+    free(ctxs);
+    free(own);
+    free(own_rank);
     return rc;
 }

@@ -27,6 +27,23 @@ double job_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int job_list_count(const char *list)
+{
+    int n = 1;
+    for (; list && *list; list++)
+        n += *list == ',';
+    return n;
+}
+
+void job_list_entry(const char *list, int rank, char *buf, size_t cap)
+{
+    const char *s = list ? list : "";
+    for (int i = 0; i < rank % job_list_count(list); i++)
+        s = strchr(s, ',') + 1;
+    size_t len = strcspn(s, ",");
+    snprintf(buf, cap, "%.*s", (int)(len < cap ? len : cap - 1), s);
+}
+
 static double process_cpu_seconds(void)
 {
     struct rusage ru;
@@ -178,7 +195,9 @@ static double load_elem(const void *base, burst_dtype_t dt, size_t i)
 
 struct job {
     const struct job_params *p;
-    struct burst_context *ctx;
+    struct burst_context *const *ctxs; /* threads: [G] per-rank contexts */
+    struct burst_context *ctx;         /* processes: this rank's context */
+    const int64_t *lens_in;            /* measured shard lengths, or NULL */
     struct burst_local_world *world;
     size_t esz;
     int64_t *lens, *offs; /* [G] shard lengths and offsets in permuted order */
@@ -219,17 +238,33 @@ static int job_geometry(struct job *j, struct job_result *r)
         set_msg(r, JOB_EFAIL, "out of memory");
         return -1;
     }
+    const int64_t *lens = NULL; /* explicit (uneven) lengths, or NULL = even */
+    if (p->weights_mode == JOB_WEIGHTS_GIVEN) {
+        if (burst_layout_weighted_lens(p->layout, N, G, p->weights, j->lens) != BURST_OK) {
+            set_msg(r, JOB_EUSAGE, "--weights: %s", burst_last_error());
+            return -1;
+        }
+        lens = j->lens;
+    } else if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
+        if (!j->lens_in) {
+            set_msg(r, JOB_EFAIL, "the measured shard lengths are missing");
+            return -1;
+        }
+        memcpy(j->lens, j->lens_in, sizeof(int64_t) * (size_t)G);
+        lens = j->lens;
+    }
     for (int rk = 0; rk < G; rk++) {
-        burst_status_t st = burst_layout_shard_len(p->layout, N, G, rk, &j->lens[rk]);
-        if (st == BURST_OK)
-            st = burst_layout_shard_offset(p->layout, N, G, rk, &j->offs[rk]);
+        burst_status_t st = BURST_OK;
+        if (!lens)
+            st = burst_layout_shard_len(p->layout, N, G, rk, &j->lens[rk]);
+        j->offs[rk] = rk ? j->offs[rk - 1] + j->lens[rk - 1] : 0;
         if (st != BURST_OK) {
             set_msg(r, JOB_EUSAGE, "%s", burst_last_error());
             return -1;
         }
         for (int64_t l = 0; l < j->lens[rk]; l++) {
             int64_t pos;
-            st = burst_layout_position(p->layout, N, G, rk, l, &pos);
+            st = burst_layout_position_lens(p->layout, N, G, lens, rk, l, &pos);
             if (st != BURST_OK || pos < 0 || pos >= N) {
                 set_msg(r, JOB_EFAIL, "burst_layout_position(rank %d, local %lld) failed: %s", rk,
                         (long long)l, burst_last_error());
@@ -365,6 +400,37 @@ static void maybe_kill(const struct rank_run *rr, int it, char phase)
         raise(SIGKILL);
 }
 
+/* Ranks on a device-memory backend (cuda) compute on tensors in their context's memory: each
+ * global permuted tensor's shard of the rank, packed [B, n, H, d] contiguous. */
+struct dev_shards {
+    struct burst_context *ctx;
+    void *buf[8]; /* q, k, v, dout, o, dq, dk, dv */
+    float *lse;
+};
+
+/* Copy rank's rows of global tensor `host` (heads) to or from the packed shard `dev`. */
+static burst_status_t dev_copy(const struct job *j, struct burst_context *ctx, int rank, int heads,
+                               void *host, void *dev, int up)
+{
+    const struct job_params *p = j->p;
+    size_t row = (size_t)heads * (size_t)p->head_dim * j->esz, n = (size_t)j->lens[rank];
+    burst_status_t st = BURST_OK;
+    for (int64_t b = 0; st == BURST_OK && b < p->batch; b++) {
+        char *h = (char *)host + ((size_t)b * (size_t)p->seq_len + (size_t)j->offs[rank]) * row;
+        char *d = (char *)dev + (size_t)b * n * row;
+        st = up ? burst_context_memcpy(ctx, d, h, n * row)
+                : burst_context_memcpy(ctx, h, d, n * row);
+    }
+    return st;
+}
+
+static void dev_free(struct dev_shards *ds)
+{
+    for (int t = 0; t < 8; t++)
+        burst_context_free(ds->ctx, ds->buf[t]);
+    burst_context_free(ds->ctx, ds->lse);
+}
+
 static void rank_loop(struct rank_run *rr)
 {
     struct job *j = rr->j;
@@ -387,7 +453,23 @@ static void rank_loop(struct rank_run *rr)
     pp.bwd_pattern = p->bwd;
     pp.deterministic = p->deterministic;
     pp.ranks_per_node = p->ranks_per_node;
-    burst_status_t st = burst_plan_create(j->ctx, rr->comm, &pp, &plan);
+    double reversed[JOB_MAX_LIST];
+    if (p->weights_mode == JOB_WEIGHTS_GIVEN)
+        pp.shard_weights = p->weights;
+    else if (p->weights_mode == JOB_WEIGHTS_MEASURED)
+        pp.shard_lens = j->lens; /* what the measuring plan agreed */
+    if (r == p->mismatch_rank && !strcmp(p->mismatch_field, "head_dim"))
+        pp.head_dim += 8;
+    if (r == p->mismatch_rank && !strcmp(p->mismatch_field, "weights")) {
+        for (int i = 0; i < p->ranks; i++)
+            reversed[i] = p->weights_mode == JOB_WEIGHTS_GIVEN ? p->weights[p->ranks - 1 - i]
+                                                               : 1.0 + (i == 0);
+        pp.shard_lens = NULL;
+        pp.shard_weights = reversed;
+    }
+    struct burst_context *ctx = j->ctxs ? j->ctxs[r] : j->ctx;
+    struct dev_shards ds = {.ctx = ctx};
+    burst_status_t st = burst_plan_create(ctx, rr->comm, &pp, &plan);
     if (st != BURST_OK)
         fl = rank_fail(rr, "burst_plan_create", st);
     if (rank_sync(rr, fl) & FLAG_FAIL)
@@ -399,6 +481,31 @@ static void rank_loop(struct rank_run *rr)
                         dout = view(j, j->dout, r, p->q_heads), dq = view(j, j->dq, r, p->q_heads),
                         dk = view(j, j->dk, r, p->kv_heads), dv = view(j, j->dv, r, p->kv_heads);
     float *lse = j->lse[r];
+    fl = 0;
+    if (burst_context_device_memory(ctx)) {
+        void *hosts[8] = {j->q, j->k, j->v, j->dout, j->o, j->dq, j->dk, j->dv};
+        struct burst_tensor *views[8] = {&q, &k, &v, &dout, &o, &dq, &dk, &dv};
+        st = BURST_OK;
+        for (int t = 0; st == BURST_OK && t < 8; t++) {
+            int heads = (t == 1 || t == 2 || t == 6 || t == 7) ? p->kv_heads : p->q_heads;
+            size_t bytes = (size_t)p->batch * (size_t)j->lens[r] * (size_t)heads *
+                           (size_t)p->head_dim * j->esz;
+            if (!hosts[t]) /* --fwd-only: no backward tensors */
+                continue;
+            st = burst_context_alloc(ctx, bytes, &ds.buf[t]);
+            if (st == BURST_OK && t < 4)
+                st = dev_copy(j, ctx, r, heads, hosts[t], ds.buf[t], 1);
+            *views[t] = burst_tensor_contiguous(ds.buf[t], p->dtype, p->batch, j->lens[r], heads,
+                                                p->head_dim);
+        }
+        size_t nl = (size_t)p->batch * (size_t)p->q_heads * (size_t)j->lens[r];
+        if (st == BURST_OK)
+            st = burst_context_alloc(ctx, nl * sizeof(float), (void **)&ds.lse);
+        lse = ds.lse;
+        fl = st != BURST_OK ? rank_fail(rr, "burst_context_alloc / memcpy", st) : 0;
+    }
+    if (rank_sync(rr, fl) & FLAG_FAIL) /* every rank: threads meet at this barrier */
+        goto out;
     int total = p->warmup + p->iters;
     double timed_start = 0.0, cpu0 = 0.0;
     for (int it = 0; it < total; it++) {
@@ -443,7 +550,22 @@ static void rank_loop(struct rank_run *rr)
     burst_plan_stats(plan, BURST_PHASE_FWD, &rr->st.fwd);
     if (p->run_bwd)
         burst_plan_stats(plan, BURST_PHASE_BWD, &rr->st.bwd);
+    if (ds.lse) { /* outputs back into the job's global tensors */
+        void *hosts[8] = {j->q, j->k, j->v, j->dout, j->o, j->dq, j->dk, j->dv};
+        st = BURST_OK;
+        for (int t = 4; st == BURST_OK && t < 8; t++)
+            if (hosts[t])
+                st = dev_copy(j, ctx, r, (t == 6 || t == 7) ? p->kv_heads : p->q_heads, hosts[t],
+                              ds.buf[t], 0);
+        if (st == BURST_OK)
+            st = burst_context_memcpy(ctx, j->lse[r], ds.lse,
+                                      (size_t)p->batch * (size_t)p->q_heads * (size_t)j->lens[r] *
+                                          sizeof(float));
+        if (st != BURST_OK)
+            rank_fail(rr, "burst_context_memcpy (outputs)", st);
+    }
 out:
+    dev_free(&ds);
     burst_plan_destroy(plan);
 }
 
@@ -845,7 +967,11 @@ void job_result_free(struct job_result *r)
 {
     if (r) {
         free(r->rank_stats);
+        free(r->shard_lens);
+        free(r->rank_speeds);
         r->rank_stats = NULL;
+        r->shard_lens = NULL;
+        r->rank_speeds = NULL;
     }
 }
 
@@ -860,16 +986,149 @@ double job_overlap(const struct job_result *r, int phase)
     return c / (c + w);
 }
 
+/* ---- shards sized by measured speed ---- */
+
+/* A plan with measure_speed on this rank: the ring's agreed shard lengths and speeds. 0, or
+ * the failing status with the message in msg. */
+static burst_status_t measure_lens(const struct job_params *p, int rank, struct burst_comm *comm,
+                                   struct burst_context *ctx, int64_t *lens, double *speeds,
+                                   char *msg, size_t cap)
+{
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.batch = p->batch;
+    pp.seq_len = p->seq_len;
+    pp.q_heads = p->q_heads;
+    pp.kv_heads = p->kv_heads;
+    pp.head_dim = p->head_dim;
+    pp.dtype = p->dtype;
+    pp.causal = p->causal;
+    pp.window_left = p->window_left;
+    pp.window_right = p->window_right;
+    pp.layout = p->layout;
+    pp.ranks_per_node = p->ranks_per_node;
+    pp.measure_speed = 1;
+    struct burst_plan *plan = NULL;
+    burst_status_t st = burst_plan_create(ctx, comm, &pp, &plan);
+    if (st != BURST_OK) {
+        snprintf(msg, cap, "rank %d: --weights auto: burst_plan_create failed: %s: %s", rank,
+                 burst_status_str(st), burst_last_error());
+        return st;
+    }
+    for (int i = 0; i < p->ranks; i++) {
+        lens[i] = burst_plan_shard_len(plan, i);
+        speeds[i] = burst_plan_rank_speed(plan, i);
+    }
+    burst_plan_destroy(plan);
+    return BURST_OK;
+}
+
+struct measure_run {
+    const struct job_params *p;
+    struct burst_local_world *world;
+    struct burst_context *ctx;
+    int rank;
+    int64_t *lens;
+    double *speeds;
+    burst_status_t st;
+    char msg[512];
+};
+
+static void *measure_thread(void *arg)
+{
+    struct measure_run *m = arg;
+    struct burst_comm_params cp = burst_comm_params_default();
+    struct burst_comm *comm = NULL;
+    cp.rank = m->rank;
+    cp.size = m->p->ranks;
+    cp.world = m->world;
+    m->st = burst_comm_create(&cp, &comm);
+    if (m->st != BURST_OK)
+        snprintf(m->msg, sizeof(m->msg), "rank %d: burst_comm_create: %s", m->rank,
+                 burst_last_error());
+    else
+        m->st =
+            measure_lens(m->p, m->rank, comm, m->ctx, m->lens, m->speeds, m->msg, sizeof(m->msg));
+    burst_comm_destroy(comm);
+    return NULL;
+}
+
+/* Threads: every rank measures on its own context, concurrently, over an in-process ring. */
+static int measure_threads(const struct job_params *p, struct burst_context *const *ctxs,
+                           int64_t *lens, double *speeds, struct job_result *r)
+{
+    int G = p->ranks, started = 0;
+    struct measure_run *m = calloc((size_t)G, sizeof(*m));
+    pthread_t *th = calloc((size_t)G, sizeof(*th));
+    int64_t *all = calloc((size_t)G * (size_t)G, sizeof(int64_t));
+    double *sp = calloc((size_t)G * (size_t)G, sizeof(double));
+    struct burst_local_world *world = NULL;
+    if (!m || !th || !all || !sp || burst_local_world_create(G, &world) != BURST_OK) {
+        set_msg(r, JOB_EFAIL, "--weights auto: cannot set up the measuring ring");
+        goto out;
+    }
+    for (int rk = 0; rk < G; rk++) {
+        m[rk] = (struct measure_run){p,
+                                     world,
+                                     ctxs[rk],
+                                     rk,
+                                     all + (size_t)rk * (size_t)G,
+                                     sp + (size_t)rk * (size_t)G,
+                                     BURST_OK,
+                                     ""};
+        if (pthread_create(&th[rk], NULL, measure_thread, &m[rk]) != 0)
+            break;
+        started++;
+    }
+    for (int rk = 0; rk < started; rk++)
+        pthread_join(th[rk], NULL);
+    if (started < G)
+        set_msg(r, JOB_EFAIL, "--weights auto: could not start %d threads", G);
+    for (int rk = 0; rk < started && !r->status; rk++)
+        if (m[rk].st != BURST_OK)
+            set_msg(r, JOB_EFAIL, "%s", m[rk].msg);
+    if (!r->status) {
+        memcpy(lens, all, sizeof(int64_t) * (size_t)G);
+        memcpy(speeds, sp, sizeof(double) * (size_t)G);
+    }
+out:
+    burst_local_world_destroy(world);
+    free(m);
+    free(th);
+    free(all);
+    free(sp);
+    return r->status ? -1 : 0;
+}
+
 /* ---- ranks as threads ---- */
 
-int job_run(const struct job_params *p, struct burst_context *ctx, struct job_result *r)
+/* The ranks' backends: one name when all agree, else every rank's in rank order. */
+static void backends_str(const struct job_params *p, const char *(*name_of)(const void *, int),
+                         const void *arg, char *buf, size_t cap)
+{
+    int same = 1;
+    for (int rk = 1; rk < p->ranks; rk++)
+        same &= strcmp(name_of(arg, rk), name_of(arg, 0)) == 0;
+    buf[0] = '\0';
+    for (int rk = 0; rk < (same ? 1 : p->ranks); rk++) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, "%s%s", rk ? "," : "", name_of(arg, rk));
+    }
+}
+
+static const char *ctx_name(const void *arg, int rank)
+{
+    return burst_context_backend(((struct burst_context *const *)arg)[rank]);
+}
+
+int job_run(const struct job_params *p, struct burst_context *const *ctxs, struct job_result *r)
 {
     memset(r, 0, sizeof(*r));
     struct job j;
     memset(&j, 0, sizeof(j));
     j.p = p;
-    j.ctx = ctx;
-    snprintf(r->backend, sizeof(r->backend), "%s", burst_context_backend(ctx));
+    j.ctxs = ctxs;
+    struct burst_context *ctx = ctxs[0];
+    backends_str(p, ctx_name, ctxs, r->backend, sizeof(r->backend));
     snprintf(r->rank_mode, sizeof(r->rank_mode), "threads");
     snprintf(r->fabric, sizeof(r->fabric), "none");
     r->hosts = 1;
@@ -892,12 +1151,24 @@ int job_run(const struct job_params *p, struct burst_context *ctx, struct job_re
     rr = calloc((size_t)G, sizeof(*rr));
     st = calloc((size_t)G, sizeof(*st));
     times = calloc((size_t)total_iters * 2 * (size_t)G, sizeof(double));
-    if (!th || !rr || !st || !times) {
+    r->shard_lens = calloc((size_t)G, sizeof(int64_t));
+    if (!th || !rr || !st || !times || !r->shard_lens) {
         set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
+    if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
+        r->rank_speeds = calloc((size_t)G, sizeof(double));
+        if (!r->rank_speeds) {
+            set_msg(r, JOB_EFAIL, "out of memory");
+            goto out;
+        }
+        if (measure_threads(p, ctxs, r->shard_lens, r->rank_speeds, r) != 0)
+            goto out;
+        j.lens_in = r->shard_lens;
+    }
     if (job_geometry(&j, r) != 0)
         goto out;
+    memcpy(r->shard_lens, j.lens, sizeof(int64_t) * (size_t)G);
 
     /* tensors */
     size_t qel = (size_t)p->batch * (size_t)N * (size_t)p->q_heads * (size_t)p->head_dim;
@@ -1042,6 +1313,8 @@ uint64_t job_arena_layout(const struct job_params *p, struct job_arena_hdr *h, c
     off = align64(off + bw * kb);
     h->off_dv = off;
     off = align64(off + bw * kb);
+    h->off_lens = off;
+    off = align64(off + G * sizeof(int64_t));
     h->bytes = off;
     return off;
 }
@@ -1116,21 +1389,18 @@ int job_worker_main(int fd)
         snprintf(slot->message, sizeof(slot->message), "rank %d: out of memory", rank);
         goto out;
     }
-    if (job_geometry(&j, tmp) != 0) {
-        snprintf(slot->message, sizeof(slot->message), "rank %d: %.480s", rank, tmp->message);
-        rc = tmp->status;
-        goto out;
-    }
-    arena_attach(&j, arena);
-    fill_rank_inputs(&j, rank);
-
+    char be[64], nt[16];
+    job_list_entry(h->backend, rank, be, sizeof(be));
+    job_list_entry(h->num_threads, rank, nt, sizeof(nt));
     struct burst_context_params cp = burst_context_params_default();
-    cp.backend = h->backend;
-    cp.num_threads = h->num_threads;
+    cp.backend = be;
+    cp.num_threads = atoi(nt);
     burst_status_t st = burst_context_create(&cp, &j.ctx);
     if (st != BURST_OK) {
-        snprintf(slot->message, sizeof(slot->message), "rank %d: --backend %s: %s: %s", rank,
-                 h->backend, burst_status_str(st), burst_last_error());
+        snprintf(slot->message, sizeof(slot->message),
+                 "rank %d: backend \"%s\" (--backend%s %.100s): %s: %.300s", rank, be,
+                 job_list_count(h->backend) > 1 ? "s" : "", h->backend, burst_status_str(st),
+                 burst_last_error());
         rc = st == BURST_ERR_INVALID_ARG ? JOB_EUSAGE : JOB_EFAIL;
         goto out;
     }
@@ -1147,6 +1417,42 @@ int job_worker_main(int fd)
     }
     snprintf(slot->fabric, sizeof(slot->fabric), "%s", burst_comm_fabric(comm));
     slot->hosts = burst_comm_hosts(comm);
+
+    /* the shards: measured now (every rank gets the same lengths), or from the parameters */
+    int64_t *arena_lens = (int64_t *)(void *)((char *)arena + h->off_lens);
+    if (h->p.weights_mode == JOB_WEIGHTS_MEASURED) {
+        int G = h->p.ranks;
+        int64_t *lens = calloc((size_t)G, sizeof(int64_t));
+        double *speeds = calloc((size_t)G, sizeof(double));
+        st = lens && speeds ? measure_lens(&h->p, rank, comm, j.ctx, lens, speeds, slot->message,
+                                           sizeof(slot->message))
+                            : BURST_ERR_NO_MEMORY;
+        if (st == BURST_OK && rank == 0) {
+            memcpy(arena_lens, lens, sizeof(int64_t) * (size_t)G);
+            __atomic_store_n(&slot->lens_set, 1, __ATOMIC_RELEASE);
+        }
+        if (st == BURST_OK)
+            slot->speed = speeds[rank];
+        j.lens_in = lens;
+        free(speeds);
+        if (st != BURST_OK) {
+            slot->secondary = st == BURST_ERR_PEER_FAILED || st == BURST_ERR_COMM_FAILED;
+            rc = slot->secondary ? JOB_EPEER : JOB_EFAIL;
+            goto out;
+        }
+    }
+    int geo = job_geometry(&j, tmp);
+    free((void *)j.lens_in);
+    j.lens_in = NULL;
+    if (geo != 0) {
+        snprintf(slot->message, sizeof(slot->message), "rank %d: %.480s", rank, tmp->message);
+        rc = tmp->status;
+        goto out;
+    }
+    if (rank == 0 && h->p.weights_mode != JOB_WEIGHTS_MEASURED)
+        memcpy(arena_lens, j.lens, sizeof(int64_t) * (size_t)h->p.ranks);
+    arena_attach(&j, arena);
+    fill_rank_inputs(&j, rank);
 
     rr->j = &j;
     rr->rank = rank;
@@ -1179,6 +1485,11 @@ out:
     return rc;
 }
 
+static const char *slot_name(const void *arg, int rank)
+{
+    return ((const struct job_slot *)arg)[rank].backend;
+}
+
 int job_arena_collect(void *arena, struct job_result *r)
 {
     const struct job_arena_hdr *h = arena;
@@ -1195,16 +1506,28 @@ int job_arena_collect(void *arena, struct job_result *r)
         set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
-    if (job_geometry(&j, r) != 0)
-        goto out;
-    arena_attach(&j, arena);
     for (int rk = 0; rk < G; rk++)
         if (!__atomic_load_n(&slots[rk].done, __ATOMIC_ACQUIRE) || slots[rk].status != JOB_OK) {
             set_msg(r, JOB_EFAIL, "rank %d did not finish: %s", rk,
                     slots[rk].message[0] ? slots[rk].message : "(no message)");
             goto out;
         }
-    snprintf(r->backend, sizeof(r->backend), "%s", slots[0].backend);
+    r->shard_lens = calloc((size_t)G, sizeof(int64_t));
+    if (!r->shard_lens) {
+        set_msg(r, JOB_EFAIL, "out of memory");
+        goto out;
+    }
+    j.lens_in = (const int64_t *)(const void *)((const char *)arena + h->off_lens);
+    if (job_geometry(&j, r) != 0)
+        goto out;
+    memcpy(r->shard_lens, j.lens, sizeof(int64_t) * (size_t)G);
+    if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
+        r->rank_speeds = calloc((size_t)G, sizeof(double));
+        for (int rk = 0; r->rank_speeds && rk < G; rk++)
+            r->rank_speeds[rk] = slots[rk].speed;
+    }
+    arena_attach(&j, arena);
+    backends_str(p, slot_name, slots, r->backend, sizeof(r->backend));
     snprintf(r->rank_mode, sizeof(r->rank_mode), "processes");
     snprintf(r->fabric, sizeof(r->fabric), "%s", slots[0].fabric);
     r->hosts = slots[0].hosts;

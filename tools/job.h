@@ -24,6 +24,15 @@
 #define JOB_BWD_CHECK_LIMIT 4e9
 /* Query rows the forward check samples when the full reference is not run. */
 #define JOB_FWD_SAMPLE_ROWS 64
+/* Entries of a per-rank list (--weights, --backends, --num-threads). */
+#define JOB_MAX_LIST 256
+
+/* How shards are sized (burstrun --weights). */
+enum job_weights {
+    JOB_WEIGHTS_EVEN = 0,     /* the layout's even shards */
+    JOB_WEIGHTS_GIVEN = 1,    /* plan.shard_weights = job_params.weights */
+    JOB_WEIGHTS_MEASURED = 2, /* a plan with measure_speed first; its shards then */
+};
 
 struct job_params {
     int ranks;
@@ -48,6 +57,12 @@ struct job_params {
     int deterministic;  /* plan.deterministic: bitwise-reproducible results */
     int ranks_per_node; /* plan.ranks_per_node: two-level ring (0 = flat) */
     int want_hash;      /* compute job_result.output_hash */
+    enum job_weights weights_mode;
+    double weights[JOB_MAX_LIST]; /* [ranks] for JOB_WEIGHTS_GIVEN */
+    /* test only (hidden --test-mismatch R:FIELD): rank R changes FIELD of its plan ("weights":
+     * reversed; "head_dim": + 8) so that the handshake must fail; -1 = off */
+    int mismatch_rank;
+    char mismatch_field[16];
 };
 
 /* Per-rank statistics of the last call of each phase. */
@@ -76,8 +91,8 @@ struct job_result {
     int status;         /* JOB_OK, JOB_EUSAGE (parameters rejected), JOB_EFAIL */
     char message[1024]; /* why, when status != JOB_OK */
 
-    char backend[32];
-    int num_threads;    /* compute threads of one rank's context (threads mode: the shared one) */
+    char backend[256];  /* the ranks' backends, comma-separated in rank order where they differ */
+    int num_threads;    /* compute threads of rank 0's context */
     char rank_mode[16]; /* "threads" or "processes" */
     char fabric[16];    /* provider the rank processes agreed on; "none" for threads */
     int hosts;          /* distinct hosts of the ring */
@@ -103,6 +118,9 @@ struct job_result {
     double compute_sum_s[2], wait_sum_s[2], total_sum_s[2]; /* [0] forward, [1] backward */
     struct job_rank_stats *rank_stats; /* [ranks], or NULL; freed by job_result_free */
     uint64_t output_hash;              /* FNV-1a of O, lse, dQ, dK, dV (want_hash) */
+    int64_t *shard_lens;               /* [ranks] tokens per rank, or NULL */
+    double *rank_speeds; /* [ranks] measured (JOB_WEIGHTS_MEASURED) speeds, or NULL: rows x keys x
+                            query heads per second of each rank's forward kernel */
 
     int checked_fwd_rows; /* query rows compared (per batch and head); 0 = forward not checked */
     int checked_bwd;
@@ -122,9 +140,16 @@ double job_fwd_flops(const struct job_params *p);
 /* Multiply-adds of the fp64 backward reference: B * N^2 * Hq * d. */
 double job_bwd_ref_cost(const struct job_params *p);
 
-/* Run the job with ranks as threads on ctx. Fills *r (always); returns r->status. Release
- * r with job_result_free. */
-int job_run(const struct job_params *p, struct burst_context *ctx, struct job_result *r);
+/* Run the job with ranks as threads, rank i on ctxs[i] (entries may repeat: ranks of one
+ * context share it). Fills *r (always); returns r->status. Release r with job_result_free. */
+int job_run(const struct job_params *p, struct burst_context *const *ctxs, struct job_result *r);
+
+/* Entry `rank` of a comma-separated per-rank list, cycling when the list is shorter, into buf
+ * ("" for an empty entry). */
+void job_list_entry(const char *list, int rank, char *buf, size_t cap);
+
+/* Entries of a comma-separated list. */
+int job_list_count(const char *list);
 
 /* Free what job_run / launch_run attached to r (not r itself); safe to call twice. */
 void job_result_free(struct job_result *r);
@@ -156,6 +181,8 @@ struct job_slot {
     int secondary; /* the failure echoes a peer's (BURST_ERR_PEER_FAILED / COMM_FAILED) */
     char message[512];
     char backend[32];
+    double speed;     /* measured speed (JOB_WEIGHTS_MEASURED) */
+    int64_t lens_set; /* rank 0: 1 once it wrote the measured shard lengths into the arena */
     char fabric[16];
     int hosts;
     int num_threads;
@@ -167,7 +194,7 @@ struct job_slot {
 };
 
 #define JOB_ARENA_MAGIC 0x42525354u /* "BRST" */
-#define JOB_ARENA_VERSION 1u
+#define JOB_ARENA_VERSION 2u
 
 /* The arena's first bytes. The worker is the same executable as the launcher, so the layout
  * is shared by construction; magic, version and size are still checked. */
@@ -175,12 +202,12 @@ struct job_arena_hdr {
     uint32_t magic, version;
     uint64_t bytes; /* size of the whole arena */
     struct job_params p;
-    char backend[32];
-    int num_threads; /* 0 = default */
+    char backend[512];     /* per-rank backends, comma-separated, cycling (one entry: all) */
+    char num_threads[512]; /* per-rank compute threads, comma-separated, cycling ("0" = default) */
     struct job_kill kill;
     /* byte offsets from the arena's start */
     uint64_t off_slots, off_times, off_q, off_k, off_v, off_dout, off_o, off_dq, off_dk, off_dv,
-        off_lse;
+        off_lse, off_lens; /* off_lens: [G] int64 shard lengths (measured: written by rank 0) */
 };
 
 /* Compute the arena layout of p into *h (p copied in) and return its size, or 0 when the

@@ -294,10 +294,10 @@ int launch_run(const struct job_params *p, const struct launch_opts *lo, struct 
         goto out;
     }
     snprintf(h.backend, sizeof(h.backend), "%s", lo->backend);
-    h.num_threads = lo->num_threads;
-    if (!h.num_threads && !getenv("BURST_NUM_THREADS")) {
+    snprintf(h.num_threads, sizeof(h.num_threads), "%s", lo->num_threads);
+    if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS")) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        h.num_threads = ncpu > G ? (int)(ncpu / G) : 1;
+        snprintf(h.num_threads, sizeof(h.num_threads), "%d", ncpu > G ? (int)(ncpu / G) : 1);
     }
     h.kill = lo->kill;
     arena_fd = memfd_create("burstrun-job", MFD_CLOEXEC);
@@ -448,10 +448,15 @@ int launch_run(const struct job_params *p, const struct launch_opts *lo, struct 
             live--;
             if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
                 continue;
-            char why[128];
+            char why[128], full[400];
             describe_exit(status, why, sizeof(why));
-            /* tell the survivors (and let the service remove the rank's shm segment) */
-            burst_rendezvous_report_failure(rv, rk, why);
+            /* tell the survivors (and let the service remove the rank's shm segment), with
+             * the rank's own message when it failed by itself (e.g. a backend missing there) */
+            const struct job_slot *sl = job_arena_slots(arena) + rk;
+            snprintf(full, sizeof(full), "%s", why);
+            if (__atomic_load_n(&sl->done, __ATOMIC_ACQUIRE) && !sl->secondary && sl->message[0])
+                snprintf(full, sizeof(full), "%s: %.250s", why, sl->message);
+            burst_rendezvous_report_failure(rv, rk, full);
             if (!rp[rk].signalled_by_us) {
                 int echo = WIFEXITED(status) && WEXITSTATUS(status) == JOB_EPEER;
                 if (WIFSIGNALED(status) && sig_fail < 0)

@@ -66,7 +66,7 @@ BURST_API const char *burst_context_backend(const struct burst_context *ctx);
  * memory is refused with BURST_ERR_INVALID_ARG naming it. 0 when any host memory works (cpu;
  * vulkan, which stages host memory itself; memory from burst_context_alloc() still avoids that
  * staging). Portable code can always use burst_context_alloc() + burst_context_memcpy().
- * Thread-safe.
+ * 0 for NULL. Thread-safe. Since API 0.2.
  */
 BURST_API int burst_context_device_memory(const struct burst_context *ctx);
 

@@ -9,6 +9,18 @@
  *   striped  token t lives on rank t mod G, in increasing order.
  * In every layout a rank's local rows have strictly increasing global positions.
  *
+ * Uneven shards (burst_plan_params.shard_lens or .shard_weights, e.g. ranks of different speed)
+ * generalise each layout to lengths n_i, with at most two runs of rows per rank:
+ *   natural  rank i holds a contiguous shard of n_i tokens, in rank order (n_i >= 1);
+ *   zigzag   chunk i holds the first ceil(n_i/2) rows of rank i and chunk 2G-1-i the last
+ *            floor(n_i/2) (n_i >= 2); chunks are laid out 0, 1, ..., 2G-1. Causal work of rank i
+ *            stays about n_i * N / 2: proportional to its shard, so speed-sized shards balance;
+ *   striped  with m = min n_i, rank i holds i, i+G, ..., i+(m-1)G, then its n_i - m extra tokens
+ *            as one contiguous run after position G*m, in rank order (n_i >= 1). Lengths that
+ *            are equal, or differ by one with the longer shards first, give the even layout.
+ *            Causal balance holds in the striped part only; prefer zigzag for uneven causal work.
+ * The *_lens functions below take such lengths (lens[ranks], summing to seq_len; NULL = even).
+ *
  * The "permuted" order of a global tensor is the concatenation of rank 0's shard, rank 1's
  * shard, ...: exactly what the ranks hold, laid end to end. permute() maps natural order to
  * permuted order, unpermute() maps back. Both work on [B, N, H, d] tensors along dimension 1
@@ -55,6 +67,34 @@ BURST_API burst_status_t burst_layout_permute(burst_layout_t layout, int ranks,
 BURST_API burst_status_t burst_layout_unpermute(burst_layout_t layout, int ranks,
                                                 const struct burst_tensor *permuted,
                                                 struct burst_tensor *natural);
+
+/*
+ * Shard lengths proportional to weights[ranks] (each finite, > 0): lens_p[ranks] receives
+ * n_i, summing to seq_len. Rounding rule: quota q_i = seq_len * w_i / sum(w); n_i =
+ * max(floor(q_i), min) with min = 2 for zigzag, else 1; then single tokens go to the largest
+ * remainders q_i - n_i (or come back from the smallest, among shards above min) until the sum
+ * is seq_len; ties go to the lower rank. Deterministic: every rank computes the same lengths
+ * from the same weights. The kernels need no coarser granularity. Since API 0.2.
+ */
+BURST_API burst_status_t burst_layout_weighted_lens(burst_layout_t layout, int64_t seq_len,
+                                                    int ranks, const double *weights,
+                                                    int64_t *lens_p);
+
+/* burst_layout_position for explicit shard lengths lens[ranks] (NULL = even). Since API 0.2. */
+BURST_API burst_status_t burst_layout_position_lens(burst_layout_t layout, int64_t seq_len,
+                                                    int ranks, const int64_t *lens, int rank,
+                                                    int64_t local, int64_t *pos_p);
+
+/* burst_layout_permute / _unpermute for explicit shard lengths lens[ranks] (NULL = even). The
+ * permuted order is rank 0's n_0 rows, then rank 1's n_1 rows, ... Since API 0.2. */
+BURST_API burst_status_t burst_layout_permute_lens(burst_layout_t layout, int ranks,
+                                                   const int64_t *lens,
+                                                   const struct burst_tensor *natural,
+                                                   struct burst_tensor *permuted);
+BURST_API burst_status_t burst_layout_unpermute_lens(burst_layout_t layout, int ranks,
+                                                     const int64_t *lens,
+                                                     const struct burst_tensor *permuted,
+                                                     struct burst_tensor *natural);
 
 #ifdef __cplusplus
 }

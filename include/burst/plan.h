@@ -56,8 +56,9 @@ struct burst_plan_params {
     unsigned api_version; /* BURST_API_VERSION */
     int64_t batch;        /* B >= 1 */
     int64_t seq_len;      /* N, global tokens over all ranks */
-    /* Optional, natural layout only: G shard lengths (>= 1 each) summing to seq_len. NULL =
-     * as even as possible (the first N mod G ranks get one extra token). Copied. */
+    /* Optional: G shard lengths summing to seq_len (>= 1 each; >= 2 for zigzag), in any layout
+     * (burst/layout.h says how each layout spreads uneven shards). NULL = as even as possible
+     * (the first N mod G ranks get one extra token). Copied. Excludes shard_weights. */
     const int64_t *shard_lens;
     int q_heads;           /* Hq >= 1 */
     int kv_heads;          /* Hkv >= 1, Hq % Hkv == 0 (GQA / MQA) */
@@ -77,6 +78,21 @@ struct burst_plan_params {
      * 0 = a flat ring (same as L = ring size). Results equal the flat ring's up to rounding
      * (blocks merge in another order). */
     int ranks_per_node;
+
+    /* ---- since API 0.2: read only when api_version's minor is >= 2, so callers built against
+     * 0.1 headers (a shorter struct) keep working; burst_plan_params_default sets them. ---- */
+
+    /* Optional: G positive weights, e.g. the ranks' speeds. Rank i gets a shard proportional to
+     * weights[i], rounded by the rule of burst_layout_weighted_lens (deterministic, >= 1 token,
+     * >= 2 for zigzag). Ranks must pass equal weights (the handshake compares them: field
+     * "shard_weights"). NULL = no weights. Copied. Excludes shard_lens and measure_speed. */
+    const double *shard_weights;
+    /* Nonzero: weights measured now. Each rank times a short local attention step of this
+     * plan's heads, head dim and dtype on its own context (a few milliseconds to a fraction of
+     * a second on a CPU), the ranks exchange the rates, and shards follow them as with
+     * shard_weights. Every rank must ask for it. Results do not depend on the shard sizes
+     * beyond rounding; the sizes may differ from run to run. burst_plan_shard_len tells them. */
+    int measure_speed;
 };
 
 /* Defaults: B = 1, full attention, natural layout, burst backward, fp32 accumulators, fp32
@@ -100,6 +116,15 @@ BURST_API void burst_plan_destroy(struct burst_plan *plan);
 
 /* Tokens held by this rank (n_i). */
 BURST_API int64_t burst_plan_local_len(const struct burst_plan *plan);
+
+/* Tokens held by rank `rank` of the plan's ring (any rank: every rank knows every shard), or -1
+ * when rank is out of range. With shard_weights or measure_speed this is how callers learn the
+ * agreed lengths. Since API 0.2. */
+BURST_API int64_t burst_plan_shard_len(const struct burst_plan *plan, int rank);
+
+/* The speed a rank measured for measure_speed (local attention rows x keys per second, summed
+ * over heads; higher = faster), or 0 when the plan did not measure. Since API 0.2. */
+BURST_API double burst_plan_rank_speed(const struct burst_plan *plan, int rank);
 
 /* Global position of this rank's local row `local` (0 <= local < n_i), or -1 if out of range. */
 BURST_API int64_t burst_plan_position(const struct burst_plan *plan, int64_t local);

@@ -1,0 +1,165 @@
+#!/bin/sh
+# tests/burstrun_hetero.sh BURSTRUN shm|tcp cpu|vulkan  (heterogeneous rings through burstrun)
+#
+#   cpu     (suite 'net') shards by --weights and by measured speed (--weights auto) pass
+#           --check with rank processes and with --threads; the JSON has the shard lengths
+#           (weighted: the documented rounding) and, for auto, rank_speeds and ideal_fwd_ms;
+#           processes and threads give bitwise equal results for the same weights
+#           (--deterministic --hash); ranks with different --num-threads; a rank process whose
+#           weights or head dim differ fails every rank naming the rank and the field (exit 3);
+#           --backends cuda,cpu without a usable CUDA device fails naming rank 0 and "cuda";
+#           bad --weights / --backends values are usage errors (exit 2)
+#   vulkan  (suite 'vulkan') cpu and vulkan (lavapipe) ranks in one ring, as rank processes and
+#           as threads, uneven and measured shards: --check passes, and processes equal threads
+#           bitwise (--deterministic --hash)
+# Exit 77 (SKIP) when the provider (or, for vulkan, a Vulkan device) is unavailable.
+set -u
+BR=$1
+PROV=$2
+WHAT=$3
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_hetero.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+SEED=${BURST_TEST_SEED:-$(date +%s)}
+echo "seed $SEED (BURST_TEST_SEED)"
+SMALL="--seq 96 --heads 2 --kv-heads 1 --head-dim 32 --warmup 0 --iters 1 --seed $SEED"
+
+fail() {
+    echo "FAIL: $*"
+    FAILS=$((FAILS + 1))
+}
+
+# run NAME EXPECTED_RC ARGS...: burstrun's output in $TMP/NAME, its exit status checked
+run() {
+    name=$1
+    want=$2
+    shift 2
+    "$BR" "$@" >"$TMP/$name" 2>"$TMP/$name.err"
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        fail "$name: burstrun $* exited $rc, expected $want"
+        cat "$TMP/$name" "$TMP/$name.err"
+    fi
+}
+
+# has NAME TEXT: output (stdout + stderr) of run NAME contains TEXT
+has() {
+    cat "$TMP/$1" "$TMP/$1.err" | grep -qF -- "$2" || {
+        fail "$1: output lacks '$2'"
+        cat "$TMP/$1" "$TMP/$1.err"
+    }
+}
+
+hash_of() {
+    sed -n 's/.*"output_hash": "\([0-9a-f]*\)".*/\1/p' "$TMP/$1"
+}
+
+"$BR" -n 1 --fabric "$PROV" $SMALL >"$TMP/probe" 2>&1
+rc=$?
+if [ $rc -eq 2 ]; then
+    echo "SKIP: fabric $PROV unavailable: $(tail -n 1 "$TMP/probe")"
+    exit 77
+elif [ $rc -ne 0 ]; then
+    cat "$TMP/probe"
+    echo "FAIL: one-rank probe exited $rc"
+    exit 1
+fi
+
+case "$WHAT" in
+cpu)
+    for layout in natural zigzag striped; do
+        run "w_$layout" 0 -n 3 --fabric "$PROV" $SMALL --causal --layout "$layout" \
+            --weights 1,2,3 --check --json
+        has "w_$layout" '"check": "pass"'
+        has "w_$layout" '"weights": "given"'
+        has "w_$layout" '"shard_lens": [16, 32, 48]'
+    done
+    # quotas 96 * (1, 1, 5) / 7 = 13.71, 13.71, 68.57: floors 13, 13, 68, the two tokens left
+    # to the largest remainders (ranks 0 and 1)
+    run w_round 0 -n 3 --fabric "$PROV" $SMALL --layout zigzag --weights 1,1,5 --check --json
+    has w_round '"shard_lens": [14, 14, 68]'
+    run w_bwd_ring 0 -n 4 --fabric "$PROV" $SMALL --causal --layout striped --bwd ring \
+        --weights 4,1,2,1 --check --json
+    has w_bwd_ring '"check": "pass"'
+    run auto 0 -n 3 --fabric "$PROV" $SMALL --causal --weights auto --num-threads 2,1,1 \
+        --check --json
+    has auto '"check": "pass"'
+    has auto '"weights": "auto"'
+    has auto '"rank_speeds": ['
+    has auto '"ideal_fwd_ms": '
+    run auto_threads 0 -n 3 --threads $SMALL --causal --weights auto --check --json
+    has auto_threads '"rank_speeds": ['
+    has auto_threads '"check": "pass"'
+    # the same weighted job as processes and as threads: bitwise equal
+    run det_p 0 -n 4 --fabric "$PROV" $SMALL --causal --weights 3,1,1,2 --deterministic --hash \
+        --json
+    run det_t 0 -n 4 --threads $SMALL --causal --weights 3,1,1,2 --deterministic --hash \
+        --num-threads 1,2 --json
+    [ -n "$(hash_of det_p)" ] && [ "$(hash_of det_p)" = "$(hash_of det_t)" ] ||
+        fail "processes and threads differ: $(hash_of det_p) vs $(hash_of det_t)"
+    # one rank process with other weights or another head dim: every rank names rank and field
+    run mm_weights 3 -n 3 --fabric "$PROV" $SMALL --weights 1,2,3 --test-mismatch 1:weights
+    for rk in 0 1 2; do
+        has mm_weights "[rank $rk] rank $rk: burst_plan_create failed: plans differ"
+    done
+    has mm_weights "field shard_weights"
+    has mm_weights "the plan of rank 1 differs"
+    run mm_head_dim 3 -n 3 --fabric "$PROV" $SMALL --test-mismatch 2:head_dim
+    for rk in 0 1 2; do
+        has mm_head_dim "[rank $rk] rank $rk: burst_plan_create failed: plans differ"
+    done
+    has mm_head_dim "field head_dim"
+    has mm_head_dim "the plan of rank 2 differs"
+    # a backend missing on one rank (no GPU here, or a build without cuda)
+    if ! "$BR" --threads -n 1 --backend cuda $SMALL >"$TMP/cuda" 2>&1; then
+        want=3 # no device: a runtime error; a build without cuda: a usage error
+        grep -q "not a backend of this build" "$TMP/cuda" && want=2
+        for mode in "--fabric $PROV" --threads; do
+            run nocuda "$want" -n 2 $mode $SMALL --backends cuda,cpu
+            has nocuda 'rank 0: backend "cuda" (--backends cuda,cpu)'
+        done
+    fi
+    run bad_w_count 2 -n 3 --threads $SMALL --weights 1,2
+    has bad_w_count "--weights has 2 entries for -n 3"
+    run bad_w_value 2 -n 2 --threads $SMALL --weights 1,-2
+    has bad_w_value "entry 1 is '-2'"
+    run bad_backends 2 -n 2 --threads $SMALL --backends cpu,gpu
+    has bad_backends "entry 1 is 'gpu'"
+    run long_backends 2 -n 2 --threads $SMALL --backends cpu,cpu,cpu
+    has long_backends "--backends has 3 entries for -n 2"
+    run both_backend 2 -n 2 --threads $SMALL --backend cpu --backends cpu
+    has both_backend "exclude each other"
+    ;;
+vulkan)
+    if ! "$BR" --threads -n 1 --backend vulkan $SMALL >"$TMP/vk" 2>&1; then
+        echo "SKIP: no Vulkan device: $(tail -n 1 "$TMP/vk")"
+        exit 77
+    fi
+    for mode in "--fabric $PROV" --threads; do
+        run mixed 0 -n 3 $mode $SMALL --causal --layout zigzag --backends cpu,vulkan \
+            --weights 3,1,2 --check --json
+        has mixed '"backend": "cpu,vulkan,cpu"'
+        has mixed '"check": "pass"'
+        run mixed_auto 0 -n 2 $mode $SMALL --causal --layout striped --bwd ring \
+            --backends vulkan,cpu --weights auto --check --json
+        has mixed_auto '"check": "pass"'
+        has mixed_auto '"rank_speeds": ['
+    done
+    run vk_p 0 -n 4 --fabric "$PROV" $SMALL --causal --backends cpu,vulkan --weights 2,1,2,1 \
+        --deterministic --hash --json
+    run vk_t 0 -n 4 --threads $SMALL --causal --backends cpu,vulkan --weights 2,1,2,1 \
+        --deterministic --hash --json
+    [ -n "$(hash_of vk_p)" ] && [ "$(hash_of vk_p)" = "$(hash_of vk_t)" ] ||
+        fail "cpu+vulkan: processes and threads differ: $(hash_of vk_p) vs $(hash_of vk_t)"
+    ;;
+*)
+    echo "usage: $0 BURSTRUN shm|tcp cpu|vulkan"
+    exit 2
+    ;;
+esac
+
+[ "$FAILS" -eq 0 ] || {
+    echo "$FAILS failure(s)"
+    exit 1
+}
+echo "all passed"

@@ -1,0 +1,369 @@
+/*
+ * tests/test_hetero.c - heterogeneous rings: shards sized by weight or measured speed, the
+ * layouts generalised to uneven shards, and ranks on different backends in one ring.
+ *
+ * 'unit' (no argument): every case on the cpu backend (explicit per-rank contexts where a case
+ * names backends):
+ *   - the rounding rule of burst_layout_weighted_lens on hand-computed examples and its errors;
+ *   - uneven layouts: for random lengths, every layout's positions are a permutation of 0..N-1,
+ *     increasing within a rank, and the plan reports the same; equal lengths give the even
+ *     layout; zigzag keeps causal work proportional to the shard (the point of sizing by speed);
+ *   - the shared harness (fresh random inputs, poisoned outputs, fp64 reference): weight vectors
+ *     on natural / zigzag / striped, causal and windows, GQA, fp16 / bf16, both backward
+ *     patterns, input-dtype accumulators, the two-level ring, explicit uneven lengths;
+ *   - measure_speed: every rank agrees on the measured shards; a rerun of a deterministic case
+ *     is bitwise equal;
+ *   - handshake: a rank with other weights, or the only one measuring, fails every rank with
+ *     BURST_ERR_PLAN_MISMATCH naming the rank and the field; a caller built against API 0.1 (no
+ *     weight fields) is served without reading past its struct.
+ * 'mixed' (suite vulkan): the same harness cases with ranks alternating cpu and vulkan contexts
+ * in one in-process ring (exit 77 where Vulkan is missing), bitwise reruns in deterministic mode.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define F32 BURST_DTYPE_FP32
+#define F16 BURST_DTYPE_FP16
+#define BF16 BURST_DTYPE_BF16
+#define NAT BURST_LAYOUT_NATURAL
+#define ZZ BURST_LAYOUT_ZIGZAG
+#define STR BURST_LAYOUT_STRIPED
+#define RING BURST_BWD_RING
+#define WIN BURST_WIRE_INPUT
+
+#define CASE(nm, G, n)                                                                             \
+    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
+    .head_dim = 32, .dtype = F32, .window_left = -1, .window_right = -1, .layout = NAT,            \
+    .bwd = BURST_BWD_BURST
+
+static const double w_a[] = {1, 2, 3, 4};
+static const double w_b[] = {3, 1};
+static const double w_c[] = {1, 1, 5};
+static const double w_d[] = {2.5, 1, 1, 1, 0.5, 3};
+static const int64_t lens_zz[] = {2, 9, 5};
+static const int64_t lens_str[] = {7, 3, 12, 1};
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
+#endif
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Winitializer-overrides"
+#endif
+/* uneven shards on one backend; 'mixed' runs them again with backends set */
+static struct harness_case cases[] = {
+    {CASE("w_natural_full", 4, 60), .shard_weights = w_a},
+    {CASE("w_natural_causal_ring", 2, 50), .shard_weights = w_b, .causal = 1, .bwd = RING},
+    {CASE("w_zigzag_causal", 4, 64), .shard_weights = w_a, .causal = 1, .layout = ZZ},
+    {CASE("w_zigzag_causal_ring_odd", 3, 45), .shard_weights = w_c, .causal = 1, .layout = ZZ,
+     .bwd = RING},
+    {CASE("w_striped_causal", 4, 64), .shard_weights = w_a, .causal = 1, .layout = STR},
+    {CASE("w_striped_causal_ring_gqa4", 6, 72), .shard_weights = w_d, .q_heads = 4, .kv_heads = 1,
+     .causal = 1, .layout = STR, .bwd = RING},
+    {CASE("w_zigzag_window_bf16_wire_input", 6, 90), .shard_weights = w_d, .q_heads = 4,
+     .kv_heads = 2, .dtype = BF16, .causal = 1, .window_left = 20, .layout = ZZ, .wire = WIN},
+    {CASE("w_zigzag_fp16_ring", 2, 40), .shard_weights = w_b, .dtype = F16, .causal = 1,
+     .layout = ZZ, .bwd = RING},
+    {CASE("w_striped_window_two_sided", 3, 48), .shard_weights = w_c, .window_left = 5,
+     .window_right = 3, .layout = STR},
+    {CASE("w_l2_zigzag_causal_ring", 4, 64), .shard_weights = w_a, .ranks_per_node = 2, .causal = 1,
+     .layout = ZZ, .bwd = RING},
+    {CASE("lens_zigzag_uneven_causal", 3, 16), .shard_lens = lens_zz, .causal = 1, .layout = ZZ},
+    {CASE("lens_striped_uneven_causal_ring", 4, 23), .shard_lens = lens_str, .causal = 1,
+     .layout = STR, .bwd = RING},
+    {CASE("w_deterministic_striped_ring", 4, 64), .shard_weights = w_a, .causal = 1, .layout = STR,
+     .bwd = RING, .deterministic = 1},
+    {CASE("w_deterministic_zigzag_fp16", 3, 48), .shard_weights = w_c, .dtype = F16, .causal = 1,
+     .layout = ZZ, .deterministic = 1},
+};
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#define NCASES (sizeof cases / sizeof *cases)
+
+static void test_case(void **state)
+{
+    const struct harness_case *c = *state;
+    struct harness_problem *p = harness_problem_create(c);
+    assert_non_null(p);
+    assert_int_equal(harness_problem_run(p), 0);
+    struct harness_err err[H_NTENSORS];
+    int ok = harness_problem_compare(p, err);
+    harness_problem_print(p, err, ok ? "ok" : "FAIL");
+    for (int r = 0; r < c->ranks; r++) /* the plan's lengths and positions are the harness's */
+        assert_true(harness_problem_record(p, r)->positions_ok);
+    assert_true(ok);
+    if (c->deterministic) { /* a rerun is bitwise equal, on any mix of backends */
+        size_t bytes[H_NTENSORS];
+        void *first[H_NTENSORS];
+        for (int t = 0; t < H_NTENSORS; t++) {
+            const void *x = harness_problem_output(p, (enum harness_tensor)t, &bytes[t]);
+            first[t] = malloc(bytes[t]);
+            assert_non_null(first[t]);
+            memcpy(first[t], x, bytes[t]);
+        }
+        assert_int_equal(harness_problem_run(p), 0);
+        for (int t = 0; t < H_NTENSORS; t++) {
+            size_t b;
+            const void *x = harness_problem_output(p, (enum harness_tensor)t, &b);
+            if (b != bytes[t] || memcmp(x, first[t], b) != 0)
+                fail_msg("%s: rerun differs in tensor %d", c->name, t);
+            free(first[t]);
+        }
+    }
+    harness_problem_destroy(p);
+}
+
+/* ---- the rounding rule ---- */
+
+static void expect_lens(burst_layout_t layout, int64_t n, int g, const double *w,
+                        const int64_t *want)
+{
+    int64_t got[8];
+    assert_int_equal(burst_layout_weighted_lens(layout, n, g, w, got), BURST_OK);
+    for (int i = 0; i < g; i++)
+        if (got[i] != want[i])
+            fail_msg("layout %d N=%lld rank %d: %lld tokens, expected %lld", (int)layout,
+                     (long long)n, i, (long long)got[i], (long long)want[i]);
+}
+
+static void test_rounding(void **state)
+{
+    (void)state;
+    const double eq3[] = {1, 1, 1}, tilt[] = {1, 1e6}, w123[] = {1, 2, 3};
+    expect_lens(NAT, 10, 3, eq3, (const int64_t[]){4, 3, 3}); /* ties to the lower rank */
+    expect_lens(NAT, 10, 2, tilt, (const int64_t[]){1, 9});   /* at least one token */
+    expect_lens(ZZ, 10, 2, tilt, (const int64_t[]){2, 8});    /* zigzag: at least two */
+    expect_lens(STR, 60, 3, w123, (const int64_t[]){10, 20, 30});
+    expect_lens(NAT, 61, 3, w123, (const int64_t[]){10, 20, 31}); /* quotas 10.17 20.33 30.5 */
+    expect_lens(NAT, 7, 4, w_a, (const int64_t[]){1, 1, 2, 3});   /* 0.7 1.4 2.1 2.8: min first */
+    const double zero[] = {1, 0}, inf[] = {1, 1.0 / 0.0};
+    int64_t out[2] = {-7, -7};
+    assert_int_equal(burst_layout_weighted_lens(NAT, 10, 2, zero, out), BURST_ERR_INVALID_ARG);
+    assert_true(harness_contains(burst_last_error(), "shard_weights[1] = 0"));
+    assert_int_equal(burst_layout_weighted_lens(NAT, 10, 2, inf, out), BURST_ERR_INVALID_ARG);
+    assert_true(harness_contains(burst_last_error(), "shard_weights[1]"));
+    assert_int_equal(burst_layout_weighted_lens(ZZ, 3, 2, eq3, out), BURST_ERR_INVALID_ARG);
+    assert_true(harness_contains(burst_last_error(), "seq_len = 3"));
+    assert_int_equal(out[0], -7); /* untouched on error */
+}
+
+/* ---- uneven layouts ---- */
+
+static void test_layouts(void **state)
+{
+    (void)state;
+    uint64_t rng = harness_seed() ^ 0x5eedu;
+    for (int trial = 0; trial < 300; trial++) {
+        const int g = 1 + (int)(harness_rng_next(&rng) % 7);
+        const burst_layout_t layout = (burst_layout_t)(trial % 3);
+        const int64_t m0 = layout == ZZ ? 2 : 1;
+        int64_t lens[8], n = 0;
+        for (int i = 0; i < g; i++)
+            n += lens[i] = m0 + (int64_t)(harness_rng_next(&rng) % 13);
+        int64_t *seen = calloc((size_t)n, sizeof *seen);
+        assert_non_null(seen);
+        for (int r = 0; r < g; r++) {
+            int64_t prev = -1;
+            for (int64_t l = 0; l < lens[r]; l++) {
+                int64_t pos = -1;
+                assert_int_equal(burst_layout_position_lens(layout, n, g, lens, r, l, &pos),
+                                 BURST_OK);
+                if (pos <= prev || pos >= n)
+                    fail_msg("layout %d G=%d rank %d row %lld: position %lld after %lld",
+                             (int)layout, g, r, (long long)l, (long long)pos, (long long)prev);
+                seen[pos]++;
+                prev = pos;
+            }
+        }
+        for (int64_t i = 0; i < n; i++)
+            if (seen[i] != 1)
+                fail_msg("layout %d G=%d: position %lld held %lld times", (int)layout, g,
+                         (long long)i, (long long)seen[i]);
+        free(seen);
+    }
+    /* the even lengths, given explicitly, are the even layout (striped: longer shards first) */
+    for (int layout = 1; layout < 3; layout++) {
+        const int g = 5;
+        const int64_t n = 23;
+        int64_t lens[5];
+        for (int r = 0; r < g; r++)
+            assert_int_equal(burst_layout_shard_len((burst_layout_t)layout, n, g, r, &lens[r]),
+                             BURST_OK);
+        for (int r = 0; layout == STR && r < g; r++)
+            for (int64_t l = 0; l < lens[r]; l++) {
+                int64_t a, b;
+                burst_layout_position(STR, n, g, r, l, &a);
+                burst_layout_position_lens(STR, n, g, lens, r, l, &b);
+                assert_int_equal(a, b);
+            }
+    }
+    /* zigzag: causal work (keys at or before each row) stays proportional to the shard */
+    const int64_t n = 4000;
+    int64_t lens[4];
+    assert_int_equal(burst_layout_weighted_lens(ZZ, n, 4, w_a, lens), BURST_OK);
+    for (int r = 0; r < 4; r++) {
+        double work = 0.0;
+        for (int64_t l = 0; l < lens[r]; l++) {
+            int64_t pos;
+            burst_layout_position_lens(ZZ, n, 4, lens, r, l, &pos);
+            work += (double)pos + 1.0;
+        }
+        double ratio = work / ((double)lens[r] * (double)n / 2.0);
+        if (ratio < 0.99 || ratio > 1.01)
+            fail_msg("zigzag rank %d: causal work %.0f is %.3f x n_i N / 2", r, work, ratio);
+    }
+}
+
+/* ---- measured speeds, mismatches, an API 0.1 caller ---- */
+
+#define MG 3
+struct mstate {
+    int kind; /* 0 measure on all, 1 rank 1 other weights, 2 rank 2 alone measures, 3 API 0.1 */
+    burst_status_t st[MG];
+    char msg[MG][512];
+    int64_t lens[MG][MG];
+    double speeds[MG][MG];
+    uint64_t setup_sent[MG]; /* bytes the handshake sent (setup phase, slot 0) */
+};
+
+static void mrank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct mstate *s = arg;
+    static const double w1[MG] = {1, 2, 3}, w2[MG] = {1, 3, 2};
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = 90;
+    pp.q_heads = 2;
+    pp.kv_heads = 1;
+    pp.head_dim = 32;
+    pp.causal = 1;
+    pp.layout = ZZ;
+    if (s->kind == 0 || (s->kind == 2 && rank == 2))
+        pp.measure_speed = 1;
+    if (s->kind == 1)
+        pp.shard_weights = rank == 1 ? w2 : w1;
+    if (s->kind == 3) { /* built against 0.1: the newer fields are past its struct's end */
+        pp.api_version = ((unsigned)BURST_VERSION_MAJOR << 16) | 1u;
+        pp.shard_weights = (const double *)(uintptr_t)8; /* would crash if read */
+        pp.measure_speed = 1;
+    }
+    struct burst_plan *plan = NULL;
+    s->st[rank] = burst_plan_create(harness_context(), comm, &pp, &plan);
+    snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
+    struct burst_traffic t = {0};
+    if (plan && burst_plan_step_traffic(plan, BURST_PHASE_SETUP, 0, &t) == BURST_OK)
+        s->setup_sent[rank] = t.bytes_sent;
+    for (int r = 0; plan && r < MG; r++) {
+        s->lens[rank][r] = burst_plan_shard_len(plan, r);
+        s->speeds[rank][r] = burst_plan_rank_speed(plan, r);
+    }
+    burst_plan_destroy(plan);
+}
+
+static void run_m(struct mstate *s, int kind)
+{
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    assert_int_equal(harness_run_ranks(MG, 30000, mrank, s), 0);
+    for (int r = 0; r < MG; r++)
+        printf("kind %d rank %d: %s lens %lld %lld %lld speeds %.3g %.3g %.3g %s\n", kind, r,
+               burst_status_str(s->st[r]), (long long)s->lens[r][0], (long long)s->lens[r][1],
+               (long long)s->lens[r][2], s->speeds[r][0], s->speeds[r][1], s->speeds[r][2],
+               s->msg[r]);
+}
+
+static void test_measure(void **state)
+{
+    (void)state;
+    struct mstate s;
+    run_m(&s, 0);
+    for (int r = 0; r < MG; r++) {
+        assert_int_equal(s.st[r], BURST_OK);
+        int64_t sum = 0;
+        for (int i = 0; i < MG; i++) {
+            assert_true(s.speeds[r][i] > 0.0);
+            assert_true(s.lens[r][i] >= 2);
+            assert_true(s.lens[r][i] == s.lens[0][i] && s.speeds[r][i] == s.speeds[0][i]);
+            sum += s.lens[r][i];
+        }
+        assert_int_equal(sum, 90);
+        assert_true(s.setup_sent[r] > 0); /* the handshake's count survives the late shards */
+    }
+    run_m(&s, 3);
+    for (int r = 0; r < MG; r++) {
+        assert_int_equal(s.st[r], BURST_OK);
+        assert_int_equal(s.lens[r][r], 30); /* even: weights and measuring never read */
+        assert_true(s.speeds[r][r] == 0.0);
+    }
+}
+
+static void expect_mismatch(int kind, const char *field, int bad)
+{
+    struct mstate s;
+    run_m(&s, kind);
+    char rk[32];
+    snprintf(rk, sizeof rk, "rank %d", bad);
+    for (int r = 0; r < MG; r++) {
+        if (s.st[r] != BURST_ERR_PLAN_MISMATCH)
+            fail_msg("rank %d: %s, expected BURST_ERR_PLAN_MISMATCH: %s", r,
+                     burst_status_str(s.st[r]), s.msg[r]);
+        if (!harness_contains(s.msg[r], field) ||
+            !(harness_contains(s.msg[r], rk) || (r == bad && harness_contains(s.msg[r], "rank 0"))))
+            fail_msg("rank %d: \"%s\" names neither field %s nor %s", r, s.msg[r], field, rk);
+    }
+}
+
+static void test_mismatch_weights(void **state)
+{
+    (void)state;
+    expect_mismatch(1, "shard_weights", 1);
+}
+
+static void test_mismatch_measure(void **state)
+{
+    (void)state;
+    expect_mismatch(2, "measure_speed", 2);
+}
+
+/* burst_context_device_memory: what burstrun asks to place a rank's tensors (cuda: yes) */
+static void test_device_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(burst_context_device_memory(NULL), 0);
+    assert_int_equal(burst_context_device_memory(harness_backend_context("cpu")), 0);
+}
+
+int main(int argc, char **argv)
+{
+    printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
+    if (argc > 1 && strcmp(argv[1], "mixed") == 0) {
+        /* every case again with cpu and vulkan ranks alternating (and the other way round) */
+        for (size_t i = 0; i < NCASES; i++)
+            cases[i].backends = i % 2 ? "vulkan,cpu" : "cpu,vulkan";
+        return harness_run_cases("hetero_mixed", cases, NCASES, test_case, NULL, 0);
+    }
+    const struct CMUnitTest extra[] = {
+        cmocka_unit_test(test_rounding),         cmocka_unit_test(test_layouts),
+        cmocka_unit_test(test_measure),          cmocka_unit_test(test_mismatch_weights),
+        cmocka_unit_test(test_mismatch_measure),
+        cmocka_unit_test(test_device_memory),
+    };
+    /* one case through the per-rank context list (a cpu context other than the shared one) */
+    cases[0].backends = "cpu,cpu";
+    return harness_run_cases("hetero", cases, NCASES, test_case, extra,
+                             sizeof extra / sizeof *extra);
+}
