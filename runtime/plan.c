@@ -360,7 +360,7 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     if (!params->measure_speed)
         st = plan_shards(plan, who, params, params->shard_weights);
     else
-        st = burst_speed_measure(ctx, params, who, &speed);
+        st = burst_speed_measure(ctx, params, burst_comm_size(comm), who, &speed);
     if (st == BURST_OK)
         st = plan_derive(plan, who); /* slot 0 of the setup phase for the handshake */
     if (st != BURST_OK) {

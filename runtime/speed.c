@@ -5,10 +5,15 @@
 #include "speed.h"
 
 burst_status_t burst_speed_measure(struct burst_context *ctx, const struct burst_plan_params *p,
-                                   const char *who, double *speed_p)
+                                   int ranks, const char *who, double *speed_p)
 {
     const struct burst_backend_ops *ops = ctx->ops;
-    const int64_t n = BURST_SPEED_ROWS, hq = p->q_heads, hkv = p->kv_heads, d = p->head_dim;
+    int64_t nmax = p->seq_len / (ranks > 0 ? ranks : 1);
+    nmax = nmax < BURST_SPEED_ROWS ? BURST_SPEED_ROWS
+           : nmax > BURST_SPEED_MAX_ROWS ? BURST_SPEED_MAX_ROWS
+                                         : nmax;
+    const int64_t hq = p->q_heads, hkv = p->kv_heads, d = p->head_dim;
+    int64_t n = nmax; /* the buffers' size; the step's size grows up to it below */
     const size_t es = burst_dtype_size(p->dtype);
     struct burst_scratch sc = {.plan = NULL};
     struct burst_plan fake = {.ctx = ctx}; /* the scratch allocator only reads plan->ctx */
@@ -24,6 +29,7 @@ burst_status_t burst_speed_measure(struct burst_context *ctx, const struct burst
         st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(n * hq * d), (void **)&o);
     if (st == BURST_OK)
         st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(n * hq), (void **)&lse);
+    n = BURST_SPEED_ROWS;
     struct burst_tensor qt = burst_view(q, p->dtype, 1, n, hq, d);
     struct burst_tensor kt = burst_view(k, p->dtype, 1, n, hkv, d);
     struct burst_tensor vt = burst_view(v, p->dtype, 1, n, hkv, d);
@@ -39,6 +45,24 @@ burst_status_t burst_speed_measure(struct burst_context *ctx, const struct burst
         .o_acc = o,
         .lse_acc = lse,
     };
+    /* grow the step (rows = keys) while one takes less than BURST_SPEED_STEP_S: a GPU's launch
+     * overhead must not dominate what is timed (at 256 rows it does, by 10x and more) */
+    while (st == BURST_OK && n < nmax) {
+        for (int w = 0; st == BURST_OK && w < 2; w++) { /* untimed once, then timed */
+            double tw = burst_now();
+            st = ops->fill(ctx->be, lse, (size_t)(n * hq), -INFINITY);
+            if (st == BURST_OK)
+                st = ops->fwd_step(ctx->be, &a);
+            if (st == BURST_OK && ops->sync)
+                st = ops->sync(ctx->be);
+            if (w == 1 && burst_now() - tw >= BURST_SPEED_STEP_S)
+                goto sized;
+        }
+        n = 2 * n < nmax ? 2 * n : nmax;
+        qt.shape[1] = kt.shape[1] = vt.shape[1] = n;
+        a.qpos.run[0].len = a.kpos.run[0].len = n;
+    }
+sized:;
     double t0 = 0.0, elapsed = 0.0;
     int reps = 0;
     for (int it = 0; st == BURST_OK && it <= BURST_SPEED_MAX_REPS; it++) {
