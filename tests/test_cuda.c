@@ -387,14 +387,15 @@ static void test_ops(void **state)
 
 /* ---- bad input ---- */
 
-/* One rank: a forward whose q is plain host memory is refused, naming q and the remedy; the
- * same call with q in device memory then runs (the context survives the refusal). */
-static int g_host_q_result = -1;
+/* One rank: a forward whose q is plain host memory (arg != NULL) is refused, naming q and the
+ * remedy; with q in device memory (arg == NULL) it runs. A refused call fails the communicator
+ * (its peers must not wait for it), so the two are separate rings. 1 = as expected. */
+static int g_host_q_result[2] = {-1, -1};
 
 static void host_q_rank(int rank, struct burst_comm *comm, void *arg)
 {
     (void)rank;
-    (void)arg;
+    int host_q = arg != NULL;
     struct burst_context *ctx = harness_context();
     struct burst_plan_params pp = burst_plan_params_default();
     pp.seq_len = 64;
@@ -412,19 +413,19 @@ static void host_q_rank(int rank, struct burst_comm *comm, void *arg)
              burst_context_alloc(ctx, bytes, &dout) == BURST_OK &&
              burst_context_alloc(ctx, 64 * sizeof(float), &dlse) == BURST_OK;
     if (ok) {
-        struct burst_tensor q = burst_tensor_contiguous(host, F16, 1, 64, 1, 64),
+        struct burst_tensor q = burst_tensor_contiguous(host_q ? (void *)host : dq, F16, 1, 64, 1,
+                                                        64),
                             k = burst_tensor_contiguous(dk, F16, 1, 64, 1, 64),
                             v = burst_tensor_contiguous(dv, F16, 1, 64, 1, 64),
                             o = burst_tensor_contiguous(dout, F16, 1, 64, 1, 64);
         burst_status_t st = burst_attention_forward(plan, &q, &k, &v, &o, dlse);
-        printf("q in host memory: %s: %s\n", burst_status_str(st), burst_last_error());
-        ok = st == BURST_ERR_INVALID_ARG && harness_contains(burst_last_error(), "q (") &&
-             harness_contains(burst_last_error(), "burst_context_alloc");
-        q.data = dq;
-        st = burst_attention_forward(plan, &q, &k, &v, &o, dlse);
-        ok = ok && st == BURST_OK;
+        printf("q in %s memory: %s: %s\n", host_q ? "host" : "device", burst_status_str(st),
+               burst_last_error());
+        ok = host_q ? st == BURST_ERR_INVALID_ARG && harness_contains(burst_last_error(), "q (") &&
+                          harness_contains(burst_last_error(), "burst_context_alloc")
+                    : st == BURST_OK;
     }
-    g_host_q_result = ok;
+    g_host_q_result[host_q] = ok;
     burst_plan_destroy(plan);
     burst_context_free(ctx, dq);
     burst_context_free(ctx, dk);
@@ -456,8 +457,11 @@ static void test_oom_and_bad_input(void **state)
     assert_true(harness_contains(burst_last_error(), "head dim = 264"));
     /* tensors in plain host memory */
     assert_int_equal(burst_context_device_memory(ctx), 1);
-    assert_int_equal(harness_run_ranks(1, 60000, host_q_rank, NULL), 0);
-    assert_int_equal(g_host_q_result, 1);
+    static int host = 1;
+    assert_int_equal(harness_run_ranks(1, 60000, host_q_rank, &host), 0);
+    assert_int_equal(g_host_q_result[1], 1);
+    assert_int_equal(harness_run_ranks(1, 60000, host_q_rank, NULL), 0); /* context still usable */
+    assert_int_equal(g_host_q_result[0], 1);
 }
 
 /* ---- no device: fallback ---- */

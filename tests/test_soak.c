@@ -43,7 +43,12 @@
 #define RSS_SLACK (4 << 20)
 #define HEAP_SLACK (64 << 10)
 
-enum { S_WARM, S_MID, S_END, NSAMPLE };
+enum {
+    S_WARM,
+    S_MID,
+    S_END,
+    NSAMPLE
+};
 
 struct sample {
     long long rss, heap;
@@ -61,7 +66,13 @@ struct report {
 };
 
 /* The problem: B = 1, N = 128 (64 per rank), Hq = 4, Hkv = 2, d = 32, fp32, causal zigzag. */
-enum { N = 128, HQ = 4, HKV = 2, D = 32, NR = N / G };
+enum {
+    N = 128,
+    HQ = 4,
+    HKV = 2,
+    D = 32,
+    NR = N / G
+};
 
 static long long rss_bytes(void)
 {
@@ -134,7 +145,11 @@ struct rank_state {
     float *in, *out, *first; /* inputs; outputs; the first call's outputs */
 };
 
-enum { NQ = NR * HQ * D, NKV = NR * HKV * D, NOUT = 2 * NQ + 2 * NKV + HQ * NR };
+enum {
+    NQ = NR * HQ * D,
+    NKV = NR * HKV * D,
+    NOUT = 2 * NQ + 2 * NKV + HQ * NR
+};
 
 static int state_init(struct rank_state *rs, int rank)
 {
@@ -165,8 +180,8 @@ static void soak_rank(struct burst_context *ctx, struct burst_comm *comm, int it
     int r = burst_comm_rank(comm);
     float *in = rs->in, *out = rs->out;
     struct burst_plan *plan = NULL;
-    struct burst_tensor q = tensor(in, HQ), dout = tensor(in + NQ, HQ), k = tensor(in + 2 * NQ, HKV),
-                        v = tensor(in + 2 * NQ + NKV, HKV);
+    struct burst_tensor q = tensor(in, HQ), dout = tensor(in + NQ, HQ),
+                        k = tensor(in + 2 * NQ, HKV), v = tensor(in + 2 * NQ + NKV, HKV);
     struct burst_tensor o = tensor(out, HQ), dq = tensor(out + NQ, HQ),
                         dk = tensor(out + 2 * NQ, HKV), dv = tensor(out + 2 * NQ + NKV, HKV);
     float *lse = out + 2 * NQ + 2 * NKV;
@@ -189,8 +204,7 @@ static void soak_rank(struct burst_context *ctx, struct burst_comm *comm, int it
             memcpy(rs->first, out, sizeof(float) * NOUT);
             for (size_t i = 0; i < NOUT; i++)
                 if (out[i] != out[i]) {
-                    FAIL(rep, BURST_ERR_INTERNAL, "rank %d: output element %zu not written", r,
-                         i);
+                    FAIL(rep, BURST_ERR_INTERNAL, "rank %d: output element %zu not written", r, i);
                 }
         } else {
             rep->mismatches += memcmp(rs->first, out, sizeof(float) * NOUT) != 0;
@@ -356,8 +370,8 @@ static int run_processes(const char *prov, int iters, const char *self)
     int fd = memfd_create("burst-test-soak", 0);
     struct report *reps = MAP_FAILED;
     if (fd < 0 || ftruncate(fd, G * sizeof(struct report)) != 0 ||
-        (reps = mmap(NULL, G * sizeof(struct report), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                     0)) == MAP_FAILED ||
+        (reps = mmap(NULL, G * sizeof(struct report), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+            MAP_FAILED ||
         burst_rendezvous_create(NULL, 0, G, NULL, &rv) != BURST_OK) {
         fprintf(stderr, "set-up failed: %s\n", burst_last_error());
         return 1;
