@@ -507,21 +507,32 @@ burst_status_t burst_fab_open(const char *provider, const char *iface, int rank,
         call = "fi_av_open";
         ret = fi_av_open(f->domain, &av_attr, &f->av, NULL);
     }
-    if (!ret) {
+    /* The shm provider's fi_enable has been seen to fail with EBUSY now and then on a machine
+     * running many rank processes (tests killing ranks meanwhile; cause not pinned down): a few
+     * fresh endpoints, 50 ms apart, before giving up. */
+    for (int attempt = 0; !ret; attempt++) {
         call = "fi_endpoint";
         ret = fi_endpoint(f->domain, fi, &f->ep, NULL);
-    }
-    if (!ret) {
-        call = "fi_ep_bind(cq)";
-        ret = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
-    }
-    if (!ret) {
-        call = "fi_ep_bind(av)";
-        ret = fi_ep_bind(f->ep, &f->av->fid, 0);
-    }
-    if (!ret) {
-        call = "fi_enable";
-        ret = fi_enable(f->ep);
+        if (!ret) {
+            call = "fi_ep_bind(cq)";
+            ret = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+        }
+        if (!ret) {
+            call = "fi_ep_bind(av)";
+            ret = fi_ep_bind(f->ep, &f->av->fid, 0);
+        }
+        if (!ret) {
+            call = "fi_enable";
+            ret = fi_enable(f->ep);
+        }
+        if (ret != -FI_EBUSY || attempt == 4)
+            break;
+        if (f->ep)
+            fi_close(&f->ep->fid);
+        f->ep = NULL;
+        ret = 0;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
     }
     if (ret) {
         burst_status_t st = fab_error(f->prov, call, ret, "rank %d", rank);

@@ -190,7 +190,9 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
     int d = burst_vk_dclass_max[dclass];
-    if (tl->t < 1 || tl->br < 1 || tl->bc < 1 || tl->bc > 64 || (tl->t & (tl->t - 1)) || d % tl->t)
+    /* bounds first: the values may come from the cache file (br * t must not overflow) */
+    if (tl->t < 1 || tl->t > 64 || tl->br < 1 || tl->br > 1024 || tl->bc < 1 || tl->bc > 64 ||
+        (tl->t & (tl->t - 1)) || d % tl->t)
         return 0;
     if (tl->t > 1 && (!env->subgroup || !caps->subgroup_shuffle || !BURST_VK_SPV_FWD_SG ||
                       (uint32_t)tl->t > caps->subgroup_min))
