@@ -12,6 +12,8 @@
  *                         fp16 / bf16; a SIMT fp32-arithmetic path for every other case)
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
  *                         so every backward is deterministic)
+ *   burst_cuda_peer.c     device-to-device copies between the ranks of one process (the ring's
+ *                         device-resident transfers: events, a copy stream per device, peer access)
  *
  * Streams: every op runs on the calling thread's per-thread default stream (cudaStreamPerThread),
  * so ranks that are threads of one process overlap on one GPU; sync() waits for that stream only.
@@ -95,6 +97,26 @@ size_t burst_cuda_mma_smem(int d);
 #define BURST_CUDA_SIMT_BR 32
 #define BURST_CUDA_SIMT_BC(d) ((d) <= 128 ? 32 : 16)
 #define BURST_CUDA_SIMT_WARPS 4
+
+/* ---- host C code only (burst_cuda_backend.c, burst_cuda_peer.c) ---- */
+#ifndef __CUDACC__
+#include "burst/status.h"
+
+struct burst_cuda_backend {
+    int device;
+    struct burst_cuda_caps caps;
+    int mma; /* tensor-core forward usable */
+    char name[256];
+};
+
+/* cudaError_t (as int) -> burst status with the native message; BURST_OK for cudaSuccess. */
+burst_status_t burst_cuda_status(int err, const char *what);
+/* Make the instance's device current for the calling thread. */
+burst_status_t burst_cuda_enter(const struct burst_cuda_backend *cb, const char *what);
+
+struct burst_tp_devops;
+extern const struct burst_tp_devops burst_cuda_devcopy; /* burst_cuda_peer.c */
+#endif
 
 #ifdef __cplusplus
 }

@@ -24,16 +24,10 @@
 #include "burst_cuda.h"
 #include "error.h"
 
-struct burst_cuda_backend {
-    int device;
-    struct burst_cuda_caps caps;
-    int mma; /* tensor-core forward usable */
-    char name[256];
-};
-
 /* The one place where CUDA errors become burst statuses. */
-static burst_status_t burst_cuda_status(cudaError_t e, const char *what)
+burst_status_t burst_cuda_status(int err, const char *what)
 {
+    cudaError_t e = (cudaError_t)err;
     if (e == cudaSuccess)
         return BURST_OK;
     burst_status_t st = BURST_ERR_DEVICE;
@@ -46,7 +40,7 @@ static burst_status_t burst_cuda_status(cudaError_t e, const char *what)
     return burst_error(st, "cuda %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-static burst_status_t burst_cuda_enter(const struct burst_cuda_backend *cb, const char *what)
+burst_status_t burst_cuda_enter(const struct burst_cuda_backend *cb, const char *what)
 {
     return burst_cuda_status(cudaSetDevice(cb->device), what);
 }
@@ -529,4 +523,5 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
     .host_alloc = burst_cuda_host_alloc,
     .host_free = burst_cuda_host_free,
     .check_memory = burst_cuda_check_memory,
+    .devcopy = &burst_cuda_devcopy,
 };

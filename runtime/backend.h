@@ -25,6 +25,7 @@
 #include "burst/tensor.h"
 #include "posmap.h"
 #include "strbuf.h"
+#include "transport.h"
 
 /* One forward step: attention of q against the block (k, v), merged into (o_acc, lse_acc). */
 struct burst_fwd_args {
@@ -119,6 +120,13 @@ struct burst_backend_ops {
      * in plain host memory fails the call on its rank cleanly instead of faulting a kernel.
      */
     burst_status_t (*check_memory)(void *be, const char *who, const char *name, const void *ptr);
+    /*
+     * Optional (device_memory backends): device-to-device copies between ranks of one process
+     * (transport.h, struct burst_tp_devops). When every rank of a plan runs this backend and the
+     * transport moves device memory itself (the in-process one), the travelling blocks go device
+     * to device with these instead of being staged through host memory (runtime/ring_xfer.c).
+     */
+    const struct burst_tp_devops *devcopy;
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

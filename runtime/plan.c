@@ -144,7 +144,9 @@ enum {
     F_WIRE,
     F_DET,
     F_LOCAL,
-    F_SPEED, /* not compared: this rank's measured speed (double bits), or 0 */
+    F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
+    F_DIRECT, /* not compared: nonzero (a hash of the backend's name) when this rank can move its
+                 blocks device to device (ring_xfer.h); the plan does when every rank can */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
@@ -152,11 +154,28 @@ static const char *const field_names[F_COUNT] = {
     "shard_lens",    "q_heads",  "kv_heads",      "head_dim",       "dtype",
     "softmax_scale", "causal",   "window_left",   "window_right",   "layout",
     "bwd_pattern",   "acc_wire", "deterministic", "ranks_per_node", "speed",
+    "device_direct",
 };
 
 static uint64_t fnv1a(uint64_t hash, uint64_t x)
 {
     return (hash ^ x) * 1099511628211ull;
+}
+
+/* Can this rank's blocks travel device to device? Its backend computes on device memory and
+ * provides device copies, the transport moves device memory, and BURST_DEVICE_DIRECT is not 0
+ * (the switch that forces host staging, for comparison). */
+static int64_t direct_key(const struct burst_plan *plan)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    const char *env = getenv("BURST_DEVICE_DIRECT");
+    if (!ops->device_memory || ops->size < sizeof(*ops) || !ops->devcopy ||
+        !burst_comm_moves_device(plan->comm) || (env && strcmp(env, "0") == 0))
+        return 0;
+    uint64_t hash = 1469598103934665603ull;
+    for (const char *c = ops->name; *c; c++)
+        hash = fnv1a(hash, (unsigned char)*c);
+    return (int64_t)(hash >> 1) | 1;
 }
 
 static void encode(const struct burst_plan *plan, const struct burst_plan_params *p, double speed,
@@ -195,6 +214,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_WIRE] = p->acc_wire;
     rec[F_DET] = p->deterministic != 0;
     rec[F_LOCAL] = plan->local;
+    rec[F_DIRECT] = direct_key(plan);
 }
 
 /* Exchange and compare the plans; with measure_speed, *speeds receives every rank's speed. */
@@ -233,6 +253,9 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
             }
     for (int r = 0; st == BURST_OK && speeds && r < plan->size; r++)
         memcpy(&speeds[r], &all[r * F_COUNT + F_SPEED], sizeof(double));
+    plan->direct = st == BURST_OK && mine[F_DIRECT] != 0;
+    for (int r = 0; plan->direct && r < plan->size; r++)
+        plan->direct = all[r * F_COUNT + F_DIRECT] == mine[F_DIRECT];
     free(all);
     plan->comm->count = NULL;
     return st;
@@ -444,6 +467,13 @@ static burst_status_t check_phase(const char *who, const struct burst_plan *plan
     if (!out)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", who, out_name);
     return BURST_OK;
+}
+
+const char *burst_plan_transfers(const struct burst_plan *plan)
+{
+    if (!plan)
+        return "";
+    return plan->direct ? "device" : plan->ctx->ops->device_memory ? "staged" : "host";
 }
 
 burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,

@@ -25,6 +25,7 @@ struct burst_plan {
     burst_bwd_pattern_t bwd; /* resolved pattern */
     burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
     double *speeds;          /* [size] measured speeds (measure_speed), else zeros */
+    int direct;              /* blocks travel device to device (every rank agreed: ring_xfer.h) */
 
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3]; /* [steps + 1] per phase */

@@ -7,7 +7,17 @@
 
 static int staged(const struct burst_plan *plan)
 {
-    return plan->ctx->ops->device_memory;
+    return plan->ctx->ops->device_memory && !plan->direct;
+}
+
+/* The device copies of a direct plan (NULL otherwise). */
+static const struct burst_tp_dev *direct(struct burst_plan *plan, struct burst_tp_dev *dev)
+{
+    if (!plan->direct)
+        return NULL;
+    dev->ops = plan->ctx->ops->devcopy;
+    dev->be = plan->ctx->be;
+    return dev;
 }
 
 /* A free staging buffer of at least len bytes: the smallest that fits, else grow one. */
@@ -53,6 +63,9 @@ burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag,
                                 size_t len, struct burst_xfer *x)
 {
     *x = (struct burst_xfer){0};
+    struct burst_tp_dev dev;
+    if (direct(plan, &dev))
+        return burst_comm_isend_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
     if (!staged(plan) || len == 0)
         return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
     burst_status_t st = stage_get(plan, len, &x->stage);
@@ -72,6 +85,9 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
                                 size_t len, struct burst_xfer *x)
 {
     *x = (struct burst_xfer){0};
+    struct burst_tp_dev dev;
+    if (direct(plan, &dev))
+        return burst_comm_irecv_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
     if (!staged(plan) || len == 0)
         return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);
     burst_status_t st = stage_get(plan, len, &x->stage);

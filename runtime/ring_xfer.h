@@ -7,8 +7,14 @@
  * device buffer into a page-locked staging buffer and sends that; a receive lands in a staging
  * buffer and wait() copies it to its device destination. Otherwise these are the communicator's
  * own calls. Staging buffers come from a per-plan pool (ops->host_alloc), reused across steps and
- * calls, freed with the plan. The device-resident ring (device-to-device copies, no host hop) is
- * a transport of its own and bypasses this.
+ * calls, freed with the plan.
+ *
+ * Device-resident ring (plan->direct): when every rank of the plan runs the same device-memory
+ * backend with device copies (backend.h, devcopy) and the transport moves device memory itself
+ * (the in-process transport: ranks are threads, on one GPU or several), blocks go device to
+ * device through burst_comm_isend_dev / _irecv_dev: no staging, no host hop. The handshake
+ * decides it for all ranks at once (runtime/plan.c, field device_direct), so both sides of every
+ * message agree; BURST_DEVICE_DIRECT=0 forces staging.
  */
 #ifndef BURST_RUNTIME_RING_XFER_H
 #define BURST_RUNTIME_RING_XFER_H

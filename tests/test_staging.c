@@ -4,6 +4,12 @@
  * and counting memcpy / host_alloc ops. A 3- and a 4-rank in-process ring (flat and two-level,
  * both backward patterns) must give bitwise the results of the plain cpu backend, every transfer
  * must have gone through the staging copies, and every staging buffer must be freed.
+ *
+ * The same rings again with device copies (backend devcopy, transport.h): a fake device whose
+ * copies are deferred until someone waits for them, as a copy stream would complete them later.
+ * Then the blocks must travel "device" to device (no staging copy at all), bitwise the same, with
+ * every marker released; BURST_DEVICE_DIRECT=0, or one rank without device copies, must make
+ * every rank of the ring fall back to staging together.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +18,9 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +51,75 @@ static void fake_host_free(void *be, void *p)
     free(p);
 }
 
-static struct burst_backend_ops staged_ops;
+static struct burst_backend_ops staged_ops, direct_ops;
+
+/* ---- a fake device copy engine: copies run when a wait needs them (transport.h) ---- */
+static atomic_long n_marks, n_copies, n_released;
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct fake_done {
+    void *dst;
+    const void *src;
+    size_t len;
+    int ran;
+};
+
+static char fake_token; /* every mark: a marker needs no state here */
+
+static burst_status_t fake_mark(void *be, void **mark_p)
+{
+    (void)be;
+    atomic_fetch_add(&n_marks, 1);
+    *mark_p = &fake_token;
+    return BURST_OK;
+}
+
+static burst_status_t fake_copy(void *be, void *dst, const void *src, size_t len, void *after_a,
+                                void *after_b, void **done_p)
+{
+    (void)be;
+    assert_non_null(after_a); /* both sides marked their queued work when posting */
+    assert_non_null(after_b);
+    struct fake_done *d = calloc(1, sizeof(*d));
+    assert_non_null(d);
+    d->dst = dst;
+    d->src = src;
+    d->len = len;
+    atomic_fetch_add(&n_copies, 1);
+    atomic_fetch_add(&n_marks, 1); /* the completion marker */
+    *done_p = d;
+    return BURST_OK;
+}
+
+static burst_status_t fake_wait(void *be, void *mark)
+{
+    (void)be;
+    struct fake_done *d = mark;
+    pthread_mutex_lock(&fake_lock);
+    if (!d->ran) {
+        memcpy(d->dst, d->src, d->len);
+        d->ran = 1;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return BURST_OK;
+}
+
+static void fake_release(void *be, void *mark)
+{
+    (void)be;
+    if (!mark)
+        return;
+    atomic_fetch_add(&n_released, 1);
+    if (mark != &fake_token)
+        free(mark);
+}
+
+static const struct burst_tp_devops fake_devcopy = {
+    .mark = fake_mark,
+    .copy = fake_copy,
+    .wait = fake_wait,
+    .release = fake_release,
+};
 
 enum {
     B = 1,
@@ -60,6 +136,8 @@ struct run {
     float *q, *k, *v, *dout;       /* global inputs, natural order [B, N, H, D] */
     float *o, *lse, *dq, *dk, *dv; /* global outputs */
     burst_status_t st[8];
+    struct burst_context *rank_ctx[8]; /* per-rank context where set, else ctx */
+    char transfers[8][8];              /* burst_plan_transfers of each rank */
 };
 
 static struct burst_tensor view(float *base, int heads, int64_t off, int64_t len)
@@ -88,7 +166,10 @@ static void rank_fn(int rank, struct burst_comm *comm, void *arg)
     pp.deterministic = 1;
     pp.ranks_per_node = r->local;
     struct burst_plan *plan = NULL;
-    burst_status_t st = burst_plan_create(r->ctx, comm, &pp, &plan);
+    struct burst_context *ctx = r->rank_ctx[rank] ? r->rank_ctx[rank] : r->ctx;
+    burst_status_t st = burst_plan_create(ctx, comm, &pp, &plan);
+    if (st == BURST_OK)
+        snprintf(r->transfers[rank], sizeof(r->transfers[rank]), "%s", burst_plan_transfers(plan));
     int64_t off = 0, len = 0;
     burst_layout_shard_offset(BURST_LAYOUT_NATURAL, N, r->G, rank, &off);
     burst_layout_shard_len(BURST_LAYOUT_NATURAL, N, r->G, rank, &len);
@@ -136,8 +217,22 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
     uint64_t s = harness_seed() + (uint64_t)(G * 10 + local);
     for (size_t i = 0; i < 2 * nq + 2 * nkv; i++)
         in[i] = (float)harness_rng_uniform(&s, -2, 2);
-    struct run plain = {harness_context(), G,    local, bwd,  in,   in + nq, in + nq + nkv,
-                        in + nq + 2 * nkv, NULL, NULL,  NULL, NULL, NULL,    {0}};
+    struct run plain = {harness_context(),
+                        G,
+                        local,
+                        bwd,
+                        in,
+                        in + nq,
+                        in + nq + nkv,
+                        in + nq + 2 * nkv,
+                        NULL,
+                        NULL,
+                        NULL,
+                        NULL,
+                        NULL,
+                        {0},
+                        {0},
+                        {{0}}};
     struct run staged = plain;
     struct burst_context fake = *harness_context(); /* same cpu instance, staged ops */
     fake.ops = &staged_ops;
@@ -155,8 +250,48 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
     float *b[5] = {staged.o, staged.lse, staged.dq, staged.dk, staged.dv};
     for (int t = 0; t < 5; t++)
         assert_memory_equal(a[t], b[t], nb[t] * sizeof(float));
+    for (int i = 0; i < G; i++)
+        assert_string_equal(staged.transfers[i], "staged");
     print_message("G=%d local=%d bwd=%s: %ld staged copies, bitwise equal\n", G, local,
                   bwd == BURST_BWD_RING ? "ring" : "burst", copies);
+
+    /* device copies: every rank direct, then the two ways of falling back to staging */
+    struct burst_context dfake = *harness_context();
+    dfake.ops = &direct_ops;
+    for (int mode = 0; mode < 3; mode++) {
+        struct run direct = plain;
+        direct.ctx = &dfake;
+        if (mode == 1)
+            direct.rank_ctx[G - 1] = &fake; /* one rank cannot copy device to device */
+        if (mode == 2)
+            setenv("BURST_DEVICE_DIRECT", "0", 1);
+        long m0 = atomic_load(&n_marks), r0 = atomic_load(&n_released);
+        long k0 = atomic_load(&n_copies), s0 = atomic_load(&n_memcpy);
+        run(&direct);
+        unsetenv("BURST_DEVICE_DIRECT");
+        long dcopies = atomic_load(&n_copies) - k0, scopies = atomic_load(&n_memcpy) - s0;
+        const char *want = mode == 0 ? "device" : "staged";
+        for (int i = 0; i < G; i++)
+            assert_string_equal(direct.transfers[i], want);
+        if (mode == 0) {
+            assert_true(dcopies >= 2L * G * (G - 1)); /* every hop, both phases */
+            assert_int_equal(scopies, 0);             /* and never through the host */
+        } else {
+            assert_int_equal(dcopies, 0);
+            assert_true(scopies >= 2L * G * (G - 1));
+        }
+        assert_int_equal(atomic_load(&n_marks) - m0, atomic_load(&n_released) - r0);
+        float *c[5] = {direct.o, direct.lse, direct.dq, direct.dk, direct.dv};
+        for (int t = 0; t < 5; t++)
+            assert_memory_equal(a[t], c[t], nb[t] * sizeof(float));
+        print_message("G=%d local=%d bwd=%s: %s (%ld device copies), bitwise equal\n", G, local,
+                      bwd == BURST_BWD_RING ? "ring" : "burst",
+                      mode == 0   ? "device to device"
+                      : mode == 1 ? "one rank staged -> all staged"
+                                  : "BURST_DEVICE_DIRECT=0",
+                      dcopies);
+        free_outputs(&direct);
+    }
     free_outputs(&plain);
     free_outputs(&staged);
     free(in);
@@ -188,6 +323,8 @@ int main(void)
     staged_ops.memcpy = fake_memcpy;
     staged_ops.host_alloc = fake_host_alloc;
     staged_ops.host_free = fake_host_free;
+    direct_ops = staged_ops;
+    direct_ops.devcopy = &fake_devcopy;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flat3_burst),
         cmocka_unit_test(flat3_ring),

@@ -63,7 +63,9 @@ static void usage(FILE *f)
         "                         measured by a short local attention step on its own backend\n"
         "                         (the JSON then has rank_speeds and ideal_fwd_ms = the work\n"
         "                         over the sum of the speeds); default: equal shards\n"
-        "  --device D             GPU backends: device index or name substring (BURST_DEVICE)\n"
+        "  --device D[,D...]      GPU backends: device index or name substring, or one per rank\n"
+        "                         (cycling: --device 0,1 puts ranks 0,2,.. on GPU 0 and 1,3,..\n"
+        "                         on GPU 1); default BURST_DEVICE, else device 0\n"
         "  --threads              ranks are threads of this process (in-process ring) instead\n"
         "                         of processes\n"
         "  --fabric F             auto | shm | tcp | verbs | efa (default shm; auto = shm on\n"
@@ -160,6 +162,7 @@ static void info(void)
     } vars[] = {
         {"BURST_BACKEND", "backend chosen by \"auto\" (e.g. cpu)"},
         {"BURST_DEVICE", "GPU backends: device index or name substring (default 0)"},
+        {"BURST_DEVICE_DIRECT", "0: stage device blocks through host memory even in-process"},
         {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
         {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
         {"BURST_CPU_ISA", "\"base\": portable cpu kernels instead of AVX2+FMA+F16C"},
@@ -245,6 +248,7 @@ struct opts {
     const char *backend; /* --backend NAME or --backends LIST: one entry per rank, cycling */
     int num_threads;     /* --num-threads: the first entry */
     const char *num_threads_list; /* --num-threads as given ("0" = default) */
+    const char *device_list;      /* --device as given ("" = BURST_DEVICE or device 0) */
     int backends_given;
     int check, check_fwd_only;
     int json;
@@ -357,6 +361,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
     p->iters = 5;
     o->backend = "auto";
     o->num_threads_list = "0";
+    o->device_list = "";
     p->mismatch_rank = -1;
     o->fabric = "shm";
     o->kill.rank = -1;
@@ -542,11 +547,18 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->backend = val;
             backend_given = 1;
         } else if (!strcmp(name, "--device")) {
-            if (!*val)
-                die_usage("bad value for --device: '' (expected an index or a name)");
-            /* children and the library read it from the environment */
-            if (setenv("BURST_DEVICE", val, 1) != 0)
-                die_usage("--device %s: cannot set BURST_DEVICE", val);
+            int n = job_list_count(val);
+            if (!*val || n > JOB_MAX_LIST || strlen(val) >= 500)
+                die_usage("bad value for --device: '%s' (expected an index or a name, or one per "
+                          "rank separated by commas, at most %d)",
+                          val, JOB_MAX_LIST);
+            for (int e = 0; e < n; e++) {
+                char ent[64];
+                job_list_entry(val, e, ent, sizeof(ent));
+                if (!ent[0])
+                    die_usage("bad value for --device: '%s' (entry %d is empty)", val, e);
+            }
+            o->device_list = val;
         } else if (!strcmp(name, "--num-threads")) {
             int n = job_list_count(val);
             if (n > JOB_MAX_LIST || strlen(val) >= 500)
@@ -693,6 +705,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
     if (job_list_count(o->num_threads_list) > p->ranks)
         die_usage("--num-threads has %d entries for -n %d ranks",
                   job_list_count(o->num_threads_list), p->ranks);
+    if (job_list_count(o->device_list) > p->ranks)
+        die_usage("--device has %d entries for -n %d ranks", job_list_count(o->device_list),
+                  p->ranks);
     if (p->mismatch_rank >= p->ranks)
         die_usage("--test-mismatch: rank %d is not below -n %d", p->mismatch_rank, p->ranks);
     if (p->weights_mode != JOB_WEIGHTS_EVEN) {
@@ -850,6 +865,8 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     json_str(r->rank_mode);
     printf(", \"fabric\": ");
     json_str(r->fabric);
+    printf(", \"transfers\": ");
+    json_str(r->transfers);
     printf(", \"hosts\": %d", r->hosts);
     printf(", \"batch\": %lld, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d",
            (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim);
@@ -997,6 +1014,10 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
                burst_version_string(), p->ranks, p->ranks > 1 ? "es" : "", r->hosts,
                r->hosts > 1 ? "s" : "", r->fabric, r->backend, r->num_threads, p->seed,
                o->seed_given ? "" : " (from the clock)");
+    if (strcmp(r->transfers, "host") != 0 && r->transfers[0])
+        printf("blocks travel %s\n", !strcmp(r->transfers, "device")
+                                         ? "device to device (no host hop)"
+                                         : "through page-locked host staging");
     if (o->default_job)
         printf("default job: burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout "
                "zigzag --check\n");
@@ -1127,6 +1148,7 @@ static int run_processes(struct opts *o, struct job_result *r)
         .self = self,
         .backend = o->backend,
         .num_threads = o->num_threads_list,
+        .device = o->device_list,
         .fabric = o->fabric,
         .iface = o->iface,
         .timeout_s = o->timeout_s,
@@ -1200,6 +1222,7 @@ static int mpi_rank_main(int argc, char **argv)
     }
     snprintf(h.backend, sizeof(h.backend), "%s", o.backend);
     snprintf(h.num_threads, sizeof(h.num_threads), "%s", o.num_threads_list);
+    snprintf(h.device, sizeof(h.device), "%s", o.device_list);
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* ranks on this host share its cores */
     if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS") && ls && atoi(ls) > 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1294,7 +1317,7 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    /* --threads: one context per distinct (backend, threads) entry, shared by its ranks */
+    /* --threads: one context per distinct (backend, threads, device) entry, shared by its ranks */
     int G = o.jp.ranks, nctx = 0, rc = 0;
     struct burst_context **ctxs = calloc((size_t)G, sizeof(*ctxs));
     struct burst_context **own = calloc((size_t)G, sizeof(*own));
@@ -1306,13 +1329,15 @@ int main(int argc, char **argv)
         goto threads_out;
     }
     for (int rk = 0; rk < G; rk++) {
-        char be[64], nt[32], be2[64], nt2[32];
+        char be[64], nt[32], dv[64], be2[64], nt2[32], dv2[64];
         job_list_entry(o.backend, rk, be, sizeof(be));
         job_list_entry(o.num_threads_list, rk, nt, sizeof(nt));
+        job_list_entry(o.device_list, rk, dv, sizeof(dv));
         for (int c = 0; c < nctx && !ctxs[rk]; c++) {
             job_list_entry(o.backend, own_rank[c], be2, sizeof(be2));
             job_list_entry(o.num_threads_list, own_rank[c], nt2, sizeof(nt2));
-            if (!strcmp(be, be2) && atoi(nt) == atoi(nt2))
+            job_list_entry(o.device_list, own_rank[c], dv2, sizeof(dv2));
+            if (!strcmp(be, be2) && atoi(nt) == atoi(nt2) && !strcmp(dv, dv2))
                 ctxs[rk] = own[c];
         }
         if (ctxs[rk])
@@ -1320,6 +1345,8 @@ int main(int argc, char **argv)
         struct burst_context_params cp = burst_context_params_default();
         cp.backend = be;
         cp.num_threads = atoi(nt);
+        if (dv[0])
+            cp.device = dv;
         burst_status_t st = burst_context_create(&cp, &own[nctx]);
         if (st != BURST_OK) {
             fprintf(stderr, "%s: rank %d: backend \"%s\" (--backend%s %s): %s: %s\n", prog, rk, be,

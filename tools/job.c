@@ -475,6 +475,7 @@ static void rank_loop(struct rank_run *rr)
     if (rank_sync(rr, fl) & FLAG_FAIL)
         goto out;
     rr->bwd_used = burst_plan_bwd_pattern(plan);
+    snprintf(rr->st.transfers, sizeof(rr->st.transfers), "%s", burst_plan_transfers(plan));
 
     struct burst_tensor q = view(j, j->q, r, p->q_heads), k = view(j, j->k, r, p->kv_heads),
                         v = view(j, j->v, r, p->kv_heads), o = view(j, j->o, r, p->q_heads),
@@ -932,6 +933,7 @@ static int finish(struct job *j, struct job_result *r, const double *tf, const d
         r->bwd_s = median(tb + p->warmup, iters_done);
         r->bwd_min_s = min_of(tb + p->warmup, iters_done);
     }
+    snprintf(r->transfers, sizeof(r->transfers), "%s", st[0].transfers);
     r->rank_stats = malloc((size_t)p->ranks * sizeof(*r->rank_stats));
     if (r->rank_stats)
         memcpy(r->rank_stats, st, (size_t)p->ranks * sizeof(*r->rank_stats));
@@ -1389,12 +1391,15 @@ int job_worker_main(int fd)
         snprintf(slot->message, sizeof(slot->message), "rank %d: out of memory", rank);
         goto out;
     }
-    char be[64], nt[16];
+    char be[64], nt[16], dv[64];
     job_list_entry(h->backend, rank, be, sizeof(be));
     job_list_entry(h->num_threads, rank, nt, sizeof(nt));
+    job_list_entry(h->device, rank, dv, sizeof(dv));
     struct burst_context_params cp = burst_context_params_default();
     cp.backend = be;
     cp.num_threads = atoi(nt);
+    if (dv[0])
+        cp.device = dv;
     burst_status_t st = burst_context_create(&cp, &j.ctx);
     if (st != BURST_OK) {
         snprintf(slot->message, sizeof(slot->message),

@@ -68,6 +68,7 @@ struct job_params {
 /* Per-rank statistics of the last call of each phase. */
 struct job_rank_stats {
     struct burst_phase_stats fwd, bwd;
+    char transfers[8]; /* burst_plan_transfers: host | staged | device */
 };
 
 /* Error of one compared tensor: max |lib - ref| and max |ref| over the compared elements. */
@@ -95,6 +96,7 @@ struct job_result {
     int num_threads;    /* compute threads of rank 0's context */
     char rank_mode[16]; /* "threads" or "processes" */
     char fabric[16];    /* provider the rank processes agreed on; "none" for threads */
+    char transfers[8];  /* how blocks moved (rank 0's plan): host | staged | device */
     int hosts;          /* distinct hosts of the ring */
     burst_bwd_pattern_t bwd_used;
     int iters_done;
@@ -204,6 +206,7 @@ struct job_arena_hdr {
     struct job_params p;
     char backend[512];     /* per-rank backends, comma-separated, cycling (one entry: all) */
     char num_threads[512]; /* per-rank compute threads, comma-separated, cycling ("0" = default) */
+    char device[512];      /* per-rank GPU device, comma-separated, cycling ("" = BURST_DEVICE) */
     struct job_kill kill;
     /* byte offsets from the arena's start */
     uint64_t off_slots, off_times, off_q, off_k, off_v, off_dout, off_o, off_dq, off_dk, off_dv,

@@ -295,6 +295,7 @@ int launch_run(const struct job_params *p, const struct launch_opts *lo, struct 
     }
     snprintf(h.backend, sizeof(h.backend), "%s", lo->backend);
     snprintf(h.num_threads, sizeof(h.num_threads), "%s", lo->num_threads);
+    snprintf(h.device, sizeof(h.device), "%s", lo->device ? lo->device : "");
     if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS")) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         snprintf(h.num_threads, sizeof(h.num_threads), "%d", ncpu > G ? (int)(ncpu / G) : 1);

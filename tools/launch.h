@@ -34,6 +34,7 @@ struct launch_opts {
     const char *backend;     /* context backends, comma-separated, one per rank (cycling) */
     const char *num_threads; /* compute threads per rank, comma-separated (cycling); "0" =
                                 cores / G (at least 1), or BURST_NUM_THREADS when set */
+    const char *device;      /* per-rank GPU devices, comma-separated, cycling ("" = default) */
     const char *fabric;      /* auto | shm | tcp | verbs | efa */
     const char *iface;    /* NULL: default (127.0.0.1 for tcp, the provider's choice otherwise) */
     int timeout_s;        /* peer timeout; 0 = BURST_TIMEOUT_MS or the library default */

@@ -355,8 +355,8 @@ static burst_status_t fail(struct burst_comm *comm, burst_status_t st)
 
 /* BURST_FAULT=duplicate: send a private copy of the message too (kept until destroy). A
  * failure aborts the ring; the original request stays the caller's to wait for. */
-static void send_duplicate(struct burst_comm *comm, int peer, uint64_t tag,
-                                     const void *buf, size_t len)
+static void send_duplicate(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
+                           size_t len)
 {
     void *copy = malloc(len ? len : 1);
     if (!copy || comm->ndup == (int)(sizeof(comm->dup_req) / sizeof(comm->dup_req[0]))) {
@@ -376,8 +376,9 @@ static void send_duplicate(struct burst_comm *comm, int peer, uint64_t tag,
     comm->dup_buf[comm->ndup++] = copy;
 }
 
-burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
-                                size_t len, struct burst_tp_req **req_p)
+static burst_status_t comm_isend(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
+                                 size_t len, const struct burst_tp_dev *dev,
+                                 struct burst_tp_req **req_p)
 {
     int ms = 0; /* ring messages only: never the plan's handshake */
     enum burst_fault_msg fault = ((tag >> 24) & 0xff) == BURST_MSG_HANDSHAKE
@@ -394,10 +395,12 @@ burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag,
         while (nanosleep(&ts, &ts) != 0) {
         }
     }
-    burst_status_t st = comm->tp->ops->isend(comm->tp, peer, tag, buf, len, req_p);
+    burst_status_t st = dev ? comm->tp->ops->isend_dev(comm->tp, peer, tag, buf, len, dev, req_p)
+                            : comm->tp->ops->isend(comm->tp, peer, tag, buf, len, req_p);
     if (st != BURST_OK)
         return fail(comm, st);
-    if (fault == BURST_FAULT_MSG_DUPLICATE)
+    /* a duplicate needs a private copy of the buffer: host messages only */
+    if (fault == BURST_FAULT_MSG_DUPLICATE && !dev)
         send_duplicate(comm, peer, tag, buf, len);
     if (comm->count) {
         comm->count->bytes_sent += len;
@@ -406,10 +409,12 @@ burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag,
     return BURST_OK;
 }
 
-burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
-                                size_t len, struct burst_tp_req **req_p)
+static burst_status_t comm_irecv(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
+                                 size_t len, const struct burst_tp_dev *dev,
+                                 struct burst_tp_req **req_p)
 {
-    burst_status_t st = comm->tp->ops->irecv(comm->tp, peer, tag, buf, len, req_p);
+    burst_status_t st = dev ? comm->tp->ops->irecv_dev(comm->tp, peer, tag, buf, len, dev, req_p)
+                            : comm->tp->ops->irecv(comm->tp, peer, tag, buf, len, req_p);
     if (st != BURST_OK)
         return fail(comm, st);
     if (comm->count) {
@@ -417,6 +422,38 @@ burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag,
         comm->count->msgs_recv++;
     }
     return BURST_OK;
+}
+
+burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag, const void *buf,
+                                size_t len, struct burst_tp_req **req_p)
+{
+    return comm_isend(comm, peer, tag, buf, len, NULL, req_p);
+}
+
+burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
+                                size_t len, struct burst_tp_req **req_p)
+{
+    return comm_irecv(comm, peer, tag, buf, len, NULL, req_p);
+}
+
+int burst_comm_moves_device(const struct burst_comm *comm)
+{
+    return comm->tp->ops->size >= sizeof(struct burst_tp_ops) && comm->tp->ops->isend_dev &&
+           comm->tp->ops->irecv_dev;
+}
+
+burst_status_t burst_comm_isend_dev(struct burst_comm *comm, int peer, uint64_t tag,
+                                    const void *buf, size_t len, const struct burst_tp_dev *dev,
+                                    struct burst_tp_req **req_p)
+{
+    return comm_isend(comm, peer, tag, buf, len, dev, req_p);
+}
+
+burst_status_t burst_comm_irecv_dev(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
+                                    size_t len, const struct burst_tp_dev *dev,
+                                    struct burst_tp_req **req_p)
+{
+    return comm_irecv(comm, peer, tag, buf, len, dev, req_p);
 }
 
 burst_status_t burst_comm_wait(struct burst_comm *comm, struct burst_tp_req **req_p)

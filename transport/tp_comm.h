@@ -70,6 +70,16 @@ burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag,
                                 size_t len, struct burst_tp_req **req_p);
 burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
                                 size_t len, struct burst_tp_req **req_p);
+/* Device-resident transfers (transport.h, struct burst_tp_dev): 1 when the transport moves
+ * device memory itself (the in-process transport), so a device backend's blocks need no host
+ * staging. The _dev calls then replace isend / irecv for every message of a call. */
+int burst_comm_moves_device(const struct burst_comm *comm);
+burst_status_t burst_comm_isend_dev(struct burst_comm *comm, int peer, uint64_t tag,
+                                    const void *buf, size_t len, const struct burst_tp_dev *dev,
+                                    struct burst_tp_req **req_p);
+burst_status_t burst_comm_irecv_dev(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
+                                    size_t len, const struct burst_tp_dev *dev,
+                                    struct burst_tp_req **req_p);
 /* Wait with the communicator's timeout; *req_p is released and set to NULL. NULL req is OK. */
 burst_status_t burst_comm_wait(struct burst_comm *comm, struct burst_tp_req **req_p);
 

@@ -7,6 +7,12 @@
  * world lock, then completes both. Aborting the world wakes every waiter; an operation whose copy
  * is under way always finishes before its wait returns, so no buffer is touched after wait().
  * Once every communicator of an aborted world is destroyed, the world is usable again.
+ *
+ * Device memory (isend_dev / irecv_dev, transport.h): each side marks its queued device work when
+ * it posts; the second poster queues the device copy (ordered after both marks, on the backend's
+ * copy stream, so it runs beside the ranks' kernels) instead of memcpy, and both waits block
+ * until that copy has completed. Blocks then go device to device (peer copies between GPUs),
+ * never through host memory.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -34,6 +40,16 @@ struct burst_tp_req {
     size_t other_len; /* the matched message's, when the lengths differ */
     enum req_state state;
     burst_status_t status;
+    int has_dev; /* posted with isend_dev / irecv_dev */
+    struct burst_tp_dev dev;
+    void *mark;            /* device work queued before the post (dev only) */
+    struct dev_done *done; /* the queued device copy, shared by the matched pair */
+};
+
+/* A queued device copy: its completion marker, released by the last of the pair's waits. */
+struct dev_done {
+    void *ev;
+    int refs;
 };
 
 struct burst_local_world {
@@ -137,7 +153,7 @@ static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct b
     }
     list_remove(other, m);
     struct burst_tp_req *s = r->is_send ? r : m, *d = r->is_send ? m : r;
-    if (s->len != d->len) {
+    if (s->len != d->len || s->has_dev != d->has_dev) {
         s->other_len = d->len;
         d->other_len = s->len;
         s->status = d->status = BURST_ERR_TRANSPORT;
@@ -149,11 +165,30 @@ static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct b
     }
     s->state = d->state = REQ_COPYING;
     pthread_mutex_unlock(&w->lock);
-    if (s->len)
+    burst_status_t st = BURST_OK;
+    struct dev_done *done = NULL;
+    if (r->has_dev && s->len) {
+        done = calloc(1, sizeof(*done));
+        st = done ? r->dev.ops->copy(r->dev.be, d->buf, s->buf, s->len, s->mark, d->mark, &done->ev)
+                  : burst_error(BURST_ERR_NO_MEMORY, "local transport: out of memory");
+        if (st != BURST_OK) {
+            free(done);
+            done = NULL;
+        } else {
+            done->refs = 2;
+        }
+    } else if (s->len) {
         memcpy(d->buf, s->buf, s->len);
+    }
+    if (r->has_dev) { /* the copy is ordered after both marks: they are spent */
+        r->dev.ops->release(r->dev.be, s->mark);
+        r->dev.ops->release(r->dev.be, d->mark);
+        s->mark = d->mark = NULL;
+    }
     pthread_mutex_lock(&w->lock);
     s->state = d->state = REQ_DONE;
-    s->status = d->status = BURST_OK;
+    s->status = d->status = st == BURST_OK ? BURST_OK : BURST_ERR_DEVICE;
+    s->done = d->done = done;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
     *req_p = r;
@@ -161,7 +196,8 @@ static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct b
 }
 
 static burst_status_t make_req(struct tp_local *tp, int is_send, int peer, uint64_t tag, void *buf,
-                               size_t len, struct burst_tp_req **req_p)
+                               size_t len, const struct burst_tp_dev *dev,
+                               struct burst_tp_req **req_p)
 {
     if (peer < 0 || peer >= tp->base.size)
         return burst_error(BURST_ERR_INTERNAL, "local transport: peer = %d out of range", peer);
@@ -174,19 +210,42 @@ static burst_status_t make_req(struct tp_local *tp, int is_send, int peer, uint6
     r->tag = tag;
     r->buf = buf;
     r->len = len;
+    if (dev) {
+        r->has_dev = 1;
+        r->dev = *dev;
+        burst_status_t st = dev->ops->mark(dev->be, &r->mark);
+        if (st != BURST_OK) {
+            free(r);
+            return st;
+        }
+    }
     return post(tp, r, req_p);
 }
 
 static burst_status_t local_isend(struct burst_tp *t, int peer, uint64_t tag, const void *buf,
                                   size_t len, struct burst_tp_req **req_p)
 {
-    return make_req((struct tp_local *)t, 1, peer, tag, (void *)(uintptr_t)buf, len, req_p);
+    return make_req((struct tp_local *)t, 1, peer, tag, (void *)(uintptr_t)buf, len, NULL, req_p);
+}
+
+static burst_status_t local_isend_dev(struct burst_tp *t, int peer, uint64_t tag, const void *buf,
+                                      size_t len, const struct burst_tp_dev *dev,
+                                      struct burst_tp_req **req_p)
+{
+    return make_req((struct tp_local *)t, 1, peer, tag, (void *)(uintptr_t)buf, len, dev, req_p);
+}
+
+static burst_status_t local_irecv_dev(struct burst_tp *t, int peer, uint64_t tag, void *buf,
+                                      size_t len, const struct burst_tp_dev *dev,
+                                      struct burst_tp_req **req_p)
+{
+    return make_req((struct tp_local *)t, 0, peer, tag, buf, len, dev, req_p);
 }
 
 static burst_status_t local_irecv(struct burst_tp *t, int peer, uint64_t tag, void *buf, size_t len,
                                   struct burst_tp_req **req_p)
 {
-    return make_req((struct tp_local *)t, 0, peer, tag, buf, len, req_p);
+    return make_req((struct tp_local *)t, 0, peer, tag, buf, len, NULL, req_p);
 }
 
 static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int timeout_ms)
@@ -207,9 +266,23 @@ static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int
     while (r->state != REQ_DONE && (r->state == REQ_COPYING || (!w->aborted && !timed_out)))
         if (pthread_cond_timedwait(&w->cond, &w->lock, &deadline) == ETIMEDOUT)
             timed_out = 1;
+    struct dev_done *done = NULL;
     if (r->state == REQ_DONE) {
         st = r->status;
-        if (st != BURST_OK)
+        done = r->done;
+        if (st == BURST_ERR_DEVICE)
+            burst_error(st,
+                        "local transport: rank %d: the device copy of a %zu-byte message %s "
+                        "rank %d (tag 0x%llx) failed",
+                        t->rank, r->len, r->is_send ? "to" : "from", r->is_send ? r->dst : r->src,
+                        (unsigned long long)r->tag);
+        else if (st != BURST_OK && r->other_len == r->len)
+            burst_error(st,
+                        "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx): "
+                        "one side posted device memory, the other host memory",
+                        t->rank, r->is_send ? "send" : "receive", r->len,
+                        r->is_send ? r->dst : r->src, (unsigned long long)r->tag);
+        else if (st != BURST_OK)
             burst_error(st,
                         "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx) "
                         "matched a message of another length (%zu bytes)",
@@ -229,6 +302,20 @@ static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int
                              t->rank, peer, timeout_ms);
     }
     pthread_mutex_unlock(&w->lock);
+    if (done) { /* the copy is queued: the buffers are busy until it completes */
+        burst_status_t sw = r->dev.ops->wait(r->dev.be, done->ev);
+        if (st == BURST_OK)
+            st = sw;
+        pthread_mutex_lock(&w->lock);
+        int last = --done->refs == 0;
+        pthread_mutex_unlock(&w->lock);
+        if (last) {
+            r->dev.ops->release(r->dev.be, done->ev);
+            free(done);
+        }
+    }
+    if (r->has_dev && r->mark)
+        r->dev.ops->release(r->dev.be, r->mark);
     free(r);
     return st;
 }
@@ -267,6 +354,8 @@ static const struct burst_tp_ops local_ops = {
     .wait = local_wait,
     .abort = local_abort,
     .destroy = local_destroy,
+    .isend_dev = local_isend_dev,
+    .irecv_dev = local_irecv_dev,
 };
 
 burst_status_t burst_tp_local_create(struct burst_local_world *w, int rank, int size,

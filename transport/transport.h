@@ -28,6 +28,33 @@
 struct burst_tp;
 struct burst_tp_req;
 
+/*
+ * Device copies, for transports that move device memory themselves (the in-process transport
+ * between ranks whose buffers are in the memory of a device backend: cuda). A device-memory
+ * backend provides the ops (runtime/backend.h, member devcopy); the ring engine hands them with
+ * every device-resident send and receive (isend_dev / irecv_dev), and the transport calls them
+ * instead of memcpy. Markers are opaque (cuda: events).
+ *   mark     record the calling thread's device work queued so far (its writes of a send
+ *            buffer, its reads of a receive buffer); *mark_p receives a marker.
+ *   copy     queue a copy of len bytes src -> dst (device addresses of this process, possibly on
+ *            two devices) ordered after both marks, on a copy stream of its own so it runs beside
+ *            the ranks' compute; *done_p receives the completion marker. Called by whichever
+ *            side posts second.
+ *   wait     block the calling thread until a marker has completed.
+ *   release  free a marker (NULL accepted); its device work may still be in flight.
+ */
+struct burst_tp_devops {
+    burst_status_t (*mark)(void *be, void **mark_p);
+    burst_status_t (*copy)(void *be, void *dst, const void *src, size_t len, void *after_a,
+                           void *after_b, void **done_p);
+    burst_status_t (*wait)(void *be, void *mark);
+    void (*release)(void *be, void *mark);
+};
+struct burst_tp_dev {
+    const struct burst_tp_devops *ops;
+    void *be; /* the backend instance of the posting rank */
+};
+
 struct burst_tp_ops {
     size_t size;      /* sizeof(struct burst_tp_ops) */
     const char *name; /* "local" */
@@ -38,6 +65,13 @@ struct burst_tp_ops {
     burst_status_t (*wait)(struct burst_tp *tp, struct burst_tp_req *req, int timeout_ms);
     void (*abort)(struct burst_tp *tp, burst_status_t reason);
     void (*destroy)(struct burst_tp *tp);
+    /* Optional: the same on device memory (struct burst_tp_dev above). Both sides of a message
+     * must use them; NULL when the transport moves host memory only. wait() covers both. */
+    burst_status_t (*isend_dev)(struct burst_tp *tp, int peer, uint64_t tag, const void *buf,
+                                size_t len, const struct burst_tp_dev *dev,
+                                struct burst_tp_req **req_p);
+    burst_status_t (*irecv_dev)(struct burst_tp *tp, int peer, uint64_t tag, void *buf, size_t len,
+                                const struct burst_tp_dev *dev, struct burst_tp_req **req_p);
 };
 
 /*

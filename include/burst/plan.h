@@ -189,6 +189,19 @@ BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_p
                                           struct burst_phase_stats *stats_p);
 
 /*
+ * How this plan's travelling blocks move (since API 0.2, additive):
+ *   "host"    the backend computes on host memory and the transport moves it (cpu, vulkan's
+ *             mapped buffers);
+ *   "staged"  device memory copied through page-locked host buffers around each transfer (a
+ *             device backend over a process-to-process transport, or a ring of mixed backends);
+ *   "device"  device to device, no host hop: every rank runs the same device backend (cuda)
+ *             and the transport is in-process (ranks are threads; GPU to GPU over NVLink / PCIe
+ *             where the ranks sit on different GPUs). BURST_DEVICE_DIRECT=0 forces "staged".
+ * NULL plan: "".
+ */
+BURST_API const char *burst_plan_transfers(const struct burst_plan *plan);
+
+/*
  * Traffic of ring step `step` (0 <= step <= steps) of the last call of `phase`: messages POSTED
  * by this rank during that step. Slot `steps` holds the final hop that returns a travelling
  * accumulator to its owner (backward only).
