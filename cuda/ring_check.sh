@@ -1,0 +1,53 @@
+#!/bin/bash
+# cuda/ring_check.sh [SRC] - build burst on a GPU machine, check the GPU ring, then benchmark it
+# beside PyTorch's context_parallel (tools/burstbench_ring.py).
+#
+# Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_ARCHS, default
+# 90; libfabric and MPI where .device/env.sh provides them), runs the gpu suite's ring tests
+# (test_attention / test_determinism on cuda ranks that are threads: device-to-device blocks;
+# tests/burstrun_gpu.sh: one rank per GPU, staged vs device bitwise, faults), then, with
+# BURST_BENCH_RING="<burstbench_ring.py arguments>", the benchmark. Logs and CSV/SVG go to $OUT
+# (or /tmp/out); a short summary is printed last. Through the device tool (repo root):
+#   run(command="source .device/env.sh && BURST_BENCH_RING='--seqs 32768 --masks causal' \
+#       bash cuda/ring_check.sh", carry=[".device"], kind="nvidia-h200-x2")
+set -uo pipefail
+src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+out=${OUT:-/tmp/out}
+b=/tmp/burst-ring-build
+mkdir -p "$out"
+summary=()
+step() { # name command...
+    local name=$1
+    shift
+    local t0=$SECONDS
+    "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    summary+=("$(printf '%-24s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
+    return $rc
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+nvidia-smi topo -m >"$out/topo.txt" 2>&1
+if [ ! -d "$b" ]; then
+    step setup meson setup "$b" "$src" -Dvulkan=disabled -Dcuda=enabled -Dwerror=false \
+        "-Dnvcc_archs=${BURST_ARCHS:-90}" || { cat "$out/setup.log" | tail -n 30; exit 1; }
+fi
+step build ninja -C "$b" tools/burstrun tests/test_attention tests/test_determinism \
+    tests/test_staging || { tail -n 30 "$out/build.log"; exit 1; }
+if [ "${BURST_RING_TESTS:-1}" = 1 ]; then
+    step test_staging "$b/tests/test_staging"
+    BURST_TEST_BACKEND=cuda step attention_cuda "$b/tests/test_attention"
+    BURST_TEST_BACKEND=cuda step determinism_cuda "$b/tests/test_determinism"
+    step burstrun_gpu sh "$src/tests/burstrun_gpu.sh" "$b/tools/burstrun"
+    tail -n 25 "$out/burstrun_gpu.log"
+fi
+if [ -n "${BURST_BENCH_RING:-}" ]; then
+    (cd "$out" && python3 "$src/tools/burstbench_ring.py" --burstrun "$b/tools/burstrun" \
+        $BURST_BENCH_RING) >"$out/bench_ring.log" 2>&1
+    summary+=("bench_ring rc=$?")
+    grep -v '^\$\|^{' "$out/bench_ring.log" | tail -n 40
+fi
+for f in attention_cuda determinism_cuda test_staging; do
+    [ -f "$out/$f.log" ] && { echo "== $f"; grep -E "FAILED|PASSED|error" "$out/$f.log" | tail -n 6; }
+done
+echo "== $(cat "$out/gpu.txt" | tr '\n' ' ')"
+printf '%s\n' "${summary[@]}"
