@@ -16,7 +16,7 @@ issue's budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). Writes a CSV and
       --seqs 32768,131072,262144 --masks causal,full [--bwd burst,ring] [--single 131072] \
       [--heads 32] [--head-dim 128] [--iters 3] [--no-torch]
 
-A small --check run (N = 4096, 4 heads, both masks, both backward patterns) precedes the timed ones.
+A small --check run (N = 2048, 4 heads, both masks, both backward patterns) precedes the timed ones.
 """
 import argparse
 import csv
@@ -116,8 +116,8 @@ def main():
     if not args.no_check:
         for mask in masks:
             for bwd in args.bwd.split(","):
-                j = burstrun(args, ranks, 4096, mask == "causal", bwd, check=True, iters=1)
-                print(f"check N=4096 {mask} bwd={bwd}: {j.get('check')} transfers={j['transfers']}")
+                j = burstrun(args, ranks, 2048, mask == "causal", bwd, check=True, iters=1)
+                print(f"check N=2048 {mask} bwd={bwd}: {j.get('check')} transfers={j['transfers']}")
                 if j.get("check") != "pass":
                     raise SystemExit("check failed")
 
