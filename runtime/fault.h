@@ -27,7 +27,9 @@
  *       so the copy is never received: results stay correct (in-process, libfabric tcp); the
  *       copy's request is released when the communicator is destroyed (no leak). libfabric shm
  *       holds the connection behind a large unreceived message: there the ring stops with
- *       BURST_ERR_TIMEOUT after the timeout instead (a defined error, not a hang).
+ *       BURST_ERR_TIMEOUT after the timeout instead (a defined error, not a hang). Blocks that
+ *       travel device to device (cuda threads, ring_xfer.h) are not duplicated: the fault is
+ *       ignored there (results correct).
  *   delay:rank=R,phase=fwd|bwd,step=S,ms=M[,call=C]
  *       That message is sent M ms late (the sending rank sleeps): results stay correct.
  * A step in which R sends nothing leaves a message fault unused.

@@ -69,6 +69,8 @@ def burstrun(args, ranks, n, causal, bwd, check=False, iters=None):
            "--iters", str(iters or args.iters), "--warmup", "1", "--json"]
     if causal:
         cmd.append("--causal")
+    if args.ranks_per_node and ranks > args.ranks_per_node:
+        cmd += ["--ranks-per-node", str(args.ranks_per_node)]
     if check:
         cmd.append("--check")
     print("$", " ".join(cmd), flush=True)
@@ -95,6 +97,8 @@ def main():
     ap.add_argument("--burstrun", required=True)
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--ranks", type=int, default=0, help="ranks (default: one per GPU)")
+    ap.add_argument("--ranks-per-node", type=int, default=0,
+                    help="two-level ring of this many ranks per (simulated) node; 0 = flat")
     ap.add_argument("--seqs", default="32768,131072")
     ap.add_argument("--masks", default="causal,full")
     ap.add_argument("--bwd", default="burst,ring")
@@ -139,6 +143,11 @@ def main():
                            fwdbwd_ms=fb, fwd_tflops_per_gpu=flops / j["fwd_ms"] * 1e-9 / gpus,
                            fwdbwd_tflops_per_gpu=3.5 * flops / fb * 1e-9 / gpus,
                            bytes_bwd_per_rank=j["bytes_bwd_per_rank"],
+                           bytes_fwd_per_rank=j["bytes_fwd_per_rank"],
+                           ranks_per_node=args.ranks_per_node if g > args.ranks_per_node else 0,
+                           # exposed communication: the slowest rank's time blocked on transfers
+                           fwd_wait_ms=max(r["fwd"]["wait_ms"] for r in j["per_rank"]),
+                           bwd_wait_ms=max(r["bwd"]["wait_ms"] for r in j["per_rank"]),
                            overlap_fwd=j["overlap"]["fwd"], overlap_bwd=j["overlap"]["bwd"],
                            fwd_step_compute_ms=j["fwd_step_ms"]["compute"],
                            fwd_step_wait_ms=j["fwd_step_ms"]["wait"],
