@@ -127,6 +127,15 @@ struct burst_backend_ops {
      * to device with these instead of being staged through host memory (runtime/ring_xfer.c).
      */
     const struct burst_tp_devops *devcopy;
+    /*
+     * Optional (host-addressable backends): 1 when the memory alloc() returns cannot be handed to
+     * a transport that moves it between processes. Vulkan's device-local buffers mapped through
+     * the PCIe BAR are such memory: the kernel's cross-process copy (process_vm_readv, used by
+     * libfabric shm) fails on them with EIO. The engine then stages those transfers through
+     * host_alloc() buffers with memcpy(), both of which the backend provides, as it does for
+     * device_memory backends; in-process transports copy with the CPU and need no staging.
+     */
+    int (*stage_between_processes)(void *be);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

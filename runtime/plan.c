@@ -473,7 +473,7 @@ const char *burst_plan_transfers(const struct burst_plan *plan)
 {
     if (!plan)
         return "";
-    return plan->direct ? "device" : plan->ctx->ops->device_memory ? "staged" : "host";
+    return plan->direct ? "device" : burst_xfer_staged(plan) ? "staged" : "host";
 }
 
 burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,

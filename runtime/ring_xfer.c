@@ -7,7 +7,16 @@
 
 static int staged(const struct burst_plan *plan)
 {
-    return plan->ctx->ops->device_memory && !plan->direct;
+    return burst_xfer_staged(plan);
+}
+
+int burst_xfer_staged(const struct burst_plan *plan)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    if (ops->device_memory)
+        return !plan->direct;
+    return ops->size >= sizeof(*ops) && ops->stage_between_processes &&
+           !burst_comm_in_process(plan->comm) && ops->stage_between_processes(plan->ctx->be);
 }
 
 /* The device copies of a direct plan (NULL otherwise). */

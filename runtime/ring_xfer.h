@@ -15,6 +15,9 @@
  * device through burst_comm_isend_dev / _irecv_dev: no staging, no host hop. The handshake
  * decides it for all ranks at once (runtime/plan.c, field device_direct), so both sides of every
  * message agree; BURST_DEVICE_DIRECT=0 forces staging.
+ *
+ * Host-addressable memory that other processes cannot read (vulkan buffers in a GPU's BAR:
+ * backend.h, stage_between_processes) is staged the same way when the transport links processes.
  */
 #ifndef BURST_RUNTIME_RING_XFER_H
 #define BURST_RUNTIME_RING_XFER_H
@@ -37,6 +40,11 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
 /* Wait (communicator timeout), copy a staged receive to its destination, release. Harmless on
  * a transfer never posted. Returns the first failure. */
 burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);
+
+/* Does this plan stage its transfers through host buffers? (device memory without the direct
+ * path; or memory another process's transport cannot read, backend.h stage_between_processes,
+ * on a transport between processes) */
+int burst_xfer_staged(const struct burst_plan *plan);
 
 /* Free the plan's staging pool (burst_plan_destroy). */
 void burst_xfer_pool_free(struct burst_plan *plan);

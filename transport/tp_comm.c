@@ -436,6 +436,11 @@ burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag,
     return comm_irecv(comm, peer, tag, buf, len, NULL, req_p);
 }
 
+int burst_comm_in_process(const struct burst_comm *comm)
+{
+    return strcmp(comm->tp->ops->name, "local") == 0;
+}
+
 int burst_comm_moves_device(const struct burst_comm *comm)
 {
     return comm->tp->ops->size >= sizeof(struct burst_tp_ops) && comm->tp->ops->isend_dev &&

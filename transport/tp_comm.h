@@ -74,6 +74,8 @@ burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag,
  * device memory itself (the in-process transport), so a device backend's blocks need no host
  * staging. The _dev calls then replace isend / irecv for every message of a call. */
 int burst_comm_moves_device(const struct burst_comm *comm);
+/* 1 when every rank is a thread of this process (the in-process transport). */
+int burst_comm_in_process(const struct burst_comm *comm);
 burst_status_t burst_comm_isend_dev(struct burst_comm *comm, int peer, uint64_t tag,
                                     const void *buf, size_t len, const struct burst_tp_dev *dev,
                                     struct burst_tp_req **req_p);

@@ -193,7 +193,8 @@ BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_p
  *   "host"    the backend computes on host memory and the transport moves it (cpu, vulkan's
  *             mapped buffers);
  *   "staged"  device memory copied through page-locked host buffers around each transfer (a
- *             device backend over a process-to-process transport, or a ring of mixed backends);
+ *             device backend over a process-to-process transport, or a ring of mixed backends;
+ *             also vulkan GPU buffers between processes, which the transport cannot read);
  *   "device"  device to device, no host hop: every rank runs the same device backend (cuda)
  *             and the transport is in-process (ranks are threads; GPU to GPU over NVLink / PCIe
  *             where the ranks sit on different GPUs). BURST_DEVICE_DIRECT=0 forces "staged".

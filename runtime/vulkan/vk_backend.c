@@ -281,6 +281,36 @@ static void burst_vk_probe(const struct burst_context_params *params, struct bur
     vkDestroyInstance(inst, NULL);
 }
 
+/* Block buffers of a GPU are device memory mapped through the BAR: another process's transport
+ * cannot read them (backend.h). A CPU device's (lavapipe's) are ordinary host memory. */
+static int burst_vk_stage_between_processes(void *bev)
+{
+    struct burst_vk_backend *be = bev;
+    VkPhysicalDeviceProperties pr;
+    vkGetPhysicalDeviceProperties(be->phys, &pr);
+    return pr.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+static burst_status_t burst_vk_memcpy(void *bev, void *dst, const void *src, size_t bytes)
+{
+    (void)bev;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return BURST_OK;
+}
+
+static void *burst_vk_host_alloc(void *bev, size_t bytes)
+{
+    (void)bev;
+    return calloc(1, bytes ? bytes : 1);
+}
+
+static void burst_vk_host_free(void *bev, void *ptr)
+{
+    (void)bev;
+    free(ptr);
+}
+
 const struct burst_backend_ops burst_vk_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "vulkan",
@@ -298,4 +328,8 @@ const struct burst_backend_ops burst_vk_backend_ops = {
     .sync = NULL,
     .probe = burst_vk_probe,
     .device_memory = 0,
+    .memcpy = burst_vk_memcpy,
+    .host_alloc = burst_vk_host_alloc,
+    .host_free = burst_vk_host_free,
+    .stage_between_processes = burst_vk_stage_between_processes,
 };
