@@ -256,6 +256,7 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
     plan->direct = st == BURST_OK && mine[F_DIRECT] != 0;
     for (int r = 0; plan->direct && r < plan->size; r++)
         plan->direct = all[r * F_COUNT + F_DIRECT] == mine[F_DIRECT];
+    plan->staged = burst_xfer_staged(plan);
     free(all);
     plan->comm->count = NULL;
     return st;
@@ -473,7 +474,7 @@ const char *burst_plan_transfers(const struct burst_plan *plan)
 {
     if (!plan)
         return "";
-    return plan->direct ? "device" : burst_xfer_staged(plan) ? "staged" : "host";
+    return plan->direct ? "device" : plan->staged ? "staged" : "host";
 }
 
 burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,

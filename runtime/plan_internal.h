@@ -26,6 +26,7 @@ struct burst_plan {
     burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
     double *speeds;          /* [size] measured speeds (measure_speed), else zeros */
     int direct;              /* blocks travel device to device (every rank agreed: ring_xfer.h) */
+    int staged;              /* transfers staged through host buffers (burst_xfer_staged) */
 
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3]; /* [steps + 1] per phase */

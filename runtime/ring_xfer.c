@@ -5,11 +5,6 @@
 #include "error.h"
 #include "fault.h"
 
-static int staged(const struct burst_plan *plan)
-{
-    return burst_xfer_staged(plan);
-}
-
 int burst_xfer_staged(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
@@ -75,7 +70,7 @@ burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag,
     struct burst_tp_dev dev;
     if (direct(plan, &dev))
         return burst_comm_isend_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
-    if (!staged(plan) || len == 0)
+    if (!plan->staged || len == 0)
         return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
     burst_status_t st = stage_get(plan, len, &x->stage);
     if (st != BURST_OK)
@@ -97,7 +92,7 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
     struct burst_tp_dev dev;
     if (direct(plan, &dev))
         return burst_comm_irecv_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
-    if (!staged(plan) || len == 0)
+    if (!plan->staged || len == 0)
         return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);
     burst_status_t st = stage_get(plan, len, &x->stage);
     if (st != BURST_OK)

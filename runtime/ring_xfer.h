@@ -43,7 +43,7 @@ burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);
 
 /* Does this plan stage its transfers through host buffers? (device memory without the direct
  * path; or memory another process's transport cannot read, backend.h stage_between_processes,
- * on a transport between processes) */
+ * on a transport between processes) Decided once, after the handshake: plan->staged. */
 int burst_xfer_staged(const struct burst_plan *plan);
 
 /* Free the plan's staging pool (burst_plan_destroy). */
