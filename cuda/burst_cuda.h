@@ -10,6 +10,9 @@
  *   burst_cuda_elem.cu    copy with dtype conversion and strides, fill, accumulate, D = rowsum
  *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for d = 64 / 128 in
  *                         fp16 / bf16; a SIMT fp32-arithmetic path for every other case)
+ *   burst_cuda_fwd_sm90.cu  the forward on Hopper's warpgroup tensor cores (wgmma), compiled
+ *                         for sm_90a only and present when BURST_CUDA_SM90A is defined
+ *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
  *                         so every backward is deterministic)
  *   burst_cuda_peer.c     device-to-device copies between the ranks of one process (the ring's
@@ -51,6 +54,7 @@ struct burst_cuda_view {
 enum burst_cuda_fwd_kind {
     BURST_CUDA_FWD_SIMT = 0, /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
     BURST_CUDA_FWD_MMA = 1,  /* fp16/bf16, d = 64 or 128, mma.sync m16n8k16 + ldmatrix + cp.async */
+    BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a) */
 };
 
 /* One attention step as the kernels see it (shared by forward and backward). */
@@ -76,6 +80,12 @@ int burst_cuda_launch_delta(const struct burst_cuda_view *dout, const struct bur
                             float *delta);
 /* Raise the dynamic shared-memory limit of the kernels that need it (once per device). */
 int burst_cuda_kernels_init(void);
+/* The Hopper forward (burst_cuda_fwd_sm90.cu; only where BURST_CUDA_SM90A is defined): its
+ * launcher, its shared-memory setup (a cudaError_t: fails on a device its sm_90a code cannot
+ * run on) and its shared memory for head dim d. */
+int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
+int burst_cuda_sm90_init(void);
+size_t burst_cuda_sm90_smem(int d);
 
 /* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */
 struct burst_cuda_caps {
@@ -87,6 +97,12 @@ struct burst_cuda_caps {
 /* Can this device run the tensor-core forward (sm_80+, enough shared memory for d = 128)?
  * BURST_CUDA_KERNEL=simt turns it off (kill switch); burst_cuda_probe.c. */
 int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
+/* Can this device run the Hopper forward: built with sm_90a, compute capability 9.0, enough
+ * shared memory, and neither BURST_CUDA_WGMMA=0 nor BURST_CUDA_KERNEL=simt set? */
+int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
+/* Key rows per tile of the Hopper forward at head dim d: 64 for d = 64, 128 for d = 128, unless
+ * BURST_CUDA_WGMMA_BC=64|128 says otherwise (read once). */
+int burst_cuda_wgmma_bc(int d);
 /* Shared memory of the tensor-core forward for head dim d (64 or 128). */
 size_t burst_cuda_mma_smem(int d);
 
@@ -105,7 +121,8 @@ size_t burst_cuda_mma_smem(int d);
 struct burst_cuda_backend {
     int device;
     struct burst_cuda_caps caps;
-    int mma; /* tensor-core forward usable */
+    int mma;   /* tensor-core forward usable */
+    int wgmma; /* Hopper forward usable (and its shared-memory limit raised) */
     char name[256];
 };
 

@@ -129,6 +129,14 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     if ((st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
         (st = burst_cuda_status(cudaFree(NULL), "create: context")) == BURST_OK)
         st = burst_cuda_status((cudaError_t)burst_cuda_kernels_init(), "create: kernel setup");
+#ifdef BURST_CUDA_SM90A
+    /* the Hopper forward, where it can run; if its setup fails the sm_80 forward stays */
+    if (st == BURST_OK && burst_cuda_wgmma_usable(&cb->caps)) {
+        cb->wgmma = burst_cuda_sm90_init() == cudaSuccess;
+        if (!cb->wgmma)
+            (void)cudaGetLastError();
+    }
+#endif
     if (st != BURST_OK) {
         free(cb);
         return st;
@@ -356,7 +364,8 @@ static int burst_cuda_aligned16(const struct burst_cuda_view *v)
     return 1;
 }
 
-/* Tensor cores for fp16/bf16 with d = 64 or 128 and 16-byte aligned rows, else SIMT. */
+/* Tensor cores for fp16/bf16 with d = 64 or 128 and 16-byte aligned rows (the forward on
+ * warpgroup tensor cores where the device and the build allow), else SIMT. */
 static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct burst_cuda_step *s,
                            int bwd)
 {
@@ -365,7 +374,7 @@ static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct bur
         !burst_cuda_aligned16(&s->q) || !burst_cuda_aligned16(&s->k) ||
         !burst_cuda_aligned16(&s->v) || (bwd && !burst_cuda_aligned16(&s->dout)))
         return BURST_CUDA_FWD_SIMT;
-    return BURST_CUDA_FWD_MMA;
+    return !bwd && cb->wgmma ? BURST_CUDA_FWD_WGMMA : BURST_CUDA_FWD_MMA;
 }
 
 /* ---- ops ----------------------------------------------------------------------------------------- */

@@ -224,35 +224,8 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int64_t i = i0 + warp * 16 * MR + mr * 16 + rq + 8 * u;
-        if (i >= s.nq || l[r] == 0.0f)
-            continue;
-        float *lse = s.lse_acc + (b * s.hq + h) * s.nq + i;
-        double lr = ((double)m[r] + log2((double)l[r])) * 0.69314718055994530942;
-        double lo_ = (double)*lse, ln, co, cn;
-        if (lo_ == -(double)CUDART_INF) {
-            ln = lr;
-            co = 0.0;
-            cn = 1.0 / (double)l[r];
-        } else {
-            ln = fmax(lo_, lr) + log1p(exp(-fabs(lo_ - lr)));
-            co = exp(lo_ - ln);
-            cn = exp(lr - ln) / (double)l[r];
-        }
-        float *orow = s.o_acc + ((b * s.nq + i) * s.hq + h) * s.d;
-        const float fco = (float)co, fcn = (float)cn;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            float2 *p2 = (float2 *)(orow + n * 8 + cq);
-            float2 x = make_float2(fcn * o[mr][n][2 * u], fcn * o[mr][n][2 * u + 1]);
-            if (co != 0.0) {
-                float2 y = *p2;
-                x.x = fmaf(fco, y.x, x.x);
-                x.y = fmaf(fco, y.y, x.y);
-            }
-            *p2 = x;
-        }
-        if ((lane & 3) == 0)
-            *lse = (float)ln;
+        if (i < s.nq)
+            burst_merge_row<D>(s, b, h, i, m[r], l[r], &o[mr][0][0], u, cq, lane);
     }
 }
 
@@ -310,6 +283,10 @@ template <typename T> static int burst_fwd_mma(const struct burst_cuda_step *s)
 extern "C" int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, int num_sms)
 {
     (void)num_sms;
+#ifdef BURST_CUDA_SM90A
+    if (kind == BURST_CUDA_FWD_WGMMA)
+        return burst_cuda_launch_fwd_sm90(s);
+#endif
     if (kind == BURST_CUDA_FWD_MMA)
         return s->q.dtype == BURST_CUDA_F16 ? burst_fwd_mma<__half>(s)
                                             : burst_fwd_mma<__nv_bfloat16>(s);

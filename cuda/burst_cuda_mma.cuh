@@ -112,4 +112,48 @@ __device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_vi
     }
 }
 
+/*
+ * The fused merge of one query row's partial result into the running (o_acc, lse_acc), as the
+ * four threads of a quad hold it in the mma C layout: m = the row's running maximum (log2 units,
+ * scaled), l = its sum of exp2 (already summed over the quad), o[4 n + 2 u], o[4 n + 2 u + 1] =
+ * the unnormalised O at columns 8 n + cq, + 1 (u = 0 for row g, 1 for row g + 8). The new lse and
+ * the weights of the old and new parts are computed in fp64 (once per row: negligible). A row
+ * that saw no allowed key (l = 0) is left bit-for-bit unchanged.
+ */
+template <int D>
+__device__ __forceinline__ void burst_merge_row(const struct burst_cuda_step &s, int64_t b,
+                                                int64_t h, int64_t i, float m, float l,
+                                                const float *o, int u, int cq, int lane)
+{
+    if (l == 0.0f)
+        return;
+    float *lse = s.lse_acc + (b * s.hq + h) * s.nq + i;
+    const double lr = ((double)m + log2((double)l)) * 0.69314718055994530942;
+    double lo = (double)*lse, ln, co, cn;
+    if (lo == -(double)CUDART_INF) {
+        ln = lr;
+        co = 0.0;
+        cn = 1.0 / (double)l;
+    } else {
+        ln = fmax(lo, lr) + log1p(exp(-fabs(lo - lr)));
+        co = exp(lo - ln);
+        cn = exp(lr - ln) / (double)l;
+    }
+    float *orow = s.o_acc + ((b * s.nq + i) * s.hq + h) * s.d;
+    const float fco = (float)co, fcn = (float)cn;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        float2 *p2 = (float2 *)(orow + n * 8 + cq);
+        float2 x = make_float2(fcn * o[4 * n + 2 * u], fcn * o[4 * n + 2 * u + 1]);
+        if (co != 0.0) {
+            const float2 y = *p2;
+            x.x = fmaf(fco, y.x, x.x);
+            x.y = fmaf(fco, y.y, x.y);
+        }
+        *p2 = x;
+    }
+    if ((lane & 3) == 0)
+        *lse = (float)ln;
+}
+
 #endif /* BURST_CUDA_MMA_CUH */

@@ -9,6 +9,12 @@
  *     Q/dO double buffered): forward tiles 128 query (32 per warp; 64 with
  *     BURST_CUDA_FWD_ROWS=16) x 64 key rows; backward dK/dV per 64-key tile x 64-row query tiles,
  *     dQ per 64-row query tile x 64-key tiles;
+ *   the same cases on compute capability 9.0 when the build holds sm_90a code (nvcc_archs has
+ *     90a) and >= burst_cuda_sm90_smem(128) bytes of shared memory per block: the forward runs
+ *     on warpgroup tensor cores (wgmma, burst_cuda_fwd_sm90.cu: 2 warpgroups x 64 query rows, 128
+ *     key rows per tile at d = 128 and 64 at d = 64 (BURST_CUDA_WGMMA_BC=64|128 overrides), 3 cp.async
+ *     stages); BURST_CUDA_WGMMA=0
+ *     keeps the sm_80 forward; the backward is the sm_80 one;
  *   everything else: SIMT fp32, 32 query rows (8 per warp) x 32 key rows (16 rows per block
  *     when d > 128), the same two backward kernels;
  *   no float atomics anywhere (the backward is deterministic).
@@ -35,6 +41,37 @@ int burst_cuda_mma_usable(const struct burst_cuda_caps *caps)
     if (env && strcmp(env, "simt") == 0)
         return 0;
     return caps->cc_major >= 8 && caps->smem_block_optin >= burst_cuda_mma_smem(128);
+}
+
+/* Shared memory of the Hopper forward at d = 128 (0 when the build has no sm_90a code). */
+static size_t burst_cuda_wg_smem128(void)
+{
+#ifdef BURST_CUDA_SM90A
+    return burst_cuda_sm90_smem(128);
+#else
+    return 0;
+#endif
+}
+
+int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
+{
+    const char *env = getenv("BURST_CUDA_WGMMA");
+    if (burst_cuda_wg_smem128() == 0 || (env && strcmp(env, "0") == 0))
+        return 0;
+    return burst_cuda_mma_usable(caps) && caps->cc_major == 9 && caps->cc_minor == 0 &&
+           caps->smem_block_optin >= burst_cuda_wg_smem128();
+}
+
+int burst_cuda_wgmma_bc(int d)
+{
+    static int env = -1; /* read once (a benign race: every thread computes the same value) */
+    if (env < 0) {
+        const char *e = getenv("BURST_CUDA_WGMMA_BC");
+        env = e && (atoi(e) == 64 || atoi(e) == 128) ? atoi(e) : 0;
+    }
+    /* measured on an H200 at N = 16K (docs/BENCHMARKS.md): 64-key tiles win at d = 64 (327 vs
+     * 282 TFLOP/s), 128-key tiles tie or win at d = 128 */
+    return env ? env : d <= 64 ? 64 : 128;
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
@@ -71,7 +108,11 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
         struct burst_cuda_caps caps = {p.major, p.minor, p.multiProcessorCount,
                                        p.sharedMemPerBlockOptin};
         int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
-        const char *fwd = mma ? "mma.sync m16n8k16 + ldmatrix + cp.async (sm_80 path)" : "simt";
+        int wg = mma && burst_cuda_wgmma_usable(&caps);
+        const char *fwd = wg    ? "forward wgmma m64nNk16 + cp.async, 3 stages (sm_90a path); "
+                                  "backward mma.sync m16n8k16 (sm_80 path)"
+                          : mma ? "mma.sync m16n8k16 + ldmatrix + cp.async (sm_80 path)"
+                                : "simt";
         if (json) {
             burst_sb_printf(out, "%s{\"index\": %d, \"name\": ", i ? ", " : "", i);
             burst_sb_json_str(out, p.name);
@@ -81,7 +122,9 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 "\"smem_per_block\": %zu, \"smem_per_block_optin\": %zu, \"smem_per_sm\": %zu, "
                 "\"regs_per_block\": %d, \"regs_per_sm\": %d, \"l2_bytes\": %d, "
                 "\"memory_bytes\": %zu, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], \"tiles\": "
-                "{\"variant\": \"%s\", \"fwd_mma\": {\"br\": %d, \"bc\": %d, \"warps\": %d, "
+                "{\"variant\": \"%s\", \"fwd_wgmma\": {\"usable\": %s, \"br\": 128, "
+                "\"bc_d64\": %d, \"bc_d128\": %d, \"warpgroups\": 2, \"stages\": 3, \"smem_d128\": %zu}, "
+                "\"fwd_mma\": {\"br\": %d, \"bc\": %d, \"warps\": %d, "
                 "\"stages\": 2, \"head_dims\": [64, 128], \"smem_d128\": %zu}, \"fwd_simt\": "
                 "{\"br\": %d, \"bc\": 32, \"warps\": %d}, \"bwd_mma\": {\"kv_rows\": 64, "
                 "\"q_rows\": 64}, \"bwd_simt\": {\"kv_rows\": [%d, %d], \"q_rows\": [%d, %d]}, "
@@ -89,7 +132,9 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 p.major, p.minor, usable ? "true" : "false", p.multiProcessorCount,
                 p.sharedMemPerBlock, p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor,
                 p.regsPerBlock, p.regsPerMultiprocessor, p.l2CacheSize, p.totalGlobalMem,
-                mma ? "mma" : "simt", 2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
+                wg ? "wgmma" : mma ? "mma" : "simt", wg ? "true" : "false", burst_cuda_wgmma_bc(64),
+                burst_cuda_wgmma_bc(128),
+                burst_cuda_wg_smem128(), 2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
                 BURST_CUDA_MMA_WARPS, burst_cuda_mma_smem(128), BURST_CUDA_SIMT_BR,
                 BURST_CUDA_SIMT_WARPS, 32, 16, 32, 16);
         } else {
@@ -97,14 +142,17 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                             "  device %d: %s, compute capability %d.%d%s, %d SMs, shared memory "
                             "%zu B/block (%zu opt-in), %zu B/SM, %d registers/SM, L2 %d B, "
                             "memory %.1f GiB\n"
-                            "    forward and backward: %s; forward tiles %dx%d (d = 64, 128; "
-                            "fp16/bf16), else simt %dx32; backward dK/dV + dQ kernels, "
+                            "    forward and backward: %s; forward tiles %dx%d (d = 128), %dx%d "
+                            "(d = 64; fp16/bf16), else simt %dx32; backward dK/dV + dQ kernels, "
                             "deterministic (no atomics)\n",
                             i, p.name, p.major, p.minor, usable ? "" : " (unusable: needs 8.0+)",
                             p.multiProcessorCount, p.sharedMemPerBlock, p.sharedMemPerBlockOptin,
                             p.sharedMemPerMultiprocessor, p.regsPerMultiprocessor, p.l2CacheSize,
                             (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), fwd,
-                            2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC, BURST_CUDA_SIMT_BR);
+                            wg ? 128 : 2 * BURST_CUDA_MMA_BR,
+                            wg ? burst_cuda_wgmma_bc(128) : BURST_CUDA_MMA_BC,
+                            wg ? 128 : 2 * BURST_CUDA_MMA_BR,
+                            wg ? burst_cuda_wgmma_bc(64) : BURST_CUDA_MMA_BC, BURST_CUDA_SIMT_BR);
         }
     }
     if (json)

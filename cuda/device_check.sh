@@ -16,7 +16,7 @@ step() { # name command...
     local name=$1
     shift
     local t0=$SECONDS
-    "$@" >"$out/$name.log" 2>&1
+    timeout "${BURST_STEP_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1 # a hung kernel ends here
     local rc=$?
     summary+=("$(printf '%-28s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
     return $rc
@@ -30,6 +30,10 @@ step probe "$b/tools/burstrun" --probe
 step test_fallback "$b/tests/test_cuda" fallback
 BURST_TEST_BACKEND=cuda step test_cuda "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_FWD_ROWS=16 step test_cuda_rows16 "$b/tests/test_cuda"
+# on Hopper with sm_90a built (BURST_ARCHS=90,90a) the default run above takes the wgmma forward:
+# check the sm_80 forward and the wgmma forward's 64-key tiles as well
+BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
+BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA_BC=64 step test_cuda_bc64 "$b/tests/test_cuda"
 if [ "${BURST_RING:-0}" = 1 ]; then
     BURST_TEST_BACKEND=cuda step test_attention_cuda "$b/tests/test_attention"
 fi
@@ -42,6 +46,8 @@ if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
         --error-exitcode 9 "$b/tests/test_cuda"
     BURST_TEST_FILTER='full_fp32_d64' step racecheck_simt "$cs" --tool racecheck \
         --error-exitcode 9 "$b/tests/test_cuda"
+    BURST_TEST_FILTER='long_bf16_d128_causal' step racecheck_long "$cs" --tool racecheck \
+        --error-exitcode 9 "$b/tests/test_cuda"
     unset BURST_TEST_BACKEND
 fi
 if [ "${BURST_BENCH:-0}" = 1 ]; then
@@ -53,10 +59,17 @@ if [ -n "${BURST_BENCH2:-}" ]; then # a second sweep, printed only
     python3 "$src/tools/burstbench_cuda.py" --exe "$b/tools/burstbench_cuda" \
         --csv /tmp/bench2.csv --svg /tmp/bench2.svg $BURST_BENCH2 2>&1 | tail -n 20
 fi
+if [ -n "${BURST_BENCH_SM80:-}" ]; then # the sm_80 forward on the same GPU, for comparison
+    BURST_CUDA_WGMMA=0 "$b/tools/burstbench_cuda" --csv /tmp/sm80.csv $BURST_BENCH_SM80
+fi
+if [ -n "${BURST_BENCH_BC64:-}" ]; then # the wgmma forward with 64-key tiles
+    BURST_CUDA_WGMMA_BC=64 "$b/tools/burstbench_cuda" --csv /tmp/bc64.csv $BURST_BENCH_BC64
+fi
 if [ -n "${BURST_BENCH_ROWS16:-}" ]; then # the forward with 16 rows per warp, for comparison
     BURST_CUDA_FWD_ROWS=16 "$b/tools/burstbench_cuda" --csv /tmp/rows16.csv $BURST_BENCH_ROWS16
 fi
-for f in test_cuda test_cuda_rows16 memcheck racecheck racecheck_simt test_attention_cuda; do
+for f in test_cuda test_cuda_rows16 test_cuda_sm80 test_cuda_bc64 memcheck racecheck racecheck_simt \
+    racecheck_long test_attention_cuda; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; grep -E "FAIL|ERROR|PASSED|FAILED|error|hazard" "$out/$f.log" | tail -n 12; }
 done
 echo "== $(cat "$out/gpu.txt")"

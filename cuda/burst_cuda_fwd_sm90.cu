@@ -1,0 +1,311 @@
+/*
+ * cuda/burst_cuda_fwd_sm90.cu - the forward step on Hopper's warpgroup tensor cores (wgmma,
+ * sm_90a only: cuda/meson.build compiles this file for that one target, and the backend chooses
+ * it only on a compute capability 9.0 device whose binary holds it; BURST_CUDA_WGMMA=0 turns it
+ * off). Same contract as burst_mma_fwd in burst_cuda_fwd.cu: fp16 / bf16, d = 64 or 128, the lse
+ * merge fused, fully masked tiles skipped, rows with no allowed key left bit-for-bit unchanged.
+ *
+ * A block is NWG warpgroups of 64 query rows each (BR = 64 NWG rows) sharing K/V tiles of BC
+ * keys, which stream through shared memory in NS = 3 stages filled by cp.async (one tile ahead).
+ * Per key tile j a warpgroup
+ *   1. issues S_j = Q K_j^T (d / 16 wgmma, A = its Q rows and B = K_j from shared memory),
+ *   2. issues O += P_{j-1} V_{j-1} for the previous tile (BC / 16 wgmma, A = P in registers),
+ *   3. waits for S_j only, and runs the online softmax on it (in log2 units, fp32) while the
+ *      tensor cores still work on step 2,
+ *   4. waits for step 2, rescales O by the new maximum and packs P_j to the input dtype,
+ * so the softmax of one tile overlaps the P V product of the one before. Three stages make this
+ * safe with one barrier per tile: tile j + 1 is loaded into the stage that tile j - 2 used, whose
+ * P V every warpgroup finished before that barrier.
+ * Layouts, descriptors and ordering: burst_cuda_wgmma.cuh.
+ */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "burst_cuda_wgmma.cuh"
+
+#define WG_NS 3
+
+template <int D, int BC, int NWG> constexpr size_t burst_wg_fwd_smem()
+{
+    /* Q, NS stages of K and V, and 1 KiB to align the panels on 1024 bytes */
+    return (size_t)(64 * NWG + WG_NS * 2 * BC) * D * 2 + 1024;
+}
+
+/* The online softmax of one S tile in place (the accumulator layout of burst_cuda_wgmma.cuh).
+ * MASK: the tile is not wholly allowed for the warpgroup, so keys outside each row's [kb, ke)
+ * become -inf (lo / hi: those bounds relative to this thread's first column; only tiles on a
+ * mask's edge pay for the test). Then the new running maximum m (log2 units: the scale
+ * sl2 > 0 is applied to the maximum, and fused into the exponent's FMA for each element),
+ * P = exp2(S sl2 - m) left in sc, l updated, and alpha = the factor the running O must be
+ * multiplied by. */
+template <int BC, bool MASK>
+__device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const int *hi, float sl2,
+                                                 float *m, float *l, float *alpha)
+{
+    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int u = e >> 1, col = n * 8 + (e & 1);
+            if (MASK && !(col >= lo[u] && col < hi[u]))
+                sc[4 * n + e] = -CUDART_INF_F;
+            mx[u] = fmaxf(mx[u], sc[4 * n + e]);
+        }
+    float muse[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
+        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
+        const float mnew = fmaxf(m[u], mx[u] * sl2);
+        muse[u] = mnew == -CUDART_INF_F ? 0.0f : mnew;
+        alpha[u] = burst_ex2(m[u] - muse[u]);
+        m[u] = mnew;
+        l[u] *= alpha[u];
+    }
+#pragma unroll
+    for (int n = 0; n < BC / 2; n++) {
+        const float x = burst_ex2(fmaf(sc[n], sl2, -muse[(n >> 1) & 1]));
+        sc[n] = x;
+        l[(n >> 1) & 1] += x;
+    }
+}
+
+/* Softmax of the tile at key j0: masked only where the warpgroup's rows do not all see it. */
+template <int BC>
+__device__ __forceinline__ void burst_wg_softmax_at(float *sc, int j0, int wb, int we,
+                                                    const int *kb, const int *ke, int cq,
+                                                    float sl2, float *m, float *l, float *alpha)
+{
+    if (j0 >= wb && j0 + BC <= we) {
+        burst_wg_softmax<BC, false>(sc, kb, ke, sl2, m, l, alpha);
+    } else {
+        const int lo[2] = {kb[0] - j0 - cq, kb[1] - j0 - cq};
+        const int hi[2] = {ke[0] - j0 - cq, ke[1] - j0 - cq};
+        burst_wg_softmax<BC, true>(sc, lo, hi, sl2, m, l, alpha);
+    }
+}
+
+/* P (fp32, accumulator layout) -> A fragments of the P V product, in the input dtype. */
+template <typename T, int BC>
+__device__ __forceinline__ void burst_wg_pack(unsigned (*p)[4], const float *sc)
+{
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+        p[kk][0] = burst_mma<T>::pack(sc[8 * kk + 0], sc[8 * kk + 1]);
+        p[kk][1] = burst_mma<T>::pack(sc[8 * kk + 2], sc[8 * kk + 3]);
+        p[kk][2] = burst_mma<T>::pack(sc[8 * kk + 4], sc[8 * kk + 5]);
+        p[kk][3] = burst_mma<T>::pack(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+}
+
+/* Issue S = Q K^T for one warpgroup: dq, dk = descriptors of its 64 Q rows and of a K tile
+ * (K-major); the k-th 16-column slice is panel k / 4, byte 32 (k % 4) (descriptor units: 16 B). */
+template <typename T, int D, int BC, int BR>
+__device__ __forceinline__ void burst_wg_qk(float *sc, uint64_t dq, uint64_t dk)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        burst_wg_ss<T, BC>(sc, dq + (uint64_t)(((kk >> 2) * BR * 128 + (kk & 3) * 32) >> 4),
+                           dk + (uint64_t)(((kk >> 2) * BC * 128 + (kk & 3) * 32) >> 4), kk > 0);
+    burst_wg_commit();
+}
+
+/* Issue O += P V: dv = descriptor of a V tile (MN-major); 16 keys = 2048 bytes. */
+template <typename T, int D, int BC>
+__device__ __forceinline__ void burst_wg_pv(float *o, unsigned (*p)[4], uint64_t dv)
+{
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+        burst_wg_rs<T, D>(o, p[kk], dv + (uint64_t)(kk * 2048 >> 4));
+    burst_wg_commit();
+}
+
+template <typename T, int D, int BC, int NWG>
+__global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_step s)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BR = 64 * NWG, NT = 128 * NWG;
+    constexpr int QBYTES = BR * D * 2, KBYTES = BC * D * 2;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    __shared__ int s_rng[NWG][2]; /* per warpgroup: the keys all its rows see, [wb, we) */
+    unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
+    unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nq + BR - 1) / BR;
+    const int64_t t = tiles - 1 - blockIdx.x % tiles; /* heaviest (causal) tiles first */
+    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
+    const int64_t g = h / s.group, i0 = t * BR;
+    const float sl2 = s.scale * BURST_LOG2E;
+
+    /* The block's keys: both position maps increase and the mask is a band, so every row's
+     * interval lies in [start of the first row's, end of the last row's). Computed alike by
+     * every thread from the parameters, so the compiler can see the tile loop is uniform (a
+     * wgmma under a branch it cannot prove uniform gets serialised). Tiles a warpgroup does
+     * not see are computed anyway, fully masked: at most one per block on a causal diagonal. */
+    int64_t kmin, kmax, unused;
+    burst_dkeys(s, i0, &kmin, &unused);
+    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
+    if (kmin >= kmax)
+        return;
+
+    /* this thread's two rows (accumulator layout): r = 16 warp + rq + 8 u of its warpgroup */
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    int kb[2], ke[2]; /* local indices: the backend sends nk < 2^31 only */
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        int64_t b64 = 0, e64 = 0;
+        if (i < s.nq)
+            burst_dkeys(s, i, &b64, &e64);
+        kb[u] = (int)b64;
+        ke[u] = (int)e64;
+    }
+    if (threadIdx.x < NWG) {
+        s_rng[threadIdx.x][0] = 0;
+        s_rng[threadIdx.x][1] = INT_MAX;
+    }
+    __syncthreads();
+    atomicMax(&s_rng[wg][0], max(kb[0], kb[1]));
+    atomicMin(&s_rng[wg][1], min(ke[0], ke[1]));
+    __syncthreads();
+    const int wb = s_rng[wg][0], we = s_rng[wg][1];
+
+    const int64_t jfirst = kmin / BC * BC;
+    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
+    burst_wg_loader<T, D, BC, NT> lk, lv;
+    lk.init(s.k, b, g);
+    lv.init(s.v, b, g);
+    {
+        burst_wg_loader<T, D, BR, NT> lq;
+        lq.init(s.q, b, h);
+        lq.load(sq, i0, s.nq);
+    }
+    lk.load(skv, jfirst, s.nk);
+    lv.load(skv + KBYTES, jfirst, s.nk);
+    burst_cp_commit();
+
+    float o[D / 2];
+#pragma unroll
+    for (int n = 0; n < D / 2; n++)
+        o[n] = 0.0f;
+    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float sc[BC / 2];
+    unsigned p[BC / 16][4]; /* P of the previous tile, as A fragments */
+    const uint64_t dq = burst_wg_desc(sq + wg * 64 * 128, 16, 1024);
+    const uint64_t dk0 = burst_wg_desc(skv, 16, 1024);
+    const uint64_t dv0 = burst_wg_desc(skv + KBYTES, BC * 128, 1024);
+    constexpr uint64_t DSTAGE = 2 * KBYTES >> 4; /* one stage, in descriptor units */
+
+    /* Tile j (in stage st): wait for its copies, publish them, prefetch tile j + 1 into the stage
+     * of tile j - 2 (whose P V every warpgroup finished before this barrier), issue S_j. Tile 0
+     * is peeled off the loop: a wgmma under an `if (j > 0)` gets serialised by the compiler. */
+    auto tile_begin = [&](int j, int st) {
+        burst_cp_wait<0>();        /* tile j has landed (this thread's copies) */
+        burst_fence_proxy_async(); /* ... and is visible to the tensor cores */
+        __syncthreads();           /* everyone's copies; everyone past tile j - 1 */
+        if (j + 1 < nt) {
+            unsigned char *nx = skv + (st == WG_NS - 1 ? 0 : st + 1) * 2 * KBYTES;
+            const int64_t r0 = jfirst + (int64_t)(j + 1) * BC;
+            lk.load(nx, r0, s.nk);
+            lv.load(nx + KBYTES, r0, s.nk);
+            burst_cp_commit();
+        }
+        burst_wg_fence();
+        burst_wg_qk<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
+    };
+    tile_begin(0, 0);
+    burst_wg_wait<0>();
+    burst_wg_pin<BC / 2>(sc);
+    burst_wg_softmax_at<BC>(sc, (int)jfirst, wb, we, kb, ke, cq, sl2, m, l, alpha);
+    burst_wg_pack<T, BC>(p, sc);
+    int prev = 0; /* stage of the previous tile */
+    for (int j = 1; j < nt; j++) {
+        const int st = prev == WG_NS - 1 ? 0 : prev + 1;
+        tile_begin(j, st);
+        burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
+        burst_wg_wait<1>(); /* S_j done; P_{j-1} V_{j-1} may still run */
+        burst_wg_pin<BC / 2>(sc);
+        burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, m, l,
+                                alpha);
+        burst_wg_wait<0>();
+        burst_wg_pin<D / 2>(o);
+#pragma unroll
+        for (int n = 0; n < D / 2; n++)
+            o[n] *= alpha[(n >> 1) & 1];
+        burst_wg_pack<T, BC>(p, sc);
+        prev = st;
+    }
+    burst_wg_fence();
+    burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
+    burst_wg_wait<0>();
+    burst_wg_pin<D / 2>(o);
+
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        if (i < s.nq)
+            burst_merge_row<D>(s, b, h, i, m[u], l[u], o, u, cq, lane);
+    }
+#endif
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------------- */
+
+template <typename T, int D, int BC>
+static int burst_wg_fwd_run(const struct burst_cuda_step *s)
+{
+    constexpr int NWG = 2;
+    int64_t blocks = s->batch * s->hq * ((s->nq + 64 * NWG - 1) / (64 * NWG));
+    burst_wg_fwd<T, D, BC, NWG><<<(unsigned)blocks, 128 * NWG, burst_wg_fwd_smem<D, BC, NWG>(),
+                                  cudaStreamPerThread>>>(*s);
+    return cudaGetLastError();
+}
+
+template <typename T> static int burst_wg_fwd_dims(const struct burst_cuda_step *s)
+{
+    const int bc = burst_cuda_wgmma_bc((int)s->d);
+    if (s->d == 64)
+        return bc == 64 ? burst_wg_fwd_run<T, 64, 64>(s) : burst_wg_fwd_run<T, 64, 128>(s);
+    return bc == 64 ? burst_wg_fwd_run<T, 128, 64>(s) : burst_wg_fwd_run<T, 128, 128>(s);
+}
+
+extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s)
+{
+    return s->q.dtype == BURST_CUDA_F16 ? burst_wg_fwd_dims<__half>(s)
+                                        : burst_wg_fwd_dims<__nv_bfloat16>(s);
+}
+
+template <typename T, int D, int BC> static cudaError_t burst_wg_attr1()
+{
+    return cudaFuncSetAttribute(burst_wg_fwd<T, D, BC, 2>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)burst_wg_fwd_smem<D, BC, 2>());
+}
+
+template <typename T> static cudaError_t burst_wg_attr()
+{
+    cudaError_t e = burst_wg_attr1<T, 64, 64>();
+    if (e == cudaSuccess)
+        e = burst_wg_attr1<T, 128, 64>();
+    if (e == cudaSuccess)
+        e = burst_wg_attr1<T, 64, 128>();
+    if (e == cudaSuccess)
+        e = burst_wg_attr1<T, 128, 128>();
+    return e;
+}
+
+extern "C" int burst_cuda_sm90_init(void)
+{
+    cudaError_t e = burst_wg_attr<__half>();
+    if (e == cudaSuccess)
+        e = burst_wg_attr<__nv_bfloat16>();
+    return e;
+}
+
+extern "C" size_t burst_cuda_sm90_smem(int d)
+{
+    return d <= 64 ? burst_wg_fwd_smem<64, 128, 2>() : burst_wg_fwd_smem<128, 128, 2>();
+}

@@ -1,0 +1,169 @@
+/*
+ * cuda/burst_cuda_wgmma.cuh - Hopper (sm_90a) warpgroup matrix products for the kernels of
+ * burst_cuda_fwd_sm90.cu: shared-memory matrix descriptors, the 128-byte swizzled tile layout
+ * they describe, wgmma.mma_async for fp16 / bf16 with fp32 accumulators (A from shared memory or
+ * from registers, B from shared memory), and the fences and waits around them.
+ *
+ * A warpgroup is 4 consecutive warps (128 threads, starting at a warp index divisible by 4); one
+ * wgmma.m64nNk16 multiplies a 64 x 16 A by a 16 x N B into a 64 x N accumulator held by the
+ * warpgroup, N / 2 fp32 registers per thread. Warp w of the group owns rows 16 w .. 16 w + 15 and,
+ * per 8 columns j, holds d[4 j + e] = row 16 w + g + 8 (e >> 1), column 8 j + 2 t + (e & 1)
+ * (g = lane / 4, t = lane % 4): exactly the mma.sync m16n8 C layout of burst_cuda_mma.cuh, chunk
+ * by chunk, so the online softmax works on it unchanged, and two adjacent 8-column chunks are
+ * one A fragment (4 registers of 2 halves) of a register-A wgmma, as for mma.sync.
+ *
+ * Tiles in shared memory ("panels"): a [rows][D] tile of 16-bit elements is stored as D / 64
+ * panels of [rows][64], each row 128 bytes, 16-byte chunk c of row r at chunk c ^ (r & 7) (the
+ * 128-byte swizzle; every panel starts on a 1024-byte boundary, where the swizzle pattern
+ * repeats). One layout serves both uses the kernels make of it (PTX ISA, "Shared Memory Matrix
+ * Layout" and "Matrix Descriptor Format"):
+ *   - K-major operand (Q as A, K as B of S = Q K^T: the reduction dimension d is contiguous):
+ *     stride between 8-row groups (SBO) 1024 bytes; the leading offset is unused with a swizzle;
+ *     the k-th 16-column slice starts at panel k / 4, byte 32 (k % 4) of its first row.
+ *   - MN-major operand (V as B of O = P V, N = d contiguous, transposed by the instruction's
+ *     imm-trans-b = 1): stride between 8-key groups (SBO) 1024 bytes, between 64-column groups of
+ *     d (LBO) one panel, rows * 128 bytes; the k-th 16-key slice starts at byte 2048 k.
+ * Ordering: shared memory written by ordinary stores or cp.async is read by wgmma through the
+ * async proxy, so every writer executes fence.proxy.async before the barrier that publishes it.
+ */
+#ifndef BURST_CUDA_WGMMA_CUH
+#define BURST_CUDA_WGMMA_CUH
+
+#include "burst_cuda_mma.cuh"
+
+/*
+ * The cp.async copies of [ROWS][D] tiles of one head of a [B, n, H, d] view into panel tiles,
+ * spread over NT threads with the addressing hoisted out of the tile loop: thread t always copies
+ * chunk t % (D / 8) of rows t / (D / 8) + k RS (RS = NT / (D / 8) rows per round, a multiple of
+ * 8, so the swizzle of its chunk never changes); per tile only the start row moves. Rows at or
+ * past `valid` are zero-filled (the source address then stays at row 0, which is valid memory).
+ */
+template <typename T, int D, int ROWS, int NT> struct burst_wg_loader {
+    static constexpr int CH = D / 8, RS = NT / CH;
+    static_assert(NT % CH == 0 && RS % 8 == 0 && ROWS % RS == 0, "whole rounds of copies");
+    const T *p;   /* this thread's chunk in row 0 */
+    int64_t step; /* elements between rows */
+    int row;      /* this thread's first row in the tile */
+    int soff;     /* its byte offset in the tile */
+
+    __device__ __forceinline__ void init(const struct burst_cuda_view &v, int64_t b, int64_t h)
+    {
+        const int t = (int)(threadIdx.x % NT), c = t % CH;
+        row = t / CH;
+        step = v.stride[1];
+        p = (const T *)v.data + burst_off(v, b, 0, h) + c * 8;
+        soff = (c >> 3) * ROWS * 128 + row * 128 + (((c & 7) ^ (row & 7)) << 4);
+    }
+    /* Issue the copies of rows [r0, r0 + ROWS) into sh (not committed). */
+    __device__ __forceinline__ void load(unsigned char *sh, int64_t r0, int64_t valid) const
+    {
+        const T *src = p + (r0 + row) * step;
+#pragma unroll
+        for (int k = 0; k < ROWS / RS; k++) {
+            const int ok = r0 + row + k * RS < valid;
+            burst_cp16(sh + soff + k * RS * 128, ok ? src + (int64_t)k * RS * step : p,
+                       ok ? 16 : 0);
+        }
+    }
+};
+
+/* Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63). */
+__device__ __forceinline__ uint64_t burst_wg_desc(const void *p, unsigned lbo, unsigned sbo)
+{
+    const unsigned a = burst_smem_addr(p);
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void burst_wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void burst_wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void burst_wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Shared memory written through the generic proxy, before wgmma reads it (each writer). */
+__device__ __forceinline__ void burst_fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Pin accumulator registers around asynchronous products: the compiler may not move reads or
+ * writes of r across this point (used after a wait, before the registers are touched). */
+template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+
+/* ---- wgmma.mma_async m64nNk16, N = 64 or 128, fp32 accumulators -------------------------------- */
+
+#define BURST_WG_A8(d, i)                                                                          \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define BURST_WG_A32(d) BURST_WG_A8(d, 0), BURST_WG_A8(d, 8), BURST_WG_A8(d, 16), BURST_WG_A8(d, 24)
+#define BURST_WG_A64(d)                                                                            \
+    BURST_WG_A32(d), BURST_WG_A8(d, 32), BURST_WG_A8(d, 40), BURST_WG_A8(d, 48), BURST_WG_A8(d, 56)
+#define BURST_WG_R32                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define BURST_WG_R64                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
+    "%56, %57, %58, %59, %60, %61, %62, %63}"
+
+/* Element type name in the instruction. */
+template <typename T> struct burst_wg_ty;
+template <> struct burst_wg_ty<__half> {
+    static constexpr bool bf16 = false;
+};
+template <> struct burst_wg_ty<__nv_bfloat16> {
+    static constexpr bool bf16 = true;
+};
+
+/* d (+)= A B with A and B in shared memory, both K-major; acc = 0 overwrites d. */
+template <typename T, int N>
+__device__ __forceinline__ void burst_wg_ss(float *d, uint64_t da, uint64_t db, int acc);
+
+/* d += A B with A in registers (4 x 32 bits per thread, the layout above) and B in shared
+ * memory, MN-major (imm-trans-b = 1). */
+template <typename T, int N>
+__device__ __forceinline__ void burst_wg_rs(float *d, const unsigned *a, uint64_t db);
+
+#define BURST_WG_SS(TY, NN, PT, REGS, ACCS, IA, IB, IS)                                            \
+    template <> __device__ __forceinline__ void burst_wg_ss<TY, NN>(float *d, uint64_t da,         \
+                                                                    uint64_t db, int acc)          \
+    {                                                                                              \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                             \
+                     "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS        \
+                     ", %" IA ", %" IB ", p, 1, 1, 0, 0;\n}\n"                                     \
+                     : ACCS(d)                                                                     \
+                     : "l"(da), "l"(db), "r"(acc));                                                \
+    }
+#define BURST_WG_RS(TY, NN, PT, REGS, ACCS, A0, A1, A2, A3, IB, IS)                                    \
+    template <>                                                                                    \
+    __device__ __forceinline__ void burst_wg_rs<TY, NN>(float *d, const unsigned *a, uint64_t db)  \
+    {                                                                                              \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                             \
+                     "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS        \
+                     ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", p, 1, 1, 1;\n}\n"          \
+                     : ACCS(d)                                                                     \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));               \
+    }
+
+BURST_WG_SS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
+BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66")
+BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
+BURST_WG_SS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66")
+BURST_WG_RS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
+BURST_WG_RS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
+BURST_WG_RS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
+BURST_WG_RS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
+
+#endif /* BURST_CUDA_WGMMA_CUH */
