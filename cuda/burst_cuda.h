@@ -10,8 +10,9 @@
  *   burst_cuda_elem.cu    copy with dtype conversion and strides, fill, accumulate, D = rowsum
  *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for d = 64 / 128 in
  *                         fp16 / bf16; a SIMT fp32-arithmetic path for every other case)
- *   burst_cuda_fwd_sm90.cu  the forward on Hopper's warpgroup tensor cores (wgmma), compiled
- *                         for sm_90a only and present when BURST_CUDA_SM90A is defined
+ *   burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu  the forward and the backward (dK/dV and
+ *                         dQ kernels, no atomics) on Hopper's warpgroup tensor cores (wgmma),
+ *                         compiled for sm_90a only and present when BURST_CUDA_SM90A is defined
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
  *                         so every backward is deterministic)
@@ -54,7 +55,8 @@ struct burst_cuda_view {
 enum burst_cuda_fwd_kind {
     BURST_CUDA_FWD_SIMT = 0, /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
     BURST_CUDA_FWD_MMA = 1,  /* fp16/bf16, d = 64 or 128, mma.sync m16n8k16 + ldmatrix + cp.async */
-    BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a) */
+    BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a); for
+                                 the backward only where BURST_CUDA_WGMMA is not "fwd" */
 };
 
 /* One attention step as the kernels see it (shared by forward and backward). */
@@ -80,10 +82,11 @@ int burst_cuda_launch_delta(const struct burst_cuda_view *dout, const struct bur
                             float *delta);
 /* Raise the dynamic shared-memory limit of the kernels that need it (once per device). */
 int burst_cuda_kernels_init(void);
-/* The Hopper forward (burst_cuda_fwd_sm90.cu; only where BURST_CUDA_SM90A is defined): its
- * launcher, its shared-memory setup (a cudaError_t: fails on a device its sm_90a code cannot
- * run on) and its shared memory for head dim d. */
+/* The Hopper kernels (burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu; only where
+ * BURST_CUDA_SM90A is defined): the launchers, their shared-memory setup (a cudaError_t: fails
+ * on a device their sm_90a code cannot run on) and the forward's shared memory for head dim d. */
 int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
+int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_sm90_init(void);
 size_t burst_cuda_sm90_smem(int d);
 
@@ -122,7 +125,8 @@ struct burst_cuda_backend {
     int device;
     struct burst_cuda_caps caps;
     int mma;   /* tensor-core forward usable */
-    int wgmma; /* Hopper forward usable (and its shared-memory limit raised) */
+    int wgmma;     /* Hopper forward usable (and its shared-memory limits raised) */
+    int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     char name[256];
 };
 

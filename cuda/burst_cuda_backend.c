@@ -132,7 +132,9 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
 #ifdef BURST_CUDA_SM90A
     /* the Hopper forward, where it can run; if its setup fails the sm_80 forward stays */
     if (st == BURST_OK && burst_cuda_wgmma_usable(&cb->caps)) {
+        const char *env = getenv("BURST_CUDA_WGMMA");
         cb->wgmma = burst_cuda_sm90_init() == cudaSuccess;
+        cb->wgmma_bwd = cb->wgmma && !(env && strcmp(env, "fwd") == 0);
         if (!cb->wgmma)
             (void)cudaGetLastError();
     }
@@ -374,7 +376,7 @@ static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct bur
         !burst_cuda_aligned16(&s->q) || !burst_cuda_aligned16(&s->k) ||
         !burst_cuda_aligned16(&s->v) || (bwd && !burst_cuda_aligned16(&s->dout)))
         return BURST_CUDA_FWD_SIMT;
-    return !bwd && cb->wgmma ? BURST_CUDA_FWD_WGMMA : BURST_CUDA_FWD_MMA;
+    return (bwd ? cb->wgmma_bwd : cb->wgmma) ? BURST_CUDA_FWD_WGMMA : BURST_CUDA_FWD_MMA;
 }
 
 /* ---- ops ----------------------------------------------------------------------------------------- */

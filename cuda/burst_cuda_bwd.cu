@@ -397,6 +397,10 @@ template <typename T> static int burst_bwd_dims(const struct burst_cuda_step *s)
 extern "C" int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, int num_sms)
 {
     (void)num_sms;
+#ifdef BURST_CUDA_SM90A
+    if (kind == BURST_CUDA_FWD_WGMMA)
+        return burst_cuda_launch_bwd_sm90(s);
+#endif
     if (kind == BURST_CUDA_FWD_MMA)
         return s->q.dtype == BURST_CUDA_F16 ? burst_bwd_mma<__half>(s)
                                             : burst_bwd_mma<__nv_bfloat16>(s);

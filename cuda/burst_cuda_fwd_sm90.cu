@@ -86,41 +86,6 @@ __device__ __forceinline__ void burst_wg_softmax_at(float *sc, int j0, int wb, i
     }
 }
 
-/* P (fp32, accumulator layout) -> A fragments of the P V product, in the input dtype. */
-template <typename T, int BC>
-__device__ __forceinline__ void burst_wg_pack(unsigned (*p)[4], const float *sc)
-{
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++) {
-        p[kk][0] = burst_mma<T>::pack(sc[8 * kk + 0], sc[8 * kk + 1]);
-        p[kk][1] = burst_mma<T>::pack(sc[8 * kk + 2], sc[8 * kk + 3]);
-        p[kk][2] = burst_mma<T>::pack(sc[8 * kk + 4], sc[8 * kk + 5]);
-        p[kk][3] = burst_mma<T>::pack(sc[8 * kk + 6], sc[8 * kk + 7]);
-    }
-}
-
-/* Issue S = Q K^T for one warpgroup: dq, dk = descriptors of its 64 Q rows and of a K tile
- * (K-major); the k-th 16-column slice is panel k / 4, byte 32 (k % 4) (descriptor units: 16 B). */
-template <typename T, int D, int BC, int BR>
-__device__ __forceinline__ void burst_wg_qk(float *sc, uint64_t dq, uint64_t dk)
-{
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        burst_wg_ss<T, BC>(sc, dq + (uint64_t)(((kk >> 2) * BR * 128 + (kk & 3) * 32) >> 4),
-                           dk + (uint64_t)(((kk >> 2) * BC * 128 + (kk & 3) * 32) >> 4), kk > 0);
-    burst_wg_commit();
-}
-
-/* Issue O += P V: dv = descriptor of a V tile (MN-major); 16 keys = 2048 bytes. */
-template <typename T, int D, int BC>
-__device__ __forceinline__ void burst_wg_pv(float *o, unsigned (*p)[4], uint64_t dv)
-{
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-        burst_wg_rs<T, D>(o, p[kk], dv + (uint64_t)(kk * 2048 >> 4));
-    burst_wg_commit();
-}
-
 template <typename T, int D, int BC, int NWG>
 __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_step s)
 {
@@ -212,7 +177,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
             burst_cp_commit();
         }
         burst_wg_fence();
-        burst_wg_qk<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
+        burst_wg_abt<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
     };
     tile_begin(0, 0);
     burst_wg_wait<0>();
@@ -297,11 +262,15 @@ template <typename T> static cudaError_t burst_wg_attr()
     return e;
 }
 
+extern "C" int burst_cuda_sm90_bwd_init(void);
+
 extern "C" int burst_cuda_sm90_init(void)
 {
     cudaError_t e = burst_wg_attr<__half>();
     if (e == cudaSuccess)
         e = burst_wg_attr<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = (cudaError_t)burst_cuda_sm90_bwd_init();
     return e;
 }
 

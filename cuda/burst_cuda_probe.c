@@ -11,10 +11,11 @@
  *     dQ per 64-row query tile x 64-key tiles;
  *   the same cases on compute capability 9.0 when the build holds sm_90a code (nvcc_archs has
  *     90a) and >= burst_cuda_sm90_smem(128) bytes of shared memory per block: the forward runs
- *     on warpgroup tensor cores (wgmma, burst_cuda_fwd_sm90.cu: 2 warpgroups x 64 query rows, 128
- *     key rows per tile at d = 128 and 64 at d = 64 (BURST_CUDA_WGMMA_BC=64|128 overrides), 3 cp.async
- *     stages); BURST_CUDA_WGMMA=0
- *     keeps the sm_80 forward; the backward is the sm_80 one;
+ *     on warpgroup tensor cores (wgmma, burst_cuda_fwd_sm90.cu: 2 warpgroups x 64 query rows,
+ *     128 key rows per tile at d = 128 and 64 at d = 64 (BURST_CUDA_WGMMA_BC=64|128 overrides),
+ *     3 cp.async stages) and so does the backward (burst_cuda_bwd_sm90.cu: dK/dV per 128 keys x
+ *     64-row query tiles, dQ per 128 query rows x 64-key tiles, no atomics); BURST_CUDA_WGMMA=0
+ *     keeps the sm_80 kernels, BURST_CUDA_WGMMA=fwd the sm_80 backward;
  *   everything else: SIMT fp32, 32 query rows (8 per warp) x 32 key rows (16 rows per block
  *     when d > 128), the same two backward kernels;
  *   no float atomics anywhere (the backward is deterministic).
@@ -109,8 +110,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                                        p.sharedMemPerBlockOptin};
         int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
         int wg = mma && burst_cuda_wgmma_usable(&caps);
-        const char *fwd = wg    ? "forward wgmma m64nNk16 + cp.async, 3 stages (sm_90a path); "
-                                  "backward mma.sync m16n8k16 (sm_80 path)"
+        const char *fwd = wg    ? "wgmma m64nNk16 + cp.async, 3 stages (sm_90a path)"
                           : mma ? "mma.sync m16n8k16 + ldmatrix + cp.async (sm_80 path)"
                                 : "simt";
         if (json) {

@@ -166,4 +166,44 @@ BURST_WG_RS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "6
 BURST_WG_RS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
 BURST_WG_RS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
 
+/* ---- the products of the attention kernels ------------------------------------------------------- */
+
+/* fp32 accumulator tile (layout above) -> A fragments of a register-A product, in the input
+ * dtype: two adjacent 8-column chunks make one 16-wide A fragment. */
+template <typename T, int N>
+__device__ __forceinline__ void burst_wg_pack(unsigned (*p)[4], const float *acc)
+{
+#pragma unroll
+    for (int kk = 0; kk < N / 16; kk++) {
+        p[kk][0] = burst_mma<T>::pack(acc[8 * kk + 0], acc[8 * kk + 1]);
+        p[kk][1] = burst_mma<T>::pack(acc[8 * kk + 2], acc[8 * kk + 3]);
+        p[kk][2] = burst_mma<T>::pack(acc[8 * kk + 4], acc[8 * kk + 5]);
+        p[kk][3] = burst_mma<T>::pack(acc[8 * kk + 6], acc[8 * kk + 7]);
+    }
+}
+
+/* Issue acc = A B^T (one commit group): A = 64 rows of a panel tile of AROWS rows, B = a panel
+ * tile of N rows, both [rows][D] (K-major, the reduction over d); da, db their descriptors. The
+ * k-th 16-column slice is panel k / 4, byte 32 (k % 4) (descriptor units: 16 bytes). */
+template <typename T, int D, int N, int AROWS>
+__device__ __forceinline__ void burst_wg_abt(float *acc, uint64_t da, uint64_t db)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        burst_wg_ss<T, N>(acc, da + (uint64_t)(((kk >> 2) * AROWS * 128 + (kk & 3) * 32) >> 4),
+                          db + (uint64_t)(((kk >> 2) * N * 128 + (kk & 3) * 32) >> 4), kk > 0);
+    burst_wg_commit();
+}
+
+/* Issue acc += A B (one commit group): A = 64 x ROWS in registers (burst_wg_pack), B = a
+ * [ROWS][D] panel tile read MN-major (db made with LBO = ROWS * 128); 16 rows = 2048 bytes. */
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void burst_wg_pv(float *acc, unsigned (*p)[4], uint64_t db)
+{
+#pragma unroll
+    for (int kk = 0; kk < ROWS / 16; kk++)
+        burst_wg_rs<T, D>(acc, p[kk], db + (uint64_t)(kk * 2048 >> 4));
+    burst_wg_commit();
+}
+
 #endif /* BURST_CUDA_WGMMA_CUH */

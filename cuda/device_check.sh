@@ -33,6 +33,7 @@ BURST_TEST_BACKEND=cuda BURST_CUDA_FWD_ROWS=16 step test_cuda_rows16 "$b/tests/t
 # on Hopper with sm_90a built (BURST_ARCHS=90,90a) the default run above takes the wgmma forward:
 # check the sm_80 forward and the wgmma forward's 64-key tiles as well
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
+BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA_BC=64 step test_cuda_bc64 "$b/tests/test_cuda"
 if [ "${BURST_RING:-0}" = 1 ]; then
     BURST_TEST_BACKEND=cuda step test_attention_cuda "$b/tests/test_attention"
@@ -59,8 +60,11 @@ if [ -n "${BURST_BENCH2:-}" ]; then # a second sweep, printed only
     python3 "$src/tools/burstbench_cuda.py" --exe "$b/tools/burstbench_cuda" \
         --csv /tmp/bench2.csv --svg /tmp/bench2.svg $BURST_BENCH2 2>&1 | tail -n 20
 fi
-if [ -n "${BURST_BENCH_SM80:-}" ]; then # the sm_80 forward on the same GPU, for comparison
+if [ -n "${BURST_BENCH_SM80:-}" ]; then # the sm_80 kernels on the same GPU, for comparison
     BURST_CUDA_WGMMA=0 "$b/tools/burstbench_cuda" --csv /tmp/sm80.csv $BURST_BENCH_SM80
+fi
+if [ -n "${BURST_BENCH_WGFWD:-}" ]; then # the wgmma forward with the sm_80 backward
+    BURST_CUDA_WGMMA=fwd "$b/tools/burstbench_cuda" --csv /tmp/wgfwd.csv $BURST_BENCH_WGFWD
 fi
 if [ -n "${BURST_BENCH_BC64:-}" ]; then # the wgmma forward with 64-key tiles
     BURST_CUDA_WGMMA_BC=64 "$b/tools/burstbench_cuda" --csv /tmp/bc64.csv $BURST_BENCH_BC64
@@ -68,7 +72,7 @@ fi
 if [ -n "${BURST_BENCH_ROWS16:-}" ]; then # the forward with 16 rows per warp, for comparison
     BURST_CUDA_FWD_ROWS=16 "$b/tools/burstbench_cuda" --csv /tmp/rows16.csv $BURST_BENCH_ROWS16
 fi
-for f in test_cuda test_cuda_rows16 test_cuda_sm80 test_cuda_bc64 memcheck racecheck racecheck_simt \
+for f in test_cuda test_cuda_rows16 test_cuda_sm80 test_cuda_wgfwd test_cuda_bc64 memcheck racecheck racecheck_simt \
     racecheck_long test_attention_cuda; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; grep -E "FAIL|ERROR|PASSED|FAILED|error|hazard" "$out/$f.log" | tail -n 12; }
 done

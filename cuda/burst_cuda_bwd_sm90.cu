@@ -1,0 +1,402 @@
+/*
+ * cuda/burst_cuda_bwd_sm90.cu - the backward step on Hopper's warpgroup tensor cores (wgmma,
+ * sm_90a only, like burst_cuda_fwd_sm90.cu; chosen with it, BURST_CUDA_WGMMA=0 turns both off).
+ * Same contract and the same two kernels as burst_cuda_bwd.cu (each output element has one
+ * writer, no float atomics, so the backward stays deterministic):
+ *   - dK/dV: a block owns 128 keys of a kv head (2 warpgroups x 64) and loops over the heads of
+ *     its group and the 64-row query tiles that may see its keys: S^T = K Q^T and dP^T = V dO^T
+ *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
+ *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
+ *     B = the dO / Q tile read transposed);
+ *   - dQ: a block owns 128 query rows of a head (2 warpgroups x 64) and loops over 64-key tiles:
+ *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed).
+ * The streamed tiles go through 3 cp.async stages, one tile ahead, and each tile's elementwise
+ * work overlaps the previous tile's register-A products, as in the forward (whose comment
+ * explains the stage rule). P and dS are rounded to the input dtype as A operands, as in the
+ * sm_80 kernels (tests/harness.h bounds this).
+ */
+#include <limits.h>
+
+#include "burst_cuda_wgmma.cuh"
+
+#define WB_NS 3  /* stages of the streamed tiles */
+#define WB_ROWS 64 /* rows of a streamed tile */
+
+/* ---- dQ --------------------------------------------------------------------------------------- */
+
+template <int D> constexpr size_t burst_wg_dq_smem()
+{
+    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * D * 2 + 1024;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BR = 128, BC = WB_ROWS, NT = 256;
+    constexpr int QBYTES = BR * D * 2, KBYTES = BC * D * 2;
+    constexpr uint64_t DSTAGE = 2 * KBYTES >> 4;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    __shared__ int s_rng[2][2];
+    unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
+    unsigned char *sdo = sq + QBYTES, *skv = sdo + QBYTES;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nq + BR - 1) / BR;
+    const int64_t t = tiles - 1 - blockIdx.x % tiles;
+    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
+    const int64_t g = h / s.group, i0 = t * BR;
+    const float sl2 = s.scale * BURST_LOG2E;
+
+    int64_t kmin, kmax, unused; /* uniform, as in the forward */
+    burst_dkeys(s, i0, &kmin, &unused);
+    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
+    if (kmin >= kmax)
+        return;
+
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    int kb[2], ke[2];
+    float l2[2], dl[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        int64_t b64 = 0, e64 = 0;
+        l2[u] = CUDART_INF_F;
+        dl[u] = 0.0f;
+        if (i < s.nq) {
+            burst_dkeys(s, i, &b64, &e64);
+            const float lse = s.lse[(b * s.hq + h) * s.nq + i];
+            l2[u] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+            dl[u] = s.delta[(b * s.hq + h) * s.nq + i];
+        }
+        kb[u] = (int)b64;
+        ke[u] = (int)e64;
+    }
+    if (threadIdx.x < 2) {
+        s_rng[threadIdx.x][0] = 0;
+        s_rng[threadIdx.x][1] = INT_MAX;
+    }
+    __syncthreads();
+    atomicMax(&s_rng[wg][0], max(kb[0], kb[1]));
+    atomicMin(&s_rng[wg][1], min(ke[0], ke[1]));
+    __syncthreads();
+    const int wb = s_rng[wg][0], we = s_rng[wg][1];
+
+    const int64_t jfirst = kmin / BC * BC;
+    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
+    burst_wg_loader<T, D, BC, NT> lk, lv;
+    lk.init(s.k, b, g);
+    lv.init(s.v, b, g);
+    {
+        burst_wg_loader<T, D, BR, NT> lq;
+        lq.init(s.q, b, h);
+        lq.load(sq, i0, s.nq);
+        lq.init(s.dout, b, h);
+        lq.load(sdo, i0, s.nq);
+    }
+    lk.load(skv, jfirst, s.nk);
+    lv.load(skv + KBYTES, jfirst, s.nk);
+    burst_cp_commit();
+
+    float dq[D / 2];
+#pragma unroll
+    for (int n = 0; n < D / 2; n++)
+        dq[n] = 0.0f;
+    float sc[BC / 2], dp[BC / 2];
+    unsigned ds[BC / 16][4];
+    const uint64_t dqd = burst_wg_desc(sq + wg * 64 * 128, 16, 1024);
+    const uint64_t dod = burst_wg_desc(sdo + wg * 64 * 128, 16, 1024);
+    const uint64_t dk0 = burst_wg_desc(skv, 16, 1024);          /* K as B, K-major */
+    const uint64_t dv0 = burst_wg_desc(skv + KBYTES, 16, 1024); /* V as B, K-major */
+    const uint64_t dkt0 = burst_wg_desc(skv, BC * 128, 1024);   /* K as B, MN-major */
+
+    auto tile_begin = [&](int j, int st) {
+        burst_cp_wait<0>();
+        burst_fence_proxy_async();
+        __syncthreads();
+        if (j + 1 < nt) {
+            unsigned char *nx = skv + (st == WB_NS - 1 ? 0 : st + 1) * 2 * KBYTES;
+            const int64_t r0 = jfirst + (int64_t)(j + 1) * BC;
+            lk.load(nx, r0, s.nk);
+            lv.load(nx + KBYTES, r0, s.nk);
+            burst_cp_commit();
+        }
+        burst_wg_fence();
+        burst_wg_abt<T, D, BC, BR>(sc, dqd, dk0 + st * DSTAGE);
+        burst_wg_abt<T, D, BC, BR>(dp, dod, dv0 + st * DSTAGE);
+    };
+    /* dS = P (dP - D) with P = 2^(S tau log2e - lse log2e) on allowed pairs */
+    auto dsoft = [&](int64_t j0) {
+        const bool full = j0 >= wb && j0 + BC <= we;
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int u = e >> 1, j = (int)j0 + n * 8 + cq + (e & 1);
+                const bool ok = full || (j >= kb[u] && j < ke[u]);
+                const float p = ok ? burst_ex2(fmaf(sc[4 * n + e], sl2, -l2[u])) : 0.0f;
+                sc[4 * n + e] = p * (dp[4 * n + e] - dl[u]);
+            }
+    };
+    tile_begin(0, 0);
+    burst_wg_wait<0>();
+    burst_wg_pin<BC / 2>(sc);
+    burst_wg_pin<BC / 2>(dp);
+    dsoft(jfirst);
+    burst_wg_pack<T, BC>(ds, sc);
+    int prev = 0;
+    for (int j = 1; j < nt; j++) {
+        const int st = prev == WB_NS - 1 ? 0 : prev + 1;
+        tile_begin(j, st);
+        burst_wg_pv<T, D, BC>(dq, ds, dkt0 + prev * DSTAGE);
+        burst_wg_wait<1>(); /* S_j and dP_j done; dQ += dS_{j-1} K_{j-1} may still run */
+        burst_wg_pin<BC / 2>(sc);
+        burst_wg_pin<BC / 2>(dp);
+        dsoft(jfirst + (int64_t)j * BC);
+        burst_wg_wait<0>();
+        burst_wg_pin<D / 2>(dq);
+        burst_wg_pack<T, BC>(ds, sc);
+        prev = st;
+    }
+    burst_wg_fence();
+    burst_wg_pv<T, D, BC>(dq, ds, dkt0 + prev * DSTAGE);
+    burst_wg_wait<0>();
+    burst_wg_pin<D / 2>(dq);
+
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        if (i >= s.nq)
+            continue;
+        float *row = s.dq + ((b * s.nq + i) * s.hq + h) * s.d;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            float2 *p2 = (float2 *)(row + n * 8 + cq), x = *p2;
+            x.x = fmaf(s.scale, dq[4 * n + 2 * u], x.x);
+            x.y = fmaf(s.scale, dq[4 * n + 2 * u + 1], x.y);
+            *p2 = x;
+        }
+    }
+#endif
+}
+
+/* ---- dK and dV -------------------------------------------------------------------------------- */
+
+/* Per query row of a streamed tile: lse (log2 units), D, and its allowed keys [kb, ke). */
+struct burst_wg_qrow {
+    float l2, dl;
+    int kb, ke;
+};
+
+template <int D> constexpr size_t burst_wg_dkdv_smem()
+{
+    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * D * 2 +
+           WB_NS * WB_ROWS * sizeof(struct burst_wg_qrow) + 1024;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BC = 128, BQ = WB_ROWS, NT = 256;
+    constexpr int KBYTES = BC * D * 2, QBYTES = BQ * D * 2;
+    constexpr uint64_t DSTAGE = 2 * QBYTES >> 4;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    unsigned char *sk = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
+    unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
+    struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sqo + WB_NS * 2 * QBYTES);
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nk + BC - 1) / BC;
+    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
+    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
+    const float sl2 = s.scale * BURST_LOG2E;
+
+    /* the block's queries, uniform: first key's first query to last key's end */
+    int64_t imin, imax, unused;
+    burst_dqueries(s, j0, &imin, &unused);
+    burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
+    if (imin >= imax)
+        return;
+    const int64_t ifirst = imin / BQ * BQ;
+    const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
+
+    burst_wg_loader<T, D, BQ, NT> lq, lo;
+    auto issue = [&](int it, int st) {
+        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (int64_t)(it % ntq) * BQ;
+        unsigned char *dst = sqo + st * 2 * QBYTES;
+        lq.init(s.q, b, h);
+        lq.load(dst, i0, s.nq);
+        lo.init(s.dout, b, h);
+        lo.load(dst + QBYTES, i0, s.nq);
+        burst_cp_commit();
+        if (threadIdx.x < BQ) {
+            const int64_t i = i0 + threadIdx.x;
+            struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, 0};
+            if (i < s.nq) {
+                int64_t kb = 0, ke = 0;
+                burst_dkeys(s, i, &kb, &ke);
+                const float lse = s.lse[(b * s.hq + h) * s.nq + i];
+                r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+                r.dl = s.delta[(b * s.hq + h) * s.nq + i];
+                r.kb = (int)kb;
+                r.ke = (int)ke;
+            }
+            rows[st * BQ + threadIdx.x] = r;
+        }
+    };
+    {
+        burst_wg_loader<T, D, BC, NT> lk;
+        lk.init(s.k, b, g);
+        lk.load(sk, j0, s.nk);
+        lk.init(s.v, b, g);
+        lk.load(sv, j0, s.nk);
+    }
+    issue(0, 0);
+
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int n = 0; n < D / 2; n++)
+        dk[n] = dv[n] = 0.0f;
+    float sc[BQ / 2], dp[BQ / 2];
+    unsigned pa[BQ / 16][4], da[BQ / 16][4];
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    const int key0 = (int)j0 + wg * 64 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
+    const uint64_t dkd = burst_wg_desc(sk + wg * 64 * 128, 16, 1024);
+    const uint64_t dvd = burst_wg_desc(sv + wg * 64 * 128, 16, 1024);
+    const uint64_t dq0 = burst_wg_desc(sqo, 16, 1024);              /* Q as B, K-major */
+    const uint64_t do0 = burst_wg_desc(sqo + QBYTES, 16, 1024);     /* dO as B, K-major */
+    const uint64_t dqt0 = burst_wg_desc(sqo, BQ * 128, 1024);       /* Q as B, MN-major */
+    const uint64_t dot0 = burst_wg_desc(sqo + QBYTES, BQ * 128, 1024); /* dO, MN-major */
+
+    auto tile_begin = [&](int it, int st) {
+        burst_cp_wait<0>();
+        burst_fence_proxy_async();
+        __syncthreads();
+        if (it + 1 < total)
+            issue(it + 1, st == WB_NS - 1 ? 0 : st + 1);
+        burst_wg_fence();
+        burst_wg_abt<T, D, BQ, BC>(sc, dkd, dq0 + st * DSTAGE);
+        burst_wg_abt<T, D, BQ, BC>(dp, dvd, do0 + st * DSTAGE);
+    };
+    /* P^T and dS^T; column = query row of the tile */
+    auto dsoft = [&](int st) {
+        const struct burst_wg_qrow *rw = rows + st * BQ;
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const struct burst_wg_qrow r = rw[n * 8 + cq + c];
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int e = 2 * u + c, key = key0 + 8 * u;
+                    const bool ok = key >= r.kb && key < r.ke;
+                    const float p = ok ? burst_ex2(fmaf(sc[4 * n + e], sl2, -r.l2)) : 0.0f;
+                    sc[4 * n + e] = p;
+                    dp[4 * n + e] = p * (dp[4 * n + e] - r.dl);
+                }
+            }
+    };
+    tile_begin(0, 0);
+    burst_wg_wait<0>();
+    burst_wg_pin<BQ / 2>(sc);
+    burst_wg_pin<BQ / 2>(dp);
+    dsoft(0);
+    burst_wg_pack<T, BQ>(pa, sc);
+    burst_wg_pack<T, BQ>(da, dp);
+    int prev = 0;
+    for (int it = 1; it < total; it++) {
+        const int st = prev == WB_NS - 1 ? 0 : prev + 1;
+        tile_begin(it, st);
+        burst_wg_pv<T, D, BQ>(dv, pa, dot0 + prev * DSTAGE);
+        burst_wg_pv<T, D, BQ>(dk, da, dqt0 + prev * DSTAGE);
+        burst_wg_wait<2>(); /* S^T, dP^T done; the previous tile's dV, dK may still run */
+        burst_wg_pin<BQ / 2>(sc);
+        burst_wg_pin<BQ / 2>(dp);
+        dsoft(st);
+        burst_wg_wait<0>();
+        burst_wg_pin<D / 2>(dv);
+        burst_wg_pin<D / 2>(dk);
+        burst_wg_pack<T, BQ>(pa, sc);
+        burst_wg_pack<T, BQ>(da, dp);
+        prev = st;
+    }
+    burst_wg_fence();
+    burst_wg_pv<T, D, BQ>(dv, pa, dot0 + prev * DSTAGE);
+    burst_wg_pv<T, D, BQ>(dk, da, dqt0 + prev * DSTAGE);
+    burst_wg_wait<0>();
+    burst_wg_pin<D / 2>(dv);
+    burst_wg_pin<D / 2>(dk);
+
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t j = key0 + 8 * u;
+        if (j >= s.nk)
+            continue;
+        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            if (s.dk) {
+                float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
+                x.x = fmaf(s.scale, dk[4 * n + 2 * u], x.x);
+                x.y = fmaf(s.scale, dk[4 * n + 2 * u + 1], x.y);
+                *p2 = x;
+            }
+            if (s.dv) {
+                float2 *p2 = (float2 *)(s.dv + off + n * 8 + cq), x = *p2;
+                x.x += dv[4 * n + 2 * u];
+                x.y += dv[4 * n + 2 * u + 1];
+                *p2 = x;
+            }
+        }
+    }
+#endif
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------------- */
+
+template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
+{
+    if (s->dk || s->dv) {
+        int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
+        burst_wg_dkdv<T, D>
+            <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D>(), cudaStreamPerThread>>>(*s);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+    }
+    if (s->dq) {
+        int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
+        burst_wg_dq<T, D><<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s)
+{
+    if (s->q.dtype == BURST_CUDA_F16)
+        return s->d == 64 ? burst_wg_bwd_run<__half, 64>(s) : burst_wg_bwd_run<__half, 128>(s);
+    return s->d == 64 ? burst_wg_bwd_run<__nv_bfloat16, 64>(s)
+                      : burst_wg_bwd_run<__nv_bfloat16, 128>(s);
+}
+
+template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
+{
+    cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)burst_wg_dkdv_smem<D>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(burst_wg_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)burst_wg_dq_smem<D>());
+    return e;
+}
+
+extern "C" int burst_cuda_sm90_bwd_init(void)
+{
+    cudaError_t e = burst_wg_bwd_attr<__half, 64>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<__half, 128>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<__nv_bfloat16, 64>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<__nv_bfloat16, 128>();
+    return e;
+}
