@@ -8,6 +8,10 @@
  *   BURST_VK_CACHE=0      ignore the tile cache file
  *   BURST_VK_PROFILE=1    timestamp every dispatch, print the totals to stderr at destroy
  *   BURST_VK_MAX_SHARED=N behave as if the device had at most N bytes of shared memory (tests)
+ *   BURST_VK_ELEM=gpu|cpu|auto  where copy / fill / accumulate run (vk_elem.c; default auto:
+ *                         shaders on a GPU, the calling thread on a cpu device); anything else
+ *                         fails create with BURST_ERR_INVALID_ARG naming the value
+ *   BURST_VK_ELEM_GROUPS=N at most N workgroups per grid dimension of those shaders (tests)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +28,7 @@ static void burst_vk_destroy(void *bev)
     if (be->dev) {
         vkDeviceWaitIdle(be->dev);
         if (be->env.profile) {
-            for (int k = 0; k < BURST_VK_NUM_KERNELS; k++)
+            for (int k = 0; k < BURST_VK_NUM_ALL_KERNELS; k++)
                 if (be->prof_count[k])
                     fprintf(stderr, "burst vulkan profile: %-7s %8llu dispatches %12.3f ms\n",
                             burst_vk_kernel_names[k], (unsigned long long)be->prof_count[k],
@@ -75,7 +79,13 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
 
     VkPhysicalDevice devs[BURST_VK_MAX_DEVICES];
     uint32_t ndev = 0;
-    burst_status_t st = burst_vk_instance(&be->inst, devs, &ndev);
+    burst_status_t st = BURST_OK;
+    if (be->env.elem == BURST_VK_ELEM_BAD)
+        st = burst_error(BURST_ERR_INVALID_ARG,
+                         "vulkan: BURST_VK_ELEM = \"%s\" is not one of gpu, cpu, auto",
+                         be->env.elem_str);
+    if (st == BURST_OK)
+        st = burst_vk_instance(&be->inst, devs, &ndev);
     if (st == BURST_OK)
         st = burst_vk_select(be->inst, devs, ndev, params ? params->device : NULL, &be->index);
     if (st == BURST_OK) {
@@ -96,6 +106,7 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
     }
     if (st == BURST_OK) {
         be->use_coopmat = burst_vk_coopmat_usable(&be->caps, &be->env);
+        be->elem_gpu = burst_vk_elem_gpu(&be->caps, &be->env);
         st = burst_vk_device_create(be);
     }
     if (st == BURST_OK) {
@@ -151,6 +162,10 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
     int cm = burst_vk_coopmat_usable(&c, env);
     int sg = t.k[BURST_VK_FWD][1].t > 1;
     const char *path = why ? "none" : cm ? "coopmat_nv+subgroup" : sg ? "subgroup" : "scalar";
+    const char *elem = why                              ? "none"
+                       : env->elem == BURST_VK_ELEM_BAD ? "invalid"
+                       : burst_vk_elem_gpu(&c, env)     ? "gpu"
+                                                        : "cpu";
     if (json) {
         burst_sb_printf(out, "{\"index\": %d, \"name\": ", index);
         burst_sb_json_str(out, c.name);
@@ -189,8 +204,10 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
             burst_sb_printf(out, "%s{\"bytes\": %llu, \"device_local\": %s}", i ? ", " : "",
                             (unsigned long long)c.heap_size[i],
                             c.heap_device_local[i] ? "true" : "false");
-        burst_sb_printf(out, "], \"host_visible_device_local\": %s, \"path\": \"%s\", \"tiles\": {",
-                        c.host_visible_device_local ? "true" : "false", path);
+        burst_sb_printf(out,
+                        "], \"host_visible_device_local\": %s, \"path\": \"%s\", "
+                        "\"elem_ops\": \"%s\", \"tiles\": {",
+                        c.host_visible_device_local ? "true" : "false", path, elem);
         for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
             burst_sb_printf(out, "%s\"%s\": [", k ? ", " : "", burst_vk_kernel_names[k]);
             for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
@@ -229,6 +246,11 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
     burst_sb_printf(out, " buffers are %s\n",
                     c.host_visible_device_local ? "device-local and host-visible"
                                                 : "host-visible (not device-local)");
+    burst_sb_printf(out, "    copy / fill / accumulate: %s (BURST_VK_ELEM=%s)\n",
+                    strcmp(elem, "gpu") == 0   ? "shaders"
+                    : strcmp(elem, "cpu") == 0 ? "the calling thread"
+                                               : elem,
+                    env->elem_str[0] ? env->elem_str : "auto");
     burst_sb_printf(out, "    path: %s; tiles (%s) T x BR x BC by head dim <= 64 / 128 / 256:\n",
                     path, t.source);
     for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {

@@ -27,8 +27,8 @@
 #include "vk_internal.h"
 #include "vk_spv_config.h"
 
-const char *const burst_vk_kernel_names[BURST_VK_NUM_KERNELS] = {"fwd", "dq", "dkv", "delta",
-                                                                 "fwd_cm"};
+const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
+    "fwd", "dq", "dkv", "delta", "fwd_cm", "copy", "fill", "acc"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -51,6 +51,14 @@ void burst_vk_env_read(struct burst_vk_env *env)
     env->profile = burst_vk_env_int("BURST_VK_PROFILE", 0) != 0;
     int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
     env->max_shared = ms > 0 ? (uint32_t)ms : 0;
+    const char *e = getenv("BURST_VK_ELEM");
+    snprintf(env->elem_str, sizeof env->elem_str, "%s", e ? e : "");
+    env->elem = !e || !*e || strcmp(e, "auto") == 0 ? BURST_VK_ELEM_AUTO
+                : strcmp(e, "gpu") == 0             ? BURST_VK_ELEM_GPU
+                : strcmp(e, "cpu") == 0             ? BURST_VK_ELEM_CPU
+                                                    : BURST_VK_ELEM_BAD;
+    int eg = burst_vk_env_int("BURST_VK_ELEM_GROUPS", 0);
+    env->elem_groups = eg > 0 ? (uint32_t)eg : 0;
 }
 
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps)

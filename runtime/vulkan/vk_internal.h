@@ -13,7 +13,9 @@
  *                  timestamp queries
  *   vk_pipeline.c  compute pipelines cached per (kernel, head dim, tiles, dtypes)
  *   vk_attn.c      fwd_step, bwd_delta, bwd_step: argument checks, parameter blocks, dispatch
- *   vk_elem.c      copy / fill / accumulate (on the host: the memory is host-addressable)
+ *   vk_elem.c      copy / fill / accumulate: argument checks, the choice of path per call
+ *                  (shaders or the calling thread), the cpu loops
+ *   vk_elem_gpu.c  their shader path: parameter block, staging of caller memory, dispatch
  *   vk_backend.c   create / destroy / probe and the ops table
  *
  * Memory model: alloc() returns persistently mapped host-visible memory (device-local too where
@@ -22,7 +24,9 @@
  * (ops->device_memory = 0). Every buffer is registered by its mapped range; a kernel argument
  * whose pointer lies in a registered buffer is passed to the shader by its device address,
  * any other pointer (plain caller memory) is copied into the calling stream's staging buffer
- * before the dispatch and, for outputs, back after it.
+ * before the dispatch and, for outputs, back after it. On a GPU that mapping of device-local
+ * memory goes through the PCIe BAR and is uncached for the CPU, so copy / fill / accumulate,
+ * which the engine calls at every ring step, run as shaders there (vk_elem.c says when).
  *
  * Ops are synchronous (sync = NULL): each records one command buffer, submits it and waits for
  * its fence. Threads (ranks) calling concurrently each take their own stream; only
@@ -75,16 +79,22 @@ struct burst_vk_caps {
     uint64_t max_alloc;            /* maxMemoryAllocationSize */
 };
 
-/* Kernels, with the pipeline cache's name for each. */
+/* Kernels, with the pipeline cache's name for each. The attention kernels (below
+ * BURST_VK_NUM_KERNELS) have tiles (struct burst_vk_tiles, the tile cache); the elementwise ones
+ * after them do not. */
 enum burst_vk_kernel {
     BURST_VK_FWD = 0,
     BURST_VK_DQ,
     BURST_VK_DKV,
     BURST_VK_DELTA,
     BURST_VK_FWD_CM, /* cooperative matrix (NV) forward */
-    BURST_VK_NUM_KERNELS
+    BURST_VK_NUM_KERNELS,
+    BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
+    BURST_VK_FILL,
+    BURST_VK_ACC,
+    BURST_VK_NUM_ALL_KERNELS
 };
-extern const char *const burst_vk_kernel_names[BURST_VK_NUM_KERNELS];
+extern const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS];
 
 /* Tiles of one kernel: T threads per row, BR rows per workgroup (workgroup = BR * T
  * invocations), BC rows of the tile staged in shared memory. */
@@ -98,15 +108,27 @@ struct burst_vk_tiles {
     const char *source; /* "rule", "cache" or "autotune" */
 };
 
+/* Where copy / fill / accumulate run (BURST_VK_ELEM; vk_elem.c). */
+enum burst_vk_elem_mode {
+    BURST_VK_ELEM_BAD = -1, /* an unknown value: create() fails naming it */
+    BURST_VK_ELEM_AUTO = 0, /* shaders on a GPU, the calling thread on a cpu device */
+    BURST_VK_ELEM_GPU,      /* shaders wherever the backend owns an argument */
+    BURST_VK_ELEM_CPU,      /* always the calling thread (the path before the shaders) */
+};
+
 /* Switches read once at create (and by the probe). */
 struct burst_vk_env {
-    int subgroup;        /* BURST_VK_SUBGROUP: 0 = scalar kernels only */
-    int coopmat;         /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
-    int autotune;        /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
-                          * a head dim (8..256) = only for its class (the others keep the rule) */
-    int cache;           /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
-    int profile;         /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
-    uint32_t max_shared; /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
+    int subgroup;         /* BURST_VK_SUBGROUP: 0 = scalar kernels only */
+    int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
+    int autotune;         /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
+                           * a head dim (8..256) = only for its class (the others keep the rule) */
+    int cache;            /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
+    int profile;          /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
+    uint32_t max_shared;  /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
+    int elem;             /* BURST_VK_ELEM: enum burst_vk_elem_mode */
+    char elem_str[32];    /* its value as given (for the error on a bad one) */
+    uint32_t elem_groups; /* BURST_VK_ELEM_GROUPS: at most this many workgroups per grid
+                           * dimension of an elementwise dispatch, 0 = the device's (tests) */
 };
 
 void burst_vk_env_read(struct burst_vk_env *env);
@@ -148,7 +170,8 @@ struct burst_vk_stream {
     VkFence fence;
     VkQueryPool queries; /* 2 timestamps per dispatch, BURST_VK_PROFILE only */
     struct burst_vk_buffer stage;
-    size_t used; /* bytes of stage handed out for the current call */
+    size_t used;                 /* bytes of stage handed out for the current call */
+    struct burst_vk_buffer host; /* host-cached: caller memory packed in / read back (elem ops) */
     int busy;
 };
 
@@ -169,6 +192,7 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
+    int elem_gpu; /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
     uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
 
     pthread_mutex_t mlock; /* registry */
@@ -186,8 +210,8 @@ struct burst_vk_backend {
     size_t npipes, cappipes;
 
     pthread_mutex_t proflock; /* BURST_VK_PROFILE totals */
-    double prof_ms[BURST_VK_NUM_KERNELS];
-    uint64_t prof_count[BURST_VK_NUM_KERNELS];
+    double prof_ms[BURST_VK_NUM_ALL_KERNELS];
+    uint64_t prof_count[BURST_VK_NUM_ALL_KERNELS];
 };
 
 /* ---- vk_device.c --------------------------------------------------------------------------- */
@@ -255,6 +279,11 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
                                const struct burst_vk_dispatch *d, int nd,
                                struct burst_vk_slot *slots, int nslots, int force_timing,
                                double *ms_p);
+/* At least `bytes` of the stream's host-cached buffer (grown on demand, kept until destroy), for
+ * arguments the host packs in or reads back: the CPU reads it at memory speed, unlike the
+ * device-local staging buffer a GPU maps through the BAR. */
+burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                                    size_t bytes, unsigned char **map_p, VkDeviceAddress *addr_p);
 void burst_vk_streams_fini(struct burst_vk_backend *be);
 
 /* ---- vk_pipeline.c ------------------------------------------------------------------------- */
@@ -290,6 +319,40 @@ burst_status_t burst_vk_copy(void *be, const struct burst_tensor *dst,
 burst_status_t burst_vk_fill(void *be, float *dst, size_t count, float value);
 burst_status_t burst_vk_accumulate(void *be, float *dst, const void *src, burst_dtype_t src_dtype,
                                    size_t count);
+/* Do copy / fill / accumulate run as shaders on this device (BURST_VK_ELEM resolved)? */
+int burst_vk_elem_gpu(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
+
+/* ---- vk_elem_gpu.c ------------------------------------------------------------------------- */
+
+/* Parameter block of the elementwise kernels: mirrors struct ElemParams of shaders/elem.glsl
+ * (std430). Addresses are of element 0; strides in elements. */
+struct burst_vk_elem_params {
+    uint64_t dst, src;
+    int64_t shape[4];   /* copy: [B, n, H, d]; fill / accumulate: [1, 1, 1, count] */
+    int64_t dstride[3]; /* copy: strides of dims 0..2 (dim 3 has stride 1) */
+    int64_t sstride[3];
+    uint64_t units; /* work items: copy: rows * ceil(d / 2); fill / accumulate: count */
+    uint32_t value; /* fill: the fp32 bits */
+    uint32_t pad;
+};
+
+/* One tensor argument of an elementwise dispatch: its device address (of element 0), or 0 when
+ * the backend does not own it: then it is packed into the stream's host buffer before the
+ * dispatch (in) and unpacked into the caller's memory after it (out). */
+struct burst_vk_elem_arg {
+    const struct burst_tensor *t;
+    VkDeviceAddress addr;
+    int in, out;
+};
+
+/* Run elementwise kernel k (BURST_VK_COPY, _FILL or _ACC) on args[0] (destination) and, when
+ * nargs is 2, args[1] (source): p holds shape, units and value; addresses and strides are
+ * filled in from the args. Synchronous, like every op of this backend. When the host staging
+ * the args need cannot be had (host-visible memory is limited on some devices), nothing is
+ * done, *unstaged_p is set, the error cleared and BURST_OK returned: the caller runs its loop. */
+burst_status_t burst_vk_elem_run(struct burst_vk_backend *be, enum burst_vk_kernel k,
+                                 struct burst_vk_elem_params *p, struct burst_vk_elem_arg *args,
+                                 int nargs, int *unstaged_p);
 
 /* Time the forward kernel with tile tl on a synthetic problem (autotune): ms, or < 0. */
 double burst_vk_time_fwd(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,

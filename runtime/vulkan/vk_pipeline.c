@@ -4,7 +4,10 @@
  * One pipeline layout for every kernel: no descriptor sets, an 8-byte push constant holding the
  * device address of the call's parameter block. Tile sizes, head dim and dtypes are
  * specialization constants (ids in shaders/common.glsl); a tile with T > 1 uses the subgroup
- * SPIR-V, T = 1 the scalar one. Pipelines live until the backend is destroyed.
+ * SPIR-V, T = 1 the scalar one. The elementwise kernels (vk_elem_gpu.c) use the same key with
+ * head dim 0, tile {1, workgroup size, 1} and their source / destination dtypes in the first two
+ * dtype slots (constants 4 and 5 of shaders/elem.glsl). Pipelines live until the backend is
+ * destroyed.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,9 @@
 #include "bwd_delta.spv.h"
 #include "bwd_dkv.spv.h"
 #include "bwd_dq.spv.h"
+#include "elem_acc.spv.h"
+#include "elem_copy.spv.h"
+#include "elem_fill.spv.h"
 #include "fwd.spv.h"
 #if BURST_VK_SPV_FWD_SG
 #include "bwd_dkv_sg.spv.h"
@@ -49,6 +55,9 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
     case BURST_VK_DKV: return BURST_VK_SPV(burst_vk_spv_bwd_dkv);
 #endif
     case BURST_VK_DELTA: return BURST_VK_SPV(burst_vk_spv_bwd_delta);
+    case BURST_VK_COPY: return BURST_VK_SPV(burst_vk_spv_elem_copy);
+    case BURST_VK_FILL: return BURST_VK_SPV(burst_vk_spv_elem_fill);
+    case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
 #if BURST_VK_SPV_FWD_CM_NV
     case BURST_VK_FWD_CM: return BURST_VK_SPV(burst_vk_spv_fwd_cm_nv);
 #endif

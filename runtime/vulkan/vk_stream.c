@@ -4,7 +4,9 @@
  * A stream is a command pool + buffer + fence + staging buffer (+ a timestamp query pool when
  * profiling). A call takes a free stream (creating one, up to BURST_VK_MAX_STREAMS, else waits),
  * stages its arguments, records its dispatches, submits under the queue lock and waits on the
- * fence; the stream's staging buffer grows to the largest call and is reused.
+ * fence; the stream's staging buffer grows to the largest call and is reused. A second,
+ * host-cached buffer (grown the same way) holds what the host packs in or reads back for the
+ * elementwise ops (vk_elem_gpu.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +142,27 @@ burst_status_t burst_vk_stage(struct burst_vk_backend *be, struct burst_vk_strea
     return BURST_OK;
 }
 
+burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                                    size_t bytes, unsigned char **map_p, VkDeviceAddress *addr_p)
+{
+    if (bytes > s->host.size) {
+        burst_vk_buffer_destroy(be, &s->host);
+        size_t cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
+        burst_status_t st = burst_vk_buffer_create(be, cap, 1, &s->host);
+        if (st != BURST_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", burst_last_error());
+            return burst_error(st,
+                               "vulkan: no memory for %zu bytes of host staging (arguments in "
+                               "host memory): %s",
+                               bytes, why);
+        }
+    }
+    *map_p = s->host.map;
+    *addr_p = s->host.addr;
+    return BURST_OK;
+}
+
 burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                const struct burst_vk_dispatch *d, int nd,
                                struct burst_vk_slot *slots, int nslots, int force_timing,
@@ -216,6 +239,7 @@ void burst_vk_streams_fini(struct burst_vk_backend *be)
     for (int i = 0; i < be->nstreams; i++) {
         struct burst_vk_stream *s = &be->streams[i];
         burst_vk_buffer_destroy(be, &s->stage);
+        burst_vk_buffer_destroy(be, &s->host);
         if (s->queries)
             vkDestroyQueryPool(be->dev, s->queries, NULL);
         vkDestroyFence(be->dev, s->fence, NULL);
