@@ -219,8 +219,27 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     const int64_t ifirst = imin / BQ * BQ;
     const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
 
+    /* The row scalars of query tile `it` (threads < BQ: one row each). Their global loads are
+     * issued one tile before the values are stored to shared memory, so that no warp waits on
+     * them while the others wait at the next barrier. */
+    auto row_scalars = [&](int it) {
+        struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, 0};
+        const int64_t h = g * s.group + it / ntq;
+        const int64_t i = ifirst + (int64_t)(it % ntq) * BQ + threadIdx.x;
+        if (threadIdx.x < BQ && i < s.nq) {
+            int64_t kb = 0, ke = 0;
+            burst_dkeys(s, i, &kb, &ke);
+            const float lse = s.lse[(b * s.hq + h) * s.nq + i];
+            r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+            r.dl = s.delta[(b * s.hq + h) * s.nq + i];
+            r.kb = (int)kb;
+            r.ke = (int)ke;
+        }
+        return r;
+    };
     burst_wg_loader<T, D, BQ, NT> lq, lo;
-    auto issue = [&](int it, int st) {
+    /* issue the copies of query tile `it` into stage st and store its row scalars r */
+    auto issue = [&](int it, int st, const struct burst_wg_qrow &r) {
         const int64_t h = g * s.group + it / ntq, i0 = ifirst + (int64_t)(it % ntq) * BQ;
         unsigned char *dst = sqo + st * 2 * QBYTES;
         lq.init(s.q, b, h);
@@ -228,20 +247,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         lo.init(s.dout, b, h);
         lo.load(dst + QBYTES, i0, s.nq);
         burst_cp_commit();
-        if (threadIdx.x < BQ) {
-            const int64_t i = i0 + threadIdx.x;
-            struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, 0};
-            if (i < s.nq) {
-                int64_t kb = 0, ke = 0;
-                burst_dkeys(s, i, &kb, &ke);
-                const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-                r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-                r.dl = s.delta[(b * s.hq + h) * s.nq + i];
-                r.kb = (int)kb;
-                r.ke = (int)ke;
-            }
+        if (threadIdx.x < BQ)
             rows[st * BQ + threadIdx.x] = r;
-        }
     };
     {
         burst_wg_loader<T, D, BC, NT> lk;
@@ -250,7 +257,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         lk.init(s.v, b, g);
         lk.load(sv, j0, s.nk);
     }
-    issue(0, 0);
+    issue(0, 0, row_scalars(0));
+    struct burst_wg_qrow rnext = row_scalars(total > 1 ? 1 : 0); /* of the next tile issued */
 
     float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -271,8 +279,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         burst_cp_wait<0>();
         burst_fence_proxy_async();
         __syncthreads();
-        if (it + 1 < total)
-            issue(it + 1, st == WB_NS - 1 ? 0 : st + 1);
+        if (it + 1 < total) {
+            issue(it + 1, st == WB_NS - 1 ? 0 : st + 1, rnext);
+            if (it + 2 < total)
+                rnext = row_scalars(it + 2);
+        }
         burst_wg_fence();
         burst_wg_abt<T, D, BQ, BC>(sc, dkd, dq0 + st * DSTAGE);
         burst_wg_abt<T, D, BQ, BC>(dp, dvd, do0 + st * DSTAGE);

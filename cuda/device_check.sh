@@ -1,8 +1,8 @@
 #!/bin/bash
 # cuda/device_check.sh [SRC] - build and check the CUDA backend on a GPU machine, then benchmark.
 #
-# Builds SRC (default: this checkout) into /tmp/burst-cuda-build with only the GPU's own target
-# (BURST_ARCHS, default 90), runs the cuda tests, compute-sanitizer memcheck and racecheck
+# Builds SRC (default: this checkout) into /tmp/burst-cuda-build with only the GPU's own targets
+# (BURST_ARCHS, default 90,90a), runs the cuda tests, compute-sanitizer memcheck and racecheck
 # on small cases, and (BURST_BENCH=1) tools/burstbench_cuda.py. Logs go to $OUT (or /tmp/out);
 # a short table is printed last. Used through the device tool as (from the repo root):
 #   run(command="source .device/env.sh && bash cuda/device_check.sh", carry=[".device"])
@@ -23,7 +23,7 @@ step() { # name command...
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 step setup meson setup "$b" "$src" -Dvulkan=disabled -Dfabric=disabled -Dmpi=disabled \
-    -Dcuda=enabled "-Dnvcc_archs=${BURST_ARCHS:-90}" \
+    -Dcuda=enabled "-Dnvcc_archs=${BURST_ARCHS:-90,90a}" \
     -Dnvcc_args=-lineinfo
 step build ninja -C "$b"
 step probe "$b/tools/burstrun" --probe

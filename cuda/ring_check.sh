@@ -3,7 +3,7 @@
 # beside PyTorch's context_parallel (tools/burstbench_ring.py).
 #
 # Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_ARCHS, default
-# 90; libfabric and MPI where .device/env.sh provides them), runs the gpu suite's ring tests
+# 90,90a; libfabric and MPI where .device/env.sh provides them), runs the gpu suite's ring tests
 # (test_attention / test_determinism on cuda ranks that are threads: device-to-device blocks;
 # tests/burstrun_gpu.sh: one rank per GPU, staged vs device bitwise, faults), then, with
 # BURST_BENCH_RING="<burstbench_ring.py arguments>", the benchmark. Logs and CSV/SVG go to $OUT
@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 nvidia-smi topo -m >"$out/topo.txt" 2>&1
 if [ ! -d "$b" ]; then
     step setup meson setup "$b" "$src" -Dvulkan=disabled -Dcuda=enabled -Dwerror=false \
-        "-Dnvcc_archs=${BURST_ARCHS:-90}" || { cat "$out/setup.log" | tail -n 30; exit 1; }
+        "-Dnvcc_archs=${BURST_ARCHS:-90,90a}" || { cat "$out/setup.log" | tail -n 30; exit 1; }
 fi
 step build ninja -C "$b" tools/burstrun tests/test_attention tests/test_determinism \
     tests/test_staging || { tail -n 30 "$out/build.log"; exit 1; }

@@ -128,6 +128,9 @@ static double harness_fp16_value(uint16_t h)
     return (h & 0x8000u) ? -v : v;
 }
 
+static void harness_ctx_fini(void);
+static void harness_backends_fini(void);
+
 int harness_run_cases(const char *group, const struct harness_case *cases, size_t ncases,
                       void (*fn)(void **state), const struct CMUnitTest *extra, size_t nextra)
 {
@@ -145,6 +148,12 @@ int harness_run_cases(const char *group, const struct harness_case *cases, size_
         tests[ncases + i] = extra[i];
     int rc = _cmocka_run_group_tests(group, tests, ncases + nextra, NULL, NULL);
     free(tests);
+    /* Destroy the shared contexts now rather than only from atexit(): NVIDIA's Vulkan driver
+     * tears itself down at exit before our handlers run, and a vkDeviceWaitIdle() from an
+     * atexit handler then jumps into unmapped driver code (SIGSEGV after every test passed,
+     * seen on an H200). The atexit handlers stay as a safety net (they are no-ops after this). */
+    harness_backends_fini();
+    harness_ctx_fini();
     return rc;
 }
 
