@@ -4,7 +4,7 @@
  * Same contract and the same two kernels as burst_cuda_bwd.cu (each output element has one
  * writer, no float atomics, so the backward stays deterministic):
  *   - dK/dV: a block owns 128 keys of a kv head (2 warpgroups x 64) and loops over the heads of
- *     its group and the 64-row query tiles that may see its keys: S^T = K Q^T and dP^T = V dO^T
+ *     its group and the query tiles (64 rows, 48 at d = 128) that may see its keys: S^T = K Q^T and dP^T = V dO^T
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
  *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
  *     B = the dO / Q tile read transposed);
@@ -187,17 +187,25 @@ struct burst_wg_qrow {
     int kb, ke;
 };
 
+/* Query rows per streamed tile of the dK/dV kernel: 48 at d = 128, where 64 made the kernel spill
+ * (dK, dV, S^T, dP^T and the previous tile's P^T, dS^T live at once: 255 registers and ~230
+ * bytes of local memory per thread), 64 at d = 64. */
+template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
+{
+    return D > 64 ? 48 : 64;
+}
+
 template <int D> constexpr size_t burst_wg_dkdv_smem()
 {
-    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * D * 2 +
-           WB_NS * WB_ROWS * sizeof(struct burst_wg_qrow) + 1024;
+    return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * D * 2 +
+           WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) + 1024;
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BC = 128, BQ = WB_ROWS, NT = 256;
+    constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
     constexpr int KBYTES = BC * D * 2, QBYTES = BQ * D * 2;
     constexpr uint64_t DSTAGE = 2 * QBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];

@@ -101,14 +101,18 @@ template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-/* ---- wgmma.mma_async m64nNk16, N = 64 or 128, fp32 accumulators -------------------------------- */
+/* ---- wgmma.mma_async m64nNk16, N = 48 (A from shared memory only), 64 or 128, fp32 accumulators -------------------------------- */
 
 #define BURST_WG_A8(d, i)                                                                          \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
         "+f"(d[i + 6]), "+f"(d[i + 7])
-#define BURST_WG_A32(d) BURST_WG_A8(d, 0), BURST_WG_A8(d, 8), BURST_WG_A8(d, 16), BURST_WG_A8(d, 24)
+#define BURST_WG_A24(d) BURST_WG_A8(d, 0), BURST_WG_A8(d, 8), BURST_WG_A8(d, 16)
+#define BURST_WG_A32(d) BURST_WG_A24(d), BURST_WG_A8(d, 24)
 #define BURST_WG_A64(d)                                                                            \
     BURST_WG_A32(d), BURST_WG_A8(d, 32), BURST_WG_A8(d, 40), BURST_WG_A8(d, 48), BURST_WG_A8(d, 56)
+#define BURST_WG_R24                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23}"
 #define BURST_WG_R32                                                                               \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -157,6 +161,8 @@ __device__ __forceinline__ void burst_wg_rs(float *d, const unsigned *a, uint64_
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));               \
     }
 
+BURST_WG_SS(__half, 48, "f16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26")
+BURST_WG_SS(__nv_bfloat16, 48, "bf16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26")
 BURST_WG_SS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
 BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66")
 BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
