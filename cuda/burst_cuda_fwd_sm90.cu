@@ -3,7 +3,9 @@
  * sm_90a only: cuda/meson.build compiles this file for that one target, and the backend chooses
  * it only on a compute capability 9.0 device whose binary holds it; BURST_CUDA_WGMMA=0 turns it
  * off). Same contract as burst_mma_fwd in burst_cuda_fwd.cu: fp16 / bf16, d = 64 or 128, the lse
- * merge fused, fully masked tiles skipped, rows with no allowed key left bit-for-bit unchanged.
+ * merge fused, key tiles outside the block's range skipped (a tile one warpgroup of the block does
+ * not see is computed fully masked), rows with no allowed key left bit-for-bit unchanged. The
+ * softmax needs scale > 0, which plan creation guarantees.
  *
  * A block is NWG warpgroups of 64 query rows each (BR = 64 NWG rows) sharing K/V tiles of BC
  * keys, which stream through shared memory in NS = 3 stages filled by cp.async (one tile ahead).

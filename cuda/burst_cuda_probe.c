@@ -14,7 +14,9 @@
  *     on warpgroup tensor cores (wgmma, burst_cuda_fwd_sm90.cu: 2 warpgroups x 64 query rows,
  *     128 key rows per tile at d = 128 and 64 at d = 64 (BURST_CUDA_WGMMA_BC=64|128 overrides),
  *     3 cp.async stages) and so does the backward (burst_cuda_bwd_sm90.cu: dK/dV per 128 keys x
- *     64-row query tiles, dQ per 128 query rows x 64-key tiles, no atomics); BURST_CUDA_WGMMA=0
+ *     query tiles of 64 rows, 48 at d = 128; dQ per 128 query rows x 64-key tiles; no atomics),
+ *     both also reported when a context would keep the sm_80 backward (BURST_CUDA_WGMMA=fwd);
+ *     BURST_CUDA_WGMMA=0
  *     keeps the sm_80 kernels, BURST_CUDA_WGMMA=fwd the sm_80 backward;
  *   everything else: SIMT fp32, 32 query rows (8 per warp) x 32 key rows (16 rows per block
  *     when d > 128), the same two backward kernels;
@@ -110,6 +112,8 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                                        p.sharedMemPerBlockOptin};
         int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
         int wg = mma && burst_cuda_wgmma_usable(&caps);
+        const char *wenv = getenv("BURST_CUDA_WGMMA");
+        int wg_bwd = wg && !(wenv && strcmp(wenv, "fwd") == 0);
         const char *fwd = wg    ? "wgmma m64nNk16 + cp.async, 3 stages (sm_90a path)"
                           : mma ? "mma.sync m16n8k16 + ldmatrix + cp.async (sm_80 path)"
                                 : "simt";
@@ -123,7 +127,10 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 "\"regs_per_block\": %d, \"regs_per_sm\": %d, \"l2_bytes\": %d, "
                 "\"memory_bytes\": %zu, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], \"tiles\": "
                 "{\"variant\": \"%s\", \"fwd_wgmma\": {\"usable\": %s, \"br\": 128, "
-                "\"bc_d64\": %d, \"bc_d128\": %d, \"warpgroups\": 2, \"stages\": 3, \"smem_d128\": %zu}, "
+                "\"bc_d64\": %d, \"bc_d128\": %d, \"warpgroups\": 2, \"stages\": 3, "
+                "\"smem_d128\": %zu}, "
+                "\"bwd_wgmma\": {\"usable\": %s, \"kv_rows\": 128, \"q_rows_d64\": 64, "
+                "\"q_rows_d128\": 48, \"dq_rows\": 128, \"dq_kv_rows\": 64}, "
                 "\"fwd_mma\": {\"br\": %d, \"bc\": %d, \"warps\": %d, "
                 "\"stages\": 2, \"head_dims\": [64, 128], \"smem_d128\": %zu}, \"fwd_simt\": "
                 "{\"br\": %d, \"bc\": 32, \"warps\": %d}, \"bwd_mma\": {\"kv_rows\": 64, "
@@ -133,8 +140,8 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 p.sharedMemPerBlock, p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor,
                 p.regsPerBlock, p.regsPerMultiprocessor, p.l2CacheSize, p.totalGlobalMem,
                 wg ? "wgmma" : mma ? "mma" : "simt", wg ? "true" : "false", burst_cuda_wgmma_bc(64),
-                burst_cuda_wgmma_bc(128),
-                burst_cuda_wg_smem128(), 2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
+                burst_cuda_wgmma_bc(128), burst_cuda_wg_smem128(), wg_bwd ? "true" : "false",
+                2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
                 BURST_CUDA_MMA_WARPS, burst_cuda_mma_smem(128), BURST_CUDA_SIMT_BR,
                 BURST_CUDA_SIMT_WARPS, 32, 16, 32, 16);
         } else {

@@ -1,6 +1,6 @@
 /*
  * cuda/burst_cuda_wgmma.cuh - Hopper (sm_90a) warpgroup matrix products for the kernels of
- * burst_cuda_fwd_sm90.cu: shared-memory matrix descriptors, the 128-byte swizzled tile layout
+ * burst_cuda_fwd_sm90.cu and burst_cuda_bwd_sm90.cu: shared-memory matrix descriptors, the 128-byte swizzled tile layout
  * they describe, wgmma.mma_async for fp16 / bf16 with fp32 accumulators (A from shared memory or
  * from registers, B from shared memory), and the fences and waits around them.
  *

@@ -152,8 +152,7 @@ int harness_run_cases(const char *group, const struct harness_case *cases, size_
      * tears itself down at exit before our handlers run, and a vkDeviceWaitIdle() from an
      * atexit handler then jumps into unmapped driver code (SIGSEGV after every test passed,
      * seen on an H200). The atexit handlers stay as a safety net (they are no-ops after this). */
-    harness_backends_fini();
-    harness_ctx_fini();
+    harness_fini();
     return rc;
 }
 
@@ -240,6 +239,12 @@ static void harness_ctx_init(void)
         return;
     }
     atexit(harness_ctx_fini);
+}
+
+void harness_fini(void)
+{
+    harness_backends_fini();
+    harness_ctx_fini();
 }
 
 struct burst_context *harness_context(void)

@@ -114,6 +114,10 @@ int harness_is_poison(burst_dtype_t dtype, const void *base, size_t i);
  * (default cpu). A backend with no device here ends the test program with exit status 77
  * (meson: SKIP), so GPU variants of the tests skip on machines without that GPU. */
 struct burst_context *harness_context(void);
+/* Destroy the shared contexts (harness_context(), harness_backend_context()) now. Programs that
+ * do not end through harness_run_cases() call it before returning from main: NVIDIA's Vulkan
+ * driver is torn down before atexit handlers run, so a context destroyed only at exit crashes. */
+void harness_fini(void);
 
 /* The context of one backend by name (created on first use, cached for the process). A name
  * this build lacks, or a backend with no device here, ends the program with 77 (SKIP). */

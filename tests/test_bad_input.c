@@ -1214,5 +1214,7 @@ int main(void)
         cmocka_unit_test(mr_bad_forward_one_rank),
         cmocka_unit_test(mr_bad_backward_one_rank),
     };
-    return cmocka_run_group_tests_name("bad_input", tests, NULL, NULL);
+    const int rc = cmocka_run_group_tests_name("bad_input", tests, NULL, NULL);
+    harness_fini();
+    return rc;
 }

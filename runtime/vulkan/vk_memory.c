@@ -6,6 +6,7 @@
  * HOST_CACHED), the fallback and the staging buffers. Each alloc() is its own VkBuffer and
  * VkDeviceMemory, mapped for its whole life.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,11 @@ void *burst_vk_alloc(void *bev, size_t bytes)
 {
     struct burst_vk_backend *be = bev;
     struct burst_vk_buffer b;
+    /* whole 32-bit words: the shaders read and write 16-bit elements through the word holding
+     * them, so a buffer of 2 * odd bytes would be touched 2 bytes past its end */
+    if (bytes > SIZE_MAX - 3)
+        return NULL;
+    bytes = bytes ? (bytes + 3) & ~(size_t)3 : 4;
     if (burst_vk_buffer_create(be, bytes, 0, &b) != BURST_OK)
         return NULL;
     memset(b.map, 0, bytes);
