@@ -1,8 +1,9 @@
 /*
  * cuda/burst_cuda_wgmma.cuh - Hopper (sm_90a) warpgroup matrix products for the kernels of
- * burst_cuda_fwd_sm90.cu and burst_cuda_bwd_sm90.cu: shared-memory matrix descriptors, the 128-byte swizzled tile layout
- * they describe, wgmma.mma_async for fp16 / bf16 with fp32 accumulators (A from shared memory or
- * from registers, B from shared memory), and the fences and waits around them.
+ * burst_cuda_fwd_sm90.cu and burst_cuda_bwd_sm90.cu: shared-memory matrix descriptors, the
+ * 128-byte swizzled tile layout they describe, wgmma.mma_async for fp16 / bf16 with fp32
+ * accumulators (A from shared memory or from registers, B from shared memory), and the fences
+ * and waits around them.
  *
  * A warpgroup is 4 consecutive warps (128 threads, starting at a warp index divisible by 4); one
  * wgmma.m64nNk16 multiplies a 64 x 16 A by a 16 x N B into a 64 x N accumulator held by the

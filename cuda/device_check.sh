@@ -30,8 +30,8 @@ step probe "$b/tools/burstrun" --probe
 step test_fallback "$b/tests/test_cuda" fallback
 BURST_TEST_BACKEND=cuda step test_cuda "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_FWD_ROWS=16 step test_cuda_rows16 "$b/tests/test_cuda"
-# on Hopper with sm_90a built (BURST_ARCHS=90,90a) the default run above takes the wgmma forward:
-# check the sm_80 forward and the wgmma forward's 64-key tiles as well
+# on Hopper with sm_90a built (BURST_ARCHS=90,90a) the default run above takes the wgmma kernels:
+# check the sm_80 kernels, the wgmma forward with the sm_80 backward, and 64-key forward tiles
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA_BC=64 step test_cuda_bc64 "$b/tests/test_cuda"
