@@ -35,7 +35,7 @@ __global__ void burst_cuda_copy_same(struct burst_cuda_view dst, struct burst_cu
 
 /* Four elements at a time: rows of d % 4 == 0 elements whose starts are 4-element aligned in both
  * views (burst_cuda_vec4_ok), the row coordinates computed once per 4 elements in 32-bit
- * arithmetic (rows * d / 4 < 2^31). The per-element kernel above spends most of its time in
+ * arithmetic (fewer than 2^31 elements). The per-element kernel above spends most of its time in
  * 64-bit divisions: on an H200 it moved ~1 TB/s casting the fp32 O of a 16K x 32 x 128 call. */
 template <typename T> struct burst_vec4; /* 4 elements as one 16- or 8-byte word */
 template <> struct burst_vec4<float> {
@@ -147,7 +147,8 @@ extern "C" int burst_cuda_launch_copy(const struct burst_cuda_view *dst,
     if (total <= 0)
         return cudaSuccess;
     unsigned g = burst_cuda_grid(total, 256);
-    if (total / 4 < INT32_MAX && burst_cuda_vec4_ok(dst) && burst_cuda_vec4_ok(src)) {
+    /* total < 2^31: the 32-bit grid-stride index (< total / 4 + 2^24) cannot overflow */
+    if (total < INT32_MAX && burst_cuda_vec4_ok(dst) && burst_cuda_vec4_ok(src)) {
         switch (src->dtype) {
         case BURST_CUDA_F16: burst_cuda_vec4_to<__half>(dst, src, total); break;
         case BURST_CUDA_BF16: burst_cuda_vec4_to<__nv_bfloat16>(dst, src, total); break;
