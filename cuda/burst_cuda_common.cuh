@@ -37,6 +37,21 @@ template <> __device__ __forceinline__ float burst_to_f<__nv_bfloat16>(__nv_bflo
     return __bfloat162float(x);
 }
 
+/* fp32 -> T, rounded to nearest even (the inverse of burst_to_f). */
+template <typename T> __device__ __forceinline__ T burst_from_f(float x);
+template <> __device__ __forceinline__ float burst_from_f<float>(float x)
+{
+    return x;
+}
+template <> __device__ __forceinline__ __half burst_from_f<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 burst_from_f<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
 __device__ __forceinline__ void burst_st(void *p, int dtype, int64_t i, float x)
 {
     if (dtype == BURST_CUDA_F32)

@@ -48,20 +48,6 @@ template <> struct burst_vec4<__nv_bfloat16> {
     using W = uint2;
 };
 
-template <typename T> __device__ __forceinline__ T burst_from_f(float x);
-template <> __device__ __forceinline__ float burst_from_f<float>(float x)
-{
-    return x;
-}
-template <> __device__ __forceinline__ __half burst_from_f<__half>(float x)
-{
-    return __float2half_rn(x);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 burst_from_f<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
-
 /* One element from TS to TD: rounded to nearest even through fp32; the same type is copied bit
  * for bit (NaN payloads kept, as the per-element same-dtype kernel does). */
 template <typename TS, typename TD> struct burst_cvt {
