@@ -11,11 +11,12 @@
  *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for d = 64 / 128 in
  *                         fp16 / bf16; a SIMT fp32-arithmetic path for every other case)
  *   burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu  the forward and the backward (dK/dV and
- *                         dQ kernels, no atomics) on Hopper's warpgroup tensor cores (wgmma),
+ *                         dQ kernels; dQ inside the dK/dV kernel with float atomics when the plan is
+ *                         not deterministic) on Hopper's warpgroup tensor cores (wgmma),
  *                         compiled for sm_90a only and present when BURST_CUDA_SM90A is defined
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
- *                         so every backward is deterministic)
+ *                         so they are deterministic)
  *   burst_cuda_peer.c     device-to-device copies between the ranks of one process (the ring's
  *                         device-resident transfers: events, a copy stream per device, peer access)
  *
@@ -70,6 +71,9 @@ struct burst_cuda_step {
     float *o_acc, *lse_acc;
     const float *lse, *delta;
     float *dq, *dk, *dv;
+    /* backward: nonzero lets dQ be added with float atomics (a plan that is not deterministic;
+     * the Hopper backward then computes dQ inside its dK/dV kernel) */
+    int dq_atomic;
 };
 
 /* Launchers (asynchronous on cudaStreamPerThread). Return a cudaError_t as int. */
@@ -106,6 +110,9 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
 /* Key rows per tile of the Hopper forward at head dim d: 64 for d = 64, 128 for d = 128, unless
  * BURST_CUDA_WGMMA_BC=64|128 says otherwise (read once). */
 int burst_cuda_wgmma_bc(int d);
+/* May the Hopper backward add dQ with float atomics when a plan is not deterministic? Yes unless
+ * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
+int burst_cuda_dq_atomic_env(void);
 /* Shared memory of the tensor-core forward for head dim d (64 or 128). */
 size_t burst_cuda_mma_smem(int d);
 
@@ -127,6 +134,7 @@ struct burst_cuda_backend {
     int mma;   /* tensor-core forward usable */
     int wgmma;     /* Hopper forward usable (and its shared-memory limits raised) */
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
+    int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
     char name[256];
 };
 

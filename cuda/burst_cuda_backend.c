@@ -125,6 +125,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.sms = pr.multiProcessorCount;
     cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
     cb->mma = burst_cuda_mma_usable(&cb->caps);
+    cb->dq_atomic = burst_cuda_dq_atomic_env();
     snprintf(cb->name, sizeof cb->name, "%s", pr.name);
     if ((st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
         (st = burst_cuda_status(cudaFree(NULL), "create: context")) == BURST_OK)
@@ -504,6 +505,7 @@ static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args 
     s.dq = a->dq;
     s.dk = a->dk;
     s.dv = a->dv;
+    s.dq_atomic = cb->dq_atomic && !a->deterministic;
     if ((st = burst_cuda_enter(cb, "bwd_step")) != BURST_OK)
         return st;
     return burst_cuda_status(

@@ -2,7 +2,9 @@
  * cuda/burst_cuda_bwd_sm90.cu - the backward step on Hopper's warpgroup tensor cores (wgmma,
  * sm_90a only, like burst_cuda_fwd_sm90.cu; chosen with it, BURST_CUDA_WGMMA=0 turns both off).
  * Same contract and the same two kernels as burst_cuda_bwd.cu (each output element has one
- * writer, no float atomics, so the backward stays deterministic):
+ * writer, no float atomics: the deterministic backward), and one more for plans that are not
+ * deterministic: the dK/dV kernel with dQ added by float atomics (DQ below), which saves the dQ
+ * kernel's recomputation of S and dP (7 matrix products per tile pair -> 5).
  *   - dK/dV: a block owns 128 keys of a kv head (2 warpgroups x 64) and loops over the heads of
  *     its group and the query tiles (64 rows, 48 at d = 128) that may see its keys: S^T = K Q^T and dP^T = V dO^T
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
@@ -195,23 +197,36 @@ template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
     return D > 64 ? 48 : 64;
 }
 
-template <int D> constexpr size_t burst_wg_dkdv_smem()
+/* With DQ, three more [BQ][128] tiles: dS (query rows x keys, double-buffered) and P. */
+template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * D * 2 +
+           (DQ ? 3 * burst_wg_dkdv_bq<D>() * 128 * 2 : 0) +
            WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) + 1024;
 }
 
-template <typename T, int D>
+/* DQ: also dQ += tau dS K of every query tile, added to s.dq with float atomics (plans that are
+ * not deterministic; burst_wg_dq then is not launched). dS and P (rounded to T) go through
+ * shared memory, where dK += dS^T Q and dV += P^T dO read them (which frees the registers the
+ * dQ^T accumulators need), and the two warpgroups split dQ^T = K^T dS^T: the
+ * 64-row halves of d at d = 128 (64 x 48 each), the 32-column halves of the tile's queries at
+ * d = 64 (64 x 32 each). */
+template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
-    constexpr int KBYTES = BC * D * 2, QBYTES = BQ * D * 2;
-    constexpr uint64_t DSTAGE = 2 * QBYTES >> 4;
+    constexpr int KBYTES = BC * D * 2, QBYTES = BQ * D * 2, SBYTES = BQ * BC * 2;
+    constexpr int NQ = D > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
+    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];
     unsigned char *sk = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
-    struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sqo + WB_NS * 2 * QBYTES);
+    unsigned char *sds = sqo + WB_NS * 2 * QBYTES;     /* DQ: dS tiles 0 and 1, then P */
+    struct burst_wg_qrow *rows =
+        (struct burst_wg_qrow *)(sds + (DQ ? 3 * SBYTES : 0));
+    __shared__ int s_full[WB_NS][2]; /* per stage: its tile sees all 128 keys (warps 0, 1) */
+    static_assert(BQ <= 64, "the row scalars of a tile are in warps 0 and 1");
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nk + BC - 1) / BC;
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
@@ -231,7 +246,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
      * issued one tile before the values are stored to shared memory, so that no warp waits on
      * them while the others wait at the next barrier. */
     auto row_scalars = [&](int it) {
-        struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, 0};
+        struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX}; /* P = 0 on every key */
         const int64_t h = g * s.group + it / ntq;
         const int64_t i = ifirst + (int64_t)(it % ntq) * BQ + threadIdx.x;
         if (threadIdx.x < BQ && i < s.nq) {
@@ -257,6 +272,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         burst_cp_commit();
         if (threadIdx.x < BQ)
             rows[st * BQ + threadIdx.x] = r;
+        if (threadIdx.x < 64) { /* warps 0 and 1 hold the rows: is every key allowed? */
+            const int kbm = __reduce_max_sync(~0u, r.kb), kem = __reduce_min_sync(~0u, r.ke);
+            if (lane == 0)
+                s_full[st][warp] = kbm <= j0 && kem >= j0 + BC;
+        }
     };
     {
         burst_wg_loader<T, D, BC, NT> lk;
@@ -272,16 +292,25 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 #pragma unroll
     for (int n = 0; n < D / 2; n++)
         dk[n] = dv[n] = 0.0f;
-    float sc[BQ / 2], dp[BQ / 2];
-    unsigned pa[BQ / 16][4], da[BQ / 16][4];
+    float sc[BQ / 2], dp[BQ / 2], dqa[DQ ? NQ / 2 : 1];
+    unsigned pa[DQ ? 1 : BQ / 16][4], da[DQ ? 1 : BQ / 16][4];
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     const int key0 = (int)j0 + wg * 64 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
-    const uint64_t dkd = burst_wg_desc(sk + wg * 64 * 128, 16, 1024);
-    const uint64_t dvd = burst_wg_desc(sv + wg * 64 * 128, 16, 1024);
-    const uint64_t dq0 = burst_wg_desc(sqo, 16, 1024);              /* Q as B, K-major */
-    const uint64_t do0 = burst_wg_desc(sqo + QBYTES, 16, 1024);     /* dO as B, K-major */
-    const uint64_t dqt0 = burst_wg_desc(sqo, BQ * 128, 1024);       /* Q as B, MN-major */
-    const uint64_t dot0 = burst_wg_desc(sqo + QBYTES, BQ * 128, 1024); /* dO, MN-major */
+    /* descriptors as their low words (burst_wg_dlo; burst_wg_dhi() completes them) */
+    const uint32_t dkd = burst_wg_dlo(sk + wg * 64 * 128, 16);
+    const uint32_t dvd = burst_wg_dlo(sv + wg * 64 * 128, 16);
+    const uint32_t dq0 = burst_wg_dlo(sqo, 16);                 /* Q as B, K-major */
+    const uint32_t do0 = burst_wg_dlo(sqo + QBYTES, 16);        /* dO as B, K-major */
+    const uint32_t dqt0 = burst_wg_dlo(sqo, BQ * 128);          /* Q as B, MN-major */
+    const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES, BQ * 128); /* dO, MN-major */
+    /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wg of a dS tile), K^T as
+     * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query rows n0..) */
+    const int dm = D > 64 ? wg : 0, n0 = D > 64 ? 0 : wg * NQ;
+    const uint32_t dsa0 = burst_wg_dlo(sds + wg * BQ * 128, BQ * 128);
+    const uint32_t dkt = burst_wg_dlo(sk + dm * BC * 128, BC * 128);
+    const uint32_t dsb0 = burst_wg_dlo(sds + n0 * 128, 16);
+    const uint32_t dpa = dsa0 + 2 * (SBYTES >> 4); /* P^T as A of dV, like dS^T */
+    constexpr uint32_t DSBUF = SBYTES >> 4;
 
     auto tile_begin = [&](int it, int st) {
         burst_cp_wait<0>();
@@ -293,12 +322,28 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
                 rnext = row_scalars(it + 2);
         }
         burst_wg_fence();
-        burst_wg_abt<T, D, BQ, BC>(sc, dkd, dq0 + st * DSTAGE);
-        burst_wg_abt<T, D, BQ, BC>(dp, dvd, do0 + st * DSTAGE);
+        burst_wg_abt<T, D, BQ, BC>(sc, burst_wg_dhi(dkd), burst_wg_dhi(dq0 + st * DSTAGE));
+        burst_wg_abt<T, D, BQ, BC>(dp, burst_wg_dhi(dvd), burst_wg_dhi(do0 + st * DSTAGE));
     };
     /* P^T and dS^T; column = query row of the tile */
     auto dsoft = [&](int st) {
         const struct burst_wg_qrow *rw = rows + st * BQ;
+        if (s_full[st][0] && s_full[st][1]) { /* no mask in this tile: lse and D only */
+#pragma unroll
+            for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const int e = 2 * u + c;
+                        const float p = burst_ex2(fmaf(sc[4 * n + e], sl2, -r.x));
+                        sc[4 * n + e] = p;
+                        dp[4 * n + e] = p * (dp[4 * n + e] - r.y);
+                    }
+                }
+            return;
+        }
 #pragma unroll
         for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
@@ -314,36 +359,108 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
                 }
             }
     };
+    /* DQ: x^T (P^T in sc or dS^T in dp) -> tile `buf` (2: P), [query row][key] panels, in T:
+     * per 16 queries one stmatrix of the four 8 x 8 blocks (queries 8 n.., keys 16 warp + 8 u..)
+     * in burst_wg_pack's order; lane 8 m + i gives query row 8 (2 kk + m / 2) + i, 16-byte chunk
+     * 2 warp + m % 2 of this warpgroup's key panel, swizzled */
+    auto store_t = [&](const float *x, int buf) {
+        const int m = lane >> 3, i = lane & 7;
+        unsigned char *t = sds + buf * SBYTES + wg * BQ * 128 + (m >> 1) * 8 * 128 + i * 128 +
+                           (((warp * 2 + (m & 1)) ^ i) << 4);
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            unsigned r[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                r[k] = burst_mma<T>::pack(x[8 * kk + 2 * k], x[8 * kk + 2 * k + 1]);
+            burst_stmatrix_t4(t + kk * 16 * 128, r);
+        }
+    };
+    /* DQ: s.dq += tau dQ^T of query tile `it` (this thread: d = dm 64 + 16 warp + rq (+ 8),
+     * queries n0 + 8 n + cq (+ 1)); rows past nq are not written */
+    auto red_dq = [&](int it) {
+        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (int64_t)(it % ntq) * BQ;
+        const int64_t rs = s.hq * s.d;
+        float *base = s.dq + ((b * s.nq + i0) * s.hq + h) * s.d + dm * 64 + warp * 16 + rq;
+#pragma unroll
+        for (int n = 0; n < NQ / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int q = n0 + n * 8 + cq + c;
+                if (i0 + q < s.nq) {
+                    atomicAdd(base + q * rs, s.scale * dqa[4 * n + c]);
+                    atomicAdd(base + q * rs + 8, s.scale * dqa[4 * n + 2 + c]);
+                }
+            }
+    };
     tile_begin(0, 0);
     burst_wg_wait<0>();
     burst_wg_pin<BQ / 2>(sc);
     burst_wg_pin<BQ / 2>(dp);
     dsoft(0);
-    burst_wg_pack<T, BQ>(pa, sc);
-    burst_wg_pack<T, BQ>(da, dp);
-    int prev = 0;
+    if constexpr (DQ) {
+        store_t(sc, 2);
+        store_t(dp, 0);
+        burst_fence_proxy_async(); /* published by the next barrier */
+    } else {
+        burst_wg_pack<T, BQ>(pa, sc);
+        burst_wg_pack<T, BQ>(da, dp);
+    }
+    int prev = 0, pb = 0; /* the previous tile's stage and dS tile */
     for (int it = 1; it < total; it++) {
         const int st = prev == WB_NS - 1 ? 0 : prev + 1;
         tile_begin(it, st);
-        burst_wg_pv<T, D, BQ>(dv, pa, dot0 + prev * DSTAGE);
-        burst_wg_pv<T, D, BQ>(dk, da, dqt0 + prev * DSTAGE);
-        burst_wg_wait<2>(); /* S^T, dP^T done; the previous tile's dV, dK may still run */
+        if constexpr (DQ) {
+            burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + prev * DSTAGE));
+            burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + pb * DSBUF),
+                                  burst_wg_dhi(dqt0 + prev * DSTAGE));
+            burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + pb * DSBUF));
+            burst_wg_wait<3>(); /* S^T, dP^T done; the previous tile's dV, dK, dQ may still run */
+        } else {
+            burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + prev * DSTAGE));
+            burst_wg_pv<T, D, BQ>(dk, da, burst_wg_dhi(dqt0 + prev * DSTAGE));
+            burst_wg_wait<2>(); /* S^T, dP^T done; the previous tile's dV, dK may still run */
+        }
         burst_wg_pin<BQ / 2>(sc);
         burst_wg_pin<BQ / 2>(dp);
         dsoft(st);
         burst_wg_wait<0>();
         burst_wg_pin<D / 2>(dv);
         burst_wg_pin<D / 2>(dk);
-        burst_wg_pack<T, BQ>(pa, sc);
-        burst_wg_pack<T, BQ>(da, dp);
+        if constexpr (DQ) {
+            burst_wg_pin<NQ / 2>(dqa);
+            red_dq(it - 1);
+            /* the other warpgroup may still read dS tile pb; it finished with pb ^ 1 (two tiles
+             * old) before the last barrier. P is this warpgroup's alone. */
+            pb ^= 1;
+            store_t(sc, 2);
+            store_t(dp, pb);
+            burst_fence_proxy_async();
+        } else {
+            burst_wg_pack<T, BQ>(pa, sc);
+            burst_wg_pack<T, BQ>(da, dp);
+        }
         prev = st;
     }
+    if constexpr (DQ)
+        __syncthreads(); /* the last dS tile, written by both warpgroups */
     burst_wg_fence();
-    burst_wg_pv<T, D, BQ>(dv, pa, dot0 + prev * DSTAGE);
-    burst_wg_pv<T, D, BQ>(dk, da, dqt0 + prev * DSTAGE);
+    if constexpr (DQ) {
+        burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + prev * DSTAGE));
+        burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + pb * DSBUF),
+                                  burst_wg_dhi(dqt0 + prev * DSTAGE));
+        burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + pb * DSBUF));
+    } else {
+        burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + prev * DSTAGE));
+        burst_wg_pv<T, D, BQ>(dk, da, burst_wg_dhi(dqt0 + prev * DSTAGE));
+    }
     burst_wg_wait<0>();
     burst_wg_pin<D / 2>(dv);
     burst_wg_pin<D / 2>(dk);
+    if constexpr (DQ) {
+        burst_wg_pin<NQ / 2>(dqa);
+        red_dq(total - 1);
+    }
 
 #pragma unroll
     for (int u = 0; u < 2; u++) {
@@ -374,15 +491,20 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 
 template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
 {
+    const bool fused = s->dq && s->dq_atomic && (s->dk || s->dv);
     if (s->dk || s->dv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
-        burst_wg_dkdv<T, D>
-            <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D>(), cudaStreamPerThread>>>(*s);
+        if (fused)
+            burst_wg_dkdv<T, D, true><<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(),
+                                        cudaStreamPerThread>>>(*s);
+        else
+            burst_wg_dkdv<T, D, false><<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(),
+                                         cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
     }
-    if (s->dq) {
+    if (s->dq && !fused) {
         int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
         burst_wg_dq<T, D><<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
     }
@@ -399,9 +521,13 @@ extern "C" int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
 {
-    cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D>,
+    cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, false>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)burst_wg_dkdv_smem<D>());
+                                         (int)burst_wg_dkdv_smem<D, false>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)burst_wg_dkdv_smem<D, true>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_wg_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)burst_wg_dq_smem<D>());

@@ -14,13 +14,15 @@
  *     on warpgroup tensor cores (wgmma, burst_cuda_fwd_sm90.cu: 2 warpgroups x 64 query rows,
  *     128 key rows per tile at d = 128 and 64 at d = 64 (BURST_CUDA_WGMMA_BC=64|128 overrides),
  *     3 cp.async stages) and so does the backward (burst_cuda_bwd_sm90.cu: dK/dV per 128 keys x
- *     query tiles of 64 rows, 48 at d = 128; dQ per 128 query rows x 64-key tiles; no atomics),
+ *     query tiles of 64 rows, 48 at d = 128, which also adds dQ with float atomics unless the plan
+ *     is deterministic (or BURST_CUDA_DQ_ATOMIC=0); else dQ per 128 query rows x 64-key tiles),
  *     both also reported when a context would keep the sm_80 backward (BURST_CUDA_WGMMA=fwd);
  *     BURST_CUDA_WGMMA=0
  *     keeps the sm_80 kernels, BURST_CUDA_WGMMA=fwd the sm_80 backward;
  *   everything else: SIMT fp32, 32 query rows (8 per warp) x 32 key rows (16 rows per block
  *     when d > 128), the same two backward kernels;
- *   no float atomics anywhere (the backward is deterministic).
+ *   deterministic plans never use float atomics (bitwise-identical reruns); only the Hopper
+ *   backward uses them otherwise.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,12 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
         return 0;
     return burst_cuda_mma_usable(caps) && caps->cc_major == 9 && caps->cc_minor == 0 &&
            caps->smem_block_optin >= burst_cuda_wg_smem128();
+}
+
+int burst_cuda_dq_atomic_env(void)
+{
+    const char *env = getenv("BURST_CUDA_DQ_ATOMIC");
+    return !(env && strcmp(env, "0") == 0);
 }
 
 int burst_cuda_wgmma_bc(int d)
@@ -130,17 +138,19 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 "\"bc_d64\": %d, \"bc_d128\": %d, \"warpgroups\": 2, \"stages\": 3, "
                 "\"smem_d128\": %zu}, "
                 "\"bwd_wgmma\": {\"usable\": %s, \"kv_rows\": 128, \"q_rows_d64\": 64, "
-                "\"q_rows_d128\": 48, \"dq_rows\": 128, \"dq_kv_rows\": 64}, "
+                "\"q_rows_d128\": 48, \"dq_rows\": 128, \"dq_kv_rows\": 64, "
+                "\"dq_atomic\": %s}, "
                 "\"fwd_mma\": {\"br\": %d, \"bc\": %d, \"warps\": %d, "
                 "\"stages\": 2, \"head_dims\": [64, 128], \"smem_d128\": %zu}, \"fwd_simt\": "
                 "{\"br\": %d, \"bc\": 32, \"warps\": %d}, \"bwd_mma\": {\"kv_rows\": 64, "
                 "\"q_rows\": 64}, \"bwd_simt\": {\"kv_rows\": [%d, %d], \"q_rows\": [%d, %d]}, "
-                "\"deterministic\": true}}",
+                "\"deterministic_plans\": \"no atomics\"}}",
                 p.major, p.minor, usable ? "true" : "false", p.multiProcessorCount,
                 p.sharedMemPerBlock, p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor,
                 p.regsPerBlock, p.regsPerMultiprocessor, p.l2CacheSize, p.totalGlobalMem,
                 wg ? "wgmma" : mma ? "mma" : "simt", wg ? "true" : "false", burst_cuda_wgmma_bc(64),
                 burst_cuda_wgmma_bc(128), burst_cuda_wg_smem128(), wg_bwd ? "true" : "false",
+                wg_bwd && burst_cuda_dq_atomic_env() ? "true" : "false",
                 2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
                 BURST_CUDA_MMA_WARPS, burst_cuda_mma_smem(128), BURST_CUDA_SIMT_BR,
                 BURST_CUDA_SIMT_WARPS, 32, 16, 32, 16);
@@ -150,8 +160,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                             "%zu B/block (%zu opt-in), %zu B/SM, %d registers/SM, L2 %d B, "
                             "memory %.1f GiB\n"
                             "    forward and backward: %s; forward tiles %dx%d (d = 128), %dx%d "
-                            "(d = 64; fp16/bf16), else simt %dx32; backward dK/dV + dQ kernels, "
-                            "deterministic (no atomics)\n",
+                            "(d = 64; fp16/bf16), else simt %dx32; backward dK/dV + dQ kernels%s\n",
                             i, p.name, p.major, p.minor, usable ? "" : " (unusable: needs 8.0+)",
                             p.multiProcessorCount, p.sharedMemPerBlock, p.sharedMemPerBlockOptin,
                             p.sharedMemPerMultiprocessor, p.regsPerMultiprocessor, p.l2CacheSize,
@@ -159,7 +168,11 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                             wg ? 128 : 2 * BURST_CUDA_MMA_BR,
                             wg ? burst_cuda_wgmma_bc(128) : BURST_CUDA_MMA_BC,
                             wg ? 128 : 2 * BURST_CUDA_MMA_BR,
-                            wg ? burst_cuda_wgmma_bc(64) : BURST_CUDA_MMA_BC, BURST_CUDA_SIMT_BR);
+                            wg ? burst_cuda_wgmma_bc(64) : BURST_CUDA_MMA_BC, BURST_CUDA_SIMT_BR,
+                            wg_bwd && burst_cuda_dq_atomic_env()
+                                ? " (one Hopper kernel with dQ by float atomics unless the plan "
+                                  "is deterministic)"
+                                : ", no float atomics");
         }
     }
     if (json)

@@ -76,6 +76,18 @@ __device__ __forceinline__ uint64_t burst_wg_desc(const void *p, unsigned lbo, u
            ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
+/* The same descriptor in two halves: burst_wg_dlo() is the low word (address and LBO), and
+ * burst_wg_dhi() joins it with the constant high word (SBO 1024, 128-byte swizzle). Kernels short
+ * of registers keep only the 32-bit low words live (one register per descriptor, not two). */
+__device__ __forceinline__ uint32_t burst_wg_dlo(const void *p, unsigned lbo)
+{
+    return ((burst_smem_addr(p) & 0x3FFFFu) >> 4) | (((lbo & 0x3FFFFu) >> 4) << 16);
+}
+__device__ __forceinline__ uint64_t burst_wg_dhi(uint32_t lo)
+{
+    return ((uint64_t)((1024u >> 4) | (1u << 30)) << 32) | lo;
+}
+
 __device__ __forceinline__ void burst_wg_fence()
 {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -102,15 +114,18 @@ template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-/* ---- wgmma.mma_async m64nNk16, N = 48 (A from shared memory only), 64 or 128, fp32 accumulators -------------------------------- */
+/* ---- wgmma.mma_async m64nNk16, N = 32 or 48 (A from shared memory only), 64 or 128, fp32 accumulators ---- */
 
 #define BURST_WG_A8(d, i)                                                                          \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
         "+f"(d[i + 6]), "+f"(d[i + 7])
-#define BURST_WG_A24(d) BURST_WG_A8(d, 0), BURST_WG_A8(d, 8), BURST_WG_A8(d, 16)
+#define BURST_WG_A16(d) BURST_WG_A8(d, 0), BURST_WG_A8(d, 8)
+#define BURST_WG_A24(d) BURST_WG_A16(d), BURST_WG_A8(d, 16)
 #define BURST_WG_A32(d) BURST_WG_A24(d), BURST_WG_A8(d, 24)
 #define BURST_WG_A64(d)                                                                            \
     BURST_WG_A32(d), BURST_WG_A8(d, 32), BURST_WG_A8(d, 40), BURST_WG_A8(d, 48), BURST_WG_A8(d, 56)
+#define BURST_WG_R16                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define BURST_WG_R24                                                                               \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
     "%20, %21, %22, %23}"
@@ -132,25 +147,32 @@ template <> struct burst_wg_ty<__nv_bfloat16> {
     static constexpr bool bf16 = true;
 };
 
-/* d (+)= A B with A and B in shared memory, both K-major; acc = 0 overwrites d. */
+/* d (+)= A B with A and B in shared memory; acc = 0 overwrites d. TA / TB: the instruction's
+ * imm-trans-a / imm-trans-b (0: the operand is K-major; 1: MN-major, the M (N) dimension
+ * contiguous, as described above). burst_wg_ss<T, N> is the K-major / K-major case. */
+template <typename T, int N, int TA, int TB> struct burst_wg_ssop;
 template <typename T, int N>
-__device__ __forceinline__ void burst_wg_ss(float *d, uint64_t da, uint64_t db, int acc);
+__device__ __forceinline__ void burst_wg_ss(float *d, uint64_t da, uint64_t db, int acc)
+{
+    burst_wg_ssop<T, N, 0, 0>::run(d, da, db, acc);
+}
 
 /* d += A B with A in registers (4 x 32 bits per thread, the layout above) and B in shared
  * memory, MN-major (imm-trans-b = 1). */
 template <typename T, int N>
 __device__ __forceinline__ void burst_wg_rs(float *d, const unsigned *a, uint64_t db);
 
-#define BURST_WG_SS(TY, NN, PT, REGS, ACCS, IA, IB, IS)                                            \
-    template <> __device__ __forceinline__ void burst_wg_ss<TY, NN>(float *d, uint64_t da,         \
-                                                                    uint64_t db, int acc)          \
-    {                                                                                              \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                             \
-                     "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS        \
-                     ", %" IA ", %" IB ", p, 1, 1, 0, 0;\n}\n"                                     \
-                     : ACCS(d)                                                                     \
-                     : "l"(da), "l"(db), "r"(acc));                                                \
-    }
+#define BURST_WG_SS(TY, NN, PT, REGS, ACCS, IA, IB, IS, ITA, ITB)                                  \
+    template <int TA, int TB> struct burst_wg_ssop<TY, NN, TA, TB> {                               \
+        static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, int acc)    \
+        {                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                         \
+                         "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS    \
+                         ", %" IA ", %" IB ", p, 1, 1, %" ITA ", %" ITB ";\n}\n"                  \
+                         : ACCS(d)                                                                 \
+                         : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));                          \
+        }                                                                                          \
+    };
 #define BURST_WG_RS(TY, NN, PT, REGS, ACCS, A0, A1, A2, A3, IB, IS)                                    \
     template <>                                                                                    \
     __device__ __forceinline__ void burst_wg_rs<TY, NN>(float *d, const unsigned *a, uint64_t db)  \
@@ -162,16 +184,29 @@ __device__ __forceinline__ void burst_wg_rs(float *d, const unsigned *a, uint64_
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));               \
     }
 
-BURST_WG_SS(__half, 48, "f16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26")
-BURST_WG_SS(__nv_bfloat16, 48, "bf16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26")
-BURST_WG_SS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
-BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66")
-BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
-BURST_WG_SS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66")
+BURST_WG_SS(__half, 32, "f16", BURST_WG_R16, BURST_WG_A16, "16", "17", "18", "19", "20")
+BURST_WG_SS(__nv_bfloat16, 32, "bf16", BURST_WG_R16, BURST_WG_A16, "16", "17", "18", "19", "20")
+BURST_WG_SS(__half, 48, "f16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26", "27", "28")
+BURST_WG_SS(__nv_bfloat16, 48, "bf16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26", "27", "28")
+BURST_WG_SS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
+BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
+BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
+BURST_WG_SS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
 BURST_WG_RS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
 BURST_WG_RS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
 BURST_WG_RS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
 BURST_WG_RS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
+
+/* Store four 8 x 8 16-bit matrices transposed (stmatrix .x4 .trans): r[m] is matrix m as an mma
+ * C fragment (lane holds row lane / 4, columns 2 (lane % 4) and + 1, packed), and memory row i of
+ * matrix m (its column i: 8 elements, 16 bytes) goes to the address lane 8 m + i passes. */
+__device__ __forceinline__ void burst_stmatrix_t4(const void *row, const unsigned *r)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     burst_smem_addr(row)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 
 /* ---- the products of the attention kernels ------------------------------------------------------- */
 
@@ -210,6 +245,33 @@ __device__ __forceinline__ void burst_wg_pv(float *acc, unsigned (*p)[4], uint64
 #pragma unroll
     for (int kk = 0; kk < ROWS / 16; kk++)
         burst_wg_rs<T, D>(acc, p[kk], db + (uint64_t)(kk * 2048 >> 4));
+    burst_wg_commit();
+}
+
+/* Issue acc += A B (one commit group) with both operands MN-major in shared memory: A = 64 x
+ * KROWS (the 64 M elements contiguous, as a panel tile of KROWS rows), B = a [KROWS][N] panel
+ * tile (db made with LBO = KROWS * 128); 16 rows of either = 2048 bytes. */
+template <typename T, int N, int KROWS>
+__device__ __forceinline__ void burst_wg_mn(float *acc, uint64_t da, uint64_t db)
+{
+#pragma unroll
+    for (int kk = 0; kk < KROWS / 16; kk++)
+        burst_wg_ssop<T, N, 1, 1>::run(acc, da + (uint64_t)(kk * 2048 >> 4),
+                                       db + (uint64_t)(kk * 2048 >> 4), 1);
+    burst_wg_commit();
+}
+
+/* Issue acc = A^T B^T (one commit group) over a reduction of 128: A^T with A a [128][..] panel
+ * tile read MN-major (its 64 columns starting at da are M; 16 rows = 2048 bytes), B^T with B a
+ * panel tile of BROWS rows of 128 elements, read K-major from its row at db (N rows). */
+template <typename T, int N, int BROWS>
+__device__ __forceinline__ void burst_wg_atbt(float *acc, uint64_t da, uint64_t db)
+{
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        burst_wg_ssop<T, N, 1, 0>::run(
+            acc, da + (uint64_t)(kk * 2048 >> 4),
+            db + (uint64_t)(((kk >> 2) * BROWS * 128 + (kk & 3) * 32) >> 4), kk > 0);
     burst_wg_commit();
 }
 

@@ -35,6 +35,9 @@ BURST_TEST_BACKEND=cuda BURST_CUDA_FWD_ROWS=16 step test_cuda_rows16 "$b/tests/t
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA_BC=64 step test_cuda_bc64 "$b/tests/test_cuda"
+# the default plans are not deterministic, so the Hopper backward adds dQ with atomics inside the
+# dK/dV kernel; check the separate dQ kernel on every case too
+BURST_TEST_BACKEND=cuda BURST_CUDA_DQ_ATOMIC=0 step test_cuda_dqsplit "$b/tests/test_cuda"
 if [ "${BURST_RING:-0}" = 1 ]; then
     BURST_TEST_BACKEND=cuda step test_attention_cuda "$b/tests/test_attention"
 fi
@@ -69,10 +72,13 @@ fi
 if [ -n "${BURST_BENCH_BC64:-}" ]; then # the wgmma forward with 64-key tiles
     BURST_CUDA_WGMMA_BC=64 "$b/tools/burstbench_cuda" --csv /tmp/bc64.csv $BURST_BENCH_BC64
 fi
+if [ -n "${BURST_BENCH_DQSPLIT:-}" ]; then # the backward with the separate dQ kernel
+    BURST_CUDA_DQ_ATOMIC=0 "$b/tools/burstbench_cuda" --csv /tmp/dqsplit.csv $BURST_BENCH_DQSPLIT
+fi
 if [ -n "${BURST_BENCH_ROWS16:-}" ]; then # the forward with 16 rows per warp, for comparison
     BURST_CUDA_FWD_ROWS=16 "$b/tools/burstbench_cuda" --csv /tmp/rows16.csv $BURST_BENCH_ROWS16
 fi
-for f in test_cuda test_cuda_rows16 test_cuda_sm80 test_cuda_wgfwd test_cuda_bc64 memcheck racecheck racecheck_simt \
+for f in test_cuda test_cuda_rows16 test_cuda_sm80 test_cuda_wgfwd test_cuda_bc64 test_cuda_dqsplit memcheck racecheck racecheck_simt \
     racecheck_long test_attention_cuda; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; grep -E "FAIL|ERROR|PASSED|FAILED|error|hazard" "$out/$f.log" | tail -n 12; }
 done

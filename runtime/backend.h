@@ -58,6 +58,9 @@ struct burst_bwd_args {
     float *dq; /* [B, nq, Hq, d] fp32, += tau * dS K */
     float *dk; /* [B, nk, Hkv, d] fp32, += tau * dS^T Q (summed over the heads of a group) */
     float *dv; /* [B, nk, Hkv, d] fp32, += P^T dO (summed over the heads of a group) */
+    /* the plan's deterministic flag: nonzero forbids float atomics (bitwise-identical reruns);
+     * zero lets a backend add into the accumulators in any order */
+    int deterministic;
 };
 
 struct burst_backend_ops {

@@ -287,6 +287,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
                 .dq = gq,
                 .dk = gk,
                 .dv = gv,
+                .deterministic = plan->p.deterministic,
             };
             st = c.ops->bwd_step(c.be, &a);
             if (st == BURST_OK && c.ops->sync)

@@ -394,7 +394,7 @@ static void test_masked_rows(void **state)
                         vt = rows_tensor(&v);
     assert_int_equal(burst_cpu_backend_ops.bwd_delta(be, &dot, &ot, delta), BURST_OK);
     struct burst_bwd_args a = {&qt,    &kt, &vt, &dot, l, delta, rows_posmap(&q), rows_posmap(&k),
-                               causal, tau, dq,  dk,   dv};
+                               causal, tau, dq,  dk,   dv, 0};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a), BURST_OK);
 
     /* fp64 gradients of this single-block problem */
@@ -458,7 +458,7 @@ static void test_masked_rows(void **state)
     struct burst_tensor kft = rows_tensor(&kf), vft = rows_tensor(&vf);
     struct burst_bwd_args a2 = {
         &qt,    &kft, &vft, &dot, l,  delta, rows_posmap(&q), rows_posmap(&kf),
-        causal, tau,  dq2,  dk2,  dv2};
+        causal, tau,  dq2,  dk2,  dv2, 0};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a2), BURST_OK);
     assert_memory_equal(dq2, dq, no * 4);
     for (size_t i = 0; i < nk; i++)
