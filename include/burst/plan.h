@@ -71,7 +71,10 @@ struct burst_plan_params {
     burst_layout_t layout; /* how tokens are spread over ranks */
     burst_bwd_pattern_t bwd_pattern;
     burst_wire_precision_t acc_wire; /* precision of travelling gradient accumulators */
-    int deterministic; /* nonzero: bitwise-identical reruns (no float atomics on any backend) */
+    /* nonzero: bitwise-identical reruns (no float atomics on any backend); zero (default) lets
+     * a backend trade that for speed: the cuda backend on Hopper then adds dQ with float
+     * atomics, so reruns may differ in the last bits of dQ */
+    int deterministic;
     /* Two-level ring (ALGORITHM.md section 4): ranks per node L, dividing the ring size; the
      * ranks of a node are consecutive. Blocks hop over each node's local ring and, once per L
      * steps, to the same local index on the next node, overlapped with the L local steps.
