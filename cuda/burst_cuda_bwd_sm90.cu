@@ -10,6 +10,7 @@
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
  *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
  *     B = the dO / Q tile read transposed);
+ *   - dK/dV/dQ (DQ): the dK/dV kernel that also adds dQ (below);
  *   - dQ: a block owns 128 query rows of a head (2 warpgroups x 64) and loops over 64-key tiles:
  *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed).
  * The streamed tiles go through 3 cp.async stages, one tile ahead, and each tile's elementwise
@@ -222,9 +223,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     extern __shared__ __align__(1024) unsigned char smraw[];
     unsigned char *sk = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
-    unsigned char *sds = sqo + WB_NS * 2 * QBYTES;     /* DQ: dS tiles 0 and 1, then P */
-    struct burst_wg_qrow *rows =
-        (struct burst_wg_qrow *)(sds + (DQ ? 3 * SBYTES : 0));
+    unsigned char *sds = sqo + WB_NS * 2 * QBYTES;       /* DQ: dS tiles 0 and 1, then P */
+    struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sds + (DQ ? 3 * SBYTES : 0));
     __shared__ int s_full[WB_NS][2]; /* per stage: its tile sees all 128 keys (warps 0, 1) */
     static_assert(BQ <= 64, "the row scalars of a tile are in warps 0 and 1");
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     if constexpr (DQ) {
         burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + prev * DSTAGE));
         burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + pb * DSBUF),
-                                  burst_wg_dhi(dqt0 + prev * DSTAGE));
+                              burst_wg_dhi(dqt0 + prev * DSTAGE));
         burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + pb * DSBUF));
     } else {
         burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + prev * DSTAGE));
