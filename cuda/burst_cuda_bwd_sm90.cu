@@ -393,6 +393,19 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
                 }
             }
     };
+    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): dV += P^T dO and
+     * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
+    auto prev_products = [&](int st, int buf) {
+        if constexpr (DQ) {
+            burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + st * DSTAGE));
+            burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + buf * DSBUF),
+                                  burst_wg_dhi(dqt0 + st * DSTAGE));
+            burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + buf * DSBUF));
+        } else {
+            burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + st * DSTAGE));
+            burst_wg_pv<T, D, BQ>(dk, da, burst_wg_dhi(dqt0 + st * DSTAGE));
+        }
+    };
     tile_begin(0, 0);
     burst_wg_wait<0>();
     burst_wg_pin<BQ / 2>(sc);
@@ -410,17 +423,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     for (int it = 1; it < total; it++) {
         const int st = prev == WB_NS - 1 ? 0 : prev + 1;
         tile_begin(it, st);
-        if constexpr (DQ) {
-            burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + prev * DSTAGE));
-            burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + pb * DSBUF),
-                                  burst_wg_dhi(dqt0 + prev * DSTAGE));
-            burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + pb * DSBUF));
-            burst_wg_wait<3>(); /* S^T, dP^T done; the previous tile's dV, dK, dQ may still run */
-        } else {
-            burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + prev * DSTAGE));
-            burst_wg_pv<T, D, BQ>(dk, da, burst_wg_dhi(dqt0 + prev * DSTAGE));
-            burst_wg_wait<2>(); /* S^T, dP^T done; the previous tile's dV, dK may still run */
-        }
+        prev_products(prev, pb);
+        burst_wg_wait<DQ ? 3 : 2>(); /* S^T, dP^T done; the previous tile's products may run */
         burst_wg_pin<BQ / 2>(sc);
         burst_wg_pin<BQ / 2>(dp);
         dsoft(st);
@@ -445,15 +449,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     if constexpr (DQ)
         __syncthreads(); /* the last dS tile, written by both warpgroups */
     burst_wg_fence();
-    if constexpr (DQ) {
-        burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + prev * DSTAGE));
-        burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + pb * DSBUF),
-                              burst_wg_dhi(dqt0 + prev * DSTAGE));
-        burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + pb * DSBUF));
-    } else {
-        burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + prev * DSTAGE));
-        burst_wg_pv<T, D, BQ>(dk, da, burst_wg_dhi(dqt0 + prev * DSTAGE));
-    }
+    prev_products(prev, pb);
     burst_wg_wait<0>();
     burst_wg_pin<D / 2>(dv);
     burst_wg_pin<D / 2>(dk);
