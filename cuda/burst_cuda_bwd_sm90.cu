@@ -22,7 +22,7 @@
 
 #include "burst_cuda_wgmma.cuh"
 
-#define WB_NS 3  /* stages of the streamed tiles */
+#define WB_NS 3    /* stages of the streamed tiles */
 #define WB_ROWS 64 /* rows of a streamed tile */
 
 /* ---- dQ --------------------------------------------------------------------------------------- */
@@ -38,12 +38,13 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 128, BC = WB_ROWS, NT = 256;
     constexpr int QBYTES = BR * D * 2, KBYTES = BC * D * 2;
-    constexpr uint64_t DSTAGE = 2 * KBYTES >> 4;
+    constexpr uint32_t DSTAGE = 2 * KBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];
     __shared__ int s_rng[2][2];
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *sdo = sq + QBYTES, *skv = sdo + QBYTES;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31;
     const int64_t tiles = (s.nq + BR - 1) / BR;
     const int64_t t = tiles - 1 - blockIdx.x % tiles;
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
@@ -106,11 +107,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
         dq[n] = 0.0f;
     float sc[BC / 2], dp[BC / 2];
     unsigned ds[BC / 16][4];
-    const uint64_t dqd = burst_wg_desc(sq + wg * 64 * 128, 16, 1024);
-    const uint64_t dod = burst_wg_desc(sdo + wg * 64 * 128, 16, 1024);
-    const uint64_t dk0 = burst_wg_desc(skv, 16, 1024);          /* K as B, K-major */
-    const uint64_t dv0 = burst_wg_desc(skv + KBYTES, 16, 1024); /* V as B, K-major */
-    const uint64_t dkt0 = burst_wg_desc(skv, BC * 128, 1024);   /* K as B, MN-major */
+    const uint32_t dqd = burst_wg_dlo(sq + wg * 64 * 128, 16);
+    const uint32_t dod = burst_wg_dlo(sdo + wg * 64 * 128, 16);
+    const uint32_t dk0 = burst_wg_dlo(skv, 16);          /* K as B, K-major */
+    const uint32_t dv0 = burst_wg_dlo(skv + KBYTES, 16); /* V as B, K-major */
+    const uint32_t dkt0 = burst_wg_dlo(skv, BC * 128);   /* K as B, MN-major */
 
     auto tile_begin = [&](int j, int st) {
         burst_cp_wait<0>();
@@ -198,20 +199,29 @@ template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
     return D > 64 ? 48 : 64;
 }
 
-/* With DQ, three more [BQ][128] tiles: dS (query rows x keys, double-buffered) and P. */
+/* fp32 elements per row of the dQ staging tile: D, padded by 16 bytes so that the accumulator
+ * stores of a warp (8 d x 4 rows) fall in distinct banks */
+template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
+{
+    return D + 4;
+}
+
+/* With DQ, three more [BQ][128] tiles: dS (query rows x keys, double-buffered) and P, and the fp32
+ * dQ staging tile [BQ][D + 4]. */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * D * 2 +
            (DQ ? 3 * burst_wg_dkdv_bq<D>() * 128 * 2 : 0) +
-           WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) + 1024;
+           WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) +
+           (DQ ? burst_wg_dkdv_bq<D>() * burst_wg_dq_stride<D>() * 4 : 0) + 1024;
 }
 
 /* DQ: also dQ += tau dS K of every query tile, added to s.dq with float atomics (plans that are
- * not deterministic; burst_wg_dq then is not launched). dS and P (rounded to T) go through
- * shared memory, where dK += dS^T Q and dV += P^T dO read them (which frees the registers the
- * dQ^T accumulators need), and the two warpgroups split dQ^T = K^T dS^T: the
- * 64-row halves of d at d = 128 (64 x 48 each), the 32-column halves of the tile's queries at
- * d = 64 (64 x 32 each). */
+ * not deterministic: the order of the additions varies; burst_wg_dq then is not launched). dS and P (rounded to T) go through shared memory, where dK += dS^T Q and
+ * dV += P^T dO read them (which frees the registers the dQ^T accumulators need), and the two
+ * warpgroups split dQ^T = K^T dS^T: the 64-row halves of d at d = 128 (64 x 48 each), the
+ * 32-column halves of the tile's queries at d = 64 (64 x 32 each). Each warpgroup stores its
+ * part to a staging tile of fp32 query rows, from which 4-wide vector atomics add whole rows. */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s)
 {
@@ -225,9 +235,12 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
     unsigned char *sds = sqo + WB_NS * 2 * QBYTES;       /* DQ: dS tiles 0 and 1, then P */
     struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sds + (DQ ? 3 * SBYTES : 0));
+    float *sdq = (float *)(rows + WB_NS * BQ); /* DQ: the dQ staging tile */
+    constexpr int DQS = burst_wg_dq_stride<D>();
     __shared__ int s_full[WB_NS][2]; /* per stage: its tile sees all 128 keys (warps 0, 1) */
     static_assert(BQ <= 64, "the row scalars of a tile are in warps 0 and 1");
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31;
     const int64_t tiles = (s.nk + BC - 1) / BC;
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
     const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
@@ -241,14 +254,30 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         return;
     const int64_t ifirst = imin / BQ * BQ;
     const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
+    /* tile `it` is query tile it % ntq of head g group + it / ntq; the quotient from a float
+     * reciprocal (exact to one for it < 2^24), corrected, instead of an integer division */
+    const float rntq = 1.0f / (float)ntq;
+    auto tile_at = [&](int it, int64_t *h, int64_t *i0) {
+        int hh = __float2int_rz((float)it * rntq), r = it - hh * ntq;
+        if (r < 0) {
+            hh--;
+            r += ntq;
+        } else if (r >= ntq) {
+            hh++;
+            r -= ntq;
+        }
+        *h = g * s.group + hh;
+        *i0 = ifirst + (int64_t)r * BQ;
+    };
 
     /* The row scalars of query tile `it` (threads < BQ: one row each). Their global loads are
      * issued one tile before the values are stored to shared memory, so that no warp waits on
      * them while the others wait at the next barrier. */
     auto row_scalars = [&](int it) {
         struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX}; /* P = 0 on every key */
-        const int64_t h = g * s.group + it / ntq;
-        const int64_t i = ifirst + (int64_t)(it % ntq) * BQ + threadIdx.x;
+        int64_t h, i;
+        tile_at(it, &h, &i);
+        i += threadIdx.x;
         if (threadIdx.x < BQ && i < s.nq) {
             int64_t kb = 0, ke = 0;
             burst_dkeys(s, i, &kb, &ke);
@@ -263,7 +292,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     burst_wg_loader<T, D, BQ, NT> lq, lo;
     /* issue the copies of query tile `it` into stage st and store its row scalars r */
     auto issue = [&](int it, int st, const struct burst_wg_qrow &r) {
-        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (int64_t)(it % ntq) * BQ;
+        int64_t h, i0;
+        tile_at(it, &h, &i0);
         unsigned char *dst = sqo + st * 2 * QBYTES;
         lq.init(s.q, b, h);
         lq.load(dst, i0, s.nq);
@@ -296,7 +326,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     unsigned pa[DQ ? 1 : BQ / 16][4], da[DQ ? 1 : BQ / 16][4];
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     const int key0 = (int)j0 + wg * 64 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
-    /* descriptors as their low words (burst_wg_dlo; burst_wg_dhi() completes them) */
+    /* descriptors (low words, burst_wg_dlo) */
     const uint32_t dkd = burst_wg_dlo(sk + wg * 64 * 128, 16);
     const uint32_t dvd = burst_wg_dlo(sv + wg * 64 * 128, 16);
     const uint32_t dq0 = burst_wg_dlo(sqo, 16);                 /* Q as B, K-major */
@@ -322,40 +352,40 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
                 rnext = row_scalars(it + 2);
         }
         burst_wg_fence();
-        burst_wg_abt<T, D, BQ, BC>(sc, burst_wg_dhi(dkd), burst_wg_dhi(dq0 + st * DSTAGE));
-        burst_wg_abt<T, D, BQ, BC>(dp, burst_wg_dhi(dvd), burst_wg_dhi(do0 + st * DSTAGE));
+        burst_wg_abt<T, D, BQ, BC>(sc, dkd, dq0 + st * DSTAGE);
+        burst_wg_abt<T, D, BQ, BC>(dp, dvd, do0 + st * DSTAGE);
     };
     /* P^T and dS^T; column = query row of the tile */
     auto dsoft = [&](int st) {
         const struct burst_wg_qrow *rw = rows + st * BQ;
-        if (s_full[st][0] && s_full[st][1]) { /* no mask in this tile: lse and D only */
+        /* the mask as bits (4 n + e), all set where the tile sees all 128 keys; computed before
+         * lse and D are read, so that the key ranges and lse, D are not live together */
+        unsigned ok = ~0u;
+        if (!(s_full[st][0] && s_full[st][1])) {
+            ok = 0;
 #pragma unroll
             for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
+                    const int2 kr = *(const int2 *)&rw[n * 8 + cq + c].kb; /* kb, ke */
 #pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const int e = 2 * u + c;
-                        const float p = burst_ex2(fmaf(sc[4 * n + e], sl2, -r.x));
-                        sc[4 * n + e] = p;
-                        dp[4 * n + e] = p * (dp[4 * n + e] - r.y);
-                    }
+                    for (int u = 0; u < 2; u++)
+                        if (key0 + 8 * u >= kr.x && key0 + 8 * u < kr.y)
+                            ok |= 1u << (4 * n + 2 * u + c);
                 }
-            return;
         }
 #pragma unroll
         for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const struct burst_wg_qrow r = rw[n * 8 + cq + c];
+                const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
 #pragma unroll
                 for (int u = 0; u < 2; u++) {
-                    const int e = 2 * u + c, key = key0 + 8 * u;
-                    const bool ok = key >= r.kb && key < r.ke;
-                    const float p = ok ? burst_ex2(fmaf(sc[4 * n + e], sl2, -r.l2)) : 0.0f;
+                    const int e = 2 * u + c;
+                    const float p =
+                        ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(sc[4 * n + e], sl2, -r.x)) : 0.0f;
                     sc[4 * n + e] = p;
-                    dp[4 * n + e] = p * (dp[4 * n + e] - r.dl);
+                    dp[4 * n + e] = p * (dp[4 * n + e] - r.y);
                 }
             }
     };
@@ -376,34 +406,44 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             burst_stmatrix_t4(t + kk * 16 * 128, r);
         }
     };
-    /* DQ: s.dq += tau dQ^T of query tile `it` (this thread: d = dm 64 + 16 warp + rq (+ 8),
-     * queries n0 + 8 n + cq (+ 1)); rows past nq are not written */
+    /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = dm 64 + 16 warp +
+     * rq (+ 8), queries n0 + 8 n + cq (+ 1)) go to the staging tile; after the warpgroup's
+     * barrier, each thread adds 4 consecutive d of rows n0 + tw / 16 + 8 k with one vector float
+     * atomic (rows past nq are not added). The next tile's stores come after the block barrier
+     * of tile_begin, so no thread still reads the staging tile then. */
+    const int tw = threadIdx.x & 127;
     auto red_dq = [&](int it) {
-        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (int64_t)(it % ntq) * BQ;
-        const int64_t rs = s.hq * s.d;
-        float *base = s.dq + ((b * s.nq + i0) * s.hq + h) * s.d + dm * 64 + warp * 16 + rq;
+        float *srow = sdq + n0 * DQS + dm * 64 + warp * 16 + rq;
 #pragma unroll
         for (int n = 0; n < NQ / 8; n++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int q = n0 + n * 8 + cq + c;
-                if (i0 + q < s.nq) {
-                    atomicAdd(base + q * rs, s.scale * dqa[4 * n + c]);
-                    atomicAdd(base + q * rs + 8, s.scale * dqa[4 * n + 2 + c]);
-                }
+                float *x = srow + (n * 8 + cq + c) * DQS;
+                x[0] = s.scale * dqa[4 * n + c];
+                x[8] = s.scale * dqa[4 * n + 2 + c];
             }
+        burst_wg_bar(wg);
+        int64_t h, i0;
+        tile_at(it, &h, &i0);
+        const int r = n0 + (tw >> 4), c4 = dm * 64 + (tw & 15) * 4;
+        float *dst = s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d + c4;
+        const int64_t step8 = 8 * s.hq * s.d;
+#pragma unroll
+        for (int k = 0; k < NQ / 8; k++)
+            if (i0 + r + 8 * k < s.nq)
+                atomicAdd((float4 *)(dst + k * step8),
+                          *(const float4 *)&sdq[(r + 8 * k) * DQS + c4]);
     };
     /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): dV += P^T dO and
      * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
     auto prev_products = [&](int st, int buf) {
         if constexpr (DQ) {
-            burst_wg_mn<T, D, BQ>(dv, burst_wg_dhi(dpa), burst_wg_dhi(dot0 + st * DSTAGE));
-            burst_wg_mn<T, D, BQ>(dk, burst_wg_dhi(dsa0 + buf * DSBUF),
-                                  burst_wg_dhi(dqt0 + st * DSTAGE));
-            burst_wg_atbt<T, NQ, BQ>(dqa, burst_wg_dhi(dkt), burst_wg_dhi(dsb0 + buf * DSBUF));
+            burst_wg_mn<T, D, BQ>(dv, dpa, dot0 + st * DSTAGE);
+            burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
+            burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
         } else {
-            burst_wg_pv<T, D, BQ>(dv, pa, burst_wg_dhi(dot0 + st * DSTAGE));
-            burst_wg_pv<T, D, BQ>(dk, da, burst_wg_dhi(dqt0 + st * DSTAGE));
+            burst_wg_pv<T, D, BQ>(dv, pa, dot0 + st * DSTAGE);
+            burst_wg_pv<T, D, BQ>(dk, da, dqt0 + st * DSTAGE);
         }
     };
     tile_begin(0, 0);
@@ -491,18 +531,20 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
     if (s->dk || s->dv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
         if (fused)
-            burst_wg_dkdv<T, D, true><<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(),
-                                        cudaStreamPerThread>>>(*s);
+            burst_wg_dkdv<T, D, true>
+                <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(*s);
         else
-            burst_wg_dkdv<T, D, false><<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(),
-                                         cudaStreamPerThread>>>(*s);
+            burst_wg_dkdv<T, D, false>
+                <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(
+                    *s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
     }
     if (s->dq && !fused) {
         int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
-        burst_wg_dq<T, D><<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+        burst_wg_dq<T, D>
+            <<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
     }
     return cudaGetLastError();
 }

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     __shared__ int s_rng[NWG][2]; /* per warpgroup: the keys all its rows see, [wb, we) */
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nq + BR - 1) / BR;
     const int64_t t = tiles - 1 - blockIdx.x % tiles; /* heaviest (causal) tiles first */
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
@@ -159,10 +159,10 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f}, alpha[2];
     float sc[BC / 2];
     unsigned p[BC / 16][4]; /* P of the previous tile, as A fragments */
-    const uint64_t dq = burst_wg_desc(sq + wg * 64 * 128, 16, 1024);
-    const uint64_t dk0 = burst_wg_desc(skv, 16, 1024);
-    const uint64_t dv0 = burst_wg_desc(skv + KBYTES, BC * 128, 1024);
-    constexpr uint64_t DSTAGE = 2 * KBYTES >> 4; /* one stage, in descriptor units */
+    const uint32_t dq = burst_wg_dlo(sq + wg * 64 * 128, 16);
+    const uint32_t dk0 = burst_wg_dlo(skv, 16);
+    const uint32_t dv0 = burst_wg_dlo(skv + KBYTES, BC * 128);
+    constexpr uint32_t DSTAGE = 2 * KBYTES >> 4; /* one stage, in descriptor units */
 
     /* Tile j (in stage st): wait for its copies, publish them, prefetch tile j + 1 into the stage
      * of tile j - 2 (whose P V every warpgroup finished before this barrier), issue S_j. Tile 0

@@ -68,17 +68,10 @@ template <typename T, int D, int ROWS, int NT> struct burst_wg_loader {
     }
 };
 
-/* Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63). */
-__device__ __forceinline__ uint64_t burst_wg_desc(const void *p, unsigned lbo, unsigned sbo)
-{
-    const unsigned a = burst_smem_addr(p);
-    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
-}
-
-/* The same descriptor in two halves: burst_wg_dlo() is the low word (address and LBO), and
- * burst_wg_dhi() joins it with the constant high word (SBO 1024, 128-byte swizzle). Kernels short
- * of registers keep only the 32-bit low words live (one register per descriptor, not two). */
+/* Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63), SBO 1024 bytes
+ * (every tile here is a panel tile), in two halves: burst_wg_dlo() is the low word (address and
+ * LBO), which kernels keep and step, and burst_wg_dhi() joins it with the constant high word at
+ * the instruction. */
 __device__ __forceinline__ uint32_t burst_wg_dlo(const void *p, unsigned lbo)
 {
     return ((burst_smem_addr(p) & 0x3FFFFu) >> 4) | (((lbo & 0x3FFFFu) >> 4) << 16);
@@ -86,6 +79,14 @@ __device__ __forceinline__ uint32_t burst_wg_dlo(const void *p, unsigned lbo)
 __device__ __forceinline__ uint64_t burst_wg_dhi(uint32_t lo)
 {
     return ((uint64_t)((1024u >> 4) | (1u << 30)) << 32) | lo;
+}
+
+/* The warpgroup of this thread, read from lane 0 so that the compiler knows it is uniform across
+ * the warp (descriptors and shared-memory bases derived from it then live in uniform registers,
+ * not in per-thread ones moved over before every wgmma). */
+__device__ __forceinline__ int burst_wg_index()
+{
+    return __shfl_sync(~0u, (int)(threadIdx.x >> 7), 0);
 }
 
 __device__ __forceinline__ void burst_wg_fence()
@@ -104,6 +105,11 @@ template <int N> __device__ __forceinline__ void burst_wg_wait()
 __device__ __forceinline__ void burst_fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Barrier of the 128 threads of warpgroup wg (named barrier 1 + wg; __syncthreads is 0). */
+__device__ __forceinline__ void burst_wg_bar(int wg)
+{
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 /* Pin accumulator registers around asynchronous products: the compiler may not move reads or
  * writes of r across this point (used after a wait, before the registers are touched). */
@@ -224,27 +230,31 @@ __device__ __forceinline__ void burst_wg_pack(unsigned (*p)[4], const float *acc
     }
 }
 
+/* The products below take descriptors as low words (burst_wg_dlo) and step them per 16-wide
+ * slice in 32 bits (an address in shared memory never carries into the LBO field), so that the
+ * compiler keeps them in uniform registers where the kernel's base addresses are warp-uniform. */
+
 /* Issue acc = A B^T (one commit group): A = 64 rows of a panel tile of AROWS rows, B = a panel
  * tile of N rows, both [rows][D] (K-major, the reduction over d); da, db their descriptors. The
  * k-th 16-column slice is panel k / 4, byte 32 (k % 4) (descriptor units: 16 bytes). */
 template <typename T, int D, int N, int AROWS>
-__device__ __forceinline__ void burst_wg_abt(float *acc, uint64_t da, uint64_t db)
+__device__ __forceinline__ void burst_wg_abt(float *acc, uint32_t da, uint32_t db)
 {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        burst_wg_ss<T, N>(acc, da + (uint64_t)(((kk >> 2) * AROWS * 128 + (kk & 3) * 32) >> 4),
-                          db + (uint64_t)(((kk >> 2) * N * 128 + (kk & 3) * 32) >> 4), kk > 0);
+        burst_wg_ss<T, N>(acc, burst_wg_dhi(da + (((kk >> 2) * AROWS * 128 + (kk & 3) * 32) >> 4)),
+                          burst_wg_dhi(db + (((kk >> 2) * N * 128 + (kk & 3) * 32) >> 4)), kk > 0);
     burst_wg_commit();
 }
 
 /* Issue acc += A B (one commit group): A = 64 x ROWS in registers (burst_wg_pack), B = a
  * [ROWS][D] panel tile read MN-major (db made with LBO = ROWS * 128); 16 rows = 2048 bytes. */
 template <typename T, int D, int ROWS>
-__device__ __forceinline__ void burst_wg_pv(float *acc, unsigned (*p)[4], uint64_t db)
+__device__ __forceinline__ void burst_wg_pv(float *acc, unsigned (*p)[4], uint32_t db)
 {
 #pragma unroll
     for (int kk = 0; kk < ROWS / 16; kk++)
-        burst_wg_rs<T, D>(acc, p[kk], db + (uint64_t)(kk * 2048 >> 4));
+        burst_wg_rs<T, D>(acc, p[kk], burst_wg_dhi(db + (kk * 2048 >> 4)));
     burst_wg_commit();
 }
 
@@ -252,12 +262,12 @@ __device__ __forceinline__ void burst_wg_pv(float *acc, unsigned (*p)[4], uint64
  * KROWS (the 64 M elements contiguous, as a panel tile of KROWS rows), B = a [KROWS][N] panel
  * tile (db made with LBO = KROWS * 128); 16 rows of either = 2048 bytes. */
 template <typename T, int N, int KROWS>
-__device__ __forceinline__ void burst_wg_mn(float *acc, uint64_t da, uint64_t db)
+__device__ __forceinline__ void burst_wg_mn(float *acc, uint32_t da, uint32_t db)
 {
 #pragma unroll
     for (int kk = 0; kk < KROWS / 16; kk++)
-        burst_wg_ssop<T, N, 1, 1>::run(acc, da + (uint64_t)(kk * 2048 >> 4),
-                                       db + (uint64_t)(kk * 2048 >> 4), 1);
+        burst_wg_ssop<T, N, 1, 1>::run(acc, burst_wg_dhi(da + (kk * 2048 >> 4)),
+                                       burst_wg_dhi(db + (kk * 2048 >> 4)), 1);
     burst_wg_commit();
 }
 
@@ -265,13 +275,13 @@ __device__ __forceinline__ void burst_wg_mn(float *acc, uint64_t da, uint64_t db
  * tile read MN-major (its 64 columns starting at da are M; 16 rows = 2048 bytes), B^T with B a
  * panel tile of BROWS rows of 128 elements, read K-major from its row at db (N rows). */
 template <typename T, int N, int BROWS>
-__device__ __forceinline__ void burst_wg_atbt(float *acc, uint64_t da, uint64_t db)
+__device__ __forceinline__ void burst_wg_atbt(float *acc, uint32_t da, uint32_t db)
 {
 #pragma unroll
     for (int kk = 0; kk < 8; kk++)
         burst_wg_ssop<T, N, 1, 0>::run(
-            acc, da + (uint64_t)(kk * 2048 >> 4),
-            db + (uint64_t)(((kk >> 2) * BROWS * 128 + (kk & 3) * 32) >> 4), kk > 0);
+            acc, burst_wg_dhi(da + (kk * 2048 >> 4)),
+            burst_wg_dhi(db + (((kk >> 2) * BROWS * 128 + (kk & 3) * 32) >> 4)), kk > 0);
     burst_wg_commit();
 }
 
