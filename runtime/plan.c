@@ -423,10 +423,19 @@ void burst_plan_destroy(struct burst_plan *plan)
         free(plan->step_traffic[ph]);
         free(plan->step_time[ph]);
     }
+    burst_scratch_trim(plan);
     burst_xfer_pool_free(plan);
     burst_shards_fini(&plan->shards);
     free(plan->speeds);
     free(plan);
+}
+
+void burst_plan_trim(struct burst_plan *plan)
+{
+    if (!plan)
+        return;
+    burst_scratch_trim(plan);
+    burst_xfer_pool_free(plan);
 }
 
 int64_t burst_plan_local_len(const struct burst_plan *plan)
@@ -583,27 +592,74 @@ burst_status_t burst_call_end(struct burst_plan *plan, burst_phase_t phase,
     return BURST_OK;
 }
 
+/* Scratch sizes are rounded up to 256 bytes: a reused buffer is zeroed as floats, and a buffer
+ * kept for one size fits the near sizes of other calls. */
+#define BURST_SCRATCH_ALIGN 256
+
+void burst_scratch_trim(struct burst_plan *plan)
+{
+    const struct burst_context *ctx = plan->ctx;
+    for (int i = 0; i < BURST_SCRATCH_BUFS; i++) {
+        struct burst_kept *k = &plan->kept[i];
+        if (k->ptr && !k->busy) {
+            ctx->ops->free(ctx->be, k->ptr);
+            k->ptr = NULL;
+            k->size = 0;
+        }
+    }
+}
+
 burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
                                    void **ptr_p)
 {
-    if (s->count == (int)(sizeof(s->ptrs) / sizeof(s->ptrs[0])))
-        return burst_error(BURST_ERR_INTERNAL, "%s: too many scratch buffers", who);
-    const struct burst_context *ctx = s->plan->ctx;
-    void *p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, bytes ? bytes : 1);
-    if (!p)
-        return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,
-                           bytes);
-    s->ptrs[s->count++] = p;
+    struct burst_plan *plan = s->plan;
+    const struct burst_context *ctx = plan->ctx;
+    const size_t need = (bytes + BURST_SCRATCH_ALIGN - 1) / BURST_SCRATCH_ALIGN * BURST_SCRATCH_ALIGN;
+    int best = -1, empty = -1;
+    for (int i = 0; i < BURST_SCRATCH_BUFS; i++) {
+        const struct burst_kept *k = &plan->kept[i];
+        if (k->busy)
+            continue;
+        if (k->ptr && k->size >= need && (best < 0 || k->size < plan->kept[best].size))
+            best = i;
+        if (!k->ptr && empty < 0)
+            empty = i;
+    }
+    if (best >= 0) { /* reuse, zeroed like a fresh allocation, before any transfer may land */
+        struct burst_kept *k = &plan->kept[best];
+        burst_status_t st = ctx->ops->fill(ctx->be, k->ptr, need / sizeof(float), 0.0f);
+        if (st == BURST_OK && ctx->ops->sync)
+            st = ctx->ops->sync(ctx->be);
+        if (st != BURST_OK)
+            return st;
+    } else {
+        /* a new buffer: the idle ones are too small for this call, drop them first */
+        burst_scratch_trim(plan);
+        for (int i = 0; i < BURST_SCRATCH_BUFS && empty < 0; i++)
+            if (!plan->kept[i].ptr)
+                empty = i;
+        if (empty < 0)
+            return burst_error(BURST_ERR_INTERNAL, "%s: more than %d scratch buffers", who,
+                               BURST_SCRATCH_BUFS);
+        void *p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, need);
+        if (!p)
+            return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
+                               who, bytes);
+        plan->kept[empty].ptr = p;
+        plan->kept[empty].size = need;
+        best = empty;
+    }
+    plan->kept[best].busy = 1;
+    s->slots[s->count++] = best;
     s->bytes += bytes;
-    *ptr_p = p;
+    *ptr_p = plan->kept[best].ptr;
     return BURST_OK;
 }
 
 void burst_scratch_free(struct burst_scratch *s)
 {
-    const struct burst_context *ctx = s->plan->ctx;
     for (int i = 0; i < s->count; i++)
-        ctx->ops->free(ctx->be, s->ptrs[i]);
+        s->plan->kept[s->slots[i]].busy = 0;
     s->count = 0;
 }
 

@@ -33,6 +33,15 @@ struct burst_plan {
     struct burst_step_time {
         double compute_s, wait_s;
     } * step_time[3]; /* [steps + 1] per phase */
+    /* Backend memory of the calls' scratch (burst_scratch_alloc), kept between calls so that a
+     * call in the steady state allocates nothing: best fit, zeroed on reuse; idle buffers are
+     * dropped when a new one is needed and on burst_plan_trim. */
+#define BURST_SCRATCH_BUFS 16
+    struct burst_kept {
+        void *ptr;
+        size_t size;
+        int busy;
+    } kept[BURST_SCRATCH_BUFS];
     /* host staging of transfers for device-memory backends (runtime/ring_xfer.h) */
 #define BURST_STAGE_BUFS 8
     struct burst_stage {
@@ -48,16 +57,19 @@ uint64_t burst_plan_bwd_step_bytes(const struct burst_plan_params *p, burst_bwd_
 
 /* ---- helpers shared by ring_fwd.c and ring_bwd.c ---- */
 
-/* Scratch allocations of one call: freed together, peak size recorded. */
+/* Scratch allocations of one call (zeroed backend memory from the plan's kept buffers): handed
+ * back together, bytes asked for recorded. */
 struct burst_scratch {
     struct burst_plan *plan;
-    void *ptrs[16];
+    int slots[BURST_SCRATCH_BUFS];
     int count;
     uint64_t bytes;
 };
 burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
                                    void **ptr_p);
 void burst_scratch_free(struct burst_scratch *s);
+/* Free the plan's idle kept scratch buffers (all of them between calls). */
+void burst_scratch_trim(struct burst_plan *plan);
 
 /* Monotonic seconds. */
 double burst_now(void);

@@ -119,6 +119,9 @@ burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x)
 void burst_xfer_pool_free(struct burst_plan *plan)
 {
     for (int i = 0; i < BURST_STAGE_BUFS; i++)
-        if (plan->stage[i].ptr)
+        if (plan->stage[i].ptr) {
             plan->ctx->ops->host_free(plan->ctx->be, plan->stage[i].ptr);
+            plan->stage[i].ptr = NULL;
+            plan->stage[i].size = 0;
+        }
 }

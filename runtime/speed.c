@@ -16,7 +16,7 @@ burst_status_t burst_speed_measure(struct burst_context *ctx, const struct burst
     int64_t n = nmax; /* the buffers' size; the step's size grows up to it below */
     const size_t es = burst_dtype_size(p->dtype);
     struct burst_scratch sc = {.plan = NULL};
-    struct burst_plan fake = {.ctx = ctx}; /* the scratch allocator only reads plan->ctx */
+    struct burst_plan fake = {.ctx = ctx}; /* the scratch allocator's ctx and kept buffers */
     sc.plan = &fake;
     void *q = NULL, *k = NULL, *v = NULL;
     float *o = NULL, *lse = NULL;
@@ -81,6 +81,7 @@ sized:;
         }
     }
     burst_scratch_free(&sc);
+    burst_scratch_trim(&fake);
     if (st != BURST_OK)
         return st;
     if (elapsed <= 0.0)

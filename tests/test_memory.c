@@ -5,6 +5,12 @@
  * the fixed per-call overhead is small at these sizes), and stay below 64 bytes per local
  * element of Q, K, V (n (Hq + 2 Hkv) d), a generous linear budget (fp32 running O and the two
  * travelling buffers of each kind need a few times that, never n-proportional per element).
+ *
+ * The scratch a plan keeps between calls (burst_plan_trim): a second forward and backward on the
+ * same plan allocate nothing (every backend allocation is made to fail, burst_fault_set) and give
+ * bitwise the results of the first (reused buffers are zeroed again: the backward reuses the
+ * forward's accumulators); after burst_plan_trim the next call must allocate, fails with
+ * BURST_ERR_NO_MEMORY and leaves its outputs untouched.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +21,10 @@
 
 #include <stdio.h>
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
 #include "harness.h"
 
 static void scratch_at(const struct harness_case *base, int64_t n, uint64_t out[2])
@@ -88,12 +98,128 @@ static void test_ring_bf16(void **state)
     check_linear(&c);
 }
 
+enum { KT_Q, KT_K, KT_V, KT_O, KT_DO, KT_DQ, KT_DK, KT_DV, KT_N };
+
+/* backend memory <- / -> host (the harness context may be a GPU's) */
+static void put(void *dev, const void *host, size_t bytes)
+{
+    assert_int_equal(burst_context_memcpy(harness_context(), dev, host, bytes), BURST_OK);
+}
+static void get(void *host, const void *dev, size_t bytes)
+{
+    assert_int_equal(burst_context_memcpy(harness_context(), host, dev, bytes), BURST_OK);
+}
+
+static void test_kept(void **state)
+{
+    (void)state;
+    const int64_t n = 192, hq = 4, hkv = 2, d = 32;
+    struct burst_context *ctx = harness_context();
+    struct burst_local_world *world = NULL;
+    struct burst_comm *comm = NULL;
+    struct burst_plan *plan = NULL;
+    struct burst_comm_params cp = burst_comm_params_default();
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = n;
+    pp.q_heads = (int)hq;
+    pp.kv_heads = (int)hkv;
+    pp.head_dim = (int)d;
+    pp.causal = 1;
+    cp.rank = 0;
+    cp.size = 1;
+    assert_int_equal(burst_local_world_create(1, &world), BURST_OK);
+    cp.world = world;
+    assert_int_equal(burst_comm_create(&cp, &comm), BURST_OK);
+    assert_int_equal(burst_plan_create(ctx, comm, &pp, &plan), BURST_OK);
+
+    const int64_t heads[KT_N] = {hq, hkv, hkv, hq, hq, hq, hkv, hkv};
+    size_t bytes[KT_N];
+    void *t[KT_N], *lse = NULL;
+    float *h[KT_N], *first[KT_N];
+    float *hl = malloc(sizeof(float) * n * hq), *lse1 = malloc(sizeof(float) * n * hq);
+    struct burst_tensor v[KT_N];
+    uint64_t rng = harness_seed() ^ 0x6b657074ull;
+    for (int i = 0; i < KT_N; i++) {
+        const size_t cnt = (size_t)(n * heads[i] * d);
+        bytes[i] = cnt * sizeof(float);
+        assert_int_equal(burst_context_alloc(ctx, bytes[i], &t[i]), BURST_OK);
+        h[i] = malloc(bytes[i]);
+        first[i] = malloc(bytes[i]);
+        assert_non_null(h[i]);
+        assert_non_null(first[i]);
+        for (size_t e = 0; e < cnt; e++)
+            h[i][e] = (float)harness_rng_uniform(&rng, -1.0, 1.0);
+        put(t[i], h[i], bytes[i]);
+        v[i] = burst_tensor_contiguous(t[i], BURST_DTYPE_FP32, 1, n, heads[i], d);
+    }
+    assert_int_equal(burst_context_alloc(ctx, sizeof(float) * n * hq, &lse), BURST_OK);
+    assert_non_null(hl);
+    assert_non_null(lse1);
+
+    /* the outputs poisoned before each call, so that every element must be written */
+    for (int call = 0; call < 2; call++) {
+        for (int i = KT_O; i < KT_N; i++)
+            if (i != KT_DO) {
+                harness_poison(BURST_DTYPE_FP32, h[i], bytes[i] / sizeof(float));
+                put(t[i], h[i], bytes[i]);
+            }
+        if (call == 1) /* nothing may be allocated now */
+            assert_int_equal(burst_fault_set("oom:alloc=0,count=1000000"), 0);
+        assert_int_equal(burst_attention_forward(plan, &v[KT_Q], &v[KT_K], &v[KT_V], &v[KT_O], lse),
+                         BURST_OK);
+        assert_int_equal(burst_attention_backward(plan, &v[KT_Q], &v[KT_K], &v[KT_V], &v[KT_O], lse,
+                                                  &v[KT_DO], &v[KT_DQ], &v[KT_DK], &v[KT_DV]),
+                         BURST_OK);
+        for (int i = KT_O; i < KT_N; i++) {
+            get(h[i], t[i], bytes[i]);
+            if (call == 0)
+                memcpy(first[i], h[i], bytes[i]);
+            else if (memcmp(first[i], h[i], bytes[i]) != 0)
+                fail_msg("tensor %d of the second call differs from the first", i);
+        }
+        get(call == 0 ? lse1 : hl, lse, sizeof(float) * n * hq);
+        if (call == 1)
+            assert_memory_equal(lse1, hl, sizeof(float) * n * hq);
+    }
+    struct burst_phase_stats st;
+    assert_int_equal(burst_plan_stats(plan, BURST_PHASE_BWD, &st), BURST_OK);
+    assert_true(st.scratch_bytes > 0);
+
+    /* trimmed: the forward needs new scratch, which fails; o and lse stay as they were */
+    burst_plan_trim(plan);
+    harness_poison(BURST_DTYPE_FP32, h[KT_O], bytes[KT_O] / sizeof(float));
+    put(t[KT_O], h[KT_O], bytes[KT_O]);
+    assert_int_equal(burst_attention_forward(plan, &v[KT_Q], &v[KT_K], &v[KT_V], &v[KT_O], lse),
+                     BURST_ERR_NO_MEMORY);
+    assert_true(harness_contains(burst_last_error(), "scratch"));
+    assert_int_equal(burst_fault_set(NULL), 0);
+    get(h[KT_O], t[KT_O], bytes[KT_O]);
+    for (size_t e = 0; e < bytes[KT_O] / sizeof(float); e++)
+        assert_true(harness_is_poison(BURST_DTYPE_FP32, h[KT_O], e));
+    get(hl, lse, sizeof(float) * n * hq);
+    assert_memory_equal(lse1, hl, sizeof(float) * n * hq);
+
+    burst_plan_trim(NULL); /* accepted */
+    burst_plan_destroy(plan);
+    burst_comm_destroy(comm);
+    burst_local_world_destroy(world);
+    for (int i = 0; i < KT_N; i++) {
+        burst_context_free(ctx, t[i]);
+        free(h[i]);
+        free(first[i]);
+    }
+    burst_context_free(ctx, lse);
+    free(hl);
+    free(lse1);
+}
+
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst),
         cmocka_unit_test(test_ring_bf16),
+        cmocka_unit_test(test_kept),
     };
     return cmocka_run_group_tests_name("memory", tests, NULL, NULL);
 }

@@ -117,6 +117,18 @@ BURST_API burst_status_t burst_plan_create(struct burst_context *ctx, struct bur
 /* Destroy a plan; NULL accepted. Not collective. */
 BURST_API void burst_plan_destroy(struct burst_plan *plan);
 
+/*
+ * Free the memory a plan keeps between calls. A call's scratch (the fp32 accumulators of O, dQ,
+ * dK, dV and the buffers of travelling blocks, scratch_bytes in the statistics) is backend
+ * memory that the plan keeps once the call returns, so that later calls of the same sizes
+ * allocate nothing (on a GPU, allocating and freeing it costs more than a short call); kept
+ * buffers are zeroed again when reused, and idle ones are freed whenever a call needs a larger
+ * one. The page-locked host buffers of staged transfers are kept likewise. This frees both now;
+ * the next call allocates again. Not collective. Not concurrently with a call on the same plan.
+ * NULL accepted.
+ */
+BURST_API void burst_plan_trim(struct burst_plan *plan);
+
 /* Tokens held by this rank (n_i). */
 BURST_API int64_t burst_plan_local_len(const struct burst_plan *plan);
 
