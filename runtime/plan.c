@@ -614,16 +614,14 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
 {
     struct burst_plan *plan = s->plan;
     const struct burst_context *ctx = plan->ctx;
-    const size_t need = (bytes + BURST_SCRATCH_ALIGN - 1) / BURST_SCRATCH_ALIGN * BURST_SCRATCH_ALIGN;
+    const size_t need =
+        bytes ? (bytes + BURST_SCRATCH_ALIGN - 1) / BURST_SCRATCH_ALIGN * BURST_SCRATCH_ALIGN
+              : BURST_SCRATCH_ALIGN;
     int best = -1, empty = -1;
     for (int i = 0; i < BURST_SCRATCH_BUFS; i++) {
         const struct burst_kept *k = &plan->kept[i];
-        if (k->busy)
-            continue;
-        if (k->ptr && k->size >= need && (best < 0 || k->size < plan->kept[best].size))
+        if (!k->busy && k->ptr && k->size >= need && (best < 0 || k->size < plan->kept[best].size))
             best = i;
-        if (!k->ptr && empty < 0)
-            empty = i;
     }
     if (best >= 0) { /* reuse, zeroed like a fresh allocation, before any transfer may land */
         struct burst_kept *k = &plan->kept[best];
