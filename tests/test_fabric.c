@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,8 +207,9 @@ static void shm_name(const struct addr *a, char *out, size_t cap)
         snprintf(out, cap, "%.*s", (int)(a->len - 9), (const char *)a->b + 9);
 }
 
-/* Entries of /dev/shm that start with "<pid>:" (shm's segment names) */
-static int shm_leftovers(const pid_t *pids, int n)
+/* Entries of /dev/shm that start with "<pid>:" (shm's segment names), made at or after `since`
+ * (older ones were left by an earlier process that had the same pid) */
+static int shm_leftovers(const pid_t *pids, int n, time_t since)
 {
     int count = 0;
     DIR *d = opendir("/dev/shm");
@@ -215,12 +217,16 @@ static int shm_leftovers(const pid_t *pids, int n)
         return 0;
     for (struct dirent *e; (e = readdir(d));)
         for (int r = 0; r < n; r++) {
-            char pre[32];
+            char pre[32], path[300];
             int l = snprintf(pre, sizeof(pre), "%d:", (int)pids[r]);
-            if (strncmp(e->d_name, pre, (size_t)l) == 0) {
-                fprintf(stderr, "left behind: /dev/shm/%s\n", e->d_name);
-                count++;
-            }
+            struct stat sb;
+            if (strncmp(e->d_name, pre, (size_t)l) != 0)
+                continue;
+            snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+            if (stat(path, &sb) == 0 && sb.st_mtime < since)
+                continue;
+            fprintf(stderr, "left behind: %s\n", path);
+            count++;
         }
     closedir(d);
     return count;
@@ -235,6 +241,7 @@ static void run_ranks(int n, rank_fn fn, const int *expect)
     pid_t pids[MAX_RANKS];
     int up[MAX_RANKS][2], down[MAX_RANKS][2];
     struct addr addrs[MAX_RANKS];
+    const time_t since = time(NULL);
     fflush(stdout);
     fflush(stderr);
     for (int r = 0; r < n; r++) {
@@ -308,7 +315,7 @@ static void run_ranks(int n, rank_fn fn, const int *expect)
             ok = 0;
         }
     }
-    assert_int_equal(shm_leftovers(pids, n), 0);
+    assert_int_equal(shm_leftovers(pids, n, since), 0);
     assert_true(ok);
 }
 
