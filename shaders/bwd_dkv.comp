@@ -46,7 +46,7 @@ void main()
     }
     barrier();
     int lo = P.nq, hi = 0;
-    for (int i = tid; i < P.nq; i += BR * T) {
+    for (int i = P.lo + tid; i < min(P.nq, P.hi); i += BR * T) { // this dispatch's query rows
         ivec2 iv = rows.v[i];
         if (iv.x < iv.y && iv.x < j1 && iv.y > j0) {
             lo = min(lo, i);

@@ -52,7 +52,11 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Params {
     uint64_t rows;        // ivec2 [nq]: allowed key interval [kb, ke) of each query row
     int batch, nq, nk, hq, hkv, group;
     float scale;
-    int flags;            // bit 0: dQ wanted, bit 1: dK, bit 2: dV
+    int flags;            // bit 0: dQ wanted, bit 1: dK, bit 2: dV; fwd_cm: bit 3: q/k/v rows
+                          // are 16-byte aligned fp16 vectors of 8, bit 4: o is 16-byte aligned
+    int lo, hi;           // fwd, dq: keys [lo, hi) only; dkv: query rows [lo, hi) only (the host
+                          // splits a call into several dispatches where the device limits the
+                          // loop iterations of an invocation, as lavapipe does)
 };
 
 layout(push_constant) uniform Push { uint64_t params; } pc;

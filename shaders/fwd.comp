@@ -55,6 +55,7 @@ void main()
     }
     barrier();
     ivec2 my = live ? rows.v[i] : ivec2(0, 0);
+    my = ivec2(max(my.x, P.lo), min(my.y, P.hi)); // this dispatch's keys
     if (lane == 0 && my.x < my.y) {
         atomicMin(kmin_s, my.x);
         atomicMax(kmax_s, my.y);

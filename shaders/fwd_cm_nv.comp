@@ -1,169 +1,288 @@
 #version 460
-// shaders/fwd_cm_nv.comp - forward step on cooperative matrices (GL_NV_cooperative_matrix),
-// fp16 q/k/v with fp32 accumulation; the lse merge into the running (O, lse) fused at the end.
+// shaders/fwd_cm_nv.comp - forward step on cooperative matrices (GL_NV_cooperative_matrix):
+// fp16 q/k/v, fp32 accumulation, one pass of online softmax, the lse merge into the running
+// (O, lse) fused at the end.
 //
-// Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups, each owning 16 query
-// rows (T = subgroup size invocations). Q of the tile is staged once in shared memory as fp16;
-// K/V tiles of 16 keys stream through shared memory. Per subgroup and key tile:
-//   S (16 x 16, fp32) = sum over d-chunks of Q[rows, chunk] x K[keys, chunk]^T  (MMA 16x16x16)
-// Two passes over the block's keys (the NV extension gives no per-row access to accumulators,
-// so the output is never rescaled): pass 1 computes each row's maximum m and sum l (online, in
-// fp32, one invocation per row through shared memory); pass 2 recomputes S, forms
-// P = exp2(S - m) in fp16 and accumulates O += P V on cooperative matrices (D/16 fp32
-// accumulators per subgroup). O / l is merged into (o_acc, lse_acc) at the end through shared
-// memory. Rows with no allowed key stay untouched; fully masked key tiles are skipped.
-// Precision: P is rounded to fp16 before P V (as in FlashAttention); with fp16 inputs this adds
-// at most 2^-11 relative per term, the size of the fp16 output rounding the harness allows.
+// Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of T invocations,
+// each owning 16 query rows. The Q tile is staged once in shared memory; K/V tiles of BC keys are
+// staged in shared memory with 16-byte loads (where the views are 16-byte aligned, flag bit 3),
+// the next tile's loads in flight while the current one is computed on.
+// Per subgroup and key tile:
+//   S (16 x BC, fp32) = Q K^T on 16x16x16 MMAs, stored to the subgroup's scratch tile;
+//   the T invocations, T / 16 per row, read their row's scores, mask them by the row's allowed
+//   key interval (skipped when the whole tile is allowed for every row of the workgroup), and do
+//   the online-softmax step in fp32: a reference maximum m, moved only when the tile's maximum
+//   exceeds it by more than 2^8 (lazy rescaling: P <= 2^8, exact in the final O / l, and fp16 P
+//   keeps its relative precision up to 65504), P, the sum l;
+//   P goes back to the scratch tile as fp16, over S; where a row's m moved, also alpha as a
+//   16x16 row-broadcast tile, and O (16 x D, D/16 fp32 accumulators) is rescaled element-wise by
+//   it (the NV extension does not say which rows an invocation's accumulator elements are in,
+//   but two matrices of one type share the mapping);
+//   O += P V on MMAs.
+// Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
+// allowed key leave (O, lse) bit-for-bit unchanged.
+// Precision: P is rounded to fp16 before P V (as in FlashAttention); l sums the unrounded fp32
+// P. With fp16 inputs this adds at most 2^-11 relative per term, the size of the fp16 output
+// rounding the harness allows.
 //
-// Layout of the matrix loads (row-major shared tiles [row][D]):
-//   A = Q chunk c:     coopMatLoadNV(a, qsh, row0 * D + 16 c, D, false)
-//   B = K chunk c ^T:  coopMatLoadNV(b, ksh, 16 c, D, true)   (column-major view of K rows)
-//   B = V chunk c:     coopMatLoadNV(b, vsh, 16 c, D, false)
-// This file is laid out so that a GL_KHR_cooperative_matrix twin differs only in the type names
-// (coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ...) and load/store calls.
+// Shared memory, all of it uvec4 (8 halves or 4 floats) so that one tile serves as fp32 S and
+// then as fp16 P; rows padded by 16 bytes so that the 8 rows of a matrix load fall in different
+// banks:
+//   qsh   Q tile [BR][D + 8] fp16
+//   kvsh  K tile [BC][D + 8] and V tile [BC][D + 8] fp16
+//   xsh   per subgroup: S [16][BC + 4] fp32; then P [16][BC + 8] fp16 and alpha [16][16] fp32
+//         after it; O chunks [16][16] fp32 at the end
+// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
+// The layout keeps to operations the KHR extension has too (loads/stores with strides, MMA,
+// element access), so a GL_KHR_cooperative_matrix twin differs in type names and calls only.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#ifndef BURST_NO_UNROLL
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
 #include "common.glsl"
 
-const int W = BR / 16; // subgroups per workgroup
-const int DC = D / 16; // 16-wide chunks of the head dim
-const int NT = W * T;  // invocations
+const int W = BR / 16;          // subgroups per workgroup
+const int DC = D / 16;          // 16-wide chunks of the head dim
+const int NB = BC / 16;         // 16-key chunks of a key tile
+const int NT = W * T;           // invocations
+const int LPR = T / 16;         // invocations per row in the softmax (T >= 16)
+const int CPL = BC / LPR;       // scores per invocation in the softmax (a multiple of 8)
+const int RS = (D + 8) / 8;     // row stride of the Q/K/V tiles (uvec4)
+const int SS = (BC + 4) / 4;    // row stride of S (uvec4 = 4 floats)
+const int PS = (BC + 8) / 8;    // row stride of P (uvec4 = 8 halves)
+const int AOFF = 16 * PS;       // alpha after P (row stride 4)
+const int XSZ = 16 * SS > AOFF + 64 ? 16 * SS : AOFF + 64; // scratch per subgroup (uvec4)
+const int L8 = BC * (D / 8);    // 16-byte pieces of a K (or V) tile
+const int LPT = (L8 + NT - 1) / NT; // of them per invocation
+const float RESCALE_LOG2 = 8.0;
 
 #define AMAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define CMAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
-shared float16_t qsh[BR * D];
-shared float16_t ksh[16 * D];
-shared float16_t vsh[16 * D];
-shared float ssh[W * 256];
-shared float16_t psh[W * 256];
-shared int kmin_s, kmax_s;
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U32x4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4 { vec4 v[]; };
+
+shared uvec4 qsh[BR * RS];
+shared uvec4 kvsh[2 * BC * RS];
+shared uvec4 xsh[W * XSZ];
+shared int kmin_s, kmax_s, kin_lo_s, kin_hi_s;
+
+// Eight consecutive fp16 elements of a view from element index x (relative to the view's
+// base) as one uvec4: a 16-byte load where the caller checked alignment, else element by
+// element. Elements outside the tensor (inside = false) read as 0.
+uvec4 load8(View t, bool vec, uint x, bool inside)
+{
+    if (!inside)
+        return uvec4(0);
+    if (vec)
+        return U32x4(t.addr + 2ul * uint64_t(x + uint(t.off))).v[0];
+    uvec4 r;
+    UNROLL for (int k = 0; k < 4; k++) {
+        float a = load_elem(t, 1, x + uint(2 * k)), z = load_elem(t, 1, x + uint(2 * k + 1));
+        r[k] = packFloat2x16(f16vec2(float16_t(a), float16_t(z)));
+    }
+    return r;
+}
+
+void subgroup_sync()
+{
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+}
 
 void main()
 {
     Params P = Params(pc.params);
+    const View qv = P.q, kv = P.k, vv = P.v; // in registers for the loop
     const int tid = int(gl_LocalInvocationID.x);
     const int sg = tid / T, lane = tid % T;
     const int b = int(gl_WorkGroupID.z), h = int(gl_WorkGroupID.y);
     const int i0 = int(gl_WorkGroupID.x) * BR;
     const int g = h / P.group;
+    const bool vec = (P.flags & 8) != 0;
     I32x2 rows = I32x2(P.rows);
-    // invocation `lane` < 16 of subgroup sg owns row i0 + 16 sg + lane for the softmax statistics
-    const bool rowner = lane < 16;
-    const int i = i0 + 16 * sg + lane;
-    const bool live = rowner && i < P.nq;
+    // in the softmax, invocation `lane` of subgroup sg works on row r of the subgroup's 16,
+    // columns [part * CPL, (part + 1) * CPL) of the key tile
+    const int r = lane / LPR, part = lane % LPR;
+    const int i = i0 + 16 * sg + r;
+    const bool live = i < P.nq;
 
     if (tid == 0) {
         kmin_s = P.nk;
         kmax_s = 0;
+        kin_lo_s = 0;
+        kin_hi_s = P.nk;
     }
     barrier();
     ivec2 my = live ? rows.v[i] : ivec2(0, 0);
-    if (live && my.x < my.y) {
+    my = ivec2(max(my.x, P.lo), min(my.y, P.hi)); // this dispatch's keys
+    if (part == 0 && my.x < my.y) {
         atomicMin(kmin_s, my.x);
         atomicMax(kmax_s, my.y);
     }
-    for (int x = tid; x < BR * D; x += NT) {
-        int r = i0 + x / D, c = x % D;
-        qsh[x] = float16_t(r < P.nq ? load_elem(P.q, DTQ, view_index(P.q, b, r, h, c)) : 0.0);
+    if (part == 0 && live) { // keys allowed for every live row: tiles inside need no mask
+        atomicMax(kin_lo_s, my.x);
+        atomicMin(kin_hi_s, my.y);
+    }
+    for (int x = tid; x < BR * (D / 8); x += NT) {
+        int row = x / (D / 8), c8 = x % (D / 8);
+        qsh[row * RS + c8] = load8(qv, vec, view_index(qv, b, i0 + row, h, 8 * c8), i0 + row < P.nq);
     }
     barrier();
-    const int kmin = kmin_s, kmax = kmax_s;
+    const int kmin = kmin_s, kmax = kmax_s, kin_lo = kin_lo_s, kin_hi = kin_hi_s;
     if (kmin >= kmax)
         return;
+
     const float qmul = P.scale * LOG2E;
     float m = NEG_INF, l = 0.0;
     CMAT o[DC];
-    for (int c = 0; c < DC; c++)
+    UNROLL for (int c = 0; c < DC; c++)
         o[c] = CMAT(0.0);
-
-    for (int pass = 0; pass < 2; pass++) {
-        for (int j0 = kmin; j0 < kmax; j0 += 16) {
-            barrier();
-            for (int x = tid; x < 16 * D; x += NT) {
-                int j = j0 + x / D, c = x % D;
-                bool in_block = j < kmax;
-                ksh[x] = float16_t(in_block ? load_elem(P.k, DTK, view_index(P.k, b, j, g, c)) : 0.0);
-                if (pass == 1)
-                    vsh[x] =
-                        float16_t(in_block ? load_elem(P.v, DTV, view_index(P.v, b, j, g, c)) : 0.0);
-            }
-            barrier();
-            CMAT s = CMAT(0.0);
-            for (int c = 0; c < DC; c++) {
-                AMAT a, bk;
-                coopMatLoadNV(a, qsh, uint(16 * sg * D + 16 * c), uint(D), false);
-                coopMatLoadNV(bk, ksh, uint(16 * c), uint(D), true);
-                s = coopMatMulAddNV(a, bk, s);
-            }
-            coopMatStoreNV(s, ssh, uint(256 * sg), 16u, false);
-            barrier();
-            if (rowner) {
-                if (pass == 0) {
-                    float mx = NEG_INF;
-                    float sv[16];
-                    for (int j = 0; j < 16; j++) {
-                        int kj = j0 + j;
-                        sv[j] = (kj >= my.x && kj < my.y) ? ssh[256 * sg + 16 * lane + j] * qmul
-                                                         : NEG_INF;
-                        mx = max(mx, sv[j]);
-                    }
-                    float mnew = max(m, mx);
-                    float muse = mnew == NEG_INF ? 0.0 : mnew;
-                    float sum = 0.0;
-                    for (int j = 0; j < 16; j++)
-                        sum += exp2(sv[j] - muse);
-                    l = l * exp2(m - muse) + sum;
-                    m = mnew;
-                } else {
-                    float muse = m == NEG_INF ? 0.0 : m;
-                    for (int j = 0; j < 16; j++) {
-                        int kj = j0 + j;
-                        float p = (kj >= my.x && kj < my.y)
-                                      ? exp2(ssh[256 * sg + 16 * lane + j] * qmul - muse)
-                                      : 0.0;
-                        psh[256 * sg + 16 * lane + j] = float16_t(p);
-                    }
-                }
-            }
-            if (pass == 1) {
-                barrier();
-                AMAT pa;
-                coopMatLoadNV(pa, psh, uint(256 * sg), 16u, false);
-                for (int c = 0; c < DC; c++) {
-                    AMAT bv;
-                    coopMatLoadNV(bv, vsh, uint(16 * c), uint(D), false);
-                    o[c] = coopMatMulAddNV(pa, bv, o[c]);
-                }
+    const int xb = sg * XSZ;
+    // K/V tiles go global -> registers -> shared memory, LPT 16-byte pieces per invocation and
+    // matrix (piece x = tid + NT it: row x / (D / 8), column 8 (x % (D / 8))); the loads of tile
+    // j0 + BC are issued before the MMAs of tile j0, so that their latency hides behind them
+    const uint kbase = view_index(kv, b, 0, g, 0), vbase = view_index(vv, b, 0, g, 0);
+    uvec4 kreg[LPT], vreg[LPT];
+#define FETCH_KV(j0)                                                                              \
+    UNROLL for (int it = 0; it < LPT; it++) {                                                     \
+        int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
+        bool in_block = x < L8 && (j0) + row < kmax;                                              \
+        kreg[it] = load8(kv, vec, kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8), in_block); \
+        vreg[it] = load8(vv, vec, vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8), in_block); \
+    }
+    FETCH_KV(kmin)
+    for (int j0 = kmin; j0 < kmax; j0 += BC) {
+        barrier(); // the previous tile is no longer read
+        UNROLL for (int it = 0; it < LPT; it++) {
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            if (x < L8) {
+                kvsh[row * RS + c8] = kreg[it];
+                kvsh[(BC + row) * RS + c8] = vreg[it];
             }
         }
+        barrier();
+        if (j0 + BC < kmax) {
+            FETCH_KV(j0 + BC)
+        }
+
+        // S = Q K^T, to the scratch tile
+        UNROLL for (int n = 0; n < NB; n++) {
+            CMAT s = CMAT(0.0);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT a, bk;
+                coopMatLoadNV(a, qsh, uint(16 * sg * RS + 2 * c), uint(RS), false);
+                coopMatLoadNV(bk, kvsh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                s = coopMatMulAddNV(a, bk, s);
+            }
+            coopMatStoreNV(s, xsh, uint(xb + 4 * n), uint(SS), false);
+        }
+        subgroup_sync();
+
+        // ---- online softmax of row r over this invocation's CPL columns, then across the row
+        float sv[CPL];
+        UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
+            vec4 w = uintBitsToFloat(xsh[xb + r * SS + part * (CPL / 4) + j4]);
+            UNROLL for (int k = 0; k < 4; k++)
+                sv[4 * j4 + k] = w[k] * qmul;
+        }
+        const bool full = j0 >= kin_lo && j0 + BC <= kin_hi; // uniform
+        if (!full)
+            UNROLL for (int j = 0; j < CPL; j++) {
+                int kj = j0 + part * CPL + j;
+                sv[j] = (kj >= my.x && kj < my.y) ? sv[j] : NEG_INF;
+            }
+        float mx = sv[0];
+        UNROLL for (int j = 1; j < CPL; j++)
+            mx = max(mx, sv[j]);
+        for (int s = LPR / 2; s > 0; s >>= 1)
+            mx = max(mx, subgroupShuffleXor(mx, uint(s)));
+        const float mnew = mx > m + RESCALE_LOG2 ? mx : m; // m = -inf: any finite mx moves it
+        const float muse = mnew == NEG_INF ? 0.0 : mnew;    // fully masked so far: stay exactly 0
+        const float alpha = mnew == m ? 1.0 : exp2(m - muse);
+        subgroup_sync(); // S is read: P and alpha go over it
+        float sum = 0.0;
+        UNROLL for (int j8 = 0; j8 < CPL; j8 += 8) {
+            uvec4 w;
+            UNROLL for (int k = 0; k < 4; k++) {
+                float p0 = exp2(sv[j8 + 2 * k] - muse), p1 = exp2(sv[j8 + 2 * k + 1] - muse);
+                sum += p0 + p1;
+                w[k] = packFloat2x16(f16vec2(float16_t(p0), float16_t(p1)));
+            }
+            xsh[xb + r * PS + (part * CPL + j8) / 8] = w; // P row r, columns part CPL + j8 ..
+        }
+        for (int s = LPR / 2; s > 0; s >>= 1)
+            sum += subgroupShuffleXor(sum, uint(s));
+        l = l * alpha + sum;
+        m = mnew;
+        const bool rescale = !subgroupAll(alpha == 1.0);
+        if (rescale) // alpha row r, columns part * 16 / LPR ..: (4 / LPR) uvec4
+            UNROLL for (int k = 0; k < 4 / LPR; k++)
+                xsh[xb + AOFF + 4 * r + part * (4 / LPR) + k] = floatBitsToUint(vec4(alpha));
+        subgroup_sync();
+
+        if (rescale) {
+            CMAT al;
+            coopMatLoadNV(al, xsh, uint(xb + AOFF), 4u, false);
+            UNROLL for (int c = 0; c < DC; c++)
+                UNROLL for (int e = 0; e < al.length(); e++)
+                    o[c][e] *= al[e];
+        } // ---- softmax and rescale end
+        // O += P V
+        UNROLL for (int n = 0; n < NB; n++) {
+            AMAT pa;
+            coopMatLoadNV(pa, xsh, uint(xb + 2 * n), uint(PS), false);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT bv;
+                coopMatLoadNV(bv, kvsh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), false);
+                o[c] = coopMatMulAddNV(pa, bv, o[c]);
+            }
+        }
+        subgroup_sync(); // P is read: the next S goes over it
     }
 
-    // fused merge, one 16-column chunk at a time through shared memory
+    // fused merge, one 16-column chunk at a time through the scratch tile:
+    // L' = max(L, Lr) + log(1 + exp(-|L - Lr|)), O' = e^(L-L') O + e^(Lr-L') Or
     F32 lse = F32(P.lse), oa = F32(P.o);
+    F32x4 oa4 = F32x4(P.o);
+    const bool oaligned = (P.flags & 16) != 0;
     const bool merge = live && l != 0.0;
-    float lo = merge ? lse.v[(b * P.hq + h) * P.nq + i] : 0.0;
+    const uint li = uint((b * P.hq + h) * P.nq + i);
+    float lo = merge ? lse.v[li] : 0.0;
     float lr = (m + log2(l)) * LN2, ln = lr, co = 0.0, cn = 1.0 / l;
     if (merge && lo != NEG_INF) {
         ln = max(lo, lr) + log(1.0 + exp(-abs(lo - lr)));
         co = exp(lo - ln);
         cn = exp(lr - ln) / l;
     }
-    const uint ob = uint(((b * P.nq + i) * P.hq + h) * D);
-    for (int c = 0; c < DC; c++) {
-        barrier();
-        coopMatStoreNV(o[c], ssh, uint(256 * sg), 16u, false);
-        barrier();
+    const uint ob4 = uint(((b * P.nq + i) * P.hq + h) * (D / 4)); // o_acc row, in vec4
+    UNROLL for (int c = 0; c < DC; c++) {
+        coopMatStoreNV(o[c], xsh, uint(xb), 4u, false);
+        subgroup_sync();
         if (merge) {
-            for (int j = 0; j < 16; j++) {
-                uint x = ob + uint(16 * c + j);
-                float ov = ssh[256 * sg + 16 * lane + j];
-                oa.v[x] = lo == NEG_INF ? ov * cn : fma(co, oa.v[x], cn * ov);
+            UNROLL for (int k = 0; k < 4 / LPR; k++) {
+                int c4 = part * (4 / LPR) + k; // vec4 of the 16 columns
+                vec4 ov = uintBitsToFloat(xsh[xb + 4 * r + c4]);
+                uint x = ob4 + uint(4 * c + c4);
+                if (oaligned) {
+                    oa4.v[x] = lo == NEG_INF ? ov * cn : co * oa4.v[x] + cn * ov;
+                } else {
+                    UNROLL for (int e = 0; e < 4; e++)
+                        oa.v[4 * x + e] = lo == NEG_INF ? ov[e] * cn : fma(co, oa.v[4 * x + e], cn * ov[e]);
+                }
             }
         }
+        subgroup_sync();
     }
-    if (merge)
-        lse.v[(b * P.hq + h) * P.nq + i] = ln;
+    if (merge && part == 0)
+        lse.v[li] = ln;
 }

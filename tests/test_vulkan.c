@@ -5,7 +5,8 @@
  *   test_vulkan            (suite vulkan; exit 77 without a Vulkan device)
  *     - attention cases against the fp64 reference on the path the environment selects (meson
  *       runs it once with BURST_VK_SUBGROUP=0: the scalar kernels), every mask, GQA, dtypes and
- *       head dims 8..256;
+ *       head dims 8..256, fp16 cases for the cooperative-matrix forward where the device has
+ *       it, and blocks long enough that lavapipe needs split dispatches;
  *     - burst_probe text and JSON list the device, its limits and its tiles;
  *     - bad input: head dim 264 -> BURST_ERR_UNSUPPORTED naming it; a device with too little
  *       shared memory (BURST_VK_MAX_SHARED) -> BURST_ERR_UNSUPPORTED naming the head dim;
@@ -64,6 +65,21 @@ static const struct harness_case cases[] = {
     {VK_CASE("d136_padded_g2_fp16", 2, 40, 2, 1, 136, BURST_DTYPE_FP16), .pad = 3},
     {VK_CASE("batch2_g2_bf16", 2, 64, 2, 2, 40, BURST_DTYPE_BF16), .batch = 2, .window_left = 20,
      .window_right = 0},
+    /* fp16 with head dims that are multiples of 16: the cooperative-matrix forward where the
+     * device has it (else the path above): partial Q and K tiles, GQA, every mask, Q in shared
+     * memory (d 256), unaligned rows (pad: element loads), large scores (rescales) */
+    {VK_CASE("cm_causal_gqa_d64_fp16", 2, 200, 4, 1, 64, BURST_DTYPE_FP16), .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {VK_CASE("cm_window_d128_fp16", 1, 130, 2, 2, 128, BURST_DTYPE_FP16), .window_left = 40,
+     .window_right = 5},
+    {VK_CASE("cm_d256_gqa_fp16", 2, 72, 2, 1, 256, BURST_DTYPE_FP16), .causal = 1},
+    {VK_CASE("cm_d80_padded_fp16", 2, 100, 2, 2, 80, BURST_DTYPE_FP16), .pad = 1,
+     .layout = BURST_LAYOUT_STRIPED},
+    {VK_CASE("cm_large_scores_fp16", 1, 256, 1, 1, 32, BURST_DTYPE_FP16), .softmax_scale = 1.0f,
+     .amp = 4.0, .grid = 4},
+    /* one block of 1024 keys: more loop iterations per invocation than lavapipe runs in one
+     * dispatch on the scalar path (it stops loops after 65535; the host splits the call) */
+    {VK_CASE("long_block_g1_d64", 1, 1024, 1, 1, 64, BURST_DTYPE_FP32)},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop

@@ -154,6 +154,14 @@ static struct burst_vk_view burst_vk_view_of(const struct burst_tensor *t, VkDev
     return v;
 }
 
+/* Whether 8 consecutive fp16 elements of every row of t at device address a are one 16-byte
+ * aligned vector (the cooperative-matrix kernel's fast loads, params flag bit 3). */
+static int burst_vk_vec8(const struct burst_tensor *t, VkDeviceAddress a)
+{
+    return t->dtype == BURST_DTYPE_FP16 && a % 16 == 0 && t->stride[0] % 8 == 0 &&
+           t->stride[1] % 8 == 0 && t->stride[2] % 8 == 0;
+}
+
 /* Allowed key interval of each query row, clamped to [0, nk]; empty rows get (0, 0). */
 static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_posmap *kpos,
                           struct burst_mask mask, int64_t nq, int64_t nk, int32_t *rows)
@@ -170,9 +178,61 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
     }
 }
 
+/*
+ * Rows of the K/V block (fwd, dq) or of the query block (dkv) one dispatch may take.
+ *
+ * Mesa's lavapipe ends an invocation's loops once they have run 65535 iterations in total
+ * (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, shared by every loop of a shader) and the shader
+ * then computes on with what it has: a silently wrong result, not an error. On software
+ * devices (VK_PHYSICAL_DEVICE_TYPE_CPU) a call is therefore split into dispatches over ranges
+ * of rows (params lo, hi) whose loop iterations stay under 48 Ki by a generous count: per key
+ * (fwd, dq) or per query row and head of the group (dkv) two loops over the invocation's
+ * d / T elements, its share of the tile loads and a few more; plus the invocation's fixed
+ * loops. A range is a whole number of staged tiles (BC rows), at least one. Hardware devices
+ * take the whole block in one dispatch.
+ */
+static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
+                                          enum burst_vk_kernel k, const struct burst_vk_dims *dim,
+                                          const struct burst_vk_tile *tl)
+{
+    int64_t n = k == BURST_VK_DKV ? dim->nq : dim->nk;
+    if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || k == BURST_VK_FWD_CM || n <= 0)
+        return n > 0 ? n : 1;
+    int64_t e = dim->d / tl->t, inv = (int64_t)tl->br * tl->t;
+    int64_t per = 2 * e + dim->d / inv + 1 + 8;
+    if (k == BURST_VK_DKV)
+        per *= dim->group;
+    int64_t budget = 49152 - 2 * e - 64, rows = budget / per;
+    rows -= rows % tl->bc;
+    return rows < tl->bc ? tl->bc : rows;
+}
+
 static uint32_t burst_vk_groups(int64_t n, int br)
 {
     return (uint32_t)((n + br - 1) / br);
+}
+
+/* Parameter blocks are BURST_VK_PBLOCK bytes apart in the staged extra area. */
+#define BURST_VK_PBLOCK 256
+
+/* Dispatches of kernel kern over rows [0, n) in ranges of `per`: copies of the parameter block
+ * at extra + 0 with lo / hi set, at blocks first, first + 1, ... of the extra area (device
+ * address xa); appends to d (from d[*nd]). */
+static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, int64_t n,
+                           int64_t per, enum burst_vk_kernel kern, VkPipeline pipe,
+                           const uint32_t groups[3], struct burst_vk_dispatch *d, int *nd)
+{
+    const struct burst_vk_params *p0 = (const void *)extra;
+    for (int64_t lo = 0, c = first; lo < n; lo += per, c++) {
+        struct burst_vk_params *pc = (void *)(extra + (size_t)c * BURST_VK_PBLOCK);
+        if (c != 0)
+            *pc = *p0;
+        pc->lo = (int32_t)lo;
+        pc->hi = (int32_t)(n - lo > per ? lo + per : n);
+        d[*nd] = (struct burst_vk_dispatch){
+            kern, pipe, xa + (VkDeviceAddress)c * BURST_VK_PBLOCK, {groups[0], groups[1], groups[2]}};
+        (*nd)++;
+    }
 }
 
 /* Forward with an explicit kernel and tile (fwd_step and the autotune). */
@@ -198,15 +258,22 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         {a->v->data, bytes[2], 0, 0, NULL}, {a->o_acc, nacc * (size_t)dim->d * 4, 1, 0, NULL},
         {a->lse_acc, nacc * 4, 1, 0, NULL},
     };
+    int64_t per = burst_vk_rows_per_dispatch(be, kern, dim, tl);
+    int nch = (int)((dim->nk + per - 1) / per);
+    struct burst_vk_dispatch *d = malloc((size_t)nch * sizeof *d);
+    if (!d)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", op);
     struct burst_vk_stream *s;
-    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK) {
+        free(d);
         return st;
+    }
     void *extra;
     VkDeviceAddress xa;
-    size_t poff = 0, roff = 256;
+    size_t roff = (size_t)nch * BURST_VK_PBLOCK;
     st = burst_vk_stage(be, s, slots, 5, roff + 8 * (size_t)dim->nq, &extra, &xa);
     if (st == BURST_OK) {
-        struct burst_vk_params *p = (void *)((unsigned char *)extra + poff);
+        struct burst_vk_params *p = extra;
         memset(p, 0, sizeof *p);
         p->q = burst_vk_view_of(a->q, slots[0].addr);
         p->k = burst_vk_view_of(a->k, slots[1].addr);
@@ -221,16 +288,21 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         p->hkv = (int32_t)dim->hkv;
         p->group = (int32_t)dim->group;
         p->scale = a->scale;
+        if (kern == BURST_VK_FWD_CM && burst_vk_vec8(a->q, slots[0].addr) &&
+            burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr))
+            p->flags |= 8;
+        if (kern == BURST_VK_FWD_CM && slots[3].addr % 16 == 0)
+            p->flags |= 16;
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim->nq, dim->nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
-        struct burst_vk_dispatch d = {
-            kern,
-            pipe,
-            xa + poff,
-            {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq, (uint32_t)dim->batch}};
-        st = burst_vk_submit(be, s, &d, 1, slots, 5, ms_p != NULL, ms_p);
+        const uint32_t groups[3] = {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq,
+                                    (uint32_t)dim->batch};
+        int nd = 0;
+        burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, d, &nd);
+        st = burst_vk_submit(be, s, d, nd, slots, 5, ms_p != NULL, ms_p);
     }
     burst_vk_stream_release(be, s);
+    free(d);
     return st;
 }
 
@@ -302,12 +374,21 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         {a->dk, a->dk ? nkv * 4 : 0, 1, 0, NULL},
         {a->dv, a->dv ? nkv * 4 : 0, 1, 0, NULL},
     };
+    int64_t per_kv = pkv ? burst_vk_rows_per_dispatch(be, BURST_VK_DKV, &dim, &tkv) : 1;
+    int64_t per_q = pq ? burst_vk_rows_per_dispatch(be, BURST_VK_DQ, &dim, &tq) : 1;
+    int nkv_d = pkv ? (int)((dim.nq + per_kv - 1) / per_kv) : 0;
+    int nq_d = pq ? (int)((dim.nk + per_q - 1) / per_q) : 0;
+    struct burst_vk_dispatch *d = malloc((size_t)(nkv_d + nq_d) * sizeof *d);
+    if (!d)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", op);
     struct burst_vk_stream *s;
-    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK) {
+        free(d);
         return st;
+    }
     void *extra;
     VkDeviceAddress xa;
-    size_t roff = 256;
+    size_t roff = (size_t)(nkv_d + nq_d) * BURST_VK_PBLOCK;
     st = burst_vk_stage(be, s, slots, 9, roff + 8 * (size_t)dim.nq, &extra, &xa);
     if (st == BURST_OK) {
         struct burst_vk_params *p = extra;
@@ -332,23 +413,19 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
-        struct burst_vk_dispatch d[2];
+        const uint32_t gkv[3] = {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv,
+                                 (uint32_t)dim.batch};
+        const uint32_t gq[3] = {burst_vk_groups(dim.nq, tq.br), (uint32_t)dim.hq,
+                                (uint32_t)dim.batch};
         int nd = 0;
-        if (pkv)
-            d[nd++] = (struct burst_vk_dispatch){
-                BURST_VK_DKV,
-                pkv,
-                xa,
-                {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv, (uint32_t)dim.batch}};
-        if (pq)
-            d[nd++] = (struct burst_vk_dispatch){
-                BURST_VK_DQ,
-                pq,
-                xa,
-                {burst_vk_groups(dim.nq, tq.br), (uint32_t)dim.hq, (uint32_t)dim.batch}};
+        if (pkv) /* over query rows */
+            burst_vk_split(extra, xa, 0, dim.nq, per_kv, BURST_VK_DKV, pkv, gkv, d, &nd);
+        if (pq) /* over keys */
+            burst_vk_split(extra, xa, nkv_d, dim.nk, per_q, BURST_VK_DQ, pq, gq, d, &nd);
         st = burst_vk_submit(be, s, d, nd, slots, 9, 0, NULL);
     }
     burst_vk_stream_release(be, s);
+    free(d);
     return st;
 }
 

@@ -15,8 +15,11 @@
  *      power of two <= 64 with burst_vk_tile_shared() <= min(24 KiB, maxComputeSharedMemorySize
  *      - 1 KiB), leaving room for a second resident workgroup on 48 KiB devices. When even
  *      BC = 1 does not fit, the head-dim class is unsupported on this device (t = 0).
- *   The cooperative-matrix forward (fwd_cm) uses fixed 16x16x16 fp16 tiles: BR = 16 * warps
- *      rows, BC = 16 keys per step; it is valid only where the device lists that shape.
+ *   The cooperative-matrix forward (fwd_cm) uses 16x16x16 fp16 MMAs and is valid only where
+ *      the device lists that shape: T = the subgroup size, BR = 16 rows per subgroup times 4
+ *      subgroups, BC = the largest of 64 / 32 / 16 keys whose tiles fit in
+ *      maxComputeSharedMemorySize (the whole of it: on the GPUs that have the extension several
+ *      workgroups share a multiprocessor's larger memory); 2 or 1 subgroups where none fits.
  * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
  * (vk_cache.c); the choice is cached per device and driver version.
  */
@@ -98,6 +101,8 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
     caps->subgroup_max = sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
     caps->subgroup_shuffle = (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
                              (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
+    caps->subgroup_vote = (sg.supportedOperations & VK_SUBGROUP_FEATURE_VOTE_BIT) &&
+                          (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
     caps->max_alloc = m3.maxMemoryAllocationSize;
 
     VkPhysicalDeviceVulkan12Features f12 = {
@@ -178,9 +183,14 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     case BURST_VK_FWD:
     case BURST_VK_DQ: return (size_t)(8 * tl->bc * d + 16);
     case BURST_VK_DKV: return (size_t)(8 * tl->bc * d + 16 * tl->bc + 16);
-    case BURST_VK_FWD_CM:
-        /* Q tile fp16 [BR][d], K and V tiles fp16 [16][d], S fp32 and P fp16 [BR][16] */
-        return (size_t)(2 * tl->br * d + 2 * 2 * 16 * d + 6 * tl->br * 16 + 16);
+    case BURST_VK_FWD_CM: {
+        /* mirrors shaders/fwd_cm_nv.comp: Q, K and V tiles with rows padded by 8 halves, and
+         * per subgroup a scratch tile of 16 rows holding S (bc + 4 floats a row) or P (bc + 8
+         * halves) followed by a 16 x 16 fp32 alpha tile */
+        size_t rs = (size_t)(d + 8) * 2, w = (size_t)tl->br / 16;
+        size_t ss = (size_t)(tl->bc + 4) * 4, ps = (size_t)(tl->bc + 8) * 2 + 64;
+        return (size_t)tl->br * rs + 2 * (size_t)tl->bc * rs + w * 16 * (ss > ps ? ss : ps) + 16;
+    }
     default: return 0;
     }
 }
@@ -240,14 +250,19 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
         tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
     if (burst_vk_coopmat_usable(caps, env)) {
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-            /* 4 subgroups of 16 rows each; fall back to 2 and 1 where shared memory is short */
-            for (int warps = 4; warps >= 1; warps /= 2) {
-                struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, 16};
-                if (burst_vk_tile_shared(BURST_VK_FWD_CM, &tl, burst_vk_dclass_max[c]) <=
-                        burst_vk_shared_limit(caps, env) &&
-                    (uint32_t)(warps * (int)caps->subgroup) <= caps->max_invocations) {
-                    tiles->k[BURST_VK_FWD_CM][c] = tl;
-                    break;
+            /* 4 subgroups of 16 rows, the widest key tile that fits; fewer subgroups where
+             * shared memory is short */
+            for (int warps = 4; warps >= 1 && !tiles->k[BURST_VK_FWD_CM][c].t; warps /= 2) {
+                /* the softmax gives each of a row's T / 16 invocations BC / (T / 16) scores,
+                 * a multiple of 8 */
+                for (int bc = 64; bc >= 16 && bc >= (int)caps->subgroup / 2; bc /= 2) {
+                    struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, bc};
+                    if (burst_vk_tile_shared(BURST_VK_FWD_CM, &tl, burst_vk_dclass_max[c]) <=
+                            burst_vk_shared_limit(caps, env) &&
+                        (uint32_t)(warps * (int)caps->subgroup) <= caps->max_invocations) {
+                        tiles->k[BURST_VK_FWD_CM][c] = tl;
+                        break;
+                    }
                 }
             }
         }
@@ -257,7 +272,8 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env)
 {
     if (!BURST_VK_SPV_FWD_CM_NV || !env->coopmat || !caps->coopmat_nv || !caps->fp16 ||
-        caps->subgroup < 16 || caps->subgroup_min != caps->subgroup_max)
+        !caps->subgroup_shuffle || !caps->subgroup_vote || caps->subgroup < 16 ||
+        caps->subgroup > 64 || (caps->subgroup & (caps->subgroup - 1)) || caps->subgroup_min != caps->subgroup_max)
         return 0;
     for (int i = 0; i < caps->ncoop; i++)
         if (caps->coop[i].m == 16 && caps->coop[i].n == 16 && caps->coop[i].k == 16 &&

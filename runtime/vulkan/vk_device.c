@@ -173,6 +173,11 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
         enable[nenable++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     else
         be->use_coopmat = 0;
+    be->pipe_stats = be->env.profile && burst_vk_has_ext(
+                                            exts, next,
+                                            VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    if (be->pipe_stats)
+        enable[nenable++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     free(exts);
 
     float prio = 1.0f;
@@ -186,9 +191,14 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
         .cooperativeMatrix = VK_TRUE,
     };
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pe = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pNext = be->use_coopmat ? &cm : NULL,
+        .pipelineExecutableInfo = VK_TRUE,
+    };
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .pNext = be->use_coopmat ? &cm : NULL,
+        .pNext = be->pipe_stats ? (void *)&pe : be->use_coopmat ? (void *)&cm : NULL,
         .bufferDeviceAddress = VK_TRUE,
         .shaderFloat16 = be->use_coopmat ? VK_TRUE : VK_FALSE,
     };

@@ -66,6 +66,7 @@ struct burst_vk_caps {
     uint32_t max_groups[3];   /* maxComputeWorkGroupCount */
     uint32_t subgroup, subgroup_min, subgroup_max;
     int subgroup_shuffle; /* VK_SUBGROUP_FEATURE_SHUFFLE_BIT in compute */
+    int subgroup_vote;    /* VK_SUBGROUP_FEATURE_VOTE_BIT in compute */
     int fp16, int8, int64, bf16, bda, timestamps;
     float timestamp_period; /* ns per tick */
     int coopmat_nv;         /* VK_NV_cooperative_matrix */
@@ -192,6 +193,8 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
+    int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
+                     * pipeline's compiler statistics (registers, spills...) when built */
     int elem_gpu; /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
     uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
 
@@ -308,6 +311,7 @@ struct burst_vk_params {
     int32_t batch, nq, nk, hq, hkv, group;
     float scale;
     int32_t flags;
+    int32_t lo, hi; /* key (fwd, dq) or query (dkv) rows of this dispatch */
 };
 
 burst_status_t burst_vk_fwd_step(void *be, const struct burst_fwd_args *args);

@@ -9,6 +9,7 @@
  * dtype slots (constants 4 and 5 of shaders/elem.glsl). Pipelines live until the backend is
  * destroyed.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,57 @@ burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be)
                            "vulkan: vkCreatePipelineLayout");
 }
 
+/* BURST_VK_PROFILE: the driver's statistics of a new pipeline (register count, spills, ...
+ * whatever it reports) on stderr, one line per executable. */
+static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uint32_t key[9],
+                                          VkPipeline pipe)
+{
+    PFN_vkGetPipelineExecutablePropertiesKHR props_fn =
+        (PFN_vkGetPipelineExecutablePropertiesKHR)vkGetDeviceProcAddr(
+            be->dev, "vkGetPipelineExecutablePropertiesKHR");
+    PFN_vkGetPipelineExecutableStatisticsKHR stats_fn =
+        (PFN_vkGetPipelineExecutableStatisticsKHR)vkGetDeviceProcAddr(
+            be->dev, "vkGetPipelineExecutableStatisticsKHR");
+    if (!props_fn || !stats_fn)
+        return;
+    VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = pipe};
+    uint32_t nexe = 0;
+    if (props_fn(be->dev, &pi, &nexe, NULL) != VK_SUCCESS)
+        return;
+    for (uint32_t e = 0; e < nexe; e++) {
+        VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+                                          .pipeline = pipe,
+                                          .executableIndex = e};
+        VkPipelineExecutableStatisticKHR st[32];
+        uint32_t n = 32;
+        for (uint32_t i = 0; i < n; i++)
+            st[i] = (VkPipelineExecutableStatisticKHR){
+                .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+        VkResult r = stats_fn(be->dev, &ei, &n, st);
+        if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+            continue;
+        fprintf(stderr, "burst vulkan pipeline: %s d=%u t=%u br=%u bc=%u dtypes=%u%u%u%u:",
+                burst_vk_kernel_names[key[0]], key[1], key[2], key[3], key[4], key[5], key[6],
+                key[7], key[8]);
+        for (uint32_t i = 0; i < n; i++) {
+            fprintf(stderr, " %s=", st[i].name);
+            switch (st[i].format) {
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+                fprintf(stderr, "%u", (unsigned)st[i].value.b32);
+                break;
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+                fprintf(stderr, "%lld", (long long)st[i].value.i64);
+                break;
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+                fprintf(stderr, "%llu", (unsigned long long)st[i].value.u64);
+                break;
+            default: fprintf(stderr, "%g", st[i].value.f64); break;
+            }
+        }
+        fprintf(stderr, "\n");
+    }
+}
+
 static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const uint32_t key[9],
                                               VkPipeline *pipe_p)
 {
@@ -114,6 +166,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     VkSpecializationInfo spec = {9, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .flags = be->pipe_stats ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0,
         .stage =
             {
                 .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
@@ -126,6 +179,8 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     };
     r = vkCreateComputePipelines(be->dev, VK_NULL_HANDLE, 1, &pci, NULL, pipe_p);
     vkDestroyShaderModule(be->dev, mod, NULL);
+    if (r == VK_SUCCESS && be->pipe_stats)
+        burst_vk_pipeline_print_stats(be, key, *pipe_p);
     return burst_vk_result(r, "vulkan: vkCreateComputePipelines");
 }
 

@@ -181,6 +181,18 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
     if (timing)
         vkCmdResetQueryPool(s->cmd, s->queries, 0, 2 * (uint32_t)nd);
     for (int i = 0; i < nd; i++) {
+        /* dispatches of one kernel over row ranges add into the same accumulators: each one
+         * waits for the writes of the one before */
+        if (i > 0 && d[i].kernel == d[i - 1].kernel) {
+            VkMemoryBarrier mb = {
+                .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+            };
+            vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0,
+                                 NULL);
+        }
         if (timing)
             vkCmdWriteTimestamp(s->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, s->queries,
                                 2 * (uint32_t)i);
