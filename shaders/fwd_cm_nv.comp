@@ -14,10 +14,9 @@
 //   the online-softmax step in fp32: a reference maximum m, moved only when the tile's maximum
 //   exceeds it by more than 2^8 (lazy rescaling: P <= 2^8, exact in the final O / l, and fp16 P
 //   keeps its relative precision up to 65504), P, the sum l;
-//   P goes back to the scratch tile as fp16, over S; where a row's m moved, also alpha as a
-//   16x16 row-broadcast tile, and O (16 x D, D/16 fp32 accumulators) is rescaled element-wise by
-//   it (the NV extension does not say which rows an invocation's accumulator elements are in,
-//   but two matrices of one type share the mapping);
+//   P goes back to the scratch tile as fp16, over S; where a row's m moved, O (16 x D, D/16 fp32
+//   accumulators) is rescaled by alpha through the scratch tile (the NV extension does not say
+//   which rows an invocation's accumulator elements are in; a matrix stored to memory does);
 //   O += P V on MMAs.
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
 // allowed key leave (O, lse) bit-for-bit unchanged.
@@ -30,8 +29,8 @@
 // banks:
 //   qsh   Q tile [BR][D + 8] fp16
 //   kvsh  K tile [BC][D + 8] and V tile [BC][D + 8] fp16
-//   xsh   per subgroup: S [16][BC + 4] fp32; then P [16][BC + 8] fp16 and alpha [16][16] fp32
-//         after it; O chunks [16][16] fp32 at the end
+//   xsh   per subgroup: S [16][BC + 4] fp32; then P [16][BC + 8] fp16 and after it an O chunk
+//         [16][16] fp32 being rescaled; O chunks [16][16] fp32 at the end
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
 // The layout keeps to operations the KHR extension has too (loads/stores with strides, MMA,
 // element access), so a GL_KHR_cooperative_matrix twin differs in type names and calls only.
@@ -59,7 +58,7 @@ const int CPL = BC / LPR;       // scores per invocation in the softmax (a multi
 const int RS = (D + 8) / 8;     // row stride of the Q/K/V tiles (uvec4)
 const int SS = (BC + 4) / 4;    // row stride of S (uvec4 = 4 floats)
 const int PS = (BC + 8) / 8;    // row stride of P (uvec4 = 8 halves)
-const int AOFF = 16 * PS;       // alpha after P (row stride 4)
+const int AOFF = 16 * PS;       // an O chunk after P (row stride 4)
 const int XSZ = 16 * SS > AOFF + 64 ? 16 * SS : AOFF + 64; // scratch per subgroup (uvec4)
 const int L8 = BC * (D / 8);    // 16-byte pieces of a K (or V) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
@@ -209,7 +208,7 @@ void main()
         const float mnew = mx > m + RESCALE_LOG2 ? mx : m; // m = -inf: any finite mx moves it
         const float muse = mnew == NEG_INF ? 0.0 : mnew;    // fully masked so far: stay exactly 0
         const float alpha = mnew == m ? 1.0 : exp2(m - muse);
-        subgroup_sync(); // S is read: P and alpha go over it
+        subgroup_sync(); // S is read: P goes over it
         float sum = 0.0;
         UNROLL for (int j8 = 0; j8 < CPL; j8 += 8) {
             uvec4 w;
@@ -224,19 +223,23 @@ void main()
             sum += subgroupShuffleXor(sum, uint(s));
         l = l * alpha + sum;
         m = mnew;
-        const bool rescale = !subgroupAll(alpha == 1.0);
-        if (rescale) // alpha row r, columns part * 16 / LPR ..: (4 / LPR) uvec4
-            UNROLL for (int k = 0; k < 4 / LPR; k++)
-                xsh[xb + AOFF + 4 * r + part * (4 / LPR) + k] = floatBitsToUint(vec4(alpha));
-        subgroup_sync();
-
-        if (rescale) {
-            CMAT al;
-            coopMatLoadNV(al, xsh, uint(xb + AOFF), 4u, false);
-            UNROLL for (int c = 0; c < DC; c++)
-                UNROLL for (int e = 0; e < al.length(); e++)
-                    o[c][e] *= al[e];
-        } // ---- softmax and rescale end
+        // where a row's m moved, O is rescaled through shared memory, a 16-column chunk at a
+        // time: stored after P, each invocation scales its row's part, loaded back (rare, with
+        // the lazy maximum; element access on the accumulators would cost registers always)
+        if (!subgroupAll(alpha == 1.0)) {
+            UNROLL for (int c = 0; c < DC; c++) {
+                coopMatStoreNV(o[c], xsh, uint(xb + AOFF), 4u, false);
+                subgroup_sync();
+                UNROLL for (int k = 0; k < 4 / LPR; k++) {
+                    uint x = uint(xb + AOFF + 4 * r + part * (4 / LPR) + k);
+                    xsh[x] = floatBitsToUint(uintBitsToFloat(xsh[x]) * alpha);
+                }
+                subgroup_sync();
+                coopMatLoadNV(o[c], xsh, uint(xb + AOFF), 4u, false);
+                subgroup_sync();
+            }
+        }
+        subgroup_sync(); // ---- softmax and rescale end
         // O += P V
         UNROLL for (int n = 0; n < NB; n++) {
             AMAT pa;

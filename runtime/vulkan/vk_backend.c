@@ -30,9 +30,11 @@ static void burst_vk_destroy(void *bev)
         if (be->env.profile) {
             for (int k = 0; k < BURST_VK_NUM_ALL_KERNELS; k++)
                 if (be->prof_count[k])
-                    fprintf(stderr, "burst vulkan profile: %-7s %8llu dispatches %12.3f ms\n",
+                    fprintf(stderr,
+                            "burst vulkan profile: %-7s %8llu dispatches %12.3f ms (fastest "
+                            "%.3f ms)\n",
                             burst_vk_kernel_names[k], (unsigned long long)be->prof_count[k],
-                            be->prof_ms[k]);
+                            be->prof_ms[k], be->prof_min[k]);
         }
         burst_vk_streams_fini(be);
         burst_vk_pipeline_fini(be);

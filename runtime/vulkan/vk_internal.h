@@ -215,6 +215,7 @@ struct burst_vk_backend {
     pthread_mutex_t proflock; /* BURST_VK_PROFILE totals */
     double prof_ms[BURST_VK_NUM_ALL_KERNELS];
     uint64_t prof_count[BURST_VK_NUM_ALL_KERNELS];
+    double prof_min[BURST_VK_NUM_ALL_KERNELS]; /* fastest dispatch (GPUs clock up in the first) */
 };
 
 /* ---- vk_device.c --------------------------------------------------------------------------- */

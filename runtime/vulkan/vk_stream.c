@@ -235,6 +235,8 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
             for (int i = 0; i < nd; i++) {
                 double ms = (double)(ts[2 * i + 1] - ts[2 * i]) * be->caps.timestamp_period * 1e-6;
                 be->prof_ms[d[i].kernel] += ms;
+                if (!be->prof_count[d[i].kernel] || ms < be->prof_min[d[i].kernel])
+                    be->prof_min[d[i].kernel] = ms;
                 be->prof_count[d[i].kernel]++;
                 total += ms;
             }
