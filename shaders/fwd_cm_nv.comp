@@ -24,23 +24,13 @@
 // P. With fp16 inputs this adds at most 2^-11 relative per term, the size of the fp16 output
 // rounding the harness allows.
 //
-// Shared memory, all of it uvec4 (8 halves or 4 floats) so that one tile serves as fp32 S and
-// then as fp16 P; rows padded by 16 bytes so that the 8 rows of a matrix load fall in different
-// banks:
+// Shared memory (uvec4 tiles, cm_nv.glsl):
 //   qsh   Q tile [BR][D + 8] fp16
 //   kvsh  K tile [BC][D + 8] and V tile [BC][D + 8] fp16
 //   xsh   per subgroup: S [16][BC + 4] fp32; then P [16][BC + 8] fp16 and after it an O chunk
 //         [16][16] fp32 being rescaled; O chunks [16][16] fp32 at the end
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
-// The layout keeps to operations the KHR extension has too (loads/stores with strides, MMA,
-// element access), so a GL_KHR_cooperative_matrix twin differs in type names and calls only.
 #extension GL_GOOGLE_include_directive : require
-#extension GL_NV_cooperative_matrix : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_shuffle : require
-#extension GL_KHR_shader_subgroup_vote : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require
 #define UNROLL [[unroll]]
@@ -48,14 +38,10 @@
 #define UNROLL
 #endif
 #include "common.glsl"
+#include "cm_nv.glsl"
 
-const int W = BR / 16;          // subgroups per workgroup
-const int DC = D / 16;          // 16-wide chunks of the head dim
 const int NB = BC / 16;         // 16-key chunks of a key tile
-const int NT = W * T;           // invocations
-const int LPR = T / 16;         // invocations per row in the softmax (T >= 16)
 const int CPL = BC / LPR;       // scores per invocation in the softmax (a multiple of 8)
-const int RS = (D + 8) / 8;     // row stride of the Q/K/V tiles (uvec4)
 const int SS = (BC + 4) / 4;    // row stride of S (uvec4 = 4 floats)
 const int PS = (BC + 8) / 8;    // row stride of P (uvec4 = 8 halves)
 const int AOFF = 16 * PS;       // an O chunk after P (row stride 4)
@@ -64,39 +50,10 @@ const int L8 = BC * (D / 8);    // 16-byte pieces of a K (or V) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 const float RESCALE_LOG2 = 8.0;
 
-#define AMAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define CMAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer U32x4 { uvec4 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4 { vec4 v[]; };
-
 shared uvec4 qsh[BR * RS];
 shared uvec4 kvsh[2 * BC * RS];
 shared uvec4 xsh[W * XSZ];
 shared int kmin_s, kmax_s, kin_lo_s, kin_hi_s;
-
-// Eight consecutive fp16 elements of a view from element index x (relative to the view's
-// base) as one uvec4: a 16-byte load where the caller checked alignment, else element by
-// element. Elements outside the tensor (inside = false) read as 0.
-uvec4 load8(View t, bool vec, uint x, bool inside)
-{
-    if (!inside)
-        return uvec4(0);
-    if (vec)
-        return U32x4(t.addr + 2ul * uint64_t(x + uint(t.off))).v[0];
-    uvec4 r;
-    UNROLL for (int k = 0; k < 4; k++) {
-        float a = load_elem(t, 1, x + uint(2 * k)), z = load_elem(t, 1, x + uint(2 * k + 1));
-        r[k] = packFloat2x16(f16vec2(float16_t(a), float16_t(z)));
-    }
-    return r;
-}
-
-void subgroup_sync()
-{
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
-}
 
 void main()
 {

@@ -144,8 +144,9 @@ def main():
             if js is None:
                 continue
             wall = js["fwd_ms"] + (0.0 if fwd_only else js["bwd_ms"])
-            kern = kernel_ms(prof, ["fwd", "fwd_cm"]) + (0.0 if fwd_only else
-                                                        kernel_ms(prof, ["dq", "dkv", "delta"]))
+            kern = kernel_ms(prof, ["fwd", "fwd_cm"])
+            if not fwd_only:
+                kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "delta"])
             f = flops_fwd * (1.0 if fwd_only else 3.5)
             rows.append({"impl": f"vulkan-{path}", "what": "fwd" if fwd_only else "fwd+bwd",
                          "checked": ok, "wall_ms": wall, "kernel_ms": kern,

@@ -196,7 +196,7 @@ static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           const struct burst_vk_tile *tl)
 {
     int64_t n = k == BURST_VK_DKV ? dim->nq : dim->nk;
-    if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || k == BURST_VK_FWD_CM || n <= 0)
+    if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
         return n > 0 ? n : 1;
     int64_t e = dim->d / tl->t, inv = (int64_t)tl->br * tl->t;
     int64_t per = 2 * e + dim->d / inv + 1 + 8;
@@ -344,16 +344,26 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         return BURST_OK;
     if (!a->lse || !a->delta)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: lse or delta is NULL", op);
+    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for */
+    enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
+    int dc = burst_vk_dclass((int)dim.d);
+    if (be->use_coopmat && a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
+        a->v->dtype == BURST_DTYPE_FP16 && a->dout->dtype == BURST_DTYPE_FP16 &&
+        dim.d % 16 == 0 && be->tiles.k[BURST_VK_DQ_CM][dc].t > 0 &&
+        be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
+        kq = BURST_VK_DQ_CM;
+        kkv = BURST_VK_DKV_CM;
+    }
     struct burst_vk_tile tq, tkv;
-    if ((st = burst_vk_tile_for(be, op, BURST_VK_DQ, dim.d, &tq)) != BURST_OK ||
-        (st = burst_vk_tile_for(be, op, BURST_VK_DKV, dim.d, &tkv)) != BURST_OK)
+    if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) != BURST_OK ||
+        (st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv)) != BURST_OK)
         return st;
     int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, (int)a->dout->dtype};
     VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE;
-    if (a->dq && (st = burst_vk_pipeline(be, BURST_VK_DQ, (int)dim.d, &tq, dt, &pq)) != BURST_OK)
+    if (a->dq && (st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq)) != BURST_OK)
         return st;
     if ((a->dk || a->dv) &&
-        (st = burst_vk_pipeline(be, BURST_VK_DKV, (int)dim.d, &tkv, dt, &pkv)) != BURST_OK)
+        (st = burst_vk_pipeline(be, kkv, (int)dim.d, &tkv, dt, &pkv)) != BURST_OK)
         return st;
     if (burst_vk_groups(dim.nq, tq.br) > be->caps.max_groups[0] ||
         burst_vk_groups(dim.nk, tkv.br) > be->caps.max_groups[0])
@@ -374,8 +384,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         {a->dk, a->dk ? nkv * 4 : 0, 1, 0, NULL},
         {a->dv, a->dv ? nkv * 4 : 0, 1, 0, NULL},
     };
-    int64_t per_kv = pkv ? burst_vk_rows_per_dispatch(be, BURST_VK_DKV, &dim, &tkv) : 1;
-    int64_t per_q = pq ? burst_vk_rows_per_dispatch(be, BURST_VK_DQ, &dim, &tq) : 1;
+    int64_t per_kv = pkv ? burst_vk_rows_per_dispatch(be, kkv, &dim, &tkv) : 1;
+    int64_t per_q = pq ? burst_vk_rows_per_dispatch(be, kq, &dim, &tq) : 1;
     int nkv_d = pkv ? (int)((dim.nq + per_kv - 1) / per_kv) : 0;
     int nq_d = pq ? (int)((dim.nk + per_q - 1) / per_q) : 0;
     struct burst_vk_dispatch *d = malloc((size_t)(nkv_d + nq_d) * sizeof *d);
@@ -411,6 +421,10 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         p->group = (int32_t)dim.group;
         p->scale = a->scale;
         p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
+        if (kq == BURST_VK_DQ_CM && burst_vk_vec8(a->q, slots[0].addr) &&
+            burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr) &&
+            burst_vk_vec8(a->dout, slots[3].addr))
+            p->flags |= 8;
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
         const uint32_t gkv[3] = {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv,
@@ -419,9 +433,9 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
                                 (uint32_t)dim.batch};
         int nd = 0;
         if (pkv) /* over query rows */
-            burst_vk_split(extra, xa, 0, dim.nq, per_kv, BURST_VK_DKV, pkv, gkv, d, &nd);
+            burst_vk_split(extra, xa, 0, dim.nq, per_kv, kkv, pkv, gkv, d, &nd);
         if (pq) /* over keys */
-            burst_vk_split(extra, xa, nkv_d, dim.nk, per_q, BURST_VK_DQ, pq, gq, d, &nd);
+            burst_vk_split(extra, xa, nkv_d, dim.nk, per_q, kq, pq, gq, d, &nd);
         st = burst_vk_submit(be, s, d, nd, slots, 9, 0, NULL);
     }
     burst_vk_stream_release(be, s);

@@ -20,6 +20,8 @@
  *      subgroups, BC = the largest of 64 / 32 / 16 keys whose tiles fit in
  *      maxComputeSharedMemorySize (the whole of it: on the GPUs that have the extension several
  *      workgroups share a multiprocessor's larger memory); 2 or 1 subgroups where none fits.
+ *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule for head dims up
+ *      to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile for dkv_cm).
  * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
  * (vk_cache.c); the choice is cached per device and driver version.
  */
@@ -31,7 +33,7 @@
 #include "vk_spv_config.h"
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
-    "fwd", "dq", "dkv", "delta", "fwd_cm", "copy", "fill", "acc"};
+    "fwd", "dq", "dkv", "delta", "fwd_cm", "dq_cm", "dkv_cm", "copy", "fill", "acc"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -191,6 +193,17 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         size_t ss = (size_t)(tl->bc + 4) * 4, ps = (size_t)(tl->bc + 8) * 2 + 64;
         return (size_t)tl->br * rs + 2 * (size_t)tl->bc * rs + w * 16 * (ss > ps ? ss : ps) + 16;
     }
+    case BURST_VK_DQ_CM:
+    case BURST_VK_DKV_CM: {
+        /* mirror shaders/bwd_dq_cm_nv.comp (Q tile [br], K and V tiles [bc]) and
+         * bwd_dkv_cm_nv.comp (K tile [br], Q and dO tiles [bc], 16 B per query row): per
+         * subgroup a scratch tile of 16 rows holding two fp32 score tiles or, first, the
+         * subgroup's 16 rows of dO / V */
+        size_t rs = (size_t)(d + 8) * 2, w = (size_t)tl->br / 16;
+        size_t two = 2 * (size_t)(tl->bc + 4) * 4, x = two > rs ? two : rs;
+        size_t rows = (size_t)tl->br * rs + 2 * (size_t)tl->bc * rs + w * 16 * x;
+        return rows + (k == BURST_VK_DKV_CM ? 16 * (size_t)tl->bc + 8 : 8);
+    }
     default: return 0;
     }
 }
@@ -248,19 +261,27 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
     }
     for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
         tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
-    if (burst_vk_coopmat_usable(caps, env)) {
+    for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env);
+         k++) {
+        if (k != BURST_VK_FWD_CM && !(BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV))
+            continue;
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-            /* 4 subgroups of 16 rows, the widest key tile that fits; fewer subgroups where
+            /* the backward kernels hold a 16 x d operand and two 16 x d accumulators per
+             * subgroup in registers: head dims up to 128 */
+            if (k != BURST_VK_FWD_CM && burst_vk_dclass_max[c] > 128)
+                continue;
+            /* 4 subgroups of 16 rows, the widest tile that fits; fewer subgroups where
              * shared memory is short */
-            for (int warps = 4; warps >= 1 && !tiles->k[BURST_VK_FWD_CM][c].t; warps /= 2) {
+            for (int warps = 4; warps >= 1 && !tiles->k[k][c].t; warps /= 2) {
                 /* the softmax gives each of a row's T / 16 invocations BC / (T / 16) scores,
                  * a multiple of 8 */
                 for (int bc = 64; bc >= 16 && bc >= (int)caps->subgroup / 2; bc /= 2) {
                     struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, bc};
-                    if (burst_vk_tile_shared(BURST_VK_FWD_CM, &tl, burst_vk_dclass_max[c]) <=
+                    if (burst_vk_tile_shared((enum burst_vk_kernel)k, &tl,
+                                             burst_vk_dclass_max[c]) <=
                             burst_vk_shared_limit(caps, env) &&
                         (uint32_t)(warps * (int)caps->subgroup) <= caps->max_invocations) {
-                        tiles->k[BURST_VK_FWD_CM][c] = tl;
+                        tiles->k[k][c] = tl;
                         break;
                     }
                 }

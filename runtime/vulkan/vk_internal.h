@@ -89,6 +89,8 @@ enum burst_vk_kernel {
     BURST_VK_DKV,
     BURST_VK_DELTA,
     BURST_VK_FWD_CM, /* cooperative matrix (NV) forward */
+    BURST_VK_DQ_CM,  /* cooperative matrix (NV) dQ */
+    BURST_VK_DKV_CM, /* cooperative matrix (NV) dK / dV */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
@@ -154,6 +156,12 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
 
 /* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16)? */
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
+
+/* Whether kernel k is one of the cooperative-matrix ones (workgroup = BR / 16 subgroups). */
+static inline int burst_vk_kernel_cm(enum burst_vk_kernel k)
+{
+    return k == BURST_VK_FWD_CM || k == BURST_VK_DQ_CM || k == BURST_VK_DKV_CM;
+}
 
 /* ---- the instance ------------------------------------------------------------------------- */
 

@@ -32,6 +32,10 @@
 #if BURST_VK_SPV_FWD_CM_NV
 #include "fwd_cm_nv.spv.h"
 #endif
+#if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
+#include "bwd_dkv_cm_nv.spv.h"
+#include "bwd_dq_cm_nv.spv.h"
+#endif
 
 struct burst_vk_spv {
     const uint32_t *code;
@@ -61,6 +65,10 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
     case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
 #if BURST_VK_SPV_FWD_CM_NV
     case BURST_VK_FWD_CM: return BURST_VK_SPV(burst_vk_spv_fwd_cm_nv);
+#endif
+#if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
+    case BURST_VK_DQ_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cm_nv);
+    case BURST_VK_DKV_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_cm_nv);
 #endif
     default: return (struct burst_vk_spv){NULL, 0};
     }
@@ -138,7 +146,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
                                               VkPipeline *pipe_p)
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
-    struct burst_vk_spv spv = burst_vk_spv_of(k, key[2] > 1 && k != BURST_VK_FWD_CM);
+    struct burst_vk_spv spv = burst_vk_spv_of(k, key[2] > 1 && !burst_vk_kernel_cm(k));
     if (!spv.code)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "vulkan: kernel %s was not built (glslangValidator lacked an extension)",
@@ -161,7 +169,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     }
     if (k == BURST_VK_DELTA)
         data[8] = 64;
-    if (k == BURST_VK_FWD_CM) /* BR / 16 subgroups of T invocations */
+    if (burst_vk_kernel_cm(k)) /* BR / 16 subgroups of T invocations */
         data[8] = (int32_t)(key[2] * key[3] / 16);
     VkSpecializationInfo spec = {9, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {

@@ -1,0 +1,50 @@
+// shaders/cm_nv.glsl - what the cooperative-matrix kernels (GL_NV_cooperative_matrix) share, after
+// common.glsl (included, not compiled alone): the extensions, the 16x16 fp16 operand and fp32
+// accumulator types, 16-byte loads of fp16 views, a subgroup barrier.
+//
+// Every shared tile of these kernels is an array of uvec4 (8 halves or 4 floats), so one tile can
+// hold fp32 scores and then the fp16 matrix made of them; rows are padded by 16 bytes so that the
+// 8 rows of a matrix load fall in different banks. Only operations the KHR extension has too are
+// used (strided loads and stores, MMA), so KHR twins differ in type names and calls only.
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+
+#define AMAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CMAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+const int W = BR / 16;      // subgroups per workgroup, 16 rows each
+const int DC = D / 16;      // 16-wide chunks of the head dim
+const int NT = W * T;       // invocations
+const int LPR = T / 16;     // invocations per row when T invocations work on 16 rows
+const int RS = (D + 8) / 8; // row stride of a [rows][D] fp16 tile (uvec4)
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U32x4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4 { vec4 v[]; };
+
+// Eight consecutive fp16 elements of a view from element index x (relative to the view's
+// base) as one uvec4: a 16-byte load where the caller checked alignment (params flag bit 3),
+// else element by element. Elements outside the tensor (inside = false) read as 0.
+uvec4 load8(View t, bool vec, uint x, bool inside)
+{
+    if (!inside)
+        return uvec4(0);
+    if (vec)
+        return U32x4(t.addr + 2ul * uint64_t(x + uint(t.off))).v[0];
+    uvec4 r;
+    UNROLL for (int k = 0; k < 4; k++) {
+        float a = load_elem(t, 1, x + uint(2 * k)), z = load_elem(t, 1, x + uint(2 * k + 1));
+        r[k] = packFloat2x16(f16vec2(float16_t(a), float16_t(z)));
+    }
+    return r;
+}
+
+// The subgroup's invocations wait for each other, their shared-memory writes visible.
+void subgroup_sync()
+{
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+}
