@@ -8,8 +8,9 @@
 // Workgroup (x = key tile, y = kv head, z = batch): W = BR / 16 subgroups of T invocations, each
 // owning 16 key rows. The K tile is staged once in shared memory, the subgroup's V rows once in
 // registers (MMA operands). Query tiles of BC rows (Q, dO, L, D and the rows' allowed key
-// intervals) are staged in shared memory; only query rows whose interval meets the workgroup's
-// keys are visited. Per subgroup and query tile:
+// intervals) are staged in shared memory, the next tile's loads in flight during the current
+// one; only query rows whose interval meets the workgroup's keys are visited. Per subgroup and
+// query tile:
 //   S^T = K Q^T and dP^T = V dO^T (16 x BC, fp32) on 16x16x16 MMAs, to the scratch tile;
 //   the T invocations, T / 16 per key row, form P^T = exp(S^T - L) masked by each query's
 //   allowed keys, and dS^T = P^T (dP^T - D), and write both back as fp16;
@@ -43,6 +44,7 @@ const int SS = (BC + 4) / 4; // row stride of S^T and dP^T (uvec4 = 4 floats)
 const int PS = (BC + 8) / 8; // row stride of P^T and dS^T (uvec4 = 8 halves)
 const int XSZ = 2 * 16 * SS > 16 * RS ? 2 * 16 * SS : 16 * RS; // scratch per subgroup (uvec4)
 const int L8 = BC * (D / 8); // 16-byte pieces of a Q (or dO) tile
+const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 ksh[BR * RS];
 shared uvec4 qsh[BC * RS];
@@ -90,7 +92,8 @@ void main()
     // K tile to shared memory; the subgroup's V rows through its scratch to registers
     for (int x = tid; x < BR * (D / 8); x += NT) {
         int row = x / (D / 8), c8 = x % (D / 8);
-        ksh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, 8 * c8), j0 + row < P.nk);
+        bool in_k = j0 + row < P.nk;
+        ksh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, 8 * c8), in_k);
     }
     barrier();
     const int qmin = qmin_s, qmax = qmax_s;
@@ -113,82 +116,104 @@ void main()
         dk[c] = CMAT(0.0);
         dv[c] = CMAT(0.0);
     }
-    for (int hh = 0; hh < P.group; hh++) {
-        const int h = g * P.group + hh;
-        for (int i0 = qmin; i0 < qmax; i0 += BC) {
-            barrier(); // the previous tile is no longer read
-            for (int x = tid; x < L8; x += NT) {
-                int row = x / (D / 8), c8 = x % (D / 8), ir = i0 + row;
-                bool in_tile = ir < qmax;
-                qsh[row * RS + c8] = load8(qv, vec, view_index(qv, b, ir, h, 8 * c8), in_tile);
-                dosh[row * RS + c8] = load8(dov, vec, view_index(dov, b, ir, h, 8 * c8), in_tile);
+    // query tiles t = 0, 1, ..: head g * group + t / nt, rows qmin + BC (t % nt); each goes
+    // global -> registers -> shared memory, the loads of tile t + 1 in flight during tile t
+    const int nt = (qmax - qmin + BC - 1) / BC, ntiles = P.group * nt;
+    uvec4 qreg[LPT], doreg[LPT];
+    float lse2r = POS_INF, dlr = 0.0;
+    ivec2 ivr = ivec2(0, 0);
+#define FETCH_Q(t)                                                                                \
+    {                                                                                             \
+        const int h = g * P.group + (t) / nt, i0 = qmin + BC * ((t) % nt);                       \
+        UNROLL for (int it = 0; it < LPT; it++) {                                                 \
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8), ir = i0 + row;           \
+            bool in_tile = x < L8 && ir < qmax;                                                   \
+            qreg[it] = load8(qv, vec, view_index(qv, b, ir, h, 8 * c8), in_tile);                \
+            doreg[it] = load8(dov, vec, view_index(dov, b, ir, h, 8 * c8), in_tile);             \
+        }                                                                                         \
+        if (tid < BC) {                                                                           \
+            int ir = i0 + tid;                                                                    \
+            bool in_tile = ir < qmax;                                                             \
+            float lse = in_tile ? F32(P.lse).v[(b * P.hq + h) * P.nq + ir] : NEG_INF;            \
+            lse2r = lse == NEG_INF ? POS_INF : lse * LOG2E; /* no key anywhere: P = 0 */          \
+            dlr = in_tile ? F32(P.delta).v[(b * P.hq + h) * P.nq + ir] : 0.0;                    \
+            ivr = in_tile ? rows.v[ir] : ivec2(0, 0);                                             \
+        }                                                                                         \
+    }
+    FETCH_Q(0)
+    for (int t = 0; t < ntiles; t++) {
+        barrier(); // the previous tile is no longer read
+        UNROLL for (int it = 0; it < LPT; it++) {
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            if (x < L8) {
+                qsh[row * RS + c8] = qreg[it];
+                dosh[row * RS + c8] = doreg[it];
             }
-            for (int x = tid; x < BC; x += NT) {
-                int ir = i0 + x;
-                bool in_tile = ir < qmax;
-                float lse = in_tile ? F32(P.lse).v[(b * P.hq + h) * P.nq + ir] : NEG_INF;
-                lse2s[x] = lse == NEG_INF ? POS_INF : lse * LOG2E; // no key anywhere: P = 0
-                dls[x] = in_tile ? F32(P.delta).v[(b * P.hq + h) * P.nq + ir] : 0.0;
-                ivs[x] = in_tile ? rows.v[ir] : ivec2(0, 0);
-            }
-            barrier();
-
-            // S^T = K Q^T and dP^T = V dO^T, to the scratch tile
-            UNROLL for (int n = 0; n < NB; n++) {
-                CMAT s = CMAT(0.0), dp = CMAT(0.0);
-                UNROLL for (int c = 0; c < DC; c++) {
-                    AMAT a, bq, bdo;
-                    coopMatLoadNV(a, ksh, uint(16 * sg * RS + 2 * c), uint(RS), false);
-                    coopMatLoadNV(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                    coopMatLoadNV(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                    s = coopMatMulAddNV(a, bq, s);
-                    dp = coopMatMulAddNV(vf[c], bdo, dp);
-                }
-                coopMatStoreNV(s, xsh, uint(xb + 4 * n), uint(SS), false);
-                coopMatStoreNV(dp, xsh, uint(xb + 16 * SS + 4 * n), uint(SS), false);
-            }
-            subgroup_sync();
-
-            // P^T and dS^T of key row r over this invocation's CPL query columns
-            float pt[CPL], dst[CPL];
-            UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
-                vec4 sw = uintBitsToFloat(xsh[xb + r * SS + part * (CPL / 4) + j4]);
-                vec4 dw = uintBitsToFloat(xsh[xb + 16 * SS + r * SS + part * (CPL / 4) + j4]);
-                UNROLL for (int k = 0; k < 4; k++) {
-                    int col = part * CPL + 4 * j4 + k;
-                    ivec2 iv = ivs[col];
-                    float p = (j >= iv.x && j < iv.y) ? exp2(sw[k] * qmul - lse2s[col]) : 0.0;
-                    pt[4 * j4 + k] = p;
-                    dst[4 * j4 + k] = p * (dw[k] - dls[col]);
-                }
-            }
-            subgroup_sync(); // S^T and dP^T are read: P^T and dS^T go over them
-            UNROLL for (int j8 = 0; j8 < CPL; j8 += 8) {
-                uvec4 wp, wd;
-                UNROLL for (int k = 0; k < 4; k++) {
-                    wp[k] = packFloat2x16(f16vec2(float16_t(pt[j8 + 2 * k]), float16_t(pt[j8 + 2 * k + 1])));
-                    wd[k] = packFloat2x16(f16vec2(float16_t(dst[j8 + 2 * k]), float16_t(dst[j8 + 2 * k + 1])));
-                }
-                xsh[xb + r * PS + (part * CPL + j8) / 8] = wp;
-                xsh[xb + 16 * SS + r * PS + (part * CPL + j8) / 8] = wd;
-            }
-            subgroup_sync();
-
-            // dV += P^T dO, dK += dS^T Q
-            UNROLL for (int n = 0; n < NB; n++) {
-                AMAT ap, ads;
-                coopMatLoadNV(ap, xsh, uint(xb + 2 * n), uint(PS), false);
-                coopMatLoadNV(ads, xsh, uint(xb + 16 * SS + 2 * n), uint(PS), false);
-                UNROLL for (int c = 0; c < DC; c++) {
-                    AMAT bdo, bq;
-                    coopMatLoadNV(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                    coopMatLoadNV(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                    dv[c] = coopMatMulAddNV(ap, bdo, dv[c]);
-                    dk[c] = coopMatMulAddNV(ads, bq, dk[c]);
-                }
-            }
-            subgroup_sync(); // P^T and dS^T are read: the next S^T goes over them
         }
+        if (tid < BC) {
+            lse2s[tid] = lse2r;
+            dls[tid] = dlr;
+            ivs[tid] = ivr;
+        }
+        barrier();
+        if (t + 1 < ntiles)
+            FETCH_Q(t + 1)
+
+        // S^T = K Q^T and dP^T = V dO^T, to the scratch tile
+        UNROLL for (int n = 0; n < NB; n++) {
+            CMAT s = CMAT(0.0), dp = CMAT(0.0);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT a, bq, bdo;
+                coopMatLoadNV(a, ksh, uint(16 * sg * RS + 2 * c), uint(RS), false);
+                coopMatLoadNV(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                coopMatLoadNV(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                s = coopMatMulAddNV(a, bq, s);
+                dp = coopMatMulAddNV(vf[c], bdo, dp);
+            }
+            coopMatStoreNV(s, xsh, uint(xb + 4 * n), uint(SS), false);
+            coopMatStoreNV(dp, xsh, uint(xb + 16 * SS + 4 * n), uint(SS), false);
+        }
+        subgroup_sync();
+
+        // P^T and dS^T of key row r over this invocation's CPL query columns
+        float pt[CPL], dst[CPL];
+        UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
+            vec4 sw = uintBitsToFloat(xsh[xb + r * SS + part * (CPL / 4) + j4]);
+            vec4 dw = uintBitsToFloat(xsh[xb + 16 * SS + r * SS + part * (CPL / 4) + j4]);
+            UNROLL for (int k = 0; k < 4; k++) {
+                int col = part * CPL + 4 * j4 + k;
+                ivec2 iv = ivs[col];
+                float p = (j >= iv.x && j < iv.y) ? exp2(sw[k] * qmul - lse2s[col]) : 0.0;
+                pt[4 * j4 + k] = p;
+                dst[4 * j4 + k] = p * (dw[k] - dls[col]);
+            }
+        }
+        subgroup_sync(); // S^T and dP^T are read: P^T and dS^T go over them
+        UNROLL for (int j8 = 0; j8 < CPL; j8 += 8) {
+            uvec4 wp, wd;
+            UNROLL for (int k = 0; k < 4; k++) {
+                wp[k] = pack_half2(pt[j8 + 2 * k], pt[j8 + 2 * k + 1]);
+                wd[k] = pack_half2(dst[j8 + 2 * k], dst[j8 + 2 * k + 1]);
+            }
+            xsh[xb + r * PS + (part * CPL + j8) / 8] = wp;
+            xsh[xb + 16 * SS + r * PS + (part * CPL + j8) / 8] = wd;
+        }
+        subgroup_sync();
+
+        // dV += P^T dO, dK += dS^T Q
+        UNROLL for (int n = 0; n < NB; n++) {
+            AMAT ap, ads;
+            coopMatLoadNV(ap, xsh, uint(xb + 2 * n), uint(PS), false);
+            coopMatLoadNV(ads, xsh, uint(xb + 16 * SS + 2 * n), uint(PS), false);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT bdo, bq;
+                coopMatLoadNV(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                coopMatLoadNV(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                dv[c] = coopMatMulAddNV(ap, bdo, dv[c]);
+                dk[c] = coopMatMulAddNV(ads, bq, dk[c]);
+            }
+        }
+        subgroup_sync(); // P^T and dS^T are read: the next S^T goes over them
     }
 
     // accumulators += tau dK and dV, one 16-column chunk at a time through the scratch tile

@@ -117,8 +117,10 @@ void main()
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
         int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
         bool in_block = x < L8 && (j0) + row < kmax;                                              \
-        kreg[it] = load8(kv, vec, kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8), in_block); \
-        vreg[it] = load8(vv, vec, vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8), in_block); \
+        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
+        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
+        kreg[it] = load8(kv, vec, kx, in_block);                                                  \
+        vreg[it] = load8(vv, vec, vx, in_block);                                                  \
     }
     FETCH_KV(kmin)
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
@@ -166,7 +168,7 @@ void main()
         UNROLL for (int j8 = 0; j8 < CPL; j8 += 8) {
             uvec4 w;
             UNROLL for (int k = 0; k < 4; k++)
-                w[k] = packFloat2x16(f16vec2(float16_t(ds[j8 + 2 * k]), float16_t(ds[j8 + 2 * k + 1])));
+                w[k] = pack_half2(ds[j8 + 2 * k], ds[j8 + 2 * k + 1]);
             xsh[xb + r * PS + (part * CPL + j8) / 8] = w;
         }
         subgroup_sync();

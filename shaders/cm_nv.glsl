@@ -42,6 +42,12 @@ uvec4 load8(View t, bool vec, uint x, bool inside)
     return r;
 }
 
+// Two fp32 values as the fp16 pair of one 32-bit word (a in the low half).
+uint pack_half2(float a, float b)
+{
+    return packFloat2x16(f16vec2(float16_t(a), float16_t(b)));
+}
+
 // The subgroup's invocations wait for each other, their shared-memory writes visible.
 void subgroup_sync()
 {

@@ -91,7 +91,8 @@ void main()
     }
     for (int x = tid; x < BR * (D / 8); x += NT) {
         int row = x / (D / 8), c8 = x % (D / 8);
-        qsh[row * RS + c8] = load8(qv, vec, view_index(qv, b, i0 + row, h, 8 * c8), i0 + row < P.nq);
+        bool in_q = i0 + row < P.nq;
+        qsh[row * RS + c8] = load8(qv, vec, view_index(qv, b, i0 + row, h, 8 * c8), in_q);
     }
     barrier();
     const int kmin = kmin_s, kmax = kmax_s, kin_lo = kin_lo_s, kin_hi = kin_hi_s;
@@ -113,8 +114,10 @@ void main()
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
         int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
         bool in_block = x < L8 && (j0) + row < kmax;                                              \
-        kreg[it] = load8(kv, vec, kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8), in_block); \
-        vreg[it] = load8(vv, vec, vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8), in_block); \
+        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
+        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
+        kreg[it] = load8(kv, vec, kx, in_block);                                                  \
+        vreg[it] = load8(vv, vec, vx, in_block);                                                  \
     }
     FETCH_KV(kmin)
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
@@ -172,7 +175,7 @@ void main()
             UNROLL for (int k = 0; k < 4; k++) {
                 float p0 = exp2(sv[j8 + 2 * k] - muse), p1 = exp2(sv[j8 + 2 * k + 1] - muse);
                 sum += p0 + p1;
-                w[k] = packFloat2x16(f16vec2(float16_t(p0), float16_t(p1)));
+                w[k] = pack_half2(p0, p1);
             }
             xsh[xb + r * PS + (part * CPL + j8) / 8] = w; // P row r, columns part CPL + j8 ..
         }
@@ -236,8 +239,10 @@ void main()
                 if (oaligned) {
                     oa4.v[x] = lo == NEG_INF ? ov * cn : co * oa4.v[x] + cn * ov;
                 } else {
-                    UNROLL for (int e = 0; e < 4; e++)
-                        oa.v[4 * x + e] = lo == NEG_INF ? ov[e] * cn : fma(co, oa.v[4 * x + e], cn * ov[e]);
+                    UNROLL for (int e = 0; e < 4; e++) {
+                        uint xe = 4 * x + uint(e);
+                        oa.v[xe] = lo == NEG_INF ? ov[e] * cn : fma(co, oa.v[xe], cn * ov[e]);
+                    }
                 }
             }
         }
