@@ -147,7 +147,7 @@ void main()
         }
         subgroup_sync();
 
-        // ---- online softmax of row r over this invocation's CPL columns, then across the row
+        // online softmax of row r over this invocation's CPL columns, then across the row
         float sv[CPL];
         UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
             vec4 w = uintBitsToFloat(xsh[xb + r * SS + part * (CPL / 4) + j4]);
@@ -199,7 +199,7 @@ void main()
                 subgroup_sync();
             }
         }
-        subgroup_sync(); // ---- softmax and rescale end
+        subgroup_sync(); // O rescaled: P V may go on
         // O += P V
         UNROLL for (int n = 0; n < NB; n++) {
             AMAT pa;
