@@ -19,6 +19,8 @@
  *                         so they are deterministic)
  *   burst_cuda_peer.c     device-to-device copies between the ranks of one process (the ring's
  *                         device-resident transfers: events, a copy stream per device, peer access)
+ *   burst_cuda_ipc.c      the same between rank processes of one host: CUDA IPC handles of the
+ *                         memory and of an interprocess event, a cache of opened mappings
  *
  * Streams: every op runs on the calling thread's per-thread default stream (cudaStreamPerThread),
  * so ranks that are threads of one process overlap on one GPU; sync() waits for that stream only.
@@ -145,6 +147,19 @@ burst_status_t burst_cuda_enter(const struct burst_cuda_backend *cb, const char 
 
 struct burst_tp_devops;
 extern const struct burst_tp_devops burst_cuda_devcopy; /* burst_cuda_peer.c */
+/* The copy stream of the instance's device (a cudaStream_t; created once, never blocking on the
+ * legacy default stream), made current. burst_cuda_peer.c */
+burst_status_t burst_cuda_copy_stream(const struct burst_cuda_backend *cb, void **stream_p);
+/* Device copies between rank processes of one host: CUDA IPC (transport.h, the ipc_ members of
+ * struct burst_tp_devops). burst_cuda_ipc.c */
+burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc,
+                                     void **mark_p);
+burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *desc, size_t len,
+                                     void **done_p);
+burst_status_t burst_cuda_ipc_test(void *be, void *done, int *complete);
+void burst_cuda_ipc_finish(void *be, void *done);
+/* Close the mappings opened on `device` (no copy from them in flight); at the instance's end. */
+void burst_cuda_ipc_close(int device);
 #endif
 
 #ifdef __cplusplus

@@ -155,6 +155,7 @@ static void burst_cuda_destroy(void *be)
         return;
     if (cudaSetDevice(cb->device) == cudaSuccess)
         cudaDeviceSynchronize();
+    burst_cuda_ipc_close(cb->device); /* other processes' blocks mapped for the ring */
     free(cb);
 }
 

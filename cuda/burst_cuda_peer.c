@@ -1,6 +1,8 @@
 /*
  * cuda/burst_cuda_peer.c - device-to-device copies between the ranks of one process, for the
  * ring's device-resident transfers (transport.h, struct burst_tp_devops; runtime/ring_xfer.c).
+ * The ops table also names the copies between processes (burst_cuda_ipc.c), which share the
+ * copy streams (burst_cuda_copy_stream).
  *
  * Markers are cuda events (timing off). mark() records one on the calling thread's stream
  * (cudaStreamPerThread, where every op of the rank runs); copy() queues the copy on a copy stream
@@ -16,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "transport.h"
 #include "burst_cuda.h"
 #include "error.h"
 
@@ -76,23 +79,57 @@ static void peer_enable(int a, int b)
     }
 }
 
+/* The copy stream of the instance's device, created on first use; the caller holds peer_lock
+ * and has made the device current. */
+static burst_status_t peer_stream_locked(const struct burst_cuda_backend *cb, cudaStream_t *cs_p)
+{
+    burst_status_t st = BURST_OK;
+    if (!copy_stream[cb->device])
+        st = burst_cuda_status(
+            cudaStreamCreateWithFlags(&copy_stream[cb->device], cudaStreamNonBlocking),
+            "transfer: cudaStreamCreateWithFlags");
+    *cs_p = copy_stream[cb->device];
+    return st;
+}
+
+static burst_status_t peer_device_ok(const struct burst_cuda_backend *cb)
+{
+    if (cb->device < 0 || cb->device >= PEER_MAX_DEVICES)
+        return burst_error(BURST_ERR_UNSUPPORTED, "cuda transfer: device %d: more than %d devices",
+                           cb->device, PEER_MAX_DEVICES);
+    return BURST_OK;
+}
+
+burst_status_t burst_cuda_copy_stream(const struct burst_cuda_backend *cb, void **stream_p)
+{
+    cudaStream_t cs = NULL;
+    burst_status_t st = peer_device_ok(cb);
+    if (st == BURST_OK)
+        st = burst_cuda_enter(cb, "transfer: copy");
+    if (st == BURST_OK) {
+        pthread_mutex_lock(&peer_lock);
+        st = peer_stream_locked(cb, &cs);
+        pthread_mutex_unlock(&peer_lock);
+    }
+    *stream_p = cs;
+    return st;
+}
+
 static burst_status_t peer_copy(void *be, void *dst, const void *src, size_t len, void *after_a,
                                 void *after_b, void **done_p)
 {
     const struct burst_cuda_backend *cb = be;
     *done_p = NULL;
-    if (cb->device < 0 || cb->device >= PEER_MAX_DEVICES)
-        return burst_error(BURST_ERR_UNSUPPORTED, "cuda transfer: device %d: more than %d devices",
-                           cb->device, PEER_MAX_DEVICES);
+    burst_status_t st = peer_device_ok(cb);
+    if (st != BURST_OK)
+        return st;
     int ds = peer_device_of(src), dd = peer_device_of(dst);
+    cudaStream_t cs = NULL;
     pthread_mutex_lock(&peer_lock);
     peer_enable(ds, dd);
-    burst_status_t st = burst_cuda_enter(cb, "transfer: copy");
-    if (st == BURST_OK && !copy_stream[cb->device])
-        st = burst_cuda_status(
-            cudaStreamCreateWithFlags(&copy_stream[cb->device], cudaStreamNonBlocking),
-            "transfer: cudaStreamCreateWithFlags");
-    cudaStream_t cs = copy_stream[cb->device];
+    st = burst_cuda_enter(cb, "transfer: copy");
+    if (st == BURST_OK)
+        st = peer_stream_locked(cb, &cs);
     pthread_mutex_unlock(&peer_lock);
     if (st != BURST_OK)
         return st;
@@ -139,4 +176,8 @@ const struct burst_tp_devops burst_cuda_devcopy = {
     .copy = peer_copy,
     .wait = peer_wait,
     .release = peer_release,
+    .ipc_export = burst_cuda_ipc_export, /* burst_cuda_ipc.c */
+    .ipc_import = burst_cuda_ipc_import,
+    .ipc_test = burst_cuda_ipc_test,
+    .ipc_finish = burst_cuda_ipc_finish,
 };

@@ -125,9 +125,11 @@ struct burst_backend_ops {
     burst_status_t (*check_memory)(void *be, const char *who, const char *name, const void *ptr);
     /*
      * Optional (device_memory backends): device-to-device copies between ranks of one process
-     * (transport.h, struct burst_tp_devops). When every rank of a plan runs this backend and the
-     * transport moves device memory itself (the in-process one), the travelling blocks go device
-     * to device with these instead of being staged through host memory (runtime/ring_xfer.c).
+     * and, with its ipc_ members, between rank processes of one host (transport.h, struct
+     * burst_tp_devops). When every rank of a plan runs this backend and the transport moves
+     * device memory itself (the in-process one; the IPC layer between processes of a host), the
+     * travelling blocks go device to device with these instead of being staged through host
+     * memory (runtime/ring_xfer.c).
      */
     const struct burst_tp_devops *devcopy;
     /*

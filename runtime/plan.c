@@ -163,14 +163,17 @@ static uint64_t fnv1a(uint64_t hash, uint64_t x)
 }
 
 /* Can this rank's blocks travel device to device? Its backend computes on device memory and
- * provides device copies, the transport moves device memory, and BURST_DEVICE_DIRECT is not 0
- * (the switch that forces host staging, for comparison). */
+ * provides device copies (between processes: ipc_ ones too), the transport moves device memory
+ * (to the peers of burst_comm_device_peer), and BURST_DEVICE_DIRECT is not 0 (the switch that
+ * forces host staging, for comparison). */
 static int64_t direct_key(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
     const char *env = getenv("BURST_DEVICE_DIRECT");
     if (!ops->device_memory || ops->size < sizeof(*ops) || !ops->devcopy ||
         !burst_comm_moves_device(plan->comm) || (env && strcmp(env, "0") == 0))
+        return 0;
+    if (!burst_comm_in_process(plan->comm) && !ops->devcopy->ipc_export)
         return 0;
     uint64_t hash = 1469598103934665603ull;
     for (const char *c = ops->name; *c; c++)
@@ -483,7 +486,10 @@ const char *burst_plan_transfers(const struct burst_plan *plan)
 {
     if (!plan)
         return "";
-    return plan->direct ? "device" : plan->staged ? "staged" : "host";
+    return plan->direct && plan->staged ? "device+staged"
+           : plan->direct               ? "device"
+           : plan->staged               ? "staged"
+                                        : "host";
 }
 
 burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,

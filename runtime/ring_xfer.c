@@ -8,16 +8,23 @@
 int burst_xfer_staged(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (ops->device_memory)
-        return !plan->direct;
+    if (ops->device_memory) {
+        if (!plan->direct)
+            return 1;
+        for (int r = 0; r < plan->size; r++) /* direct: staged between hosts */
+            if (r != plan->rank && !burst_comm_device_peer(plan->comm, r))
+                return 1;
+        return 0;
+    }
     return ops->size >= sizeof(*ops) && ops->stage_between_processes &&
            !burst_comm_in_process(plan->comm) && ops->stage_between_processes(plan->ctx->be);
 }
 
-/* The device copies of a direct plan (NULL otherwise). */
-static const struct burst_tp_dev *direct(struct burst_plan *plan, struct burst_tp_dev *dev)
+/* The device copies of a direct plan to or from `peer` (NULL: host memory or staged). */
+static const struct burst_tp_dev *direct(struct burst_plan *plan, int peer,
+                                         struct burst_tp_dev *dev)
 {
-    if (!plan->direct)
+    if (!plan->direct || !burst_comm_device_peer(plan->comm, peer))
         return NULL;
     dev->ops = plan->ctx->ops->devcopy;
     dev->be = plan->ctx->be;
@@ -68,7 +75,7 @@ burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag,
 {
     *x = (struct burst_xfer){0};
     struct burst_tp_dev dev;
-    if (direct(plan, &dev))
+    if (direct(plan, peer, &dev))
         return burst_comm_isend_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
     if (!plan->staged || len == 0)
         return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
@@ -90,7 +97,7 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
 {
     *x = (struct burst_xfer){0};
     struct burst_tp_dev dev;
-    if (direct(plan, &dev))
+    if (direct(plan, peer, &dev))
         return burst_comm_irecv_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
     if (!plan->staged || len == 0)
         return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);

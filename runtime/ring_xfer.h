@@ -11,10 +11,12 @@
  *
  * Device-resident ring (plan->direct): when every rank of the plan runs the same device-memory
  * backend with device copies (backend.h, devcopy) and the transport moves device memory itself
- * (the in-process transport: ranks are threads, on one GPU or several), blocks go device to
- * device through burst_comm_isend_dev / _irecv_dev: no staging, no host hop. The handshake
- * decides it for all ranks at once (runtime/plan.c, field device_direct), so both sides of every
- * message agree; BURST_DEVICE_DIRECT=0 forces staging.
+ * (the in-process transport: ranks are threads, on one GPU or several; the IPC layer between
+ * rank processes of one host, transport/tp_ipc.h), blocks go device to device through
+ * burst_comm_isend_dev / _irecv_dev: no staging, no host hop. The handshake decides it for all
+ * ranks at once (runtime/plan.c, field device_direct); per message, burst_comm_device_peer says
+ * whether the peer is reachable that way (on this host), the same on both sides, and messages
+ * to other peers are staged. BURST_DEVICE_DIRECT=0 forces staging.
  *
  * Host-addressable memory that other processes cannot read (vulkan buffers in a GPU's BAR:
  * backend.h, stage_between_processes) is staged the same way when the transport links processes.

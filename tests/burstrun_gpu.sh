@@ -61,8 +61,32 @@ for bwd in burst ring; do
     fi
 done
 if "$BR" --help 2>&1 | grep -q -- "--fabric"; then
+    # rank processes: device to device through CUDA IPC, bitwise the staged ring's and the
+    # threads' results
+    ring thr2 --threads -n 2
     ring procs -n 2 --fabric shm
-    [ "$(field transfers "$TMP/procs")" = staged ] || fail "procs: transfers is not staged"
+    [ "$(field transfers "$TMP/procs")" = device ] || fail "procs: transfers is not device"
+    BURST_DEVICE_DIRECT=0 ring procs_staged -n 2 --fabric shm
+    [ "$(field transfers "$TMP/procs_staged")" = staged ] || fail "procs_staged: transfers is not staged"
+    [ "$(field output_hash "$TMP/procs")" = "$(field output_hash "$TMP/procs_staged")" ] ||
+        fail "procs: the IPC and the staged rings differ"
+    [ "$(field output_hash "$TMP/procs")" = "$(field output_hash "$TMP/thr2")" ] ||
+        fail "procs: rank processes and rank threads differ"
+    if [ "$NGPU" -ge 2 ]; then
+        ring procs_gpus -n 2 --device 0,1 --fabric shm
+        [ "$(field transfers "$TMP/procs_gpus")" = device ] || fail "procs_gpus: transfers is not device"
+        [ "$(field output_hash "$TMP/procs")" = "$(field output_hash "$TMP/procs_gpus")" ] ||
+            fail "procs_gpus: the ring over 2 GPUs differs from the one-GPU ring"
+    fi
+    # a dropped device message between processes: every rank fails within the timeout
+    t0=$(date +%s)
+    BURST_FAULT="drop:rank=0,phase=bwd,step=0" timeout 120 "$BR" -n 2 $JOB --timeout 5 \
+        >"$TMP/pdrop" 2>"$TMP/pdrop.err"
+    rc=$?
+    t1=$(date +%s)
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "pdrop: burstrun exited $rc (0: no error; 124: hung)"
+    [ $((t1 - t0)) -le 60 ] || fail "pdrop: took $((t1 - t0)) s"
+    echo "pdrop: exit $rc after $((t1 - t0)) s: $(tail -n 1 "$TMP/pdrop.err")"
     # a cuda rank process killed at backward step 1: the job stops, naming it
     "$BR" -n 2 $JOB --timeout 20 --test-kill-rank 1 --test-kill-phase bwd --test-kill-step 1 \
         >"$TMP/kill" 2>"$TMP/kill.err"

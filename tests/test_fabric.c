@@ -1,7 +1,9 @@
 /*
  * tests/test_fabric.c - the libfabric transport (transport/tp_fabric.h) between real processes.
  *
- *   test_fabric shm|tcp            the cases below (suite 'net'); exit 77 if the provider is absent
+ *   test_fabric shm|tcp            the cases below (suite 'net'); exit 77 if the provider is absent;
+ *                                  the last ones run the IPC layer (transport/tp_ipc.h) over the
+ *                                  transport with a fake device backend (memory shared by fork)
  *   test_fabric shm|tcp --bench [SIZE...]
  *                                  ping-pong latency / bandwidth (64 B, then 4 KiB .. 64 MiB by
  *                                  factors of 4, or the sizes given, K/M suffixes), idle CPU and
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,6 +41,7 @@
 #include "error.h"
 #include "tp_comm.h"
 #include "tp_fabric.h"
+#include "tp_ipc.h"
 
 #define MAX_RANKS 4
 #define MIB ((size_t)1 << 20)
@@ -750,6 +754,229 @@ static void test_killed(void **state)
     run_ranks(3, rank_killed, expect);
 }
 
+/* ---- the IPC layer (tp_ipc.h) over this transport, with a fake device backend ----
+ *
+ * "Device memory" is an anonymous shared mapping made by the parent before fork, so every rank
+ * process sees it at the same address: ipc_export describes a buffer by its address, ipc_import
+ * copies from it with memcpy. That exercises the whole protocol between real processes (the
+ * descriptor and the acknowledgement as host messages, length checks, failures reported to the
+ * sender, timeouts) without a GPU; tests/burstrun_gpu.sh runs it with CUDA IPC.
+ */
+#define IPC_SHARED (8 * MIB)
+static unsigned char *g_shared; /* IPC_SHARED bytes, MAP_SHARED */
+static int g_import_fail;      /* the rank's fake import fails */
+static int g_import_stall;     /* the rank's fake copy never completes */
+static int g_marks;            /* sender markers alive in this rank */
+
+struct fake_done {
+    int complete;
+};
+
+static burst_status_t fake_export(void *be, const void *buf, unsigned char *desc, void **mark_p)
+{
+    (void)be;
+    uint64_t a = (uint64_t)(uintptr_t)buf;
+    memcpy(desc, &a, sizeof(a));
+    *mark_p = malloc(1);
+    g_marks++;
+    return *mark_p ? BURST_OK : BURST_ERR_NO_MEMORY;
+}
+
+static void fake_release(void *be, void *mark)
+{
+    (void)be;
+    if (mark)
+        g_marks--;
+    free(mark);
+}
+
+static burst_status_t fake_import(void *be, void *dst, const unsigned char *desc, size_t len,
+                                  void **done_p)
+{
+    (void)be;
+    uint64_t a;
+    memcpy(&a, desc, sizeof(a));
+    *done_p = NULL;
+    if (g_import_fail)
+        return burst_error(BURST_ERR_UNSUPPORTED, "fake import: refused");
+    struct fake_done *d = calloc(1, sizeof(*d));
+    if (!d)
+        return BURST_ERR_NO_MEMORY;
+    if (!g_import_stall) {
+        memcpy(dst, (const void *)(uintptr_t)a, len);
+        d->complete = 1;
+    }
+    *done_p = d;
+    return BURST_OK;
+}
+
+static burst_status_t fake_test(void *be, void *done, int *complete)
+{
+    (void)be;
+    *complete = ((struct fake_done *)done)->complete;
+    return BURST_OK;
+}
+
+static void fake_finish(void *be, void *done)
+{
+    (void)be;
+    free(done);
+}
+
+static const struct burst_tp_devops fake_devops = {
+    .release = fake_release,
+    .ipc_export = fake_export,
+    .ipc_import = fake_import,
+    .ipc_test = fake_test,
+    .ipc_finish = fake_finish,
+};
+static const struct burst_tp_dev fake_dev = {&fake_devops, NULL};
+
+typedef int (*ipc_fn)(struct burst_tp *w, int rank, int n);
+static ipc_fn g_ipc_fn;
+
+/* Wrap the rank's transport, run g_ipc_fn on the wrapper, destroy it (and the transport). */
+static int rank_ipc(struct burst_tp *tp, int rank, int n)
+{
+    static const int one_host[MAX_RANKS] = {0};
+    struct burst_tp *w = NULL;
+    CHECK(burst_tp_ipc_create(tp, one_host, &w) == BURST_OK, "%s", burst_last_error());
+    CHECK(strcmp(w->ops->name, tp->ops->name) == 0, "the wrapper is named %s", w->ops->name);
+    int rc = g_ipc_fn(w, rank, n);
+    if (rc == 0 && g_marks != 0) {
+        fprintf(stderr, "rank %d: %d sender markers never released\n", rank, g_marks);
+        rc = 1;
+    }
+    w->ops->destroy(w);
+    _exit(rc); /* rank_main would destroy tp a second time */
+}
+
+static void run_ipc(int n, ipc_fn fn)
+{
+    g_shared = mmap(NULL, IPC_SHARED, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g_shared != MAP_FAILED);
+    g_ipc_fn = fn;
+    run_ranks(n, rank_ipc, NULL);
+    munmap(g_shared, IPC_SHARED);
+    g_shared = NULL;
+}
+
+/* Device blocks around a ring of 3 (each rank's send buffer: its slice of the shared memory),
+ * 0 B to 1 MiB + 3, interleaved with host messages through the same wrapper; device messages of
+ * one (peer, tag) match in posting order like host ones. */
+static int ipc_ring(struct burst_tp *w, int rank, int n)
+{
+    struct burst_tp *tp = w; /* for CHECK */
+    static const size_t sizes[] = {0, 1, 64, 4096, MIB + 3};
+    int left = (rank + n - 1) % n, right = (rank + 1) % n;
+    unsigned char *mine = g_shared + (size_t)rank * 2 * MIB, *got = malloc(2 * MIB);
+    unsigned char hs[16], hr[16];
+    CHECK(got != NULL, "out of memory");
+    CHECK(burst_tp_ipc_peer(w, left) && burst_tp_ipc_peer(w, right), "peers not local");
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t len = sizes[k];
+        fill(mine, rank, len);
+        memset(got, 0xee, len + 1);
+        memset(hs, rank, sizeof(hs));
+        struct burst_tp_req *rr, *rs, *hrr, *hsr;
+        uint64_t tag = 0x700 + k;
+        CHECK(w->ops->irecv_dev(w, left, tag, got, len, &fake_dev, &rr) == BURST_OK, "irecv_dev");
+        CHECK(w->ops->irecv(w, left, tag, hr, sizeof(hr), &hrr) == BURST_OK, "irecv");
+        CHECK(w->ops->isend_dev(w, right, tag, mine, len, &fake_dev, &rs) == BURST_OK,
+              "isend_dev");
+        CHECK(w->ops->isend(w, right, tag, hs, sizeof(hs), &hsr) == BURST_OK, "isend");
+        CHECK(w->ops->wait(w, rr, 5000) == BURST_OK, "device receive of %zu B: %s", len,
+              burst_last_error());
+        CHECK(w->ops->wait(w, hrr, 5000) == BURST_OK, "host receive: %s", burst_last_error());
+        CHECK(w->ops->wait(w, rs, 5000) == BURST_OK, "device send of %zu B: %s", len,
+              burst_last_error());
+        CHECK(w->ops->wait(w, hsr, 5000) == BURST_OK, "host send: %s", burst_last_error());
+        CHECK(first_bad(got, left, len) == len, "%zu B from rank %d: byte %zu differs", len, left,
+              first_bad(got, left, len));
+        CHECK(got[len] == 0xee, "%zu B: written past the end", len);
+        CHECK(hr[0] == left && hr[15] == left, "host message from rank %d", left);
+    }
+    free(got);
+    return 0;
+}
+
+static void test_ipc_ring(void **state)
+{
+    (void)state;
+    run_ipc(3, ipc_ring);
+}
+
+/* Failures reach both sides at once, not at the timeout: a length mismatch (BURST_ERR_TRANSPORT
+ * on both), a refused import, a copy that never ends (the receiver times out; its sender hears
+ * of it); a receive whose sender never comes times out on time; peers on another host refused. */
+static int ipc_faults(struct burst_tp *w, int rank, int n)
+{
+    struct burst_tp *tp = w;
+    unsigned char *buf = g_shared + (size_t)rank * MIB, got[128];
+    struct burst_tp_req *r;
+    int peer = 1 - rank;
+    /* 1. the receiver expects 65 bytes, 64 come */
+    if (rank == 0) {
+        CHECK(w->ops->isend_dev(w, 1, 0x800, buf, 64, &fake_dev, &r) == BURST_OK, "isend_dev");
+        burst_status_t st = w->ops->wait(w, r, 5000);
+        CHECK(st == BURST_ERR_TRANSPORT, "sender of a mismatched length: %s", burst_status_str(st));
+    } else {
+        CHECK(w->ops->irecv_dev(w, 0, 0x800, got, 65, &fake_dev, &r) == BURST_OK, "irecv_dev");
+        burst_status_t st = w->ops->wait(w, r, 5000);
+        CHECK(st == BURST_ERR_TRANSPORT && strstr(burst_last_error(), "length mismatch"),
+              "receiver of a mismatched length: %s: %s", burst_status_str(st), burst_last_error());
+    }
+    /* 2. rank 1's import fails, 3. rank 1's copy never completes (300 ms timeout) */
+    for (int c = 0; c < 2; c++) {
+        uint64_t tag = 0x801 + (uint64_t)c;
+        double t0 = now_s();
+        if (rank == 0) {
+            CHECK(w->ops->isend_dev(w, 1, tag, buf, 64, &fake_dev, &r) == BURST_OK, "isend_dev");
+            burst_status_t st = w->ops->wait(w, r, 5000);
+            CHECK(st != BURST_OK && now_s() - t0 < 2.0, "case %d: sender: %s after %.2f s", c,
+                  burst_status_str(st), now_s() - t0);
+            CHECK(strstr(burst_last_error(), "rank 1 could not take"), "%s", burst_last_error());
+        } else {
+            g_import_fail = c == 0;
+            g_import_stall = c == 1;
+            CHECK(w->ops->irecv_dev(w, 0, tag, got, 64, &fake_dev, &r) == BURST_OK, "irecv_dev");
+            burst_status_t st = w->ops->wait(w, r, 300);
+            double dt = now_s() - t0;
+            g_import_fail = g_import_stall = 0;
+            CHECK(st == (c == 0 ? BURST_ERR_UNSUPPORTED : BURST_ERR_TIMEOUT), "case %d: %s", c,
+                  burst_status_str(st));
+            CHECK(c == 0 || (dt >= 0.29 && dt < 1.5), "copy timed out after %.3f s", dt);
+        }
+    }
+    /* 4. nobody sends: the receive times out on time */
+    if (rank == 1) {
+        CHECK(w->ops->irecv_dev(w, 0, 0x803, got, 64, &fake_dev, &r) == BURST_OK, "irecv_dev");
+        double t0 = now_s();
+        burst_status_t st = w->ops->wait(w, r, 300);
+        double dt = now_s() - t0;
+        CHECK(st == BURST_ERR_TIMEOUT && dt >= 0.29 && dt < 1.0, "%s after %.3f s",
+              burst_status_str(st), dt);
+    }
+    CHECK(ring_barrier(w, 0x8b0) == BURST_OK, "barrier: %s", burst_last_error());
+    /* 5. a peer on another host: no device messages */
+    int hosts[2] = {0, 1};
+    struct burst_tp *w2 = NULL;
+    CHECK(burst_tp_ipc_create(w, hosts, &w2) == BURST_OK, "create");
+    CHECK(!burst_tp_ipc_peer(w2, peer) && burst_tp_ipc_peer(w2, rank), "ipc_peer");
+    burst_status_t st = w2->ops->isend_dev(w2, peer, 0x804, buf, 64, &fake_dev, &r);
+    CHECK(st == BURST_ERR_INTERNAL && strstr(burst_last_error(), "not on this host"), "%s",
+          burst_last_error());
+    (void)n;
+    w2->ops->destroy(w2); /* w2 owns w (and the transport) */
+    _exit(g_marks == 0 ? 0 : 1);
+}
+
+static void test_ipc_faults(void **state)
+{
+    (void)state;
+    run_ipc(2, ipc_faults);
+}
+
 /* ---- --bench ---- */
 
 static double cpu_s(void)
@@ -872,6 +1099,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_length),       cmocka_unit_test(test_length_chunked),
         cmocka_unit_test(test_timeout),      cmocka_unit_test(test_abort),
         cmocka_unit_test(test_killed),       cmocka_unit_test(test_bad_address),
+        cmocka_unit_test(test_ipc_ring),     cmocka_unit_test(test_ipc_faults),
     };
     if (getenv("BURST_TEST_FILTER")) /* e.g. BURST_TEST_FILTER=test_length */
         cmocka_set_test_filter(getenv("BURST_TEST_FILTER"));

@@ -2,7 +2,8 @@
 """tools/burstbench_ring.py - burst's GPU ring beside PyTorch's context_parallel, in one command.
 
 For each size and mask, runs burstrun with cuda ranks as threads of one process (blocks go
-device to device: `transfers` = device; --device 0,1,... puts rank i on GPU i), forward and
+device to device: `transfers` = device; --device 0,1,... puts rank i on GPU i), or with --procs as
+rank processes (shm between them, blocks GPU to GPU through CUDA IPC), forward and
 forward+backward, with the burst backward (query bundle travels) and the ring backward (K/V and
 their gradients travel); then the single-GPU run (one rank) at the sizes of --single; then
 PyTorch's context_parallel (tools/ring_torch.py under torchrun, same sizes, same GPUs). Prints
@@ -14,7 +15,7 @@ issue's budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). Writes a CSV and
 
   python3 tools/burstbench_ring.py --burstrun build/tools/burstrun --gpus 2 \
       --seqs 32768,131072,262144 --masks causal,full [--bwd burst,ring] [--single 131072] \
-      [--heads 32] [--head-dim 128] [--iters 3] [--no-torch]
+      [--heads 32] [--head-dim 128] [--iters 3] [--procs] [--no-torch]
 
 A small --check run (N = 2048, 4 heads, both masks, both backward patterns) precedes the timed ones.
 """
@@ -62,7 +63,8 @@ class GpuMem:
 
 def burstrun(args, ranks, n, causal, bwd, check=False, iters=None):
     heads = 4 if check else args.heads  # the fp64 reference of --check: keep it small
-    cmd = [args.burstrun, "--threads", "-n", str(ranks), "--backend", "cuda",
+    launch = ["--fabric", "shm"] if args.procs else ["--threads"]
+    cmd = [args.burstrun] + launch + ["-n", str(ranks), "--backend", "cuda",
            "--device", ",".join(str(i % args.gpus) for i in range(ranks)),
            "--seq", str(n), "--heads", str(heads), "--head-dim", str(args.head_dim),
            "--dtype", "bf16", "--layout", "zigzag" if causal else "natural", "--bwd", bwd,
@@ -107,6 +109,8 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--rotate", default="default")
+    ap.add_argument("--procs", action="store_true",
+                    help="ranks as processes (shm between them; blocks GPU to GPU by CUDA IPC)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--csv", default="burstbench_ring.csv")
@@ -139,6 +143,7 @@ def main():
                 gpus = min(g, args.gpus)
                 fb = j["fwd_ms"] + j["bwd_ms"]
                 row = dict(impl="burst" if g > 1 else "burst_1gpu", gpus=gpus, ranks=g, seq=n,
+                           launch="procs" if args.procs else "threads",
                            causal=causal, bwd=bwd, transfers=j["transfers"], fwd_ms=j["fwd_ms"],
                            fwdbwd_ms=fb, fwd_tflops_per_gpu=flops / j["fwd_ms"] * 1e-9 / gpus,
                            fwdbwd_tflops_per_gpu=3.5 * flops / fb * 1e-9 / gpus,
@@ -188,7 +193,8 @@ def main():
 
     pred = predicted_bwd_ratio(h, d)
     print()
-    print(f"{ranks} ranks on {args.gpus} GPU(s), bf16, H={h}, d={d}; ms and TFLOP/s per GPU; "
+    print(f"{ranks} rank {'processes' if args.procs else 'threads'} on {args.gpus} GPU(s), bf16, "
+          f"H={h}, d={d}; ms and TFLOP/s per GPU; "
           f"x torch = burst time / PyTorch time (< 1 is faster)")
     print(f"{'N':>7} {'mask':6} {'bwd':5} | {'fwd ms':>8} {'fb ms':>8} {'fb TF/GPU':>9} | "
           f"{'torch fwd':>9} {'torch fb':>9} {'x torch':>7} | {'ovl f/b':>9} {'mem GiB':>7} "

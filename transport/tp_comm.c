@@ -14,6 +14,7 @@
 #include "fault.h"
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
+#include "tp_ipc.h"
 
 #define DEFAULT_TIMEOUT_MS 120000
 
@@ -445,6 +446,13 @@ int burst_comm_moves_device(const struct burst_comm *comm)
 {
     return comm->tp->ops->size >= sizeof(struct burst_tp_ops) && comm->tp->ops->isend_dev &&
            comm->tp->ops->irecv_dev;
+}
+
+int burst_comm_device_peer(const struct burst_comm *comm, int peer)
+{
+    if (!burst_comm_moves_device(comm) || peer < 0 || peer >= comm->size)
+        return 0;
+    return burst_comm_in_process(comm) || burst_tp_ipc_peer(comm->tp, peer);
 }
 
 burst_status_t burst_comm_isend_dev(struct burst_comm *comm, int peer, uint64_t tag,

@@ -71,9 +71,13 @@ burst_status_t burst_comm_isend(struct burst_comm *comm, int peer, uint64_t tag,
 burst_status_t burst_comm_irecv(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
                                 size_t len, struct burst_tp_req **req_p);
 /* Device-resident transfers (transport.h, struct burst_tp_dev): 1 when the transport moves
- * device memory itself (the in-process transport), so a device backend's blocks need no host
- * staging. The _dev calls then replace isend / irecv for every message of a call. */
+ * device memory itself, to some peers at least (the in-process transport: every peer; the IPC
+ * layer over a process transport, transport/tp_ipc.h: peers on this host), so a device
+ * backend's blocks need no host staging. burst_comm_device_peer says it for one peer (the same
+ * answer on both sides); the _dev calls then replace isend / irecv for every message to and from
+ * that peer. */
 int burst_comm_moves_device(const struct burst_comm *comm);
+int burst_comm_device_peer(const struct burst_comm *comm, int peer);
 /* 1 when every rank is a thread of this process (the in-process transport). */
 int burst_comm_in_process(const struct burst_comm *comm);
 burst_status_t burst_comm_isend_dev(struct burst_comm *comm, int peer, uint64_t tag,

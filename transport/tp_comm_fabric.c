@@ -5,7 +5,8 @@
  * Round 1 (every rank's host record) groups ranks by host and picks the provider; round 2
  * exchanges endpoint addresses. On a ring spanning several hosts with several ranks on some host,
  * "auto" builds a hybrid transport (transport/tp_hybrid.h): shm between ranks of one host, the
- * network provider between hosts.
+ * network provider between hosts. Where ranks share a host, the IPC layer (transport/tp_ipc.h)
+ * wraps the transport so that their device blocks go GPU to GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "tp_comm.h"
 #include "tp_fabric.h"
 #include "tp_hybrid.h"
+#include "tp_ipc.h"
 
 #define fab_names burst_fab_names
 #define fab_index burst_fab_index
@@ -276,6 +278,14 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
         st = connect_hybrid(c, fab, blob, lens, who);
         if (st != BURST_OK)
             goto out;
+    }
+    /* Rank processes sharing a host may pass device blocks GPU to GPU (tp_ipc.h). */
+    if (c->nhosts < c->size) {
+        struct burst_tp *w = NULL;
+        st = burst_tp_ipc_create(c->tp, c->host_of, &w);
+        if (st != BURST_OK)
+            goto out;
+        c->tp = w;
     }
     c->tp->ctrl = burst_boot_ctrl(c->boot);
 out:

@@ -30,7 +30,8 @@ struct burst_tp_req;
 
 /*
  * Device copies, for transports that move device memory themselves (the in-process transport
- * between ranks whose buffers are in the memory of a device backend: cuda). A device-memory
+ * between ranks whose buffers are in the memory of a device backend: cuda; between processes of
+ * one host, the IPC layer over the process transports, with the ipc_ members below). A device-memory
  * backend provides the ops (runtime/backend.h, member devcopy); the ring engine hands them with
  * every device-resident send and receive (isend_dev / irecv_dev), and the transport calls them
  * instead of memcpy. Markers are opaque (cuda: events).
@@ -49,7 +50,33 @@ struct burst_tp_devops {
                            void *after_b, void **done_p);
     burst_status_t (*wait)(void *be, void *mark);
     void (*release)(void *be, void *mark);
+    /*
+     * Optional: device copies between processes of one host (cuda: CUDA IPC), for the process
+     * transports' device path (transport/tp_ipc.h). NULL where the backend cannot share device
+     * memory with another process; the ring then stages through host memory.
+     *   ipc_export  sender: describe the device buffer at buf (any address inside an allocation)
+     *               for another process of this host, in at most BURST_TP_IPC_DESC bytes written
+     *               to desc, together with a marker of the calling thread's device work queued
+     *               so far (its writes of buf); *mark_p: freed with release() once the receiver
+     *               has acknowledged the copy (until then buf must stay untouched).
+     *   ipc_import  receiver: queue a copy of len bytes from the memory desc describes into dst
+     *               (a device address of this process), after desc's marker and after the calling
+     *               thread's device work queued so far (its reads of dst); *done_p: a marker for
+     *               ipc_test / ipc_finish. Mappings of other processes' memory are the backend's
+     *               to cache and to close (when the exporter is gone or reused the address).
+     *   ipc_test    *complete = 1 once the copy has finished, else 0; an error if it failed.
+     *               Never blocks.
+     *   ipc_finish  free a marker of ipc_import; called also for a copy given up on (timeout,
+     *               peer failure), which may still be in flight.
+     */
+    burst_status_t (*ipc_export)(void *be, const void *buf, unsigned char *desc, void **mark_p);
+    burst_status_t (*ipc_import)(void *be, void *dst, const unsigned char *desc, size_t len,
+                                 void **done_p);
+    burst_status_t (*ipc_test)(void *be, void *done, int *complete);
+    void (*ipc_finish)(void *be, void *done);
 };
+/* Room for an ipc_export descriptor (cuda: two 64-byte IPC handles, offset, process id). */
+#define BURST_TP_IPC_DESC 192
 struct burst_tp_dev {
     const struct burst_tp_devops *ops;
     void *be; /* the backend instance of the posting rank */

@@ -211,9 +211,12 @@ BURST_API burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_p
  *             device backend over a process-to-process transport, or a ring of mixed backends;
  *             also vulkan GPU buffers between processes, which the transport cannot read);
  *   "device"  device to device, no host hop: every rank runs the same device backend (cuda)
- *             and the transport is in-process (ranks are threads; GPU to GPU over NVLink / PCIe
- *             where the ranks sit on different GPUs). BURST_DEVICE_DIRECT=0 forces "staged".
- * NULL plan: "".
+ *             and every rank shares one host: ranks that are threads (transport "local"), or
+ *             rank processes (transport "fabric": CUDA IPC between the processes). GPU to GPU
+ *             over NVLink / PCIe where the ranks sit on different GPUs.
+ *   "device+staged"  the same between ranks of one host, staged between hosts (a ring of
+ *             processes on several hosts).
+ * BURST_DEVICE_DIRECT=0 forces "staged". NULL plan: "".
  */
 BURST_API const char *burst_plan_transfers(const struct burst_plan *plan);
 
