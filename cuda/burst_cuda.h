@@ -155,7 +155,7 @@ burst_status_t burst_cuda_copy_stream(const struct burst_cuda_backend *cb, void 
 burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc,
                                      void **mark_p);
 burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *desc, size_t len,
-                                     void **done_p);
+                                     void *after, void **done_p);
 burst_status_t burst_cuda_ipc_test(void *be, void *done, int *complete);
 void burst_cuda_ipc_finish(void *be, void *done);
 /* Close the mappings opened on `device` (no copy from them in flight); at the instance's end. */

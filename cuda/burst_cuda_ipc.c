@@ -11,7 +11,8 @@
  *
  * Receiver (ipc_import): opens the allocation (cached, see below) and the event, and queues the
  * copy on its device's copy stream (burst_cuda_copy_stream) after the sender's event and after
- * its own stream's work so far; a plain event recorded after the copy is the done marker. Over
+ * the receiver's mark taken when it posted the receive (the peer ops' mark); a plain event
+ * recorded after the copy is the done marker. Over
  * NVLink / PCIe when the two processes sit on different GPUs (cudaIpcMemLazyEnablePeerAccess),
  * a device-to-device copy on one GPU.
  *
@@ -198,23 +199,20 @@ static burst_status_t slot_get(const struct ipc_wire *w, int device, int *slot_p
     return BURST_OK;
 }
 
-/* Queue: wait for the sender's event and this thread's stream, copy, record done. */
+/* Queue: wait for the receiver's mark (after) and the sender's event, copy, record done. */
 static burst_status_t queue_copy(const struct burst_cuda_backend *cb, void *dst, const void *src,
-                                 size_t len, const struct ipc_wire *w, cudaEvent_t *done_p)
+                                 size_t len, const struct ipc_wire *w, cudaEvent_t after,
+                                 cudaEvent_t *done_p)
 {
     void *stream = NULL;
     burst_status_t st = burst_cuda_copy_stream(cb, &stream);
     if (st != BURST_OK)
         return st;
     cudaStream_t cs = stream;
-    cudaEvent_t mine = NULL, theirs = NULL;
-    st = burst_cuda_status(cudaEventCreateWithFlags(&mine, cudaEventDisableTiming),
-                           "ipc import: cudaEventCreateWithFlags");
-    if (st == BURST_OK)
-        st = burst_cuda_status(cudaEventRecord(mine, cudaStreamPerThread),
-                               "ipc import: cudaEventRecord");
-    if (st == BURST_OK)
-        st = burst_cuda_status(cudaStreamWaitEvent(cs, mine, 0), "ipc import: cudaStreamWaitEvent");
+    cudaEvent_t theirs = NULL;
+    if (after)
+        st = burst_cuda_status(cudaStreamWaitEvent(cs, after, 0),
+                               "ipc import: cudaStreamWaitEvent");
     if (st == BURST_OK)
         st = burst_cuda_status(cudaIpcOpenEventHandle(&theirs, w->ev),
                                "ipc import: cudaIpcOpenEventHandle (the sender's event)");
@@ -233,16 +231,14 @@ static burst_status_t queue_copy(const struct burst_cuda_backend *cb, void *dst,
         cudaEventDestroy(done);
         done = NULL;
     }
-    if (mine) /* events may be destroyed while waits on them are queued */
-        cudaEventDestroy(mine);
-    if (theirs)
+    if (theirs) /* events may be destroyed while waits on them are queued */
         cudaEventDestroy(theirs);
     *done_p = done;
     return st;
 }
 
 burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *desc, size_t len,
-                                     void **done_p)
+                                     void *after, void **done_p)
 {
     const struct burst_cuda_backend *cb = be;
     struct ipc_wire w;
@@ -266,7 +262,7 @@ burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *d
         pthread_mutex_unlock(&ipc_lock);
     }
     if (st == BURST_OK)
-        st = queue_copy(cb, dst, src, len, &w, &d->ev);
+        st = queue_copy(cb, dst, src, len, &w, (cudaEvent_t)after, &d->ev);
     if (st != BURST_OK && !d->ev)
         d->complete = 1; /* nothing queued: the mapping is free again */
     *done_p = d;

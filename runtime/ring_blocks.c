@@ -99,6 +99,12 @@ unsigned char *burst_blocks_current(const struct burst_blocks *b)
     return b->cur < 0 ? NULL : b->buf[b->cur];
 }
 
+void burst_blocks_start(struct burst_blocks *b)
+{
+    burst_xfer_start(b->plan, &b->lr);
+    burst_xfer_start(b->plan, &b->ir);
+}
+
 burst_status_t burst_blocks_wait(struct burst_blocks *b, const struct burst_sched_step *s)
 {
     burst_status_t w1 = burst_xfer_wait(b->plan, &b->lr), w2 = burst_xfer_wait(b->plan, &b->ls);

@@ -49,6 +49,10 @@ burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sche
 /* Buffer of the current block, or NULL when it is this rank's own. */
 unsigned char *burst_blocks_current(const struct burst_blocks *b);
 
+/* Let the posted receives move while the step computes (burst_xfer_start): after the step's
+ * device work is queued, before the host waits for it. */
+void burst_blocks_start(struct burst_blocks *b);
+
 /* Wait for this step's local transfers (and, at a round's last step, the inter-node ones), then
  * make the next step's block current. Always waits every posted request, even after a failure;
  * returns the first failure. */

@@ -290,6 +290,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
                 .deterministic = plan->p.deterministic,
             };
             st = c.ops->bwd_step(c.be, &a);
+            burst_blocks_start(&blk); /* the next bundle and the accumulator move meanwhile */
+            burst_xfer_start(plan, &ra);
             if (st == BURST_OK && c.ops->sync)
                 st = c.ops->sync(c.be);
             burst_call_compute(plan, BURST_PHASE_BWD, r, burst_now() - tc);

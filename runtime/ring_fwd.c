@@ -155,6 +155,7 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
                 .lse_acc = lse_acc,
             };
             st = be_ops->fwd_step(be, &a);
+            burst_blocks_start(&blk); /* the next block moves while this one computes */
             if (st == BURST_OK && be_ops->sync)
                 st = be_ops->sync(be);
             burst_call_compute(plan, BURST_PHASE_FWD, r, burst_now() - tc);

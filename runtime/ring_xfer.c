@@ -113,6 +113,11 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
     return st;
 }
 
+void burst_xfer_start(struct burst_plan *plan, struct burst_xfer *x)
+{
+    burst_comm_start(plan->comm, x->req);
+}
+
 burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x)
 {
     burst_status_t st = burst_comm_wait(plan->comm, &x->req);

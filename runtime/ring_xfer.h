@@ -39,6 +39,9 @@ burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag,
                                 size_t len, struct burst_xfer *x);
 burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag, void *buf,
                                 size_t len, struct burst_xfer *x);
+/* Let a posted receive progress while the caller computes (burst_comm_start): call after the
+ * step's device work is queued, before waiting for it. Harmless on any transfer. */
+void burst_xfer_start(struct burst_plan *plan, struct burst_xfer *x);
 /* Wait (communicator timeout), copy a staged receive to its destination, release. Harmless on
  * a transfer never posted. Returns the first failure. */
 burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);

@@ -766,7 +766,7 @@ static void test_killed(void **state)
 static unsigned char *g_shared; /* IPC_SHARED bytes, MAP_SHARED */
 static int g_import_fail;      /* the rank's fake import fails */
 static int g_import_stall;     /* the rank's fake copy never completes */
-static int g_marks;            /* sender markers alive in this rank */
+static int g_marks;            /* markers alive in this rank */
 
 struct fake_done {
     int complete;
@@ -790,10 +790,20 @@ static void fake_release(void *be, void *mark)
     free(mark);
 }
 
-static burst_status_t fake_import(void *be, void *dst, const unsigned char *desc, size_t len,
-                                  void **done_p)
+static burst_status_t fake_mark(void *be, void **mark_p)
 {
     (void)be;
+    *mark_p = malloc(1);
+    g_marks++;
+    return *mark_p ? BURST_OK : BURST_ERR_NO_MEMORY;
+}
+
+static burst_status_t fake_import(void *be, void *dst, const unsigned char *desc, size_t len,
+                                  void *after, void **done_p)
+{
+    (void)be;
+    if (!after)
+        return burst_error(BURST_ERR_INTERNAL, "fake import: no receiver's mark");
     uint64_t a;
     memcpy(&a, desc, sizeof(a));
     *done_p = NULL;
@@ -824,6 +834,7 @@ static void fake_finish(void *be, void *done)
 }
 
 static const struct burst_tp_devops fake_devops = {
+    .mark = fake_mark,
     .release = fake_release,
     .ipc_export = fake_export,
     .ipc_import = fake_import,
@@ -844,7 +855,7 @@ static int rank_ipc(struct burst_tp *tp, int rank, int n)
     CHECK(strcmp(w->ops->name, tp->ops->name) == 0, "the wrapper is named %s", w->ops->name);
     int rc = g_ipc_fn(w, rank, n);
     if (rc == 0 && g_marks != 0) {
-        fprintf(stderr, "rank %d: %d sender markers never released\n", rank, g_marks);
+        fprintf(stderr, "rank %d: %d markers never released\n", rank, g_marks);
         rc = 1;
     }
     w->ops->destroy(w);
@@ -885,6 +896,11 @@ static int ipc_ring(struct burst_tp *w, int rank, int n)
         CHECK(w->ops->isend_dev(w, right, tag, mine, len, &fake_dev, &rs) == BURST_OK,
               "isend_dev");
         CHECK(w->ops->isend(w, right, tag, hs, sizeof(hs), &hsr) == BURST_OK, "isend");
+        if (k & 1) { /* start(): the receive's copy queued before the wait; others: no-ops */
+            w->ops->start(w, rr, 5000);
+            w->ops->start(w, rs, 5000);
+            w->ops->start(w, hrr, 5000);
+        }
         CHECK(w->ops->wait(w, rr, 5000) == BURST_OK, "device receive of %zu B: %s", len,
               burst_last_error());
         CHECK(w->ops->wait(w, hrr, 5000) == BURST_OK, "host receive: %s", burst_last_error());
@@ -948,14 +964,19 @@ static int ipc_faults(struct burst_tp *w, int rank, int n)
             CHECK(c == 0 || (dt >= 0.29 && dt < 1.5), "copy timed out after %.3f s", dt);
         }
     }
-    /* 4. nobody sends: the receive times out on time */
-    if (rank == 1) {
+    /* 4. nobody sends: the receive times out on time, in wait() or in start() (whose failure
+     * the wait then reports with its message) */
+    for (int c = 0; rank == 1 && c < 2; c++) {
         CHECK(w->ops->irecv_dev(w, 0, 0x803, got, 64, &fake_dev, &r) == BURST_OK, "irecv_dev");
         double t0 = now_s();
+        if (c)
+            w->ops->start(w, r, 300);
+        burst_error(BURST_OK, "%s", "(cleared)");
         burst_status_t st = w->ops->wait(w, r, 300);
         double dt = now_s() - t0;
         CHECK(st == BURST_ERR_TIMEOUT && dt >= 0.29 && dt < 1.0, "%s after %.3f s",
               burst_status_str(st), dt);
+        CHECK(strstr(burst_last_error(), "rank 0"), "message: %s", burst_last_error());
     }
     CHECK(ring_barrier(w, 0x8b0) == BURST_OK, "barrier: %s", burst_last_error());
     /* 5. a peer on another host: no device messages */

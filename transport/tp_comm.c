@@ -469,6 +469,13 @@ burst_status_t burst_comm_irecv_dev(struct burst_comm *comm, int peer, uint64_t 
     return comm_irecv(comm, peer, tag, buf, len, dev, req_p);
 }
 
+void burst_comm_start(struct burst_comm *comm, struct burst_tp_req *req)
+{
+    if (req && comm->tp->ops->size >= sizeof(struct burst_tp_ops) && comm->tp->ops->start &&
+        !atomic_load(&comm->failed))
+        comm->tp->ops->start(comm->tp, req, comm->timeout_ms);
+}
+
 burst_status_t burst_comm_wait(struct burst_comm *comm, struct burst_tp_req **req_p)
 {
     if (!*req_p)

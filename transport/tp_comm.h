@@ -86,6 +86,9 @@ burst_status_t burst_comm_isend_dev(struct burst_comm *comm, int peer, uint64_t 
 burst_status_t burst_comm_irecv_dev(struct burst_comm *comm, int peer, uint64_t tag, void *buf,
                                     size_t len, const struct burst_tp_dev *dev,
                                     struct burst_tp_req **req_p);
+/* Let a posted request progress as far as its peer's post allows (transport.h, start), so that
+ * it moves while the caller computes; harmless on any request (NULL too). wait() reports errors. */
+void burst_comm_start(struct burst_comm *comm, struct burst_tp_req *req);
 /* Wait with the communicator's timeout; *req_p is released and set to NULL. NULL req is OK. */
 burst_status_t burst_comm_wait(struct burst_comm *comm, struct burst_tp_req **req_p);
 

@@ -1,5 +1,6 @@
 /* transport/tp_ipc.c - device messages between processes of one host (see tp_ipc.h). */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,9 +41,14 @@ struct burst_tp_req {
     int peer;
     uint64_t tag;
     struct burst_tp_dev dev;
-    void *mark; /* send: the exporter's marker, released after the ack */
+    void *mark; /* send: the exporter's marker, released after the ack; recv: the receiver's
+                   work before the post (its reads of dst) */
     void *dst;  /* recv */
     size_t len;
+    int started, no_ack;   /* recv: recv_start done; it failed before any descriptor came */
+    burst_status_t status; /* recv: recv_start's outcome */
+    void *done;            /* recv: the copy queued */
+    char why[256];         /* recv: recv_start's error message */
     struct ipc_desc msg;
     struct ipc_ack ack;
 };
@@ -106,8 +112,8 @@ static burst_status_t dev_check(struct burst_tp *t, const char *who, int peer,
     if (peer < 0 || peer >= t->size || !w->local[peer])
         return burst_error(BURST_ERR_INTERNAL, "ipc transport: %s: peer %d is not on this host",
                            who, peer);
-    if (!dev || !dev->ops || !dev->ops->ipc_export || !dev->ops->ipc_import ||
-        !dev->ops->ipc_test || !dev->ops->ipc_finish)
+    if (!dev || !dev->ops || !dev->ops->mark || !dev->ops->release || !dev->ops->ipc_export ||
+        !dev->ops->ipc_import || !dev->ops->ipc_test || !dev->ops->ipc_finish)
         return burst_error(BURST_ERR_INTERNAL,
                            "ipc transport: %s: the backend cannot share device memory", who);
     return BURST_OK;
@@ -163,8 +169,11 @@ static burst_status_t ipc_irecv_dev(struct burst_tp *t, int peer, uint64_t tag, 
     r->dev = *dev;
     r->dst = buf;
     r->len = len;
-    st = in->ops->irecv(in, peer, tag, &r->msg, sizeof(r->msg), &r->inner);
+    st = dev->ops->mark(dev->be, &r->mark);
+    if (st == BURST_OK)
+        st = in->ops->irecv(in, peer, tag, &r->msg, sizeof(r->msg), &r->inner);
     if (st != BURST_OK) {
+        dev->ops->release(dev->be, r->mark);
         free(r);
         return st;
     }
@@ -207,13 +216,20 @@ static burst_status_t copy_wait(struct burst_tp *t, struct burst_tp_req *r, void
     }
 }
 
-static burst_status_t wait_recv(struct burst_tp *t, struct burst_tp_req *r, int64_t deadline)
+/* The receiver's first half: the descriptor, its checks, the copy queued (r->started). */
+static void recv_start(struct burst_tp *t, struct burst_tp_req *r, int64_t deadline)
 {
     struct burst_tp *in = inner_of(t);
+    r->started = 1;
     burst_status_t st = in->ops->wait(in, r->inner, remaining_ms(deadline));
     r->inner = NULL;
-    if (st != BURST_OK)
-        return st; /* no descriptor: nothing to acknowledge */
+    if (st != BURST_OK) {
+        r->dev.ops->release(r->dev.be, r->mark);
+        r->status = st;
+        r->no_ack = 1; /* no descriptor: nothing to acknowledge */
+        snprintf(r->why, sizeof(r->why), "%s", burst_last_error());
+        return;
+    }
     if (r->msg.magic != IPC_MAGIC)
         st = burst_error(BURST_ERR_TRANSPORT,
                          "ipc transport: rank %d: malformed device descriptor from rank %d", t->rank,
@@ -223,13 +239,28 @@ static burst_status_t wait_recv(struct burst_tp *t, struct burst_tp_req *r, int6
                          "ipc transport: rank %d: length mismatch on the device message from rank "
                          "%d (%llu bytes sent, %zu expected)",
                          t->rank, r->peer, (unsigned long long)r->msg.len, r->len);
-    void *done = NULL;
     if (st == BURST_OK && r->len)
-        st = r->dev.ops->ipc_import(r->dev.be, r->dst, r->msg.desc, r->len, &done);
-    if (st == BURST_OK && done)
-        st = copy_wait(t, r, done, deadline);
-    if (done)
-        r->dev.ops->ipc_finish(r->dev.be, done);
+        st = r->dev.ops->ipc_import(r->dev.be, r->dst, r->msg.desc, r->len, r->mark, &r->done);
+    r->dev.ops->release(r->dev.be, r->mark); /* its wait is queued: releasing is safe */
+    r->status = st;
+    if (st != BURST_OK) /* keep the message for wait(), which may come after other errors */
+        snprintf(r->why, sizeof(r->why), "%s", burst_last_error());
+}
+
+static burst_status_t wait_recv(struct burst_tp *t, struct burst_tp_req *r, int64_t deadline)
+{
+    struct burst_tp *in = inner_of(t);
+    if (!r->started)
+        recv_start(t, r, deadline);
+    else if (r->status != BURST_OK)
+        burst_error(r->status, "%s", r->why);
+    burst_status_t st = r->status;
+    if (r->no_ack)
+        return st;
+    if (st == BURST_OK && r->done)
+        st = copy_wait(t, r, r->done, deadline);
+    if (r->done)
+        r->dev.ops->ipc_finish(r->dev.be, r->done);
     /* acknowledge in every case, so the sender fails now rather than at its timeout */
     r->ack.magic = IPC_MAGIC;
     r->ack.status = (int32_t)st;
@@ -238,6 +269,13 @@ static burst_status_t wait_recv(struct burst_tp *t, struct burst_tp_req *r, int6
     if (sa == BURST_OK)
         sa = in->ops->wait(in, r->out, remaining_ms(deadline) + 1000);
     return st != BURST_OK ? st : sa;
+}
+
+/* Start a posted device receive now: the copy then runs while the caller computes. */
+static void ipc_start(struct burst_tp *t, struct burst_tp_req *r, int timeout_ms)
+{
+    if (r && r->kind == REQ_RECV && !r->started)
+        recv_start(t, r, now_us() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000);
 }
 
 static burst_status_t wait_send(struct burst_tp *t, struct burst_tp_req *r, int64_t deadline)
@@ -320,6 +358,7 @@ burst_status_t burst_tp_ipc_create(struct burst_tp *inner, const int *host_of,
         .destroy = ipc_destroy,
         .isend_dev = ipc_isend_dev,
         .irecv_dev = ipc_irecv_dev,
+        .start = ipc_start,
     };
     w->base.ops = &w->ops;
     w->base.rank = inner->rank;

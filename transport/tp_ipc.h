@@ -13,10 +13,12 @@
  *   sender    isend_dev: ipc_export(buf) -> descriptor; post the receive of the acknowledgement,
  *             send the descriptor (same tag as the message). wait: the acknowledgement, whose
  *             status it returns; then buf may be reused.
- *   receiver  irecv_dev: post the receive of the descriptor. wait: the descriptor, a check of the
- *             length (a mismatch fails both sides with BURST_ERR_TRANSPORT), ipc_import (the
- *             copy runs on the receiver's copy stream after the sender's marker), poll ipc_test
- *             until the copy is done, then acknowledge (tag with bit 31 set) with the status.
+ *   receiver  irecv_dev: mark its device work so far (its reads of buf), post the receive of the
+ *             descriptor. wait: the descriptor, a check of the length (a mismatch fails both
+ *             sides with BURST_ERR_TRANSPORT), ipc_import (the copy runs on the receiver's copy
+ *             stream after the sender's marker and the receiver's, so it overlaps the compute
+ *             queued since the post), poll ipc_test until the copy is done, then acknowledge
+ *             (tag with bit 31 set) with the status.
  * A receive completes without its sender's wait (the descriptor left at isend_dev); a send
  * completes only once its receiver has waited. Waits cannot form a cycle as long as each rank
  * waits the receives of a ring step before the sends whose receivers wait them first: the

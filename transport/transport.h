@@ -60,10 +60,12 @@ struct burst_tp_devops {
      *               so far (its writes of buf); *mark_p: freed with release() once the receiver
      *               has acknowledged the copy (until then buf must stay untouched).
      *   ipc_import  receiver: queue a copy of len bytes from the memory desc describes into dst
-     *               (a device address of this process), after desc's marker and after the calling
-     *               thread's device work queued so far (its reads of dst); *done_p: a marker for
-     *               ipc_test / ipc_finish. Mappings of other processes' memory are the backend's
-     *               to cache and to close (when the exporter is gone or reused the address).
+     *               (a device address of this process), after desc's marker and after `after`
+     *               (a mark() taken when the receive was posted: the receiver's reads of dst;
+     *               taken then, not at the wait, so the copy overlaps the compute queued
+     *               between); *done_p: a marker for ipc_test / ipc_finish. Mappings of other
+     *               processes' memory are the backend's to cache and to close (when the exporter
+     *               is gone or reused the address).
      *   ipc_test    *complete = 1 once the copy has finished, else 0; an error if it failed.
      *               Never blocks.
      *   ipc_finish  free a marker of ipc_import; called also for a copy given up on (timeout,
@@ -71,7 +73,7 @@ struct burst_tp_devops {
      */
     burst_status_t (*ipc_export)(void *be, const void *buf, unsigned char *desc, void **mark_p);
     burst_status_t (*ipc_import)(void *be, void *dst, const unsigned char *desc, size_t len,
-                                 void **done_p);
+                                 void *after, void **done_p);
     burst_status_t (*ipc_test)(void *be, void *done, int *complete);
     void (*ipc_finish)(void *be, void *done);
 };
@@ -99,6 +101,12 @@ struct burst_tp_ops {
                                 struct burst_tp_req **req_p);
     burst_status_t (*irecv_dev)(struct burst_tp *tp, int peer, uint64_t tag, void *buf, size_t len,
                                 const struct burst_tp_dev *dev, struct burst_tp_req **req_p);
+    /* Optional: do now what a posted request needs from its peer's post only, waiting at most
+     * timeout_ms for it, so that the transfer runs while the caller computes (the IPC layer:
+     * a device receive takes its descriptor and queues its copy). Never fails: wait() reports
+     * what went wrong. Called after the caller's device work is queued, before it blocks on it;
+     * safe because every message of a ring step is posted at the start of the step. */
+    void (*start)(struct burst_tp *tp, struct burst_tp_req *req, int timeout_ms);
 };
 
 /*
