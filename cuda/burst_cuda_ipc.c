@@ -24,14 +24,19 @@
  * the same address (the old one was freed), or as the least recently used one when the cache is
  * full. Never while a copy from it may be in flight (busy): a copy given up on (timeout) keeps
  * its mapping open for good.
+ *
+ * BURST_IPC_STATS=1 prints the host time spent in exports, imports and openings of memory when
+ * a cuda instance ends (stderr).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -80,6 +85,27 @@ static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ipc_slot ipc_slots[IPC_SLOTS];
 static uint64_t ipc_tick;
 
+/* BURST_IPC_STATS=1: host time of the calls, printed to stderr when an instance ends. */
+static struct {
+    uint64_t exports, imports, opens;
+    double export_us, import_us, open_us;
+} ipc_stats;
+
+static double ipc_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static void ipc_stats_add(uint64_t *count, double *us, double t0)
+{
+    pthread_mutex_lock(&ipc_lock);
+    (*count)++;
+    *us += ipc_now_us() - t0;
+    pthread_mutex_unlock(&ipc_lock);
+}
+
 static pthread_once_t range_once = PTHREAD_ONCE_INIT;
 static range_fn range_get;
 
@@ -101,6 +127,7 @@ burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *d
     struct ipc_wire w;
     memset(&w, 0, sizeof(w));
     *mark_p = NULL;
+    double t0 = ipc_now_us();
     burst_status_t st = burst_cuda_enter(cb, "ipc export");
     if (st != BURST_OK)
         return st;
@@ -134,6 +161,7 @@ burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *d
     w.pid = (int32_t)getpid();
     memcpy(desc, &w, sizeof(w));
     *mark_p = ev;
+    ipc_stats_add(&ipc_stats.exports, &ipc_stats.export_us, t0);
     return BURST_OK;
 }
 
@@ -188,11 +216,14 @@ static burst_status_t slot_get(const struct ipc_wire *w, int device, int *slot_p
     }
     struct ipc_slot *s = &ipc_slots[free_slot];
     void *ptr = NULL;
+    double t0 = ipc_now_us();
     burst_status_t st = burst_cuda_status(
         cudaIpcOpenMemHandle(&ptr, w->mem, cudaIpcMemLazyEnablePeerAccess),
         "ipc import: cudaIpcOpenMemHandle (the sender's block)");
     if (st != BURST_OK)
         return st;
+    ipc_stats.opens++; /* ipc_lock held */
+    ipc_stats.open_us += ipc_now_us() - t0;
     *s = (struct ipc_slot){.used = 1, .mem = w->mem, .device = device, .pid = w->pid,
                            .base = w->base, .ptr = ptr, .busy = 1, .tick = ++ipc_tick};
     *slot_p = free_slot;
@@ -248,6 +279,7 @@ burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *d
         return burst_error(BURST_ERR_INTERNAL,
                            "cuda ipc import: the block comes from this very process (ranks that "
                            "are threads use the in-process transport)");
+    double t0 = ipc_now_us();
     struct ipc_done *d = calloc(1, sizeof(*d));
     if (!d)
         return burst_error(BURST_ERR_NO_MEMORY, "cuda ipc import: out of memory");
@@ -266,6 +298,7 @@ burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *d
     if (st != BURST_OK && !d->ev)
         d->complete = 1; /* nothing queued: the mapping is free again */
     *done_p = d;
+    ipc_stats_add(&ipc_stats.imports, &ipc_stats.import_us, t0);
     return st;
 }
 
@@ -306,6 +339,17 @@ void burst_cuda_ipc_finish(void *be, void *done)
 void burst_cuda_ipc_close(int device)
 {
     pthread_mutex_lock(&ipc_lock);
+    const char *env = getenv("BURST_IPC_STATS");
+    if (env && strcmp(env, "0") != 0 && (ipc_stats.exports || ipc_stats.imports))
+        fprintf(stderr,
+                "[burst] cuda ipc (pid %d): %llu exports, %.1f us each; %llu imports, %.1f us "
+                "each, including %llu openings of memory, %.1f us each\n",
+                (int)getpid(), (unsigned long long)ipc_stats.exports,
+                ipc_stats.export_us / (double)(ipc_stats.exports ? ipc_stats.exports : 1),
+                (unsigned long long)ipc_stats.imports,
+                ipc_stats.import_us / (double)(ipc_stats.imports ? ipc_stats.imports : 1),
+                (unsigned long long)ipc_stats.opens,
+                ipc_stats.open_us / (double)(ipc_stats.opens ? ipc_stats.opens : 1));
     for (int i = 0; i < IPC_SLOTS; i++)
         if (ipc_slots[i].used && !ipc_slots[i].busy && ipc_slots[i].device == device)
             slot_close(&ipc_slots[i]);

@@ -1136,6 +1136,16 @@ static void fab_destroy(struct burst_tp *t)
     burst_fab_close(f);
 }
 
+static void fab_test(struct burst_tp *t, struct burst_tp_req *r, int *done)
+{
+    struct burst_fab *f = (struct burst_fab *)t;
+    pthread_mutex_lock(&f->lock);
+    if (!req_final(r) && r->status == BURST_OK && !f->aborted && !f->dead)
+        fab_progress_locked(f);
+    *done = req_final(r) || r->status != BURST_OK || f->aborted || f->dead;
+    pthread_mutex_unlock(&f->lock);
+}
+
 static const struct burst_tp_ops fab_ops = {
     .size = sizeof(struct burst_tp_ops),
     .name = "fabric",
@@ -1144,6 +1154,7 @@ static const struct burst_tp_ops fab_ops = {
     .wait = fab_wait,
     .abort = fab_abort,
     .destroy = fab_destroy,
+    .test = fab_test,
 };
 
 burst_status_t burst_fab_connect(struct burst_fab *f, const void *const *addrs, const size_t *lens,

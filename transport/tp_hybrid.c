@@ -65,6 +65,15 @@ static burst_status_t hyb_wait(struct burst_tp *t, struct burst_tp_req *r, int t
     return st;
 }
 
+static void hyb_test(struct burst_tp *t, struct burst_tp_req *r, int *done)
+{
+    (void)t;
+    const struct burst_tp_ops *o = r->sub->ops;
+    *done = 0;
+    if (o->size >= sizeof(struct burst_tp_ops) && o->test)
+        o->test(r->sub, r->inner, done);
+}
+
 /* Abort both; the control channel hears it once (both subs would tell it; it is idempotent). */
 static void hyb_abort(struct burst_tp *t, burst_status_t reason)
 {
@@ -94,6 +103,7 @@ static const struct burst_tp_ops hyb_ops = {
     .wait = hyb_wait,
     .abort = hyb_abort,
     .destroy = hyb_destroy,
+    .test = hyb_test,
 };
 
 burst_status_t burst_tp_hybrid_create(struct burst_tp *local, struct burst_tp *net,

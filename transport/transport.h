@@ -107,6 +107,10 @@ struct burst_tp_ops {
      * what went wrong. Called after the caller's device work is queued, before it blocks on it;
      * safe because every message of a ring step is posted at the start of the step. */
     void (*start)(struct burst_tp *tp, struct burst_tp_req *req, int timeout_ms);
+    /* Optional: *done = 1 when wait() on req would return at once (completed or failed); drives
+     * progress; never blocks, never releases req. Lets a caller spin on a message it expects
+     * within microseconds instead of sleeping in wait() (the IPC layer's small messages). */
+    void (*test)(struct burst_tp *tp, struct burst_tp_req *req, int *done);
 };
 
 /*
