@@ -18,12 +18,16 @@
  *
  * Mapping cache: opening a handle costs far more than a ring step's bookkeeping, and the ring
  * sends from the same few buffers at every step, so mappings stay open (IPC_SLOTS, process-wide,
- * keyed by handle and importing device). A mapping is closed when the backend instance of its
- * device ends (burst_cuda_ipc_close, from the context's destroy: also the peer-failure path),
- * when at a later miss its exporter has exited, when the exporter sends from a new allocation at
- * the same address (the old one was freed), or as the least recently used one when the cache is
- * full. Never while a copy from it may be in flight (busy): a copy given up on (timeout) keeps
- * its mapping open for good.
+ * keyed by handle and importing device). An open mapping keeps the exporter's memory allocated
+ * even after the exporter frees it, so mappings must not outlive their use: one is closed when
+ * the backend instance of its device ends (burst_cuda_ipc_close, from the context's destroy:
+ * also the peer-failure path), and at a later miss when its exporter has exited, when the
+ * exporter sends from a new allocation at the same address (the old one was freed), when it has
+ * not been used for IPC_STALE imports (a ring reuses its few buffers at every step, so a mapping
+ * idle that long belongs to a plan that is gone), or as the least recently used one when the
+ * cache is full. Never while a copy from it may be in flight (busy): a copy given up on (timeout)
+ * keeps its mapping open for good. Known limit: a process that destroys a plan and then stops
+ * importing keeps up to IPC_SLOTS of the peer's freed blocks alive until its context ends.
  *
  * BURST_IPC_STATS=1 prints the host time spent in exports, imports and openings of memory when
  * a cuda instance ends (stderr).
@@ -46,7 +50,8 @@
 #include "error.h"
 #include "transport.h"
 
-#define IPC_SLOTS 32
+#define IPC_SLOTS 16
+#define IPC_STALE 256 /* imports since a mapping's last use after which a miss closes it */
 
 /* cuMemGetAddressRange through the runtime (no link against the driver library). */
 typedef int (*range_fn)(unsigned long long *base, size_t *size, unsigned long long ptr);
@@ -199,7 +204,8 @@ static burst_status_t slot_get(const struct ipc_wire *w, int device, int *slot_p
     for (int i = 0; i < IPC_SLOTS; i++) {
         struct ipc_slot *s = &ipc_slots[i];
         if (s->used && !s->busy &&
-            ((s->pid == w->pid && s->base == w->base && s->device == device) || pid_gone(s->pid)))
+            ((s->pid == w->pid && s->base == w->base && s->device == device) ||
+             ipc_tick - s->tick > IPC_STALE || pid_gone(s->pid)))
             slot_close(s);
         if (!s->used && free_slot < 0)
             free_slot = i;
