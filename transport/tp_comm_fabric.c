@@ -283,8 +283,11 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
     if (c->nhosts < c->size) {
         struct burst_tp *w = NULL;
         st = burst_tp_ipc_create(c->tp, c->host_of, &w);
-        if (st != BURST_OK)
+        if (st != BURST_OK) {
+            c->tp->ops->destroy(c->tp);
+            c->tp = NULL;
             goto out;
+        }
         c->tp = w;
     }
     c->tp->ctrl = burst_boot_ctrl(c->boot);
