@@ -31,6 +31,19 @@ if ! "$BR" --threads -n 1 $JOB >"$TMP/probe" 2>&1; then
 fi
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
+# dropped NAME COMMAND...: a job with a dropped message fails (not 0), within 60 s (124: hung)
+dropped() {
+    name=$1
+    shift
+    t0=$(date +%s)
+    timeout 120 "$@" >"$TMP/$name" 2>"$TMP/$name.err"
+    rc=$?
+    t1=$(date +%s)
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$name: burstrun exited $rc (0: no error; 124: hung)"
+    [ $((t1 - t0)) -le 60 ] || fail "$name: took $((t1 - t0)) s"
+    echo "$name: exit $rc after $((t1 - t0)) s: $(tail -n 1 "$TMP/$name.err")"
+}
+
 # field NAME FILE: a JSON string field's value
 field() { grep -o "\"$1\": \"[^\"]*\"" "$2" | head -n 1 | sed 's/.*: "\(.*\)"/\1/'; }
 
@@ -79,14 +92,7 @@ if "$BR" --help 2>&1 | grep -q -- "--fabric"; then
             fail "procs_gpus: the ring over 2 GPUs differs from the one-GPU ring"
     fi
     # a dropped device message between processes: every rank fails within the timeout
-    t0=$(date +%s)
-    BURST_FAULT="drop:rank=0,phase=bwd,step=0" timeout 120 "$BR" -n 2 $JOB --timeout 5 \
-        >"$TMP/pdrop" 2>"$TMP/pdrop.err"
-    rc=$?
-    t1=$(date +%s)
-    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "pdrop: burstrun exited $rc (0: no error; 124: hung)"
-    [ $((t1 - t0)) -le 60 ] || fail "pdrop: took $((t1 - t0)) s"
-    echo "pdrop: exit $rc after $((t1 - t0)) s: $(tail -n 1 "$TMP/pdrop.err")"
+    dropped pdrop env BURST_FAULT="drop:rank=0,phase=bwd,step=0" "$BR" -n 2 $JOB --timeout 5
     # a cuda rank process killed at backward step 1: the job stops, naming it
     "$BR" -n 2 $JOB --timeout 20 --test-kill-rank 1 --test-kill-phase bwd --test-kill-step 1 \
         >"$TMP/kill" 2>"$TMP/kill.err"
@@ -96,14 +102,8 @@ if "$BR" --help 2>&1 | grep -q -- "--fabric"; then
     echo "kill: exit $rc, $(grep -m 1 'rank 1' "$TMP/kill.err")"
 fi
 # a dropped device-to-device message: every rank fails within the timeout (5 s), nobody hangs
-t0=$(date +%s)
-BURST_FAULT="drop:rank=0,phase=fwd,step=0" BURST_TIMEOUT_MS=5000 timeout 120 "$BR" --threads -n 2 $JOB \
-    >"$TMP/drop" 2>"$TMP/drop.err"
-rc=$?
-t1=$(date +%s)
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "drop: burstrun exited $rc (0: no error; 124: hung)"
-[ $((t1 - t0)) -le 60 ] || fail "drop: took $((t1 - t0)) s"
-echo "drop: exit $rc after $((t1 - t0)) s: $(tail -n 1 "$TMP/drop.err")"
+dropped drop env BURST_FAULT="drop:rank=0,phase=fwd,step=0" BURST_TIMEOUT_MS=5000 "$BR" --threads \
+    -n 2 $JOB
 
 [ $FAILS -eq 0 ] && echo "PASS" && exit 0
 echo "$FAILS failure(s)"

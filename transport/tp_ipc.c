@@ -158,21 +158,34 @@ static burst_status_t dev_check(struct burst_tp *t, const char *who, int peer,
     return BURST_OK;
 }
 
+/* A new device request, after the checks of dev_check. */
+static burst_status_t dev_req(struct burst_tp *t, const char *who, int kind, int peer,
+                              uint64_t tag, const struct burst_tp_dev *dev,
+                              struct burst_tp_req **r_p)
+{
+    burst_status_t st = dev_check(t, who, peer, dev);
+    if (st != BURST_OK)
+        return st;
+    struct burst_tp_req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return burst_error(BURST_ERR_NO_MEMORY, "ipc transport: out of memory");
+    r->kind = kind;
+    r->peer = peer;
+    r->tag = tag;
+    r->dev = *dev;
+    *r_p = r;
+    return BURST_OK;
+}
+
 static burst_status_t ipc_isend_dev(struct burst_tp *t, int peer, uint64_t tag, const void *buf,
                                     size_t len, const struct burst_tp_dev *dev,
                                     struct burst_tp_req **req_p)
 {
-    burst_status_t st = dev_check(t, "isend_dev", peer, dev);
+    struct burst_tp_req *r = NULL;
+    burst_status_t st = dev_req(t, "isend_dev", REQ_SEND, peer, tag, dev, &r);
     if (st != BURST_OK)
         return st;
     struct burst_tp *in = inner_of(t);
-    struct burst_tp_req *r = calloc(1, sizeof(*r));
-    if (!r)
-        return burst_error(BURST_ERR_NO_MEMORY, "ipc transport: out of memory");
-    r->kind = REQ_SEND;
-    r->peer = peer;
-    r->tag = tag;
-    r->dev = *dev;
     r->msg.magic = IPC_MAGIC;
     r->msg.len = len;
     st = dev->ops->ipc_export(dev->be, buf, r->msg.desc, &r->mark);
@@ -195,17 +208,11 @@ static burst_status_t ipc_irecv_dev(struct burst_tp *t, int peer, uint64_t tag, 
                                     size_t len, const struct burst_tp_dev *dev,
                                     struct burst_tp_req **req_p)
 {
-    burst_status_t st = dev_check(t, "irecv_dev", peer, dev);
+    struct burst_tp_req *r = NULL;
+    burst_status_t st = dev_req(t, "irecv_dev", REQ_RECV, peer, tag, dev, &r);
     if (st != BURST_OK)
         return st;
     struct burst_tp *in = inner_of(t);
-    struct burst_tp_req *r = calloc(1, sizeof(*r));
-    if (!r)
-        return burst_error(BURST_ERR_NO_MEMORY, "ipc transport: out of memory");
-    r->kind = REQ_RECV;
-    r->peer = peer;
-    r->tag = tag;
-    r->dev = *dev;
     r->dst = buf;
     r->len = len;
     st = dev->ops->mark(dev->be, &r->mark);
