@@ -26,7 +26,7 @@ static const char *const action_names[] = {"kill",  "drop", "truncate", "duplica
 
 struct spec {
     enum action action;
-    int rank, is_bwd, step, call, ms; /* is_bwd -1: either phase (slow) */
+    int rank, is_bwd, step, call, group, ms; /* is_bwd -1: either phase (slow) */
     long alloc, count;
     atomic_int calls[2]; /* calls of `rank` per phase, this process */
 };
@@ -67,7 +67,7 @@ static int parse_one(const char *s, struct spec *sp)
     if (a < 0 || s[alen] != ':')
         return -1;
     sp->action = (enum action)a;
-    long rank = -1, step = -2, call = 0, ms = -1, alloc = -1, count = 1;
+    long rank = -1, step = -2, call = 0, group = 0, ms = -1, alloc = -1, count = 1;
     int is_bwd = -1;
     for (const char *p = s + alen + 1; *p && *p != ';'; p += strcspn(p, ",;"), p += *p == ',') {
         if (!strncmp(p, "phase=fwd", 9) && (p[9] == ',' || p[9] == ';' || !p[9]))
@@ -75,14 +75,16 @@ static int parse_one(const char *s, struct spec *sp)
         else if (!strncmp(p, "phase=bwd", 9) && (p[9] == ',' || p[9] == ';' || !p[9]))
             is_bwd = 1;
         else if (kv(p, "rank", 0, 1 << 20, &rank) != 1 && kv(p, "step", -1, 1 << 20, &step) != 1 &&
-                 kv(p, "call", 0, 1 << 30, &call) != 1 && kv(p, "ms", 0, 600000, &ms) != 1 &&
-                 kv(p, "alloc", 0, 1L << 40, &alloc) != 1 && kv(p, "count", 1, 1L << 40, &count) != 1)
+                 kv(p, "call", 0, 1 << 30, &call) != 1 && kv(p, "group", 0, 1 << 20, &group) != 1 &&
+                 kv(p, "ms", 0, 600000, &ms) != 1 && kv(p, "alloc", 0, 1L << 40, &alloc) != 1 &&
+                 kv(p, "count", 1, 1L << 40, &count) != 1)
             return -1;
     }
     sp->rank = (int)rank;
     sp->is_bwd = is_bwd;
     sp->step = (int)step;
     sp->call = (int)call;
+    sp->group = (int)group;
     sp->ms = (int)ms;
     sp->alloc = alloc;
     sp->count = count;
@@ -110,7 +112,7 @@ static int parse(const char *s)
         if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0) {
             fprintf(stderr,
                     "burst: BURST_FAULT=\"%s\" ignored: expected up to %d of "
-                    "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C], "
+                    "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
                     "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
                     "separated by ';' (runtime/fault.h)\n",
                     s, MAX_SPECS);
@@ -159,7 +161,7 @@ void burst_fault_call(int rank, int is_bwd)
             atomic_fetch_add(&specs[i].calls[is_bwd != 0], 1);
 }
 
-void burst_fault_step(int rank, int is_bwd, int step)
+void burst_fault_step(int rank, int is_bwd, int group, int step)
 {
     armed = -1;
     for (int i = 0; i < nspecs; i++) {
@@ -172,14 +174,17 @@ void burst_fault_step(int rank, int is_bwd, int step)
             continue;
         }
         if (sp->action == A_OOM || sp->is_bwd != (is_bwd != 0) || step != sp->step ||
+            (step >= 0 && group != sp->group) ||
             atomic_load(&sp->calls[is_bwd != 0]) != sp->call + 1)
             continue;
         if (sp->action != A_KILL) {
             armed = i;
             continue;
         }
-        fprintf(stderr, "burst: BURST_FAULT: rank %d kills itself at %s step %d of call %d\n",
-                rank, is_bwd ? "backward" : "forward", step, sp->call);
+        fprintf(stderr,
+                "burst: BURST_FAULT: rank %d kills itself at %s step %d (head group %d) of call "
+                "%d\n",
+                rank, is_bwd ? "backward" : "forward", step, group, sp->call);
         kill(getpid(), SIGKILL);
     }
 }

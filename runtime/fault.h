@@ -5,24 +5,25 @@
  *
  *   BURST_FAULT="SPEC[;SPEC...]"      at most 8 specs, each "ACTION:key=value,..."
  *
- * Ring faults: rank R (its communicator rank) acts at the start of ring step S of its C-th
- * forward or backward call (C counts from 0 per rank and phase, default 0), before the step's
- * transfers are posted. step = -1 means after the last step, before the outputs are written
- * (backward: before the final hop of the accumulators).
+ * Ring faults: rank R (its communicator rank) acts at the start of ring step S of head group K
+ * (plan.h workspace_limit; default 0, the only group of an unsplit call) of its C-th forward or
+ * backward call (C counts from 0 per rank and phase, default 0), before the step's transfers
+ * are posted. step = -1 means after the last step of the last group, before its outputs are
+ * written (backward: before the final hop of the accumulators); group is then ignored.
  *
- *   kill:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *   kill:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K]
  *       SIGKILL its own process: the deterministic "rank dies at step S" of the failure tests.
  *       Survivors: BURST_ERR_PEER_FAILED (or BURST_ERR_TIMEOUT) naming rank R.
- *   drop:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *   drop:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K]
  *       The first message R sends in that step is never sent (its send completes at once).
  *       The receiver: BURST_ERR_TIMEOUT naming rank R after the communicator's timeout
  *       (BURST_TIMEOUT_MS); every other rank BURST_ERR_PEER_FAILED when the receiver aborts.
- *   truncate:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *   truncate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K]
  *       That message is sent with half of its bytes (a 1-byte message with 0). The receiver
  *       (and on the in-process transport the sender): BURST_ERR_TRANSPORT naming the peer and
  *       the length(s); every other rank BURST_ERR_PEER_FAILED, or BURST_ERR_TIMEOUT where it
  *       was itself waiting on a rank that was waiting (processes).
- *   duplicate:rank=R,phase=fwd|bwd,step=S[,call=C]
+ *   duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K]
  *       That message is sent twice (the copy from a private buffer). Tags are unique per call,
  *       so the copy is never received: results stay correct (in-process, libfabric tcp); the
  *       copy's request is released when the communicator is destroyed (no leak). libfabric shm
@@ -30,7 +31,7 @@
  *       BURST_ERR_TIMEOUT after the timeout instead (a defined error, not a hang). Blocks that
  *       travel device to device (cuda threads, ring_xfer.h) are not duplicated: the fault is
  *       ignored there (results correct).
- *   delay:rank=R,phase=fwd|bwd,step=S,ms=M[,call=C]
+ *   delay:rank=R,phase=fwd|bwd,step=S,ms=M[,call=C][,group=K]
  *       That message is sent M ms late (the sending rank sleeps): results stay correct.
  * A step in which R sends nothing leaves a message fault unused.
  *
@@ -51,9 +52,10 @@
 
 #include <stddef.h>
 
-/* Called by the ring engine at every step (and with step = -1 after the last one): kill, slow,
- * and arming a message fault for the calling thread's next send. */
-void burst_fault_step(int rank, int is_bwd, int step);
+/* Called by the ring engine at every step of every head group (and with step = -1 after the
+ * last group's last one): kill, slow, and arming a message fault for the calling thread's next
+ * send. */
+void burst_fault_step(int rank, int is_bwd, int group, int step);
 
 /* Called at the start of every ring call: counts calls for `call=`, disarms message faults. */
 void burst_fault_call(int rank, int is_bwd);

@@ -35,6 +35,7 @@ struct burst_plan_params burst_plan_params_default(void)
         .ranks_per_node = 0,
         .shard_weights = NULL,
         .measure_speed = 0,
+        .workspace_limit = 0,
     };
     return p;
 }
@@ -45,7 +46,10 @@ static struct burst_plan_params params_copy(const struct burst_plan_params *in)
 {
     struct burst_plan_params p = burst_plan_params_default();
     unsigned minor = in->api_version & 0xffffu;
-    memcpy(&p, in, minor >= 2 ? sizeof(p) : offsetof(struct burst_plan_params, shard_weights));
+    memcpy(&p, in,
+           minor >= 3   ? sizeof(p)
+           : minor == 2 ? offsetof(struct burst_plan_params, workspace_limit)
+                        : offsetof(struct burst_plan_params, shard_weights));
     return p;
 }
 
@@ -144,17 +148,18 @@ enum {
     F_WIRE,
     F_DET,
     F_LOCAL,
+    F_WORK,
     F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
     F_DIRECT, /* not compared: nonzero (a hash of the backend's name) when this rank can move its
                  blocks device to device (ring_xfer.h); the plan does when every rank can */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "ranks",         "batch",    "seq_len",       "measure_speed",  "shard_weights",
-    "shard_lens",    "q_heads",  "kv_heads",      "head_dim",       "dtype",
-    "softmax_scale", "causal",   "window_left",   "window_right",   "layout",
-    "bwd_pattern",   "acc_wire", "deterministic", "ranks_per_node", "speed",
-    "device_direct",
+    "ranks",         "batch",         "seq_len",       "measure_speed",  "shard_weights",
+    "shard_lens",    "q_heads",       "kv_heads",      "head_dim",       "dtype",
+    "softmax_scale", "causal",        "window_left",   "window_right",   "layout",
+    "bwd_pattern",   "acc_wire",      "deterministic", "ranks_per_node", "workspace_limit",
+    "speed",         "device_direct",
 };
 
 static uint64_t fnv1a(uint64_t hash, uint64_t x)
@@ -217,6 +222,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_WIRE] = p->acc_wire;
     rec[F_DET] = p->deterministic != 0;
     rec[F_LOCAL] = plan->local;
+    rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
     rec[F_DIRECT] = direct_key(plan);
 }
 
@@ -289,7 +295,40 @@ static burst_status_t plan_shards(struct burst_plan *plan, const char *who,
     return st;
 }
 
-/* Everything that follows from the shards: positions, step count, traffic/time slots. */
+#define WORKSPACE_FLOOR ((uint64_t)1 << 30) /* the default limit's floor (plan.h) */
+
+static uint64_t call_scratch(const struct burst_plan *plan, int64_t n, int64_t gkv)
+{
+    uint64_t f = burst_fwd_scratch_bytes(plan, n, gkv), b = burst_bwd_scratch_bytes(plan, n, gkv);
+    return f > b ? f : b;
+}
+
+/* Head groups within params.workspace_limit: the fewest groups whose calls' scratch fits, or
+ * one K/V head per group when none does. Depends only on values every rank agreed on. */
+static void plan_groups(struct burst_plan *plan)
+{
+    const struct burst_plan_params *p = &plan->p;
+    uint64_t limit = p->workspace_limit;
+    if (limit == 0) { /* two of the largest travelling blocks: K/V, or the query bundle */
+        const uint64_t rows = (uint64_t)(p->batch * plan->n_max), es = burst_dtype_size(p->dtype);
+        const uint64_t kv = 2 * rows * (uint64_t)(p->kv_heads * p->head_dim) * es;
+        const uint64_t bundle = rows * (uint64_t)p->q_heads * (2 * (uint64_t)p->head_dim * es + 8);
+        limit = 2 * (plan->bwd == BURST_BWD_BURST && bundle > kv ? bundle : kv);
+        limit = limit > WORKSPACE_FLOOR ? limit : WORKSPACE_FLOOR;
+    }
+    int64_t gkv = p->kv_heads;
+    for (int64_t groups = 1; groups <= p->kv_heads; groups++) {
+        gkv = (p->kv_heads + groups - 1) / groups;
+        if (call_scratch(plan, plan->n_max, gkv) <= limit) /* n_max: alike on every rank */
+            break;
+    }
+    plan->gkv = gkv;
+    plan->hgroups = (int)((p->kv_heads + gkv - 1) / gkv);
+    plan->workspace = call_scratch(plan, plan->n, gkv);
+}
+
+/* Everything that follows from the shards: positions, step count, head groups, traffic/time
+ * slots. */
 static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
 {
     const int had = plan->step_traffic[0] ? plan->steps + 1 : 0; /* slots kept (setup) */
@@ -301,6 +340,7 @@ static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
             if (plan->shards.lens[r] > plan->n_max)
                 plan->n_max = plan->shards.lens[r];
         plan->steps = burst_ring_steps2(&plan->shards, plan->mask, plan->local);
+        plan_groups(plan);
     }
     for (int ph = 0; ph < 3; ph++) {
         size_t slots = (size_t)plan->steps + 1;
@@ -466,6 +506,16 @@ int64_t burst_plan_position(const struct burst_plan *plan, int64_t local)
 burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *plan)
 {
     return plan ? plan->bwd : BURST_BWD_BURST;
+}
+
+int burst_plan_head_groups(const struct burst_plan *plan)
+{
+    return plan ? plan->hgroups : 0;
+}
+
+uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan)
+{
+    return plan ? plan->workspace : 0;
 }
 
 static burst_status_t check_phase(const char *who, const struct burst_plan *plan,
@@ -647,8 +697,8 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
                                BURST_SCRATCH_BUFS);
         void *p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, need);
         if (!p)
-            return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
-                               who, bytes);
+            return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,
+                               bytes);
         plan->kept[empty].ptr = p;
         plan->kept[empty].size = need;
         best = empty;
@@ -671,4 +721,24 @@ struct burst_tensor burst_view(void *data, burst_dtype_t dtype, int64_t b, int64
                                int64_t d)
 {
     return burst_tensor_contiguous(data, dtype, b, n, h, d);
+}
+
+struct burst_tensor burst_heads(const struct burst_tensor *t, int64_t h0, int64_t h)
+{
+    struct burst_tensor v = *t;
+    v.data = (unsigned char *)t->data + (size_t)(h0 * t->stride[2]) * burst_dtype_size(t->dtype);
+    v.shape[2] = h;
+    return v;
+}
+
+struct burst_hgroup burst_plan_hgroup(const struct burst_plan *plan, int g)
+{
+    const int64_t rep = plan->p.q_heads / plan->p.kv_heads, kv0 = g * plan->gkv;
+    const int64_t nkv = plan->p.kv_heads - kv0 < plan->gkv ? plan->p.kv_heads - kv0 : plan->gkv;
+    return (struct burst_hgroup){.kv0 = kv0, .nkv = nkv, .q0 = kv0 * rep, .nq = nkv * rep};
+}
+
+uint32_t burst_call_next_seq(struct burst_plan *plan)
+{
+    return ++plan->comm->seq;
 }

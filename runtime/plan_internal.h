@@ -25,6 +25,9 @@ struct burst_plan {
     burst_bwd_pattern_t bwd; /* resolved pattern */
     burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
     double *speeds;          /* [size] measured speeds (measure_speed), else zeros */
+    int hgroups;             /* head groups of each call (params.workspace_limit) */
+    int64_t gkv;             /* K/V heads per group (the last group may have fewer) */
+    uint64_t workspace;      /* scratch bytes of the larger call with those groups */
     int direct;              /* blocks travel device to device (every rank agreed: ring_xfer.h) */
     int staged;              /* transfers staged through host buffers (burst_xfer_staged) */
 
@@ -56,6 +59,25 @@ uint64_t burst_plan_bwd_step_bytes(const struct burst_plan_params *p, burst_bwd_
                                    burst_dtype_t acc_dtype, int64_t n);
 
 /* ---- helpers shared by ring_fwd.c and ring_bwd.c ---- */
+
+/* Head group g (0 <= g < hgroups) of a call: K/V heads [kv0, kv0 + nkv) with their query heads
+ * [q0, q0 + nq). Each group runs the whole ring on its heads alone. */
+struct burst_hgroup {
+    int64_t kv0, nkv, q0, nq;
+};
+struct burst_hgroup burst_plan_hgroup(const struct burst_plan *plan, int g);
+
+/* Heads [h0, h0 + h) of t (a strided view of the same memory). */
+struct burst_tensor burst_heads(const struct burst_tensor *t, int64_t h0, int64_t h);
+
+/* Scratch bytes (burst_scratch_alloc's sum) of a forward / backward call on n local tokens
+ * whose head groups hold gkv K/V heads: ring_fwd.c, ring_bwd.c, next to the allocations they
+ * count. */
+uint64_t burst_fwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv);
+uint64_t burst_bwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv);
+
+/* The tag sequence of the next head group of a collective call (every rank draws alike). */
+uint32_t burst_call_next_seq(struct burst_plan *plan);
 
 /* Scratch allocations of one call (zeroed backend memory from the plan's kept buffers): handed
  * back together, bytes asked for recorded. */

@@ -3,6 +3,12 @@
 
 #include "error.h"
 
+/* Buffers of a call: none without transfers, 2 on a flat ring, 4 on a two-level ring. */
+static int buffers(const struct burst_plan *plan)
+{
+    return plan->steps <= 1 ? 0 : plan->local > 1 && plan->local < plan->size ? 4 : 2;
+}
+
 burst_status_t burst_blocks_init(struct burst_blocks *b, struct burst_plan *plan,
                                  struct burst_scratch *sc, const char *who,
                                  enum burst_sched_pattern pattern, enum burst_msg_kind kind,
@@ -22,10 +28,7 @@ burst_status_t burst_blocks_init(struct burst_blocks *b, struct burst_plan *plan
         .next = -1,
         .sent = -1,
     };
-    if (plan->steps <= 1)
-        return BURST_OK;
-    int two_level = plan->local > 1 && plan->local < plan->size;
-    b->nbuf = two_level ? 4 : 2;
+    b->nbuf = buffers(plan);
     for (int i = 0; i < b->nbuf; i++) {
         burst_status_t st =
             burst_scratch_alloc(sc, who, bytes(bytes_arg, plan->n_max), (void **)&b->buf[i]);
@@ -33,6 +36,17 @@ burst_status_t burst_blocks_init(struct burst_blocks *b, struct burst_plan *plan
             return st;
     }
     return BURST_OK;
+}
+
+uint64_t burst_blocks_scratch_bytes(const struct burst_plan *plan, size_t block_bytes)
+{
+    return (uint64_t)buffers(plan) * block_bytes;
+}
+
+void burst_blocks_restart(struct burst_blocks *b, uint32_t seq)
+{
+    b->seq = seq;
+    b->cur = b->rs = b->in = b->next = b->sent = -1;
 }
 
 /* A buffer nobody reads or writes now. */

@@ -35,12 +35,19 @@ struct burst_blocks {
     struct burst_xfer ls, lr, is, ir;
 };
 
+/* Bytes of the buffers burst_blocks_init allocates for blocks of up to block_bytes. */
+uint64_t burst_blocks_scratch_bytes(const struct burst_plan *plan, size_t block_bytes);
+
 /* Allocate the buffers (from sc) for blocks of up to plan->n_max tokens. */
 burst_status_t burst_blocks_init(struct burst_blocks *b, struct burst_plan *plan,
                                  struct burst_scratch *sc, const char *who,
                                  enum burst_sched_pattern pattern, enum burst_msg_kind kind,
                                  uint32_t seq, size_t (*bytes)(const void *, int64_t),
                                  const void *bytes_arg);
+
+/* Run the ring again (the next head group of the call) with the same buffers, whose sizes
+ * bytes() must still cover, under tag sequence seq: nothing may be in flight. */
+void burst_blocks_restart(struct burst_blocks *b, uint32_t seq);
 
 /* Post step `step`'s transfers (schedule entry s); packs the own block first when it is sent. */
 burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sched_step *s, int step,

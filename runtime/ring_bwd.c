@@ -10,7 +10,8 @@
  * previous holder finished (received during this step) and sends the sum on at step r+1. The
  * owner's own contribution (step 0) never travels; after the last step every chain goes straight
  * to its owner. Accumulators are fp32 on the wire unless the plan asks for the input dtype.
- * Outputs are written only after every step succeeded.
+ * With head groups (plan.h workspace_limit) the whole ring runs once per group on that group's
+ * heads. A group's outputs are written only after all its steps succeeded.
  */
 #include <string.h>
 
@@ -24,10 +25,27 @@ struct bwd_call {
     struct burst_plan *plan;
     const struct burst_backend_ops *ops;
     void *be;
-    int burst; /* pattern */
-    int64_t B, Hq, Hkv, d;
-    size_t es, as; /* element sizes: input dtype, accumulator wire dtype */
+    int burst;             /* pattern */
+    int64_t B, Hq, Hkv, d; /* Hq, Hkv: heads of the current group */
+    size_t es, as;         /* element sizes: input dtype, accumulator wire dtype */
 };
+
+static struct bwd_call bwd_call_make(const struct burst_plan *plan, int64_t gkv)
+{
+    const struct burst_plan_params *p = &plan->p;
+    return (struct bwd_call){
+        .plan = (struct burst_plan *)(uintptr_t)plan,
+        .ops = plan->ctx->ops,
+        .be = plan->ctx->be,
+        .burst = plan->bwd == BURST_BWD_BURST,
+        .B = p->batch,
+        .Hq = gkv * (p->q_heads / p->kv_heads),
+        .Hkv = gkv,
+        .d = p->head_dim,
+        .es = burst_dtype_size(p->dtype),
+        .as = burst_dtype_size(plan->acc_dtype),
+    };
+}
 
 /* Elements of a travelling accumulator for a block of n tokens. */
 static size_t acc_elems(const struct bwd_call *c, int64_t n)
@@ -45,6 +63,67 @@ static size_t bundle_bytes(const struct bwd_call *c, int64_t n)
 static size_t bundle_bytes_of(const void *arg, int64_t n)
 {
     return bundle_bytes(arg, n);
+}
+
+/* The scratch of a call, allocated once for the largest head group. */
+struct bwd_bufs {
+    float *dq_loc;  /* this rank's dQ, fp32 [B, n, Hq, d] */
+    float *dkv_loc; /* this rank's dK then dV, fp32 [B, n, Hkv, d] each */
+    float *delta;   /* D of this rank's rows, [B, Hq, n] */
+    float *lse;     /* with head groups: the group's lse rows, contiguous [B, Hq, n] */
+    float *part[2]; /* the accumulator computed at a step, and the one finished before */
+    unsigned char *acc_in, *acc_out; /* a received accumulator; one converted for the wire */
+    struct burst_blocks blk;
+    struct burst_xfer ra, sa;
+};
+
+/* Allocate b's buffers for c's heads (blocks under tag sequence seq); with sc NULL, only count
+ * their bytes. Returns the bytes. */
+static uint64_t bwd_alloc(const struct bwd_call *c, int64_t n, uint32_t seq,
+                          struct burst_scratch *sc, struct bwd_bufs *b, burst_status_t *st_p)
+{
+    static const char *who = "burst_attention_backward";
+    const struct burst_plan *plan = c->plan;
+    const size_t qelems = (size_t)(c->B * n * c->Hq * c->d),
+                 kvelems = (size_t)(c->B * n * c->Hkv * c->d);
+    const size_t rows = (size_t)(c->B * c->Hq * n), amax = acc_elems(c, plan->n_max);
+    const int grouped = c->Hkv<plan->p.kv_heads, moves = plan->steps> 1;
+    const struct {
+        size_t bytes;
+        int want;
+        void **ptr;
+    } list[] = {
+        {qelems * sizeof(float), 1, (void **)&b->dq_loc},
+        {2 * kvelems * sizeof(float), 1, (void **)&b->dkv_loc},
+        {rows * sizeof(float), 1, (void **)&b->delta},
+        {rows * sizeof(float), grouped, (void **)&b->lse},
+        {amax * sizeof(float), moves, (void **)&b->part[0]},
+        {amax * sizeof(float), moves, (void **)&b->part[1]},
+        {amax * c->as, moves, (void **)&b->acc_in},
+        {amax * c->as, moves && plan->acc_dtype != BURST_DTYPE_FP32, (void **)&b->acc_out},
+    };
+    uint64_t total = burst_blocks_scratch_bytes(plan, bundle_bytes(c, plan->n_max));
+    burst_status_t st = BURST_OK;
+    for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
+        if (list[i].want) {
+            total += list[i].bytes;
+            if (sc && st == BURST_OK)
+                st = burst_scratch_alloc(sc, who, list[i].bytes, list[i].ptr);
+        }
+    if (sc && st == BURST_OK)
+        st = burst_blocks_init(&b->blk, c->plan, sc, who,
+                               c->burst ? BURST_SCHED_BWD_BURST : BURST_SCHED_BWD_RING,
+                               BURST_MSG_BUNDLE, seq, bundle_bytes_of, c);
+    if (st_p)
+        *st_p = st;
+    return total;
+}
+
+uint64_t burst_bwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv)
+{
+    struct bwd_call c = bwd_call_make(plan, gkv);
+    struct bwd_bufs unused;
+    return bwd_alloc(&c, n, 0, NULL, &unused, NULL);
 }
 
 /* Views of a packed bundle: burst (q, dout, lse, delta) or ring (k, v). */
@@ -157,6 +236,165 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
     return burst_context_check_memory(plan->ctx, who, 9, names, mem);
 }
 
+/* The ring of head group `group` under tag sequence seq: q, k, v,
+ * dout are the group's heads of the caller's tensors, lse its rows (contiguous); leaves the
+ * group's dQ, dK, dV in b's dq_loc, dkv_loc. */
+static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uint32_t seq,
+                               int group, const struct burst_tensor *q,
+                               const struct burst_tensor *k, const struct burst_tensor *v,
+                               const struct burst_tensor *dout, const float *lse)
+{
+    struct burst_plan *plan = c->plan;
+    struct burst_comm *comm = plan->comm;
+    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_BWD];
+    const enum burst_sched_pattern pat = c->burst ? BURST_SCHED_BWD_BURST : BURST_SCHED_BWD_RING;
+    const int64_t n = plan->n, G = plan->size;
+    const size_t kvelems = (size_t)(c->B * n * c->Hkv * c->d);
+
+    /* The home-side tensors, and this rank's own bundle (step 0). */
+    struct bundle own = {0};
+    if (c->burst) {
+        own.t0 = *q;
+        own.t1 = *dout;
+        own.lse = (float *)(uintptr_t)lse;
+        own.delta = b->delta;
+    } else {
+        own.t0 = *k;
+        own.t1 = *v;
+    }
+    struct own_pack op = {c, &own};
+    burst_status_t st = BURST_OK;
+    for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
+        struct burst_sched_step s;
+        burst_sched_step2(pat, &plan->shards, plan->mask, plan->local, plan->rank, r, plan->steps,
+                          &s);
+        burst_fault_step(plan->rank, 1, group, r);
+        comm->count = &plan->step_traffic[BURST_PHASE_BWD][r];
+        const int64_t nb = plan->shards.lens[s.block];
+        const int pc = r & 1; /* partial computed at this step; 1 - pc was finished at r - 1 */
+        unsigned char *cur = burst_blocks_current(&b->blk);
+        struct bundle held = cur ? bundle_views(c, cur, nb) : own;
+        st = burst_blocks_post(&b->blk, &s, r, pack_own, &op);
+        if (st == BURST_OK && s.acc_to >= 0) { /* the accumulator finished at step r - 1 */
+            int64_t np =
+                plan->shards.lens[burst_sched_block(pat, (int)G, plan->local, plan->rank, r - 1)];
+            const void *wire;
+            st = wire_acc(c, b->part[1 - pc], b->acc_out, acc_elems(c, np), &wire);
+            if (st == BURST_OK)
+                st = burst_xfer_isend(plan, s.acc_to, burst_tag(seq, BURST_MSG_ACC, r), wire,
+                                      acc_elems(c, np) * c->as, &b->sa);
+        }
+        if (st == BURST_OK && s.acc_from >= 0)
+            st = burst_xfer_irecv(plan, s.acc_from, burst_tag(seq, BURST_MSG_ACC, r), b->acc_in,
+                                  acc_elems(c, nb) * c->as, &b->ra);
+
+        /* Where this step's gradients go. */
+        float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc + kvelems;
+        if (st == BURST_OK && r > 0) {
+            st = c->ops->fill(c->be, b->part[pc], acc_elems(c, nb), 0.0f);
+            if (c->burst) {
+                gq = b->part[pc];
+            } else {
+                gk = b->part[pc];
+                gv = b->part[pc] + (size_t)(c->B * nb * c->Hkv * c->d);
+            }
+        }
+        if (st == BURST_OK && s.compute) {
+            double tc = burst_now();
+            struct burst_bwd_args a = {
+                .q = c->burst ? &held.t0 : q,
+                .dout = c->burst ? &held.t1 : dout,
+                .lse = c->burst ? held.lse : lse,
+                .delta = c->burst ? held.delta : b->delta,
+                .k = c->burst ? k : &held.t0,
+                .v = c->burst ? v : &held.t1,
+                .qpos = burst_shards_posmap(&plan->shards, s.q_rank),
+                .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
+                .mask = plan->mask,
+                .scale = plan->scale,
+                .dq = gq,
+                .dk = gk,
+                .dv = gv,
+                .deterministic = plan->p.deterministic,
+            };
+            st = c->ops->bwd_step(c->be, &a);
+            burst_blocks_start(&b->blk); /* the next bundle and the accumulator move meanwhile */
+            burst_xfer_start(plan, &b->ra);
+            if (st == BURST_OK && c->ops->sync)
+                st = c->ops->sync(c->be);
+            burst_call_compute(plan, BURST_PHASE_BWD, r, burst_now() - tc);
+            stats->steps_computed++;
+        }
+        double tw = burst_now();
+        burst_status_t w1 = burst_xfer_wait(plan, &b->ra);
+        if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
+            st = c->ops->accumulate(c->be, b->part[pc], b->acc_in, plan->acc_dtype,
+                                    acc_elems(c, nb));
+        burst_status_t w2 = burst_blocks_wait(&b->blk, &s), w3 = burst_xfer_wait(plan, &b->sa);
+        burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
+        if (st == BURST_OK)
+            st = w1 ? w1 : w2 ? w2 : w3;
+        stats->steps = r + 1;
+
+        /* After the last step: every chain goes home, and this rank's own comes back. */
+        if (st == BURST_OK && group == plan->hgroups - 1 && r == plan->steps - 1)
+            burst_fault_step(plan->rank, 1, group, -1);
+        if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
+            comm->count = &plan->step_traffic[BURST_PHASE_BWD][plan->steps];
+            const void *wire = NULL;
+            st = burst_xfer_irecv(plan, s.final_from, burst_tag(seq, BURST_MSG_ACC, plan->steps),
+                                  b->acc_in, acc_elems(c, n) * c->as, &b->ra);
+            if (st == BURST_OK)
+                st = wire_acc(c, b->part[pc], b->acc_out, acc_elems(c, nb), &wire);
+            if (st == BURST_OK)
+                st = burst_xfer_isend(plan, s.final_to, burst_tag(seq, BURST_MSG_ACC, plan->steps),
+                                      wire, acc_elems(c, nb) * c->as, &b->sa);
+            tw = burst_now();
+            w1 = burst_xfer_wait(plan, &b->ra);
+            w2 = burst_xfer_wait(plan, &b->sa);
+            burst_call_wait(plan, BURST_PHASE_BWD, plan->steps, burst_now() - tw);
+            if (st == BURST_OK)
+                st = w1 ? w1 : w2;
+            if (st == BURST_OK)
+                st = c->ops->accumulate(c->be, c->burst ? b->dq_loc : b->dkv_loc, b->acc_in,
+                                        plan->acc_dtype, acc_elems(c, n));
+        }
+    }
+    return st;
+}
+
+/* Before a group's ring: zeroed accumulators (a fresh call's scratch already is), the group's
+ * lse rows gathered when it holds a part of the heads, and its D. */
+static burst_status_t bwd_group_begin(const struct bwd_call *c, struct bwd_bufs *b, int g,
+                                      const struct burst_hgroup *hg, const float *lse,
+                                      const struct burst_tensor *og, const struct burst_tensor *dog,
+                                      const float **lse_p)
+{
+    const int64_t n = c->plan->n, Hq = c->plan->p.q_heads;
+    burst_status_t st = BURST_OK;
+    if (g > 0) {
+        st = c->ops->fill(c->be, b->dq_loc, (size_t)(c->B * n * c->Hq * c->d), 0.0f);
+        if (st == BURST_OK)
+            st = c->ops->fill(c->be, b->dkv_loc, 2 * (size_t)(c->B * n * c->Hkv * c->d), 0.0f);
+    }
+    *lse_p = lse;
+    if (st == BURST_OK && b->lse) {
+        struct burst_tensor src = {
+            /* lse[:, q0 : q0 + nq, :] of [B, Hq, n] */
+            .data = (void *)(uintptr_t)(lse + hg->q0 * n),
+            .dtype = BURST_DTYPE_FP32,
+            .shape = {c->B, hg->nq, n, 1},
+            .stride = {Hq * n, n, 1, 1},
+        };
+        struct burst_tensor dst = burst_view(b->lse, BURST_DTYPE_FP32, c->B, hg->nq, n, 1);
+        st = c->ops->copy(c->be, &dst, &src);
+        *lse_p = b->lse;
+    }
+    if (st == BURST_OK)
+        st = c->ops->bwd_delta(c->be, dog, og, b->delta);
+    return st;
+}
+
 burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,
                                         const struct burst_tensor *k, const struct burst_tensor *v,
                                         const struct burst_tensor *o, const float *lse,
@@ -174,180 +412,59 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
     if (st != BURST_OK)
         return burst_call_fail(plan, st);
 
-    const struct burst_plan_params *p = &plan->p;
-    struct bwd_call c = {
-        .plan = plan,
-        .ops = plan->ctx->ops,
-        .be = plan->ctx->be,
-        .burst = plan->bwd == BURST_BWD_BURST,
-        .B = p->batch,
-        .Hq = p->q_heads,
-        .Hkv = p->kv_heads,
-        .d = p->head_dim,
-        .es = burst_dtype_size(p->dtype),
-        .as = burst_dtype_size(plan->acc_dtype),
-    };
-    const enum burst_sched_pattern pat = c.burst ? BURST_SCHED_BWD_BURST : BURST_SCHED_BWD_RING;
-    struct burst_comm *comm = plan->comm;
-    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_BWD];
+    struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
-    struct burst_xfer ra = {0}, sa = {0};
-    const int64_t n = plan->n, G = plan->size;
-    const size_t qelems = (size_t)(c.B * n * c.Hq * c.d), kvelems = (size_t)(c.B * n * c.Hkv * c.d);
+    struct bwd_bufs b = {0};
+    const int64_t n = plan->n;
     double t0 = burst_now();
     uint32_t seq;
     if ((st = burst_call_begin(plan, BURST_PHASE_BWD, &seq)) != BURST_OK)
         return st;
+    bwd_alloc(&c, n, seq, &sc, &b, &st);
 
-    float *dq_loc = NULL, *dkv_loc = NULL, *delta = NULL, *part[2] = {NULL, NULL};
-    unsigned char *acc_in = NULL, *acc_out = NULL;
-    struct burst_blocks blk = {0};
-    const size_t amax = acc_elems(&c, plan->n_max);
-    st = burst_scratch_alloc(&sc, who, qelems * sizeof(float), (void **)&dq_loc);
-    if (st == BURST_OK)
-        st = burst_scratch_alloc(&sc, who, 2 * kvelems * sizeof(float), (void **)&dkv_loc);
-    if (st == BURST_OK)
-        st = burst_scratch_alloc(&sc, who, (size_t)(c.B * c.Hq * n) * sizeof(float),
-                                 (void **)&delta);
-    if (plan->steps > 1) {
-        for (int i = 0; i < 2 && st == BURST_OK; i++)
-            st = burst_scratch_alloc(&sc, who, amax * sizeof(float), (void **)&part[i]);
+    for (int g = 0; st == BURST_OK && g < plan->hgroups; g++) {
+        const struct burst_hgroup hg = burst_plan_hgroup(plan, g);
+        const struct burst_tensor qg = burst_heads(q, hg.q0, hg.nq),
+                                  kg = burst_heads(k, hg.kv0, hg.nkv),
+                                  vg = burst_heads(v, hg.kv0, hg.nkv),
+                                  og = burst_heads(o, hg.q0, hg.nq),
+                                  dog = burst_heads(dout, hg.q0, hg.nq);
+        const float *lse_g = NULL;
+        c.Hq = hg.nq;
+        c.Hkv = hg.nkv;
+        if (g > 0) { /* the next group: a fresh ring under its own tags */
+            seq = burst_call_next_seq(plan);
+            burst_blocks_restart(&b.blk, seq);
+        }
+        st = bwd_group_begin(&c, &b, g, &hg, lse, &og, &dog, &lse_g);
         if (st == BURST_OK)
-            st = burst_scratch_alloc(&sc, who, amax * c.as, (void **)&acc_in);
-        if (st == BURST_OK && plan->acc_dtype != BURST_DTYPE_FP32)
-            st = burst_scratch_alloc(&sc, who, amax * c.as, (void **)&acc_out);
-    }
-    if (st == BURST_OK)
-        st = burst_blocks_init(&blk, plan, &sc, who, pat, BURST_MSG_BUNDLE, seq, bundle_bytes_of,
-                               &c);
-    if (st == BURST_OK)
-        st = c.ops->bwd_delta(c.be, dout, o, delta);
-
-    /* The home-side tensors, and this rank's own bundle (step 0). */
-    struct bundle own = {0};
-    if (c.burst) {
-        own.t0 = *q;
-        own.t1 = *dout;
-        own.lse = (float *)(uintptr_t)lse;
-        own.delta = delta;
-    } else {
-        own.t0 = *k;
-        own.t1 = *v;
-    }
-
-    struct own_pack op = {&c, &own};
-    for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
-        struct burst_sched_step s;
-        burst_sched_step2(pat, &plan->shards, plan->mask, plan->local, plan->rank, r, plan->steps,
-                          &s);
-        burst_fault_step(plan->rank, 1, r);
-        comm->count = &plan->step_traffic[BURST_PHASE_BWD][r];
-        const int64_t nb = plan->shards.lens[s.block];
-        const int pc = r & 1; /* partial computed at this step; 1 - pc was finished at r - 1 */
-        unsigned char *cur = burst_blocks_current(&blk);
-        struct bundle held = cur ? bundle_views(&c, cur, nb) : own;
-        st = burst_blocks_post(&blk, &s, r, pack_own, &op);
-        if (st == BURST_OK && s.acc_to >= 0) { /* the accumulator finished at step r - 1 */
-            int64_t np =
-                plan->shards.lens[burst_sched_block(pat, (int)G, plan->local, plan->rank, r - 1)];
-            const void *wire;
-            st = wire_acc(&c, part[1 - pc], acc_out, acc_elems(&c, np), &wire);
+            st = bwd_ring(&c, &b, seq, g, &qg, &kg, &vg, &dog, lse_g);
+        if (b.blk.plan)
+            burst_blocks_drain(&b.blk);
+        burst_xfer_wait(plan, &b.ra);
+        burst_xfer_wait(plan, &b.sa);
+        if (st == BURST_OK) { /* the group's ring is done: only now touch its outputs */
+            const size_t kvelems = (size_t)(c.B * n * c.Hkv * c.d);
+            struct burst_tensor dqg = burst_heads(dq, hg.q0, hg.nq),
+                                dkg = burst_heads(dk, hg.kv0, hg.nkv),
+                                dvg = burst_heads(dv, hg.kv0, hg.nkv);
+            struct burst_tensor gq = burst_view(b.dq_loc, BURST_DTYPE_FP32, c.B, n, c.Hq, c.d);
+            struct burst_tensor gk = burst_view(b.dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
+            struct burst_tensor gv =
+                burst_view(b.dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
+            st = c.ops->copy(c.be, &dqg, &gq);
             if (st == BURST_OK)
-                st = burst_xfer_isend(plan, s.acc_to, burst_tag(seq, BURST_MSG_ACC, r), wire,
-                                      acc_elems(&c, np) * c.as, &sa);
-        }
-        if (st == BURST_OK && s.acc_from >= 0)
-            st = burst_xfer_irecv(plan, s.acc_from, burst_tag(seq, BURST_MSG_ACC, r), acc_in,
-                                  acc_elems(&c, nb) * c.as, &ra);
-
-        /* Where this step's gradients go. */
-        float *gq = dq_loc, *gk = dkv_loc, *gv = dkv_loc + kvelems;
-        if (st == BURST_OK && r > 0) {
-            st = c.ops->fill(c.be, part[pc], acc_elems(&c, nb), 0.0f);
-            if (c.burst) {
-                gq = part[pc];
-            } else {
-                gk = part[pc];
-                gv = part[pc] + (size_t)(c.B * nb * c.Hkv * c.d);
-            }
-        }
-        if (st == BURST_OK && s.compute) {
-            double tc = burst_now();
-            struct burst_bwd_args a = {
-                .q = c.burst ? &held.t0 : q,
-                .dout = c.burst ? &held.t1 : dout,
-                .lse = c.burst ? held.lse : lse,
-                .delta = c.burst ? held.delta : delta,
-                .k = c.burst ? k : &held.t0,
-                .v = c.burst ? v : &held.t1,
-                .qpos = burst_shards_posmap(&plan->shards, s.q_rank),
-                .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
-                .mask = plan->mask,
-                .scale = plan->scale,
-                .dq = gq,
-                .dk = gk,
-                .dv = gv,
-                .deterministic = plan->p.deterministic,
-            };
-            st = c.ops->bwd_step(c.be, &a);
-            burst_blocks_start(&blk); /* the next bundle and the accumulator move meanwhile */
-            burst_xfer_start(plan, &ra);
-            if (st == BURST_OK && c.ops->sync)
+                st = c.ops->copy(c.be, &dkg, &gk);
+            if (st == BURST_OK)
+                st = c.ops->copy(c.be, &dvg, &gv);
+            /* the next group's work queues behind these copies: only the last one waits */
+            if (st == BURST_OK && c.ops->sync && g == plan->hgroups - 1)
                 st = c.ops->sync(c.be);
-            burst_call_compute(plan, BURST_PHASE_BWD, r, burst_now() - tc);
-            stats->steps_computed++;
-        }
-        double tw = burst_now();
-        burst_status_t w1 = burst_xfer_wait(plan, &ra);
-        if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
-            st = c.ops->accumulate(c.be, part[pc], acc_in, plan->acc_dtype, acc_elems(&c, nb));
-        burst_status_t w2 = burst_blocks_wait(&blk, &s), w3 = burst_xfer_wait(plan, &sa);
-        burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
-        if (st == BURST_OK)
-            st = w1 ? w1 : w2 ? w2 : w3;
-        stats->steps = r + 1;
-
-        /* After the last step: every chain goes home, and this rank's own comes back. */
-        if (st == BURST_OK && r == plan->steps - 1)
-            burst_fault_step(plan->rank, 1, -1);
-        if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
-            comm->count = &plan->step_traffic[BURST_PHASE_BWD][plan->steps];
-            const void *wire = NULL;
-            st = burst_xfer_irecv(plan, s.final_from, burst_tag(seq, BURST_MSG_ACC, plan->steps),
-                                  acc_in, acc_elems(&c, n) * c.as, &ra);
-            if (st == BURST_OK)
-                st = wire_acc(&c, part[pc], acc_out, acc_elems(&c, nb), &wire);
-            if (st == BURST_OK)
-                st = burst_xfer_isend(plan, s.final_to, burst_tag(seq, BURST_MSG_ACC, plan->steps),
-                                      wire, acc_elems(&c, nb) * c.as, &sa);
-            tw = burst_now();
-            w1 = burst_xfer_wait(plan, &ra);
-            w2 = burst_xfer_wait(plan, &sa);
-            burst_call_wait(plan, BURST_PHASE_BWD, plan->steps, burst_now() - tw);
-            if (st == BURST_OK)
-                st = w1 ? w1 : w2;
-            if (st == BURST_OK)
-                st = c.ops->accumulate(c.be, c.burst ? dq_loc : dkv_loc, acc_in, plan->acc_dtype,
-                                       acc_elems(&c, n));
         }
     }
-
-    if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
-        struct burst_tensor gq = burst_view(dq_loc, BURST_DTYPE_FP32, c.B, n, c.Hq, c.d);
-        struct burst_tensor gk = burst_view(dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
-        struct burst_tensor gv =
-            burst_view(dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
-        st = c.ops->copy(c.be, dq, &gq);
-        if (st == BURST_OK)
-            st = c.ops->copy(c.be, dk, &gk);
-        if (st == BURST_OK)
-            st = c.ops->copy(c.be, dv, &gv);
-        if (st == BURST_OK && c.ops->sync)
-            st = c.ops->sync(c.be);
-    }
-    if (blk.plan)
-        burst_blocks_drain(&blk);
-    burst_xfer_wait(plan, &ra);
-    burst_xfer_wait(plan, &sa);
+    if (b.blk.plan)
+        burst_blocks_drain(&b.blk);
+    burst_xfer_wait(plan, &b.ra);
+    burst_xfer_wait(plan, &b.sa);
     return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
 }

@@ -5,7 +5,8 @@
  * the next block into the spare buffer and the send of the held block to rank i + 1; run the
  * fused step kernel (attention + log-sum-exp merge into the running fp32 O and lse) while the
  * transfer is in flight; wait; swap buffers. Step 0 computes straight from the caller's K/V and
- * sends a packed copy. Outputs are written only after every step succeeded.
+ * sends a packed copy. With head groups (plan.h workspace_limit) the whole ring runs once per
+ * group on that group's heads. A group's outputs are written only after all its steps succeeded.
  */
 #include <math.h>
 #include <string.h>
@@ -16,30 +17,47 @@
 #include "ring_blocks.h"
 #include "tensor_check.h"
 
-/* A K/V message: K then V of a block of n tokens, [B, n, Hkv, d] each, in the plan's dtype. */
+/* A forward call's view of its current head group. */
+struct fwd_call {
+    struct burst_plan *plan;
+    int64_t hkv; /* K/V heads of the group */
+};
+
+/* A K/V message: K then V of a block of n tokens, [B, n, hkv, d] each, in the plan's dtype. */
 static size_t kv_bytes(const void *arg, int64_t n)
 {
-    const struct burst_plan *plan = arg;
+    const struct fwd_call *c = arg;
+    const struct burst_plan_params *p = &c->plan->p;
+    return 2 * (size_t)(p->batch * n * c->hkv * p->head_dim) * burst_dtype_size(p->dtype);
+}
+
+uint64_t burst_fwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv)
+{
     const struct burst_plan_params *p = &plan->p;
-    return 2 * (size_t)(p->batch * n * p->kv_heads * p->head_dim) * burst_dtype_size(p->dtype);
+    const int64_t gq = gkv * (p->q_heads / p->kv_heads);
+    struct fwd_call c = {(struct burst_plan *)(uintptr_t)plan, gkv};
+    /* o_acc [B, n, gq, d] and lse_acc [B, gq, n], fp32, then the blocks */
+    return sizeof(float) * (uint64_t)(p->batch * n * gq) * (uint64_t)(p->head_dim + 1) +
+           burst_blocks_scratch_bytes(plan, kv_bytes(&c, plan->n_max));
 }
 
 struct fwd_pack {
-    struct burst_plan *plan;
-    const struct burst_tensor *k, *v;
+    const struct fwd_call *c;
+    const struct burst_tensor *k, *v; /* the group's heads */
 };
 
 /* Pack this rank's (possibly strided) K, V into a K/V message. */
 static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
 {
     const struct fwd_pack *f = arg;
-    const struct burst_plan_params *p = &f->plan->p;
-    const struct burst_backend_ops *ops = f->plan->ctx->ops;
-    void *be = f->plan->ctx->be;
-    const int64_t n = f->plan->n;
-    struct burst_tensor pk = burst_view(dst, p->dtype, p->batch, n, p->kv_heads, p->head_dim);
+    struct burst_plan *plan = f->c->plan;
+    const struct burst_plan_params *p = &plan->p;
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    void *be = plan->ctx->be;
+    const int64_t n = plan->n, h = f->c->hkv;
+    struct burst_tensor pk = burst_view(dst, p->dtype, p->batch, n, h, p->head_dim);
     struct burst_tensor pv =
-        burst_view(dst + kv_bytes(f->plan, n) / 2, p->dtype, p->batch, n, p->kv_heads, p->head_dim);
+        burst_view(dst + kv_bytes(f->c, n) / 2, p->dtype, p->batch, n, h, p->head_dim);
     burst_status_t st = ops->copy(be, &pk, f->k);
     if (st == BURST_OK)
         st = ops->copy(be, &pv, f->v);
@@ -85,6 +103,63 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
     return burst_context_check_memory(plan->ctx, who, 5, mem_names, mem);
 }
 
+/* The ring of head group `group`: every step's K/V block of the group's heads (pk's k, v) meets
+ * the group's queries q, merged into o_acc, lse_acc (contiguous, the group's heads). */
+static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_blocks *blk,
+                               struct fwd_pack *pk, const struct burst_tensor *q, float *o_acc,
+                               float *lse_acc)
+{
+    const struct burst_plan_params *p = &plan->p;
+    const struct burst_backend_ops *be_ops = plan->ctx->ops;
+    void *be = plan->ctx->be;
+    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
+    const int64_t B = p->batch, h = pk->c->hkv, d = p->head_dim;
+    const size_t es = burst_dtype_size(p->dtype);
+    burst_status_t st = BURST_OK;
+    for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
+        struct burst_sched_step s;
+        burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, r,
+                          plan->steps, &s);
+        burst_fault_step(plan->rank, 0, group, r);
+        plan->comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
+        const int64_t nb = plan->shards.lens[s.block];
+        unsigned char *cur = burst_blocks_current(blk);
+        struct burst_tensor kb = *pk->k, vb = *pk->v;
+        if (cur) {
+            kb = burst_view(cur, p->dtype, B, nb, h, d);
+            vb = burst_view(cur + (size_t)(B * nb * h * d) * es, p->dtype, B, nb, h, d);
+        }
+        st = burst_blocks_post(blk, &s, r, fwd_pack_own, pk);
+        if (st == BURST_OK && s.compute) {
+            double tc = burst_now();
+            struct burst_fwd_args a = {
+                .q = q,
+                .k = &kb,
+                .v = &vb,
+                .qpos = plan->pos,
+                .kpos = burst_shards_posmap(&plan->shards, s.block),
+                .mask = plan->mask,
+                .scale = plan->scale,
+                .o_acc = o_acc,
+                .lse_acc = lse_acc,
+            };
+            st = be_ops->fwd_step(be, &a);
+            burst_blocks_start(blk); /* the next block moves while this one computes */
+            if (st == BURST_OK && be_ops->sync)
+                st = be_ops->sync(be);
+            burst_call_compute(plan, BURST_PHASE_FWD, r, burst_now() - tc);
+            stats->steps_computed++;
+        }
+        double tw = burst_now();
+        burst_status_t stw = burst_blocks_wait(blk, &s);
+        burst_call_wait(plan, BURST_PHASE_FWD, r, burst_now() - tw);
+        if (st == BURST_OK)
+            st = stw;
+        stats->steps = r + 1;
+    }
+    return st;
+}
+
 burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
                                        const struct burst_tensor *k, const struct burst_tensor *v,
                                        struct burst_tensor *o, float *lse)
@@ -103,85 +178,61 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     const struct burst_plan_params *p = &plan->p;
     const struct burst_backend_ops *be_ops = plan->ctx->ops;
     void *be = plan->ctx->be;
-    struct burst_comm *comm = plan->comm;
-    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
     struct burst_scratch sc = {.plan = plan};
     double t0 = burst_now();
     uint32_t seq;
     if ((st = burst_call_begin(plan, BURST_PHASE_FWD, &seq)) != BURST_OK)
         return st;
 
-    const int64_t B = p->batch, Hq = p->q_heads, Hkv = p->kv_heads, d = p->head_dim;
-    const size_t es = burst_dtype_size(p->dtype);
+    const int64_t B = p->batch, Hq = p->q_heads, d = p->head_dim, n = plan->n;
+    const int64_t gq = plan->gkv * (Hq / p->kv_heads);
+    struct fwd_call fc = {plan, plan->gkv};
     float *o_acc = NULL, *lse_acc = NULL;
-    struct fwd_pack pk = {plan, k, v};
     struct burst_blocks blk = {0};
-    st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * plan->n * Hq * d),
-                             (void **)&o_acc);
+    st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * n * gq * d), (void **)&o_acc);
     if (st == BURST_OK)
-        st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * Hq * plan->n),
-                                 (void **)&lse_acc);
+        st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * gq * n), (void **)&lse_acc);
     if (st == BURST_OK)
         st = burst_blocks_init(&blk, plan, &sc, who, BURST_SCHED_FWD, BURST_MSG_KV, seq, kv_bytes,
-                               plan);
-    if (st == BURST_OK)
-        st = be_ops->fill(be, lse_acc, (size_t)(B * Hq * plan->n), -INFINITY);
+                               &fc);
 
-    for (int r = 0; st == BURST_OK && r < plan->steps; r++) {
-        struct burst_sched_step s;
-        burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, r,
-                          plan->steps, &s);
-        burst_fault_step(plan->rank, 0, r);
-        comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
-        const int64_t nb = plan->shards.lens[s.block];
-        unsigned char *cur = burst_blocks_current(&blk);
-        struct burst_tensor kb = *k, vb = *v;
-        if (cur) {
-            kb = burst_view(cur, p->dtype, B, nb, Hkv, d);
-            vb = burst_view(cur + (size_t)(B * nb * Hkv * d) * es, p->dtype, B, nb, Hkv, d);
+    for (int g = 0; st == BURST_OK && g < plan->hgroups; g++) {
+        const struct burst_hgroup hg = burst_plan_hgroup(plan, g);
+        const struct burst_tensor qg = burst_heads(q, hg.q0, hg.nq),
+                                  kg = burst_heads(k, hg.kv0, hg.nkv),
+                                  vg = burst_heads(v, hg.kv0, hg.nkv);
+        struct fwd_pack pk = {&fc, &kg, &vg};
+        fc.hkv = hg.nkv;
+        if (g > 0) { /* the next group: a fresh ring under its own tags, accumulators reset */
+            burst_blocks_restart(&blk, burst_call_next_seq(plan));
+            st = be_ops->fill(be, o_acc, (size_t)(B * n * hg.nq * d), 0.0f);
         }
-        st = burst_blocks_post(&blk, &s, r, fwd_pack_own, &pk);
-        if (st == BURST_OK && s.compute) {
-            double tc = burst_now();
-            struct burst_fwd_args a = {
-                .q = q,
-                .k = &kb,
-                .v = &vb,
-                .qpos = plan->pos,
-                .kpos = burst_shards_posmap(&plan->shards, s.block),
-                .mask = plan->mask,
-                .scale = plan->scale,
-                .o_acc = o_acc,
-                .lse_acc = lse_acc,
+        if (st == BURST_OK)
+            st = be_ops->fill(be, lse_acc, (size_t)(B * hg.nq * n), -INFINITY);
+        if (st == BURST_OK)
+            st = fwd_ring(plan, g, &blk, &pk, &qg, o_acc, lse_acc);
+        if (blk.plan)
+            burst_blocks_drain(&blk);
+        if (st == BURST_OK && g == plan->hgroups - 1)
+            burst_fault_step(plan->rank, 0, g, -1);
+        if (st == BURST_OK) { /* the group's ring is done: only now touch its outputs */
+            struct burst_tensor og = burst_heads(o, hg.q0, hg.nq);
+            struct burst_tensor oa = burst_view(o_acc, BURST_DTYPE_FP32, B, n, hg.nq, d);
+            struct burst_tensor la = burst_view(lse_acc, BURST_DTYPE_FP32, B, hg.nq, n, 1);
+            struct burst_tensor lo = {
+                /* lse[:, q0 : q0 + nq, :], [B, Hq, n] contiguous */
+                .data = lse + hg.q0 * n,
+                .dtype = BURST_DTYPE_FP32,
+                .shape = {B, hg.nq, n, 1},
+                .stride = {Hq * n, n, 1, 1},
             };
-            st = be_ops->fwd_step(be, &a);
-            burst_blocks_start(&blk); /* the next block moves while this one computes */
-            if (st == BURST_OK && be_ops->sync)
+            st = be_ops->copy(be, &og, &oa);
+            if (st == BURST_OK)
+                st = be_ops->copy(be, &lo, &la);
+            /* the next group's work queues behind these copies: only the last one waits */
+            if (st == BURST_OK && be_ops->sync && g == plan->hgroups - 1)
                 st = be_ops->sync(be);
-            burst_call_compute(plan, BURST_PHASE_FWD, r, burst_now() - tc);
-            stats->steps_computed++;
         }
-        double tw = burst_now();
-        burst_status_t stw = burst_blocks_wait(&blk, &s);
-        burst_call_wait(plan, BURST_PHASE_FWD, r, burst_now() - tw);
-        if (st == BURST_OK)
-            st = stw;
-        stats->steps = r + 1;
-    }
-    if (blk.plan)
-        burst_blocks_drain(&blk);
-
-    if (st == BURST_OK)
-        burst_fault_step(plan->rank, 0, -1);
-    if (st == BURST_OK) { /* all steps done: only now touch the caller's outputs */
-        struct burst_tensor oa = burst_view(o_acc, BURST_DTYPE_FP32, B, plan->n, Hq, d);
-        struct burst_tensor la = burst_view(lse_acc, BURST_DTYPE_FP32, B, Hq, plan->n, 1);
-        struct burst_tensor lo = burst_view(lse, BURST_DTYPE_FP32, B, Hq, plan->n, 1);
-        st = be_ops->copy(be, o, &oa);
-        if (st == BURST_OK)
-            st = be_ops->copy(be, &lo, &la);
-        if (st == BURST_OK && be_ops->sync)
-            st = be_ops->sync(be);
     }
     return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
 }

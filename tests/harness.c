@@ -570,6 +570,7 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     pp.acc_wire = c->wire;
     pp.deterministic = c->deterministic;
     pp.ranks_per_node = c->ranks_per_node;
+    pp.workspace_limit = c->workspace_limit;
     p->params = pp;
 
     const int G = p->G;
@@ -711,6 +712,8 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
     }
     rec->local_len = burst_plan_local_len(plan);
     rec->bwd_used = burst_plan_bwd_pattern(plan);
+    rec->head_groups = burst_plan_head_groups(plan);
+    rec->workspace = burst_plan_workspace_bytes(plan);
     rec->positions_ok =
         rec->local_len == p->lens[rank] && burst_plan_position(plan, rec->local_len) == -1;
     for (int64_t i = 0; rec->positions_ok && i < p->lens[rank]; i++) {

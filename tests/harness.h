@@ -164,6 +164,7 @@ struct harness_case {
     int pad;                     /* extra elements between heads in the rank-visible tensors */
     int deterministic;
     int ranks_per_node; /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
+    uint64_t workspace_limit; /* plan.workspace_limit: 0 = default, small = head groups */
     uint64_t seed;      /* 0 = harness_seed() mixed with the case name */
 };
 
@@ -191,6 +192,8 @@ struct harness_rank_record {
     int64_t local_len;
     int positions_ok;
     burst_bwd_pattern_t bwd_used;
+    int head_groups;    /* burst_plan_head_groups */
+    uint64_t workspace; /* burst_plan_workspace_bytes */
     struct burst_phase_stats stats[3];
     struct burst_traffic *step_traffic[3];        /* [stats[phase].steps + 1] */
     double step_compute_sum[3], step_wait_sum[3]; /* burst_plan_step_times summed over steps */

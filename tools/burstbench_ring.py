@@ -11,11 +11,14 @@ per-GPU TFLOP/s, the ratio of forward+backward times burst / PyTorch, backward b
 (burst / ring, against ALGORITHM.md section 2's prediction), overlap and the per-step timeline
 (compute vs wait per step, from the engine's statistics), and the peak GPU memory of each run
 (nvidia-smi, sampled every 20 ms, minus the idle level: includes the CUDA context) beside the
-issue's budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). Writes a CSV and an SVG.
+issue's budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). --workspace runs each size with
+several plan.workspace_limit values (burstrun --workspace: auto, unlimited or MiB; the ring runs
+once per group of heads to stay within the limit) and reports the head groups each used. Writes a
+CSV and an SVG.
 
   python3 tools/burstbench_ring.py --burstrun build/tools/burstrun --gpus 2 \
       --seqs 32768,131072,262144 --masks causal,full [--bwd burst,ring] [--single 131072] \
-      [--heads 32] [--head-dim 128] [--iters 3] [--procs] [--no-torch]
+      [--heads 32] [--head-dim 128] [--iters 3] [--workspace auto,unlimited] [--procs] [--no-torch]
 
 A small --check run (N = 2048, 4 heads, both masks, both backward patterns) precedes the timed ones.
 """
@@ -61,14 +64,14 @@ class GpuMem:
         return max(p - b for p, b in zip(self.peak, self.base)) / 1024.0
 
 
-def burstrun(args, ranks, n, causal, bwd, check=False, iters=None):
+def burstrun(args, ranks, n, causal, bwd, check=False, iters=None, workspace="auto"):
     heads = 4 if check else args.heads  # the fp64 reference of --check: keep it small
     launch = ["--fabric", "shm"] if args.procs else ["--threads"]
     cmd = [args.burstrun] + launch + ["-n", str(ranks), "--backend", "cuda",
            "--device", ",".join(str(i % args.gpus) for i in range(ranks)),
            "--seq", str(n), "--heads", str(heads), "--head-dim", str(args.head_dim),
            "--dtype", "bf16", "--layout", "zigzag" if causal else "natural", "--bwd", bwd,
-           "--iters", str(iters or args.iters), "--warmup", "1", "--json"]
+           "--iters", str(iters or args.iters), "--warmup", "1", "--workspace", workspace, "--json"]
     if causal:
         cmd.append("--causal")
     if args.ranks_per_node and ranks > args.ranks_per_node:
@@ -105,6 +108,9 @@ def main():
     ap.add_argument("--masks", default="causal,full")
     ap.add_argument("--bwd", default="burst,ring")
     ap.add_argument("--single", default="131072", help="sizes also run on one GPU (one rank)")
+    ap.add_argument("--workspace", default="auto",
+                    help="burstrun --workspace values to compare, comma-separated (auto, unlimited, "
+                         "MiB); the first is the one the summary compares with PyTorch")
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--iters", type=int, default=3)
@@ -120,6 +126,7 @@ def main():
     seqs = [int(x) for x in args.seqs.split(",")]
     masks = args.masks.split(",")
     h, d = args.heads, args.head_dim
+    workspaces = args.workspace.split(",")
 
     if not args.no_check:
         for mask in masks:
@@ -135,16 +142,17 @@ def main():
         for mask in masks:
             causal = mask == "causal"
             flops = 4.0 * h * d * n * n * (0.5 if causal else 1.0)
-            runs = [(ranks, bwd) for bwd in args.bwd.split(",")]
+            runs = [(ranks, bwd, ws) for bwd in args.bwd.split(",") for ws in workspaces]
             if n in singles:
-                runs.append((1, "burst"))
-            for g, bwd in runs:
-                j = burstrun(args, g, n, causal, bwd)
+                runs.append((1, "burst", workspaces[0]))
+            for g, bwd, ws in runs:
+                j = burstrun(args, g, n, causal, bwd, workspace=ws)
                 gpus = min(g, args.gpus)
                 fb = j["fwd_ms"] + j["bwd_ms"]
                 row = dict(impl="burst" if g > 1 else "burst_1gpu", gpus=gpus, ranks=g, seq=n,
                            launch="procs" if args.procs else "threads",
-                           causal=causal, bwd=bwd, transfers=j["transfers"], fwd_ms=j["fwd_ms"],
+                           causal=causal, bwd=bwd, transfers=j["transfers"], workspace=ws,
+                           head_groups=j["head_groups"], fwd_ms=j["fwd_ms"],
                            fwdbwd_ms=fb, fwd_tflops_per_gpu=flops / j["fwd_ms"] * 1e-9 / gpus,
                            fwdbwd_tflops_per_gpu=3.5 * flops / fb * 1e-9 / gpus,
                            bytes_bwd_per_rank=j["bytes_bwd_per_rank"],
@@ -184,10 +192,11 @@ def main():
         w.writeheader()
         w.writerows(rows)
 
-    def find(impl, n, causal, bwd=None):
+    def find(impl, n, causal, bwd=None, ws=None):
         for r in rows:
             if r["impl"] == impl and r["seq"] == n and r["causal"] == causal and "error" not in r \
-                    and (bwd is None or r.get("bwd") == bwd):
+                    and (bwd is None or r.get("bwd") == bwd) \
+                    and (impl == "torch_cp" or r.get("workspace") == (ws or workspaces[0])):
                 return r
         return None
 
@@ -196,21 +205,21 @@ def main():
     print(f"{ranks} rank {'processes' if args.procs else 'threads'} on {args.gpus} GPU(s), bf16, "
           f"H={h}, d={d}; ms and TFLOP/s per GPU; "
           f"x torch = burst time / PyTorch time (< 1 is faster)")
-    print(f"{'N':>7} {'mask':6} {'bwd':5} | {'fwd ms':>8} {'fb ms':>8} {'fb TF/GPU':>9} | "
+    print(f"{'N':>7} {'mask':6} {'bwd':5} {'workspace':>9} {'groups':>6} | {'fwd ms':>8} {'fb ms':>8} {'fb TF/GPU':>9} | "
           f"{'torch fwd':>9} {'torch fb':>9} {'x torch':>7} | {'ovl f/b':>9} {'mem GiB':>7} "
           f"{'budget':>6} {'torch mem':>9}")
     for n in seqs:
         for mask in masks:
             c = mask == "causal"
             t = find("torch_cp", n, c)
-            for bwd in args.bwd.split(","):
-                b = find("burst", n, c, bwd)
+            for bwd, ws in ((b, w) for b in args.bwd.split(",") for w in workspaces):
+                b = find("burst", n, c, bwd, ws)
                 if not b:
                     continue
                 tf = t["fwd_ms"] if t else float("nan")
                 tfb = t["fwdbwd_ms"] if t else float("nan")
                 tm = t["peak_mem_gib"] if t else float("nan")
-                print(f"{n:>7} {mask:6} {bwd:5} | {b['fwd_ms']:8.1f} {b['fwdbwd_ms']:8.1f} "
+                print(f"{n:>7} {mask:6} {bwd:5} {ws:>9} {b['head_groups']:6d} | {b['fwd_ms']:8.1f} {b['fwdbwd_ms']:8.1f} "
                       f"{b['fwdbwd_tflops_per_gpu']:9.1f} | {tf:9.1f} {tfb:9.1f} "
                       f"{b['fwdbwd_ms'] / tfb:7.2f} | {b['overlap_fwd']:.2f}/{b['overlap_bwd']:.2f} "
                       f"{b['peak_mem_gib']:7.1f} {b['budget_gib']:6.1f} {tm:9.1f}")

@@ -51,7 +51,9 @@ static void usage(FILE *f)
         "  --layout L             natural | zigzag | striped (default zigzag)\n"
         "  --window L,R           sliding window in global positions: key j is allowed for\n"
         "                         query i iff i-L <= j <= i+R; -1 = unbounded (default -1,-1)\n"
-        "  --bwd P                backward pattern burst | ring | auto (default burst)\n"
+        "  --bwd P                backward pattern burst | ring | auto (default burst)\n");
+    fprintf(
+        f,
         "run:\n"
         "  --backend NAME         cpu | vulkan | cuda | auto, as built (default auto;\n"
         "                         BURST_BACKEND overrides auto)\n"
@@ -83,6 +85,10 @@ static void usage(FILE *f)
         "                         --backends; with --threads each rank then has its own\n"
         "                         context): ranks of unequal speed on one machine\n"
         "  --deterministic        plan.deterministic = 1: bitwise-reproducible results\n"
+        "  --workspace W          plan.workspace_limit: most library scratch per rank, in MiB\n"
+        "                         (the ring runs once per group of heads to stay within it);\n"
+        "                         'auto' (default: two K/V blocks, at least 256 MiB) or\n"
+        "                         'unlimited' (one ring per call, the most memory)\n"
         "  --iters K              timed iterations, the median is reported (default 5)\n"
         "  --warmup W             untimed iterations first (default 1)\n"
         "  --fwd-only             run the forward only\n"
@@ -453,6 +459,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                                              "--heads",
                                              "--kv-heads",
                                              "--ranks-per-node",
+                                             "--workspace",
                                              "--head-dim",
                                              "--dtype",
                                              "--layout",
@@ -505,6 +512,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
             p->q_heads = (int)parse_int(name, val, 1, 1 << 20);
         } else if (!strcmp(name, "--ranks-per-node")) {
             p->ranks_per_node = (int)parse_int(name, val, 0, 65536);
+        } else if (!strcmp(name, "--workspace")) {
+            if (!strcmp(val, "auto"))
+                p->workspace_limit = 0;
+            else if (!strcmp(val, "unlimited"))
+                p->workspace_limit = UINT64_MAX;
+            else /* MiB; 1 MiB at least: 0 would mean the default */
+                p->workspace_limit = (uint64_t)parse_int(name, val, 1, INT64_C(1) << 40) << 20;
         } else if (!strcmp(name, "--kv-heads")) {
             p->kv_heads = (int)parse_int(name, val, 1, 1 << 20);
         } else if (!strcmp(name, "--head-dim")) {
@@ -867,6 +881,7 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     json_str(r->fabric);
     printf(", \"transfers\": ");
     json_str(r->transfers);
+    printf(", \"head_groups\": %d", r->head_groups);
     printf(", \"hosts\": %d", r->hosts);
     printf(", \"batch\": %lld, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d",
            (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim);
@@ -1015,9 +1030,15 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
                r->hosts > 1 ? "s" : "", r->fabric, r->backend, r->num_threads, p->seed,
                o->seed_given ? "" : " (from the clock)");
     if (strcmp(r->transfers, "host") != 0 && r->transfers[0])
-        printf("blocks travel %s\n", !strcmp(r->transfers, "device")
-                                         ? "device to device (no host hop)"
-                                         : "through page-locked host staging");
+        printf(
+            "blocks travel %s\n",
+            !strcmp(r->transfers, "device") ? "device to device (no host hop)"
+            : !strcmp(r->transfers, "device+staged")
+                ? "device to device inside a host, through page-locked host staging between hosts"
+                : "through page-locked host staging");
+    if (r->head_groups > 1)
+        printf("each call runs the ring once per group of heads: %d groups (--workspace)\n",
+               r->head_groups);
     if (o->default_job)
         printf("default job: burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout "
                "zigzag --check\n");
@@ -1073,7 +1094,7 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
            human_bytes((double)r->peak_rss, b1, sizeof(b1)),
            o->threads ? "" : " of the largest rank process",
            human_bytes((double)r->caller_bytes, b3, sizeof(b3)),
-           o->threads     ? ""
+           o->threads      ? ""
            : o->mpi_worker ? ", a private copy in every rank process"
                            : ", shared by the ranks");
     if (o->verbose && r->rank_stats) {

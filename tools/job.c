@@ -453,6 +453,7 @@ static void rank_loop(struct rank_run *rr)
     pp.bwd_pattern = p->bwd;
     pp.deterministic = p->deterministic;
     pp.ranks_per_node = p->ranks_per_node;
+    pp.workspace_limit = p->workspace_limit;
     double reversed[JOB_MAX_LIST];
     if (p->weights_mode == JOB_WEIGHTS_GIVEN)
         pp.shard_weights = p->weights;
@@ -476,6 +477,8 @@ static void rank_loop(struct rank_run *rr)
         goto out;
     rr->bwd_used = burst_plan_bwd_pattern(plan);
     snprintf(rr->st.transfers, sizeof(rr->st.transfers), "%s", burst_plan_transfers(plan));
+    rr->st.head_groups = burst_plan_head_groups(plan);
+    rr->st.workspace = burst_plan_workspace_bytes(plan);
 
     struct burst_tensor q = view(j, j->q, r, p->q_heads), k = view(j, j->k, r, p->kv_heads),
                         v = view(j, j->v, r, p->kv_heads), o = view(j, j->o, r, p->q_heads),
@@ -934,6 +937,7 @@ static int finish(struct job *j, struct job_result *r, const double *tf, const d
         r->bwd_min_s = min_of(tb + p->warmup, iters_done);
     }
     snprintf(r->transfers, sizeof(r->transfers), "%s", st[0].transfers);
+    r->head_groups = st[0].head_groups;
     r->rank_stats = malloc((size_t)p->ranks * sizeof(*r->rank_stats));
     if (r->rank_stats)
         memcpy(r->rank_stats, st, (size_t)p->ranks * sizeof(*r->rank_stats));

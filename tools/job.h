@@ -52,11 +52,12 @@ struct job_params {
     int iters;          /* timed iterations (>= 1) */
     double max_seconds; /* stop timing after the iteration that passes this (0 = never) */
     uint64_t seed;
-    int check_fwd;      /* compare O and lse: 1 = on sampled rows, 2 = on every row */
-    int check_bwd;      /* compare dQ, dK, dV with the full reference (needs run_bwd) */
-    int deterministic;  /* plan.deterministic: bitwise-reproducible results */
-    int ranks_per_node; /* plan.ranks_per_node: two-level ring (0 = flat) */
-    int want_hash;      /* compute job_result.output_hash */
+    int check_fwd;            /* compare O and lse: 1 = on sampled rows, 2 = on every row */
+    int check_bwd;            /* compare dQ, dK, dV with the full reference (needs run_bwd) */
+    int deterministic;        /* plan.deterministic: bitwise-reproducible results */
+    int ranks_per_node;       /* plan.ranks_per_node: two-level ring (0 = flat) */
+    uint64_t workspace_limit; /* plan.workspace_limit: 0 = default, UINT64_MAX = never split */
+    int want_hash;            /* compute job_result.output_hash */
     enum job_weights weights_mode;
     double weights[JOB_MAX_LIST]; /* [ranks] for JOB_WEIGHTS_GIVEN */
     /* test only (hidden --test-mismatch R:FIELD): rank R changes FIELD of its plan ("weights":
@@ -68,7 +69,9 @@ struct job_params {
 /* Per-rank statistics of the last call of each phase. */
 struct job_rank_stats {
     struct burst_phase_stats fwd, bwd;
-    char transfers[8]; /* burst_plan_transfers: host | staged | device */
+    char transfers[16]; /* burst_plan_transfers: host | staged | device | device+staged */
+    int head_groups;    /* burst_plan_head_groups */
+    uint64_t workspace; /* burst_plan_workspace_bytes */
 };
 
 /* Error of one compared tensor: max |lib - ref| and max |ref| over the compared elements. */
@@ -96,7 +99,8 @@ struct job_result {
     int num_threads;    /* compute threads of rank 0's context */
     char rank_mode[16]; /* "threads" or "processes" */
     char fabric[16];    /* provider the rank processes agreed on; "none" for threads */
-    char transfers[8];  /* how blocks moved (rank 0's plan): host | staged | device */
+    char transfers[16]; /* how blocks moved (rank 0's plan): host | staged | device | ... */
+    int head_groups;    /* head groups of each call (rank 0's plan: every rank agrees) */
     int hosts;          /* distinct hosts of the ring */
     burst_bwd_pattern_t bwd_used;
     int iters_done;

@@ -96,10 +96,32 @@ struct burst_plan_params {
      * shard_weights. Every rank must ask for it. Results do not depend on the shard sizes
      * beyond rounding; the sizes may differ from run to run. burst_plan_shard_len tells them. */
     int measure_speed;
+
+    /* ---- since API 0.3: read only when api_version's minor is >= 3 ---- */
+
+    /* Most bytes of backend memory a forward or backward call may take for its own scratch on
+     * this rank: the fp32 accumulators (O, dQ, dK, dV and the travelling gradient partials) and
+     * the buffers of travelling blocks; the caller's tensors are not counted. The plan meets it
+     * by running the ring once per group of heads (K/V heads with their query heads): each
+     * group's ring moves and accumulates only that group's heads, so scratch shrinks with the
+     * group size while the bytes on the wire stay the same (messages are smaller and G times
+     * more numerous). Results are bitwise those of one group: heads never mix. A limit below
+     * what one K/V head per group needs gives kv_heads groups (the least scratch there is);
+     * burst_plan_head_groups and burst_plan_workspace_bytes tell the outcome.
+     *   0 (default): two of the call's largest travelling blocks (K/V blocks, or the query
+     *     bundles Q, dO, lse, D of the burst backward) of the largest shard, and at least 1 GiB.
+     *     Calls whose scratch is under 1 GiB are never split; larger ones keep it within what
+     *     two blocks in flight take anyway, so that a GPU rank fits in about 1.1x its eight
+     *     tensors (Q, K, V, O, dO, dQ, dK, dV) plus two blocks. Splitting costs a few percent
+     *     of time (fixed costs per group: docs/BENCHMARKS.md).
+     *   UINT64_MAX: never split (the most scratch, one ring per call).
+     * Ranks must pass equal values (the handshake compares field "workspace_limit"). */
+    uint64_t workspace_limit;
 };
 
 /* Defaults: B = 1, full attention, natural layout, burst backward, fp32 accumulators, fp32
- * dtype, scale 1/sqrt(d); sizes (seq_len, heads, head_dim) are 0 and must be set. */
+ * dtype, scale 1/sqrt(d), the default workspace limit; sizes (seq_len, heads, head_dim) are 0
+ * and must be set. */
 BURST_API struct burst_plan_params burst_plan_params_default(void);
 
 /*
@@ -147,11 +169,22 @@ BURST_API int64_t burst_plan_position(const struct burst_plan *plan, int64_t loc
 /* The backward pattern actually used (AUTO resolved). */
 BURST_API burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *plan);
 
+/* Head groups of each call (params.workspace_limit): 1 when the ring carries every head at
+ * once, up to kv_heads. 0 for a NULL plan. Since API 0.3. */
+BURST_API int burst_plan_head_groups(const struct burst_plan *plan);
+
+/* Most scratch bytes a forward or backward call of this plan allocates on this rank (the
+ * larger of the two; statistics' scratch_bytes reports each call's). 0 for a NULL plan.
+ * Since API 0.3. */
+BURST_API uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan);
+
 /*
  * Forward. COLLECTIVE. Inputs q [B, n, Hq, d], k and v [B, n, Hkv, d] (n = local length); outputs
  * o [B, n, Hq, d] in the plan's dtype and lse: fp32, contiguous [B, Hq, n], the natural log of
  * the softmax denominator of each row (scaled scores). Blocks until this rank's output is
- * complete. On any error the outputs are left untouched. Inputs are only read.
+ * complete. On any error the outputs are left untouched, except with head groups
+ * (burst_plan_head_groups > 1): a failure then leaves the heads of the groups finished before
+ * it written (the rest untouched). Inputs are only read.
  */
 BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan,
                                                  const struct burst_tensor *q,
@@ -162,7 +195,8 @@ BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan,
 /*
  * Backward. COLLECTIVE. Takes the forward's inputs, its outputs o and lse, and the output
  * gradient dout; writes dq, dk, dv (same shapes as q, k, v, plan dtype). Blocks until this
- * rank's gradients are complete. On any error the outputs are left untouched.
+ * rank's gradients are complete. On any error the outputs are left untouched, except with head
+ * groups, as for the forward. Inputs are only read.
  */
 BURST_API burst_status_t burst_attention_backward(
     struct burst_plan *plan, const struct burst_tensor *q, const struct burst_tensor *k,
@@ -187,7 +221,8 @@ struct burst_traffic {
 
 struct burst_phase_stats {
     int steps;              /* ring steps executed (< G when a window lets the ring stop early) */
-    int steps_computed;     /* steps whose block had work for this rank */
+    int steps_computed;     /* steps whose block had work for this rank (summed over head
+                               groups: burst_plan_head_groups) */
     double total_s;         /* wall time of the call */
     double compute_s;       /* time in local attention kernels */
     double wait_s;          /* time blocked waiting for transfers after computing */
