@@ -178,6 +178,9 @@ int main(int argc, char **argv)
                     pp.head_dim = (int)d;
                     pp.dtype = dt;
                     pp.causal = causal;
+                    /* the kernels' speed: one ring per call, never head groups (their memory
+                     * and time trade-off is tools/burstbench_ring.py's --workspace) */
+                    pp.workspace_limit = UINT64_MAX;
                     cm.rank = 0;
                     cm.size = 1;
                     size_t cnt = (size_t)(batch * N * heads * d);
