@@ -104,9 +104,10 @@ struct burst_plan_params {
      * the buffers of travelling blocks; the caller's tensors are not counted. The plan meets it
      * by running the ring once per group of heads (K/V heads with their query heads): each
      * group's ring moves and accumulates only that group's heads, so scratch shrinks with the
-     * group size while the bytes on the wire stay the same (messages are smaller and G times
-     * more numerous). Results are bitwise those of one group: heads never mix. A limit below
-     * what one K/V head per group needs gives kv_heads groups (the least scratch there is);
+     * group size while the bytes on the wire stay the same (each message is smaller, and there
+     * are as many times more as there are groups). Heads never mix, so results are those of one
+     * group (bitwise with `deterministic`; tests/test_groups.c). A limit below what one K/V head
+     * per group needs gives kv_heads groups (the least scratch there is);
      * burst_plan_head_groups and burst_plan_workspace_bytes tell the outcome.
      *   0 (default): two of the call's largest travelling blocks (K/V blocks, or the query
      *     bundles Q, dO, lse, D of the burst backward) of the largest shard, and at least 1 GiB.
