@@ -226,8 +226,10 @@ static burst_status_t burst_cuda_check_memory(void *be, const char *who, const c
     cudaError_t e = cudaPointerGetAttributes(&a, ptr);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: clear it */
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (%p) is not memory the cuda backend "
-                           "can address: %s", who, name, ptr, cudaGetErrorString(e));
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %s (%p) is not memory the cuda backend "
+                           "can address: %s",
+                           who, name, ptr, cudaGetErrorString(e));
     }
     if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
         a.type == cudaMemoryTypeHost)
@@ -269,6 +271,43 @@ static burst_status_t burst_cuda_sync(void *be)
         st =
             burst_cuda_status(cudaStreamSynchronize(cudaStreamPerThread), "sync (a kernel failed)");
     return st;
+}
+
+/* Timing markers (backend.h time_mark): events with timing on the calling thread's stream. */
+static burst_status_t burst_cuda_time_mark(void *be, void **mark_p)
+{
+    cudaEvent_t ev = NULL;
+    burst_status_t st = burst_cuda_enter(be, "time mark");
+    if (st == BURST_OK)
+        st = burst_cuda_status(cudaEventCreate(&ev), "time mark: cudaEventCreate");
+    if (st == BURST_OK) {
+        st = burst_cuda_status(cudaEventRecord(ev, cudaStreamPerThread),
+                               "time mark: cudaEventRecord");
+        if (st != BURST_OK) {
+            cudaEventDestroy(ev);
+            ev = NULL;
+        }
+    }
+    *mark_p = ev;
+    return st;
+}
+
+static burst_status_t burst_cuda_time_elapsed(void *be, void *from, void *to, double *seconds_p)
+{
+    float ms = 0.0f;
+    burst_status_t st = burst_cuda_enter(be, "time elapsed");
+    if (st == BURST_OK)
+        st = burst_cuda_status(cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to),
+                               "time elapsed: cudaEventElapsedTime");
+    *seconds_p = st == BURST_OK ? ms * 1e-3 : 0.0;
+    return st;
+}
+
+static void burst_cuda_time_release(void *be, void *mark)
+{
+    (void)be;
+    if (mark)
+        cudaEventDestroy((cudaEvent_t)mark);
 }
 
 /* ---- argument checks --------------------------------------------------------------------------- */
@@ -538,4 +577,7 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
     .host_free = burst_cuda_host_free,
     .check_memory = burst_cuda_check_memory,
     .devcopy = &burst_cuda_devcopy,
+    .time_mark = burst_cuda_time_mark,
+    .time_elapsed = burst_cuda_time_elapsed,
+    .time_release = burst_cuda_time_release,
 };

@@ -4,8 +4,8 @@
 #
 # Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_ARCHS, default
 # 90,90a; libfabric and MPI where .device/env.sh provides them), runs the gpu suite's ring tests
-# (test_attention / test_determinism / test_groups on cuda ranks that are threads: device-to-device
-# blocks, head groups;
+# (test_attention / test_determinism / test_groups / test_traffic on cuda ranks that are threads:
+# device-to-device blocks, head groups, the device step timeline;
 # tests/burstrun_gpu.sh: one rank per GPU, staged vs device bitwise, faults), then, with
 # BURST_BENCH_RING="<burstbench_ring.py arguments>", the benchmark. Logs and CSV/SVG go to $OUT
 # (or /tmp/out); a short summary is printed last. Through the device tool (repo root):
@@ -33,12 +33,13 @@ if [ ! -d "$b" ]; then
         "-Dnvcc_archs=${BURST_ARCHS:-90,90a}" || { cat "$out/setup.log" | tail -n 30; exit 1; }
 fi
 step build ninja -C "$b" tools/burstrun tests/test_attention tests/test_determinism \
-    tests/test_staging tests/test_groups || { tail -n 30 "$out/build.log"; exit 1; }
+    tests/test_staging tests/test_groups tests/test_traffic || { tail -n 30 "$out/build.log"; exit 1; }
 if [ "${BURST_RING_TESTS:-1}" = 1 ]; then
     step test_staging "$b/tests/test_staging"
     BURST_TEST_BACKEND=cuda step attention_cuda "$b/tests/test_attention"
     BURST_TEST_BACKEND=cuda step determinism_cuda "$b/tests/test_determinism"
     BURST_TEST_BACKEND=cuda step groups_cuda "$b/tests/test_groups"
+    BURST_TEST_BACKEND=cuda step traffic_cuda "$b/tests/test_traffic"
     step burstrun_gpu sh "$src/tests/burstrun_gpu.sh" "$b/tools/burstrun"
     tail -n 25 "$out/burstrun_gpu.log"
 fi
@@ -48,7 +49,7 @@ if [ -n "${BURST_BENCH_RING:-}" ]; then
     summary+=("bench_ring rc=$?")
     grep -v '^\$\|^{' "$out/bench_ring.log" | tail -n 40
 fi
-for f in attention_cuda determinism_cuda groups_cuda test_staging; do
+for f in attention_cuda determinism_cuda groups_cuda traffic_cuda test_staging; do
     [ -f "$out/$f.log" ] && { echo "== $f"; grep -E "FAILED|PASSED|error" "$out/$f.log" | tail -n 6; }
 done
 echo "== $(cat "$out/gpu.txt" | tr '\n' ' ')"

@@ -141,6 +141,15 @@ struct burst_backend_ops {
      * device_memory backends; in-process transports copy with the CPU and need no staging.
      */
     int (*stage_between_processes)(void *be);
+    /*
+     * Optional: a device timeline (cuda: timing events), for the engine's step clock without a
+     * host sync per step (runtime/timeline.h). time_mark records a marker after the work the
+     * calling thread has queued so far; time_elapsed gives the seconds between two markers once
+     * both have passed (after sync()); time_release frees one (NULL accepted).
+     */
+    burst_status_t (*time_mark)(void *be, void **mark_p);
+    burst_status_t (*time_elapsed)(void *be, void *from, void *to, double *seconds_p);
+    void (*time_release)(void *be, void *mark);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

@@ -20,6 +20,7 @@
 #include "plan_internal.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
+#include "timeline.h"
 
 struct bwd_call {
     struct burst_plan *plan;
@@ -240,7 +241,7 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
  * dout are the group's heads of the caller's tensors, lse its rows (contiguous); leaves the
  * group's dQ, dK, dV in b's dq_loc, dkv_loc. */
 static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uint32_t seq,
-                               int group, const struct burst_tensor *q,
+                               int group, struct burst_timeline *tl, const struct burst_tensor *q,
                                const struct burst_tensor *k, const struct burst_tensor *v,
                                const struct burst_tensor *dout, const float *lse)
 {
@@ -299,8 +300,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 gv = b->part[pc] + (size_t)(c->B * nb * c->Hkv * c->d);
             }
         }
-        if (st == BURST_OK && s.compute) {
-            double tc = burst_now();
+        if (st == BURST_OK && s.compute && (st = burst_tl_kernel_begin(tl)) == BURST_OK) {
             struct burst_bwd_args a = {
                 .q = c->burst ? &held.t0 : q,
                 .dout = c->burst ? &held.t1 : dout,
@@ -320,9 +320,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
             st = c->ops->bwd_step(c->be, &a);
             burst_blocks_start(&b->blk); /* the next bundle and the accumulator move meanwhile */
             burst_xfer_start(plan, &b->ra);
-            if (st == BURST_OK && c->ops->sync)
-                st = c->ops->sync(c->be);
-            burst_call_compute(plan, BURST_PHASE_BWD, r, burst_now() - tc);
+            st = burst_tl_kernel_end(tl, r, st);
             stats->steps_computed++;
         }
         double tw = burst_now();
@@ -331,7 +329,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
             st = c->ops->accumulate(c->be, b->part[pc], b->acc_in, plan->acc_dtype,
                                     acc_elems(c, nb));
         burst_status_t w2 = burst_blocks_wait(&b->blk, &s), w3 = burst_xfer_wait(plan, &b->sa);
-        burst_call_wait(plan, BURST_PHASE_BWD, r, burst_now() - tw);
+        burst_tl_wait(tl, r, burst_now() - tw);
         if (st == BURST_OK)
             st = w1 ? w1 : w2 ? w2 : w3;
         stats->steps = r + 1;
@@ -352,7 +350,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
             tw = burst_now();
             w1 = burst_xfer_wait(plan, &b->ra);
             w2 = burst_xfer_wait(plan, &b->sa);
-            burst_call_wait(plan, BURST_PHASE_BWD, plan->steps, burst_now() - tw);
+            burst_tl_wait(tl, plan->steps, burst_now() - tw);
             if (st == BURST_OK)
                 st = w1 ? w1 : w2;
             if (st == BURST_OK)
@@ -415,11 +413,13 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
     struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
     struct bwd_bufs b = {0};
+    struct burst_timeline tl;
     const int64_t n = plan->n;
     double t0 = burst_now();
     uint32_t seq;
     if ((st = burst_call_begin(plan, BURST_PHASE_BWD, &seq)) != BURST_OK)
         return st;
+    burst_tl_begin(&tl, plan, BURST_PHASE_BWD);
     bwd_alloc(&c, n, seq, &sc, &b, &st);
 
     for (int g = 0; st == BURST_OK && g < plan->hgroups; g++) {
@@ -437,8 +437,9 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             burst_blocks_restart(&b.blk, seq);
         }
         st = bwd_group_begin(&c, &b, g, &hg, lse, &og, &dog, &lse_g);
+        burst_tl_break(&tl);
         if (st == BURST_OK)
-            st = bwd_ring(&c, &b, seq, g, &qg, &kg, &vg, &dog, lse_g);
+            st = bwd_ring(&c, &b, seq, g, &tl, &qg, &kg, &vg, &dog, lse_g);
         if (b.blk.plan)
             burst_blocks_drain(&b.blk);
         burst_xfer_wait(plan, &b.ra);
@@ -466,5 +467,6 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         burst_blocks_drain(&b.blk);
     burst_xfer_wait(plan, &b.ra);
     burst_xfer_wait(plan, &b.sa);
+    burst_tl_finish(&tl, st);
     return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
 }

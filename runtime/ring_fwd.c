@@ -16,6 +16,7 @@
 #include "plan_internal.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
+#include "timeline.h"
 
 /* A forward call's view of its current head group. */
 struct fwd_call {
@@ -105,9 +106,9 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
 
 /* The ring of head group `group`: every step's K/V block of the group's heads (pk's k, v) meets
  * the group's queries q, merged into o_acc, lse_acc (contiguous, the group's heads). */
-static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_blocks *blk,
-                               struct fwd_pack *pk, const struct burst_tensor *q, float *o_acc,
-                               float *lse_acc)
+static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_timeline *tl,
+                               struct burst_blocks *blk, struct fwd_pack *pk,
+                               const struct burst_tensor *q, float *o_acc, float *lse_acc)
 {
     const struct burst_plan_params *p = &plan->p;
     const struct burst_backend_ops *be_ops = plan->ctx->ops;
@@ -130,8 +131,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
             vb = burst_view(cur + (size_t)(B * nb * h * d) * es, p->dtype, B, nb, h, d);
         }
         st = burst_blocks_post(blk, &s, r, fwd_pack_own, pk);
-        if (st == BURST_OK && s.compute) {
-            double tc = burst_now();
+        if (st == BURST_OK && s.compute && (st = burst_tl_kernel_begin(tl)) == BURST_OK) {
             struct burst_fwd_args a = {
                 .q = q,
                 .k = &kb,
@@ -145,14 +145,12 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
             };
             st = be_ops->fwd_step(be, &a);
             burst_blocks_start(blk); /* the next block moves while this one computes */
-            if (st == BURST_OK && be_ops->sync)
-                st = be_ops->sync(be);
-            burst_call_compute(plan, BURST_PHASE_FWD, r, burst_now() - tc);
+            st = burst_tl_kernel_end(tl, r, st);
             stats->steps_computed++;
         }
         double tw = burst_now();
         burst_status_t stw = burst_blocks_wait(blk, &s);
-        burst_call_wait(plan, BURST_PHASE_FWD, r, burst_now() - tw);
+        burst_tl_wait(tl, r, burst_now() - tw);
         if (st == BURST_OK)
             st = stw;
         stats->steps = r + 1;
@@ -189,6 +187,8 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     struct fwd_call fc = {plan, plan->gkv};
     float *o_acc = NULL, *lse_acc = NULL;
     struct burst_blocks blk = {0};
+    struct burst_timeline tl;
+    burst_tl_begin(&tl, plan, BURST_PHASE_FWD);
     st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * n * gq * d), (void **)&o_acc);
     if (st == BURST_OK)
         st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * gq * n), (void **)&lse_acc);
@@ -209,8 +209,9 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
         }
         if (st == BURST_OK)
             st = be_ops->fill(be, lse_acc, (size_t)(B * hg.nq * n), -INFINITY);
+        burst_tl_break(&tl);
         if (st == BURST_OK)
-            st = fwd_ring(plan, g, &blk, &pk, &qg, o_acc, lse_acc);
+            st = fwd_ring(plan, g, &tl, &blk, &pk, &qg, o_acc, lse_acc);
         if (blk.plan)
             burst_blocks_drain(&blk);
         if (st == BURST_OK && g == plan->hgroups - 1)
@@ -234,5 +235,6 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
                 st = be_ops->sync(be);
         }
     }
+    burst_tl_finish(&tl, st);
     return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
 }

@@ -123,9 +123,10 @@ static void check_traffic(const struct harness_case *c)
             if (fabs(rec->step_compute_sum[ph] - st->compute_s) > 1e-9 ||
                 fabs(rec->step_wait_sum[ph] - st->wait_s) > 1e-9 ||
                 fabs(st->overlap - (busy > 0.0 ? st->compute_s / busy : 1.0)) > 1e-12 ||
-                !(st->overlap >= 0.0 && st->overlap <= 1.0))
+                !(st->overlap >= 0.0 && st->overlap <= 1.0) ||
+                (st->steps_computed > 0 && !(st->compute_s > 0.0)))
                 fail_msg("%s: rank %d phase %d: step times (%g, %g) do not add up to the phase's "
-                         "(%g, %g) or overlap %g is wrong",
+                         "(%g, %g), overlap %g is wrong, or kernels took no time",
                          desc, i, ph, rec->step_compute_sum[ph], rec->step_wait_sum[ph],
                          st->compute_s, st->wait_s, st->overlap);
             uint64_t total = 0;

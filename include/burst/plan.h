@@ -225,8 +225,15 @@ struct burst_phase_stats {
     int steps_computed;     /* steps whose block had work for this rank (summed over head
                                groups: burst_plan_head_groups) */
     double total_s;         /* wall time of the call */
+    /* The step clock: on a ring whose blocks all go device to device on a backend with a
+     * device timeline (cuda), the host never waits for a step's kernel; compute_s is then the
+     * step kernels' device time (CUDA events) and wait_s the device's idle time between
+     * consecutive step kernels of a ring (the transfer time not hidden, plus the engine's short
+     * kernels between: fills, accumulations; the backward's final hop is not included).
+     * Elsewhere (or with BURST_STEP_SYNC=1) the host synchronises after each step kernel and both
+     * are host times: compute_s in the kernels, wait_s blocked on transfers after computing. */
     double compute_s;       /* time in local attention kernels */
-    double wait_s;          /* time blocked waiting for transfers after computing */
+    double wait_s;          /* time the transfers were not hidden */
     double overlap;         /* compute_s / (compute_s + wait_s): 1 when every transfer was hidden
                              behind compute, 0 when nothing was computed while waiting */
     uint64_t scratch_bytes; /* peak bytes the engine allocated for the call (buffers in
