@@ -600,6 +600,7 @@ burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, ui
     memset(plan->step_traffic[phase], 0, sizeof(struct burst_traffic) * ((size_t)plan->steps + 1));
     memset(plan->step_time[phase], 0, sizeof(struct burst_step_time) * ((size_t)plan->steps + 1));
     plan->comm->count = &plan->step_traffic[phase][0];
+    plan->xfer_sends = NULL; /* every transfer of the last call was waited */
     *seq_p = ++plan->comm->seq;
     if (phase == BURST_PHASE_FWD || phase == BURST_PHASE_BWD)
         burst_fault_call(plan->rank, phase == BURST_PHASE_BWD);

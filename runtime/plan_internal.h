@@ -9,6 +9,8 @@
 #include "schedule.h"
 #include "tp_comm.h"
 
+struct burst_xfer; /* ring_xfer.h */
+
 struct burst_plan {
     struct burst_context *ctx;
     struct burst_comm *comm;
@@ -52,6 +54,7 @@ struct burst_plan {
         size_t size;
         int busy;
     } stage[BURST_STAGE_BUFS];
+    struct burst_xfer *xfer_sends; /* pipelined staged sends not all on the wire yet */
 };
 
 /* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */

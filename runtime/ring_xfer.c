@@ -5,6 +5,9 @@
 #include "error.h"
 #include "fault.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 int burst_xfer_staged(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
@@ -70,6 +73,165 @@ static void stage_put(struct burst_plan *plan, struct burst_xfer *x)
     x->used = 0;
 }
 
+/* ---- pipelined staging (ring_xfer.h) ---- */
+
+/* The device copies that pipeline staging, or NULL (then staging is synchronous). */
+static const struct burst_tp_devops *stage_copies(const struct burst_plan *plan)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    return ops->device_memory && ops->devcopy && ops->devcopy->copy ? ops->devcopy : NULL;
+}
+
+/* Chunk size of a staged message of len bytes: 0 when it goes whole (pipelining off, or fewer
+ * than two chunks). Both sides of a message derive the same from the same length (and
+ * BURST_STAGE_CHUNK_BYTES, which every rank must set alike), whatever their backends. */
+static size_t chunk_of(size_t len)
+{
+    const char *env = getenv("BURST_STAGE_CHUNK_BYTES");
+    const long long v = env ? atoll(env) : 0;
+    const size_t want = (size_t)v;
+    if (v < 256 || len < 2 * want)
+        return 0;
+    size_t chunk = want;
+    if ((len + chunk - 1) / chunk > BURST_XFER_CHUNKS) /* at most BURST_XFER_CHUNKS chunks */
+        chunk = (len + BURST_XFER_CHUNKS - 1) / BURST_XFER_CHUNKS;
+    return (chunk + 255) / 256 * 256;
+}
+
+/* Tag of chunk i of a message: its index in bits 18-23 of the step field (burst_tag). */
+static uint64_t chunk_tag(uint64_t tag, int i)
+{
+    return tag | ((uint64_t)i << 18);
+}
+
+static size_t chunk_len(const struct burst_xfer *x, int i)
+{
+    size_t off = (size_t)i * x->chunk;
+    return x->len - off < x->chunk ? x->len - off : x->chunk;
+}
+
+static void chunk_fail(struct burst_xfer *x, burst_status_t st)
+{
+    if (x->st == BURST_OK)
+        x->st = st;
+}
+
+/* Put the chunks of send x on the wire, in order, each once its copy to the host is done
+ * (device copies: blocks on each; without them: copies each now). */
+static void send_flush(struct burst_plan *plan, struct burst_xfer *x, const void *src)
+{
+    const struct burst_tp_devops *dc = stage_copies(plan);
+    unsigned char *h = plan->stage[x->stage].ptr;
+    for (; x->done < x->nchunks && x->st == BURST_OK; x->done++) {
+        int i = x->done;
+        burst_status_t st =
+            dc ? dc->wait(plan->ctx->be, x->copy[i])
+               : plan->ctx->ops->memcpy(plan->ctx->be, h + i * x->chunk,
+                                        (const unsigned char *)src + i * x->chunk, chunk_len(x, i));
+        if (st == BURST_OK)
+            st = burst_comm_isend(plan->comm, x->peer, chunk_tag(x->tag, i), h + i * x->chunk,
+                                  chunk_len(x, i), &x->creq[i]);
+        if (st != BURST_OK)
+            chunk_fail(x, st);
+    }
+}
+
+/* Put every pending send of the plan on the wire (before anything blocks on a peer). */
+static void sends_flush(struct burst_plan *plan)
+{
+    for (struct burst_xfer *x = plan->xfer_sends; x; x = x->next_send)
+        send_flush(plan, x, NULL);
+    plan->xfer_sends = NULL;
+}
+
+/* Receive x: take the chunks in order as they arrive, copy each one to its destination (device
+ * copies: queued; without them: now). */
+static void recv_progress(struct burst_plan *plan, struct burst_xfer *x)
+{
+    const struct burst_tp_devops *dc = stage_copies(plan);
+    unsigned char *h = plan->stage[x->stage].ptr, *d = x->dev;
+    for (; x->done < x->nchunks && x->st == BURST_OK; x->done++) {
+        int i = x->done;
+        const size_t off = (size_t)i * x->chunk;
+        burst_status_t st = burst_comm_wait(plan->comm, &x->creq[i]);
+        if (st == BURST_OK && dc)
+            st = dc->copy(plan->ctx->be, d + off, h + off, chunk_len(x, i), x->mark, NULL,
+                          &x->copy[i]);
+        else if (st == BURST_OK)
+            st = plan->ctx->ops->memcpy(plan->ctx->be, d + off, h + off, chunk_len(x, i));
+        if (st != BURST_OK)
+            chunk_fail(x, st);
+    }
+}
+
+static burst_status_t chunks_post(struct burst_plan *plan, int send, int peer, uint64_t tag,
+                                  void *buf, size_t len, size_t chunk, struct burst_xfer *x)
+{
+    const struct burst_tp_devops *dc = stage_copies(plan);
+    burst_status_t st = stage_get(plan, len, &x->stage);
+    if (st != BURST_OK)
+        return st;
+    x->used = 1;
+    x->send = send;
+    x->peer = peer;
+    x->tag = tag;
+    x->len = len;
+    x->chunk = chunk;
+    x->nchunks = (int)((len + chunk - 1) / chunk);
+    unsigned char *h = plan->stage[x->stage].ptr;
+    if (send && !dc) { /* copy and send chunk by chunk now: the wire overlaps the copies */
+        send_flush(plan, x, buf);
+    } else if (send) { /* queue every chunk's copy; the wire takes them at the next start / wait */
+        void *mark = NULL;
+        st = dc->mark(plan->ctx->be, &mark);
+        for (int i = 0; st == BURST_OK && i < x->nchunks; i++)
+            st = dc->copy(plan->ctx->be, h + i * chunk, (unsigned char *)buf + i * chunk,
+                          chunk_len(x, i), mark, NULL, &x->copy[i]);
+        if (mark)
+            dc->release(plan->ctx->be, mark);
+        x->next_send = plan->xfer_sends;
+        plan->xfer_sends = x;
+    } else {
+        x->dev = buf;
+        if (dc)
+            st = dc->mark(plan->ctx->be, &x->mark);
+        for (int i = 0; st == BURST_OK && i < x->nchunks; i++)
+            st = burst_comm_irecv(plan->comm, peer, chunk_tag(tag, i), h + i * chunk,
+                                  chunk_len(x, i), &x->creq[i]);
+    }
+    if (st != BURST_OK)
+        chunk_fail(x, st);
+    return BURST_OK; /* wait() reports x->st after draining what was posted */
+}
+
+/* Wait for a pipelined transfer: everything on the wire and copied, then release. */
+static burst_status_t chunks_wait(struct burst_plan *plan, struct burst_xfer *x)
+{
+    const struct burst_tp_devops *dc = stage_copies(plan);
+    void *be = plan->ctx->be;
+    if (x->send)
+        send_flush(plan, x, NULL); /* (device copies: unlinked by sends_flush before) */
+    else
+        recv_progress(plan, x);
+    for (int i = 0; i < x->nchunks; i++) { /* drain: every request, every copy */
+        burst_status_t st = burst_comm_wait(plan->comm, &x->creq[i]);
+        if (st != BURST_OK)
+            chunk_fail(x, st);
+        if (dc && x->copy[i]) {
+            st = dc->wait(be, x->copy[i]);
+            if (st != BURST_OK)
+                chunk_fail(x, st);
+            dc->release(be, x->copy[i]);
+        }
+    }
+    if (dc && x->mark)
+        dc->release(be, x->mark);
+    burst_status_t st = x->st;
+    stage_put(plan, x);
+    *x = (struct burst_xfer){0};
+    return st;
+}
+
 burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag, const void *buf,
                                 size_t len, struct burst_xfer *x)
 {
@@ -79,6 +241,9 @@ burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag,
         return burst_comm_isend_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
     if (!plan->staged || len == 0)
         return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
+    size_t chunk = chunk_of(len);
+    if (chunk)
+        return chunks_post(plan, 1, peer, tag, (void *)(uintptr_t)buf, len, chunk, x);
     burst_status_t st = stage_get(plan, len, &x->stage);
     if (st != BURST_OK)
         return st;
@@ -101,6 +266,9 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
         return burst_comm_irecv_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
     if (!plan->staged || len == 0)
         return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);
+    size_t chunk = chunk_of(len);
+    if (chunk)
+        return chunks_post(plan, 0, peer, tag, buf, len, chunk, x);
     burst_status_t st = stage_get(plan, len, &x->stage);
     if (st != BURST_OK)
         return st;
@@ -115,11 +283,17 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
 
 void burst_xfer_start(struct burst_plan *plan, struct burst_xfer *x)
 {
+    sends_flush(plan);
+    if (x->nchunks && !x->send)
+        recv_progress(plan, x);
     burst_comm_start(plan->comm, x->req);
 }
 
 burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x)
 {
+    sends_flush(plan);
+    if (x->nchunks)
+        return chunks_wait(plan, x);
     burst_status_t st = burst_comm_wait(plan->comm, &x->req);
     if (st == BURST_OK && x->used && x->dev)
         st = plan->ctx->ops->memcpy(plan->ctx->be, x->dev, plan->stage[x->stage].ptr, x->len);

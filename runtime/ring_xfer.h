@@ -9,6 +9,26 @@
  * own calls. Staging buffers come from a per-plan pool (ops->host_alloc), reused across steps and
  * calls, freed with the plan.
  *
+ * Pipelined staging (opt-in: BURST_STAGE_CHUNK_BYTES=C, at least 256, alike on every rank): a
+ * staged message of at least two chunks of C bytes (at most BURST_XFER_CHUNKS chunks: larger
+ * ones when needed) travels as one message per chunk (the chunk's index in bits 18-23 of the
+ * tag's step field). With device copies (backend.h devcopy, which cuda queues on a copy
+ * stream):
+ *   send     post queues every chunk's device-to-host copy (after the device work queued so
+ *            far: the writes of the block) and returns; as each copy completes its chunk goes on
+ *            the wire, at the next start() or wait() of any of the plan's transfers (the engine
+ *            starts them right after queueing the step's kernel), so the copies, the wire and
+ *            the step's compute overlap;
+ *   receive  post receives every chunk into the staging buffer; start() (or wait()) takes the
+ *            chunks in order as they arrive and queues each one's host-to-device copy (after
+ *            the device work queued before the post: the last reads of the destination), so the
+ *            copies overlap the wire and the compute; wait() returns once every copy is done.
+ * Without device copies each chunk is copied synchronously (send: at post, each chunk going on
+ * the wire before the next is copied; receive: as it arrives). Off by default: on the 2 x H200
+ * machine, where libfabric shm and tcp move about 3 GB/s, the wire dominates and chunks gained
+ * 1-2 % over shm and lost 10-25 % over tcp (docs/BENCHMARKS.md); it is meant for networks about
+ * as fast as the host-device copies (RDMA).
+ *
  * Device-resident ring (plan->direct): when every rank of the plan runs the same device-memory
  * backend with device copies (backend.h, devcopy) and the transport moves device memory itself
  * (the in-process transport: ranks are threads, on one GPU or several; the IPC layer between
@@ -26,6 +46,8 @@
 
 #include "plan_internal.h"
 
+#define BURST_XFER_CHUNKS 64
+
 /* One posted transfer. Zero-initialise; wait() returns it to that state. */
 struct burst_xfer {
     struct burst_tp_req *req;
@@ -33,6 +55,18 @@ struct burst_xfer {
     int used;  /* a staging buffer is held */
     void *dev; /* receive: where the staged bytes go after the wait */
     size_t len;
+    /* pipelined staging (above): chunks of `chunk` bytes (the last one shorter) */
+    int nchunks; /* 0: not pipelined */
+    int send;    /* a send (else a receive) */
+    int done;    /* chunks sent (send) or whose host-to-device copy is queued (receive) */
+    int peer;
+    uint64_t tag;
+    size_t chunk;
+    burst_status_t st; /* first failure of the chunks */
+    void *mark;        /* receive: the device work queued before the post */
+    struct burst_tp_req *creq[BURST_XFER_CHUNKS];
+    void *copy[BURST_XFER_CHUNKS]; /* each chunk's device copy marker */
+    struct burst_xfer *next_send;  /* the plan's sends with chunks still to put on the wire */
 };
 
 burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag, const void *buf,

@@ -10,6 +10,10 @@
  * Then the blocks must travel "device" to device (no staging copy at all), bitwise the same, with
  * every marker released; BURST_DEVICE_DIRECT=0, or one rank without device copies, must make
  * every rank of the ring fall back to staging together.
+ *
+ * Pipelined staging (BURST_STAGE_CHUNK_BYTES=256: every block in chunks of 256 bytes): staged
+ * rings with device copies (asynchronous chunk copies), without them (synchronous chunk copies),
+ * and with both kinds of rank in one ring must give bitwise the same results, chunk by chunk.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,7 +58,7 @@ static void fake_host_free(void *be, void *p)
 static struct burst_backend_ops staged_ops, direct_ops;
 
 /* ---- a fake device copy engine: copies run when a wait needs them (transport.h) ---- */
-static atomic_long n_marks, n_copies, n_released;
+static atomic_long n_marks, n_copies, n_released, n_stage_copies;
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct fake_done {
@@ -78,8 +82,9 @@ static burst_status_t fake_copy(void *be, void *dst, const void *src, size_t len
                                 void *after_b, void **done_p)
 {
     (void)be;
-    assert_non_null(after_a); /* both sides marked their queued work when posting */
-    assert_non_null(after_b);
+    assert_non_null(after_a); /* the ring's messages: both sides marked their queued work */
+    if (!after_b)             /* staging copies (ring_xfer.h): one side, the poster's mark */
+        atomic_fetch_add(&n_stage_copies, 1);
     struct fake_done *d = calloc(1, sizeof(*d));
     assert_non_null(d);
     d->dst = dst;
@@ -245,40 +250,64 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
     assert_true(copies >= 2L * G * (G - 1));
     assert_true(atomic_load(&n_host_alloc) > a0);
     assert_int_equal(atomic_load(&n_host_alloc), atomic_load(&n_host_free));
+    /* the same in chunks (synchronous copies: no device copies here) */
+    struct run chunked = staged;
+    setenv("BURST_STAGE_CHUNK_BYTES", "256", 1);
+    c0 = atomic_load(&n_memcpy);
+    run(&chunked);
+    unsetenv("BURST_STAGE_CHUNK_BYTES");
+    long ccopies = atomic_load(&n_memcpy) - c0;
+    assert_true(ccopies > 2 * copies); /* blocks of 8 KiB: 32 chunks each */
+    assert_int_equal(atomic_load(&n_host_alloc), atomic_load(&n_host_free));
     size_t nb[5] = {nq, (size_t)B * HQ * N, nq, nkv, nkv};
     float *a[5] = {plain.o, plain.lse, plain.dq, plain.dk, plain.dv};
     float *b[5] = {staged.o, staged.lse, staged.dq, staged.dk, staged.dv};
-    for (int t = 0; t < 5; t++)
+    float *bc[5] = {chunked.o, chunked.lse, chunked.dq, chunked.dk, chunked.dv};
+    for (int t = 0; t < 5; t++) {
         assert_memory_equal(a[t], b[t], nb[t] * sizeof(float));
+        assert_memory_equal(a[t], bc[t], nb[t] * sizeof(float));
+    }
     for (int i = 0; i < G; i++)
         assert_string_equal(staged.transfers[i], "staged");
+    free_outputs(&chunked);
     print_message("G=%d local=%d bwd=%s: %ld staged copies, bitwise equal\n", G, local,
                   bwd == BURST_BWD_RING ? "ring" : "burst", copies);
 
     /* device copies: every rank direct, then the two ways of falling back to staging */
     struct burst_context dfake = *harness_context();
     dfake.ops = &direct_ops;
-    for (int mode = 0; mode < 3; mode++) {
+    /* modes 3, 4: 2 and 1 again with pipelined staging (chunks of 256 bytes) */
+    for (int mode = 0; mode < 5; mode++) {
         struct run direct = plain;
         direct.ctx = &dfake;
-        if (mode == 1)
+        if (mode == 1 || mode == 4)
             direct.rank_ctx[G - 1] = &fake; /* one rank cannot copy device to device */
-        if (mode == 2)
+        if (mode == 2 || mode == 3)
             setenv("BURST_DEVICE_DIRECT", "0", 1);
+        if (mode >= 3)
+            setenv("BURST_STAGE_CHUNK_BYTES", "256", 1);
         long m0 = atomic_load(&n_marks), r0 = atomic_load(&n_released);
         long k0 = atomic_load(&n_copies), s0 = atomic_load(&n_memcpy);
+        long p0 = atomic_load(&n_stage_copies);
         run(&direct);
         unsetenv("BURST_DEVICE_DIRECT");
+        unsetenv("BURST_STAGE_CHUNK_BYTES");
         long dcopies = atomic_load(&n_copies) - k0, scopies = atomic_load(&n_memcpy) - s0;
+        long pcopies = atomic_load(&n_stage_copies) - p0;
         const char *want = mode == 0 ? "device" : "staged";
         for (int i = 0; i < G; i++)
             assert_string_equal(direct.transfers[i], want);
         if (mode == 0) {
             assert_true(dcopies >= 2L * G * (G - 1)); /* every hop, both phases */
             assert_int_equal(scopies, 0);             /* and never through the host */
-        } else {
+        } else if (mode < 3) {
             assert_int_equal(dcopies, 0);
             assert_true(scopies >= 2L * G * (G - 1));
+        } else { /* chunks copied asynchronously by the ranks with device copies */
+            assert_int_equal(dcopies, pcopies);
+            assert_true(pcopies >= 2L * 32 * (mode == 3 ? G : G - 1));
+            if (mode == 4) /* and synchronously by the one without */
+                assert_true(scopies >= 2L * 32);
         }
         assert_int_equal(atomic_load(&n_marks) - m0, atomic_load(&n_released) - r0);
         float *c[5] = {direct.o, direct.lse, direct.dq, direct.dk, direct.dv};
@@ -288,7 +317,9 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
                       bwd == BURST_BWD_RING ? "ring" : "burst",
                       mode == 0   ? "device to device"
                       : mode == 1 ? "one rank staged -> all staged"
-                                  : "BURST_DEVICE_DIRECT=0",
+                      : mode == 2 ? "BURST_DEVICE_DIRECT=0"
+                      : mode == 3 ? "BURST_DEVICE_DIRECT=0, pipelined in chunks"
+                                  : "one rank staged, pipelined in chunks",
                       dcopies);
         free_outputs(&direct);
     }

@@ -38,9 +38,11 @@ struct burst_tp_req;
  *   mark     record the calling thread's device work queued so far (its writes of a send
  *            buffer, its reads of a receive buffer); *mark_p receives a marker.
  *   copy     queue a copy of len bytes src -> dst (device addresses of this process, possibly on
- *            two devices) ordered after both marks, on a copy stream of its own so it runs beside
- *            the ranks' compute; *done_p receives the completion marker. Called by whichever
- *            side posts second.
+ *            two devices) ordered after both marks (a NULL mark: no such order), on a copy stream
+ *            of its own so it runs beside the ranks' compute; *done_p receives the completion
+ *            marker. Called by whichever side posts second. The engine also uses it between
+ *            device memory and page-locked host memory (host_alloc) for pipelined staging
+ *            (runtime/ring_xfer.h).
  *   wait     block the calling thread until a marker has completed.
  *   release  free a marker (NULL accepted); its device work may still be in flight.
  */
