@@ -9,10 +9,11 @@ their gradients travel); then the single-GPU run (one rank) at the sizes of --si
 PyTorch's context_parallel (tools/ring_torch.py under torchrun, same sizes, same GPUs). Prints
 per-GPU TFLOP/s, the ratio of forward+backward times burst / PyTorch, backward bytes on the wire
 (burst / ring, against ALGORITHM.md section 2's prediction), overlap and the per-step timeline
-(compute vs wait per step, from the engine's statistics), and the peak GPU memory of each run
-(nvidia-smi, sampled every 20 ms, minus the idle level: includes the CUDA context) beside the
-issue's budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). --workspace runs each size with
-several plan.workspace_limit values (burstrun --workspace: auto, unlimited or MiB; the ring runs
+(compute vs wait per step, from the engine's statistics: CUDA events on device-to-device rings),
+and the peak GPU memory of each run (nvidia-smi, sampled every 20 ms, minus the idle level: includes the CUDA context; "w/o ctx":
+the eight local tensors plus the engine's scratch, what the budget counts) beside the issue's
+budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). --workspace runs each size with several
+plan.workspace_limit values (burstrun --workspace: auto, unlimited or MiB; the ring runs
 once per group of heads to stay within the limit) and reports the head groups each used. Writes a
 CSV and an SVG.
 
@@ -171,6 +172,8 @@ def main():
                 # the issue's memory budget per rank: 8 local tensors (bf16) + two K/V blocks
                 local = n // g
                 row["budget_gib"] = (8 * local * h * d * 2 + 2 * 2 * local * h * d * 2) / 2**30
+                # what the budget counts, without the CUDA context: the 8 tensors + the scratch
+                row["tensors_scratch_gib"] = 8 * local * h * d * 2 / 2**30 + row["scratch_gib"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
 
@@ -206,7 +209,7 @@ def main():
           f"H={h}, d={d}; ms and TFLOP/s per GPU; "
           f"x torch = burst time / PyTorch time (< 1 is faster)")
     print(f"{'N':>7} {'mask':6} {'bwd':5} {'workspace':>9} {'groups':>6} | {'fwd ms':>8} {'fb ms':>8} {'fb TF/GPU':>9} | "
-          f"{'torch fwd':>9} {'torch fb':>9} {'x torch':>7} | {'ovl f/b':>9} {'mem GiB':>7} "
+          f"{'torch fwd':>9} {'torch fb':>9} {'x torch':>7} | {'ovl f/b':>9} {'mem GiB':>7} {'w/o ctx':>7} "
           f"{'budget':>6} {'torch mem':>9}")
     for n in seqs:
         for mask in masks:
@@ -222,7 +225,8 @@ def main():
                 print(f"{n:>7} {mask:6} {bwd:5} {ws:>9} {b['head_groups']:6d} | {b['fwd_ms']:8.1f} {b['fwdbwd_ms']:8.1f} "
                       f"{b['fwdbwd_tflops_per_gpu']:9.1f} | {tf:9.1f} {tfb:9.1f} "
                       f"{b['fwdbwd_ms'] / tfb:7.2f} | {b['overlap_fwd']:.2f}/{b['overlap_bwd']:.2f} "
-                      f"{b['peak_mem_gib']:7.1f} {b['budget_gib']:6.1f} {tm:9.1f}")
+                      f"{b['peak_mem_gib']:7.1f} {b['tensors_scratch_gib']:7.1f} {b['budget_gib']:6.1f} "
+                      f"{tm:9.1f}")
             bb, br, s1 = find("burst", n, c, "burst"), find("burst", n, c, "ring"), find("burst_1gpu", n, c)
             if bb and br:
                 print(f"{'':>7} {mask:6} backward bytes per rank burst / ring = "
