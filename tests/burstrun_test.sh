@@ -3,7 +3,9 @@
 #
 #   results  burstrun -n 4 --check over the provider passes and names the fabric; --json has
 #            rank_mode, fabric, hosts, overlap; rank processes give bitwise the results of
-#            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8
+#            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
+#            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
+#            bad --workspace values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
@@ -92,6 +94,20 @@ results)
         h2=$("$BR" -n $n "$@" $SMALL --deterministic --hash --json --fabric "$PROV" | grep -o '"output_hash": "[0-9a-f]*"')
         echo "G=$n $*: threads $h1, processes ($PROV) $h2"
         [ -n "$h1" ] && [ "$h1" = "$h2" ] || fail "G=$n $*: threads and processes differ"
+    done
+    # (3) head groups (--workspace 1: one K/V head per group) over the provider: the check
+    # passes, the JSON says 4 groups, the hash equals the unsplit job's; bad values are refused
+    W="-n 2 --causal --seq 2048 --heads 4 --head-dim 32 --fabric $PROV --seed $SEED --json"
+    "$BR" $W --workspace 1 --check >"$TMP/ws" 2>&1 || fail "--workspace 1 --check exited $?"
+    grep -qF '"head_groups": 4' "$TMP/ws" || fail "--workspace 1: not 4 head groups"
+    grep -qF '"check": "pass"' "$TMP/ws" || fail "--workspace 1: check did not pass"
+    h1=$("$BR" $W --workspace 1 --deterministic --hash --iters 1 --warmup 0 | grep -o '"output_hash": "[0-9a-f]*"')
+    h2=$("$BR" $W --workspace unlimited --deterministic --hash --iters 1 --warmup 0 | grep -o '"output_hash": "[0-9a-f]*"')
+    echo "head groups: 4 groups $h1, unsplit $h2"
+    [ -n "$h1" ] && [ "$h1" = "$h2" ] || fail "--workspace 1 and unlimited differ"
+    for bad in 0 lots -5; do
+        "$BR" $W --workspace "$bad" >/dev/null 2>"$TMP/err"
+        [ $? -eq 2 ] && grep -q -- "--workspace: '$bad'" "$TMP/err" || fail "--workspace $bad is not a usage error naming it"
     done
     ;;
 faults)

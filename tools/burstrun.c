@@ -87,8 +87,8 @@ static void usage(FILE *f)
         "  --deterministic        plan.deterministic = 1: bitwise-reproducible results\n"
         "  --workspace W          plan.workspace_limit: most library scratch per rank, in MiB\n"
         "                         (the ring runs once per group of heads to stay within it);\n"
-        "                         'auto' (default: two K/V blocks, at least 256 MiB) or\n"
-        "                         'unlimited' (one ring per call, the most memory)\n"
+        "                         'auto' (default: two travelling blocks, at least 1 GiB)\n"
+        "                         or 'unlimited' (one ring per call, the most memory)\n"
         "  --iters K              timed iterations, the median is reported (default 5)\n"
         "  --warmup W             untimed iterations first (default 1)\n"
         "  --fwd-only             run the forward only\n"
@@ -517,8 +517,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 p->workspace_limit = 0;
             else if (!strcmp(val, "unlimited"))
                 p->workspace_limit = UINT64_MAX;
-            else /* MiB; 1 MiB at least: 0 would mean the default */
+            else if (strspn(val, "0123456789") == strlen(val) && val[0] != '0')
                 p->workspace_limit = (uint64_t)parse_int(name, val, 1, INT64_C(1) << 40) << 20;
+            else
+                die_usage("bad value for --workspace: '%s' (expected auto, unlimited or a number "
+                          "of MiB >= 1)",
+                          val);
         } else if (!strcmp(name, "--kv-heads")) {
             p->kv_heads = (int)parse_int(name, val, 1, 1 << 20);
         } else if (!strcmp(name, "--head-dim")) {

@@ -478,7 +478,6 @@ static void rank_loop(struct rank_run *rr)
     rr->bwd_used = burst_plan_bwd_pattern(plan);
     snprintf(rr->st.transfers, sizeof(rr->st.transfers), "%s", burst_plan_transfers(plan));
     rr->st.head_groups = burst_plan_head_groups(plan);
-    rr->st.workspace = burst_plan_workspace_bytes(plan);
 
     struct burst_tensor q = view(j, j->q, r, p->q_heads), k = view(j, j->k, r, p->kv_heads),
                         v = view(j, j->v, r, p->kv_heads), o = view(j, j->o, r, p->q_heads),

@@ -71,7 +71,6 @@ struct job_rank_stats {
     struct burst_phase_stats fwd, bwd;
     char transfers[16]; /* burst_plan_transfers: host | staged | device | device+staged */
     int head_groups;    /* burst_plan_head_groups */
-    uint64_t workspace; /* burst_plan_workspace_bytes */
 };
 
 /* Error of one compared tensor: max |lib - ref| and max |ref| over the compared elements. */
