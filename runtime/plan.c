@@ -3,6 +3,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -149,17 +150,21 @@ enum {
     F_DET,
     F_LOCAL,
     F_WORK,
+    F_CHUNK,
     F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
     F_DIRECT, /* not compared: nonzero (a hash of the backend's name) when this rank can move its
                  blocks device to device (ring_xfer.h); the plan does when every rank can */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "ranks",         "batch",         "seq_len",       "measure_speed",  "shard_weights",
-    "shard_lens",    "q_heads",       "kv_heads",      "head_dim",       "dtype",
-    "softmax_scale", "causal",        "window_left",   "window_right",   "layout",
-    "bwd_pattern",   "acc_wire",      "deterministic", "ranks_per_node", "workspace_limit",
-    "speed",         "device_direct",
+    "ranks",          "batch",           "seq_len",
+    "measure_speed",  "shard_weights",   "shard_lens",
+    "q_heads",        "kv_heads",        "head_dim",
+    "dtype",          "softmax_scale",   "causal",
+    "window_left",    "window_right",    "layout",
+    "bwd_pattern",    "acc_wire",        "deterministic",
+    "ranks_per_node", "workspace_limit", "BURST_STAGE_CHUNK_BYTES",
+    "speed",          "device_direct",
 };
 
 static uint64_t fnv1a(uint64_t hash, uint64_t x)
@@ -223,6 +228,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_DET] = p->deterministic != 0;
     rec[F_LOCAL] = plan->local;
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
+    rec[F_CHUNK] = (int64_t)plan->stage_chunk;
     rec[F_DIRECT] = direct_key(plan);
 }
 
@@ -415,6 +421,7 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
                                                : 1.0f / sqrtf((float)params->head_dim);
     plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : comm->size;
     plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
+    plan->stage_chunk = burst_xfer_chunk_env();
     plan->bwd = params->bwd_pattern;
     if (plan->bwd == BURST_BWD_AUTO) {
         uint64_t b = burst_plan_bwd_step_bytes(params, BURST_BWD_BURST, plan->acc_dtype, 1);
@@ -632,6 +639,16 @@ burst_status_t burst_call_end(struct burst_plan *plan, burst_phase_t phase,
 {
     struct burst_phase_stats *stats = &plan->stats[phase];
     stats->scratch_bytes = sc->bytes;
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    if (st != BURST_OK && ops->sync) {
+        /* a failed call may leave device work queued (the device step timeline and head groups
+         * sync only at the end): let it finish before the scratch is handed back, keeping the
+         * message of the failure */
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", burst_last_error());
+        (void)ops->sync(plan->ctx->be);
+        burst_error(st, "%s", msg);
+    }
     burst_scratch_free(sc);
     for (int r = 0; r <= plan->steps; r++) {
         const struct burst_traffic *t = &plan->step_traffic[phase][r];

@@ -55,6 +55,7 @@ struct burst_plan {
         int busy;
     } stage[BURST_STAGE_BUFS];
     struct burst_xfer *xfer_sends; /* pipelined staged sends not all on the wire yet */
+    size_t stage_chunk; /* chunk size of non-direct messages (ring_xfer.h), 0: whole messages */
 };
 
 /* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */

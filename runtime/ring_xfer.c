@@ -82,15 +82,21 @@ static const struct burst_tp_devops *stage_copies(const struct burst_plan *plan)
     return ops->device_memory && ops->devcopy && ops->devcopy->copy ? ops->devcopy : NULL;
 }
 
-/* Chunk size of a staged message of len bytes: 0 when it goes whole (pipelining off, or fewer
- * than two chunks). Both sides of a message derive the same from the same length (and
- * BURST_STAGE_CHUNK_BYTES, which every rank must set alike), whatever their backends. */
-static size_t chunk_of(size_t len)
+size_t burst_xfer_chunk_env(void)
 {
     const char *env = getenv("BURST_STAGE_CHUNK_BYTES");
     const long long v = env ? atoll(env) : 0;
-    const size_t want = (size_t)v;
-    if (v < 256 || len < 2 * want)
+    return v >= 256 ? (size_t)v : 0;
+}
+
+/* Chunk size of a message of len bytes that does not go device to device: 0 when it goes whole
+ * (pipelining off, or fewer than two chunks). Both sides of a message derive the same: the same
+ * length, plan->stage_chunk compared by the handshake, and chunks whether or not the rank
+ * stages (a rank on host memory sends and receives the chunks in place). */
+static size_t chunk_of(const struct burst_plan *plan, size_t len)
+{
+    const size_t want = plan->stage_chunk;
+    if (!want || len < 2 * want)
         return 0;
     size_t chunk = want;
     if ((len + chunk - 1) / chunk > BURST_XFER_CHUNKS) /* at most BURST_XFER_CHUNKS chunks */
@@ -116,17 +122,20 @@ static void chunk_fail(struct burst_xfer *x, burst_status_t st)
         x->st = st;
 }
 
-/* Put the chunks of send x on the wire, in order, each once its copy to the host is done
- * (device copies: blocks on each; without them: copies each now). */
+/* Put the chunks of send x on the wire, in order: staged with device copies, each once its copy
+ * to the host is done (the host waits for them in turn); staged without them, each copied now;
+ * not staged (x->used 0), each straight from src. */
 static void send_flush(struct burst_plan *plan, struct burst_xfer *x, const void *src)
 {
     const struct burst_tp_devops *dc = stage_copies(plan);
-    unsigned char *h = plan->stage[x->stage].ptr;
+    unsigned char *h = x->used ? plan->stage[x->stage].ptr : (unsigned char *)(uintptr_t)src;
     for (; x->done < x->nchunks && x->st == BURST_OK; x->done++) {
         int i = x->done;
-        burst_status_t st =
-            dc ? dc->wait(plan->ctx->be, x->copy[i])
-               : plan->ctx->ops->memcpy(plan->ctx->be, h + i * x->chunk,
+        burst_status_t st = BURST_OK;
+        if (x->used && dc)
+            st = dc->wait(plan->ctx->be, x->copy[i]);
+        else if (x->used)
+            st = plan->ctx->ops->memcpy(plan->ctx->be, h + i * x->chunk,
                                         (const unsigned char *)src + i * x->chunk, chunk_len(x, i));
         if (st == BURST_OK)
             st = burst_comm_isend(plan->comm, x->peer, chunk_tag(x->tag, i), h + i * x->chunk,
@@ -144,20 +153,22 @@ static void sends_flush(struct burst_plan *plan)
     plan->xfer_sends = NULL;
 }
 
-/* Receive x: take the chunks in order as they arrive, copy each one to its destination (device
- * copies: queued; without them: now). */
+/* Receive x: wait for the chunks in order, copying each to its destination as soon as it is in
+ * (staged: device copies queued, else copied now; not staged: it landed in place). */
 static void recv_progress(struct burst_plan *plan, struct burst_xfer *x)
 {
     const struct burst_tp_devops *dc = stage_copies(plan);
-    unsigned char *h = plan->stage[x->stage].ptr, *d = x->dev;
+    unsigned char *h = x->used ? plan->stage[x->stage].ptr : NULL, *d = x->dev;
     for (; x->done < x->nchunks && x->st == BURST_OK; x->done++) {
         int i = x->done;
         const size_t off = (size_t)i * x->chunk;
         burst_status_t st = burst_comm_wait(plan->comm, &x->creq[i]);
-        if (st == BURST_OK && dc)
+        if (st != BURST_OK || !x->used)
+            ;
+        else if (dc)
             st = dc->copy(plan->ctx->be, d + off, h + off, chunk_len(x, i), x->mark, NULL,
                           &x->copy[i]);
-        else if (st == BURST_OK)
+        else
             st = plan->ctx->ops->memcpy(plan->ctx->be, d + off, h + off, chunk_len(x, i));
         if (st != BURST_OK)
             chunk_fail(x, st);
@@ -167,19 +178,22 @@ static void recv_progress(struct burst_plan *plan, struct burst_xfer *x)
 static burst_status_t chunks_post(struct burst_plan *plan, int send, int peer, uint64_t tag,
                                   void *buf, size_t len, size_t chunk, struct burst_xfer *x)
 {
-    const struct burst_tp_devops *dc = stage_copies(plan);
-    burst_status_t st = stage_get(plan, len, &x->stage);
-    if (st != BURST_OK)
-        return st;
-    x->used = 1;
+    const struct burst_tp_devops *dc = plan->staged ? stage_copies(plan) : NULL;
+    burst_status_t st = BURST_OK;
+    if (plan->staged) {
+        st = stage_get(plan, len, &x->stage);
+        if (st != BURST_OK)
+            return st;
+        x->used = 1;
+    }
     x->send = send;
     x->peer = peer;
     x->tag = tag;
     x->len = len;
     x->chunk = chunk;
     x->nchunks = (int)((len + chunk - 1) / chunk);
-    unsigned char *h = plan->stage[x->stage].ptr;
-    if (send && !dc) { /* copy and send chunk by chunk now: the wire overlaps the copies */
+    unsigned char *h = x->used ? plan->stage[x->stage].ptr : (unsigned char *)buf;
+    if (send && !dc) { /* (copy and) send chunk by chunk now: the wire overlaps the copies */
         send_flush(plan, x, buf);
     } else if (send) { /* queue every chunk's copy; the wire takes them at the next start / wait */
         void *mark = NULL;
@@ -195,7 +209,7 @@ static burst_status_t chunks_post(struct burst_plan *plan, int send, int peer, u
         x->dev = buf;
         if (dc)
             st = dc->mark(plan->ctx->be, &x->mark);
-        for (int i = 0; st == BURST_OK && i < x->nchunks; i++)
+        for (int i = 0; st == BURST_OK && i < x->nchunks; i++) /* into staging, or in place */
             st = burst_comm_irecv(plan->comm, peer, chunk_tag(tag, i), h + i * chunk,
                                   chunk_len(x, i), &x->creq[i]);
     }
@@ -232,18 +246,29 @@ static burst_status_t chunks_wait(struct burst_plan *plan, struct burst_xfer *x)
     return st;
 }
 
+/* x leaves the plan's pending sends (it is being reused: the engine waited for it). */
+static void unlink_send(struct burst_plan *plan, const struct burst_xfer *x)
+{
+    for (struct burst_xfer **p = &plan->xfer_sends; *p; p = &(*p)->next_send)
+        if (*p == x) {
+            *p = x->next_send;
+            return;
+        }
+}
+
 burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag, const void *buf,
                                 size_t len, struct burst_xfer *x)
 {
+    unlink_send(plan, x);
     *x = (struct burst_xfer){0};
     struct burst_tp_dev dev;
     if (direct(plan, peer, &dev))
         return burst_comm_isend_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
-    if (!plan->staged || len == 0)
-        return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
-    size_t chunk = chunk_of(len);
+    size_t chunk = chunk_of(plan, len);
     if (chunk)
         return chunks_post(plan, 1, peer, tag, (void *)(uintptr_t)buf, len, chunk, x);
+    if (!plan->staged || len == 0)
+        return burst_comm_isend(plan->comm, peer, tag, buf, len, &x->req);
     burst_status_t st = stage_get(plan, len, &x->stage);
     if (st != BURST_OK)
         return st;
@@ -264,11 +289,11 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
     struct burst_tp_dev dev;
     if (direct(plan, peer, &dev))
         return burst_comm_irecv_dev(plan->comm, peer, tag, buf, len, &dev, &x->req);
-    if (!plan->staged || len == 0)
-        return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);
-    size_t chunk = chunk_of(len);
+    size_t chunk = chunk_of(plan, len);
     if (chunk)
         return chunks_post(plan, 0, peer, tag, buf, len, chunk, x);
+    if (!plan->staged || len == 0)
+        return burst_comm_irecv(plan->comm, peer, tag, buf, len, &x->req);
     burst_status_t st = stage_get(plan, len, &x->stage);
     if (st != BURST_OK)
         return st;
@@ -283,9 +308,7 @@ burst_status_t burst_xfer_irecv(struct burst_plan *plan, int peer, uint64_t tag,
 
 void burst_xfer_start(struct burst_plan *plan, struct burst_xfer *x)
 {
-    sends_flush(plan);
-    if (x->nchunks && !x->send)
-        recv_progress(plan, x);
+    sends_flush(plan); /* waits for local copies only: the chunks of a receive wait for wait() */
     burst_comm_start(plan->comm, x->req);
 }
 

@@ -9,22 +9,25 @@
  * own calls. Staging buffers come from a per-plan pool (ops->host_alloc), reused across steps and
  * calls, freed with the plan.
  *
- * Pipelined staging (opt-in: BURST_STAGE_CHUNK_BYTES=C, at least 256, alike on every rank): a
- * staged message of at least two chunks of C bytes (at most BURST_XFER_CHUNKS chunks: larger
- * ones when needed) travels as one message per chunk (the chunk's index in bits 18-23 of the
- * tag's step field). With device copies (backend.h devcopy, which cuda queues on a copy
- * stream):
+ * Pipelined staging (opt-in: BURST_STAGE_CHUNK_BYTES=C, at least 256, alike on every rank: the
+ * handshake compares it): a message that does not go device to device and holds at least two
+ * chunks of C bytes (at most BURST_XFER_CHUNKS chunks: larger ones when needed) travels as one
+ * message per chunk (the chunk's index in bits 18-23 of the tag's step field), also on a rank
+ * that does not stage (host memory: chunks sent from and received into place), so that a ring
+ * of mixed backends agrees. A staging rank with device copies (backend.h devcopy, which cuda
+ * queues on a copy stream):
  *   send     post queues every chunk's device-to-host copy (after the device work queued so
- *            far: the writes of the block) and returns; as each copy completes its chunk goes on
- *            the wire, at the next start() or wait() of any of the plan's transfers (the engine
- *            starts them right after queueing the step's kernel), so the copies, the wire and
- *            the step's compute overlap;
- *   receive  post receives every chunk into the staging buffer; start() (or wait()) takes the
- *            chunks in order as they arrive and queues each one's host-to-device copy (after
- *            the device work queued before the post: the last reads of the destination), so the
- *            copies overlap the wire and the compute; wait() returns once every copy is done.
+ *            far: the writes of the block) and returns; at the next start() or wait() of any of
+ *            the plan's transfers (the engine starts them right after queueing the step's
+ *            kernel) the host waits for the copies in turn and puts each chunk on the wire as
+ *            its copy is done, so the copies, the wire and the step's compute overlap;
+ *   receive  post receives every chunk into the staging buffer; wait() takes the chunks in
+ *            order as they arrive and queues each one's host-to-device copy (after the device
+ *            work queued before the post: the last reads of the destination), so the copies
+ *            overlap the wire; it returns once every copy is done. (start() does not wait for
+ *            chunks: it would hold the host on the wire inside the step's compute.)
  * Without device copies each chunk is copied synchronously (send: at post, each chunk going on
- * the wire before the next is copied; receive: as it arrives). Off by default: on the 2 x H200
+ * the wire before the next is copied; receive: in wait(), as it arrives). Off by default: on the 2 x H200
  * machine, where libfabric shm and tcp move about 3 GB/s, the wire dominates and chunks gained
  * 1-2 % over shm and lost 10-25 % over tcp (docs/BENCHMARKS.md); it is meant for networks about
  * as fast as the host-device copies (RDMA).
@@ -84,6 +87,10 @@ burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);
  * path; or memory another process's transport cannot read, backend.h stage_between_processes,
  * on a transport between processes) Decided once, after the handshake: plan->staged. */
 int burst_xfer_staged(const struct burst_plan *plan);
+
+/* BURST_STAGE_CHUNK_BYTES (at least 256), or 0: the plan's stage_chunk, which the handshake
+ * compares (both sides of a message must chunk it alike). */
+size_t burst_xfer_chunk_env(void);
 
 /* Free the plan's staging pool (burst_plan_destroy). */
 void burst_xfer_pool_free(struct burst_plan *plan);

@@ -13,7 +13,8 @@
  *
  * Pipelined staging (BURST_STAGE_CHUNK_BYTES=256: every block in chunks of 256 bytes): staged
  * rings with device copies (asynchronous chunk copies), without them (synchronous chunk copies),
- * and with both kinds of rank in one ring must give bitwise the same results, chunk by chunk.
+ * with both kinds of rank in one ring, and with a rank on host memory that does not stage (its
+ * chunks in place) must give bitwise the same results, chunk by chunk.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -276,12 +277,15 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
     /* device copies: every rank direct, then the two ways of falling back to staging */
     struct burst_context dfake = *harness_context();
     dfake.ops = &direct_ops;
-    /* modes 3, 4: 2 and 1 again with pipelined staging (chunks of 256 bytes) */
-    for (int mode = 0; mode < 5; mode++) {
+    /* modes 3, 4: 2 and 1 again with pipelined staging (chunks of 256 bytes); 5: one rank on
+     * host memory (plain cpu: not staged, its chunks sent from and received in place) */
+    for (int mode = 0; mode < 6; mode++) {
         struct run direct = plain;
         direct.ctx = &dfake;
         if (mode == 1 || mode == 4)
             direct.rank_ctx[G - 1] = &fake; /* one rank cannot copy device to device */
+        if (mode == 5)
+            direct.rank_ctx[G - 1] = harness_context();
         if (mode == 2 || mode == 3)
             setenv("BURST_DEVICE_DIRECT", "0", 1);
         if (mode >= 3)
@@ -296,7 +300,7 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
         long pcopies = atomic_load(&n_stage_copies) - p0;
         const char *want = mode == 0 ? "device" : "staged";
         for (int i = 0; i < G; i++)
-            assert_string_equal(direct.transfers[i], want);
+            assert_string_equal(direct.transfers[i], mode == 5 && i == G - 1 ? "host" : want);
         if (mode == 0) {
             assert_true(dcopies >= 2L * G * (G - 1)); /* every hop, both phases */
             assert_int_equal(scopies, 0);             /* and never through the host */
@@ -306,6 +310,7 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
         } else { /* chunks copied asynchronously by the ranks with device copies */
             assert_int_equal(dcopies, pcopies);
             assert_true(pcopies >= 2L * 32 * (mode == 3 ? G : G - 1));
+            assert_int_equal(scopies, mode == 4 ? scopies : 0);
             if (mode == 4) /* and synchronously by the one without */
                 assert_true(scopies >= 2L * 32);
         }
@@ -319,7 +324,8 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
                       : mode == 1 ? "one rank staged -> all staged"
                       : mode == 2 ? "BURST_DEVICE_DIRECT=0"
                       : mode == 3 ? "BURST_DEVICE_DIRECT=0, pipelined in chunks"
-                                  : "one rank staged, pipelined in chunks",
+                      : mode == 4 ? "one rank staged, pipelined in chunks"
+                                  : "one rank on host memory, pipelined in chunks",
                       dcopies);
         free_outputs(&direct);
     }

@@ -229,7 +229,8 @@ struct burst_phase_stats {
      * device timeline (cuda), the host never waits for a step's kernel; compute_s is then the
      * step kernels' device time (CUDA events) and wait_s the device's idle time between
      * consecutive step kernels of a ring (the transfer time not hidden, plus the engine's short
-     * kernels between: fills, accumulations; the backward's final hop is not included).
+     * kernels between: fills, accumulations; the backward's final hop is not included; ranks
+     * sharing one GPU also see each other's kernels there).
      * Elsewhere (or with BURST_STEP_SYNC=1) the host synchronises after each step kernel and both
      * are host times: compute_s in the kernels, wait_s blocked on transfers after computing. */
     double compute_s;       /* time in local attention kernels */
