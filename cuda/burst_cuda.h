@@ -144,6 +144,11 @@ struct burst_cuda_backend {
 burst_status_t burst_cuda_status(int err, const char *what);
 /* Make the instance's device current for the calling thread. */
 burst_status_t burst_cuda_enter(const struct burst_cuda_backend *cb, const char *what);
+/* A new event (a cudaEvent_t; timing off unless `timing`) recorded after the work the calling
+ * thread has queued on its stream (cudaStreamPerThread); *ev_p NULL on failure. `what` names the
+ * caller in messages. burst_cuda_backend.c */
+burst_status_t burst_cuda_event_here(const struct burst_cuda_backend *cb, int timing,
+                                     const char *what, void **ev_p);
 
 struct burst_tp_devops;
 extern const struct burst_tp_devops burst_cuda_devcopy; /* burst_cuda_peer.c */

@@ -273,23 +273,33 @@ static burst_status_t burst_cuda_sync(void *be)
     return st;
 }
 
-/* Timing markers (backend.h time_mark): events with timing on the calling thread's stream. */
-static burst_status_t burst_cuda_time_mark(void *be, void **mark_p)
+burst_status_t burst_cuda_event_here(const struct burst_cuda_backend *cb, int timing,
+                                     const char *what, void **ev_p)
 {
     cudaEvent_t ev = NULL;
-    burst_status_t st = burst_cuda_enter(be, "time mark");
+    char create[128], record[128];
+    snprintf(create, sizeof(create), "%s: cudaEventCreateWithFlags", what);
+    snprintf(record, sizeof(record), "%s: cudaEventRecord", what);
+    burst_status_t st = burst_cuda_enter(cb, what);
     if (st == BURST_OK)
-        st = burst_cuda_status(cudaEventCreate(&ev), "time mark: cudaEventCreate");
+        st = burst_cuda_status(
+            cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming),
+            create);
     if (st == BURST_OK) {
-        st = burst_cuda_status(cudaEventRecord(ev, cudaStreamPerThread),
-                               "time mark: cudaEventRecord");
+        st = burst_cuda_status(cudaEventRecord(ev, cudaStreamPerThread), record);
         if (st != BURST_OK) {
             cudaEventDestroy(ev);
             ev = NULL;
         }
     }
-    *mark_p = ev;
+    *ev_p = ev;
     return st;
+}
+
+/* Timing markers (backend.h time_mark): events with timing on the calling thread's stream. */
+static burst_status_t burst_cuda_time_mark(void *be, void **mark_p)
+{
+    return burst_cuda_event_here(be, 1, "time mark", mark_p);
 }
 
 static burst_status_t burst_cuda_time_elapsed(void *be, void *from, void *to, double *seconds_p)

@@ -30,22 +30,7 @@ static unsigned char peer_on[PEER_MAX_DEVICES][PEER_MAX_DEVICES]; /* 1 tried, 2 
 
 static burst_status_t peer_mark(void *be, void **mark_p)
 {
-    const struct burst_cuda_backend *cb = be;
-    cudaEvent_t ev = NULL;
-    burst_status_t st = burst_cuda_enter(cb, "transfer: mark");
-    if (st == BURST_OK)
-        st = burst_cuda_status(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
-                               "transfer: cudaEventCreateWithFlags");
-    if (st == BURST_OK) {
-        st = burst_cuda_status(cudaEventRecord(ev, cudaStreamPerThread),
-                               "transfer: cudaEventRecord");
-        if (st != BURST_OK) {
-            cudaEventDestroy(ev);
-            ev = NULL;
-        }
-    }
-    *mark_p = ev;
-    return st;
+    return burst_cuda_event_here(be, 0, "transfer: mark", mark_p);
 }
 
 /* The device of a device pointer, or -1. */
