@@ -315,11 +315,17 @@ static void plan_groups(struct burst_plan *plan)
 {
     const struct burst_plan_params *p = &plan->p;
     uint64_t limit = p->workspace_limit;
-    if (limit == 0) { /* two of the largest travelling blocks: K/V, or the query bundle */
+    if (limit == 0) {
+        /* the rank's footprint within 1.2x of a classic ring's: its eight tensors (Q, O, dO, dQ
+         * over the query heads; K, V, dK, dV over the K/V heads) plus two of the largest
+         * travelling blocks (K/V, or the query bundle) */
         const uint64_t rows = (uint64_t)(p->batch * plan->n_max), es = burst_dtype_size(p->dtype);
-        const uint64_t kv = 2 * rows * (uint64_t)(p->kv_heads * p->head_dim) * es;
-        const uint64_t bundle = rows * (uint64_t)p->q_heads * (2 * (uint64_t)p->head_dim * es + 8);
-        limit = 2 * (plan->bwd == BURST_BWD_BURST && bundle > kv ? bundle : kv);
+        const uint64_t d = (uint64_t)p->head_dim;
+        const uint64_t kv = 2 * rows * (uint64_t)p->kv_heads * d * es;
+        const uint64_t bundle = rows * (uint64_t)p->q_heads * (2 * d * es + 8);
+        const uint64_t blocks = 2 * (plan->bwd == BURST_BWD_BURST && bundle > kv ? bundle : kv);
+        const uint64_t tensors = 4 * rows * (uint64_t)(p->q_heads + p->kv_heads) * d * es;
+        limit = blocks + (blocks + tensors) / 5;
         limit = limit > WORKSPACE_FLOOR ? limit : WORKSPACE_FLOOR;
     }
     int64_t gkv = p->kv_heads;

@@ -261,13 +261,67 @@ static void test_handshake(void **state)
     }
 }
 
+/* The default limit (plan.h): 1.2 x two blocks + 0.2 x the eight tensors, at least 1 GiB. The
+ * issue's sizes on 2 ranks, plans only (nothing is allocated before a call): H = 32, d = 128,
+ * bf16, burst backward. */
+struct sized {
+    int64_t seq;
+    int groups[2];
+    uint64_t workspace[2];
+};
+
+static void sized_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct sized *z = arg;
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = z->seq;
+    pp.q_heads = pp.kv_heads = 32;
+    pp.head_dim = 128;
+    pp.dtype = BURST_DTYPE_BF16;
+    pp.causal = 1;
+    pp.layout = BURST_LAYOUT_ZIGZAG;
+    struct burst_plan *plan = NULL;
+    if (burst_plan_create(harness_context(), comm, &pp, &plan) == BURST_OK) {
+        z->groups[rank] = burst_plan_head_groups(plan);
+        z->workspace[rank] = burst_plan_workspace_bytes(plan);
+    }
+    burst_plan_destroy(plan);
+}
+
+static void test_default_limit(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t seq;
+        int groups;
+    } want[] = {{8192, 1}, {32768, 3}, {131072, 3}, {262144, 3}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        struct sized z = {.seq = want[i].seq};
+        assert_int_equal(harness_run_ranks(2, 20000, sized_rank, &z), 0);
+        const uint64_t rows = (uint64_t)want[i].seq / 2, head = rows * 128 * 2; /* one head */
+        const uint64_t tensors = 8 * 32 * head, blocks = 2 * rows * 32 * (2 * 128 * 2 + 8);
+        const uint64_t floor = (uint64_t)1 << 30, rule = blocks + (blocks + tensors) / 5;
+        const uint64_t limit = rule > floor ? rule : floor;
+        for (int r = 0; r < 2; r++) {
+            printf("N = %lld rank %d: %d groups, workspace %llu (limit %llu, tensors %llu)\n",
+                   (long long)z.seq, r, z.groups[r], (unsigned long long)z.workspace[r],
+                   (unsigned long long)limit, (unsigned long long)tensors);
+            assert_int_equal(z.groups[r], want[i].groups);
+            assert_true(z.workspace[r] <= limit);
+            /* tensors + scratch within 1.2x of tensors + two blocks, where the floor allows */
+            if (rule > floor)
+                assert_true(5 * (tensors + z.workspace[r]) <= 6 * (tensors + blocks));
+        }
+    }
+}
+
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_gqa), cmocka_unit_test(test_ring_bf16_two_level),
         cmocka_unit_test(test_one_rank),  cmocka_unit_test(test_fault_later_group),
-        cmocka_unit_test(test_handshake),
+        cmocka_unit_test(test_handshake), cmocka_unit_test(test_default_limit),
     };
     return cmocka_run_group_tests_name("groups", tests, NULL, NULL);
 }

@@ -109,12 +109,13 @@ struct burst_plan_params {
      * group (bitwise with `deterministic`; tests/test_groups.c). A limit below what one K/V head
      * per group needs gives kv_heads groups (the least scratch there is);
      * burst_plan_head_groups and burst_plan_workspace_bytes tell the outcome.
-     *   0 (default): two of the call's largest travelling blocks (K/V blocks, or the query
-     *     bundles Q, dO, lse, D of the burst backward) of the largest shard, and at least 1 GiB.
-     *     Calls whose scratch is under 1 GiB are never split; larger ones keep it within what
-     *     two blocks in flight take anyway, so that a GPU rank fits in about 1.1x its eight
-     *     tensors (Q, K, V, O, dO, dQ, dK, dV) plus two blocks. Splitting costs a few percent
-     *     of time (fixed costs per group: docs/BENCHMARKS.md).
+     *   0 (default): what keeps the rank's eight tensors (Q, K, V, O, dO, dQ, dK, dV of the
+     *     largest shard, in dtype) plus the scratch within 1.2x of a classic ring's footprint,
+     *     those tensors plus two of the call's largest travelling blocks (K/V blocks, or the
+     *     query bundles Q, dO, lse, D of the burst backward): 1.2 x two blocks + 0.2 x the
+     *     tensors, and at least 1 GiB. Calls whose scratch is under 1 GiB are never split.
+     *     Splitting costs time (docs/BENCHMARKS.md): each group's kernels end in a partly
+     *     filled wave of thread blocks, so fewer, larger groups are faster.
      *   UINT64_MAX: never split (the most scratch, one ring per call).
      * Ranks must pass equal values (the handshake compares field "workspace_limit"). */
     uint64_t workspace_limit;
