@@ -76,6 +76,10 @@ struct burst_cuda_step {
     /* backward: nonzero lets dQ be added with float atomics (a plan that is not deterministic;
      * the Hopper backward then computes dQ inside its dK/dV kernel) */
     int dq_atomic;
+    /* forward, the call's only step (backend op fwd_final; the mma and wgmma kernels): data set
+     * = write the normalised output here in its dtype (f16 / bf16, rows 4-byte aligned) and the
+     * final lse to lse_acc, instead of merging into o_acc / lse_acc */
+    struct burst_cuda_view o_out;
 };
 
 /* Launchers (asynchronous on cudaStreamPerThread). Return a cudaError_t as int. */

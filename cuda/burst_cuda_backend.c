@@ -507,6 +507,40 @@ static burst_status_t burst_cuda_fwd_step(void *be, const struct burst_fwd_args 
         "fwd_step: launch");
 }
 
+/* The tensor-core forwards write the output themselves (burst_final_row in
+ * burst_cuda_mma.cuh); the simt one, and outputs whose column pairs are not 4-byte words, take
+ * the engine's accumulating path. */
+static burst_status_t burst_cuda_fwd_final(void *be, const struct burst_fwd_args *a,
+                                           const struct burst_tensor *o, float *lse)
+{
+    struct burst_cuda_backend *cb = be;
+    if (!a || !o || !o->data || !lse)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_final: args, o or lse is NULL");
+    struct burst_cuda_step s;
+    memset(&s, 0, sizeof s);
+    burst_status_t st = burst_cuda_check_qkv("cuda fwd_final", a->q, a->k, a->v, NULL, &s);
+    if (st != BURST_OK)
+        return st;
+    if ((st = burst_cuda_view_of("cuda fwd_final", "o", o, &s.o_out)) != BURST_OK)
+        return st;
+    int fits = o->dtype == a->q->dtype && (uintptr_t)o->data % 4 == 0;
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        fits = fits && o->shape[k] == a->q->shape[k] && (k == 3 || o->stride[k] % 2 == 0);
+    if (!fits || s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0 ||
+        burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT)
+        return BURST_ERR_UNSUPPORTED;
+    s.qpos = a->qpos;
+    s.kpos = a->kpos;
+    s.mask = a->mask;
+    s.scale = a->scale;
+    s.lse_acc = lse;
+    if ((st = burst_cuda_enter(cb, "fwd_final")) != BURST_OK)
+        return st;
+    return burst_cuda_status(
+        (cudaError_t)burst_cuda_launch_fwd(&s, burst_cuda_kind(cb, &s, 0), cb->caps.sms),
+        "fwd_final: launch");
+}
+
 static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *dout,
                                            const struct burst_tensor *o, float *delta)
 {
@@ -590,4 +624,5 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
     .time_mark = burst_cuda_time_mark,
     .time_elapsed = burst_cuda_time_elapsed,
     .time_release = burst_cuda_time_release,
+    .fwd_final = burst_cuda_fwd_final,
 };

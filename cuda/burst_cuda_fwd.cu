@@ -52,8 +52,10 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
     int64_t kmin, kmax;
     burst_block_range(lo, hi, &kmin, &kmax);
-    if (kmin >= kmax)
+    if (kmin >= kmax) { /* no key for any row of the block */
+        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
         return;
+    }
 
     /* this thread's rows in the mma C layout: r = 2 mr + u -> warp rows 16 mr + rq + 8 u */
     const int rq = lane >> 2, cq = 2 * (lane & 3);

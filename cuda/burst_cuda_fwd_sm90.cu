@@ -113,8 +113,10 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     int64_t kmin, kmax, unused;
     burst_dkeys(s, i0, &kmin, &unused);
     burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
-    if (kmin >= kmax)
+    if (kmin >= kmax) { /* no key for any row of the block */
+        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
         return;
+    }
 
     /* this thread's two rows (accumulator layout): r = 16 warp + rq + 8 u of its warpgroup */
     const int rq = lane >> 2, cq = 2 * (lane & 3);

@@ -120,11 +120,61 @@ __device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_vi
  * the weights of the old and new parts are computed in fp64 (once per row: negligible). A row
  * that saw no allowed key (l = 0) is left bit-for-bit unchanged.
  */
+/* The final output of a call's only step (s.o_out set, burst_cuda_step): the row normalised, in
+ * O's dtype, straight to the caller's tensor, and its lse; a row with no allowed key gets 0 and
+ * -inf. Bitwise what the merge into a fresh accumulator followed by the cast kernel gives: the
+ * same fp32 products, rounded to nearest even. o_out's rows are 4-byte aligned (the backend
+ * checks), so each thread stores its column pairs as 32-bit words. */
+template <int D>
+__device__ __forceinline__ void burst_final_row(const struct burst_cuda_step &s, int64_t b,
+                                                int64_t h, int64_t i, float m, float l,
+                                                const float *o, int u, int cq, int lane)
+{
+    const struct burst_cuda_view &v = s.o_out;
+    uint32_t *row = (uint32_t *)((unsigned short *)(uintptr_t)v.data + burst_off(v, b, i, h) + cq);
+    const float fcn = l == 0.0f ? 0.0f : (float)(1.0 / (double)l);
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        const float x = fcn * o[4 * n + 2 * u], y = fcn * o[4 * n + 2 * u + 1];
+        uint32_t w;
+        if (v.dtype == BURST_CUDA_F16) {
+            const __half2 p = __floats2half2_rn(x, y);
+            w = *(const uint32_t *)&p;
+        } else {
+            const __nv_bfloat162 p = __floats2bfloat162_rn(x, y);
+            w = *(const uint32_t *)&p;
+        }
+        row[n * 4] = l == 0.0f ? 0u : w;
+    }
+    if ((lane & 3) == 0)
+        s.lse_acc[(b * s.hq + h) * s.nq + i] =
+            l == 0.0f ? -CUDART_INF_F
+                      : (float)(((double)m + log2((double)l)) * 0.69314718055994530942);
+}
+
+/* s.o_out set: rows [i0, i1) of head h that see no key at all (a block that returns before its
+ * tile loop): O = 0, lse = -inf, by every thread of the block. */
+__device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &s, int64_t b,
+                                                  int64_t h, int64_t i0, int64_t i1)
+{
+    if (!s.o_out.data)
+        return;
+    unsigned short *o = (unsigned short *)(uintptr_t)s.o_out.data;
+    for (int64_t e = threadIdx.x; e < (i1 - i0) * s.d; e += blockDim.x)
+        o[burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d] = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+        s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
+}
+
 template <int D>
 __device__ __forceinline__ void burst_merge_row(const struct burst_cuda_step &s, int64_t b,
                                                 int64_t h, int64_t i, float m, float l,
                                                 const float *o, int u, int cq, int lane)
 {
+    if (s.o_out.data) {
+        burst_final_row<D>(s, b, h, i, m, l, o, u, cq, lane);
+        return;
+    }
     if (l == 0.0f)
         return;
     float *lse = s.lse_acc + (b * s.hq + h) * s.nq + i;

@@ -12,7 +12,10 @@
  *     scratch buffers (running O, accumulators) are contiguous [B, n, H, d]; per-row fp32
  *     arrays (lse, D) are contiguous [B, H, n].
  *   - ops may run asynchronously on a device; sync() waits for all work issued by the calling
- *     thread. The cpu backend is synchronous.
+ *     thread. Ops issued by one thread run in the order it issued them (cuda: one stream per
+ *     thread; vulkan and cpu: synchronous), so the engine synchronises only before work from
+ *     outside that order (a transfer, the host) touches the memory. The cpu backend is
+ *     synchronous.
  * Optional members may be NULL. The table starts with its own size so it can grow.
  */
 #ifndef BURST_RUNTIME_BACKEND_H
@@ -150,6 +153,17 @@ struct burst_backend_ops {
     burst_status_t (*time_mark)(void *be, void **mark_p);
     burst_status_t (*time_elapsed)(void *be, void *from, void *to, double *seconds_p);
     void (*time_release)(void *be, void *mark);
+    /*
+     * Optional: the forward of a one-rank call in one step, with no accumulators: attention of
+     * args->q against all of (k, v), written normalised straight to o (the caller's tensor,
+     * [B, nq, Hq, d] in q's dtype, any strides) and lse ([B, Hq, nq] fp32); rows with no allowed
+     * key get O = 0 and lse = -inf. args->o_acc and lse_acc are unused. Bitwise what fwd_step
+     * into fresh accumulators (o_acc = 0, lse_acc = -inf) and copy() to o and lse give. Returns
+     * BURST_ERR_UNSUPPORTED, having queued nothing and set no error message, for a case it does
+     * not cover (the engine then takes the accumulating path).
+     */
+    burst_status_t (*fwd_final)(void *be, const struct burst_fwd_args *args,
+                                const struct burst_tensor *o, float *lse);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

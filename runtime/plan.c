@@ -706,7 +706,10 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
     if (best >= 0) { /* reuse, zeroed like a fresh allocation, before any transfer may land */
         struct burst_kept *k = &plan->kept[best];
         burst_status_t st = ctx->ops->fill(ctx->be, k->ptr, need / sizeof(float), 0.0f);
-        if (st == BURST_OK && ctx->ops->sync)
+        /* a peer's transfer may write the buffer from outside this thread's queue of device
+         * work, so the zeros must have landed first; one rank has no transfers, and its own
+         * ops run in the order it queues them (backend.h), so it does not wait here */
+        if (st == BURST_OK && ctx->ops->sync && plan->size > 1)
             st = ctx->ops->sync(ctx->be);
         if (st != BURST_OK)
             return st;

@@ -7,8 +7,11 @@
  * transfer is in flight; wait; swap buffers. Step 0 computes straight from the caller's K/V and
  * sends a packed copy. With head groups (plan.h workspace_limit) the whole ring runs once per
  * group on that group's heads. A group's outputs are written only after all its steps succeeded.
+ * A one-rank call whose backend has fwd_final (backend.h) is one kernel that writes o and lse
+ * itself, with no accumulators (BURST_FWD_FINAL=0: the accumulating path, for comparison).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -158,6 +161,50 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
     return st;
 }
 
+/* A one-rank call in one kernel that writes o and lse itself (backend op fwd_final): no
+ * accumulators, no fill, no cast, and no head groups, which only bound the scratch. Returns
+ * BURST_ERR_UNSUPPORTED, having done nothing, where the backend or BURST_FWD_FINAL=0 declines. */
+static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *tl,
+                                const struct burst_tensor *q, const struct burst_tensor *k,
+                                const struct burst_tensor *v, struct burst_tensor *o, float *lse)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    const char *env = getenv("BURST_FWD_FINAL");
+    if (plan->size != 1 || plan->steps != 1 || ops->size < sizeof(*ops) || !ops->fwd_final ||
+        (env && strcmp(env, "0") == 0))
+        return BURST_ERR_UNSUPPORTED;
+    struct burst_sched_step s;
+    burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, 0, 1,
+                      &s);
+    if (!s.compute)
+        return BURST_ERR_UNSUPPORTED;
+    struct burst_fwd_args a = {
+        .q = q,
+        .k = k,
+        .v = v,
+        .qpos = plan->pos,
+        .kpos = burst_shards_posmap(&plan->shards, s.block),
+        .mask = plan->mask,
+        .scale = plan->scale,
+    };
+    burst_status_t st = burst_tl_kernel_begin(tl);
+    if (st == BURST_OK) {
+        st = ops->fwd_final(plan->ctx->be, &a, o, lse);
+        if (st == BURST_ERR_UNSUPPORTED)
+            return st; /* nothing queued; the timeline releases its half-made mark */
+        burst_fault_step(plan->rank, 0, 0, 0);
+        st = burst_tl_kernel_end(tl, 0, st);
+    }
+    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
+    stats->steps_computed++;
+    stats->steps = 1;
+    if (st == BURST_OK)
+        burst_fault_step(plan->rank, 0, 0, -1);
+    if (st == BURST_OK && ops->sync)
+        st = ops->sync(plan->ctx->be);
+    return st;
+}
+
 burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
                                        const struct burst_tensor *k, const struct burst_tensor *v,
                                        struct burst_tensor *o, float *lse)
@@ -189,6 +236,11 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     struct burst_blocks blk = {0};
     struct burst_timeline tl;
     burst_tl_begin(&tl, plan, BURST_PHASE_FWD);
+    st = fwd_final(plan, &tl, q, k, v, o, lse);
+    if (st != BURST_ERR_UNSUPPORTED) {
+        burst_tl_finish(&tl, st);
+        return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
+    }
     st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * n * gq * d), (void **)&o_acc);
     if (st == BURST_OK)
         st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * gq * n), (void **)&lse_acc);

@@ -13,6 +13,9 @@
  *       position maps of two runs and of stride 3, causal, strictly causal (right = -1) and
  *       windowed masks, running (O, lse) that already hold values and rows with no allowed key
  *       (which must stay bit-for-bit unchanged);
+ *     - fwd_final (the one-rank forward writing O and lse itself) on the same op cases, into a
+ *       poisoned strided O: bitwise fwd_step into fresh accumulators plus the cast, gaps
+ *       untouched; fp32 declined (BURST_ERR_UNSUPPORTED) with nothing written;
  *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
  *       still works; bad head dim -> BURST_ERR_INVALID_ARG naming it.
  */
@@ -187,6 +190,18 @@ static const struct op_case op_cases[] = {
      {2, {{0, 100, 0, 1}, {100, 100, 500, 1}}},
      {1, {{0, 120, 60, 1}}},
      {40, 3}},
+    /* causal, the keys after most queries: the first 128-row tile sees no key at all (a block
+     * of the forward that returns before its tile loop) */
+    {"late_keys_causal_bf16_d128",
+     BF16,
+     128,
+     2,
+     2,
+     300,
+     100,
+     {1, {{0, 300, 0, 1}}},
+     {1, {{0, 100, 250, 1}}},
+     {INF, 0}},
     {"window_fp32_d136",
      F32,
      136,
@@ -392,6 +407,114 @@ static void test_ops(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* ---- fwd_final: the one-step forward writing O and lse itself ---- */
+
+/* A [1, n, H, d] view of dt with padding between heads and rows (a caller's strided output). */
+static struct burst_tensor final_view(void *data, burst_dtype_t dt, int64_t n, int64_t h,
+                                      int64_t d)
+{
+    struct burst_tensor t = burst_tensor_contiguous(data, dt, 1, n, h, d);
+    t.stride[2] = d + 4;
+    t.stride[1] = h * (d + 4) + 8;
+    t.stride[0] = n * t.stride[1];
+    return t;
+}
+
+/* For every op case: fwd_final into a poisoned strided O (and lse) gives bitwise what fwd_step
+ * into fresh accumulators (0, -inf) plus the cast kernel give, gaps and rows with no allowed
+ * key included; a case it does not cover (fp32) is declined with BURST_ERR_UNSUPPORTED and
+ * nothing written. */
+static void test_final(void **state)
+{
+    (void)state;
+    struct burst_context *ctx = harness_context();
+    assert_non_null(ctx);
+    const struct burst_backend_ops *cu = ctx->ops;
+    assert_non_null(cu->fwd_final);
+    int failed = 0, ran = 0;
+    for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++) {
+        const struct op_case *c = &op_cases[ci];
+        uint64_t st = harness_seed() ^ (0x51u * (ci + 1));
+        struct op_tensor q, k, v;
+        op_tensor_make(ctx, &q, c->dt, c->nq, c->hq, c->d, &st, 2.0);
+        op_tensor_make(ctx, &k, c->dt, c->nk, c->hkv, c->d, &st, 2.0);
+        op_tensor_make(ctx, &v, c->dt, c->nk, c->hkv, c->d, &st, 1.0);
+        const size_t es = burst_dtype_size(c->dt), nl = (size_t)(c->nq * c->hq);
+        const size_t no = (size_t)(c->nq * c->hq * c->d);
+        struct burst_tensor shape = final_view(NULL, c->dt, c->nq, c->hq, c->d);
+        const size_t obytes = (size_t)shape.stride[0] * es;
+        unsigned char *poison = malloc(obytes), *got = malloc(obytes), *want = malloc(obytes);
+        float *lpoison = malloc(nl * 4), *lgot = malloc(nl * 4), *lwant = malloc(nl * 4);
+        float *o0 = calloc(no, 4), *l0 = malloc(nl * 4);
+        assert_true(poison && got && want && lpoison && lgot && lwant && o0 && l0);
+        memset(poison, 0x7d, obytes);
+        memset(lpoison, 0xff, nl * 4); /* NaN bits */
+        for (size_t i = 0; i < nl; i++)
+            l0[i] = -INFINITY;
+        void *od = NULL, *wd = NULL;
+        assert_int_equal(burst_context_alloc(ctx, obytes, &od), BURST_OK);
+        assert_int_equal(burst_context_alloc(ctx, obytes, &wd), BURST_OK);
+        assert_int_equal(burst_context_memcpy(ctx, od, poison, obytes), BURST_OK);
+        assert_int_equal(burst_context_memcpy(ctx, wd, poison, obytes), BURST_OK);
+        float *ld = op_upload(ctx, lpoison, nl), *oacc = op_upload(ctx, o0, no),
+              *lacc = op_upload(ctx, l0, nl);
+        struct burst_tensor o = final_view(od, c->dt, c->nq, c->hq, c->d);
+        struct burst_tensor w = final_view(wd, c->dt, c->nq, c->hq, c->d);
+        struct burst_fwd_args fa = {.q = &q.dev,
+                                    .k = &k.dev,
+                                    .v = &v.dev,
+                                    .qpos = c->qpos,
+                                    .kpos = c->kpos,
+                                    .mask = c->mask,
+                                    .scale = 0.3f};
+        burst_status_t r = cu->fwd_final(ctx->be, &fa, &o, ld);
+        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        assert_int_equal(burst_context_memcpy(ctx, got, od, obytes), BURST_OK);
+        op_download(ctx, lgot, ld, nl);
+        int ok;
+        if (c->dt == F32) { /* no tensor-core forward: declined, untouched */
+            ok = r == BURST_ERR_UNSUPPORTED && memcmp(got, poison, obytes) == 0 &&
+                 memcmp(lgot, lpoison, nl * 4) == 0;
+        } else {
+            ran++;
+            fa.o_acc = oacc;
+            fa.lse_acc = lacc;
+            struct burst_tensor oa = burst_tensor_contiguous(oacc, F32, 1, c->nq, c->hq, c->d);
+            assert_int_equal(cu->fwd_step(ctx->be, &fa), BURST_OK);
+            assert_int_equal(cu->copy(ctx->be, &w, &oa), BURST_OK);
+            assert_int_equal(cu->sync(ctx->be), BURST_OK);
+            assert_int_equal(burst_context_memcpy(ctx, want, wd, obytes), BURST_OK);
+            op_download(ctx, lwant, lacc, nl);
+            ok = r == BURST_OK && memcmp(got, want, obytes) == 0 &&
+                 memcmp(lgot, lwant, nl * 4) == 0;
+            /* the gaps between heads and rows are the caller's: still poison */
+            for (size_t e = 0; ok && e < obytes / es; e++) {
+                int64_t i = (int64_t)e / shape.stride[1], rem = (int64_t)e % shape.stride[1];
+                int64_t hh = rem / shape.stride[2], col = rem % shape.stride[2];
+                if ((i >= c->nq || hh >= c->hq || col >= c->d) &&
+                    memcmp(got + e * es, poison, es) != 0)
+                    ok = 0;
+            }
+        }
+        printf("[%s] fwd_final %s (status %d)\n", ok ? "ok" : "FAIL", c->name, (int)r);
+        failed += !ok;
+        burst_context_free(ctx, od);
+        burst_context_free(ctx, wd);
+        burst_context_free(ctx, ld);
+        burst_context_free(ctx, oacc);
+        burst_context_free(ctx, lacc);
+        struct op_tensor *ts[] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) {
+            free(ts[i]->host.data);
+            burst_context_free(ctx, ts[i]->dev.data);
+        }
+        free(poison), free(got), free(want), free(lpoison), free(lgot), free(lwant), free(o0),
+            free(l0);
+    }
+    assert_true(ran >= 4);
+    assert_int_equal(failed, 0);
+}
+
 /* ---- bad input ---- */
 
 /* One rank: a forward whose q is plain host memory (arg != NULL) is refused, naming q and the
@@ -519,6 +642,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest extra[] = {
         cmocka_unit_test(test_reruns),
         cmocka_unit_test(test_ops),
+        cmocka_unit_test(test_final),
         cmocka_unit_test(test_oom_and_bad_input),
     };
     return harness_run_cases("cuda", cases, sizeof cases / sizeof *cases, test_case, extra,
