@@ -136,14 +136,15 @@ struct burst_backend_ops {
      */
     const struct burst_tp_devops *devcopy;
     /*
-     * Optional (host-addressable backends): 1 when the memory alloc() returns cannot be handed to
-     * a transport that moves it between processes. Vulkan's device-local buffers mapped through
-     * the PCIe BAR are such memory: the kernel's cross-process copy (process_vm_readv, used by
-     * libfabric shm) fails on them with EIO. The engine then stages those transfers through
-     * host_alloc() buffers with memcpy(), both of which the backend provides, as it does for
-     * device_memory backends; in-process transports copy with the CPU and need no staging.
+     * Optional (host-addressable backends): 1 when ring transfers of the memory alloc() returns
+     * must be staged through host_alloc() buffers with memcpy(), both of which the backend then
+     * provides, as it does for device_memory backends. Vulkan's device-local buffers mapped
+     * through a GPU's PCIe BAR are such memory: the kernel's cross-process copy
+     * (process_vm_readv, used by libfabric shm) fails on them with EIO, and even in one process
+     * the CPU reads them uncached (tens of MB/s), so an in-process transport's memcpy from them
+     * is slow. Its memcpy() moves the bytes with the device's copy engine instead.
      */
-    int (*stage_between_processes)(void *be);
+    int (*stage_transfers)(void *be);
     /*
      * Optional: a device timeline (cuda: timing events), for the engine's step clock without a
      * host sync per step (runtime/timeline.h). time_mark records a marker after the work the

@@ -41,8 +41,8 @@
  * whether the peer is reachable that way (on this host), the same on both sides, and messages
  * to other peers are staged. BURST_DEVICE_DIRECT=0 forces staging.
  *
- * Host-addressable memory that other processes cannot read (vulkan buffers in a GPU's BAR:
- * backend.h, stage_between_processes) is staged the same way when the transport links processes.
+ * Host-addressable memory that other processes cannot read and the CPU reads slowly (vulkan
+ * buffers in a GPU's BAR: backend.h, stage_transfers) is staged the same way.
  */
 #ifndef BURST_RUNTIME_RING_XFER_H
 #define BURST_RUNTIME_RING_XFER_H
@@ -84,8 +84,8 @@ void burst_xfer_start(struct burst_plan *plan, struct burst_xfer *x);
 burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);
 
 /* Does this plan stage its transfers through host buffers? (device memory without the direct
- * path; or memory another process's transport cannot read, backend.h stage_between_processes,
- * on a transport between processes) Decided once, after the handshake: plan->staged. */
+ * path; or memory the transports should not touch, backend.h stage_transfers) Decided once,
+ * after the handshake: plan->staged. */
 int burst_xfer_staged(const struct burst_plan *plan);
 
 /* BURST_STAGE_CHUNK_BYTES (at least 256), or 0: the plan's stage_chunk, which the handshake

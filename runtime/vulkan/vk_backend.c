@@ -109,6 +109,7 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
     if (st == BURST_OK) {
         be->use_coopmat = burst_vk_coopmat_usable(&be->caps, &be->env);
         be->elem_gpu = burst_vk_elem_gpu(&be->caps, &be->env);
+        be->stage = be->env.stage || be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU;
         st = burst_vk_device_create(be);
     }
     if (st == BURST_OK) {
@@ -306,33 +307,45 @@ static void burst_vk_probe(const struct burst_context_params *params, struct bur
 }
 
 /* Block buffers of a GPU are device memory mapped through the BAR: another process's transport
- * cannot read them (backend.h). A CPU device's (lavapipe's) are ordinary host memory. */
-static int burst_vk_stage_between_processes(void *bev)
+ * cannot read them, and the CPU reads them uncached (backend.h). A CPU device's (lavapipe's)
+ * are ordinary host memory. */
+static int burst_vk_stage_transfers(void *bev)
 {
-    struct burst_vk_backend *be = bev;
-    VkPhysicalDeviceProperties pr;
-    vkGetPhysicalDeviceProperties(be->phys, &pr);
-    return pr.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    return ((struct burst_vk_backend *)bev)->stage;
 }
 
+/* Between a registered device buffer and a staging buffer (both from this backend): the
+ * device's copy command. Anything else: the CPU. */
 static burst_status_t burst_vk_memcpy(void *bev, void *dst, const void *src, size_t bytes)
 {
-    (void)bev;
+    struct burst_vk_backend *be = bev;
+    VkBuffer db, sb;
+    VkDeviceSize doff, soff;
+    if (bytes && be->stage && burst_vk_buffer_of(be, dst, bytes, &db, &doff) &&
+        burst_vk_buffer_of(be, src, bytes, &sb, &soff))
+        return burst_vk_copy_buffers(be, db, doff, sb, soff, bytes);
     if (bytes)
         memcpy(dst, src, bytes);
     return BURST_OK;
 }
 
+/* Staging buffers: registered host memory the device copies to and from (stage), else the
+ * heap. */
 static void *burst_vk_host_alloc(void *bev, size_t bytes)
 {
-    (void)bev;
+    struct burst_vk_backend *be = bev;
+    if (be->stage)
+        return burst_vk_host_buffer(be, bytes ? bytes : 1);
     return calloc(1, bytes ? bytes : 1);
 }
 
 static void burst_vk_host_free(void *bev, void *ptr)
 {
-    (void)bev;
-    free(ptr);
+    struct burst_vk_backend *be = bev;
+    if (be->stage)
+        burst_vk_free(be, ptr);
+    else
+        free(ptr);
 }
 
 const struct burst_backend_ops burst_vk_backend_ops = {
@@ -355,5 +368,5 @@ const struct burst_backend_ops burst_vk_backend_ops = {
     .memcpy = burst_vk_memcpy,
     .host_alloc = burst_vk_host_alloc,
     .host_free = burst_vk_host_free,
-    .stage_between_processes = burst_vk_stage_between_processes,
+    .stage_transfers = burst_vk_stage_transfers,
 };

@@ -64,6 +64,7 @@ void burst_vk_env_read(struct burst_vk_env *env)
                                                     : BURST_VK_ELEM_BAD;
     int eg = burst_vk_env_int("BURST_VK_ELEM_GROUPS", 0);
     env->elem_groups = eg > 0 ? (uint32_t)eg : 0;
+    env->stage = burst_vk_env_int("BURST_VK_STAGE", 0) == 1;
 }
 
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps)

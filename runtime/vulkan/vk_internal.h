@@ -132,6 +132,8 @@ struct burst_vk_env {
     char elem_str[32];    /* its value as given (for the error on a bad one) */
     uint32_t elem_groups; /* BURST_VK_ELEM_GROUPS: at most this many workgroups per grid
                            * dimension of an elementwise dispatch, 0 = the device's (tests) */
+    int stage;            /* BURST_VK_STAGE: 1 = stage ring transfers through host buffers with
+                           * device copies even on a cpu device (tests); otherwise GPUs do */
 };
 
 void burst_vk_env_read(struct burst_vk_env *env);
@@ -204,6 +206,9 @@ struct burst_vk_backend {
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
                      * pipeline's compiler statistics (registers, spills...) when built */
     int elem_gpu; /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
+    int stage;    /* ring transfers staged through registered host buffers, moved by device
+                   * copies (BURST_VK_STAGE resolved: GPUs, whose mapped buffers the CPU reads
+                   * uncached) */
     uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
 
     pthread_mutex_t mlock; /* registry */
@@ -256,9 +261,21 @@ void *burst_vk_alloc(void *be, size_t bytes);
 void burst_vk_free(void *be, void *ptr);
 /* Device address of [ptr, ptr + bytes) if it lies inside one registered buffer, else 0. */
 VkDeviceAddress burst_vk_lookup(struct burst_vk_backend *be, const void *ptr, size_t bytes);
+/* The registered buffer holding [ptr, ptr + bytes) and ptr's offset in it: 1, else 0. */
+int burst_vk_buffer_of(struct burst_vk_backend *be, const void *ptr, size_t bytes, VkBuffer *buf_p,
+                       VkDeviceSize *off_p);
+/* A registered, mapped, zeroed buffer in host memory (HOST_CACHED where the device has it) for
+ * staging; freed with burst_vk_free. NULL on failure. */
+void *burst_vk_host_buffer(struct burst_vk_backend *be, size_t bytes);
 void burst_vk_memory_fini(struct burst_vk_backend *be);
 
 /* ---- vk_stream.c --------------------------------------------------------------------------- */
+
+/* Copy bytes between two registered buffers with the device's copy command, and wait: how
+ * blocks move between device memory and the staging buffers (the CPU reads mapped device memory
+ * uncached, at tens of MB/s on a discrete GPU). */
+burst_status_t burst_vk_copy_buffers(struct burst_vk_backend *be, VkBuffer dst, VkDeviceSize doff,
+                                     VkBuffer src, VkDeviceSize soff, size_t bytes);
 
 /* One argument of a call: host pointer and extent; resolved to a device address. */
 struct burst_vk_slot {

@@ -118,16 +118,15 @@ void burst_vk_buffer_destroy(struct burst_vk_backend *be, struct burst_vk_buffer
     memset(b, 0, sizeof *b);
 }
 
-void *burst_vk_alloc(void *bev, size_t bytes)
+static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, int host_only)
 {
-    struct burst_vk_backend *be = bev;
     struct burst_vk_buffer b;
     /* whole 32-bit words: the shaders read and write 16-bit elements through the word holding
      * them, so a buffer of 2 * odd bytes would be touched 2 bytes past its end */
     if (bytes > SIZE_MAX - 3)
         return NULL;
     bytes = bytes ? (bytes + 3) & ~(size_t)3 : 4;
-    if (burst_vk_buffer_create(be, bytes, 0, &b) != BURST_OK)
+    if (burst_vk_buffer_create(be, bytes, host_only, &b) != BURST_OK)
         return NULL;
     memset(b.map, 0, bytes);
     pthread_mutex_lock(&be->mlock);
@@ -145,6 +144,16 @@ void *burst_vk_alloc(void *bev, size_t bytes)
     be->bufs[be->nbufs++] = b;
     pthread_mutex_unlock(&be->mlock);
     return b.map;
+}
+
+void *burst_vk_alloc(void *bev, size_t bytes)
+{
+    return burst_vk_register_new(bev, bytes, 0);
+}
+
+void *burst_vk_host_buffer(struct burst_vk_backend *be, size_t bytes)
+{
+    return burst_vk_register_new(be, bytes, 1);
 }
 
 void burst_vk_free(void *bev, void *ptr)
@@ -179,6 +188,24 @@ VkDeviceAddress burst_vk_lookup(struct burst_vk_backend *be, const void *ptr, si
     }
     pthread_mutex_unlock(&be->mlock);
     return a;
+}
+
+int burst_vk_buffer_of(struct burst_vk_backend *be, const void *ptr, size_t bytes, VkBuffer *buf_p,
+                       VkDeviceSize *off_p)
+{
+    const unsigned char *p = ptr;
+    int found = 0;
+    pthread_mutex_lock(&be->mlock);
+    for (size_t i = 0; i < be->nbufs && !found; i++) {
+        const struct burst_vk_buffer *b = &be->bufs[i];
+        if (p >= b->map && p < b->map + b->size && bytes <= (size_t)(b->map + b->size - p)) {
+            *buf_p = b->buf;
+            *off_p = (VkDeviceSize)(p - b->map);
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&be->mlock);
+    return found;
 }
 
 void burst_vk_memory_fini(struct burst_vk_backend *be)

@@ -163,6 +163,50 @@ burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk
     return BURST_OK;
 }
 
+burst_status_t burst_vk_copy_buffers(struct burst_vk_backend *be, VkBuffer dst, VkDeviceSize doff,
+                                     VkBuffer src, VkDeviceSize soff, size_t bytes)
+{
+    struct burst_vk_stream *s;
+    burst_status_t st = burst_vk_stream_acquire(be, &s);
+    if (st != BURST_OK)
+        return st;
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    };
+    VkResult r = vkBeginCommandBuffer(s->cmd, &bi);
+    if (r == VK_SUCCESS) {
+        VkBufferCopy region = {.srcOffset = soff, .dstOffset = doff, .size = bytes};
+        vkCmdCopyBuffer(s->cmd, src, dst, 1, &region);
+        /* the copy's writes visible to the host that reads a staging buffer after the fence */
+        VkMemoryBarrier mb = {
+            .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+            .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+            .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
+        };
+        vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0,
+                             1, &mb, 0, NULL, 0, NULL);
+        r = vkEndCommandBuffer(s->cmd);
+    }
+    if (r == VK_SUCCESS) {
+        VkSubmitInfo si = {
+            .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+            .commandBufferCount = 1,
+            .pCommandBuffers = &s->cmd,
+        };
+        pthread_mutex_lock(&be->qlock);
+        r = vkQueueSubmit(be->queue, 1, &si, s->fence);
+        pthread_mutex_unlock(&be->qlock);
+        if (r == VK_SUCCESS) {
+            r = vkWaitForFences(be->dev, 1, &s->fence, VK_TRUE, UINT64_MAX);
+            vkResetFences(be->dev, 1, &s->fence);
+        }
+    }
+    vkResetCommandBuffer(s->cmd, 0);
+    burst_vk_stream_release(be, s);
+    return burst_vk_result(r, "vulkan: copying between buffers");
+}
+
 burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                const struct burst_vk_dispatch *d, int nd,
                                struct burst_vk_slot *slots, int nslots, int force_timing,
