@@ -80,6 +80,10 @@ struct burst_cuda_step {
      * = write the normalised output here in its dtype (f16 / bf16, rows 4-byte aligned) and the
      * final lse to lse_acc, instead of merging into o_acc / lse_acc */
     struct burst_cuda_view o_out;
+    /* backward, the call's only step (backend op bwd_final; the mma and wgmma kernels): data set
+     * = write the final dK (scale applied) and dV here in their dtype instead of adding into
+     * dk / dv (which are NULL then) */
+    struct burst_cuda_view dk_out, dv_out;
 };
 
 /* Launchers (asynchronous on cudaStreamPerThread). Return a cudaError_t as int. */

@@ -507,6 +507,16 @@ static burst_status_t burst_cuda_fwd_step(void *be, const struct burst_fwd_args 
         "fwd_step: launch");
 }
 
+/* Can the tensor-core kernels write t (the final output of a one-rank call) themselves: q's
+ * dtype and shape `like`, its column pairs 4-byte words? */
+static int burst_cuda_final_fits(const struct burst_tensor *t, const struct burst_tensor *like)
+{
+    int fits = t->dtype == like->dtype && (uintptr_t)t->data % 4 == 0;
+    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
+        fits = fits && t->shape[k] == like->shape[k] && (k == 3 || t->stride[k] % 2 == 0);
+    return fits;
+}
+
 /* The tensor-core forwards write the output themselves (burst_final_row in
  * burst_cuda_mma.cuh); the simt one, and outputs whose column pairs are not 4-byte words, take
  * the engine's accumulating path. */
@@ -523,10 +533,7 @@ static burst_status_t burst_cuda_fwd_final(void *be, const struct burst_fwd_args
         return st;
     if ((st = burst_cuda_view_of("cuda fwd_final", "o", o, &s.o_out)) != BURST_OK)
         return st;
-    int fits = o->dtype == a->q->dtype && (uintptr_t)o->data % 4 == 0;
-    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
-        fits = fits && o->shape[k] == a->q->shape[k] && (k == 3 || o->stride[k] % 2 == 0);
-    if (!fits || s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0 ||
+    if (!burst_cuda_final_fits(o, a->q) || s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0 ||
         burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT)
         return BURST_ERR_UNSUPPORTED;
     s.qpos = a->qpos;
@@ -597,6 +604,44 @@ static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args 
         "bwd_step: launch");
 }
 
+/* The tensor-core backwards write dK, dV themselves (burst_final_kv_pair in burst_cuda_mma.cuh);
+ * the simt one and outputs whose column pairs are not 4-byte words take the engine's
+ * accumulating path. */
+static burst_status_t burst_cuda_bwd_final(void *be, const struct burst_bwd_args *a,
+                                           const struct burst_tensor *dk,
+                                           const struct burst_tensor *dv)
+{
+    struct burst_cuda_backend *cb = be;
+    if (!a || !a->dq || !a->lse || !a->delta || !dk || !dk->data || !dv || !dv->data)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "cuda bwd_final: args, dq, lse, delta, dk or dv is NULL");
+    struct burst_cuda_step s;
+    memset(&s, 0, sizeof s);
+    burst_status_t st = burst_cuda_check_qkv("cuda bwd_final", a->q, a->k, a->v, a->dout, &s);
+    if (st != BURST_OK)
+        return st;
+    if ((st = burst_cuda_view_of("cuda bwd_final", "dk", dk, &s.dk_out)) != BURST_OK ||
+        (st = burst_cuda_view_of("cuda bwd_final", "dv", dv, &s.dv_out)) != BURST_OK)
+        return st;
+    if (!burst_cuda_final_fits(dk, a->k) || !burst_cuda_final_fits(dv, a->k) ||
+        dk->dtype != a->q->dtype || s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0 ||
+        burst_cuda_kind(cb, &s, 1) == BURST_CUDA_FWD_SIMT)
+        return BURST_ERR_UNSUPPORTED;
+    s.qpos = a->qpos;
+    s.kpos = a->kpos;
+    s.mask = a->mask;
+    s.scale = a->scale;
+    s.lse = a->lse;
+    s.delta = a->delta;
+    s.dq = a->dq;
+    s.dq_atomic = cb->dq_atomic && !a->deterministic;
+    if ((st = burst_cuda_enter(cb, "bwd_final")) != BURST_OK)
+        return st;
+    return burst_cuda_status(
+        (cudaError_t)burst_cuda_launch_bwd(&s, burst_cuda_kind(cb, &s, 1), cb->caps.sms),
+        "bwd_final: launch");
+}
+
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
 
 const struct burst_backend_ops burst_cuda_backend_ops = {
@@ -625,4 +670,5 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
     .time_elapsed = burst_cuda_time_elapsed,
     .time_release = burst_cuda_time_release,
     .fwd_final = burst_cuda_fwd_final,
+    .bwd_final = burst_cuda_bwd_final,
 };

@@ -188,8 +188,10 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
     int64_t imin, imax;
     burst_block_range(lo, hi, &imin, &imax);
-    if (imin >= imax)
+    if (imin >= imax) { /* no query sees these keys */
+        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)MMA_BC, s.nk));
         return;
+    }
     const int64_t ifirst = imin / MMA_BR * MMA_BR;
     const int64_t ntq = (imax - ifirst + MMA_BR - 1) / MMA_BR, total = ntq * s.group;
 
@@ -309,6 +311,13 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         if (j >= s.nk)
             continue;
         const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+        if (s.dk_out.data) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[n][2 * u], dk[n][2 * u + 1],
+                                    dv[n][2 * u], dv[n][2 * u + 1]);
+            continue;
+        }
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             if (s.dk) {
@@ -334,7 +343,7 @@ template <int D> static size_t burst_mma_dkdv_smem()
 
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
-    if (s->dk || s->dv) {
+    if (s->dk || s->dv || s->dk_out.data) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
         burst_mma_dkdv<T, D><<<(unsigned)blocks, 128, burst_mma_dkdv_smem<D>(),
                                cudaStreamPerThread>>>(*s);

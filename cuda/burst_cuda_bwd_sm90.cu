@@ -250,8 +250,10 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     int64_t imin, imax, unused;
     burst_dqueries(s, j0, &imin, &unused);
     burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
-    if (imin >= imax)
+    if (imin >= imax) { /* no query sees these keys */
+        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
         return;
+    }
     const int64_t ifirst = imin / BQ * BQ;
     const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
     /* tile `it` is query tile it % ntq of head g group + it / ntq; the quotient from a float
@@ -504,6 +506,14 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         if (j >= s.nk)
             continue;
         const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+        if (s.dk_out.data) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[4 * n + 2 * u],
+                                    dk[4 * n + 2 * u + 1], dv[4 * n + 2 * u],
+                                    dv[4 * n + 2 * u + 1]);
+            continue;
+        }
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             if (s.dk) {
@@ -527,8 +537,9 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 
 template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
 {
-    const bool fused = s->dq && s->dq_atomic && (s->dk || s->dv);
-    if (s->dk || s->dv) {
+    const bool kv = s->dk || s->dv || s->dk_out.data;
+    const bool fused = s->dq && s->dq_atomic && kv;
+    if (kv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
         if (fused)
             burst_wg_dkdv<T, D, true>

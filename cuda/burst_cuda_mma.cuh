@@ -166,6 +166,48 @@ __device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &
         s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
 }
 
+/* Two adjacent elements (columns col, col + 1 of row i, head h) of a final f16 / bf16 output,
+ * rounded to nearest even, as one 32-bit store (rows 4-byte aligned: the backend checks). */
+__device__ __forceinline__ void burst_final_pair(const struct burst_cuda_view &v, int64_t b,
+                                                 int64_t i, int64_t h, int col, float x, float y)
+{
+    uint32_t w;
+    if (v.dtype == BURST_CUDA_F16) {
+        const __half2 p = __floats2half2_rn(x, y);
+        w = *(const uint32_t *)&p;
+    } else {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(x, y);
+        w = *(const uint32_t *)&p;
+    }
+    *(uint32_t *)((unsigned short *)(uintptr_t)v.data + burst_off(v, b, i, h) + col) = w;
+}
+
+/* The final dK, dV of a key row (s.dk_out set), from one thread's pairs: the values an fp32
+ * accumulator starting at 0 would hold (fmaf(scale, dk, 0), 0 + dv: the same signed zeros), so
+ * bitwise the accumulate-and-cast path. */
+__device__ __forceinline__ void burst_final_kv_pair(const struct burst_cuda_step &s, int64_t b,
+                                                    int64_t j, int64_t g, int col, float dk0,
+                                                    float dk1, float dv0, float dv1)
+{
+    burst_final_pair(s.dk_out, b, j, g, col, fmaf(s.scale, dk0, 0.0f), fmaf(s.scale, dk1, 0.0f));
+    burst_final_pair(s.dv_out, b, j, g, col, 0.0f + dv0, 0.0f + dv1);
+}
+
+/* s.dk_out set: key rows [j0, j1) of K/V head g that no query sees (a block that returns before
+ * its loop): dK = dV = 0, by every thread of the block. */
+__device__ __forceinline__ void burst_final_kv_empty(const struct burst_cuda_step &s, int64_t b,
+                                                     int64_t g, int64_t j0, int64_t j1)
+{
+    if (!s.dk_out.data)
+        return;
+    unsigned short *dk = (unsigned short *)(uintptr_t)s.dk_out.data;
+    unsigned short *dv = (unsigned short *)(uintptr_t)s.dv_out.data;
+    for (int64_t e = threadIdx.x; e < (j1 - j0) * s.d; e += blockDim.x) {
+        dk[burst_off(s.dk_out, b, j0 + e / s.d, g) + e % s.d] = 0;
+        dv[burst_off(s.dv_out, b, j0 + e / s.d, g) + e % s.d] = 0;
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void burst_merge_row(const struct burst_cuda_step &s, int64_t b,
                                                 int64_t h, int64_t i, float m, float l,

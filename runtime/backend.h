@@ -165,6 +165,15 @@ struct burst_backend_ops {
      */
     burst_status_t (*fwd_final)(void *be, const struct burst_fwd_args *args,
                                 const struct burst_tensor *o, float *lse);
+    /*
+     * Optional: the backward of a one-rank call in one step: dQ added into args->dq (fp32, as
+     * bwd_step), dK and dV written straight to dk and dv (the caller's tensors, [B, nk, Hkv, d]
+     * in q's dtype, any strides; args->dk, dv are NULL), zero on keys no query sees. Bitwise
+     * what bwd_step into zeroed accumulators and copy() give. BURST_ERR_UNSUPPORTED, having
+     * queued nothing and set no message, for a case it does not cover.
+     */
+    burst_status_t (*bwd_final)(void *be, const struct burst_bwd_args *args,
+                                const struct burst_tensor *dk, const struct burst_tensor *dv);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

@@ -11,8 +11,11 @@
  * owner's own contribution (step 0) never travels; after the last step every chain goes straight
  * to its owner. Accumulators are fp32 on the wire unless the plan asks for the input dtype.
  * With head groups (plan.h workspace_limit) the whole ring runs once per group on that group's
- * heads. A group's outputs are written only after all its steps succeeded.
+ * heads. A group's outputs are written only after all its steps succeeded. A one-rank call whose
+ * backend has bwd_final (backend.h) writes dK and dV from its kernel, with no accumulators
+ * (BURST_BWD_FINAL=0: the accumulating path, for comparison).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -29,6 +32,8 @@ struct bwd_call {
     int burst;             /* pattern */
     int64_t B, Hq, Hkv, d; /* Hq, Hkv: heads of the current group */
     size_t es, as;         /* element sizes: input dtype, accumulator wire dtype */
+    int final;             /* try bwd_final: one rank, one step (dkv_loc only if declined) */
+    struct burst_scratch *sc; /* the call's scratch (allocation after a declined bwd_final) */
 };
 
 static struct bwd_call bwd_call_make(const struct burst_plan *plan, int64_t gkv)
@@ -95,7 +100,7 @@ static uint64_t bwd_alloc(const struct bwd_call *c, int64_t n, uint32_t seq,
         void **ptr;
     } list[] = {
         {qelems * sizeof(float), 1, (void **)&b->dq_loc},
-        {2 * kvelems * sizeof(float), 1, (void **)&b->dkv_loc},
+        {2 * kvelems * sizeof(float), !(sc && c->final), (void **)&b->dkv_loc},
         {rows * sizeof(float), 1, (void **)&b->delta},
         {rows * sizeof(float), grouped, (void **)&b->lse},
         {amax * sizeof(float), moves, (void **)&b->part[0]},
@@ -239,11 +244,13 @@ static burst_status_t check_args(const char *who, struct burst_plan *plan,
 
 /* The ring of head group `group` under tag sequence seq: q, k, v,
  * dout are the group's heads of the caller's tensors, lse its rows (contiguous); leaves the
- * group's dQ, dK, dV in b's dq_loc, dkv_loc. */
+ * group's dQ, dK, dV in b's dq_loc, dkv_loc, or (c->final, b->dkv_loc NULL) dK, dV written to
+ * dk, dv (the group's heads of the caller's outputs) by the backend's bwd_final. */
 static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uint32_t seq,
                                int group, struct burst_timeline *tl, const struct burst_tensor *q,
                                const struct burst_tensor *k, const struct burst_tensor *v,
-                               const struct burst_tensor *dout, const float *lse)
+                               const struct burst_tensor *dout, const float *lse,
+                               const struct burst_tensor *dk, const struct burst_tensor *dv)
 {
     struct burst_plan *plan = c->plan;
     struct burst_comm *comm = plan->comm;
@@ -290,7 +297,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                                   acc_elems(c, nb) * c->as, &b->ra);
 
         /* Where this step's gradients go. */
-        float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc + kvelems;
+        float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc ? b->dkv_loc + kvelems : NULL;
         if (st == BURST_OK && r > 0) {
             st = c->ops->fill(c->be, b->part[pc], acc_elems(c, nb), 0.0f);
             if (c->burst) {
@@ -317,7 +324,22 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 .dv = gv,
                 .deterministic = plan->p.deterministic,
             };
-            st = c->ops->bwd_step(c->be, &a);
+            st = BURST_ERR_UNSUPPORTED;
+            if (c->final && !b->dkv_loc) { /* one rank: dK, dV straight to the outputs */
+                a.dk = a.dv = NULL;
+                st = c->ops->bwd_final(c->be, &a, dk, dv);
+                if (st == BURST_ERR_UNSUPPORTED) { /* declined, nothing queued: accumulate */
+                    st = burst_scratch_alloc(c->sc, "burst_attention_backward",
+                                             2 * kvelems * sizeof(float), (void **)&b->dkv_loc);
+                    if (st == BURST_OK) {
+                        a.dk = b->dkv_loc;
+                        a.dv = b->dkv_loc + kvelems;
+                        st = BURST_ERR_UNSUPPORTED;
+                    }
+                }
+            }
+            if (st == BURST_ERR_UNSUPPORTED)
+                st = c->ops->bwd_step(c->be, &a);
             burst_blocks_start(&b->blk); /* the next bundle and the accumulator move meanwhile */
             burst_xfer_start(plan, &b->ra);
             st = burst_tl_kernel_end(tl, r, st);
@@ -372,7 +394,7 @@ static burst_status_t bwd_group_begin(const struct bwd_call *c, struct bwd_bufs 
     burst_status_t st = BURST_OK;
     if (g > 0) {
         st = c->ops->fill(c->be, b->dq_loc, (size_t)(c->B * n * c->Hq * c->d), 0.0f);
-        if (st == BURST_OK)
+        if (st == BURST_OK && b->dkv_loc)
             st = c->ops->fill(c->be, b->dkv_loc, 2 * (size_t)(c->B * n * c->Hkv * c->d), 0.0f);
     }
     *lse_p = lse;
@@ -412,6 +434,10 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
 
     struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
+    const char *env = getenv("BURST_BWD_FINAL");
+    c.final = plan->size == 1 && plan->steps == 1 && c.ops->size >= sizeof(*c.ops) &&
+              c.ops->bwd_final && !(env && strcmp(env, "0") == 0);
+    c.sc = &sc;
     struct bwd_bufs b = {0};
     struct burst_timeline tl;
     const int64_t n = plan->n;
@@ -438,26 +464,28 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         }
         st = bwd_group_begin(&c, &b, g, &hg, lse, &og, &dog, &lse_g);
         burst_tl_break(&tl);
+        struct burst_tensor dkg = burst_heads(dk, hg.kv0, hg.nkv),
+                            dvg = burst_heads(dv, hg.kv0, hg.nkv);
         if (st == BURST_OK)
-            st = bwd_ring(&c, &b, seq, g, &tl, &qg, &kg, &vg, &dog, lse_g);
+            st = bwd_ring(&c, &b, seq, g, &tl, &qg, &kg, &vg, &dog, lse_g, &dkg, &dvg);
         if (b.blk.plan)
             burst_blocks_drain(&b.blk);
         burst_xfer_wait(plan, &b.ra);
         burst_xfer_wait(plan, &b.sa);
         if (st == BURST_OK) { /* the group's ring is done: only now touch its outputs */
             const size_t kvelems = (size_t)(c.B * n * c.Hkv * c.d);
-            struct burst_tensor dqg = burst_heads(dq, hg.q0, hg.nq),
-                                dkg = burst_heads(dk, hg.kv0, hg.nkv),
-                                dvg = burst_heads(dv, hg.kv0, hg.nkv);
+            struct burst_tensor dqg = burst_heads(dq, hg.q0, hg.nq);
             struct burst_tensor gq = burst_view(b.dq_loc, BURST_DTYPE_FP32, c.B, n, c.Hq, c.d);
-            struct burst_tensor gk = burst_view(b.dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
-            struct burst_tensor gv =
-                burst_view(b.dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
             st = c.ops->copy(c.be, &dqg, &gq);
-            if (st == BURST_OK)
+            if (st == BURST_OK && b.dkv_loc) { /* else bwd_final wrote dK and dV */
+                struct burst_tensor gk =
+                    burst_view(b.dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
+                struct burst_tensor gv =
+                    burst_view(b.dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
                 st = c.ops->copy(c.be, &dkg, &gk);
-            if (st == BURST_OK)
-                st = c.ops->copy(c.be, &dvg, &gv);
+                if (st == BURST_OK)
+                    st = c.ops->copy(c.be, &dvg, &gv);
+            }
             /* the next group's work queues behind these copies: only the last one waits */
             if (st == BURST_OK && c.ops->sync && g == plan->hgroups - 1)
                 st = c.ops->sync(c.be);

@@ -13,9 +13,10 @@
  *       position maps of two runs and of stride 3, causal, strictly causal (right = -1) and
  *       windowed masks, running (O, lse) that already hold values and rows with no allowed key
  *       (which must stay bit-for-bit unchanged);
- *     - fwd_final (the one-rank forward writing O and lse itself) on the same op cases, into a
- *       poisoned strided O: bitwise fwd_step into fresh accumulators plus the cast, gaps
- *       untouched; fp32 declined (BURST_ERR_UNSUPPORTED) with nothing written;
+ *     - fwd_final / bwd_final (the one-rank forward writing O and lse, the backward dK and dV,
+ *       from the kernel) on the same op cases, into poisoned strided outputs: bitwise fwd_step /
+ *       bwd_step into fresh accumulators plus the cast, gaps untouched (dQ by atomics: close);
+ *       fp32 declined (BURST_ERR_UNSUPPORTED) with nothing written;
  *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
  *       still works; bad head dim -> BURST_ERR_INVALID_ARG naming it.
  */
@@ -201,6 +202,18 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
+     {INF, 0}},
+    /* causal, the keys after every query: key tiles that no query sees (a block of the dK/dV
+     * kernel that returns before its loop) */
+    {"early_queries_causal_fp16_d64",
+     F16,
+     64,
+     4,
+     2,
+     100,
+     300,
+     {1, {{0, 100, 0, 1}}},
+     {1, {{0, 300, 0, 1}}},
      {INF, 0}},
     {"window_fp32_d136",
      F32,
@@ -420,6 +433,107 @@ static struct burst_tensor final_view(void *data, burst_dtype_t dt, int64_t n, i
     return t;
 }
 
+/* bwd_final of op case c (fp16 / bf16) into poisoned strided dK, dV: bitwise what bwd_step into
+ * zeroed accumulators plus the cast give, gaps untouched, dQ (added into its fp32 accumulator)
+ * bitwise too in a deterministic plan and close with dQ by atomics. 1 = as expected. */
+static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
+                           const struct op_tensor *q, const struct op_tensor *k,
+                           const struct op_tensor *v, const float *lse, uint64_t *st)
+{
+    const struct burst_backend_ops *cu = ctx->ops;
+    struct op_tensor dout;
+    op_tensor_make(ctx, &dout, c->dt, c->nq, c->hq, c->d, st, 1.0);
+    const size_t es = burst_dtype_size(c->dt), nl = (size_t)(c->nq * c->hq);
+    const size_t nqe = (size_t)(c->nq * c->hq * c->d), nke = (size_t)(c->nk * c->hkv * c->d);
+    const struct burst_tensor shape = final_view(NULL, c->dt, c->nk, c->hkv, c->d);
+    const size_t kbytes = (size_t)shape.stride[0] * es;
+    float *dl = malloc(nl * 4), *zeros = calloc(nqe + 2 * nke, 4), *dqw = malloc(nqe * 4),
+          *dqg = malloc(nqe * 4);
+    unsigned char *poison = malloc(kbytes), *want[2], *got[2];
+    assert_true(dl && zeros && dqw && dqg && poison);
+    memset(poison, 0x7d, kbytes);
+    for (size_t i = 0; i < nl; i++)
+        dl[i] = 0.5f * op_rand(st);
+    float *lsed = op_upload(ctx, lse, nl), *dld = op_upload(ctx, dl, nl);
+    void *wd[2], *gd[2];
+    for (int t = 0; t < 2; t++) {
+        want[t] = malloc(kbytes);
+        got[t] = malloc(kbytes);
+        assert_true(want[t] && got[t]);
+        assert_int_equal(burst_context_alloc(ctx, kbytes, &wd[t]), BURST_OK);
+        assert_int_equal(burst_context_alloc(ctx, kbytes, &gd[t]), BURST_OK);
+    }
+    int ok = 1;
+    for (int determ = 1; determ >= 0; determ--) {
+        float *acc = op_upload(ctx, zeros, nqe + 2 * nke), *dq2 = op_upload(ctx, zeros, nqe);
+        struct burst_tensor w[2], g[2];
+        for (int t = 0; t < 2; t++) {
+            assert_int_equal(burst_context_memcpy(ctx, wd[t], poison, kbytes), BURST_OK);
+            assert_int_equal(burst_context_memcpy(ctx, gd[t], poison, kbytes), BURST_OK);
+            w[t] = final_view(wd[t], c->dt, c->nk, c->hkv, c->d);
+            g[t] = final_view(gd[t], c->dt, c->nk, c->hkv, c->d);
+        }
+        struct burst_bwd_args ba = {.q = &q->dev,
+                                    .k = &k->dev,
+                                    .v = &v->dev,
+                                    .dout = &dout.dev,
+                                    .lse = lsed,
+                                    .delta = dld,
+                                    .qpos = c->qpos,
+                                    .kpos = c->kpos,
+                                    .mask = c->mask,
+                                    .scale = 0.3f,
+                                    .dq = acc,
+                                    .dk = acc + nqe,
+                                    .dv = acc + nqe + nke,
+                                    .deterministic = determ};
+        assert_int_equal(cu->bwd_step(ctx->be, &ba), BURST_OK);
+        struct burst_tensor ak = burst_tensor_contiguous(acc + nqe, F32, 1, c->nk, c->hkv, c->d);
+        struct burst_tensor av =
+            burst_tensor_contiguous(acc + nqe + nke, F32, 1, c->nk, c->hkv, c->d);
+        assert_int_equal(cu->copy(ctx->be, &w[0], &ak), BURST_OK);
+        assert_int_equal(cu->copy(ctx->be, &w[1], &av), BURST_OK);
+        ba.dq = dq2;
+        ba.dk = ba.dv = NULL;
+        burst_status_t r = cu->bwd_final(ctx->be, &ba, &g[0], &g[1]);
+        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        op_download(ctx, dqw, acc, nqe);
+        op_download(ctx, dqg, dq2, nqe);
+        for (int t = 0; t < 2; t++) {
+            assert_int_equal(burst_context_memcpy(ctx, want[t], wd[t], kbytes), BURST_OK);
+            assert_int_equal(burst_context_memcpy(ctx, got[t], gd[t], kbytes), BURST_OK);
+        }
+        int good = r == BURST_OK && memcmp(got[0], want[0], kbytes) == 0 &&
+                   memcmp(got[1], want[1], kbytes) == 0 && memcmp(got[0], poison, kbytes) != 0;
+        good = good && (determ ? memcmp(dqg, dqw, nqe * 4) == 0
+                            : op_close("dQ", dqg, dqw, nqe, c->dt == F16 ? 4e-3 : 2e-2));
+        for (size_t e = 0; good && e < kbytes / es; e++) { /* gaps: still poison */
+            int64_t j = (int64_t)e / shape.stride[1], rem = (int64_t)e % shape.stride[1];
+            int64_t hh = rem / shape.stride[2], col = rem % shape.stride[2];
+            if ((j >= c->nk || hh >= c->hkv || col >= c->d) &&
+                (memcmp(got[0] + e * es, poison, es) != 0 ||
+                 memcmp(got[1] + e * es, poison, es) != 0))
+                good = 0;
+        }
+        printf("[%s] bwd_final %s, %s (status %d)\n", good ? "ok" : "FAIL", c->name,
+               determ ? "deterministic" : "dQ by atomics", (int)r);
+        ok = ok && good;
+        burst_context_free(ctx, acc);
+        burst_context_free(ctx, dq2);
+    }
+    for (int t = 0; t < 2; t++) {
+        burst_context_free(ctx, wd[t]);
+        burst_context_free(ctx, gd[t]);
+        free(want[t]), free(got[t]);
+    }
+    burst_context_free(ctx, lsed);
+    burst_context_free(ctx, dld);
+    free(dout.host.data);
+    burst_context_free(ctx, dout.dev.data);
+    free(dl), free(zeros), free(dqw), free(dqg), free(poison);
+    return ok;
+}
+
 /* For every op case: fwd_final into a poisoned strided O (and lse) gives bitwise what fwd_step
  * into fresh accumulators (0, -inf) plus the cast kernel give, gaps and rows with no allowed
  * key included; a case it does not cover (fp32) is declined with BURST_ERR_UNSUPPORTED and
@@ -498,6 +612,8 @@ static void test_final(void **state)
         }
         printf("[%s] fwd_final %s (status %d)\n", ok ? "ok" : "FAIL", c->name, (int)r);
         failed += !ok;
+        if (c->dt != F32) /* lse: the forward's; D: random */
+            failed += !check_bwd_final(ctx, c, &q, &k, &v, lgot, &st);
         burst_context_free(ctx, od);
         burst_context_free(ctx, wd);
         burst_context_free(ctx, ld);
