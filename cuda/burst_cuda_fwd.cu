@@ -12,7 +12,8 @@
  *     softmax keeps per-row max / sum in fp32 registers in log2 units.
  *   - burst_simt_fwd<T, D> (burst_cuda_simt.cuh): everything else.
  * Both skip key tiles outside the union of their rows' allowed intervals, skip tiles a warp's
- * rows cannot see, and leave rows with no allowed key bit-for-bit unchanged.
+ * rows cannot see, and leave rows with no allowed key bit-for-bit unchanged (with s.o_out, the
+ * one-rank final output of fwd_final, they are written 0 / -inf).
  */
 #include <limits.h>
 #include <stdlib.h>

@@ -4,7 +4,8 @@
  * it only on a compute capability 9.0 device whose binary holds it; BURST_CUDA_WGMMA=0 turns it
  * off). Same contract as burst_mma_fwd in burst_cuda_fwd.cu: fp16 / bf16, d = 64 or 128, the lse
  * merge fused, key tiles outside the block's range skipped (a tile one warpgroup of the block does
- * not see is computed fully masked), rows with no allowed key left bit-for-bit unchanged. The
+ * not see is computed fully masked), rows with no allowed key left bit-for-bit unchanged (written
+ * 0 / -inf with s.o_out: burst_final_row). The
  * softmax needs scale > 0, which plan creation guarantees.
  *
  * A block is NWG warpgroups of 64 query rows each (BR = 64 NWG rows) sharing K/V tiles of BC

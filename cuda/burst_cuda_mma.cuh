@@ -112,14 +112,6 @@ __device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_vi
     }
 }
 
-/*
- * The fused merge of one query row's partial result into the running (o_acc, lse_acc), as the
- * four threads of a quad hold it in the mma C layout: m = the row's running maximum (log2 units,
- * scaled), l = its sum of exp2 (already summed over the quad), o[4 n + 2 u], o[4 n + 2 u + 1] =
- * the unnormalised O at columns 8 n + cq, + 1 (u = 0 for row g, 1 for row g + 8). The new lse and
- * the weights of the old and new parts are computed in fp64 (once per row: negligible). A row
- * that saw no allowed key (l = 0) is left bit-for-bit unchanged.
- */
 /* The final output of a call's only step (s.o_out set, burst_cuda_step): the row normalised, in
  * O's dtype, straight to the caller's tensor, and its lse; a row with no allowed key gets 0 and
  * -inf. Bitwise what the merge into a fresh accumulator followed by the cast kernel gives: the
@@ -208,6 +200,15 @@ __device__ __forceinline__ void burst_final_kv_empty(const struct burst_cuda_ste
     }
 }
 
+/*
+ * The fused merge of one query row's partial result into the running (o_acc, lse_acc), as the
+ * four threads of a quad hold it in the mma C layout: m = the row's running maximum (log2 units,
+ * scaled), l = its sum of exp2 (already summed over the quad), o[4 n + 2 u], o[4 n + 2 u + 1] =
+ * the unnormalised O at columns 8 n + cq, + 1 (u = 0 for row g, 1 for row g + 8). The new lse and
+ * the weights of the old and new parts are computed in fp64 (once per row: negligible). A row
+ * that saw no allowed key (l = 0) is left bit-for-bit unchanged. With s.o_out set (fwd_final)
+ * the row goes to the final output instead: burst_final_row.
+ */
 template <int D>
 __device__ __forceinline__ void burst_merge_row(const struct burst_cuda_step &s, int64_t b,
                                                 int64_t h, int64_t i, float m, float l,

@@ -142,9 +142,11 @@ struct burst_backend_ops {
      * through a GPU's PCIe BAR are such memory: the kernel's cross-process copy
      * (process_vm_readv, used by libfabric shm) fails on them with EIO, and even in one process
      * the CPU reads them uncached (tens of MB/s), so an in-process transport's memcpy from them
-     * is slow. Its memcpy() moves the bytes with the device's copy engine instead.
+     * is slow. Its memcpy() moves the bytes with the device's copy engine instead. in_process:
+     * whether the plan's transport links ranks of one process (which can read such memory,
+     * slowly) or processes (which cannot).
      */
-    int (*stage_transfers)(void *be);
+    int (*stage_transfers)(void *be, int in_process);
     /*
      * Optional: a device timeline (cuda: timing events), for the engine's step clock without a
      * host sync per step (runtime/timeline.h). time_mark records a marker after the work the

@@ -9,7 +9,9 @@
  * (plan.h workspace_limit; default 0, the only group of an unsplit call) of its C-th forward or
  * backward call (C counts from 0 per rank and phase, default 0), before the step's transfers
  * are posted. step = -1 means after the last step of the last group, before its outputs are
- * written (backward: before the final hop of the accumulators); group is then ignored.
+ * written (backward: before the final hop of the accumulators); group is then ignored. A
+ * one-rank forward whose kernel writes o and lse itself (fwd_final) has one step and no groups:
+ * step 0 acts before that kernel, step = -1 after it.
  *
  *   kill:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K]
  *       SIGKILL its own process: the deterministic "rank dies at step S" of the failure tests.

@@ -296,6 +296,11 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
             st = burst_xfer_irecv(plan, s.acc_from, burst_tag(seq, BURST_MSG_ACC, r), b->acc_in,
                                   acc_elems(c, nb) * c->as, &b->ra);
 
+        /* One rank whose only step computes nothing (no pair allowed): the zeroed accumulators
+         * are the gradients, cast as usual */
+        if (st == BURST_OK && c->final && !b->dkv_loc && !s.compute)
+            st = burst_scratch_alloc(c->sc, "burst_attention_backward",
+                                     2 * kvelems * sizeof(float), (void **)&b->dkv_loc);
         /* Where this step's gradients go. */
         float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc ? b->dkv_loc + kvelems : NULL;
         if (st == BURST_OK && r > 0) {

@@ -187,16 +187,16 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
         .mask = plan->mask,
         .scale = plan->scale,
     };
+    burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
+    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
     burst_status_t st = burst_tl_kernel_begin(tl);
     if (st == BURST_OK) {
         st = ops->fwd_final(plan->ctx->be, &a, o, lse);
         if (st == BURST_ERR_UNSUPPORTED)
             return st; /* nothing queued; the timeline releases its half-made mark */
-        burst_fault_step(plan->rank, 0, 0, 0);
         st = burst_tl_kernel_end(tl, 0, st);
+        stats->steps_computed++;
     }
-    struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
-    stats->steps_computed++;
     stats->steps = 1;
     if (st == BURST_OK)
         burst_fault_step(plan->rank, 0, 0, -1);

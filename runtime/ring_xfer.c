@@ -19,7 +19,8 @@ int burst_xfer_staged(const struct burst_plan *plan)
                 return 1;
         return 0;
     }
-    return ops->size >= sizeof(*ops) && ops->stage_transfers && ops->stage_transfers(plan->ctx->be);
+    return ops->size >= sizeof(*ops) && ops->stage_transfers &&
+           ops->stage_transfers(plan->ctx->be, burst_comm_in_process(plan->comm));
 }
 
 /* The device copies of a direct plan to or from `peer` (NULL: host memory or staged). */

@@ -176,8 +176,9 @@ BURST_API burst_bwd_pattern_t burst_plan_bwd_pattern(const struct burst_plan *pl
 BURST_API int burst_plan_head_groups(const struct burst_plan *plan);
 
 /* Most scratch bytes a forward or backward call of this plan allocates on this rank (the
- * larger of the two; statistics' scratch_bytes reports each call's). 0 for a NULL plan.
- * Since API 0.3. */
+ * larger of the two; statistics' scratch_bytes reports each call's, which is less on one rank
+ * when a GPU kernel writes the outputs itself: no fp32 O, dK, dV accumulators). 0 for a NULL
+ * plan. Since API 0.3. */
 BURST_API uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan);
 
 /*
@@ -186,7 +187,9 @@ BURST_API uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan);
  * the softmax denominator of each row (scaled scores). Blocks until this rank's output is
  * complete. On any error the outputs are left untouched, except with head groups
  * (burst_plan_head_groups > 1): a failure then leaves the heads of the groups finished before
- * it written (the rest untouched). Inputs are only read.
+ * it written (the rest untouched); and on one rank, where a GPU kernel may write o and lse
+ * itself (no accumulators; BURST_FWD_FINAL in README.md), a device fault reported after that
+ * kernel can leave them partly written. Inputs are only read.
  */
 BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan,
                                                  const struct burst_tensor *q,
@@ -198,7 +201,8 @@ BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan,
  * Backward. COLLECTIVE. Takes the forward's inputs, its outputs o and lse, and the output
  * gradient dout; writes dq, dk, dv (same shapes as q, k, v, plan dtype). Blocks until this
  * rank's gradients are complete. On any error the outputs are left untouched, except with head
- * groups, as for the forward. Inputs are only read.
+ * groups, as for the forward, and on one rank, where a GPU kernel may write dk and dv itself
+ * (BURST_BWD_FINAL), as the forward's o and lse. Inputs are only read.
  */
 BURST_API burst_status_t burst_attention_backward(
     struct burst_plan *plan, const struct burst_tensor *q, const struct burst_tensor *k,

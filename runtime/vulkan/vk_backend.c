@@ -306,12 +306,17 @@ static void burst_vk_probe(const struct burst_context_params *params, struct bur
     vkDestroyInstance(inst, NULL);
 }
 
-/* Block buffers of a GPU are device memory mapped through the BAR: another process's transport
- * cannot read them, and the CPU reads them uncached (backend.h). A CPU device's (lavapipe's)
- * are ordinary host memory. */
-static int burst_vk_stage_transfers(void *bev)
+/* A GPU's block buffers are device memory mapped for the host: another process's transport
+ * cannot read them; on a discrete GPU they sit behind the PCIe BAR, where the CPU reads them
+ * uncached (backend.h), so ranks of one process stage too. A CPU device's (lavapipe's) are
+ * ordinary host memory, and so are an integrated GPU's for ranks of one process. */
+static int burst_vk_stage_transfers(void *bev, int in_process)
 {
-    return ((struct burst_vk_backend *)bev)->stage;
+    struct burst_vk_backend *be = bev;
+    if (!be->stage)
+        return 0;
+    return !in_process || be->env.stage ||
+           (be->caps.type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU && be->mem_fast != ~0u);
 }
 
 /* Between a registered device buffer and a staging buffer (both from this backend): the

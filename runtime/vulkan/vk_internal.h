@@ -206,9 +206,9 @@ struct burst_vk_backend {
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
                      * pipeline's compiler statistics (registers, spills...) when built */
     int elem_gpu; /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
-    int stage;    /* ring transfers staged through registered host buffers, moved by device
-                   * copies (BURST_VK_STAGE resolved: GPUs, whose mapped buffers the CPU reads
-                   * uncached) */
+    int stage;    /* staging buffers (host_alloc) are registered host buffers that memcpy fills
+                   * and drains with device copies (a GPU, or BURST_VK_STAGE=1); ring transfers
+                   * use them as burst_vk_stage_transfers says */
     uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
 
     pthread_mutex_t mlock; /* registry */

@@ -13,16 +13,23 @@
 #include "error.h"
 #include "vk_internal.h"
 
+/* The first type with every `want` flag, preferring one with the `nice` flags, then one without
+ * the `avoid` flags. */
 static uint32_t burst_vk_find_type(const VkPhysicalDeviceMemoryProperties *mp,
-                                   VkMemoryPropertyFlags want, VkMemoryPropertyFlags nice)
+                                   VkMemoryPropertyFlags want, VkMemoryPropertyFlags nice,
+                                   VkMemoryPropertyFlags avoid)
 {
     uint32_t best = ~0u;
+    int best_score = -1;
     for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
         VkMemoryPropertyFlags f = mp->memoryTypes[i].propertyFlags;
         if ((f & want) != want)
             continue;
-        if (best == ~0u || ((f & nice) && !(mp->memoryTypes[best].propertyFlags & nice)))
+        int score = 2 * ((f & nice) == nice) + ((f & avoid) == 0);
+        if (score > best_score) {
             best = i;
+            best_score = score;
+        }
     }
     return best;
 }
@@ -33,8 +40,10 @@ void burst_vk_memory_init(struct burst_vk_backend *be)
     vkGetPhysicalDeviceMemoryProperties(be->phys, &mp);
     const VkMemoryPropertyFlags host =
         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    be->mem_fast = burst_vk_find_type(&mp, host | VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
-    be->mem_host = burst_vk_find_type(&mp, host, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    be->mem_fast = burst_vk_find_type(&mp, host | VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, 0);
+    /* staging and fallback memory: system memory the CPU reads cached, where there is such */
+    be->mem_host = burst_vk_find_type(&mp, host, VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                                      VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
 }
 
 static burst_status_t burst_vk_buffer_try(struct burst_vk_backend *be, size_t bytes, uint32_t type,
