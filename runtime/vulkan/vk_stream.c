@@ -163,6 +163,25 @@ burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk
     return BURST_OK;
 }
 
+/* Submit s's recorded command buffer, wait for it, and reset both for the next call. */
+static VkResult burst_vk_submit_wait(struct burst_vk_backend *be, struct burst_vk_stream *s)
+{
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+        .commandBufferCount = 1,
+        .pCommandBuffers = &s->cmd,
+    };
+    pthread_mutex_lock(&be->qlock);
+    VkResult r = vkQueueSubmit(be->queue, 1, &si, s->fence);
+    pthread_mutex_unlock(&be->qlock);
+    if (r == VK_SUCCESS) {
+        r = vkWaitForFences(be->dev, 1, &s->fence, VK_TRUE, UINT64_MAX);
+        vkResetFences(be->dev, 1, &s->fence);
+    }
+    vkResetCommandBuffer(s->cmd, 0);
+    return r;
+}
+
 burst_status_t burst_vk_copy_buffers(struct burst_vk_backend *be, VkBuffer dst, VkDeviceSize doff,
                                      VkBuffer src, VkDeviceSize soff, size_t bytes)
 {
@@ -188,21 +207,10 @@ burst_status_t burst_vk_copy_buffers(struct burst_vk_backend *be, VkBuffer dst, 
                              1, &mb, 0, NULL, 0, NULL);
         r = vkEndCommandBuffer(s->cmd);
     }
-    if (r == VK_SUCCESS) {
-        VkSubmitInfo si = {
-            .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-            .commandBufferCount = 1,
-            .pCommandBuffers = &s->cmd,
-        };
-        pthread_mutex_lock(&be->qlock);
-        r = vkQueueSubmit(be->queue, 1, &si, s->fence);
-        pthread_mutex_unlock(&be->qlock);
-        if (r == VK_SUCCESS) {
-            r = vkWaitForFences(be->dev, 1, &s->fence, VK_TRUE, UINT64_MAX);
-            vkResetFences(be->dev, 1, &s->fence);
-        }
-    }
-    vkResetCommandBuffer(s->cmd, 0);
+    if (r == VK_SUCCESS)
+        r = burst_vk_submit_wait(be, s);
+    else
+        vkResetCommandBuffer(s->cmd, 0);
     burst_vk_stream_release(be, s);
     return burst_vk_result(r, "vulkan: copying between buffers");
 }
@@ -251,21 +259,9 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
     r = vkEndCommandBuffer(s->cmd);
     if (r != VK_SUCCESS)
         return burst_vk_result(r, "vulkan: vkEndCommandBuffer");
-    VkSubmitInfo si = {
-        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-        .commandBufferCount = 1,
-        .pCommandBuffers = &s->cmd,
-    };
-    pthread_mutex_lock(&be->qlock);
-    r = vkQueueSubmit(be->queue, 1, &si, s->fence);
-    pthread_mutex_unlock(&be->qlock);
+    r = burst_vk_submit_wait(be, s);
     if (r != VK_SUCCESS)
-        return burst_vk_result(r, "vulkan: vkQueueSubmit");
-    r = vkWaitForFences(be->dev, 1, &s->fence, VK_TRUE, UINT64_MAX);
-    vkResetFences(be->dev, 1, &s->fence);
-    vkResetCommandBuffer(s->cmd, 0);
-    if (r != VK_SUCCESS)
-        return burst_vk_result(r, "vulkan: vkWaitForFences");
+        return burst_vk_result(r, "vulkan: submitting and waiting for a call");
     for (int i = 0; i < nslots; i++)
         if (slots[i].staged && slots[i].out)
             memcpy((void *)slots[i].host, slots[i].staged, slots[i].bytes);
