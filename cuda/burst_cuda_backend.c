@@ -482,33 +482,8 @@ static burst_status_t burst_cuda_accumulate(void *be, float *dst, const void *sr
                              "accumulate: launch");
 }
 
-static burst_status_t burst_cuda_fwd_step(void *be, const struct burst_fwd_args *a)
-{
-    struct burst_cuda_backend *cb = be;
-    if (!a || !a->o_acc || !a->lse_acc)
-        return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_step: args, o_acc or lse_acc is NULL");
-    struct burst_cuda_step s;
-    memset(&s, 0, sizeof s);
-    burst_status_t st = burst_cuda_check_qkv("cuda fwd_step", a->q, a->k, a->v, NULL, &s);
-    if (st != BURST_OK)
-        return st;
-    if (s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0)
-        return BURST_OK;
-    s.qpos = a->qpos;
-    s.kpos = a->kpos;
-    s.mask = a->mask;
-    s.scale = a->scale;
-    s.o_acc = a->o_acc;
-    s.lse_acc = a->lse_acc;
-    if ((st = burst_cuda_enter(cb, "fwd_step")) != BURST_OK)
-        return st;
-    return burst_cuda_status(
-        (cudaError_t)burst_cuda_launch_fwd(&s, burst_cuda_kind(cb, &s, 0), cb->caps.sms),
-        "fwd_step: launch");
-}
-
-/* Can the tensor-core kernels write t (the final output of a one-rank call) themselves: q's
- * dtype and shape `like`, its column pairs 4-byte words? */
+/* Can the tensor-core kernels write t (the final output of a one-rank call) themselves: the
+ * dtype and shape of `like`, its column pairs 4-byte words? */
 static int burst_cuda_final_fits(const struct burst_tensor *t, const struct burst_tensor *like)
 {
     int fits = t->dtype == like->dtype && (uintptr_t)t->data % 4 == 0;
@@ -517,35 +492,56 @@ static int burst_cuda_final_fits(const struct burst_tensor *t, const struct burs
     return fits;
 }
 
-/* The tensor-core forwards write the output themselves (burst_final_row in
- * burst_cuda_mma.cuh); the simt one, and outputs whose column pairs are not 4-byte words, take
- * the engine's accumulating path. */
-static burst_status_t burst_cuda_fwd_final(void *be, const struct burst_fwd_args *a,
-                                           const struct burst_tensor *o, float *lse)
+/* fwd_step (o NULL: merged into a->o_acc, lse_acc) and fwd_final (written to o and lse by the
+ * tensor-core forwards, burst_final_row in burst_cuda_mma.cuh; the simt one, and outputs whose
+ * column pairs are not 4-byte words, are declined: the engine accumulates). */
+static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct burst_fwd_args *a,
+                                     const struct burst_tensor *o, float *lse, const char *op)
 {
-    struct burst_cuda_backend *cb = be;
-    if (!a || !o || !o->data || !lse)
-        return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_final: args, o or lse is NULL");
     struct burst_cuda_step s;
     memset(&s, 0, sizeof s);
-    burst_status_t st = burst_cuda_check_qkv("cuda fwd_final", a->q, a->k, a->v, NULL, &s);
+    burst_status_t st = burst_cuda_check_qkv(op, a->q, a->k, a->v, NULL, &s);
     if (st != BURST_OK)
         return st;
-    if ((st = burst_cuda_view_of("cuda fwd_final", "o", o, &s.o_out)) != BURST_OK)
-        return st;
-    if (!burst_cuda_final_fits(o, a->q) || s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0 ||
-        burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT)
-        return BURST_ERR_UNSUPPORTED;
+    const int empty = s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0;
+    if (o) {
+        if ((st = burst_cuda_view_of(op, "o", o, &s.o_out)) != BURST_OK)
+            return st;
+        if (!burst_cuda_final_fits(o, a->q) || empty ||
+            burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT)
+            return BURST_ERR_UNSUPPORTED;
+        s.lse_acc = lse;
+    } else {
+        if (empty)
+            return BURST_OK;
+        s.o_acc = a->o_acc;
+        s.lse_acc = a->lse_acc;
+    }
     s.qpos = a->qpos;
     s.kpos = a->kpos;
     s.mask = a->mask;
     s.scale = a->scale;
-    s.lse_acc = lse;
-    if ((st = burst_cuda_enter(cb, "fwd_final")) != BURST_OK)
+    if ((st = burst_cuda_enter(cb, op + 5)) != BURST_OK) /* op without "cuda " */
         return st;
+    char what[32];
+    snprintf(what, sizeof what, "%s: launch", op + 5);
     return burst_cuda_status(
-        (cudaError_t)burst_cuda_launch_fwd(&s, burst_cuda_kind(cb, &s, 0), cb->caps.sms),
-        "fwd_final: launch");
+        (cudaError_t)burst_cuda_launch_fwd(&s, burst_cuda_kind(cb, &s, 0), cb->caps.sms), what);
+}
+
+static burst_status_t burst_cuda_fwd_step(void *be, const struct burst_fwd_args *a)
+{
+    if (!a || !a->o_acc || !a->lse_acc)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_step: args, o_acc or lse_acc is NULL");
+    return burst_cuda_fwd(be, a, NULL, NULL, "cuda fwd_step");
+}
+
+static burst_status_t burst_cuda_fwd_final(void *be, const struct burst_fwd_args *a,
+                                           const struct burst_tensor *o, float *lse)
+{
+    if (!a || !o || !o->data || !lse)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_final: args, o or lse is NULL");
+    return burst_cuda_fwd(be, a, o, lse, "cuda fwd_final");
 }
 
 static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *dout,
@@ -570,23 +566,35 @@ static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *
                              "bwd_delta: launch");
 }
 
-static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args *a)
+/* bwd_step (dk NULL: gradients added into a->dq, dk, dv) and bwd_final (dQ added into a->dq,
+ * dK and dV written to dk, dv by the tensor-core dK/dV kernels, burst_final_kv_pair in
+ * burst_cuda_mma.cuh; the simt one, and outputs whose column pairs are not 4-byte words, are
+ * declined: the engine accumulates). */
+static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct burst_bwd_args *a,
+                                     const struct burst_tensor *dk, const struct burst_tensor *dv,
+                                     const char *op)
 {
-    struct burst_cuda_backend *cb = be;
-    if (!a)
-        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_step: args is NULL");
     struct burst_cuda_step s;
     memset(&s, 0, sizeof s);
-    burst_status_t st = burst_cuda_check_qkv("cuda bwd_step", a->q, a->k, a->v, a->dout, &s);
+    burst_status_t st = burst_cuda_check_qkv(op, a->q, a->k, a->v, a->dout, &s);
     if (st != BURST_OK)
         return st;
-    if (!a->dq && !a->dk && !a->dv)
-        return BURST_OK;
-    if (s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0)
-        return BURST_OK;
+    const int empty = s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0;
+    if (dk) {
+        if ((st = burst_cuda_view_of(op, "dk", dk, &s.dk_out)) != BURST_OK ||
+            (st = burst_cuda_view_of(op, "dv", dv, &s.dv_out)) != BURST_OK)
+            return st;
+        if (!burst_cuda_final_fits(dk, a->k) || !burst_cuda_final_fits(dv, a->k) ||
+            dk->dtype != a->q->dtype || empty || burst_cuda_kind(cb, &s, 1) == BURST_CUDA_FWD_SIMT)
+            return BURST_ERR_UNSUPPORTED;
+    } else {
+        if ((!a->dq && !a->dk && !a->dv) || empty)
+            return BURST_OK;
+        s.dk = a->dk;
+        s.dv = a->dv;
+    }
     if (!a->lse || !a->delta)
-        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_step: %s is NULL",
-                           a->lse ? "delta" : "lse");
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", op, a->lse ? "delta" : "lse");
     s.qpos = a->qpos;
     s.kpos = a->kpos;
     s.mask = a->mask;
@@ -594,52 +602,29 @@ static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args 
     s.lse = a->lse;
     s.delta = a->delta;
     s.dq = a->dq;
-    s.dk = a->dk;
-    s.dv = a->dv;
     s.dq_atomic = cb->dq_atomic && !a->deterministic;
-    if ((st = burst_cuda_enter(cb, "bwd_step")) != BURST_OK)
+    if ((st = burst_cuda_enter(cb, op + 5)) != BURST_OK) /* op without "cuda " */
         return st;
+    char what[32];
+    snprintf(what, sizeof what, "%s: launch", op + 5);
     return burst_cuda_status(
-        (cudaError_t)burst_cuda_launch_bwd(&s, burst_cuda_kind(cb, &s, 1), cb->caps.sms),
-        "bwd_step: launch");
+        (cudaError_t)burst_cuda_launch_bwd(&s, burst_cuda_kind(cb, &s, 1), cb->caps.sms), what);
 }
 
-/* The tensor-core backwards write dK, dV themselves (burst_final_kv_pair in burst_cuda_mma.cuh);
- * the simt one and outputs whose column pairs are not 4-byte words take the engine's
- * accumulating path. */
+static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args *a)
+{
+    if (!a)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_step: args is NULL");
+    return burst_cuda_bwd(be, a, NULL, NULL, "cuda bwd_step");
+}
+
 static burst_status_t burst_cuda_bwd_final(void *be, const struct burst_bwd_args *a,
                                            const struct burst_tensor *dk,
                                            const struct burst_tensor *dv)
 {
-    struct burst_cuda_backend *cb = be;
-    if (!a || !a->dq || !a->lse || !a->delta || !dk || !dk->data || !dv || !dv->data)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "cuda bwd_final: args, dq, lse, delta, dk or dv is NULL");
-    struct burst_cuda_step s;
-    memset(&s, 0, sizeof s);
-    burst_status_t st = burst_cuda_check_qkv("cuda bwd_final", a->q, a->k, a->v, a->dout, &s);
-    if (st != BURST_OK)
-        return st;
-    if ((st = burst_cuda_view_of("cuda bwd_final", "dk", dk, &s.dk_out)) != BURST_OK ||
-        (st = burst_cuda_view_of("cuda bwd_final", "dv", dv, &s.dv_out)) != BURST_OK)
-        return st;
-    if (!burst_cuda_final_fits(dk, a->k) || !burst_cuda_final_fits(dv, a->k) ||
-        dk->dtype != a->q->dtype || s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0 ||
-        burst_cuda_kind(cb, &s, 1) == BURST_CUDA_FWD_SIMT)
-        return BURST_ERR_UNSUPPORTED;
-    s.qpos = a->qpos;
-    s.kpos = a->kpos;
-    s.mask = a->mask;
-    s.scale = a->scale;
-    s.lse = a->lse;
-    s.delta = a->delta;
-    s.dq = a->dq;
-    s.dq_atomic = cb->dq_atomic && !a->deterministic;
-    if ((st = burst_cuda_enter(cb, "bwd_final")) != BURST_OK)
-        return st;
-    return burst_cuda_status(
-        (cudaError_t)burst_cuda_launch_bwd(&s, burst_cuda_kind(cb, &s, 1), cb->caps.sms),
-        "bwd_final: launch");
+    if (!a || !a->dq || !dk || !dk->data || !dv || !dv->data)
+        return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_final: args, dq, dk or dv is NULL");
+    return burst_cuda_bwd(be, a, dk, dv, "cuda bwd_final");
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);

@@ -112,32 +112,37 @@ __device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_vi
     }
 }
 
+/* Two adjacent elements (columns col, col + 1 of row i, head h) of a final f16 / bf16 output,
+ * rounded to nearest even, as one 32-bit store (rows 4-byte aligned: the backend checks). */
+__device__ __forceinline__ void burst_final_pair(const struct burst_cuda_view &v, int64_t b,
+                                                 int64_t i, int64_t h, int col, float x, float y)
+{
+    uint32_t w;
+    if (v.dtype == BURST_CUDA_F16) {
+        const __half2 p = __floats2half2_rn(x, y);
+        w = *(const uint32_t *)&p;
+    } else {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(x, y);
+        w = *(const uint32_t *)&p;
+    }
+    *(uint32_t *)((unsigned short *)(uintptr_t)v.data + burst_off(v, b, i, h) + col) = w;
+}
+
 /* The final output of a call's only step (s.o_out set, burst_cuda_step): the row normalised, in
  * O's dtype, straight to the caller's tensor, and its lse; a row with no allowed key gets 0 and
  * -inf. Bitwise what the merge into a fresh accumulator followed by the cast kernel gives: the
- * same fp32 products, rounded to nearest even. o_out's rows are 4-byte aligned (the backend
- * checks), so each thread stores its column pairs as 32-bit words. */
+ * same fp32 products, rounded to nearest even; each thread stores its column pairs as 32-bit
+ * words (burst_final_pair). */
 template <int D>
 __device__ __forceinline__ void burst_final_row(const struct burst_cuda_step &s, int64_t b,
                                                 int64_t h, int64_t i, float m, float l,
                                                 const float *o, int u, int cq, int lane)
 {
-    const struct burst_cuda_view &v = s.o_out;
-    uint32_t *row = (uint32_t *)((unsigned short *)(uintptr_t)v.data + burst_off(v, b, i, h) + cq);
     const float fcn = l == 0.0f ? 0.0f : (float)(1.0 / (double)l);
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-        const float x = fcn * o[4 * n + 2 * u], y = fcn * o[4 * n + 2 * u + 1];
-        uint32_t w;
-        if (v.dtype == BURST_CUDA_F16) {
-            const __half2 p = __floats2half2_rn(x, y);
-            w = *(const uint32_t *)&p;
-        } else {
-            const __nv_bfloat162 p = __floats2bfloat162_rn(x, y);
-            w = *(const uint32_t *)&p;
-        }
-        row[n * 4] = l == 0.0f ? 0u : w;
-    }
+    for (int n = 0; n < D / 8; n++) /* l = 0: +0, as the never-touched accumulator */
+        burst_final_pair(s.o_out, b, i, h, n * 8 + cq, l == 0.0f ? 0.0f : fcn * o[4 * n + 2 * u],
+                         l == 0.0f ? 0.0f : fcn * o[4 * n + 2 * u + 1]);
     if ((lane & 3) == 0)
         s.lse_acc[(b * s.hq + h) * s.nq + i] =
             l == 0.0f ? -CUDART_INF_F
@@ -156,22 +161,6 @@ __device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &
         o[burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d] = 0;
     for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
         s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
-}
-
-/* Two adjacent elements (columns col, col + 1 of row i, head h) of a final f16 / bf16 output,
- * rounded to nearest even, as one 32-bit store (rows 4-byte aligned: the backend checks). */
-__device__ __forceinline__ void burst_final_pair(const struct burst_cuda_view &v, int64_t b,
-                                                 int64_t i, int64_t h, int col, float x, float y)
-{
-    uint32_t w;
-    if (v.dtype == BURST_CUDA_F16) {
-        const __half2 p = __floats2half2_rn(x, y);
-        w = *(const uint32_t *)&p;
-    } else {
-        const __nv_bfloat162 p = __floats2bfloat162_rn(x, y);
-        w = *(const uint32_t *)&p;
-    }
-    *(uint32_t *)((unsigned short *)(uintptr_t)v.data + burst_off(v, b, i, h) + col) = w;
 }
 
 /* The final dK, dV of a key row (s.dk_out set), from one thread's pairs: the values an fp32
