@@ -48,9 +48,12 @@ uint pack_half2(float a, float b)
     return packFloat2x16(f16vec2(float16_t(a), float16_t(b)));
 }
 
-// The subgroup's invocations wait for each other, their shared-memory writes visible.
+// The subgroup's invocations wait for each other, their shared-memory writes visible. Shared
+// memory only: subgroupBarrier() would also order buffer memory (its semantics include
+// UniformMemory), which makes the invocation wait for its own loads in flight, the next K/V
+// tile's prefetch among them.
 void subgroup_sync()
 {
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
+    controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                   gl_SemanticsAcquireRelease);
 }

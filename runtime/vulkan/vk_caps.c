@@ -17,11 +17,14 @@
  *      BC = 1 does not fit, the head-dim class is unsupported on this device (t = 0).
  *   The cooperative-matrix forward (fwd_cm) uses 16x16x16 fp16 MMAs and is valid only where
  *      the device lists that shape: T = the subgroup size, BR = 16 rows per subgroup times 4
- *      subgroups, BC = the largest of 64 / 32 / 16 keys whose tiles fit in
- *      maxComputeSharedMemorySize (the whole of it: on the GPUs that have the extension several
- *      workgroups share a multiprocessor's larger memory); 2 or 1 subgroups where none fits.
- *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule for head dims up
- *      to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile for dkv_cm).
+ *      subgroups (BURST_VK_CM_ROWS = 16, 32, 64 or 128 sets BR; 128, half the K/V traffic per
+ *      query row, measured no faster on the H100), BC = the largest of 64 / 32 / 16 keys
+ *      whose tiles fit in maxComputeSharedMemorySize (the whole of it: on the GPUs that have
+ *      the extension several workgroups share a multiprocessor's larger memory); half the
+ *      subgroups where none fits.
+ *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule with 4 subgroups,
+ *      for head dims up to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile
+ *      for dkv_cm).
  * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
  * (vk_cache.c); the choice is cached per device and driver version.
  */
@@ -54,6 +57,8 @@ void burst_vk_env_read(struct burst_vk_env *env)
     env->autotune = at == 1 || (at >= 8 && at <= 256) ? at : 0;
     env->cache = burst_vk_env_int("BURST_VK_CACHE", 1) != 0;
     env->profile = burst_vk_env_int("BURST_VK_PROFILE", 0) != 0;
+    int cr = burst_vk_env_int("BURST_VK_CM_ROWS", 0);
+    env->cm_rows = cr == 16 || cr == 32 || cr == 64 || cr == 128 ? cr : 0;
     int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
     env->max_shared = ms > 0 ? (uint32_t)ms : 0;
     const char *e = getenv("BURST_VK_ELEM");
@@ -187,12 +192,12 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     case BURST_VK_DQ: return (size_t)(8 * tl->bc * d + 16);
     case BURST_VK_DKV: return (size_t)(8 * tl->bc * d + 16 * tl->bc + 16);
     case BURST_VK_FWD_CM: {
-        /* mirrors shaders/fwd_cm_nv.comp: Q, K and V tiles with rows padded by 8 halves, and
-         * per subgroup a scratch tile of 16 rows holding S (bc + 4 floats a row) or P (bc + 8
-         * halves) followed by a 16 x 16 fp32 alpha tile */
+        /* mirrors shaders/fwd_cm_nv.comp: K and V tiles with rows padded by 8 halves, and per
+         * subgroup a scratch tile of 16 rows of S (bc + 4 floats a row) and 16 rows of P
+         * (bc + 8 halves); Q passes through the same memory before the loop */
         size_t rs = (size_t)(d + 8) * 2, w = (size_t)tl->br / 16;
-        size_t ss = (size_t)(tl->bc + 4) * 4, ps = (size_t)(tl->bc + 8) * 2 + 64;
-        return (size_t)tl->br * rs + 2 * (size_t)tl->bc * rs + w * 16 * (ss > ps ? ss : ps) + 16;
+        size_t ss = (size_t)(tl->bc + 4) * 4, ps = (size_t)(tl->bc + 8) * 2;
+        return 2 * (size_t)tl->bc * rs + w * 16 * (ss + ps) + 16;
     }
     case BURST_VK_DQ_CM:
     case BURST_VK_DKV_CM: {
@@ -271,9 +276,10 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
              * subgroup in registers: head dims up to 128 */
             if (k != BURST_VK_FWD_CM && burst_vk_dclass_max[c] > 128)
                 continue;
-            /* 4 subgroups of 16 rows, the widest tile that fits; fewer subgroups where
-             * shared memory is short */
-            for (int warps = 4; warps >= 1 && !tiles->k[k][c].t; warps /= 2) {
+            /* 4 subgroups of 16 rows (the forward: 8, or BURST_VK_CM_ROWS / 16), the widest
+             * tile that fits; fewer subgroups where shared memory or invocations are short */
+            int warps0 = k == BURST_VK_FWD_CM && env->cm_rows ? env->cm_rows / 16 : 4;
+            for (int warps = warps0; warps >= 1 && !tiles->k[k][c].t; warps /= 2) {
                 /* the softmax gives each of a row's T / 16 invocations BC / (T / 16) scores,
                  * a multiple of 8 */
                 for (int bc = 64; bc >= 16 && bc >= (int)caps->subgroup / 2; bc /= 2) {

@@ -127,6 +127,8 @@ struct burst_vk_env {
                            * a head dim (8..256) = only for its class (the others keep the rule) */
     int cache;            /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
     int profile;          /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
+    int cm_rows;          /* BURST_VK_CM_ROWS: query rows per workgroup of the cooperative-
+                           * matrix forward (16, 32, 64 or 128; 0 = the rule's 64) */
     uint32_t max_shared;  /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
     int elem;             /* BURST_VK_ELEM: enum burst_vk_elem_mode */
     char elem_str[32];    /* its value as given (for the error on a bad one) */
