@@ -276,7 +276,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
              * subgroup in registers: head dims up to 128 */
             if (k != BURST_VK_FWD_CM && burst_vk_dclass_max[c] > 128)
                 continue;
-            /* 4 subgroups of 16 rows (the forward: 8, or BURST_VK_CM_ROWS / 16), the widest
+            /* 4 subgroups of 16 rows (the forward: BURST_VK_CM_ROWS / 16 where set), the widest
              * tile that fits; fewer subgroups where shared memory or invocations are short */
             int warps0 = k == BURST_VK_FWD_CM && env->cm_rows ? env->cm_rows / 16 : 4;
             for (int warps = warps0; warps >= 1 && !tiles->k[k][c].t; warps /= 2) {
