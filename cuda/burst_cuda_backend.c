@@ -127,7 +127,9 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
     snprintf(cb->name, sizeof cb->name, "%s", pr.name);
-    if ((st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
+    memcpy(cb->uuid, pr.uuid.bytes, sizeof cb->uuid);
+    if ((st = burst_cuda_share_init(cb)) == BURST_OK &&
+        (st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
         (st = burst_cuda_status(cudaFree(NULL), "create: context")) == BURST_OK)
         st = burst_cuda_status((cudaError_t)burst_cuda_kernels_init(), "create: kernel setup");
 #ifdef BURST_CUDA_SM90A
@@ -141,6 +143,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     }
 #endif
     if (st != BURST_OK) {
+        burst_cuda_share_fini(cb);
         free(cb);
         return st;
     }
@@ -156,6 +159,7 @@ static void burst_cuda_destroy(void *be)
     if (cudaSetDevice(cb->device) == cudaSuccess)
         cudaDeviceSynchronize();
     burst_cuda_ipc_close(cb->device); /* other processes' blocks mapped for the ring */
+    burst_cuda_share_fini(cb);        /* other backends' memory imported for the ring */
     free(cb);
 }
 

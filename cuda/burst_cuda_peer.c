@@ -165,4 +165,6 @@ const struct burst_tp_devops burst_cuda_devcopy = {
     .ipc_import = burst_cuda_ipc_import,
     .ipc_test = burst_cuda_ipc_test,
     .ipc_finish = burst_cuda_ipc_finish,
+    .share_device = burst_cuda_share_device, /* burst_cuda_share.c */
+    .share_import = burst_cuda_share_import,
 };

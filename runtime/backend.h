@@ -176,6 +176,14 @@ struct burst_backend_ops {
      */
     burst_status_t (*bwd_final)(void *be, const struct burst_bwd_args *args,
                                 const struct burst_tensor *dk, const struct burst_tensor *dv);
+    /*
+     * Optional: memory that only this backend's ops and the transports' device copies touch,
+     * never the host: the plan's scratch (running accumulators, travelling blocks). Zeroed;
+     * freed with free(); NULL on exhaustion. NULL member: alloc(). Vulkan gives device-local
+     * memory here that a cuda rank on the same GPU can import (vk_share.c; its host-visible
+     * memory cannot be exported), so ring blocks between the two go device to device.
+     */
+    void *(*alloc_scratch)(void *be, size_t bytes);
 };
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

@@ -154,6 +154,8 @@ enum {
     F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
     F_DIRECT, /* not compared: nonzero (a hash of the backend's name) when this rank can move its
                  blocks device to device (ring_xfer.h); the plan does when every rank can */
+    F_SHARE,  /* not compared: nonzero (a hash of the device's UUID, roles in bits 0-1) when this
+                 rank can share device memory with a rank of another backend (share_key) */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
@@ -164,7 +166,7 @@ static const char *const field_names[F_COUNT] = {
     "window_left",    "window_right",    "layout",
     "bwd_pattern",    "acc_wire",        "deterministic",
     "ranks_per_node", "workspace_limit", "BURST_STAGE_CHUNK_BYTES",
-    "speed",          "device_direct",
+    "speed",          "device_direct",   "device_share",
 };
 
 static uint64_t fnv1a(uint64_t hash, uint64_t x)
@@ -189,6 +191,44 @@ static int64_t direct_key(const struct burst_plan *plan)
     for (const char *c = ops->name; *c; c++)
         hash = fnv1a(hash, (unsigned char)*c);
     return (int64_t)(hash >> 1) | 1;
+}
+
+/* Roles in a share key (transport.h, share_*): copies device memory and imports another
+ * backend's; exports its own. */
+#define SHARE_COPIER 1
+#define SHARE_EXPORTER 2
+
+/* Can this rank's blocks go device to device with a rank of another backend on the same device,
+ * one of them copying the other's memory (transport.h, share_*)? Only between threads of one
+ * process, and not with BURST_DEVICE_DIRECT=0. 0, or a hash of the device's UUID with the
+ * rank's roles in bits 0-1. */
+static int64_t share_key(const struct burst_plan *plan)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    const struct burst_tp_devops *dc = ops->size >= sizeof(*ops) ? ops->devcopy : NULL;
+    const char *env = getenv("BURST_DEVICE_DIRECT");
+    if (!dc || !dc->share_device || !burst_comm_in_process(plan->comm) ||
+        (env && strcmp(env, "0") == 0))
+        return 0;
+    int64_t roles = (dc->copy && dc->share_import ? SHARE_COPIER : 0) |
+                    (dc->share_export && dc->share_live ? SHARE_EXPORTER : 0);
+    unsigned char uuid[16];
+    if (!roles || dc->share_device(plan->ctx->be, uuid) != BURST_OK)
+        return 0;
+    uint64_t hash = 1469598103934665603ull;
+    for (int i = 0; i < 16; i++)
+        hash = fnv1a(hash, uuid[i]);
+    return (int64_t)((hash >> 1) & ~(uint64_t)3) | roles;
+}
+
+/* Do messages between ranks with share keys a and b go through shared memory? The same device,
+ * a copier on one side and an exporter on the other (both sides decide alike). */
+static int share_pair(int64_t a, int64_t b)
+{
+    if (!a || !b || (a & ~(int64_t)3) != (b & ~(int64_t)3))
+        return 0;
+    return ((a & SHARE_COPIER) && (b & SHARE_EXPORTER)) ||
+           ((a & SHARE_EXPORTER) && (b & SHARE_COPIER));
 }
 
 static void encode(const struct burst_plan *plan, const struct burst_plan_params *p, double speed,
@@ -230,6 +270,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
     rec[F_CHUNK] = (int64_t)plan->stage_chunk;
     rec[F_DIRECT] = direct_key(plan);
+    rec[F_SHARE] = share_key(plan);
 }
 
 /* Exchange and compare the plans; with measure_speed, *speeds receives every rank's speed. */
@@ -271,6 +312,13 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
     plan->direct = st == BURST_OK && mine[F_DIRECT] != 0;
     for (int r = 0; plan->direct && r < plan->size; r++)
         plan->direct = all[r * F_COUNT + F_DIRECT] == mine[F_DIRECT];
+    if (st == BURST_OK && !plan->direct && mine[F_SHARE] &&
+        !(plan->shared = calloc((size_t)plan->size, 1)))
+        st = burst_call_fail(plan, burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who));
+    for (int r = 0; st == BURST_OK && plan->shared && r < plan->size; r++) {
+        plan->shared[r] = r != plan->rank && share_pair(mine[F_SHARE], all[r * F_COUNT + F_SHARE]);
+        plan->any_shared |= plan->shared[r];
+    }
     plan->staged = burst_xfer_staged(plan);
     free(all);
     plan->comm->count = NULL;
@@ -483,6 +531,7 @@ void burst_plan_destroy(struct burst_plan *plan)
     burst_xfer_pool_free(plan);
     burst_shards_fini(&plan->shards);
     free(plan->speeds);
+    free(plan->shared);
     free(plan);
 }
 
@@ -549,10 +598,11 @@ const char *burst_plan_transfers(const struct burst_plan *plan)
 {
     if (!plan)
         return "";
-    return plan->direct && plan->staged ? "device+staged"
-           : plan->direct               ? "device"
-           : plan->staged               ? "staged"
-                                        : "host";
+    const int dev = plan->direct || plan->any_shared;
+    return dev && plan->staged ? "device+staged"
+           : dev               ? "device"
+           : plan->staged      ? "staged"
+                               : "host";
 }
 
 burst_status_t burst_plan_stats(const struct burst_plan *plan, burst_phase_t phase,
@@ -722,7 +772,10 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
         if (empty < 0)
             return burst_error(BURST_ERR_INTERNAL, "%s: more than %d scratch buffers", who,
                                BURST_SCRATCH_BUFS);
-        void *p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, need);
+        void *(*alloc)(void *, size_t) = ctx->ops->size >= sizeof(*ctx->ops) && ctx->ops->alloc_scratch
+                                              ? ctx->ops->alloc_scratch
+                                              : ctx->ops->alloc;
+        void *p = burst_fault_alloc() ? NULL : alloc(ctx->be, need);
         if (!p)
             return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,
                                bytes);

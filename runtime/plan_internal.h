@@ -31,6 +31,9 @@ struct burst_plan {
     int64_t gkv;             /* K/V heads per group (the last group may have fewer) */
     uint64_t workspace;      /* scratch bytes of the larger call with those groups */
     int direct;              /* blocks travel device to device (every rank agreed: ring_xfer.h) */
+    unsigned char *shared;   /* [size] 1 where messages with rank r go device to device through
+                              * memory shared by two backends on one device (ring_xfer.h) */
+    int any_shared;          /* some rank is such a peer */
     int staged;              /* transfers staged through host buffers (burst_xfer_staged) */
 
     struct burst_phase_stats stats[3];

@@ -8,26 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Do messages with `peer` go device to device? (the same backend on both sides, or memory
+ * shared by two backends on one device: plan->shared) */
+static int direct_peer(const struct burst_plan *plan, int peer)
+{
+    return (plan->direct && burst_comm_device_peer(plan->comm, peer)) ||
+           (plan->shared && plan->shared[peer]);
+}
+
 int burst_xfer_staged(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (ops->device_memory) {
-        if (!plan->direct)
-            return 1;
-        for (int r = 0; r < plan->size; r++) /* direct: staged between hosts */
-            if (r != plan->rank && !burst_comm_device_peer(plan->comm, r))
-                return 1;
+    if (!ops->device_memory &&
+        !(ops->size >= sizeof(*ops) && ops->stage_transfers &&
+          ops->stage_transfers(plan->ctx->be, burst_comm_in_process(plan->comm))))
         return 0;
-    }
-    return ops->size >= sizeof(*ops) && ops->stage_transfers &&
-           ops->stage_transfers(plan->ctx->be, burst_comm_in_process(plan->comm));
+    if (!plan->direct && !plan->any_shared)
+        return 1;
+    for (int r = 0; r < plan->size; r++) /* every peer direct: nothing staged */
+        if (r != plan->rank && !direct_peer(plan, r))
+            return 1;
+    return 0;
 }
 
 /* The device copies of a direct plan to or from `peer` (NULL: host memory or staged). */
 static const struct burst_tp_dev *direct(struct burst_plan *plan, int peer,
                                          struct burst_tp_dev *dev)
 {
-    if (!plan->direct || !burst_comm_device_peer(plan->comm, peer))
+    if (!direct_peer(plan, peer))
         return NULL;
     dev->ops = plan->ctx->ops->devcopy;
     dev->be = plan->ctx->be;

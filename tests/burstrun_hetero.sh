@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/burstrun_hetero.sh BURSTRUN shm|tcp cpu|vulkan  (heterogeneous rings through burstrun)
+# tests/burstrun_hetero.sh BURSTRUN shm|tcp cpu|vulkan|gpu  (heterogeneous rings through burstrun)
 #
 #   cpu     (suite 'net') shards by --weights and by measured speed (--weights auto) pass
 #           --check with rank processes and with --threads; the JSON has the shard lengths
@@ -12,7 +12,13 @@
 #   vulkan  (suite 'vulkan') cpu and vulkan (lavapipe) ranks in one ring, as rank processes and
 #           as threads, uneven and measured shards: --check passes, and processes equal threads
 #           bitwise (--deterministic --hash)
-# Exit 77 (SKIP) when the provider (or, for vulkan, a Vulkan device) is unavailable.
+#   gpu     (suite 'gpu') cuda and vulkan ranks on one GPU as threads: --check passes with the
+#           blocks going device to device through vulkan memory imported by cuda ("transfers":
+#           "device"), both orders, both backward patterns, uneven shards; a cuda, vulkan, cpu
+#           ring ("device+staged"); bitwise equal to the same job staged (BURST_DEVICE_DIRECT=0)
+#           and as rank processes; on a second GPU the vulkan rank is staged and passes
+# Exit 77 (SKIP) when the provider (or, for vulkan, a Vulkan device; for gpu, a CUDA device and
+# a Vulkan GPU) is unavailable.
 set -u
 BR=$1
 PROV=$2
@@ -152,8 +158,55 @@ vulkan)
     [ -n "$(hash_of vk_p)" ] && [ "$(hash_of vk_p)" = "$(hash_of vk_t)" ] ||
         fail "cpu+vulkan: processes and threads differ: $(hash_of vk_p) vs $(hash_of vk_t)"
     ;;
+gpu)
+    if ! "$BR" --threads -n 1 --backend cuda $SMALL >"$TMP/cu" 2>&1; then
+        echo "SKIP: no CUDA device: $(tail -n 1 "$TMP/cu")"
+        exit 77
+    fi
+    "$BR" --probe --json >"$TMP/probe_all" 2>&1
+    if ! grep -q '"type": "\(discrete\|integrated\)' "$TMP/probe_all"; then
+        echo "SKIP: no Vulkan GPU"
+        exit 77
+    fi
+    GPU="--seq 2048 --heads 4 --kv-heads 2 --head-dim 128 --dtype fp16 --warmup 0 --iters 1 \
+--seed $SEED"
+    for bk in cuda,vulkan vulkan,cuda; do
+        run "sh_zz_$bk" 0 -n 2 --threads $GPU --causal --layout zigzag --backends "$bk" \
+            --weights 3,1 --check --json
+        has "sh_zz_$bk" '"check": "pass"'
+        has "sh_zz_$bk" '"transfers": "device"'
+        run "sh_ring_$bk" 0 -n 2 --threads $GPU --layout striped --bwd ring --backends "$bk" \
+            --check --json
+        has "sh_ring_$bk" '"check": "pass"'
+        has "sh_ring_$bk" '"transfers": "device"'
+    done
+    run sh_three 0 -n 3 --threads $GPU --causal --backends cuda,vulkan,cpu --check --json
+    has sh_three '"check": "pass"'
+    has sh_three '"transfers": "device+staged"'
+    # the same bytes whichever way they travel: shared, staged, rank processes
+    DET="-n 2 $GPU --causal --layout zigzag --backends cuda,vulkan --weights 2,1 --deterministic \
+--hash --json"
+    run det_shared 0 --threads $DET
+    has det_shared '"transfers": "device"'
+    BURST_DEVICE_DIRECT=0
+    export BURST_DEVICE_DIRECT
+    run det_staged 0 --threads $DET
+    unset BURST_DEVICE_DIRECT
+    has det_staged '"transfers": "staged"'
+    run det_procs 0 --fabric "$PROV" $DET
+    for other in det_staged det_procs; do
+        [ -n "$(hash_of det_shared)" ] && [ "$(hash_of det_shared)" = "$(hash_of $other)" ] ||
+            fail "cuda+vulkan: shared and $other differ: $(hash_of det_shared) vs $(hash_of $other)"
+    done
+    if "$BR" --threads -n 1 --backend cuda --device 1 $SMALL >/dev/null 2>&1; then
+        run two_gpus 0 -n 2 --threads $GPU --causal --backends cuda,vulkan --device 0,1 --check \
+            --json
+        has two_gpus '"check": "pass"'
+        has two_gpus '"transfers": "staged"'
+    fi
+    ;;
 *)
-    echo "usage: $0 BURSTRUN shm|tcp cpu|vulkan"
+    echo "usage: $0 BURSTRUN shm|tcp cpu|vulkan|gpu"
     exit 2
     ;;
 esac

@@ -11,6 +11,14 @@
  * every marker released; BURST_DEVICE_DIRECT=0, or one rank without device copies, must make
  * every rank of the ring fall back to staging together.
  *
+ * Memory shared by two backends (transport.h, share_*): "copier" ranks (device copies that import
+ * another backend's memory, as cuda does) beside "exporter" ranks (host-addressable memory that a
+ * copier maps, as a vulkan rank's on the same GPU; here each allocation is a memfd that the
+ * importer maps a second time, at another address, from the descriptor it is given). Messages
+ * between a copier and an exporter must go through the copier's copy() on its own mapping of the
+ * exporter's buffer, the others staged; bitwise the same results, every marker released and
+ * every mapping of freed memory dropped.
+ *
  * Pipelined staging (BURST_STAGE_CHUNK_BYTES=256: every block in chunks of 256 bytes): staged
  * rings with device copies (asynchronous chunk copies), without them (synchronous chunk copies),
  * with both kinds of rank in one ring, and with a rank on host memory that does not stage (its
@@ -28,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "context_internal.h"
 #include "harness.h"
@@ -127,6 +137,229 @@ static const struct burst_tp_devops fake_devcopy = {
     .release = fake_release,
 };
 
+/* ---- memory shared by two backends (transport.h, share_*) ---- */
+static struct burst_backend_ops exporter_ops, copier_ops;
+static const unsigned char fake_uuid[16] = {0xb5, 0x57};
+static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t share_next = 1;
+static atomic_long n_share_copies, n_imports, n_unmaps;
+
+/* the exporter's allocations: a memfd each, mapped at ptr */
+#define EXPORT_MAX 64
+static struct exported {
+    unsigned char *ptr;
+    size_t size;
+    int fd;
+    uint64_t id;
+} exported[EXPORT_MAX];
+
+/* the copier's mappings of them (as cuda's cache: burst_cuda_share.c) */
+static struct imported {
+    uint64_t id;
+    unsigned char *base;
+    size_t size;
+} imported[EXPORT_MAX];
+
+static void *export_alloc(void *be, size_t bytes)
+{
+    (void)be;
+    bytes = bytes ? bytes : 1;
+    int fd = memfd_create("burst-test", 0);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)bytes), 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(p != MAP_FAILED);
+    pthread_mutex_lock(&share_lock);
+    int i = 0;
+    while (i < EXPORT_MAX && exported[i].ptr)
+        i++;
+    assert_true(i < EXPORT_MAX);
+    exported[i] = (struct exported){p, bytes, fd, share_next++};
+    pthread_mutex_unlock(&share_lock);
+    return p; /* zeroed: a new memfd */
+}
+
+static void export_free(void *be, void *ptr)
+{
+    (void)be;
+    if (!ptr)
+        return;
+    pthread_mutex_lock(&share_lock);
+    for (int i = 0; i < EXPORT_MAX; i++)
+        if (exported[i].ptr == ptr) {
+            munmap(ptr, exported[i].size);
+            close(exported[i].fd);
+            exported[i] = (struct exported){0};
+            break;
+        }
+    pthread_mutex_unlock(&share_lock);
+}
+
+/* Is p inside an exporter's allocation? (its own address: a copier must never copy on it) */
+static int in_exported(const void *p)
+{
+    const unsigned char *c = p;
+    int in = 0;
+    pthread_mutex_lock(&share_lock);
+    for (int i = 0; i < EXPORT_MAX && !in; i++)
+        in = exported[i].ptr && c >= exported[i].ptr && c < exported[i].ptr + exported[i].size;
+    pthread_mutex_unlock(&share_lock);
+    return in;
+}
+
+static int stage_always(void *be, int in_process)
+{
+    (void)be;
+    (void)in_process;
+    return 1;
+}
+
+static burst_status_t share_device(void *be, unsigned char uuid[16])
+{
+    (void)be;
+    memcpy(uuid, fake_uuid, 16);
+    return BURST_OK;
+}
+
+static burst_status_t export_mark(void *be, void **mark_p)
+{
+    (void)be;
+    *mark_p = NULL; /* synchronous, as vulkan */
+    return BURST_OK;
+}
+
+static burst_status_t export_wait(void *be, void *mark)
+{
+    (void)be;
+    assert_null(mark);
+    return BURST_OK;
+}
+
+static void export_release(void *be, void *mark)
+{
+    (void)be;
+    assert_null(mark);
+}
+
+static burst_status_t share_export(void *be, const void *buf, size_t len, int want_fd,
+                                   struct burst_tp_share *out)
+{
+    (void)be;
+    const unsigned char *p = buf;
+    burst_status_t st = BURST_ERR_INTERNAL;
+    pthread_mutex_lock(&share_lock);
+    for (int i = 0; i < EXPORT_MAX && st != BURST_OK; i++) {
+        struct exported *e = &exported[i];
+        if (e->ptr && p >= e->ptr && len <= e->size && (size_t)(p - e->ptr) <= e->size - len) {
+            *out = (struct burst_tp_share){e->id, e->size, (uint64_t)(p - e->ptr), 1,
+                                           want_fd ? dup(e->fd) : -1};
+            st = BURST_OK;
+        }
+    }
+    pthread_mutex_unlock(&share_lock);
+    return st;
+}
+
+static int share_live(uint64_t id)
+{
+    int live = 0;
+    pthread_mutex_lock(&share_lock);
+    for (int i = 0; i < EXPORT_MAX && !live; i++)
+        live = exported[i].ptr && exported[i].id == id;
+    pthread_mutex_unlock(&share_lock);
+    return live;
+}
+
+static burst_status_t share_import(void *be, const struct burst_tp_dev *owner, const void *buf,
+                                   size_t len, void **ptr_p)
+{
+    (void)be;
+    struct burst_tp_share d;
+    assert_int_equal(owner->ops->share_export(owner->be, buf, len, 0, &d), BURST_OK);
+    assert_int_equal(d.fd, -1);
+    int hit = -1, empty = -1;
+    for (int i = 0; i < EXPORT_MAX; i++) { /* (one copier rank at a time: share_lock below) */
+        if (imported[i].base && imported[i].id == d.id)
+            hit = i;
+        else if (imported[i].base && !owner->ops->share_live(imported[i].id)) {
+            munmap(imported[i].base, imported[i].size); /* freed by its exporter: drop */
+            imported[i] = (struct imported){0};
+            atomic_fetch_add(&n_unmaps, 1);
+        }
+        if (!imported[i].base && empty < 0)
+            empty = i;
+    }
+    if (hit < 0) {
+        assert_true(empty >= 0);
+        assert_int_equal(owner->ops->share_export(owner->be, buf, len, 1, &d), BURST_OK);
+        assert_true(d.fd >= 0);
+        void *base = mmap(NULL, d.size, PROT_READ | PROT_WRITE, MAP_SHARED, d.fd, 0);
+        close(d.fd); /* the importer owns it */
+        assert_true(base != MAP_FAILED);
+        imported[empty] = (struct imported){d.id, base, d.size};
+        hit = empty;
+        atomic_fetch_add(&n_imports, 1);
+    }
+    *ptr_p = imported[hit].base + d.offset;
+    return BURST_OK;
+}
+
+static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static burst_status_t share_import_locked(void *be, const struct burst_tp_dev *owner,
+                                          const void *buf, size_t len, void **ptr_p)
+{
+    pthread_mutex_lock(&import_lock);
+    burst_status_t st = share_import(be, owner, buf, len, ptr_p);
+    pthread_mutex_unlock(&import_lock);
+    return st;
+}
+
+/* The copier's copies: never on an exporter's own address; the copier's side marked. */
+static burst_status_t share_copy(void *be, void *dst, const void *src, size_t len, void *after_a,
+                                 void *after_b, void **done_p)
+{
+    assert_false(in_exported(dst));
+    assert_false(in_exported(src));
+    if (!after_a || !after_b) { /* one side an exporter: its mark waited for on the host */
+        atomic_fetch_add(&n_share_copies, 1);
+        return fake_copy(be, dst, src, len, after_a ? after_a : after_b, NULL, done_p);
+    }
+    return fake_copy(be, dst, src, len, after_a, after_b, done_p);
+}
+
+/* Drop every mapping (a copier's destroy); how many were of live memory (none should be). */
+static int share_fini(void)
+{
+    int live = 0;
+    for (int i = 0; i < EXPORT_MAX; i++)
+        if (imported[i].base) {
+            live += share_live(imported[i].id);
+            munmap(imported[i].base, imported[i].size);
+            imported[i] = (struct imported){0};
+            atomic_fetch_add(&n_unmaps, 1);
+        }
+    return live;
+}
+
+static const struct burst_tp_devops copier_devcopy = {
+    .mark = fake_mark,
+    .copy = share_copy,
+    .wait = fake_wait,
+    .release = fake_release,
+    .share_device = share_device,
+    .share_import = share_import_locked,
+};
+
+static const struct burst_tp_devops exporter_devcopy = {
+    .mark = export_mark,
+    .wait = export_wait,
+    .release = export_release,
+    .share_device = share_device,
+    .share_export = share_export,
+    .share_live = share_live,
+};
+
 enum {
     B = 1,
     N = 96,
@@ -143,7 +376,7 @@ struct run {
     float *o, *lse, *dq, *dk, *dv; /* global outputs */
     burst_status_t st[8];
     struct burst_context *rank_ctx[8]; /* per-rank context where set, else ctx */
-    char transfers[8][8];              /* burst_plan_transfers of each rank */
+    char transfers[8][16];             /* burst_plan_transfers of each rank */
 };
 
 static struct burst_tensor view(float *base, int heads, int64_t off, int64_t len)
@@ -329,6 +562,54 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
                       dcopies);
         free_outputs(&direct);
     }
+
+    /* copiers and exporters alternating: rank 0 a copier; with G = 3 ranks 0 and 2 are both
+     * copiers (staged between them), with G = 4 every neighbour is the other kind (but the
+     * two-level ring's hops between nodes join alike ranks) */
+    struct burst_context cctx = *harness_context(), ectx = *harness_context();
+    cctx.ops = &copier_ops;
+    ectx.ops = &exporter_ops;
+    for (int mode = 0; mode < 2; mode++) {
+        struct run mixed = plain;
+        for (int i = 0; i < G; i++)
+            mixed.rank_ctx[i] = i % 2 ? &ectx : &cctx;
+        if (mode == 1)
+            setenv("BURST_DEVICE_DIRECT", "0", 1);
+        long m0 = atomic_load(&n_marks), r0 = atomic_load(&n_released);
+        long k0 = atomic_load(&n_share_copies), s0 = atomic_load(&n_memcpy);
+        long i0 = atomic_load(&n_imports), u0 = atomic_load(&n_unmaps);
+        run(&mixed);
+        unsetenv("BURST_DEVICE_DIRECT");
+        int live = share_fini();
+        long kcopies = atomic_load(&n_share_copies) - k0, scopies = atomic_load(&n_memcpy) - s0;
+        long imports = atomic_load(&n_imports) - i0, unmaps = atomic_load(&n_unmaps) - u0;
+        for (int i = 0; i < G; i++) { /* staged too: some other rank of its kind */
+            const int staged_too = i % 2 ? G > 3 : G > 2;
+            assert_string_equal(mixed.transfers[i], mode         ? "staged"
+                                                    : staged_too ? "device+staged"
+                                                                 : "device");
+        }
+        if (mode == 0) { /* every copier-exporter hop (each rank has one, both phases) */
+            assert_true(kcopies >= 2L * (G - 1));
+            assert_true(imports > 0);
+            assert_true(scopies > 0); /* between two copiers (and exporters, G = 4) */
+        } else {
+            assert_int_equal(kcopies, 0);
+            assert_int_equal(imports, 0);
+            assert_true(scopies >= 2L * G * (G - 1));
+        }
+        assert_int_equal(live, 0);          /* the ring freed all it shared */
+        assert_int_equal(imports, unmaps);  /* and every mapping was dropped */
+        assert_int_equal(atomic_load(&n_marks) - m0, atomic_load(&n_released) - r0);
+        float *c[5] = {mixed.o, mixed.lse, mixed.dq, mixed.dk, mixed.dv};
+        for (int t = 0; t < 5; t++)
+            assert_memory_equal(a[t], c[t], nb[t] * sizeof(float));
+        print_message("G=%d local=%d bwd=%s: copier and exporter ranks%s: %ld shared copies, "
+                      "%ld imports, bitwise equal\n",
+                      G, local, bwd == BURST_BWD_RING ? "ring" : "burst",
+                      mode ? " with BURST_DEVICE_DIRECT=0" : "", kcopies, imports);
+        free_outputs(&mixed);
+    }
     free_outputs(&plain);
     free_outputs(&staged);
     free(in);
@@ -362,6 +643,16 @@ int main(void)
     staged_ops.host_free = fake_host_free;
     direct_ops = staged_ops;
     direct_ops.devcopy = &fake_devcopy;
+    copier_ops = staged_ops;
+    copier_ops.devcopy = &copier_devcopy;
+    exporter_ops = *harness_context()->ops; /* host-addressable, staged (as vulkan on a GPU) */
+    exporter_ops.alloc = export_alloc;
+    exporter_ops.free = export_free;
+    exporter_ops.memcpy = fake_memcpy;
+    exporter_ops.host_alloc = fake_host_alloc;
+    exporter_ops.host_free = fake_host_free;
+    exporter_ops.stage_transfers = stage_always;
+    exporter_ops.devcopy = &exporter_devcopy;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flat3_burst),
         cmocka_unit_test(flat3_ring),

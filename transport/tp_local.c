@@ -12,10 +12,14 @@
  * it posts; the second poster queues the device copy (ordered after both marks, on the backend's
  * copy stream, so it runs beside the ranks' kernels) instead of memcpy, and both waits block
  * until that copy has completed. Blocks then go device to device (peer copies between GPUs),
- * never through host memory.
+ * never through host memory. The two sides may be ranks of two backends sharing a device
+ * (transport.h, share_*): a copier (cuda) and an exporter (vulkan, no copy(), synchronous). The
+ * copier's copy() then moves the pair, whichever side posted second, on its own address of the
+ * exporter's buffer (share_import), after the exporter's mark has been waited for on the host.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +33,9 @@ enum req_state {
     REQ_COPYING,
     REQ_DONE
 };
+
+/* Room for the reason a device copy could not be queued, for both sides' wait() messages. */
+#define WHY_LEN 320
 
 struct burst_tp_req {
     struct burst_tp_req *next; /* in the world's pending list while REQ_PENDING */
@@ -44,12 +51,15 @@ struct burst_tp_req {
     struct burst_tp_dev dev;
     void *mark;            /* device work queued before the post (dev only) */
     struct dev_done *done; /* the queued device copy, shared by the matched pair */
+    char why[WHY_LEN];     /* why that copy failed to be queued ("" otherwise) */
 };
 
-/* A queued device copy: its completion marker, released by the last of the pair's waits. */
+/* A queued device copy: its completion marker, released by the last of the pair's waits with
+ * the ops of the side that queued it. */
 struct dev_done {
     void *ev;
     int refs;
+    struct burst_tp_dev by;
 };
 
 struct burst_local_world {
@@ -125,6 +135,52 @@ static void list_append(struct burst_tp_req **head, struct burst_tp_req *r)
     *p = r;
 }
 
+/* Where the copier c's copy() reaches side x's buffer: x's own address when both sides run one
+ * backend; else x's memory imported by c (transport.h, share_import). */
+static burst_status_t dev_addr(const struct burst_tp_req *c, const struct burst_tp_req *x,
+                               void **ptr_p)
+{
+    *ptr_p = x->buf;
+    if (x->dev.ops == c->dev.ops)
+        return BURST_OK;
+    if (!c->dev.ops->share_import || !x->dev.ops->share_export)
+        return burst_error(BURST_ERR_INTERNAL,
+                           "local transport: ranks %d and %d posted device memory of two "
+                           "backends that share none",
+                           x->src, x->dst);
+    return c->dev.ops->share_import(c->dev.be, &x->dev, x->buf, x->len, ptr_p);
+}
+
+/* Queue the device copy of the matched pair (s, d) with the copier c (one of them, the side
+ * with copy()). A side of another backend (an exporter: synchronous) has its mark waited for
+ * here, on the host; the copy is ordered after the copier's side's mark on the device. */
+static burst_status_t dev_copy(struct burst_tp_req *c, struct burst_tp_req *s,
+                               struct burst_tp_req *d, struct dev_done *done)
+{
+    if (!c->dev.ops->copy)
+        return burst_error(BURST_ERR_INTERNAL,
+                           "local transport: ranks %d and %d: neither side of a device "
+                           "message can copy device memory",
+                           s->src, s->dst);
+    void *src = NULL, *dst = NULL, *after[2] = {s->mark, d->mark};
+    struct burst_tp_req *side[2] = {s, d};
+    burst_status_t st = BURST_OK;
+    for (int i = 0; i < 2 && st == BURST_OK; i++)
+        if (side[i]->dev.ops != c->dev.ops) {
+            if (after[i])
+                st = side[i]->dev.ops->wait(side[i]->dev.be, after[i]);
+            after[i] = NULL;
+        }
+    if (st == BURST_OK)
+        st = dev_addr(c, s, &src);
+    if (st == BURST_OK)
+        st = dev_addr(c, d, &dst);
+    if (st == BURST_OK)
+        st = c->dev.ops->copy(c->dev.be, dst, src, s->len, after[0], after[1], &done->ev);
+    done->by = c->dev;
+    return st;
+}
+
 /* Post r; match it against the opposite list. Called without the lock held. */
 static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct burst_tp_req **req_p)
 {
@@ -169,9 +225,11 @@ static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct b
     struct dev_done *done = NULL;
     if (r->has_dev && s->len) {
         done = calloc(1, sizeof(*done));
-        st = done ? r->dev.ops->copy(r->dev.be, d->buf, s->buf, s->len, s->mark, d->mark, &done->ev)
+        st = done ? dev_copy(r->dev.ops->copy ? r : m, s, d, done)
                   : burst_error(BURST_ERR_NO_MEMORY, "local transport: out of memory");
         if (st != BURST_OK) {
+            snprintf(s->why, sizeof s->why, "%s", burst_last_error());
+            memcpy(d->why, s->why, sizeof d->why);
             free(done);
             done = NULL;
         } else {
@@ -181,8 +239,8 @@ static burst_status_t post(struct tp_local *tp, struct burst_tp_req *r, struct b
         memcpy(d->buf, s->buf, s->len);
     }
     if (r->has_dev) { /* the copy is ordered after both marks: they are spent */
-        r->dev.ops->release(r->dev.be, s->mark);
-        r->dev.ops->release(r->dev.be, d->mark);
+        s->dev.ops->release(s->dev.be, s->mark);
+        d->dev.ops->release(d->dev.be, d->mark);
         s->mark = d->mark = NULL;
     }
     pthread_mutex_lock(&w->lock);
@@ -273,9 +331,9 @@ static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int
         if (st == BURST_ERR_DEVICE)
             burst_error(st,
                         "local transport: rank %d: the device copy of a %zu-byte message %s "
-                        "rank %d (tag 0x%llx) failed",
+                        "rank %d (tag 0x%llx) failed%s%s",
                         t->rank, r->len, r->is_send ? "to" : "from", r->is_send ? r->dst : r->src,
-                        (unsigned long long)r->tag);
+                        (unsigned long long)r->tag, r->why[0] ? ": " : "", r->why);
         else if (st != BURST_OK && r->other_len == r->len)
             burst_error(st,
                         "local transport: rank %d: %s of %zu bytes with rank %d (tag 0x%llx): "
@@ -303,14 +361,14 @@ static burst_status_t local_wait(struct burst_tp *t, struct burst_tp_req *r, int
     }
     pthread_mutex_unlock(&w->lock);
     if (done) { /* the copy is queued: the buffers are busy until it completes */
-        burst_status_t sw = r->dev.ops->wait(r->dev.be, done->ev);
+        burst_status_t sw = done->by.ops->wait(done->by.be, done->ev);
         if (st == BURST_OK)
             st = sw;
         pthread_mutex_lock(&w->lock);
         int last = --done->refs == 0;
         pthread_mutex_unlock(&w->lock);
         if (last) {
-            r->dev.ops->release(r->dev.be, done->ev);
+            done->by.ops->release(done->by.be, done->ev);
             free(done);
         }
     }

@@ -27,6 +27,8 @@
 
 struct burst_tp;
 struct burst_tp_req;
+struct burst_tp_dev;
+struct burst_tp_share;
 
 /*
  * Device copies, for transports that move device memory themselves (the in-process transport
@@ -78,6 +80,43 @@ struct burst_tp_devops {
                                  void *after, void **done_p);
     burst_status_t (*ipc_test)(void *be, void *done, int *complete);
     void (*ipc_finish)(void *be, void *done);
+    /*
+     * Optional: device memory shared between two backends of one process (a vulkan rank's
+     * buffers moved by a cuda rank's copy engine, both on one GPU). An exporter (vulkan)
+     * allocates its memory exportable and has share_export / share_live, and copy == NULL: its
+     * ops are synchronous, so its marks are passed when it posts (mark may give NULL) and the
+     * transport waits for them on the host. A copier (cuda) has copy and share_import. When the
+     * two sides of a message are an exporter and a copier on the same device (share_device: the
+     * plan compares the UUIDs in its handshake, runtime/plan.c), the message goes device to
+     * device through the copier's copy(), which ever side posts second (transport/tp_local.c).
+     *   share_device  the 16-byte UUID of the instance's device (cuda: cudaDeviceProp.uuid;
+     *                 vulkan: VkPhysicalDeviceIDProperties.deviceUUID, the same bytes for the
+     *                 same GPU); an error when its memory cannot be shared.
+     *   share_export  exporter: describe the allocation holding the len bytes at buf (any
+     *                 address inside one of its allocations): *out; with want_fd, out->fd is a
+     *                 new file descriptor (VK_KHR_external_memory_fd, opaque) that the caller
+     *                 owns, else -1. An error when buf is not such memory.
+     *   share_live    exporter: whether allocation `id` (of any instance) still exists; an
+     *                 importer drops the mappings of those that do not.
+     *   share_import  copier: an address *ptr_p that its copy() can use for the len bytes at
+     *                 buf, memory of `owner` (another backend instance of this process: an
+     *                 exporter). Mappings are the copier's to cache (by share_export's id) and
+     *                 to drop (share_live); an error when the memory cannot be imported.
+     */
+    burst_status_t (*share_device)(void *be, unsigned char uuid[16]);
+    burst_status_t (*share_export)(void *be, const void *buf, size_t len, int want_fd,
+                                   struct burst_tp_share *out);
+    int (*share_live)(uint64_t id);
+    burst_status_t (*share_import)(void *be, const struct burst_tp_dev *owner, const void *buf,
+                                   size_t len, void **ptr_p);
+};
+/* An exporter's allocation, as share_export describes it (above). */
+struct burst_tp_share {
+    uint64_t id;     /* unique in the process over its life (never reused) */
+    uint64_t size;   /* bytes of the allocation as allocated (its memory requirements) */
+    uint64_t offset; /* of buf in it */
+    int dedicated;   /* a dedicated allocation (importers must say so) */
+    int fd;          /* want_fd: a new descriptor the caller owns; else -1 */
 };
 /* Room for an ipc_export descriptor (cuda: two 64-byte IPC handles, offset, process id). */
 #define BURST_TP_IPC_DESC 192

@@ -118,6 +118,8 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
             st = burst_error(BURST_ERR_NO_DEVICE,
                              "vulkan: device %d (%s) has no host-visible coherent memory",
                              be->index, be->caps.name);
+        else
+            burst_vk_share_init(be, be->export_ext);
     }
     if (st == BURST_OK)
         st = burst_vk_pipeline_init(be);
@@ -373,5 +375,7 @@ const struct burst_backend_ops burst_vk_backend_ops = {
     .memcpy = burst_vk_memcpy,
     .host_alloc = burst_vk_host_alloc,
     .host_free = burst_vk_host_free,
+    .devcopy = &burst_vk_devshare, /* shared with a cuda rank on the same GPU: vk_share.c */
+    .alloc_scratch = burst_vk_alloc_scratch,
     .stage_transfers = burst_vk_stage_transfers,
 };

@@ -70,6 +70,8 @@ void burst_vk_env_read(struct burst_vk_env *env)
     int eg = burst_vk_env_int("BURST_VK_ELEM_GROUPS", 0);
     env->elem_groups = eg > 0 ? (uint32_t)eg : 0;
     env->stage = burst_vk_env_int("BURST_VK_STAGE", 0) == 1;
+    int ex = burst_vk_env_int("BURST_VK_EXPORT", 1);
+    env->export_mem = ex == 0 || ex == 2 ? ex : 1;
 }
 
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps)
@@ -82,9 +84,13 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
         .pNext = &sg,
     };
+    VkPhysicalDeviceIDProperties idp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES,
+        .pNext = &sgc,
+    };
     VkPhysicalDeviceMaintenance3Properties m3 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
-        .pNext = &sgc,
+        .pNext = &idp,
     };
     VkPhysicalDeviceProperties2 p2 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
@@ -98,6 +104,7 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
     caps->api_version = p->apiVersion;
     caps->driver_version = p->driverVersion;
     memcpy(caps->cache_uuid, p->pipelineCacheUUID, VK_UUID_SIZE);
+    memcpy(caps->device_uuid, idp.deviceUUID, VK_UUID_SIZE);
     caps->type = p->deviceType;
     caps->max_shared = p->limits.maxComputeSharedMemorySize;
     caps->max_invocations = p->limits.maxComputeWorkGroupInvocations;

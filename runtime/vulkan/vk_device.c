@@ -178,6 +178,12 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
                                             VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     if (be->pipe_stats)
         enable[nenable++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+    /* exportable memory, for a cuda rank's copies on the same GPU (vk_share.c) */
+    const int fd_ext = be->env.export_mem &&
+                       (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || be->env.export_mem == 2) &&
+                       burst_vk_has_ext(exts, next, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
+    if (fd_ext)
+        enable[nenable++] = VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME;
     free(exts);
 
     float prio = 1.0f;
@@ -226,5 +232,6 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
         return burst_vk_result(r, "vulkan: vkCreateDevice");
     }
     vkGetDeviceQueue(be->dev, be->qfamily, 0, &be->queue);
+    be->export_ext = fd_ext;
     return BURST_OK;
 }

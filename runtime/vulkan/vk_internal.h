@@ -60,6 +60,7 @@ struct burst_vk_caps {
     char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
     uint32_t vendor_id, device_id, api_version, driver_version;
     uint8_t cache_uuid[VK_UUID_SIZE]; /* pipelineCacheUUID: changes with the driver build */
+    uint8_t device_uuid[VK_UUID_SIZE]; /* VkPhysicalDeviceIDProperties: the GPU, as cuda names it */
     VkPhysicalDeviceType type;
     uint32_t max_shared;      /* maxComputeSharedMemorySize (bytes) */
     uint32_t max_invocations; /* maxComputeWorkGroupInvocations */
@@ -136,6 +137,8 @@ struct burst_vk_env {
                            * dimension of an elementwise dispatch, 0 = the device's (tests) */
     int stage;            /* BURST_VK_STAGE: 1 = stage ring transfers through host buffers with
                            * device copies even on a cpu device (tests); otherwise GPUs do */
+    int export_mem;       /* BURST_VK_EXPORT: 0 = never allocate exportable memory (vk_share.c);
+                           * 2 = also on a cpu device (tests: scratch the host cannot touch) */
 };
 
 void burst_vk_env_read(struct burst_vk_env *env);
@@ -175,6 +178,9 @@ struct burst_vk_buffer {
     unsigned char *map;
     VkDeviceAddress addr;
     size_t size;
+    uint64_t share_id;    /* exportable (vk_share.c): its id, unique in the process; else 0 */
+    VkDeviceSize memsize; /* allocationSize of mem */
+    int device_only;      /* exportable scratch: map is a reserved address range, not memory */
 };
 
 struct burst_vk_stream {
@@ -205,6 +211,7 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
+    int export_ext; /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
                      * pipeline's compiler statistics (registers, spills...) when built */
     int elem_gpu; /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
@@ -212,6 +219,10 @@ struct burst_vk_backend {
                    * and drains with device copies (a GPU, or BURST_VK_STAGE=1); ring transfers
                    * use them as burst_vk_stage_transfers says */
     uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
+    uint32_t mem_dev;            /* device-local, preferably not host-visible: shared scratch */
+    int exportable; /* alloc_scratch() memory is exportable as an opaque fd (vk_share.c) */
+    char export_why[200]; /* why not, when the device could have (shown by probe) */
+    PFN_vkGetMemoryFdKHR get_memory_fd;
 
     pthread_mutex_t mlock; /* registry */
     struct burst_vk_buffer *bufs;
@@ -260,6 +271,9 @@ burst_status_t burst_vk_buffer_create(struct burst_vk_backend *be, size_t bytes,
                                       struct burst_vk_buffer *b);
 void burst_vk_buffer_destroy(struct burst_vk_backend *be, struct burst_vk_buffer *b);
 void *burst_vk_alloc(void *be, size_t bytes);
+/* The plan's scratch (backend.h alloc_scratch): exportable device-local memory where the device
+ * exports it (be->exportable; vk_share.c), never touched by the host; else burst_vk_alloc. */
+void *burst_vk_alloc_scratch(void *be, size_t bytes);
 void burst_vk_free(void *be, void *ptr);
 /* Device address of [ptr, ptr + bytes) if it lies inside one registered buffer, else 0. */
 VkDeviceAddress burst_vk_lookup(struct burst_vk_backend *be, const void *ptr, size_t bytes);
@@ -270,6 +284,23 @@ int burst_vk_buffer_of(struct burst_vk_backend *be, const void *ptr, size_t byte
  * staging; freed with burst_vk_free. NULL on failure. */
 void *burst_vk_host_buffer(struct burst_vk_backend *be, size_t bytes);
 void burst_vk_memory_fini(struct burst_vk_backend *be);
+/* Allocate and free one small exportable buffer: BURST_OK when alloc() can export (vk_share.c). */
+burst_status_t burst_vk_export_try(struct burst_vk_backend *be);
+
+/* ---- vk_share.c ---------------------------------------------------------------------------- */
+
+/* Memory shared with another backend of this process (transport.h, share_*): a cuda rank's copy
+ * engine reads and writes a vulkan rank's buffers on the same GPU. */
+extern const struct burst_tp_devops burst_vk_devshare;
+/* After the device and its memory types: can scratch memory be exported (be->exportable)? The
+ * device extension VK_KHR_external_memory_fd was enabled (has_ext), the device is not a cpu one,
+ * elementwise ops run as shaders (the host never touches scratch), the driver exports storage
+ * buffers as opaque fds, one such buffer can be allocated, and BURST_VK_EXPORT is not 0.
+ * Otherwise be->export_why says why (where it was tried). */
+void burst_vk_share_init(struct burst_vk_backend *be, int has_ext);
+/* A new share id for an exportable buffer, live until burst_vk_share_forget. */
+uint64_t burst_vk_share_new(void);
+void burst_vk_share_forget(uint64_t id);
 
 /* ---- vk_stream.c --------------------------------------------------------------------------- */
 

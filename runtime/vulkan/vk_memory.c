@@ -5,10 +5,18 @@
  * resizable BAR), tried first for alloc(); "host" = HOST_VISIBLE | HOST_COHERENT (preferring
  * HOST_CACHED), the fallback and the staging buffers. Each alloc() is its own VkBuffer and
  * VkDeviceMemory, mapped for its whole life.
+ *
+ * Scratch (alloc_scratch: memory only the backend's ops and device copies touch) on a GPU that
+ * exports memory (vk_share.c): "dev" = DEVICE_LOCAL without HOST_VISIBLE (drivers export no
+ * BAR-mapped memory: NVIDIA's external buffers exclude that type), a dedicated allocation
+ * exportable as an opaque fd, never mapped. Its handle in the registry, the address the runtime
+ * passes around, is a reserved range of address space the same size (PROT_NONE: a host access
+ * faults instead of reading garbage). Zeroed by a fill shader.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "error.h"
 #include "vk_internal.h"
@@ -44,14 +52,23 @@ void burst_vk_memory_init(struct burst_vk_backend *be)
     /* staging and fallback memory: system memory the CPU reads cached, where there is such */
     be->mem_host = burst_vk_find_type(&mp, host, VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
                                       VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    be->mem_dev = burst_vk_find_type(&mp, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0,
+                                     VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
 }
 
+/* A buffer of memory type `type`; exportable: a dedicated allocation exportable as an opaque fd,
+ * left unmapped, its handle a reserved address range (above). */
 static burst_status_t burst_vk_buffer_try(struct burst_vk_backend *be, size_t bytes, uint32_t type,
-                                          struct burst_vk_buffer *b)
+                                          int exportable, struct burst_vk_buffer *b)
 {
     memset(b, 0, sizeof *b);
+    VkExternalMemoryBufferCreateInfo ebci = {
+        .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+        .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+    };
     VkBufferCreateInfo bci = {
         .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .pNext = exportable ? &ebci : NULL,
         .size = bytes,
         .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT |
                  VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
@@ -67,8 +84,18 @@ static burst_status_t burst_vk_buffer_try(struct burst_vk_backend *be, size_t by
         return burst_error(BURST_ERR_DEVICE_MEMORY, "vulkan: memory type %u cannot hold buffers",
                            type);
     }
+    VkMemoryDedicatedAllocateInfo ded = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
+        .buffer = b->buf,
+    };
+    VkExportMemoryAllocateInfo emai = {
+        .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+        .pNext = &ded,
+        .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+    };
     VkMemoryAllocateFlagsInfo fl = {
         .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+        .pNext = exportable ? &emai : NULL,
         .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT,
     };
     VkMemoryAllocateInfo mai = {
@@ -81,8 +108,15 @@ static burst_status_t burst_vk_buffer_try(struct burst_vk_backend *be, size_t by
     if (r == VK_SUCCESS)
         r = vkBindBufferMemory(be->dev, b->buf, b->mem, 0);
     void *map = NULL;
-    if (r == VK_SUCCESS)
+    if (r == VK_SUCCESS && exportable) {
+        map = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (map == MAP_FAILED) {
+            map = NULL;
+            r = VK_ERROR_OUT_OF_HOST_MEMORY;
+        }
+    } else if (r == VK_SUCCESS) {
         r = vkMapMemory(be->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &map);
+    }
     if (r != VK_SUCCESS) {
         if (b->mem)
             vkFreeMemory(be->dev, b->mem, NULL);
@@ -97,6 +131,9 @@ static burst_status_t burst_vk_buffer_try(struct burst_vk_backend *be, size_t by
     b->addr = vkGetBufferDeviceAddress(be->dev, &ai);
     b->map = map;
     b->size = bytes;
+    b->memsize = req.size;
+    b->device_only = exportable;
+    b->share_id = exportable ? burst_vk_share_new() : 0;
     return BURST_OK;
 }
 
@@ -111,9 +148,20 @@ burst_status_t burst_vk_buffer_create(struct burst_vk_backend *be, size_t bytes,
                            (unsigned long long)be->caps.max_alloc);
     burst_status_t st = BURST_ERR_DEVICE_MEMORY;
     if (!host_only && be->mem_fast != ~0u)
-        st = burst_vk_buffer_try(be, bytes, be->mem_fast, b);
+        st = burst_vk_buffer_try(be, bytes, be->mem_fast, 0, b);
     if (st != BURST_OK && be->mem_host != ~0u)
-        st = burst_vk_buffer_try(be, bytes, be->mem_host, b);
+        st = burst_vk_buffer_try(be, bytes, be->mem_host, 0, b);
+    return st;
+}
+
+burst_status_t burst_vk_export_try(struct burst_vk_backend *be)
+{
+    struct burst_vk_buffer b;
+    if (be->mem_dev == ~0u)
+        return burst_error(BURST_ERR_UNSUPPORTED, "no device-local memory type");
+    burst_status_t st = burst_vk_buffer_try(be, 65536, be->mem_dev, 1, &b);
+    if (st == BURST_OK)
+        burst_vk_buffer_destroy(be, &b);
     return st;
 }
 
@@ -121,13 +169,21 @@ void burst_vk_buffer_destroy(struct burst_vk_backend *be, struct burst_vk_buffer
 {
     if (!b->buf)
         return;
-    vkUnmapMemory(be->dev, b->mem);
+    if (b->share_id)
+        burst_vk_share_forget(b->share_id); /* importers drop their mappings */
+    if (b->device_only)
+        munmap(b->map, b->size);
+    else
+        vkUnmapMemory(be->dev, b->mem);
     vkDestroyBuffer(be->dev, b->buf, NULL);
     vkFreeMemory(be->dev, b->mem, NULL);
     memset(b, 0, sizeof *b);
 }
 
-static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, int host_only)
+/* kinds of registered buffers */
+enum { BURST_VK_REG_DEVICE, BURST_VK_REG_HOST, BURST_VK_REG_SHARED };
+
+static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, int kind)
 {
     struct burst_vk_buffer b;
     /* whole 32-bit words: the shaders read and write 16-bit elements through the word holding
@@ -135,9 +191,16 @@ static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, in
     if (bytes > SIZE_MAX - 3)
         return NULL;
     bytes = bytes ? (bytes + 3) & ~(size_t)3 : 4;
-    if (burst_vk_buffer_create(be, bytes, host_only, &b) != BURST_OK)
+    burst_status_t st =
+        kind == BURST_VK_REG_SHARED
+            ? (be->caps.max_alloc && bytes > be->caps.max_alloc
+                   ? BURST_ERR_DEVICE_MEMORY
+                   : burst_vk_buffer_try(be, bytes, be->mem_dev, 1, &b))
+            : burst_vk_buffer_create(be, bytes, kind == BURST_VK_REG_HOST, &b);
+    if (st != BURST_OK)
         return NULL;
-    memset(b.map, 0, bytes);
+    if (!b.device_only)
+        memset(b.map, 0, bytes);
     pthread_mutex_lock(&be->mlock);
     if (be->nbufs == be->capbufs) {
         size_t cap = be->capbufs ? 2 * be->capbufs : 32;
@@ -152,17 +215,28 @@ static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, in
     }
     be->bufs[be->nbufs++] = b;
     pthread_mutex_unlock(&be->mlock);
+    if (b.device_only && burst_vk_fill(be, (float *)(void *)b.map, bytes / 4, 0.0f) != BURST_OK) {
+        burst_vk_free(be, b.map);
+        return NULL;
+    }
     return b.map;
 }
 
 void *burst_vk_alloc(void *bev, size_t bytes)
 {
-    return burst_vk_register_new(bev, bytes, 0);
+    return burst_vk_register_new(bev, bytes, BURST_VK_REG_DEVICE);
+}
+
+void *burst_vk_alloc_scratch(void *bev, size_t bytes)
+{
+    struct burst_vk_backend *be = bev;
+    void *p = be->exportable ? burst_vk_register_new(be, bytes, BURST_VK_REG_SHARED) : NULL;
+    return p ? p : burst_vk_register_new(be, bytes, BURST_VK_REG_DEVICE);
 }
 
 void *burst_vk_host_buffer(struct burst_vk_backend *be, size_t bytes)
 {
-    return burst_vk_register_new(be, bytes, 1);
+    return burst_vk_register_new(be, bytes, BURST_VK_REG_HOST);
 }
 
 void burst_vk_free(void *bev, void *ptr)

@@ -1,0 +1,69 @@
+#!/bin/bash
+# cuda/hetero_check.sh [SRC] - build burst with the cuda and vulkan backends on a GPU machine,
+# check heterogeneous rings (cuda, vulkan and cpu ranks), then benchmark shards sized by speed
+# (tools/burstbench_hetero.py) with the blocks between the cuda and the vulkan rank going device
+# to device through shared memory, and the same staged through the host (BURST_DEVICE_DIRECT=0).
+#
+# Builds SRC (default: this checkout) into /tmp/burst-hetero-build (BURST_ARCHS, default 90a),
+# runs test_staging, test_hetero mixed (cpu + vulkan ranks on the GPU) and tests/burstrun_hetero.sh
+# gpu (cuda + vulkan ranks), then, with BURST_BENCH_HETERO="<burstbench_hetero.py arguments>",
+# the benchmark both ways and one verbose burstrun per way (per-rank compute / wait). Logs and CSV
+# go to $OUT (or /tmp/out); a short summary is printed last. Through the device tool:
+#   run(command="source .device/env.sh && BURST_BENCH_HETERO='-n 2 --backends cuda,vulkan \
+#       --threads --seq 32768 --heads 8 --head-dim 128 --dtype fp16 --causal --fwd-only' \
+#       bash cuda/hetero_check.sh", carry=[".device"], kind="nvidia-h200")
+set -uo pipefail
+src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+out=${OUT:-/tmp/out}
+b=/tmp/burst-hetero-build
+mkdir -p "$out"
+summary=()
+step() { # name command...
+    local name=$1
+    shift
+    local t0=$SECONDS
+    "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    summary+=("$(printf '%-24s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
+    return $rc
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+if [ ! -d "$b" ]; then
+    step setup meson setup "$b" "$src" -Dvulkan=enabled -Dcuda=enabled -Dmpi=disabled \
+        -Dwerror=false "-Dnvcc_archs=${BURST_ARCHS:-90a}" || { tail -n 30 "$out/setup.log"; exit 1; }
+fi
+step build ninja -C "$b" tools/burstrun tests/test_staging tests/test_hetero ||
+    { tail -n 30 "$out/build.log"; exit 1; }
+BR=$b/tools/burstrun
+if [ "${BURST_HETERO_TESTS:-1}" = 1 ]; then
+    step test_staging "$b/tests/test_staging"
+    step hetero_mixed "$b/tests/test_hetero" mixed
+    step burstrun_hetero_gpu sh "$src/tests/burstrun_hetero.sh" "$BR" shm gpu
+    tail -n 5 "$out/burstrun_hetero_gpu.log"
+fi
+if [ -n "${BURST_BENCH_HETERO:-}" ]; then
+    (cd "$out" && python3 "$src/tools/burstbench_hetero.py" --burstrun "$BR" \
+        $BURST_BENCH_HETERO --csv burstbench_hetero_shared.csv) >"$out/bench_shared.log" 2>&1
+    summary+=("bench shared rc=$?")
+    (cd "$out" && BURST_DEVICE_DIRECT=0 python3 "$src/tools/burstbench_hetero.py" \
+        --burstrun "$BR" $BURST_BENCH_HETERO --csv burstbench_hetero_staged.csv) \
+        >"$out/bench_staged.log" 2>&1
+    summary+=("bench staged rc=$?")
+    if [ -n "${BURST_VERBOSE_HETERO:-}" ]; then
+        BURST_VK_PROFILE=1 "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_shared.log" 2>&1
+        BURST_DEVICE_DIRECT=0 "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_staged.log" 2>&1
+        for w in shared staged; do
+            echo "== verbose $w"
+            grep -iE "rank [0-9].*(compute|wait)|fwd|transfers" "$out/verbose_$w.log" | tail -n 8
+        done
+    fi
+    for w in shared staged; do
+        echo "== bench $w"
+        grep -v '^\$\|^{' "$out/bench_$w.log" | tail -n 12
+    done
+fi
+for f in test_staging hetero_mixed; do
+    [ -f "$out/$f.log" ] && { echo "== $f"; grep -E "FAILED|PASSED|error" "$out/$f.log" | tail -n 4; }
+done
+echo "== $(tr '\n' ' ' <"$out/gpu.txt")"
+printf '%s\n' "${summary[@]}"
