@@ -54,7 +54,8 @@ if [ -n "${BURST_BENCH_HETERO:-}" ]; then
         BURST_DEVICE_DIRECT=0 "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_staged.log" 2>&1
         for w in shared staged; do
             echo "== verbose $w"
-            grep -iE "rank [0-9].*(compute|wait)|fwd|transfers" "$out/verbose_$w.log" | tail -n 8
+            grep -E "^ *rank [0-9]|^forward|^backward|^phase|profile:|transfers" \
+                "$out/verbose_$w.log" | tail -n 12
         done
     fi
     for w in shared staged; do

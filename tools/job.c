@@ -485,7 +485,9 @@ static void rank_loop(struct rank_run *rr)
                         dk = view(j, j->dk, r, p->kv_heads), dv = view(j, j->dv, r, p->kv_heads);
     float *lse = j->lse[r];
     fl = 0;
-    if (burst_context_device_memory(ctx)) {
+    /* GPU ranks compute on their context's memory, as an application does: cuda must (device
+     * memory), vulkan would otherwise stage host tensors at every call (context.h) */
+    if (burst_context_device_memory(ctx) || strcmp(burst_context_backend(ctx), "cpu") != 0) {
         void *hosts[8] = {j->q, j->k, j->v, j->dout, j->o, j->dq, j->dk, j->dv};
         struct burst_tensor *views[8] = {&q, &k, &v, &dout, &o, &dq, &dk, &dv};
         st = BURST_OK;

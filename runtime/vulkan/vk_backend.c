@@ -321,18 +321,36 @@ static int burst_vk_stage_transfers(void *bev, int in_process)
            (be->caps.type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU && be->mem_fast != ~0u);
 }
 
-/* Between a registered device buffer and a staging buffer (both from this backend): the
- * device's copy command. Anything else: the CPU. */
+/* Between two registered buffers (device memory, staging buffers): the device's copy command.
+ * On a GPU, between a registered buffer and other host memory: through a registered host buffer
+ * and that command (the CPU reads mapped device memory uncached, and cannot touch the device-only
+ * scratch at all: vk_share.c). Otherwise the CPU. */
 static burst_status_t burst_vk_memcpy(void *bev, void *dst, const void *src, size_t bytes)
 {
     struct burst_vk_backend *be = bev;
     VkBuffer db, sb;
     VkDeviceSize doff, soff;
-    if (bytes && be->stage && burst_vk_buffer_of(be, dst, bytes, &db, &doff) &&
-        burst_vk_buffer_of(be, src, bytes, &sb, &soff))
+    if (!bytes)
+        return BURST_OK;
+    const int dreg = be->stage && burst_vk_buffer_of(be, dst, bytes, &db, &doff);
+    const int sreg = be->stage && burst_vk_buffer_of(be, src, bytes, &sb, &soff);
+    if (dreg && sreg)
         return burst_vk_copy_buffers(be, db, doff, sb, soff, bytes);
-    if (bytes)
-        memcpy(dst, src, bytes);
+    void *tmp = dreg || sreg ? burst_vk_host_buffer(be, bytes) : NULL;
+    if (tmp) {
+        burst_status_t st = BURST_OK;
+        if (sreg && (st = burst_vk_memcpy(be, tmp, src, bytes)) == BURST_OK)
+            memcpy(dst, tmp, bytes);
+        if (dreg) {
+            memcpy(tmp, src, bytes);
+            st = burst_vk_memcpy(be, dst, tmp, bytes);
+        }
+        burst_vk_free(be, tmp);
+        return st;
+    }
+    if (dreg || sreg)
+        return burst_error(BURST_ERR_NO_MEMORY, "vulkan: %zu bytes of host staging memory", bytes);
+    memcpy(dst, src, bytes);
     return BURST_OK;
 }
 
