@@ -132,7 +132,9 @@ struct burst_backend_ops {
      * burst_tp_devops). When every rank of a plan runs this backend and the transport moves
      * device memory itself (the in-process one; the IPC layer between processes of a host), the
      * travelling blocks go device to device with these instead of being staged through host
-     * memory (runtime/ring_xfer.c).
+     * memory (runtime/ring_xfer.c). A host-addressable backend whose scratch another backend of
+     * the process can import (vulkan: the share_export members, no copy) sets it too: a cuda
+     * rank on the same GPU then moves their blocks device to device (transport.h, share_*).
      */
     const struct burst_tp_devops *devcopy;
     /*
