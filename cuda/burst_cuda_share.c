@@ -53,8 +53,9 @@ burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16])
 
 /* Import the allocation of owner that holds buf (its description d, without a descriptor yet)
  * into a new entry of the cache; the caller holds the lock and has made the device current. */
-static burst_status_t share_import_new(struct burst_cuda_share *sh, const struct burst_tp_dev *owner,
-                                       const void *buf, size_t len, struct share_map **m_p)
+static burst_status_t share_import_new(struct burst_cuda_share *sh,
+                                       const struct burst_tp_dev *owner, const void *buf,
+                                       size_t len, struct share_map **m_p)
 {
     for (size_t i = 0; i < sh->n;) /* first drop the mappings of freed allocations */
         if (!sh->maps[i].live(sh->maps[i].id)) {

@@ -772,9 +772,9 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
         if (empty < 0)
             return burst_error(BURST_ERR_INTERNAL, "%s: more than %d scratch buffers", who,
                                BURST_SCRATCH_BUFS);
-        void *(*alloc)(void *, size_t) = ctx->ops->size >= sizeof(*ctx->ops) && ctx->ops->alloc_scratch
-                                              ? ctx->ops->alloc_scratch
-                                              : ctx->ops->alloc;
+        void *(*alloc)(void *, size_t) =
+            ctx->ops->size >= sizeof(*ctx->ops) && ctx->ops->alloc_scratch ? ctx->ops->alloc_scratch
+                                                                           : ctx->ops->alloc;
         void *p = burst_fault_alloc() ? NULL : alloc(ctx->be, need);
         if (!p)
             return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,

@@ -598,8 +598,8 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
             assert_int_equal(imports, 0);
             assert_true(scopies >= 2L * G * (G - 1));
         }
-        assert_int_equal(live, 0);          /* the ring freed all it shared */
-        assert_int_equal(imports, unmaps);  /* and every mapping was dropped */
+        assert_int_equal(live, 0);         /* the ring freed all it shared */
+        assert_int_equal(imports, unmaps); /* and every mapping was dropped */
         assert_int_equal(atomic_load(&n_marks) - m0, atomic_load(&n_released) - r0);
         float *c[5] = {mixed.o, mixed.lse, mixed.dq, mixed.dk, mixed.dv};
         for (int t = 0; t < 5; t++)

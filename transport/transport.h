@@ -88,7 +88,7 @@ struct burst_tp_devops {
      * transport waits for them on the host. A copier (cuda) has copy and share_import. When the
      * two sides of a message are an exporter and a copier on the same device (share_device: the
      * plan compares the UUIDs in its handshake, runtime/plan.c), the message goes device to
-     * device through the copier's copy(), which ever side posts second (transport/tp_local.c).
+     * device through the copier's copy(), whichever side posts second (transport/tp_local.c).
      *   share_device  the 16-byte UUID of the instance's device (cuda: cudaDeviceProp.uuid;
      *                 vulkan: VkPhysicalDeviceIDProperties.deviceUUID, the same bytes for the
      *                 same GPU); an error when its memory cannot be shared.

@@ -181,7 +181,11 @@ void burst_vk_buffer_destroy(struct burst_vk_backend *be, struct burst_vk_buffer
 }
 
 /* kinds of registered buffers */
-enum { BURST_VK_REG_DEVICE, BURST_VK_REG_HOST, BURST_VK_REG_SHARED };
+enum {
+    BURST_VK_REG_DEVICE,
+    BURST_VK_REG_HOST,
+    BURST_VK_REG_SHARED
+};
 
 static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, int kind)
 {
@@ -191,12 +195,11 @@ static void *burst_vk_register_new(struct burst_vk_backend *be, size_t bytes, in
     if (bytes > SIZE_MAX - 3)
         return NULL;
     bytes = bytes ? (bytes + 3) & ~(size_t)3 : 4;
-    burst_status_t st =
-        kind == BURST_VK_REG_SHARED
-            ? (be->caps.max_alloc && bytes > be->caps.max_alloc
-                   ? BURST_ERR_DEVICE_MEMORY
-                   : burst_vk_buffer_try(be, bytes, be->mem_dev, 1, &b))
-            : burst_vk_buffer_create(be, bytes, kind == BURST_VK_REG_HOST, &b);
+    burst_status_t st = kind == BURST_VK_REG_SHARED
+                            ? (be->caps.max_alloc && bytes > be->caps.max_alloc
+                                   ? BURST_ERR_DEVICE_MEMORY
+                                   : burst_vk_buffer_try(be, bytes, be->mem_dev, 1, &b))
+                            : burst_vk_buffer_create(be, bytes, kind == BURST_VK_REG_HOST, &b);
     if (st != BURST_OK)
         return NULL;
     if (!b.device_only)

@@ -135,8 +135,9 @@ static burst_status_t burst_vk_share_device(void *bev, unsigned char uuid[16])
 {
     struct burst_vk_backend *be = bev;
     if (!be->exportable)
-        return burst_error(BURST_ERR_UNSUPPORTED, "vulkan: device %d (%s) does not export memory: %s",
-                           be->index, be->caps.name,
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "vulkan: device %d (%s) does not export memory: %s", be->index,
+                           be->caps.name,
                            be->export_why[0] ? be->export_why
                                              : "BURST_VK_EXPORT=0, a cpu device, or no "
                                                "VK_KHR_external_memory_fd");
