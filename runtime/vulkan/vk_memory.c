@@ -134,6 +134,10 @@ static burst_status_t burst_vk_buffer_try(struct burst_vk_backend *be, size_t by
     b->memsize = req.size;
     b->device_only = exportable;
     b->share_id = exportable ? burst_vk_share_new() : 0;
+    if (exportable && !b->share_id) { /* no id: not shareable, let the caller fall back */
+        burst_vk_buffer_destroy(be, b);
+        return burst_error(BURST_ERR_NO_MEMORY, "vulkan: out of memory");
+    }
     return BURST_OK;
 }
 

@@ -7,11 +7,12 @@
  * On a GPU whose driver exports buffers as opaque file descriptors (VK_KHR_external_memory_fd),
  * the plan's scratch (alloc_scratch, where the travelling blocks live) is device-local memory in
  * dedicated, exportable allocations, each with an id unique in the process (vk_memory.c; the
- * host-visible memory of alloc() is not exportable on NVIDIA's driver). The ops table below is the exporter's side of struct burst_tp_devops: no copy()
- * of its own (the cuda side copies), marks that need no wait (this backend's ops are
- * synchronous: a buffer is written when the op returns), the device's UUID for the plan to match
- * the two sides, and the descriptions and descriptors the importer asks for. A process-wide
- * registry of the live ids tells importers which of their mappings to drop (share_live).
+ * host-visible memory of alloc() is not exportable on NVIDIA's driver). The ops table below is
+ * the exporter's side of struct burst_tp_devops: no copy() of its own (the cuda side copies),
+ * marks that need no wait (this backend's ops are synchronous: a buffer is written when the op
+ * returns), the device's UUID for the plan to match the two sides, and the descriptions and
+ * descriptors the importer asks for. A process-wide registry of the live ids tells importers
+ * which of their mappings to drop (share_live).
  *
  * BURST_VK_EXPORT=0 allocates ordinary memory (no sharing: such rings stage through the host).
  */
