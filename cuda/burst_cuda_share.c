@@ -51,8 +51,8 @@ burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16])
     return BURST_OK;
 }
 
-/* Import the allocation of owner that holds buf (its description d, without a descriptor yet)
- * into a new entry of the cache; the caller holds the lock and has made the device current. */
+/* Import the allocation of owner that holds buf into a new entry of the cache, after dropping
+ * the entries of freed allocations; the caller holds the lock and has made the device current. */
 static burst_status_t share_import_new(struct burst_cuda_share *sh,
                                        const struct burst_tp_dev *owner, const void *buf,
                                        size_t len, struct share_map **m_p)

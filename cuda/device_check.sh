@@ -6,21 +6,9 @@
 # on small cases, and (BURST_BENCH=1) tools/burstbench_cuda.py. Logs go to $OUT (or /tmp/out);
 # a short table is printed last. Used through the device tool as (from the repo root):
 #   run(command="source .device/env.sh && bash cuda/device_check.sh", carry=[".device"])
-set -uo pipefail
-src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-out=${OUT:-/tmp/out}
+STEP_TIMEOUT=${BURST_STEP_TIMEOUT:-300} # a hung kernel ends there
+source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-cuda-build
-mkdir -p "$out"
-summary=()
-step() { # name command...
-    local name=$1
-    shift
-    local t0=$SECONDS
-    timeout "${BURST_STEP_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1 # a hung kernel ends here
-    local rc=$?
-    summary+=("$(printf '%-28s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
-    return $rc
-}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 step setup meson setup "$b" "$src" -Dvulkan=disabled -Dfabric=disabled -Dmpi=disabled \
     -Dcuda=enabled "-Dnvcc_archs=${BURST_ARCHS:-90,90a}" \

@@ -12,21 +12,8 @@
 #   run(command="source .device/env.sh && BURST_BENCH_HETERO='-n 2 --backends cuda,vulkan \
 #       --threads --seq 32768 --heads 8 --head-dim 128 --dtype fp16 --causal --fwd-only' \
 #       bash cuda/hetero_check.sh", carry=[".device"], kind="nvidia-h200")
-set -uo pipefail
-src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-out=${OUT:-/tmp/out}
+source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-hetero-build
-mkdir -p "$out"
-summary=()
-step() { # name command...
-    local name=$1
-    shift
-    local t0=$SECONDS
-    "$@" >"$out/$name.log" 2>&1
-    local rc=$?
-    summary+=("$(printf '%-24s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
-    return $rc
-}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 if [ ! -d "$b" ]; then
     step setup meson setup "$b" "$src" -Dvulkan=enabled -Dcuda=enabled -Dmpi=disabled \

@@ -11,21 +11,8 @@
 # (or /tmp/out); a short summary is printed last. Through the device tool (repo root):
 #   run(command="source .device/env.sh && BURST_BENCH_RING='--seqs 32768 --masks causal' \
 #       bash cuda/ring_check.sh", carry=[".device"], kind="nvidia-h200-x2")
-set -uo pipefail
-src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-out=${OUT:-/tmp/out}
+source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-ring-build
-mkdir -p "$out"
-summary=()
-step() { # name command...
-    local name=$1
-    shift
-    local t0=$SECONDS
-    "$@" >"$out/$name.log" 2>&1
-    local rc=$?
-    summary+=("$(printf '%-24s rc=%-3d %4ds' "$name" $rc $((SECONDS - t0)))")
-    return $rc
-}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 nvidia-smi topo -m >"$out/topo.txt" 2>&1
 if [ ! -d "$b" ]; then

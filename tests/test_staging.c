@@ -270,15 +270,18 @@ static int share_live(uint64_t id)
     return live;
 }
 
+static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER; /* one copier rank at a time */
+
 static burst_status_t share_import(void *be, const struct burst_tp_dev *owner, const void *buf,
                                    size_t len, void **ptr_p)
 {
     (void)be;
+    pthread_mutex_lock(&import_lock);
     struct burst_tp_share d;
     assert_int_equal(owner->ops->share_export(owner->be, buf, len, 0, &d), BURST_OK);
     assert_int_equal(d.fd, -1);
     int hit = -1, empty = -1;
-    for (int i = 0; i < EXPORT_MAX; i++) { /* (one copier rank at a time: share_lock below) */
+    for (int i = 0; i < EXPORT_MAX; i++) {
         if (imported[i].base && imported[i].id == d.id)
             hit = i;
         else if (imported[i].base && !owner->ops->share_live(imported[i].id)) {
@@ -301,18 +304,8 @@ static burst_status_t share_import(void *be, const struct burst_tp_dev *owner, c
         atomic_fetch_add(&n_imports, 1);
     }
     *ptr_p = imported[hit].base + d.offset;
-    return BURST_OK;
-}
-
-static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static burst_status_t share_import_locked(void *be, const struct burst_tp_dev *owner,
-                                          const void *buf, size_t len, void **ptr_p)
-{
-    pthread_mutex_lock(&import_lock);
-    burst_status_t st = share_import(be, owner, buf, len, ptr_p);
     pthread_mutex_unlock(&import_lock);
-    return st;
+    return BURST_OK;
 }
 
 /* The copier's copies: never on an exporter's own address; the copier's side marked. */
@@ -348,7 +341,7 @@ static const struct burst_tp_devops copier_devcopy = {
     .wait = fake_wait,
     .release = fake_release,
     .share_device = share_device,
-    .share_import = share_import_locked,
+    .share_import = share_import,
 };
 
 static const struct burst_tp_devops exporter_devcopy = {
