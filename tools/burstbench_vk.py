@@ -2,8 +2,11 @@
 """tools/burstbench_vk.py - the Vulkan backend against PyTorch SDPA on the same sizes, same GPU.
 
 Runs `burstrun --backend vulkan` (one rank) for each Vulkan path (coopmat = the default where the
-device has GL_NV_cooperative_matrix, subgroup = BURST_VK_COOPMAT=0, scalar = also
-BURST_VK_SUBGROUP=0), forward only and forward+backward, with BURST_VK_PROFILE=1 so the GPU time
+device has GL_NV_cooperative_matrix; tiled = BURST_VK_COOPMAT=0: the register-tiled forward and
+the subgroup backward; tiled@BRxBCxDC = the same with that fwd_rt tile (BURST_VK_RT_TILE);
+subgroup = also BURST_VK_RT=0: the subgroup forward; scalar = also BURST_VK_SUBGROUP=0; fp32
+inputs never take the cooperative-matrix kernels, so coopmat and tiled are one path there),
+forward only and (unless --fwd-only) forward+backward, with BURST_VK_PROFILE=1 so the GPU time
 of the kernels themselves (timestamp queries) is reported beside burstrun's wall time (which also
 counts host staging of caller tensors and the host-side output casts). Then PyTorch's
 scaled_dot_product_attention with the FLASH_ATTENTION and CUDNN_ATTENTION backends (and
@@ -13,7 +16,8 @@ and writes burstbench_vk.csv. Before timing, a small checked run (--check) of ea
 path guards against timing a wrong kernel.
 
     python3 tools/burstbench_vk.py --burstrun build/tools/burstrun [--seq 16384 --heads 32
-        --head-dim 128 --dtype fp16 --causal] [--paths coopmat,subgroup,scalar] [--no-torch]
+        --head-dim 128 --dtype fp16 --causal] [--paths coopmat,tiled,subgroup,scalar] [--fwd-only]
+        [--no-torch]
 """
 import argparse
 import csv
@@ -25,13 +29,21 @@ import sys
 
 PATHS = {
     "coopmat": {},
-    "subgroup": {"BURST_VK_COOPMAT": "0"},
-    "scalar": {"BURST_VK_COOPMAT": "0", "BURST_VK_SUBGROUP": "0"},
+    "tiled": {"BURST_VK_COOPMAT": "0"},
+    "subgroup": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0"},
+    "scalar": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0", "BURST_VK_SUBGROUP": "0"},
 }
 
 
+def path_env(path):
+    """The environment of a path name: one of PATHS, or tiled@BRxBCxDC (a fwd_rt tile)."""
+    if path.startswith("tiled@"):
+        return dict(PATHS["tiled"], BURST_VK_RT_TILE=path[6:].replace("x", ","))
+    return PATHS[path]
+
+
 def run_burst(args, path, fwd_only, seq, check=False):
-    env = dict(os.environ, BURST_VK_PROFILE="1", **PATHS[path])
+    env = dict(os.environ, BURST_VK_PROFILE="1", **path_env(path))
     cmd = [args.burstrun, "--threads", "-n", "1", "--backend", "vulkan", "--seq", str(seq),
            "--heads", str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
            "--iters", str(args.iters), "--warmup", str(args.warmup), "--json"]
@@ -125,7 +137,8 @@ def main():
     # the GPU clocks up during the first calls (seen at 345-420 MHz at the start of a run):
     # calls before the timed ones, whose kernel time the profile does not count apart
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--paths", default="coopmat,subgroup,scalar")
+    ap.add_argument("--paths", default="coopmat,tiled,subgroup,scalar")
+    ap.add_argument("--fwd-only", action="store_true", help="time the forward alone")
     ap.add_argument("--check-seq", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--no-torch", action="store_true")
@@ -139,12 +152,12 @@ def main():
         ok = js is not None and js.get("check") == "pass"
         print(f"[{path}] check at N={args.check_seq}: {js.get('check') if js else 'failed'}"
               f" (max_rel_err {js.get('max_rel_err') if js else None})", flush=True)
-        for fwd_only in (True, False):
+        for fwd_only in (True,) if args.fwd_only else (True, False):
             js, prof = run_burst(args, path, fwd_only, args.seq)
             if js is None:
                 continue
             wall = js["fwd_ms"] + (0.0 if fwd_only else js["bwd_ms"])
-            kern = kernel_ms(prof, ["fwd", "fwd_cm"])
+            kern = kernel_ms(prof, ["fwd", "fwd_cm", "fwd_rt"])
             if not fwd_only:
                 kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "delta"])
             f = flops_fwd * (1.0 if fwd_only else 3.5)

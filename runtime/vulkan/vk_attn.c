@@ -162,6 +162,14 @@ static int burst_vk_vec8(const struct burst_tensor *t, VkDeviceAddress a)
            t->stride[1] % 8 == 0 && t->stride[2] % 8 == 0;
 }
 
+/* Whether every row of fp32 t at device address a starts a 16-byte aligned vector of 4
+ * elements (the register-tiled forward's vec4 loads, params flag bit 5). */
+static int burst_vk_vec4(const struct burst_tensor *t, VkDeviceAddress a)
+{
+    return t->dtype == BURST_DTYPE_FP32 && a % 16 == 0 && t->stride[0] % 4 == 0 &&
+           t->stride[1] % 4 == 0 && t->stride[2] % 4 == 0;
+}
+
 /* Allowed key interval of each query row, clamped to [0, nk]; empty rows get (0, 0). */
 static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_posmap *kpos,
                           struct burst_mask mask, int64_t nq, int64_t nk, int32_t *rows)
@@ -188,8 +196,10 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
  * of rows (params lo, hi) whose loop iterations stay under 48 Ki by a generous count: per key
  * (fwd, dq) or per query row and head of the group (dkv) two loops over the invocation's
  * d / T elements, its share of the tile loads and a few more; plus the invocation's fixed
- * loops. A range is a whole number of staged tiles (BC rows), at least one. Hardware devices
- * take the whole block in one dispatch.
+ * loops. The register-tiled forward counts per key tile of BC keys every loop as a loop (the
+ * unroll hints may not be taken): the chunks over d with their loads and 4-wide inner loops,
+ * the mask and the row reductions, the chunks of keys with theirs. A range is a whole number of staged tiles (BC rows), at least one. Hardware
+ * devices take the whole block in one dispatch.
  */
 static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           enum burst_vk_kernel k, const struct burst_vk_dims *dim,
@@ -198,6 +208,16 @@ static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
     int64_t n = k == BURST_VK_DKV ? dim->nq : dim->nk;
     if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
         return n > 0 ? n : 1;
+    if (k == BURST_VK_FWD_RT) {
+        int64_t dc = tl->t, cg = tl->bc / 4, inv = (int64_t)(tl->br / 4) * cg;
+        int64_t nv = (dim->d + 4 * cg - 1) / (4 * cg);
+        int64_t qk = ((tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
+        int64_t vl = (dc * dim->d / 4 + inv - 1) / inv;
+        int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * dc + 2) + 24 + 4 * (cg + nv + 1) +
+                       (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
+        int64_t tiles = (49152 - 4 * (cg + 5 * nv + 1) - 64) / tile;
+        return tiles < 1 ? tl->bc : tiles * tl->bc;
+    }
     int64_t e = dim->d / tl->t, inv = (int64_t)tl->br * tl->t;
     int64_t per = 2 * e + dim->d / inv + 1 + 8;
     if (k == BURST_VK_DKV)
@@ -293,6 +313,9 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             p->flags |= 8;
         if (kern == BURST_VK_FWD_CM && slots[3].addr % 16 == 0)
             p->flags |= 16;
+        if (kern == BURST_VK_FWD_RT && burst_vk_vec4(a->q, slots[0].addr) &&
+            burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr))
+            p->flags |= 32;
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim->nq, dim->nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
         const uint32_t groups[3] = {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq,
@@ -324,6 +347,9 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
         a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0 &&
         be->tiles.k[BURST_VK_FWD_CM][burst_vk_dclass((int)dim.d)].t > 0)
         kern = BURST_VK_FWD_CM;
+    /* otherwise the register-tiled forward, where the device has a tile for it */
+    else if (be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)].t > 0)
+        kern = BURST_VK_FWD_RT;
     if ((st = burst_vk_tile_for(be, op, kern, dim.d, &tl)) != BURST_OK)
         return st;
     return burst_vk_fwd_run(be, a, &dim, bytes, kern, &tl, NULL);

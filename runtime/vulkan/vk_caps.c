@@ -36,7 +36,7 @@
 #include "vk_spv_config.h"
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
-    "fwd", "dq", "dkv", "delta", "fwd_cm", "dq_cm", "dkv_cm", "copy", "fill", "acc"};
+    "fwd", "dq", "dkv", "delta", "fwd_cm", "dq_cm", "dkv_cm", "fwd_rt", "copy", "fill", "acc"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -53,6 +53,10 @@ void burst_vk_env_read(struct burst_vk_env *env)
 {
     env->subgroup = burst_vk_env_int("BURST_VK_SUBGROUP", 1) != 0;
     env->coopmat = burst_vk_env_int("BURST_VK_COOPMAT", 1) != 0;
+    env->rt = burst_vk_env_int("BURST_VK_RT", 1) != 0;
+    const char *rt = getenv("BURST_VK_RT_TILE");
+    if (!rt || sscanf(rt, "%d,%d,%d", &env->rt_tile[0], &env->rt_tile[1], &env->rt_tile[2]) != 3)
+        env->rt_tile[0] = env->rt_tile[1] = env->rt_tile[2] = 0;
     int at = burst_vk_env_int("BURST_VK_AUTOTUNE", 0);
     env->autotune = at == 1 || (at >= 8 && at <= 256) ? at : 0;
     env->cache = burst_vk_env_int("BURST_VK_CACHE", 1) != 0;
@@ -217,6 +221,14 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         size_t rows = (size_t)tl->br * rs + 2 * (size_t)tl->bc * rs + w * 16 * x;
         return rows + (k == BURST_VK_DKV_CM ? 16 * (size_t)tl->bc + 8 : 8);
     }
+    case BURST_VK_FWD_RT: {
+        /* mirrors shaders/fwd_rt.comp (t = DC): a region holding a transposed Q chunk and K
+         * chunk (rows padded by 4 floats) or a V chunk of DC keys, P transposed, one float per
+         * row and invocation of its row group, two ints */
+        size_t qs = (size_t)tl->br + 4, ks = (size_t)tl->bc + 4, dc = (size_t)tl->t;
+        size_t qk = dc * (qs + ks), v = dc * (size_t)d, region = qk > v ? qk : v;
+        return 4 * (region + (size_t)tl->bc * qs + (size_t)tl->br * (size_t)(tl->bc / 4)) + 8;
+    }
     default: return 0;
     }
 }
@@ -234,6 +246,17 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
     int d = burst_vk_dclass_max[dclass];
+    if (k == BURST_VK_FWD_RT) {
+        /* t = DC (4..32, a power of two); BR and BC multiples of 4, (BR / 4) x (BC / 4)
+         * invocations; no subgroup operation */
+        if (!BURST_VK_SPV_FWD_RT || !env->rt || tl->t < 4 || tl->t > 32 ||
+            (tl->t & (tl->t - 1)) || tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 ||
+            tl->bc > 64 || tl->bc % 4)
+            return 0;
+        uint32_t wg = (uint32_t)(tl->br / 4 * (tl->bc / 4));
+        return wg <= caps->max_invocations && wg <= 1024 &&
+               burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
+    }
     /* bounds first: the values may come from the cache file (br * t must not overflow) */
     if (tl->t < 1 || tl->t > 64 || tl->br < 1 || tl->br > 1024 || tl->bc < 1 || tl->bc > 64 ||
         (tl->t & (tl->t - 1)) || d % tl->t)
@@ -274,6 +297,22 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
     }
     for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
         tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
+    /* the register-tiled forward: 64 x 64 tiles of 256 invocations with the deepest chunks
+     * that fit (32 head-dim elements where shared memory allows), then narrower tiles;
+     * BURST_VK_RT_TILE=br,bc,dc asks for one (used where valid) */
+    static const struct burst_vk_tile rt[] = {{32, 64, 64}, {16, 64, 64}, {8, 64, 64},
+                                              {16, 32, 64}, {8, 32, 64},  {8, 32, 32},
+                                              {8, 16, 32},  {8, 16, 16},  {4, 8, 8}};
+    for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+        struct burst_vk_tile want = {env->rt_tile[2], env->rt_tile[0], env->rt_tile[1]};
+        if (env->rt_tile[0] && burst_vk_tile_valid(caps, env, BURST_VK_FWD_RT, c, &want)) {
+            tiles->k[BURST_VK_FWD_RT][c] = want;
+            continue;
+        }
+        for (size_t i = 0; i < sizeof rt / sizeof rt[0] && !tiles->k[BURST_VK_FWD_RT][c].t; i++)
+            if (burst_vk_tile_valid(caps, env, BURST_VK_FWD_RT, c, &rt[i]))
+                tiles->k[BURST_VK_FWD_RT][c] = rt[i];
+    }
     for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env);
          k++) {
         if (k != BURST_VK_FWD_CM && !(BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV))

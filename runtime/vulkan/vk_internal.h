@@ -92,6 +92,7 @@ enum burst_vk_kernel {
     BURST_VK_FWD_CM, /* cooperative matrix (NV) forward */
     BURST_VK_DQ_CM,  /* cooperative matrix (NV) dQ */
     BURST_VK_DKV_CM, /* cooperative matrix (NV) dK / dV */
+    BURST_VK_FWD_RT, /* register-tiled forward (any device; tile t = its chunk depth DC) */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
@@ -124,6 +125,8 @@ enum burst_vk_elem_mode {
 struct burst_vk_env {
     int subgroup;         /* BURST_VK_SUBGROUP: 0 = scalar kernels only */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
+    int rt;               /* BURST_VK_RT: 0 = never the register-tiled forward (fwd_rt) */
+    int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: its tile, where valid (else the rule) */
     int autotune;         /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
                            * a head dim (8..256) = only for its class (the others keep the rule) */
     int cache;            /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */

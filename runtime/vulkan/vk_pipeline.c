@@ -24,6 +24,7 @@
 #include "elem_copy.spv.h"
 #include "elem_fill.spv.h"
 #include "fwd.spv.h"
+#include "fwd_rt.spv.h"
 #if BURST_VK_SPV_FWD_SG
 #include "bwd_dkv_sg.spv.h"
 #include "bwd_dq_sg.spv.h"
@@ -60,6 +61,7 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
     case BURST_VK_DKV: return BURST_VK_SPV(burst_vk_spv_bwd_dkv);
 #endif
     case BURST_VK_DELTA: return BURST_VK_SPV(burst_vk_spv_bwd_delta);
+    case BURST_VK_FWD_RT: return BURST_VK_SPV(burst_vk_spv_fwd_rt);
     case BURST_VK_COPY: return BURST_VK_SPV(burst_vk_spv_elem_copy);
     case BURST_VK_FILL: return BURST_VK_SPV(burst_vk_spv_elem_fill);
     case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
@@ -146,7 +148,8 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
                                               VkPipeline *pipe_p)
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
-    struct burst_vk_spv spv = burst_vk_spv_of(k, key[2] > 1 && !burst_vk_kernel_cm(k));
+    struct burst_vk_spv spv =
+        burst_vk_spv_of(k, key[2] > 1 && !burst_vk_kernel_cm(k) && k != BURST_VK_FWD_RT);
     if (!spv.code)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "vulkan: kernel %s was not built (glslangValidator lacked an extension)",
@@ -171,6 +174,8 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
         data[8] = 64;
     if (burst_vk_kernel_cm(k)) /* BR / 16 subgroups of T invocations */
         data[8] = (int32_t)(key[2] * key[3] / 16);
+    if (k == BURST_VK_FWD_RT) /* (BR / 4) x (BC / 4) */
+        data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     VkSpecializationInfo spec = {9, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
