@@ -1,0 +1,47 @@
+#!/bin/bash
+# cuda/vk_check.sh [SRC] - build burst with the Vulkan backend alone on a GPU machine, run the
+# Vulkan tests on the GPU (test_vulkan on the default path, on the subgroup forward
+# (BURST_VK_RT=0) and on the scalar kernels; test_attention on the default path), then, with
+# BURST_BENCH_VK="<burstbench_vk.py arguments>", the benchmark beside PyTorch SDPA (several
+# argument sets separated by ';' run one after the other). Builds SRC (default: this checkout)
+# into /tmp/burst-vk-build; logs and CSV go to $OUT (or /tmp/out); a short summary is printed
+# last. Through the device tool:
+#   run(command="source .device/env.sh && BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 \
+#       --dtype fp32 --paths tiled,subgroup --fwd-only --warmup 2 --iters 5' bash cuda/vk_check.sh",
+#       carry=[".device"])
+source "$(dirname "$0")/check_lib.sh" "$@"
+b=/tmp/burst-vk-build
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+if [ ! -d "$b" ]; then
+    step setup meson setup "$b" "$src" -Dvulkan=enabled -Dcuda=disabled -Dfabric=disabled \
+        -Dmpi=disabled -Dwerror=false || { tail -n 30 "$out/setup.log"; exit 1; }
+fi
+step build ninja -C "$b" tools/burstrun tests/test_vulkan tests/test_attention ||
+    { tail -n 30 "$out/build.log"; exit 1; }
+if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
+    export BURST_TEST_BACKEND=vulkan
+    step test_vulkan "$b/tests/test_vulkan"
+    BURST_VK_RT=0 step test_vulkan_rt0 "$b/tests/test_vulkan"
+    BURST_VK_RT=0 BURST_VK_SUBGROUP=0 step test_vulkan_scalar "$b/tests/test_vulkan"
+    step test_attention "$b/tests/test_attention"
+    unset BURST_TEST_BACKEND
+    "$b/tools/burstrun" --probe >"$out/probe.txt" 2>&1
+fi
+if [ -n "${BURST_BENCH_VK:-}" ]; then
+    IFS=';' read -ra sets <<<"$BURST_BENCH_VK"
+    n=0
+    for a in "${sets[@]}"; do
+        n=$((n + 1))
+        (cd "$out" && PYTHONUNBUFFERED=1 python3 "$src/tools/burstbench_vk.py" --burstrun \
+            "$b/tools/burstrun" $a --csv "burstbench_vk_$n.csv") >"$out/bench_$n.log" 2>&1
+        summary+=("bench $n rc=$?")
+    done
+fi
+cat "$out/gpu.txt"
+grep -h "PASSED\|FAILED" "$out"/test_*.log 2>/dev/null
+for n in $(seq 1 "${n:-0}"); do
+    echo "== bench $n: ${sets[$((n - 1))]}"
+    sed -n '/^B=1/,$p' "$out/bench_$n.log"
+    grep -h "check at" "$out/bench_$n.log"
+done
+printf '%s\n' "${summary[@]}"
