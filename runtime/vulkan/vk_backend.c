@@ -3,7 +3,9 @@
  *
  * Environment switches (read once, at create and by the probe; see README.md):
  *   BURST_VK_SUBGROUP=0   scalar kernels only (no subgroup shuffles)
- *   BURST_VK_COOPMAT=0    never the cooperative-matrix forward
+ *   BURST_VK_COOPMAT=0    never the cooperative-matrix kernels
+ *   BURST_VK_RT=0         never the register-tiled forward (fwd_rt: the subgroup or scalar one)
+ *   BURST_VK_RT_TILE=br,bc,dc  the register-tiled forward's tile, where valid (comparison)
  *   BURST_VK_AUTOTUNE=1   time tile candidates at create and cache the fastest
  *   BURST_VK_CACHE=0      ignore the tile cache file
  *   BURST_VK_PROFILE=1    timestamp every dispatch, print the totals to stderr at destroy
@@ -165,8 +167,14 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
              VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
     burst_vk_cache_path(&c, cache, sizeof cache);
     int cm = burst_vk_coopmat_usable(&c, env);
-    int sg = t.k[BURST_VK_FWD][1].t > 1;
-    const char *path = why ? "none" : cm ? "coopmat_nv+subgroup" : sg ? "subgroup" : "scalar";
+    int sg = t.k[BURST_VK_FWD][1].t > 1, rt = t.k[BURST_VK_FWD_RT][1].t > 0;
+    /* the forward's kernels first (cooperative matrix for fp16, register-tiled for the rest),
+     * then the backward's */
+    const char *path = why  ? "none"
+                       : cm ? (rt ? "coopmat_nv+tiled+subgroup" : "coopmat_nv+subgroup")
+                       : rt ? (sg ? "tiled+subgroup" : "tiled+scalar")
+                       : sg ? "subgroup"
+                            : "scalar";
     const char *elem = why                              ? "none"
                        : env->elem == BURST_VK_ELEM_BAD ? "invalid"
                        : burst_vk_elem_gpu(&c, env)     ? "gpu"
@@ -256,7 +264,9 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                     : strcmp(elem, "cpu") == 0 ? "the calling thread"
                                                : elem,
                     env->elem_str[0] ? env->elem_str : "auto");
-    burst_sb_printf(out, "    path: %s; tiles (%s) T x BR x BC by head dim <= 64 / 128 / 256:\n",
+    burst_sb_printf(out,
+                    "    path: %s; tiles (%s) T x BR x BC (fwd_rt: DC x BR x BC) by head dim "
+                    "<= 64 / 128 / 256:\n",
                     path, t.source);
     for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
         if (k == BURST_VK_DELTA)
