@@ -72,6 +72,11 @@ void main()
         o[e] = 0.0;
     }
     float m = NEG_INF, l = 0.0;
+    // the running lse, read by every lane of the row before the loop: lane 0 overwrites it at
+    // the end, and the loop's shuffles keep the row's lanes together until then
+    F32 lse = F32(P.lse), oa = F32(P.o);
+    const uint li = uint((b * P.hq + h) * P.nq + i);
+    float lo = live ? lse.v[li] : 0.0;
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
         barrier();
         for (int x = tid; x < BC * D; x += BR * T) {
@@ -118,11 +123,9 @@ void main()
         return;
 
     // fused merge: L' = max(L, Lr) + log(1 + exp(-|L - Lr|)), O' = e^(L-L') O + e^(Lr-L') Or
-    F32 lse = F32(P.lse), oa = F32(P.o);
-    const uint li = uint((b * P.hq + h) * P.nq + i);
     const uint ob = uint(((b * P.nq + i) * P.hq + h) * D);
     float lr = (m + log2(l)) * LN2;
-    float lo = lse.v[li], ln;
+    float ln;
     if (lo == NEG_INF) {
         ln = lr;
         float cn = 1.0 / l;

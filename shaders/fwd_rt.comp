@@ -19,8 +19,8 @@
 //               step reads one vec4 of P and NV vec4 of V for 16 NV multiply-adds.
 // Everything is fp32 in registers and shared memory, whatever the storage dtype.
 //
-// Tiles (runtime/vulkan/vk_caps.c): the tile's T (constant 1) is DC here (8, 16 or 32), BR and
-// BC multiples of 4. Only key tiles inside the union of the Q tile's allowed key intervals are
+// Tiles (runtime/vulkan/vk_caps.c): the tile's T (constant 1) is DC here (4, 8, 16 or 32), BR
+// a multiple of 4, BC a multiple of 4 and of DC. Only key tiles inside the union of the Q tile's allowed key intervals are
 // visited (fully masked tiles are skipped); partial tiles are masked per row. Rows with no
 // allowed key in the block leave (O, lse) bit-for-bit unchanged.
 #extension GL_GOOGLE_include_directive : require
@@ -197,6 +197,7 @@ void main()
         int r = i0 + 4 * rg + i;
         lold[i] = r < P.nq ? lse.v[(b * P.hq + h) * P.nq + r] : 0.0;
     }
+    memoryBarrierBuffer(); // barrier() alone orders shared memory only
     barrier();
     UNROLL for (int i = 0; i < 4; i++)
         red[(4 * rg + i) * CG + cg] = l[i];

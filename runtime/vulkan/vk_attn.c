@@ -198,8 +198,9 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
  * d / T elements, its share of the tile loads and a few more; plus the invocation's fixed
  * loops. The register-tiled forward counts per key tile of BC keys every loop as a loop (the
  * unroll hints may not be taken): the chunks over d with their loads and 4-wide inner loops,
- * the mask and the row reductions, the chunks of keys with theirs. A range is a whole number of staged tiles (BC rows), at least one. Hardware
- * devices take the whole block in one dispatch.
+ * the mask and the row reductions, the chunks of keys with theirs. A range is a whole number
+ * of staged tiles (BC rows), at least one. Hardware devices take the whole block in one
+ * dispatch.
  */
 static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           enum burst_vk_kernel k, const struct burst_vk_dims *dim,

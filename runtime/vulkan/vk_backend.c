@@ -2,7 +2,7 @@
  * runtime/vulkan/vk_backend.c - the Vulkan backend's ops table: create, destroy, probe.
  *
  * Environment switches (read once, at create and by the probe; see README.md):
- *   BURST_VK_SUBGROUP=0   scalar kernels only (no subgroup shuffles)
+ *   BURST_VK_SUBGROUP=0   no subgroup shuffles: scalar kernels (fwd_rt, which has none, stays)
  *   BURST_VK_COOPMAT=0    never the cooperative-matrix kernels
  *   BURST_VK_RT=0         never the register-tiled forward (fwd_rt: the subgroup or scalar one)
  *   BURST_VK_RT_TILE=br,bc,dc  the register-tiled forward's tile, where valid (comparison)

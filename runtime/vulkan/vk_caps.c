@@ -25,8 +25,15 @@
  *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule with 4 subgroups,
  *      for head dims up to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile
  *      for dkv_cm).
+ *   The register-tiled forward (fwd_rt, the forward of every input fwd_cm does not take; its
+ *      tile's T is the chunk depth DC): the first valid of 64 x 64 keys with DC = 32, 16, 8,
+ *      then 32 x 64, 32 x 32, 16 x 32, 16 x 16 and 8 x 8 (query rows x keys; DC 16 to 4), i.e.
+ *      256 invocations of 4 x 4 score blocks with the deepest chunks whose shared memory
+ *      fits the whole of maxComputeSharedMemorySize. At 64 x 64: DC = 32 on 48 KiB devices
+ *      (38.9 KiB at d = 128), 16 on lavapipe's 32 KiB.
  * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
- * (vk_cache.c); the choice is cached per device and driver version.
+ * (vk_cache.c; fwd_rt keeps the rule's tile); the choice is cached per device and driver
+ * version.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +119,7 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
     caps->type = p->deviceType;
     caps->max_shared = p->limits.maxComputeSharedMemorySize;
     caps->max_invocations = p->limits.maxComputeWorkGroupInvocations;
+    caps->max_size_x = p->limits.maxComputeWorkGroupSize[0];
     memcpy(caps->max_groups, p->limits.maxComputeWorkGroupCount, sizeof caps->max_groups);
     caps->timestamps = p->limits.timestampComputeAndGraphics;
     caps->timestamp_period = p->limits.timestampPeriod;
@@ -247,14 +255,15 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
 {
     int d = burst_vk_dclass_max[dclass];
     if (k == BURST_VK_FWD_RT) {
-        /* t = DC (4..32, a power of two); BR and BC multiples of 4, (BR / 4) x (BC / 4)
-         * invocations; no subgroup operation */
-        if (!BURST_VK_SPV_FWD_RT || !env->rt || tl->t < 4 || tl->t > 32 ||
-            (tl->t & (tl->t - 1)) || tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 ||
-            tl->bc > 64 || tl->bc % 4)
+        /* t = DC (4..32, a power of two); BR a multiple of 4, BC of 4 and of DC (the P V
+         * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
+         * subgroup operation */
+        if (!BURST_VK_SPV_FWD_RT || !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
+            tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 64 || tl->bc % 4 ||
+            tl->bc % tl->t)
             return 0;
         uint32_t wg = (uint32_t)(tl->br / 4 * (tl->bc / 4));
-        return wg <= caps->max_invocations && wg <= 1024 &&
+        return wg <= caps->max_invocations && wg <= caps->max_size_x && wg <= 1024 &&
                burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
     }
     /* bounds first: the values may come from the cache file (br * t must not overflow) */
@@ -265,7 +274,8 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                       (uint32_t)tl->t > caps->subgroup_min))
         return 0;
     uint32_t wg = (uint32_t)(tl->br * tl->t);
-    if (wg > caps->max_invocations || wg > 1024 || (tl->t > 1 && wg % caps->subgroup_max))
+    if (wg > caps->max_invocations || wg > caps->max_size_x || wg > 1024 ||
+        (tl->t > 1 && wg % caps->subgroup_max))
         return 0;
     return burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
 }

@@ -64,6 +64,7 @@ struct burst_vk_caps {
     VkPhysicalDeviceType type;
     uint32_t max_shared;      /* maxComputeSharedMemorySize (bytes) */
     uint32_t max_invocations; /* maxComputeWorkGroupInvocations */
+    uint32_t max_size_x;      /* maxComputeWorkGroupSize[0] (every kernel's workgroup is 1-D) */
     uint32_t max_groups[3];   /* maxComputeWorkGroupCount */
     uint32_t subgroup, subgroup_min, subgroup_max;
     int subgroup_shuffle; /* VK_SUBGROUP_FEATURE_SHUFFLE_BIT in compute */
@@ -123,7 +124,8 @@ enum burst_vk_elem_mode {
 
 /* Switches read once at create (and by the probe). */
 struct burst_vk_env {
-    int subgroup;         /* BURST_VK_SUBGROUP: 0 = scalar kernels only */
+    int subgroup;         /* BURST_VK_SUBGROUP: 0 = no subgroup shuffles: the scalar kernels (the
+                           * register-tiled forward uses none and stays unless BURST_VK_RT=0) */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
     int rt;               /* BURST_VK_RT: 0 = never the register-tiled forward (fwd_rt) */
     int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: its tile, where valid (else the rule) */
