@@ -196,11 +196,12 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
  * of rows (params lo, hi) whose loop iterations stay under 48 Ki by a generous count: per key
  * (fwd, dq) or per query row and head of the group (dkv) two loops over the invocation's
  * d / T elements, its share of the tile loads and a few more; plus the invocation's fixed
- * loops. The register-tiled forward counts per key tile of BC keys every loop as a loop (the
- * unroll hints may not be taken): the chunks over d with their loads and 4-wide inner loops,
- * the mask and the row reductions, the chunks of keys with theirs. A range is a whole number
- * of staged tiles (BC rows), at least one. Hardware devices take the whole block in one
- * dispatch.
+ * loops. The register-tiled kernels count per tile of BC columns (keys; query rows of each
+ * head of the group for dkv_rt) every loop as a loop (the unroll hints may not be taken): the
+ * chunks over d with their loads and 4-wide inner loops, the mask and the row reductions, the
+ * chunks of columns with theirs; dkv_rt adds its scan of the range's query rows. A range is a
+ * whole number of staged tiles (BC rows), at least one. Hardware devices take the whole block
+ * in one dispatch.
  */
 static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           enum burst_vk_kernel k, const struct burst_vk_dims *dim,
@@ -209,14 +210,18 @@ static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
     int64_t n = k == BURST_VK_DKV ? dim->nq : dim->nk;
     if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
         return n > 0 ? n : 1;
-    if (k == BURST_VK_FWD_RT) {
+    if (burst_vk_kernel_rt(k)) {
+        /* nb: operands per chunk of S (fwd: Q, K; bwd: also dO, V), na: accumulators */
+        int64_t nb = k == BURST_VK_FWD_RT ? 1 : 2, na = k == BURST_VK_DKV_RT ? 2 : 1;
         int64_t dc = tl->t, cg = tl->bc / 4, inv = (int64_t)(tl->br / 4) * cg;
         int64_t nv = (dim->d + 4 * cg - 1) / (4 * cg);
-        int64_t qk = ((tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
-        int64_t vl = (dc * dim->d / 4 + inv - 1) / inv;
-        int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * dc + 2) + 24 + 4 * (cg + nv + 1) +
-                       (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
-        int64_t tiles = (49152 - 4 * (cg + 5 * nv + 1) - 64) / tile;
+        int64_t qk = (nb * (tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
+        int64_t vl = (na * dc * dim->d / 4 + inv - 1) / inv;
+        int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 +
+                       4 * (cg + nv + 1) + (tl->bc / dc) * (vl + na * dc * (1 + 5 * nv) + 2);
+        if (k == BURST_VK_DKV_RT) /* every head of the group, and the scan per query row */
+            tile = tile * dim->group + tl->bc / inv + 1;
+        int64_t tiles = (49152 - 4 * (cg + 5 * nv + 1) * na - 64) / tile;
         return tiles < 1 ? tl->bc : tiles * tl->bc;
     }
     int64_t e = dim->d / tl->t, inv = (int64_t)tl->br * tl->t;
@@ -371,7 +376,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         return BURST_OK;
     if (!a->lse || !a->delta)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: lse or delta is NULL", op);
-    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for */
+    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for;
+     * the register-tiled ones everything else, where the device has tiles for them */
     enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
     int dc = burst_vk_dclass((int)dim.d);
     if (be->use_coopmat && a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
@@ -380,6 +386,11 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
         kq = BURST_VK_DQ_CM;
         kkv = BURST_VK_DKV_CM;
+    } else {
+        if (be->tiles.k[BURST_VK_DQ_RT][dc].t > 0)
+            kq = BURST_VK_DQ_RT;
+        if (be->tiles.k[BURST_VK_DKV_RT][dc].t > 0)
+            kkv = BURST_VK_DKV_RT;
     }
     struct burst_vk_tile tq, tkv;
     if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) != BURST_OK ||
@@ -452,6 +463,10 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
             burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr) &&
             burst_vk_vec8(a->dout, slots[3].addr))
             p->flags |= 8;
+        if ((kq == BURST_VK_DQ_RT || kkv == BURST_VK_DKV_RT) && burst_vk_vec4(a->q, slots[0].addr) &&
+            burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
+            burst_vk_vec4(a->dout, slots[3].addr))
+            p->flags |= 32;
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
         const uint32_t gkv[3] = {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv,

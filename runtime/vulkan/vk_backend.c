@@ -167,14 +167,18 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
              VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
     burst_vk_cache_path(&c, cache, sizeof cache);
     int cm = burst_vk_coopmat_usable(&c, env);
-    int sg = t.k[BURST_VK_FWD][1].t > 1, rt = t.k[BURST_VK_FWD_RT][1].t > 0;
-    /* the forward's kernels first (cooperative matrix for fp16, register-tiled for the rest),
-     * then the backward's */
-    const char *path = why  ? "none"
-                       : cm ? (rt ? "coopmat_nv+tiled+subgroup" : "coopmat_nv+subgroup")
-                       : rt ? (sg ? "tiled+subgroup" : "tiled+scalar")
-                       : sg ? "subgroup"
-                            : "scalar";
+    /* the cooperative-matrix kernels for fp16, then the forward's and the backward's for the
+     * rest (at head dims <= 128): register-tiled, subgroup or scalar */
+    int sg = t.k[BURST_VK_FWD][1].t > 1, rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
+    int rtb = t.k[BURST_VK_DQ_RT][1].t > 0 && t.k[BURST_VK_DKV_RT][1].t > 0;
+    const char *fp = rtf ? "tiled" : sg ? "subgroup" : "scalar";
+    const char *bp = rtb ? "tiled" : sg ? "subgroup" : "scalar";
+    char path[64];
+    if (why)
+        snprintf(path, sizeof path, "none");
+    else
+        snprintf(path, sizeof path, "%s%s%s%s", cm ? "coopmat_nv+" : "", fp,
+                 strcmp(fp, bp) ? "+" : "", strcmp(fp, bp) ? bp : "");
     const char *elem = why                              ? "none"
                        : env->elem == BURST_VK_ELEM_BAD ? "invalid"
                        : burst_vk_elem_gpu(&c, env)     ? "gpu"

@@ -43,7 +43,8 @@
 #include "vk_spv_config.h"
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
-    "fwd", "dq", "dkv", "delta", "fwd_cm", "dq_cm", "dkv_cm", "fwd_rt", "copy", "fill", "acc"};
+    "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
+    "fwd_rt", "dq_rt",  "dkv_rt", "copy",   "fill",   "acc"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -237,6 +238,16 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         size_t qk = dc * (qs + ks), v = dc * (size_t)d, region = qk > v ? qk : v;
         return 4 * (region + (size_t)tl->bc * qs + (size_t)tl->br * (size_t)(tl->bc / 4)) + 8;
     }
+    case BURST_VK_DQ_RT:
+    case BURST_VK_DKV_RT: {
+        /* mirrors shaders/bwd_rt.comp: a region holding the four transposed operand chunks of
+         * S and dP or NACC column-operand chunks of DC rows, NACC transposed score tiles (dS;
+         * P and dS), two ints */
+        size_t qs = (size_t)tl->br + 4, ks = (size_t)tl->bc + 4, dc = (size_t)tl->t;
+        size_t nacc = k == BURST_VK_DKV_RT ? 2 : 1;
+        size_t xy = 2 * dc * (qs + ks), v = nacc * dc * (size_t)d, region = xy > v ? xy : v;
+        return 4 * (region + nacc * (size_t)tl->bc * qs) + 8;
+    }
     default: return 0;
     }
 }
@@ -254,11 +265,12 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
     int d = burst_vk_dclass_max[dclass];
-    if (k == BURST_VK_FWD_RT) {
+    if (burst_vk_kernel_rt(k)) {
         /* t = DC (4..32, a power of two); BR a multiple of 4, BC of 4 and of DC (the P V
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
          * subgroup operation */
-        if (!BURST_VK_SPV_FWD_RT || !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
+        if (!BURST_VK_SPV_FWD_RT || !BURST_VK_SPV_BWD_DQ_RT || !BURST_VK_SPV_BWD_DKV_RT ||
+            !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
             tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 64 || tl->bc % 4 ||
             tl->bc % tl->t)
             return 0;
@@ -307,21 +319,25 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
     }
     for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
         tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
-    /* the register-tiled forward: 64 x 64 tiles of 256 invocations with the deepest chunks
+    /* the register-tiled kernels: 64 x 64 tiles of 256 invocations with the deepest chunks
      * that fit (32 head-dim elements where shared memory allows), then narrower tiles;
      * BURST_VK_RT_TILE=br,bc,dc asks for one (used where valid) */
     static const struct burst_vk_tile rt[] = {{32, 64, 64}, {16, 64, 64}, {8, 64, 64},
                                               {16, 32, 64}, {8, 32, 64},  {8, 32, 32},
                                               {8, 16, 32},  {8, 16, 16},  {4, 8, 8}};
-    for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-        struct burst_vk_tile want = {env->rt_tile[2], env->rt_tile[0], env->rt_tile[1]};
-        if (env->rt_tile[0] && burst_vk_tile_valid(caps, env, BURST_VK_FWD_RT, c, &want)) {
-            tiles->k[BURST_VK_FWD_RT][c] = want;
-            continue;
+    for (int k = BURST_VK_FWD_RT; k <= BURST_VK_DKV_RT; k++) {
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+            struct burst_vk_tile want = {env->rt_tile[2], env->rt_tile[0], env->rt_tile[1]},
+                                 *tl = &tiles->k[k][c];
+            if (env->rt_tile[0] &&
+                burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &want)) {
+                *tl = want;
+                continue;
+            }
+            for (size_t i = 0; i < sizeof rt / sizeof rt[0] && !tl->t; i++)
+                if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &rt[i]))
+                    *tl = rt[i];
         }
-        for (size_t i = 0; i < sizeof rt / sizeof rt[0] && !tiles->k[BURST_VK_FWD_RT][c].t; i++)
-            if (burst_vk_tile_valid(caps, env, BURST_VK_FWD_RT, c, &rt[i]))
-                tiles->k[BURST_VK_FWD_RT][c] = rt[i];
     }
     for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env);
          k++) {

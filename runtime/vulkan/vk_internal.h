@@ -94,6 +94,8 @@ enum burst_vk_kernel {
     BURST_VK_DQ_CM,  /* cooperative matrix (NV) dQ */
     BURST_VK_DKV_CM, /* cooperative matrix (NV) dK / dV */
     BURST_VK_FWD_RT, /* register-tiled forward (any device; tile t = its chunk depth DC) */
+    BURST_VK_DQ_RT,  /* register-tiled dQ (likewise) */
+    BURST_VK_DKV_RT, /* register-tiled dK / dV (likewise) */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
@@ -127,8 +129,9 @@ struct burst_vk_env {
     int subgroup;         /* BURST_VK_SUBGROUP: 0 = no subgroup shuffles: the scalar kernels (the
                            * register-tiled forward uses none and stays unless BURST_VK_RT=0) */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
-    int rt;               /* BURST_VK_RT: 0 = never the register-tiled forward (fwd_rt) */
-    int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: its tile, where valid (else the rule) */
+    int rt;               /* BURST_VK_RT: 0 = never the register-tiled kernels (fwd_rt, dq_rt,
+                           * dkv_rt) */
+    int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: their tile, where valid (else the rule) */
     int autotune;         /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
                            * a head dim (8..256) = only for its class (the others keep the rule) */
     int cache;            /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
@@ -168,6 +171,12 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
 
 /* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16)? */
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
+
+/* Whether kernel k is one of the register-tiled ones (tile t = DC; workgroup (BR/4) x (BC/4)). */
+static inline int burst_vk_kernel_rt(int k)
+{
+    return k == BURST_VK_FWD_RT || k == BURST_VK_DQ_RT || k == BURST_VK_DKV_RT;
+}
 
 /* Whether kernel k is one of the cooperative-matrix ones (workgroup = BR / 16 subgroups). */
 static inline int burst_vk_kernel_cm(enum burst_vk_kernel k)

@@ -25,6 +25,8 @@
 #include "elem_fill.spv.h"
 #include "fwd.spv.h"
 #include "fwd_rt.spv.h"
+#include "bwd_dkv_rt.spv.h"
+#include "bwd_dq_rt.spv.h"
 #if BURST_VK_SPV_FWD_SG
 #include "bwd_dkv_sg.spv.h"
 #include "bwd_dq_sg.spv.h"
@@ -62,6 +64,8 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
 #endif
     case BURST_VK_DELTA: return BURST_VK_SPV(burst_vk_spv_bwd_delta);
     case BURST_VK_FWD_RT: return BURST_VK_SPV(burst_vk_spv_fwd_rt);
+    case BURST_VK_DQ_RT: return BURST_VK_SPV(burst_vk_spv_bwd_dq_rt);
+    case BURST_VK_DKV_RT: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_rt);
     case BURST_VK_COPY: return BURST_VK_SPV(burst_vk_spv_elem_copy);
     case BURST_VK_FILL: return BURST_VK_SPV(burst_vk_spv_elem_fill);
     case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
@@ -149,7 +153,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
     struct burst_vk_spv spv =
-        burst_vk_spv_of(k, key[2] > 1 && !burst_vk_kernel_cm(k) && k != BURST_VK_FWD_RT);
+        burst_vk_spv_of(k, key[2] > 1 && !burst_vk_kernel_cm(k) && !burst_vk_kernel_rt(k));
     if (!spv.code)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "vulkan: kernel %s was not built (glslangValidator lacked an extension)",
@@ -174,7 +178,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
         data[8] = 64;
     if (burst_vk_kernel_cm(k)) /* BR / 16 subgroups of T invocations */
         data[8] = (int32_t)(key[2] * key[3] / 16);
-    if (k == BURST_VK_FWD_RT) /* (BR / 4) x (BC / 4) */
+    if (burst_vk_kernel_rt(k)) /* (BR / 4) x (BC / 4) */
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     VkSpecializationInfo spec = {9, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
