@@ -2,9 +2,9 @@
 """tools/burstbench_vk.py - the Vulkan backend against PyTorch SDPA on the same sizes, same GPU.
 
 Runs `burstrun --backend vulkan` (one rank) for each Vulkan path (coopmat = the default where the
-device has GL_NV_cooperative_matrix; tiled = BURST_VK_COOPMAT=0: the register-tiled forward and
-the subgroup backward; tiled@BRxBCxDC = the same with that fwd_rt tile (BURST_VK_RT_TILE);
-subgroup = also BURST_VK_RT=0: the subgroup forward; scalar = also BURST_VK_SUBGROUP=0; fp32
+device has GL_NV_cooperative_matrix; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
+(fwd_rt, dq_rt, dkv_rt); tiled@BRxBCxDC = the same with that tile where valid (BURST_VK_RT_TILE);
+subgroup = also BURST_VK_RT=0: the subgroup kernels; scalar = also BURST_VK_SUBGROUP=0; fp32
 inputs never take the cooperative-matrix kernels, so coopmat and tiled are one path there),
 forward only and (unless --fwd-only) forward+backward, with BURST_VK_PROFILE=1 so the GPU time
 of the kernels themselves (timestamp queries) is reported beside burstrun's wall time (which also
@@ -159,7 +159,7 @@ def main():
             wall = js["fwd_ms"] + (0.0 if fwd_only else js["bwd_ms"])
             kern = kernel_ms(prof, ["fwd", "fwd_cm", "fwd_rt"])
             if not fwd_only:
-                kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "delta"])
+                kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "dq_rt", "dkv_rt", "delta"])
             f = flops_fwd * (1.0 if fwd_only else 3.5)
             rows.append({"impl": f"vulkan-{path}", "what": "fwd" if fwd_only else "fwd+bwd",
                          "checked": ok, "wall_ms": wall, "kernel_ms": kern,
