@@ -140,20 +140,6 @@ void main()
         const int h = g * P.group + hh;
 #endif
         for (int c0 = cmin; c0 < cmax; c0 += BC) {
-#ifdef BURST_DKV
-            // the columns' (query rows') lse, D and allowed keys
-            float lse2c[4], dlc[4];
-            ivec2 ivc[4];
-            UNROLL for (int c = 0; c < 4; c++) {
-                int i = c0 + 4 * cg + c;
-                bool inq = i < cmax;
-                uint li = uint((b * P.hq + h) * P.nq + min(i, P.nq - 1));
-                float l = lsev.v[li];
-                lse2c[c] = l == NEG_INF ? POS_INF : l * LOG2E;
-                dlc[c] = dlv.v[li];
-                ivc[c] = inq ? rows.v[i] : ivec2(0, 0);
-            }
-#endif
             // ---- X = A1 B1^T (S) and Y = A2 B2^T (dP), in chunks of DC head-dim elements
             vec4 xs[4], ys[4];
             UNROLL for (int i = 0; i < 4; i++) {
@@ -206,6 +192,21 @@ void main()
             }
 
             // ---- P and dS, transposed into zs
+#ifdef BURST_DKV
+            // the columns' (query rows') lse, D and allowed keys (loaded here, not before the
+            // products: fewer registers live across them)
+            float lse2c[4], dlc[4];
+            ivec2 ivc[4];
+            UNROLL for (int c = 0; c < 4; c++) {
+                int i = c0 + 4 * cg + c;
+                bool inq = i < cmax;
+                uint li = uint((b * P.hq + h) * P.nq + min(i, P.nq - 1));
+                float l = lsev.v[li];
+                lse2c[c] = l == NEG_INF ? POS_INF : l * LOG2E;
+                dlc[c] = dlv.v[li];
+                ivc[c] = inq ? rows.v[i] : ivec2(0, 0);
+            }
+#endif
             UNROLL for (int i = 0; i < 4; i++) {
                 UNROLL for (int c = 0; c < 4; c++) {
 #ifdef BURST_DKV
