@@ -2,10 +2,10 @@
  * runtime/vulkan/vk_backend.c - the Vulkan backend's ops table: create, destroy, probe.
  *
  * Environment switches (read once, at create and by the probe; see README.md):
- *   BURST_VK_SUBGROUP=0   no subgroup shuffles: scalar kernels (fwd_rt, which has none, stays)
+ *   BURST_VK_SUBGROUP=0   no subgroup shuffles: scalar kernels (the *_rt ones have none, stay)
  *   BURST_VK_COOPMAT=0    never the cooperative-matrix kernels
- *   BURST_VK_RT=0         never the register-tiled forward (fwd_rt: the subgroup or scalar one)
- *   BURST_VK_RT_TILE=br,bc,dc  the register-tiled forward's tile, where valid (comparison)
+ *   BURST_VK_RT=0         never the register-tiled kernels (fwd_rt, dq_rt, dkv_rt)
+ *   BURST_VK_RT_TILE=br,bc,dc  their tile, where valid (comparison)
  *   BURST_VK_AUTOTUNE=1   time tile candidates at create and cache the fastest
  *   BURST_VK_CACHE=0      ignore the tile cache file
  *   BURST_VK_PROFILE=1    timestamp every dispatch, print the totals to stderr at destroy

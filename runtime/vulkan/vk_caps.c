@@ -25,15 +25,16 @@
  *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule with 4 subgroups,
  *      for head dims up to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile
  *      for dkv_cm).
- *   The register-tiled forward (fwd_rt, the forward of every input fwd_cm does not take; its
- *      tile's T is the chunk depth DC): the first valid of 64 x 64 keys with DC = 32, 16, 8,
- *      then 32 x 64, 32 x 32, 16 x 32, 16 x 16 and 8 x 8 (query rows x keys; DC 16 to 4):
+ *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt: those of every input the cooperative-
+ *      matrix ones do not take; a tile's T is the chunk depth DC), each: the first valid of
+ *      64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first, see the rule's code),
+ *      then 32 x 64, 32 x 32, 16 x 32, 16 x 16 and 8 x 8 (rows x columns; DC 16 to 4):
  *      invocations of 4 x 4 score blocks (256 at 64 x 64), the largest tile with the deepest
- *      chunks whose shared memory fits the whole of maxComputeSharedMemorySize. At 64 x 64: DC = 32 on 48 KiB devices
- *      (38.9 KiB at d = 128), 16 on lavapipe's 32 KiB.
+ *      chunks whose shared memory fits the whole of maxComputeSharedMemorySize. fwd_rt at
+ *      64 x 64: DC = 32 on 48 KiB devices (38.9 KiB at d = 128), 16 on lavapipe's 32 KiB.
  * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
- * (vk_cache.c; fwd_rt keeps the rule's tile); the choice is cached per device and driver
- * version.
+ * (vk_cache.c; the register-tiled kernels keep the rule's tiles); the choice is cached per
+ * device and driver version.
  */
 #include <stdio.h>
 #include <stdlib.h>

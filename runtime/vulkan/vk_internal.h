@@ -127,7 +127,7 @@ enum burst_vk_elem_mode {
 /* Switches read once at create (and by the probe). */
 struct burst_vk_env {
     int subgroup;         /* BURST_VK_SUBGROUP: 0 = no subgroup shuffles: the scalar kernels (the
-                           * register-tiled forward uses none and stays unless BURST_VK_RT=0) */
+                           * register-tiled ones use none and stay unless BURST_VK_RT=0) */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
     int rt;               /* BURST_VK_RT: 0 = never the register-tiled kernels (fwd_rt, dq_rt,
                            * dkv_rt) */
