@@ -18,7 +18,7 @@
 // accumulators in the columns 4 (cg + CG v) .. + 3 (v < NV) of the head dim:
 //   S, dP    both products at once, over chunks of DC head-dim elements of the four operands,
 //            stored transposed in shared memory ([element][row or column]);
-//   P, dS    in registers, then transposed into shared memory ([column][row]);
+//   P, dS    in registers, then transposed into shared memory ([column][row]), one at a time;
 //   acc      += (P or dS) times the columns' operand rows, in chunks of DC columns.
 // P is recomputed from the final lse, so no row reduction is needed. Each output element has
 // one writer and a fixed order of additions: deterministic. Tiles as fwd_rt (constant 1 = DC;
@@ -44,11 +44,11 @@ const int QS = BR / 4 + 1; // vec4 stride of a transposed row chunk (rows' opera
 const int KS = BC / 4 + 1; // vec4 stride of a transposed column chunk
 const int DV = D / 4;
 const int XY = 2 * DC * (QS + KS); // the four operand chunks of S and dP
-const int REGION = XY > NACC * DC * DV ? XY : NACC * DC * DV;
+const int REGION = XY > DC * DV ? XY : DC * DV;
 
-shared vec4 sh[REGION];       // A1 at 0, B1 at DC QS, A2 at DC (QS + KS), B2 at DC (2 QS + KS);
-                              // later NACC column-operand chunks [DC][DV]
-shared vec4 zs[NACC * BC * QS]; // [column][row]: dS (dQ); P then dS (dK / dV)
+shared vec4 sh[REGION]; // A1 at 0, B1 at DC QS, A2 at DC (QS + KS), B2 at DC (2 QS + KS);
+                        // later a column-operand chunk [DC][DV]
+shared vec4 zs[BC * QS]; // [column][row]: dS (dQ); P, then dS (dK / dV)
 shared int cmin_s, cmax_s;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4 { vec4 v[]; };
@@ -202,8 +202,9 @@ void main()
                 bool inq = i < cmax;
                 uint li = uint((b * P.hq + h) * P.nq + min(i, P.nq - 1));
                 float l = lsev.v[li];
-                lse2c[c] = l == NEG_INF ? POS_INF : l * LOG2E;
-                dlc[c] = dlv.v[li];
+                // columns past the range: P = 0 and dS = 0 whatever the clamped row's D holds
+                lse2c[c] = !inq || l == NEG_INF ? POS_INF : l * LOG2E;
+                dlc[c] = inq ? dlv.v[li] : 0.0;
                 ivc[c] = inq ? rows.v[i] : ivec2(0, 0);
             }
 #endif
@@ -223,40 +224,37 @@ void main()
                     xs[i][c] = p;
                 }
             }
-            UNROLL for (int c = 0; c < 4; c++) {
+            // ---- acc += Z B3, in chunks of DC columns: dQ += dS K; dV += P dO, then dK += dS Q
+            // (one score tile in shared memory at a time)
+            UNROLL for (int a = 0; a < NACC; a++) {
+                if (a > 0)
+                    barrier(); // the last readers of zs are done
+                UNROLL for (int c = 0; c < 4; c++)
+                    zs[(4 * cg + c) * QS + rg] =
+                        NACC == 2 && a == 0 ? vec4(xs[0][c], xs[1][c], xs[2][c], xs[3][c])
+                                            : vec4(ys[0][c], ys[1][c], ys[2][c], ys[3][c]);
+                for (int k0 = 0; k0 < BC; k0 += DC) {
+                    barrier(); // zs written; the last readers of sh are done
+                    for (int x = tid; x < DC * DV; x += nthr) {
+                        int kk = x / DV, c = 4 * (x % DV), n = c0 + k0 + kk;
+                        vec4 val = vec4(0.0);
+                        if (n < cmax) {
 #ifdef BURST_DKV
-                zs[(4 * cg + c) * QS + rg] = vec4(xs[0][c], xs[1][c], xs[2][c], xs[3][c]);
-                zs[BC * QS + (4 * cg + c) * QS + rg] = vec4(ys[0][c], ys[1][c], ys[2][c], ys[3][c]);
+                            val = a == 0 ? load4(P.dout, DTO, view_index(P.dout, b, n, h, c), vec)
+                                         : load4(P.q, DTQ, view_index(P.q, b, n, h, c), vec);
 #else
-                zs[(4 * cg + c) * QS + rg] = vec4(ys[0][c], ys[1][c], ys[2][c], ys[3][c]);
+                            val = load4(P.k, DTK, view_index(P.k, b, n, g, c), vec);
 #endif
-            }
-
-            // ---- acc += Z B3, in chunks of DC columns: dQ += dS K; dV += P dO, dK += dS Q
-            for (int k0 = 0; k0 < BC; k0 += DC) {
-                barrier(); // zs written; the last readers of sh are done
-                for (int x = tid; x < NACC * DC * DV; x += nthr) {
-                    int a = x / (DC * DV), y = x % (DC * DV);
-                    int kk = y / DV, c = 4 * (y % DV), n = c0 + k0 + kk;
-                    vec4 val = vec4(0.0);
-                    if (n < cmax) {
-#ifdef BURST_DKV
-                        val = a == 0 ? load4(P.dout, DTO, view_index(P.dout, b, n, h, c), vec)
-                                     : load4(P.q, DTQ, view_index(P.q, b, n, h, c), vec);
-#else
-                        val = load4(P.k, DTK, view_index(P.k, b, n, g, c), vec);
-#endif
+                        }
+                        sh[x] = val;
                     }
-                    sh[x] = val;
-                }
-                barrier();
-                UNROLL for (int kk = 0; kk < DC; kk++) {
-                    UNROLL for (int a = 0; a < NACC; a++) {
-                        vec4 z = zs[a * BC * QS + (k0 + kk) * QS + rg];
+                    barrier();
+                    UNROLL for (int kk = 0; kk < DC; kk++) {
+                        vec4 z = zs[(k0 + kk) * QS + rg];
                         UNROLL for (int v = 0; v < NV; v++) {
                             int c4 = cg + CG * v;
                             if (c4 < DV) {
-                                vec4 b4 = sh[a * DC * DV + kk * DV + c4];
+                                vec4 b4 = sh[kk * DV + c4];
                                 UNROLL for (int i = 0; i < 4; i++)
                                     acc[(a * NV + v) * 4 + i] =
                                         fma(vec4(z[i]), b4, acc[(a * NV + v) * 4 + i]);

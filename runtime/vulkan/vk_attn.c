@@ -163,7 +163,7 @@ static int burst_vk_vec8(const struct burst_tensor *t, VkDeviceAddress a)
 }
 
 /* Whether every row of fp32 t at device address a starts a 16-byte aligned vector of 4
- * elements (the register-tiled forward's vec4 loads, params flag bit 5). */
+ * elements (the register-tiled kernels' vec4 loads, params flag bit 5). */
 static int burst_vk_vec4(const struct burst_tensor *t, VkDeviceAddress a)
 {
     return t->dtype == BURST_DTYPE_FP32 && a % 16 == 0 && t->stride[0] % 4 == 0 &&
@@ -203,25 +203,47 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
  * whole number of staged tiles (BC rows), at least one. Hardware devices take the whole block
  * in one dispatch.
  */
+/* Loop iterations of a register-tiled kernel per tile of BC columns, counted as described
+ * above, and its fixed loops (*fixed). */
+static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_vk_dims *dim,
+                                 const struct burst_vk_tile *tl, int64_t *fixed)
+{
+    /* nb: operands per chunk of S (fwd: Q, K; bwd: also dO, V), na: accumulators */
+    int64_t nb = k == BURST_VK_FWD_RT ? 1 : 2, na = k == BURST_VK_DKV_RT ? 2 : 1;
+    int64_t dc = tl->t, cg = tl->bc / 4, inv = (int64_t)(tl->br / 4) * cg;
+    int64_t nv = (dim->d + 4 * cg - 1) / (4 * cg);
+    int64_t qk = (nb * (tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
+    int64_t vl = (dc * dim->d / 4 + inv - 1) / inv;
+    int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 + 4 * (cg + nv + 1) +
+                   na * (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
+    if (k == BURST_VK_DKV_RT) /* every head of the group, and the scan per query row */
+        tile = tile * dim->group + tl->bc / inv + 1;
+    *fixed = 4 * (cg + 5 * nv + 1) * na + 64;
+    return tile;
+}
+
+/* Whether a register-tiled kernel fits lavapipe's loop limit with at least one tile per
+ * dispatch (dkv_rt with a large GQA group at a large head dim may not: it then gives way to
+ * the subgroup / scalar kernel). */
+static int burst_vk_rt_fits(const struct burst_vk_backend *be, enum burst_vk_kernel k,
+                            const struct burst_vk_dims *dim, const struct burst_vk_tile *tl)
+{
+    int64_t fixed, tile = burst_vk_rt_loops(k, dim, tl, &fixed);
+    return be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || tile + fixed <= 49152;
+}
+
 static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           enum burst_vk_kernel k, const struct burst_vk_dims *dim,
                                           const struct burst_vk_tile *tl)
 {
-    int64_t n = k == BURST_VK_DKV ? dim->nq : dim->nk;
+    /* dK / dV kernels split the query rows, the others the keys */
+    int64_t n = k == BURST_VK_DKV || k == BURST_VK_DKV_CM || k == BURST_VK_DKV_RT ? dim->nq
+                                                                                 : dim->nk;
     if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
         return n > 0 ? n : 1;
     if (burst_vk_kernel_rt(k)) {
-        /* nb: operands per chunk of S (fwd: Q, K; bwd: also dO, V), na: accumulators */
-        int64_t nb = k == BURST_VK_FWD_RT ? 1 : 2, na = k == BURST_VK_DKV_RT ? 2 : 1;
-        int64_t dc = tl->t, cg = tl->bc / 4, inv = (int64_t)(tl->br / 4) * cg;
-        int64_t nv = (dim->d + 4 * cg - 1) / (4 * cg);
-        int64_t qk = (nb * (tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
-        int64_t vl = (na * dc * dim->d / 4 + inv - 1) / inv;
-        int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 +
-                       4 * (cg + nv + 1) + (tl->bc / dc) * (vl + na * dc * (1 + 5 * nv) + 2);
-        if (k == BURST_VK_DKV_RT) /* every head of the group, and the scan per query row */
-            tile = tile * dim->group + tl->bc / inv + 1;
-        int64_t tiles = (49152 - 4 * (cg + 5 * nv + 1) * na - 64) / tile;
+        int64_t fixed, tile = burst_vk_rt_loops(k, dim, tl, &fixed);
+        int64_t tiles = (49152 - fixed) / tile;
         return tiles < 1 ? tl->bc : tiles * tl->bc;
     }
     int64_t e = dim->d / tl->t, inv = (int64_t)tl->br * tl->t;
@@ -354,7 +376,9 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
         be->tiles.k[BURST_VK_FWD_CM][burst_vk_dclass((int)dim.d)].t > 0)
         kern = BURST_VK_FWD_CM;
     /* otherwise the register-tiled forward, where the device has a tile for it */
-    else if (be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)].t > 0)
+    else if (be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)].t > 0 &&
+             burst_vk_rt_fits(be, BURST_VK_FWD_RT, &dim,
+                              &be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)]))
         kern = BURST_VK_FWD_RT;
     if ((st = burst_vk_tile_for(be, op, kern, dim.d, &tl)) != BURST_OK)
         return st;
@@ -387,9 +411,11 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         kq = BURST_VK_DQ_CM;
         kkv = BURST_VK_DKV_CM;
     } else {
-        if (be->tiles.k[BURST_VK_DQ_RT][dc].t > 0)
+        if (be->tiles.k[BURST_VK_DQ_RT][dc].t > 0 &&
+            burst_vk_rt_fits(be, BURST_VK_DQ_RT, &dim, &be->tiles.k[BURST_VK_DQ_RT][dc]))
             kq = BURST_VK_DQ_RT;
-        if (be->tiles.k[BURST_VK_DKV_RT][dc].t > 0)
+        if (be->tiles.k[BURST_VK_DKV_RT][dc].t > 0 &&
+            burst_vk_rt_fits(be, BURST_VK_DKV_RT, &dim, &be->tiles.k[BURST_VK_DKV_RT][dc]))
             kkv = BURST_VK_DKV_RT;
     }
     struct burst_vk_tile tq, tkv;

@@ -168,7 +168,7 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
     burst_vk_cache_path(&c, cache, sizeof cache);
     int cm = burst_vk_coopmat_usable(&c, env);
     /* the cooperative-matrix kernels for fp16, then the forward's and the backward's for the
-     * rest (at head dims <= 128): register-tiled, subgroup or scalar */
+     * rest (as chosen for head dims <= 128): register-tiled, subgroup or scalar */
     int sg = t.k[BURST_VK_FWD][1].t > 1, rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
     int rtb = t.k[BURST_VK_DQ_RT][1].t > 0 && t.k[BURST_VK_DKV_RT][1].t > 0;
     const char *fp = rtf ? "tiled" : sg ? "subgroup" : "scalar";
@@ -269,7 +269,7 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                                                : elem,
                     env->elem_str[0] ? env->elem_str : "auto");
     burst_sb_printf(out,
-                    "    path: %s; tiles (%s) T x BR x BC (fwd_rt: DC x BR x BC) by head dim "
+                    "    path: %s; tiles (%s) T x BR x BC (*_rt: DC x BR x BC) by head dim "
                     "<= 64 / 128 / 256:\n",
                     path, t.source);
     for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {

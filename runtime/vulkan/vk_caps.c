@@ -27,7 +27,7 @@
  *      for dkv_cm).
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt: those of every input the cooperative-
  *      matrix ones do not take; a tile's T is the chunk depth DC), each: the first valid of
- *      64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first, see the rule's code),
+ *      64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt: 128 x 64, 8 first; see the code),
  *      then 32 x 64, 32 x 32, 16 x 32, 16 x 16 and 8 x 8 (rows x columns; DC 16 to 4):
  *      invocations of 4 x 4 score blocks (256 at 64 x 64), the largest tile with the deepest
  *      chunks whose shared memory fits the whole of maxComputeSharedMemorySize. fwd_rt at
@@ -242,12 +242,11 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     case BURST_VK_DQ_RT:
     case BURST_VK_DKV_RT: {
         /* mirrors shaders/bwd_rt.comp: a region holding the four transposed operand chunks of
-         * S and dP or NACC column-operand chunks of DC rows, NACC transposed score tiles (dS;
-         * P and dS), two ints */
+         * S and dP or one column-operand chunk of DC rows, one transposed score tile (dS; P,
+         * then dS), two ints */
         size_t qs = (size_t)tl->br + 4, ks = (size_t)tl->bc + 4, dc = (size_t)tl->t;
-        size_t nacc = k == BURST_VK_DKV_RT ? 2 : 1;
-        size_t xy = 2 * dc * (qs + ks), v = nacc * dc * (size_t)d, region = xy > v ? xy : v;
-        return 4 * (region + nacc * (size_t)tl->bc * qs) + 8;
+        size_t xy = 2 * dc * (qs + ks), v = dc * (size_t)d, region = xy > v ? xy : v;
+        return 4 * (region + (size_t)tl->bc * qs) + 8;
     }
     default: return 0;
     }
@@ -321,9 +320,11 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
     for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
         tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
     /* the register-tiled kernels: 64 x 64 tiles of 256 invocations with the deepest chunks
-     * that fit (32 head-dim elements where shared memory allows), then narrower tiles; dq_rt
-     * first tries chunks of 4 (measured on an H200 at d = 128: 322 ms against 400 with 16,
-     * its register count 127 against 137, so two workgroups share a multiprocessor);
+     * that fit (32 head-dim elements where shared memory allows), then narrower tiles. First,
+     * as measured on an H200 at d = 128 (docs/BENCHMARKS.md): dq_rt tries chunks of 4 (322 ms
+     * against 400 with 16: 127 registers against 137, so two workgroups share a
+     * multiprocessor); dkv_rt tries 128 key rows of 512 invocations with chunks of 8 (398 ms
+     * against 477 at 64 x 64: half the accumulators per invocation, 128 registers).
      * BURST_VK_RT_TILE=br,bc,dc asks for one (used where valid) */
     static const struct burst_vk_tile rt[] = {{32, 64, 64}, {16, 64, 64}, {8, 64, 64},
                                               {16, 32, 64}, {8, 32, 64},  {8, 32, 32},
@@ -337,9 +338,10 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 *tl = want;
                 continue;
             }
-            static const struct burst_vk_tile dq4 = {4, 64, 64};
-            if (k == BURST_VK_DQ_RT && burst_vk_tile_valid(caps, env, BURST_VK_DQ_RT, c, &dq4))
-                *tl = dq4;
+            static const struct burst_vk_tile first[] = {{0, 0, 0}, {4, 64, 64}, {8, 128, 64}};
+            const struct burst_vk_tile *f = &first[k - BURST_VK_FWD_RT];
+            if (f->t && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, f))
+                *tl = *f;
             for (size_t i = 0; i < sizeof rt / sizeof rt[0] && !tl->t; i++)
                 if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &rt[i]))
                     *tl = rt[i];
