@@ -10,6 +10,10 @@
 //     meet the workgroup's:
 //       S^T = K' Q^T, dP^T = V dO^T, P^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q;
 //     at the end dV_acc += dV, dK_acc += tau dK.
+//   dK / dV with dQ by atomics (-DBURST_DKV -DBURST_DQ_ATOMIC; kernel dkvq_rt, for plans that
+//     need not be deterministic): the same, and per tile dQ_acc += tau dS^T K, the tile's
+//     partial over the workgroup's keys added with float atomics (GL_EXT_shader_atomic_float),
+//     so dq_rt, which recomputes S and dP, is not needed.
 //   (Q' = tau log2(e) Q, K' = tau log2(e) K: scores in log2 units, as in fwd_rt.)
 //
 // Call the workgroup's BR rows "rows" (queries for dQ, keys for dK / dV) and each tile's BC
@@ -24,6 +28,9 @@
 // one writer and a fixed order of additions: deterministic. Tiles as fwd_rt (constant 1 = DC;
 // BR a multiple of 4, BC a multiple of 4 and of DC).
 #extension GL_GOOGLE_include_directive : require
+#ifdef BURST_DQ_ATOMIC
+#extension GL_EXT_shader_atomic_float : require
+#endif
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require
 #define UNROLL [[unroll]]
@@ -263,6 +270,52 @@ void main()
                     }
                 }
             }
+#ifdef BURST_DQ_ATOMIC
+            // ---- dQ[columns] += tau dS^T K over the workgroup's key rows, in chunks of DC of
+            // them (zs holds dS): invocation x of the CG x DV (column group, head-dim vec4)
+            // products owns 4 columns x 4 elements, then adds them with atomics
+            if ((P.flags & 1) != 0) {
+                vec4 dqp[4 * ((CG * DV + nthr - 1) / nthr)];
+                UNROLL for (int x = 0; x < 4 * ((CG * DV + nthr - 1) / nthr); x++)
+                    dqp[x] = vec4(0.0);
+                for (int k0 = 0; k0 < BR; k0 += DC) {
+                    barrier(); // the last readers of sh are done
+                    for (int x = tid; x < DC * DV; x += nthr) {
+                        int kk = x / DV, c = 4 * (x % DV), n = r0 + k0 + kk;
+                        sh[x] = c < D && n < P.nk ? load4(P.k, DTK, view_index(P.k, b, n, g, c), vec)
+                                                  : vec4(0.0);
+                    }
+                    barrier();
+                    UNROLL for (int t = 0; t < (CG * DV + nthr - 1) / nthr; t++) {
+                        int x = tid + t * nthr, cq = x % CG, d4 = x / CG;
+                        if (x < CG * DV) {
+                            UNROLL for (int r4 = 0; r4 < DC / 4; r4++) {
+                                vec4 kv[4];
+                                UNROLL for (int e = 0; e < 4; e++)
+                                    kv[e] = sh[(4 * r4 + e) * DV + d4];
+                                UNROLL for (int c = 0; c < 4; c++) {
+                                    vec4 z = zs[(4 * cq + c) * QS + k0 / 4 + r4]; // 4 key rows
+                                    UNROLL for (int e = 0; e < 4; e++)
+                                        dqp[4 * t + c] = fma(vec4(z[e]), kv[e], dqp[4 * t + c]);
+                                }
+                            }
+                        }
+                    }
+                }
+                UNROLL for (int t = 0; t < (CG * DV + nthr - 1) / nthr; t++) {
+                    int x = tid + t * nthr, cq = x % CG, d4 = x / CG;
+                    UNROLL for (int c = 0; c < 4; c++) {
+                        int i = c0 + 4 * cq + c;
+                        if (x < CG * DV && i < cmax) {
+                            uint o = uint(((b * P.nq + i) * P.hq + h) * D + 4 * d4);
+                            F32 dq = F32(P.o);
+                            UNROLL for (int e = 0; e < 4; e++)
+                                atomicAdd(dq.v[o + uint(e)], P.scale * dqp[4 * t + c][e]);
+                        }
+                    }
+                }
+            }
+#endif
         }
 #ifdef BURST_DKV
     }

@@ -209,14 +209,17 @@ static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_vk_d
                                  const struct burst_vk_tile *tl, int64_t *fixed)
 {
     /* nb: operands per chunk of S (fwd: Q, K; bwd: also dO, V), na: accumulators */
-    int64_t nb = k == BURST_VK_FWD_RT ? 1 : 2, na = k == BURST_VK_DKV_RT ? 2 : 1;
+    int64_t nb = k == BURST_VK_FWD_RT ? 1 : 2;
+    int64_t na = k == BURST_VK_DKV_RT || k == BURST_VK_DKVQ_RT ? 2 : 1;
     int64_t dc = tl->t, cg = tl->bc / 4, inv = (int64_t)(tl->br / 4) * cg;
     int64_t nv = (dim->d + 4 * cg - 1) / (4 * cg);
     int64_t qk = (nb * (tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
     int64_t vl = (dc * dim->d / 4 + inv - 1) / inv;
     int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 + 4 * (cg + nv + 1) +
                    na * (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
-    if (k == BURST_VK_DKV_RT) /* every head of the group, and the scan per query row */
+    if (k == BURST_VK_DKVQ_RT) /* dQ over the key rows, in chunks of DC */
+        tile += (tl->br / dc) * (vl + dc * 24 + 2) + 16;
+    if (k != BURST_VK_FWD_RT && k != BURST_VK_DQ_RT) /* every head of the group, the scan */
         tile = tile * dim->group + tl->bc / inv + 1;
     *fixed = 4 * (cg + 5 * nv + 1) * na + 64;
     return tile;
@@ -237,8 +240,10 @@ static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           const struct burst_vk_tile *tl)
 {
     /* dK / dV kernels split the query rows, the others the keys */
-    int64_t n = k == BURST_VK_DKV || k == BURST_VK_DKV_CM || k == BURST_VK_DKV_RT ? dim->nq
-                                                                                 : dim->nk;
+    int64_t n = k == BURST_VK_DKV || k == BURST_VK_DKV_CM || k == BURST_VK_DKV_RT ||
+                        k == BURST_VK_DKVQ_RT
+                    ? dim->nq
+                    : dim->nk;
     if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
         return n > 0 ? n : 1;
     if (burst_vk_kernel_rt(k)) {
@@ -417,16 +422,23 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         if (be->tiles.k[BURST_VK_DKV_RT][dc].t > 0 &&
             burst_vk_rt_fits(be, BURST_VK_DKV_RT, &dim, &be->tiles.k[BURST_VK_DKV_RT][dc]))
             kkv = BURST_VK_DKV_RT;
+        /* a plan that need not be deterministic: the dK / dV kernel adds dQ by atomics, and
+         * no dQ kernel runs (it would compute S and dP again) */
+        if (kkv == BURST_VK_DKV_RT && a->dq && !a->deterministic && be->use_atomic &&
+            be->tiles.k[BURST_VK_DKVQ_RT][dc].t > 0 &&
+            burst_vk_rt_fits(be, BURST_VK_DKVQ_RT, &dim, &be->tiles.k[BURST_VK_DKVQ_RT][dc]))
+            kkv = BURST_VK_DKVQ_RT;
     }
+    const int fused = kkv == BURST_VK_DKVQ_RT; /* dQ comes from the dK / dV kernel */
     struct burst_vk_tile tq, tkv;
     if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) != BURST_OK ||
         (st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv)) != BURST_OK)
         return st;
     int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, (int)a->dout->dtype};
     VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE;
-    if (a->dq && (st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq)) != BURST_OK)
+    if (a->dq && !fused && (st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq)) != BURST_OK)
         return st;
-    if ((a->dk || a->dv) &&
+    if ((a->dk || a->dv || fused) &&
         (st = burst_vk_pipeline(be, kkv, (int)dim.d, &tkv, dt, &pkv)) != BURST_OK)
         return st;
     if (burst_vk_groups(dim.nq, tq.br) > be->caps.max_groups[0] ||
@@ -489,7 +501,7 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
             burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr) &&
             burst_vk_vec8(a->dout, slots[3].addr))
             p->flags |= 8;
-        if ((kq == BURST_VK_DQ_RT || kkv == BURST_VK_DKV_RT) && burst_vk_vec4(a->q, slots[0].addr) &&
+        if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) && burst_vk_vec4(a->q, slots[0].addr) &&
             burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
             burst_vk_vec4(a->dout, slots[3].addr))
             p->flags |= 32;

@@ -45,7 +45,7 @@
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
     "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
-    "fwd_rt", "dq_rt",  "dkv_rt", "copy",   "fill",   "acc"};
+    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "copy",  "fill",   "acc"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -63,6 +63,7 @@ void burst_vk_env_read(struct burst_vk_env *env)
     env->subgroup = burst_vk_env_int("BURST_VK_SUBGROUP", 1) != 0;
     env->coopmat = burst_vk_env_int("BURST_VK_COOPMAT", 1) != 0;
     env->rt = burst_vk_env_int("BURST_VK_RT", 1) != 0;
+    env->atomic = burst_vk_env_int("BURST_VK_ATOMIC", 1) != 0;
     const char *rt = getenv("BURST_VK_RT_TILE");
     if (!rt || sscanf(rt, "%d,%d,%d", &env->rt_tile[0], &env->rt_tile[1], &env->rt_tile[2]) != 3)
         env->rt_tile[0] = env->rt_tile[1] = env->rt_tile[2] = 0;
@@ -160,8 +161,19 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
                 caps->coopmat_khr = 1;
             else if (strcmp(e, "VK_KHR_shader_bfloat16") == 0)
                 caps->bf16 = 1;
+            else if (strcmp(e, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME) == 0)
+                caps->atomic_add = 1; /* the feature, below */
         }
         free(exts);
+    }
+    if (caps->atomic_add) {
+        VkPhysicalDeviceShaderAtomicFloatFeaturesEXT af = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
+        };
+        VkPhysicalDeviceFeatures2 fa = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &af};
+        vkGetPhysicalDeviceFeatures2(phys, &fa);
+        caps->atomic_add = af.shaderBufferFloat32AtomicAdd == VK_TRUE;
     }
     if (caps->coopmat_nv) {
         PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
@@ -240,7 +252,8 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         return 4 * (region + (size_t)tl->bc * qs + (size_t)tl->br * (size_t)(tl->bc / 4)) + 8;
     }
     case BURST_VK_DQ_RT:
-    case BURST_VK_DKV_RT: {
+    case BURST_VK_DKV_RT:
+    case BURST_VK_DKVQ_RT: {
         /* mirrors shaders/bwd_rt.comp: a region holding the four transposed operand chunks of
          * S and dP or one column-operand chunk of DC rows, one transposed score tile (dS; P,
          * then dS), two ints */
@@ -270,6 +283,8 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
          * subgroup operation */
         if (!BURST_VK_SPV_FWD_RT || !BURST_VK_SPV_BWD_DQ_RT || !BURST_VK_SPV_BWD_DKV_RT ||
+            (k == BURST_VK_DKVQ_RT &&
+             (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic || !caps->atomic_add)) ||
             !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
             tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 128 || tl->bc % 4 ||
             tl->bc % tl->t)
@@ -329,7 +344,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
     static const struct burst_vk_tile rt[] = {{32, 64, 64}, {16, 64, 64}, {8, 64, 64},
                                               {16, 32, 64}, {8, 32, 64},  {8, 32, 32},
                                               {8, 16, 32},  {8, 16, 16},  {4, 8, 8}};
-    for (int k = BURST_VK_FWD_RT; k <= BURST_VK_DKV_RT; k++) {
+    for (int k = BURST_VK_FWD_RT; k <= BURST_VK_DKVQ_RT; k++) {
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
             struct burst_vk_tile want = {env->rt_tile[2], env->rt_tile[0], env->rt_tile[1]},
                                  *tl = &tiles->k[k][c];
@@ -338,7 +353,8 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 *tl = want;
                 continue;
             }
-            static const struct burst_vk_tile first[] = {{0, 0, 0}, {4, 64, 64}, {8, 128, 64}};
+            static const struct burst_vk_tile first[] = {
+                {0, 0, 0}, {4, 64, 64}, {8, 128, 64}, {8, 128, 64}};
             const struct burst_vk_tile *f = &first[k - BURST_VK_FWD_RT];
             if (f->t && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, f))
                 *tl = *f;

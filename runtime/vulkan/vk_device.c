@@ -167,7 +167,7 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
     if (!exts)
         return burst_error(BURST_ERR_NO_MEMORY, "vulkan: out of memory");
     vkEnumerateDeviceExtensionProperties(be->phys, NULL, &next, exts);
-    const char *enable[4];
+    const char *enable[5];
     uint32_t nenable = 0;
     if (be->use_coopmat && burst_vk_has_ext(exts, next, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         enable[nenable++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
@@ -184,6 +184,11 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
                        burst_vk_has_ext(exts, next, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
     if (fd_ext)
         enable[nenable++] = VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME;
+    /* float atomics for dkvq_rt (dQ added by the dK / dV kernel) */
+    be->use_atomic = be->env.atomic && be->caps.atomic_add &&
+                     burst_vk_has_ext(exts, next, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
+    if (be->use_atomic)
+        enable[nenable++] = VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME;
     free(exts);
 
     float prio = 1.0f;
@@ -213,9 +218,14 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
         .pNext = &f12,
         .storageBuffer16BitAccess = be->use_coopmat ? VK_TRUE : VK_FALSE,
     };
+    VkPhysicalDeviceShaderAtomicFloatFeaturesEXT af = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
+        .pNext = &f11,
+        .shaderBufferFloat32AtomicAdd = VK_TRUE,
+    };
     VkPhysicalDeviceFeatures2 f2 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-        .pNext = &f11,
+        .pNext = be->use_atomic ? (void *)&af : (void *)&f11,
         .features = {.shaderInt64 = VK_TRUE},
     };
     VkDeviceCreateInfo dci = {

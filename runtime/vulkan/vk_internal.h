@@ -73,6 +73,7 @@ struct burst_vk_caps {
     float timestamp_period; /* ns per tick */
     int coopmat_nv;         /* VK_NV_cooperative_matrix */
     int coopmat_khr;        /* VK_KHR_cooperative_matrix (reported; no kernel yet) */
+    int atomic_add;         /* VK_EXT_shader_atomic_float's shaderBufferFloat32AtomicAdd */
     int ncoop;
     struct burst_vk_coopmat_shape coop[16];
     uint32_t nheaps;
@@ -96,6 +97,7 @@ enum burst_vk_kernel {
     BURST_VK_FWD_RT, /* register-tiled forward (any device; tile t = its chunk depth DC) */
     BURST_VK_DQ_RT,  /* register-tiled dQ (likewise) */
     BURST_VK_DKV_RT, /* register-tiled dK / dV (likewise) */
+    BURST_VK_DKVQ_RT, /* register-tiled dK / dV adding dQ by float atomics (not deterministic) */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
@@ -132,6 +134,7 @@ struct burst_vk_env {
     int rt;               /* BURST_VK_RT: 0 = never the register-tiled kernels (fwd_rt, dq_rt,
                            * dkv_rt) */
     int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: their tile, where valid (else the rule) */
+    int atomic;           /* BURST_VK_ATOMIC: 0 = never add dQ by float atomics (dkvq_rt) */
     int autotune;         /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
                            * a head dim (8..256) = only for its class (the others keep the rule) */
     int cache;            /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
@@ -175,7 +178,8 @@ int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst
 /* Whether kernel k is one of the register-tiled ones (tile t = DC; workgroup (BR/4) x (BC/4)). */
 static inline int burst_vk_kernel_rt(int k)
 {
-    return k == BURST_VK_FWD_RT || k == BURST_VK_DQ_RT || k == BURST_VK_DKV_RT;
+    return k == BURST_VK_FWD_RT || k == BURST_VK_DQ_RT || k == BURST_VK_DKV_RT ||
+           k == BURST_VK_DKVQ_RT;
 }
 
 /* Whether kernel k is one of the cooperative-matrix ones (workgroup = BR / 16 subgroups). */
@@ -225,6 +229,7 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
+    int use_atomic; /* float atomics enabled on the device (dkvq_rt) */
     int export_ext; /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
                      * pipeline's compiler statistics (registers, spills...) when built */

@@ -27,6 +27,9 @@
 #include "fwd_rt.spv.h"
 #include "bwd_dkv_rt.spv.h"
 #include "bwd_dq_rt.spv.h"
+#if BURST_VK_SPV_BWD_DKVQ_RT
+#include "bwd_dkvq_rt.spv.h"
+#endif
 #if BURST_VK_SPV_FWD_SG
 #include "bwd_dkv_sg.spv.h"
 #include "bwd_dq_sg.spv.h"
@@ -66,6 +69,9 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
     case BURST_VK_FWD_RT: return BURST_VK_SPV(burst_vk_spv_fwd_rt);
     case BURST_VK_DQ_RT: return BURST_VK_SPV(burst_vk_spv_bwd_dq_rt);
     case BURST_VK_DKV_RT: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_rt);
+#if BURST_VK_SPV_BWD_DKVQ_RT
+    case BURST_VK_DKVQ_RT: return BURST_VK_SPV(burst_vk_spv_bwd_dkvq_rt);
+#endif
     case BURST_VK_COPY: return BURST_VK_SPV(burst_vk_spv_elem_copy);
     case BURST_VK_FILL: return BURST_VK_SPV(burst_vk_spv_elem_fill);
     case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
