@@ -6,6 +6,7 @@
  *   BURST_VK_COOPMAT=0    never the cooperative-matrix kernels
  *   BURST_VK_RT=0         never the register-tiled kernels (fwd_rt, dq_rt, dkv_rt)
  *   BURST_VK_RT_TILE=br,bc,dc  their tile, where valid (comparison)
+ *   BURST_VK_ATOMIC=0     never dkvq_rt (dQ by float atomics in non-deterministic plans)
  *   BURST_VK_AUTOTUNE=1   time tile candidates at create and cache the fastest
  *   BURST_VK_CACHE=0      ignore the tile cache file
  *   BURST_VK_PROFILE=1    timestamp every dispatch, print the totals to stderr at destroy
@@ -205,13 +206,14 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                         "\"subgroup_size_range\": [%u, %u], \"subgroup_shuffle\": %s, "
                         "\"fp16\": %s, \"bf16\": %s, \"int8\": %s, \"int64\": %s, "
                         "\"buffer_device_address\": %s, \"timestamps\": %s, "
+                        "\"float_atomic_add\": %s, "
                         "\"coopmat_nv\": %s, \"coopmat_khr\": %s, \"coopmat_shapes\": [",
                         c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
                         c.subgroup_shuffle ? "true" : "false", c.fp16 ? "true" : "false",
                         c.bf16 ? "true" : "false", c.int8 ? "true" : "false",
                         c.int64 ? "true" : "false", c.bda ? "true" : "false",
-                        c.timestamps ? "true" : "false", c.coopmat_nv ? "true" : "false",
-                        c.coopmat_khr ? "true" : "false");
+                        c.timestamps ? "true" : "false", c.atomic_add ? "true" : "false",
+                        c.coopmat_nv ? "true" : "false", c.coopmat_khr ? "true" : "false");
         for (int i = 0; i < c.ncoop; i++)
             burst_sb_printf(out, "%s{\"m\": %u, \"n\": %u, \"k\": %u, \"a\": %d, \"c\": %d}",
                             i ? ", " : "", c.coop[i].m, c.coop[i].n, c.coop[i].k, c.coop[i].a_type,
@@ -245,11 +247,11 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
     burst_sb_printf(out,
                     "    limits: %u B shared memory, %u invocations, subgroup %u (%u..%u)%s\n"
                     "    types: fp16 %s, bf16 %s, int8 %s, int64 %s; buffer device address %s; "
-                    "timestamps %s\n",
+                    "timestamps %s; float atomic add %s\n",
                     c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
                     c.subgroup_shuffle ? ", shuffles" : ", no shuffles", c.fp16 ? "yes" : "no",
                     c.bf16 ? "yes" : "no", c.int8 ? "yes" : "no", c.int64 ? "yes" : "no",
-                    c.bda ? "yes" : "no", c.timestamps ? "yes" : "no");
+                    c.bda ? "yes" : "no", c.timestamps ? "yes" : "no", c.atomic_add ? "yes" : "no");
     burst_sb_printf(out, "    cooperative matrix: NV %s, KHR %s", c.coopmat_nv ? "yes" : "no",
                     c.coopmat_khr ? "yes" : "no");
     for (int i = 0; i < c.ncoop; i++)
