@@ -1,5 +1,6 @@
 #version 460
-// shaders/bwd_rt.comp - backward, register-tiled path (the layout of fwd_rt.comp), built twice:
+// shaders/bwd_rt.comp - backward, register-tiled path (the layout of fwd_rt.comp), built three
+// ways:
 //
 //   dQ (default; kernel dq_rt): workgroup (x = tile of BR query rows, y = query head, z =
 //     batch); per tile of BC keys of the K/V block:
@@ -24,9 +25,10 @@
 //            stored transposed in shared memory ([element][row or column]);
 //   P, dS    in registers, then transposed into shared memory ([column][row]), one at a time;
 //   acc      += (P or dS) times the columns' operand rows, in chunks of DC columns.
-// P is recomputed from the final lse, so no row reduction is needed. Each output element has
-// one writer and a fixed order of additions: deterministic. Tiles as fwd_rt (constant 1 = DC;
-// BR a multiple of 4, BC a multiple of 4 and of DC).
+// P is recomputed from the final lse, so no row reduction is needed. In dq_rt and dkv_rt each
+// output element has one writer and a fixed order of additions: deterministic (dkvq_rt's dQ
+// atomics are not). Tiles as fwd_rt (constant 1 = DC; BR a multiple of 4, BC a multiple of 4
+// and of DC; for dkvq_rt BR a multiple of DC too).
 #extension GL_GOOGLE_include_directive : require
 #ifdef BURST_DQ_ATOMIC
 #extension GL_EXT_shader_atomic_float : require

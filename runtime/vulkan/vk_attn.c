@@ -217,8 +217,10 @@ static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_vk_d
     int64_t vl = (dc * dim->d / 4 + inv - 1) / inv;
     int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 + 4 * (cg + nv + 1) +
                    na * (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
-    if (k == BURST_VK_DKVQ_RT) /* dQ over the key rows, in chunks of DC */
-        tile += (tl->br / dc) * (vl + dc * 24 + 2) + 16;
+    if (k == BURST_VK_DKVQ_RT) { /* dQ over the key rows in chunks of DC, nt items each */
+        int64_t nt = (dim->d + tl->br - 1) / tl->br;
+        tile += (tl->br / dc) * (vl + nt * (25 * dc / 4 + 1) + 2) + 25 * nt + 2;
+    }
     if (k != BURST_VK_FWD_RT && k != BURST_VK_DQ_RT) /* every head of the group, the scan */
         tile = tile * dim->group + tl->bc / inv + 1;
     *fixed = 4 * (cg + 5 * nv + 1) * na + 64;
@@ -424,7 +426,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
             kkv = BURST_VK_DKV_RT;
         /* a plan that need not be deterministic: the dK / dV kernel adds dQ by atomics, and
          * no dQ kernel runs (it would compute S and dP again) */
-        if (kkv == BURST_VK_DKV_RT && a->dq && !a->deterministic && be->use_atomic &&
+        if (kkv == BURST_VK_DKV_RT && a->dq && (a->dk || a->dv) && !a->deterministic &&
+            be->use_atomic &&
             be->tiles.k[BURST_VK_DKVQ_RT][dc].t > 0 &&
             burst_vk_rt_fits(be, BURST_VK_DKVQ_RT, &dim, &be->tiles.k[BURST_VK_DKVQ_RT][dc]))
             kkv = BURST_VK_DKVQ_RT;

@@ -25,9 +25,10 @@
  *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule with 4 subgroups,
  *      for head dims up to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile
  *      for dkv_cm).
- *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt: those of every input the cooperative-
- *      matrix ones do not take; a tile's T is the chunk depth DC), each: the first valid of
- *      64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt: 128 x 64, 8 first; see the code),
+ *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
+ *      cooperative-matrix ones do not take; a tile's T is the chunk depth DC), each: the first
+ *      valid of 64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt, dkvq_rt: 128 x 64, 8
+ *      first; see the code),
  *      then 32 x 64, 32 x 32, 16 x 32, 16 x 16 and 8 x 8 (rows x columns; DC 16 to 4):
  *      invocations of 4 x 4 score blocks (256 at 64 x 64), the largest tile with the deepest
  *      chunks whose shared memory fits the whole of maxComputeSharedMemorySize. fwd_rt at
@@ -283,8 +284,8 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
          * subgroup operation */
         if (!BURST_VK_SPV_FWD_RT || !BURST_VK_SPV_BWD_DQ_RT || !BURST_VK_SPV_BWD_DKV_RT ||
-            (k == BURST_VK_DKVQ_RT &&
-             (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic || !caps->atomic_add)) ||
+            (k == BURST_VK_DKVQ_RT && (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic ||
+                                       !caps->atomic_add || tl->br % tl->t)) ||
             !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
             tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 128 || tl->bc % 4 ||
             tl->bc % tl->t)

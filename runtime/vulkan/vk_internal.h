@@ -132,7 +132,7 @@ struct burst_vk_env {
                            * register-tiled ones use none and stay unless BURST_VK_RT=0) */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
     int rt;               /* BURST_VK_RT: 0 = never the register-tiled kernels (fwd_rt, dq_rt,
-                           * dkv_rt) */
+                           * dkv_rt, dkvq_rt) */
     int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: their tile, where valid (else the rule) */
     int atomic;           /* BURST_VK_ATOMIC: 0 = never add dQ by float atomics (dkvq_rt) */
     int autotune;         /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
