@@ -19,10 +19,10 @@
 //               step reads one vec4 of P and NV vec4 of V for 16 NV multiply-adds.
 // Everything is fp32 in registers and shared memory, whatever the storage dtype.
 //
-// Tiles (runtime/vulkan/vk_caps.c): the tile's T (constant 1) is DC here (4, 8, 16 or 32), BR
-// a multiple of 4, BC a multiple of 4 and of DC. Only key tiles inside the union of the Q tile's allowed key intervals are
-// visited (fully masked tiles are skipped); partial tiles are masked per row. Rows with no
-// allowed key in the block leave (O, lse) bit-for-bit unchanged.
+// Tiles (runtime/vulkan/vk_caps.c): the tile's T (constant 1) is DC here (4, 8, 16 or 32), BR a
+// multiple of 4, BC a multiple of 4 and of DC. Only key tiles inside the union of the Q tile's
+// allowed key intervals are visited (fully masked tiles are skipped); partial tiles are masked
+// per row. Rows with no allowed key in the block leave (O, lse) bit-for-bit unchanged.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require

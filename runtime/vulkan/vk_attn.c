@@ -186,25 +186,8 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
     }
 }
 
-/*
- * Rows of the K/V block (fwd, dq) or of the query block (dkv) one dispatch may take.
- *
- * Mesa's lavapipe ends an invocation's loops once they have run 65535 iterations in total
- * (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, shared by every loop of a shader) and the shader
- * then computes on with what it has: a silently wrong result, not an error. On software
- * devices (VK_PHYSICAL_DEVICE_TYPE_CPU) a call is therefore split into dispatches over ranges
- * of rows (params lo, hi) whose loop iterations stay under 48 Ki by a generous count: per key
- * (fwd, dq) or per query row and head of the group (dkv) two loops over the invocation's
- * d / T elements, its share of the tile loads and a few more; plus the invocation's fixed
- * loops. The register-tiled kernels count per tile of BC columns (keys; query rows of each
- * head of the group for dkv_rt) every loop as a loop (the unroll hints may not be taken): the
- * chunks over d with their loads and 4-wide inner loops, the mask and the row reductions, the
- * chunks of columns with theirs; dkv_rt adds its scan of the range's query rows. A range is a
- * whole number of staged tiles (BC rows), at least one. Hardware devices take the whole block
- * in one dispatch.
- */
-/* Loop iterations of a register-tiled kernel per tile of BC columns, counted as described
- * above, and its fixed loops (*fixed). */
+/* Loop iterations of a register-tiled kernel per tile of BC columns, counted as described at
+ * burst_vk_rows_per_dispatch below, and its fixed loops (*fixed). */
 static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_vk_dims *dim,
                                  const struct burst_vk_tile *tl, int64_t *fixed)
 {
@@ -237,6 +220,23 @@ static int burst_vk_rt_fits(const struct burst_vk_backend *be, enum burst_vk_ker
     return be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || tile + fixed <= 49152;
 }
 
+/*
+ * Rows of the K/V block (fwd, dq) or of the query block (dkv) one dispatch may take.
+ *
+ * Mesa's lavapipe ends an invocation's loops once they have run 65535 iterations in total
+ * (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, shared by every loop of a shader) and the shader
+ * then computes on with what it has: a silently wrong result, not an error. On software
+ * devices (VK_PHYSICAL_DEVICE_TYPE_CPU) a call is therefore split into dispatches over ranges
+ * of rows (params lo, hi) whose loop iterations stay under 48 Ki by a generous count: per key
+ * (fwd, dq) or per query row and head of the group (dkv) two loops over the invocation's
+ * d / T elements, its share of the tile loads and a few more; plus the invocation's fixed
+ * loops. The register-tiled kernels count per tile of BC columns (keys; query rows of each
+ * head of the group for dkv_rt) every loop as a loop (the unroll hints may not be taken): the
+ * chunks over d with their loads and 4-wide inner loops, the mask and the row reductions, the
+ * chunks of columns with theirs; dkv_rt adds its scan of the range's query rows. A range is a
+ * whole number of staged tiles (BC rows), at least one. Hardware devices take the whole block
+ * in one dispatch.
+ */
 static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
                                           enum burst_vk_kernel k, const struct burst_vk_dims *dim,
                                           const struct burst_vk_tile *tl)
@@ -504,8 +504,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
             burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr) &&
             burst_vk_vec8(a->dout, slots[3].addr))
             p->flags |= 8;
-        if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) && burst_vk_vec4(a->q, slots[0].addr) &&
-            burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
+        if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) &&
+            burst_vk_vec4(a->q, slots[0].addr) && burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
             burst_vk_vec4(a->dout, slots[3].addr))
             p->flags |= 32;
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,

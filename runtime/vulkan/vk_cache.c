@@ -18,8 +18,9 @@
  * has no tile; the register-tiled kernels are neither tuned nor cached) of each head-dim class,
  * time the rule's tile and its neighbours (T in {1, 2, 4, 8}, workgroups of 64 / 128 / 256, BC
  * halved) on a 1024-row fp16 problem with timestamp queries and keep the fastest; the backward
- * kernels take the forward's T and workgroup. A few seconds on a GPU; slow on lavapipe. BURST_VK_AUTOTUNE=<head dim> tunes only that head dim's
- * class (64, 128 or 256) and keeps the rule's tiles for the others.
+ * kernels take the forward's T and workgroup. A few seconds on a GPU; slow on lavapipe.
+ * BURST_VK_AUTOTUNE=<head dim> tunes only that head dim's class (64, 128 or 256) and keeps the
+ * rule's tiles for the others.
  */
 #include <errno.h>
 #include <stdio.h>
