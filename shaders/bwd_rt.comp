@@ -275,7 +275,9 @@ void main()
 #ifdef BURST_DQ_ATOMIC
             // ---- dQ[columns] += tau dS^T K over the workgroup's key rows, in chunks of DC of
             // them (zs holds dS): invocation x of the CG x DV (column group, head-dim vec4)
-            // products owns 4 columns x 4 elements, then adds them with atomics
+            // products owns 4 columns x 4 elements, then adds them with atomics; neighbouring
+            // invocations take neighbouring vec4 of one row, so a subgroup's atomics fall in
+            // few cache lines
             if ((P.flags & 1) != 0) {
                 vec4 dqp[4 * ((CG * DV + nthr - 1) / nthr)];
                 UNROLL for (int x = 0; x < 4 * ((CG * DV + nthr - 1) / nthr); x++)
@@ -289,7 +291,7 @@ void main()
                     }
                     barrier();
                     UNROLL for (int t = 0; t < (CG * DV + nthr - 1) / nthr; t++) {
-                        int x = tid + t * nthr, cq = x % CG, d4 = x / CG;
+                        int x = tid + t * nthr, d4 = x % DV, cq = x / DV;
                         if (x < CG * DV) {
                             UNROLL for (int r4 = 0; r4 < DC / 4; r4++) {
                                 vec4 kv[4];
@@ -305,7 +307,7 @@ void main()
                     }
                 }
                 UNROLL for (int t = 0; t < (CG * DV + nthr - 1) / nthr; t++) {
-                    int x = tid + t * nthr, cq = x % CG, d4 = x / CG;
+                    int x = tid + t * nthr, d4 = x % DV, cq = x / DV;
                     UNROLL for (int c = 0; c < 4; c++) {
                         int i = c0 + 4 * cq + c;
                         if (x < CG * DV && i < cmax) {
