@@ -40,6 +40,7 @@
 #define UNROLL
 #endif
 #include "common.glsl"
+#include "rt.glsl"
 
 #ifdef BURST_DKV
 const int NACC = 2; // dK, dV
@@ -59,16 +60,6 @@ shared vec4 sh[REGION]; // A1 at 0, B1 at DC QS, A2 at DC (QS + KS), B2 at DC (2
                         // later a column-operand chunk [DC][DV]
 shared vec4 zs[BC * QS]; // [column][row]: dS (dQ); P, then dS (dK / dV)
 shared int cmin_s, cmax_s;
-
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4 { vec4 v[]; };
-
-vec4 load4(View t, int dt, uint i, bool vec)
-{
-    if (dt == 0 && vec)
-        return F32x4(t.addr).v[i >> 2];
-    return vec4(load_elem(t, dt, i), load_elem(t, dt, i + 1u), load_elem(t, dt, i + 2u),
-                load_elem(t, dt, i + 3u));
-}
 
 // element e0 + e of a chunk of row (or column) x, transposed: float base + (e0 + e) stride + x
 void put_t(int base, int stride, int e0, int x, vec4 val)

@@ -31,6 +31,7 @@
 #define UNROLL
 #endif
 #include "common.glsl"
+#include "rt.glsl"
 
 const int DC = T;                          // head-dim elements per Q/K chunk, keys per V chunk
 const int CG = BC / 4;                     // invocations sharing a row group
@@ -45,18 +46,6 @@ shared vec4 qkv[REGION];   // Q chunk at 0, K chunk at DC * QS; later a V chunk 
 shared vec4 ps[BC * QS];   // P transposed: [key][row]
 shared float red[BR * CG]; // one partial per row and invocation of its row group
 shared int kmin_s, kmax_s;
-
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4 { vec4 v[]; };
-
-// 4 consecutive elements (index i of the first) of a view; vec4 loads where the host says every
-// row of the fp32 tensors is 16-byte aligned (params flag bit 5)
-vec4 load4(View t, int dt, uint i, bool vec)
-{
-    if (dt == 0 && vec)
-        return F32x4(t.addr).v[i >> 2];
-    return vec4(load_elem(t, dt, i), load_elem(t, dt, i + 1u), load_elem(t, dt, i + 2u),
-                load_elem(t, dt, i + 3u));
-}
 
 void main()
 {
