@@ -168,13 +168,14 @@ burst_status_t burst_cuda_copy_stream(const struct burst_cuda_backend *cb, void 
 /* Device copies between rank processes of one host: CUDA IPC (transport.h, the ipc_ members of
  * struct burst_tp_devops). burst_cuda_ipc.c */
 /* Device memory of another backend of this process (vulkan) imported for the copy engine:
- * transport.h, share_device / share_import. burst_cuda_share.c */
+ * transport.h, share_device / share_import / share_reach. burst_cuda_share.c */
 struct burst_tp_dev;
 burst_status_t burst_cuda_share_init(struct burst_cuda_backend *cb);
 void burst_cuda_share_fini(struct burst_cuda_backend *cb);
 burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16]);
 burst_status_t burst_cuda_share_import(void *be, const struct burst_tp_dev *owner, const void *buf,
                                        size_t len, void **ptr_p);
+int burst_cuda_share_reach(void *be, const unsigned char uuid[16]);
 burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc,
                                      void **mark_p);
 burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *desc, size_t len,

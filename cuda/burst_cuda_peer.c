@@ -167,4 +167,5 @@ const struct burst_tp_devops burst_cuda_devcopy = {
     .ipc_finish = burst_cuda_ipc_finish,
     .share_device = burst_cuda_share_device, /* burst_cuda_share.c */
     .share_import = burst_cuda_share_import,
+    .share_reach = burst_cuda_share_reach,
 };

@@ -7,7 +7,11 @@
  * process, its size and the buffer's offset; a file descriptor on request); the first message
  * on an allocation imports it with cudaImportExternalMemory and maps the whole of it with
  * cudaExternalMemoryGetMappedBuffer, and later ones find the mapping in the instance's cache by
- * id. A mapping keeps the memory alive after its exporter freed it, so each new import first
+ * id. The import is made on the CUDA device of the exporter's UUID (share_device), which may be
+ * another GPU than the instance's: share_reach told the plan which devices the instance's copy
+ * engine reaches peer to peer (burst_cuda_peer.c enables the access on the first copy), so a
+ * block goes from one GPU's memory straight into the other's vulkan buffer over NVLink or PCIe.
+ * A mapping keeps the memory alive after its exporter freed it, so each new import first
  * drops the mappings whose allocation is gone (share_live); the instance drops them all when it
  * is destroyed. Freed memory is never in use by a copy: the ring frees its buffers only after
  * its transfers have completed.
@@ -15,6 +19,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -27,8 +32,9 @@ struct share_map {
     uint64_t id;
     int (*live)(uint64_t id); /* the exporter's share_live */
     cudaExternalMemory_t ext;
-    unsigned char *base; /* the whole allocation, mapped on this instance's device */
+    unsigned char *base; /* the whole allocation, mapped on device dev */
     uint64_t size;
+    int dev; /* the CUDA device of the exporter's memory */
 };
 
 struct burst_cuda_share {
@@ -37,10 +43,47 @@ struct burst_cuda_share {
     size_t n, cap;
 };
 
+/* Drop a mapping, on its device; the caller restores its current device afterwards. */
 static void share_drop(struct share_map *m)
 {
+    cudaSetDevice(m->dev);
     cudaFree(m->base);
     cudaDestroyExternalMemory(m->ext);
+}
+
+/* The CUDA device whose UUID this is, or -1. */
+static int share_device_of(const unsigned char uuid[16])
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    for (int d = 0; d < n; d++) {
+        struct cudaDeviceProp pr;
+        if (cudaGetDeviceProperties(&pr, d) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (memcmp(pr.uuid.bytes, uuid, 16) == 0)
+            return d;
+    }
+    return -1;
+}
+
+int burst_cuda_share_reach(void *be, const unsigned char uuid[16])
+{
+    const struct burst_cuda_backend *cb = be;
+    int d = share_device_of(uuid), can = 0;
+    if (d < 0)
+        return 0;
+    if (d == cb->device)
+        return 1;
+    if (cudaDeviceCanAccessPeer(&can, cb->device, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return can != 0;
 }
 
 burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16])
@@ -52,7 +95,8 @@ burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16])
 }
 
 /* Import the allocation of owner that holds buf into a new entry of the cache, after dropping
- * the entries of freed allocations; the caller holds the lock and has made the device current. */
+ * the entries of freed allocations, on the CUDA device of owner's UUID; the caller holds the
+ * lock and makes its own device current again afterwards. */
 static burst_status_t share_import_new(struct burst_cuda_share *sh,
                                        const struct burst_tp_dev *owner, const void *buf,
                                        size_t len, struct share_map **m_p)
@@ -72,8 +116,19 @@ static burst_status_t share_import_new(struct burst_cuda_share *sh,
         sh->maps = nm;
         sh->cap = cap;
     }
+    unsigned char uuid[16];
+    burst_status_t st = owner->ops->share_device(owner->be, uuid);
+    if (st != BURST_OK)
+        return st;
+    int dev = share_device_of(uuid);
+    if (dev < 0)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "cuda transfer: the device of a vulkan buffer is no CUDA device here");
+    st = burst_cuda_status(cudaSetDevice(dev), "transfer: cudaSetDevice (a vulkan buffer's)");
+    if (st != BURST_OK)
+        return st;
     struct burst_tp_share d;
-    burst_status_t st = owner->ops->share_export(owner->be, buf, len, 1, &d);
+    st = owner->ops->share_export(owner->be, buf, len, 1, &d);
     if (st != BURST_OK)
         return st;
     struct cudaExternalMemoryHandleDesc hd = {
@@ -98,7 +153,7 @@ static burst_status_t share_import_new(struct burst_cuda_share *sh,
         return st;
     }
     struct share_map *m = &sh->maps[sh->n++];
-    *m = (struct share_map){d.id, owner->ops->share_live, ext, base, d.size};
+    *m = (struct share_map){d.id, owner->ops->share_live, ext, base, d.size, dev};
     *m_p = m;
     return BURST_OK;
 }
@@ -118,8 +173,12 @@ burst_status_t burst_cuda_share_import(void *be, const struct burst_tp_dev *owne
     for (size_t i = 0; i < sh->n && !m; i++)
         if (sh->maps[i].id == d.id)
             m = &sh->maps[i];
-    if (!m && (st = burst_cuda_enter(cb, "transfer: import")) == BURST_OK)
+    if (!m) { /* share_import_new may leave another device current: enter again after */
         st = share_import_new(sh, owner, buf, len, &m);
+        burst_status_t st2 = burst_cuda_enter(cb, "transfer: import");
+        if (st == BURST_OK)
+            st = st2;
+    }
     if (st == BURST_OK && (d.offset > m->size || len > m->size - d.offset))
         st = burst_error(BURST_ERR_INTERNAL,
                          "cuda transfer: %zu bytes at offset %llu of a shared allocation of %llu",
@@ -146,6 +205,8 @@ void burst_cuda_share_fini(struct burst_cuda_backend *cb)
         return;
     for (size_t i = 0; i < sh->n; i++)
         share_drop(&sh->maps[i]);
+    if (sh->n)
+        (void)burst_cuda_enter(cb, "destroy");
     free(sh->maps);
     pthread_mutex_destroy(&sh->lock);
     free(sh);

@@ -156,6 +156,8 @@ enum {
                  blocks device to device (ring_xfer.h); the plan does when every rank can */
     F_SHARE,  /* not compared: nonzero (a hash of the device's UUID, roles in bits 0-1) when this
                  rank can share device memory with a rank of another backend (share_key) */
+    F_UUID0,  /* not compared: with F_SHARE, the bytes of its device's UUID (0-7 and 8-15), for */
+    F_UUID1,  /*   copiers on other devices to ask share_reach (share_reach_round) */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
@@ -167,6 +169,7 @@ static const char *const field_names[F_COUNT] = {
     "bwd_pattern",    "acc_wire",        "deterministic",
     "ranks_per_node", "workspace_limit", "BURST_STAGE_CHUNK_BYTES",
     "speed",          "device_direct",   "device_share",
+    "device_uuid0",   "device_uuid1",
 };
 
 static uint64_t fnv1a(uint64_t hash, uint64_t x)
@@ -198,11 +201,11 @@ static int64_t direct_key(const struct burst_plan *plan)
 #define SHARE_COPIER 1
 #define SHARE_EXPORTER 2
 
-/* Can this rank's blocks go device to device with a rank of another backend on the same device,
- * one of them copying the other's memory (transport.h, share_*)? Only between threads of one
- * process, and not with BURST_DEVICE_DIRECT=0. 0, or a hash of the device's UUID with the
- * rank's roles in bits 0-1. */
-static int64_t share_key(const struct burst_plan *plan)
+/* Can this rank's blocks go device to device with a rank of another backend, on the same device
+ * or on one that the copier reaches, one of them copying the other's memory (transport.h,
+ * share_*)? Only between threads of one process, and not with BURST_DEVICE_DIRECT=0. 0, or a
+ * hash of the device's UUID with the rank's roles in bits 0-1; uuid receives the UUID. */
+static int64_t share_key(const struct burst_plan *plan, unsigned char uuid[16])
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
     const struct burst_tp_devops *dc = ops->size >= sizeof(*ops) ? ops->devcopy : NULL;
@@ -212,7 +215,6 @@ static int64_t share_key(const struct burst_plan *plan)
         return 0;
     int64_t roles = (dc->copy && dc->share_import ? SHARE_COPIER : 0) |
                     (dc->share_export && dc->share_live ? SHARE_EXPORTER : 0);
-    unsigned char uuid[16];
     if (!roles || dc->share_device(plan->ctx->be, uuid) != BURST_OK)
         return 0;
     uint64_t hash = 1469598103934665603ull;
@@ -221,14 +223,60 @@ static int64_t share_key(const struct burst_plan *plan)
     return (int64_t)((hash >> 1) & ~(uint64_t)3) | roles;
 }
 
-/* Do messages between ranks with share keys a and b go through shared memory? The same device,
- * a copier on one side and an exporter on the other (both sides decide alike). */
+/* Do messages between ranks with share keys a and b go through shared memory on one device? The
+ * same device, a copier on one side and an exporter on the other (both sides decide alike). */
 static int share_pair(int64_t a, int64_t b)
 {
     if (!a || !b || (a & ~(int64_t)3) != (b & ~(int64_t)3))
         return 0;
     return ((a & SHARE_COPIER) && (b & SHARE_EXPORTER)) ||
            ((a & SHARE_EXPORTER) && (b & SHARE_COPIER));
+}
+
+/* Is rank c a copier and rank x an exporter on another device (a pair for share_reach)? */
+static int share_cross(const int64_t *all, int c, int x)
+{
+    int64_t a = all[c * F_COUNT + F_SHARE], b = all[x * F_COUNT + F_SHARE];
+    return c != x && (a & SHARE_COPIER) && (b & SHARE_EXPORTER) &&
+           (a & ~(int64_t)3) != (b & ~(int64_t)3);
+}
+
+/* The handshake's second round, where some copier and some exporter are on different devices
+ * (every rank sees the same records, so all take part or none): each copier asks its backend's
+ * share_reach for every such exporter's device, the verdicts are gathered, and plan->shared
+ * gains the pairs whose copier said yes, alike on both sides. */
+static burst_status_t share_reach_round(struct burst_plan *plan, uint32_t seq, const int64_t *all)
+{
+    const int g = plan->size, me = plan->rank;
+    int any = 0;
+    for (int c = 0; c < g && !any; c++)
+        for (int x = 0; x < g && !any; x++)
+            any = share_cross(all, c, x);
+    if (!any)
+        return BURST_OK;
+    unsigned char *verdicts = calloc((size_t)g, (size_t)g + 1);
+    if (!verdicts)
+        return burst_error(BURST_ERR_NO_MEMORY, "burst_plan_create: out of memory");
+    unsigned char *mine = verdicts + (size_t)g * (size_t)g; /* row me of verdicts: mine[x] */
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    const struct burst_tp_devops *dc = ops->size >= sizeof(*ops) ? ops->devcopy : NULL;
+    for (int x = 0; x < g; x++)
+        if (share_cross(all, me, x) && dc && dc->share_reach) {
+            unsigned char uuid[16];
+            memcpy(uuid, &all[x * F_COUNT + F_UUID0], 8);
+            memcpy(uuid + 8, &all[x * F_COUNT + F_UUID1], 8);
+            mine[x] = dc->share_reach(plan->ctx->be, uuid) == 1;
+        }
+    burst_status_t st = burst_comm_allgather(plan->comm, burst_tag(seq, BURST_MSG_HANDSHAKE, g),
+                                             mine, verdicts, (size_t)g);
+    for (int r = 0; st == BURST_OK && plan->shared && r < g; r++) {
+        int yes = (share_cross(all, me, r) && verdicts[(size_t)me * g + r]) ||
+                  (share_cross(all, r, me) && verdicts[(size_t)r * g + me]);
+        plan->shared[r] |= (unsigned char)yes;
+        plan->any_shared |= yes;
+    }
+    free(verdicts);
+    return st;
 }
 
 static void encode(const struct burst_plan *plan, const struct burst_plan_params *p, double speed,
@@ -270,7 +318,10 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
     rec[F_CHUNK] = (int64_t)plan->stage_chunk;
     rec[F_DIRECT] = direct_key(plan);
-    rec[F_SHARE] = share_key(plan);
+    unsigned char uuid[16] = {0};
+    rec[F_SHARE] = share_key(plan, uuid);
+    memcpy(&rec[F_UUID0], uuid, 8);
+    memcpy(&rec[F_UUID1], uuid + 8, 8);
 }
 
 /* Exchange and compare the plans; with measure_speed, *speeds receives every rank's speed. */
@@ -319,6 +370,8 @@ static burst_status_t handshake(struct burst_plan *plan, const struct burst_plan
         plan->shared[r] = r != plan->rank && share_pair(mine[F_SHARE], all[r * F_COUNT + F_SHARE]);
         plan->any_shared |= plan->shared[r];
     }
+    if (st == BURST_OK && !plan->direct && (st = share_reach_round(plan, seq, all)) != BURST_OK)
+        st = burst_call_fail(plan, st);
     plan->staged = burst_xfer_staged(plan);
     free(all);
     plan->comm->count = NULL;

@@ -16,7 +16,8 @@
 #           blocks going device to device through vulkan memory imported by cuda ("transfers":
 #           "device"), both orders, both backward patterns, uneven shards; a cuda, vulkan, cpu
 #           ring ("device+staged"); bitwise equal to the same job staged (BURST_DEVICE_DIRECT=0)
-#           and as rank processes; on a second GPU the vulkan rank is staged and passes
+#           and as rank processes; with the vulkan rank on a second GPU, the same device to
+#           device (peer to peer: "device", both orders) and bitwise equal to one GPU and staged
 # Exit 77 (SKIP) when the provider (or, for vulkan, a Vulkan device; for gpu, a CUDA device and
 # a Vulkan GPU) is unavailable.
 set -u
@@ -199,10 +200,25 @@ gpu)
             fail "cuda+vulkan: shared and $other differ: $(hash_of det_shared) vs $(hash_of $other)"
     done
     if "$BR" --threads -n 1 --backend cuda --device 1 $SMALL >/dev/null 2>&1; then
-        run two_gpus 0 -n 2 --threads $GPU --causal --backends cuda,vulkan --device 0,1 --check \
-            --json
-        has two_gpus '"check": "pass"'
-        has two_gpus '"transfers": "staged"'
+        # the cuda rank imports the vulkan rank's memory on the other GPU and copies peer to
+        # peer (NVLink or PCIe; GPUs that cannot reach each other would stage)
+        for bk in cuda,vulkan vulkan,cuda; do
+            run "two_gpus_$bk" 0 -n 2 --threads $GPU --causal --backends "$bk" --device 0,1 \
+                --weights 3,1 --check --json
+            has "two_gpus_$bk" '"check": "pass"'
+            has "two_gpus_$bk" '"transfers": "device"'
+        done
+        run two_det 0 --threads $DET --device 0,1
+        has two_det '"transfers": "device"'
+        BURST_DEVICE_DIRECT=0
+        export BURST_DEVICE_DIRECT
+        run two_det_staged 0 --threads $DET --device 0,1
+        unset BURST_DEVICE_DIRECT
+        has two_det_staged '"transfers": "staged"'
+        for other in two_det two_det_staged; do
+            [ -n "$(hash_of det_shared)" ] && [ "$(hash_of det_shared)" = "$(hash_of $other)" ] ||
+                fail "cuda+vulkan: shared and $other differ: $(hash_of det_shared) vs $(hash_of $other)"
+        done
     fi
     ;;
 *)

@@ -221,6 +221,27 @@ static burst_status_t share_device(void *be, unsigned char uuid[16])
     return BURST_OK;
 }
 
+/* Exporters on another device than the copiers (fake_uuid2), which the copiers reach or not. */
+static const unsigned char fake_uuid2[16] = {0xb5, 0x57, 2};
+static atomic_int export_elsewhere, copier_reaches;
+static atomic_long n_reach_asked;
+
+static burst_status_t export_share_device(void *be, unsigned char uuid[16])
+{
+    (void)be;
+    memcpy(uuid, atomic_load(&export_elsewhere) ? fake_uuid2 : fake_uuid, 16);
+    return BURST_OK;
+}
+
+/* Asked by the plan for other devices only: the exporters' */
+static int share_reach(void *be, const unsigned char uuid[16])
+{
+    (void)be;
+    assert_memory_equal(uuid, fake_uuid2, 16);
+    atomic_fetch_add(&n_reach_asked, 1);
+    return atomic_load(&copier_reaches);
+}
+
 static burst_status_t export_mark(void *be, void **mark_p)
 {
     (void)be;
@@ -342,13 +363,14 @@ static const struct burst_tp_devops copier_devcopy = {
     .release = fake_release,
     .share_device = share_device,
     .share_import = share_import,
+    .share_reach = share_reach,
 };
 
 static const struct burst_tp_devops exporter_devcopy = {
     .mark = export_mark,
     .wait = export_wait,
     .release = export_release,
-    .share_device = share_device,
+    .share_device = export_share_device,
     .share_export = share_export,
     .share_live = share_live,
 };
@@ -562,27 +584,40 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
     struct burst_context cctx = *harness_context(), ectx = *harness_context();
     cctx.ops = &copier_ops;
     ectx.ops = &exporter_ops;
-    for (int mode = 0; mode < 2; mode++) {
+    /* mode 0: one device; 1: BURST_DEVICE_DIRECT=0; 2: the exporters on another device that
+     * the copiers reach (as on 2 GPUs with peer access: the same as mode 0); 3: on one that
+     * they do not (all staged, as mode 1) */
+    for (int mode = 0; mode < 4; mode++) {
         struct run mixed = plain;
         for (int i = 0; i < G; i++)
             mixed.rank_ctx[i] = i % 2 ? &ectx : &cctx;
         if (mode == 1)
             setenv("BURST_DEVICE_DIRECT", "0", 1);
+        atomic_store(&export_elsewhere, mode >= 2);
+        atomic_store(&copier_reaches, mode == 2);
         long m0 = atomic_load(&n_marks), r0 = atomic_load(&n_released);
         long k0 = atomic_load(&n_share_copies), s0 = atomic_load(&n_memcpy);
         long i0 = atomic_load(&n_imports), u0 = atomic_load(&n_unmaps);
+        long q0 = atomic_load(&n_reach_asked);
         run(&mixed);
         unsetenv("BURST_DEVICE_DIRECT");
+        atomic_store(&export_elsewhere, 0);
+        const int shares = mode == 0 || mode == 2;
+        long asked = atomic_load(&n_reach_asked) - q0;
+        if (mode >= 2) /* every copier asked about every exporter, at each plan */
+            assert_true(asked >= (long)(G / 2) * ((G + 1) / 2));
+        else
+            assert_int_equal(asked, 0);
         int live = share_fini();
         long kcopies = atomic_load(&n_share_copies) - k0, scopies = atomic_load(&n_memcpy) - s0;
         long imports = atomic_load(&n_imports) - i0, unmaps = atomic_load(&n_unmaps) - u0;
         for (int i = 0; i < G; i++) { /* staged too: some other rank of its kind */
             const int staged_too = i % 2 ? G > 3 : G > 2;
-            assert_string_equal(mixed.transfers[i], mode         ? "staged"
+            assert_string_equal(mixed.transfers[i], !shares      ? "staged"
                                                     : staged_too ? "device+staged"
                                                                  : "device");
         }
-        if (mode == 0) { /* every copier-exporter hop (each rank has one, both phases) */
+        if (shares) { /* every copier-exporter hop (each rank has one, both phases) */
             assert_true(kcopies >= 2L * (G - 1));
             assert_true(imports > 0);
             assert_true(scopies > 0); /* between two copiers (and exporters, G = 4) */
@@ -600,7 +635,11 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
         print_message("G=%d local=%d bwd=%s: copier and exporter ranks%s: %ld shared copies, "
                       "%ld imports, bitwise equal\n",
                       G, local, bwd == BURST_BWD_RING ? "ring" : "burst",
-                      mode ? " with BURST_DEVICE_DIRECT=0" : "", kcopies, imports);
+                      mode == 0   ? ""
+                      : mode == 1 ? " with BURST_DEVICE_DIRECT=0"
+                      : mode == 2 ? " on two devices, reached"
+                                  : " on two devices, not reached",
+                      kcopies, imports);
         free_outputs(&mixed);
     }
     free_outputs(&plain);

@@ -17,7 +17,7 @@ script only launches burstrun, it does not control for other load.
 
     python3 tools/burstbench_hetero.py --burstrun build/tools/burstrun -n 2 --num-threads 4,1 \\
         [--backends cpu,vulkan] [--seq 16384 --heads 8 --head-dim 64 --causal --layout zigzag]
-        [--threads] [--weights 4,1] [--iters 5] [--csv out.csv]
+        [--threads] [--device 0,1] [--weights 4,1] [--iters 5] [--csv out.csv]
 
 Tiny smoke run (seconds): --seq 256 --heads 2 --head-dim 32 --iters 1
 """
@@ -43,6 +43,8 @@ def run(args, extra, check=False):
         cmd += ["--backends", args.backends]
     if args.num_threads:
         cmd += ["--num-threads", args.num_threads]
+    if args.device:
+        cmd += ["--device", args.device]
     if check:
         cmd.append("--check" if not args.fwd_only else "--check-fwd-only")
     cmd += extra
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("-n", "--ranks", type=int, default=2)
     ap.add_argument("--backends", default="", help="one backend per rank (burstrun --backends)")
     ap.add_argument("--num-threads", default="", help="compute threads per rank, e.g. 4,1")
+    ap.add_argument("--device", default="", help="device per rank (burstrun --device), e.g. 0,1")
     ap.add_argument("--weights", default="", help="explicit weights to compare as well")
     ap.add_argument("--threads", action="store_true", help="ranks as threads (default processes)")
     ap.add_argument("--seq", type=int, default=16384)

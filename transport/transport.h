@@ -82,12 +82,14 @@ struct burst_tp_devops {
     void (*ipc_finish)(void *be, void *done);
     /*
      * Optional: device memory shared between two backends of one process (a vulkan rank's
-     * buffers moved by a cuda rank's copy engine, both on one GPU). An exporter (vulkan)
+     * buffers moved by a cuda rank's copy engine, on one GPU or on two that reach each other
+     * peer to peer). An exporter (vulkan)
      * allocates its memory exportable and has share_export / share_live, and copy == NULL: its
      * ops are synchronous, so its marks are passed when it posts (mark may give NULL) and the
      * transport waits for them on the host. A copier (cuda) has copy and share_import. When the
      * two sides of a message are an exporter and a copier on the same device (share_device: the
-     * plan compares the UUIDs in its handshake, runtime/plan.c), the message goes device to
+     * plan compares the UUIDs in its handshake, runtime/plan.c), or on a device the copier
+     * reaches (share_reach, asked in the handshake's second round), the message goes device to
      * device through the copier's copy(), whichever side posts second (transport/tp_local.c).
      *   share_device  the 16-byte UUID of the instance's device (cuda: cudaDeviceProp.uuid;
      *                 vulkan: VkPhysicalDeviceIDProperties.deviceUUID, the same bytes for the
@@ -101,7 +103,13 @@ struct burst_tp_devops {
      *   share_import  copier: an address *ptr_p that its copy() can use for the len bytes at
      *                 buf, memory of `owner` (another backend instance of this process: an
      *                 exporter). Mappings are the copier's to cache (by share_export's id) and
-     *                 to drop (share_live); an error when the memory cannot be imported.
+     *                 to drop (share_live); an error when the memory cannot be imported. The
+     *                 memory is on the owner's device (its share_device), which may be another
+     *                 device than the copier's where share_reach said yes.
+     *   share_reach   copier, optional: 1 when it can import memory of the device with this UUID
+     *                 (not its own) and copy between it and its own device's memory peer to peer
+     *                 (cuda: a CUDA device of that UUID that its device can access), else 0.
+     *                 NULL: its own device only.
      */
     burst_status_t (*share_device)(void *be, unsigned char uuid[16]);
     burst_status_t (*share_export)(void *be, const void *buf, size_t len, int want_fd,
@@ -109,6 +117,7 @@ struct burst_tp_devops {
     int (*share_live)(uint64_t id);
     burst_status_t (*share_import)(void *be, const struct burst_tp_dev *owner, const void *buf,
                                    size_t len, void **ptr_p);
+    int (*share_reach)(void *be, const unsigned char uuid[16]);
 };
 /* An exporter's allocation, as share_export describes it (above). */
 struct burst_tp_share {
