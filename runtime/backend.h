@@ -134,7 +134,8 @@ struct burst_backend_ops {
      * travelling blocks go device to device with these instead of being staged through host
      * memory (runtime/ring_xfer.c). A host-addressable backend whose scratch another backend of
      * the process can import (vulkan: the share_export members, no copy) sets it too: a cuda
-     * rank on the same GPU then moves their blocks device to device (transport.h, share_*).
+     * rank on the same GPU (or one peer to peer) then moves their blocks device to device
+     * (transport.h, share_*).
      */
     const struct burst_tp_devops *devcopy;
     /*
@@ -182,7 +183,7 @@ struct burst_backend_ops {
      * Optional: memory that only this backend's ops and the transports' device copies touch,
      * never the host: the plan's scratch (running accumulators, travelling blocks). Zeroed;
      * freed with free(); NULL on exhaustion. NULL member: alloc(). Vulkan gives device-local
-     * memory here that a cuda rank on the same GPU can import (vk_share.c; its host-visible
+     * memory here that a cuda rank can import on this GPU (vk_share.c; its host-visible
      * memory cannot be exported), so ring blocks between the two go device to device.
      */
     void *(*alloc_scratch)(void *be, size_t bytes);

@@ -42,12 +42,14 @@
  * to other peers are staged. BURST_DEVICE_DIRECT=0 forces staging.
  *
  * Shared memory between two backends (plan->shared): ranks of one process on different backends
- * whose devices are the same GPU, one a copier (cuda) and the other an exporter (vulkan, whose
+ * whose devices are the same GPU, or two GPUs that the copier reaches peer to peer, one a
+ * copier (cuda) and the other an exporter (vulkan, whose
  * scratch is exportable device memory: backend.h alloc_scratch), send and receive with their own
  * device ops too, and the copier's copy engine moves the blocks device to device on its mapping
  * of the exporter's memory (transport.h, share_*; transport/tp_local.c). The handshake compares
- * every rank's device UUID and roles (runtime/plan.c, field device_share); the pair decides alike
- * on both sides, other messages of the same rank are staged.
+ * every rank's device UUID and roles (runtime/plan.c, field device_share) and, where they differ,
+ * asks the copiers (share_reach); the pair decides alike on both sides, other messages of the
+ * same rank are staged.
  *
  * Host-addressable memory that other processes cannot read and the CPU reads slowly (vulkan
  * buffers in a GPU's BAR: backend.h, stage_transfers) is staged the same way.

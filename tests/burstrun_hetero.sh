@@ -219,6 +219,9 @@ gpu)
             [ -n "$(hash_of det_shared)" ] && [ "$(hash_of det_shared)" = "$(hash_of $other)" ] ||
                 fail "cuda+vulkan: shared and $other differ: $(hash_of det_shared) vs $(hash_of $other)"
         done
+        echo "two GPUs: cuda,vulkan and vulkan,cuda on devices 0,1 ran (peer to peer checked)"
+    else
+        echo "one CUDA device: the two-GPU cases did not run"
     fi
     ;;
 *)

@@ -309,7 +309,7 @@ burst_status_t burst_vk_export_try(struct burst_vk_backend *be);
 /* ---- vk_share.c ---------------------------------------------------------------------------- */
 
 /* Memory shared with another backend of this process (transport.h, share_*): a cuda rank's copy
- * engine reads and writes a vulkan rank's buffers on the same GPU. */
+ * engine reads and writes a vulkan rank's buffers (on the same GPU or peer to peer). */
 extern const struct burst_tp_devops burst_vk_devshare;
 /* After the device and its memory types: can scratch memory be exported (be->exportable)? The
  * device extension VK_KHR_external_memory_fd was enabled (has_ext), the device is not a cpu one,

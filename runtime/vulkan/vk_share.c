@@ -1,7 +1,8 @@
 /*
  * runtime/vulkan/vk_share.c - the backend's memory shared with another backend of this process
  * (transport.h, share_*): a cuda rank's copy engine moves ring blocks straight into and out of a
- * vulkan rank's buffers on the same GPU, instead of staging them through host memory
+ * vulkan rank's buffers on the same GPU (or from a GPU that reaches this one peer to peer),
+ * instead of staging them through host memory
  * (runtime/ring_xfer.h).
  *
  * On a GPU whose driver exports buffers as opaque file descriptors (VK_KHR_external_memory_fd),
