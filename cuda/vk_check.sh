@@ -1,7 +1,8 @@
 #!/bin/bash
 # cuda/vk_check.sh [SRC] - build burst with the Vulkan backend alone on a GPU machine, run the
-# Vulkan tests on the GPU (test_vulkan on the default path, on the subgroup forward
-# (BURST_VK_RT=0) and on the scalar kernels; test_attention on the default path), then, with
+# Vulkan tests on the GPU (test_vulkan on the default path, with the cooperative-matrix forward's
+# softmax through shared memory (BURST_VK_CMQ=0), on the subgroup forward (BURST_VK_RT=0) and on
+# the scalar kernels; test_attention on the default path), then, with
 # BURST_BENCH_VK="<burstbench_vk.py arguments>", the benchmark beside PyTorch SDPA (several
 # argument sets separated by ';' run one after the other). Builds SRC (default: this checkout)
 # into /tmp/burst-vk-build; logs and CSV go to $OUT (or /tmp/out); a short summary is printed
@@ -21,6 +22,7 @@ step build ninja -C "$b" tools/burstrun tests/test_vulkan tests/test_attention |
 if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
     export BURST_TEST_BACKEND=vulkan
     step test_vulkan "$b/tests/test_vulkan"
+    BURST_VK_CMQ=0 step test_vulkan_cmq0 "$b/tests/test_vulkan"
     BURST_VK_RT=0 step test_vulkan_rt0 "$b/tests/test_vulkan"
     BURST_VK_RT=0 BURST_VK_SUBGROUP=0 step test_vulkan_scalar "$b/tests/test_vulkan"
     step test_attention "$b/tests/test_attention"

@@ -2,7 +2,10 @@
 """tools/burstbench_vk.py - the Vulkan backend against PyTorch SDPA on the same sizes, same GPU.
 
 Runs `burstrun --backend vulkan` (one rank) for each Vulkan path (coopmat = the default where the
-device has GL_NV_cooperative_matrix; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
+device has GL_NV_cooperative_matrix, the forward fwd_cmq with its softmax in registers where the
+device's accumulator layout passed its check; coopmat@BRxBC = the same with that fwd_cmq tile
+(BURST_VK_CMQ_TILE); coopmat_smem = BURST_VK_CMQ=0: the forward fwd_cm, softmax through shared
+memory; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
 (fwd_rt, dq_rt, dkv_rt); tiled@BRxBCxDC = the same with that tile where valid (BURST_VK_RT_TILE);
 subgroup = also BURST_VK_RT=0: the subgroup kernels; scalar = also BURST_VK_SUBGROUP=0; fp32
 inputs never take the cooperative-matrix kernels, so coopmat and tiled are one path there),
@@ -29,6 +32,7 @@ import sys
 
 PATHS = {
     "coopmat": {},
+    "coopmat_smem": {"BURST_VK_CMQ": "0"},  # the forward's softmax through shared memory
     "tiled": {"BURST_VK_COOPMAT": "0"},
     "subgroup": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0"},
     "scalar": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0", "BURST_VK_SUBGROUP": "0"},
@@ -36,9 +40,12 @@ PATHS = {
 
 
 def path_env(path):
-    """The environment of a path name: one of PATHS, or tiled@BRxBCxDC (a fwd_rt tile)."""
+    """The environment of a path name: one of PATHS, tiled@BRxBCxDC (a fwd_rt tile) or
+    coopmat@BRxBC (a fwd_cmq tile)."""
     if path.startswith("tiled@"):
         return dict(PATHS["tiled"], BURST_VK_RT_TILE=path[6:].replace("x", ","))
+    if path.startswith("coopmat@"):
+        return dict(PATHS["coopmat"], BURST_VK_CMQ_TILE=path[8:].replace("x", ","))
     return PATHS[path]
 
 
@@ -157,7 +164,7 @@ def main():
             if js is None:
                 continue
             wall = js["fwd_ms"] + (0.0 if fwd_only else js["bwd_ms"])
-            kern = kernel_ms(prof, ["fwd", "fwd_cm", "fwd_rt"])
+            kern = kernel_ms(prof, ["fwd", "fwd_cm", "fwd_cmq", "fwd_rt"])
             if not fwd_only:
                 kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "dq_rt", "dkv_rt",
                                          "dkvq_rt", "delta"])

@@ -343,8 +343,9 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         p->hkv = (int32_t)dim->hkv;
         p->group = (int32_t)dim->group;
         p->scale = a->scale;
-        if (kern == BURST_VK_FWD_CM && burst_vk_vec8(a->q, slots[0].addr) &&
-            burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr))
+        const int cm = kern == BURST_VK_FWD_CM || kern == BURST_VK_FWD_CMQ;
+        if (cm && burst_vk_vec8(a->q, slots[0].addr) && burst_vk_vec8(a->k, slots[1].addr) &&
+            burst_vk_vec8(a->v, slots[2].addr))
             p->flags |= 8;
         if (kern == BURST_VK_FWD_CM && slots[3].addr % 16 == 0)
             p->flags |= 16;
@@ -377,10 +378,14 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
         return st;
     struct burst_vk_tile tl;
     enum burst_vk_kernel kern = BURST_VK_FWD;
-    /* the cooperative-matrix forward takes fp16 inputs of a head dim it has tiles for */
-    if (be->use_coopmat && a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
-        a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0 &&
-        be->tiles.k[BURST_VK_FWD_CM][burst_vk_dclass((int)dim.d)].t > 0)
+    /* the cooperative-matrix forward takes fp16 inputs of a head dim it has tiles for: with
+     * the softmax in registers where the device's layout passed its check (vk_cmq.c) */
+    const int fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
+                     a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0;
+    if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CMQ][burst_vk_dclass((int)dim.d)].t > 0)
+        kern = BURST_VK_FWD_CMQ;
+    else if (be->use_coopmat && fp16 &&
+             be->tiles.k[BURST_VK_FWD_CM][burst_vk_dclass((int)dim.d)].t > 0)
         kern = BURST_VK_FWD_CM;
     /* otherwise the register-tiled forward, where the device has a tile for it */
     else if (be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)].t > 0 &&

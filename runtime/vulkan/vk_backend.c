@@ -133,6 +133,9 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
         return burst_error(st, "%s", msg);
     }
     burst_vk_tiles_choose(be);
+    burst_vk_cmq_check(be); /* fwd_cmq only where the accumulator layout is as it assumes */
+    if (be->env.profile && be->cmq.why[0])
+        fprintf(stderr, "burst vulkan: fwd_cmq off: %s\n", be->cmq.why);
     *be_p = be;
     return BURST_OK;
 }

@@ -46,7 +46,8 @@
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
     "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
-    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "copy",  "fill",   "acc"};
+    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "fwd_cmq", "copy", "fill",  "acc",
+    "cm_layout"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -74,6 +75,10 @@ void burst_vk_env_read(struct burst_vk_env *env)
     env->profile = burst_vk_env_int("BURST_VK_PROFILE", 0) != 0;
     int cr = burst_vk_env_int("BURST_VK_CM_ROWS", 0);
     env->cm_rows = cr == 16 || cr == 32 || cr == 64 || cr == 128 ? cr : 0;
+    env->cmq = burst_vk_env_int("BURST_VK_CMQ", 1) != 0;
+    const char *cq = getenv("BURST_VK_CMQ_TILE");
+    if (!cq || sscanf(cq, "%d,%d", &env->cmq_tile[0], &env->cmq_tile[1]) != 2)
+        env->cmq_tile[0] = env->cmq_tile[1] = 0;
     int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
     env->max_shared = ms > 0 ? (uint32_t)ms : 0;
     const char *e = getenv("BURST_VK_ELEM");
@@ -233,6 +238,10 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         size_t ss = (size_t)(tl->bc + 4) * 4, ps = (size_t)(tl->bc + 8) * 2;
         return 2 * (size_t)tl->bc * rs + w * 16 * (ss + ps) + 16;
     }
+    case BURST_VK_FWD_CMQ:
+        /* mirrors shaders/fwd_cmq_nv.comp: K and V tiles with rows padded by 8 halves (Q
+         * passes through them), four ints */
+        return 2 * (size_t)tl->bc * (size_t)(d + 8) * 2 + 16;
     case BURST_VK_DQ_CM:
     case BURST_VK_DKV_CM: {
         /* mirror shaders/bwd_dq_cm_nv.comp (Q tile [br], K and V tiles [bc]) and
@@ -279,6 +288,16 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
     int d = burst_vk_dclass_max[dclass];
+    if (k == BURST_VK_FWD_CMQ) {
+        /* 32 invocations a subgroup (the layout it assumes), BR / 16 subgroups, BC keys in
+         * 16-key chunks; head dims up to 128 (Q and O of 16 rows in registers) */
+        uint32_t wg = (uint32_t)(tl->br / 16 * 32);
+        return BURST_VK_SPV_FWD_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
+               caps->subgroup == 32 && d <= 128 && tl->t == 32 && tl->br >= 16 &&
+               tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
+               tl->bc % 16 == 0 && wg <= caps->max_invocations && wg <= caps->max_size_x &&
+               burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
+    }
     if (burst_vk_kernel_rt(k)) {
         /* t = DC (4..32, a power of two); BR a multiple of 4, BC of 4 and of DC (the P V
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
@@ -391,6 +410,21 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 }
             }
         }
+    }
+    /* the register-softmax forward: 128 query rows (8 subgroups: 4 K/V pieces in flight per
+     * invocation, and half the K/V traffic of 64 rows) and 64 keys where they fit, then
+     * smaller; BURST_VK_CMQ_TILE=br,bc asks for one. It runs only after the device's
+     * accumulator layout passed its check (vk_cmq.c). */
+    static const struct burst_vk_tile cmq[] = {{32, 128, 64}, {32, 64, 64}, {32, 128, 32},
+                                               {32, 64, 32},  {32, 64, 16}, {32, 32, 16}};
+    for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+        struct burst_vk_tile want = {32, env->cmq_tile[0], env->cmq_tile[1]},
+                             *tl = &tiles->k[BURST_VK_FWD_CMQ][c];
+        if (env->cmq_tile[0] && burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, c, &want))
+            *tl = want;
+        for (size_t i = 0; i < sizeof cmq / sizeof cmq[0] && !tl->t; i++)
+            if (burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, c, &cmq[i]))
+                *tl = cmq[i];
     }
 }
 

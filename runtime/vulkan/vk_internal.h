@@ -98,10 +98,12 @@ enum burst_vk_kernel {
     BURST_VK_DQ_RT,  /* register-tiled dQ (likewise) */
     BURST_VK_DKV_RT, /* register-tiled dK / dV (likewise) */
     BURST_VK_DKVQ_RT, /* register-tiled dK / dV adding dQ by float atomics (not deterministic) */
+    BURST_VK_FWD_CMQ, /* cooperative matrix (NV) forward, softmax in registers (vk_cmq.c) */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
     BURST_VK_ACC,
+    BURST_VK_CM_LAYOUT, /* the accumulator-layout check of fwd_cmq (vk_cmq.c) */
     BURST_VK_NUM_ALL_KERNELS
 };
 extern const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS];
@@ -141,6 +143,8 @@ struct burst_vk_env {
     int profile;          /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
     int cm_rows;          /* BURST_VK_CM_ROWS: query rows per workgroup of the cooperative-
                            * matrix forward (16, 32, 64 or 128; 0 = the rule's 64) */
+    int cmq;              /* BURST_VK_CMQ: 0 = never the register-softmax forward (fwd_cmq) */
+    int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: its tile, where valid (else the rule) */
     uint32_t max_shared;  /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
     int elem;             /* BURST_VK_ELEM: enum burst_vk_elem_mode */
     char elem_str[32];    /* its value as given (for the error on a bad one) */
@@ -185,7 +189,8 @@ static inline int burst_vk_kernel_rt(int k)
 /* Whether kernel k is one of the cooperative-matrix ones (workgroup = BR / 16 subgroups). */
 static inline int burst_vk_kernel_cm(enum burst_vk_kernel k)
 {
-    return k == BURST_VK_FWD_CM || k == BURST_VK_DQ_CM || k == BURST_VK_DKV_CM;
+    return k == BURST_VK_FWD_CM || k == BURST_VK_DQ_CM || k == BURST_VK_DKV_CM ||
+           k == BURST_VK_FWD_CMQ;
 }
 
 /* ---- the instance ------------------------------------------------------------------------- */
@@ -217,6 +222,14 @@ struct burst_vk_pipe {
     VkPipeline pipe;
 };
 
+/* The accumulator layout fwd_cmq relies on, as vk_cmq.c found it on the device. */
+struct burst_vk_cmq {
+    int ok;           /* the layout is NVIDIA's fragment layout: fwd_cmq may run */
+    uint32_t rowsel;  /* bit e: element e is in row lane / 4 + 8 (else lane / 4) */
+    uint32_t coloff;  /* 4 bits per element: its column minus 2 (lane % 4) */
+    char why[160];    /* why not, when the rule had tiles for it */
+};
+
 struct burst_vk_backend {
     VkInstance inst;
     VkPhysicalDevice phys;
@@ -229,6 +242,7 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
+    struct burst_vk_cmq cmq; /* fwd_cmq's layout check (vk_cmq.c) */
     int use_atomic; /* float atomics enabled on the device (dkvq_rt) */
     int export_ext; /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
@@ -366,6 +380,13 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
 burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                     size_t bytes, unsigned char **map_p, VkDeviceAddress *addr_p);
 void burst_vk_streams_fini(struct burst_vk_backend *be);
+
+/* ---- vk_cmq.c ------------------------------------------------------------------------------ */
+
+/* Where the rule gave fwd_cmq tiles, check the device's accumulator layout (one dispatch of
+ * shaders/cm_layout_nv.comp) and keep them only when it is the one fwd_cmq assumes
+ * (be->cmq); otherwise drop them, so the forward stays on fwd_cm. */
+void burst_vk_cmq_check(struct burst_vk_backend *be);
 
 /* ---- vk_pipeline.c ------------------------------------------------------------------------- */
 

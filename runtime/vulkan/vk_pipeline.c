@@ -38,6 +38,10 @@
 #if BURST_VK_SPV_FWD_CM_NV
 #include "fwd_cm_nv.spv.h"
 #endif
+#if BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_CM_LAYOUT_NV
+#include "cm_layout_nv.spv.h"
+#include "fwd_cmq_nv.spv.h"
+#endif
 #if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
 #include "bwd_dkv_cm_nv.spv.h"
 #include "bwd_dq_cm_nv.spv.h"
@@ -77,6 +81,10 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
     case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
 #if BURST_VK_SPV_FWD_CM_NV
     case BURST_VK_FWD_CM: return BURST_VK_SPV(burst_vk_spv_fwd_cm_nv);
+#endif
+#if BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_CM_LAYOUT_NV
+    case BURST_VK_FWD_CMQ: return BURST_VK_SPV(burst_vk_spv_fwd_cmq_nv);
+    case BURST_VK_CM_LAYOUT: return BURST_VK_SPV(burst_vk_spv_cm_layout_nv);
 #endif
 #if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
     case BURST_VK_DQ_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cm_nv);
@@ -173,20 +181,25 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     VkResult r = vkCreateShaderModule(be->dev, &mci, NULL, &mod);
     if (r != VK_SUCCESS)
         return burst_vk_result(r, "vulkan: vkCreateShaderModule");
-    /* constants 0..7 = key[1..8] (D, T, BR, BC, dtypes); 8 = workgroup size */
-    int32_t data[9];
-    VkSpecializationMapEntry map[9];
-    for (int i = 0; i < 9; i++) {
+    /* constants 0..7 = key[1..8] (D, T, BR, BC, dtypes); 8 = workgroup size; fwd_cmq: 9, 10 =
+     * the accumulator layout vk_cmq.c found */
+    int32_t data[11];
+    VkSpecializationMapEntry map[11];
+    for (int i = 0; i < 11; i++) {
         data[i] = i < 8 ? (int32_t)key[i + 1] : (int32_t)(key[2] * key[3]);
         map[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(i * 4), 4};
     }
+    data[9] = (int32_t)be->cmq.rowsel;
+    data[10] = (int32_t)be->cmq.coloff;
     if (k == BURST_VK_DELTA)
         data[8] = 64;
     if (burst_vk_kernel_cm(k)) /* BR / 16 subgroups of T invocations */
         data[8] = (int32_t)(key[2] * key[3] / 16);
     if (burst_vk_kernel_rt(k)) /* (BR / 4) x (BC / 4) */
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
-    VkSpecializationInfo spec = {9, map, sizeof data, data};
+    if (k == BURST_VK_CM_LAYOUT) /* one subgroup */
+        data[8] = (int32_t)key[2];
+    VkSpecializationInfo spec = {k == BURST_VK_FWD_CMQ ? 11 : 9, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .flags = be->pipe_stats ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0,

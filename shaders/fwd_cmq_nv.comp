@@ -1,0 +1,285 @@
+#version 460
+// shaders/fwd_cmq_nv.comp - forward step on cooperative matrices (GL_NV_cooperative_matrix) with
+// the softmax in registers: fp16 q/k/v, fp32 accumulation, one pass of online softmax, the lse
+// merge into the running (O, lse) fused at the end. Same contract as fwd_cm_nv.comp.
+//
+// fwd_cm_nv.comp takes S through shared memory for the softmax, because the extension does not
+// say which rows and columns an invocation's accumulator elements are. This kernel uses them in
+// place, in the layout of NVIDIA's tensor-core fragments, which the host checks on the device
+// before it runs this kernel (shaders/cm_layout_nv.comp, runtime/vulkan/vk_cmq.c): with 32
+// invocations, element e of invocation `lane` of a 16 x 16 fp32 matrix is at
+//   row    lane / 4 + 8 * ((ROWSEL >> e) & 1)
+//   column 2 * (lane % 4) + ((COLOFF >> 4 e) & 15)
+// (ROWSEL, COLOFF: specialization constants 9 and 10, the mapping the check found). So the
+// four invocations of a quad hold rows r and r + 8 between them, and row reductions are two
+// shuffles. P goes from the fp32 scores to the fp16 operand by a matrix conversion, no memory.
+//
+// Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
+// each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
+// fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
+// the views are 16-byte aligned, flag bit 3), the next tile's loads in flight while the
+// current one is computed on. Per subgroup and key tile:
+//   S (16 x BC, fp32) = Q K^T on 16x16x16 MMAs;
+//   the online-softmax step in registers: scores scaled to log2 units and masked by each row's
+//   allowed key interval (skipped when the tile is allowed for every row of the workgroup); a
+//   reference maximum m per row moved only when the tile's maximum exceeds it by more than 2^8
+//   (lazy rescaling, as fwd_cm_nv: P <= 2^8); P = exp2(s - m) in place; l sums P;
+//   where some row's m moved, O's elements of that row scale by alpha (in registers);
+//   O += P V on MMAs (P converted to fp16; into a fresh accumulator per 16 columns, added to O).
+// Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
+// allowed key leave (O, lse) bit-for-bit unchanged.
+// Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P).
+//
+// Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16; the Q
+// tile passes through it, QP rows at a time, before the loop. runtime/vulkan/vk_caps.c
+// (burst_vk_tile_shared) mirrors the size.
+#extension GL_GOOGLE_include_directive : require
+#ifndef BURST_NO_UNROLL
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
+#include "common.glsl"
+#include "cm_nv.glsl"
+
+layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
+layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
+
+const int NB = BC / 16;          // 16-key chunks of a key tile
+const int NE = 256 / T;          // accumulator elements per invocation (8)
+const int KVN = 2 * BC * RS;     // the K/V tiles
+const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q rows per pass
+const int L8 = BC * (D / 8);     // 16-byte pieces of a K (or V) tile
+const int LPT = (L8 + NT - 1) / NT; // of them per invocation
+const float RESCALE_LOG2 = 8.0;
+
+shared uvec4 sh[KVN];
+shared int kmin_s, kmax_s, kin_lo_s, kin_hi_s;
+
+bool row_b(int e) // element e is in the quad's second row (r + 8)
+{
+    return ((ROWSEL >> e) & 1) != 0;
+}
+
+int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
+{
+    return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
+}
+
+void main()
+{
+    Params P = Params(pc.params);
+    const View qv = P.q, kv = P.k, vv = P.v; // in registers for the loop
+    const int tid = int(gl_LocalInvocationID.x);
+    const int sg = tid / T, lane = tid % T;
+    const int b = int(gl_WorkGroupID.z), h = int(gl_WorkGroupID.y);
+    const int i0 = int(gl_WorkGroupID.x) * BR;
+    const int g = h / P.group;
+    const bool vec = (P.flags & 8) != 0;
+    I32x2 rows = I32x2(P.rows);
+    // this invocation's two rows: r (A) and r + 8 (B) of the subgroup's 16
+    const int iA = i0 + 16 * sg + lane / 4, iB = iA + 8;
+    const bool liveA = iA < P.nq, liveB = iB < P.nq;
+
+    if (tid == 0) {
+        kmin_s = P.nk;
+        kmax_s = 0;
+        kin_lo_s = 0;
+        kin_hi_s = P.nk;
+    }
+    barrier();
+    ivec2 myA = liveA ? rows.v[iA] : ivec2(0, 0), myB = liveB ? rows.v[iB] : ivec2(0, 0);
+    myA = ivec2(max(myA.x, P.lo), min(myA.y, P.hi)); // this dispatch's keys
+    myB = ivec2(max(myB.x, P.lo), min(myB.y, P.hi));
+    if ((lane & 3) == 0) {
+        if (myA.x < myA.y) {
+            atomicMin(kmin_s, myA.x);
+            atomicMax(kmax_s, myA.y);
+        }
+        if (myB.x < myB.y) {
+            atomicMin(kmin_s, myB.x);
+            atomicMax(kmax_s, myB.y);
+        }
+        if (liveA) { // keys allowed for every live row: tiles inside need no mask
+            atomicMax(kin_lo_s, myA.x);
+            atomicMin(kin_hi_s, myA.y);
+        }
+        if (liveB) {
+            atomicMax(kin_lo_s, myB.x);
+            atomicMin(kin_hi_s, myB.y);
+        }
+    }
+    // the running lse of both rows, read here: the merge at the end writes them (one invocation
+    // of the quad), after every barrier of the loop
+    F32 lse = F32(P.lse);
+    const uint liA = uint((b * P.hq + h) * P.nq + iA), liB = liA + 8u;
+    const float loA = liveA ? lse.v[liA] : 0.0, loB = liveB ? lse.v[liB] : 0.0;
+    barrier();
+    const int kmin = kmin_s, kmax = kmax_s, kin_lo = kin_lo_s, kin_hi = kin_hi_s;
+    if (kmin >= kmax)
+        return;
+
+    // Q (16 x D per subgroup) into registers, through shared memory QP rows at a time
+    AMAT qa[DC];
+    for (int p0 = 0; p0 < BR; p0 += QP) {
+        if (p0 > 0)
+            barrier(); // the previous pass is read
+        for (int x = tid; x < QP * (D / 8); x += NT) {
+            int row = x / (D / 8), c8 = x % (D / 8);
+            bool in_q = p0 + row < BR && i0 + p0 + row < P.nq;
+            sh[row * RS + c8] = load8(qv, vec, view_index(qv, b, i0 + p0 + row, h, 8 * c8), in_q);
+        }
+        barrier();
+        if (16 * sg >= p0 && 16 * sg < p0 + QP) // uniform in the subgroup
+            UNROLL for (int c = 0; c < DC; c++)
+                coopMatLoadNV(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
+    }
+
+    const float qmul = P.scale * LOG2E;
+    float mA = NEG_INF, mB = NEG_INF, lA = 0.0, lB = 0.0;
+    CMAT o[DC];
+    UNROLL for (int c = 0; c < DC; c++)
+        o[c] = CMAT(0.0);
+    // K/V tiles go global -> registers -> shared memory, LPT 16-byte pieces per invocation and
+    // matrix (piece x = tid + NT it: row x / (D / 8), column 8 (x % (D / 8))); the loads of tile
+    // j0 + BC are issued before the MMAs of tile j0, so that their latency hides behind them
+    const uint kbase = view_index(kv, b, 0, g, 0), vbase = view_index(vv, b, 0, g, 0);
+    uvec4 kreg[LPT], vreg[LPT];
+#define FETCH_KV(j0)                                                                              \
+    UNROLL for (int it = 0; it < LPT; it++) {                                                     \
+        int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
+        bool in_block = x < L8 && (j0) + row < kmax;                                              \
+        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
+        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
+        kreg[it] = load8(kv, vec, kx, in_block);                                                  \
+        vreg[it] = load8(vv, vec, vx, in_block);                                                  \
+    }
+    FETCH_KV(kmin)
+    for (int j0 = kmin; j0 < kmax; j0 += BC) {
+        barrier(); // the previous tile (or Q's last pass) is no longer read
+        UNROLL for (int it = 0; it < LPT; it++) {
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            if (x < L8) {
+                sh[row * RS + c8] = kreg[it];
+                sh[(BC + row) * RS + c8] = vreg[it];
+            }
+        }
+        barrier();
+        if (j0 + BC < kmax) {
+            FETCH_KV(j0 + BC)
+        }
+
+        // S = Q K^T: the NB chunks' MMAs interleaved (independent chains)
+        CMAT s[NB];
+        UNROLL for (int n = 0; n < NB; n++)
+            s[n] = CMAT(0.0);
+        UNROLL for (int c = 0; c < DC; c++) {
+            UNROLL for (int n = 0; n < NB; n++) {
+                AMAT bk;
+                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
+            }
+        }
+
+        // online softmax in registers: scale, mask, the rows' maxima across the quad
+        const bool full = j0 >= kin_lo && j0 + BC <= kin_hi; // uniform
+        float mxA = NEG_INF, mxB = NEG_INF;
+        UNROLL for (int n = 0; n < NB; n++) {
+            UNROLL for (int e = 0; e < NE; e++) {
+                int kj = j0 + 16 * n + col_of(e, lane);
+                ivec2 my = row_b(e) ? myB : myA;
+                float x = full || (kj >= my.x && kj < my.y) ? s[n][e] * qmul : NEG_INF;
+                s[n][e] = x;
+                if (row_b(e))
+                    mxB = max(mxB, x);
+                else
+                    mxA = max(mxA, x);
+            }
+        }
+        mxA = max(mxA, subgroupShuffleXor(mxA, 1u));
+        mxA = max(mxA, subgroupShuffleXor(mxA, 2u));
+        mxB = max(mxB, subgroupShuffleXor(mxB, 1u));
+        mxB = max(mxB, subgroupShuffleXor(mxB, 2u));
+        const float mnA = mxA > mA + RESCALE_LOG2 ? mxA : mA; // m = -inf: any finite max moves
+        const float mnB = mxB > mB + RESCALE_LOG2 ? mxB : mB;
+        const float muA = mnA == NEG_INF ? 0.0 : mnA; // fully masked so far: P stays exactly 0
+        const float muB = mnB == NEG_INF ? 0.0 : mnB;
+        const float alA = mnA == mA ? 1.0 : exp2(mA - muA);
+        const float alB = mnB == mB ? 1.0 : exp2(mB - muB);
+        float sA = 0.0, sB = 0.0;
+        UNROLL for (int n = 0; n < NB; n++) {
+            UNROLL for (int e = 0; e < NE; e++) {
+                float p = exp2(s[n][e] - (row_b(e) ? muB : muA)); // masked: exp2(-inf) = 0
+                s[n][e] = p;
+                if (row_b(e))
+                    sB += p;
+                else
+                    sA += p;
+            }
+        }
+        sA += subgroupShuffleXor(sA, 1u);
+        sA += subgroupShuffleXor(sA, 2u);
+        sB += subgroupShuffleXor(sB, 1u);
+        sB += subgroupShuffleXor(sB, 2u);
+        lA = lA * alA + sA;
+        lB = lB * alB + sB;
+        mA = mnA;
+        mB = mnB;
+        if (!subgroupAll(alA == 1.0 && alB == 1.0)) { // rare, with the lazy maximum
+            UNROLL for (int c = 0; c < DC; c++)
+                UNROLL for (int e = 0; e < NE; e++)
+                    o[c][e] *= row_b(e) ? alB : alA;
+        }
+
+        // O += P V: per 16-column chunk of O, P V on a fresh accumulator, then added to O
+        AMAT pa[NB];
+        UNROLL for (int n = 0; n < NB; n++)
+            pa[n] = AMAT(s[n]);
+        UNROLL for (int c = 0; c < DC; c++) {
+            CMAT t = CMAT(0.0);
+            UNROLL for (int n = 0; n < NB; n++) {
+                AMAT bv;
+                coopMatLoadNV(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), false);
+                t = coopMatMulAddNV(pa[n], bv, t);
+            }
+            o[c] = o[c] + t;
+        }
+    }
+
+    // fused merge of both rows, straight from the accumulators:
+    // L' = max(L, Lr) + log(1 + exp(-|L - Lr|)), O' = e^(L-L') O + e^(Lr-L') Or
+    F32 oa = F32(P.o);
+    const bool mergeA = liveA && lA != 0.0, mergeB = liveB && lB != 0.0;
+    float lnA = (mA + log2(lA)) * LN2, coA = 0.0, cnA = 1.0 / lA;
+    float lnB = (mB + log2(lB)) * LN2, coB = 0.0, cnB = 1.0 / lB;
+    if (mergeA && loA != NEG_INF) {
+        float lr = lnA;
+        lnA = max(loA, lr) + log(1.0 + exp(-abs(loA - lr)));
+        coA = exp(loA - lnA);
+        cnA = exp(lr - lnA) / lA;
+    }
+    if (mergeB && loB != NEG_INF) {
+        float lr = lnB;
+        lnB = max(loB, lr) + log(1.0 + exp(-abs(loB - lr)));
+        coB = exp(loB - lnB);
+        cnB = exp(lr - lnB) / lB;
+    }
+    const uint obA = uint(((b * P.nq + iA) * P.hq + h) * D), obB = obA + uint(8 * P.hq * D);
+    UNROLL for (int c = 0; c < DC; c++) {
+        UNROLL for (int e = 0; e < NE; e++) {
+            bool rb = row_b(e);
+            if (rb ? mergeB : mergeA) {
+                uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
+                float ov = o[c][e], lo = rb ? loB : loA, co = rb ? coB : coA, cn = rb ? cnB : cnA;
+                oa.v[x] = lo == NEG_INF ? ov * cn : fma(co, oa.v[x], cn * ov);
+            }
+        }
+    }
+    if ((lane & 3) == 0) {
+        if (mergeA)
+            lse.v[liA] = lnA;
+        if (mergeB)
+            lse.v[liB] = lnB;
+    }
+}
