@@ -166,8 +166,8 @@ def main():
             wall = js["fwd_ms"] + (0.0 if fwd_only else js["bwd_ms"])
             kern = kernel_ms(prof, ["fwd", "fwd_cm", "fwd_cmq", "fwd_rt"])
             if not fwd_only:
-                kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "dq_rt", "dkv_rt",
-                                         "dkvq_rt", "delta"])
+                kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "dq_cmq", "dkv_cmq",
+                                         "dq_rt", "dkv_rt", "dkvq_rt", "delta"])
             f = flops_fwd * (1.0 if fwd_only else 3.5)
             rows.append({"impl": f"vulkan-{path}", "what": "fwd" if fwd_only else "fwd+bwd",
                          "checked": ok, "wall_ms": wall, "kernel_ms": kern,

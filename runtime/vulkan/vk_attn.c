@@ -243,7 +243,7 @@ static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
 {
     /* dK / dV kernels split the query rows, the others the keys */
     int64_t n = k == BURST_VK_DKV || k == BURST_VK_DKV_CM || k == BURST_VK_DKV_RT ||
-                        k == BURST_VK_DKVQ_RT
+                        k == BURST_VK_DKVQ_RT || k == BURST_VK_DKV_CMQ
                     ? dim->nq
                     : dim->nk;
     if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
@@ -422,6 +422,11 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
         kq = BURST_VK_DQ_CM;
         kkv = BURST_VK_DKV_CM;
+        /* with dS in registers where the device's layout passed its check (vk_cmq.c) */
+        if (be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0) {
+            kq = BURST_VK_DQ_CMQ;
+            kkv = BURST_VK_DKV_CMQ;
+        }
     } else {
         if (be->tiles.k[BURST_VK_DQ_RT][dc].t > 0 &&
             burst_vk_rt_fits(be, BURST_VK_DQ_RT, &dim, &be->tiles.k[BURST_VK_DQ_RT][dc]))
@@ -505,7 +510,7 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         p->group = (int32_t)dim.group;
         p->scale = a->scale;
         p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
-        if (kq == BURST_VK_DQ_CM && burst_vk_vec8(a->q, slots[0].addr) &&
+        if (burst_vk_kernel_cm(kq) && burst_vk_vec8(a->q, slots[0].addr) &&
             burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr) &&
             burst_vk_vec8(a->dout, slots[3].addr))
             p->flags |= 8;

@@ -46,8 +46,8 @@
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
     "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
-    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "fwd_cmq", "copy", "fill",  "acc",
-    "cm_layout"};
+    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "fwd_cmq", "dq_cmq", "dkv_cmq", "copy",
+    "fill",   "acc",    "cm_layout"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -239,9 +239,14 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         return 2 * (size_t)tl->bc * rs + w * 16 * (ss + ps) + 16;
     }
     case BURST_VK_FWD_CMQ:
-        /* mirrors shaders/fwd_cmq_nv.comp: K and V tiles with rows padded by 8 halves (Q
-         * passes through them), four ints */
+    case BURST_VK_DQ_CMQ:
+        /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows
+         * padded by 8 halves (Q, dO pass through them), four ints */
         return 2 * (size_t)tl->bc * (size_t)(d + 8) * 2 + 16;
+    case BURST_VK_DKV_CMQ:
+        /* mirrors shaders/bwd_dkv_cmq_nv.comp: K tile [br], Q and dO tiles [bc] with rows
+         * padded by 8 halves, 16 B per query row, two ints */
+        return (size_t)(tl->br + 2 * tl->bc) * (size_t)(d + 8) * 2 + 16 * (size_t)tl->bc + 8;
     case BURST_VK_DQ_CM:
     case BURST_VK_DKV_CM: {
         /* mirror shaders/bwd_dq_cm_nv.comp (Q tile [br], K and V tiles [bc]) and
@@ -288,11 +293,13 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
     int d = burst_vk_dclass_max[dclass];
-    if (k == BURST_VK_FWD_CMQ) {
-        /* 32 invocations a subgroup (the layout it assumes), BR / 16 subgroups, BC keys in
-         * 16-key chunks; head dims up to 128 (Q and O of 16 rows in registers) */
+    if (burst_vk_kernel_cmq(k)) {
+        /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups, BC rows in
+         * 16-row chunks; head dims up to 128 (16 rows' operands and accumulators in
+         * registers) */
         uint32_t wg = (uint32_t)(tl->br / 16 * 32);
-        return BURST_VK_SPV_FWD_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
+        return BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
+               BURST_VK_SPV_BWD_DKV_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
                caps->subgroup == 32 && d <= 128 && tl->t == 32 && tl->br >= 16 &&
                tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
                tl->bc % 16 == 0 && wg <= caps->max_invocations && wg <= caps->max_size_x &&
@@ -415,17 +422,24 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
      * invocation, and half the K/V traffic of 64 rows) and 64 keys where they fit, then
      * smaller; BURST_VK_CMQ_TILE=br,bc asks for one. It runs only after the device's
      * accumulator layout passed its check (vk_cmq.c). */
-    static const struct burst_vk_tile cmq[] = {{32, 128, 64}, {32, 64, 64}, {32, 128, 32},
-                                               {32, 64, 32},  {32, 64, 16}, {32, 32, 16}};
-    for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-        struct burst_vk_tile want = {32, env->cmq_tile[0], env->cmq_tile[1]},
-                             *tl = &tiles->k[BURST_VK_FWD_CMQ][c];
-        if (env->cmq_tile[0] && burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, c, &want))
-            *tl = want;
-        for (size_t i = 0; i < sizeof cmq / sizeof cmq[0] && !tl->t; i++)
-            if (burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, c, &cmq[i]))
-                *tl = cmq[i];
-    }
+    static const struct burst_vk_tile cmq[3][6] = {
+        {{32, 128, 64}, {32, 64, 64}, {32, 128, 32}, {32, 64, 32}, {32, 64, 16}, {32, 32, 16}},
+        /* dq_cmq holds Q, dO and dQ of 16 rows: 128 rows of 8 subgroups, 4 pieces a K/V tile
+         * load; dkv_cmq holds V, dK and dV: 64 key rows and 32-row query tiles first */
+        {{32, 128, 64}, {32, 64, 32}, {32, 64, 16}, {32, 32, 16}},
+        {{32, 64, 32}, {32, 128, 16}, {32, 64, 16}, {32, 32, 16}}};
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+            struct burst_vk_tile want = {32, env->cmq_tile[0], env->cmq_tile[1]},
+                                 *tl = &tiles->k[k][c];
+            if (k == BURST_VK_FWD_CMQ && env->cmq_tile[0] &&
+                burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, c, &want))
+                *tl = want;
+            const struct burst_vk_tile *cand = cmq[k - BURST_VK_FWD_CMQ];
+            for (size_t i = 0; i < 6 && cand[i].t && !tl->t; i++)
+                if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &cand[i]))
+                    *tl = cand[i];
+        }
 }
 
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env)

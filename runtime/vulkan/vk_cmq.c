@@ -105,8 +105,9 @@ void burst_vk_cmq_check(struct burst_vk_backend *be)
     struct burst_vk_cmq *q = &be->cmq;
     memset(q, 0, sizeof *q);
     int any = 0;
-    for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
-        any |= be->tiles.k[BURST_VK_FWD_CMQ][c].t > 0;
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
+            any |= be->tiles.k[k][c].t > 0;
     if (!any)
         return;
     float out[1 + CMQ_LANES * 16 + 256];
@@ -118,6 +119,7 @@ void burst_vk_cmq_check(struct burst_vk_backend *be)
         q->ok = burst_vk_cmq_match(out, q);
     }
     if (!q->ok)
-        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
-            be->tiles.k[BURST_VK_FWD_CMQ][c] = (struct burst_vk_tile){0, 0, 0};
+        for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+            for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
+                be->tiles.k[k][c] = (struct burst_vk_tile){0, 0, 0};
 }

@@ -99,6 +99,8 @@ enum burst_vk_kernel {
     BURST_VK_DKV_RT, /* register-tiled dK / dV (likewise) */
     BURST_VK_DKVQ_RT, /* register-tiled dK / dV adding dQ by float atomics (not deterministic) */
     BURST_VK_FWD_CMQ, /* cooperative matrix (NV) forward, softmax in registers (vk_cmq.c) */
+    BURST_VK_DQ_CMQ,  /* cooperative matrix (NV) dQ, dS in registers (vk_cmq.c) */
+    BURST_VK_DKV_CMQ, /* cooperative matrix (NV) dK / dV, P^T and dS^T in registers */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
@@ -143,8 +145,10 @@ struct burst_vk_env {
     int profile;          /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
     int cm_rows;          /* BURST_VK_CM_ROWS: query rows per workgroup of the cooperative-
                            * matrix forward (16, 32, 64 or 128; 0 = the rule's 64) */
-    int cmq;              /* BURST_VK_CMQ: 0 = never the register-softmax forward (fwd_cmq) */
-    int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: its tile, where valid (else the rule) */
+    int cmq;              /* BURST_VK_CMQ: 0 = never the kernels that use the accumulators'
+                           * fragment layout (fwd_cmq, dq_cmq, dkv_cmq; vk_cmq.c) */
+    int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: fwd_cmq's tile, where valid (else the
+                           * rule) */
     uint32_t max_shared;  /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
     int elem;             /* BURST_VK_ELEM: enum burst_vk_elem_mode */
     char elem_str[32];    /* its value as given (for the error on a bad one) */
@@ -190,7 +194,13 @@ static inline int burst_vk_kernel_rt(int k)
 static inline int burst_vk_kernel_cm(enum burst_vk_kernel k)
 {
     return k == BURST_VK_FWD_CM || k == BURST_VK_DQ_CM || k == BURST_VK_DKV_CM ||
-           k == BURST_VK_FWD_CMQ;
+           k == BURST_VK_FWD_CMQ || k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ;
+}
+
+/* Whether kernel k is one of those that use the accumulators' fragment layout (vk_cmq.c). */
+static inline int burst_vk_kernel_cmq(enum burst_vk_kernel k)
+{
+    return k == BURST_VK_FWD_CMQ || k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ;
 }
 
 /* ---- the instance ------------------------------------------------------------------------- */
@@ -222,9 +232,9 @@ struct burst_vk_pipe {
     VkPipeline pipe;
 };
 
-/* The accumulator layout fwd_cmq relies on, as vk_cmq.c found it on the device. */
+/* The accumulator layout the *_cmq kernels rely on, as vk_cmq.c found it on the device. */
 struct burst_vk_cmq {
-    int ok;           /* the layout is NVIDIA's fragment layout: fwd_cmq may run */
+    int ok;           /* the layout is NVIDIA's fragment layout: the *_cmq kernels may run */
     uint32_t rowsel;  /* bit e: element e is in row lane / 4 + 8 (else lane / 4) */
     uint32_t coloff;  /* 4 bits per element: its column minus 2 (lane % 4) */
     char why[160];    /* why not, when the rule had tiles for it */
@@ -242,7 +252,7 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
-    struct burst_vk_cmq cmq; /* fwd_cmq's layout check (vk_cmq.c) */
+    struct burst_vk_cmq cmq; /* the *_cmq kernels' layout check (vk_cmq.c) */
     int use_atomic; /* float atomics enabled on the device (dkvq_rt) */
     int export_ext; /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
@@ -383,9 +393,9 @@ void burst_vk_streams_fini(struct burst_vk_backend *be);
 
 /* ---- vk_cmq.c ------------------------------------------------------------------------------ */
 
-/* Where the rule gave fwd_cmq tiles, check the device's accumulator layout (one dispatch of
- * shaders/cm_layout_nv.comp) and keep them only when it is the one fwd_cmq assumes
- * (be->cmq); otherwise drop them, so the forward stays on fwd_cm. */
+/* Where the rule gave the *_cmq kernels tiles, check the device's accumulator layout (one
+ * dispatch of shaders/cm_layout_nv.comp) and keep them only when it is the one they assume
+ * (be->cmq); otherwise drop them, so the kernels stay on fwd_cm, dq_cm, dkv_cm. */
 void burst_vk_cmq_check(struct burst_vk_backend *be);
 
 /* ---- vk_pipeline.c ------------------------------------------------------------------------- */

@@ -42,6 +42,10 @@
 #include "cm_layout_nv.spv.h"
 #include "fwd_cmq_nv.spv.h"
 #endif
+#if BURST_VK_SPV_BWD_DQ_CMQ_NV && BURST_VK_SPV_BWD_DKV_CMQ_NV
+#include "bwd_dkv_cmq_nv.spv.h"
+#include "bwd_dq_cmq_nv.spv.h"
+#endif
 #if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
 #include "bwd_dkv_cm_nv.spv.h"
 #include "bwd_dq_cm_nv.spv.h"
@@ -85,6 +89,10 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
 #if BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_CM_LAYOUT_NV
     case BURST_VK_FWD_CMQ: return BURST_VK_SPV(burst_vk_spv_fwd_cmq_nv);
     case BURST_VK_CM_LAYOUT: return BURST_VK_SPV(burst_vk_spv_cm_layout_nv);
+#endif
+#if BURST_VK_SPV_BWD_DQ_CMQ_NV && BURST_VK_SPV_BWD_DKV_CMQ_NV
+    case BURST_VK_DQ_CMQ: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cmq_nv);
+    case BURST_VK_DKV_CMQ: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_cmq_nv);
 #endif
 #if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
     case BURST_VK_DQ_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cm_nv);
@@ -181,7 +189,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     VkResult r = vkCreateShaderModule(be->dev, &mci, NULL, &mod);
     if (r != VK_SUCCESS)
         return burst_vk_result(r, "vulkan: vkCreateShaderModule");
-    /* constants 0..7 = key[1..8] (D, T, BR, BC, dtypes); 8 = workgroup size; fwd_cmq: 9, 10 =
+    /* constants 0..7 = key[1..8] (D, T, BR, BC, dtypes); 8 = workgroup size; *_cmq: 9, 10 =
      * the accumulator layout vk_cmq.c found */
     int32_t data[11];
     VkSpecializationMapEntry map[11];
@@ -199,7 +207,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     if (k == BURST_VK_CM_LAYOUT) /* one subgroup */
         data[8] = (int32_t)key[2];
-    VkSpecializationInfo spec = {k == BURST_VK_FWD_CMQ ? 11 : 9, map, sizeof data, data};
+    VkSpecializationInfo spec = {burst_vk_kernel_cmq(k) ? 11u : 9u, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .flags = be->pipe_stats ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0,

@@ -1,0 +1,226 @@
+#version 460
+// shaders/bwd_dkv_cmq_nv.comp - backward dK and dV on cooperative matrices
+// (GL_NV_cooperative_matrix) with P^T and dS^T formed in registers, for one K/V block:
+//   dV_j += sum_i P_ij dO_i,  dK_j += tau sum_i dS_ij Q_i
+// summed over every query head of the kv head's group and every query row; fp16 q/k/v/dO, fp32
+// accumulation, head dims <= 128 that are multiples of 16. Same contract as bwd_dkv_cm_nv.comp,
+// which takes the scores through shared memory; this kernel uses the accumulators' elements in
+// place, in the fragment layout that the host checked on the device (shaders/cm_layout_nv.comp,
+// runtime/vulkan/vk_cmq.c; constants ROWSEL and COLOFF as in fwd_cmq_nv.comp): element e of
+// invocation `lane` of a 16 x 16 fp32 matrix is at row lane / 4 + 8 rowsel(e), column
+// 2 (lane % 4) + coloff(e); the conversion to fp16 keeps it in place.
+//
+// Workgroup (x = key tile, y = kv head, z = batch): W = BR / 16 subgroups of 32 invocations,
+// each owning 16 key rows. The K tile is staged once in shared memory, the subgroup's V rows
+// once in registers (MMA operands). Query tiles of BC rows (Q, dO, L, D and the rows' allowed
+// key intervals) are staged in shared memory, the next tile's loads in flight during the
+// current one; only query rows whose interval meets the workgroup's keys are visited. Per
+// subgroup, query tile and 16-query chunk n:
+//   S^T = K Q^T and dP^T = V dO^T (16 x 16, fp32) on MMAs;
+//   in registers: P^T = exp(S^T - L) masked by each query's allowed keys, dS^T = P^T (dP^T - D)
+//   (L, D and the interval of an element's query column read from shared memory);
+//   dV (16 x D) += P^T dO and dK (16 x D) += dS^T Q on MMAs, P^T and dS^T converted to fp16.
+// At the end dK, times tau, and dV are added into the fp32 accumulators from the registers;
+// each element has one writer, in a fixed order (deterministic).
+// Precision: P and dS are rounded to fp16 before the MMAs (as in FlashAttention): 2^-11
+// relative per term.
+//
+// Shared memory (one uvec4 array sh, rows padded to D + 8 halves):
+//   [0, KN)           K tile [BR][D + 8] fp16
+//   [KN, + 2 BC RS)   Q and dO tiles [BC][D + 8] fp16; the V rows pass through them before
+//                     the loop, VP rows at a time
+//   lse2s, dls, ivs   the query tile's L log2 e, D and allowed key intervals
+// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
+#extension GL_GOOGLE_include_directive : require
+#ifndef BURST_NO_UNROLL
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
+#include "common.glsl"
+#include "cm_nv.glsl"
+
+layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
+layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
+
+const int NB = BC / 16;          // 16-row chunks of a query tile
+const int NE = 256 / T;          // accumulator elements per invocation (8)
+const int KN = BR * RS;          // the K tile
+const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
+const int SHN = KN + 2 * BC * RS;
+const int VP = (2 * BC) / 16 * 16 < BR ? (2 * BC) / 16 * 16 : BR; // V rows per pass
+const int L8 = BC * (D / 8);     // 16-byte pieces of a Q (or dO) tile
+const int LPT = (L8 + NT - 1) / NT; // of them per invocation
+
+shared uvec4 sh[SHN];
+shared float lse2s[BC], dls[BC];
+shared ivec2 ivs[BC];
+shared int qmin_s, qmax_s;
+
+bool row_b(int e) // element e is in the quad's second row (r + 8)
+{
+    return ((ROWSEL >> e) & 1) != 0;
+}
+
+int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
+{
+    return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
+}
+
+void main()
+{
+    Params P = Params(pc.params);
+    const View qv = P.q, kv = P.k, vv = P.v, dov = P.dout;
+    const int tid = int(gl_LocalInvocationID.x);
+    const int sg = tid / T, lane = tid % T;
+    const int b = int(gl_WorkGroupID.z), g = int(gl_WorkGroupID.y);
+    const int j0 = int(gl_WorkGroupID.x) * BR;
+    const int j1 = min(j0 + BR, P.nk);
+    const bool vec = (P.flags & 8) != 0;
+    I32x2 rows = I32x2(P.rows);
+    // this invocation's key rows: r (A) and r + 8 (B) of the subgroup's 16
+    const int jA = j0 + 16 * sg + lane / 4, jB = jA + 8;
+
+    // query rows (of this dispatch's range) whose allowed keys meet [j0, j1)
+    if (tid == 0) {
+        qmin_s = P.nq;
+        qmax_s = 0;
+    }
+    barrier();
+    int lo = P.nq, hi = 0;
+    for (int i = P.lo + tid; i < min(P.nq, P.hi); i += NT) {
+        ivec2 iv = rows.v[i];
+        if (iv.x < iv.y && iv.x < j1 && iv.y > j0) {
+            lo = min(lo, i);
+            hi = max(hi, i + 1);
+        }
+    }
+    if (lo < hi) {
+        atomicMin(qmin_s, lo);
+        atomicMax(qmax_s, hi);
+    }
+    // the K tile to shared memory
+    for (int x = tid; x < BR * (D / 8); x += NT) {
+        int row = x / (D / 8), c8 = x % (D / 8);
+        bool in_k = j0 + row < P.nk;
+        sh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, 8 * c8), in_k);
+    }
+    barrier();
+    const int qmin = qmin_s, qmax = qmax_s;
+    if (qmin >= qmax)
+        return;
+    // the V rows (16 x D per subgroup) into registers, through the Q / dO region VP rows at a
+    // time
+    AMAT vf[DC];
+    for (int p0 = 0; p0 < BR; p0 += VP) {
+        if (p0 > 0)
+            barrier(); // the previous pass is read
+        for (int x = tid; x < VP * (D / 8); x += NT) {
+            int row = x / (D / 8), c8 = x % (D / 8), jr = j0 + p0 + row;
+            bool in_v = p0 + row < BR && jr < P.nk;
+            sh[QO + row * RS + c8] = load8(vv, vec, view_index(vv, b, jr, g, 8 * c8), in_v);
+        }
+        barrier();
+        if (16 * sg >= p0 && 16 * sg < p0 + VP) // uniform in the subgroup
+            UNROLL for (int c = 0; c < DC; c++)
+                coopMatLoadNV(vf[c], sh, uint(QO + (16 * sg - p0) * RS + 2 * c), uint(RS), false);
+    }
+
+    const float qmul = P.scale * LOG2E;
+    CMAT dk[DC], dv[DC];
+    UNROLL for (int c = 0; c < DC; c++) {
+        dk[c] = CMAT(0.0);
+        dv[c] = CMAT(0.0);
+    }
+    // query tiles t = 0, 1, ..: head g * group + t / nt, rows qmin + BC (t % nt); each goes
+    // global -> registers -> shared memory, the loads of tile t + 1 in flight during tile t
+    const int nt = (qmax - qmin + BC - 1) / BC, ntiles = P.group * nt;
+    uvec4 qreg[LPT], doreg[LPT];
+    float lse2r = POS_INF, dlr = 0.0;
+    ivec2 ivr = ivec2(0, 0);
+#define FETCH_Q(t)                                                                                \
+    {                                                                                             \
+        const int h = g * P.group + (t) / nt, i0 = qmin + BC * ((t) % nt);                       \
+        UNROLL for (int it = 0; it < LPT; it++) {                                                 \
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8), ir = i0 + row;           \
+            bool in_tile = x < L8 && ir < qmax;                                                   \
+            qreg[it] = load8(qv, vec, view_index(qv, b, ir, h, 8 * c8), in_tile);                \
+            doreg[it] = load8(dov, vec, view_index(dov, b, ir, h, 8 * c8), in_tile);             \
+        }                                                                                         \
+        if (tid < BC) {                                                                           \
+            int ir = i0 + tid;                                                                    \
+            bool in_tile = ir < qmax;                                                             \
+            float lse = in_tile ? F32(P.lse).v[(b * P.hq + h) * P.nq + ir] : NEG_INF;            \
+            lse2r = lse == NEG_INF ? POS_INF : lse * LOG2E; /* no key anywhere: P = 0 */          \
+            dlr = in_tile ? F32(P.delta).v[(b * P.hq + h) * P.nq + ir] : 0.0;                    \
+            ivr = in_tile ? rows.v[ir] : ivec2(0, 0);                                             \
+        }                                                                                         \
+    }
+    FETCH_Q(0)
+    for (int t = 0; t < ntiles; t++) {
+        barrier(); // the previous tile (or the V rows' last pass) is no longer read
+        UNROLL for (int it = 0; it < LPT; it++) {
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            if (x < L8) {
+                sh[QO + row * RS + c8] = qreg[it];
+                sh[DO + row * RS + c8] = doreg[it];
+            }
+        }
+        if (tid < BC) {
+            lse2s[tid] = lse2r;
+            dls[tid] = dlr;
+            ivs[tid] = ivr;
+        }
+        barrier();
+        if (t + 1 < ntiles)
+            FETCH_Q(t + 1)
+
+        UNROLL for (int n = 0; n < NB; n++) {
+            // S^T = K Q^T and dP^T = V dO^T for the chunk's 16 queries
+            CMAT s = CMAT(0.0), dp = CMAT(0.0);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT a, bq, bdo;
+                coopMatLoadNV(a, sh, uint(16 * sg * RS + 2 * c), uint(RS), false);
+                coopMatLoadNV(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), true);
+                coopMatLoadNV(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), true);
+                s = coopMatMulAddNV(a, bq, s);
+                dp = coopMatMulAddNV(vf[c], bdo, dp);
+            }
+            // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col
+            UNROLL for (int e = 0; e < NE; e++) {
+                int col = 16 * n + col_of(e, lane), j = row_b(e) ? jB : jA;
+                ivec2 iv = ivs[col];
+                float p = (j >= iv.x && j < iv.y) ? exp2(s[e] * qmul - lse2s[col]) : 0.0;
+                s[e] = p;
+                dp[e] = p * (dp[e] - dls[col]);
+            }
+            // dV += P^T dO, dK += dS^T Q
+            AMAT ap = AMAT(s), ads = AMAT(dp);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT bdo, bq;
+                coopMatLoadNV(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), false);
+                coopMatLoadNV(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), false);
+                dv[c] = coopMatMulAddNV(ap, bdo, dv[c]);
+                dk[c] = coopMatMulAddNV(ads, bq, dk[c]);
+            }
+        }
+    }
+
+    // accumulators += tau dK and dV, from the registers
+    const bool want_dk = (P.flags & 2) != 0, want_dv = (P.flags & 4) != 0;
+    F32 adk = F32(P.dk), adv = F32(P.dv);
+    const uint obA = uint(((b * P.nk + jA) * P.hkv + g) * D), obB = obA + uint(8 * P.hkv * D);
+    UNROLL for (int c = 0; c < DC; c++) {
+        UNROLL for (int e = 0; e < NE; e++) {
+            bool rb = row_b(e);
+            if ((rb ? jB : jA) < P.nk) {
+                uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
+                if (want_dk)
+                    adk.v[x] = fma(P.scale, dk[c][e], adk.v[x]);
+                if (want_dv)
+                    adv.v[x] += dv[c][e];
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+#version 460
+// shaders/bwd_dq_cmq_nv.comp - backward dQ on cooperative matrices (GL_NV_cooperative_matrix)
+// with dS formed in registers, for one K/V block: dQ_i += tau sum_j dS_ij K_j with
+// P_ij = exp(tau q_i k_j - L_i) and dS_ij = P_ij (dO_i v_j - D_i); fp16 q/k/v/dO, fp32
+// accumulation, head dims <= 128 that are multiples of 16. Same contract as bwd_dq_cm_nv.comp,
+// which takes the scores through shared memory; this kernel uses the accumulators' elements in
+// place, in the fragment layout that the host checked on the device (shaders/cm_layout_nv.comp,
+// runtime/vulkan/vk_cmq.c; constants ROWSEL and COLOFF as in fwd_cmq_nv.comp).
+//
+// Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
+// each owning 16 query rows: Q and dO (16 x D) in registers as MMA operands; K/V tiles of BC
+// keys are staged in shared memory with 16-byte loads (flag bit 3), the next tile's loads in
+// flight during the current one. Per subgroup, key tile and 16-key chunk n:
+//   S = Q K^T and dP = dO V^T (16 x 16, fp32) on MMAs;
+//   in registers: dS = P (dP - D), P = exp2(S tau log2 e - L log2 e), masked by each row's
+//   allowed key interval (an invocation's two rows' L, D and intervals in registers);
+//   dQ (16 x D, D/16 fp32 accumulators) += dS K on MMAs, dS converted to fp16.
+// At the end dQ, times tau, is added into the fp32 accumulator from the registers; each
+// element has one writer (deterministic). Only key tiles in the union of the tile's allowed
+// intervals are visited.
+// Precision: dS is rounded to fp16 before dS K (as in FlashAttention): 2^-11 relative per term.
+//
+// Shared memory (one uvec4 array sh, rows padded to D + 8 halves): K tile [BC] and V tile
+// [BC] fp16; Q and dO pass through them before the loop, QP rows at a time.
+// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors the size.
+#extension GL_GOOGLE_include_directive : require
+#ifndef BURST_NO_UNROLL
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
+#include "common.glsl"
+#include "cm_nv.glsl"
+
+layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
+layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
+
+const int NB = BC / 16;             // 16-key chunks of a key tile
+const int NE = 256 / T;             // accumulator elements per invocation (8)
+const int KVN = 2 * BC * RS;        // the K/V tiles
+const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q / dO rows per pass
+const int L8 = BC * (D / 8);        // 16-byte pieces of a K (or V) tile
+const int LPT = (L8 + NT - 1) / NT; // of them per invocation
+
+shared uvec4 sh[KVN];
+shared int kmin_s, kmax_s;
+
+bool row_b(int e) // element e is in the quad's second row (r + 8)
+{
+    return ((ROWSEL >> e) & 1) != 0;
+}
+
+int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
+{
+    return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
+}
+
+void main()
+{
+    Params P = Params(pc.params);
+    const View qv = P.q, kv = P.k, vv = P.v, dov = P.dout;
+    const int tid = int(gl_LocalInvocationID.x);
+    const int sg = tid / T, lane = tid % T;
+    const int b = int(gl_WorkGroupID.z), h = int(gl_WorkGroupID.y);
+    const int i0 = int(gl_WorkGroupID.x) * BR;
+    const int g = h / P.group;
+    const bool vec = (P.flags & 8) != 0;
+    I32x2 rows = I32x2(P.rows);
+    // this invocation's two rows: r (A) and r + 8 (B) of the subgroup's 16
+    const int iA = i0 + 16 * sg + lane / 4, iB = iA + 8;
+    const bool liveA = iA < P.nq, liveB = iB < P.nq;
+
+    if (tid == 0) {
+        kmin_s = P.nk;
+        kmax_s = 0;
+    }
+    barrier();
+    ivec2 myA = liveA ? rows.v[iA] : ivec2(0, 0), myB = liveB ? rows.v[iB] : ivec2(0, 0);
+    myA = ivec2(max(myA.x, P.lo), min(myA.y, P.hi)); // this dispatch's keys
+    myB = ivec2(max(myB.x, P.lo), min(myB.y, P.hi));
+    if ((lane & 3) == 0) {
+        if (myA.x < myA.y) {
+            atomicMin(kmin_s, myA.x);
+            atomicMax(kmax_s, myA.y);
+        }
+        if (myB.x < myB.y) {
+            atomicMin(kmin_s, myB.x);
+            atomicMax(kmax_s, myB.y);
+        }
+    }
+    barrier();
+    const int kmin = kmin_s, kmax = kmax_s;
+    if (kmin >= kmax)
+        return;
+
+    // Q and dO (16 x D per subgroup) into registers, through shared memory QP rows at a time
+    AMAT qa[DC], dof[DC];
+    for (int pass = 0; pass < 2; pass++) {
+        const View src = pass == 0 ? qv : dov;
+        for (int p0 = 0; p0 < BR; p0 += QP) {
+            if (pass > 0 || p0 > 0)
+                barrier(); // the previous pass is read
+            for (int x = tid; x < QP * (D / 8); x += NT) {
+                int row = x / (D / 8), c8 = x % (D / 8);
+                bool in_q = p0 + row < BR && i0 + p0 + row < P.nq;
+                sh[row * RS + c8] =
+                    load8(src, vec, view_index(src, b, i0 + p0 + row, h, 8 * c8), in_q);
+            }
+            barrier();
+            if (16 * sg >= p0 && 16 * sg < p0 + QP) { // uniform in the subgroup
+                UNROLL for (int c = 0; c < DC; c++) {
+                    if (pass == 0)
+                        coopMatLoadNV(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
+                                      false);
+                    else
+                        coopMatLoadNV(dof[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
+                                      false);
+                }
+            }
+        }
+    }
+
+    const float qmul = P.scale * LOG2E;
+    float lse2A = POS_INF, dlA = 0.0, lse2B = POS_INF, dlB = 0.0; // no key anywhere: P = 0
+    const uint liA = uint((b * P.hq + h) * P.nq + iA), liB = liA + 8u;
+    if (liveA) {
+        float lse = F32(P.lse).v[liA];
+        lse2A = lse == NEG_INF ? POS_INF : lse * LOG2E;
+        dlA = F32(P.delta).v[liA];
+    }
+    if (liveB) {
+        float lse = F32(P.lse).v[liB];
+        lse2B = lse == NEG_INF ? POS_INF : lse * LOG2E;
+        dlB = F32(P.delta).v[liB];
+    }
+    CMAT dq[DC];
+    UNROLL for (int c = 0; c < DC; c++)
+        dq[c] = CMAT(0.0);
+    const uint kbase = view_index(kv, b, 0, g, 0), vbase = view_index(vv, b, 0, g, 0);
+    uvec4 kreg[LPT], vreg[LPT];
+#define FETCH_KV(j0)                                                                              \
+    UNROLL for (int it = 0; it < LPT; it++) {                                                     \
+        int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
+        bool in_block = x < L8 && (j0) + row < kmax;                                              \
+        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
+        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
+        kreg[it] = load8(kv, vec, kx, in_block);                                                  \
+        vreg[it] = load8(vv, vec, vx, in_block);                                                  \
+    }
+    FETCH_KV(kmin)
+    for (int j0 = kmin; j0 < kmax; j0 += BC) {
+        barrier(); // the previous tile (or dO's last pass) is no longer read
+        UNROLL for (int it = 0; it < LPT; it++) {
+            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            if (x < L8) {
+                sh[row * RS + c8] = kreg[it];
+                sh[(BC + row) * RS + c8] = vreg[it];
+            }
+        }
+        barrier();
+        if (j0 + BC < kmax) {
+            FETCH_KV(j0 + BC)
+        }
+
+        UNROLL for (int n = 0; n < NB; n++) {
+            // S = Q K^T and dP = dO V^T for the chunk's 16 keys
+            CMAT s = CMAT(0.0), dp = CMAT(0.0);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT bk, bv;
+                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                coopMatLoadNV(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), true);
+                s = coopMatMulAddNV(qa[c], bk, s);
+                dp = coopMatMulAddNV(dof[c], bv, dp);
+            }
+            // dS in place: element e is query row iA or iB, key j0 + 16 n + col
+            UNROLL for (int e = 0; e < NE; e++) {
+                int kj = j0 + 16 * n + col_of(e, lane);
+                bool rb = row_b(e);
+                ivec2 my = rb ? myB : myA;
+                float p = (kj >= my.x && kj < my.y) ? exp2(s[e] * qmul - (rb ? lse2B : lse2A))
+                                                    : 0.0;
+                s[e] = p * (dp[e] - (rb ? dlB : dlA));
+            }
+            // dQ += dS K
+            AMAT ads = AMAT(s);
+            UNROLL for (int c = 0; c < DC; c++) {
+                AMAT bk;
+                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                dq[c] = coopMatMulAddNV(ads, bk, dq[c]);
+            }
+        }
+    }
+
+    // dQ accumulator += tau dQ, from the registers
+    F32 acc = F32(P.o);
+    const uint obA = uint(((b * P.nq + iA) * P.hq + h) * D), obB = obA + uint(8 * P.hq * D);
+    UNROLL for (int c = 0; c < DC; c++) {
+        UNROLL for (int e = 0; e < NE; e++) {
+            bool rb = row_b(e);
+            if (rb ? liveB : liveA) {
+                uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
+                acc.v[x] = fma(P.scale, dq[c][e], acc.v[x]);
+            }
+        }
+    }
+}
