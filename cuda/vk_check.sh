@@ -6,7 +6,8 @@
 # BURST_BENCH_VK="<burstbench_vk.py arguments>", the benchmark beside PyTorch SDPA (several
 # argument sets separated by ';' run one after the other). Builds SRC (default: this checkout)
 # into /tmp/burst-vk-build; logs and CSV go to $OUT (or /tmp/out); a short summary is printed
-# last. Through the device tool:
+# last (BURST_VK_VARIANTS, below: kernel times under several settings). Through the device
+# tool:
 #   run(command="source .device/env.sh && BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 \
 #       --dtype fp32 --paths tiled,subgroup --fwd-only --warmup 2 --iters 5' bash cuda/vk_check.sh",
 #       carry=[".device"])
@@ -37,6 +38,19 @@ if [ -n "${BURST_BENCH_VK:-}" ]; then
         (cd "$out" && PYTHONUNBUFFERED=1 python3 "$src/tools/burstbench_vk.py" --burstrun \
             "$b/tools/burstrun" $a --csv "burstbench_vk_$n.csv") >"$out/bench_$n.log" 2>&1
         summary+=("bench $n rc=$?")
+    done
+fi
+# BURST_VK_VARIANTS="A=1 B=2;C=3" (with BURST_VK_VARIANT_ARGS, burstrun arguments): one
+# profiled burstrun per ';'-separated set of environment settings, the fastest dispatch of
+# each kernel printed per set (kernel tiles and switches compared in one command)
+if [ -n "${BURST_VK_VARIANTS:-}" ]; then
+    IFS=';' read -ra vars <<<"$BURST_VK_VARIANTS"
+    for v in "${vars[@]}"; do
+        env $v BURST_VK_PROFILE=1 "$b/tools/burstrun" --threads -n 1 --backend vulkan \
+            ${BURST_VK_VARIANT_ARGS:-} >"$out/variant.log" 2>&1
+        echo "== variant [$v] rc=$?: $(sed -n 's/^burst vulkan profile: *\([a-z_]*\) .*fastest \([0-9.]*\) ms.*/\1 \2/p' \
+            "$out/variant.log" | grep -v "copy\|fill\|cm_layout" | tr '\n' ' ')"
+        grep -h "Register Count" "$out/variant.log" | grep "cmq" | sed 's/Binary Size.*Local Memory Size=/local /; s/ Shared Memory.*//' | cut -c1-160
     done
 fi
 cat "$out/gpu.txt"

@@ -43,6 +43,7 @@
 
 layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
 layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
+layout(constant_id = 11) const int PREFETCH = 1; // 0: a tile's loads just before it is stored
 
 const int NB = BC / 16;          // 16-row chunks of a query tile
 const int NE = 256 / T;          // accumulator elements per invocation (8)
@@ -157,8 +158,11 @@ void main()
             ivr = in_tile ? rows.v[ir] : ivec2(0, 0);                                             \
         }                                                                                         \
     }
-    FETCH_Q(0)
+    if (PREFETCH != 0)
+        FETCH_Q(0)
     for (int t = 0; t < ntiles; t++) {
+        if (PREFETCH == 0)
+            FETCH_Q(t)
         barrier(); // the previous tile (or the V rows' last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
             int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
@@ -173,7 +177,7 @@ void main()
             ivs[tid] = ivr;
         }
         barrier();
-        if (t + 1 < ntiles)
+        if (PREFETCH != 0 && t + 1 < ntiles)
             FETCH_Q(t + 1)
 
         UNROLL for (int n = 0; n < NB; n++) {

@@ -35,6 +35,7 @@
 
 layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
 layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
+layout(constant_id = 11) const int PREFETCH = 1; // 0: a tile's loads just before it is stored
 
 const int NB = BC / 16;             // 16-key chunks of a key tile
 const int NE = 256 / T;             // accumulator elements per invocation (8)
@@ -148,8 +149,11 @@ void main()
         kreg[it] = load8(kv, vec, kx, in_block);                                                  \
         vreg[it] = load8(vv, vec, vx, in_block);                                                  \
     }
-    FETCH_KV(kmin)
+    if (PREFETCH != 0)
+        FETCH_KV(kmin)
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
+        if (PREFETCH == 0)
+            FETCH_KV(j0)
         barrier(); // the previous tile (or dO's last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
             int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
@@ -159,7 +163,7 @@ void main()
             }
         }
         barrier();
-        if (j0 + BC < kmax) {
+        if (PREFETCH != 0 && j0 + BC < kmax) {
             FETCH_KV(j0 + BC)
         }
 

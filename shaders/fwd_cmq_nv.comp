@@ -18,14 +18,18 @@
 // each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
 // fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
 // the views are 16-byte aligned, flag bit 3), the next tile's loads in flight while the
-// current one is computed on. Per subgroup and key tile:
-//   S (16 x BC, fp32) = Q K^T on 16x16x16 MMAs;
+// current one is computed on. Per subgroup and key tile, in softmax steps of SMC 16-key
+// chunks (constant 11; 1 by default, BURST_VK_CMQ_FWD):
+//   S (16 x 16 SMC, fp32) = Q K^T on 16x16x16 MMAs;
 //   the online-softmax step in registers: scores scaled to log2 units and masked by each row's
 //   allowed key interval (skipped when the tile is allowed for every row of the workgroup); a
-//   reference maximum m per row moved only when the tile's maximum exceeds it by more than 2^8
+//   reference maximum m per row moved only when the step's maximum exceeds it by more than 2^8
 //   (lazy rescaling, as fwd_cm_nv: P <= 2^8); P = exp2(s - m) in place; l sums P;
 //   where some row's m moved, O's elements of that row scale by alpha (in registers);
-//   O += P V on MMAs (P converted to fp16; into a fresh accumulator per 16 columns, added to O).
+//   O += P V on MMAs (P converted to fp16), into O's accumulators (DIRECT, constant 12: 1 by
+//   default) or into a fresh accumulator per 16 columns added to O.
+// Measured on the H100 (N = 16K, d = 128, docs/BENCHMARKS.md): one chunk a step into O 30.7 ms;
+// the whole 64-key tile a step 36.8 (fresh accumulators) / 35.3 (into O); 2 chunks 31.6.
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
 // allowed key leave (O, lse) bit-for-bit unchanged.
 // Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P).
@@ -45,6 +49,8 @@
 
 layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
 layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
+layout(constant_id = 11) const int SMC = 1;    // 16-key chunks per softmax step (divides BC / 16)
+layout(constant_id = 12) const int DIRECT = 1; // 1: P V into O's accumulators themselves
 
 const int NB = BC / 16;          // 16-key chunks of a key tile
 const int NE = 256 / T;          // accumulator elements per invocation (8)
@@ -170,80 +176,85 @@ void main()
             FETCH_KV(j0 + BC)
         }
 
-        // S = Q K^T: the NB chunks' MMAs interleaved (independent chains)
-        CMAT s[NB];
-        UNROLL for (int n = 0; n < NB; n++)
-            s[n] = CMAT(0.0);
-        UNROLL for (int c = 0; c < DC; c++) {
-            UNROLL for (int n = 0; n < NB; n++) {
-                AMAT bk;
-                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
-            }
-        }
-
-        // online softmax in registers: scale, mask, the rows' maxima across the quad
+        // the tile in softmax steps of SMC 16-key chunks (SMC = NB: one step a tile)
         const bool full = j0 >= kin_lo && j0 + BC <= kin_hi; // uniform
-        float mxA = NEG_INF, mxB = NEG_INF;
-        UNROLL for (int n = 0; n < NB; n++) {
-            UNROLL for (int e = 0; e < NE; e++) {
-                int kj = j0 + 16 * n + col_of(e, lane);
-                ivec2 my = row_b(e) ? myB : myA;
-                float x = full || (kj >= my.x && kj < my.y) ? s[n][e] * qmul : NEG_INF;
-                s[n][e] = x;
-                if (row_b(e))
-                    mxB = max(mxB, x);
-                else
-                    mxA = max(mxA, x);
+        UNROLL for (int n0 = 0; n0 < NB; n0 += SMC) {
+            // S = Q K^T: the step's chunks' MMAs interleaved (independent chains)
+            CMAT s[SMC];
+            UNROLL for (int n = 0; n < SMC; n++)
+                s[n] = CMAT(0.0);
+            UNROLL for (int c = 0; c < DC; c++) {
+                UNROLL for (int n = 0; n < SMC; n++) {
+                    AMAT bk;
+                    coopMatLoadNV(bk, sh, uint(16 * (n0 + n) * RS + 2 * c), uint(RS), true);
+                    s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
+                }
             }
-        }
-        mxA = max(mxA, subgroupShuffleXor(mxA, 1u));
-        mxA = max(mxA, subgroupShuffleXor(mxA, 2u));
-        mxB = max(mxB, subgroupShuffleXor(mxB, 1u));
-        mxB = max(mxB, subgroupShuffleXor(mxB, 2u));
-        const float mnA = mxA > mA + RESCALE_LOG2 ? mxA : mA; // m = -inf: any finite max moves
-        const float mnB = mxB > mB + RESCALE_LOG2 ? mxB : mB;
-        const float muA = mnA == NEG_INF ? 0.0 : mnA; // fully masked so far: P stays exactly 0
-        const float muB = mnB == NEG_INF ? 0.0 : mnB;
-        const float alA = mnA == mA ? 1.0 : exp2(mA - muA);
-        const float alB = mnB == mB ? 1.0 : exp2(mB - muB);
-        float sA = 0.0, sB = 0.0;
-        UNROLL for (int n = 0; n < NB; n++) {
-            UNROLL for (int e = 0; e < NE; e++) {
-                float p = exp2(s[n][e] - (row_b(e) ? muB : muA)); // masked: exp2(-inf) = 0
-                s[n][e] = p;
-                if (row_b(e))
-                    sB += p;
-                else
-                    sA += p;
-            }
-        }
-        sA += subgroupShuffleXor(sA, 1u);
-        sA += subgroupShuffleXor(sA, 2u);
-        sB += subgroupShuffleXor(sB, 1u);
-        sB += subgroupShuffleXor(sB, 2u);
-        lA = lA * alA + sA;
-        lB = lB * alB + sB;
-        mA = mnA;
-        mB = mnB;
-        if (!subgroupAll(alA == 1.0 && alB == 1.0)) { // rare, with the lazy maximum
-            UNROLL for (int c = 0; c < DC; c++)
-                UNROLL for (int e = 0; e < NE; e++)
-                    o[c][e] *= row_b(e) ? alB : alA;
-        }
 
-        // O += P V: per 16-column chunk of O, P V on a fresh accumulator, then added to O
-        AMAT pa[NB];
-        UNROLL for (int n = 0; n < NB; n++)
-            pa[n] = AMAT(s[n]);
-        UNROLL for (int c = 0; c < DC; c++) {
-            CMAT t = CMAT(0.0);
-            UNROLL for (int n = 0; n < NB; n++) {
-                AMAT bv;
-                coopMatLoadNV(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), false);
-                t = coopMatMulAddNV(pa[n], bv, t);
+            // online softmax in registers: scale, mask, the rows' maxima across the quad
+            float mxA = NEG_INF, mxB = NEG_INF;
+            UNROLL for (int n = 0; n < SMC; n++) {
+                UNROLL for (int e = 0; e < NE; e++) {
+                    int kj = j0 + 16 * (n0 + n) + col_of(e, lane);
+                    ivec2 my = row_b(e) ? myB : myA;
+                    float x = full || (kj >= my.x && kj < my.y) ? s[n][e] * qmul : NEG_INF;
+                    s[n][e] = x;
+                    if (row_b(e))
+                        mxB = max(mxB, x);
+                    else
+                        mxA = max(mxA, x);
+                }
             }
-            o[c] = o[c] + t;
+            mxA = max(mxA, subgroupShuffleXor(mxA, 1u));
+            mxA = max(mxA, subgroupShuffleXor(mxA, 2u));
+            mxB = max(mxB, subgroupShuffleXor(mxB, 1u));
+            mxB = max(mxB, subgroupShuffleXor(mxB, 2u));
+            const float mnA = mxA > mA + RESCALE_LOG2 ? mxA : mA; // m = -inf: any finite max
+            const float mnB = mxB > mB + RESCALE_LOG2 ? mxB : mB; // moves it
+            const float muA = mnA == NEG_INF ? 0.0 : mnA; // fully masked so far: P stays 0
+            const float muB = mnB == NEG_INF ? 0.0 : mnB;
+            const float alA = mnA == mA ? 1.0 : exp2(mA - muA);
+            const float alB = mnB == mB ? 1.0 : exp2(mB - muB);
+            float sA = 0.0, sB = 0.0;
+            UNROLL for (int n = 0; n < SMC; n++) {
+                UNROLL for (int e = 0; e < NE; e++) {
+                    float p = exp2(s[n][e] - (row_b(e) ? muB : muA)); // masked: exp2(-inf) = 0
+                    s[n][e] = p;
+                    if (row_b(e))
+                        sB += p;
+                    else
+                        sA += p;
+                }
+            }
+            sA += subgroupShuffleXor(sA, 1u);
+            sA += subgroupShuffleXor(sA, 2u);
+            sB += subgroupShuffleXor(sB, 1u);
+            sB += subgroupShuffleXor(sB, 2u);
+            lA = lA * alA + sA;
+            lB = lB * alB + sB;
+            mA = mnA;
+            mB = mnB;
+            if (!subgroupAll(alA == 1.0 && alB == 1.0)) { // rare, with the lazy maximum
+                UNROLL for (int c = 0; c < DC; c++)
+                    UNROLL for (int e = 0; e < NE; e++)
+                        o[c][e] *= row_b(e) ? alB : alA;
+            }
+
+            // O += P V: per 16-column chunk of O, into O itself (DIRECT) or on a fresh
+            // accumulator added to O
+            AMAT pa[SMC];
+            UNROLL for (int n = 0; n < SMC; n++)
+                pa[n] = AMAT(s[n]);
+            UNROLL for (int c = 0; c < DC; c++) {
+                CMAT t = DIRECT != 0 ? o[c] : CMAT(0.0);
+                UNROLL for (int n = 0; n < SMC; n++) {
+                    AMAT bv;
+                    coopMatLoadNV(bv, sh, uint((BC + 16 * (n0 + n)) * RS + 2 * c), uint(RS),
+                                  false);
+                    t = coopMatMulAddNV(pa[n], bv, t);
+                }
+                o[c] = DIRECT != 0 ? t : o[c] + t;
+            }
         }
     }
 

@@ -79,6 +79,16 @@ void burst_vk_env_read(struct burst_vk_env *env)
     const char *cq = getenv("BURST_VK_CMQ_TILE");
     if (!cq || sscanf(cq, "%d,%d", &env->cmq_tile[0], &env->cmq_tile[1]) != 2)
         env->cmq_tile[0] = env->cmq_tile[1] = 0;
+    const char *cb = getenv("BURST_VK_CMQ_BWD_TILE");
+    int *bt = env->cmq_bwd_tile;
+    if (!cb || sscanf(cb, "%d,%d,%d,%d", &bt[0], &bt[1], &bt[2], &bt[3]) != 4)
+        bt[0] = bt[1] = bt[2] = bt[3] = 0;
+    const char *cf = getenv("BURST_VK_CMQ_FWD");
+    if (!cf || sscanf(cf, "%d,%d", &env->cmq_fwd[0], &env->cmq_fwd[1]) != 2) {
+        env->cmq_fwd[0] = 1; /* measured best on the H100 (docs/BENCHMARKS.md) */
+        env->cmq_fwd[1] = 1;
+    }
+    env->cmq_prefetch = burst_vk_env_int("BURST_VK_CMQ_PREFETCH", 1) != 0;
     int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
     env->max_shared = ms > 0 ? (uint32_t)ms : 0;
     const char *e = getenv("BURST_VK_ELEM");
@@ -430,10 +440,11 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
         {{32, 64, 32}, {32, 128, 16}, {32, 64, 16}, {32, 32, 16}}};
     for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-            struct burst_vk_tile want = {32, env->cmq_tile[0], env->cmq_tile[1]},
-                                 *tl = &tiles->k[k][c];
-            if (k == BURST_VK_FWD_CMQ && env->cmq_tile[0] &&
-                burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, c, &want))
+            const int *w = k == BURST_VK_FWD_CMQ  ? env->cmq_tile
+                           : k == BURST_VK_DQ_CMQ ? env->cmq_bwd_tile
+                                                  : env->cmq_bwd_tile + 2;
+            struct burst_vk_tile want = {32, w[0], w[1]}, *tl = &tiles->k[k][c];
+            if (w[0] && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &want))
                 *tl = want;
             const struct burst_vk_tile *cand = cmq[k - BURST_VK_FWD_CMQ];
             for (size_t i = 0; i < 6 && cand[i].t && !tl->t; i++)

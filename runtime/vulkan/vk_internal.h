@@ -149,6 +149,12 @@ struct burst_vk_env {
                            * fragment layout (fwd_cmq, dq_cmq, dkv_cmq; vk_cmq.c) */
     int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: fwd_cmq's tile, where valid (else the
                            * rule) */
+    int cmq_bwd_tile[4];  /* BURST_VK_CMQ_BWD_TILE=br,bc,br,bc: dq_cmq's and dkv_cmq's */
+    int cmq_fwd[2];       /* BURST_VK_CMQ_FWD=smc,direct: fwd_cmq's softmax step in 16-key
+                           * chunks (0 = the whole key tile) and P V into O itself (1);
+                           * default 1,1 */
+    int cmq_prefetch;     /* BURST_VK_CMQ_PREFETCH: 0 = dq_cmq / dkv_cmq load a tile just
+                           * before storing it (not during the previous one) */
     uint32_t max_shared;  /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
     int elem;             /* BURST_VK_ELEM: enum burst_vk_elem_mode */
     char elem_str[32];    /* its value as given (for the error on a bad one) */
