@@ -1,7 +1,8 @@
 /*
  * cuda/burst_cuda_share.c - device memory of another backend of this process (a vulkan rank's
- * buffers, on the same GPU or another one) imported for the cuda copy engine, so that ring blocks between a cuda
- * and a vulkan rank go device to device (transport.h, share_*; runtime/ring_xfer.h).
+ * buffers, on the same GPU or another one) imported for the cuda copy engine, so that ring
+ * blocks between a cuda and a vulkan rank go device to device (transport.h, share_*;
+ * runtime/ring_xfer.h).
  *
  * The exporter describes the allocation holding a buffer (share_export: an id unique in the
  * process, its size and the buffer's offset; a file descriptor on request); the first message

@@ -10,7 +10,8 @@
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
 // each owning 16 query rows: Q and dO (16 x D) in registers as MMA operands; K/V tiles of BC
 // keys are staged in shared memory with 16-byte loads (flag bit 3), the next tile's loads in
-// flight during the current one. Per subgroup, key tile and 16-key chunk n:
+// flight during the current one where PREFETCH (constant 11; off by default: on the H100 it
+// cost registers and gained nothing). Per subgroup, key tile and 16-key chunk n:
 //   S = Q K^T and dP = dO V^T (16 x 16, fp32) on MMAs;
 //   in registers: dS = P (dP - D), P = exp2(S tau log2 e - L log2 e), masked by each row's
 //   allowed key interval (an invocation's two rows' L, D and intervals in registers);
@@ -35,7 +36,7 @@
 
 layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
 layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
-layout(constant_id = 11) const int PREFETCH = 1; // 0: a tile's loads just before it is stored
+layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 
 const int NB = BC / 16;             // 16-key chunks of a key tile
 const int NE = 256 / T;             // accumulator elements per invocation (8)

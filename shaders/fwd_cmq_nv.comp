@@ -17,9 +17,11 @@
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
 // each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
 // fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
-// the views are 16-byte aligned, flag bit 3), the next tile's loads in flight while the
-// current one is computed on. Per subgroup and key tile, in softmax steps of SMC 16-key
-// chunks (constant 11; 1 by default, BURST_VK_CMQ_FWD):
+// the views are 16-byte aligned, flag bit 3), global -> registers -> shared memory; with
+// PREFETCH (constant 13, BURST_VK_CMQ_PREFETCH) the next tile's loads are in flight while the
+// current one is computed on, which on the H100 cost more (16 registers, spills) than it hid.
+// Per subgroup and key tile, in softmax steps of SMC 16-key chunks (constant 11; 1 by default,
+// BURST_VK_CMQ_FWD):
 //   S (16 x 16 SMC, fp32) = Q K^T on 16x16x16 MMAs;
 //   the online-softmax step in registers: scores scaled to log2 units and masked by each row's
 //   allowed key interval (skipped when the tile is allowed for every row of the workgroup); a
@@ -28,8 +30,9 @@
 //   where some row's m moved, O's elements of that row scale by alpha (in registers);
 //   O += P V on MMAs (P converted to fp16), into O's accumulators (DIRECT, constant 12: 1 by
 //   default) or into a fresh accumulator per 16 columns added to O.
-// Measured on the H100 (N = 16K, d = 128, docs/BENCHMARKS.md): one chunk a step into O 30.7 ms;
-// the whole 64-key tile a step 36.8 (fresh accumulators) / 35.3 (into O); 2 chunks 31.6.
+// Measured on the H100 (N = 16K, d = 128, docs/BENCHMARKS.md, with PREFETCH): one chunk a
+// step into O 30.7 ms; the whole 64-key tile a step 36.8 (fresh accumulators) / 35.3 (into O);
+// 2 chunks 31.6. Without PREFETCH (the default): 29.2.
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
 // allowed key leave (O, lse) bit-for-bit unchanged.
 // Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P).
@@ -51,6 +54,7 @@ layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is i
 layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
 layout(constant_id = 11) const int SMC = 1;    // 16-key chunks per softmax step (divides BC / 16)
 layout(constant_id = 12) const int DIRECT = 1; // 1: P V into O's accumulators themselves
+layout(constant_id = 13) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 
 const int NB = BC / 16;          // 16-key chunks of a key tile
 const int NE = 256 / T;          // accumulator elements per invocation (8)
@@ -161,8 +165,11 @@ void main()
         kreg[it] = load8(kv, vec, kx, in_block);                                                  \
         vreg[it] = load8(vv, vec, vx, in_block);                                                  \
     }
-    FETCH_KV(kmin)
+    if (PREFETCH != 0)
+        FETCH_KV(kmin)
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
+        if (PREFETCH == 0)
+            FETCH_KV(j0)
         barrier(); // the previous tile (or Q's last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
             int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
@@ -172,7 +179,7 @@ void main()
             }
         }
         barrier();
-        if (j0 + BC < kmax) {
+        if (PREFETCH != 0 && j0 + BC < kmax) {
             FETCH_KV(j0 + BC)
         }
 

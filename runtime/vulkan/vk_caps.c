@@ -88,7 +88,10 @@ void burst_vk_env_read(struct burst_vk_env *env)
         env->cmq_fwd[0] = 1; /* measured best on the H100 (docs/BENCHMARKS.md) */
         env->cmq_fwd[1] = 1;
     }
-    env->cmq_prefetch = burst_vk_env_int("BURST_VK_CMQ_PREFETCH", 1) != 0;
+    const char *cp = getenv("BURST_VK_CMQ_PREFETCH");
+    int *pf = env->cmq_prefetch;
+    if (!cp || sscanf(cp, "%d,%d,%d", &pf[0], &pf[1], &pf[2]) != 3)
+        pf[0] = pf[1] = pf[2] = 0; /* measured best on the H100 (docs/BENCHMARKS.md) */
     int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
     env->max_shared = ms > 0 ? (uint32_t)ms : 0;
     const char *e = getenv("BURST_VK_ELEM");

@@ -1,20 +1,22 @@
 /*
- * runtime/vulkan/vk_cmq.c - the accumulator-layout check of the register-softmax forward
- * (shaders/fwd_cmq_nv.comp, kernel fwd_cmq).
+ * runtime/vulkan/vk_cmq.c - the accumulator-layout check of the cooperative-matrix kernels that
+ * work on the accumulators' elements in registers (shaders/fwd_cmq_nv.comp,
+ * bwd_dq_cmq_nv.comp, bwd_dkv_cmq_nv.comp: kernels fwd_cmq, dq_cmq, dkv_cmq).
  *
  * GL_NV_cooperative_matrix does not say which elements of a matrix an invocation holds, so
- * fwd_cm keeps the softmax in shared memory. fwd_cmq does it in registers, assuming the layout
+ * fwd_cm, dq_cm and dkv_cm take the scores through shared memory for the softmax and dS. The
+ * *_cmq kernels work on them in registers, assuming the layout
  * of NVIDIA's tensor-core fragments for a 16 x 16 fp32 matrix and 32 invocations: 8 elements
  * each, element e of invocation `lane` at row lane / 4 + 8 rowsel(e) and column
  * 2 (lane % 4) + coloff(e), the four invocations of a quad covering two rows. Before the kernel
  * may run, this file dispatches shaders/cm_layout_nv.comp once (the matrix holding
  * r * 16 + c at (r, c); every invocation writes its elements), finds rowsel and coloff from
  * invocation 0, and checks every element of every invocation against them, that the 256
- * elements are each held once, and that converting the matrix to fp16 (as fwd_cmq turns P into
- * an operand) keeps every element in place. On a match they become fwd_cmq's specialization constants 9
- * and 10 (vk_pipeline.c); otherwise (another driver, another subgroup size, a failed dispatch)
- * the rule's fwd_cmq tiles are dropped and the forward stays on fwd_cm, and be->cmq.why says
- * why (burstrun --verbose, BURST_VK_PROFILE).
+ * elements are each held once, and that converting the matrix to fp16 (as the kernels turn P
+ * and dS into operands) keeps every element in place. On a match they become the kernels'
+ * specialization constants 9 and 10 (vk_pipeline.c); otherwise (another driver, another
+ * subgroup size, a failed dispatch) the rule's *_cmq tiles are dropped and the kernels stay
+ * fwd_cm, dq_cm, dkv_cm, and be->cmq.why says why (printed with BURST_VK_PROFILE=1).
  */
 #include <math.h>
 #include <stdio.h>
@@ -67,7 +69,8 @@ static int burst_vk_cmq_match(const float *out, struct burst_vk_cmq *q)
     uint32_t rowsel = 0, coloff = 0;
     for (int e = 0; e < CMQ_ELEMS; e++) { /* invocation 0 holds rows 0 and 8, columns 0..15 */
         float v = out[1 + e];
-        if (!(v >= 0.0f && v < 256.0f) || v != floorf(v) || ((int)v / 16 != 0 && (int)v / 16 != 8)) {
+        if (!(v >= 0.0f && v < 256.0f) || v != floorf(v) ||
+            ((int)v / 16 != 0 && (int)v / 16 != 8)) {
             snprintf(q->why, sizeof q->why, "invocation 0 holds element %g of the matrix",
                      (double)v);
             return 0;
@@ -90,8 +93,7 @@ static int burst_vk_cmq_match(const float *out, struct burst_vk_cmq *q)
         }
     for (int x = 0; x < 256; x++) /* the conversion to fp16 keeps every element in place */
         if (out[1 + CMQ_LANES * 16 + x] != (float)x) {
-            snprintf(q->why, sizeof q->why,
-                     "the fp16 conversion moved element (%d, %d): %g there",
+            snprintf(q->why, sizeof q->why, "the fp16 conversion moved element (%d, %d): %g there",
                      x / 16, x % 16, (double)out[1 + CMQ_LANES * 16 + x]);
             return 0;
         }

@@ -153,8 +153,9 @@ struct burst_vk_env {
     int cmq_fwd[2];       /* BURST_VK_CMQ_FWD=smc,direct: fwd_cmq's softmax step in 16-key
                            * chunks (0 = the whole key tile) and P V into O itself (1);
                            * default 1,1 */
-    int cmq_prefetch;     /* BURST_VK_CMQ_PREFETCH: 0 = dq_cmq / dkv_cmq load a tile just
-                           * before storing it (not during the previous one) */
+    int cmq_prefetch[3];  /* BURST_VK_CMQ_PREFETCH=f,q,kv: 1 = fwd_cmq / dq_cmq / dkv_cmq load
+                           * the next tile during the current one, 0 = just before storing it
+                           * (default 0,0,0, as measured best on the H100: fewer registers) */
     uint32_t max_shared;  /* BURST_VK_MAX_SHARED: pretend the device has at most this (tests) */
     int elem;             /* BURST_VK_ELEM: enum burst_vk_elem_mode */
     char elem_str[32];    /* its value as given (for the error on a bad one) */
