@@ -57,9 +57,7 @@ static burst_status_t burst_vk_cmq_run(struct burst_vk_backend *be, int T, float
     return st;
 }
 
-/* Is out (from burst_vk_cmq_run with 32 invocations) the fragment layout? rowsel and coloff of
- * q on success; q->why otherwise. */
-static int burst_vk_cmq_match(const float *out, struct burst_vk_cmq *q)
+int burst_vk_cmq_match(const float *out, struct burst_vk_cmq *q)
 {
     if (out[0] != (float)CMQ_ELEMS) {
         snprintf(q->why, sizeof q->why, "%g accumulator elements per invocation, not %d",

@@ -404,6 +404,10 @@ void burst_vk_streams_fini(struct burst_vk_backend *be);
  * dispatch of shaders/cm_layout_nv.comp) and keep them only when it is the one they assume
  * (be->cmq); otherwise drop them, so the kernels stay on fwd_cm, dq_cm, dkv_cm. */
 void burst_vk_cmq_check(struct burst_vk_backend *be);
+/* Is out, what shaders/cm_layout_nv.comp wrote with 32 invocations (1 + 32 * 16 + 256 floats:
+ * the length, 16 per invocation, the matrix converted to fp16), the fragment layout? 1 with
+ * q->rowsel and q->coloff set, else 0 with q->why saying what differs (tests/test_vk_cmq.c). */
+int burst_vk_cmq_match(const float *out, struct burst_vk_cmq *q);
 
 /* ---- vk_pipeline.c ------------------------------------------------------------------------- */
 
