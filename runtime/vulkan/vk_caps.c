@@ -25,6 +25,12 @@
  *      The cooperative-matrix backward (dq_cm, dkv_cm) follows the same rule with 4 subgroups,
  *      for head dims up to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile
  *      for dkv_cm).
+ *   The cooperative-matrix kernels on the accumulators' elements (fwd_cmq, dq_cmq, dkv_cmq;
+ *      head dims up to 128, subgroups of 32, run only where vk_cmq.c's layout check passes):
+ *      the first of a short list that fits shared memory and invocations: fwd_cmq and dq_cmq
+ *      128 rows (8 subgroups) x 64 keys first, dkv_cmq 64 key rows x 32-row query tiles first
+ *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
+ *      BURST_VK_CMQ_BWD_TILE ask for others).
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
  *      cooperative-matrix ones do not take; a tile's T is the chunk depth DC), each: the first
  *      valid of 64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt, dkvq_rt: 128 x 64, 8
