@@ -52,9 +52,11 @@ static void share_drop(struct share_map *m)
     cudaDestroyExternalMemory(m->ext);
 }
 
-/* The CUDA device whose UUID this is, or -1. */
-static int share_device_of(const unsigned char uuid[16])
+/* The CUDA device whose UUID this is (cb's own first), or -1. */
+static int share_device_of(const struct burst_cuda_backend *cb, const unsigned char uuid[16])
 {
+    if (memcmp(cb->uuid, uuid, 16) == 0)
+        return cb->device;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -75,7 +77,7 @@ static int share_device_of(const unsigned char uuid[16])
 int burst_cuda_share_reach(void *be, const unsigned char uuid[16])
 {
     const struct burst_cuda_backend *cb = be;
-    int d = share_device_of(uuid), can = 0;
+    int d = share_device_of(cb, uuid), can = 0;
     if (d < 0)
         return 0;
     if (d == cb->device)
@@ -98,7 +100,8 @@ burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16])
 /* Import the allocation of owner that holds buf into a new entry of the cache, after dropping
  * the entries of freed allocations, on the CUDA device of owner's UUID; the caller holds the
  * lock and makes its own device current again afterwards. */
-static burst_status_t share_import_new(struct burst_cuda_share *sh,
+static burst_status_t share_import_new(const struct burst_cuda_backend *cb,
+                                       struct burst_cuda_share *sh,
                                        const struct burst_tp_dev *owner, const void *buf,
                                        size_t len, struct share_map **m_p)
 {
@@ -121,7 +124,7 @@ static burst_status_t share_import_new(struct burst_cuda_share *sh,
     burst_status_t st = owner->ops->share_device(owner->be, uuid);
     if (st != BURST_OK)
         return st;
-    int dev = share_device_of(uuid);
+    int dev = share_device_of(cb, uuid);
     if (dev < 0)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "cuda transfer: the device of a vulkan buffer is no CUDA device here");
@@ -175,7 +178,7 @@ burst_status_t burst_cuda_share_import(void *be, const struct burst_tp_dev *owne
         if (sh->maps[i].id == d.id)
             m = &sh->maps[i];
     if (!m) { /* share_import_new may leave another device current: enter again after */
-        st = share_import_new(sh, owner, buf, len, &m);
+        st = share_import_new(cb, sh, owner, buf, len, &m);
         burst_status_t st2 = burst_cuda_enter(cb, "transfer: import");
         if (st == BURST_OK)
             st = st2;

@@ -106,6 +106,8 @@ struct burst_tp_devops {
      *                 to drop (share_live); an error when the memory cannot be imported. The
      *                 memory is on the owner's device (its share_device), which may be another
      *                 device than the copier's where share_reach said yes.
+     * A backend is a copier or an exporter, never both (the transport takes the side with
+     * copy() as the copier, and the plan asks only the copier's share_reach).
      *   share_reach   copier, optional: 1 when it can import memory of the device with this UUID
      *                 (not its own) and copy between it and its own device's memory peer to peer
      *                 (cuda: a CUDA device of that UUID that its device can access), else 0.

@@ -319,6 +319,8 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
         uint32_t wg = (uint32_t)(tl->br / 16 * 32);
         return BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
                BURST_VK_SPV_BWD_DKV_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
+               /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
+               (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) &&
                caps->subgroup == 32 && d <= 128 && tl->t == 32 && tl->br >= 16 &&
                tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
                tl->bc % 16 == 0 && wg <= caps->max_invocations && wg <= caps->max_size_x &&
@@ -426,6 +428,10 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                  * a multiple of 8 */
                 for (int bc = 64; bc >= 16 && bc >= (int)caps->subgroup / 2; bc /= 2) {
                     struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, bc};
+                    /* dkv_cm: one invocation per query row of a tile stages its L, D and
+                     * interval, so a workgroup has at least BC invocations */
+                    if (k == BURST_VK_DKV_CM && warps * (int)caps->subgroup < bc)
+                        continue;
                     if (burst_vk_tile_shared((enum burst_vk_kernel)k, &tl,
                                              burst_vk_dclass_max[c]) <=
                             burst_vk_shared_limit(caps, env) &&

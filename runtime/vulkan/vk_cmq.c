@@ -111,7 +111,9 @@ void burst_vk_cmq_check(struct burst_vk_backend *be)
     if (!any)
         return;
     float out[1 + CMQ_LANES * 16 + 256];
-    if (be->caps.subgroup != CMQ_LANES) {
+    if (!be->use_coopmat) { /* the device was created without the extension */
+        snprintf(q->why, sizeof q->why, "no cooperative matrices on the device");
+    } else if (be->caps.subgroup != CMQ_LANES) {
         snprintf(q->why, sizeof q->why, "subgroup size %u, not %d", be->caps.subgroup, CMQ_LANES);
     } else if (burst_vk_cmq_run(be, CMQ_LANES, out) != BURST_OK) {
         snprintf(q->why, sizeof q->why, "the layout check failed: %s", burst_last_error());
