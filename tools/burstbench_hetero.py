@@ -6,8 +6,12 @@ for CPU ranks with different thread counts), runs `burstrun --json` three ways o
   equal     the layout's equal shards (the baseline);
   auto      shards by each rank's measured speed (--weights auto: every rank times a short local
             attention step on its own backend; burstrun reports the speeds);
-  weights   shards by the weights given with --weights (optional, e.g. known thread counts).
-Every run is checked first with a small --check run of the same configuration.
+  weights   shards by the weights given with --weights (optional, e.g. known thread counts);
+  refined   (--refine) shards by the speeds the auto run's ranks showed in the ring itself (each
+            rank's shard over its compute time there), which also counts what the quick
+            single-step measurement misses (head groups, per-call fixed costs).
+Every run is checked first with a small --check run of the same configuration; per rank, the
+table below the main one gives each mode's compute / wait / total ms (burstrun's per_rank).
 
 Ideal = the job's work over the sum of the ranks' speeds (work = allowed query/key pairs x batch
 x query heads, the unit of the measured speeds), taken from the auto run. The issue's goal is a
@@ -70,6 +74,8 @@ def main():
     ap.add_argument("--num-threads", default="", help="compute threads per rank, e.g. 4,1")
     ap.add_argument("--device", default="", help="device per rank (burstrun --device), e.g. 0,1")
     ap.add_argument("--weights", default="", help="explicit weights to compare as well")
+    ap.add_argument("--refine", action="store_true",
+                    help="also run with weights from the auto run's per-rank compute")
     ap.add_argument("--threads", action="store_true", help="ranks as threads (default processes)")
     ap.add_argument("--seq", type=int, default=16384)
     ap.add_argument("--heads", type=int, default=8)
@@ -92,6 +98,19 @@ def main():
     args.seq = seq
 
     results = {name: run(args, extra) for name, extra in modes}
+    if args.refine:  # rows per compute ms of each rank in the auto run
+        ja = results["auto"]
+        lens, pr = ja.get("shard_lens", []), ja.get("per_rank", [])
+        ms = [r.get("fwd", {}).get("compute_ms", 0.0) for r in pr]
+        if len(lens) == len(ms) == args.ranks and all(m > 0 for m in ms):
+            w = ",".join(f"{n / m:.6g}" for n, m in zip(lens, ms))
+            modes.append(("refined", ["--weights", w]))
+            args.seq, seq = min(args.seq, 512), args.seq
+            run(args, modes[-1][1], check=True)
+            args.seq = seq
+            results["refined"] = run(args, modes[-1][1])
+        else:
+            print("refine: the auto run has no per-rank compute times; skipped")
     ideal = results["auto"].get("ideal_fwd_ms")
     speeds = results["auto"].get("rank_speeds", [])
     base = results["equal"]["fwd_ms"]
@@ -119,6 +138,12 @@ def main():
                      "bwd_ms": bwd, "ideal_fwd_ms": ideal, "fwd_x_ideal": x_ideal,
                      "speedup_vs_equal": base / fwd,
                      "rank_speeds": ",".join(f"{s:.6g}" for s in speeds)})
+    print("per rank, compute / wait / total ms of the forward (last call):")
+    for name, _ in modes:
+        cells = [f"{r['fwd']['compute_ms']:.2f} / {r['fwd']['wait_ms']:.2f} / "
+                 f"{r['fwd']['total_ms']:.2f}" for r in results[name].get("per_rank", [])
+                 if "fwd" in r]
+        print(f"  {name:8} " + " | ".join(cells))
     with open(args.csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
