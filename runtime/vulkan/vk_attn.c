@@ -382,10 +382,10 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
      * the softmax in registers where the device's layout passed its check (vk_cmq.c) */
     const int fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
                      a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0;
-    if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CMQ][burst_vk_dclass((int)dim.d)].t > 0)
+    const int dcl = burst_vk_dclass((int)dim.d);
+    if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CMQ][dcl].t > 0)
         kern = BURST_VK_FWD_CMQ;
-    else if (be->use_coopmat && fp16 &&
-             be->tiles.k[BURST_VK_FWD_CM][burst_vk_dclass((int)dim.d)].t > 0)
+    else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CM][dcl].t > 0)
         kern = BURST_VK_FWD_CM;
     /* otherwise the register-tiled forward, where the device has a tile for it */
     else if (be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)].t > 0 &&

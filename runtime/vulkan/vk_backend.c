@@ -133,9 +133,9 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
         return burst_error(st, "%s", msg);
     }
     burst_vk_tiles_choose(be);
-    burst_vk_cmq_check(be); /* fwd_cmq only where the accumulator layout is as it assumes */
+    burst_vk_cmq_check(be); /* the *_cmq kernels only where the layout is as they assume */
     if (be->env.profile && be->cmq.why[0])
-        fprintf(stderr, "burst vulkan: fwd_cmq off: %s\n", be->cmq.why);
+        fprintf(stderr, "burst vulkan: fwd_cmq, dq_cmq, dkv_cmq off: %s\n", be->cmq.why);
     *be_p = be;
     return BURST_OK;
 }
