@@ -38,8 +38,10 @@ now_ms() {
 }
 
 # Leftovers of the rank processes whose pids burstrun --verbose printed in file $2: a process
-# still running, or a /dev/shm entry of the shm provider ("<pid>:..."). Other jobs may run on
-# the host meanwhile, so only these pids count.
+# still running, or a /dev/shm entry of the shm provider ("<pid>:...") made since the job
+# started ($TMP/stamp, touched before each job). Other jobs may run on the host meanwhile, so
+# only these pids count; and only new entries: an older one with the same name belongs to an
+# earlier process that had the same pid (pids are reused).
 check_leftovers() {
     pids=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$2")
     [ -n "$pids" ] || fail "$1: burstrun --verbose printed no pids"
@@ -47,8 +49,8 @@ check_leftovers() {
         if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--rank-worker"; then
             fail "$1: rank process $p is still running"
         fi
-        for f in /dev/shm/"$p":*; do
-            [ -e "$f" ] && fail "$1: $f left behind"
+        for f in $(find /dev/shm -maxdepth 1 -name "$p:*" -newer "$TMP/stamp" 2>/dev/null); do
+            fail "$1: $f left behind"
         done
     done
 }
@@ -70,6 +72,7 @@ T0=$(now_ms)
 case "$WHAT" in
 results)
     # (1) a checked job: table and JSON
+    touch "$TMP/stamp"
     "$BR" -n 4 --check --causal --seq 512 --fabric "$PROV" --seed "$SEED" --verbose \
         >"$TMP/table" 2>&1 || fail "burstrun -n 4 --check --fabric $PROV exited $?"
     cat "$TMP/table"
@@ -116,6 +119,7 @@ faults)
     for k in "2 bwd 1 0" "1 fwd 0 100"; do
         set -- $k
         t=$(now_ms)
+        touch "$TMP/stamp"
         "$BR" -n 4 --seq 4096 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" \
             --test-kill-rank $1 --test-kill-phase $2 --test-kill-iter $3 --test-kill-delay $4 \
             --verbose >"$TMP/out" 2>"$TMP/err"
@@ -134,6 +138,7 @@ faults)
     for ph in fwd bwd; do
         for s in 0 1 2 3 -1; do
             t=$(now_ms)
+            touch "$TMP/stamp"
             "$BR" -n 4 --seq 512 --causal --iters 1 --warmup 0 --fabric "$PROV" --timeout $TO \
                 --seed "$SEED" --test-kill-rank 1 --test-kill-phase $ph --test-kill-step $s \
                 --verbose >"$TMP/out" 2>"$TMP/err"
@@ -148,6 +153,7 @@ faults)
         done
     done
     # Ctrl-C: SIGINT to burstrun alone (its ranks run in their own process group)
+    touch "$TMP/stamp"
     "$BR" -n 4 --seq 8192 --iters 50 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
         >"$TMP/out" 2>"$TMP/err" &
     pid=$!
