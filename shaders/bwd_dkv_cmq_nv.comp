@@ -6,7 +6,7 @@
 // accumulation, head dims <= 128 that are multiples of 16. Same contract as bwd_dkv_cm_nv.comp,
 // which takes the scores through shared memory; this kernel uses the accumulators' elements in
 // place, in the fragment layout that the host checked on the device (shaders/cm_layout_nv.comp,
-// runtime/vulkan/vk_cmq.c; constants ROWSEL and COLOFF as in fwd_cmq_nv.comp): element e of
+// runtime/vulkan/vk_cmq.c; the mapping it found: shaders/cmq.glsl): element e of
 // invocation `lane` of a 16 x 16 fp32 matrix is at row lane / 4 + 8 rowsel(e), column
 // 2 (lane % 4) + coloff(e); the conversion to fp16 keeps it in place.
 //
@@ -41,13 +41,11 @@
 #endif
 #include "common.glsl"
 #include "cm_nv.glsl"
+#include "cmq.glsl"
 
-layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
-layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
 layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 
 const int NB = BC / 16;          // 16-row chunks of a query tile
-const int NE = 256 / T;          // accumulator elements per invocation (8)
 const int KN = BR * RS;          // the K tile
 const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
 const int SHN = KN + 2 * BC * RS;
@@ -59,16 +57,6 @@ shared uvec4 sh[SHN];
 shared float lse2s[BC], dls[BC];
 shared ivec2 ivs[BC];
 shared int qmin_s, qmax_s;
-
-bool row_b(int e) // element e is in the quad's second row (r + 8)
-{
-    return ((ROWSEL >> e) & 1) != 0;
-}
-
-int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
-{
-    return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
-}
 
 void main()
 {

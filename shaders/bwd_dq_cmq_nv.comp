@@ -5,7 +5,7 @@
 // accumulation, head dims <= 128 that are multiples of 16. Same contract as bwd_dq_cm_nv.comp,
 // which takes the scores through shared memory; this kernel uses the accumulators' elements in
 // place, in the fragment layout that the host checked on the device (shaders/cm_layout_nv.comp,
-// runtime/vulkan/vk_cmq.c; constants ROWSEL and COLOFF as in fwd_cmq_nv.comp).
+// runtime/vulkan/vk_cmq.c; the mapping it found: shaders/cmq.glsl).
 //
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
 // each owning 16 query rows: Q and dO (16 x D) in registers as MMA operands; K/V tiles of BC
@@ -33,13 +33,11 @@
 #endif
 #include "common.glsl"
 #include "cm_nv.glsl"
+#include "cmq.glsl"
 
-layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
-layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
 layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 
 const int NB = BC / 16;             // 16-key chunks of a key tile
-const int NE = 256 / T;             // accumulator elements per invocation (8)
 const int KVN = 2 * BC * RS;        // the K/V tiles
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q / dO rows per pass
 const int L8 = BC * (D / 8);        // 16-byte pieces of a K (or V) tile
@@ -47,16 +45,6 @@ const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 sh[KVN];
 shared int kmin_s, kmax_s;
-
-bool row_b(int e) // element e is in the quad's second row (r + 8)
-{
-    return ((ROWSEL >> e) & 1) != 0;
-}
-
-int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
-{
-    return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
-}
 
 void main()
 {

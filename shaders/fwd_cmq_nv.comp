@@ -6,13 +6,9 @@
 // fwd_cm_nv.comp takes S through shared memory for the softmax, because the extension does not
 // say which rows and columns an invocation's accumulator elements are. This kernel uses them in
 // place, in the layout of NVIDIA's tensor-core fragments, which the host checks on the device
-// before it runs this kernel (shaders/cm_layout_nv.comp, runtime/vulkan/vk_cmq.c): with 32
-// invocations, element e of invocation `lane` of a 16 x 16 fp32 matrix is at
-//   row    lane / 4 + 8 * ((ROWSEL >> e) & 1)
-//   column 2 * (lane % 4) + ((COLOFF >> 4 e) & 15)
-// (ROWSEL, COLOFF: specialization constants 9 and 10, the mapping the check found). So the
-// four invocations of a quad hold rows r and r + 8 between them, and row reductions are two
-// shuffles. P goes from the fp32 scores to the fp16 operand by a matrix conversion, no memory.
+// before it runs this kernel (shaders/cm_layout_nv.comp, runtime/vulkan/vk_cmq.c; the mapping
+// it found: shaders/cmq.glsl). The four invocations of a quad hold rows r and r + 8 between
+// them, so row reductions are two shuffles. P goes from the fp32 scores to the fp16 operand by a matrix conversion, no memory.
 //
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
 // each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
@@ -49,15 +45,13 @@
 #endif
 #include "common.glsl"
 #include "cm_nv.glsl"
+#include "cmq.glsl"
 
-layout(constant_id = 9) const int ROWSEL = 0xcc;        // bit e: element e is in row r + 8
-layout(constant_id = 10) const int COLOFF = 0x98981010; // 4 bits per element: column offset
 layout(constant_id = 11) const int SMC = 1;    // 16-key chunks per softmax step (divides BC / 16)
 layout(constant_id = 12) const int DIRECT = 1; // 1: P V into O's accumulators themselves
 layout(constant_id = 13) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 
 const int NB = BC / 16;          // 16-key chunks of a key tile
-const int NE = 256 / T;          // accumulator elements per invocation (8)
 const int KVN = 2 * BC * RS;     // the K/V tiles
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q rows per pass
 const int L8 = BC * (D / 8);     // 16-byte pieces of a K (or V) tile
@@ -66,16 +60,6 @@ const float RESCALE_LOG2 = 8.0;
 
 shared uvec4 sh[KVN];
 shared int kmin_s, kmax_s, kin_lo_s, kin_hi_s;
-
-bool row_b(int e) // element e is in the quad's second row (r + 8)
-{
-    return ((ROWSEL >> e) & 1) != 0;
-}
-
-int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
-{
-    return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
-}
 
 void main()
 {

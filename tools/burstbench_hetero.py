@@ -33,7 +33,8 @@ import sys
 
 
 def run(args, extra, check=False):
-    cmd = [args.burstrun, "-n", str(args.ranks), "--seq", str(args.seq), "--heads",
+    seq = min(args.seq, 512) if check else args.seq  # the checks on a small problem
+    cmd = [args.burstrun, "-n", str(args.ranks), "--seq", str(seq), "--heads",
            str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
            "--layout", args.layout, "--iters", "1" if check else str(args.iters),
            "--warmup", "0" if check else "1", "--json"]
@@ -92,10 +93,8 @@ def main():
     modes = [("equal", []), ("auto", ["--weights", "auto"])]
     if args.weights:
         modes.append(("weights", ["--weights", args.weights]))
-    args.seq, seq = min(args.seq, 512), args.seq  # the checks on a small problem
     for _, extra in modes:
         run(args, extra, check=True)
-    args.seq = seq
 
     results = {name: run(args, extra) for name, extra in modes}
     if args.refine:  # rows per compute ms of each rank in the auto run
@@ -105,9 +104,7 @@ def main():
         if len(lens) == len(ms) == args.ranks and all(m > 0 for m in ms):
             w = ",".join(f"{n / m:.6g}" for n, m in zip(lens, ms))
             modes.append(("refined", ["--weights", w]))
-            args.seq, seq = min(args.seq, 512), args.seq
             run(args, modes[-1][1], check=True)
-            args.seq = seq
             results["refined"] = run(args, modes[-1][1])
         else:
             print("refine: the auto run has no per-rank compute times; skipped")
