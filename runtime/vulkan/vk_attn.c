@@ -388,9 +388,8 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CM][dcl].t > 0)
         kern = BURST_VK_FWD_CM;
     /* otherwise the register-tiled forward, where the device has a tile for it */
-    else if (be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)].t > 0 &&
-             burst_vk_rt_fits(be, BURST_VK_FWD_RT, &dim,
-                              &be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim.d)]))
+    else if (be->tiles.k[BURST_VK_FWD_RT][dcl].t > 0 &&
+             burst_vk_rt_fits(be, BURST_VK_FWD_RT, &dim, &be->tiles.k[BURST_VK_FWD_RT][dcl]))
         kern = BURST_VK_FWD_RT;
     if ((st = burst_vk_tile_for(be, op, kern, dim.d, &tl)) != BURST_OK)
         return st;
