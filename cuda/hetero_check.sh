@@ -7,7 +7,8 @@
 # Builds SRC (default: this checkout) into /tmp/burst-hetero-build (BURST_ARCHS, default 90a),
 # runs test_staging, test_hetero mixed (cpu + vulkan ranks on the GPU) and tests/burstrun_hetero.sh
 # gpu (cuda + vulkan ranks), then, with BURST_BENCH_HETERO="<burstbench_hetero.py arguments>",
-# the benchmark both ways and one verbose burstrun per way (per-rank compute / wait). Logs and CSV
+# the benchmark both ways (BURST_HETERO_STAGED=0: shared only) and one verbose burstrun per way
+# (BURST_VERBOSE_HETERO="<burstrun arguments>": per-rank compute / wait). Logs and CSV
 # go to $OUT (or /tmp/out); a short summary is printed last. Through the device tool:
 #   run(command="source .device/env.sh && BURST_BENCH_HETERO='-n 2 --backends cuda,vulkan \
 #       --threads --seq 32768 --heads 8 --head-dim 128 --dtype fp16 --causal --fwd-only' \
@@ -32,20 +33,25 @@ if [ -n "${BURST_BENCH_HETERO:-}" ]; then
     (cd "$out" && python3 "$src/tools/burstbench_hetero.py" --burstrun "$BR" \
         $BURST_BENCH_HETERO --csv burstbench_hetero_shared.csv) >"$out/bench_shared.log" 2>&1
     summary+=("bench shared rc=$?")
-    (cd "$out" && BURST_DEVICE_DIRECT=0 python3 "$src/tools/burstbench_hetero.py" \
-        --burstrun "$BR" $BURST_BENCH_HETERO --csv burstbench_hetero_staged.csv) \
-        >"$out/bench_staged.log" 2>&1
-    summary+=("bench staged rc=$?")
+    if [ "${BURST_HETERO_STAGED:-1}" = 1 ]; then
+        (cd "$out" && BURST_DEVICE_DIRECT=0 python3 "$src/tools/burstbench_hetero.py" \
+            --burstrun "$BR" $BURST_BENCH_HETERO --csv burstbench_hetero_staged.csv) \
+            >"$out/bench_staged.log" 2>&1
+        summary+=("bench staged rc=$?")
+    fi
     if [ -n "${BURST_VERBOSE_HETERO:-}" ]; then
         BURST_VK_PROFILE=1 "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_shared.log" 2>&1
-        BURST_DEVICE_DIRECT=0 "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_staged.log" 2>&1
+        [ "${BURST_HETERO_STAGED:-1}" = 1 ] && BURST_DEVICE_DIRECT=0 "$BR" $BURST_VERBOSE_HETERO \
+            --verbose >"$out/verbose_staged.log" 2>&1
         for w in shared staged; do
+            [ -f "$out/verbose_$w.log" ] || continue
             echo "== verbose $w"
             grep -E "^ *rank [0-9]|^forward|^backward|^phase|profile:|transfers" \
                 "$out/verbose_$w.log" | tail -n 12
         done
     fi
     for w in shared staged; do
+        [ -f "$out/bench_$w.log" ] || continue
         echo "== bench $w"
         grep -v '^\$\|^{' "$out/bench_$w.log" | tail -n 12
     done

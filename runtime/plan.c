@@ -151,6 +151,7 @@ enum {
     F_LOCAL,
     F_WORK,
     F_CHUNK,
+    F_ROUNDS, /* measure_speed: rounds of measurement (speed.h), else 0 */
     F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
     F_DIRECT, /* not compared: nonzero (a hash of the backend's name) when this rank can move its
                  blocks device to device (ring_xfer.h); the plan does when every rank can */
@@ -168,7 +169,7 @@ static const char *const field_names[F_COUNT] = {
     "window_left",    "window_right",    "layout",
     "bwd_pattern",    "acc_wire",        "deterministic",
     "ranks_per_node", "workspace_limit", "BURST_STAGE_CHUNK_BYTES",
-    "speed",          "device_direct",   "device_share",
+    "BURST_SPEED_ROUNDS", "speed",          "device_direct",   "device_share",
     "device_uuid0",   "device_uuid1",
 };
 
@@ -317,6 +318,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_LOCAL] = plan->local;
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
     rec[F_CHUNK] = (int64_t)plan->stage_chunk;
+    rec[F_ROUNDS] = p->measure_speed ? burst_speed_rounds() : 0;
     rec[F_DIRECT] = direct_key(plan);
     unsigned char uuid[16] = {0};
     rec[F_SHARE] = share_key(plan, uuid);
@@ -473,6 +475,46 @@ static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
     return BURST_OK;
 }
 
+/* Shards by measured speeds (as weights relative to the fastest rank: a GPU's rate, ~1e12 rows
+ * x keys x heads per second, may exceed the largest weight accepted from callers), then
+ * everything that follows from them. The same on every rank. */
+static burst_status_t measured_shards(struct burst_plan *plan, const char *who,
+                                      const struct burst_plan_params *params, const double *sp)
+{
+    double *weights = plan->speeds + 2 * (size_t)plan->size, top = 0.0;
+    for (int r = 0; r < plan->size; r++)
+        top = sp[r] > top ? sp[r] : top;
+    for (int r = 0; r < plan->size; r++)
+        weights[r] = top > 0.0 ? sp[r] / top : 1.0;
+    burst_status_t st = plan_shards(plan, who, params, weights);
+    return st == BURST_OK ? plan_derive(plan, who) : st;
+}
+
+/* Round 2 of measure_speed (speed.h): this rank times steps of its round-1 shard's rows and one
+ * head group against keys up to the largest shard, and the ranks exchange the rates into
+ * plan->shard_speeds. A local failure aborts the communicator, so no peer waits for it. */
+static burst_status_t speed_round2(struct burst_plan *plan, const char *who)
+{
+    double mine = 0.0;
+    burst_status_t st = burst_speed_measure_shard(plan->ctx, &plan->p, plan->n, plan->n_max,
+                                                  plan->gkv, who, &mine);
+    if (st != BURST_OK) /* the caller aborts the communicator */
+        return st;
+    if ((st = burst_comm_check(plan->comm)) != BURST_OK)
+        return st;
+    /* a collective of its own (the next sequence number); its bytes count to the setup phase
+     * after the handshake's */
+    const uint32_t seq = ++plan->comm->seq;
+    plan->comm->count = &plan->step_traffic[BURST_PHASE_SETUP][0];
+    st = burst_comm_allgather(plan->comm, burst_tag(seq, BURST_MSG_HANDSHAKE, 0), &mine,
+                              plan->shard_speeds, sizeof(double));
+    plan->comm->count = NULL;
+    for (int r = 0; st == BURST_OK && r < plan->size; r++)
+        if (!(plan->shard_speeds[r] > 0.0)) /* a rank whose step took no time at all */
+            plan->shard_speeds[r] = plan->speeds[r];
+    return st;
+}
+
 burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
                                  const struct burst_plan_params *in, struct burst_plan **plan_p)
 {
@@ -507,19 +549,19 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
 
     struct burst_plan *plan = calloc(1, sizeof(*plan));
-    double *speeds = calloc(2 * (size_t)comm->size, sizeof(double)); /* + weights */
+    double *speeds = calloc(3 * (size_t)comm->size, sizeof(double)); /* round 1, 2, weights */
     if (!plan || !speeds) {
         free(plan);
         free(speeds);
         burst_comm_abort(comm, BURST_ERR_NO_MEMORY);
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     }
-    double *weights = speeds + comm->size;
     plan->ctx = ctx;
     plan->comm = comm;
     plan->rank = comm->rank;
     plan->size = comm->size;
     plan->speeds = speeds;
+    plan->shard_speeds = speeds + comm->size;
     plan->p = *params;
     plan->p.shard_lens = NULL;
     plan->p.shard_weights = NULL;
@@ -551,17 +593,15 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
     st = handshake(plan, params, speed, params->measure_speed ? speeds : NULL);
     if (st == BURST_OK && params->measure_speed) {
-        /* as weights relative to the fastest rank: a GPU's rate (~1e12 rows x keys x heads per
-         * second) may exceed the largest weight accepted from callers */
-        double top = 0.0;
-        for (int r = 0; r < plan->size; r++)
-            top = speeds[r] > top ? speeds[r] : top;
-        for (int r = 0; r < plan->size; r++)
-            weights[r] = top > 0.0 ? speeds[r] / top : 1.0;
-        st = plan_shards(plan, who, params, weights);
-        if (st == BURST_OK)
-            st = plan_derive(plan, who);
-        if (st != BURST_OK) /* the same on every rank: every rank fails alike */
+        /* round 2 (speed.h): each rank's rate on the shard round 1 gave it, which sizes the
+         * final shards; the handshake made sure every rank runs it or none */
+        const int round2 = plan->size > 1 && burst_speed_rounds() == 2;
+        st = measured_shards(plan, who, params, speeds);
+        if (!round2)
+            memcpy(plan->shard_speeds, speeds, sizeof(double) * (size_t)plan->size);
+        if (st == BURST_OK && round2 && (st = speed_round2(plan, who)) == BURST_OK)
+            st = measured_shards(plan, who, params, plan->shard_speeds);
+        if (st != BURST_OK && st != BURST_ERR_COMM_FAILED) /* alike on every rank, or local */
             burst_comm_abort(comm, st);
     }
     if (st != BURST_OK) {
@@ -609,6 +649,11 @@ int64_t burst_plan_shard_len(const struct burst_plan *plan, int rank)
 double burst_plan_rank_speed(const struct burst_plan *plan, int rank)
 {
     return plan && rank >= 0 && rank < plan->size ? plan->speeds[rank] : 0.0;
+}
+
+double burst_plan_shard_speed(const struct burst_plan *plan, int rank)
+{
+    return plan && rank >= 0 && rank < plan->size ? plan->shard_speeds[rank] : 0.0;
 }
 
 int64_t burst_plan_position(const struct burst_plan *plan, int64_t local)

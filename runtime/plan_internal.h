@@ -26,7 +26,9 @@ struct burst_plan {
     int64_t n_max;           /* largest shard: sizes the travelling buffers */
     burst_bwd_pattern_t bwd; /* resolved pattern */
     burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
-    double *speeds;          /* [size] measured speeds (measure_speed), else zeros */
+    double *speeds;          /* [size] measured speeds (measure_speed: round 1), else zeros */
+    double *shard_speeds;    /* [size] round 2's speeds (speed.h), which sized the shards, or
+                              * round 1's (BURST_SPEED_ROUNDS=1, one rank), else zeros */
     int hgroups;             /* head groups of each call (params.workspace_limit) */
     int64_t gkv;             /* K/V heads per group (the last group may have fewer) */
     uint64_t workspace;      /* scratch bytes of the larger call with those groups */

@@ -11,8 +11,10 @@
  *   - the shared harness (fresh random inputs, poisoned outputs, fp64 reference): weight vectors
  *     on natural / zigzag / striped, causal and windows, GQA, fp16 / bf16, both backward
  *     patterns, input-dtype accumulators, the two-level ring, explicit uneven lengths;
- *   - measure_speed: every rank agrees on the measured shards; a rerun of a deterministic case
- *     is bitwise equal;
+ *   - measure_speed: every rank agrees on the measured shards, which follow round 2's speeds
+ *     (runtime/speed.h; round 1's with BURST_SPEED_ROUNDS=1); a rerun of a deterministic case
+ *     is bitwise equal; each allocation of the measurement failing in turn fails every rank,
+ *     none waiting;
  *   - handshake: a rank with other weights, or the only one measuring, fails every rank with
  *     BURST_ERR_PLAN_MISMATCH naming the rank and the field; a caller built against API 0.1 (no
  *     weight fields) is served without reading past its struct.
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "harness.h"
 
 #define F32 BURST_DTYPE_FP32
@@ -237,7 +240,8 @@ struct mstate {
     burst_status_t st[MG];
     char msg[MG][512];
     int64_t lens[MG][MG];
-    double speeds[MG][MG];
+    double speeds[MG][MG];  /* burst_plan_rank_speed: round 1 */
+    double sspeeds[MG][MG]; /* burst_plan_shard_speed: what sized the shards */
     uint64_t setup_sent[MG]; /* bytes the handshake sent (setup phase, slot 0) */
 };
 
@@ -270,6 +274,7 @@ static void mrank(int rank, struct burst_comm *comm, void *arg)
     for (int r = 0; plan && r < MG; r++) {
         s->lens[rank][r] = burst_plan_shard_len(plan, r);
         s->speeds[rank][r] = burst_plan_rank_speed(plan, r);
+        s->sspeeds[rank][r] = burst_plan_shard_speed(plan, r);
     }
     burst_plan_destroy(plan);
 }
@@ -286,28 +291,50 @@ static void run_m(struct mstate *s, int kind)
                s->msg[r]);
 }
 
+/* Every rank of run s agrees on lens and both rounds' speeds, and the lens are the rounding
+ * rule's for the shard speeds (the ones that sized them), as weights relative to the fastest. */
+static void check_measured(const struct mstate *s)
+{
+    double top = 0.0, w[MG];
+    for (int i = 0; i < MG; i++)
+        top = s->sspeeds[0][i] > top ? s->sspeeds[0][i] : top;
+    for (int i = 0; i < MG; i++)
+        w[i] = s->sspeeds[0][i] / top;
+    int64_t want[MG];
+    assert_int_equal(burst_layout_weighted_lens(ZZ, 90, MG, w, want), BURST_OK);
+    for (int r = 0; r < MG; r++) {
+        assert_int_equal(s->st[r], BURST_OK);
+        int64_t sum = 0;
+        for (int i = 0; i < MG; i++) {
+            assert_true(s->speeds[r][i] > 0.0 && s->sspeeds[r][i] > 0.0);
+            assert_true(s->lens[r][i] >= 2);
+            assert_true(s->lens[r][i] == s->lens[0][i] && s->speeds[r][i] == s->speeds[0][i] &&
+                        s->sspeeds[r][i] == s->sspeeds[0][i]);
+            assert_int_equal(s->lens[r][i], want[i]);
+            sum += s->lens[r][i];
+        }
+        assert_int_equal(sum, 90);
+        assert_true(s->setup_sent[r] > 0); /* the handshake's count survives the late shards */
+    }
+}
+
 static void test_measure(void **state)
 {
     (void)state;
     struct mstate s;
+    run_m(&s, 0); /* two rounds (runtime/speed.h): round 2 on each rank's round-1 shard */
+    check_measured(&s);
+    setenv("BURST_SPEED_ROUNDS", "1", 1); /* round 1 alone: its speeds size the shards */
     run_m(&s, 0);
-    for (int r = 0; r < MG; r++) {
-        assert_int_equal(s.st[r], BURST_OK);
-        int64_t sum = 0;
-        for (int i = 0; i < MG; i++) {
-            assert_true(s.speeds[r][i] > 0.0);
-            assert_true(s.lens[r][i] >= 2);
-            assert_true(s.lens[r][i] == s.lens[0][i] && s.speeds[r][i] == s.speeds[0][i]);
-            sum += s.lens[r][i];
-        }
-        assert_int_equal(sum, 90);
-        assert_true(s.setup_sent[r] > 0); /* the handshake's count survives the late shards */
-    }
+    unsetenv("BURST_SPEED_ROUNDS");
+    check_measured(&s);
+    for (int i = 0; i < MG; i++)
+        assert_true(s.sspeeds[0][i] == s.speeds[0][i]);
     run_m(&s, 3);
     for (int r = 0; r < MG; r++) {
         assert_int_equal(s.st[r], BURST_OK);
         assert_int_equal(s.lens[r][r], 30); /* even: weights and measuring never read */
-        assert_true(s.speeds[r][r] == 0.0);
+        assert_true(s.speeds[r][r] == 0.0 && s.sspeeds[r][r] == 0.0);
     }
 }
 
@@ -339,6 +366,47 @@ static void test_mismatch_measure(void **state)
     expect_mismatch(2, "measure_speed", 2);
 }
 
+/* Every backend allocation of a measured plan (both rounds' step buffers on every rank) fails
+ * in turn: every rank returns an error within the run's timeout (no rank waits for a peer
+ * that failed), the failing one BURST_ERR_NO_MEMORY naming the allocation. */
+static void test_measure_oom(void **state)
+{
+    (void)state;
+    int failed_runs = 0;
+    for (int n = 0; n < 100; n++) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "oom:alloc=%d", n);
+        assert_int_equal(burst_fault_set(spec), 0);
+        struct mstate s;
+        double t0 = harness_now_ms();
+        run_m(&s, 0);
+        double dt = harness_now_ms() - t0;
+        burst_fault_set(NULL);
+        int ok = 0, oom = 0;
+        for (int r = 0; r < MG; r++) {
+            ok += s.st[r] == BURST_OK;
+            if (s.st[r] != BURST_OK && s.st[r] != BURST_ERR_NO_MEMORY &&
+                s.st[r] != BURST_ERR_PEER_FAILED && s.st[r] != BURST_ERR_COMM_FAILED)
+                fail_msg("alloc %d, rank %d: %s: %s", n, r, burst_status_str(s.st[r]), s.msg[r]);
+            if (s.st[r] == BURST_ERR_NO_MEMORY) {
+                oom++;
+                if (!harness_contains(s.msg[r], "allocate"))
+                    fail_msg("alloc %d, rank %d: \"%s\" does not say what failed", n, r,
+                             s.msg[r]);
+            }
+        }
+        if (ok == MG)
+            break; /* allocation n was not needed: every earlier one was tried */
+        if (ok != 0 || oom == 0)
+            fail_msg("alloc %d: %d ranks succeeded, %d out of memory: a partial plan", n, ok, oom);
+        assert_true(dt < 10000); /* told, not timed out */
+        failed_runs++;
+    }
+    /* five step buffers a round on each rank */
+    if (failed_runs < 2 * 5 * MG)
+        fail_msg("only %d allocations of a measured plan failed in turn", failed_runs);
+}
+
 /* burst_context_device_memory: what burstrun asks to place a rank's tensors (cuda: yes) */
 static void test_device_memory(void **state)
 {
@@ -359,7 +427,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest extra[] = {
         cmocka_unit_test(test_rounding),         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_measure),          cmocka_unit_test(test_mismatch_weights),
-        cmocka_unit_test(test_mismatch_measure),
+        cmocka_unit_test(test_mismatch_measure), cmocka_unit_test(test_measure_oom),
         cmocka_unit_test(test_device_memory),
     };
     /* one case through the per-rank context list (a cpu context other than the shared one) */

@@ -4,8 +4,10 @@
 For one ring of ranks that differ in speed (--backends cpu,vulkan,... and/or --num-threads 4,1,...
 for CPU ranks with different thread counts), runs `burstrun --json` three ways on the same problem:
   equal     the layout's equal shards (the baseline);
-  auto      shards by each rank's measured speed (--weights auto: every rank times a short local
-            attention step on its own backend; burstrun reports the speeds);
+  auto      shards by each rank's measured speed (--weights auto: every rank times short local
+            attention steps on its own backend, in two rounds: at full load, then on the shard
+            the first round gave it; burstrun reports both rounds' speeds);
+  auto1     (--rounds1) the same with the first round's speeds alone (BURST_SPEED_ROUNDS=1);
   weights   shards by the weights given with --weights (optional, e.g. known thread counts);
   refined   (--refine) shards by the speeds the auto run's ranks showed in the ring itself (each
             rank's shard over its compute time there), which also counts what the quick
@@ -28,11 +30,12 @@ Tiny smoke run (seconds): --seq 256 --heads 2 --head-dim 32 --iters 1
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 
 
-def run(args, extra, check=False):
+def run(args, extra, check=False, env=None):
     seq = min(args.seq, 512) if check else args.seq  # the checks on a small problem
     cmd = [args.burstrun, "-n", str(args.ranks), "--seq", str(seq), "--heads",
            str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
@@ -53,7 +56,8 @@ def run(args, extra, check=False):
     if check:
         cmd.append("--check" if not args.fwd_only else "--check-fwd-only")
     cmd += extra
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                       env=dict(os.environ, **env) if env else None)
     js = None
     for line in reversed(p.stdout.strip().splitlines()):
         if line.startswith("{"):
@@ -75,6 +79,8 @@ def main():
     ap.add_argument("--num-threads", default="", help="compute threads per rank, e.g. 4,1")
     ap.add_argument("--device", default="", help="device per rank (burstrun --device), e.g. 0,1")
     ap.add_argument("--weights", default="", help="explicit weights to compare as well")
+    ap.add_argument("--rounds1", action="store_true",
+                    help="also run auto with round 1's speeds alone (BURST_SPEED_ROUNDS=1)")
     ap.add_argument("--refine", action="store_true",
                     help="also run with weights from the auto run's per-rank compute")
     ap.add_argument("--threads", action="store_true", help="ranks as threads (default processes)")
@@ -91,12 +97,15 @@ def main():
     args = ap.parse_args()
 
     modes = [("equal", []), ("auto", ["--weights", "auto"])]
+    if args.rounds1:
+        modes.append(("auto1", ["--weights", "auto"]))
     if args.weights:
         modes.append(("weights", ["--weights", args.weights]))
-    for _, extra in modes:
-        run(args, extra, check=True)
+    envs = {"auto1": {"BURST_SPEED_ROUNDS": "1"}}
+    for name, extra in modes:
+        run(args, extra, check=True, env=envs.get(name))
 
-    results = {name: run(args, extra) for name, extra in modes}
+    results = {name: run(args, extra, env=envs.get(name)) for name, extra in modes}
     if args.refine:  # rows per compute ms of each rank in the auto run
         ja = results["auto"]
         lens, pr = ja.get("shard_lens", []), ja.get("per_rank", [])
@@ -115,7 +124,9 @@ def main():
           f"{args.num_threads or 'default'}, {'threads' if args.threads else 'processes'}")
     print(f"problem: N={args.seq} Hq={args.heads} d={args.head_dim} {args.dtype} "
           f"{'causal' if args.causal else 'full'} layout {args.layout}")
-    print("rank speeds (rows x keys x heads / s): " + ", ".join(f"{s:.3g}" for s in speeds))
+    print("rank speeds (rows x keys x heads / s), full load: " +
+          ", ".join(f"{s:.3g}" for s in speeds) + "; on the shard (sized it): " +
+          ", ".join(f"{s:.3g}" for s in results["auto"].get("shard_speeds", [])))
     print(f"ideal forward (work / sum of speeds): {ideal:.3f} ms" if ideal else "ideal: n/a")
     print(f"{'mode':8} {'shard lens':>28} {'fwd ms':>10} {'x ideal':>8} {'vs equal':>9} "
           f"{'bwd ms':>10}")
@@ -134,7 +145,8 @@ def main():
                      "layout": args.layout, "shard_lens": lens, "fwd_ms": fwd,
                      "bwd_ms": bwd, "ideal_fwd_ms": ideal, "fwd_x_ideal": x_ideal,
                      "speedup_vs_equal": base / fwd,
-                     "rank_speeds": ",".join(f"{s:.6g}" for s in speeds)})
+                     "rank_speeds": ",".join(f"{s:.6g}" for s in speeds),
+                     "shard_speeds": ",".join(f"{s:.6g}" for s in js.get("shard_speeds", []))})
     print("per rank, compute / wait / total ms of the forward (last call):")
     for name, _ in modes:
         cells = [f"{r['fwd']['compute_ms']:.2f} / {r['fwd']['wait_ms']:.2f} / "

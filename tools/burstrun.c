@@ -969,6 +969,11 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
             printf("%s", rk ? ", " : "");
             json_num(r->rank_speeds[rk]);
         }
+        printf("], \"shard_speeds\": [");
+        for (int rk = 0; rk < p->ranks; rk++) {
+            printf("%s", rk ? ", " : "");
+            json_num(r->shard_speeds ? r->shard_speeds[rk] : 0.0);
+        }
         printf("], \"ideal_fwd_ms\": ");
         json_num(ideal_fwd_s(p, r) * 1e3);
     }
@@ -1066,6 +1071,15 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
         if (r->rank_speeds)
             printf("; ideal forward %.3f ms (work / sum of rank speeds)", ideal_fwd_s(p, r) * 1e3);
         printf("\n");
+        if (r->rank_speeds && r->shard_speeds) { /* the two rounds of runtime/speed.h */
+            printf("speeds   rows x keys x heads / s, full load:");
+            for (int rk = 0; rk < p->ranks && rk < 16; rk++)
+                printf(" %.3g", r->rank_speeds[rk]);
+            printf("; on the shard (sized it):");
+            for (int rk = 0; rk < p->ranks && rk < 16; rk++)
+                printf(" %.3g", r->shard_speeds[rk]);
+            printf("%s\n", p->ranks > 16 ? " ..." : "");
+        }
     }
     double n2 = (double)p->seq_len * (double)p->seq_len;
     printf("work     allowed pairs %.0f (%.2f%% of N^2); forward %.4g GFLOP, fwd+bwd %.4g GFLOP\n",

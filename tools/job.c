@@ -979,6 +979,7 @@ void job_result_free(struct job_result *r)
         r->rank_stats = NULL;
         r->shard_lens = NULL;
         r->rank_speeds = NULL;
+        r->shard_speeds = NULL;
     }
 }
 
@@ -995,8 +996,9 @@ double job_overlap(const struct job_result *r, int phase)
 
 /* ---- shards sized by measured speed ---- */
 
-/* A plan with measure_speed on this rank: the ring's agreed shard lengths and speeds. 0, or
- * the failing status with the message in msg. */
+/* A plan with measure_speed on this rank: the ring's agreed shard lengths and speeds (speeds:
+ * 2 x ranks, round 1's then round 2's, runtime/speed.h). 0, or the failing status with the
+ * message in msg. */
 static burst_status_t measure_lens(const struct job_params *p, int rank, struct burst_comm *comm,
                                    struct burst_context *ctx, int64_t *lens, double *speeds,
                                    char *msg, size_t cap)
@@ -1024,6 +1026,7 @@ static burst_status_t measure_lens(const struct job_params *p, int rank, struct 
     for (int i = 0; i < p->ranks; i++) {
         lens[i] = burst_plan_shard_len(plan, i);
         speeds[i] = burst_plan_rank_speed(plan, i);
+        speeds[p->ranks + i] = burst_plan_shard_speed(plan, i);
     }
     burst_plan_destroy(plan);
     return BURST_OK;
@@ -1067,7 +1070,7 @@ static int measure_threads(const struct job_params *p, struct burst_context *con
     struct measure_run *m = calloc((size_t)G, sizeof(*m));
     pthread_t *th = calloc((size_t)G, sizeof(*th));
     int64_t *all = calloc((size_t)G * (size_t)G, sizeof(int64_t));
-    double *sp = calloc((size_t)G * (size_t)G, sizeof(double));
+    double *sp = calloc((size_t)G * 2 * (size_t)G, sizeof(double));
     struct burst_local_world *world = NULL;
     if (!m || !th || !all || !sp || burst_local_world_create(G, &world) != BURST_OK) {
         set_msg(r, JOB_EFAIL, "--weights auto: cannot set up the measuring ring");
@@ -1079,7 +1082,7 @@ static int measure_threads(const struct job_params *p, struct burst_context *con
                                      ctxs[rk],
                                      rk,
                                      all + (size_t)rk * (size_t)G,
-                                     sp + (size_t)rk * (size_t)G,
+                                     sp + (size_t)rk * 2 * (size_t)G,
                                      BURST_OK,
                                      ""};
         if (pthread_create(&th[rk], NULL, measure_thread, &m[rk]) != 0)
@@ -1095,7 +1098,7 @@ static int measure_threads(const struct job_params *p, struct burst_context *con
             set_msg(r, JOB_EFAIL, "%s", m[rk].msg);
     if (!r->status) {
         memcpy(lens, all, sizeof(int64_t) * (size_t)G);
-        memcpy(speeds, sp, sizeof(double) * (size_t)G);
+        memcpy(speeds, sp, sizeof(double) * 2 * (size_t)G);
     }
 out:
     burst_local_world_destroy(world);
@@ -1164,11 +1167,12 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
         goto out;
     }
     if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
-        r->rank_speeds = calloc((size_t)G, sizeof(double));
+        r->rank_speeds = calloc(2 * (size_t)G, sizeof(double));
         if (!r->rank_speeds) {
             set_msg(r, JOB_EFAIL, "out of memory");
             goto out;
         }
+        r->shard_speeds = r->rank_speeds + G;
         if (measure_threads(p, ctxs, r->shard_lens, r->rank_speeds, r) != 0)
             goto out;
         j.lens_in = r->shard_lens;
@@ -1433,7 +1437,7 @@ int job_worker_main(int fd)
     if (h->p.weights_mode == JOB_WEIGHTS_MEASURED) {
         int G = h->p.ranks;
         int64_t *lens = calloc((size_t)G, sizeof(int64_t));
-        double *speeds = calloc((size_t)G, sizeof(double));
+        double *speeds = calloc(2 * (size_t)G, sizeof(double));
         st = lens && speeds ? measure_lens(&h->p, rank, comm, j.ctx, lens, speeds, slot->message,
                                            sizeof(slot->message))
                             : BURST_ERR_NO_MEMORY;
@@ -1441,8 +1445,10 @@ int job_worker_main(int fd)
             memcpy(arena_lens, lens, sizeof(int64_t) * (size_t)G);
             __atomic_store_n(&slot->lens_set, 1, __ATOMIC_RELEASE);
         }
-        if (st == BURST_OK)
+        if (st == BURST_OK) {
             slot->speed = speeds[rank];
+            slot->shard_speed = speeds[G + rank];
+        }
         j.lens_in = lens;
         free(speeds);
         if (st != BURST_OK) {
@@ -1532,9 +1538,12 @@ int job_arena_collect(void *arena, struct job_result *r)
         goto out;
     memcpy(r->shard_lens, j.lens, sizeof(int64_t) * (size_t)G);
     if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
-        r->rank_speeds = calloc((size_t)G, sizeof(double));
-        for (int rk = 0; r->rank_speeds && rk < G; rk++)
+        r->rank_speeds = calloc(2 * (size_t)G, sizeof(double));
+        r->shard_speeds = r->rank_speeds ? r->rank_speeds + G : NULL;
+        for (int rk = 0; r->rank_speeds && rk < G; rk++) {
             r->rank_speeds[rk] = slots[rk].speed;
+            r->shard_speeds[rk] = slots[rk].shard_speed;
+        }
     }
     arena_attach(&j, arena);
     backends_str(p, slot_name, slots, r->backend, sizeof(r->backend));

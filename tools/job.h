@@ -125,7 +125,10 @@ struct job_result {
     uint64_t output_hash;              /* FNV-1a of O, lse, dQ, dK, dV (want_hash) */
     int64_t *shard_lens;               /* [ranks] tokens per rank, or NULL */
     double *rank_speeds; /* [ranks] measured (JOB_WEIGHTS_MEASURED) speeds, or NULL: rows x keys x
-                            query heads per second of each rank's forward kernel */
+                            query heads per second of each rank's forward kernel (round 1,
+                            burst_plan_rank_speed) */
+    double *shard_speeds; /* [ranks] the speeds that sized the shards (burst_plan_shard_speed),
+                             in rank_speeds' allocation, or NULL */
 
     int checked_fwd_rows; /* query rows compared (per batch and head); 0 = forward not checked */
     int checked_bwd;
@@ -186,7 +189,8 @@ struct job_slot {
     int secondary; /* the failure echoes a peer's (BURST_ERR_PEER_FAILED / COMM_FAILED) */
     char message[512];
     char backend[32];
-    double speed;     /* measured speed (JOB_WEIGHTS_MEASURED) */
+    double speed;       /* measured speed (JOB_WEIGHTS_MEASURED) */
+    double shard_speed; /* the speed that sized the shard (burst_plan_shard_speed) */
     int64_t lens_set; /* rank 0: 1 once it wrote the measured shard lengths into the arena */
     char fabric[16];
     int hosts;

@@ -90,11 +90,16 @@ struct burst_plan_params {
      * >= 2 for zigzag). Ranks must pass equal weights (the handshake compares them: field
      * "shard_weights"). NULL = no weights. Copied. Excludes shard_lens and measure_speed. */
     const double *shard_weights;
-    /* Nonzero: weights measured now. Each rank times a short local attention step of this
+    /* Nonzero: weights measured now. Each rank times short local attention steps of this
      * plan's heads, head dim and dtype on its own context (a few milliseconds to a fraction of
      * a second on a CPU), the ranks exchange the rates, and shards follow them as with
-     * shard_weights. Every rank must ask for it. Results do not depend on the shard sizes
-     * beyond rounding; the sizes may differ from run to run. burst_plan_shard_len tells them. */
+     * shard_weights. Two rounds: the rank's rate at full load (burst_plan_rank_speed), then
+     * its rate on the shard that gave it, with the rows and heads a call of the ring will
+     * run, which sizes the final shards (burst_plan_shard_speed): a GPU given few rows may
+     * fill its last wave of workgroups poorly, and round 2 sees that. The environment
+     * variable BURST_SPEED_ROUNDS=1 keeps round 1's shards (every rank must agree). Every
+     * rank must ask for it. Results do not depend on the shard sizes beyond rounding; the
+     * sizes may differ from run to run. burst_plan_shard_len tells them. */
     int measure_speed;
 
     /* ---- since API 0.3: read only when api_version's minor is >= 3 ---- */
@@ -164,6 +169,11 @@ BURST_API int64_t burst_plan_shard_len(const struct burst_plan *plan, int rank);
 /* The speed a rank measured for measure_speed (local attention rows x keys per second, summed
  * over heads; higher = faster), or 0 when the plan did not measure. Since API 0.2. */
 BURST_API double burst_plan_rank_speed(const struct burst_plan *plan, int rank);
+
+/* The speed that sized rank `rank`'s shard under measure_speed: its rate on its round-1 shard
+ * (the rows of that shard, one head group of heads), or burst_plan_rank_speed's with
+ * BURST_SPEED_ROUNDS=1 or one rank; 0 when the plan did not measure. Since API 0.3. */
+BURST_API double burst_plan_shard_speed(const struct burst_plan *plan, int rank);
 
 /* Global position of this rank's local row `local` (0 <= local < n_i), or -1 if out of range. */
 BURST_API int64_t burst_plan_position(const struct burst_plan *plan, int64_t local);
