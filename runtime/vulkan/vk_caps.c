@@ -90,9 +90,11 @@ void burst_vk_env_read(struct burst_vk_env *env)
     if (!cb || sscanf(cb, "%d,%d,%d,%d", &bt[0], &bt[1], &bt[2], &bt[3]) != 4)
         bt[0] = bt[1] = bt[2] = bt[3] = 0;
     const char *cf = getenv("BURST_VK_CMQ_FWD");
-    if (!cf || sscanf(cf, "%d,%d", &env->cmq_fwd[0], &env->cmq_fwd[1]) != 2) {
+    env->cmq_fwd[2] = 1;
+    if (!cf || sscanf(cf, "%d,%d,%d", &env->cmq_fwd[0], &env->cmq_fwd[1], &env->cmq_fwd[2]) < 2) {
         env->cmq_fwd[0] = 1; /* measured best on the H100 (docs/BENCHMARKS.md) */
         env->cmq_fwd[1] = 1;
+        env->cmq_fwd[2] = 1;
     }
     const char *cp = getenv("BURST_VK_CMQ_PREFETCH");
     int *pf = env->cmq_prefetch;

@@ -150,9 +150,9 @@ struct burst_vk_env {
     int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: fwd_cmq's tile, where valid (else the
                            * rule) */
     int cmq_bwd_tile[4];  /* BURST_VK_CMQ_BWD_TILE=br,bc,br,bc: dq_cmq's and dkv_cmq's */
-    int cmq_fwd[2];       /* BURST_VK_CMQ_FWD=smc,direct: fwd_cmq's softmax step in 16-key
-                           * chunks (0 = the whole key tile) and P V into O itself (1);
-                           * default 1,1 */
+    int cmq_fwd[3];       /* BURST_VK_CMQ_FWD=smc,direct[,ksplit]: fwd_cmq's softmax step in
+                           * 16-key chunks (0 = the whole key tile), P V into O itself (1),
+                           * S in 1 or 2 chains of MMAs; default 1,1,1 */
     int cmq_prefetch[3];  /* BURST_VK_CMQ_PREFETCH=f,q,kv: 1 = fwd_cmq / dq_cmq / dkv_cmq load
                            * the next tile during the current one, 0 = just before storing it
                            * (default 0,0,0, as measured best on the H100: fewer registers) */
