@@ -42,6 +42,45 @@ uvec4 load8(View t, bool vec, uint x, bool inside)
     return r;
 }
 
+// load8 of a view of dtype dt (1 fp16, 2 bf16): bf16 elements are converted to fp16 after
+// scaling by sc, a power of two (bf16_scale below), so that the view's largest magnitude lands
+// in [2^14, 2^15): every bf16 value of at least 2^-28 times that maximum is then a normal fp16
+// and keeps all 8 of its significant bits (fp16 has 11); smaller ones round to fp16's absolute
+// step 2^-24 (before the scaling: 2^-38 of the maximum or less). fp16 views load as load8 (sc
+// unused).
+uvec4 load8s(View t, int dt, bool vec, uint x, bool inside, float sc)
+{
+    if (dt != 2)
+        return load8(t, vec, x, inside);
+    if (!inside)
+        return uvec4(0);
+    uvec4 r;
+    if (vec) {
+        const uvec4 w = U32x4(t.addr + 2ul * uint64_t(x + uint(t.off))).v[0];
+        UNROLL for (int k = 0; k < 4; k++)
+            r[k] = packFloat2x16(f16vec2(float16_t(uintBitsToFloat(w[k] << 16) * sc),
+                                         float16_t(uintBitsToFloat(w[k] & 0xffff0000u) * sc)));
+        return r;
+    }
+    UNROLL for (int k = 0; k < 4; k++) {
+        float a = load_elem(t, 2, x + uint(2 * k)), z = load_elem(t, 2, x + uint(2 * k + 1));
+        r[k] = packFloat2x16(f16vec2(float16_t(a * sc), float16_t(z * sc)));
+    }
+    return r;
+}
+
+// The power of two that load8s scales a bf16 view by, from the bits m of its largest magnitude
+// (shaders/elem_amax.comp): 2^(14 - e) for a maximum in [2^e, 2^(e+1)), within fp32's normal
+// exponents; 1 for an all-zero view or one holding an infinity or NaN (which stay what they
+// are).
+float bf16_scale(uint m)
+{
+    if (m == 0u || m >= 0x7f80u)
+        return 1.0;
+    const int e = max(int(m >> 7), 1) - 127; // bf16 subnormals as 2^-126
+    return uintBitsToFloat(uint(clamp(14 - e, -126, 126) + 127) << 23);
+}
+
 // Two fp32 values as the fp16 pair of one 32-bit word (a in the low half).
 uint pack_half2(float a, float b)
 {

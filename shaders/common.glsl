@@ -58,6 +58,8 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Params {
     int lo, hi;           // fwd, dq: keys [lo, hi) only; dkv: query rows [lo, hi) only (the host
                           // splits a call into several dispatches where the device limits the
                           // loop iterations of an invocation, as lavapipe does)
+    uint64_t amax;        // fwd_cmq with bf16 inputs: uint [3], the bits of the largest
+                          // magnitude of q, k, v (shaders/elem_amax.comp)
 };
 
 layout(push_constant) uniform Push { uint64_t params; } pc;

@@ -33,6 +33,11 @@
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
 // allowed key leave (O, lse) bit-for-bit unchanged.
 // Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P).
+// bf16 inputs (any of q, k, v; DTQ, DTK, DTV = 2): each view is scaled into fp16's range by a
+// power of two from its largest magnitude (host: elem_amax dispatches before this one, their
+// result at params.amax; shaders/cm_nv.glsl load8s, bf16_scale): exact for every value of at
+// least 2^-28 times the view's maximum (bf16's 8 significant bits fit fp16's 11), the rest
+// within 2^-39 times the maximum; the scales are undone in qmul and at the merge.
 //
 // Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16; the Q
 // tile passes through it, QP rows at a time, before the loop. runtime/vulkan/vk_caps.c
@@ -116,6 +121,17 @@ void main()
     if (kmin >= kmax)
         return;
 
+    // bf16 inputs: each view's power-of-two scale into fp16's range (load8s), from the largest
+    // magnitudes the host's elem_amax dispatches found; undone in qmul (Q, K) and at the
+    // merge (V)
+    float qsc = 1.0, ksc = 1.0, vsc = 1.0;
+    if (DTQ == 2 || DTK == 2 || DTV == 2) {
+        U32 am = U32(P.amax);
+        qsc = DTQ == 2 ? bf16_scale(am.v[0]) : 1.0;
+        ksc = DTK == 2 ? bf16_scale(am.v[1]) : 1.0;
+        vsc = DTV == 2 ? bf16_scale(am.v[2]) : 1.0;
+    }
+
     // Q (16 x D per subgroup) into registers, through shared memory QP rows at a time
     AMAT qa[DC];
     for (int p0 = 0; p0 < BR; p0 += QP) {
@@ -124,7 +140,8 @@ void main()
         for (int x = tid; x < QP * (D / 8); x += NT) {
             int row = x / (D / 8), c8 = x % (D / 8);
             bool in_q = p0 + row < BR && i0 + p0 + row < P.nq;
-            sh[row * RS + c8] = load8(qv, vec, view_index(qv, b, i0 + p0 + row, h, 8 * c8), in_q);
+            sh[row * RS + c8] =
+                load8s(qv, DTQ, vec, view_index(qv, b, i0 + p0 + row, h, 8 * c8), in_q, qsc);
         }
         barrier();
         if (16 * sg >= p0 && 16 * sg < p0 + QP) // uniform in the subgroup
@@ -132,7 +149,8 @@ void main()
                 coopMatLoadNV(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
     }
 
-    const float qmul = P.scale * LOG2E;
+    // the scales are powers of two (exact), divided one at a time (their product may overflow)
+    const float qmul = P.scale * LOG2E / qsc / ksc;
     float mA = NEG_INF, mB = NEG_INF, lA = 0.0, lB = 0.0;
     CMAT o[DC];
     UNROLL for (int c = 0; c < DC; c++)
@@ -148,8 +166,8 @@ void main()
         bool in_block = x < L8 && (j0) + row < kmax;                                              \
         uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
         uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
-        kreg[it] = load8(kv, vec, kx, in_block);                                                  \
-        vreg[it] = load8(vv, vec, vx, in_block);                                                  \
+        kreg[it] = load8s(kv, DTK, vec, kx, in_block, ksc);                                       \
+        vreg[it] = load8s(vv, DTV, vec, vx, in_block, vsc);                                       \
     }
     if (PREFETCH != 0)
         FETCH_KV(kmin)
@@ -279,14 +297,18 @@ void main()
         coB = exp(loB - lnB);
         cnB = exp(lr - lnB) / lB;
     }
+    // O holds P (V vsc): its weighted mean (times cn) is within V's scaled range, and only then
+    // is the scale undone, so nothing overflows or goes subnormal that the result would not
+    const float vinv = 1.0 / vsc;
     const uint obA = uint(((b * P.nq + iA) * P.hq + h) * D), obB = obA + uint(8 * P.hq * D);
     UNROLL for (int c = 0; c < DC; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
             bool rb = row_b(e);
             if (rb ? mergeB : mergeA) {
                 uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
-                float ov = o[c][e], lo = rb ? loB : loA, co = rb ? coB : coA, cn = rb ? cnB : cnA;
-                oa.v[x] = lo == NEG_INF ? ov * cn : fma(co, oa.v[x], cn * ov);
+                float lo = rb ? loB : loA, co = rb ? coB : coA;
+                float ov = o[c][e] * (rb ? cnB : cnA) * vinv;
+                oa.v[x] = lo == NEG_INF ? ov : fma(co, oa.v[x], ov);
             }
         }
     }

@@ -5,8 +5,9 @@
  *   test_vulkan            (suite vulkan; exit 77 without a Vulkan device)
  *     - attention cases against the fp64 reference on the path the environment selects (meson
  *       runs it once with BURST_VK_SUBGROUP=0: the scalar kernels), every mask, GQA, dtypes and
- *       head dims 8..256, fp16 cases for the cooperative-matrix forward where the device has
- *       it, and blocks long enough that lavapipe needs split dispatches;
+ *       head dims 8..256, fp16 and bf16 cases for the cooperative-matrix forward where the
+ *       device has it (bf16 far above and below fp16's range too), and blocks long enough that
+ *       lavapipe needs split dispatches;
  *     - burst_probe text and JSON list the device, its limits and its tiles;
  *     - bad input: head dim 264 -> BURST_ERR_UNSUPPORTED naming it; a device with too little
  *       shared memory (BURST_VK_MAX_SHARED) -> BURST_ERR_UNSUPPORTED naming the head dim;
@@ -77,6 +78,17 @@ static const struct harness_case cases[] = {
      .layout = BURST_LAYOUT_STRIPED},
     {VK_CASE("cm_large_scores_fp16", 1, 256, 1, 1, 32, BURST_DTYPE_FP16), .softmax_scale = 1.0f,
      .amp = 4.0, .grid = 4},
+    /* bf16 on the same forward where the device has it (scaled into fp16 by a power of two per
+     * tensor, shaders/cm_nv.glsl load8s): GQA and a causal mask, unaligned rows (element
+     * loads), and q, k far beyond fp16's range (|x| up to 1e6) and far below its normal range
+     * (1e-6), which fp16 without the scaling would overflow or flush */
+    {VK_CASE("cmq_bf16_causal_gqa_d64", 2, 200, 4, 1, 64, BURST_DTYPE_BF16), .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {VK_CASE("cmq_bf16_d80_padded", 2, 100, 2, 2, 80, BURST_DTYPE_BF16), .pad = 1},
+    {VK_CASE("cmq_bf16_huge_d128", 1, 130, 2, 2, 128, BURST_DTYPE_BF16), .amp = 1e6,
+     .softmax_scale = 1e-12f},
+    {VK_CASE("cmq_bf16_tiny_d64", 2, 96, 2, 1, 64, BURST_DTYPE_BF16), .amp = 1e-6,
+     .softmax_scale = 1e12f, .causal = 1},
     /* one block of 1024 keys: more loop iterations per invocation than lavapipe runs in one
      * dispatch on the scalar path (it stops loops after 65535; the host splits the call) */
     {VK_CASE("long_block_g1_d64", 1, 1024, 1, 1, 64, BURST_DTYPE_FP32)},

@@ -154,11 +154,11 @@ static struct burst_vk_view burst_vk_view_of(const struct burst_tensor *t, VkDev
     return v;
 }
 
-/* Whether 8 consecutive fp16 elements of every row of t at device address a are one 16-byte
- * aligned vector (the cooperative-matrix kernel's fast loads, params flag bit 3). */
+/* Whether 8 consecutive fp16 (or bf16) elements of every row of t at device address a are one
+ * 16-byte aligned vector (the cooperative-matrix kernels' fast loads, params flag bit 3). */
 static int burst_vk_vec8(const struct burst_tensor *t, VkDeviceAddress a)
 {
-    return t->dtype == BURST_DTYPE_FP16 && a % 16 == 0 && t->stride[0] % 8 == 0 &&
+    return t->dtype != BURST_DTYPE_FP32 && a % 16 == 0 && t->stride[0] % 8 == 0 &&
            t->stride[1] % 8 == 0 && t->stride[2] % 8 == 0;
 }
 
@@ -315,7 +315,20 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     };
     int64_t per = burst_vk_rows_per_dispatch(be, kern, dim, tl);
     int nch = (int)((dim->nk + per - 1) / per);
-    struct burst_vk_dispatch *d = malloc((size_t)nch * sizeof *d);
+    /* bf16 inputs of fwd_cmq: first the largest magnitude of each bf16 view (elem_amax), which
+     * the kernel turns into its power-of-two scale into fp16 (shaders/cm_nv.glsl load8s) */
+    const struct burst_tensor *qkv[3] = {a->q, a->k, a->v};
+    int namax = 0;
+    VkPipeline amax_pipe = VK_NULL_HANDLE;
+    for (int i = 0; kern == BURST_VK_FWD_CMQ && i < 3; i++)
+        namax += qkv[i]->dtype == BURST_DTYPE_BF16;
+    if (namax) {
+        int adt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
+        struct burst_vk_tile etl = {1, 128, 1};
+        if ((st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, adt, &amax_pipe)) != BURST_OK)
+            return st;
+    }
+    struct burst_vk_dispatch *d = malloc((size_t)(nch + namax) * sizeof *d);
     if (!d)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", op);
     struct burst_vk_stream *s;
@@ -325,7 +338,9 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     }
     void *extra;
     VkDeviceAddress xa;
-    size_t roff = (size_t)nch * BURST_VK_PBLOCK;
+    /* extra area: nch parameter blocks, namax elem_amax blocks, their 3 result words, rows */
+    size_t aoff = (size_t)nch * BURST_VK_PBLOCK, woff = aoff + (size_t)namax * BURST_VK_PBLOCK;
+    size_t roff = woff + (namax ? 16 : 0);
     st = burst_vk_stage(be, s, slots, 5, roff + 8 * (size_t)dim->nq, &extra, &xa);
     if (st == BURST_OK) {
         struct burst_vk_params *p = extra;
@@ -357,6 +372,30 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         const uint32_t groups[3] = {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq,
                                     (uint32_t)dim->batch};
         int nd = 0;
+        if (namax) {
+            unsigned char *x = extra;
+            memset(x + woff, 0, 16);
+            p->amax = xa + woff;
+            for (int i = 0, j = 0; i < 3; i++) {
+                if (qkv[i]->dtype != BURST_DTYPE_BF16)
+                    continue;
+                struct burst_vk_elem_params *ep = (void *)(x + aoff + (size_t)j * BURST_VK_PBLOCK);
+                memset(ep, 0, sizeof *ep);
+                ep->dst = xa + woff + 4 * (VkDeviceAddress)i;
+                ep->src = slots[i].addr;
+                memcpy(ep->shape, qkv[i]->shape, sizeof ep->shape);
+                memcpy(ep->sstride, qkv[i]->stride, sizeof ep->sstride);
+                ep->units = (uint64_t)(qkv[i]->shape[0] * qkv[i]->shape[1] * qkv[i]->shape[2] *
+                                       qkv[i]->shape[3]);
+                /* a few hundred workgroups: few atomics on the one word (elem_amax.comp) */
+                uint64_t wg = (ep->units + 127) / 128;
+                wg = wg < 1 ? 1 : wg > 512 ? 512 : wg;
+                d[nd++] = (struct burst_vk_dispatch){
+                    BURST_VK_AMAX, amax_pipe, xa + aoff + (VkDeviceAddress)j * BURST_VK_PBLOCK,
+                    {(uint32_t)wg, 1, 1}};
+                j++;
+            }
+        }
         burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, d, &nd);
         st = burst_vk_submit(be, s, d, nd, slots, 5, ms_p != NULL, ms_p);
     }
@@ -379,11 +418,16 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     struct burst_vk_tile tl;
     enum burst_vk_kernel kern = BURST_VK_FWD;
     /* the cooperative-matrix forward takes fp16 inputs of a head dim it has tiles for: with
-     * the softmax in registers where the device's layout passed its check (vk_cmq.c) */
+     * the softmax in registers where the device's layout passed its check (vk_cmq.c); that one
+     * also bf16 inputs (any of q, k, v), scaled into fp16 by a power of two per view
+     * (BURST_VK_CMQ_BF16=0: not) */
     const int fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
                      a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0;
+    const int half = a->q->dtype != BURST_DTYPE_FP32 && a->k->dtype != BURST_DTYPE_FP32 &&
+                     a->v->dtype != BURST_DTYPE_FP32 && dim.d % 16 == 0;
     const int dcl = burst_vk_dclass((int)dim.d);
-    if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CMQ][dcl].t > 0)
+    if (be->use_coopmat && (fp16 || (half && be->env.cmq_bf16)) &&
+        be->tiles.k[BURST_VK_FWD_CMQ][dcl].t > 0)
         kern = BURST_VK_FWD_CMQ;
     else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CM][dcl].t > 0)
         kern = BURST_VK_FWD_CM;

@@ -106,6 +106,7 @@ enum burst_vk_kernel {
     BURST_VK_FILL,
     BURST_VK_ACC,
     BURST_VK_CM_LAYOUT, /* the accumulator-layout check of fwd_cmq (vk_cmq.c) */
+    BURST_VK_AMAX,      /* the largest magnitude of a view (bf16 inputs of fwd_cmq) */
     BURST_VK_NUM_ALL_KERNELS
 };
 extern const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS];
@@ -153,6 +154,8 @@ struct burst_vk_env {
     int cmq_fwd[3];       /* BURST_VK_CMQ_FWD=smc,direct[,ksplit]: fwd_cmq's softmax step in
                            * 16-key chunks (0 = the whole key tile), P V into O itself (1),
                            * S in 1 or 2 chains of MMAs; default 1,1,1 */
+    int cmq_bf16;         /* BURST_VK_CMQ_BF16: 0 = bf16 inputs never take fwd_cmq (scaled
+                           * into fp16); default 1 */
     int cmq_prefetch[3];  /* BURST_VK_CMQ_PREFETCH=f,q,kv: 1 = fwd_cmq / dq_cmq / dkv_cmq load
                            * the next tile during the current one, 0 = just before storing it
                            * (default 0,0,0, as measured best on the H100: fewer registers) */
@@ -432,6 +435,7 @@ struct burst_vk_params {
     float scale;
     int32_t flags;
     int32_t lo, hi; /* key (fwd, dq) or query (dkv) rows of this dispatch */
+    uint64_t amax;  /* fwd_cmq with bf16 inputs: the largest magnitudes' bits of q, k, v */
 };
 
 burst_status_t burst_vk_fwd_step(void *be, const struct burst_fwd_args *args);
