@@ -13,6 +13,8 @@
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 
+#include "convert.glsl"
+
 #define AMAT fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define CMAT fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
@@ -67,18 +69,6 @@ uvec4 load8s(View t, int dt, bool vec, uint x, bool inside, float sc)
         r[k] = packFloat2x16(f16vec2(float16_t(a * sc), float16_t(z * sc)));
     }
     return r;
-}
-
-// The power of two that load8s scales a bf16 view by, from the bits m of its largest magnitude
-// (shaders/elem_amax.comp): 2^(14 - e) for a maximum in [2^e, 2^(e+1)), within fp32's normal
-// exponents; 1 for an all-zero view or one holding an infinity or NaN (which stay what they
-// are).
-float bf16_scale(uint m)
-{
-    if (m == 0u || m >= 0x7f80u)
-        return 1.0;
-    const int e = max(int(m >> 7), 1) - 127; // bf16 subnormals as 2^-126
-    return uintBitsToFloat(uint(clamp(14 - e, -126, 126) + 127) << 23);
 }
 
 // Two fp32 values as the fp16 pair of one 32-bit word (a in the low half).

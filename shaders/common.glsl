@@ -54,7 +54,9 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Params {
     float scale;
     int flags;            // bit 0: dQ wanted, bit 1: dK, bit 2: dV; fwd_cm: bit 3: q/k/v rows
                           // are 16-byte aligned fp16 vectors of 8, bit 4: o is 16-byte aligned;
-                          // fwd_rt: bit 5: q/k/v are fp32 with 16-byte aligned vectors of 4
+                          // fwd_rt: bit 5: q/k/v are fp32 with 16-byte aligned vectors of 4;
+                          // fwd_cmq: bits 6, 7: k, v are bf16 scaled into packed fp16 by the
+                          // host (elem_cvt), their scales from amax
     int lo, hi;           // fwd, dq: keys [lo, hi) only; dkv: query rows [lo, hi) only (the host
                           // splits a call into several dispatches where the device limits the
                           // loop iterations of an invocation, as lavapipe does)

@@ -105,3 +105,15 @@ uint add_f32_bits(uint a, uint b)
         return r - up;
     return (r & 0x80000000u) | uint(abs(s));
 }
+
+// The power of two that a bf16 view is scaled by to enter fp16's range (fwd_cmq: cm_nv.glsl
+// load8s, elem_cvt.comp), from the bits m of its largest magnitude (elem_amax.comp):
+// 2^(14 - e) for a maximum in [2^e, 2^(e+1)), within fp32's normal exponents; 1 for an
+// all-zero view or one holding an infinity or NaN (which stay what they are).
+float bf16_scale(uint m)
+{
+    if (m == 0u || m >= 0x7f80u)
+        return 1.0;
+    const int e = max(int(m >> 7), 1) - 127; // bf16 subnormals as 2^-126
+    return uintBitsToFloat(uint(clamp(14 - e, -126, 126) + 127) << 23);
+}

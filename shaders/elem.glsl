@@ -35,6 +35,7 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer ElemParams {
     uint64_t units;     // work items: copy: rows * pairs per row; fill / acc: count
     uint value;         // fill: the fp32 bits written
     uint pad;
+    uint64_t aux;       // cvt: byte address of the largest magnitude's bits (elem_amax)
 };
 
 layout(push_constant) uniform Push { uint64_t params; } pc;

@@ -2,14 +2,14 @@
 // shaders/elem_amax.comp - the largest magnitude of a [B, n, H, d] view, as its bits: the word
 // at dst becomes max(dst, max over the view of |x|'s bits) by atomicMax (fp32: bits & 0x7fffffff,
 // half types: bits & 0x7fff; for finite values and infinities the bits order as the
-// magnitudes; a NaN orders above them all). The cooperative-matrix forward reads it to scale
-// bf16 inputs into fp16's range by a power of two (runtime/vulkan/vk_attn.c, shaders/cm_nv.glsl
-// load8s); the host zeroes dst first.
+// magnitudes; a NaN orders above them all). The cooperative-matrix forward scales bf16 inputs
+// into fp16's range by a power of two from it (convert.glsl bf16_scale; host side
+// runtime/vulkan/vk_attn.c, which zeroes dst first).
 //
-// A unit is one element, in row-major [B, n, H, d] order. Each invocation keeps its own
-// maximum, the workgroup reduces them in shared memory, and one invocation per workgroup does
-// the atomic: the host keeps the grid small (a few hundred workgroups), so few atomics meet on
-// the one word.
+// A unit is up to 8 neighbouring elements of one row (b, i, h): units [0, rows * ceil(d / 8))
+// in row-major [B, n, H] order. Each invocation keeps its own maximum, the workgroup reduces
+// them in shared memory, and one invocation per workgroup does the atomic: the host keeps the
+// grid small (a few hundred workgroups), so few atomics meet on the one word.
 #extension GL_GOOGLE_include_directive : require
 #include "elem.glsl"
 
@@ -20,17 +20,19 @@ void main()
     ElemParams P = ElemParams(pc.params);
     const uint64_t units = P.units, grid = elem_grid();
     const int64_t d = P.shape[3], nn = P.shape[1], hh = P.shape[2];
+    const uint64_t chunks = uint64_t((d + 7) / 8);
     const uint64_t es = DTS == 0 ? 4ul : 2ul;
     const uint mask = DTS == 0 ? 0x7fffffffu : 0x7fffu;
     uint m = 0u;
     for (uint64_t u = elem_first(); u < units; u += grid) {
-        const uint64_t row = elem_div(u, uint64_t(d));
-        const int64_t c = int64_t(u - row * uint64_t(d));
+        const uint64_t row = elem_div(u, chunks);
+        const int64_t c0 = 8 * int64_t(u - row * chunks);
         const uint64_t bi = elem_div(row, uint64_t(hh));
         const int64_t h = int64_t(row - bi * uint64_t(hh));
         const int64_t b = int64_t(elem_div(bi, uint64_t(nn))), i = int64_t(bi) - b * nn;
-        const int64_t so = b * P.sstride[0] + i * P.sstride[1] + h * P.sstride[2] + c;
-        m = max(m, elem_load(DTS, P.src + uint64_t(so) * es) & mask);
+        const int64_t so = b * P.sstride[0] + i * P.sstride[1] + h * P.sstride[2] + c0;
+        for (int64_t c = 0; c < 8 && c0 + c < d; c++)
+            m = max(m, elem_load(DTS, P.src + uint64_t(so + c) * es) & mask);
     }
     const uint t = gl_LocalInvocationID.x;
     red[t] = m;

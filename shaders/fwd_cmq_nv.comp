@@ -35,7 +35,9 @@
 // Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P).
 // bf16 inputs (any of q, k, v; DTQ, DTK, DTV = 2): each view is scaled into fp16's range by a
 // power of two from its largest magnitude (host: elem_amax dispatches before this one, their
-// result at params.amax; shaders/cm_nv.glsl load8s, bf16_scale): exact for every value of at
+// result at params.amax; shaders/convert.glsl bf16_scale), as the tiles load (cm_nv.glsl
+// load8s) or, for K and V, once by the host's elem_cvt dispatches into packed fp16 (flag bits
+// 6, 7; measured on the H100: see docs/BENCHMARKS.md): exact for every value of at
 // least 2^-28 times the view's maximum (bf16's 8 significant bits fit fp16's 11), the rest
 // within 2^-39 times the maximum; the scales are undone in qmul and at the merge.
 //
@@ -121,15 +123,17 @@ void main()
     if (kmin >= kmax)
         return;
 
-    // bf16 inputs: each view's power-of-two scale into fp16's range (load8s), from the largest
-    // magnitudes the host's elem_amax dispatches found; undone in qmul (Q, K) and at the
+    // bf16 inputs: each view's power-of-two scale into fp16's range, from the largest
+    // magnitudes the host's elem_amax dispatches found: applied here as the tiles load
+    // (load8s), or already by the host's elem_cvt dispatches (K: flag bit 6, V: bit 7; those
+    // views are then packed fp16 and DTK / DTV say fp16); undone in qmul (Q, K) and at the
     // merge (V)
     float qsc = 1.0, ksc = 1.0, vsc = 1.0;
-    if (DTQ == 2 || DTK == 2 || DTV == 2) {
+    if (DTQ == 2 || DTK == 2 || DTV == 2 || (P.flags & 192) != 0) {
         U32 am = U32(P.amax);
         qsc = DTQ == 2 ? bf16_scale(am.v[0]) : 1.0;
-        ksc = DTK == 2 ? bf16_scale(am.v[1]) : 1.0;
-        vsc = DTV == 2 ? bf16_scale(am.v[2]) : 1.0;
+        ksc = DTK == 2 || (P.flags & 64) != 0 ? bf16_scale(am.v[1]) : 1.0;
+        vsc = DTV == 2 || (P.flags & 128) != 0 ? bf16_scale(am.v[2]) : 1.0;
     }
 
     // Q (16 x D per subgroup) into registers, through shared memory QP rows at a time

@@ -290,6 +290,50 @@ static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, 
     }
 }
 
+/*
+ * bf16 inputs of fwd_cmq (shaders/fwd_cmq_nv.comp): dispatches before the kernel's, appended
+ * to d from d[*nd], with their parameter blocks at `blocks` (device address ba) of the staged
+ * extra area and three result words at `words` (wa). First elem_amax finds the largest
+ * magnitude of each bf16 view (its bits into words[i] for q, k, v), from which the kernel takes
+ * its power-of-two scale into fp16 (convert.glsl bf16_scale); then, where cvt[1] / cvt[2], K / V
+ * are converted so scaled, once, into packed fp16 at cvt_addr (k first, then v, each B nk hkv d
+ * halves): each workgroup of the kernel would otherwise convert every K / V tile it reads
+ * itself (load8s).
+ */
+static void burst_vk_bf16_prep(const struct burst_tensor *const qkv[3], const VkDeviceAddress
+                               addr[3], const int cvt[3], VkDeviceAddress cvt_addr,
+                               VkPipeline amax_pipe, VkPipeline cvt_pipe, unsigned char *blocks,
+                               VkDeviceAddress ba, unsigned char *words, VkDeviceAddress wa,
+                               struct burst_vk_dispatch *d, int *nd)
+{
+    memset(words, 0, 16);
+    int nb = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 3; i++) {
+            const struct burst_tensor *t = qkv[i];
+            if (t->dtype != BURST_DTYPE_BF16 || (pass == 1 && !cvt[i]))
+                continue;
+            struct burst_vk_elem_params *ep = (void *)(blocks + (size_t)nb * BURST_VK_PBLOCK);
+            memset(ep, 0, sizeof *ep);
+            ep->src = addr[i];
+            memcpy(ep->shape, t->shape, sizeof ep->shape);
+            memcpy(ep->sstride, t->stride, sizeof ep->sstride);
+            const uint64_t n = (uint64_t)(t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]);
+            ep->units = (n + 7) / 8; /* units of 8 elements of a row (d % 8 == 0 here) */
+            ep->aux = wa + 4 * (VkDeviceAddress)i;
+            ep->dst = pass == 0 ? wa + 4 * (VkDeviceAddress)i
+                                : cvt_addr + (i == 2 && cvt[1] ? 2 * (VkDeviceAddress)n : 0);
+            /* amax: a few hundred workgroups, so few atomics meet on one word */
+            uint64_t wg = (ep->units + 127) / 128;
+            wg = wg < 1 ? 1 : wg > (pass == 0 ? 512 : 65535) ? (pass == 0 ? 512 : 65535) : wg;
+            d[(*nd)++] = (struct burst_vk_dispatch){pass == 0 ? BURST_VK_AMAX : BURST_VK_CVT,
+                                                    pass == 0 ? amax_pipe : cvt_pipe,
+                                                    ba + (VkDeviceAddress)nb * BURST_VK_PBLOCK,
+                                                    {(uint32_t)wg, 1, 1}};
+            nb++;
+        }
+}
+
 /* Forward with an explicit kernel and tile (fwd_step and the autotune). */
 static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct burst_fwd_args *a,
                                        const struct burst_vk_dims *dim, const size_t bytes[4],
@@ -297,11 +341,6 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
                                        double *ms_p)
 {
     const char *op = "vulkan fwd_step";
-    int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, 0};
-    VkPipeline pipe;
-    burst_status_t st = burst_vk_pipeline(be, kern, (int)dim->d, tl, dt, &pipe);
-    if (st != BURST_OK)
-        return st;
     if (burst_vk_groups(dim->nq, tl->br) > be->caps.max_groups[0])
         return burst_error(BURST_ERR_TOO_LARGE,
                            "%s: %lld query rows need more workgroups than "
@@ -315,33 +354,48 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     };
     int64_t per = burst_vk_rows_per_dispatch(be, kern, dim, tl);
     int nch = (int)((dim->nk + per - 1) / per);
-    /* bf16 inputs of fwd_cmq: first the largest magnitude of each bf16 view (elem_amax), which
-     * the kernel turns into its power-of-two scale into fp16 (shaders/cm_nv.glsl load8s) */
-    const struct burst_tensor *qkv[3] = {a->q, a->k, a->v};
-    int namax = 0;
-    VkPipeline amax_pipe = VK_NULL_HANDLE;
-    for (int i = 0; kern == BURST_VK_FWD_CMQ && i < 3; i++)
-        namax += qkv[i]->dtype == BURST_DTYPE_BF16;
-    if (namax) {
-        int adt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
-        struct burst_vk_tile etl = {1, 128, 1};
-        if ((st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, adt, &amax_pipe)) != BURST_OK)
-            return st;
+    /* bf16 views of fwd_cmq (burst_vk_bf16_prep): nbf of them, K and V converted into the
+     * stream's scratch where it can hold them (else the kernel converts each tile it reads) */
+    const struct burst_tensor *const qkv[3] = {a->q, a->k, a->v};
+    int nbf = 0, cvt[3] = {0, 0, 0};
+    for (int i = 0; kern == BURST_VK_FWD_CMQ && i < 3; i++) {
+        nbf += qkv[i]->dtype == BURST_DTYPE_BF16;
+        cvt[i] = i > 0 && qkv[i]->dtype == BURST_DTYPE_BF16 && be->env.cmq_bf16 == 1;
     }
-    struct burst_vk_dispatch *d = malloc((size_t)(nch + namax) * sizeof *d);
+    const size_t kvh = (size_t)(dim->batch * dim->nk * dim->hkv * dim->d); /* halves of K, V */
+    struct burst_vk_dispatch *d = malloc((size_t)(nch + 2 * nbf) * sizeof *d);
     if (!d)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", op);
     struct burst_vk_stream *s;
-    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK) {
+    burst_status_t st = burst_vk_stream_acquire(be, &s);
+    if (st != BURST_OK) {
         free(d);
         return st;
     }
+    VkDeviceAddress cvt_addr = 0;
+    if ((cvt[1] || cvt[2]) &&
+        burst_vk_stream_scratch(be, s, 2 * kvh * (size_t)(cvt[1] + cvt[2]), &cvt_addr) != BURST_OK) {
+        burst_error_clear(); /* not an error: the kernel converts the tiles itself */
+        cvt[1] = cvt[2] = 0;
+    }
+    const int ncvt = cvt[1] + cvt[2];
+    int dt[4] = {(int)a->q->dtype, cvt[1] ? (int)BURST_DTYPE_FP16 : (int)a->k->dtype,
+                 cvt[2] ? (int)BURST_DTYPE_FP16 : (int)a->v->dtype, 0};
+    int edt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
+    struct burst_vk_tile etl = {1, 128, 1};
+    VkPipeline pipe, amax_pipe = VK_NULL_HANDLE, cvt_pipe = VK_NULL_HANDLE;
+    st = burst_vk_pipeline(be, kern, (int)dim->d, tl, dt, &pipe);
+    if (st == BURST_OK && nbf)
+        st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, edt, &amax_pipe);
+    if (st == BURST_OK && ncvt)
+        st = burst_vk_pipeline(be, BURST_VK_CVT, 0, &etl, edt, &cvt_pipe);
     void *extra;
     VkDeviceAddress xa;
-    /* extra area: nch parameter blocks, namax elem_amax blocks, their 3 result words, rows */
-    size_t aoff = (size_t)nch * BURST_VK_PBLOCK, woff = aoff + (size_t)namax * BURST_VK_PBLOCK;
-    size_t roff = woff + (namax ? 16 : 0);
-    st = burst_vk_stage(be, s, slots, 5, roff + 8 * (size_t)dim->nq, &extra, &xa);
+    /* extra area: nch parameter blocks, nbf + ncvt elem blocks, 3 result words, the rows */
+    size_t eoff = (size_t)nch * BURST_VK_PBLOCK, woff = eoff + (size_t)(nbf + ncvt) * BURST_VK_PBLOCK;
+    size_t roff = woff + (nbf ? BURST_VK_PBLOCK : 0);
+    if (st == BURST_OK)
+        st = burst_vk_stage(be, s, slots, 5, roff + 8 * (size_t)dim->nq, &extra, &xa);
     if (st == BURST_OK) {
         struct burst_vk_params *p = extra;
         memset(p, 0, sizeof *p);
@@ -359,42 +413,35 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         p->group = (int32_t)dim->group;
         p->scale = a->scale;
         const int cm = kern == BURST_VK_FWD_CM || kern == BURST_VK_FWD_CMQ;
-        if (cm && burst_vk_vec8(a->q, slots[0].addr) && burst_vk_vec8(a->k, slots[1].addr) &&
-            burst_vk_vec8(a->v, slots[2].addr))
+        if (cm && burst_vk_vec8(a->q, slots[0].addr) &&
+            (cvt[1] || burst_vk_vec8(a->k, slots[1].addr)) &&
+            (cvt[2] || burst_vk_vec8(a->v, slots[2].addr)))
             p->flags |= 8;
         if (kern == BURST_VK_FWD_CM && slots[3].addr % 16 == 0)
             p->flags |= 16;
         if (kern == BURST_VK_FWD_RT && burst_vk_vec4(a->q, slots[0].addr) &&
             burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr))
             p->flags |= 32;
+        for (int i = 1; i < 3; i++) /* K, V: packed fp16 [B, nk, hkv, d] in the scratch */
+            if (cvt[i]) {
+                const struct burst_vk_view pk = {
+                    cvt_addr + (i == 2 && cvt[1] ? 2 * (VkDeviceAddress)kvh : 0), 0,
+                    (int32_t)(dim->nk * dim->hkv * dim->d), (int32_t)(dim->hkv * dim->d),
+                    (int32_t)dim->d};
+                *(i == 1 ? &p->k : &p->v) = pk;
+                p->flags |= i == 1 ? 64 : 128;
+            }
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim->nq, dim->nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
         const uint32_t groups[3] = {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq,
                                     (uint32_t)dim->batch};
         int nd = 0;
-        if (namax) {
+        if (nbf) {
             unsigned char *x = extra;
-            memset(x + woff, 0, 16);
             p->amax = xa + woff;
-            for (int i = 0, j = 0; i < 3; i++) {
-                if (qkv[i]->dtype != BURST_DTYPE_BF16)
-                    continue;
-                struct burst_vk_elem_params *ep = (void *)(x + aoff + (size_t)j * BURST_VK_PBLOCK);
-                memset(ep, 0, sizeof *ep);
-                ep->dst = xa + woff + 4 * (VkDeviceAddress)i;
-                ep->src = slots[i].addr;
-                memcpy(ep->shape, qkv[i]->shape, sizeof ep->shape);
-                memcpy(ep->sstride, qkv[i]->stride, sizeof ep->sstride);
-                ep->units = (uint64_t)(qkv[i]->shape[0] * qkv[i]->shape[1] * qkv[i]->shape[2] *
-                                       qkv[i]->shape[3]);
-                /* a few hundred workgroups: few atomics on the one word (elem_amax.comp) */
-                uint64_t wg = (ep->units + 127) / 128;
-                wg = wg < 1 ? 1 : wg > 512 ? 512 : wg;
-                d[nd++] = (struct burst_vk_dispatch){
-                    BURST_VK_AMAX, amax_pipe, xa + aoff + (VkDeviceAddress)j * BURST_VK_PBLOCK,
-                    {(uint32_t)wg, 1, 1}};
-                j++;
-            }
+            const VkDeviceAddress addr[3] = {slots[0].addr, slots[1].addr, slots[2].addr};
+            burst_vk_bf16_prep(qkv, addr, cvt, cvt_addr, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
+                               x + woff, xa + woff, d, &nd);
         }
         burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, d, &nd);
         st = burst_vk_submit(be, s, d, nd, slots, 5, ms_p != NULL, ms_p);

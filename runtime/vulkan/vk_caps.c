@@ -53,7 +53,7 @@
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
     "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
     "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "fwd_cmq", "dq_cmq", "dkv_cmq", "copy",
-    "fill",   "acc",    "cm_layout", "amax"};
+    "fill",   "acc",    "cm_layout", "amax", "cvt"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 static int burst_vk_env_int(const char *name, int dflt)
@@ -96,7 +96,8 @@ void burst_vk_env_read(struct burst_vk_env *env)
         env->cmq_fwd[1] = 1;
         env->cmq_fwd[2] = 1;
     }
-    env->cmq_bf16 = burst_vk_env_int("BURST_VK_CMQ_BF16", 1) != 0;
+    int cb16 = burst_vk_env_int("BURST_VK_CMQ_BF16", 1);
+    env->cmq_bf16 = cb16 == 0 || cb16 == 2 ? cb16 : 1;
     const char *cp = getenv("BURST_VK_CMQ_PREFETCH");
     int *pf = env->cmq_prefetch;
     if (!cp || sscanf(cp, "%d,%d,%d", &pf[0], &pf[1], &pf[2]) != 3)

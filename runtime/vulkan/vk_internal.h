@@ -107,6 +107,7 @@ enum burst_vk_kernel {
     BURST_VK_ACC,
     BURST_VK_CM_LAYOUT, /* the accumulator-layout check of fwd_cmq (vk_cmq.c) */
     BURST_VK_AMAX,      /* the largest magnitude of a view (bf16 inputs of fwd_cmq) */
+    BURST_VK_CVT,       /* a bf16 view scaled into packed fp16 (K, V of fwd_cmq) */
     BURST_VK_NUM_ALL_KERNELS
 };
 extern const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS];
@@ -154,8 +155,10 @@ struct burst_vk_env {
     int cmq_fwd[3];       /* BURST_VK_CMQ_FWD=smc,direct[,ksplit]: fwd_cmq's softmax step in
                            * 16-key chunks (0 = the whole key tile), P V into O itself (1),
                            * S in 1 or 2 chains of MMAs; default 1,1,1 */
-    int cmq_bf16;         /* BURST_VK_CMQ_BF16: 0 = bf16 inputs never take fwd_cmq (scaled
-                           * into fp16); default 1 */
+    int cmq_bf16;         /* BURST_VK_CMQ_BF16: 1 (default) = bf16 inputs take fwd_cmq, scaled
+                           * into fp16, K and V converted once a call (elem_cvt) where the
+                           * stream's scratch can hold them; 2 = converted in the kernel's
+                           * loads only; 0 = never fwd_cmq (fwd_rt) */
     int cmq_prefetch[3];  /* BURST_VK_CMQ_PREFETCH=f,q,kv: 1 = fwd_cmq / dq_cmq / dkv_cmq load
                            * the next tile during the current one, 0 = just before storing it
                            * (default 0,0,0, as measured best on the H100: fewer registers) */
@@ -234,6 +237,8 @@ struct burst_vk_stream {
     struct burst_vk_buffer stage;
     size_t used;                 /* bytes of stage handed out for the current call */
     struct burst_vk_buffer host; /* host-cached: caller memory packed in / read back (elem ops) */
+    struct burst_vk_buffer scratch; /* device memory for a call's own intermediates (fwd_cmq:
+                                     * bf16 K and V converted to fp16), grown to the largest */
     int busy;
 };
 
@@ -397,6 +402,10 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
 /* At least `bytes` of the stream's host-cached buffer (grown on demand, kept until destroy), for
  * arguments the host packs in or reads back: the CPU reads it at memory speed, unlike the
  * device-local staging buffer a GPU maps through the BAR. */
+/* The stream's device scratch with at least `bytes` (grown, kept for later calls): its device
+ * address in *addr_p, or the allocation's error (the scratch is then empty). */
+burst_status_t burst_vk_stream_scratch(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                                       size_t bytes, VkDeviceAddress *addr_p);
 burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                     size_t bytes, unsigned char **map_p, VkDeviceAddress *addr_p);
 void burst_vk_streams_fini(struct burst_vk_backend *be);
@@ -462,6 +471,7 @@ struct burst_vk_elem_params {
     uint64_t units; /* work items: copy: rows * ceil(d / 2); fill / accumulate: count */
     uint32_t value; /* fill: the fp32 bits */
     uint32_t pad;
+    uint64_t aux;   /* cvt: device address of the largest magnitude's bits (amax) */
 };
 
 /* One tensor argument of an elementwise dispatch: its device address (of element 0), or 0 when

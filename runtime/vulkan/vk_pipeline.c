@@ -22,6 +22,7 @@
 #include "bwd_dq.spv.h"
 #include "elem_acc.spv.h"
 #include "elem_amax.spv.h"
+#include "elem_cvt.spv.h"
 #include "elem_copy.spv.h"
 #include "elem_fill.spv.h"
 #include "fwd.spv.h"
@@ -85,6 +86,7 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
     case BURST_VK_FILL: return BURST_VK_SPV(burst_vk_spv_elem_fill);
     case BURST_VK_ACC: return BURST_VK_SPV(burst_vk_spv_elem_acc);
     case BURST_VK_AMAX: return BURST_VK_SPV(burst_vk_spv_elem_amax);
+    case BURST_VK_CVT: return BURST_VK_SPV(burst_vk_spv_elem_cvt);
 #if BURST_VK_SPV_FWD_CM_NV
     case BURST_VK_FWD_CM: return BURST_VK_SPV(burst_vk_spv_fwd_cm_nv);
 #endif

@@ -6,7 +6,8 @@
  * stages its arguments, records its dispatches, submits under the queue lock and waits on the
  * fence; the stream's staging buffer grows to the largest call and is reused. A second,
  * host-cached buffer (grown the same way) holds what the host packs in or reads back for the
- * elementwise ops (vk_elem_gpu.c).
+ * elementwise ops (vk_elem_gpu.c); a third, device memory (grown the same way, on demand), a
+ * call's own intermediates (fwd_cmq's bf16 K and V converted to fp16, vk_attn.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,21 @@ burst_status_t burst_vk_stage(struct burst_vk_backend *be, struct burst_vk_strea
     return BURST_OK;
 }
 
+burst_status_t burst_vk_stream_scratch(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                                       size_t bytes, VkDeviceAddress *addr_p)
+{
+    if (bytes > s->scratch.size) {
+        burst_vk_buffer_destroy(be, &s->scratch);
+        burst_status_t st = burst_vk_buffer_create(be, bytes, 0, &s->scratch);
+        if (st != BURST_OK) {
+            memset(&s->scratch, 0, sizeof s->scratch);
+            return st;
+        }
+    }
+    *addr_p = s->scratch.addr;
+    return BURST_OK;
+}
+
 burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                     size_t bytes, unsigned char **map_p, VkDeviceAddress *addr_p)
 {
@@ -234,9 +250,10 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
         vkCmdResetQueryPool(s->cmd, s->queries, 0, 2 * (uint32_t)nd);
     for (int i = 0; i < nd; i++) {
         /* dispatches of one kernel over row ranges add into the same accumulators: each one
-         * waits for the writes of the one before; so does the kernel after elem_amax ones
-         * (it reads their result) */
-        if (i > 0 && (d[i].kernel == d[i - 1].kernel || d[i - 1].kernel == BURST_VK_AMAX)) {
+         * waits for the writes of the one before; so does the kernel after elem_amax or
+         * elem_cvt ones (it reads their results) */
+        if (i > 0 && (d[i].kernel == d[i - 1].kernel || d[i - 1].kernel == BURST_VK_AMAX ||
+                      d[i - 1].kernel == BURST_VK_CVT)) {
             VkMemoryBarrier mb = {
                 .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                 .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
@@ -295,6 +312,7 @@ void burst_vk_streams_fini(struct burst_vk_backend *be)
         struct burst_vk_stream *s = &be->streams[i];
         burst_vk_buffer_destroy(be, &s->stage);
         burst_vk_buffer_destroy(be, &s->host);
+        burst_vk_buffer_destroy(be, &s->scratch);
         if (s->queries)
             vkDestroyQueryPool(be->dev, s->queries, NULL);
         vkDestroyFence(be->dev, s->fence, NULL);
