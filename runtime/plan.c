@@ -169,8 +169,8 @@ static const char *const field_names[F_COUNT] = {
     "window_left",    "window_right",    "layout",
     "bwd_pattern",    "acc_wire",        "deterministic",
     "ranks_per_node", "workspace_limit", "BURST_STAGE_CHUNK_BYTES",
-    "BURST_SPEED_ROUNDS", "speed",          "device_direct",   "device_share",
-    "device_uuid0",   "device_uuid1",
+    "BURST_SPEED_ROUNDS", "speed",       "device_direct",
+    "device_share",   "device_uuid0",    "device_uuid1",
 };
 
 static uint64_t fnv1a(uint64_t hash, uint64_t x)

@@ -24,7 +24,10 @@
 // At the end dK, times tau, and dV are added into the fp32 accumulators from the registers;
 // each element has one writer, in a fixed order (deterministic).
 // Precision: P and dS are rounded to fp16 before the MMAs (as in FlashAttention): 2^-11
-// relative per term.
+// relative per term. bf16 inputs: the host converts them into packed fp16, each view scaled by
+// a power of two into fp16's range (flag bits 6-9, shaders/cm_nv.glsl cvt_scales); S^T is
+// unscaled in qmul, dP^T and D are taken in dO's scaled units (so is dS^T), and the scales
+// are undone when dK (dO's and Q's) and dV (dO's) are added.
 //
 // Shared memory (one uvec4 array sh, rows padded to D + 8 halves):
 //   [0, KN)           K tile [BR][D + 8] fp16
@@ -117,7 +120,10 @@ void main()
                 coopMatLoadNV(vf[c], sh, uint(QO + (16 * sg - p0) * RS + 2 * c), uint(RS), false);
     }
 
-    const float qmul = P.scale * LOG2E;
+    // bf16 inputs converted by the host: their scales (1 otherwise); powers of two, divided one
+    // at a time (a product may overflow)
+    const vec4 sc = cvt_scales(P.amax, P.flags);
+    const float qmul = P.scale * LOG2E / sc.y / sc.x, pmul = 1.0 / sc.z;
     CMAT dk[DC], dv[DC];
     UNROLL for (int c = 0; c < DC; c++) {
         dk[c] = CMAT(0.0);
@@ -143,7 +149,7 @@ void main()
             bool in_tile = ir < qmax;                                                             \
             float lse = in_tile ? F32(P.lse).v[(b * P.hq + h) * P.nq + ir] : NEG_INF;            \
             lse2r = lse == NEG_INF ? POS_INF : lse * LOG2E; /* no key anywhere: P = 0 */          \
-            dlr = in_tile ? F32(P.delta).v[(b * P.hq + h) * P.nq + ir] : 0.0;                    \
+            dlr = sc.w * (in_tile ? F32(P.delta).v[(b * P.hq + h) * P.nq + ir] : 0.0);           \
             ivr = in_tile ? rows.v[ir] : ivec2(0, 0);                                             \
         }                                                                                         \
     }
@@ -186,7 +192,7 @@ void main()
                 ivec2 iv = ivs[col];
                 float p = (j >= iv.x && j < iv.y) ? exp2(s[e] * qmul - lse2s[col]) : 0.0;
                 s[e] = p;
-                dp[e] = p * (dp[e] - dls[col]);
+                dp[e] = p * (dp[e] * pmul - dls[col]);
             }
             // dV += P^T dO, dK += dS^T Q
             AMAT ap = AMAT(s), ads = AMAT(dp);
@@ -203,6 +209,7 @@ void main()
     // accumulators += tau dK and dV, from the registers
     const bool want_dk = (P.flags & 2) != 0, want_dv = (P.flags & 4) != 0;
     F32 adk = F32(P.dk), adv = F32(P.dv);
+    const float tau = P.scale / sc.w / sc.x, vmul = 1.0 / sc.w; // dS^T, dO in dO's units
     const uint obA = uint(((b * P.nk + jA) * P.hkv + g) * D), obB = obA + uint(8 * P.hkv * D);
     UNROLL for (int c = 0; c < DC; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
@@ -210,9 +217,9 @@ void main()
             if ((rb ? jB : jA) < P.nk) {
                 uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
                 if (want_dk)
-                    adk.v[x] = fma(P.scale, dk[c][e], adk.v[x]);
+                    adk.v[x] = fma(tau, dk[c][e], adk.v[x]);
                 if (want_dv)
-                    adv.v[x] += dv[c][e];
+                    adv.v[x] += dv[c][e] * vmul;
             }
         }
     }

@@ -20,6 +20,10 @@
 // element has one writer (deterministic). Only key tiles in the union of the tile's allowed
 // intervals are visited.
 // Precision: dS is rounded to fp16 before dS K (as in FlashAttention): 2^-11 relative per term.
+// bf16 inputs: the host converts them into packed fp16, each view scaled by a power of two into
+// fp16's range (flag bits 6-9, shaders/cm_nv.glsl cvt_scales); S is unscaled in qmul, dP and D
+// are taken in dO's scaled units (so dS, rounded to fp16, is too: a small dO does not become
+// fp16-subnormal), and the scales of dO and K are undone when dQ is added.
 //
 // Shared memory (one uvec4 array sh, rows padded to D + 8 halves): K tile [BC] and V tile
 // [BC] fp16; Q and dO pass through them before the loop, QP rows at a time.
@@ -111,18 +115,21 @@ void main()
         }
     }
 
-    const float qmul = P.scale * LOG2E;
+    // bf16 inputs converted by the host: their scales (1 otherwise); powers of two, divided one
+    // at a time (a product may overflow)
+    const vec4 sc = cvt_scales(P.amax, P.flags);
+    const float qmul = P.scale * LOG2E / sc.x / sc.y, pmul = 1.0 / sc.z;
     float lse2A = POS_INF, dlA = 0.0, lse2B = POS_INF, dlB = 0.0; // no key anywhere: P = 0
     const uint liA = uint((b * P.hq + h) * P.nq + iA), liB = liA + 8u;
     if (liveA) {
         float lse = F32(P.lse).v[liA];
         lse2A = lse == NEG_INF ? POS_INF : lse * LOG2E;
-        dlA = F32(P.delta).v[liA];
+        dlA = F32(P.delta).v[liA] * sc.w; // D in dO's scaled units
     }
     if (liveB) {
         float lse = F32(P.lse).v[liB];
         lse2B = lse == NEG_INF ? POS_INF : lse * LOG2E;
-        dlB = F32(P.delta).v[liB];
+        dlB = F32(P.delta).v[liB] * sc.w;
     }
     CMAT dq[DC];
     UNROLL for (int c = 0; c < DC; c++)
@@ -173,7 +180,7 @@ void main()
                 ivec2 my = rb ? myB : myA;
                 float p = (kj >= my.x && kj < my.y) ? exp2(s[e] * qmul - (rb ? lse2B : lse2A))
                                                     : 0.0;
-                s[e] = p * (dp[e] - (rb ? dlB : dlA));
+                s[e] = p * (dp[e] * pmul - (rb ? dlB : dlA));
             }
             // dQ += dS K
             AMAT ads = AMAT(s);
@@ -187,13 +194,14 @@ void main()
 
     // dQ accumulator += tau dQ, from the registers
     F32 acc = F32(P.o);
+    const float tau = P.scale / sc.w / sc.y; // dS in dO's scaled units, K scaled
     const uint obA = uint(((b * P.nq + iA) * P.hq + h) * D), obB = obA + uint(8 * P.hq * D);
     UNROLL for (int c = 0; c < DC; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
             bool rb = row_b(e);
             if (rb ? liveB : liveA) {
                 uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
-                acc.v[x] = fma(P.scale, dq[c][e], acc.v[x]);
+                acc.v[x] = fma(tau, dq[c][e], acc.v[x]);
             }
         }
     }

@@ -71,6 +71,22 @@ uvec4 load8s(View t, int dt, bool vec, uint x, bool inside, float sc)
     return r;
 }
 
+// The scales of views the host converted from bf16 into packed fp16 (vk_attn.c, elem_cvt.comp),
+// from the largest magnitudes' bits at params.amax (q, k, v, dout), where flag bits 8, 6, 7, 9
+// say so; 1 for the others. sc = (q, k, v, dout).
+vec4 cvt_scales(uint64_t amax, int flags)
+{
+    vec4 sc = vec4(1.0);
+    if ((flags & 0x3c0) != 0) {
+        U32 am = U32(amax);
+        sc.x = (flags & 256) != 0 ? bf16_scale(am.v[0]) : 1.0;
+        sc.y = (flags & 64) != 0 ? bf16_scale(am.v[1]) : 1.0;
+        sc.z = (flags & 128) != 0 ? bf16_scale(am.v[2]) : 1.0;
+        sc.w = (flags & 512) != 0 ? bf16_scale(am.v[3]) : 1.0;
+    }
+    return sc;
+}
+
 // Two fp32 values as the fp16 pair of one 32-bit word (a in the low half).
 uint pack_half2(float a, float b)
 {

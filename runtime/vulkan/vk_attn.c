@@ -291,17 +291,17 @@ static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, 
 }
 
 /*
- * bf16 inputs of fwd_cmq (shaders/fwd_cmq_nv.comp): dispatches before the kernel's, appended
- * to d from d[*nd], with their parameter blocks at `blocks` (device address ba) of the staged
- * extra area and three result words at `words` (wa). First elem_amax finds the largest
- * magnitude of each bf16 view (its bits into words[i] for q, k, v), from which the kernel takes
- * its power-of-two scale into fp16 (convert.glsl bf16_scale); then, where cvt[1] / cvt[2], K / V
- * are converted so scaled, once, into packed fp16 at cvt_addr (k first, then v, each B nk hkv d
- * halves): each workgroup of the kernel would otherwise convert every K / V tile it reads
- * itself (load8s).
+ * bf16 inputs of the *_cmq kernels: dispatches before the kernels', appended to d from d[*nd],
+ * with their parameter blocks at `blocks` (device address ba) of the staged extra area and one
+ * result word per view at `words` (wa; 16 bytes, zeroed here). For each bf16 view t[i] (at
+ * device address addr[i]; i = 0..n-1 is q, k, v, dout) elem_amax first finds its largest
+ * magnitude (bits into words[i]), from which the kernels take its power-of-two scale into
+ * fp16's range (convert.glsl bf16_scale); then, where cvt_at[i] != 0, elem_cvt converts the
+ * view so scaled, once, into packed fp16 at cvt_at[i] (each workgroup of fwd_cmq would
+ * otherwise convert every K / V tile it reads itself: load8s).
  */
-static void burst_vk_bf16_prep(const struct burst_tensor *const qkv[3], const VkDeviceAddress
-                               addr[3], const int cvt[3], VkDeviceAddress cvt_addr,
+static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
+                               const VkDeviceAddress *addr, const VkDeviceAddress *cvt_at,
                                VkPipeline amax_pipe, VkPipeline cvt_pipe, unsigned char *blocks,
                                VkDeviceAddress ba, unsigned char *words, VkDeviceAddress wa,
                                struct burst_vk_dispatch *d, int *nd)
@@ -309,29 +309,62 @@ static void burst_vk_bf16_prep(const struct burst_tensor *const qkv[3], const Vk
     memset(words, 0, 16);
     int nb = 0;
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < 3; i++) {
-            const struct burst_tensor *t = qkv[i];
-            if (t->dtype != BURST_DTYPE_BF16 || (pass == 1 && !cvt[i]))
+        for (int i = 0; i < n; i++) {
+            if (t[i]->dtype != BURST_DTYPE_BF16 || (pass == 1 && !cvt_at[i]))
                 continue;
             struct burst_vk_elem_params *ep = (void *)(blocks + (size_t)nb * BURST_VK_PBLOCK);
             memset(ep, 0, sizeof *ep);
             ep->src = addr[i];
-            memcpy(ep->shape, t->shape, sizeof ep->shape);
-            memcpy(ep->sstride, t->stride, sizeof ep->sstride);
-            const uint64_t n = (uint64_t)(t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]);
-            ep->units = (n + 7) / 8; /* units of 8 elements of a row (d % 8 == 0 here) */
+            memcpy(ep->shape, t[i]->shape, sizeof ep->shape);
+            memcpy(ep->sstride, t[i]->stride, sizeof ep->sstride);
+            ep->units = (uint64_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] *
+                                   t[i]->shape[3]) / 8; /* 8 elements of a row (d % 16 == 0) */
             ep->aux = wa + 4 * (VkDeviceAddress)i;
-            ep->dst = pass == 0 ? wa + 4 * (VkDeviceAddress)i
-                                : cvt_addr + (i == 2 && cvt[1] ? 2 * (VkDeviceAddress)n : 0);
+            ep->dst = pass == 0 ? wa + 4 * (VkDeviceAddress)i : cvt_at[i];
             /* amax: a few hundred workgroups, so few atomics meet on one word */
+            const uint64_t cap = pass == 0 ? 512 : 65535;
             uint64_t wg = (ep->units + 127) / 128;
-            wg = wg < 1 ? 1 : wg > (pass == 0 ? 512 : 65535) ? (pass == 0 ? 512 : 65535) : wg;
+            wg = wg < 1 ? 1 : wg > cap ? cap : wg;
             d[(*nd)++] = (struct burst_vk_dispatch){pass == 0 ? BURST_VK_AMAX : BURST_VK_CVT,
                                                     pass == 0 ? amax_pipe : cvt_pipe,
                                                     ba + (VkDeviceAddress)nb * BURST_VK_PBLOCK,
                                                     {(uint32_t)wg, 1, 1}};
             nb++;
         }
+}
+
+/* The packed fp16 [B, n, H, d] view of t at device address a (elem_cvt's output). */
+static struct burst_vk_view burst_vk_packed_view(const struct burst_tensor *t, VkDeviceAddress a)
+{
+    return (struct burst_vk_view){a, 0, (int32_t)(t->shape[1] * t->shape[2] * t->shape[3]),
+                                  (int32_t)(t->shape[2] * t->shape[3]), (int32_t)t->shape[3]};
+}
+
+/* Room in the stream's scratch for the views t[i] with want[i] converted into packed fp16
+ * (burst_vk_bf16_prep): cvt_at[i] receives each one's device address, 0 where not wanted.
+ * 0, or -1 where the scratch cannot grow to hold them (every cvt_at 0, no error left). */
+static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_stream *s, int n,
+                                const struct burst_tensor *const *t, const int *want,
+                                VkDeviceAddress *cvt_at)
+{
+    size_t need = 0, off[4];
+    for (int i = 0; i < n; i++) {
+        off[i] = need;
+        cvt_at[i] = 0;
+        if (want[i]) /* 2 bytes an element, 256-byte aligned */
+            need += (2 * (size_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] *
+                                  t[i]->shape[3]) + 255) / 256 * 256;
+    }
+    VkDeviceAddress base = 0;
+    if (!need)
+        return 0;
+    if (burst_vk_stream_scratch(be, s, need, &base) != BURST_OK) {
+        burst_error_clear(); /* not an error: the caller takes another way */
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        cvt_at[i] = want[i] ? base + off[i] : 0;
+    return 0;
 }
 
 /* Forward with an explicit kernel and tile (fwd_step and the autotune). */
@@ -362,7 +395,6 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         nbf += qkv[i]->dtype == BURST_DTYPE_BF16;
         cvt[i] = i > 0 && qkv[i]->dtype == BURST_DTYPE_BF16 && be->env.cmq_bf16 == 1;
     }
-    const size_t kvh = (size_t)(dim->batch * dim->nk * dim->hkv * dim->d); /* halves of K, V */
     struct burst_vk_dispatch *d = malloc((size_t)(nch + 2 * nbf) * sizeof *d);
     if (!d)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", op);
@@ -372,12 +404,9 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         free(d);
         return st;
     }
-    VkDeviceAddress cvt_addr = 0;
-    if ((cvt[1] || cvt[2]) &&
-        burst_vk_stream_scratch(be, s, 2 * kvh * (size_t)(cvt[1] + cvt[2]), &cvt_addr) != BURST_OK) {
-        burst_error_clear(); /* not an error: the kernel converts the tiles itself */
-        cvt[1] = cvt[2] = 0;
-    }
+    VkDeviceAddress cvt_at[3];
+    if (burst_vk_cvt_scratch(be, s, 3, qkv, cvt, cvt_at) != 0)
+        cvt[1] = cvt[2] = 0; /* the kernel converts the tiles itself */
     const int ncvt = cvt[1] + cvt[2];
     int dt[4] = {(int)a->q->dtype, cvt[1] ? (int)BURST_DTYPE_FP16 : (int)a->k->dtype,
                  cvt[2] ? (int)BURST_DTYPE_FP16 : (int)a->v->dtype, 0};
@@ -422,15 +451,14 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         if (kern == BURST_VK_FWD_RT && burst_vk_vec4(a->q, slots[0].addr) &&
             burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr))
             p->flags |= 32;
-        for (int i = 1; i < 3; i++) /* K, V: packed fp16 [B, nk, hkv, d] in the scratch */
-            if (cvt[i]) {
-                const struct burst_vk_view pk = {
-                    cvt_addr + (i == 2 && cvt[1] ? 2 * (VkDeviceAddress)kvh : 0), 0,
-                    (int32_t)(dim->nk * dim->hkv * dim->d), (int32_t)(dim->hkv * dim->d),
-                    (int32_t)dim->d};
-                *(i == 1 ? &p->k : &p->v) = pk;
-                p->flags |= i == 1 ? 64 : 128;
-            }
+        if (cvt[1]) { /* K, V: packed fp16 in the scratch */
+            p->k = burst_vk_packed_view(a->k, cvt_at[1]);
+            p->flags |= 64;
+        }
+        if (cvt[2]) {
+            p->v = burst_vk_packed_view(a->v, cvt_at[2]);
+            p->flags |= 128;
+        }
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim->nq, dim->nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
         const uint32_t groups[3] = {burst_vk_groups(dim->nq, tl->br), (uint32_t)dim->hq,
@@ -440,7 +468,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             unsigned char *x = extra;
             p->amax = xa + woff;
             const VkDeviceAddress addr[3] = {slots[0].addr, slots[1].addr, slots[2].addr};
-            burst_vk_bf16_prep(qkv, addr, cvt, cvt_addr, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
+            burst_vk_bf16_prep(3, qkv, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
                                x + woff, xa + woff, d, &nd);
         }
         burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, d, &nd);
@@ -502,18 +530,36 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         return BURST_OK;
     if (!a->lse || !a->delta)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: lse or delta is NULL", op);
-    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for;
-     * the register-tiled ones everything else, where the device has tiles for them */
+    struct burst_vk_stream *s;
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+        return st;
+    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for, and
+     * the *_cmq pair also bf16 ones, converted into fp16 scaled by a power of two per view
+     * (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1, the
+     * default); the register-tiled ones everything else, where the device has tiles for them */
+    const struct burst_tensor *const t4[4] = {a->q, a->k, a->v, a->dout};
+    int fp16 = dim.d % 16 == 0, half = dim.d % 16 == 0, cvt[4] = {0, 0, 0, 0}, nbf = 0;
+    for (int i = 0; i < 4; i++) {
+        fp16 &= t4[i]->dtype == BURST_DTYPE_FP16;
+        half &= t4[i]->dtype != BURST_DTYPE_FP32;
+        cvt[i] = t4[i]->dtype == BURST_DTYPE_BF16;
+    }
     enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
     int dc = burst_vk_dclass((int)dim.d);
-    if (be->use_coopmat && a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
-        a->v->dtype == BURST_DTYPE_FP16 && a->dout->dtype == BURST_DTYPE_FP16 &&
-        dim.d % 16 == 0 && be->tiles.k[BURST_VK_DQ_CM][dc].t > 0 &&
-        be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
+    const int cmq = be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0;
+    VkDeviceAddress cvt_at[4] = {0, 0, 0, 0};
+    if (be->use_coopmat && !fp16 && half && cmq && be->env.cmq_bf16 == 1 &&
+        burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0) {
+        kq = BURST_VK_DQ_CMQ;
+        kkv = BURST_VK_DKV_CMQ;
+        for (int i = 0; i < 4; i++)
+            nbf += cvt[i];
+    } else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_DQ_CM][dc].t > 0 &&
+               be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
         kq = BURST_VK_DQ_CM;
         kkv = BURST_VK_DKV_CM;
         /* with dS in registers where the device's layout passed its check (vk_cmq.c) */
-        if (be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0) {
+        if (cmq) {
             kq = BURST_VK_DQ_CMQ;
             kkv = BURST_VK_DKV_CMQ;
         }
@@ -534,22 +580,32 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     }
     const int fused = kkv == BURST_VK_DKVQ_RT; /* dQ comes from the dK / dV kernel */
     struct burst_vk_tile tq, tkv;
-    if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) != BURST_OK ||
-        (st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv)) != BURST_OK)
-        return st;
     int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, (int)a->dout->dtype};
-    VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE;
-    if (a->dq && !fused && (st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq)) != BURST_OK)
+    for (int i = 0; nbf && i < 4; i++) /* converted views are fp16 to the kernels */
+        dt[i] = (int)BURST_DTYPE_FP16;
+    int edt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
+    struct burst_vk_tile etl = {1, 128, 1};
+    VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE, amax_pipe = VK_NULL_HANDLE,
+               cvt_pipe = VK_NULL_HANDLE;
+    if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
+        st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
+    if (st == BURST_OK && a->dq && !fused)
+        st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq);
+    if (st == BURST_OK && (a->dk || a->dv || fused))
+        st = burst_vk_pipeline(be, kkv, (int)dim.d, &tkv, dt, &pkv);
+    if (st == BURST_OK && nbf && (st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, edt,
+                                                          &amax_pipe)) == BURST_OK)
+        st = burst_vk_pipeline(be, BURST_VK_CVT, 0, &etl, edt, &cvt_pipe);
+    if (st == BURST_OK && (burst_vk_groups(dim.nq, tq.br) > be->caps.max_groups[0] ||
+                           burst_vk_groups(dim.nk, tkv.br) > be->caps.max_groups[0]))
+        st = burst_error(BURST_ERR_TOO_LARGE,
+                         "%s: %lld query / %lld key rows need more workgroups than the "
+                         "device's %u",
+                         op, (long long)dim.nq, (long long)dim.nk, be->caps.max_groups[0]);
+    if (st != BURST_OK) {
+        burst_vk_stream_release(be, s);
         return st;
-    if ((a->dk || a->dv || fused) &&
-        (st = burst_vk_pipeline(be, kkv, (int)dim.d, &tkv, dt, &pkv)) != BURST_OK)
-        return st;
-    if (burst_vk_groups(dim.nq, tq.br) > be->caps.max_groups[0] ||
-        burst_vk_groups(dim.nk, tkv.br) > be->caps.max_groups[0])
-        return burst_error(BURST_ERR_TOO_LARGE,
-                           "%s: %lld query / %lld key rows need more workgroups than the "
-                           "device's %u",
-                           op, (long long)dim.nq, (long long)dim.nk, be->caps.max_groups[0]);
+    }
     size_t nrow = (size_t)(dim.batch * dim.nq * dim.hq);
     size_t nkv = (size_t)(dim.batch * dim.nk * dim.hkv * dim.d);
     struct burst_vk_slot slots[9] = {
@@ -567,17 +623,17 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     int64_t per_q = pq ? burst_vk_rows_per_dispatch(be, kq, &dim, &tq) : 1;
     int nkv_d = pkv ? (int)((dim.nq + per_kv - 1) / per_kv) : 0;
     int nq_d = pq ? (int)((dim.nk + per_q - 1) / per_q) : 0;
-    struct burst_vk_dispatch *d = malloc((size_t)(nkv_d + nq_d) * sizeof *d);
-    if (!d)
+    struct burst_vk_dispatch *d = malloc((size_t)(nkv_d + nq_d + 2 * nbf) * sizeof *d);
+    if (!d) {
+        burst_vk_stream_release(be, s);
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", op);
-    struct burst_vk_stream *s;
-    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK) {
-        free(d);
-        return st;
     }
     void *extra;
     VkDeviceAddress xa;
-    size_t roff = (size_t)(nkv_d + nq_d) * BURST_VK_PBLOCK;
+    /* extra area: the kernels' parameter blocks, 2 nbf elem blocks, 4 result words, the rows */
+    size_t eoff = (size_t)(nkv_d + nq_d) * BURST_VK_PBLOCK;
+    size_t woff = eoff + 2 * (size_t)nbf * BURST_VK_PBLOCK;
+    size_t roff = woff + (nbf ? BURST_VK_PBLOCK : 0);
     st = burst_vk_stage(be, s, slots, 9, roff + 8 * (size_t)dim.nq, &extra, &xa);
     if (st == BURST_OK) {
         struct burst_vk_params *p = extra;
@@ -600,14 +656,24 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         p->group = (int32_t)dim.group;
         p->scale = a->scale;
         p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
-        if (burst_vk_kernel_cm(kq) && burst_vk_vec8(a->q, slots[0].addr) &&
-            burst_vk_vec8(a->k, slots[1].addr) && burst_vk_vec8(a->v, slots[2].addr) &&
-            burst_vk_vec8(a->dout, slots[3].addr))
+        int vec = 1;
+        for (int i = 0; i < 4; i++)
+            vec &= cvt_at[i] || burst_vk_vec8(t4[i], slots[i].addr);
+        if (burst_vk_kernel_cm(kq) && vec)
             p->flags |= 8;
         if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) &&
             burst_vk_vec4(a->q, slots[0].addr) && burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
             burst_vk_vec4(a->dout, slots[3].addr))
             p->flags |= 32;
+        /* bf16 views converted into packed fp16 in the scratch: flag bits 8, 6, 7, 9 for q, k,
+         * v, dout (shaders/cm_nv.glsl cvt_scales) */
+        static const int cvt_flag[4] = {256, 64, 128, 512};
+        struct burst_vk_view *pv[4] = {&p->q, &p->k, &p->v, &p->dout};
+        for (int i = 0; i < 4; i++)
+            if (cvt_at[i]) {
+                *pv[i] = burst_vk_packed_view(t4[i], cvt_at[i]);
+                p->flags |= cvt_flag[i];
+            }
         burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,
                       (int32_t *)(void *)((unsigned char *)extra + roff));
         const uint32_t gkv[3] = {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv,
@@ -615,6 +681,14 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         const uint32_t gq[3] = {burst_vk_groups(dim.nq, tq.br), (uint32_t)dim.hq,
                                 (uint32_t)dim.batch};
         int nd = 0;
+        if (nbf) {
+            unsigned char *x = extra;
+            p->amax = xa + woff;
+            const VkDeviceAddress addr[4] = {slots[0].addr, slots[1].addr, slots[2].addr,
+                                             slots[3].addr};
+            burst_vk_bf16_prep(4, t4, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
+                               x + woff, xa + woff, d, &nd);
+        }
         if (pkv) /* over query rows */
             burst_vk_split(extra, xa, 0, dim.nq, per_kv, kkv, pkv, gkv, d, &nd);
         if (pq) /* over keys */
