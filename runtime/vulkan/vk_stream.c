@@ -17,7 +17,7 @@
 #include "vk_internal.h"
 
 #define BURST_VK_STAGE_ALIGN 256
-#define BURST_VK_MAX_DISPATCH 8
+#define BURST_VK_MAX_DISPATCH 16 /* timed dispatches of one call (profiling); more go untimed */
 
 static burst_status_t burst_vk_stream_init(struct burst_vk_backend *be, struct burst_vk_stream *s)
 {
