@@ -451,6 +451,7 @@ static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
     if (plan->shards.lens) {
         plan->pos = burst_shards_posmap(&plan->shards, plan->rank);
         plan->n = plan->shards.lens[plan->rank];
+        plan->n_max = 0; /* of these shards (measured ones are sized twice) */
         for (int r = 0; r < plan->size; r++)
             if (plan->shards.lens[r] > plan->n_max)
                 plan->n_max = plan->shards.lens[r];
@@ -482,6 +483,7 @@ static burst_status_t measured_shards(struct burst_plan *plan, const char *who,
                                       const struct burst_plan_params *params, const double *sp)
 {
     double *weights = plan->speeds + 2 * (size_t)plan->size, top = 0.0;
+    burst_shards_fini(&plan->shards); /* round 1's, when round 2 sizes them again */
     for (int r = 0; r < plan->size; r++)
         top = sp[r] > top ? sp[r] : top;
     for (int r = 0; r < plan->size; r++)

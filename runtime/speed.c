@@ -107,6 +107,9 @@ burst_status_t burst_speed_measure_shard(struct burst_context *ctx,
                                          int64_t keys, int64_t gkv, const char *who,
                                          double *speed_p)
 {
+    /* a call runs batch x rows query rows (workgroups over both): as many rows of batch 1 */
+    rows *= p->batch > 0 ? p->batch : 1;
+    rows = rows > BURST_SPEED_SHARD_ROWS ? BURST_SPEED_SHARD_ROWS : rows < 1 ? 1 : rows;
     keys = keys > BURST_SPEED_MAX_ROWS ? BURST_SPEED_MAX_ROWS : keys < 1 ? 1 : keys;
     gkv = gkv < 1 ? 1 : gkv > p->kv_heads ? p->kv_heads : gkv;
     return measure(ctx, p, rows, keys, gkv * (p->q_heads / p->kv_heads), gkv, who, speed_p);

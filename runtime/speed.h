@@ -13,9 +13,11 @@
  * a few hundred rows. This is the speed burst_plan_rank_speed reports and the ideal of
  * burstrun uses.
  *
- * Round 2, the rank's rate on the shard round 1 gave it: steps of exactly that many query rows
- * and one head group's heads (the ring's calls run a group at a time), against keys that grow
- * as above up to the largest shard (at most SPEED_MAX_ROWS). A GPU runs a step in waves of
+ * Round 2, the rank's rate on the shard round 1 gave it: steps of that many query rows (times
+ * the batch, which a call runs at once; at most SPEED_SHARD_ROWS, where a GPU runs many waves
+ * and the measurement's memory and time stay bounded) and one head group's heads (the ring's
+ * calls run a group at a time), against keys that grow as above up to the largest shard (at
+ * most SPEED_MAX_ROWS). A GPU runs a step in waves of
  * workgroups; a small shard, or few heads a call, may leave the last wave mostly empty, which
  * round 1's larger step does not show (measured: a vulkan rank given 3.6K of 64K rows by round 1,
  * bf16, 11 heads a call, computed 1.23x longer than round 1 predicted; 2 x H100). The final
@@ -35,6 +37,7 @@
 #define BURST_SPEED_MIN_S 0.02
 #define BURST_SPEED_MIN_REPS 2
 #define BURST_SPEED_MAX_REPS 50
+#define BURST_SPEED_SHARD_ROWS 32768 /* round 2: at most this many query rows */
 
 /* Round 1: rows x keys x query heads per second of ctx's forward kernel for the plan p on a
  * ring of `ranks` (> 0 on success). Errors name `who`. */

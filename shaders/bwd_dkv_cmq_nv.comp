@@ -26,8 +26,9 @@
 // Precision: P and dS are rounded to fp16 before the MMAs (as in FlashAttention): 2^-11
 // relative per term. bf16 inputs: the host converts them into packed fp16, each view scaled by
 // a power of two into fp16's range (flag bits 6-9, shaders/cm_nv.glsl cvt_scales); S^T is
-// unscaled in qmul, dP^T and D are taken in dO's scaled units (so is dS^T), and the scales
-// are undone when dK (dO's and Q's) and dV (dO's) are added.
+// unscaled in qmul, dP^T and D are taken in dO's scaled units (so is dS^T, below 2^15 by
+// dO's scale: convert.glsl bf16_scale_dout), and the scales are undone when dK (dO's and Q's)
+// and dV (dO's) are added.
 //
 // Shared memory (one uvec4 array sh, rows padded to D + 8 halves):
 //   [0, KN)           K tile [BR][D + 8] fp16

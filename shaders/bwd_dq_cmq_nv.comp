@@ -23,7 +23,8 @@
 // bf16 inputs: the host converts them into packed fp16, each view scaled by a power of two into
 // fp16's range (flag bits 6-9, shaders/cm_nv.glsl cvt_scales); S is unscaled in qmul, dP and D
 // are taken in dO's scaled units (so dS, rounded to fp16, is too: a small dO does not become
-// fp16-subnormal), and the scales of dO and K are undone when dQ is added.
+// fp16-subnormal; dO's scale also keeps |dS| < 2^15: convert.glsl bf16_scale_dout), and the
+// scales of dO and K are undone when dQ is added.
 //
 // Shared memory (one uvec4 array sh, rows padded to D + 8 halves): K tile [BC] and V tile
 // [BC] fp16; Q and dO pass through them before the loop, QP rows at a time.

@@ -73,7 +73,7 @@ uvec4 load8s(View t, int dt, bool vec, uint x, bool inside, float sc)
 
 // The scales of views the host converted from bf16 into packed fp16 (vk_attn.c, elem_cvt.comp),
 // from the largest magnitudes' bits at params.amax (q, k, v, dout), where flag bits 8, 6, 7, 9
-// say so; 1 for the others. sc = (q, k, v, dout).
+// say so; 1 for the others. sc = (q, k, v, dout); dout's is bf16_scale_dout (V converted too).
 vec4 cvt_scales(uint64_t amax, int flags)
 {
     vec4 sc = vec4(1.0);
@@ -82,7 +82,7 @@ vec4 cvt_scales(uint64_t amax, int flags)
         sc.x = (flags & 256) != 0 ? bf16_scale(am.v[0]) : 1.0;
         sc.y = (flags & 64) != 0 ? bf16_scale(am.v[1]) : 1.0;
         sc.z = (flags & 128) != 0 ? bf16_scale(am.v[2]) : 1.0;
-        sc.w = (flags & 512) != 0 ? bf16_scale(am.v[3]) : 1.0;
+        sc.w = (flags & 512) != 0 ? bf16_scale_dout(am.v[3], am.v[2], D) : 1.0;
     }
     return sc;
 }

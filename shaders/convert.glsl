@@ -117,3 +117,21 @@ float bf16_scale(uint m)
     const int e = max(int(m >> 7), 1) - 127; // bf16 subnormals as 2^-126
     return uintBitsToFloat(uint(clamp(14 - e, -126, 126) + 127) << 23);
 }
+
+// The scale of a bf16 dO in the backward (dq_cmq, dkv_cmq: dP, D and dS are taken in dO's
+// scaled units and dS is rounded to fp16): from the bits mo of dO's and mv of V's largest
+// magnitude and the head dim d, at most bf16_scale(mo) and low enough that
+// |dP|, |D| <= d max|dO| max|V| < 2^14 (D = dO . O, |O| <= max|V|), so |dS| = P |dP - D| < 2^15
+// stays within fp16.
+float bf16_scale_dout(uint mo, uint mv, int d)
+{
+    const float s = bf16_scale(mo);
+    if (mo == 0u || mo >= 0x7f80u || mv == 0u || mv >= 0x7f80u)
+        return s;
+    const int eo = max(int(mo >> 7), 1) - 127, ev = max(int(mv >> 7), 1) - 127;
+    int l = 0; // ceil(log2 d)
+    while ((1 << l) < d)
+        l++;
+    // max|dO| < 2^(eo + 1), max|V| < 2^(ev + 1): dO's scaled maximum below 2^(13 - ev - l)
+    return min(s, uintBitsToFloat(uint(clamp(12 - eo - ev - l, -126, 126) + 127) << 23));
+}

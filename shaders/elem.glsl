@@ -36,6 +36,7 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer ElemParams {
     uint value;         // fill: the fp32 bits written
     uint pad;
     uint64_t aux;       // cvt: byte address of the largest magnitude's bits (elem_amax)
+    uint64_t aux2;      // cvt of a backward's dO: V's (bf16_scale_dout), else 0
 };
 
 layout(push_constant) uniform Push { uint64_t params; } pc;

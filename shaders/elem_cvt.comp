@@ -1,7 +1,8 @@
 #version 460
 // shaders/elem_cvt.comp - a bf16 [B, n, H, d] view scaled into fp16's range: dst, packed fp16
 // [B, n, H, d] (d a multiple of 8, dst 16-byte aligned), = fp16(src * 2^s) with 2^s =
-// bf16_scale of the largest magnitude's bits at P.aux (elem_amax.comp, run before). The
+// bf16_scale of the largest magnitude's bits at P.aux (elem_amax.comp, run before), or for a
+// backward's dO bf16_scale_dout of those and V's at P.aux2. The
 // cooperative-matrix forward reads K and V so converted once per call (host side
 // runtime/vulkan/vk_attn.c) instead of converting each tile in every workgroup; it undoes the
 // scale. fp32 -> fp16 rounds to nearest even, with subnormals (convert.glsl).
@@ -19,7 +20,8 @@ void main()
     const uint64_t units = P.units, grid = elem_grid();
     const int64_t d = P.shape[3], nn = P.shape[1], hh = P.shape[2];
     const uint64_t chunks = uint64_t(d / 8);
-    const float sc = bf16_scale(Word(P.aux).v);
+    const float sc = P.aux2 != 0ul ? bf16_scale_dout(Word(P.aux).v, Word(P.aux2).v, int(d))
+                                   : bf16_scale(Word(P.aux).v);
     for (uint64_t u = elem_first(); u < units; u += grid) {
         const uint64_t row = elem_div(u, chunks);
         const int64_t c0 = 8 * int64_t(u - row * chunks);

@@ -320,6 +320,8 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
             ep->units = (uint64_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] *
                                    t[i]->shape[3]) / 8; /* 8 elements of a row (d % 16 == 0) */
             ep->aux = wa + 4 * (VkDeviceAddress)i;
+            if (i == 3) /* a backward's dO: its scale also bounds dS (convert.glsl) */
+                ep->aux2 = wa + 4 * 2;
             ep->dst = pass == 0 ? wa + 4 * (VkDeviceAddress)i : cvt_at[i];
             /* amax: a few hundred workgroups, so few atomics meet on one word */
             const uint64_t cap = pass == 0 ? 512 : 65535;
@@ -538,17 +540,17 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
      * (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1, the
      * default); the register-tiled ones everything else, where the device has tiles for them */
     const struct burst_tensor *const t4[4] = {a->q, a->k, a->v, a->dout};
-    int fp16 = dim.d % 16 == 0, half = dim.d % 16 == 0, cvt[4] = {0, 0, 0, 0}, nbf = 0;
-    for (int i = 0; i < 4; i++) {
+    int fp16 = dim.d % 16 == 0, bf16 = dim.d % 16 == 0, cvt[4] = {0, 0, 0, 0}, nbf = 0;
+    for (int i = 0; i < 4; i++) { /* bf16: all four (dO's scale needs V's: convert.glsl) */
         fp16 &= t4[i]->dtype == BURST_DTYPE_FP16;
-        half &= t4[i]->dtype != BURST_DTYPE_FP32;
+        bf16 &= t4[i]->dtype == BURST_DTYPE_BF16;
         cvt[i] = t4[i]->dtype == BURST_DTYPE_BF16;
     }
     enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
     int dc = burst_vk_dclass((int)dim.d);
     const int cmq = be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0;
     VkDeviceAddress cvt_at[4] = {0, 0, 0, 0};
-    if (be->use_coopmat && !fp16 && half && cmq && be->env.cmq_bf16 == 1 &&
+    if (be->use_coopmat && bf16 && cmq && be->env.cmq_bf16 == 1 &&
         burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0) {
         kq = BURST_VK_DQ_CMQ;
         kkv = BURST_VK_DKV_CMQ;

@@ -22,7 +22,7 @@
 #define BURST_VK_ELEM_WG 128 /* maxComputeWorkGroupInvocations is at least 128 everywhere */
 #define BURST_VK_ELEM_ALIGN 256
 
-_Static_assert(sizeof(struct burst_vk_elem_params) == 120,
+_Static_assert(sizeof(struct burst_vk_elem_params) == 128,
                "struct burst_vk_elem_params must match ElemParams of shaders/elem.glsl");
 
 static size_t burst_vk_elem_esize(burst_dtype_t dt)

@@ -327,6 +327,9 @@ void burst_vk_memory_init(struct burst_vk_backend *be);
 /* A mapped storage buffer with a device address; host_only avoids device-local memory. */
 burst_status_t burst_vk_buffer_create(struct burst_vk_backend *be, size_t bytes, int host_only,
                                       struct burst_vk_buffer *b);
+/* The same in device-local memory only (no fallback to system memory), or an error. */
+burst_status_t burst_vk_buffer_create_device(struct burst_vk_backend *be, size_t bytes,
+                                             struct burst_vk_buffer *b);
 void burst_vk_buffer_destroy(struct burst_vk_backend *be, struct burst_vk_buffer *b);
 void *burst_vk_alloc(void *be, size_t bytes);
 /* The plan's scratch (backend.h alloc_scratch): exportable device-local memory where the device
@@ -402,8 +405,9 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
 /* At least `bytes` of the stream's host-cached buffer (grown on demand, kept until destroy), for
  * arguments the host packs in or reads back: the CPU reads it at memory speed, unlike the
  * device-local staging buffer a GPU maps through the BAR. */
-/* The stream's device scratch with at least `bytes` (grown, kept for later calls): its device
- * address in *addr_p, or the allocation's error (the scratch is then empty). */
+/* The stream's device scratch with at least `bytes` (device-local memory only; grown, kept for
+ * later calls): its device address in *addr_p, or the allocation's error (the scratch is then
+ * empty). */
 burst_status_t burst_vk_stream_scratch(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                        size_t bytes, VkDeviceAddress *addr_p);
 burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
@@ -472,6 +476,7 @@ struct burst_vk_elem_params {
     uint32_t value; /* fill: the fp32 bits */
     uint32_t pad;
     uint64_t aux;   /* cvt: device address of the largest magnitude's bits (amax) */
+    uint64_t aux2;  /* cvt of a backward's dO: V's, for its scale (convert.glsl), else 0 */
 };
 
 /* One tensor argument of an elementwise dispatch: its device address (of element 0), or 0 when

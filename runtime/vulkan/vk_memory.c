@@ -158,6 +158,16 @@ burst_status_t burst_vk_buffer_create(struct burst_vk_backend *be, size_t bytes,
     return st;
 }
 
+burst_status_t burst_vk_buffer_create_device(struct burst_vk_backend *be, size_t bytes,
+                                             struct burst_vk_buffer *b)
+{
+    if (be->mem_fast == ~0u)
+        return burst_error(BURST_ERR_DEVICE_MEMORY,
+                           "vulkan: no device-local host-visible memory for %zu bytes of scratch",
+                           bytes);
+    return burst_vk_buffer_try(be, bytes ? bytes : 64, be->mem_fast, 0, b);
+}
+
 burst_status_t burst_vk_export_try(struct burst_vk_backend *be)
 {
     struct burst_vk_buffer b;

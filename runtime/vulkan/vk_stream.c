@@ -148,7 +148,8 @@ burst_status_t burst_vk_stream_scratch(struct burst_vk_backend *be, struct burst
 {
     if (bytes > s->scratch.size) {
         burst_vk_buffer_destroy(be, &s->scratch);
-        burst_status_t st = burst_vk_buffer_create(be, bytes, 0, &s->scratch);
+        /* device-local only: kernels read it many times; system memory would be PCIe reads */
+        burst_status_t st = burst_vk_buffer_create_device(be, bytes, &s->scratch);
         if (st != BURST_OK) {
             memset(&s->scratch, 0, sizeof s->scratch);
             return st;
