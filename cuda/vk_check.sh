@@ -25,9 +25,9 @@ if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
     step test_vulkan "$b/tests/test_vulkan"
     BURST_VK_CMQ=0 step test_vulkan_cmq0 "$b/tests/test_vulkan"
     # the *_cmq kernels' other code paths: loads in flight, two-chunk softmax steps on fresh
-    # accumulators with S in two chains, and the rule's smallest tiles
-    # (and bf16 K / V converted in the kernel's loads instead of once a call)
-    BURST_VK_CMQ_PREFETCH=1,1,1 BURST_VK_CMQ_FWD=2,0,2 BURST_VK_CMQ_BF16=2 \
+    # accumulators, and the rule's smallest tiles (and bf16 K / V converted in the kernel's
+    # loads instead of once a call)
+    BURST_VK_CMQ_PREFETCH=1,1,1 BURST_VK_CMQ_FWD=2,0 BURST_VK_CMQ_BF16=2 \
         step test_vulkan_cmq_alt "$b/tests/test_vulkan"
     BURST_VK_CMQ_TILE=32,16 BURST_VK_CMQ_BWD_TILE=32,16,32,16 \
         step test_vulkan_cmq_small "$b/tests/test_vulkan"

@@ -18,8 +18,7 @@
 // current one is computed on, which on the H100 cost more (16 registers, spills) than it hid.
 // Per subgroup and key tile, in softmax steps of SMC 16-key chunks (constant 11; 1 by default,
 // BURST_VK_CMQ_FWD):
-//   S (16 x 16 SMC, fp32) = Q K^T on 16x16x16 MMAs (with KSPLIT, constant 14, BURST_VK_CMQ_FWD's
-//   third field: in two chains over the head dim, added);
+//   S (16 x 16 SMC, fp32) = Q K^T on 16x16x16 MMAs;
 //   the online-softmax step in registers: scores scaled to log2 units and masked by each row's
 //   allowed key interval (skipped when the tile is allowed for every row of the workgroup); a
 //   reference maximum m per row moved only when the step's maximum exceeds it by more than 2^8
@@ -58,7 +57,6 @@
 layout(constant_id = 11) const int SMC = 1;    // 16-key chunks per softmax step (divides BC / 16)
 layout(constant_id = 12) const int DIRECT = 1; // 1: P V into O's accumulators themselves
 layout(constant_id = 13) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
-layout(constant_id = 14) const int KSPLIT = 1; // 2: S = Q K^T as two chains of MMAs, added
 
 const int NB = BC / 16;          // 16-key chunks of a key tile
 const int KVN = 2 * BC * RS;     // the K/V tiles
@@ -194,27 +192,17 @@ void main()
         // the tile in softmax steps of SMC 16-key chunks (SMC = NB: one step a tile)
         const bool full = j0 >= kin_lo && j0 + BC <= kin_hi; // uniform
         UNROLL for (int n0 = 0; n0 < NB; n0 += SMC) {
-            // S = Q K^T: the step's chunks' MMAs interleaved (independent chains); with
-            // KSPLIT = 2 each chunk's sum over the head dim in two chains (even and odd
-            // 16-column chunks), added at the end: half the dependent MMAs in a row
-            CMAT s[SMC], s1[SMC];
-            UNROLL for (int n = 0; n < SMC; n++) {
+            // S = Q K^T: the step's chunks' MMAs interleaved (independent chains)
+            CMAT s[SMC];
+            UNROLL for (int n = 0; n < SMC; n++)
                 s[n] = CMAT(0.0);
-                s1[n] = CMAT(0.0);
-            }
             UNROLL for (int c = 0; c < DC; c++) {
                 UNROLL for (int n = 0; n < SMC; n++) {
                     AMAT bk;
                     coopMatLoadNV(bk, sh, uint(16 * (n0 + n) * RS + 2 * c), uint(RS), true);
-                    if (KSPLIT > 1 && (c & 1) != 0)
-                        s1[n] = coopMatMulAddNV(qa[c], bk, s1[n]);
-                    else
-                        s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
+                    s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
                 }
             }
-            if (KSPLIT > 1)
-                UNROLL for (int n = 0; n < SMC; n++)
-                    s[n] = s[n] + s1[n];
 
             // online softmax in registers: scale, mask, the rows' maxima across the quad
             float mxA = NEG_INF, mxB = NEG_INF;

@@ -152,13 +152,14 @@ struct burst_vk_env {
     int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: fwd_cmq's tile, where valid (else the
                            * rule) */
     int cmq_bwd_tile[4];  /* BURST_VK_CMQ_BWD_TILE=br,bc,br,bc: dq_cmq's and dkv_cmq's */
-    int cmq_fwd[3];       /* BURST_VK_CMQ_FWD=smc,direct[,ksplit]: fwd_cmq's softmax step in
-                           * 16-key chunks (0 = the whole key tile), P V into O itself (1),
-                           * S in 1 or 2 chains of MMAs; default 1,1,1 */
-    int cmq_bf16;         /* BURST_VK_CMQ_BF16: 1 (default) = bf16 inputs take fwd_cmq, scaled
-                           * into fp16, K and V converted once a call (elem_cvt) where the
-                           * stream's scratch can hold them; 2 = converted in the kernel's
-                           * loads only; 0 = never fwd_cmq (fwd_rt) */
+    int cmq_fwd[2];       /* BURST_VK_CMQ_FWD=smc,direct: fwd_cmq's softmax step in 16-key
+                           * chunks (0 = the whole key tile) and P V into O itself (1);
+                           * default 1,1 */
+    int cmq_bf16;         /* BURST_VK_CMQ_BF16: 1 (default) = bf16 inputs take the *_cmq
+                           * kernels, scaled into fp16 and converted once a call (elem_cvt)
+                           * where the stream's scratch can hold them; 2 = the forward converts
+                           * K and V in its loads, the backward is register-tiled; 0 = the
+                           * register-tiled kernels */
     int cmq_prefetch[3];  /* BURST_VK_CMQ_PREFETCH=f,q,kv: 1 = fwd_cmq / dq_cmq / dkv_cmq load
                            * the next tile during the current one, 0 = just before storing it
                            * (default 0,0,0, as measured best on the H100: fewer registers) */
