@@ -59,6 +59,15 @@ uint64_t elem_div(uint64_t a, uint64_t b)
     return (a >> 32) == 0ul && (b >> 32) == 0ul ? uint64_t(uint(a) / uint(b)) : a / b;
 }
 
+// Row `row` of a [B, n, H, d] view in row-major [B, n, H] order as its (b, i, h); nn = n, hh = H.
+void elem_row(uint64_t row, int64_t nn, int64_t hh, out int64_t b, out int64_t i, out int64_t h)
+{
+    const uint64_t bi = elem_div(row, uint64_t(hh));
+    h = int64_t(row - bi * uint64_t(hh));
+    b = int64_t(elem_div(bi, uint64_t(nn)));
+    i = int64_t(bi) - b * nn;
+}
+
 // Element bits of dtype dt at byte address p (half types: the low 16 bits of the result).
 uint elem_load(int dt, uint64_t p)
 {

@@ -27,9 +27,8 @@ void main()
     for (uint64_t u = elem_first(); u < units; u += grid) {
         const uint64_t row = elem_div(u, chunks);
         const int64_t c0 = 8 * int64_t(u - row * chunks);
-        const uint64_t bi = elem_div(row, uint64_t(hh));
-        const int64_t h = int64_t(row - bi * uint64_t(hh));
-        const int64_t b = int64_t(elem_div(bi, uint64_t(nn))), i = int64_t(bi) - b * nn;
+        int64_t b, i, h;
+        elem_row(row, nn, hh, b, i, h);
         const int64_t so = b * P.sstride[0] + i * P.sstride[1] + h * P.sstride[2] + c0;
         for (int64_t c = 0; c < 8 && c0 + c < d; c++)
             m = max(m, elem_load(DTS, P.src + uint64_t(so + c) * es) & mask);

@@ -21,9 +21,8 @@ void main()
     const uint64_t es = DTS == 0 ? 4ul : 2ul, ed = DTD == 0 ? 4ul : 2ul;
     for (uint64_t u = elem_first(); u < units; u += grid) {
         const uint64_t row = elem_div(u, pairs), k = u - row * pairs;
-        const uint64_t bi = elem_div(row, uint64_t(hh));
-        const int64_t h = int64_t(row - bi * uint64_t(hh));
-        const int64_t b = int64_t(elem_div(bi, uint64_t(nn))), i = int64_t(bi) - b * nn;
+        int64_t b, i, h;
+        elem_row(row, nn, hh, b, i, h);
         const int64_t c = 2 * int64_t(k);
         const int64_t so = b * P.sstride[0] + i * P.sstride[1] + h * P.sstride[2] + c;
         const int64_t dof = b * P.dstride[0] + i * P.dstride[1] + h * P.dstride[2] + c;
