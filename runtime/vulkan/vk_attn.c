@@ -272,10 +272,12 @@ static uint32_t burst_vk_groups(int64_t n, int br)
 
 /* Dispatches of kernel kern over rows [0, n) in ranges of `per`: copies of the parameter block
  * at extra + 0 with lo / hi set, at blocks first, first + 1, ... of the extra area (device
- * address xa); appends to d (from d[*nd]). */
+ * address xa); appends to d (from d[*nd]). Each range adds into the same accumulators, so
+ * waits for the one before; the first waits for the dispatches before it where wait_first. */
 static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, int64_t n,
                            int64_t per, enum burst_vk_kernel kern, VkPipeline pipe,
-                           const uint32_t groups[3], struct burst_vk_dispatch *d, int *nd)
+                           const uint32_t groups[3], int wait_first, struct burst_vk_dispatch *d,
+                           int *nd)
 {
     const struct burst_vk_params *p0 = (const void *)extra;
     for (int64_t lo = 0, c = first; lo < n; lo += per, c++) {
@@ -284,8 +286,11 @@ static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, 
             *pc = *p0;
         pc->lo = (int32_t)lo;
         pc->hi = (int32_t)(n - lo > per ? lo + per : n);
-        d[*nd] = (struct burst_vk_dispatch){
-            kern, pipe, xa + (VkDeviceAddress)c * BURST_VK_PBLOCK, {groups[0], groups[1], groups[2]}};
+        d[*nd] = (struct burst_vk_dispatch){kern,
+                                            pipe,
+                                            xa + (VkDeviceAddress)c * BURST_VK_PBLOCK,
+                                            {groups[0], groups[1], groups[2]},
+                                            lo > 0 || wait_first};
         (*nd)++;
     }
 }
@@ -307,7 +312,7 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
                                struct burst_vk_dispatch *d, int *nd)
 {
     memset(words, 0, 16);
-    int nb = 0;
+    int nb = 0, cvt_seen = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             if (t[i]->dtype != BURST_DTYPE_BF16 || (pass == 1 && !cvt_at[i]))
@@ -327,10 +332,13 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
             const uint64_t cap = pass == 0 ? 512 : 65535;
             uint64_t wg = (ep->units + 127) / 128;
             wg = wg < 1 ? 1 : wg > cap ? cap : wg;
+            /* the first elem_cvt reads the elem_amax results; the others are independent */
             d[(*nd)++] = (struct burst_vk_dispatch){pass == 0 ? BURST_VK_AMAX : BURST_VK_CVT,
                                                     pass == 0 ? amax_pipe : cvt_pipe,
                                                     ba + (VkDeviceAddress)nb * BURST_VK_PBLOCK,
-                                                    {(uint32_t)wg, 1, 1}};
+                                                    {(uint32_t)wg, 1, 1},
+                                                    pass == 1 && !cvt_seen};
+            cvt_seen |= pass == 1;
             nb++;
         }
 }
@@ -473,7 +481,8 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             burst_vk_bf16_prep(3, qkv, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
                                x + woff, xa + woff, d, &nd);
         }
-        burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, d, &nd);
+        /* after elem_amax / elem_cvt: the kernel reads their results */
+        burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, nd > 0, d, &nd);
         st = burst_vk_submit(be, s, d, nd, slots, 5, ms_p != NULL, ms_p);
     }
     burst_vk_stream_release(be, s);
@@ -691,10 +700,12 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
             burst_vk_bf16_prep(4, t4, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
                                x + woff, xa + woff, d, &nd);
         }
+        /* the first kernel waits for elem_amax / elem_cvt, if any; dQ's is independent of
+         * dK / dV's (other outputs) */
         if (pkv) /* over query rows */
-            burst_vk_split(extra, xa, 0, dim.nq, per_kv, kkv, pkv, gkv, d, &nd);
+            burst_vk_split(extra, xa, 0, dim.nq, per_kv, kkv, pkv, gkv, nd > 0, d, &nd);
         if (pq) /* over keys */
-            burst_vk_split(extra, xa, nkv_d, dim.nk, per_q, kq, pq, gq, d, &nd);
+            burst_vk_split(extra, xa, nkv_d, dim.nk, per_q, kq, pq, gq, nd > 0 && !pkv, d, &nd);
         st = burst_vk_submit(be, s, d, nd, slots, 9, 0, NULL);
     }
     burst_vk_stream_release(be, s);
@@ -758,7 +769,7 @@ burst_status_t burst_vk_bwd_delta(void *bev, const struct burst_tensor *dout,
         p->hq = (int32_t)dout->shape[2];
         uint32_t groups = burst_vk_groups(rows, 64);
         uint32_t gx = groups < 65535 ? groups : 65535;
-        struct burst_vk_dispatch dd = {BURST_VK_DELTA, pipe, xa, {gx, (groups + gx - 1) / gx, 1}};
+        struct burst_vk_dispatch dd = {BURST_VK_DELTA, pipe, xa, {gx, (groups + gx - 1) / gx, 1}, 0};
         st = burst_vk_submit(be, s, &dd, 1, slots, 3, 0, NULL);
     }
     burst_vk_stream_release(be, s);

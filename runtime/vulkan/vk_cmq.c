@@ -48,7 +48,7 @@ static burst_status_t burst_vk_cmq_run(struct burst_vk_backend *be, int T, float
     if (st == BURST_OK) {
         for (size_t i = 0; i < bytes / sizeof(float); i++) /* poison: unwritten shows as NaN */
             ((float *)(void *)map)[i] = NAN;
-        struct burst_vk_dispatch d = {BURST_VK_CM_LAYOUT, pipe, addr, {1, 1, 1}};
+        struct burst_vk_dispatch d = {BURST_VK_CM_LAYOUT, pipe, addr, {1, 1, 1}, 0};
         st = burst_vk_submit(be, s, &d, 1, NULL, 0, 0, NULL);
     }
     if (st == BURST_OK)

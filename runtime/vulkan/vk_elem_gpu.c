@@ -127,7 +127,7 @@ burst_status_t burst_vk_elem_run(struct burst_vk_backend *be, enum burst_vk_kern
                 burst_vk_elem_pack(t, host + off[i], 0);
         }
         memcpy(extra, p, sizeof *p);
-        struct burst_vk_dispatch d = {k, pipe, xa, {1, 1, 1}};
+        struct burst_vk_dispatch d = {k, pipe, xa, {1, 1, 1}, 0};
         burst_vk_elem_grid(be, p->units, d.groups);
         st = burst_vk_submit(be, s, &d, 1, NULL, 0, 0, NULL);
     }

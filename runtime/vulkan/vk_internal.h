@@ -387,6 +387,8 @@ struct burst_vk_dispatch {
     VkPipeline pipe;
     VkDeviceAddress params;
     uint32_t groups[3];
+    int wait; /* 1: waits for the writes of the dispatches before it (a barrier); 0: independent
+               * of them */
 };
 
 burst_status_t burst_vk_stream_acquire(struct burst_vk_backend *be, struct burst_vk_stream **s_p);

@@ -250,11 +250,7 @@ burst_status_t burst_vk_submit(struct burst_vk_backend *be, struct burst_vk_stre
     if (timing)
         vkCmdResetQueryPool(s->cmd, s->queries, 0, 2 * (uint32_t)nd);
     for (int i = 0; i < nd; i++) {
-        /* dispatches of one kernel over row ranges add into the same accumulators: each one
-         * waits for the writes of the one before; so does the kernel after elem_amax or
-         * elem_cvt ones (it reads their results) */
-        if (i > 0 && (d[i].kernel == d[i - 1].kernel || d[i - 1].kernel == BURST_VK_AMAX ||
-                      d[i - 1].kernel == BURST_VK_CVT)) {
+        if (i > 0 && d[i].wait) {
             VkMemoryBarrier mb = {
                 .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                 .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
