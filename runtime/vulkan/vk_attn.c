@@ -324,9 +324,11 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
             memcpy(ep->sstride, t[i]->stride, sizeof ep->sstride);
             ep->units = (uint64_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] *
                                    t[i]->shape[3]) / 8; /* 8 elements of a row (d % 16 == 0) */
-            ep->aux = wa + 4 * (VkDeviceAddress)i;
-            if (i == 3) /* a backward's dO: its scale also bounds dS (convert.glsl) */
-                ep->aux2 = wa + 4 * 2;
+            if (pass == 1) { /* elem_cvt: the scale from the view's word (and dO's: V's) */
+                ep->aux = wa + 4 * (VkDeviceAddress)i;
+                if (i == 3) /* a backward's dO: its scale also bounds dS (convert.glsl) */
+                    ep->aux2 = wa + 4 * 2;
+            }
             ep->dst = pass == 0 ? wa + 4 * (VkDeviceAddress)i : cvt_at[i];
             /* amax: a few hundred workgroups, so few atomics meet on one word */
             const uint64_t cap = pass == 0 ? 512 : 65535;
