@@ -25,11 +25,11 @@ if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
     step test_vulkan "$b/tests/test_vulkan"
     BURST_VK_CMQ=0 step test_vulkan_cmq0 "$b/tests/test_vulkan"
     # the *_cmq kernels' other code paths: loads in flight, two-chunk softmax steps on fresh
-    # accumulators, and the rule's smallest tiles (and bf16 K / V converted in the kernel's
-    # loads instead of once a call)
+    # accumulators (and bf16 K / V converted in the kernel's loads instead of once a call); the
+    # rule's smallest tiles with each step's S after the softmax before it (no PIPE)
     BURST_VK_CMQ_PREFETCH=1,1,1 BURST_VK_CMQ_FWD=2,0 BURST_VK_CMQ_BF16=2 \
         step test_vulkan_cmq_alt "$b/tests/test_vulkan"
-    BURST_VK_CMQ_TILE=32,16 BURST_VK_CMQ_BWD_TILE=32,16,32,16 \
+    BURST_VK_CMQ_TILE=32,16 BURST_VK_CMQ_BWD_TILE=32,16,32,16 BURST_VK_CMQ_FWD=1,1,0 \
         step test_vulkan_cmq_small "$b/tests/test_vulkan"
     BURST_VK_RT=0 step test_vulkan_rt0 "$b/tests/test_vulkan"
     BURST_VK_RT=0 BURST_VK_SUBGROUP=0 step test_vulkan_scalar "$b/tests/test_vulkan"

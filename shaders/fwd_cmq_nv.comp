@@ -18,20 +18,26 @@
 // current one is computed on, which on the H100 cost more (16 registers, spills) than it hid.
 // Per subgroup and key tile, in softmax steps of SMC 16-key chunks (constant 11; 1 by default,
 // BURST_VK_CMQ_FWD):
-//   S (16 x 16 SMC, fp32) = Q K^T on 16x16x16 MMAs;
+//   S (16 x 16 SMC, fp32) = Q K^T on 16x16x16 MMAs; with PIPE (constant 14, 1 by default,
+//   BURST_VK_CMQ_FWD's third field) the next step's S MMAs are issued before this step's
+//   softmax, so that the tensor cores have work while the softmax runs (8 SMC more
+//   registers);
 //   the online-softmax step in registers: scores scaled to log2 units and masked by each row's
 //   allowed key interval (skipped when the tile is allowed for every row of the workgroup); a
 //   reference maximum m per row moved only when the step's maximum exceeds it by more than 2^8
-//   (lazy rescaling, as fwd_cm_nv: P <= 2^8); P = exp2(s - m) in place; l sums P;
+//   (lazy rescaling, as fwd_cm_nv: P <= 2^8); P = exp2(s - m) in place; each invocation's l
+//   sums its own P (the quad's four shares are added once, at the end);
 //   where some row's m moved, O's elements of that row scale by alpha (in registers);
 //   O += P V on MMAs (P converted to fp16), into O's accumulators (DIRECT, constant 12: 1 by
 //   default) or into a fresh accumulator per 16 columns added to O.
 // Measured on the H100 (N = 16K, d = 128, docs/BENCHMARKS.md, with PREFETCH): one chunk a
 // step into O 30.7 ms; the whole 64-key tile a step 36.8 (fresh accumulators) / 35.3 (into O);
-// 2 chunks 31.6. Without PREFETCH (the default): 29.2.
+// 2 chunks 31.6. Without PREFETCH (the default): 29.2. Seventeenth session, another H100, in
+// one command: 30.4 without PIPE, 28.9 with it; the row sums added across the quad at every
+// step instead of once: 30.7 (and 29.4 with PIPE).
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
 // allowed key leave (O, lse) bit-for-bit unchanged.
-// Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P).
+// Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P, in four shares).
 // bf16 inputs (any of q, k, v; DTQ, DTK, DTV = 2): each view is scaled into fp16's range by a
 // power of two from its largest magnitude (host: elem_amax dispatches before this one, their
 // result at params.amax; shaders/convert.glsl bf16_scale), as the tiles load (cm_nv.glsl
@@ -57,6 +63,8 @@
 layout(constant_id = 11) const int SMC = 1;    // 16-key chunks per softmax step (divides BC / 16)
 layout(constant_id = 12) const int DIRECT = 1; // 1: P V into O's accumulators themselves
 layout(constant_id = 13) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
+layout(constant_id = 14) const int PIPE = 1; // 1: a step's S MMAs issued before the softmax of
+                                             // the step before
 
 const int NB = BC / 16;          // 16-key chunks of a key tile
 const int KVN = 2 * BC * RS;     // the K/V tiles
@@ -189,19 +197,27 @@ void main()
             FETCH_KV(j0 + BC)
         }
 
-        // the tile in softmax steps of SMC 16-key chunks (SMC = NB: one step a tile)
+        // the tile in softmax steps of SMC 16-key chunks (SMC = NB: one step a tile); S = Q K^T
+        // of a step: its chunks' MMAs interleaved (independent chains); with PIPE the next
+        // step's are issued before this step's softmax, so that the tensor cores work while
+        // it runs (SMC more accumulators held)
         const bool full = j0 >= kin_lo && j0 + BC <= kin_hi; // uniform
+#define QK_STEP(sv, m0)                                                                           \
+    UNROLL for (int n = 0; n < SMC; n++)                                                          \
+        sv[n] = CMAT(0.0);                                                                        \
+    UNROLL for (int c = 0; c < DC; c++) {                                                         \
+        UNROLL for (int n = 0; n < SMC; n++) {                                                    \
+            AMAT bk;                                                                              \
+            coopMatLoadNV(bk, sh, uint(16 * ((m0) + n) * RS + 2 * c), uint(RS), true);            \
+            sv[n] = coopMatMulAddNV(qa[c], bk, sv[n]);                                            \
+        }                                                                                         \
+    }
+        CMAT s[SMC];
+        QK_STEP(s, 0)
         UNROLL for (int n0 = 0; n0 < NB; n0 += SMC) {
-            // S = Q K^T: the step's chunks' MMAs interleaved (independent chains)
-            CMAT s[SMC];
-            UNROLL for (int n = 0; n < SMC; n++)
-                s[n] = CMAT(0.0);
-            UNROLL for (int c = 0; c < DC; c++) {
-                UNROLL for (int n = 0; n < SMC; n++) {
-                    AMAT bk;
-                    coopMatLoadNV(bk, sh, uint(16 * (n0 + n) * RS + 2 * c), uint(RS), true);
-                    s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
-                }
+            CMAT sn[SMC];
+            if (PIPE != 0 && n0 + SMC < NB) {
+                QK_STEP(sn, n0 + SMC)
             }
 
             // online softmax in registers: scale, mask, the rows' maxima across the quad
@@ -239,10 +255,8 @@ void main()
                         sA += p;
                 }
             }
-            sA += subgroupShuffleXor(sA, 1u);
-            sA += subgroupShuffleXor(sA, 2u);
-            sB += subgroupShuffleXor(sB, 1u);
-            sB += subgroupShuffleXor(sB, 2u);
+            // l: this invocation's share of the row sums (alpha is the quad's), summed over
+            // the quad at the end
             lA = lA * alA + sA;
             lB = lB * alB + sB;
             mA = mnA;
@@ -268,8 +282,20 @@ void main()
                 }
                 o[c] = DIRECT != 0 ? t : o[c] + t;
             }
+            if (n0 + SMC < NB) {
+                if (PIPE != 0) {
+                    UNROLL for (int n = 0; n < SMC; n++)
+                        s[n] = sn[n];
+                } else {
+                    QK_STEP(s, n0 + SMC)
+                }
+            }
         }
     }
+    lA += subgroupShuffleXor(lA, 1u);
+    lA += subgroupShuffleXor(lA, 2u);
+    lB += subgroupShuffleXor(lB, 1u);
+    lB += subgroupShuffleXor(lB, 2u);
 
     // fused merge of both rows, straight from the accumulators:
     // L' = max(L, Lr) + log(1 + exp(-|L - Lr|)), O' = e^(L-L') O + e^(Lr-L') Or

@@ -90,10 +90,13 @@ void burst_vk_env_read(struct burst_vk_env *env)
     if (!cb || sscanf(cb, "%d,%d,%d,%d", &bt[0], &bt[1], &bt[2], &bt[3]) != 4)
         bt[0] = bt[1] = bt[2] = bt[3] = 0;
     const char *cf = getenv("BURST_VK_CMQ_FWD");
-    if (!cf || sscanf(cf, "%d,%d", &env->cmq_fwd[0], &env->cmq_fwd[1]) != 2) {
-        env->cmq_fwd[0] = 1; /* measured best on the H100 (docs/BENCHMARKS.md) */
-        env->cmq_fwd[1] = 1;
-    }
+    /* measured best on the H100 (docs/BENCHMARKS.md): 1,1,1; the third field may be left out */
+    int *cfw = env->cmq_fwd;
+    int nf = cf ? sscanf(cf, "%d,%d,%d", &cfw[0], &cfw[1], &cfw[2]) : 0;
+    if (nf < 2)
+        cfw[0] = cfw[1] = 1;
+    if (nf < 3)
+        cfw[2] = 1;
     int cb16 = burst_vk_env_int("BURST_VK_CMQ_BF16", 1);
     env->cmq_bf16 = cb16 == 0 || cb16 == 2 ? cb16 : 1;
     const char *cp = getenv("BURST_VK_CMQ_PREFETCH");

@@ -152,9 +152,10 @@ struct burst_vk_env {
     int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: fwd_cmq's tile, where valid (else the
                            * rule) */
     int cmq_bwd_tile[4];  /* BURST_VK_CMQ_BWD_TILE=br,bc,br,bc: dq_cmq's and dkv_cmq's */
-    int cmq_fwd[2];       /* BURST_VK_CMQ_FWD=smc,direct: fwd_cmq's softmax step in 16-key
-                           * chunks (0 = the whole key tile) and P V into O itself (1);
-                           * default 1,1 */
+    int cmq_fwd[3];       /* BURST_VK_CMQ_FWD=smc,direct[,pipe]: fwd_cmq's softmax step in
+                           * 16-key chunks (0 = the whole key tile), P V into O itself (1), the
+                           * next step's S = Q K^T issued before this step's softmax (1);
+                           * default 1,1,1 */
     int cmq_bf16;         /* BURST_VK_CMQ_BF16: 1 (default) = bf16 inputs take the *_cmq
                            * kernels, scaled into fp16 and converted once a call (elem_cvt)
                            * where the stream's scratch can hold them; 2 = the forward converts

@@ -196,11 +196,12 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     /* constants 0..7 = key[1..8] (D, T, BR, BC, dtypes); 8 = workgroup size; *_cmq: 9, 10 =
      * the accumulator layout vk_cmq.c found; fwd_cmq: 11, 12 = its softmax step in 16-key
      * chunks (dividing BC / 16) and whether P V goes into O itself (BURST_VK_CMQ_FWD), 13 =
-     * whether the next tile's loads fly during the current one; dq_cmq, dkv_cmq: 11 = the
-     * same (BURST_VK_CMQ_PREFETCH) */
-    int32_t data[14];
-    VkSpecializationMapEntry map[14];
-    for (int i = 0; i < 14; i++) {
+     * whether the next tile's loads fly during the current one, 14 = whether the next softmax
+     * step's S MMAs go before this step's softmax (BURST_VK_CMQ_FWD's third field); dq_cmq,
+     * dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH) */
+    int32_t data[15];
+    VkSpecializationMapEntry map[15];
+    for (int i = 0; i < 15; i++) {
         data[i] = i < 8 ? (int32_t)key[i + 1] : (int32_t)(key[2] * key[3]);
         map[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(i * 4), 4};
     }
@@ -210,6 +211,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     data[11] = smc >= 1 && smc <= nb && nb % smc == 0 ? smc : nb;
     data[12] = be->env.cmq_fwd[1] != 0;
     data[13] = be->env.cmq_prefetch[0] != 0;
+    data[14] = be->env.cmq_fwd[2] != 0;
     if (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ)
         data[11] = be->env.cmq_prefetch[k == BURST_VK_DQ_CMQ ? 1 : 2] != 0;
     if (k == BURST_VK_DELTA)
@@ -220,7 +222,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     if (k == BURST_VK_CM_LAYOUT) /* one subgroup */
         data[8] = (int32_t)key[2];
-    uint32_t nspec = k == BURST_VK_FWD_CMQ ? 14u : burst_vk_kernel_cmq(k) ? 12u : 9u;
+    uint32_t nspec = k == BURST_VK_FWD_CMQ ? 15u : burst_vk_kernel_cmq(k) ? 12u : 9u;
     VkSpecializationInfo spec = {nspec, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
