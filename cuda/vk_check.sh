@@ -31,6 +31,8 @@ if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
         step test_vulkan_cmq_alt "$b/tests/test_vulkan"
     BURST_VK_CMQ_TILE=32,16 BURST_VK_CMQ_BWD_TILE=32,16,32,16 BURST_VK_CMQ_FWD=1,1,0 \
         step test_vulkan_cmq_small "$b/tests/test_vulkan"
+    # the rule's 192-row forward tile, which the tests' small calls would not take
+    BURST_VK_CMQ_TILE=192,64 step test_vulkan_cmq_rows192 "$b/tests/test_vulkan"
     BURST_VK_RT=0 step test_vulkan_rt0 "$b/tests/test_vulkan"
     BURST_VK_RT=0 BURST_VK_SUBGROUP=0 step test_vulkan_scalar "$b/tests/test_vulkan"
     step test_attention "$b/tests/test_attention"

@@ -492,6 +492,36 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     return st;
 }
 
+/*
+ * fwd_cmq's rule tile (192 rows on NVIDIA's 48 KiB devices: vk_caps.c) is faster than 128 rows
+ * only for large calls without a mask: on the H100 (docs/BENCHMARKS.md) 6-7 % faster at 16K x
+ * 32 heads and 64K x 8 heads (about 21 waves of workgroups), but 9 % slower at 4K x 32 heads
+ * (5 waves: the last one a third full), 38 % slower at 1K x 8 heads and 2.5 % slower at 16K
+ * causal (the diagonal's masked work grows with the rows). So a call takes the 192-row tile
+ * where it has at least 16 waves of workgroups (multiprocessors: VK_NV_shader_sm_builtins,
+ * else taken as 128) and every query row may see every key; otherwise the 128-row tile, where
+ * valid (BURST_VK_CMQ_TILE pins one tile for every call).
+ */
+static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be,
+                                  const struct burst_fwd_args *a, const struct burst_vk_dims *dim,
+                                  struct burst_vk_tile *tl)
+{
+    const struct burst_vk_tile small = {32, 128, 64};
+    if (tl->br <= small.br || be->env.cmq_tile[0] ||
+        !burst_vk_tile_valid(&be->caps, &be->env, BURST_VK_FWD_CMQ, burst_vk_dclass((int)dim->d),
+                             &small))
+        return;
+    int64_t waves = (int64_t)(be->caps.sm_count ? be->caps.sm_count : 128) * 16;
+    int full = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch >= waves;
+    for (int64_t i = 0; full && i < dim->nq; i++) {
+        int64_t lo, hi;
+        burst_mask_keys(&a->kpos, a->mask, burst_posmap_pos(&a->qpos, i), &lo, &hi);
+        full = lo <= 0 && hi >= dim->nk;
+    }
+    if (!full)
+        *tl = small;
+}
+
 burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
 {
     struct burst_vk_backend *be = bev;
@@ -525,6 +555,8 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
         kern = BURST_VK_FWD_RT;
     if ((st = burst_vk_tile_for(be, op, kern, dim.d, &tl)) != BURST_OK)
         return st;
+    if (kern == BURST_VK_FWD_CMQ)
+        burst_vk_fwd_cmq_tile(be, a, &dim, &tl);
     return burst_vk_fwd_run(be, a, &dim, bytes, kern, &tl, NULL);
 }
 

@@ -209,14 +209,15 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                         "\"subgroup_size_range\": [%u, %u], \"subgroup_shuffle\": %s, "
                         "\"fp16\": %s, \"bf16\": %s, \"int8\": %s, \"int64\": %s, "
                         "\"buffer_device_address\": %s, \"timestamps\": %s, "
-                        "\"float_atomic_add\": %s, "
+                        "\"float_atomic_add\": %s, \"multiprocessors\": %u, "
                         "\"coopmat_nv\": %s, \"coopmat_khr\": %s, \"coopmat_shapes\": [",
                         c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
                         c.subgroup_shuffle ? "true" : "false", c.fp16 ? "true" : "false",
                         c.bf16 ? "true" : "false", c.int8 ? "true" : "false",
                         c.int64 ? "true" : "false", c.bda ? "true" : "false",
                         c.timestamps ? "true" : "false", c.atomic_add ? "true" : "false",
-                        c.coopmat_nv ? "true" : "false", c.coopmat_khr ? "true" : "false");
+                        c.sm_count, c.coopmat_nv ? "true" : "false",
+                        c.coopmat_khr ? "true" : "false");
         for (int i = 0; i < c.ncoop; i++)
             burst_sb_printf(out, "%s{\"m\": %u, \"n\": %u, \"k\": %u, \"a\": %d, \"c\": %d}",
                             i ? ", " : "", c.coop[i].m, c.coop[i].n, c.coop[i].k, c.coop[i].a_type,
@@ -243,16 +244,19 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
         burst_sb_printf(out, "}}");
         return;
     }
+    char smc[48] = "";
+    if (c.sm_count)
+        snprintf(smc, sizeof smc, ", %u multiprocessors", c.sm_count);
     burst_sb_printf(out,
                     "  device %d: %s (%s, Vulkan %s, driver %u, vendor 0x%04x device 0x%04x)%s%s\n",
                     index, c.name, burst_vk_type_str(c.type), api, c.driver_version, c.vendor_id,
                     c.device_id, why ? ": unusable, " : "", why ? why : "");
     burst_sb_printf(out,
-                    "    limits: %u B shared memory, %u invocations, subgroup %u (%u..%u)%s\n"
+                    "    limits: %u B shared memory, %u invocations, subgroup %u (%u..%u)%s%s\n"
                     "    types: fp16 %s, bf16 %s, int8 %s, int64 %s; buffer device address %s; "
                     "timestamps %s; float atomic add %s\n",
                     c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
-                    c.subgroup_shuffle ? ", shuffles" : ", no shuffles", c.fp16 ? "yes" : "no",
+                    c.subgroup_shuffle ? ", shuffles" : ", no shuffles", smc, c.fp16 ? "yes" : "no",
                     c.bf16 ? "yes" : "no", c.int8 ? "yes" : "no", c.int64 ? "yes" : "no",
                     c.bda ? "yes" : "no", c.timestamps ? "yes" : "no", c.atomic_add ? "yes" : "no");
     burst_sb_printf(out, "    cooperative matrix: NV %s, KHR %s", c.coopmat_nv ? "yes" : "no",

@@ -27,8 +27,9 @@
  *      for dkv_cm).
  *   The cooperative-matrix kernels on the accumulators' elements (fwd_cmq, dq_cmq, dkv_cmq;
  *      head dims up to 128, subgroups of 32, run only where vk_cmq.c's layout check passes):
- *      the first of a short list that fits shared memory and invocations: fwd_cmq and dq_cmq
- *      128 rows (8 subgroups) x 64 keys first, dkv_cmq 64 key rows x 32-row query tiles first
+ *      the first of a short list that fits shared memory and invocations: fwd_cmq 192 rows
+ *      (12 subgroups) x 64 keys first, dq_cmq 128 rows (8 subgroups) x 64 keys first, dkv_cmq
+ *      64 key rows x 32-row query tiles first
  *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
  *      BURST_VK_CMQ_BWD_TILE ask for others).
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
@@ -193,8 +194,19 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
                 caps->bf16 = 1;
             else if (strcmp(e, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME) == 0)
                 caps->atomic_add = 1; /* the feature, below */
+            else if (strcmp(e, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME) == 0)
+                caps->sm_count = 1; /* the count, below */
         }
         free(exts);
+    }
+    if (caps->sm_count) { /* multiprocessors: how many workgroups one wave of a grid holds */
+        VkPhysicalDeviceShaderSMBuiltinsPropertiesNV smp = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV,
+        };
+        VkPhysicalDeviceProperties2 ps = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &smp};
+        vkGetPhysicalDeviceProperties2(phys, &ps);
+        caps->sm_count = smp.shaderSMCount;
     }
     if (caps->atomic_add) {
         VkPhysicalDeviceShaderAtomicFloatFeaturesEXT af = {
@@ -448,12 +460,21 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
             }
         }
     }
-    /* the register-softmax forward: 128 query rows (8 subgroups: 4 K/V pieces in flight per
-     * invocation, and half the K/V traffic of 64 rows) and 64 keys where they fit, then
-     * smaller; BURST_VK_CMQ_TILE=br,bc asks for one. It runs only after the device's
-     * accumulator layout passed its check (vk_cmq.c). */
-    static const struct burst_vk_tile cmq[3][6] = {
-        {{32, 128, 64}, {32, 64, 64}, {32, 128, 32}, {32, 64, 32}, {32, 64, 16}, {32, 32, 16}},
+    /* the register-softmax forward: 192 query rows (12 subgroups, 384 invocations) and 64 keys
+     * where they fit, then 128 rows (8 subgroups: half the K/V traffic of 64 rows) and smaller;
+     * BURST_VK_CMQ_TILE=br,bc asks for one. On the H100 192 rows measured 5-6 % faster than
+     * 128: the driver then keeps the kernel in 168 registers (246 at 128 rows), so that 12
+     * subgroups fit a multiprocessor instead of 8, and each K/V tile serves 1.5 times the rows
+     * (docs/BENCHMARKS.md). It runs only after the device's accumulator layout passed its
+     * check (vk_cmq.c). */
+    static const struct burst_vk_tile cmq[3][7] = {
+        {{32, 192, 64},
+         {32, 128, 64},
+         {32, 64, 64},
+         {32, 128, 32},
+         {32, 64, 32},
+         {32, 64, 16},
+         {32, 32, 16}},
         /* dq_cmq holds Q, dO and dQ of 16 rows: 128 rows of 8 subgroups, 4 pieces a K/V tile
          * load; dkv_cmq holds V, dK and dV: 64 key rows and 32-row query tiles first */
         {{32, 128, 64}, {32, 64, 32}, {32, 64, 16}, {32, 32, 16}},
@@ -467,7 +488,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
             if (w[0] && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &want))
                 *tl = want;
             const struct burst_vk_tile *cand = cmq[k - BURST_VK_FWD_CMQ];
-            for (size_t i = 0; i < 6 && cand[i].t && !tl->t; i++)
+            for (size_t i = 0; i < 7 && cand[i].t && !tl->t; i++)
                 if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &cand[i]))
                     *tl = cand[i];
         }

@@ -74,6 +74,7 @@ struct burst_vk_caps {
     int coopmat_nv;         /* VK_NV_cooperative_matrix */
     int coopmat_khr;        /* VK_KHR_cooperative_matrix (reported; no kernel yet) */
     int atomic_add;         /* VK_EXT_shader_atomic_float's shaderBufferFloat32AtomicAdd */
+    uint32_t sm_count;      /* VK_NV_shader_sm_builtins' shaderSMCount (0: not reported) */
     int ncoop;
     struct burst_vk_coopmat_shape coop[16];
     uint32_t nheaps;
