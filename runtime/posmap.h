@@ -73,6 +73,32 @@ static inline void burst_mask_keys(const struct burst_posmap *k, struct burst_ma
     *kend = burst_posmap_count_le(k, hi);
 }
 
+/* The smallest and largest position of m's rows; 0 when m has none. */
+static inline int burst_posmap_range(const struct burst_posmap *m, int64_t *lo, int64_t *hi)
+{
+    int any = 0;
+    for (int r = 0; r < m->nruns; r++) {
+        if (m->run[r].len <= 0)
+            continue;
+        int64_t a = m->run[r].global0, b = a + (m->run[r].len - 1) * m->run[r].stride;
+        *lo = any && *lo < a ? *lo : a;
+        *hi = any && *hi > b ? *hi : b;
+        any = 1;
+    }
+    return any;
+}
+
+/* Does mask allow every key row of k for every query row of q (true when either has none)? */
+static inline int burst_mask_all(const struct burst_posmap *q, const struct burst_posmap *k,
+                                 struct burst_mask mask)
+{
+    int64_t qlo, qhi, klo, khi;
+    if (!burst_posmap_range(q, &qlo, &qhi) || !burst_posmap_range(k, &klo, &khi))
+        return 1;
+    return (mask.left >= BURST_POS_INF || qhi - mask.left <= klo) &&
+           (mask.right >= BURST_POS_INF || qlo + mask.right >= khi);
+}
+
 /* Is key position kpos allowed for query position qpos? */
 static inline int burst_mask_allows(struct burst_mask mask, int64_t qpos, int64_t kpos)
 {

@@ -5,7 +5,8 @@
  * runs. For every configuration:
  *   - shards: every global position is held by exactly one rank, local positions increase,
  *     posmaps agree with the public layout helpers; burst_mask_keys agrees with
- *     burst_mask_allows element by element (G <= 16);
+ *     burst_mask_allows element by element (G <= 16); burst_mask_all holds for exactly the rank
+ *     pairs whose every (query, key) pair is allowed;
  *   - the allowed (query, key) pairs counted through posmaps equal a closed-form count on global
  *     positions; every allowed pair is computed exactly once (no rank pair twice, none missed);
  *     outside striped windows, where burst_block_needed is documented as conservative, compute
@@ -426,6 +427,14 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
     const int64_t total = allowed_total(N, mask);
     CHECK(sum == total, "posmaps count %lld allowed pairs, positions %lld", (long long)sum,
           (long long)total);
+    /* burst_mask_all: exactly the rank pairs whose every pair is allowed */
+    for (int a = 0; a < G; a++)
+        for (int b = 0; b < G; b++)
+            CHECK(burst_mask_all(&pm[a], &pm[b], mask) ==
+                      (allowed[(size_t)a * G + b] == s.lens[a] * s.lens[b]),
+                  "burst_mask_all(rank %d, rank %d) = %d, but %d of %lld pairs allowed", a, b,
+                  burst_mask_all(&pm[a], &pm[b], mask), allowed[(size_t)a * G + b],
+                  (long long)(s.lens[a] * s.lens[b]));
 
     /* steps */
     int exact_steps = 1;

@@ -512,13 +512,8 @@ static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be,
                              &small))
         return;
     int64_t waves = (int64_t)(be->caps.sm_count ? be->caps.sm_count : 128) * 16;
-    int full = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch >= waves;
-    for (int64_t i = 0; full && i < dim->nq; i++) {
-        int64_t lo, hi;
-        burst_mask_keys(&a->kpos, a->mask, burst_posmap_pos(&a->qpos, i), &lo, &hi);
-        full = lo <= 0 && hi >= dim->nk;
-    }
-    if (!full)
+    if ((int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch < waves ||
+        !burst_mask_all(&a->qpos, &a->kpos, a->mask))
         *tl = small;
 }
 

@@ -180,6 +180,7 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
     caps->bda = f12.bufferDeviceAddress;
 
     uint32_t next = 0;
+    int sm_builtins = 0;
     vkEnumerateDeviceExtensionProperties(phys, NULL, &next, NULL);
     VkExtensionProperties *exts = calloc(next ? next : 1, sizeof *exts);
     if (exts) {
@@ -195,11 +196,11 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
             else if (strcmp(e, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME) == 0)
                 caps->atomic_add = 1; /* the feature, below */
             else if (strcmp(e, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME) == 0)
-                caps->sm_count = 1; /* the count, below */
+                sm_builtins = 1; /* the count, below */
         }
         free(exts);
     }
-    if (caps->sm_count) { /* multiprocessors: how many workgroups one wave of a grid holds */
+    if (sm_builtins) { /* multiprocessors: how many workgroups one wave of a grid holds */
         VkPhysicalDeviceShaderSMBuiltinsPropertiesNV smp = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV,
         };
