@@ -11,6 +11,7 @@
 #   run(command="source .device/env.sh && BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 \
 #       --dtype fp32 --paths tiled,subgroup --fwd-only --warmup 2 --iters 5' bash cuda/vk_check.sh",
 #       carry=[".device"])
+STEP_TIMEOUT=${STEP_TIMEOUT:-300} # a hung kernel ends its step, not the command
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-vk-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
@@ -31,8 +32,13 @@ if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
         step test_vulkan_cmq_alt "$b/tests/test_vulkan"
     BURST_VK_CMQ_TILE=32,16 BURST_VK_CMQ_BWD_TILE=32,16,32,16 BURST_VK_CMQ_FWD=1,1,0 \
         step test_vulkan_cmq_small "$b/tests/test_vulkan"
-    # the rule's 192-row forward tile, which the tests' small calls would not take
+    # the rule's 192-row forward tile and its tile with loading subgroups, which the tests'
+    # small calls would not take; loaders on the smallest tile (a tile turned over every 16
+    # keys: the most waits between loaders and compute subgroups)
     BURST_VK_CMQ_TILE=192,64 step test_vulkan_cmq_rows192 "$b/tests/test_vulkan"
+    BURST_VK_CMQ_TILE=160,32,2 step test_vulkan_cmq_loaders "$b/tests/test_vulkan"
+    BURST_VK_CMQ_TILE=32,16,1 BURST_VK_CMQ_FWD=1,1,0 step test_vulkan_cmq_loaders_small \
+        "$b/tests/test_vulkan"
     BURST_VK_RT=0 step test_vulkan_rt0 "$b/tests/test_vulkan"
     BURST_VK_RT=0 BURST_VK_SUBGROUP=0 step test_vulkan_scalar "$b/tests/test_vulkan"
     step test_attention "$b/tests/test_attention"
@@ -59,7 +65,7 @@ if [ -n "${BURST_VK_VARIANTS:-}" ]; then
             ${BURST_VK_VARIANT_ARGS:-} >"$out/variant.log" 2>&1
         echo "== variant [$v] rc=$?: $(sed -n 's/^burst vulkan profile: *\([a-z_]*\) .*fastest \([0-9.]*\) ms.*/\1 \2/p' \
             "$out/variant.log" | grep -v "copy\|fill\|cm_layout" | tr '\n' ' ')"
-        grep -h "Register Count" "$out/variant.log" | grep "cmq" | sed 's/Binary Size.*Local Memory Size=/local /; s/ Shared Memory.*//' | cut -c1-160
+        grep -h "Register Count" "$out/variant.log" | grep "cmq" | sed 's/Binary Size.*Local Memory Size=/local /; s/ Shared Memory.*//' | cut -c1-170
     done
 fi
 cat "$out/gpu.txt"

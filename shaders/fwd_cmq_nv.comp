@@ -10,8 +10,8 @@
 // it found: shaders/cmq.glsl). The four invocations of a quad hold rows r and r + 8 between
 // them, so row reductions are two shuffles. P goes from the fp32 scores to the fp16 operand by a matrix conversion, no memory.
 //
-// Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
-// each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
+// Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 compute subgroups of 32
+// invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
 // fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
 // the views are 16-byte aligned, flag bit 3), global -> registers -> shared memory; with
 // PREFETCH (constant 13, BURST_VK_CMQ_PREFETCH) the next tile's loads are in flight while the
@@ -46,8 +46,20 @@
 // least 2^-28 times the view's maximum (bf16's 8 significant bits fit fp16's 11), the rest
 // within 2^-39 times the maximum; the scales are undone in qmul and at the merge.
 //
-// Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16; the Q
-// tile passes through it, QP rows at a time, before the loop. runtime/vulkan/vk_caps.c
+// Loading subgroups (LD, constant 15; the tile's fourth field, BURST_VK_CMQ_TILE=br,bc,ld): with
+// LD = 0 every invocation loads a share of each K/V tile (global -> registers -> shared memory)
+// between two workgroup barriers, and the global loads' latency is exposed at every tile (the
+// kernel without them ran 20 % faster on the H100). With LD > 0 the workgroup has LD more
+// subgroups that only load: tile kt goes into buffer kt % 2, its global loads issued while
+// the W compute subgroups work on tile kt - 1; the two sides wait on counters in shared memory
+// (full_s, empty_s) instead of barriers, so that no compute subgroup waits for global memory
+// once the pipeline runs. A loader's registers (the whole of its share of a tile in flight)
+// cost nothing more: the driver allocates every invocation the compute subgroups' count.
+// Measured on the H100: 160 x 32 with 2 loaders 25.1 ms against 27.3-27.6 for 192 x 64
+// without (N = 16K, d = 128; docs/BENCHMARKS.md).
+//
+// Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16, twice
+// with LD (two buffers); the Q tile passes through it, QP rows at a time, before the loop. runtime/vulkan/vk_caps.c
 // (burst_vk_tile_shared) mirrors the size.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
@@ -65,16 +77,23 @@ layout(constant_id = 12) const int DIRECT = 1; // 1: P V into O's accumulators t
 layout(constant_id = 13) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 layout(constant_id = 14) const int PIPE = 1; // 1: a step's S MMAs issued before the softmax of
                                              // the step before
+layout(constant_id = 15) const int LD = 0; // subgroups that only load K/V tiles, into two
+                                           // buffers (0: every subgroup loads, one buffer)
 
 const int NB = BC / 16;          // 16-key chunks of a key tile
-const int KVN = 2 * BC * RS;     // the K/V tiles
+const int SLOT = 2 * BC * RS;    // a K/V tile pair
+const int KVN = (LD > 0 ? 2 : 1) * SLOT; // the K/V tile buffers
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q rows per pass
 const int L8 = BC * (D / 8);     // 16-byte pieces of a K (or V) tile
-const int LPT = (L8 + NT - 1) / NT; // of them per invocation
+const int PT = LD > 0 ? LD * T : NT; // invocations that load K/V tiles
+const int LPT = (L8 + PT - 1) / PT; // of them per loading invocation
 const float RESCALE_LOG2 = 8.0;
 
 shared uvec4 sh[KVN];
 shared int kmin_s, kmax_s, kin_lo_s, kin_hi_s;
+// with LD: per buffer, the loading subgroups' stores of a tile (LD per tile) and the compute
+// subgroups' releases (W per tile), counted since the start
+shared uint full_s[2], empty_s[2];
 
 void main()
 {
@@ -89,9 +108,10 @@ void main()
     I32x2 rows = I32x2(P.rows);
     // this invocation's two rows: r (A) and r + 8 (B) of the subgroup's 16
     const int iA = i0 + 16 * sg + lane / 4, iB = iA + 8;
-    const bool liveA = iA < P.nq, liveB = iB < P.nq;
+    const bool liveA = sg < W && iA < P.nq, liveB = sg < W && iB < P.nq; // (not a loader)
 
     if (tid == 0) {
+        full_s[0] = full_s[1] = empty_s[0] = empty_s[1] = 0u;
         kmin_s = P.nk;
         kmax_s = 0;
         kin_lo_s = 0;
@@ -147,7 +167,7 @@ void main()
     for (int p0 = 0; p0 < BR; p0 += QP) {
         if (p0 > 0)
             barrier(); // the previous pass is read
-        for (int x = tid; x < QP * (D / 8); x += NT) {
+        for (int x = tid; x < QP * (D / 8) && tid < NT; x += NT) {
             int row = x / (D / 8), c8 = x % (D / 8);
             bool in_q = p0 + row < BR && i0 + p0 + row < P.nq;
             sh[row * RS + c8] =
@@ -170,31 +190,68 @@ void main()
     // j0 + BC are issued before the MMAs of tile j0, so that their latency hides behind them
     const uint kbase = view_index(kv, b, 0, g, 0), vbase = view_index(vv, b, 0, g, 0);
     uvec4 kreg[LPT], vreg[LPT];
+    const int ptid = LD > 0 ? tid - NT : tid; // among the loading invocations
 #define FETCH_KV(j0)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
+        int x = ptid + PT * it, row = x / (D / 8), c8 = x % (D / 8);                              \
         bool in_block = x < L8 && (j0) + row < kmax;                                              \
         uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
         uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
         kreg[it] = load8s(kv, DTK, vec, kx, in_block, ksc);                                       \
         vreg[it] = load8s(vv, DTV, vec, vx, in_block, vsc);                                       \
     }
-    if (PREFETCH != 0)
-        FETCH_KV(kmin)
-    for (int j0 = kmin; j0 < kmax; j0 += BC) {
-        if (PREFETCH == 0)
+    if (LD > 0)
+        barrier(); // Q's last pass is read: the loading subgroups may store K/V tiles
+    if (LD > 0 && sg >= W) {
+        // a loading subgroup: tile kt into buffer kt % 2 once every compute subgroup released
+        // the tile before it there (kt - 2); its global loads go out before that wait, so that
+        // their latency hides behind the compute subgroups' work on tile kt - 1. Every lane
+        // polls (one lane polling and a shuffle measured slower on the H100).
+        for (int kt = 0, j0 = kmin; j0 < kmax; kt++, j0 += BC) {
             FETCH_KV(j0)
-        barrier(); // the previous tile (or Q's last pass) is no longer read
-        UNROLL for (int it = 0; it < LPT; it++) {
-            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
-            if (x < L8) {
-                sh[row * RS + c8] = kreg[it];
-                sh[(BC + row) * RS + c8] = vreg[it];
+            const int sb = (kt & 1) * SLOT;
+            const uint need = uint(kt / 2) * uint(W);
+            while (atomicAdd(empty_s[kt & 1], 0u) < need) {
             }
+            memoryBarrierShared();
+            UNROLL for (int it = 0; it < LPT; it++) {
+                int x = ptid + PT * it, row = x / (D / 8), c8 = x % (D / 8);
+                if (x < L8) {
+                    sh[sb + row * RS + c8] = kreg[it];
+                    sh[sb + (BC + row) * RS + c8] = vreg[it];
+                }
+            }
+            memoryBarrierShared();
+            subgroupBarrier();
+            if (lane == 0)
+                atomicAdd(full_s[kt & 1], 1u);
         }
-        barrier();
-        if (PREFETCH != 0 && j0 + BC < kmax) {
-            FETCH_KV(j0 + BC)
+        return; // no barrier follows
+    }
+    if (PREFETCH != 0 && LD == 0)
+        FETCH_KV(kmin)
+    for (int kt = 0, j0 = kmin; j0 < kmax; kt++, j0 += BC) {
+        const int sb = LD > 0 ? (kt & 1) * SLOT : 0;
+        if (LD > 0) { // wait for the loading subgroups' stores of tile kt
+            const uint need = uint(kt / 2 + 1) * uint(LD);
+            while (atomicAdd(full_s[kt & 1], 0u) < need) {
+            }
+            memoryBarrierShared();
+        } else {
+            if (PREFETCH == 0)
+                FETCH_KV(j0)
+            barrier(); // the previous tile (or Q's last pass) is no longer read
+            UNROLL for (int it = 0; it < LPT; it++) {
+                int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+                if (x < L8) {
+                    sh[row * RS + c8] = kreg[it];
+                    sh[(BC + row) * RS + c8] = vreg[it];
+                }
+            }
+            barrier();
+            if (PREFETCH != 0 && j0 + BC < kmax) {
+                FETCH_KV(j0 + BC)
+            }
         }
 
         // the tile in softmax steps of SMC 16-key chunks (SMC = NB: one step a tile); S = Q K^T
@@ -208,7 +265,7 @@ void main()
     UNROLL for (int c = 0; c < DC; c++) {                                                         \
         UNROLL for (int n = 0; n < SMC; n++) {                                                    \
             AMAT bk;                                                                              \
-            coopMatLoadNV(bk, sh, uint(16 * ((m0) + n) * RS + 2 * c), uint(RS), true);            \
+            coopMatLoadNV(bk, sh, uint(sb + 16 * ((m0) + n) * RS + 2 * c), uint(RS), true);       \
             sv[n] = coopMatMulAddNV(qa[c], bk, sv[n]);                                            \
         }                                                                                         \
     }
@@ -276,8 +333,8 @@ void main()
                 CMAT t = DIRECT != 0 ? o[c] : CMAT(0.0);
                 UNROLL for (int n = 0; n < SMC; n++) {
                     AMAT bv;
-                    coopMatLoadNV(bv, sh, uint((BC + 16 * (n0 + n)) * RS + 2 * c), uint(RS),
-                                  false);
+                    coopMatLoadNV(bv, sh, uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c),
+                                  uint(RS), false);
                     t = coopMatMulAddNV(pa[n], bv, t);
                 }
                 o[c] = DIRECT != 0 ? t : o[c] + t;
@@ -290,6 +347,12 @@ void main()
                     QK_STEP(s, n0 + SMC)
                 }
             }
+        }
+        if (LD > 0) { // this subgroup no longer reads the buffer
+            memoryBarrierShared();
+            subgroupBarrier();
+            if (lane == 0)
+                atomicAdd(empty_s[kt & 1], 1u);
         }
     }
     lA += subgroupShuffleXor(lA, 1u);

@@ -7,6 +7,10 @@
  * count, and an fp16 conversion that moves an element are refused, each with a reason naming
  * what differs. The check on a real device runs at every vulkan backend creation on a GPU with
  * VK_NV_cooperative_matrix (cuda/vk_check.sh); lavapipe has none, so CI runs only this.
+ * Also the *_cmq tile rule (runtime/vulkan/vk_caps.c) on made-up device limits: the forward's
+ * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
+ * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel
+ * has them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,9 +21,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vulkan/vk_internal.h"
+#include "vk_spv_config.h"
 
 #define LANES 32
 #define NOUT (1 + LANES * 16 + 256)
@@ -104,11 +110,92 @@ static void other_layouts_fail(void **state)
     assert_non_null(strstr(q.why, "invocation 31"));
 }
 
+/* an H100's limits as NVIDIA's Vulkan driver reports them (those the rule reads) */
+static void h100_caps(struct burst_vk_caps *c)
+{
+    memset(c, 0, sizeof *c);
+    c->type = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    c->max_shared = 49152;
+    c->max_invocations = c->max_size_x = 1024;
+    c->max_groups[0] = c->max_groups[1] = c->max_groups[2] = 65535;
+    c->subgroup = c->subgroup_min = c->subgroup_max = 32;
+    c->subgroup_shuffle = c->subgroup_vote = c->fp16 = c->coopmat_nv = 1;
+    c->sm_count = 132;
+    c->ncoop = 1;
+    c->coop[0] = (struct burst_vk_coopmat_shape){.m = 16,
+                                                 .n = 16,
+                                                 .k = 16,
+                                                 .a_type = VK_COMPONENT_TYPE_FLOAT16_NV,
+                                                 .c_type = VK_COMPONENT_TYPE_FLOAT32_NV};
+}
+
+static void expect_tile(const struct burst_vk_tile *tl, int br, int bc, int ld)
+{
+    if (tl->t != 32 || tl->br != br || tl->bc != bc || tl->ld != ld)
+        fail_msg("tile %d x %d x %d + %d, expected 32 x %d x %d + %d", tl->t, tl->br, tl->bc,
+                 tl->ld, br, bc, ld);
+}
+
+static void cmq_tile_rule(void **state)
+{
+    (void)state;
+    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
+        skip(); /* glslangValidator lacked GL_NV_cooperative_matrix */
+    unsetenv("BURST_VK_CMQ_TILE");
+    unsetenv("BURST_VK_CMQ_BWD_TILE");
+    unsetenv("BURST_VK_MAX_SHARED");
+    struct burst_vk_env env;
+    burst_vk_env_read(&env);
+    struct burst_vk_caps caps;
+    struct burst_vk_tiles t;
+    const int c = burst_vk_dclass(128);
+    h100_caps(&caps);
+    burst_vk_tiles_rule(&caps, &env, &t);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 160, 32, 2); /* 384 invocations, two 17 KiB buffers */
+    expect_tile(&t.k[BURST_VK_DQ_CMQ][c], 128, 64, 0);
+    expect_tile(&t.k[BURST_VK_DKV_CMQ][c], 64, 32, 0);
+    /* two K/V buffers and four counters: (32 keys x 136 halves x 2 B) x 2 x 2 + 32 B */
+    const struct burst_vk_tile ld2 = {32, 160, 32, 2}, ld0 = {32, 160, 32, 0};
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld2, 128), 34848u);
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld0, 128), 17424u);
+    /* 64-key buffers twice do not fit 48 KiB; loaders only in the forward; at most 4 */
+    const struct burst_vk_tile big = {32, 128, 64, 1}, dq = {32, 128, 32, 1},
+                               many = {32, 64, 32, 5};
+    assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_FWD_CMQ, c, &big));
+    assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_DQ_CMQ, c, &dq));
+    assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_FWD_CMQ, c, &many));
+    /* 256 invocations at most: no room for 10 + 2 subgroups nor 12: 128 x 64 */
+    caps.max_invocations = caps.max_size_x = 256;
+    burst_vk_tiles_rule(&caps, &env, &t);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 128, 64, 0);
+    /* 32 KiB of shared memory: neither two 32-key buffers nor one 64-key one: 128 x 32 */
+    h100_caps(&caps);
+    caps.max_shared = 32768;
+    burst_vk_tiles_rule(&caps, &env, &t);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 128, 32, 0);
+    /* BURST_VK_CMQ_TILE: a third field asks for loaders; an invalid ask falls to the rule */
+    h100_caps(&caps);
+    setenv("BURST_VK_CMQ_TILE", "32,16,1", 1);
+    burst_vk_env_read(&env);
+    burst_vk_tiles_rule(&caps, &env, &t);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 32, 16, 1);
+    setenv("BURST_VK_CMQ_TILE", "128,64,1", 1);
+    burst_vk_env_read(&env);
+    burst_vk_tiles_rule(&caps, &env, &t);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 160, 32, 2);
+    setenv("BURST_VK_CMQ_TILE", "192,64", 1);
+    burst_vk_env_read(&env);
+    burst_vk_tiles_rule(&caps, &env, &t);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 192, 64, 0);
+    unsetenv("BURST_VK_CMQ_TILE");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fragment_layout_passes),
         cmocka_unit_test(other_layouts_fail),
+        cmocka_unit_test(cmq_tile_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

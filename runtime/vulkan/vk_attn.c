@@ -131,7 +131,7 @@ static burst_status_t burst_vk_tile_for(struct burst_vk_backend *be, const char 
     *tl = be->tiles.k[kern][burst_vk_dclass((int)d)];
     if (tl->t > 0)
         return BURST_OK;
-    struct burst_vk_tile one = {1, 1, 1};
+    struct burst_vk_tile one = {1, 1, 1, 0};
     return burst_error(
         BURST_ERR_UNSUPPORTED,
         "%s: head dim = %lld is unsupported on vulkan device %d (%s): its %s kernel "
@@ -423,7 +423,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     int dt[4] = {(int)a->q->dtype, cvt[1] ? (int)BURST_DTYPE_FP16 : (int)a->k->dtype,
                  cvt[2] ? (int)BURST_DTYPE_FP16 : (int)a->v->dtype, 0};
     int edt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
-    struct burst_vk_tile etl = {1, 128, 1};
+    struct burst_vk_tile etl = {1, 128, 1, 0};
     VkPipeline pipe, amax_pipe = VK_NULL_HANDLE, cvt_pipe = VK_NULL_HANDLE;
     st = burst_vk_pipeline(be, kern, (int)dim->d, tl, dt, &pipe);
     if (st == BURST_OK && nbf)
@@ -493,27 +493,38 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
 }
 
 /*
- * fwd_cmq's rule tile (192 rows on NVIDIA's 48 KiB devices: vk_caps.c) is faster than 128 rows
- * only for large calls without a mask: on the H100 (docs/BENCHMARKS.md) 6-7 % faster at 16K x
- * 32 heads and 64K x 8 heads (about 21 waves of workgroups), but 9 % slower at 4K x 32 heads
- * (5 waves: the last one a third full), 38 % slower at 1K x 8 heads and 2.5 % slower at 16K
- * causal (the diagonal's masked work grows with the rows). So a call takes the 192-row tile
- * where it has at least 16 waves of workgroups (multiprocessors: VK_NV_shader_sm_builtins,
- * else taken as 128) and every query row may see every key; otherwise the 128-row tile, where
- * valid (BURST_VK_CMQ_TILE pins one tile for every call).
+ * fwd_cmq's rule tile (vk_caps.c) against 128 x 64 on the H100 (docs/BENCHMARKS.md, fwd, fp16,
+ * d = 128, kernel ms):
+ *
+ *     call                     waves   128 x 64   192 x 64   160 x 32, 2 loaders
+ *     N = 1K, 8 heads            0.4      0.070                   0.080
+ *     N = 4K, 32 heads           6.3      1.90       2.07         1.85
+ *     N = 8K, 32 heads          12.5      7.26       7.42         6.65
+ *     N = 16K, 32 heads, causal   25      14.3       14.6         13.5
+ *     N = 16K, 32 heads           25      29.0       27.3         25.1
+ *     N = 64K, 8 heads            25     116.4      109.0         97.6
+ *
+ * (waves: the 160-row grid's workgroups over 132 multiprocessors). The loaders' tile needs a
+ * few waves for its pipeline to pay; 192 x 64 only paid from 16 waves and without a mask
+ * (the diagonal's masked work grows with the rows). So a call takes the rule's tile where its
+ * grid has at least 4 waves (160 x 32 with loaders) or 16 waves and every query row may see
+ * every key (192 x 64, where the loaders' tile is not valid); otherwise 128 x 64, where
+ * valid. Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE
+ * pins one tile for every call.
  */
 static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be,
                                   const struct burst_fwd_args *a, const struct burst_vk_dims *dim,
                                   struct burst_vk_tile *tl)
 {
-    const struct burst_vk_tile small = {32, 128, 64};
-    if (tl->br <= small.br || be->env.cmq_tile[0] ||
+    const struct burst_vk_tile small = {32, 128, 64, 0};
+    if ((tl->br <= small.br && tl->ld == 0) || be->env.cmq_tile[0] ||
         !burst_vk_tile_valid(&be->caps, &be->env, BURST_VK_FWD_CMQ, burst_vk_dclass((int)dim->d),
                              &small))
         return;
-    int64_t waves = (int64_t)(be->caps.sm_count ? be->caps.sm_count : 128) * 16;
-    if ((int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch < waves ||
-        !burst_mask_all(&a->qpos, &a->kpos, a->mask))
+    int64_t sms = be->caps.sm_count ? be->caps.sm_count : 128;
+    int64_t groups = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch;
+    if (tl->ld > 0 ? groups < 4 * sms
+                   : groups < 16 * sms || !burst_mask_all(&a->qpos, &a->kpos, a->mask))
         *tl = small;
 }
 
@@ -624,7 +635,7 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     for (int i = 0; nbf && i < 4; i++) /* converted views are fp16 to the kernels */
         dt[i] = (int)BURST_DTYPE_FP16;
     int edt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
-    struct burst_vk_tile etl = {1, 128, 1};
+    struct burst_vk_tile etl = {1, 128, 1, 0};
     VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE, amax_pipe = VK_NULL_HANDLE,
                cvt_pipe = VK_NULL_HANDLE;
     if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)

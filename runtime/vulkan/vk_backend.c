@@ -234,9 +234,11 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
         for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
             burst_sb_printf(out, "%s\"%s\": [", k ? ", " : "", burst_vk_kernel_names[k]);
             for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
-                burst_sb_printf(out, "%s{\"max_head_dim\": %d, \"t\": %d, \"br\": %d, \"bc\": %d}",
+                burst_sb_printf(out,
+                                "%s{\"max_head_dim\": %d, \"t\": %d, \"br\": %d, \"bc\": %d, "
+                                "\"loaders\": %d}",
                                 d ? ", " : "", burst_vk_dclass_max[d], t.k[k][d].t, t.k[k][d].br,
-                                t.k[k][d].bc);
+                                t.k[k][d].bc, t.k[k][d].ld);
             burst_sb_printf(out, "]");
         }
         burst_sb_printf(out, ", \"source\": \"%s\", \"cache_file\": ", t.source);
@@ -286,7 +288,10 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
             continue;
         burst_sb_printf(out, "      %-7s", burst_vk_kernel_names[k]);
         for (int d = 0; d < BURST_VK_NUM_DCLASS; d++) {
-            if (t.k[k][d].t)
+            if (t.k[k][d].t && t.k[k][d].ld)
+                burst_sb_printf(out, " %dx%dx%d+%d", t.k[k][d].t, t.k[k][d].br, t.k[k][d].bc,
+                                t.k[k][d].ld);
+            else if (t.k[k][d].t)
                 burst_sb_printf(out, " %dx%dx%d", t.k[k][d].t, t.k[k][d].br, t.k[k][d].bc);
             else
                 burst_sb_printf(out, " -");

@@ -112,7 +112,7 @@ int burst_vk_cache_load(const struct burst_vk_caps *caps, const struct burst_vk_
             for (int i = 0; ok && i < BURST_VK_NUM_KERNELS; i++)
                 if (strcmp(name, burst_vk_kernel_names[i]) == 0)
                     k = i;
-            struct burst_vk_tile tl = {tt, br, bc};
+            struct burst_vk_tile tl = {tt, br, bc, 0};
             ok = ok && k >= BURST_VK_FWD && k <= BURST_VK_DKV &&
                  burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &tl);
             if (ok) {
@@ -179,7 +179,7 @@ static void burst_vk_autotune(struct burst_vk_backend *be, struct burst_vk_tiles
             for (size_t j = 0; j < sizeof wgs / sizeof wgs[0]; j++)
                 for (int half = 0; half < 2; half++) {
                     struct burst_vk_tile tl = {ts[i], wgs[j] / ts[i],
-                                               tiles->k[BURST_VK_FWD][c].bc >> half};
+                                               tiles->k[BURST_VK_FWD][c].bc >> half, 0};
                     if (!burst_vk_tile_valid(&be->caps, &be->env, BURST_VK_FWD, c, &tl) ||
                         memcmp(&tl, &tiles->k[BURST_VK_FWD][c], sizeof tl) == 0)
                         continue;
@@ -191,7 +191,7 @@ static void burst_vk_autotune(struct burst_vk_backend *be, struct burst_vk_tiles
                 }
         tiles->k[BURST_VK_FWD][c] = best;
         for (int k = BURST_VK_DQ; k <= BURST_VK_DKV; k++) {
-            struct burst_vk_tile tl = {best.t, best.br, tiles->k[k][c].bc};
+            struct burst_vk_tile tl = {best.t, best.br, tiles->k[k][c].bc, 0};
             if (burst_vk_tile_valid(&be->caps, &be->env, (enum burst_vk_kernel)k, c, &tl))
                 tiles->k[k][c] = tl;
         }

@@ -27,9 +27,10 @@
  *      for dkv_cm).
  *   The cooperative-matrix kernels on the accumulators' elements (fwd_cmq, dq_cmq, dkv_cmq;
  *      head dims up to 128, subgroups of 32, run only where vk_cmq.c's layout check passes):
- *      the first of a short list that fits shared memory and invocations: fwd_cmq 192 rows
- *      (12 subgroups) x 64 keys first, dq_cmq 128 rows (8 subgroups) x 64 keys first, dkv_cmq
- *      64 key rows x 32-row query tiles first
+ *      the first of a short list that fits shared memory and invocations: fwd_cmq 160 rows
+ *      (10 subgroups) x 32 keys with 2 loading subgroups first, then 192 rows x 64 keys, then
+ *      128 x 64 (which small calls take: vk_attn.c, burst_vk_fwd_cmq_tile); dq_cmq 128 rows
+ *      (8 subgroups) x 64 keys first, dkv_cmq 64 key rows x 32-row query tiles first
  *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
  *      BURST_VK_CMQ_BWD_TILE ask for others).
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
@@ -84,8 +85,13 @@ void burst_vk_env_read(struct burst_vk_env *env)
     env->cm_rows = cr == 16 || cr == 32 || cr == 64 || cr == 128 ? cr : 0;
     env->cmq = burst_vk_env_int("BURST_VK_CMQ", 1) != 0;
     const char *cq = getenv("BURST_VK_CMQ_TILE");
-    if (!cq || sscanf(cq, "%d,%d", &env->cmq_tile[0], &env->cmq_tile[1]) != 2)
+    int ntl = cq ? sscanf(cq, "%d,%d,%d", &env->cmq_tile[0], &env->cmq_tile[1],
+                          &env->cmq_tile[2])
+                 : 0;
+    if (ntl < 2)
         env->cmq_tile[0] = env->cmq_tile[1] = 0;
+    if (ntl < 3)
+        env->cmq_tile[2] = 0;
     const char *cb = getenv("BURST_VK_CMQ_BWD_TILE");
     int *bt = env->cmq_bwd_tile;
     if (!cb || sscanf(cb, "%d,%d,%d,%d", &bt[0], &bt[1], &bt[2], &bt[3]) != 4)
@@ -278,8 +284,10 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     case BURST_VK_FWD_CMQ:
     case BURST_VK_DQ_CMQ:
         /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows
-         * padded by 8 halves (Q, dO pass through them), four ints */
-        return 2 * (size_t)tl->bc * (size_t)(d + 8) * 2 + 16;
+         * padded by 8 halves (Q, dO pass through them), four ints; fwd_cmq with loading
+         * subgroups: two K/V buffers and four counters */
+        return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * (size_t)(d + 8) * 2 + 16 +
+               (tl->ld > 0 ? 16 : 0);
     case BURST_VK_DKV_CMQ:
         /* mirrors shaders/bwd_dkv_cmq_nv.comp: K tile [br], Q and dO tiles [bc] with rows
          * padded by 8 halves, 16 B per query row, two ints */
@@ -334,14 +342,16 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
         /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups, BC rows in
          * 16-row chunks; head dims up to 128 (16 rows' operands and accumulators in
          * registers) */
-        uint32_t wg = (uint32_t)(tl->br / 16 * 32);
+        uint32_t wg = (uint32_t)((tl->br / 16 + tl->ld) * 32);
         return BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
                BURST_VK_SPV_BWD_DKV_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
                /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
                (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) &&
                caps->subgroup == 32 && d <= 128 && tl->t == 32 && tl->br >= 16 &&
                tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
-               tl->bc % 16 == 0 && wg <= caps->max_invocations && wg <= caps->max_size_x &&
+               tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
+               (tl->ld == 0 || k == BURST_VK_FWD_CMQ) && wg <= caps->max_invocations &&
+               wg <= caps->max_size_x &&
                burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
     }
     if (burst_vk_kernel_rt(k)) {
@@ -390,7 +400,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
         wg /= 2;
     for (int k = BURST_VK_FWD; k <= BURST_VK_DKV; k++) {
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-            struct burst_vk_tile tl = {t, (int)wg / t, 64};
+            struct burst_vk_tile tl = {t, (int)wg / t, 64, 0};
             while (tl.bc >= 1 && burst_vk_tile_shared((enum burst_vk_kernel)k, &tl,
                                                       burst_vk_dclass_max[c]) > limit)
                 tl.bc /= 2;
@@ -399,7 +409,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
         }
     }
     for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
-        tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1};
+        tiles->k[BURST_VK_DELTA][c] = (struct burst_vk_tile){1, 64, 1, 0};
     /* the register-tiled kernels: 64 x 64 tiles of 256 invocations with the deepest chunks
      * that fit (32 head-dim elements where shared memory allows), then narrower tiles. First,
      * as measured on an H200 at d = 128 (docs/BENCHMARKS.md): dq_rt tries chunks of 4 (322 ms
@@ -407,12 +417,12 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
      * multiprocessor); dkv_rt tries 128 key rows of 512 invocations with chunks of 8 (398 ms
      * against 477 at 64 x 64: half the accumulators per invocation, 128 registers).
      * BURST_VK_RT_TILE=br,bc,dc asks for one (used where valid) */
-    static const struct burst_vk_tile rt[] = {{32, 64, 64}, {16, 64, 64}, {8, 64, 64},
-                                              {16, 32, 64}, {8, 32, 64},  {8, 32, 32},
-                                              {8, 16, 32},  {8, 16, 16},  {4, 8, 8}};
+    static const struct burst_vk_tile rt[] = {{32, 64, 64, 0}, {16, 64, 64, 0}, {8, 64, 64, 0},
+                                              {16, 32, 64, 0}, {8, 32, 64, 0},  {8, 32, 32, 0},
+                                              {8, 16, 32, 0},  {8, 16, 16, 0},  {4, 8, 8, 0}};
     for (int k = BURST_VK_FWD_RT; k <= BURST_VK_DKVQ_RT; k++) {
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-            struct burst_vk_tile want = {env->rt_tile[2], env->rt_tile[0], env->rt_tile[1]},
+            struct burst_vk_tile want = {env->rt_tile[2], env->rt_tile[0], env->rt_tile[1], 0},
                                  *tl = &tiles->k[k][c];
             if (env->rt_tile[0] &&
                 burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &want)) {
@@ -420,7 +430,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 continue;
             }
             static const struct burst_vk_tile first[] = {
-                {0, 0, 0}, {4, 64, 64}, {8, 128, 64}, {8, 128, 64}};
+                {0, 0, 0, 0}, {4, 64, 64, 0}, {8, 128, 64, 0}, {8, 128, 64, 0}};
             const struct burst_vk_tile *f = &first[k - BURST_VK_FWD_RT];
             if (f->t && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, f))
                 *tl = *f;
@@ -445,7 +455,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 /* the softmax gives each of a row's T / 16 invocations BC / (T / 16) scores,
                  * a multiple of 8 */
                 for (int bc = 64; bc >= 16 && bc >= (int)caps->subgroup / 2; bc /= 2) {
-                    struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, bc};
+                    struct burst_vk_tile tl = {(int)caps->subgroup, 16 * warps, bc, 0};
                     /* dkv_cm: one invocation per query row of a tile stages its L, D and
                      * interval, so a workgroup has at least BC invocations */
                     if (k == BURST_VK_DKV_CM && warps * (int)caps->subgroup < bc)
@@ -461,35 +471,40 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
             }
         }
     }
-    /* the register-softmax forward: 192 query rows (12 subgroups, 384 invocations) and 64 keys
-     * where they fit, then 128 rows (8 subgroups: half the K/V traffic of 64 rows) and smaller;
-     * BURST_VK_CMQ_TILE=br,bc asks for one. On the H100 192 rows measured 5-6 % faster than
-     * 128: the driver then keeps the kernel in 168 registers (246 at 128 rows), so that 12
-     * subgroups fit a multiprocessor instead of 8, and each K/V tile serves 1.5 times the rows
-     * (docs/BENCHMARKS.md). It runs only after the device's accumulator layout passed its
-     * check (vk_cmq.c). */
-    static const struct burst_vk_tile cmq[3][7] = {
-        {{32, 192, 64},
-         {32, 128, 64},
-         {32, 64, 64},
-         {32, 128, 32},
-         {32, 64, 32},
-         {32, 64, 16},
-         {32, 32, 16}},
+    /* the register-softmax forward: 160 query rows (10 compute subgroups) and 32 keys with 2
+     * loading subgroups (384 invocations, two K/V buffers) where they fit, then 192 rows (12
+     * subgroups) and 64 keys, then 128 rows (8 subgroups: half the K/V traffic of 64 rows)
+     * and smaller; BURST_VK_CMQ_TILE=br,bc[,ld] asks for one. On the H100 (docs/BENCHMARKS.md)
+     * 192 x 64 measured 5-6 % faster than 128 x 64: at 384 invocations the driver keeps the
+     * kernel in 168 registers (246 at 128 rows), so that 12 subgroups fit a multiprocessor
+     * instead of 8, and each K/V tile serves 1.5 times the rows; 160 x 32 with loaders
+     * another 9-10 %, as no compute subgroup waits for global memory. Which of them a call
+     * takes: burst_vk_fwd_cmq_tile (vk_attn.c). It runs only after the device's accumulator
+     * layout passed its check (vk_cmq.c). */
+    static const struct burst_vk_tile cmq[3][8] = {
+        {{32, 160, 32, 2},
+         {32, 192, 64, 0},
+         {32, 128, 64, 0},
+         {32, 64, 64, 0},
+         {32, 128, 32, 0},
+         {32, 64, 32, 0},
+         {32, 64, 16, 0},
+         {32, 32, 16, 0}},
         /* dq_cmq holds Q, dO and dQ of 16 rows: 128 rows of 8 subgroups, 4 pieces a K/V tile
          * load; dkv_cmq holds V, dK and dV: 64 key rows and 32-row query tiles first */
-        {{32, 128, 64}, {32, 64, 32}, {32, 64, 16}, {32, 32, 16}},
-        {{32, 64, 32}, {32, 128, 16}, {32, 64, 16}, {32, 32, 16}}};
+        {{32, 128, 64, 0}, {32, 64, 32, 0}, {32, 64, 16, 0}, {32, 32, 16, 0}},
+        {{32, 64, 32, 0}, {32, 128, 16, 0}, {32, 64, 16, 0}, {32, 32, 16, 0}}};
     for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
             const int *w = k == BURST_VK_FWD_CMQ  ? env->cmq_tile
                            : k == BURST_VK_DQ_CMQ ? env->cmq_bwd_tile
                                                   : env->cmq_bwd_tile + 2;
-            struct burst_vk_tile want = {32, w[0], w[1]}, *tl = &tiles->k[k][c];
+            struct burst_vk_tile want = {32, w[0], w[1], k == BURST_VK_FWD_CMQ ? w[2] : 0};
+            struct burst_vk_tile *tl = &tiles->k[k][c];
             if (w[0] && burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &want))
                 *tl = want;
             const struct burst_vk_tile *cand = cmq[k - BURST_VK_FWD_CMQ];
-            for (size_t i = 0; i < 7 && cand[i].t && !tl->t; i++)
+            for (size_t i = 0; i < 8 && cand[i].t && !tl->t; i++)
                 if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &cand[i]))
                     *tl = cand[i];
         }

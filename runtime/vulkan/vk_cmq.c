@@ -32,7 +32,7 @@
  * then the matrix converted to fp16, row-major). */
 static burst_status_t burst_vk_cmq_run(struct burst_vk_backend *be, int T, float *out)
 {
-    struct burst_vk_tile tl = {T, 1, 1};
+    struct burst_vk_tile tl = {T, 1, 1, 0};
     const int dt[4] = {0, 0, 0, 0};
     VkPipeline pipe;
     burst_status_t st = burst_vk_pipeline(be, BURST_VK_CM_LAYOUT, 0, &tl, dt, &pipe);
@@ -123,5 +123,5 @@ void burst_vk_cmq_check(struct burst_vk_backend *be)
     if (!q->ok)
         for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
             for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
-                be->tiles.k[k][c] = (struct burst_vk_tile){0, 0, 0};
+                be->tiles.k[k][c] = (struct burst_vk_tile){0, 0, 0, 0};
 }

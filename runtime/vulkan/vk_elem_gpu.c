@@ -83,7 +83,7 @@ burst_status_t burst_vk_elem_run(struct burst_vk_backend *be, enum burst_vk_kern
     *unstaged_p = 0;
     /* the pipeline: dtypes {source, destination} in constants 4 and 5 */
     int dt[4] = {nargs > 1 ? (int)args[1].t->dtype : 0, (int)args[0].t->dtype, 0, 0};
-    struct burst_vk_tile tl = {1, BURST_VK_ELEM_WG, 1};
+    struct burst_vk_tile tl = {1, BURST_VK_ELEM_WG, 1, 0};
     VkPipeline pipe;
     burst_status_t st = burst_vk_pipeline(be, k, 0, &tl, dt, &pipe);
     if (st != BURST_OK)

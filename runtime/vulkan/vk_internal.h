@@ -117,6 +117,8 @@ extern const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS];
  * invocations), BC rows of the tile staged in shared memory. */
 struct burst_vk_tile {
     int t, br, bc;
+    int ld; /* fwd_cmq: subgroups that only load K/V tiles, into two buffers (0: every subgroup
+             * loads, one buffer, barriers between tiles); 0 for every other kernel */
 };
 
 /* Tile choice of a device: [kernel][head-dim class]. */
@@ -150,8 +152,8 @@ struct burst_vk_env {
                            * matrix forward (16, 32, 64 or 128; 0 = the rule's 64) */
     int cmq;              /* BURST_VK_CMQ: 0 = never the kernels that use the accumulators'
                            * fragment layout (fwd_cmq, dq_cmq, dkv_cmq; vk_cmq.c) */
-    int cmq_tile[2];      /* BURST_VK_CMQ_TILE=br,bc: fwd_cmq's tile, where valid (else the
-                           * rule) */
+    int cmq_tile[3];      /* BURST_VK_CMQ_TILE=br,bc[,ld]: fwd_cmq's tile (and loading
+                           * subgroups, default 0), where valid (else the rule) */
     int cmq_bwd_tile[4];  /* BURST_VK_CMQ_BWD_TILE=br,bc,br,bc: dq_cmq's and dkv_cmq's */
     int cmq_fwd[3];       /* BURST_VK_CMQ_FWD=smc,direct[,pipe]: fwd_cmq's softmax step in
                            * 16-key chunks (0 = the whole key tile), P V into O itself (1), the
@@ -246,7 +248,7 @@ struct burst_vk_stream {
 };
 
 struct burst_vk_pipe {
-    uint32_t key[9]; /* kernel, d, t, br, bc, dtq, dtk, dtv, dto */
+    uint32_t key[10]; /* kernel, d, t, br, bc, dtq, dtk, dtv, dto, ld */
     VkPipeline pipe;
 };
 

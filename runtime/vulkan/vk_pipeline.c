@@ -125,7 +125,7 @@ burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be)
 
 /* BURST_VK_PROFILE: the driver's statistics of a new pipeline (register count, spills, ...
  * whatever it reports) on stderr, one line per executable. */
-static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uint32_t key[9],
+static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uint32_t key[10],
                                           VkPipeline pipe)
 {
     PFN_vkGetPipelineExecutablePropertiesKHR props_fn =
@@ -152,9 +152,9 @@ static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uin
         VkResult r = stats_fn(be->dev, &ei, &n, st);
         if (r != VK_SUCCESS && r != VK_INCOMPLETE)
             continue;
-        fprintf(stderr, "burst vulkan pipeline: %s d=%u t=%u br=%u bc=%u dtypes=%u%u%u%u:",
-                burst_vk_kernel_names[key[0]], key[1], key[2], key[3], key[4], key[5], key[6],
-                key[7], key[8]);
+        fprintf(stderr, "burst vulkan pipeline: %s d=%u t=%u br=%u bc=%u ld=%u dtypes=%u%u%u%u:",
+                burst_vk_kernel_names[key[0]], key[1], key[2], key[3], key[4], key[9], key[5],
+                key[6], key[7], key[8]);
         for (uint32_t i = 0; i < n; i++) {
             fprintf(stderr, " %s=", st[i].name);
             switch (st[i].format) {
@@ -174,7 +174,7 @@ static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uin
     }
 }
 
-static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const uint32_t key[9],
+static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const uint32_t key[10],
                                               VkPipeline *pipe_p)
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
@@ -197,11 +197,11 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
      * the accumulator layout vk_cmq.c found; fwd_cmq: 11, 12 = its softmax step in 16-key
      * chunks (dividing BC / 16) and whether P V goes into O itself (BURST_VK_CMQ_FWD), 13 =
      * whether the next tile's loads fly during the current one, 14 = whether the next softmax
-     * step's S MMAs go before this step's softmax (BURST_VK_CMQ_FWD's third field); dq_cmq,
-     * dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH) */
-    int32_t data[15];
-    VkSpecializationMapEntry map[15];
-    for (int i = 0; i < 15; i++) {
+     * step's S MMAs go before this step's softmax (BURST_VK_CMQ_FWD's third field), 15 = its
+     * loading subgroups (the tile's ld); dq_cmq, dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH) */
+    int32_t data[16];
+    VkSpecializationMapEntry map[16];
+    for (int i = 0; i < 16; i++) {
         data[i] = i < 8 ? (int32_t)key[i + 1] : (int32_t)(key[2] * key[3]);
         map[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(i * 4), 4};
     }
@@ -212,17 +212,18 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     data[12] = be->env.cmq_fwd[1] != 0;
     data[13] = be->env.cmq_prefetch[0] != 0;
     data[14] = be->env.cmq_fwd[2] != 0;
+    data[15] = (int32_t)key[9];
     if (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ)
         data[11] = be->env.cmq_prefetch[k == BURST_VK_DQ_CMQ ? 1 : 2] != 0;
     if (k == BURST_VK_DELTA)
         data[8] = 64;
-    if (burst_vk_kernel_cm(k)) /* BR / 16 subgroups of T invocations */
-        data[8] = (int32_t)(key[2] * key[3] / 16);
+    if (burst_vk_kernel_cm(k)) /* BR / 16 (+ ld loading) subgroups of T invocations */
+        data[8] = (int32_t)(key[2] * (key[3] / 16 + key[9]));
     if (burst_vk_kernel_rt(k)) /* (BR / 4) x (BC / 4) */
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     if (k == BURST_VK_CM_LAYOUT) /* one subgroup */
         data[8] = (int32_t)key[2];
-    uint32_t nspec = k == BURST_VK_FWD_CMQ ? 15u : burst_vk_kernel_cmq(k) ? 12u : 9u;
+    uint32_t nspec = k == BURST_VK_FWD_CMQ ? 16u : burst_vk_kernel_cmq(k) ? 12u : 9u;
     VkSpecializationInfo spec = {nspec, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -248,9 +249,10 @@ burst_status_t burst_vk_pipeline(struct burst_vk_backend *be, enum burst_vk_kern
                                  const struct burst_vk_tile *tl, const int dtypes[4],
                                  VkPipeline *pipe_p)
 {
-    uint32_t key[9] = {(uint32_t)k,         (uint32_t)d,         (uint32_t)tl->t,
-                       (uint32_t)tl->br,    (uint32_t)tl->bc,    (uint32_t)dtypes[0],
-                       (uint32_t)dtypes[1], (uint32_t)dtypes[2], (uint32_t)dtypes[3]};
+    uint32_t key[10] = {(uint32_t)k,         (uint32_t)d,         (uint32_t)tl->t,
+                        (uint32_t)tl->br,    (uint32_t)tl->bc,    (uint32_t)dtypes[0],
+                        (uint32_t)dtypes[1], (uint32_t)dtypes[2], (uint32_t)dtypes[3],
+                        (uint32_t)tl->ld};
     /* building under the lock keeps one pipeline per key; lavapipe compiles at creation, so
      * concurrent first calls wait for each other once */
     pthread_mutex_lock(&be->plock);
