@@ -153,7 +153,7 @@ static void cmq_tile_rule(void **state)
     burst_vk_tiles_rule(&caps, &env, &t);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 160, 32, 2); /* 384 invocations, two 17 KiB buffers */
     expect_tile(&t.k[BURST_VK_DQ_CMQ][c], 128, 64, 0);
-    expect_tile(&t.k[BURST_VK_DKV_CMQ][c], 64, 32, 0);
+    expect_tile(&t.k[BURST_VK_DKV_CMQ][c], 64, 48, 0); /* 44.3 KiB */
     /* two K/V buffers and four counters: (32 keys x 136 halves x 2 B) x 2 x 2 + 32 B */
     const struct burst_vk_tile ld2 = {32, 160, 32, 2}, ld0 = {32, 160, 32, 0};
     assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld2, 128), 34848u);
