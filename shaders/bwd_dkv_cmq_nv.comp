@@ -34,7 +34,7 @@
 //   [0, KN)           K tile [BR][D + 8] fp16
 //   [KN, + 2 BC RS)   Q and dO tiles [BC][D + 8] fp16; the V rows pass through them before
 //                     the loop, VP rows at a time
-//   lse2s, dls, ivs   the query tile's L log2 e, D and allowed key intervals
+//   rowq              the query tile's L log2 e, D and allowed key intervals, a vec4 a row
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
@@ -58,8 +58,7 @@ const int L8 = BC * (D / 8);     // 16-byte pieces of a Q (or dO) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 sh[SHN];
-shared float lse2s[BC], dls[BC];
-shared ivec2 ivs[BC];
+shared ivec4 rowq[BC]; // per query row of the tile: L log2 e, D (bits), its allowed key interval
 shared int qmin_s, qmax_s;
 
 void main()
@@ -168,9 +167,7 @@ void main()
             }
         }
         if (tid < BC) {
-            lse2s[tid] = lse2r;
-            dls[tid] = dlr;
-            ivs[tid] = ivr;
+            rowq[tid] = ivec4(floatBitsToInt(lse2r), floatBitsToInt(dlr), ivr);
         }
         barrier();
         if (PREFETCH != 0 && t + 1 < ntiles)
@@ -190,10 +187,11 @@ void main()
             // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col
             UNROLL for (int e = 0; e < NE; e++) {
                 int col = 16 * n + col_of(e, lane), j = row_b(e) ? jB : jA;
-                ivec2 iv = ivs[col];
-                float p = (j >= iv.x && j < iv.y) ? exp2(s[e] * qmul - lse2s[col]) : 0.0;
+                const ivec4 rq = rowq[col]; // one 16-byte load a column
+                float p = (j >= rq.z && j < rq.w) ? exp2(s[e] * qmul - intBitsToFloat(rq.x))
+                                                  : 0.0;
                 s[e] = p;
-                dp[e] = p * (dp[e] * pmul - dls[col]);
+                dp[e] = p * (dp[e] * pmul - intBitsToFloat(rq.y));
             }
             // dV += P^T dO, dK += dS^T Q
             AMAT ap = AMAT(s), ads = AMAT(dp);
