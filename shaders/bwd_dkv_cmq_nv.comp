@@ -34,7 +34,7 @@
 //   [0, KN)           K tile [BR][D + 8] fp16
 //   [KN, + 2 BC RS)   Q and dO tiles [BC][D + 8] fp16; the V rows pass through them before
 //                     the loop, VP rows at a time
-//   rowq              the query tile's L log2 e, D and allowed key intervals, a vec4 a row
+//   rowq              the query tile's L log2 e, D and allowed key intervals, an ivec4 a row
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL

@@ -11,8 +11,8 @@
 // them, so row reductions are two shuffles. P goes from the fp32 scores to the fp16 operand by a matrix conversion, no memory.
 //
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 compute subgroups of 32
-// invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x D) in registers as D / 16 operand matrices, O as D / 16
-// fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
+// invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x D) in
+// registers as D / 16 operand matrices, O as D / 16 fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
 // the views are 16-byte aligned, flag bit 3), global -> registers -> shared memory; with
 // PREFETCH (constant 13, BURST_VK_CMQ_PREFETCH) the next tile's loads are in flight while the
 // current one is computed on, which on the H100 cost more (16 registers, spills) than it hid.
@@ -54,13 +54,17 @@
 // the W compute subgroups work on tile kt - 1; the two sides wait on counters in shared memory
 // (full_s, empty_s) instead of barriers, so that no compute subgroup waits for global memory
 // once the pipeline runs. A loader's registers (the whole of its share of a tile in flight)
-// cost nothing more: the driver allocates every invocation the compute subgroups' count.
+// cost nothing more: the driver allocates every invocation the compute subgroups' count. This
+// relies on the subgroups of a workgroup making progress independently of each other (a
+// spinning subgroup does not stop the one it waits for: true of NVIDIA's GPUs, the only ones
+// these kernels run on) and on memoryBarrierShared ordering the buffer's stores and loads
+// around the counters' atomics.
 // Measured on the H100: 160 x 32 with 2 loaders 25.1 ms against 27.3-27.6 for 192 x 64
 // without (N = 16K, d = 128; docs/BENCHMARKS.md).
 //
 // Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16, twice
-// with LD (two buffers); the Q tile passes through it, QP rows at a time, before the loop. runtime/vulkan/vk_caps.c
-// (burst_vk_tile_shared) mirrors the size.
+// with LD (two buffers); the Q tile passes through it, QP rows at a time, before the loop.
+// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors the size.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require
