@@ -34,11 +34,12 @@ if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
         step test_vulkan_cmq_small "$b/tests/test_vulkan"
     # the rule's 192-row forward tile and its tile with loading subgroups, which the tests'
     # small calls would not take; loaders on the smallest tile (a tile turned over every 16
-    # keys: the most waits between loaders and compute subgroups)
+    # keys: the most waits between loaders and compute subgroups), converting bf16 K / V in
+    # their loads
     BURST_VK_CMQ_TILE=192,64 step test_vulkan_cmq_rows192 "$b/tests/test_vulkan"
     BURST_VK_CMQ_TILE=160,32,2 step test_vulkan_cmq_loaders "$b/tests/test_vulkan"
-    BURST_VK_CMQ_TILE=32,16,1 BURST_VK_CMQ_FWD=1,1,0 step test_vulkan_cmq_loaders_small \
-        "$b/tests/test_vulkan"
+    BURST_VK_CMQ_TILE=32,16,1 BURST_VK_CMQ_FWD=1,1,0 BURST_VK_CMQ_BF16=2 \
+        step test_vulkan_cmq_loaders_small "$b/tests/test_vulkan"
     BURST_VK_RT=0 step test_vulkan_rt0 "$b/tests/test_vulkan"
     BURST_VK_RT=0 BURST_VK_SUBGROUP=0 step test_vulkan_scalar "$b/tests/test_vulkan"
     step test_attention "$b/tests/test_attention"
