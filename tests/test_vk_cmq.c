@@ -10,7 +10,7 @@
  * Also the *_cmq tile rule (runtime/vulkan/vk_caps.c) on made-up device limits: the forward's
  * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
  * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel
- * has them.
+ * has them; and the forward's tile per call (by its workgroup count and mask).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -190,12 +190,60 @@ static void cmq_tile_rule(void **state)
     unsetenv("BURST_VK_CMQ_TILE");
 }
 
+/* fwd_cmq's per-call tile (burst_vk_fwd_cmq_call_tile) on an H100's limits: the loaders' tile
+ * from 4 waves of workgroups (any mask), 192 x 64 from 16 waves where every row sees every
+ * key, 128 x 64 otherwise; a tile pinned by BURST_VK_CMQ_TILE is never changed */
+static void cmq_call_tile(void **state)
+{
+    (void)state;
+    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
+        skip();
+    unsetenv("BURST_VK_CMQ_TILE");
+    unsetenv("BURST_VK_MAX_SHARED");
+    struct burst_vk_env env;
+    burst_vk_env_read(&env);
+    struct burst_vk_caps caps;
+    h100_caps(&caps); /* 132 multiprocessors */
+    const int c = burst_vk_dclass(128);
+    const struct burst_vk_tile ld = {32, 160, 32, 2}, big = {32, 192, 64, 0};
+    /* 4 waves = 528 workgroups: N = 4K x 32 heads is 26 x 32 = 832, N = 1K x 8 heads 7 x 8 */
+    struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 832, 0);
+    expect_tile(&t, 160, 32, 2); /* causal too */
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 528, 1);
+    expect_tile(&t, 160, 32, 2);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 527, 1);
+    expect_tile(&t, 128, 64, 0);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 56, 1);
+    expect_tile(&t, 128, 64, 0);
+    /* no multiprocessor count reported: 128 assumed (512 workgroups for 4 waves) */
+    caps.sm_count = 0;
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 512, 1);
+    expect_tile(&t, 160, 32, 2);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 511, 1);
+    expect_tile(&t, 128, 64, 0);
+    caps.sm_count = 132;
+    /* 192 x 64 (where the loaders' tile is not valid): 16 waves = 2112, and no masked key */
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, big, 2112, 1);
+    expect_tile(&t, 192, 64, 0);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, big, 2112, 0);
+    expect_tile(&t, 128, 64, 0);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, big, 2111, 1);
+    expect_tile(&t, 128, 64, 0);
+    /* pinned: kept for every call */
+    setenv("BURST_VK_CMQ_TILE", "160,32,2", 1);
+    burst_vk_env_read(&env);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 1, 0);
+    expect_tile(&t, 160, 32, 2);
+    unsetenv("BURST_VK_CMQ_TILE");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fragment_layout_passes),
         cmocka_unit_test(other_layouts_fail),
         cmocka_unit_test(cmq_tile_rule),
+        cmocka_unit_test(cmq_call_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -492,40 +492,14 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     return st;
 }
 
-/*
- * fwd_cmq's rule tile (vk_caps.c) against 128 x 64 on the H100 (docs/BENCHMARKS.md, fwd, fp16,
- * d = 128, kernel ms):
- *
- *     call                     waves   128 x 64   192 x 64   160 x 32, 2 loaders
- *     N = 1K, 8 heads            0.4      0.070                   0.080
- *     N = 4K, 32 heads           6.3      1.90       2.07         1.85
- *     N = 8K, 32 heads          12.5      7.26       7.42         6.65
- *     N = 16K, 32 heads, causal   25      14.3       14.6         13.5
- *     N = 16K, 32 heads           25      29.0       27.3         25.1
- *     N = 64K, 8 heads            25     116.4      109.0         97.6
- *
- * (waves: the 160-row grid's workgroups over 132 multiprocessors). The loaders' tile needs a
- * few waves for its pipeline to pay; 192 x 64 only paid from 16 waves and without a mask
- * (the diagonal's masked work grows with the rows). So a call takes the rule's tile where its
- * grid has at least 4 waves (160 x 32 with loaders) or 16 waves and every query row may see
- * every key (192 x 64, where the loaders' tile is not valid); otherwise 128 x 64, where
- * valid. Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE
- * pins one tile for every call.
- */
+/* fwd_cmq's tile for one call: burst_vk_fwd_cmq_call_tile (vk_caps.c) on the rule's tile */
 static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be,
                                   const struct burst_fwd_args *a, const struct burst_vk_dims *dim,
                                   struct burst_vk_tile *tl)
 {
-    const struct burst_vk_tile small = {32, 128, 64, 0};
-    if ((tl->br <= small.br && tl->ld == 0) || be->env.cmq_tile[0] ||
-        !burst_vk_tile_valid(&be->caps, &be->env, BURST_VK_FWD_CMQ, burst_vk_dclass((int)dim->d),
-                             &small))
-        return;
-    int64_t sms = be->caps.sm_count ? be->caps.sm_count : 128;
     int64_t groups = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch;
-    if (tl->ld > 0 ? groups < 4 * sms
-                   : groups < 16 * sms || !burst_mask_all(&a->qpos, &a->kpos, a->mask))
-        *tl = small;
+    *tl = burst_vk_fwd_cmq_call_tile(&be->caps, &be->env, burst_vk_dclass((int)dim->d), *tl,
+                                     groups, burst_mask_all(&a->qpos, &a->kpos, a->mask));
 }
 
 burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)

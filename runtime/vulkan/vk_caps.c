@@ -29,7 +29,7 @@
  *      head dims up to 128, subgroups of 32, run only where vk_cmq.c's layout check passes):
  *      the first of a short list that fits shared memory and invocations: fwd_cmq 160 rows
  *      (10 subgroups) x 32 keys with 2 loading subgroups first, then 192 rows x 64 keys, then
- *      128 x 64 (which small calls take: vk_attn.c, burst_vk_fwd_cmq_tile); dq_cmq 128 rows
+ *      128 x 64 (which small calls take: burst_vk_fwd_cmq_call_tile); dq_cmq 128 rows
  *      (8 subgroups) x 64 keys first, dkv_cmq 64 key rows x 48-row query tiles first
  *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
  *      BURST_VK_CMQ_BWD_TILE ask for others).
@@ -479,7 +479,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
      * kernel in 168 registers (246 at 128 rows), so that 12 subgroups fit a multiprocessor
      * instead of 8, and each K/V tile serves 1.5 times the rows; 160 x 32 with loaders
      * another 9-10 %, as no compute subgroup waits for global memory. Which of them a call
-     * takes: burst_vk_fwd_cmq_tile (vk_attn.c). It runs only after the device's accumulator
+     * takes: burst_vk_fwd_cmq_call_tile (below). It runs only after the device's accumulator
      * layout passed its check (vk_cmq.c). */
     static const struct burst_vk_tile cmq[3][8] = {
         {{32, 160, 32, 2},
@@ -510,6 +510,41 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &cand[i]))
                     *tl = cand[i];
         }
+}
+
+/*
+ * fwd_cmq's rule tile (above) against 128 x 64 on the H100 (docs/BENCHMARKS.md, fwd, fp16,
+ * d = 128, kernel ms):
+ *
+ *     call                     waves   128 x 64   192 x 64   160 x 32, 2 loaders
+ *     N = 1K, 8 heads            0.4      0.070                   0.080
+ *     N = 4K, 32 heads           6.3      1.90       2.07         1.85
+ *     N = 8K, 32 heads          12.5      7.26       7.42         6.65
+ *     N = 16K, 32 heads, causal   25      14.3       14.6         13.5
+ *     N = 16K, 32 heads           25      29.0       27.3         25.1
+ *     N = 64K, 8 heads            25     116.4      109.0         97.6
+ *
+ * (waves: the 160-row grid's workgroups over 132 multiprocessors). The loaders' tile needs a
+ * few waves for its pipeline to pay; 192 x 64 only paid from 16 waves and without a mask
+ * (the diagonal's masked work grows with the rows). So a call takes the rule's tile where its
+ * grid has at least 4 waves (160 x 32 with loaders) or 16 waves and every query row may see
+ * every key (192 x 64, where the loaders' tile is not valid); otherwise 128 x 64, where
+ * valid. Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE
+ * pins one tile for every call.
+ */
+struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps,
+                                                const struct burst_vk_env *env, int dclass,
+                                                struct burst_vk_tile rule, int64_t groups,
+                                                int mask_all)
+{
+    const struct burst_vk_tile small = {32, 128, 64, 0};
+    if ((rule.br <= small.br && rule.ld == 0) || env->cmq_tile[0] ||
+        !burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, dclass, &small))
+        return rule;
+    int64_t sms = caps->sm_count ? caps->sm_count : 128;
+    if (rule.ld > 0 ? groups < 4 * sms : groups < 16 * sms || !mask_all)
+        return small;
+    return rule;
 }
 
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env)
