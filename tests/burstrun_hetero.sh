@@ -57,6 +57,28 @@ has() {
     }
 }
 
+# has_fail NAME RANK: rank RANK's line reports the plan mismatch, found by the rank itself
+# ("plans differ ...") or passed on by the launcher from the rank that found it first ("a peer
+# failed: ... plans differ ..."): which rank compares first is a race
+has_fail() {
+    cat "$TMP/$1" "$TMP/$1.err" | grep -F -- "[rank $2] rank $2: burst_plan_create failed: " |
+        grep -qF "plans differ" || {
+        fail "$1: rank $2 does not report the plans' mismatch"
+        cat "$TMP/$1" "$TMP/$1.err"
+    }
+}
+
+# has_rank NAME RANK: the mismatch names rank RANK (not 0) as the one whose plan differs:
+# found by another rank ("the plan of rank RANK differs"), or by RANK itself first, against
+# rank 0's plan
+has_rank() {
+    cat "$TMP/$1" "$TMP/$1.err" | grep -qF -e "the plan of rank $2 differs" \
+        -e "[rank $2] rank $2: burst_plan_create failed: plans differ between ranks: burst_plan_create: the plan of rank 0 differs from this rank's ($2)" || {
+        fail "$1: output does not name rank $2"
+        cat "$TMP/$1" "$TMP/$1.err"
+    }
+}
+
 hash_of() {
     sed -n 's/.*"output_hash": "\([0-9a-f]*\)".*/\1/p' "$TMP/$1"
 }
@@ -107,16 +129,16 @@ cpu)
     # one rank process with other weights or another head dim: every rank names rank and field
     run mm_weights 3 -n 3 --fabric "$PROV" $SMALL --weights 1,2,3 --test-mismatch 1:weights
     for rk in 0 1 2; do
-        has mm_weights "[rank $rk] rank $rk: burst_plan_create failed: plans differ"
+        has_fail mm_weights $rk
     done
     has mm_weights "field shard_weights"
-    has mm_weights "the plan of rank 1 differs"
+    has_rank mm_weights 1
     run mm_head_dim 3 -n 3 --fabric "$PROV" $SMALL --test-mismatch 2:head_dim
     for rk in 0 1 2; do
-        has mm_head_dim "[rank $rk] rank $rk: burst_plan_create failed: plans differ"
+        has_fail mm_head_dim $rk
     done
     has mm_head_dim "field head_dim"
-    has mm_head_dim "the plan of rank 2 differs"
+    has_rank mm_head_dim 2
     # a backend missing on one rank (no GPU here, or a build without cuda)
     if ! "$BR" --threads -n 1 --backend cuda $SMALL >"$TMP/cuda" 2>&1; then
         want=3 # no device: a runtime error; a build without cuda: a usage error
