@@ -73,30 +73,18 @@ static inline void burst_mask_keys(const struct burst_posmap *k, struct burst_ma
     *kend = burst_posmap_count_le(k, hi);
 }
 
-/* The smallest and largest position of m's rows; 0 when m has none. */
-static inline int burst_posmap_range(const struct burst_posmap *m, int64_t *lo, int64_t *hi)
-{
-    int any = 0;
-    for (int r = 0; r < m->nruns; r++) {
-        if (m->run[r].len <= 0)
-            continue;
-        int64_t a = m->run[r].global0, b = a + (m->run[r].len - 1) * m->run[r].stride;
-        *lo = any && *lo < a ? *lo : a;
-        *hi = any && *hi > b ? *hi : b;
-        any = 1;
-    }
-    return any;
-}
-
-/* Does mask allow every key row of k for every query row of q (true when either has none)? */
+/* Does mask allow every key row of k for every query row of q (true when either has none)?
+ * Positions increase with the local index, so the first and last rows bound them. */
 static inline int burst_mask_all(const struct burst_posmap *q, const struct burst_posmap *k,
                                  struct burst_mask mask)
 {
-    int64_t qlo, qhi, klo, khi;
-    if (!burst_posmap_range(q, &qlo, &qhi) || !burst_posmap_range(k, &klo, &khi))
+    int64_t nq = burst_posmap_len(q), nk = burst_posmap_len(k);
+    if (nq == 0 || nk == 0)
         return 1;
-    return (mask.left >= BURST_POS_INF || qhi - mask.left <= klo) &&
-           (mask.right >= BURST_POS_INF || qlo + mask.right >= khi);
+    return (mask.left >= BURST_POS_INF ||
+            burst_posmap_pos(q, nq - 1) - mask.left <= burst_posmap_pos(k, 0)) &&
+           (mask.right >= BURST_POS_INF ||
+            burst_posmap_pos(q, 0) + mask.right >= burst_posmap_pos(k, nk - 1));
 }
 
 /* Is key position kpos allowed for query position qpos? */
