@@ -206,33 +206,32 @@ static void cmq_call_tile(void **state)
     h100_caps(&caps); /* 132 multiprocessors */
     const int c = burst_vk_dclass(128);
     const struct burst_vk_tile ld = {32, 160, 32, 2}, big = {32, 192, 64, 0};
-    /* 4 waves = 528 workgroups: N = 4K x 32 heads is 26 x 32 = 832, N = 1K x 8 heads 7 x 8 */
-    struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 832, 0);
-    expect_tile(&t, 160, 32, 2); /* causal too */
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 528, 1);
-    expect_tile(&t, 160, 32, 2);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 527, 1);
-    expect_tile(&t, 128, 64, 0);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 56, 1);
-    expect_tile(&t, 128, 64, 0);
-    /* no multiprocessor count reported: 128 assumed (512 workgroups for 4 waves) */
-    caps.sm_count = 0;
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 512, 1);
-    expect_tile(&t, 160, 32, 2);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 511, 1);
-    expect_tile(&t, 128, 64, 0);
+    /* 4 waves = 528 workgroups at 132 multiprocessors (512 at the 128 assumed where none is
+     * reported): N = 4K x 32 heads is 26 x 32 = 832, N = 1K x 8 heads 7 x 8 = 56; 192 x 64
+     * (where the loaders' tile is not valid) needs 16 waves = 2112 and no masked key */
+    static const struct {
+        int big, sms, groups, mask_all, keep; /* keep: the rule's tile, else 128 x 64 */
+    } cases[] = {
+        {0, 132, 832, 0, 1},  {0, 132, 528, 1, 1},  {0, 132, 527, 1, 0},
+        {0, 132, 56, 1, 0},   {0, 0, 512, 1, 1},    {0, 0, 511, 1, 0},
+        {1, 132, 2112, 1, 1}, {1, 132, 2112, 0, 0}, {1, 132, 2111, 1, 0},
+    };
+    const struct burst_vk_tile small = {32, 128, 64, 0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct burst_vk_tile rule = cases[i].big ? big : ld;
+        const struct burst_vk_tile *want = cases[i].keep ? &rule : &small;
+        caps.sm_count = (uint32_t)cases[i].sms;
+        struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, rule,
+                                                            cases[i].groups, cases[i].mask_all);
+        if (memcmp(&t, want, sizeof t) != 0)
+            fail_msg("case %zu: tile %d x %d x %d + %d, expected %d x %d x %d + %d", i, t.t, t.br,
+                     t.bc, t.ld, want->t, want->br, want->bc, want->ld);
+    }
     caps.sm_count = 132;
-    /* 192 x 64 (where the loaders' tile is not valid): 16 waves = 2112, and no masked key */
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, big, 2112, 1);
-    expect_tile(&t, 192, 64, 0);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, big, 2112, 0);
-    expect_tile(&t, 128, 64, 0);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, big, 2111, 1);
-    expect_tile(&t, 128, 64, 0);
     /* pinned: kept for every call */
     setenv("BURST_VK_CMQ_TILE", "160,32,2", 1);
     burst_vk_env_read(&env);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 1, 0);
+    struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 1, 0);
     expect_tile(&t, 160, 32, 2);
     unsetenv("BURST_VK_CMQ_TILE");
 }
