@@ -204,6 +204,15 @@ void main()
         kreg[it] = load8s(kv, DTK, vec, kx, in_block, ksc);                                       \
         vreg[it] = load8s(vv, DTV, vec, vx, in_block, vsc);                                       \
     }
+    // the loaded pieces into the K/V buffer at sb (with LD = 0: ptid = tid, PT = NT, sb = 0)
+#define STORE_KV(sb)                                                                              \
+    UNROLL for (int it = 0; it < LPT; it++) {                                                     \
+        int x = ptid + PT * it, row = x / (D / 8), c8 = x % (D / 8);                              \
+        if (x < L8) {                                                                             \
+            sh[(sb) + row * RS + c8] = kreg[it];                                                  \
+            sh[(sb) + (BC + row) * RS + c8] = vreg[it];                                           \
+        }                                                                                         \
+    }
     if (LD > 0)
         barrier(); // Q's last pass is read: the loading subgroups may store K/V tiles
     if (LD > 0 && sg >= W) {
@@ -218,13 +227,7 @@ void main()
             while (atomicAdd(empty_s[kt & 1], 0u) < need) {
             }
             memoryBarrierShared();
-            UNROLL for (int it = 0; it < LPT; it++) {
-                int x = ptid + PT * it, row = x / (D / 8), c8 = x % (D / 8);
-                if (x < L8) {
-                    sh[sb + row * RS + c8] = kreg[it];
-                    sh[sb + (BC + row) * RS + c8] = vreg[it];
-                }
-            }
+            STORE_KV(sb)
             memoryBarrierShared();
             subgroupBarrier();
             if (lane == 0)
@@ -245,13 +248,7 @@ void main()
             if (PREFETCH == 0)
                 FETCH_KV(j0)
             barrier(); // the previous tile (or Q's last pass) is no longer read
-            UNROLL for (int it = 0; it < LPT; it++) {
-                int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
-                if (x < L8) {
-                    sh[row * RS + c8] = kreg[it];
-                    sh[(BC + row) * RS + c8] = vreg[it];
-                }
-            }
+            STORE_KV(0)
             barrier();
             if (PREFETCH != 0 && j0 + BC < kmax) {
                 FETCH_KV(j0 + BC)
