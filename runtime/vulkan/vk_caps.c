@@ -518,6 +518,10 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
  *
  *     call                     waves   128 x 64   192 x 64   160 x 32, 2 loaders
  *     N = 1K, 8 heads            0.4      0.070                   0.080
+ *     N = 1K, 32 heads           1.7      0.159                   0.165
+ *     N = 2K, 32 heads           3.2      0.525                   0.561
+ *     N = 3K, 32 heads           4.8      1.11                    1.00
+ *     N = 2K, 64 heads           6.3      1.02                    0.97
  *     N = 4K, 32 heads           6.3      1.90       2.07         1.85
  *     N = 8K, 32 heads          12.5      7.26       7.42         6.65
  *     N = 16K, 32 heads, causal   25      14.3       14.6         13.5
@@ -525,7 +529,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
  *     N = 64K, 8 heads            25     116.4      109.0         97.6
  *
  * (waves: the 160-row grid's workgroups over 132 multiprocessors). The loaders' tile needs a
- * few waves for its pipeline to pay; 192 x 64 only paid from 16 waves and without a mask
+ * few waves for its pipeline to pay (it lost up to 3.2 waves and won from 4.8); 192 x 64 only paid from 16 waves and without a mask
  * (the diagonal's masked work grows with the rows). So a call takes the rule's tile where its
  * grid has at least 4 waves (160 x 32 with loaders) or 16 waves and every query row may see
  * every key (192 x 64, where the loaders' tile is not valid); otherwise 128 x 64, where
