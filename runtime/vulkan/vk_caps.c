@@ -529,11 +529,11 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
  *     N = 64K, 8 heads            25     116.4      109.0         97.6
  *
  * (waves: the 160-row grid's workgroups over 132 multiprocessors). The loaders' tile needs a
- * few waves for its pipeline to pay (it lost up to 3.2 waves and won from 4.8); 192 x 64 only paid from 16 waves and without a mask
- * (the diagonal's masked work grows with the rows). So a call takes the rule's tile where its
- * grid has at least 4 waves (160 x 32 with loaders) or 16 waves and every query row may see
- * every key (192 x 64, where the loaders' tile is not valid); otherwise 128 x 64, where
- * valid. Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE
+ * few waves for its pipeline to pay (it lost up to 3.2 waves and won from 4.8); 192 x 64 only
+ * paid from 16 waves and without a mask (the diagonal's masked work grows with the rows). So a
+ * call takes the rule's tile where its grid has at least 4 waves (160 x 32 with loaders) or 16
+ * waves and every query row may see every key (192 x 64, where the loaders' tile is not
+ * valid); otherwise 128 x 64, where valid. Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE
  * pins one tile for every call.
  */
 struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps,
