@@ -8,12 +8,14 @@
 // place, in the layout of NVIDIA's tensor-core fragments, which the host checks on the device
 // before it runs this kernel (shaders/cm_layout_nv.comp, runtime/vulkan/vk_cmq.c; the mapping
 // it found: shaders/cmq.glsl). The four invocations of a quad hold rows r and r + 8 between
-// them, so row reductions are two shuffles. P goes from the fp32 scores to the fp16 operand by a matrix conversion, no memory.
+// them, so row reductions are two shuffles. P goes from the fp32 scores to the fp16 operand
+// by a matrix conversion, no memory.
 //
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 compute subgroups of 32
 // invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x D) in
-// registers as D / 16 operand matrices, O as D / 16 fp32 accumulators. K/V tiles of BC keys are staged in shared memory with 16-byte loads (where
-// the views are 16-byte aligned, flag bit 3), global -> registers -> shared memory; with
+// registers as D / 16 operand matrices, O as D / 16 fp32 accumulators. K/V tiles of BC keys
+// are staged in shared memory with 16-byte loads (where the views are 16-byte aligned, flag
+// bit 3), global -> registers -> shared memory; with
 // PREFETCH (constant 13, BURST_VK_CMQ_PREFETCH) the next tile's loads are in flight while the
 // current one is computed on, which on the H100 cost more (16 registers, spills) than it hid.
 // Per subgroup and key tile, in softmax steps of SMC 16-key chunks (constant 11; 1 by default,

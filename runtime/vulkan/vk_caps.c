@@ -533,8 +533,8 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
  * paid from 16 waves and without a mask (the diagonal's masked work grows with the rows). So a
  * call takes the rule's tile where its grid has at least 4 waves (160 x 32 with loaders) or 16
  * waves and every query row may see every key (192 x 64, where the loaders' tile is not
- * valid); otherwise 128 x 64, where valid. Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE
- * pins one tile for every call.
+ * valid); otherwise 128 x 64, where valid. Multiprocessors: VK_NV_shader_sm_builtins, else
+ * taken as 128. BURST_VK_CMQ_TILE pins one tile for every call.
  */
 struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int dclass,
@@ -546,7 +546,7 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
         !burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, dclass, &small))
         return rule;
     int64_t sms = caps->sm_count ? caps->sm_count : 128;
-    if (rule.ld > 0 ? groups < 4 * sms : groups < 16 * sms || !mask_all)
+    if (rule.ld > 0 ? groups < 4 * sms : (groups < 16 * sms || !mask_all))
         return small;
     return rule;
 }
@@ -555,7 +555,8 @@ int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst
 {
     if (!BURST_VK_SPV_FWD_CM_NV || !env->coopmat || !caps->coopmat_nv || !caps->fp16 ||
         !caps->subgroup_shuffle || !caps->subgroup_vote || caps->subgroup < 16 ||
-        caps->subgroup > 64 || (caps->subgroup & (caps->subgroup - 1)) || caps->subgroup_min != caps->subgroup_max)
+        caps->subgroup > 64 || (caps->subgroup & (caps->subgroup - 1)) ||
+        caps->subgroup_min != caps->subgroup_max)
         return 0;
     for (int i = 0; i < caps->ncoop; i++)
         if (caps->coop[i].m == 16 && caps->coop[i].n == 16 && caps->coop[i].k == 16 &&
