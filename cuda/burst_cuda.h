@@ -8,8 +8,8 @@
  *                         native message from cudaGetErrorString)
  *   burst_cuda_probe.c    device capabilities -> kernel variant and tile sizes (burstrun --probe)
  *   burst_cuda_elem.cu    copy with dtype conversion and strides, fill, accumulate, D = rowsum
- *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for d = 64 / 128 in
- *                         fp16 / bf16; a SIMT fp32-arithmetic path for every other case)
+ *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for fp16 / bf16 at every
+ *                         head dim, by head-dim class; a SIMT fp32-arithmetic path for the rest)
  *   burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu  the forward and the backward (dK/dV and
  *                         dQ kernels; dQ inside the dK/dV kernel with float atomics when the plan is
  *                         not deterministic) on Hopper's warpgroup tensor cores (wgmma),
@@ -54,12 +54,30 @@ struct burst_cuda_view {
     int64_t stride[4];
 };
 
-/* Kernel variant of the forward step, chosen by burst_cuda_pick_fwd() from the probe. */
+/*
+ * Head-dim classes: the tensor-core kernels are compiled for head dims 32, 64, 96, 128, 192 and
+ * 256 only, and a call runs the class of its d (the smallest class >= d). The class's columns
+ * past d are zero in shared memory (the loads zero-fill them) and never read from or written to
+ * the caller's tensors; they cost arithmetic, not memory traffic. Every d the API accepts
+ * (a multiple of 8 in [8, 256]) has a class.
+ */
+static inline int burst_cuda_dclass(int64_t d)
+{
+    return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
+}
+/* The widest class the Hopper backward has kernels for (wider ones run the sm_80 backward). */
+#define BURST_CUDA_WG_BWD_MAX 128
+/* Key rows per tile of the Hopper forward for class D: as many as 3 stages of K and V and the
+ * 128-row Q tile fit in shared memory, 128 at most. */
+#define BURST_CUDA_WG_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 128 ? 128 : (D) <= 192 ? 64 : 48)
+
+/* Kernel variant of a step, chosen by the backend (burst_cuda_kind). */
 enum burst_cuda_fwd_kind {
-    BURST_CUDA_FWD_SIMT = 0, /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
-    BURST_CUDA_FWD_MMA = 1,  /* fp16/bf16, d = 64 or 128, mma.sync m16n8k16 + ldmatrix + cp.async */
+    BURST_CUDA_FWD_SIMT = 0,  /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
+    BURST_CUDA_FWD_MMA = 1,   /* fp16/bf16, every class: mma.sync m16n8k16 + ldmatrix + cp.async */
     BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a); for
-                                 the backward only where BURST_CUDA_WGMMA is not "fwd" */
+                                 the backward only up to BURST_CUDA_WG_BWD_MAX and where
+                                 BURST_CUDA_WGMMA is not "fwd" */
 };
 
 /* One attention step as the kernels see it (shared by forward and backward). */
@@ -98,11 +116,13 @@ int burst_cuda_launch_delta(const struct burst_cuda_view *dout, const struct bur
 int burst_cuda_kernels_init(void);
 /* The Hopper kernels (burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu; only where
  * BURST_CUDA_SM90A is defined): the launchers, their shared-memory setup (a cudaError_t: fails
- * on a device their sm_90a code cannot run on) and the forward's shared memory for head dim d. */
+ * on a device their sm_90a code cannot run on) and the forward's shared memory for head dim d
+ * (its class). */
 int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_sm90_init(void);
 size_t burst_cuda_sm90_smem(int d);
+size_t burst_cuda_sm90_bwd_smem(int d); /* classes up to BURST_CUDA_WG_BWD_MAX */
 
 /* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */
 struct burst_cuda_caps {
@@ -111,25 +131,41 @@ struct burst_cuda_caps {
     size_t smem_block_optin; /* largest dynamic shared memory a block may ask for */
 };
 
-/* Can this device run the tensor-core forward (sm_80+, enough shared memory for d = 128)?
- * BURST_CUDA_KERNEL=simt turns it off (kill switch); burst_cuda_probe.c. */
+/* Can this device run the tensor-core kernels (sm_80+, enough shared memory for the widest
+ * class)? BURST_CUDA_KERNEL=simt turns them off (kill switch); burst_cuda_probe.c. */
 int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
 /* Can this device run the Hopper forward: built with sm_90a, compute capability 9.0, enough
- * shared memory, and neither BURST_CUDA_WGMMA=0 nor BURST_CUDA_KERNEL=simt set? */
+ * shared memory for every class, and neither BURST_CUDA_WGMMA=0 nor BURST_CUDA_KERNEL=simt set? */
 int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
-/* Key rows per tile of the Hopper forward at head dim d: 64 for d = 64, 128 for d = 128, unless
- * BURST_CUDA_WGMMA_BC=64|128 says otherwise (read once). */
-int burst_cuda_wgmma_bc(int d);
 /* May the Hopper backward add dQ with float atomics when a plan is not deterministic? Yes unless
  * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
 int burst_cuda_dq_atomic_env(void);
-/* Shared memory of the tensor-core forward for head dim d (64 or 128). */
+/* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class). */
 size_t burst_cuda_mma_smem(int d);
+/* The kernel variant (enum burst_cuda_fwd_kind) of the forward (bwd = 0) or the backward of head
+ * dim d on this device, for fp16 / bf16: wgmma where `wg` (the Hopper kernels are usable; for
+ * the backward: and not turned off by BURST_CUDA_WGMMA=fwd) and the class has Hopper kernels,
+ * else mma.sync where the device can run it and the class's shared memory fits, else SIMT. */
+int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, int64_t d, int bwd);
 
-/* Tile sizes of the kernels, for the probe (query rows x key rows). */
-#define BURST_CUDA_MMA_BR 64
-#define BURST_CUDA_MMA_BC 64
+/* Tile sizes of the kernels by head-dim class D (the kernels and the probe read the same rules;
+ * query rows x key rows). */
+#define BURST_CUDA_MMA_BR 64 /* sm_80 backward: query rows of a dQ block, keys of a dK/dV block */
+#define BURST_CUDA_MMA_BC 64 /* sm_80 forward: key rows of a streamed tile */
 #define BURST_CUDA_MMA_WARPS 4
+/* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
+ * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
+#define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)
+/* sm_80 backward: rows of the streamed, double-buffered tiles (K / V of the dQ kernel, Q / dO of
+ * the dK/dV kernel): 64, 32 for D = 256 (two stages of 64 rows would not fit an A100's 163 KiB
+ * of shared memory per block) */
+#define BURST_CUDA_MMA_BWD_ROWS(D) ((D) > 192 ? 32 : 64)
+/* sm_80 backward: blocks per key tile of the dK/dV kernel, each accumulating D / split columns of
+ * dK and dV (and computing S^T, dP^T over the whole d): 1 up to D = 128, 2 above */
+#define BURST_CUDA_MMA_DKDV_SPLIT(D) ((D) <= 128 ? 1 : 2)
+/* Hopper backward: query rows of the dK/dV kernel's streamed tiles (48 above D = 64, where 64
+ * made the kernel spill) */
+#define BURST_CUDA_WG_DKDV_BQ(D) ((D) > 64 ? 48 : 64)
 #define BURST_CUDA_SIMT_BR 32
 #define BURST_CUDA_SIMT_BC(d) ((d) <= 128 ? 32 : 16)
 #define BURST_CUDA_SIMT_WARPS 4
@@ -141,7 +177,7 @@ size_t burst_cuda_mma_smem(int d);
 struct burst_cuda_backend {
     int device;
     struct burst_cuda_caps caps;
-    int mma;   /* tensor-core forward usable */
+    int mma;       /* tensor-core forward usable */
     int wgmma;     /* Hopper forward usable (and its shared-memory limits raised) */
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
@@ -176,8 +212,7 @@ burst_status_t burst_cuda_share_device(void *be, unsigned char uuid[16]);
 burst_status_t burst_cuda_share_import(void *be, const struct burst_tp_dev *owner, const void *buf,
                                        size_t len, void **ptr_p);
 int burst_cuda_share_reach(void *be, const unsigned char uuid[16]);
-burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc,
-                                     void **mark_p);
+burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc, void **mark_p);
 burst_status_t burst_cuda_ipc_import(void *be, void *dst, const unsigned char *desc, size_t len,
                                      void *after, void **done_p);
 burst_status_t burst_cuda_ipc_test(void *be, void *done, int *complete);

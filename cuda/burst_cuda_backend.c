@@ -421,17 +421,18 @@ static int burst_cuda_aligned16(const struct burst_cuda_view *v)
     return 1;
 }
 
-/* Tensor cores for fp16/bf16 with d = 64 or 128 and 16-byte aligned rows (the forward on
- * warpgroup tensor cores where the device and the build allow), else SIMT. */
+/* Tensor cores for fp16/bf16 with 16-byte aligned rows, the variant of the head dim's class on
+ * this device (burst_cuda_class_kind: the Hopper kernels where the device and the build allow),
+ * else SIMT. */
 static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct burst_cuda_step *s,
                            int bwd)
 {
-    if (!cb->mma || s->q.dtype == BURST_CUDA_F32 || (s->d != 64 && s->d != 128) ||
-        s->nq >= INT32_MAX || s->nk >= INT32_MAX || /* row indices are 32-bit there */
+    if (!cb->mma || s->q.dtype == BURST_CUDA_F32 || s->nq >= INT32_MAX ||
+        s->nk >= INT32_MAX || /* row indices are 32-bit there */
         !burst_cuda_aligned16(&s->q) || !burst_cuda_aligned16(&s->k) ||
         !burst_cuda_aligned16(&s->v) || (bwd && !burst_cuda_aligned16(&s->dout)))
         return BURST_CUDA_FWD_SIMT;
-    return (bwd ? cb->wgmma_bwd : cb->wgmma) ? BURST_CUDA_FWD_WGMMA : BURST_CUDA_FWD_MMA;
+    return burst_cuda_class_kind(&cb->caps, cb->mma, bwd ? cb->wgmma_bwd : cb->wgmma, s->d, bwd);
 }
 
 /* ---- ops ----------------------------------------------------------------------------------------- */

@@ -14,13 +14,20 @@
  */
 #include "burst_cuda_mma.cuh"
 
+/* Rows of the streamed tiles of both backward kernels (BURST_CUDA_MMA_BWD_ROWS). */
+template <int D> __host__ __device__ constexpr int burst_mma_bwd_rows()
+{
+    return BURST_CUDA_MMA_BWD_ROWS(D);
+}
+
 /* ---- tensor cores: dQ ---------------------------------------------------------------------------- */
 
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
 {
+    constexpr int W = burst_tile_w<D>(), KR = burst_mma_bwd_rows<D>();
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sq = (T *)smraw, *sdo = sq + MMA_BR * D, *sk = sdo + MMA_BR * D, *sv = sk + 2 * MMA_BC * D;
+    T *sq = (T *)smraw, *sdo = sq + MMA_BR * W, *sk = sdo + MMA_BR * W, *sv = sk + 2 * KR * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nq + MMA_BR - 1) / MMA_BR;
     const int64_t t = tiles - 1 - blockIdx.x % tiles;
@@ -61,11 +68,11 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
         ue = max(ue, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)ue, m));
     }
 
-    const int64_t jfirst = kmin / MMA_BC * MMA_BC;
+    const int64_t jfirst = kmin / KR * KR;
     burst_mma_load<T, D>(sq, s.q, b, i0, MMA_BR, s.nq, h);
     burst_mma_load<T, D>(sdo, s.dout, b, i0, MMA_BR, s.nq, h);
-    burst_mma_load<T, D>(sk, s.k, b, jfirst, MMA_BC, s.nk, g);
-    burst_mma_load<T, D>(sv, s.v, b, jfirst, MMA_BC, s.nk, g);
+    burst_mma_load<T, D>(sk, s.k, b, jfirst, KR, s.nk, g);
+    burst_mma_load<T, D>(sv, s.v, b, jfirst, KR, s.nk, g);
     burst_cp_commit();
 
     float dq[D / 8][4];
@@ -74,33 +81,33 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     int stage = 0;
-    for (int64_t j0 = jfirst; j0 < kmax; j0 += MMA_BC, stage ^= 1) {
-        if (j0 + MMA_BC < kmax) {
-            burst_mma_load<T, D>(sk + (stage ^ 1) * MMA_BC * D, s.k, b, j0 + MMA_BC, MMA_BC, s.nk,
-                                 g);
-            burst_mma_load<T, D>(sv + (stage ^ 1) * MMA_BC * D, s.v, b, j0 + MMA_BC, MMA_BC, s.nk,
-                                 g);
+    for (int64_t j0 = jfirst; j0 < kmax; j0 += KR, stage ^= 1) {
+        if (j0 + KR < kmax) {
+            burst_mma_load<T, D>(sk + (stage ^ 1) * KR * W, s.k, b, j0 + KR, KR, s.nk, g);
+            burst_mma_load<T, D>(sv + (stage ^ 1) * KR * W, s.v, b, j0 + KR, KR, s.nk, g);
             burst_cp_commit();
             burst_cp_wait<1>();
         } else {
             burst_cp_wait<0>();
         }
         __syncthreads();
-        const T *kt = sk + stage * MMA_BC * D, *vt = sv + stage * MMA_BC * D;
-        if (ue > j0 && ub < j0 + MMA_BC) {
-            float sc[MMA_BC / 8][4], dp[MMA_BC / 8][4];
+        const T *kt = sk + stage * KR * W, *vt = sv + stage * KR * W;
+        if (ue > j0 && ub < j0 + KR) {
+            float sc[KR / 8][4], dp[KR / 8][4];
 #pragma unroll
-            for (int n = 0; n < MMA_BC / 8; n++)
+            for (int n = 0; n < KR / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     sc[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 unsigned qa[4], oa[4];
-                burst_ldm_x4(qa, sq + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-                burst_ldm_x4(oa, sdo + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+                burst_ldm_x4(qa,
+                             sq + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+                burst_ldm_x4(
+                    oa, sdo + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
 #pragma unroll
-                for (int n2 = 0; n2 < MMA_BC / 16; n2++) {
+                for (int n2 = 0; n2 < KR / 16; n2++) {
                     unsigned bk[4], bv[4];
                     const int r = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
                     const int c = kk * 16 + ((lane >> 3) & 1) * 8;
@@ -114,7 +121,7 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
             }
             /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs */
 #pragma unroll
-            for (int n = 0; n < MMA_BC / 8; n++)
+            for (int n = 0; n < KR / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int u = e >> 1;
@@ -122,9 +129,9 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                     float p = (j >= kb[u] && j < ke[u]) ? burst_ex2(sc[n][e] * sl2 - l2[u]) : 0.0f;
                     sc[n][e] = p * (dp[n][e] - dl[u]);
                 }
-            /* dQ += dS K: dS from the C tiles as A, K through ldmatrix.trans */
+                /* dQ += dS K: dS from the C tiles as A, K through ldmatrix.trans */
 #pragma unroll
-            for (int kk = 0; kk < MMA_BC / 16; kk++) {
+            for (int kk = 0; kk < KR / 16; kk++) {
                 unsigned af[4];
                 af[0] = burst_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
                 af[1] = burst_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
@@ -133,8 +140,9 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
 #pragma unroll
                 for (int n2 = 0; n2 < D / 16; n2++) {
                     unsigned bf[4];
-                    burst_ldm_x4_t(bf, kt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                         n2 * 16 + (lane >> 4) * 8));
+                    burst_ldm_x4_t(bf,
+                                   kt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                     n2 * 16 + (lane >> 4) * 8));
                     burst_mma<T>::run(dq[2 * n2], af, bf);
                     burst_mma<T>::run(dq[2 * n2 + 1], af, bf + 2);
                 }
@@ -150,6 +158,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
         float *row = s.dq + ((b * s.nq + i) * s.hq + h) * s.d;
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
+            if (n * 8 >= s.d) /* the class's columns past d */
+                break;
             float2 *p2 = (float2 *)(row + n * 8 + cq), x = *p2;
             x.x = fmaf(s.scale, dq[n][2 * u], x.x);
             x.y = fmaf(s.scale, dq[n][2 * u + 1], x.y);
@@ -160,7 +170,7 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
 
 template <int D> static size_t burst_mma_dq_smem()
 {
-    return (size_t)(2 * MMA_BR + 4 * MMA_BC) * D * 2;
+    return (size_t)(2 * MMA_BR + 4 * burst_mma_bwd_rows<D>()) * burst_tile_w<D>() * 2;
 }
 
 /* ---- tensor cores: dK and dV ------------------------------------------------------------------ */
@@ -171,12 +181,23 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
+/* Columns of dK and dV one block accumulates (BURST_CUDA_MMA_DKDV_SPLIT blocks per key tile,
+ * blockIdx.y, each computing S^T and dP^T over the whole d: the accumulators of the widest
+ * classes would not fit the registers of one). */
+template <int D> __host__ __device__ constexpr int burst_mma_dkdv_cols()
+{
+    return D / BURST_CUDA_MMA_DKDV_SPLIT(D);
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step s)
 {
+    constexpr int W = burst_tile_w<D>(), DH = burst_mma_dkdv_cols<D>();
+    constexpr int QR = burst_mma_bwd_rows<D>();
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sk = (T *)smraw, *sv = sk + MMA_BC * D, *sq = sv + MMA_BC * D, *sdo = sq + 2 * MMA_BR * D;
-    struct burst_qrows *rows = (struct burst_qrows *)(sdo + 2 * MMA_BR * D);
+    T *sk = (T *)smraw, *sv = sk + MMA_BC * W, *sq = sv + MMA_BC * W, *sdo = sq + 2 * QR * W;
+    struct burst_qrows *rows = (struct burst_qrows *)(sdo + 2 * QR * W);
+    const int c0 = (int)blockIdx.y * DH; /* this block's columns of dK, dV: [c0, c0 + DH) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nk + MMA_BC - 1) / MMA_BC;
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
@@ -189,19 +210,20 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     int64_t imin, imax;
     burst_block_range(lo, hi, &imin, &imax);
     if (imin >= imax) { /* no query sees these keys */
-        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)MMA_BC, s.nk));
+        if (blockIdx.y == 0)
+            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)MMA_BC, s.nk));
         return;
     }
-    const int64_t ifirst = imin / MMA_BR * MMA_BR;
-    const int64_t ntq = (imax - ifirst + MMA_BR - 1) / MMA_BR, total = ntq * s.group;
+    const int64_t ifirst = imin / QR * QR;
+    const int64_t ntq = (imax - ifirst + QR - 1) / QR, total = ntq * s.group;
 
     /* query tile `it` of the flattened (head of the group, query tile) loop into stage st */
     auto issue = [&](int64_t it, int st) {
-        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * MMA_BR;
-        burst_mma_load<T, D>(sq + st * MMA_BR * D, s.q, b, i0, MMA_BR, s.nq, h);
-        burst_mma_load<T, D>(sdo + st * MMA_BR * D, s.dout, b, i0, MMA_BR, s.nq, h);
+        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * QR;
+        burst_mma_load<T, D>(sq + st * QR * W, s.q, b, i0, QR, s.nq, h);
+        burst_mma_load<T, D>(sdo + st * QR * W, s.dout, b, i0, QR, s.nq, h);
         burst_cp_commit();
-        if (threadIdx.x < MMA_BR) {
+        if (threadIdx.x < QR) {
             const int64_t i = i0 + threadIdx.x;
             int64_t kb = 0, ke = 0;
             float l2 = CUDART_INF_F, dl = 0.0f;
@@ -222,9 +244,9 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     burst_mma_load<T, D>(sv, s.v, b, j0, MMA_BC, s.nk, g);
     issue(0, 0);
 
-    float dk[D / 8][4], dv[D / 8][4];
+    float dk[DH / 8][4], dv[DH / 8][4];
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
+    for (int n = 0; n < DH / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dk[n][e] = dv[n][e] = 0.0f;
@@ -240,22 +262,22 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
             burst_cp_wait<0>();
         }
         __syncthreads();
-        const T *qt = sq + st * MMA_BR * D, *ot = sdo + st * MMA_BR * D;
+        const T *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         const struct burst_qrows *rw = &rows[st];
-        float sc[MMA_BR / 8][4], dp[MMA_BR / 8][4];
+        float sc[QR / 8][4], dp[QR / 8][4];
 #pragma unroll
-        for (int n = 0; n < MMA_BR / 8; n++)
+        for (int n = 0; n < QR / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 sc[n][e] = dp[n][e] = 0.0f;
-        /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x 64 queries */
+                /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x 64 queries */
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             unsigned ka[4], va[4];
             burst_ldm_x4(ka, sk + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
             burst_ldm_x4(va, sv + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
 #pragma unroll
-            for (int n2 = 0; n2 < MMA_BR / 16; n2++) {
+            for (int n2 = 0; n2 < QR / 16; n2++) {
                 unsigned bq[4], bo[4];
                 const int r = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
                 const int c = kk * 16 + ((lane >> 3) & 1) * 8;
@@ -269,7 +291,7 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         }
         /* P^T and dS^T; column = query row of the tile */
 #pragma unroll
-        for (int n = 0; n < MMA_BR / 8; n++)
+        for (int n = 0; n < QR / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = n * 8 + cq + (e & 1), key = key0 + 8 * (e >> 1);
@@ -278,9 +300,9 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                 sc[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - rw->dl[qi]);
             }
-        /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B through ldmatrix.trans */
+            /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B through ldmatrix.trans */
 #pragma unroll
-        for (int kk = 0; kk < MMA_BR / 16; kk++) {
+        for (int kk = 0; kk < QR / 16; kk++) {
             unsigned pa[4], da[4];
             pa[0] = burst_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
             pa[1] = burst_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
@@ -291,10 +313,10 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
             da[2] = burst_mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
             da[3] = burst_mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
 #pragma unroll
-            for (int n2 = 0; n2 < D / 16; n2++) {
+            for (int n2 = 0; n2 < DH / 16; n2++) {
                 unsigned bo[4], bq[4];
                 const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = n2 * 16 + (lane >> 4) * 8;
+                const int c = c0 + n2 * 16 + (lane >> 4) * 8;
                 burst_ldm_x4_t(bo, ot + burst_swz<D>(r, c));
                 burst_ldm_x4_t(bq, qt + burst_swz<D>(r, c));
                 burst_mma<T>::run(dv[2 * n2], pa, bo);
@@ -310,16 +332,19 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         const int64_t j = key0 + 8 * u;
         if (j >= s.nk)
             continue;
-        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d + c0;
         if (s.dk_out.data) {
 #pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[n][2 * u], dk[n][2 * u + 1],
-                                    dv[n][2 * u], dv[n][2 * u + 1]);
+            for (int n = 0; n < DH / 8; n++)
+                if (c0 + n * 8 < s.d) /* the class's columns past d are not the caller's */
+                    burst_final_kv_pair(s, b, j, g, c0 + n * 8 + cq, dk[n][2 * u], dk[n][2 * u + 1],
+                                        dv[n][2 * u], dv[n][2 * u + 1]);
             continue;
         }
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
+        for (int n = 0; n < DH / 8; n++) {
+            if (c0 + n * 8 >= s.d)
+                break;
             if (s.dk) {
                 float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
                 x.x = fmaf(s.scale, dk[n][2 * u], x.x);
@@ -338,15 +363,16 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
 
 template <int D> static size_t burst_mma_dkdv_smem()
 {
-    return (size_t)(2 * MMA_BC + 4 * MMA_BR) * D * 2 + 2 * sizeof(struct burst_qrows);
+    return (size_t)(2 * MMA_BC + 4 * burst_mma_bwd_rows<D>()) * burst_tile_w<D>() * 2 +
+           2 * sizeof(struct burst_qrows);
 }
 
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
     if (s->dk || s->dv || s->dk_out.data) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
-        burst_mma_dkdv<T, D><<<(unsigned)blocks, 128, burst_mma_dkdv_smem<D>(),
-                               cudaStreamPerThread>>>(*s);
+        const dim3 grid((unsigned)blocks, D / burst_mma_dkdv_cols<D>());
+        burst_mma_dkdv<T, D><<<grid, 128, burst_mma_dkdv_smem<D>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -361,17 +387,40 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
 
 template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 {
-    return s->d == 64 ? burst_bwd_mma_run<T, 64>(s) : burst_bwd_mma_run<T, 128>(s);
+    switch (burst_cuda_dclass(s->d)) {
+    case 32: return burst_bwd_mma_run<T, 32>(s);
+    case 64: return burst_bwd_mma_run<T, 64>(s);
+    case 96: return burst_bwd_mma_run<T, 96>(s);
+    case 128: return burst_bwd_mma_run<T, 128>(s);
+    case 192: return burst_bwd_mma_run<T, 192>(s);
+    default: return burst_bwd_mma_run<T, 256>(s);
+    }
 }
 
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
-    cudaError_t e = cudaFuncSetAttribute(burst_mma_dkdv<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)burst_mma_dkdv_smem<D>());
+    cudaError_t e =
+        cudaFuncSetAttribute(burst_mma_dkdv<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)burst_mma_dkdv_smem<D>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_mma_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)burst_mma_dq_smem<D>());
+    return e;
+}
+
+template <typename T> static cudaError_t burst_bwd_mma_attr_all()
+{
+    cudaError_t e = burst_bwd_mma_attr<T, 32>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<T, 64>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<T, 96>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<T, 128>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<T, 192>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr<T, 256>();
     return e;
 }
 
@@ -380,8 +429,8 @@ template <typename T, int D> static int burst_bwd_run(const struct burst_cuda_st
     using C = burst_simt_cfg<D>;
     if (s->dk || s->dv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + C::ROWS - 1) / C::ROWS);
-        burst_simt_dkdv<T, D><<<(unsigned)blocks, 128, burst_simt_dkdv_smem<D>(),
-                                cudaStreamPerThread>>>(*s);
+        burst_simt_dkdv<T, D>
+            <<<(unsigned)blocks, 128, burst_simt_dkdv_smem<D>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -422,9 +471,9 @@ extern "C" int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, 
 
 template <typename T, int D> static cudaError_t burst_bwd_attr()
 {
-    cudaError_t e = cudaFuncSetAttribute(burst_simt_dkdv<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)burst_simt_dkdv_smem<D>());
+    cudaError_t e =
+        cudaFuncSetAttribute(burst_simt_dkdv<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)burst_simt_dkdv_smem<D>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_simt_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)burst_simt_dq_smem<D>());
@@ -441,6 +490,24 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
     return e;
 }
 
+template <int D> static size_t burst_mma_bwd_smem1()
+{
+    const size_t a = burst_mma_dq_smem<D>(), b = burst_mma_dkdv_smem<D>();
+    return a > b ? a : b;
+}
+
+extern "C" size_t burst_cuda_mma_bwd_smem(int d)
+{
+    switch (burst_cuda_dclass(d)) {
+    case 32: return burst_mma_bwd_smem1<32>();
+    case 64: return burst_mma_bwd_smem1<64>();
+    case 96: return burst_mma_bwd_smem1<96>();
+    case 128: return burst_mma_bwd_smem1<128>();
+    case 192: return burst_mma_bwd_smem1<192>();
+    default: return burst_mma_bwd_smem1<256>();
+    }
+}
+
 extern "C" int burst_cuda_bwd_init(void)
 {
     cudaError_t e = burst_bwd_attr_all<float>();
@@ -449,12 +516,8 @@ extern "C" int burst_cuda_bwd_init(void)
     if (e == cudaSuccess)
         e = burst_bwd_attr_all<__nv_bfloat16>();
     if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<__half, 64>();
+        e = burst_bwd_mma_attr_all<__half>();
     if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<__half, 128>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<__nv_bfloat16, 64>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<__nv_bfloat16, 128>();
+        e = burst_bwd_mma_attr_all<__nv_bfloat16>();
     return e;
 }

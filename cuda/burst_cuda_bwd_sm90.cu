@@ -29,7 +29,7 @@
 
 template <int D> constexpr size_t burst_wg_dq_smem()
 {
-    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * D * 2 + 1024;
+    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * burst_wg_panels<D>() * 128 + 1024;
 }
 
 template <typename T, int D>
@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 128, BC = WB_ROWS, NT = 256;
-    constexpr int QBYTES = BR * D * 2, KBYTES = BC * D * 2;
+    constexpr int QBYTES = BR * burst_wg_panels<D>() * 128,
+                  KBYTES = BC * burst_wg_panels<D>() * 128;
     constexpr uint32_t DSTAGE = 2 * KBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];
     __shared__ int s_rng[2][2];
@@ -88,13 +89,13 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
     const int64_t jfirst = kmin / BC * BC;
     const int nt = (int)((kmax - jfirst + BC - 1) / BC);
     burst_wg_loader<T, D, BC, NT> lk, lv;
-    lk.init(s.k, b, g);
-    lv.init(s.v, b, g);
+    lk.init(s.k, b, g, s.d);
+    lv.init(s.v, b, g, s.d);
     {
         burst_wg_loader<T, D, BR, NT> lq;
-        lq.init(s.q, b, h);
+        lq.init(s.q, b, h, s.d);
         lq.load(sq, i0, s.nq);
-        lq.init(s.dout, b, h);
+        lq.init(s.dout, b, h, s.d);
         lq.load(sdo, i0, s.nq);
     }
     lk.load(skv, jfirst, s.nk);
@@ -174,6 +175,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
         float *row = s.dq + ((b * s.nq + i) * s.hq + h) * s.d;
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
+            if (n * 8 >= s.d) /* the class's columns past d */
+                break;
             float2 *p2 = (float2 *)(row + n * 8 + cq), x = *p2;
             x.x = fmaf(s.scale, dq[4 * n + 2 * u], x.x);
             x.y = fmaf(s.scale, dq[4 * n + 2 * u + 1], x.y);
@@ -191,12 +194,12 @@ struct burst_wg_qrow {
     int kb, ke;
 };
 
-/* Query rows per streamed tile of the dK/dV kernel: 48 at d = 128, where 64 made the kernel spill
- * (dK, dV, S^T, dP^T and the previous tile's P^T, dS^T live at once: 255 registers and ~230
- * bytes of local memory per thread), 64 at d = 64. */
+/* Query rows per streamed tile of the dK/dV kernel (BURST_CUDA_WG_DKDV_BQ): 48 above d = 64,
+ * where 64 made the kernel spill at d = 128 (dK, dV, S^T, dP^T and the previous tile's P^T,
+ * dS^T live at once: 255 registers and ~230 bytes of local memory per thread). */
 template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
 {
-    return D > 64 ? 48 : 64;
+    return BURST_CUDA_WG_DKDV_BQ(D);
 }
 
 /* fp32 elements per row of the dQ staging tile: D, padded by 16 bytes so that the accumulator
@@ -210,7 +213,7 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
  * dQ staging tile [BQ][D + 4]. */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
-    return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * D * 2 +
+    return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * burst_wg_panels<D>() * 128 +
            (DQ ? 3 * burst_wg_dkdv_bq<D>() * 128 * 2 : 0) +
            WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) +
            (DQ ? burst_wg_dkdv_bq<D>() * burst_wg_dq_stride<D>() * 4 : 0) + 1024;
@@ -227,7 +230,10 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
-    constexpr int KBYTES = BC * D * 2, QBYTES = BQ * D * 2, SBYTES = BQ * BC * 2;
+    constexpr int KBYTES = BC * burst_wg_panels<D>() * 128,
+                  QBYTES = BQ * burst_wg_panels<D>() * 128;
+    constexpr int SBYTES = BQ * BC * 2;
+    static_assert(!DQ || D == 64 || D == 128, "the dQ split of DQ is written for d = 64, 128");
     constexpr int NQ = D > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
     constexpr uint32_t DSTAGE = 2 * QBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];
@@ -297,9 +303,9 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         int64_t h, i0;
         tile_at(it, &h, &i0);
         unsigned char *dst = sqo + st * 2 * QBYTES;
-        lq.init(s.q, b, h);
+        lq.init(s.q, b, h, s.d);
         lq.load(dst, i0, s.nq);
-        lo.init(s.dout, b, h);
+        lo.init(s.dout, b, h, s.d);
         lo.load(dst + QBYTES, i0, s.nq);
         burst_cp_commit();
         if (threadIdx.x < BQ)
@@ -312,9 +318,9 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     };
     {
         burst_wg_loader<T, D, BC, NT> lk;
-        lk.init(s.k, b, g);
+        lk.init(s.k, b, g, s.d);
         lk.load(sk, j0, s.nk);
-        lk.init(s.v, b, g);
+        lk.init(s.v, b, g, s.d);
         lk.load(sv, j0, s.nk);
     }
     issue(0, 0, row_scalars(0));
@@ -509,13 +515,16 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         if (s.dk_out.data) {
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
-                burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[4 * n + 2 * u],
-                                    dk[4 * n + 2 * u + 1], dv[4 * n + 2 * u],
-                                    dv[4 * n + 2 * u + 1]);
+                if (n * 8 < s.d)
+                    burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[4 * n + 2 * u],
+                                        dk[4 * n + 2 * u + 1], dv[4 * n + 2 * u],
+                                        dv[4 * n + 2 * u + 1]);
             continue;
         }
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
+            if (n * 8 >= s.d)
+                break;
             if (s.dk) {
                 float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
                 x.x = fmaf(s.scale, dk[4 * n + 2 * u], x.x);
@@ -535,19 +544,27 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
+/* The dK/dV kernel with dQ by atomics exists for the classes its dQ split is written for. */
+template <int D> constexpr bool burst_wg_has_dq()
+{
+    return D == 64 || D == 128;
+}
+
 template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
 {
     const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool fused = s->dq && s->dq_atomic && kv;
+    const bool fused = burst_wg_has_dq<D>() && s->dq && s->dq_atomic && kv;
     if (kv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
-        if (fused)
-            burst_wg_dkdv<T, D, true>
-                <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(*s);
-        else
-            burst_wg_dkdv<T, D, false>
-                <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(
-                    *s);
+        if constexpr (burst_wg_has_dq<D>())
+            if (fused) {
+                burst_wg_dkdv<T, D, true>
+                    <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(
+                        *s);
+                return cudaGetLastError();
+            }
+        burst_wg_dkdv<T, D, false>
+            <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -560,12 +577,21 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
     return cudaGetLastError();
 }
 
+/* Head-dim classes up to 128 (burst_cuda_kind sends wider ones to the sm_80 backward). */
+template <typename T> static int burst_wg_bwd_dims(const struct burst_cuda_step *s)
+{
+    switch (burst_cuda_dclass(s->d)) {
+    case 32: return burst_wg_bwd_run<T, 32>(s);
+    case 64: return burst_wg_bwd_run<T, 64>(s);
+    case 96: return burst_wg_bwd_run<T, 96>(s);
+    default: return burst_wg_bwd_run<T, 128>(s);
+    }
+}
+
 extern "C" int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s)
 {
-    if (s->q.dtype == BURST_CUDA_F16)
-        return s->d == 64 ? burst_wg_bwd_run<__half, 64>(s) : burst_wg_bwd_run<__half, 128>(s);
-    return s->d == 64 ? burst_wg_bwd_run<__nv_bfloat16, 64>(s)
-                      : burst_wg_bwd_run<__nv_bfloat16, 128>(s);
+    return s->q.dtype == BURST_CUDA_F16 ? burst_wg_bwd_dims<__half>(s)
+                                        : burst_wg_bwd_dims<__nv_bfloat16>(s);
 }
 
 template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
@@ -573,24 +599,49 @@ template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
     cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, false>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)burst_wg_dkdv_smem<D, false>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, true>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)burst_wg_dkdv_smem<D, true>());
+    if constexpr (burst_wg_has_dq<D>())
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)burst_wg_dkdv_smem<D, true>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_wg_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)burst_wg_dq_smem<D>());
     return e;
 }
 
+template <typename T> static cudaError_t burst_wg_bwd_attr_all()
+{
+    cudaError_t e = burst_wg_bwd_attr<T, 32>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<T, 64>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<T, 96>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<T, 128>();
+    return e;
+}
+
+template <int D> static size_t burst_wg_bwd_smem1()
+{
+    const size_t a = burst_wg_dq_smem<D>(), b = burst_wg_dkdv_smem<D, burst_wg_has_dq<D>()>();
+    return a > b ? a : b;
+}
+
+extern "C" size_t burst_cuda_sm90_bwd_smem(int d)
+{
+    switch (burst_cuda_dclass(d)) {
+    case 32: return burst_wg_bwd_smem1<32>();
+    case 64: return burst_wg_bwd_smem1<64>();
+    case 96: return burst_wg_bwd_smem1<96>();
+    default: return burst_wg_bwd_smem1<128>();
+    }
+}
+
 extern "C" int burst_cuda_sm90_bwd_init(void)
 {
-    cudaError_t e = burst_wg_bwd_attr<__half, 64>();
+    cudaError_t e = burst_wg_bwd_attr_all<__half>();
     if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<__half, 128>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<__nv_bfloat16, 64>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<__nv_bfloat16, 128>();
+        e = burst_wg_bwd_attr_all<__nv_bfloat16>();
     return e;
 }

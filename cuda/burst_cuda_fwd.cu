@@ -16,7 +16,6 @@
  * one-rank final output of fwd_final, they are written 0 / -inf).
  */
 #include <limits.h>
-#include <stdlib.h>
 
 #include "burst_cuda_mma.cuh"
 
@@ -27,9 +26,9 @@
 template <typename T, int D, int MR>
 __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s)
 {
-    constexpr int BR = 64 * MR;
+    constexpr int BR = 64 * MR, W = burst_tile_w<D>();
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sq = (T *)smraw, *sk = sq + BR * D, *sv = sk + 2 * MMA_BC * D;
+    T *sq = (T *)smraw, *sk = sq + BR * W, *sv = sk + 2 * MMA_BC * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nq + BR - 1) / BR;
     const int64_t t = tiles - 1 - blockIdx.x % tiles;
@@ -106,9 +105,9 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     int stage = 0;
     for (int64_t j0 = jfirst; j0 < kmax; j0 += MMA_BC, stage ^= 1) {
         if (j0 + MMA_BC < kmax) {
-            burst_mma_load<T, D>(sk + (stage ^ 1) * MMA_BC * D, s.k, b, j0 + MMA_BC, MMA_BC, s.nk,
+            burst_mma_load<T, D>(sk + (stage ^ 1) * MMA_BC * W, s.k, b, j0 + MMA_BC, MMA_BC, s.nk,
                                  g);
-            burst_mma_load<T, D>(sv + (stage ^ 1) * MMA_BC * D, s.v, b, j0 + MMA_BC, MMA_BC, s.nk,
+            burst_mma_load<T, D>(sv + (stage ^ 1) * MMA_BC * W, s.v, b, j0 + MMA_BC, MMA_BC, s.nk,
                                  g);
             burst_cp_commit();
             burst_cp_wait<1>();
@@ -116,7 +115,7 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
             burst_cp_wait<0>();
         }
         __syncthreads();
-        const T *kt = sk + stage * MMA_BC * D, *vt = sv + stage * MMA_BC * D;
+        const T *kt = sk + stage * MMA_BC * W, *vt = sv + stage * MMA_BC * W;
         if (ue > j0 && ub < j0 + MMA_BC) { /* some row of this warp sees this tile */
             float sc[MR][MMA_BC / 8][4];
 #pragma unroll
@@ -193,7 +192,7 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
                         sc[mr][n][e] = p;
                         l[r] += p;
                     }
-            /* O += P V: P from the S accumulators (C layout = A layout), V through ldmatrix.trans */
+                    /* O += P V: P from the S accumulators (C layout = A layout), V through ldmatrix.trans */
 #pragma unroll
             for (int kk = 0; kk < MMA_BC / 16; kk++) {
                 unsigned pf[MR][4];
@@ -207,8 +206,9 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
                 for (int n2 = 0; n2 < D / 16; n2++) {
                     unsigned bf[4];
-                    burst_ldm_x4_t(bf, vt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                         n2 * 16 + (lane >> 4) * 8));
+                    burst_ldm_x4_t(bf,
+                                   vt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                     n2 * 16 + (lane >> 4) * 8));
 #pragma unroll
                     for (int mr = 0; mr < MR; mr++) {
                         burst_mma<T>::run(o[mr][2 * n2], pf[mr], bf);
@@ -232,9 +232,15 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
 }
 
-template <int D, int MR> static size_t burst_mma_fwd_smem()
+/* Rows per warp of the tensor-core forward, in m16 tiles (BURST_CUDA_MMA_FWD_BR). */
+template <int D> constexpr int burst_mma_fwd_mr()
 {
-    return (size_t)(64 * MR + 4 * MMA_BC) * D * 2;
+    return BURST_CUDA_MMA_FWD_BR(D) / 64;
+}
+
+template <int D> static size_t burst_mma_fwd_smem()
+{
+    return (size_t)(64 * burst_mma_fwd_mr<D>() + 4 * MMA_BC) * burst_tile_w<D>() * 2;
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
@@ -257,30 +263,25 @@ template <typename T> static int burst_fwd_simt(const struct burst_cuda_step *s)
     return burst_fwd_simt_run<T, 256>(s);
 }
 
-/* Rows per warp of the tensor-core forward: 32 (MR = 2) unless BURST_CUDA_FWD_ROWS=16. */
-static int burst_fwd_mr(void)
+template <typename T, int D> static int burst_fwd_mma_run(const struct burst_cuda_step *s)
 {
-    static int mr = 0;
-    if (!mr) {
-        const char *e = getenv("BURST_CUDA_FWD_ROWS");
-        mr = e && atoi(e) == 16 ? 1 : 2;
-    }
-    return mr;
-}
-
-template <typename T, int D, int MR> static int burst_fwd_mma_run(const struct burst_cuda_step *s)
-{
+    constexpr int MR = burst_mma_fwd_mr<D>();
     int64_t blocks = s->batch * s->hq * ((s->nq + 64 * MR - 1) / (64 * MR));
     burst_mma_fwd<T, D, MR>
-        <<<(unsigned)blocks, 128, burst_mma_fwd_smem<D, MR>(), cudaStreamPerThread>>>(*s);
+        <<<(unsigned)blocks, 128, burst_mma_fwd_smem<D>(), cudaStreamPerThread>>>(*s);
     return cudaGetLastError();
 }
 
 template <typename T> static int burst_fwd_mma(const struct burst_cuda_step *s)
 {
-    if (burst_fwd_mr() == 1)
-        return s->d == 64 ? burst_fwd_mma_run<T, 64, 1>(s) : burst_fwd_mma_run<T, 128, 1>(s);
-    return s->d == 64 ? burst_fwd_mma_run<T, 64, 2>(s) : burst_fwd_mma_run<T, 128, 2>(s);
+    switch (burst_cuda_dclass(s->d)) {
+    case 32: return burst_fwd_mma_run<T, 32>(s);
+    case 64: return burst_fwd_mma_run<T, 64>(s);
+    case 96: return burst_fwd_mma_run<T, 96>(s);
+    case 128: return burst_fwd_mma_run<T, 128>(s);
+    case 192: return burst_fwd_mma_run<T, 192>(s);
+    default: return burst_fwd_mma_run<T, 256>(s);
+    }
 }
 
 extern "C" int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, int num_sms)
@@ -316,26 +317,46 @@ template <typename T> static cudaError_t burst_fwd_attr()
     return e;
 }
 
-template <typename T, int D, int MR> static cudaError_t burst_fwd_attr_mma1()
+template <typename T, int D> static cudaError_t burst_fwd_attr_mma1()
 {
-    return cudaFuncSetAttribute(burst_mma_fwd<T, D, MR>,
+    return cudaFuncSetAttribute(burst_mma_fwd<T, D, burst_mma_fwd_mr<D>()>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)burst_mma_fwd_smem<D, MR>());
+                                (int)burst_mma_fwd_smem<D>());
 }
 
 template <typename T> static cudaError_t burst_fwd_attr_mma()
 {
-    cudaError_t e = burst_fwd_attr_mma1<T, 64, 1>();
+    cudaError_t e = burst_fwd_attr_mma1<T, 32>();
     if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 128, 1>();
+        e = burst_fwd_attr_mma1<T, 64>();
     if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 64, 2>();
+        e = burst_fwd_attr_mma1<T, 96>();
     if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 128, 2>();
+        e = burst_fwd_attr_mma1<T, 128>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma1<T, 192>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma1<T, 256>();
     return e;
 }
 
 extern "C" int burst_cuda_bwd_init(void);
+extern "C" size_t burst_cuda_mma_bwd_smem(int d);
+
+extern "C" size_t burst_cuda_mma_smem(int d)
+{
+    size_t f;
+    switch (burst_cuda_dclass(d)) {
+    case 32: f = burst_mma_fwd_smem<32>(); break;
+    case 64: f = burst_mma_fwd_smem<64>(); break;
+    case 96: f = burst_mma_fwd_smem<96>(); break;
+    case 128: f = burst_mma_fwd_smem<128>(); break;
+    case 192: f = burst_mma_fwd_smem<192>(); break;
+    default: f = burst_mma_fwd_smem<256>(); break;
+    }
+    const size_t b = burst_cuda_mma_bwd_smem(d);
+    return f > b ? f : b;
+}
 
 extern "C" int burst_cuda_kernels_init(void)
 {

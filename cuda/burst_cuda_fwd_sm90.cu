@@ -22,7 +22,6 @@
  * Layouts, descriptors and ordering: burst_cuda_wgmma.cuh.
  */
 #include <limits.h>
-#include <stdlib.h>
 
 #include "burst_cuda_wgmma.cuh"
 
@@ -30,8 +29,8 @@
 
 template <int D, int BC, int NWG> constexpr size_t burst_wg_fwd_smem()
 {
-    /* Q, NS stages of K and V, and 1 KiB to align the panels on 1024 bytes */
-    return (size_t)(64 * NWG + WG_NS * 2 * BC) * D * 2 + 1024;
+    /* Q, NS stages of K and V (panel tiles), and 1 KiB to align the panels on 1024 bytes */
+    return (size_t)(64 * NWG + WG_NS * 2 * BC) * burst_wg_panels<D>() * 128 + 1024;
 }
 
 /* The online softmax of one S tile in place (the accumulator layout of burst_cuda_wgmma.cuh).
@@ -77,8 +76,8 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
 /* Softmax of the tile at key j0: masked only where the warpgroup's rows do not all see it. */
 template <int BC>
 __device__ __forceinline__ void burst_wg_softmax_at(float *sc, int j0, int wb, int we,
-                                                    const int *kb, const int *ke, int cq,
-                                                    float sl2, float *m, float *l, float *alpha)
+                                                    const int *kb, const int *ke, int cq, float sl2,
+                                                    float *m, float *l, float *alpha)
 {
     if (j0 >= wb && j0 + BC <= we) {
         burst_wg_softmax<BC, false>(sc, kb, ke, sl2, m, l, alpha);
@@ -94,7 +93,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 64 * NWG, NT = 128 * NWG;
-    constexpr int QBYTES = BR * D * 2, KBYTES = BC * D * 2;
+    constexpr int QBYTES = BR * burst_wg_panels<D>() * 128,
+                  KBYTES = BC * burst_wg_panels<D>() * 128;
     extern __shared__ __align__(1024) unsigned char smraw[];
     __shared__ int s_rng[NWG][2]; /* per warpgroup: the keys all its rows see, [wb, we) */
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
@@ -144,11 +144,11 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     const int64_t jfirst = kmin / BC * BC;
     const int nt = (int)((kmax - jfirst + BC - 1) / BC);
     burst_wg_loader<T, D, BC, NT> lk, lv;
-    lk.init(s.k, b, g);
-    lv.init(s.v, b, g);
+    lk.init(s.k, b, g, s.d);
+    lv.init(s.v, b, g, s.d);
     {
         burst_wg_loader<T, D, BR, NT> lq;
-        lq.init(s.q, b, h);
+        lq.init(s.q, b, h, s.d);
         lq.load(sq, i0, s.nq);
     }
     lk.load(skv, jfirst, s.nk);
@@ -224,22 +224,25 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
-template <typename T, int D, int BC>
-static int burst_wg_fwd_run(const struct burst_cuda_step *s)
+template <typename T, int D> static int burst_wg_fwd_run(const struct burst_cuda_step *s)
 {
-    constexpr int NWG = 2;
+    constexpr int NWG = 2, BC = BURST_CUDA_WG_FWD_BC(D);
     int64_t blocks = s->batch * s->hq * ((s->nq + 64 * NWG - 1) / (64 * NWG));
-    burst_wg_fwd<T, D, BC, NWG><<<(unsigned)blocks, 128 * NWG, burst_wg_fwd_smem<D, BC, NWG>(),
-                                  cudaStreamPerThread>>>(*s);
+    burst_wg_fwd<T, D, BC, NWG>
+        <<<(unsigned)blocks, 128 * NWG, burst_wg_fwd_smem<D, BC, NWG>(), cudaStreamPerThread>>>(*s);
     return cudaGetLastError();
 }
 
 template <typename T> static int burst_wg_fwd_dims(const struct burst_cuda_step *s)
 {
-    const int bc = burst_cuda_wgmma_bc((int)s->d);
-    if (s->d == 64)
-        return bc == 64 ? burst_wg_fwd_run<T, 64, 64>(s) : burst_wg_fwd_run<T, 64, 128>(s);
-    return bc == 64 ? burst_wg_fwd_run<T, 128, 64>(s) : burst_wg_fwd_run<T, 128, 128>(s);
+    switch (burst_cuda_dclass(s->d)) {
+    case 32: return burst_wg_fwd_run<T, 32>(s);
+    case 64: return burst_wg_fwd_run<T, 64>(s);
+    case 96: return burst_wg_fwd_run<T, 96>(s);
+    case 128: return burst_wg_fwd_run<T, 128>(s);
+    case 192: return burst_wg_fwd_run<T, 192>(s);
+    default: return burst_wg_fwd_run<T, 256>(s);
+    }
 }
 
 extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s)
@@ -248,8 +251,9 @@ extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s)
                                         : burst_wg_fwd_dims<__nv_bfloat16>(s);
 }
 
-template <typename T, int D, int BC> static cudaError_t burst_wg_attr1()
+template <typename T, int D> static cudaError_t burst_wg_attr1()
 {
+    constexpr int BC = BURST_CUDA_WG_FWD_BC(D);
     return cudaFuncSetAttribute(burst_wg_fwd<T, D, BC, 2>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)burst_wg_fwd_smem<D, BC, 2>());
@@ -257,13 +261,17 @@ template <typename T, int D, int BC> static cudaError_t burst_wg_attr1()
 
 template <typename T> static cudaError_t burst_wg_attr()
 {
-    cudaError_t e = burst_wg_attr1<T, 64, 64>();
+    cudaError_t e = burst_wg_attr1<T, 32>();
     if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 128, 64>();
+        e = burst_wg_attr1<T, 64>();
     if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 64, 128>();
+        e = burst_wg_attr1<T, 96>();
     if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 128, 128>();
+        e = burst_wg_attr1<T, 128>();
+    if (e == cudaSuccess)
+        e = burst_wg_attr1<T, 192>();
+    if (e == cudaSuccess)
+        e = burst_wg_attr1<T, 256>();
     return e;
 }
 
@@ -281,5 +289,12 @@ extern "C" int burst_cuda_sm90_init(void)
 
 extern "C" size_t burst_cuda_sm90_smem(int d)
 {
-    return d <= 64 ? burst_wg_fwd_smem<64, 128, 2>() : burst_wg_fwd_smem<128, 128, 2>();
+    switch (burst_cuda_dclass(d)) {
+    case 32: return burst_wg_fwd_smem<32, BURST_CUDA_WG_FWD_BC(32), 2>();
+    case 64: return burst_wg_fwd_smem<64, BURST_CUDA_WG_FWD_BC(64), 2>();
+    case 96: return burst_wg_fwd_smem<96, BURST_CUDA_WG_FWD_BC(96), 2>();
+    case 128: return burst_wg_fwd_smem<128, BURST_CUDA_WG_FWD_BC(128), 2>();
+    case 192: return burst_wg_fwd_smem<192, BURST_CUDA_WG_FWD_BC(192), 2>();
+    default: return burst_wg_fwd_smem<256, BURST_CUDA_WG_FWD_BC(256), 2>();
+    }
 }

@@ -87,17 +87,26 @@ __device__ __forceinline__ float burst_ex2(float x)
     return y;
 }
 
-
 #define MMA_BR BURST_CUDA_MMA_BR
 #define MMA_BC BURST_CUDA_MMA_BC
+
+/* Elements per row of a [rows][D] tile of head-dim class D in shared memory: D rounded up to a
+ * multiple of 64, so that the XOR swizzle of its 16-byte chunks stays inside the row (the columns
+ * past D are never loaded nor read). */
+template <int D> __host__ __device__ constexpr int burst_tile_w()
+{
+    return (D + 63) / 64 * 64;
+}
 
 /* Element offset of (row, col) in a swizzled [rows][D] tile of 16-bit elements. */
 template <int D> __device__ __forceinline__ int burst_swz(int row, int col)
 {
-    return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+    return row * burst_tile_w<D>() + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-/* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a swizzled tile. */
+/* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a swizzled tile of class
+ * D. Rows at or past `valid` and the class's columns past the view's head dim (v.shape[3]) are
+ * zero-filled: nothing outside the caller's rows is read. */
 template <typename T, int D>
 __device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_view &v, int64_t b,
                                                int64_t r0, int rows, int64_t valid, int64_t h)
@@ -106,7 +115,7 @@ __device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_vi
     const T *base = (const T *)v.data;
     for (int e = threadIdx.x; e < rows * CH; e += MMA_BR * 2) {
         int r = e / CH, ch = e % CH;
-        int ok = r0 + r < valid;
+        int ok = r0 + r < valid && ch * 8 < v.shape[3];
         const T *src = ok ? base + burst_off(v, b, r0 + r, h) + ch * 8 : base;
         burst_cp16(sh + burst_swz<D>(r, ch * 8), src, ok ? 16 : 0);
     }
@@ -141,8 +150,10 @@ __device__ __forceinline__ void burst_final_row(const struct burst_cuda_step &s,
     const float fcn = l == 0.0f ? 0.0f : (float)(1.0 / (double)l);
 #pragma unroll
     for (int n = 0; n < D / 8; n++) /* l = 0: +0, as the never-touched accumulator */
-        burst_final_pair(s.o_out, b, i, h, n * 8 + cq, l == 0.0f ? 0.0f : fcn * o[4 * n + 2 * u],
-                         l == 0.0f ? 0.0f : fcn * o[4 * n + 2 * u + 1]);
+        if (n * 8 < s.d)            /* the class's columns past d are not the caller's */
+            burst_final_pair(s.o_out, b, i, h, n * 8 + cq,
+                             l == 0.0f ? 0.0f : fcn * o[4 * n + 2 * u],
+                             l == 0.0f ? 0.0f : fcn * o[4 * n + 2 * u + 1]);
     if ((lane & 3) == 0)
         s.lse_acc[(b * s.hq + h) * s.nq + i] =
             l == 0.0f ? -CUDART_INF_F
@@ -225,6 +236,8 @@ __device__ __forceinline__ void burst_merge_row(const struct burst_cuda_step &s,
     const float fco = (float)co, fcn = (float)cn;
 #pragma unroll
     for (int n = 0; n < D / 8; n++) {
+        if (n * 8 >= s.d)
+            break;
         float2 *p2 = (float2 *)(orow + n * 8 + cq);
         float2 x = make_float2(fcn * o[4 * n + 2 * u], fcn * o[4 * n + 2 * u + 1]);
         if (co != 0.0) {

@@ -1,28 +1,24 @@
 /*
  * cuda/burst_cuda_probe.c - what the cuda backend would run on each device: compute capability,
  * multiprocessors, shared memory per block (default and opt-in) and per multiprocessor,
- * registers, L2 -> kernel variant and tile sizes (burst_probe(), burstrun --probe [--json]).
+ * registers, L2 -> the kernel variant and tiles of every head-dim class (burst_probe(),
+ * burstrun --probe [--json]).
  *
- * The rule (the only variants the build instantiates):
- *   fp16/bf16, d = 64 or 128, sm_80+ with >= burst_cuda_mma_smem(128) bytes of opt-in shared
- *     memory per block: tensor cores (mma.sync m16n8k16 + ldmatrix + cp.async, 4 warps, K/V or
- *     Q/dO double buffered): forward tiles 128 query (32 per warp; 64 with
- *     BURST_CUDA_FWD_ROWS=16) x 64 key rows; backward dK/dV per 64-key tile x 64-row query tiles,
- *     dQ per 64-row query tile x 64-key tiles;
- *   the same cases on compute capability 9.0 when the build holds sm_90a code (nvcc_archs has
- *     90a) and >= burst_cuda_sm90_smem(128) bytes of shared memory per block: the forward runs
- *     on warpgroup tensor cores (wgmma, burst_cuda_fwd_sm90.cu: 2 warpgroups x 64 query rows,
- *     128 key rows per tile at d = 128 and 64 at d = 64 (BURST_CUDA_WGMMA_BC=64|128 overrides),
- *     3 cp.async stages) and so does the backward (burst_cuda_bwd_sm90.cu: dK/dV per 128 keys x
- *     query tiles of 64 rows, 48 at d = 128, which also adds dQ with float atomics unless the plan
- *     is deterministic (or BURST_CUDA_DQ_ATOMIC=0); else dQ per 128 query rows x 64-key tiles),
- *     both also reported when a context would keep the sm_80 backward (BURST_CUDA_WGMMA=fwd);
- *     BURST_CUDA_WGMMA=0
- *     keeps the sm_80 kernels, BURST_CUDA_WGMMA=fwd the sm_80 backward;
- *   everything else: SIMT fp32, 32 query rows (8 per warp) x 32 key rows (16 rows per block
- *     when d > 128), the same two backward kernels;
- *   deterministic plans never use float atomics (bitwise-identical reruns); only the Hopper
- *   backward uses them otherwise.
+ * The rule, per head-dim class (burst_cuda_dclass: 32, 64, 96, 128, 192, 256) for fp16 / bf16:
+ *   - wgmma (sm_90a path): compute capability 9.0, a build holding sm_90a code (nvcc_archs has
+ *     90a), every class's shared memory within the opt-in limit, BURST_CUDA_WGMMA not 0. The
+ *     forward runs 2 warpgroups x 64 query rows against BURST_CUDA_WG_FWD_BC(D) key rows per
+ *     tile in 3 cp.async stages; the backward (classes up to 128; BURST_CUDA_WGMMA=fwd keeps the
+ *     sm_80 one) dK/dV per 128 keys x BURST_CUDA_WG_DKDV_BQ(D) query rows, which also adds dQ
+ *     with float atomics at D = 64 and 128 unless the plan is deterministic (or
+ *     BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key tiles;
+ *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
+ *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x 64 key rows, K/V double
+ *     buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D) blocks splitting the
+ *     columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, dQ per 64 query rows x as many keys;
+ *   - SIMT (fp32 arithmetic, the last resort): fp32 inputs, rows not 16-byte aligned, a device
+ *     below sm_80 (which the backend refuses) or BURST_CUDA_KERNEL=simt.
+ * Deterministic plans never use float atomics (bitwise-identical reruns).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,38 +29,42 @@
 #include "backend.h"
 #include "burst_cuda.h"
 
-size_t burst_cuda_mma_smem(int d)
-{
-    /* the largest of the tensor-core kernels: the dK/dV kernel (K, V, two stages of Q, dO and
-     * their row scalars) */
-    return (size_t)(2 * BURST_CUDA_MMA_BC + 4 * BURST_CUDA_MMA_BR) * (size_t)d * 2 + 2048;
-}
-
 int burst_cuda_mma_usable(const struct burst_cuda_caps *caps)
 {
     const char *env = getenv("BURST_CUDA_KERNEL");
     if (env && strcmp(env, "simt") == 0)
         return 0;
-    return caps->cc_major >= 8 && caps->smem_block_optin >= burst_cuda_mma_smem(128);
+    return caps->cc_major >= 8;
 }
 
-/* Shared memory of the Hopper forward at d = 128 (0 when the build has no sm_90a code). */
-static size_t burst_cuda_wg_smem128(void)
+static const int burst_cuda_classes[] = {32, 64, 96, 128, 192, 256};
+#define BURST_CUDA_NCLASSES ((int)(sizeof burst_cuda_classes / sizeof *burst_cuda_classes))
+
+/* Largest shared memory of the Hopper kernels over every class (0 when the build has no sm_90a
+ * code). */
+static size_t burst_cuda_wg_smem_max(void)
 {
+    size_t m = 0;
 #ifdef BURST_CUDA_SM90A
-    return burst_cuda_sm90_smem(128);
-#else
-    return 0;
+    for (int i = 0; i < BURST_CUDA_NCLASSES; i++) {
+        const int d = burst_cuda_classes[i];
+        size_t x = burst_cuda_sm90_smem(d);
+        if (d <= BURST_CUDA_WG_BWD_MAX && burst_cuda_sm90_bwd_smem(d) > x)
+            x = burst_cuda_sm90_bwd_smem(d);
+        m = x > m ? x : m;
+    }
 #endif
+    return m;
 }
 
 int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
 {
     const char *env = getenv("BURST_CUDA_WGMMA");
-    if (burst_cuda_wg_smem128() == 0 || (env && strcmp(env, "0") == 0))
+    const size_t need = burst_cuda_wg_smem_max();
+    if (need == 0 || (env && strcmp(env, "0") == 0))
         return 0;
     return burst_cuda_mma_usable(caps) && caps->cc_major == 9 && caps->cc_minor == 0 &&
-           caps->smem_block_optin >= burst_cuda_wg_smem128();
+           caps->smem_block_optin >= need;
 }
 
 int burst_cuda_dq_atomic_env(void)
@@ -73,16 +73,57 @@ int burst_cuda_dq_atomic_env(void)
     return !(env && strcmp(env, "0") == 0);
 }
 
-int burst_cuda_wgmma_bc(int d)
+int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, int64_t d, int bwd)
 {
-    static int env = -1; /* read once (a benign race: every thread computes the same value) */
-    if (env < 0) {
-        const char *e = getenv("BURST_CUDA_WGMMA_BC");
-        env = e && (atoi(e) == 64 || atoi(e) == 128) ? atoi(e) : 0;
+    if (wg && (!bwd || burst_cuda_dclass(d) <= BURST_CUDA_WG_BWD_MAX))
+        return BURST_CUDA_FWD_WGMMA;
+    if (mma && caps->smem_block_optin >= burst_cuda_mma_smem((int)d))
+        return BURST_CUDA_FWD_MMA;
+    return BURST_CUDA_FWD_SIMT;
+}
+
+static const char *burst_cuda_kind_name(int kind)
+{
+    return kind == BURST_CUDA_FWD_WGMMA ? "wgmma" : kind == BURST_CUDA_FWD_MMA ? "mma" : "simt";
+}
+
+/* One class's kernels and tiles: JSON object or a text line. */
+static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda_caps *caps,
+                                   int mma, int wg, int wg_bwd, int dc, int first, int json)
+{
+    const int fk = burst_cuda_class_kind(caps, mma, wg, dc, 0);
+    const int bk = burst_cuda_class_kind(caps, mma, wg_bwd, dc, 1);
+    const int lo = dc == 32 ? 8 : dc == 192 ? 136 : dc == 256 ? 200 : dc - 24;
+    int fbr = BURST_CUDA_SIMT_BR, fbc = BURST_CUDA_SIMT_BC(dc), fst = 1;
+    if (fk == BURST_CUDA_FWD_WGMMA)
+        fbr = 128, fbc = BURST_CUDA_WG_FWD_BC(dc), fst = 3;
+    else if (fk == BURST_CUDA_FWD_MMA)
+        fbr = BURST_CUDA_MMA_FWD_BR(dc), fbc = BURST_CUDA_MMA_BC, fst = 2;
+    int kv = BURST_CUDA_SIMT_BR, qr = BURST_CUDA_SIMT_BC(dc), dqr = BURST_CUDA_SIMT_BR;
+    int dqk = BURST_CUDA_SIMT_BC(dc), split = 1, atom = 0;
+    if (bk == BURST_CUDA_FWD_WGMMA) {
+        kv = 128, qr = BURST_CUDA_WG_DKDV_BQ(dc), dqr = 128, dqk = 64;
+        atom = (dc == 64 || dc == 128) && burst_cuda_dq_atomic_env();
+    } else if (bk == BURST_CUDA_FWD_MMA) {
+        kv = BURST_CUDA_MMA_BR, qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
+        dqk = BURST_CUDA_MMA_BWD_ROWS(dc), split = BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }
-    /* measured on an H200 at N = 16K (docs/BENCHMARKS.md): 64-key tiles win at d = 64 (327 vs
-     * 282 TFLOP/s), 128-key tiles tie or win at d = 128 */
-    return env ? env : d <= 64 ? 64 : 128;
+    if (json) {
+        burst_sb_printf(out,
+                        "%s{\"head_dims\": [%d, %d], \"fwd\": {\"kernel\": \"%s\", \"br\": %d, "
+                        "\"bc\": %d, \"stages\": %d}, \"bwd\": {\"kernel\": \"%s\", "
+                        "\"kv_rows\": %d, \"q_rows\": %d, \"column_split\": %d, \"dq_rows\": "
+                        "%d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}}",
+                        first ? "" : ", ", lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst,
+                        burst_cuda_kind_name(bk), kv, qr, split, dqr, dqk, atom ? "true" : "false");
+        return;
+    }
+    burst_sb_printf(out,
+                    "    class %3d (d %3d..%3d): forward %-5s %3dx%-3d %d stage%s; backward %-5s "
+                    "dK/dV %dx%d%s, dQ %dx%d%s\n",
+                    dc, lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst, fst > 1 ? "s" : "",
+                    burst_cuda_kind_name(bk), kv, qr, split > 1 ? " (2 column halves)" : "", dqr,
+                    dqk, atom ? " (inside dK/dV by float atomics unless deterministic)" : "");
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
@@ -122,9 +163,6 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
         int wg = mma && burst_cuda_wgmma_usable(&caps);
         const char *wenv = getenv("BURST_CUDA_WGMMA");
         int wg_bwd = wg && !(wenv && strcmp(wenv, "fwd") == 0);
-        const char *fwd = wg    ? "wgmma m64nNk16 + cp.async, 3 stages (sm_90a path)"
-                          : mma ? "mma.sync m16n8k16 + ldmatrix + cp.async (sm_80 path)"
-                                : "simt";
         if (json) {
             burst_sb_printf(out, "%s{\"index\": %d, \"name\": ", i ? ", " : "", i);
             burst_sb_json_str(out, p.name);
@@ -133,46 +171,30 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 ", \"compute_capability\": \"%d.%d\", \"usable\": %s, \"sms\": %d, "
                 "\"smem_per_block\": %zu, \"smem_per_block_optin\": %zu, \"smem_per_sm\": %zu, "
                 "\"regs_per_block\": %d, \"regs_per_sm\": %d, \"l2_bytes\": %d, "
-                "\"memory_bytes\": %zu, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], \"tiles\": "
-                "{\"variant\": \"%s\", \"fwd_wgmma\": {\"usable\": %s, \"br\": 128, "
-                "\"bc_d64\": %d, \"bc_d128\": %d, \"warpgroups\": 2, \"stages\": 3, "
-                "\"smem_d128\": %zu}, "
-                "\"bwd_wgmma\": {\"usable\": %s, \"kv_rows\": 128, \"q_rows_d64\": 64, "
-                "\"q_rows_d128\": 48, \"dq_rows\": 128, \"dq_kv_rows\": 64, "
-                "\"dq_atomic\": %s}, "
-                "\"fwd_mma\": {\"br\": %d, \"bc\": %d, \"warps\": %d, "
-                "\"stages\": 2, \"head_dims\": [64, 128], \"smem_d128\": %zu}, \"fwd_simt\": "
-                "{\"br\": %d, \"bc\": 32, \"warps\": %d}, \"bwd_mma\": {\"kv_rows\": 64, "
-                "\"q_rows\": 64}, \"bwd_simt\": {\"kv_rows\": [%d, %d], \"q_rows\": [%d, %d]}, "
-                "\"deterministic_plans\": \"no atomics\"}}",
+                "\"memory_bytes\": %zu, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], "
+                "\"fp32_kernel\": \"simt\", \"deterministic_plans\": \"no atomics\", "
+                "\"classes\": [",
                 p.major, p.minor, usable ? "true" : "false", p.multiProcessorCount,
                 p.sharedMemPerBlock, p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor,
-                p.regsPerBlock, p.regsPerMultiprocessor, p.l2CacheSize, p.totalGlobalMem,
-                wg ? "wgmma" : mma ? "mma" : "simt", wg ? "true" : "false", burst_cuda_wgmma_bc(64),
-                burst_cuda_wgmma_bc(128), burst_cuda_wg_smem128(), wg_bwd ? "true" : "false",
-                wg_bwd && burst_cuda_dq_atomic_env() ? "true" : "false",
-                2 * BURST_CUDA_MMA_BR, BURST_CUDA_MMA_BC,
-                BURST_CUDA_MMA_WARPS, burst_cuda_mma_smem(128), BURST_CUDA_SIMT_BR,
-                BURST_CUDA_SIMT_WARPS, 32, 16, 32, 16);
+                p.regsPerBlock, p.regsPerMultiprocessor, p.l2CacheSize, p.totalGlobalMem);
+            for (int c = 0; c < BURST_CUDA_NCLASSES; c++)
+                burst_cuda_probe_class(out, &caps, mma, wg, wg_bwd, burst_cuda_classes[c], c == 0,
+                                       1);
+            burst_sb_printf(out, "]}");
         } else {
             burst_sb_printf(out,
                             "  device %d: %s, compute capability %d.%d%s, %d SMs, shared memory "
                             "%zu B/block (%zu opt-in), %zu B/SM, %d registers/SM, L2 %d B, "
                             "memory %.1f GiB\n"
-                            "    forward and backward: %s; forward tiles %dx%d (d = 128), %dx%d "
-                            "(d = 64; fp16/bf16), else simt %dx32; backward dK/dV + dQ kernels%s\n",
+                            "    fp16/bf16 by head-dim class (query x key rows; fp32: simt); "
+                            "deterministic plans use no float atomics\n",
                             i, p.name, p.major, p.minor, usable ? "" : " (unusable: needs 8.0+)",
                             p.multiProcessorCount, p.sharedMemPerBlock, p.sharedMemPerBlockOptin,
                             p.sharedMemPerMultiprocessor, p.regsPerMultiprocessor, p.l2CacheSize,
-                            (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), fwd,
-                            wg ? 128 : 2 * BURST_CUDA_MMA_BR,
-                            wg ? burst_cuda_wgmma_bc(128) : BURST_CUDA_MMA_BC,
-                            wg ? 128 : 2 * BURST_CUDA_MMA_BR,
-                            wg ? burst_cuda_wgmma_bc(64) : BURST_CUDA_MMA_BC, BURST_CUDA_SIMT_BR,
-                            wg_bwd && burst_cuda_dq_atomic_env()
-                                ? " (one Hopper kernel with dQ by float atomics unless the plan "
-                                  "is deterministic)"
-                                : ", no float atomics");
+                            (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+            for (int c = 0; c < BURST_CUDA_NCLASSES; c++)
+                burst_cuda_probe_class(out, &caps, mma, wg, wg_bwd, burst_cuda_classes[c], c == 0,
+                                       0);
         }
     }
     if (json)

@@ -32,27 +32,43 @@
 
 #include "burst_cuda_mma.cuh"
 
+/* 64-element panels of a [rows][D] tile of head-dim class D: D / 64 rounded up (the columns of
+ * the last panel past D are never loaded nor read). */
+template <int D> __host__ __device__ constexpr int burst_wg_panels()
+{
+    return (D + 63) / 64;
+}
+
 /*
  * The cp.async copies of [ROWS][D] tiles of one head of a [B, n, H, d] view into panel tiles,
  * spread over NT threads with the addressing hoisted out of the tile loop: thread t always copies
- * chunk t % (D / 8) of rows t / (D / 8) + k RS (RS = NT / (D / 8) rows per round, a multiple of
- * 8, so the swizzle of its chunk never changes); per tile only the start row moves. Rows at or
- * past `valid` are zero-filled (the source address then stays at row 0, which is valid memory).
+ * chunk t % (D / 8) of rows t / (D / 8) + k RS (RS = NT / (D / 8) rows per round); per tile only
+ * the start row moves. Rows at or past `valid`, and the chunks of a class's columns past the
+ * caller's head dim d, are zero-filled: no byte outside the caller's [.., d] rows is read (the
+ * source address of a zero-fill is the head's first element, which is valid memory).
  */
 template <typename T, int D, int ROWS, int NT> struct burst_wg_loader {
-    static constexpr int CH = D / 8, RS = NT / CH;
-    static_assert(NT % CH == 0 && RS % 8 == 0 && ROWS % RS == 0, "whole rounds of copies");
-    const T *p;   /* this thread's chunk in row 0 */
+    static constexpr int CH = D / 8, RS = NT / CH, ROUNDS = (ROWS + RS - 1) / RS;
+    /* every thread copies a chunk of every round (d = 64, 128): no row test; RS a multiple of 8:
+     * the swizzle of a thread's chunk is the same in every round */
+    static constexpr bool WHOLE = NT % CH == 0 && ROWS % RS == 0, FIXED = RS % 8 == 0;
+    static_assert(RS >= 1, "one row per round at least");
+    const T *p;   /* this thread's chunk in row 0 (the head's first element when it is padding) */
     int64_t step; /* elements between rows */
-    int row;      /* this thread's first row in the tile */
-    int soff;     /* its byte offset in the tile */
+    int row;      /* this thread's first row in the tile (ROWS: it copies nothing) */
+    int c;        /* its chunk */
+    int soff;     /* its byte offset in the tile in the first round */
+    bool live;    /* its chunk lies inside d */
 
-    __device__ __forceinline__ void init(const struct burst_cuda_view &v, int64_t b, int64_t h)
+    __device__ __forceinline__ void init(const struct burst_cuda_view &v, int64_t b, int64_t h,
+                                         int64_t d)
     {
-        const int t = (int)(threadIdx.x % NT), c = t % CH;
-        row = t / CH;
+        const int t = (int)(threadIdx.x % NT);
+        c = t % CH;
+        row = t / CH < RS ? t / CH : ROWS; /* threads past the last whole round copy nothing */
         step = v.stride[1];
-        p = (const T *)v.data + burst_off(v, b, 0, h) + c * 8;
+        live = c * 8 < d;
+        p = (const T *)v.data + burst_off(v, b, 0, h) + (live ? c * 8 : 0);
         soff = (c >> 3) * ROWS * 128 + row * 128 + (((c & 7) ^ (row & 7)) << 4);
     }
     /* Issue the copies of rows [r0, r0 + ROWS) into sh (not committed). */
@@ -60,10 +76,14 @@ template <typename T, int D, int ROWS, int NT> struct burst_wg_loader {
     {
         const T *src = p + (r0 + row) * step;
 #pragma unroll
-        for (int k = 0; k < ROWS / RS; k++) {
-            const int ok = r0 + row + k * RS < valid;
-            burst_cp16(sh + soff + k * RS * 128, ok ? src + (int64_t)k * RS * step : p,
-                       ok ? 16 : 0);
+        for (int k = 0; k < ROUNDS; k++) {
+            const int r = row + k * RS;
+            if (!WHOLE && r >= ROWS) /* the last, partial round; threads that copy nothing */
+                break;
+            const int ok = live && r0 + r < valid;
+            const int off = FIXED ? soff + k * RS * 128
+                                  : (c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+            burst_cp16(sh + off, ok ? src + (int64_t)k * RS * step : p, ok ? 16 : 0);
         }
     }
 };
@@ -120,7 +140,9 @@ template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-/* ---- wgmma.mma_async m64nNk16, N = 32 or 48 (A from shared memory only), 64 or 128, fp32 accumulators ---- */
+/* ---- wgmma.mma_async m64nNk16 with fp32 accumulators: N = 32, 48, 64 or 128 with A from shared
+ * memory (the S tiles), N = 32, 64, 96, 128, 192 or 256 with A from registers (one head-dim
+ * class wide: the O, dQ, dK, dV products) ---- */
 
 #define BURST_WG_A8(d, i)                                                                          \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
@@ -128,21 +150,46 @@ template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
 #define BURST_WG_A16(d) BURST_WG_A8(d, 0), BURST_WG_A8(d, 8)
 #define BURST_WG_A24(d) BURST_WG_A16(d), BURST_WG_A8(d, 16)
 #define BURST_WG_A32(d) BURST_WG_A24(d), BURST_WG_A8(d, 24)
-#define BURST_WG_A64(d)                                                                            \
-    BURST_WG_A32(d), BURST_WG_A8(d, 32), BURST_WG_A8(d, 40), BURST_WG_A8(d, 48), BURST_WG_A8(d, 56)
-#define BURST_WG_R16                                                                               \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define BURST_WG_A48(d) BURST_WG_A32(d), BURST_WG_A8(d, 32), BURST_WG_A8(d, 40)
+#define BURST_WG_A64(d) BURST_WG_A48(d), BURST_WG_A8(d, 48), BURST_WG_A8(d, 56)
+#define BURST_WG_A96(d)                                                                            \
+    BURST_WG_A64(d), BURST_WG_A8(d, 64), BURST_WG_A8(d, 72), BURST_WG_A8(d, 80), BURST_WG_A8(d, 88)
+#define BURST_WG_A128(d)                                                                           \
+    BURST_WG_A96(d), BURST_WG_A8(d, 96), BURST_WG_A8(d, 104), BURST_WG_A8(d, 112),                 \
+        BURST_WG_A8(d, 120)
+#define BURST_WG_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define BURST_WG_R24                                                                               \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
     "%20, %21, %22, %23}"
 #define BURST_WG_R32                                                                               \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define BURST_WG_R48                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "       \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "        \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define BURST_WG_R64                                                                               \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
     "%56, %57, %58, %59, %60, %61, %62, %63}"
+
+#define BURST_WG_R96                                                                               \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "       \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "        \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "        \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "        \
+    "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "        \
+    "%87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define BURST_WG_R128                                                                              \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "       \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "        \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "        \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "        \
+    "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "        \
+    "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "          \
+    "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "         \
+    "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
 /* Element type name in the instruction. */
 template <typename T> struct burst_wg_ty;
@@ -172,20 +219,20 @@ __device__ __forceinline__ void burst_wg_rs(float *d, const unsigned *a, uint64_
     template <int TA, int TB> struct burst_wg_ssop<TY, NN, TA, TB> {                               \
         static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db, int acc)    \
         {                                                                                          \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                         \
-                         "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS    \
-                         ", %" IA ", %" IB ", p, 1, 1, %" ITA ", %" ITB ";\n}\n"                  \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                          \
+                         "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS     \
+                         ", %" IA ", %" IB ", p, 1, 1, %" ITA ", %" ITB ";\n}\n"                   \
                          : ACCS(d)                                                                 \
                          : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));                          \
         }                                                                                          \
     };
-#define BURST_WG_RS(TY, NN, PT, REGS, ACCS, A0, A1, A2, A3, IB, IS)                                    \
+#define BURST_WG_RS(TY, NN, PT, REGS, ACCS, A0, A1, A2, A3, IB, IS)                                \
     template <>                                                                                    \
     __device__ __forceinline__ void burst_wg_rs<TY, NN>(float *d, const unsigned *a, uint64_t db)  \
     {                                                                                              \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                             \
-                     "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS        \
-                     ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", p, 1, 1, 1;\n}\n"          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." PT "." PT " " REGS         \
+                     ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", p, 1, 1, 1;\n}\n"           \
                      : ACCS(d)                                                                     \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));               \
     }
@@ -198,10 +245,25 @@ BURST_WG_SS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35
 BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
 BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
 BURST_WG_SS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
+BURST_WG_RS(__half, 32, "f16", BURST_WG_R16, BURST_WG_A16, "16", "17", "18", "19", "20", "21")
+BURST_WG_RS(__nv_bfloat16, 32, "bf16", BURST_WG_R16, BURST_WG_A16, "16", "17", "18", "19", "20",
+            "21")
 BURST_WG_RS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
+BURST_WG_RS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36",
+            "37")
+BURST_WG_RS(__half, 96, "f16", BURST_WG_R48, BURST_WG_A48, "48", "49", "50", "51", "52", "53")
+BURST_WG_RS(__nv_bfloat16, 96, "bf16", BURST_WG_R48, BURST_WG_A48, "48", "49", "50", "51", "52",
+            "53")
 BURST_WG_RS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
-BURST_WG_RS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36", "37")
-BURST_WG_RS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68", "69")
+BURST_WG_RS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68",
+            "69")
+BURST_WG_RS(__half, 192, "f16", BURST_WG_R96, BURST_WG_A96, "96", "97", "98", "99", "100", "101")
+BURST_WG_RS(__nv_bfloat16, 192, "bf16", BURST_WG_R96, BURST_WG_A96, "96", "97", "98", "99", "100",
+            "101")
+BURST_WG_RS(__half, 256, "f16", BURST_WG_R128, BURST_WG_A128, "128", "129", "130", "131", "132",
+            "133")
+BURST_WG_RS(__nv_bfloat16, 256, "bf16", BURST_WG_R128, BURST_WG_A128, "128", "129", "130", "131",
+            "132", "133")
 
 /* Store four 8 x 8 16-bit matrices transposed (stmatrix .x4 .trans): r[m] is matrix m as an mma
  * C fragment (lane holds row lane / 4, columns 2 (lane % 4) and + 1, packed), and memory row i of

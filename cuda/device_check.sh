@@ -17,12 +17,10 @@ step build ninja -C "$b"
 step probe "$b/tools/burstrun" --probe
 step test_fallback "$b/tests/test_cuda" fallback
 BURST_TEST_BACKEND=cuda step test_cuda "$b/tests/test_cuda"
-BURST_TEST_BACKEND=cuda BURST_CUDA_FWD_ROWS=16 step test_cuda_rows16 "$b/tests/test_cuda"
 # on Hopper with sm_90a built (BURST_ARCHS=90,90a) the default run above takes the wgmma kernels:
-# check the sm_80 kernels, the wgmma forward with the sm_80 backward, and 64-key forward tiles
+# check the sm_80 kernels and the wgmma forward with the sm_80 backward
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test_cuda"
-BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA_BC=64 step test_cuda_bc64 "$b/tests/test_cuda"
 # the default plans are not deterministic, so the Hopper backward adds dQ with atomics inside the
 # dK/dV kernel; check the separate dQ kernel on every case too
 BURST_TEST_BACKEND=cuda BURST_CUDA_DQ_ATOMIC=0 step test_cuda_dqsplit "$b/tests/test_cuda"
@@ -34,6 +32,15 @@ if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
     export BURST_TEST_BACKEND=cuda
     BURST_TEST_FILTER='*d64*' step memcheck "$cs" --tool memcheck --error-exitcode 9 \
         "$b/tests/test_cuda"
+    # every head-dim class, on both code paths
+    BURST_TEST_FILTER='cls_*' step memcheck_cls "$cs" --tool memcheck --error-exitcode 9 \
+        "$b/tests/test_cuda"
+    BURST_CUDA_WGMMA=0 BURST_TEST_FILTER='cls_*' step memcheck_cls_sm80 "$cs" --tool memcheck \
+        --error-exitcode 9 "$b/tests/test_cuda"
+    BURST_TEST_FILTER='cls_*' step racecheck_cls "$cs" --tool racecheck --error-exitcode 9 \
+        "$b/tests/test_cuda"
+    BURST_CUDA_WGMMA=0 BURST_TEST_FILTER='cls_*' step racecheck_cls_sm80 "$cs" --tool racecheck \
+        --error-exitcode 9 "$b/tests/test_cuda"
     BURST_TEST_FILTER='mma_bf16_d64_gqa8' step racecheck "$cs" --tool racecheck \
         --error-exitcode 9 "$b/tests/test_cuda"
     BURST_TEST_FILTER='full_fp32_d64' step racecheck_simt "$cs" --tool racecheck \
@@ -57,17 +64,12 @@ fi
 if [ -n "${BURST_BENCH_WGFWD:-}" ]; then # the wgmma forward with the sm_80 backward
     BURST_CUDA_WGMMA=fwd "$b/tools/burstbench_cuda" --csv /tmp/wgfwd.csv $BURST_BENCH_WGFWD
 fi
-if [ -n "${BURST_BENCH_BC64:-}" ]; then # the wgmma forward with 64-key tiles
-    BURST_CUDA_WGMMA_BC=64 "$b/tools/burstbench_cuda" --csv /tmp/bc64.csv $BURST_BENCH_BC64
-fi
 if [ -n "${BURST_BENCH_DQSPLIT:-}" ]; then # the backward with the separate dQ kernel
     BURST_CUDA_DQ_ATOMIC=0 "$b/tools/burstbench_cuda" --csv /tmp/dqsplit.csv $BURST_BENCH_DQSPLIT
 fi
-if [ -n "${BURST_BENCH_ROWS16:-}" ]; then # the forward with 16 rows per warp, for comparison
-    BURST_CUDA_FWD_ROWS=16 "$b/tools/burstbench_cuda" --csv /tmp/rows16.csv $BURST_BENCH_ROWS16
-fi
-for f in test_cuda test_cuda_rows16 test_cuda_sm80 test_cuda_wgfwd test_cuda_bc64 test_cuda_dqsplit memcheck racecheck racecheck_simt \
-    racecheck_long test_attention_cuda; do
+for f in test_cuda test_cuda_sm80 test_cuda_wgfwd test_cuda_dqsplit memcheck memcheck_cls \
+    memcheck_cls_sm80 racecheck racecheck_simt racecheck_long racecheck_cls racecheck_cls_sm80 \
+    test_attention_cuda; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; grep -E "FAIL|ERROR|PASSED|FAILED|error|hazard" "$out/$f.log" | tail -n 12; }
 done
 echo "== $(cat "$out/gpu.txt")"

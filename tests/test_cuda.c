@@ -84,6 +84,29 @@ static const struct harness_case cases[] = {
      .window_right = 50},
     {CASE("long_fp16_d128_zigzag_3ranks", 1536), .ranks = 3, .head_dim = 128, .dtype = F16,
      .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
+    /* every head-dim class of the tensor-core kernels (32, 64, 96, 128, 192, 256) and d just past
+     * a class boundary (40, 72, 136, 200) or inside one (80, 88, 160, 248), where the class's
+     * columns past d must be neither read nor written (poisoned padding between heads) */
+    {CASE("cls_fp16_d32_zigzag", 300), .head_dim = 32, .dtype = F16, .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("cls_bf16_d40_causal_pad", 260), .head_dim = 40, .dtype = BF16, .causal = 1, .pad = 8},
+    {CASE("cls_fp16_d72_gqa4", 200), .q_heads = 8, .kv_heads = 2, .head_dim = 72, .dtype = F16,
+     .causal = 1},
+    {CASE("cls_bf16_d80_full", 230), .head_dim = 80, .dtype = BF16},
+    {CASE("cls_fp16_d88_window", 250), .head_dim = 88, .dtype = F16, .window_left = 40,
+     .window_right = 7},
+    {CASE("cls_bf16_d96_causal", 520), .head_dim = 96, .dtype = BF16, .causal = 1},
+    {CASE("cls_fp16_d136_causal_pad", 210), .head_dim = 136, .dtype = F16, .causal = 1, .pad = 8},
+    {CASE("cls_bf16_d160_gqa2", 200), .q_heads = 4, .kv_heads = 2, .head_dim = 160, .dtype = BF16,
+     .causal = 1},
+    {CASE("cls_fp16_d192_full", 330), .head_dim = 192, .dtype = F16},
+    {CASE("cls_bf16_d200_window", 180), .head_dim = 200, .dtype = BF16, .window_left = 50,
+     .window_right = 20},
+    {CASE("cls_fp16_d248_causal", 200), .head_dim = 248, .dtype = F16, .causal = 1},
+    {CASE("cls_bf16_d256_causal_long", 700), .q_heads = 1, .kv_heads = 1, .head_dim = 256,
+     .dtype = BF16, .causal = 1},
+    {CASE("cls_fp16_d256_large_scores", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
+     .head_dim = 256, .dtype = F16, .causal = 1},
     {CASE("one_token", 1), .causal = 1},
     {CASE("tiny_scale", 40), .softmax_scale = 1e-3f},
 };
@@ -214,6 +237,37 @@ static const struct op_case op_cases[] = {
      300,
      {1, {{0, 100, 0, 1}}},
      {1, {{0, 300, 0, 1}}},
+     {INF, 0}},
+    /* classes other than 64 / 128, with d inside the class: the padding columns stay untouched */
+    {"stride3_causal_bf16_d40",
+     BF16,
+     40,
+     4,
+     2,
+     170,
+     140,
+     {1, {{0, 170, 1, 3}}},
+     {1, {{0, 140, 0, 3}}},
+     {INF, 0}},
+    {"two_runs_window_fp16_d200",
+     F16,
+     200,
+     2,
+     1,
+     150,
+     130,
+     {2, {{0, 75, 0, 1}, {75, 75, 300, 1}}},
+     {1, {{0, 130, 40, 1}}},
+     {60, 5}},
+    {"late_keys_causal_bf16_d96",
+     BF16,
+     96,
+     2,
+     2,
+     300,
+     100,
+     {1, {{0, 300, 0, 1}}},
+     {1, {{0, 100, 250, 1}}},
      {INF, 0}},
     {"window_fp32_d136",
      F32,
@@ -423,8 +477,7 @@ static void test_ops(void **state)
 /* ---- fwd_final: the one-step forward writing O and lse itself ---- */
 
 /* A [1, n, H, d] view of dt with padding between heads and rows (a caller's strided output). */
-static struct burst_tensor final_view(void *data, burst_dtype_t dt, int64_t n, int64_t h,
-                                      int64_t d)
+static struct burst_tensor final_view(void *data, burst_dtype_t dt, int64_t n, int64_t h, int64_t d)
 {
     struct burst_tensor t = burst_tensor_contiguous(data, dt, 1, n, h, d);
     t.stride[2] = d + 4;
@@ -532,7 +585,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
         int good = r == BURST_OK && memcmp(got[0], want[0], kbytes) == 0 &&
                    memcmp(got[1], want[1], kbytes) == 0 && memcmp(got[0], poison, kbytes) != 0;
         good = good && (determ ? memcmp(dqg, dqw, nqe * 4) == 0
-                            : op_close("dQ", dqg, dqw, nqe, c->dt == F16 ? 4e-3 : 2e-2));
+                               : op_close("dQ", dqg, dqw, nqe, c->dt == F16 ? 4e-3 : 2e-2));
         for (size_t e = 0; good && e < kbytes / es; e++) { /* gaps: still poison */
             int64_t j = (int64_t)e / shape.stride[1], rem = (int64_t)e % shape.stride[1];
             int64_t hh = rem / shape.stride[2], col = rem % shape.stride[2];
@@ -625,8 +678,8 @@ static void test_final(void **state)
             assert_int_equal(cu->sync(ctx->be), BURST_OK);
             assert_int_equal(burst_context_memcpy(ctx, want, wd, obytes), BURST_OK);
             op_download(ctx, lwant, lacc, nl);
-            ok = r == BURST_OK && memcmp(got, want, obytes) == 0 &&
-                 memcmp(lgot, lwant, nl * 4) == 0;
+            ok =
+                r == BURST_OK && memcmp(got, want, obytes) == 0 && memcmp(lgot, lwant, nl * 4) == 0;
             /* the gaps between heads and rows are the caller's: still poison */
             for (size_t e = 0; ok && e < obytes / es; e++) {
                 int64_t i = (int64_t)e / shape.stride[1], rem = (int64_t)e % shape.stride[1];

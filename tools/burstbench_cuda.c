@@ -7,9 +7,15 @@
  * causal), fwd+bwd 3.5x forward. Times include what a caller pays per call (the plan's scratch
  * allocation, the final cast of O); the first forward of a plan is not timed.
  *
+ * Every size is checked: the output rows of 16 (batch, head, query) triples spread over the
+ * tensor against attention computed in fp64 on the host from the same (rounded) inputs; the
+ * column max_err is max |O - ref| / max |ref| over those rows (a size whose error exceeds the
+ * dtype's bound, 2^-7 for bf16, 2^-10 for fp16, 1e-4 for fp32, is marked FAIL and the program
+ * exits 1 at the end). --width W sets the heads to W / d for each d (a model of width W).
+ *
  *   burstbench_cuda [--seqs 4096,16384] [--dims 64,128] [--masks full,causal]
- *                   [--dtypes bf16,fp16] [--heads 32] [--batch 1] [--iters 5]
- *                   [--bwd-max-seq 16384] [--csv FILE]
+ *                   [--dtypes bf16,fp16] [--heads 32 | --width 2048] [--batch 1] [--iters 5]
+ *                   [--bwd-max-seq 16384] [--impl burst] [--csv FILE]
  */
 #include <math.h>
 #include <stdint.h>
@@ -54,8 +60,65 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Device tensor [B, N, H, d] of dtype dt filled with uniform(-1, 1) values. */
-static void *dev_tensor(struct burst_context *ctx, burst_dtype_t dt, size_t count, uint64_t *st)
+/* Value i of a host tensor of dtype dt (fp16 / bf16 decoded exactly). */
+static double host_val(burst_dtype_t dt, const void *h, size_t i)
+{
+    if (dt == BURST_DTYPE_FP32)
+        return ((const float *)h)[i];
+    const uint16_t v = ((const uint16_t *)h)[i];
+    if (dt == BURST_DTYPE_BF16) {
+        const uint32_t b = (uint32_t)v << 16;
+        float x;
+        memcpy(&x, &b, 4);
+        return x;
+    }
+    const int e = (v >> 10) & 31, m = v & 1023;
+    const double a = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+    return v & 0x8000u ? -a : a;
+}
+
+/* Max |O - ref| / max |ref| over 16 rows (b, h, i) spread over [B, N, H, d] O, with ref the
+ * fp64 attention of the host inputs (scale 1 / sqrt(d), key j allowed when !causal or j <= i). */
+static double check_rows(burst_dtype_t dt, const void *q, const void *k, const void *v,
+                         const void *o, long B, long N, long H, long d, int causal)
+{
+    double err = 0, mag = 0, *p = malloc((size_t)N * sizeof *p);
+    if (!p)
+        return NAN;
+    for (int r = 0; r < 16; r++) {
+        const long b = r % B, h = (r * 7) % H,
+                   i = r == 15 ? N - 1 : (long)(((r * 2654435761u) >> 3) % (unsigned long)N);
+        const size_t qrow = (size_t)(((b * N + i) * H + h) * d);
+        const long je = causal ? i + 1 : N;
+        double mx = -INFINITY, sum = 0;
+        for (long j = 0; j < je; j++) {
+            const size_t krow = (size_t)(((b * N + j) * H + h) * d);
+            double x = 0;
+            for (long c = 0; c < d; c++)
+                x += host_val(dt, q, qrow + c) * host_val(dt, k, krow + c);
+            p[j] = x / sqrt((double)d);
+            mx = p[j] > mx ? p[j] : mx;
+        }
+        for (long j = 0; j < je; j++)
+            sum += p[j] = exp(p[j] - mx);
+        for (long c = 0; c < d; c++) {
+            double ref = 0;
+            for (long j = 0; j < je; j++)
+                ref += p[j] * host_val(dt, v, (size_t)(((b * N + j) * H + h) * d + c));
+            ref /= sum;
+            const double e = fabs(host_val(dt, o, qrow + c) - ref);
+            err = e > err ? e : err;
+            mag = fabs(ref) > mag ? fabs(ref) : mag;
+        }
+    }
+    free(p);
+    return err / (mag > 0 ? mag : 1);
+}
+
+/* Device tensor [B, N, H, d] of dtype dt filled with uniform(-1, 1) values; the host copy goes
+ * to *host_p when that is not NULL (the caller frees it). */
+static void *dev_tensor(struct burst_context *ctx, burst_dtype_t dt, size_t count, uint64_t *st,
+                        void **host_p)
 {
     size_t es = burst_dtype_size(dt), bytes = count * es;
     void *h = malloc(bytes), *d = NULL;
@@ -88,7 +151,10 @@ static void *dev_tensor(struct burst_context *ctx, burst_dtype_t dt, size_t coun
         burst_context_free(ctx, d);
         d = NULL;
     }
-    free(h);
+    if (host_p && d)
+        *host_p = h;
+    else
+        free(h);
     return d;
 }
 
@@ -98,8 +164,9 @@ int main(int argc, char **argv)
     int nseq = 2, ndim = 2, nmask = 2, ndt = 2, iters = 5;
     int masks[2] = {0, 1};
     burst_dtype_t dts[3] = {BURST_DTYPE_BF16, BURST_DTYPE_FP16};
-    long heads = 32, batch = 1, bwd_max = 16384;
-    const char *csv = "burstbench_cuda.csv";
+    long heads = 32, batch = 1, bwd_max = 16384, width = 0;
+    const char *csv = "burstbench_cuda.csv", *impl = "burst";
+    int failed = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -109,6 +176,10 @@ int main(int argc, char **argv)
             ndim = parse_list(v, dims);
         else if (!strcmp(a, "--heads") && v)
             heads = atol(v);
+        else if (!strcmp(a, "--width") && v)
+            width = atol(v);
+        else if (!strcmp(a, "--impl") && v)
+            impl = v;
         else if (!strcmp(a, "--batch") && v)
             batch = atol(v);
         else if (!strcmp(a, "--iters") && v)
@@ -155,15 +226,17 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(f, "impl,dtype,batch,heads,seq,head_dim,causal,fwd_ms,fwd_tflops,fwdbwd_ms,"
-               "fwdbwd_tflops\n");
-    printf("%-6s %6s %4s %6s %10s %10s %12s %12s\n", "dtype", "N", "d", "causal", "fwd ms",
-           "fwd TF/s", "fwd+bwd ms", "fwd+bwd TF/s");
+               "fwdbwd_tflops,max_err\n");
+    printf("%-6s %6s %4s %5s %6s %10s %10s %12s %12s %9s\n", "dtype", "N", "d", "heads", "causal",
+           "fwd ms", "fwd TF/s", "fwd+bwd ms", "fwd+bwd TF/s", "max err");
     uint64_t st = 42;
     for (int di = 0; di < ndt; di++)
         for (int ni = 0; ni < nseq; ni++)
             for (int hi = 0; hi < ndim; hi++)
                 for (int mi = 0; mi < nmask; mi++) {
                     const long N = seqs[ni], d = dims[hi];
+                    if (width > 0)
+                        heads = width / d > 0 ? width / d : 1;
                     const int causal = masks[mi];
                     const burst_dtype_t dt = dts[di];
                     struct burst_local_world *world = NULL;
@@ -185,18 +258,19 @@ int main(int argc, char **argv)
                     cm.size = 1;
                     size_t cnt = (size_t)(batch * N * heads * d);
                     void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *dout = NULL, *dq = NULL,
-                         *dk = NULL, *dv = NULL, *lse = NULL;
+                         *dk = NULL, *dv = NULL, *lse = NULL, *hq = NULL, *hk = NULL, *hv = NULL,
+                         *ho = NULL;
                     if (burst_local_world_create(1, &world) != BURST_OK ||
                         (cm.world = world, burst_comm_create(&cm, &comm)) != BURST_OK ||
                         burst_plan_create(ctx, comm, &pp, &plan) != BURST_OK ||
-                        !(q = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(k = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(v = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(dout = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(o = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(dq = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(dk = dev_tensor(ctx, dt, cnt, &st)) ||
-                        !(dv = dev_tensor(ctx, dt, cnt, &st)) ||
+                        !(q = dev_tensor(ctx, dt, cnt, &st, &hq)) ||
+                        !(k = dev_tensor(ctx, dt, cnt, &st, &hk)) ||
+                        !(v = dev_tensor(ctx, dt, cnt, &st, &hv)) ||
+                        !(dout = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+                        !(o = dev_tensor(ctx, dt, cnt, &st, &ho)) ||
+                        !(dq = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+                        !(dk = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+                        !(dv = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
                         burst_context_alloc(ctx, (size_t)(batch * heads * N) * 4, &lse) !=
                             BURST_OK) {
                         fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d,
@@ -237,12 +311,23 @@ int main(int argc, char **argv)
                             goto next;
                         }
                         double mf = median(tf, it), mb = do_bwd ? median(tb, it) : NAN;
-                        printf("%-6s %6ld %4ld %6s %10.3f %10.1f %12.3f %12.1f\n",
-                               burst_dtype_name(dt), N, d, causal ? "yes" : "no", mf * 1e3,
-                               fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12);
-                        fprintf(f, "burst,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f\n",
+                        /* the last forward's O against the fp64 reference */
+                        double err = NAN;
+                        if (burst_context_memcpy(ctx, ho, o, cnt * burst_dtype_size(dt)) ==
+                            BURST_OK)
+                            err = check_rows(dt, hq, hk, hv, ho, batch, N, heads, d, causal);
+                        const double bound = dt == BURST_DTYPE_BF16   ? 0x1p-7
+                                             : dt == BURST_DTYPE_FP16 ? 0x1p-10
+                                                                      : 1e-4;
+                        const int bad = !(err <= bound);
+                        failed += bad;
+                        printf("%-6s %6ld %4ld %5ld %6s %10.3f %10.1f %12.3f %12.1f %9.2e%s\n",
+                               burst_dtype_name(dt), N, d, heads, causal ? "yes" : "no", mf * 1e3,
+                               fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12, err,
+                               bad ? " FAIL" : "");
+                        fprintf(f, "%s,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f,%.3e\n", impl,
                                 burst_dtype_name(dt), batch, heads, N, d, causal, mf * 1e3,
-                                fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12);
+                                fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12, err);
                         fflush(stdout);
                         fflush(f);
                     }
@@ -253,8 +338,11 @@ int main(int argc, char **argv)
                     void *bufs[] = {q, k, v, o, dout, dq, dk, dv, lse};
                     for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
                         burst_context_free(ctx, bufs[b]);
+                    free(hq), free(hk), free(hv), free(ho);
                 }
     fclose(f);
     burst_context_destroy(ctx);
-    return 0;
+    if (failed)
+        fprintf(stderr, "burstbench_cuda: %d size(s) failed the check\n", failed);
+    return failed ? 1 : 0;
 }

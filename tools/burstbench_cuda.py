@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """tools/burstbench_cuda.py - burst's cuda backend beside PyTorch SDPA, in one command.
 
-Runs burstbench_cuda (the C program) on a sweep, then PyTorch's scaled_dot_product_attention
-with the FLASH_ATTENTION and CUDNN_ATTENTION backends on the same sizes, same GPU, and prints
-TFLOP/s and the ratios burst / FA2 and burst / cuDNN. Writes one CSV with every row and an SVG
-plot. PyTorch is only a peer here (never a dependency of burst).
+Runs burstbench_cuda (the C program, which checks every size against an fp64 reference) on a
+sweep, once per code path (--paths: "default" = what the backend picks, wgmma on Hopper;
+"sm80" = the mma.sync kernels an A100 runs, BURST_CUDA_WGMMA=0), then PyTorch's
+scaled_dot_product_attention on the same sizes, same GPU: FLASH_ATTENTION and CUDNN_ATTENTION
+for fp16 / bf16, EFFICIENT_ATTENTION for fp32. Prints TFLOP/s and the ratios of each burst path
+to FA2 and cuDNN (fp32: to EFFICIENT). Writes one CSV with every row and an SVG plot. PyTorch is
+only a peer here (never a dependency of burst).
 
   python3 tools/burstbench_cuda.py --exe build/tools/burstbench_cuda \
       [--seqs 4096,16384,32768,65536] [--dims 64,128] [--masks full,causal] \
-      [--dtypes bf16,fp16] [--heads 32] [--iters 5] [--bwd-max-seq 16384] \
-      [--csv burstbench_cuda.csv] [--svg burstbench_cuda.svg]
+      [--dtypes bf16,fp16] [--heads 32 | --width 2048] [--paths default,sm80] [--iters 5] \
+      [--bwd-max-seq 16384] [--csv burstbench_cuda.csv] [--svg burstbench_cuda.svg]
+
+The issue-style head-dim sweep (H = 2048 / d):
+  python3 tools/burstbench_cuda.py --exe build/tools/burstbench_cuda --seqs 8192,16384 \
+      --dims 32,40,64,80,96,128,160,192,256 --width 2048 --paths default,sm80
 """
+import os
 import argparse
 import csv
 import subprocess
@@ -23,10 +31,12 @@ def torch_rows(args, sizes):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
-    backends = [("torch_fa2", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)]
-    for (dtype, n, d, causal) in sizes:
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        b, h = args.batch, args.heads
+    half = [("torch_fa2", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)]
+    full = [("torch_eff", SDPBackend.EFFICIENT_ATTENTION)]
+    for (dtype, n, d, causal, h) in sizes:
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        backends = full if dtype == "fp32" else half
+        b = args.batch
         q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=dt) for _ in range(4))
         flops = 4.0 * b * h * d * n * n * (0.5 if causal else 1.0)
         for name, be in backends:
@@ -74,6 +84,8 @@ def main():
     ap.add_argument("--masks", default="full,causal")
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--width", type=int, default=0, help="heads = width / d (overrides --heads)")
+    ap.add_argument("--paths", default="default", help="default,sm80")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--bwd-max-seq", type=int, default=16384)
@@ -82,61 +94,88 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
 
-    cmd = [args.exe, "--seqs", args.seqs, "--dims", args.dims, "--masks", args.masks,
-           "--dtypes", args.dtypes, "--heads", str(args.heads), "--batch", str(args.batch),
-           "--iters", str(args.iters), "--bwd-max-seq", str(args.bwd_max_seq), "--csv", args.csv]
-    print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    with open(args.csv) as f:
-        rows = [dict(r) for r in csv.DictReader(f)]
+    rows, failed = [], False
+    for path in args.paths.split(","):
+        impl = "burst" if path == "default" else "burst_" + path
+        env = dict(os.environ)
+        if path == "sm80":
+            env["BURST_CUDA_WGMMA"] = "0"
+        out = args.csv + "." + impl
+        cmd = [args.exe, "--seqs", args.seqs, "--dims", args.dims, "--masks", args.masks,
+               "--dtypes", args.dtypes, "--heads", str(args.heads), "--width", str(args.width),
+               "--batch", str(args.batch), "--iters", str(args.iters), "--bwd-max-seq",
+               str(args.bwd_max_seq), "--impl", impl, "--csv", out]
+        print("$", ("BURST_CUDA_WGMMA=0 " if path == "sm80" else "") + " ".join(cmd), flush=True)
+        rc = subprocess.run(cmd, env=env).returncode
+        if rc not in (0, 1):  # 1: a size failed its check (marked in the table); keep the rows
+            sys.exit(rc)
+        failed = failed or rc == 1
+        with open(out) as f:
+            rows += [dict(r) for r in csv.DictReader(f)]
+        os.remove(out)
     for r in rows:
         for key in ("batch", "heads", "seq", "head_dim", "causal"):
             r[key] = int(r[key])
-        for key in ("fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops"):
+        for key in ("fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops", "max_err"):
             r[key] = float(r[key])
-    sizes = [(r["dtype"], r["seq"], r["head_dim"], r["causal"]) for r in rows]
+    sizes = sorted({(r["dtype"], r["seq"], r["head_dim"], r["causal"], r["heads"]) for r in rows},
+                   key=lambda x: (x[0], x[1], x[3], x[2]))
     if not args.no_torch:
         rows += torch_rows(args, sizes)
     fields = ["impl", "dtype", "batch", "heads", "seq", "head_dim", "causal", "fwd_ms", "fwd_tflops",
-              "fwdbwd_ms", "fwdbwd_tflops"]
+              "fwdbwd_ms", "fwdbwd_tflops", "max_err"]
     with open(args.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(rows)
 
     by = {(r["impl"],) + (r["dtype"], r["seq"], r["head_dim"], r["causal"]): r for r in rows}
+    impls = [i for i in ("burst", "burst_sm80") if any(r["impl"] == i for r in rows)]
+
+    def g(r, k):
+        return r[k] if r else float("nan")
+
+    def ratio(x, y):
+        return x / y if y and y == y else float("nan")
+
     print()
-    print(f"{'dtype':5} {'N':>6} {'d':>4} {'causal':>6} | {'burst':>6} {'FA2':>6} {'cuDNN':>6} "
-          f"{'/FA2':>5} {'/cuDNN':>6} | fwd+bwd {'burst':>6} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}"
-          f" {'/cuDNN':>6}   (TFLOP/s)")
+    print("TFLOP/s forward / forward+backward; ratios to FA2 and cuDNN (fp32: PyTorch EFFICIENT)")
+    head = f"{'dtype':5} {'N':>6} {'d':>4} {'H':>3} {'causal':>6} |"
+    for i in impls:
+        head += f" {i:>17} {'/FA2':>9} {'/cuDNN':>9} |"
+    head += f" {'FA2 (EFF)':>13} {'cuDNN':>13}"
+    print(head)
     for s in sizes:
-        b, fa, cu = (by.get((i,) + s) for i in ("burst", "torch_fa2", "torch_cudnn"))
-        def g(r, k):
-            return r[k] if r else float("nan")
-        def ratio(x, y):
-            return x / y if y and y == y else float("nan")
-        print(f"{s[0]:5} {s[1]:>6} {s[2]:>4} {('yes' if s[3] else 'no'):>6} | "
-              f"{g(b, 'fwd_tflops'):6.1f} {g(fa, 'fwd_tflops'):6.1f} {g(cu, 'fwd_tflops'):6.1f} "
-              f"{ratio(g(b, 'fwd_tflops'), g(fa, 'fwd_tflops')):5.2f} "
-              f"{ratio(g(b, 'fwd_tflops'), g(cu, 'fwd_tflops')):6.2f} |         "
-              f"{g(b, 'fwdbwd_tflops'):6.1f} {g(fa, 'fwdbwd_tflops'):6.1f} {g(cu, 'fwdbwd_tflops'):6.1f} "
-              f"{ratio(g(b, 'fwdbwd_tflops'), g(fa, 'fwdbwd_tflops')):5.2f} "
-              f"{ratio(g(b, 'fwdbwd_tflops'), g(cu, 'fwdbwd_tflops')):6.2f}")
+        key = s[:4]
+        fa = by.get(("torch_fa2",) + key) or by.get(("torch_eff",) + key)
+        cu = by.get(("torch_cudnn",) + key)
+        line = f"{s[0]:5} {s[1]:>6} {s[2]:>4} {s[4]:>3} {('yes' if s[3] else 'no'):>6} |"
+        for i in impls:
+            b = by.get((i,) + key)
+            line += (f" {g(b, 'fwd_tflops'):7.1f} / {g(b, 'fwdbwd_tflops'):7.1f}"
+                     f" {ratio(g(b, 'fwd_tflops'), g(fa, 'fwd_tflops')):4.2f}/"
+                     f"{ratio(g(b, 'fwdbwd_tflops'), g(fa, 'fwdbwd_tflops')):4.2f}"
+                     f" {ratio(g(b, 'fwd_tflops'), g(cu, 'fwd_tflops')):4.2f}/"
+                     f"{ratio(g(b, 'fwdbwd_tflops'), g(cu, 'fwdbwd_tflops')):4.2f} |")
+        line += (f" {g(fa, 'fwd_tflops'):5.1f} / {g(fa, 'fwdbwd_tflops'):5.1f}"
+                 f" {g(cu, 'fwd_tflops'):5.1f} / {g(cu, 'fwdbwd_tflops'):5.1f}")
+        print(line)
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         for ax, key, title in ((axes[0], "fwd_tflops", "forward"), (axes[1], "fwdbwd_tflops", "forward+backward")):
-            for impl, style in (("burst", "o-"), ("torch_fa2", "s--"), ("torch_cudnn", "^:")):
-                for (dt, d, c) in sorted({(s[0], s[2], s[3]) for s in sizes}):
-                    pts = sorted((r["seq"], r[key]) for r in rows if r["impl"] == impl and r["dtype"] == dt
-                                 and r["head_dim"] == d and r["causal"] == c and r[key] == r[key])
+            for impl, style in (("burst", "o-"), ("burst_sm80", "D-"), ("torch_fa2", "s--"),
+                                ("torch_cudnn", "^:"), ("torch_eff", "v:")):
+                for (dt, n, c) in sorted({(s[0], s[1], s[3]) for s in sizes}):
+                    pts = sorted((r["head_dim"], r[key]) for r in rows if r["impl"] == impl
+                                 and r["dtype"] == dt and r["seq"] == n and r["causal"] == c
+                                 and r[key] == r[key])
                     if pts:
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], style,
-                                label=f"{impl} {dt} d={d}{' causal' if c else ''}")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("N")
+                                label=f"{impl} {dt} N={n}{' causal' if c else ''}")
+            ax.set_xlabel("head dim d")
             ax.set_ylabel("TFLOP/s")
             ax.set_title(title)
         axes[1].legend(fontsize=6)
@@ -145,6 +184,8 @@ def main():
         print(f"wrote {args.csv} and {args.svg}")
     except ImportError:
         print(f"wrote {args.csv} (no matplotlib: no plot)")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
