@@ -417,8 +417,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = dm 64 + 16 warp +
      * rq (+ 8), queries n0 + 8 n + cq (+ 1)) go to the staging tile; after the warpgroup's
      * barrier, each thread adds 4 consecutive d of rows n0 + tw / 16 + 8 k with one vector float
-     * atomic (rows past nq are not added). The next tile's stores come after the block barrier
-     * of tile_begin, so no thread still reads the staging tile then. */
+     * atomic (rows past nq and the class's columns past d are not added). The next tile's stores
+     * come after the block barrier of tile_begin, so no thread still reads the staging tile then. */
     const int tw = threadIdx.x & 127;
     auto red_dq = [&](int it) {
         float *srow = sdq + n0 * DQS + dm * 64 + warp * 16 + rq;
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         const int64_t step8 = 8 * s.hq * s.d;
 #pragma unroll
         for (int k = 0; k < NQ / 8; k++)
-            if (i0 + r + 8 * k < s.nq)
+            if (i0 + r + 8 * k < s.nq && c4 < s.d) /* d, a multiple of 8: whole float4s */
                 atomicAdd((float4 *)(dst + k * step8),
                           *(const float4 *)&sdq[(r + 8 * k) * DQS + c4]);
     };
