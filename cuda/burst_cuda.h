@@ -65,7 +65,8 @@ static inline int burst_cuda_dclass(int64_t d)
 {
     return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
 }
-/* The widest class the Hopper backward has kernels for (wider ones run the sm_80 backward). */
+/* The widest class whose Hopper backward runs wgmma alone: wider classes run their dK/dV on
+ * wgmma in column blocks (BURST_CUDA_WG_DKDV_COLS) and their dQ on the sm_80 kernel. */
 #define BURST_CUDA_WG_BWD_MAX 128
 /* Key rows per tile of the Hopper forward for class D: as many as 3 stages of K and V and the
  * 128-row Q tile fit in shared memory, 128 at most. */
@@ -76,8 +77,8 @@ enum burst_cuda_fwd_kind {
     BURST_CUDA_FWD_SIMT = 0,  /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
     BURST_CUDA_FWD_MMA = 1,   /* fp16/bf16, every class: mma.sync m16n8k16 + ldmatrix + cp.async */
     BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a); for
-                                 the backward only up to BURST_CUDA_WG_BWD_MAX and where
-                                 BURST_CUDA_WGMMA is not "fwd" */
+                                 the backward where BURST_CUDA_WGMMA is not "fwd" (its dQ on
+                                 mma.sync above BURST_CUDA_WG_BWD_MAX) */
 };
 
 /* One attention step as the kernels see it (shared by forward and backward). */
@@ -120,9 +121,11 @@ int burst_cuda_kernels_init(void);
  * (its class). */
 int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
+/* The sm_80 dQ kernel alone (burst_cuda_bwd.cu), for the Hopper backward's widest classes. */
+int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s);
 int burst_cuda_sm90_init(void);
 size_t burst_cuda_sm90_smem(int d);
-size_t burst_cuda_sm90_bwd_smem(int d); /* classes up to BURST_CUDA_WG_BWD_MAX */
+size_t burst_cuda_sm90_bwd_smem(int d);
 
 /* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */
 struct burst_cuda_caps {
@@ -164,8 +167,12 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * dK and dV (and computing S^T, dP^T over the whole d): 1 up to D = 128, 2 above */
 #define BURST_CUDA_MMA_DKDV_SPLIT(D) ((D) <= 128 ? 1 : 2)
 /* Hopper backward: query rows of the dK/dV kernel's streamed tiles (48 above D = 64, where 64
- * made the kernel spill) */
-#define BURST_CUDA_WG_DKDV_BQ(D) ((D) > 64 ? 48 : 64)
+ * made the kernel spill at D = 128; 32 at D = 256, so that K, V and three stages fit) */
+#define BURST_CUDA_WG_DKDV_BQ(D) ((D) > 192 ? 32 : (D) > 64 ? 48 : 64)
+/* Hopper backward: columns of dK and dV one block of the dK/dV kernel accumulates, whole 64-column
+ * panels; above D = 128 the D / cols blocks of a key tile each compute S^T and dP^T over the
+ * whole d (the accumulators of all D columns would not fit the registers) */
+#define BURST_CUDA_WG_DKDV_COLS(D) ((D) <= 128 ? (D) : (D) == 192 ? 64 : 128)
 #define BURST_CUDA_SIMT_BR 32
 #define BURST_CUDA_SIMT_BC(d) ((d) <= 128 ? 32 : 16)
 #define BURST_CUDA_SIMT_WARPS 4

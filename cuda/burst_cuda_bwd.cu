@@ -6,8 +6,10 @@
  * deterministic whatever the plan asks (params->deterministic costs nothing here).
  *
  * Two variants of each kernel, chosen like the forward's:
- *   - tensor cores (fp16/bf16, d = 64 or 128, sm_80+): 4 warps x 16 rows, 64-row tiles of the
- *     streamed operand in shared memory (cp.async, double buffered), S, dP, dV, dK, dQ as
+ *   - tensor cores (fp16/bf16, sm_80+, one instance per head-dim class as in the forward): 4
+ *     warps x 16 rows, 64-row tiles of the streamed operand in shared memory (32 rows at
+ *     D = 256; cp.async, double buffered; above D = 128 two dK/dV blocks per key tile, each
+ *     accumulating half the columns), S, dP, dV, dK, dQ as
  *     mma.sync m16n8k16 products with fp32 accumulators; P and dS are rounded to the input
  *     dtype as the A operand of the dV / dK / dQ products (tests/harness.h bounds this);
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
@@ -383,6 +385,30 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
             <<<(unsigned)blocks, 128, burst_mma_dq_smem<D>(), cudaStreamPerThread>>>(*s);
     }
     return cudaGetLastError();
+}
+
+template <typename T, int D> static int burst_dq_mma_run(const struct burst_cuda_step *s)
+{
+    int64_t blocks = s->batch * s->hq * ((s->nq + MMA_BR - 1) / MMA_BR);
+    burst_mma_dq<T, D><<<(unsigned)blocks, 128, burst_mma_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+    return cudaGetLastError();
+}
+
+template <typename T> static int burst_dq_mma(const struct burst_cuda_step *s)
+{
+    switch (burst_cuda_dclass(s->d)) {
+    case 32: return burst_dq_mma_run<T, 32>(s);
+    case 64: return burst_dq_mma_run<T, 64>(s);
+    case 96: return burst_dq_mma_run<T, 96>(s);
+    case 128: return burst_dq_mma_run<T, 128>(s);
+    case 192: return burst_dq_mma_run<T, 192>(s);
+    default: return burst_dq_mma_run<T, 256>(s);
+    }
+}
+
+extern "C" int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s)
+{
+    return s->q.dtype == BURST_CUDA_F16 ? burst_dq_mma<__half>(s) : burst_dq_mma<__nv_bfloat16>(s);
 }
 
 template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)

@@ -6,7 +6,10 @@
  * deterministic: the dK/dV kernel with dQ added by float atomics (DQ below), which saves the dQ
  * kernel's recomputation of S and dP (7 matrix products per tile pair -> 5).
  *   - dK/dV: a block owns 128 keys of a kv head (2 warpgroups x 64) and loops over the heads of
- *     its group and the query tiles (64 rows, 48 at d = 128) that may see its keys: S^T = K Q^T and dP^T = V dO^T
+ *     its group and the query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys; above
+ *     d = 128 a block accumulates one column block of dK and dV (BURST_CUDA_WG_DKDV_COLS: 64 of
+ *     192, 128 of 256), so that its accumulators fit the registers, and dQ runs the sm_80 dQ
+ *     kernel (burst_cuda_bwd.cu). Per tile: S^T = K Q^T and dP^T = V dO^T
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
  *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
  *     B = the dO / Q tile read transposed);
@@ -210,13 +213,15 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
 }
 
 /* With DQ, three more [BQ][128] tiles: dS (query rows x keys, double-buffered) and P, and the fp32
- * dQ staging tile [BQ][D + 4]. */
+ * dQ staging tile [BQ][D + 4]. No alignment slack: the kernel's shared memory is declared
+ * __align__(1024) (the toolchain pads the static part to 1 KiB; the kernel traps otherwise), and
+ * at D = 256 the slack would not fit beside that padding in 227 KiB. */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * burst_wg_panels<D>() * 128 +
            (DQ ? 3 * burst_wg_dkdv_bq<D>() * 128 * 2 : 0) +
            WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) +
-           (DQ ? burst_wg_dkdv_bq<D>() * burst_wg_dq_stride<D>() * 4 : 0) + 1024;
+           (DQ ? burst_wg_dkdv_bq<D>() * burst_wg_dq_stride<D>() * 4 : 0);
 }
 
 /* DQ: also dQ += tau dS K of every query tile, added to s.dq with float atomics (plans that are
@@ -230,6 +235,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
+    constexpr int DH = BURST_CUDA_WG_DKDV_COLS(D); /* columns of dK, dV: [c0, c0 + DH) */
+    static_assert(!DQ || DH == D, "dQ by atomics in blocks that hold every column");
     constexpr int KBYTES = BC * burst_wg_panels<D>() * 128,
                   QBYTES = BQ * burst_wg_panels<D>() * 128;
     constexpr int SBYTES = BQ * BC * 2;
@@ -237,7 +244,9 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     constexpr int NQ = D > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
     constexpr uint32_t DSTAGE = 2 * QBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];
-    unsigned char *sk = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
+    unsigned char *sk = smraw; /* __align__(1024): the panels' swizzle pattern repeats there */
+    if (burst_smem_addr(smraw) & 1023u)
+        __trap();
     unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
     unsigned char *sds = sqo + WB_NS * 2 * QBYTES;       /* DQ: dS tiles 0 and 1, then P */
     struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sds + (DQ ? 3 * SBYTES : 0));
@@ -257,7 +266,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     burst_dqueries(s, j0, &imin, &unused);
     burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
     if (imin >= imax) { /* no query sees these keys */
-        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
+        if (blockIdx.y == 0)
+            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
         return;
     }
     const int64_t ifirst = imin / BQ * BQ;
@@ -326,9 +336,9 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     issue(0, 0, row_scalars(0));
     struct burst_wg_qrow rnext = row_scalars(total > 1 ? 1 : 0); /* of the next tile issued */
 
-    float dk[D / 2], dv[D / 2];
+    float dk[DH / 2], dv[DH / 2];
 #pragma unroll
-    for (int n = 0; n < D / 2; n++)
+    for (int n = 0; n < DH / 2; n++)
         dk[n] = dv[n] = 0.0f;
     float sc[BQ / 2], dp[BQ / 2], dqa[DQ ? NQ / 2 : 1];
     unsigned pa[DQ ? 1 : BQ / 16][4], da[DQ ? 1 : BQ / 16][4];
@@ -337,10 +347,12 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     /* descriptors (low words, burst_wg_dlo) */
     const uint32_t dkd = burst_wg_dlo(sk + wg * 64 * 128, 16);
     const uint32_t dvd = burst_wg_dlo(sv + wg * 64 * 128, 16);
-    const uint32_t dq0 = burst_wg_dlo(sqo, 16);                 /* Q as B, K-major */
-    const uint32_t do0 = burst_wg_dlo(sqo + QBYTES, 16);        /* dO as B, K-major */
-    const uint32_t dqt0 = burst_wg_dlo(sqo, BQ * 128);          /* Q as B, MN-major */
-    const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES, BQ * 128); /* dO, MN-major */
+    const uint32_t dq0 = burst_wg_dlo(sqo, 16);          /* Q as B, K-major */
+    const uint32_t do0 = burst_wg_dlo(sqo + QBYTES, 16); /* dO as B, K-major */
+    /* Q and dO as B, MN-major, from this block's first column c0 (a panel boundary) */
+    const int c0 = (int)blockIdx.y * DH;
+    const uint32_t dqt0 = burst_wg_dlo(sqo + c0 / 64 * BQ * 128, BQ * 128);
+    const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES + c0 / 64 * BQ * 128, BQ * 128);
     /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wg of a dS tile), K^T as
      * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query rows n0..) */
     const int dm = D > 64 ? wg : 0, n0 = D > 64 ? 0 : wg * NQ;
@@ -450,8 +462,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
             burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
         } else {
-            burst_wg_pv<T, D, BQ>(dv, pa, dot0 + st * DSTAGE);
-            burst_wg_pv<T, D, BQ>(dk, da, dqt0 + st * DSTAGE);
+            burst_wg_pv<T, DH, BQ>(dv, pa, dot0 + st * DSTAGE);
+            burst_wg_pv<T, DH, BQ>(dk, da, dqt0 + st * DSTAGE);
         }
     };
     tile_begin(0, 0);
@@ -477,8 +489,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         burst_wg_pin<BQ / 2>(dp);
         dsoft(st);
         burst_wg_wait<0>();
-        burst_wg_pin<D / 2>(dv);
-        burst_wg_pin<D / 2>(dk);
+        burst_wg_pin<DH / 2>(dv);
+        burst_wg_pin<DH / 2>(dk);
         if constexpr (DQ) {
             burst_wg_pin<NQ / 2>(dqa);
             red_dq(it - 1);
@@ -499,8 +511,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     burst_wg_fence();
     prev_products(prev, pb);
     burst_wg_wait<0>();
-    burst_wg_pin<D / 2>(dv);
-    burst_wg_pin<D / 2>(dk);
+    burst_wg_pin<DH / 2>(dv);
+    burst_wg_pin<DH / 2>(dk);
     if constexpr (DQ) {
         burst_wg_pin<NQ / 2>(dqa);
         red_dq(total - 1);
@@ -511,19 +523,19 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         const int64_t j = key0 + 8 * u;
         if (j >= s.nk)
             continue;
-        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d + c0;
         if (s.dk_out.data) {
 #pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                if (n * 8 < s.d)
-                    burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[4 * n + 2 * u],
+            for (int n = 0; n < DH / 8; n++)
+                if (c0 + n * 8 < s.d) /* the class's columns past d are not the caller's */
+                    burst_final_kv_pair(s, b, j, g, c0 + n * 8 + cq, dk[4 * n + 2 * u],
                                         dk[4 * n + 2 * u + 1], dv[4 * n + 2 * u],
                                         dv[4 * n + 2 * u + 1]);
             continue;
         }
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            if (n * 8 >= s.d)
+        for (int n = 0; n < DH / 8; n++) {
+            if (c0 + n * 8 >= s.d)
                 break;
             if (s.dk) {
                 float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
@@ -570,21 +582,26 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
             return e;
     }
     if (s->dq && !fused) {
-        int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
-        burst_wg_dq<T, D>
-            <<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+        if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
+            return burst_cuda_launch_dq_mma(s);
+        } else {
+            int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
+            burst_wg_dq<T, D>
+                <<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+        }
     }
     return cudaGetLastError();
 }
 
-/* Head-dim classes up to 128 (burst_cuda_kind sends wider ones to the sm_80 backward). */
 template <typename T> static int burst_wg_bwd_dims(const struct burst_cuda_step *s)
 {
     switch (burst_cuda_dclass(s->d)) {
     case 32: return burst_wg_bwd_run<T, 32>(s);
     case 64: return burst_wg_bwd_run<T, 64>(s);
     case 96: return burst_wg_bwd_run<T, 96>(s);
-    default: return burst_wg_bwd_run<T, 128>(s);
+    case 128: return burst_wg_bwd_run<T, 128>(s);
+    case 192: return burst_wg_bwd_run<T, 192>(s);
+    default: return burst_wg_bwd_run<T, 256>(s);
     }
 }
 
@@ -604,9 +621,10 @@ template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
             e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, true>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)burst_wg_dkdv_smem<D, true>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(burst_wg_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)burst_wg_dq_smem<D>());
+    if constexpr (D <= BURST_CUDA_WG_BWD_MAX)
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(burst_wg_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)burst_wg_dq_smem<D>());
     return e;
 }
 
@@ -619,12 +637,17 @@ template <typename T> static cudaError_t burst_wg_bwd_attr_all()
         e = burst_wg_bwd_attr<T, 96>();
     if (e == cudaSuccess)
         e = burst_wg_bwd_attr<T, 128>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<T, 192>();
+    if (e == cudaSuccess)
+        e = burst_wg_bwd_attr<T, 256>();
     return e;
 }
 
 template <int D> static size_t burst_wg_bwd_smem1()
 {
-    const size_t a = burst_wg_dq_smem<D>(), b = burst_wg_dkdv_smem<D, burst_wg_has_dq<D>()>();
+    const size_t a = D <= BURST_CUDA_WG_BWD_MAX ? burst_wg_dq_smem<D>() : 0;
+    const size_t b = burst_wg_dkdv_smem<D, burst_wg_has_dq<D>()>();
     return a > b ? a : b;
 }
 
@@ -634,7 +657,9 @@ extern "C" size_t burst_cuda_sm90_bwd_smem(int d)
     case 32: return burst_wg_bwd_smem1<32>();
     case 64: return burst_wg_bwd_smem1<64>();
     case 96: return burst_wg_bwd_smem1<96>();
-    default: return burst_wg_bwd_smem1<128>();
+    case 128: return burst_wg_bwd_smem1<128>();
+    case 192: return burst_wg_bwd_smem1<192>();
+    default: return burst_wg_bwd_smem1<256>();
     }
 }
 

@@ -1,9 +1,12 @@
 /*
  * cuda/burst_cuda_fwd.cu - the forward step with the log-sum-exp merge fused.
  *
- * Two kernels (burst_cuda_pick_fwd in burst_cuda_probe.c chooses):
- *   - burst_mma_fwd<T, D>: fp16 / bf16 with d = 64 or 128 on sm_80+. A block of 4 warps owns 64
- *     query rows (16 per warp); K/V tiles of 64 rows stream through shared memory with cp.async
+ * Two kernels (burst_cuda_class_kind in burst_cuda_probe.c chooses):
+ *   - burst_mma_fwd<T, D, MR>: fp16 / bf16 on sm_80+, one instance per head-dim class D (the
+ *     caller's d <= D: the loads zero-fill the columns past d, the stores skip them). A block of
+ *     4 warps owns 64 MR query rows (16 MR per warp: MR = 2 up to D = 128, 1 above, where the
+ *     O accumulators of 32 rows would not fit the registers); K/V tiles of 64 rows stream
+ *     through shared memory with cp.async
  *     double buffering (the next tile loads while this one computes). S = Q K^T and O += P V run
  *     on the tensor cores as mma.sync.m16n8k16 with fp32 accumulation; operands come from shared
  *     memory through ldmatrix (.trans for V), rows XOR-swizzled in 16-byte chunks so that the 8

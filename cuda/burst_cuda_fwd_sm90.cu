@@ -2,14 +2,15 @@
  * cuda/burst_cuda_fwd_sm90.cu - the forward step on Hopper's warpgroup tensor cores (wgmma,
  * sm_90a only: cuda/meson.build compiles this file for that one target, and the backend chooses
  * it only on a compute capability 9.0 device whose binary holds it; BURST_CUDA_WGMMA=0 turns it
- * off). Same contract as burst_mma_fwd in burst_cuda_fwd.cu: fp16 / bf16, d = 64 or 128, the lse
- * merge fused, key tiles outside the block's range skipped (a tile one warpgroup of the block does
- * not see is computed fully masked), rows with no allowed key left bit-for-bit unchanged (written
- * 0 / -inf with s.o_out: burst_final_row). The
- * softmax needs scale > 0, which plan creation guarantees.
+ * off). Same contract as burst_mma_fwd in burst_cuda_fwd.cu: fp16 / bf16, one instance per
+ * head-dim class, the lse merge fused, key tiles outside the block's range skipped (a tile one
+ * warpgroup of the block does not see is computed fully masked), rows with no allowed key left
+ * bit-for-bit unchanged (written 0 / -inf with s.o_out: burst_final_row). The softmax needs
+ * scale > 0, which plan creation guarantees.
  *
  * A block is NWG warpgroups of 64 query rows each (BR = 64 NWG rows) sharing K/V tiles of BC
- * keys, which stream through shared memory in NS = 3 stages filled by cp.async (one tile ahead).
+ * keys (BURST_CUDA_WG_FWD_BC: as many as three stages of the class allow), which stream
+ * through shared memory in NS = 3 stages filled by cp.async (one tile ahead).
  * Per key tile j a warpgroup
  *   1. issues S_j = Q K_j^T (d / 16 wgmma, A = its Q rows and B = K_j from shared memory),
  *   2. issues O += P_{j-1} V_{j-1} for the previous tile (BC / 16 wgmma, A = P in registers),

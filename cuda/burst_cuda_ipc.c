@@ -125,8 +125,7 @@ static void range_init(void)
     (void)cudaGetLastError();
 }
 
-burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc,
-                                     void **mark_p)
+burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *desc, void **mark_p)
 {
     const struct burst_cuda_backend *cb = be;
     struct ipc_wire w;
@@ -155,7 +154,8 @@ burst_status_t burst_cuda_ipc_export(void *be, const void *buf, unsigned char *d
         st = burst_cuda_status(cudaEventRecord(ev, cudaStreamPerThread),
                                "ipc export: cudaEventRecord");
     if (st == BURST_OK)
-        st = burst_cuda_status(cudaIpcGetEventHandle(&w.ev, ev), "ipc export: cudaIpcGetEventHandle");
+        st = burst_cuda_status(cudaIpcGetEventHandle(&w.ev, ev),
+                               "ipc export: cudaIpcGetEventHandle");
     if (st != BURST_OK) {
         if (ev)
             cudaEventDestroy(ev);
@@ -223,15 +223,21 @@ static burst_status_t slot_get(const struct ipc_wire *w, int device, int *slot_p
     struct ipc_slot *s = &ipc_slots[free_slot];
     void *ptr = NULL;
     double t0 = ipc_now_us();
-    burst_status_t st = burst_cuda_status(
-        cudaIpcOpenMemHandle(&ptr, w->mem, cudaIpcMemLazyEnablePeerAccess),
-        "ipc import: cudaIpcOpenMemHandle (the sender's block)");
+    burst_status_t st =
+        burst_cuda_status(cudaIpcOpenMemHandle(&ptr, w->mem, cudaIpcMemLazyEnablePeerAccess),
+                          "ipc import: cudaIpcOpenMemHandle (the sender's block)");
     if (st != BURST_OK)
         return st;
     ipc_stats.opens++; /* ipc_lock held */
     ipc_stats.open_us += ipc_now_us() - t0;
-    *s = (struct ipc_slot){.used = 1, .mem = w->mem, .device = device, .pid = w->pid,
-                           .base = w->base, .ptr = ptr, .busy = 1, .tick = ++ipc_tick};
+    *s = (struct ipc_slot){.used = 1,
+                           .mem = w->mem,
+                           .device = device,
+                           .pid = w->pid,
+                           .base = w->base,
+                           .ptr = ptr,
+                           .busy = 1,
+                           .tick = ++ipc_tick};
     *slot_p = free_slot;
     return BURST_OK;
 }
@@ -248,8 +254,8 @@ static burst_status_t queue_copy(const struct burst_cuda_backend *cb, void *dst,
     cudaStream_t cs = stream;
     cudaEvent_t theirs = NULL;
     if (after)
-        st = burst_cuda_status(cudaStreamWaitEvent(cs, after, 0),
-                               "ipc import: cudaStreamWaitEvent");
+        st =
+            burst_cuda_status(cudaStreamWaitEvent(cs, after, 0), "ipc import: cudaStreamWaitEvent");
     if (st == BURST_OK)
         st = burst_cuda_status(cudaIpcOpenEventHandle(&theirs, w->ev),
                                "ipc import: cudaIpcOpenEventHandle (the sender's event)");

@@ -8,10 +8,10 @@
  *   - wgmma (sm_90a path): compute capability 9.0, a build holding sm_90a code (nvcc_archs has
  *     90a), every class's shared memory within the opt-in limit, BURST_CUDA_WGMMA not 0. The
  *     forward runs 2 warpgroups x 64 query rows against BURST_CUDA_WG_FWD_BC(D) key rows per
- *     tile in 3 cp.async stages; the backward (classes up to 128; BURST_CUDA_WGMMA=fwd keeps the
- *     sm_80 one) dK/dV per 128 keys x BURST_CUDA_WG_DKDV_BQ(D) query rows, which also adds dQ
- *     with float atomics at D = 64 and 128 unless the plan is deterministic (or
- *     BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key tiles;
+ *     tile in 3 cp.async stages; the backward (BURST_CUDA_WGMMA=fwd keeps the sm_80 one) dK/dV per 128 keys x BURST_CUDA_WG_DKDV_BQ(D) query rows in column blocks of
+ *     BURST_CUDA_WG_DKDV_COLS(D), which also adds dQ with float atomics at D = 64 and 128 unless
+ *     the plan is deterministic (or BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key
+ *     tiles (above BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x 64 key rows, K/V double
  *     buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D) blocks splitting the
@@ -49,7 +49,7 @@ static size_t burst_cuda_wg_smem_max(void)
     for (int i = 0; i < BURST_CUDA_NCLASSES; i++) {
         const int d = burst_cuda_classes[i];
         size_t x = burst_cuda_sm90_smem(d);
-        if (d <= BURST_CUDA_WG_BWD_MAX && burst_cuda_sm90_bwd_smem(d) > x)
+        if (burst_cuda_sm90_bwd_smem(d) > x)
             x = burst_cuda_sm90_bwd_smem(d);
         m = x > m ? x : m;
     }
@@ -75,7 +75,7 @@ int burst_cuda_dq_atomic_env(void)
 
 int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, int64_t d, int bwd)
 {
-    if (wg && (!bwd || burst_cuda_dclass(d) <= BURST_CUDA_WG_BWD_MAX))
+    if (wg)
         return BURST_CUDA_FWD_WGMMA;
     if (mma && caps->smem_block_optin >= burst_cuda_mma_smem((int)d))
         return BURST_CUDA_FWD_MMA;
@@ -101,7 +101,11 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
         fbr = BURST_CUDA_MMA_FWD_BR(dc), fbc = BURST_CUDA_MMA_BC, fst = 2;
     int kv = BURST_CUDA_SIMT_BR, qr = BURST_CUDA_SIMT_BC(dc), dqr = BURST_CUDA_SIMT_BR;
     int dqk = BURST_CUDA_SIMT_BC(dc), split = 1, atom = 0;
-    if (bk == BURST_CUDA_FWD_WGMMA) {
+    const char *dqn = burst_cuda_kind_name(bk);
+    if (bk == BURST_CUDA_FWD_WGMMA && dc > BURST_CUDA_WG_BWD_MAX) { /* dQ on mma.sync */
+        kv = 128, qr = BURST_CUDA_WG_DKDV_BQ(dc), split = dc / BURST_CUDA_WG_DKDV_COLS(dc);
+        dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
+    } else if (bk == BURST_CUDA_FWD_WGMMA) {
         kv = 128, qr = BURST_CUDA_WG_DKDV_BQ(dc), dqr = 128, dqk = 64;
         atom = (dc == 64 || dc == 128) && burst_cuda_dq_atomic_env();
     } else if (bk == BURST_CUDA_FWD_MMA) {
@@ -112,18 +116,19 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
         burst_sb_printf(out,
                         "%s{\"head_dims\": [%d, %d], \"fwd\": {\"kernel\": \"%s\", \"br\": %d, "
                         "\"bc\": %d, \"stages\": %d}, \"bwd\": {\"kernel\": \"%s\", "
-                        "\"kv_rows\": %d, \"q_rows\": %d, \"column_split\": %d, \"dq_rows\": "
-                        "%d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}}",
+                        "\"kv_rows\": %d, \"q_rows\": %d, \"column_blocks\": %d, \"dq_kernel\": "
+                        "\"%s\", \"dq_rows\": %d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}}",
                         first ? "" : ", ", lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst,
-                        burst_cuda_kind_name(bk), kv, qr, split, dqr, dqk, atom ? "true" : "false");
+                        burst_cuda_kind_name(bk), kv, qr, split, dqn, dqr, dqk,
+                        atom ? "true" : "false");
         return;
     }
     burst_sb_printf(out,
-                    "    class %3d (d %3d..%3d): forward %-5s %3dx%-3d %d stage%s; backward %-5s "
-                    "dK/dV %dx%d%s, dQ %dx%d%s\n",
+                    "    class %3d (d %3d..%3d): forward %-5s %3dx%-3d %d stage%s; backward dK/dV "
+                    "%-5s %dx%d in %d column block%s, dQ %s %dx%d%s\n",
                     dc, lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst, fst > 1 ? "s" : "",
-                    burst_cuda_kind_name(bk), kv, qr, split > 1 ? " (2 column halves)" : "", dqr,
-                    dqk, atom ? " (inside dK/dV by float atomics unless deterministic)" : "");
+                    burst_cuda_kind_name(bk), kv, qr, split, split > 1 ? "s" : "", dqn, dqr, dqk,
+                    atom ? " (inside dK/dV by float atomics unless deterministic)" : "");
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
