@@ -575,8 +575,9 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
                         *s);
                 return cudaGetLastError();
             }
+        const dim3 grid((unsigned)blocks, D / BURST_CUDA_WG_DKDV_COLS(D)); /* column blocks */
         burst_wg_dkdv<T, D, false>
-            <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(*s);
+            <<<grid, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
