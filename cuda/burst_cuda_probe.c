@@ -87,6 +87,23 @@ static const char *burst_cuda_kind_name(int kind)
     return kind == BURST_CUDA_FWD_WGMMA ? "wgmma" : kind == BURST_CUDA_FWD_MMA ? "mma" : "simt";
 }
 
+/* Does the Hopper kernels' setup succeed on device i (what a context's creation does before it
+ * chooses them)? The probe reports wgmma only then. */
+static int burst_cuda_probe_sm90(int i)
+{
+#ifdef BURST_CUDA_SM90A
+    int prev = 0, ok = 0;
+    if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(i) == cudaSuccess)
+        ok = burst_cuda_sm90_init() == cudaSuccess;
+    (void)cudaGetLastError();
+    cudaSetDevice(prev); /* the caller's current device stays */
+    return ok;
+#else
+    (void)i;
+    return 0;
+#endif
+}
+
 /* One class's kernels and tiles: JSON object or a text line. */
 static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda_caps *caps,
                                    int mma, int wg, int wg_bwd, int dc, int first, int json)
@@ -165,7 +182,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
         struct burst_cuda_caps caps = {p.major, p.minor, p.multiProcessorCount,
                                        p.sharedMemPerBlockOptin};
         int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
-        int wg = mma && burst_cuda_wgmma_usable(&caps);
+        int wg = mma && burst_cuda_wgmma_usable(&caps) && burst_cuda_probe_sm90(i);
         const char *wenv = getenv("BURST_CUDA_WGMMA");
         int wg_bwd = wg && !(wenv && strcmp(wenv, "fwd") == 0);
         if (json) {
