@@ -396,14 +396,7 @@ template <typename T, int D> static int burst_dq_mma_run(const struct burst_cuda
 
 template <typename T> static int burst_dq_mma(const struct burst_cuda_step *s)
 {
-    switch (burst_cuda_dclass(s->d)) {
-    case 32: return burst_dq_mma_run<T, 32>(s);
-    case 64: return burst_dq_mma_run<T, 64>(s);
-    case 96: return burst_dq_mma_run<T, 96>(s);
-    case 128: return burst_dq_mma_run<T, 128>(s);
-    case 192: return burst_dq_mma_run<T, 192>(s);
-    default: return burst_dq_mma_run<T, 256>(s);
-    }
+    return burst_by_class(s->d, [&](auto c) { return burst_dq_mma_run<T, decltype(c)::value>(s); });
 }
 
 extern "C" int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s)
@@ -413,14 +406,8 @@ extern "C" int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s)
 
 template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 {
-    switch (burst_cuda_dclass(s->d)) {
-    case 32: return burst_bwd_mma_run<T, 32>(s);
-    case 64: return burst_bwd_mma_run<T, 64>(s);
-    case 96: return burst_bwd_mma_run<T, 96>(s);
-    case 128: return burst_bwd_mma_run<T, 128>(s);
-    case 192: return burst_bwd_mma_run<T, 192>(s);
-    default: return burst_bwd_mma_run<T, 256>(s);
-    }
+    return burst_by_class(s->d,
+                          [&](auto c) { return burst_bwd_mma_run<T, decltype(c)::value>(s); });
 }
 
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
@@ -436,18 +423,7 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 
 template <typename T> static cudaError_t burst_bwd_mma_attr_all()
 {
-    cudaError_t e = burst_bwd_mma_attr<T, 32>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<T, 64>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<T, 96>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<T, 128>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<T, 192>();
-    if (e == cudaSuccess)
-        e = burst_bwd_mma_attr<T, 256>();
-    return e;
+    return burst_each_class([](auto c) { return burst_bwd_mma_attr<T, decltype(c)::value>(); });
 }
 
 template <typename T, int D> static int burst_bwd_run(const struct burst_cuda_step *s)
@@ -524,14 +500,7 @@ template <int D> static size_t burst_mma_bwd_smem1()
 
 extern "C" size_t burst_cuda_mma_bwd_smem(int d)
 {
-    switch (burst_cuda_dclass(d)) {
-    case 32: return burst_mma_bwd_smem1<32>();
-    case 64: return burst_mma_bwd_smem1<64>();
-    case 96: return burst_mma_bwd_smem1<96>();
-    case 128: return burst_mma_bwd_smem1<128>();
-    case 192: return burst_mma_bwd_smem1<192>();
-    default: return burst_mma_bwd_smem1<256>();
-    }
+    return burst_by_class(d, [](auto c) { return burst_mma_bwd_smem1<decltype(c)::value>(); });
 }
 
 extern "C" int burst_cuda_bwd_init(void)

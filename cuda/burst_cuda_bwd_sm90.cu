@@ -596,14 +596,7 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
 
 template <typename T> static int burst_wg_bwd_dims(const struct burst_cuda_step *s)
 {
-    switch (burst_cuda_dclass(s->d)) {
-    case 32: return burst_wg_bwd_run<T, 32>(s);
-    case 64: return burst_wg_bwd_run<T, 64>(s);
-    case 96: return burst_wg_bwd_run<T, 96>(s);
-    case 128: return burst_wg_bwd_run<T, 128>(s);
-    case 192: return burst_wg_bwd_run<T, 192>(s);
-    default: return burst_wg_bwd_run<T, 256>(s);
-    }
+    return burst_by_class(s->d, [&](auto c) { return burst_wg_bwd_run<T, decltype(c)::value>(s); });
 }
 
 extern "C" int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s)
@@ -631,18 +624,7 @@ template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
 
 template <typename T> static cudaError_t burst_wg_bwd_attr_all()
 {
-    cudaError_t e = burst_wg_bwd_attr<T, 32>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<T, 64>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<T, 96>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<T, 128>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<T, 192>();
-    if (e == cudaSuccess)
-        e = burst_wg_bwd_attr<T, 256>();
-    return e;
+    return burst_each_class([](auto c) { return burst_wg_bwd_attr<T, decltype(c)::value>(); });
 }
 
 template <int D> static size_t burst_wg_bwd_smem1()
@@ -654,14 +636,7 @@ template <int D> static size_t burst_wg_bwd_smem1()
 
 extern "C" size_t burst_cuda_sm90_bwd_smem(int d)
 {
-    switch (burst_cuda_dclass(d)) {
-    case 32: return burst_wg_bwd_smem1<32>();
-    case 64: return burst_wg_bwd_smem1<64>();
-    case 96: return burst_wg_bwd_smem1<96>();
-    case 128: return burst_wg_bwd_smem1<128>();
-    case 192: return burst_wg_bwd_smem1<192>();
-    default: return burst_wg_bwd_smem1<256>();
-    }
+    return burst_by_class(d, [](auto c) { return burst_wg_bwd_smem1<decltype(c)::value>(); });
 }
 
 extern "C" int burst_cuda_sm90_bwd_init(void)

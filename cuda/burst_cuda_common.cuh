@@ -10,7 +10,46 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "burst_cuda.h"
+
+/* ---- head-dim classes (burst_cuda_dclass): the one place a run-time d becomes a compiled class.
+ * f is called with std::integral_constant<int, D>; kernels' dispatch code passes a generic lambda
+ * and reads the class as decltype(c)::value. ---- */
+
+template <int D> using burst_dc = std::integral_constant<int, D>;
+
+/* f(class of d). */
+template <typename F> static auto burst_by_class(int64_t d, F &&f)
+{
+    switch (burst_cuda_dclass(d)) {
+    case 32: return f(burst_dc<32>{});
+    case 64: return f(burst_dc<64>{});
+    case 96: return f(burst_dc<96>{});
+    case 128: return f(burst_dc<128>{});
+    case 192: return f(burst_dc<192>{});
+    default: return f(burst_dc<256>{});
+    }
+}
+
+/* f(class) for every class in turn, stopping at the first that does not return cudaSuccess
+ * (kernel attribute setup). */
+template <typename F> static cudaError_t burst_each_class(F &&f)
+{
+    cudaError_t e = f(burst_dc<32>{});
+    if (e == cudaSuccess)
+        e = f(burst_dc<64>{});
+    if (e == cudaSuccess)
+        e = f(burst_dc<96>{});
+    if (e == cudaSuccess)
+        e = f(burst_dc<128>{});
+    if (e == cudaSuccess)
+        e = f(burst_dc<192>{});
+    if (e == cudaSuccess)
+        e = f(burst_dc<256>{});
+    return e;
+}
 
 #define BURST_LOG2E 1.4426950408889634f
 

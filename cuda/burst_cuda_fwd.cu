@@ -277,14 +277,8 @@ template <typename T, int D> static int burst_fwd_mma_run(const struct burst_cud
 
 template <typename T> static int burst_fwd_mma(const struct burst_cuda_step *s)
 {
-    switch (burst_cuda_dclass(s->d)) {
-    case 32: return burst_fwd_mma_run<T, 32>(s);
-    case 64: return burst_fwd_mma_run<T, 64>(s);
-    case 96: return burst_fwd_mma_run<T, 96>(s);
-    case 128: return burst_fwd_mma_run<T, 128>(s);
-    case 192: return burst_fwd_mma_run<T, 192>(s);
-    default: return burst_fwd_mma_run<T, 256>(s);
-    }
+    return burst_by_class(s->d,
+                          [&](auto c) { return burst_fwd_mma_run<T, decltype(c)::value>(s); });
 }
 
 extern "C" int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, int num_sms)
@@ -329,18 +323,7 @@ template <typename T, int D> static cudaError_t burst_fwd_attr_mma1()
 
 template <typename T> static cudaError_t burst_fwd_attr_mma()
 {
-    cudaError_t e = burst_fwd_attr_mma1<T, 32>();
-    if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 64>();
-    if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 96>();
-    if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 128>();
-    if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 192>();
-    if (e == cudaSuccess)
-        e = burst_fwd_attr_mma1<T, 256>();
-    return e;
+    return burst_each_class([](auto c) { return burst_fwd_attr_mma1<T, decltype(c)::value>(); });
 }
 
 extern "C" int burst_cuda_bwd_init(void);
@@ -348,15 +331,8 @@ extern "C" size_t burst_cuda_mma_bwd_smem(int d);
 
 extern "C" size_t burst_cuda_mma_smem(int d)
 {
-    size_t f;
-    switch (burst_cuda_dclass(d)) {
-    case 32: f = burst_mma_fwd_smem<32>(); break;
-    case 64: f = burst_mma_fwd_smem<64>(); break;
-    case 96: f = burst_mma_fwd_smem<96>(); break;
-    case 128: f = burst_mma_fwd_smem<128>(); break;
-    case 192: f = burst_mma_fwd_smem<192>(); break;
-    default: f = burst_mma_fwd_smem<256>(); break;
-    }
+    const size_t f =
+        burst_by_class(d, [](auto c) { return burst_mma_fwd_smem<decltype(c)::value>(); });
     const size_t b = burst_cuda_mma_bwd_smem(d);
     return f > b ? f : b;
 }

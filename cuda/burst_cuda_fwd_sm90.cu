@@ -236,14 +236,7 @@ template <typename T, int D> static int burst_wg_fwd_run(const struct burst_cuda
 
 template <typename T> static int burst_wg_fwd_dims(const struct burst_cuda_step *s)
 {
-    switch (burst_cuda_dclass(s->d)) {
-    case 32: return burst_wg_fwd_run<T, 32>(s);
-    case 64: return burst_wg_fwd_run<T, 64>(s);
-    case 96: return burst_wg_fwd_run<T, 96>(s);
-    case 128: return burst_wg_fwd_run<T, 128>(s);
-    case 192: return burst_wg_fwd_run<T, 192>(s);
-    default: return burst_wg_fwd_run<T, 256>(s);
-    }
+    return burst_by_class(s->d, [&](auto c) { return burst_wg_fwd_run<T, decltype(c)::value>(s); });
 }
 
 extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s)
@@ -262,18 +255,7 @@ template <typename T, int D> static cudaError_t burst_wg_attr1()
 
 template <typename T> static cudaError_t burst_wg_attr()
 {
-    cudaError_t e = burst_wg_attr1<T, 32>();
-    if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 64>();
-    if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 96>();
-    if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 128>();
-    if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 192>();
-    if (e == cudaSuccess)
-        e = burst_wg_attr1<T, 256>();
-    return e;
+    return burst_each_class([](auto c) { return burst_wg_attr1<T, decltype(c)::value>(); });
 }
 
 extern "C" int burst_cuda_sm90_bwd_init(void);
@@ -290,12 +272,8 @@ extern "C" int burst_cuda_sm90_init(void)
 
 extern "C" size_t burst_cuda_sm90_smem(int d)
 {
-    switch (burst_cuda_dclass(d)) {
-    case 32: return burst_wg_fwd_smem<32, BURST_CUDA_WG_FWD_BC(32), 2>();
-    case 64: return burst_wg_fwd_smem<64, BURST_CUDA_WG_FWD_BC(64), 2>();
-    case 96: return burst_wg_fwd_smem<96, BURST_CUDA_WG_FWD_BC(96), 2>();
-    case 128: return burst_wg_fwd_smem<128, BURST_CUDA_WG_FWD_BC(128), 2>();
-    case 192: return burst_wg_fwd_smem<192, BURST_CUDA_WG_FWD_BC(192), 2>();
-    default: return burst_wg_fwd_smem<256, BURST_CUDA_WG_FWD_BC(256), 2>();
-    }
+    return burst_by_class(d, [](auto c) {
+        constexpr int D = decltype(c)::value;
+        return burst_wg_fwd_smem<D, BURST_CUDA_WG_FWD_BC(D), 2>();
+    });
 }
