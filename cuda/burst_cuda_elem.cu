@@ -79,7 +79,7 @@ __global__ void burst_cuda_copy_vec4(struct burst_cuda_view dst, struct burst_cu
             TD x[4];
         } out;
         in.w = *(const typename burst_vec4<TS>::W *)((const TS *)src.data +
-                                                      burst_off(src, b, i, hh) + c);
+                                                     burst_off(src, b, i, hh) + c);
 #pragma unroll
         for (int k = 0; k < 4; k++)
             out.x[k] = burst_cvt<TS, TD>::run(in.x[k]);
@@ -103,10 +103,10 @@ static void burst_cuda_vec4_run(const struct burst_cuda_view *dst,
                                 const struct burst_cuda_view *src, int64_t total)
 {
     const int total4 = (int)(total / 4);
-    burst_cuda_copy_vec4<TS, TD><<<(unsigned)((total4 + 255) / 256 < 65536 ? (total4 + 255) / 256
-                                                                             : 65536),
-                                   256, 0, cudaStreamPerThread>>>(
-        *dst, *src, (int)(src->shape[3] / 4), (int)src->shape[2], (int)src->shape[1], total4);
+    burst_cuda_copy_vec4<TS, TD>
+        <<<(unsigned)((total4 + 255) / 256 < 65536 ? (total4 + 255) / 256 : 65536), 256, 0,
+           cudaStreamPerThread>>>(*dst, *src, (int)(src->shape[3] / 4), (int)src->shape[2],
+                                  (int)src->shape[1], total4);
 }
 
 template <typename TS>
@@ -162,8 +162,8 @@ extern "C" int burst_cuda_launch_fill(float *dst, int64_t count, float value)
 {
     if (count <= 0)
         return cudaSuccess;
-    burst_cuda_fill_kernel<<<burst_cuda_grid(count, 256), 256, 0, cudaStreamPerThread>>>(
-        dst, count, value);
+    burst_cuda_fill_kernel<<<burst_cuda_grid(count, 256), 256, 0, cudaStreamPerThread>>>(dst, count,
+                                                                                         value);
     return cudaGetLastError();
 }
 

@@ -9,10 +9,10 @@
 # gpu (cuda + vulkan ranks), then, with BURST_BENCH_HETERO="<burstbench_hetero.py arguments>",
 # the benchmark both ways (BURST_HETERO_STAGED=0: shared only) and one verbose burstrun per way
 # (BURST_VERBOSE_HETERO="<burstrun arguments>": per-rank compute / wait). Logs and CSV
-# go to $OUT (or /tmp/out); a short summary is printed last. Through the device tool:
-#   run(command="source .device/env.sh && BURST_BENCH_HETERO='-n 2 --backends cuda,vulkan \
-#       --threads --seq 32768 --heads 8 --head-dim 128 --dtype fp16 --causal --fwd-only' \
-#       bash cuda/hetero_check.sh", carry=[".device"], kind="nvidia-h200")
+# go to $OUT (or /tmp/out); a short summary is printed last. Run from the repo root on a machine
+# with an NVIDIA GPU, its Vulkan driver, nvcc, meson, ninja and cmocka, e.g.:
+#   BURST_BENCH_HETERO='-n 2 --backends cuda,vulkan --threads --seq 32768 --heads 8 \
+#       --head-dim 128 --dtype fp16 --causal --fwd-only' bash cuda/hetero_check.sh
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-hetero-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1

@@ -8,9 +8,9 @@
 # device-to-device blocks, head groups, the device step timeline;
 # tests/burstrun_gpu.sh: one rank per GPU, staged vs device bitwise, faults), then, with
 # BURST_BENCH_RING="<burstbench_ring.py arguments>", the benchmark. Logs and CSV/SVG go to $OUT
-# (or /tmp/out); a short summary is printed last. Through the device tool (repo root):
-#   run(command="source .device/env.sh && BURST_BENCH_RING='--seqs 32768 --masks causal' \
-#       bash cuda/ring_check.sh", carry=[".device"], kind="nvidia-h200-x2")
+# (or /tmp/out); a short summary is printed last. Run from the repo root on a machine with two
+# or more NVIDIA GPUs, nvcc, meson, ninja and cmocka, e.g.:
+#   BURST_BENCH_RING='--seqs 32768 --masks causal' bash cuda/ring_check.sh
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-ring-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1

@@ -9,9 +9,8 @@
 #          burst backward, at STAGE_SEQS (default 32768,131072) over each STAGE_FABRICS (default
 #          shm,tcp): staged in chunks (BURST_STAGE_CHUNK_BYTES=8388608), staged whole (the
 #          default), and (shm) the CUDA IPC ring.
-# Prints a table; logs go to $OUT. Through the device tool:
-#   run(command="source .device/env.sh && bash cuda/stage_check.sh", carry=[".device"],
-#       kind="nvidia-h200-x2")
+# Prints a table; logs go to $OUT (or /tmp/out). Run from the repo root on a machine with two
+# or more NVIDIA GPUs, nvcc, libfabric, meson, ninja and cmocka: bash cuda/stage_check.sh
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/out}

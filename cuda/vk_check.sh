@@ -6,11 +6,10 @@
 # BURST_BENCH_VK="<burstbench_vk.py arguments>", the benchmark beside PyTorch SDPA (several
 # argument sets separated by ';' run one after the other). Builds SRC (default: this checkout)
 # into /tmp/burst-vk-build; logs and CSV go to $OUT (or /tmp/out); a short summary is printed
-# last (BURST_VK_VARIANTS, below: kernel times under several settings). Through the device
-# tool:
-#   run(command="source .device/env.sh && BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 \
-#       --dtype fp32 --paths tiled,subgroup --fwd-only --warmup 2 --iters 5' bash cuda/vk_check.sh",
-#       carry=[".device"])
+# last (BURST_VK_VARIANTS, below: kernel times under several settings). Run from the repo root
+# on a machine with a Vulkan GPU driver, glslang, meson, ninja and cmocka, e.g.:
+#   BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 --dtype fp32 --paths tiled,subgroup \
+#       --fwd-only --warmup 2 --iters 5' bash cuda/vk_check.sh
 STEP_TIMEOUT=${STEP_TIMEOUT:-300} # a hung kernel ends its step, not the command
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-vk-build

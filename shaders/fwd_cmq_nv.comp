@@ -34,7 +34,7 @@
 //   default) or into a fresh accumulator per 16 columns added to O.
 // Measured on the H100 (N = 16K, d = 128, docs/BENCHMARKS.md, with PREFETCH): one chunk a
 // step into O 30.7 ms; the whole 64-key tile a step 36.8 (fresh accumulators) / 35.3 (into O);
-// 2 chunks 31.6. Without PREFETCH (the default): 29.2. Seventeenth session, another H100, in
+// 2 chunks 31.6. Without PREFETCH (the default): 29.2. On another H100, in
 // one command: 30.4 without PIPE, 28.9 with it; the row sums added across the quad at every
 // step instead of once: 30.7 (and 29.4 with PIPE).
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no

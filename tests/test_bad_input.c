@@ -1,5 +1,5 @@
 /*
- * tests/test_bad_input.c - every entry point rejects bad input (issue 2 item 7), one test per
+ * tests/test_bad_input.c - every entry point rejects bad input, one test per
  * case. Each test checks the returned status, that burst_last_error() names the argument and
  * its value (for pointers: the name and "NULL"), and that nothing was half-written: output
  * tensors keep their poison bytes and *_p outputs keep their sentinel.
