@@ -8,8 +8,11 @@
  *                         native message from cudaGetErrorString)
  *   burst_cuda_probe.c    device capabilities -> kernel variant and tile sizes (burstrun --probe)
  *   burst_cuda_elem.cu    copy with dtype conversion and strides, fill, accumulate, D = rowsum
- *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path for fp16 / bf16 at every
- *                         head dim, by head-dim class; a SIMT fp32-arithmetic path for the rest)
+ *   burst_cuda_fwd.cu     forward step kernels (tensor-core mma.sync path at every head dim, by
+ *                         head-dim class: fp16 / bf16, and fp32 as 3xTF32; a SIMT
+ *                         fp32-arithmetic path for the rest)
+ *   burst_cuda_mma.cuh, burst_cuda_tf32.cuh  the mma.sync kernels' building blocks and operand
+ *                         traits: 16-bit operands, and fp32 operands split into two tf32 halves
  *   burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu  the forward and the backward (dK/dV and
  *                         dQ kernels; dQ inside the dK/dV kernel with float atomics when the plan is
  *                         not deterministic) on Hopper's warpgroup tensor cores (wgmma),
@@ -75,7 +78,8 @@ static inline int burst_cuda_dclass(int64_t d)
 /* Kernel variant of a step, chosen by the backend (burst_cuda_kind). */
 enum burst_cuda_fwd_kind {
     BURST_CUDA_FWD_SIMT = 0,  /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
-    BURST_CUDA_FWD_MMA = 1,   /* fp16/bf16, every class: mma.sync m16n8k16 + ldmatrix + cp.async */
+    BURST_CUDA_FWD_MMA = 1,   /* every class: mma.sync + cp.async; fp16/bf16 m16n8k16 through
+                                 ldmatrix; the fp32 forward as 3xTF32 m16n8k8 (burst_cuda_tf32.cuh) */
     BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a); for
                                  the backward where BURST_CUDA_WGMMA is not "fwd" (its dQ on
                                  mma.sync above BURST_CUDA_WG_BWD_MAX) */
@@ -143,8 +147,15 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
 /* May the Hopper backward add dQ with float atomics when a plan is not deterministic? Yes unless
  * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
 int burst_cuda_dq_atomic_env(void);
-/* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class). */
-size_t burst_cuda_mma_smem(int d);
+/* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
+ * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles; fp32: the 3xTF32 forward). */
+size_t burst_cuda_mma_smem(int d, int dtype);
+/* Do fp32 inputs run on the tensor cores (3xTF32)? Yes unless BURST_CUDA_FP32=simt. */
+int burst_cuda_tf32_env(void);
+/* The kernel variant of the forward of fp32 inputs of head dim d: mma.sync with 3xTF32 operands
+ * where `tf32`, the device can run mma.sync (`mma`) and the class's shared memory fits, else SIMT
+ * (the fp32 backward is always SIMT: burst_cuda_tf32.cuh says why). */
+int burst_cuda_f32_kind(const struct burst_cuda_caps *caps, int mma, int tf32, int64_t d);
 /* The kernel variant (enum burst_cuda_fwd_kind) of the forward (bwd = 0) or the backward of head
  * dim d on this device, for fp16 / bf16: wgmma where `wg` (the Hopper kernels are usable; for
  * the backward: and not turned off by BURST_CUDA_WGMMA=fwd) and the class has Hopper kernels,
@@ -173,6 +184,9 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * panels; above D = 128 the D / cols blocks of a key tile each compute S^T and dP^T over the
  * whole d (the accumulators of all D columns would not fit the registers) */
 #define BURST_CUDA_WG_DKDV_COLS(D) ((D) <= 128 ? (D) : (D) == 192 ? 64 : 128)
+/* fp32 inputs on the sm_80 forward (3xTF32, burst_cuda_tf32.cuh): 64 query rows per block, key
+ * rows per tile (so that the fp32 tiles fit shared memory and the split operands the registers). */
+#define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : 32)
 #define BURST_CUDA_SIMT_BR 32
 #define BURST_CUDA_SIMT_BC(d) ((d) <= 128 ? 32 : 16)
 #define BURST_CUDA_SIMT_WARPS 4
@@ -188,6 +202,7 @@ struct burst_cuda_backend {
     int wgmma;     /* Hopper forward usable (and its shared-memory limits raised) */
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
+    int tf32;      /* burst_cuda_tf32_env(): the fp32 forward on the tensor cores (3xTF32) */
     char name[256];
     unsigned char uuid[16];         /* cudaDeviceProp.uuid (share_device) */
     struct burst_cuda_share *share; /* imported memory of other backends: burst_cuda_share.c */

@@ -126,6 +126,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
+    cb->tf32 = burst_cuda_tf32_env();
     snprintf(cb->name, sizeof cb->name, "%s", pr.name);
     memcpy(cb->uuid, pr.uuid.bytes, sizeof cb->uuid);
     if ((st = burst_cuda_share_init(cb)) == BURST_OK &&
@@ -410,28 +411,30 @@ static burst_status_t burst_cuda_check_qkv(const char *op, const struct burst_te
     return BURST_OK;
 }
 
-/* The tensor-core forward reads 16-byte chunks: data and row strides must be 16-byte aligned. */
+/* The tensor-core kernels read 16-byte chunks: data and row strides must be 16-byte aligned. */
 static int burst_cuda_aligned16(const struct burst_cuda_view *v)
 {
+    const int per16 = v->dtype == BURST_CUDA_F32 ? 4 : 8; /* elements per 16 bytes */
     if (((uintptr_t)v->data & 15u) != 0)
         return 0;
     for (int k = 0; k < 3; k++)
-        if (v->stride[k] % 8 != 0)
+        if (v->stride[k] % per16 != 0)
             return 0;
     return 1;
 }
 
-/* Tensor cores for fp16/bf16 with 16-byte aligned rows, the variant of the head dim's class on
+/* Tensor cores with 16-byte aligned rows: for fp16/bf16 the variant of the head dim's class on
  * this device (burst_cuda_class_kind: the Hopper kernels where the device and the build allow),
- * else SIMT. */
+ * for the fp32 forward the 3xTF32 mma.sync kernel (burst_cuda_f32_kind); else SIMT. */
 static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct burst_cuda_step *s,
                            int bwd)
 {
-    if (!cb->mma || s->q.dtype == BURST_CUDA_F32 || s->nq >= INT32_MAX ||
-        s->nk >= INT32_MAX || /* row indices are 32-bit there */
+    if (!cb->mma || s->nq >= INT32_MAX || s->nk >= INT32_MAX || /* 32-bit row indices there */
         !burst_cuda_aligned16(&s->q) || !burst_cuda_aligned16(&s->k) ||
         !burst_cuda_aligned16(&s->v) || (bwd && !burst_cuda_aligned16(&s->dout)))
         return BURST_CUDA_FWD_SIMT;
+    if (s->q.dtype == BURST_CUDA_F32) /* the backward: SIMT (burst_cuda_f32_kind) */
+        return bwd ? BURST_CUDA_FWD_SIMT : burst_cuda_f32_kind(&cb->caps, cb->mma, cb->tf32, s->d);
     return burst_cuda_class_kind(&cb->caps, cb->mma, bwd ? cb->wgmma_bwd : cb->wgmma, s->d, bwd);
 }
 
@@ -488,10 +491,11 @@ static burst_status_t burst_cuda_accumulate(void *be, float *dst, const void *sr
 }
 
 /* Can the tensor-core kernels write t (the final output of a one-rank call) themselves: the
- * dtype and shape of `like`, its column pairs 4-byte words? */
+ * dtype and shape of `like`, its column pairs aligned words (4 bytes, 8 for fp32)? */
 static int burst_cuda_final_fits(const struct burst_tensor *t, const struct burst_tensor *like)
 {
-    int fits = t->dtype == like->dtype && (uintptr_t)t->data % 4 == 0;
+    const size_t pair = t->dtype == BURST_DTYPE_FP32 ? 8 : 4; /* bytes of a column pair */
+    int fits = t->dtype == like->dtype && (uintptr_t)t->data % pair == 0;
     for (int k = 0; k < BURST_TENSOR_DIMS; k++)
         fits = fits && t->shape[k] == like->shape[k] && (k == 3 || t->stride[k] % 2 == 0);
     return fits;

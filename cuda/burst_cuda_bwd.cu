@@ -6,7 +6,8 @@
  * deterministic whatever the plan asks (params->deterministic costs nothing here).
  *
  * Two variants of each kernel, chosen like the forward's:
- *   - tensor cores (fp16/bf16, sm_80+, one instance per head-dim class as in the forward): 4
+ *   - tensor cores (fp16/bf16, sm_80+, one instance per head-dim class as in the forward, with
+ *     the operand traits burst_tc<T, D> of burst_cuda_mma.cuh): 4
  *     warps x 16 rows, 64-row tiles of the streamed operand in shared memory (32 rows at
  *     D = 256; cp.async, double buffered; above D = 128 two dK/dV blocks per key tile, each
  *     accumulating half the columns), S, dP, dV, dK, dQ as
@@ -16,20 +17,16 @@
  */
 #include "burst_cuda_mma.cuh"
 
-/* Rows of the streamed tiles of both backward kernels (BURST_CUDA_MMA_BWD_ROWS). */
-template <int D> __host__ __device__ constexpr int burst_mma_bwd_rows()
-{
-    return BURST_CUDA_MMA_BWD_ROWS(D);
-}
-
 /* ---- tensor cores: dQ ---------------------------------------------------------------------------- */
 
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
 {
-    constexpr int W = burst_tile_w<D>(), KR = burst_mma_bwd_rows<D>();
+    using TC = burst_tc<T, D>;
+    using E = typename TC::E;
+    constexpr int W = TC::W, KR = TC::BWD_ROWS;
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sq = (T *)smraw, *sdo = sq + MMA_BR * W, *sk = sdo + MMA_BR * W, *sv = sk + 2 * KR * W;
+    E *sq = (E *)smraw, *sdo = sq + MMA_BR * W, *sk = sdo + MMA_BR * W, *sv = sk + 2 * KR * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nq + MMA_BR - 1) / MMA_BR;
     const int64_t t = tiles - 1 - blockIdx.x % tiles;
@@ -71,10 +68,10 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     }
 
     const int64_t jfirst = kmin / KR * KR;
-    burst_mma_load<T, D>(sq, s.q, b, i0, MMA_BR, s.nq, h);
-    burst_mma_load<T, D>(sdo, s.dout, b, i0, MMA_BR, s.nq, h);
-    burst_mma_load<T, D>(sk, s.k, b, jfirst, KR, s.nk, g);
-    burst_mma_load<T, D>(sv, s.v, b, jfirst, KR, s.nk, g);
+    burst_tc_load<TC, D>(sq, s.q, b, i0, MMA_BR, s.nq, h);
+    burst_tc_load<TC, D>(sdo, s.dout, b, i0, MMA_BR, s.nq, h);
+    burst_tc_load<TC, D>(sk, s.k, b, jfirst, KR, s.nk, g);
+    burst_tc_load<TC, D>(sv, s.v, b, jfirst, KR, s.nk, g);
     burst_cp_commit();
 
     float dq[D / 8][4];
@@ -85,15 +82,15 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     int stage = 0;
     for (int64_t j0 = jfirst; j0 < kmax; j0 += KR, stage ^= 1) {
         if (j0 + KR < kmax) {
-            burst_mma_load<T, D>(sk + (stage ^ 1) * KR * W, s.k, b, j0 + KR, KR, s.nk, g);
-            burst_mma_load<T, D>(sv + (stage ^ 1) * KR * W, s.v, b, j0 + KR, KR, s.nk, g);
+            burst_tc_load<TC, D>(sk + (stage ^ 1) * KR * W, s.k, b, j0 + KR, KR, s.nk, g);
+            burst_tc_load<TC, D>(sv + (stage ^ 1) * KR * W, s.v, b, j0 + KR, KR, s.nk, g);
             burst_cp_commit();
             burst_cp_wait<1>();
         } else {
             burst_cp_wait<0>();
         }
         __syncthreads();
-        const T *kt = sk + stage * KR * W, *vt = sv + stage * KR * W;
+        const E *kt = sk + stage * KR * W, *vt = sv + stage * KR * W;
         if (ue > j0 && ub < j0 + KR) {
             float sc[KR / 8][4], dp[KR / 8][4];
 #pragma unroll
@@ -103,22 +100,18 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                     sc[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                unsigned qa[4], oa[4];
-                burst_ldm_x4(qa,
-                             sq + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-                burst_ldm_x4(
-                    oa, sdo + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+                typename TC::A qa, oa;
+                TC::lda(qa, sq, warp * 16, kk * 16, lane);
+                TC::lda(oa, sdo, warp * 16, kk * 16, lane);
 #pragma unroll
                 for (int n2 = 0; n2 < KR / 16; n2++) {
-                    unsigned bk[4], bv[4];
-                    const int r = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
-                    const int c = kk * 16 + ((lane >> 3) & 1) * 8;
-                    burst_ldm_x4(bk, kt + burst_swz<D>(r, c));
-                    burst_ldm_x4(bv, vt + burst_swz<D>(r, c));
-                    burst_mma<T>::run(sc[2 * n2], qa, bk);
-                    burst_mma<T>::run(sc[2 * n2 + 1], qa, bk + 2);
-                    burst_mma<T>::run(dp[2 * n2], oa, bv);
-                    burst_mma<T>::run(dp[2 * n2 + 1], oa, bv + 2);
+                    typename TC::B bk, bv;
+                    TC::ldb(bk, kt, n2 * 16, kk * 16, lane);
+                    TC::ldb(bv, vt, n2 * 16, kk * 16, lane);
+                    TC::mma(sc[2 * n2], qa, bk, 0);
+                    TC::mma(sc[2 * n2 + 1], qa, bk, 1);
+                    TC::mma(dp[2 * n2], oa, bv, 0);
+                    TC::mma(dp[2 * n2 + 1], oa, bv, 1);
                 }
             }
             /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs */
@@ -131,22 +124,17 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                     float p = (j >= kb[u] && j < ke[u]) ? burst_ex2(sc[n][e] * sl2 - l2[u]) : 0.0f;
                     sc[n][e] = p * (dp[n][e] - dl[u]);
                 }
-                /* dQ += dS K: dS from the C tiles as A, K through ldmatrix.trans */
+                /* dQ += dS K: dS from the C tiles as A, K across its rows */
 #pragma unroll
             for (int kk = 0; kk < KR / 16; kk++) {
-                unsigned af[4];
-                af[0] = burst_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-                af[1] = burst_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-                af[2] = burst_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                af[3] = burst_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+                typename TC::A af;
+                TC::cta(af, sc[2 * kk], sc[2 * kk + 1]);
 #pragma unroll
                 for (int n2 = 0; n2 < D / 16; n2++) {
-                    unsigned bf[4];
-                    burst_ldm_x4_t(bf,
-                                   kt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                     n2 * 16 + (lane >> 4) * 8));
-                    burst_mma<T>::run(dq[2 * n2], af, bf);
-                    burst_mma<T>::run(dq[2 * n2 + 1], af, bf + 2);
+                    typename TC::B bf;
+                    TC::ldbt(bf, kt, kk * 16, n2 * 16, lane);
+                    TC::mma(dq[2 * n2], af, bf, 0);
+                    TC::mma(dq[2 * n2 + 1], af, bf, 1);
                 }
             }
         }
@@ -170,9 +158,10 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     }
 }
 
-template <int D> static size_t burst_mma_dq_smem()
+template <typename T, int D> static size_t burst_mma_dq_smem()
 {
-    return (size_t)(2 * MMA_BR + 4 * burst_mma_bwd_rows<D>()) * burst_tile_w<D>() * 2;
+    using TC = burst_tc<T, D>;
+    return (size_t)(2 * MMA_BR + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E);
 }
 
 /* ---- tensor cores: dK and dV ------------------------------------------------------------------ */
@@ -183,21 +172,17 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
-/* Columns of dK and dV one block accumulates (BURST_CUDA_MMA_DKDV_SPLIT blocks per key tile,
+/* A block accumulates D / DKDV_SPLIT columns of dK and dV (DKDV_SPLIT blocks per key tile,
  * blockIdx.y, each computing S^T and dP^T over the whole d: the accumulators of the widest
  * classes would not fit the registers of one). */
-template <int D> __host__ __device__ constexpr int burst_mma_dkdv_cols()
-{
-    return D / BURST_CUDA_MMA_DKDV_SPLIT(D);
-}
-
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step s)
 {
-    constexpr int W = burst_tile_w<D>(), DH = burst_mma_dkdv_cols<D>();
-    constexpr int QR = burst_mma_bwd_rows<D>();
+    using TC = burst_tc<T, D>;
+    using E = typename TC::E;
+    constexpr int W = TC::W, DH = D / TC::DKDV_SPLIT, QR = TC::BWD_ROWS;
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sk = (T *)smraw, *sv = sk + MMA_BC * W, *sq = sv + MMA_BC * W, *sdo = sq + 2 * QR * W;
+    E *sk = (E *)smraw, *sv = sk + MMA_BC * W, *sq = sv + MMA_BC * W, *sdo = sq + 2 * QR * W;
     struct burst_qrows *rows = (struct burst_qrows *)(sdo + 2 * QR * W);
     const int c0 = (int)blockIdx.y * DH; /* this block's columns of dK, dV: [c0, c0 + DH) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -222,8 +207,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     /* query tile `it` of the flattened (head of the group, query tile) loop into stage st */
     auto issue = [&](int64_t it, int st) {
         const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * QR;
-        burst_mma_load<T, D>(sq + st * QR * W, s.q, b, i0, QR, s.nq, h);
-        burst_mma_load<T, D>(sdo + st * QR * W, s.dout, b, i0, QR, s.nq, h);
+        burst_tc_load<TC, D>(sq + st * QR * W, s.q, b, i0, QR, s.nq, h);
+        burst_tc_load<TC, D>(sdo + st * QR * W, s.dout, b, i0, QR, s.nq, h);
         burst_cp_commit();
         if (threadIdx.x < QR) {
             const int64_t i = i0 + threadIdx.x;
@@ -242,8 +227,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         }
     };
 
-    burst_mma_load<T, D>(sk, s.k, b, j0, MMA_BC, s.nk, g);
-    burst_mma_load<T, D>(sv, s.v, b, j0, MMA_BC, s.nk, g);
+    burst_tc_load<TC, D>(sk, s.k, b, j0, MMA_BC, s.nk, g);
+    burst_tc_load<TC, D>(sv, s.v, b, j0, MMA_BC, s.nk, g);
     issue(0, 0);
 
     float dk[DH / 8][4], dv[DH / 8][4];
@@ -264,7 +249,7 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
             burst_cp_wait<0>();
         }
         __syncthreads();
-        const T *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
+        const E *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         const struct burst_qrows *rw = &rows[st];
         float sc[QR / 8][4], dp[QR / 8][4];
 #pragma unroll
@@ -275,20 +260,18 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                 /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x 64 queries */
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            unsigned ka[4], va[4];
-            burst_ldm_x4(ka, sk + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-            burst_ldm_x4(va, sv + burst_swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+            typename TC::A ka, va;
+            TC::lda(ka, sk, warp * 16, kk * 16, lane);
+            TC::lda(va, sv, warp * 16, kk * 16, lane);
 #pragma unroll
             for (int n2 = 0; n2 < QR / 16; n2++) {
-                unsigned bq[4], bo[4];
-                const int r = n2 * 16 + (lane >> 4) * 8 + (lane & 7);
-                const int c = kk * 16 + ((lane >> 3) & 1) * 8;
-                burst_ldm_x4(bq, qt + burst_swz<D>(r, c));
-                burst_ldm_x4(bo, ot + burst_swz<D>(r, c));
-                burst_mma<T>::run(sc[2 * n2], ka, bq);
-                burst_mma<T>::run(sc[2 * n2 + 1], ka, bq + 2);
-                burst_mma<T>::run(dp[2 * n2], va, bo);
-                burst_mma<T>::run(dp[2 * n2 + 1], va, bo + 2);
+                typename TC::B bq, bo;
+                TC::ldb(bq, qt, n2 * 16, kk * 16, lane);
+                TC::ldb(bo, ot, n2 * 16, kk * 16, lane);
+                TC::mma(sc[2 * n2], ka, bq, 0);
+                TC::mma(sc[2 * n2 + 1], ka, bq, 1);
+                TC::mma(dp[2 * n2], va, bo, 0);
+                TC::mma(dp[2 * n2 + 1], va, bo, 1);
             }
         }
         /* P^T and dS^T; column = query row of the tile */
@@ -302,29 +285,21 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                 sc[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - rw->dl[qi]);
             }
-            /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B through ldmatrix.trans */
+            /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B across the tiles' rows */
 #pragma unroll
         for (int kk = 0; kk < QR / 16; kk++) {
-            unsigned pa[4], da[4];
-            pa[0] = burst_mma<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-            pa[1] = burst_mma<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-            pa[2] = burst_mma<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            pa[3] = burst_mma<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-            da[0] = burst_mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
-            da[1] = burst_mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
-            da[2] = burst_mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            da[3] = burst_mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            typename TC::A pa, da;
+            TC::cta(pa, sc[2 * kk], sc[2 * kk + 1]);
+            TC::cta(da, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
             for (int n2 = 0; n2 < DH / 16; n2++) {
-                unsigned bo[4], bq[4];
-                const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = c0 + n2 * 16 + (lane >> 4) * 8;
-                burst_ldm_x4_t(bo, ot + burst_swz<D>(r, c));
-                burst_ldm_x4_t(bq, qt + burst_swz<D>(r, c));
-                burst_mma<T>::run(dv[2 * n2], pa, bo);
-                burst_mma<T>::run(dv[2 * n2 + 1], pa, bo + 2);
-                burst_mma<T>::run(dk[2 * n2], da, bq);
-                burst_mma<T>::run(dk[2 * n2 + 1], da, bq + 2);
+                typename TC::B bo, bq;
+                TC::ldbt(bo, ot, kk * 16, c0 + n2 * 16, lane);
+                TC::ldbt(bq, qt, kk * 16, c0 + n2 * 16, lane);
+                TC::mma(dv[2 * n2], pa, bo, 0);
+                TC::mma(dv[2 * n2 + 1], pa, bo, 1);
+                TC::mma(dk[2 * n2], da, bq, 0);
+                TC::mma(dk[2 * n2 + 1], da, bq, 1);
             }
         }
         __syncthreads();
@@ -363,9 +338,10 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     }
 }
 
-template <int D> static size_t burst_mma_dkdv_smem()
+template <typename T, int D> static size_t burst_mma_dkdv_smem()
 {
-    return (size_t)(2 * MMA_BC + 4 * burst_mma_bwd_rows<D>()) * burst_tile_w<D>() * 2 +
+    using TC = burst_tc<T, D>;
+    return (size_t)(2 * MMA_BC + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E) +
            2 * sizeof(struct burst_qrows);
 }
 
@@ -373,8 +349,8 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
 {
     if (s->dk || s->dv || s->dk_out.data) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
-        const dim3 grid((unsigned)blocks, D / burst_mma_dkdv_cols<D>());
-        burst_mma_dkdv<T, D><<<grid, 128, burst_mma_dkdv_smem<D>(), cudaStreamPerThread>>>(*s);
+        const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
+        burst_mma_dkdv<T, D><<<grid, 128, burst_mma_dkdv_smem<T, D>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -382,7 +358,7 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
     if (s->dq) {
         int64_t blocks = s->batch * s->hq * ((s->nq + MMA_BR - 1) / MMA_BR);
         burst_mma_dq<T, D>
-            <<<(unsigned)blocks, 128, burst_mma_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+            <<<(unsigned)blocks, 128, burst_mma_dq_smem<T, D>(), cudaStreamPerThread>>>(*s);
     }
     return cudaGetLastError();
 }
@@ -390,7 +366,8 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
 template <typename T, int D> static int burst_dq_mma_run(const struct burst_cuda_step *s)
 {
     int64_t blocks = s->batch * s->hq * ((s->nq + MMA_BR - 1) / MMA_BR);
-    burst_mma_dq<T, D><<<(unsigned)blocks, 128, burst_mma_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+    burst_mma_dq<T, D>
+        <<<(unsigned)blocks, 128, burst_mma_dq_smem<T, D>(), cudaStreamPerThread>>>(*s);
     return cudaGetLastError();
 }
 
@@ -414,10 +391,10 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
     cudaError_t e =
         cudaFuncSetAttribute(burst_mma_dkdv<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)burst_mma_dkdv_smem<D>());
+                             (int)burst_mma_dkdv_smem<T, D>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_mma_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)burst_mma_dq_smem<D>());
+                                 (int)burst_mma_dq_smem<T, D>());
     return e;
 }
 
@@ -492,15 +469,16 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
     return e;
 }
 
-template <int D> static size_t burst_mma_bwd_smem1()
+template <typename T, int D> static size_t burst_mma_bwd_smem1()
 {
-    const size_t a = burst_mma_dq_smem<D>(), b = burst_mma_dkdv_smem<D>();
+    const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D>();
     return a > b ? a : b;
 }
 
 extern "C" size_t burst_cuda_mma_bwd_smem(int d)
 {
-    return burst_by_class(d, [](auto c) { return burst_mma_bwd_smem1<decltype(c)::value>(); });
+    return burst_by_class(d,
+                          [](auto c) { return burst_mma_bwd_smem1<__half, decltype(c)::value>(); });
 }
 
 extern "C" int burst_cuda_bwd_init(void)

@@ -2,17 +2,17 @@
  * cuda/burst_cuda_fwd.cu - the forward step with the log-sum-exp merge fused.
  *
  * Two kernels (burst_cuda_class_kind in burst_cuda_probe.c chooses):
- *   - burst_mma_fwd<T, D, MR>: fp16 / bf16 on sm_80+, one instance per head-dim class D (the
- *     caller's d <= D: the loads zero-fill the columns past d, the stores skip them). A block of
- *     4 warps owns 64 MR query rows (16 MR per warp: MR = 2 up to D = 128, 1 above, where the
- *     O accumulators of 32 rows would not fit the registers); K/V tiles of 64 rows stream
- *     through shared memory with cp.async
- *     double buffering (the next tile loads while this one computes). S = Q K^T and O += P V run
- *     on the tensor cores as mma.sync.m16n8k16 with fp32 accumulation; operands come from shared
- *     memory through ldmatrix (.trans for V), rows XOR-swizzled in 16-byte chunks so that the 8
- *     rows of an ldmatrix hit distinct banks. P is rounded to the input dtype for the P V product
- *     (as every FlashAttention kernel does; tests/harness.h states the bound this adds). The
- *     softmax keeps per-row max / sum in fp32 registers in log2 units.
+ *   - burst_mma_fwd<T, D>: the tensor cores on sm_80+, one instance per head-dim class D (the
+ *     caller's d <= D: the loads zero-fill the columns past d, the stores skip them), with the
+ *     operand traits burst_tc<T, D>: fp16 / bf16 (burst_cuda_mma.cuh) and fp32 as 3xTF32
+ *     (burst_cuda_tf32.cuh). A block of 4 warps owns 64 MR query rows (16 MR per warp: for
+ *     16-bit inputs MR = 2 up to D = 128, else 1, where the O accumulators of 32 rows would not
+ *     fit the registers); K/V tiles stream through shared memory with cp.async double buffering
+ *     (the next tile loads while this one computes). S = Q K^T and O += P V run on the tensor
+ *     cores with fp32 accumulation. P is rounded to the 16-bit input dtype for the P V product
+ *     (as every FlashAttention kernel does; tests/harness.h states the bound this adds), and
+ *     split like every fp32 operand under 3xTF32. The softmax keeps per-row max / sum in fp32
+ *     registers in log2 units.
  *   - burst_simt_fwd<T, D> (burst_cuda_simt.cuh): everything else.
  * Both skip key tiles outside the union of their rows' allowed intervals, skip tiles a warp's
  * rows cannot see, and leave rows with no allowed key bit-for-bit unchanged (with s.o_out, the
@@ -20,18 +20,78 @@
  */
 #include <limits.h>
 
-#include "burst_cuda_mma.cuh"
+#include "burst_cuda_tf32.cuh"
 
 /* ---- the tensor-core kernel ------------------------------------------------------------------- */
 
+/* O += P V for one key tile: P from the S accumulators (C layout = A layout), V across its rows.
+ * With TC::FRESH (fp32) each pair of n8 column tiles sums the tile's keys into fresh zeroed
+ * accumulators and adds them to O in ordinary fp32: the matrix unit truncates, not rounds, as it
+ * accumulates, and that bias would grow with every key tile of a long row. */
+template <typename TC, int D, int MR, int BC>
+__device__ __forceinline__ void burst_fwd_pv(float (&o)[MR][D / 8][4],
+                                             const float (&sc)[MR][BC / 8][4],
+                                             const typename TC::E *vt, int lane)
+{
+    if (TC::FRESH) {
+        typename TC::A pf[MR][BC / 16];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++)
+                TC::cta(pf[mr][kk], sc[mr][2 * kk], sc[mr][2 * kk + 1]);
+#pragma unroll
+        for (int n2 = 0; n2 < D / 16; n2++) {
+            float t[MR][2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                typename TC::B bf;
+                TC::ldbt(bf, vt, kk * 16, n2 * 16, lane);
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++) {
+                    TC::mma(t[mr][0], pf[mr][kk], bf, 0);
+                    TC::mma(t[mr][1], pf[mr][kk], bf, 1);
+                }
+            }
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    o[mr][2 * n2][e] += t[mr][0][e];
+                    o[mr][2 * n2 + 1][e] += t[mr][1][e];
+                }
+        }
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            typename TC::A pf[MR];
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++)
+                TC::cta(pf[mr], sc[mr][2 * kk], sc[mr][2 * kk + 1]);
+#pragma unroll
+            for (int n2 = 0; n2 < D / 16; n2++) {
+                typename TC::B bf;
+                TC::ldbt(bf, vt, kk * 16, n2 * 16, lane);
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++) {
+                    TC::mma(o[mr][2 * n2], pf[mr], bf, 0);
+                    TC::mma(o[mr][2 * n2 + 1], pf[mr], bf, 1);
+                }
+            }
+        }
+    }
+}
+
 /* MR = m16 row tiles per warp: a block owns 4 * 16 * MR query rows; every K/V fragment loaded
  * from shared memory feeds MR products (MR = 2 halves the shared-memory traffic per flop). */
-template <typename T, int D, int MR>
+template <typename T, int D>
 __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s)
 {
-    constexpr int BR = 64 * MR, W = burst_tile_w<D>();
+    using TC = burst_tc<T, D>;
+    using E = typename TC::E;
+    constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, BR = 64 * MR, W = TC::W;
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sq = (T *)smraw, *sk = sq + BR * W, *sv = sk + 2 * MMA_BC * W;
+    E *sq = (E *)smraw, *sk = sq + BR * W, *sv = sk + 2 * BC * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nq + BR - 1) / BR;
     const int64_t t = tiles - 1 - blockIdx.x % tiles;
@@ -86,10 +146,10 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
         ue = max(ue, __shfl_xor_sync(0xffffffffu, ue, m));
     }
 
-    const int64_t jfirst = kmin / MMA_BC * MMA_BC;
-    burst_mma_load<T, D>(sq, s.q, b, i0, BR, s.nq, h);
-    burst_mma_load<T, D>(sk, s.k, b, jfirst, MMA_BC, s.nk, g);
-    burst_mma_load<T, D>(sv, s.v, b, jfirst, MMA_BC, s.nk, g);
+    const int64_t jfirst = kmin / BC * BC;
+    burst_tc_load<TC, D>(sq, s.q, b, i0, BR, s.nq, h);
+    burst_tc_load<TC, D>(sk, s.k, b, jfirst, BC, s.nk, g);
+    burst_tc_load<TC, D>(sv, s.v, b, jfirst, BC, s.nk, g);
     burst_cp_commit();
 
     float o[MR][D / 8][4];
@@ -106,46 +166,52 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
 
     int stage = 0;
-    for (int64_t j0 = jfirst; j0 < kmax; j0 += MMA_BC, stage ^= 1) {
-        if (j0 + MMA_BC < kmax) {
-            burst_mma_load<T, D>(sk + (stage ^ 1) * MMA_BC * W, s.k, b, j0 + MMA_BC, MMA_BC, s.nk,
-                                 g);
-            burst_mma_load<T, D>(sv + (stage ^ 1) * MMA_BC * W, s.v, b, j0 + MMA_BC, MMA_BC, s.nk,
-                                 g);
+    for (int64_t j0 = jfirst; j0 < kmax; j0 += BC, stage ^= 1) {
+        if (j0 + BC < kmax) {
+            burst_tc_load<TC, D>(sk + (stage ^ 1) * BC * W, s.k, b, j0 + BC, BC, s.nk, g);
+            burst_tc_load<TC, D>(sv + (stage ^ 1) * BC * W, s.v, b, j0 + BC, BC, s.nk, g);
             burst_cp_commit();
             burst_cp_wait<1>();
         } else {
             burst_cp_wait<0>();
         }
         __syncthreads();
-        const T *kt = sk + stage * MMA_BC * W, *vt = sv + stage * MMA_BC * W;
-        if (ue > j0 && ub < j0 + MMA_BC) { /* some row of this warp sees this tile */
-            float sc[MR][MMA_BC / 8][4];
+        const E *kt = sk + stage * BC * W, *vt = sv + stage * BC * W;
+        if (ue > j0 && ub < j0 + BC) {                  /* some row of this warp sees this tile */
+            float sc[MR][BC / 8][4], ss[MR][BC / 8][4]; /* ss: TC::mma2's small terms */
 #pragma unroll
             for (int mr = 0; mr < MR; mr++)
 #pragma unroll
-                for (int n = 0; n < MMA_BC / 8; n++)
-                    sc[mr][n][0] = sc[mr][n][1] = sc[mr][n][2] = sc[mr][n][3] = 0.0f;
+                for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[mr][n][e] = ss[mr][n][e] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                unsigned qa[MR][4];
+                typename TC::A qa[MR];
 #pragma unroll
                 for (int mr = 0; mr < MR; mr++)
-                    burst_ldm_x4(qa[mr], sq + burst_swz<D>(warp * 16 * MR + mr * 16 + (lane & 15),
-                                                           kk * 16 + (lane >> 4) * 8));
+                    TC::lda(qa[mr], sq, warp * 16 * MR + mr * 16, kk * 16, lane);
 #pragma unroll
-                for (int n2 = 0; n2 < MMA_BC / 16; n2++) {
-                    unsigned bf[4];
-                    burst_ldm_x4(bf, kt + burst_swz<D>(n2 * 16 + (lane >> 4) * 8 + (lane & 7),
-                                                       kk * 16 + ((lane >> 3) & 1) * 8));
+                for (int n2 = 0; n2 < BC / 16; n2++) {
+                    typename TC::B bf;
+                    TC::ldb(bf, kt, n2 * 16, kk * 16, lane);
 #pragma unroll
                     for (int mr = 0; mr < MR; mr++) {
-                        burst_mma<T>::run(sc[mr][2 * n2], qa[mr], bf);
-                        burst_mma<T>::run(sc[mr][2 * n2 + 1], qa[mr], bf + 2);
+                        TC::mma2(sc[mr][2 * n2], ss[mr][2 * n2], qa[mr], bf, 0);
+                        TC::mma2(sc[mr][2 * n2 + 1], ss[mr][2 * n2 + 1], qa[mr], bf, 1);
                     }
                 }
             }
-            const int full = j0 >= wb && j0 + MMA_BC <= we;
+            if (TC::SPLIT_S)
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            sc[mr][n][e] += ss[mr][n][e];
+            const int full = j0 >= wb && j0 + BC <= we;
             float mx[2 * MR];
 #pragma unroll
             for (int r = 0; r < 2 * MR; r++)
@@ -153,7 +219,7 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
             for (int mr = 0; mr < MR; mr++)
 #pragma unroll
-                for (int n = 0; n < MMA_BC / 8; n++)
+                for (int n = 0; n < BC / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int r = 2 * mr + (e >> 1);
@@ -187,7 +253,7 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
             for (int mr = 0; mr < MR; mr++)
 #pragma unroll
-                for (int n = 0; n < MMA_BC / 8; n++)
+                for (int n = 0; n < BC / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int r = 2 * mr + (e >> 1);
@@ -195,30 +261,8 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
                         sc[mr][n][e] = p;
                         l[r] += p;
                     }
-                    /* O += P V: P from the S accumulators (C layout = A layout), V through ldmatrix.trans */
-#pragma unroll
-            for (int kk = 0; kk < MMA_BC / 16; kk++) {
-                unsigned pf[MR][4];
-#pragma unroll
-                for (int mr = 0; mr < MR; mr++) {
-                    pf[mr][0] = burst_mma<T>::pack(sc[mr][2 * kk][0], sc[mr][2 * kk][1]);
-                    pf[mr][1] = burst_mma<T>::pack(sc[mr][2 * kk][2], sc[mr][2 * kk][3]);
-                    pf[mr][2] = burst_mma<T>::pack(sc[mr][2 * kk + 1][0], sc[mr][2 * kk + 1][1]);
-                    pf[mr][3] = burst_mma<T>::pack(sc[mr][2 * kk + 1][2], sc[mr][2 * kk + 1][3]);
-                }
-#pragma unroll
-                for (int n2 = 0; n2 < D / 16; n2++) {
-                    unsigned bf[4];
-                    burst_ldm_x4_t(bf,
-                                   vt + burst_swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                     n2 * 16 + (lane >> 4) * 8));
-#pragma unroll
-                    for (int mr = 0; mr < MR; mr++) {
-                        burst_mma<T>::run(o[mr][2 * n2], pf[mr], bf);
-                        burst_mma<T>::run(o[mr][2 * n2 + 1], pf[mr], bf + 2);
-                    }
-                }
-            }
+            /* O += P V: P from the S accumulators (C layout = A layout), V across its rows */
+            burst_fwd_pv<TC, D, MR, BC>(o, sc, vt, lane);
         }
         __syncthreads(); /* everyone is done with this stage before it is refilled */
     }
@@ -235,15 +279,10 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
 }
 
-/* Rows per warp of the tensor-core forward, in m16 tiles (BURST_CUDA_MMA_FWD_BR). */
-template <int D> constexpr int burst_mma_fwd_mr()
+template <typename T, int D> static size_t burst_mma_fwd_smem()
 {
-    return BURST_CUDA_MMA_FWD_BR(D) / 64;
-}
-
-template <int D> static size_t burst_mma_fwd_smem()
-{
-    return (size_t)(64 * burst_mma_fwd_mr<D>() + 4 * MMA_BC) * burst_tile_w<D>() * 2;
+    using TC = burst_tc<T, D>;
+    return (size_t)(64 * TC::FWD_MR + 4 * TC::FWD_BC) * TC::W * sizeof(typename TC::E);
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
@@ -268,10 +307,10 @@ template <typename T> static int burst_fwd_simt(const struct burst_cuda_step *s)
 
 template <typename T, int D> static int burst_fwd_mma_run(const struct burst_cuda_step *s)
 {
-    constexpr int MR = burst_mma_fwd_mr<D>();
-    int64_t blocks = s->batch * s->hq * ((s->nq + 64 * MR - 1) / (64 * MR));
-    burst_mma_fwd<T, D, MR>
-        <<<(unsigned)blocks, 128, burst_mma_fwd_smem<D>(), cudaStreamPerThread>>>(*s);
+    constexpr int BR = 64 * burst_tc<T, D>::FWD_MR;
+    int64_t blocks = s->batch * s->hq * ((s->nq + BR - 1) / BR);
+    burst_mma_fwd<T, D>
+        <<<(unsigned)blocks, 128, burst_mma_fwd_smem<T, D>(), cudaStreamPerThread>>>(*s);
     return cudaGetLastError();
 }
 
@@ -288,9 +327,10 @@ extern "C" int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, 
     if (kind == BURST_CUDA_FWD_WGMMA)
         return burst_cuda_launch_fwd_sm90(s);
 #endif
-    if (kind == BURST_CUDA_FWD_MMA)
-        return s->q.dtype == BURST_CUDA_F16 ? burst_fwd_mma<__half>(s)
-                                            : burst_fwd_mma<__nv_bfloat16>(s);
+    if (kind == BURST_CUDA_FWD_MMA) /* fp32: 3xTF32 */
+        return s->q.dtype == BURST_CUDA_F16    ? burst_fwd_mma<__half>(s)
+               : s->q.dtype == BURST_CUDA_BF16 ? burst_fwd_mma<__nv_bfloat16>(s)
+                                               : burst_fwd_mma<float>(s);
     switch (s->q.dtype) {
     case BURST_CUDA_F16: return burst_fwd_simt<__half>(s);
     case BURST_CUDA_BF16: return burst_fwd_simt<__nv_bfloat16>(s);
@@ -316,9 +356,8 @@ template <typename T> static cudaError_t burst_fwd_attr()
 
 template <typename T, int D> static cudaError_t burst_fwd_attr_mma1()
 {
-    return cudaFuncSetAttribute(burst_mma_fwd<T, D, burst_mma_fwd_mr<D>()>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)burst_mma_fwd_smem<D>());
+    return cudaFuncSetAttribute(burst_mma_fwd<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)burst_mma_fwd_smem<T, D>());
 }
 
 template <typename T> static cudaError_t burst_fwd_attr_mma()
@@ -329,10 +368,13 @@ template <typename T> static cudaError_t burst_fwd_attr_mma()
 extern "C" int burst_cuda_bwd_init(void);
 extern "C" size_t burst_cuda_mma_bwd_smem(int d);
 
-extern "C" size_t burst_cuda_mma_smem(int d)
+extern "C" size_t burst_cuda_mma_smem(int d, int dtype)
 {
+    if (dtype == BURST_CUDA_F32) /* the forward alone */
+        return burst_by_class(
+            d, [](auto c) { return burst_mma_fwd_smem<float, decltype(c)::value>(); });
     const size_t f =
-        burst_by_class(d, [](auto c) { return burst_mma_fwd_smem<decltype(c)::value>(); });
+        burst_by_class(d, [](auto c) { return burst_mma_fwd_smem<__half, decltype(c)::value>(); });
     const size_t b = burst_cuda_mma_bwd_smem(d);
     return f > b ? f : b;
 }
@@ -348,6 +390,8 @@ extern "C" int burst_cuda_kernels_init(void)
         e = burst_fwd_attr_mma<__half>();
     if (e == cudaSuccess)
         e = burst_fwd_attr_mma<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = burst_fwd_attr_mma<float>();
     if (e == cudaSuccess)
         e = (cudaError_t)burst_cuda_bwd_init();
     return e;

@@ -104,28 +104,101 @@ template <int D> __device__ __forceinline__ int burst_swz(int row, int col)
     return row * burst_tile_w<D>() + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-/* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a swizzled tile of class
- * D. Rows at or past `valid` and the class's columns past the view's head dim (v.shape[3]) are
- * zero-filled: nothing outside the caller's rows is read. */
-template <typename T, int D>
-__device__ __forceinline__ void burst_mma_load(T *sh, const struct burst_cuda_view &v, int64_t b,
-                                               int64_t r0, int rows, int64_t valid, int64_t h)
+/*
+ * Operand traits of the tensor-core kernels (burst_cuda_fwd.cu, burst_cuda_bwd.cu) for element
+ * type T and head-dim class D: the shared-memory tile layout, the fragments of one k16 step of an
+ * m16 x n16 product and the product itself. Every product of those kernels takes one of two forms:
+ *   - C += A B^T with A and B both [rows][d] tiles (S = Q K^T, dP = dO V^T, S^T = K Q^T, ...):
+ *     lda (16 rows of A) and ldb (16 rows of B: two n8 tiles), k = the head dim;
+ *   - C += A B with A the probabilities or dS in registers (two adjacent C tiles, cta) and B a
+ *     [rows][d] tile read across its rows (ldbt), k = the tile's row.
+ * This one is fp16 / bf16: swizzled tiles, ldmatrix, one mma.sync m16n8k16 per n8 tile; the fp32
+ * traits (3xTF32) are in burst_cuda_tf32.cuh.
+ */
+template <typename T, int D> struct burst_tc {
+    using E = T;                                /* element of the shared-memory tiles */
+    static constexpr int W = burst_tile_w<D>(); /* elements per tile row */
+    static constexpr int CH = 8;                /* elements per 16-byte copy */
+    /* tiles: forward query rows per warp (m16 tiles) and key rows; backward streamed rows and
+     * dK/dV column blocks (burst_cuda.h) */
+    static constexpr int FWD_MR = BURST_CUDA_MMA_FWD_BR(D) / 64, FWD_BC = BURST_CUDA_MMA_BC;
+    static constexpr int BWD_ROWS = BURST_CUDA_MMA_BWD_ROWS(D);
+    static constexpr int DKDV_SPLIT = BURST_CUDA_MMA_DKDV_SPLIT(D);
+    /* split accumulation (burst_cuda_tf32.cuh): none for 16-bit operands */
+    static constexpr bool FRESH = false, SPLIT_S = false;
+    struct A {
+        unsigned r[4];
+    };
+    struct B {
+        unsigned r[4];
+    };
+    static __device__ __forceinline__ int off(int row, int col)
+    {
+        return burst_swz<D>(row, col);
+    }
+    /* rows [row0, row0 + 16) x columns [k0, k0 + 16) as the A operand */
+    static __device__ __forceinline__ void lda(A &a, const E *t, int row0, int k0, int lane)
+    {
+        burst_ldm_x4(a.r, t + off(row0 + (lane & 15), k0 + (lane >> 4) * 8));
+    }
+    /* rows [n0, n0 + 16) x columns [k0, k0 + 16) as the B operand of A B^T */
+    static __device__ __forceinline__ void ldb(B &b, const E *t, int n0, int k0, int lane)
+    {
+        burst_ldm_x4(b.r, t + off(n0 + (lane >> 4) * 8 + (lane & 7), k0 + ((lane >> 3) & 1) * 8));
+    }
+    /* rows [k0, k0 + 16) x columns [n0, n0 + 16) as the B operand of A B */
+    static __device__ __forceinline__ void ldbt(B &b, const E *t, int k0, int n0, int lane)
+    {
+        burst_ldm_x4_t(b.r, t + off(k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8));
+    }
+    /* two adjacent C tiles (columns 16 kk .. 16 kk + 15) as the A operand, rounded to T */
+    static __device__ __forceinline__ void cta(A &a, const float *c0, const float *c1)
+    {
+        a.r[0] = burst_mma<T>::pack(c0[0], c0[1]);
+        a.r[1] = burst_mma<T>::pack(c0[2], c0[3]);
+        a.r[2] = burst_mma<T>::pack(c1[0], c1[1]);
+        a.r[3] = burst_mma<T>::pack(c1[2], c1[3]);
+    }
+    /* c (one m16 x n8 C tile) += a times n8 tile n (0 or 1) of b */
+    static __device__ __forceinline__ void mma(float *c, const A &a, const B &b, int n)
+    {
+        burst_mma<T>::run(c, a.r, b.r + 2 * n);
+    }
+    /* the same, where fp32 operands keep their small terms apart (in cs); here all go to c */
+    static __device__ __forceinline__ void mma2(float *c, float *cs, const A &a, const B &b, int n)
+    {
+        burst_mma<T>::run(c, a.r, b.r + 2 * n);
+    }
+};
+
+/* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a tile of traits TC and
+ * class D. Rows at or past `valid` and the class's columns past the view's head dim (v.shape[3])
+ * are zero-filled: nothing outside the caller's rows is read. */
+template <typename TC, int D>
+__device__ __forceinline__ void burst_tc_load(typename TC::E *sh, const struct burst_cuda_view &v,
+                                              int64_t b, int64_t r0, int rows, int64_t valid,
+                                              int64_t h)
 {
-    constexpr int CH = D / 8; /* 16-byte chunks per row */
-    const T *base = (const T *)v.data;
-    for (int e = threadIdx.x; e < rows * CH; e += MMA_BR * 2) {
-        int r = e / CH, ch = e % CH;
-        int ok = r0 + r < valid && ch * 8 < v.shape[3];
-        const T *src = ok ? base + burst_off(v, b, r0 + r, h) + ch * 8 : base;
-        burst_cp16(sh + burst_swz<D>(r, ch * 8), src, ok ? 16 : 0);
+    constexpr int CH = TC::CH, NC = D / CH; /* 16-byte chunks per row */
+    const typename TC::E *base = (const typename TC::E *)v.data;
+    for (int e = threadIdx.x; e < rows * NC; e += MMA_BR * 2) {
+        int r = e / NC, ch = e % NC;
+        int ok = r0 + r < valid && ch * CH < v.shape[3];
+        const typename TC::E *src = ok ? base + burst_off(v, b, r0 + r, h) + ch * CH : base;
+        burst_cp16(sh + TC::off(r, ch * CH), src, ok ? 16 : 0);
     }
 }
 
-/* Two adjacent elements (columns col, col + 1 of row i, head h) of a final f16 / bf16 output,
- * rounded to nearest even, as one 32-bit store (rows 4-byte aligned: the backend checks). */
+/* Two adjacent elements (columns col, col + 1 of row i, head h) of a final output: fp32 as one
+ * 64-bit store, f16 / bf16 rounded to nearest even as one 32-bit store (the backend checks the
+ * alignment: burst_cuda_final_fits). */
 __device__ __forceinline__ void burst_final_pair(const struct burst_cuda_view &v, int64_t b,
                                                  int64_t i, int64_t h, int col, float x, float y)
 {
+    if (v.dtype == BURST_CUDA_F32) {
+        *(float2 *)((float *)(uintptr_t)v.data + burst_off(v, b, i, h) + col) = make_float2(x, y);
+        return;
+    }
     uint32_t w;
     if (v.dtype == BURST_CUDA_F16) {
         const __half2 p = __floats2half2_rn(x, y);
@@ -135,6 +208,15 @@ __device__ __forceinline__ void burst_final_pair(const struct burst_cuda_view &v
         w = *(const uint32_t *)&p;
     }
     *(uint32_t *)((unsigned short *)(uintptr_t)v.data + burst_off(v, b, i, h) + col) = w;
+}
+
+/* Zero element e of a final output of any dtype. */
+__device__ __forceinline__ void burst_final_zero(const struct burst_cuda_view &v, int64_t e)
+{
+    if (v.dtype == BURST_CUDA_F32)
+        ((float *)(uintptr_t)v.data)[e] = 0.0f;
+    else
+        ((unsigned short *)(uintptr_t)v.data)[e] = 0;
 }
 
 /* The final output of a call's only step (s.o_out set, burst_cuda_step): the row normalised, in
@@ -167,9 +249,8 @@ __device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &
 {
     if (!s.o_out.data)
         return;
-    unsigned short *o = (unsigned short *)(uintptr_t)s.o_out.data;
     for (int64_t e = threadIdx.x; e < (i1 - i0) * s.d; e += blockDim.x)
-        o[burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d] = 0;
+        burst_final_zero(s.o_out, burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d);
     for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
         s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
 }
@@ -192,11 +273,9 @@ __device__ __forceinline__ void burst_final_kv_empty(const struct burst_cuda_ste
 {
     if (!s.dk_out.data)
         return;
-    unsigned short *dk = (unsigned short *)(uintptr_t)s.dk_out.data;
-    unsigned short *dv = (unsigned short *)(uintptr_t)s.dv_out.data;
     for (int64_t e = threadIdx.x; e < (j1 - j0) * s.d; e += blockDim.x) {
-        dk[burst_off(s.dk_out, b, j0 + e / s.d, g) + e % s.d] = 0;
-        dv[burst_off(s.dv_out, b, j0 + e / s.d, g) + e % s.d] = 0;
+        burst_final_zero(s.dk_out, burst_off(s.dk_out, b, j0 + e / s.d, g) + e % s.d);
+        burst_final_zero(s.dv_out, burst_off(s.dv_out, b, j0 + e / s.d, g) + e % s.d);
     }
 }
 

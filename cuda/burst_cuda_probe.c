@@ -16,8 +16,12 @@
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x 64 key rows, K/V double
  *     buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D) blocks splitting the
  *     columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, dQ per 64 query rows x as many keys;
- *   - SIMT (fp32 arithmetic, the last resort): fp32 inputs, rows not 16-byte aligned, a device
- *     below sm_80 (which the backend refuses) or BURST_CUDA_KERNEL=simt.
+ *   - the fp32 forward runs the mma.sync kernel with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
+ *     64 x BURST_CUDA_TF32_FWD_BC(D)) where the class's fp32 tiles fit the opt-in shared memory;
+ *     the fp32 backward runs SIMT;
+ *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
+ *     (which the backend refuses), BURST_CUDA_KERNEL=simt, the fp32 backward, or the fp32
+ *     forward with BURST_CUDA_FP32=simt.
  * Deterministic plans never use float atomics (bitwise-identical reruns).
  */
 #include <stdio.h>
@@ -73,11 +77,24 @@ int burst_cuda_dq_atomic_env(void)
     return !(env && strcmp(env, "0") == 0);
 }
 
+int burst_cuda_tf32_env(void)
+{
+    const char *env = getenv("BURST_CUDA_FP32");
+    return !(env && strcmp(env, "simt") == 0);
+}
+
 int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, int64_t d, int bwd)
 {
     if (wg)
         return BURST_CUDA_FWD_WGMMA;
-    if (mma && caps->smem_block_optin >= burst_cuda_mma_smem((int)d))
+    if (mma && caps->smem_block_optin >= burst_cuda_mma_smem((int)d, BURST_CUDA_BF16))
+        return BURST_CUDA_FWD_MMA;
+    return BURST_CUDA_FWD_SIMT;
+}
+
+int burst_cuda_f32_kind(const struct burst_cuda_caps *caps, int mma, int tf32, int64_t d)
+{
+    if (mma && tf32 && caps->smem_block_optin >= burst_cuda_mma_smem((int)d, BURST_CUDA_F32))
         return BURST_CUDA_FWD_MMA;
     return BURST_CUDA_FWD_SIMT;
 }
@@ -108,6 +125,10 @@ static int burst_cuda_probe_sm90(int i)
 static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda_caps *caps,
                                    int mma, int wg, int wg_bwd, int dc, int first, int json)
 {
+    const int f32 = burst_cuda_f32_kind(caps, mma, burst_cuda_tf32_env(), dc) == BURST_CUDA_FWD_MMA;
+    const char *f32n = f32 ? "mma 3xtf32" : "simt";
+    const int f32br = f32 ? 64 : BURST_CUDA_SIMT_BR;
+    const int f32bc = f32 ? BURST_CUDA_TF32_FWD_BC(dc) : BURST_CUDA_SIMT_BC(dc);
     const int fk = burst_cuda_class_kind(caps, mma, wg, dc, 0);
     const int bk = burst_cuda_class_kind(caps, mma, wg_bwd, dc, 1);
     const int lo = dc == 32 ? 8 : dc == 192 ? 136 : dc == 256 ? 200 : dc - 24;
@@ -134,18 +155,22 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
                         "%s{\"head_dims\": [%d, %d], \"fwd\": {\"kernel\": \"%s\", \"br\": %d, "
                         "\"bc\": %d, \"stages\": %d}, \"bwd\": {\"kernel\": \"%s\", "
                         "\"kv_rows\": %d, \"q_rows\": %d, \"column_blocks\": %d, \"dq_kernel\": "
-                        "\"%s\", \"dq_rows\": %d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}}",
+                        "\"%s\", \"dq_rows\": %d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}, "
+                        "\"fp32\": {\"fwd\": {\"kernel\": \"%s\", \"br\": %d, \"bc\": %d}, "
+                        "\"bwd\": {\"kernel\": \"simt\"}}}",
                         first ? "" : ", ", lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst,
                         burst_cuda_kind_name(bk), kv, qr, split, dqn, dqr, dqk,
-                        atom ? "true" : "false");
+                        atom ? "true" : "false", f32n, f32br, f32bc);
         return;
     }
     burst_sb_printf(out,
                     "    class %3d (d %3d..%3d): forward %-5s %3dx%-3d %d stage%s; backward dK/dV "
-                    "%-5s %dx%d in %d column block%s, dQ %s %dx%d%s\n",
+                    "%-5s %dx%d in %d column block%s, dQ %s %dx%d%s\n"
+                    "              fp32: forward %s %dx%d, backward simt\n",
                     dc, lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst, fst > 1 ? "s" : "",
                     burst_cuda_kind_name(bk), kv, qr, split, split > 1 ? "s" : "", dqn, dqr, dqk,
-                    atom ? " (inside dK/dV by float atomics unless deterministic)" : "");
+                    atom ? " (inside dK/dV by float atomics unless deterministic)" : "", f32n,
+                    f32br, f32bc);
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
@@ -194,7 +219,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                 "\"smem_per_block\": %zu, \"smem_per_block_optin\": %zu, \"smem_per_sm\": %zu, "
                 "\"regs_per_block\": %d, \"regs_per_sm\": %d, \"l2_bytes\": %d, "
                 "\"memory_bytes\": %zu, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], "
-                "\"fp32_kernel\": \"simt\", \"deterministic_plans\": \"no atomics\", "
+                "\"deterministic_plans\": \"no atomics\", "
                 "\"classes\": [",
                 p.major, p.minor, usable ? "true" : "false", p.multiProcessorCount,
                 p.sharedMemPerBlock, p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor,
@@ -208,8 +233,9 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                             "  device %d: %s, compute capability %d.%d%s, %d SMs, shared memory "
                             "%zu B/block (%zu opt-in), %zu B/SM, %d registers/SM, L2 %d B, "
                             "memory %.1f GiB\n"
-                            "    fp16/bf16 by head-dim class (query x key rows; fp32: simt); "
-                            "deterministic plans use no float atomics\n",
+                            "    by head-dim class (query x key rows; the fp32 forward as 3xTF32 "
+                            "on mma.sync unless BURST_CUDA_FP32=simt); deterministic plans use "
+                            "no float atomics\n",
                             i, p.name, p.major, p.minor, usable ? "" : " (unusable: needs 8.0+)",
                             p.multiProcessorCount, p.sharedMemPerBlock, p.sharedMemPerBlockOptin,
                             p.sharedMemPerMultiprocessor, p.regsPerMultiprocessor, p.l2CacheSize,

@@ -25,6 +25,8 @@ BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test
 # the default plans are not deterministic, so the Hopper backward adds dQ with atomics inside the
 # dK/dV kernel; check the separate dQ kernel on every case too
 BURST_TEST_BACKEND=cuda BURST_CUDA_DQ_ATOMIC=0 step test_cuda_dqsplit "$b/tests/test_cuda"
+# fp32 runs 3xTF32 on the tensor cores by default: check the SIMT fp32 kernels too
+BURST_TEST_BACKEND=cuda BURST_CUDA_FP32=simt step test_cuda_simt32 "$b/tests/test_cuda"
 if [ "${BURST_RING:-0}" = 1 ]; then
     BURST_TEST_BACKEND=cuda step test_attention_cuda "$b/tests/test_attention"
 fi
@@ -42,10 +44,15 @@ if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
         "$b/tests/test_cuda"
     BURST_CUDA_WGMMA=0 BURST_TEST_FILTER='cls_*' step racecheck_cls_sm80 "$cs" --tool racecheck \
         --error-exitcode 9 "$b/tests/test_cuda"
+    # fp32 on the tensor cores (3xTF32), every class
+    BURST_TEST_FILTER='tf32_*' step memcheck_tf32 "$cs" --tool memcheck --error-exitcode 9 \
+        "$b/tests/test_cuda"
+    BURST_TEST_FILTER='tf32_*' step racecheck_tf32 "$cs" --tool racecheck --error-exitcode 9 \
+        "$b/tests/test_cuda"
     BURST_TEST_FILTER='mma_bf16_d64_gqa8' step racecheck "$cs" --tool racecheck \
         --error-exitcode 9 "$b/tests/test_cuda"
-    BURST_TEST_FILTER='full_fp32_d64' step racecheck_simt "$cs" --tool racecheck \
-        --error-exitcode 9 "$b/tests/test_cuda"
+    BURST_CUDA_FP32=simt BURST_TEST_FILTER='full_fp32_d64' step racecheck_simt "$cs" \
+        --tool racecheck --error-exitcode 9 "$b/tests/test_cuda"
     BURST_TEST_FILTER='long_bf16_d128_causal' step racecheck_long "$cs" --tool racecheck \
         --error-exitcode 9 "$b/tests/test_cuda"
     unset BURST_TEST_BACKEND
@@ -68,9 +75,9 @@ fi
 if [ -n "${BURST_BENCH_DQSPLIT:-}" ]; then # the backward with the separate dQ kernel
     BURST_CUDA_DQ_ATOMIC=0 "$b/tools/burstbench_cuda" --csv /tmp/dqsplit.csv $BURST_BENCH_DQSPLIT
 fi
-for f in test_cuda test_cuda_sm80 test_cuda_wgfwd test_cuda_dqsplit memcheck memcheck_cls \
-    memcheck_cls_sm80 racecheck racecheck_simt racecheck_long racecheck_cls racecheck_cls_sm80 \
-    test_attention_cuda; do
+for f in test_cuda test_cuda_sm80 test_cuda_wgfwd test_cuda_dqsplit test_cuda_simt32 memcheck \
+    memcheck_cls memcheck_cls_sm80 memcheck_tf32 racecheck racecheck_simt racecheck_long \
+    racecheck_cls racecheck_cls_sm80 racecheck_tf32 test_attention_cuda; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; grep -E "FAIL|ERROR|PASSED|FAILED|error|hazard" "$out/$f.log" | tail -n 12; }
 done
 echo "== $(cat "$out/gpu.txt")"

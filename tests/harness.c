@@ -871,7 +871,10 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  *   dd_dq[i] = tau w_i sum_j P_ij |k_j|,  dd_dk[j] = tau sum_i P_ij w_i |q_i|   (D from rounded O)
  *   a_dq[i] = tau sum_j |dS_ij| |k_j|,  a_dk[j] = tau sum_i |dS_ij| |q_i|,  a_dv[j] = sum_i P_ij |dO_i|
  *   e_o[i] = sum_j P_ij delta_ij |v_j - O_i|   (scores rounded in fp32, see harness.h)
- * with w_i = sum_c |dO_ic| |O_ic| and delta_ij = 2 u32 sqrt(d) tau sum_c |q_ic| |k_jc|.
+ * with w_i = sum_c |dO_ic| |O_ic| and delta_ij = 2 us sqrt(d) tau sum_c |q_ic| |k_jc|, us the
+ * scores' unit: u32 = 2^-24, or 2^-21 for fp32 on a GPU backend, whose matrix units may compute
+ * fp32 products as 3xTF32 (the dropped low x low term and the rounding of the low halves,
+ * about 3 x 2^-22 of each product).
  *
  * mma (GPU backends, fp16/bf16): the forward's P V product runs on matrix units with P rounded to
  * the dtype, p~ = p (1 + e) + h with |e| <= u and, in fp16 only, |h| <= 2^-25 for the
@@ -883,10 +886,13 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  * The backward's dV = P^T dO, dK = dS^T Q and dQ = dS K round P and dS the same way:
  *   m_dv[j] = sum_i (u P_ij + h) |dO_i|,  m_dk[j] = tau sum_i (u |dS_ij| + h) |q_i|,
  *   m_dq[i] = tau sum_j (u |dS_ij| + h) |k_j|   (computed only when mma; added to extra).
+ * The scores' rounding (delta_ij) moves P_ij by P_ij delta_ij in the backward too, every dtype:
+ *   m_dv[j] += sum_i P_ij delta_ij |dO_i|,  m_dk[j] += tau sum_i P_ij delta_ij |dP_ij - D_i| |q_i|,
+ *   m_dq[i] += tau sum_j P_ij delta_ij |dP_ij - D_i| |k_j|.
  */
 static void harness_bounds(struct harness_problem *p, double *cq, double *ck, double *dd_dq,
                            double *dd_dk, double *a_dq, double *a_dk, double *a_dv, double *e_o,
-                           int mma, double *m_dq, double *m_dk, double *m_dv)
+                           int mma, double us, double *m_dq, double *m_dk, double *m_dv)
 {
     const double u = harness_unit_roundoff(p->c.dtype);
     const double hsub = p->c.dtype == BURST_DTYPE_FP16 ? 0x1p-25 : 0.0;
@@ -936,7 +942,7 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                     }
                     const double P = exp(tau * s - l), ads = fabs(P * (dp - D));
                     const double mag = tau * P * (adp + w);
-                    const double delta = 2.0 * 0x1p-24 * sqrt((double)d) * tau * aqk;
+                    const double delta = 2.0 * us * sqrt((double)d) * tau * aqk;
                     for (int c = 0; c < d; c++) {
                         e_o[qo + c] += P * delta * fabs(v[ko + c] - o[qo + c]);
                         cq[qo + c] += mag * fabs(k[ko + c]);
@@ -946,6 +952,10 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                         a_dq[qo + c] += tau * ads * fabs(k[ko + c]);
                         a_dk[ko + c] += tau * ads * fabs(q[qo + c]);
                         a_dv[ko + c] += P * fabs(dO[qo + c]);
+                        /* the score's rounding moves P_ij by P delta: dV, and dS = P (dP - D) */
+                        m_dv[ko + c] += P * delta * fabs(dO[qo + c]);
+                        m_dk[ko + c] += tau * P * delta * fabs(dp - D) * fabs(q[qo + c]);
+                        m_dq[qo + c] += tau * P * delta * fabs(dp - D) * fabs(k[ko + c]);
                         if (mma) {
                             m_dv[ko + c] += (u * P + hsub) * fabs(dO[qo + c]);
                             m_dk[ko + c] += tau * (u * ads + hsub) * fabs(q[qo + c]);
@@ -999,7 +1009,9 @@ static int harness_reference(struct harness_problem *p)
             gpu |= ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
         }
         const int mma = p->c.dtype != BURST_DTYPE_FP32 && gpu;
-        harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, a[8], a[9], a[10]);
+        const double us = p->c.dtype == BURST_DTYPE_FP32 && gpu ? 0x1p-21 : 0x1p-24;
+        harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, us, a[8], a[9],
+                       a[10]);
         for (size_t i = 0; i < nq; i++) /* every dtype: the kernels compute scores in fp32 */
             p->extra[H_O][i] = a[7][i];
         /* half dtypes: (c) D from the rounded O; (d) hops of an accumulator in the dtype */

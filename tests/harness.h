@@ -31,14 +31,18 @@
  *            terms, C_dQ_i = tau sum_j P_ij (|dO_i|.|v_j| + |dO_i|.|O_i|) |k_j| (C_dK alike
  *            over i with |q_i|): 1e-5 relative to what was subtracted. This applies to every
  *            dtype.
- *   scores (every dtype, O only): the kernels compute the scaled score s_ij = tau q_i.k_j in fp32;
+ *   scores (every dtype): the kernels compute the scaled score s_ij = tau q_i.k_j in fp32;
  *            its rounding error is |ds_ij| <= delta_ij = 2 u32 sqrt(d) tau sum_c |q_ic| |k_jc|
  *            (u32 = 2^-24; sqrt(d) is the usual probabilistic growth of a d-term dot product, the
  *            factor 2 covers the pre-scaling and the subtraction of the row maximum). A relative
  *            error ds in P_ij moves O_i by P_ij ds (v_j - O_i), so O gets
- *            extra = sum_j P_ij delta_ij |v_j - O_i|. It is negligible for ordinary scores
+ *            extra = sum_j P_ij delta_ij |v_j - O_i|; the backward's P and dS move alike
+ *            (dV: sum_i P_ij delta_ij |dO_i|; dK, dQ: tau P_ij delta_ij |dP_ij - D_i| times
+ *            |q_i|, |k_j|). It is negligible for ordinary scores
  *            (|s| of a few units) and dominates only for huge ones (the large_scores case, |s| up
  *            to ~150, where fp32 cannot resolve P to 1e-5: ulp(216) in log2 units is 1.5e-5).
+ *            fp32 on a GPU backend may run on matrix units as 3xTF32 (cuda), whose products
+ *            carry about 3 x 2^-22 relative error: there u32 is replaced by 2^-21.
  *   fp16/bf16 (unit roundoff u = 2^-11 / 2^-8): inputs are rounded BEFORE the reference sees
  *            them, so they contribute nothing; what remains is
  *            (a) output rounding: O, dQ, dK, dV are cast to the dtype once: rtol = u + 1e-5

@@ -16,7 +16,7 @@
  *     - fwd_final / bwd_final (the one-rank forward writing O and lse, the backward dK and dV,
  *       from the kernel) on the same op cases, into poisoned strided outputs: bitwise fwd_step /
  *       bwd_step into fresh accumulators plus the cast, gaps untouched (dQ by atomics: close);
- *       fp32 declined (BURST_ERR_UNSUPPORTED) with nothing written;
+ *       declined (BURST_ERR_UNSUPPORTED) with nothing written where the SIMT kernels run;
  *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
  *       still works; bad head dim -> BURST_ERR_INVALID_ARG naming it.
  */
@@ -107,6 +107,19 @@ static const struct harness_case cases[] = {
      .dtype = BF16, .causal = 1},
     {CASE("cls_fp16_d256_large_scores", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
      .head_dim = 256, .dtype = F16, .causal = 1},
+    /* fp32 on the tensor cores (3xTF32): every head-dim class, the boundaries, several key
+     * tiles, masks, GQA, large scores (where the score term of the bound is widest) */
+    {CASE("tf32_d72_gqa4_causal", 300), .q_heads = 8, .kv_heads = 2, .head_dim = 72, .causal = 1},
+    {CASE("tf32_d96_window", 260), .head_dim = 96, .window_left = 50, .window_right = 9},
+    {CASE("tf32_d136_causal_pad", 210), .head_dim = 136, .causal = 1, .pad = 8},
+    {CASE("tf32_d160_full", 150), .q_heads = 1, .kv_heads = 1, .head_dim = 160},
+    {CASE("tf32_d192_causal", 230), .q_heads = 1, .kv_heads = 1, .head_dim = 192, .causal = 1},
+    {CASE("tf32_d200_zigzag", 128), .q_heads = 1, .kv_heads = 1, .head_dim = 200, .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("tf32_d248_window", 140), .q_heads = 1, .kv_heads = 1, .head_dim = 248, .window_left = 30,
+     .window_right = 30},
+    {CASE("tf32_d128_long_causal_2ranks", 700), .ranks = 2, .head_dim = 128, .causal = 1},
+    {CASE("tf32_d64_large_scores", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4, .causal = 1},
     {CASE("one_token", 1), .causal = 1},
     {CASE("tiny_scale", 40), .softmax_scale = 1e-3f},
 };
@@ -486,12 +499,15 @@ static struct burst_tensor final_view(void *data, burst_dtype_t dt, int64_t n, i
     return t;
 }
 
-/* Does the backend decline fwd_final / bwd_final for case c (fp32, or the SIMT kernels forced by
- * BURST_CUDA_KERNEL=simt: no tensor-core kernel)? */
-static int final_declined(const struct op_case *c)
+/* Does the backend decline fwd_final (bwd = 0) / bwd_final (bwd = 1) for case c: the SIMT
+ * kernels run (forced by BURST_CUDA_KERNEL=simt; for fp32 the backward, and the forward with
+ * BURST_CUDA_FP32=simt)? */
+static int final_declined(const struct op_case *c, int bwd)
 {
-    const char *e = getenv("BURST_CUDA_KERNEL");
-    return c->dt == F32 || (e && strcmp(e, "simt") == 0);
+    const char *e = getenv("BURST_CUDA_KERNEL"), *f = getenv("BURST_CUDA_FP32");
+    if (e && strcmp(e, "simt") == 0)
+        return 1;
+    return c->dt == F32 && (bwd || (f && strcmp(f, "simt") == 0));
 }
 
 /* bwd_final of op case c into poisoned strided dK, dV: bitwise what bwd_step into
@@ -549,7 +565,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
                                     .dk = acc + nqe,
                                     .dv = acc + nqe + nke,
                                     .deterministic = determ};
-        if (final_declined(c)) {
+        if (final_declined(c, 1)) {
             ba.dq = dq2;
             ba.dk = ba.dv = NULL;
             burst_status_t r = cu->bwd_final(ctx->be, &ba, &g[0], &g[1]);
@@ -615,7 +631,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
 
 /* For every op case: fwd_final into a poisoned strided O (and lse) gives bitwise what fwd_step
  * into fresh accumulators (0, -inf) plus the cast kernel give, gaps and rows with no allowed
- * key included; a case it does not cover (fp32) is declined with BURST_ERR_UNSUPPORTED and
+ * key included; where the SIMT kernels run it is declined with BURST_ERR_UNSUPPORTED and
  * nothing written. */
 static void test_final(void **state)
 {
@@ -665,7 +681,7 @@ static void test_final(void **state)
         assert_int_equal(burst_context_memcpy(ctx, got, od, obytes), BURST_OK);
         op_download(ctx, lgot, ld, nl);
         int ok;
-        if (final_declined(c)) { /* no tensor-core forward: declined, untouched */
+        if (final_declined(c, 0)) { /* no tensor-core forward: declined, untouched */
             ok = r == BURST_ERR_UNSUPPORTED && memcmp(got, poison, obytes) == 0 &&
                  memcmp(lgot, lpoison, nl * 4) == 0;
         } else {
@@ -692,7 +708,7 @@ static void test_final(void **state)
         printf("[%s] fwd_final %s (status %d)\n", ok ? "ok" : "FAIL", c->name, (int)r);
         failed += !ok;
         /* lse: the forward's (or, declined, the poison: never read then); D: random */
-        failed += !check_bwd_final(ctx, c, &q, &k, &v, final_declined(c) ? lpoison : lgot, &st);
+        failed += !check_bwd_final(ctx, c, &q, &k, &v, final_declined(c, 0) ? lpoison : lgot, &st);
         burst_context_free(ctx, od);
         burst_context_free(ctx, wd);
         burst_context_free(ctx, ld);

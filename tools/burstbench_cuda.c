@@ -12,10 +12,13 @@
  * column max_err is max |O - ref| / max |ref| over those rows (a size whose error exceeds the
  * dtype's bound, 2^-7 for bf16, 2^-10 for fp16, 1e-4 for fp32, is marked FAIL and the program
  * exits 1 at the end). --width W sets the heads to W / d for each d (a model of width W).
+ * --save DIR writes each size's inputs and outputs (q, k, v, o, and where the backward ran dout,
+ * dq, dk, dv: raw [B, N, H, d] in the dtype) to DIR/<dtype>_<N>_<d>_<full|causal>_<name>.bin,
+ * so that tools/burstbench_cuda.py can measure a peer's error against fp64 on the same inputs.
  *
  *   burstbench_cuda [--seqs 4096,16384] [--dims 64,128] [--masks full,causal]
  *                   [--dtypes bf16,fp16] [--heads 32 | --width 2048] [--batch 1] [--iters 5]
- *                   [--bwd-max-seq 16384] [--impl burst] [--csv FILE]
+ *                   [--bwd-max-seq 16384] [--impl burst] [--csv FILE] [--save DIR]
  */
 #include <math.h>
 #include <stdint.h>
@@ -46,6 +49,26 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --save: the host copies of one size's q, k, v, o (n = 4) and dout, dq, dk, dv (n = 8) as
+ * DIR/<tag>_<name>.bin; 0 on success. */
+static int save_inputs(const char *dir, const char *tag, void *const *host, int n, size_t bytes)
+{
+    static const char *const names[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
+    for (int t = 0; t < n; t++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s_%s.bin", dir, tag, names[t]);
+        FILE *f = fopen(path, "wb");
+        const int ok = f && fwrite(host[t], 1, bytes, f) == bytes;
+        if (f && fclose(f) != 0)
+            return -1;
+        if (!ok) {
+            perror(path);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -165,7 +188,7 @@ int main(int argc, char **argv)
     int masks[2] = {0, 1};
     burst_dtype_t dts[3] = {BURST_DTYPE_BF16, BURST_DTYPE_FP16};
     long heads = 32, batch = 1, bwd_max = 16384, width = 0;
-    const char *csv = "burstbench_cuda.csv", *impl = "burst";
+    const char *csv = "burstbench_cuda.csv", *impl = "burst", *save = NULL;
     int failed = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -188,6 +211,8 @@ int main(int argc, char **argv)
             bwd_max = atol(v);
         else if (!strcmp(a, "--csv") && v)
             csv = v;
+        else if (!strcmp(a, "--save") && v)
+            save = v;
         else if (!strcmp(a, "--masks") && v) {
             nmask = 0;
             if (strstr(v, "full"))
@@ -259,14 +284,14 @@ int main(int argc, char **argv)
                     size_t cnt = (size_t)(batch * N * heads * d);
                     void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *dout = NULL, *dq = NULL,
                          *dk = NULL, *dv = NULL, *lse = NULL, *hq = NULL, *hk = NULL, *hv = NULL,
-                         *ho = NULL;
+                         *ho = NULL, *hg[4] = {NULL, NULL, NULL, NULL};
                     if (burst_local_world_create(1, &world) != BURST_OK ||
                         (cm.world = world, burst_comm_create(&cm, &comm)) != BURST_OK ||
                         burst_plan_create(ctx, comm, &pp, &plan) != BURST_OK ||
                         !(q = dev_tensor(ctx, dt, cnt, &st, &hq)) ||
                         !(k = dev_tensor(ctx, dt, cnt, &st, &hk)) ||
                         !(v = dev_tensor(ctx, dt, cnt, &st, &hv)) ||
-                        !(dout = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+                        !(dout = dev_tensor(ctx, dt, cnt, &st, save ? &hg[0] : NULL)) ||
                         !(o = dev_tensor(ctx, dt, cnt, &st, &ho)) ||
                         !(dq = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
                         !(dk = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
@@ -319,7 +344,19 @@ int main(int argc, char **argv)
                         const double bound = dt == BURST_DTYPE_BF16   ? 0x1p-7
                                              : dt == BURST_DTYPE_FP16 ? 0x1p-10
                                                                       : 1e-4;
-                        const int bad = !(err <= bound);
+                        int bad = !(err <= bound);
+                        if (save) {
+                            char tag[64];
+                            const size_t by = cnt * burst_dtype_size(dt);
+                            void *host[8] = {hq, hk, hv, ho, hg[0]}, *gd[3] = {dq, dk, dv};
+                            for (int g = 0; do_bwd && g < 3; g++)
+                                if ((host[5 + g] = hg[1 + g] = malloc(by)) == NULL ||
+                                    burst_context_memcpy(ctx, host[5 + g], gd[g], by) != BURST_OK)
+                                    bad = 1;
+                            snprintf(tag, sizeof tag, "%s_%ld_%ld_%s", burst_dtype_name(dt), N, d,
+                                     causal ? "causal" : "full");
+                            bad |= save_inputs(save, tag, host, do_bwd ? 8 : 4, by) != 0;
+                        }
                         failed += bad;
                         printf("%-6s %6ld %4ld %5ld %6s %10.3f %10.1f %12.3f %12.1f %9.2e%s\n",
                                burst_dtype_name(dt), N, d, heads, causal ? "yes" : "no", mf * 1e3,
@@ -339,6 +376,8 @@ int main(int argc, char **argv)
                     for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
                         burst_context_free(ctx, bufs[b]);
                     free(hq), free(hk), free(hv), free(ho);
+                    for (int g = 0; g < 4; g++)
+                        free(hg[g]);
                 }
     fclose(f);
     burst_context_destroy(ctx);

@@ -14,9 +14,18 @@ only a peer here (never a dependency of burst).
       [--dtypes bf16,fp16] [--heads 32 | --width 2048] [--paths default,sm80] [--iters 5] \
       [--bwd-max-seq 16384] [--csv burstbench_cuda.csv] [--svg burstbench_cuda.svg]
 
-The issue-style head-dim sweep (H = 2048 / d):
+The head-dim sweep (H = 2048 / d):
   python3 tools/burstbench_cuda.py --exe build/tools/burstbench_cuda --seqs 8192,16384 \
       --dims 32,40,64,80,96,128,160,192,256 --width 2048 --paths default,sm80
+
+Paths: "default", "sm80" (BURST_CUDA_WGMMA=0) and "simt32" (BURST_CUDA_FP32=simt: fp32 on the
+SIMT kernels instead of 3xTF32 on the tensor cores; fp16 / bf16 unchanged).
+
+Accuracy (fp32 in --dtypes): burstbench_cuda runs once more at N = --accuracy-seq on every
+head dim and mask, forward and backward, saving its inputs and outputs (--save); on those very
+inputs this script computes attention and its gradients in fp64 and with PyTorch's fp32
+EFFICIENT_ATTENTION, and prints max |x - x64| / max |x64| over the whole tensor of O, dQ, dK and
+dV for burst and for PyTorch (CSV: *_accuracy.csv).
 """
 import os
 import argparse
@@ -76,6 +85,88 @@ def torch_rows(args, sizes):
     return rows
 
 
+def accuracy_rows(args, env):
+    """fp32 errors against fp64 of burst and of PyTorch EFFICIENT on the same inputs: O, and the
+    gradients dQ, dK, dV of a random dO; each max |x - x64| / max |x64| over the whole tensor."""
+    import tempfile
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = []
+    n = args.accuracy_seq
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [args.exe, "--seqs", str(n), "--dims", args.dims, "--masks", args.masks,
+               "--dtypes", "fp32", "--heads", str(args.heads), "--width", str(args.width),
+               "--batch", "1", "--iters", "1", "--bwd-max-seq", str(n), "--save", tmp,
+               "--csv", os.path.join(tmp, "acc.csv")]
+        print("$", " ".join(cmd), flush=True)
+        if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode not in (0, 1):
+            return rows
+        names = ("o", "dq", "dk", "dv")
+        for d in (int(x) for x in args.dims.split(",")):
+            h = max(args.width // d, 1) if args.width > 0 else args.heads
+            for causal in [c for c in (0, 1) if ("causal" if c else "full") in args.masks]:
+                tag = os.path.join(tmp, f"fp32_{n}_{d}_{'causal' if causal else 'full'}_")
+                t = {x: torch.from_numpy(np.fromfile(tag + x + ".bin", dtype=np.float32))
+                     .view(1, n, h, d).transpose(1, 2).cuda()
+                     for x in ("q", "k", "v", "do") + names}
+                q, k, v = (t[x].clone().requires_grad_() for x in "qkv")
+                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                    ot = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                ot.backward(t["do"])
+                peer = dict(zip(names, (ot.detach(), q.grad, k.grad, v.grad)))
+                err = {(impl, x): 0.0 for impl in ("burst", "torch_eff") for x in names}
+                mag = dict.fromkeys(names, 0.0)
+                for hh in range(h):  # fp64 one head at a time: N^2 doubles per head
+                    q64, k64, v64 = (t[x][:, hh].double().requires_grad_() for x in "qkv")
+                    s = q64 @ k64.transpose(-1, -2) / d ** 0.5
+                    if causal:
+                        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device="cuda")
+                                          .triu(1), float("-inf"))
+                    o64 = torch.softmax(s, dim=-1) @ v64
+                    o64.backward(t["do"][:, hh].double())
+                    ref = dict(zip(names, (o64.detach(), q64.grad, k64.grad, v64.grad)))
+                    for x in names:
+                        mag[x] = max(mag[x], ref[x].abs().max().item())
+                        for impl, src in (("burst", t), ("torch_eff", peer)):
+                            e = (src[x][:, hh].double() - ref[x]).abs().max().item()
+                            err[(impl, x)] = max(err[(impl, x)], e)
+                    del s, o64, ref
+                for impl in ("burst", "torch_eff"):
+                    rows.append(dict(impl=impl, dtype="fp32", heads=h, seq=n, head_dim=d,
+                                     causal=causal, **{x: err[(impl, x)] / mag[x] for x in names}))
+                del t, q, k, v, ot, peer
+                torch.cuda.empty_cache()
+    return rows
+
+
+def print_accuracy(args, rows):
+    names = ("o", "dq", "dk", "dv")
+    print()
+    print(f"fp32 accuracy on the same inputs (N = {args.accuracy_seq}): max |x - x64| / max |x64|,"
+          " burst / PyTorch EFFICIENT (ratio)")
+    print(f"{'d':>4} {'H':>3} {'causal':>6} |" + "".join(f" {x:>26} |" for x in names))
+    by = {(r["impl"], r["head_dim"], r["causal"]): r for r in rows}
+    for (impl, d, c), r in sorted(by.items(), key=lambda x: (x[0][1], x[0][2])):
+        if impl != "burst":
+            continue
+        t = by.get(("torch_eff", d, c), {})
+        line = f"{d:>4} {r['heads']:>3} {('yes' if c else 'no'):>6} |"
+        for x in names:
+            tx = t.get(x, float("nan"))
+            line += f" {r[x]:8.2e} / {tx:8.2e} ({r[x] / tx if tx else float('nan'):5.2f}) |"
+        print(line)
+    path = args.csv.replace(".csv", "") + "_accuracy.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["impl", "dtype", "heads", "seq", "head_dim", "causal"]
+                           + list(names))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", required=True)
@@ -85,7 +176,8 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--width", type=int, default=0, help="heads = width / d (overrides --heads)")
-    ap.add_argument("--paths", default="default", help="default,sm80")
+    ap.add_argument("--paths", default="default", help="default,sm80,simt32")
+    ap.add_argument("--accuracy-seq", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--bwd-max-seq", type=int, default=16384)
@@ -100,12 +192,15 @@ def main():
         env = dict(os.environ)
         if path == "sm80":
             env["BURST_CUDA_WGMMA"] = "0"
+        if path == "simt32":
+            env["BURST_CUDA_FP32"] = "simt"
         out = args.csv + "." + impl
         cmd = [args.exe, "--seqs", args.seqs, "--dims", args.dims, "--masks", args.masks,
                "--dtypes", args.dtypes, "--heads", str(args.heads), "--width", str(args.width),
                "--batch", str(args.batch), "--iters", str(args.iters), "--bwd-max-seq",
                str(args.bwd_max_seq), "--impl", impl, "--csv", out]
-        print("$", ("BURST_CUDA_WGMMA=0 " if path == "sm80" else "") + " ".join(cmd), flush=True)
+        pre = {"sm80": "BURST_CUDA_WGMMA=0 ", "simt32": "BURST_CUDA_FP32=simt "}.get(path, "")
+        print("$", pre + " ".join(cmd), flush=True)
         rc = subprocess.run(cmd, env=env).returncode
         if rc not in (0, 1):  # 1: a size failed its check (marked in the table); keep the rows
             sys.exit(rc)
@@ -130,7 +225,7 @@ def main():
         w.writerows(rows)
 
     by = {(r["impl"],) + (r["dtype"], r["seq"], r["head_dim"], r["causal"]): r for r in rows}
-    impls = [i for i in ("burst", "burst_sm80") if any(r["impl"] == i for r in rows)]
+    impls = [i for i in ("burst", "burst_sm80", "burst_simt32") if any(r["impl"] == i for r in rows)]
 
     def g(r, k):
         return r[k] if r else float("nan")
@@ -166,7 +261,8 @@ def main():
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         for ax, key, title in ((axes[0], "fwd_tflops", "forward"), (axes[1], "fwdbwd_tflops", "forward+backward")):
-            for impl, style in (("burst", "o-"), ("burst_sm80", "D-"), ("torch_fa2", "s--"),
+            for impl, style in (("burst", "o-"), ("burst_sm80", "D-"), ("burst_simt32", "x-"),
+                                ("torch_fa2", "s--"),
                                 ("torch_cudnn", "^:"), ("torch_eff", "v:")):
                 for (dt, n, c) in sorted({(s[0], s[1], s[3]) for s in sizes}):
                     pts = sorted((r["head_dim"], r[key]) for r in rows if r["impl"] == impl
@@ -184,6 +280,8 @@ def main():
         print(f"wrote {args.csv} and {args.svg}")
     except ImportError:
         print(f"wrote {args.csv} (no matplotlib: no plot)")
+    if "fp32" in args.dtypes and not args.no_torch:
+        print_accuracy(args, accuracy_rows(args, dict(os.environ)))
     if failed:
         sys.exit(1)
 
