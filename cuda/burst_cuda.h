@@ -79,7 +79,7 @@ static inline int burst_cuda_dclass(int64_t d)
 enum burst_cuda_fwd_kind {
     BURST_CUDA_FWD_SIMT = 0,  /* any dtype, any d (multiple of 8, <= 256), fp32 arithmetic */
     BURST_CUDA_FWD_MMA = 1,   /* every class: mma.sync + cp.async; fp16/bf16 m16n8k16 through
-                                 ldmatrix; the fp32 forward as 3xTF32 m16n8k8 (burst_cuda_tf32.cuh) */
+                                 ldmatrix, fp32 as 3xTF32 m16n8k8 (burst_cuda_tf32.cuh) */
     BURST_CUDA_FWD_WGMMA = 2, /* the same cases on compute capability 9.0: wgmma (sm_90a); for
                                  the backward where BURST_CUDA_WGMMA is not "fwd" (its dQ on
                                  mma.sync above BURST_CUDA_WG_BWD_MAX) */
@@ -148,13 +148,12 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
  * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
 int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
- * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles; fp32: the 3xTF32 forward). */
+ * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
 /* Do fp32 inputs run on the tensor cores (3xTF32)? Yes unless BURST_CUDA_FP32=simt. */
 int burst_cuda_tf32_env(void);
-/* The kernel variant of the forward of fp32 inputs of head dim d: mma.sync with 3xTF32 operands
- * where `tf32`, the device can run mma.sync (`mma`) and the class's shared memory fits, else SIMT
- * (the fp32 backward is always SIMT: burst_cuda_tf32.cuh says why). */
+/* The kernel variant of fp32 inputs of head dim d: mma.sync with 3xTF32 operands where `tf32`,
+ * the device can run mma.sync (`mma`) and the class's shared memory fits, else SIMT. */
 int burst_cuda_f32_kind(const struct burst_cuda_caps *caps, int mma, int tf32, int64_t d);
 /* The kernel variant (enum burst_cuda_fwd_kind) of the forward (bwd = 0) or the backward of head
  * dim d on this device, for fp16 / bf16: wgmma where `wg` (the Hopper kernels are usable; for
@@ -184,9 +183,13 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * panels; above D = 128 the D / cols blocks of a key tile each compute S^T and dP^T over the
  * whole d (the accumulators of all D columns would not fit the registers) */
 #define BURST_CUDA_WG_DKDV_COLS(D) ((D) <= 128 ? (D) : (D) == 192 ? 64 : 128)
-/* fp32 inputs on the sm_80 forward (3xTF32, burst_cuda_tf32.cuh): 64 query rows per block, key
- * rows per tile (so that the fp32 tiles fit shared memory and the split operands the registers). */
-#define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : 32)
+/* fp32 inputs on the sm_80 kernels (3xTF32, burst_cuda_tf32.cuh), so that the fp32 tiles fit
+ * shared memory and the split operands the registers: forward key rows per tile (64 query rows
+ * per block); backward rows of the streamed tiles and dK/dV column blocks (64 columns each above
+ * D = 64, 48 at D = 96). */
+#define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 192 ? 32 : 16)
+#define BURST_CUDA_TF32_BWD_ROWS(D) ((D) <= 128 ? 32 : 16)
+#define BURST_CUDA_TF32_DKDV_SPLIT(D) ((D) <= 64 ? 1 : (D) == 96 ? 2 : (D) / 64)
 #define BURST_CUDA_SIMT_BR 32
 #define BURST_CUDA_SIMT_BC(d) ((d) <= 128 ? 32 : 16)
 #define BURST_CUDA_SIMT_WARPS 4
@@ -202,7 +205,7 @@ struct burst_cuda_backend {
     int wgmma;     /* Hopper forward usable (and its shared-memory limits raised) */
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
-    int tf32;      /* burst_cuda_tf32_env(): the fp32 forward on the tensor cores (3xTF32) */
+    int tf32;      /* burst_cuda_tf32_env(): fp32 inputs on the tensor cores (3xTF32) */
     char name[256];
     unsigned char uuid[16];         /* cudaDeviceProp.uuid (share_device) */
     struct burst_cuda_share *share; /* imported memory of other backends: burst_cuda_share.c */

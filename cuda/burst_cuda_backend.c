@@ -425,7 +425,7 @@ static int burst_cuda_aligned16(const struct burst_cuda_view *v)
 
 /* Tensor cores with 16-byte aligned rows: for fp16/bf16 the variant of the head dim's class on
  * this device (burst_cuda_class_kind: the Hopper kernels where the device and the build allow),
- * for the fp32 forward the 3xTF32 mma.sync kernel (burst_cuda_f32_kind); else SIMT. */
+ * for fp32 the 3xTF32 mma.sync kernels (burst_cuda_f32_kind); else SIMT. */
 static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct burst_cuda_step *s,
                            int bwd)
 {
@@ -433,8 +433,8 @@ static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct bur
         !burst_cuda_aligned16(&s->q) || !burst_cuda_aligned16(&s->k) ||
         !burst_cuda_aligned16(&s->v) || (bwd && !burst_cuda_aligned16(&s->dout)))
         return BURST_CUDA_FWD_SIMT;
-    if (s->q.dtype == BURST_CUDA_F32) /* the backward: SIMT (burst_cuda_f32_kind) */
-        return bwd ? BURST_CUDA_FWD_SIMT : burst_cuda_f32_kind(&cb->caps, cb->mma, cb->tf32, s->d);
+    if (s->q.dtype == BURST_CUDA_F32)
+        return burst_cuda_f32_kind(&cb->caps, cb->mma, cb->tf32, s->d);
     return burst_cuda_class_kind(&cb->caps, cb->mma, bwd ? cb->wgmma_bwd : cb->wgmma, s->d, bwd);
 }
 

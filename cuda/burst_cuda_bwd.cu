@@ -6,8 +6,9 @@
  * deterministic whatever the plan asks (params->deterministic costs nothing here).
  *
  * Two variants of each kernel, chosen like the forward's:
- *   - tensor cores (fp16/bf16, sm_80+, one instance per head-dim class as in the forward, with
- *     the operand traits burst_tc<T, D> of burst_cuda_mma.cuh): 4
+ *   - tensor cores (fp16/bf16, and fp32 as 3xTF32, sm_80+, one instance per head-dim class as in
+ *     the forward, with the operand traits burst_tc<T, D> of burst_cuda_mma.cuh and
+ *     burst_cuda_tf32.cuh; fp32 sums dQ, dK, dV tile by tile in fresh accumulators): 4
  *     warps x 16 rows, 64-row tiles of the streamed operand in shared memory (32 rows at
  *     D = 256; cp.async, double buffered; above D = 128 two dK/dV blocks per key tile, each
  *     accumulating half the columns), S, dP, dV, dK, dQ as
@@ -15,7 +16,7 @@
  *     dtype as the A operand of the dV / dK / dQ products (tests/harness.h bounds this);
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
  */
-#include "burst_cuda_mma.cuh"
+#include "burst_cuda_tf32.cuh"
 
 /* ---- tensor cores: dQ ---------------------------------------------------------------------------- */
 
@@ -92,12 +93,12 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
         __syncthreads();
         const E *kt = sk + stage * KR * W, *vt = sv + stage * KR * W;
         if (ue > j0 && ub < j0 + KR) {
-            float sc[KR / 8][4], dp[KR / 8][4];
+            float sc[KR / 8][4], dp[KR / 8][4], ss[KR / 8][4], sd[KR / 8][4]; /* small terms */
 #pragma unroll
             for (int n = 0; n < KR / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    sc[n][e] = dp[n][e] = 0.0f;
+                    sc[n][e] = dp[n][e] = ss[n][e] = sd[n][e] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 typename TC::A qa, oa;
@@ -108,12 +109,14 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                     typename TC::B bk, bv;
                     TC::ldb(bk, kt, n2 * 16, kk * 16, lane);
                     TC::ldb(bv, vt, n2 * 16, kk * 16, lane);
-                    TC::mma(sc[2 * n2], qa, bk, 0);
-                    TC::mma(sc[2 * n2 + 1], qa, bk, 1);
-                    TC::mma(dp[2 * n2], oa, bv, 0);
-                    TC::mma(dp[2 * n2 + 1], oa, bv, 1);
+                    TC::mma2(sc[2 * n2], ss[2 * n2], qa, bk, 0);
+                    TC::mma2(sc[2 * n2 + 1], ss[2 * n2 + 1], qa, bk, 1);
+                    TC::mma2(dp[2 * n2], sd[2 * n2], oa, bv, 0);
+                    TC::mma2(dp[2 * n2 + 1], sd[2 * n2 + 1], oa, bv, 1);
                 }
             }
+            burst_tc_add_small<TC, KR / 8>(sc, ss);
+            burst_tc_add_small<TC, KR / 8>(dp, sd);
             /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs */
 #pragma unroll
             for (int n = 0; n < KR / 8; n++)
@@ -124,17 +127,25 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                     float p = (j >= kb[u] && j < ke[u]) ? burst_ex2(sc[n][e] * sl2 - l2[u]) : 0.0f;
                     sc[n][e] = p * (dp[n][e] - dl[u]);
                 }
-                /* dQ += dS K: dS from the C tiles as A, K across its rows */
+            /* dQ += dS K: dS from the C tiles as A, K across its rows */
+            if (TC::FRESH) {
+                typename TC::A af[KR / 16];
 #pragma unroll
-            for (int kk = 0; kk < KR / 16; kk++) {
-                typename TC::A af;
-                TC::cta(af, sc[2 * kk], sc[2 * kk + 1]);
+                for (int kk = 0; kk < KR / 16; kk++)
+                    TC::cta(af[kk], sc[2 * kk], sc[2 * kk + 1]);
+                burst_tc_acc_fresh<TC, KR / 16, D / 16>(dq, af, kt, 0, lane);
+            } else {
 #pragma unroll
-                for (int n2 = 0; n2 < D / 16; n2++) {
-                    typename TC::B bf;
-                    TC::ldbt(bf, kt, kk * 16, n2 * 16, lane);
-                    TC::mma(dq[2 * n2], af, bf, 0);
-                    TC::mma(dq[2 * n2 + 1], af, bf, 1);
+                for (int kk = 0; kk < KR / 16; kk++) {
+                    typename TC::A af;
+                    TC::cta(af, sc[2 * kk], sc[2 * kk + 1]);
+#pragma unroll
+                    for (int n2 = 0; n2 < D / 16; n2++) {
+                        typename TC::B bf;
+                        TC::ldbt(bf, kt, kk * 16, n2 * 16, lane);
+                        TC::mma(dq[2 * n2], af, bf, 0);
+                        TC::mma(dq[2 * n2 + 1], af, bf, 1);
+                    }
                 }
             }
         }
@@ -251,12 +262,12 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         __syncthreads();
         const E *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         const struct burst_qrows *rw = &rows[st];
-        float sc[QR / 8][4], dp[QR / 8][4];
+        float sc[QR / 8][4], dp[QR / 8][4], ss[QR / 8][4], sd[QR / 8][4]; /* small terms */
 #pragma unroll
         for (int n = 0; n < QR / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                sc[n][e] = dp[n][e] = 0.0f;
+                sc[n][e] = dp[n][e] = ss[n][e] = sd[n][e] = 0.0f;
                 /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x 64 queries */
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
@@ -268,12 +279,14 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                 typename TC::B bq, bo;
                 TC::ldb(bq, qt, n2 * 16, kk * 16, lane);
                 TC::ldb(bo, ot, n2 * 16, kk * 16, lane);
-                TC::mma(sc[2 * n2], ka, bq, 0);
-                TC::mma(sc[2 * n2 + 1], ka, bq, 1);
-                TC::mma(dp[2 * n2], va, bo, 0);
-                TC::mma(dp[2 * n2 + 1], va, bo, 1);
+                TC::mma2(sc[2 * n2], ss[2 * n2], ka, bq, 0);
+                TC::mma2(sc[2 * n2 + 1], ss[2 * n2 + 1], ka, bq, 1);
+                TC::mma2(dp[2 * n2], sd[2 * n2], va, bo, 0);
+                TC::mma2(dp[2 * n2 + 1], sd[2 * n2 + 1], va, bo, 1);
             }
         }
+        burst_tc_add_small<TC, QR / 8>(sc, ss);
+        burst_tc_add_small<TC, QR / 8>(dp, sd);
         /* P^T and dS^T; column = query row of the tile */
 #pragma unroll
         for (int n = 0; n < QR / 8; n++)
@@ -285,21 +298,33 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                 sc[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - rw->dl[qi]);
             }
-            /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B across the tiles' rows */
+        /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B across the tiles' rows */
+        if (TC::FRESH) {
+            typename TC::A af[QR / 16];
 #pragma unroll
-        for (int kk = 0; kk < QR / 16; kk++) {
-            typename TC::A pa, da;
-            TC::cta(pa, sc[2 * kk], sc[2 * kk + 1]);
-            TC::cta(da, dp[2 * kk], dp[2 * kk + 1]);
+            for (int kk = 0; kk < QR / 16; kk++)
+                TC::cta(af[kk], sc[2 * kk], sc[2 * kk + 1]);
+            burst_tc_acc_fresh<TC, QR / 16, DH / 16>(dv, af, ot, c0, lane);
 #pragma unroll
-            for (int n2 = 0; n2 < DH / 16; n2++) {
-                typename TC::B bo, bq;
-                TC::ldbt(bo, ot, kk * 16, c0 + n2 * 16, lane);
-                TC::ldbt(bq, qt, kk * 16, c0 + n2 * 16, lane);
-                TC::mma(dv[2 * n2], pa, bo, 0);
-                TC::mma(dv[2 * n2 + 1], pa, bo, 1);
-                TC::mma(dk[2 * n2], da, bq, 0);
-                TC::mma(dk[2 * n2 + 1], da, bq, 1);
+            for (int kk = 0; kk < QR / 16; kk++)
+                TC::cta(af[kk], dp[2 * kk], dp[2 * kk + 1]);
+            burst_tc_acc_fresh<TC, QR / 16, DH / 16>(dk, af, qt, c0, lane);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < QR / 16; kk++) {
+                typename TC::A pa, da;
+                TC::cta(pa, sc[2 * kk], sc[2 * kk + 1]);
+                TC::cta(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int n2 = 0; n2 < DH / 16; n2++) {
+                    typename TC::B bo, bq;
+                    TC::ldbt(bo, ot, kk * 16, c0 + n2 * 16, lane);
+                    TC::ldbt(bq, qt, kk * 16, c0 + n2 * 16, lane);
+                    TC::mma(dv[2 * n2], pa, bo, 0);
+                    TC::mma(dv[2 * n2 + 1], pa, bo, 1);
+                    TC::mma(dk[2 * n2], da, bq, 0);
+                    TC::mma(dk[2 * n2 + 1], da, bq, 1);
+                }
             }
         }
         __syncthreads();
@@ -438,9 +463,10 @@ extern "C" int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, 
     if (kind == BURST_CUDA_FWD_WGMMA)
         return burst_cuda_launch_bwd_sm90(s);
 #endif
-    if (kind == BURST_CUDA_FWD_MMA)
-        return s->q.dtype == BURST_CUDA_F16 ? burst_bwd_mma<__half>(s)
-                                            : burst_bwd_mma<__nv_bfloat16>(s);
+    if (kind == BURST_CUDA_FWD_MMA) /* fp32: 3xTF32 */
+        return s->q.dtype == BURST_CUDA_F16    ? burst_bwd_mma<__half>(s)
+               : s->q.dtype == BURST_CUDA_BF16 ? burst_bwd_mma<__nv_bfloat16>(s)
+                                               : burst_bwd_mma<float>(s);
     switch (s->q.dtype) {
     case BURST_CUDA_F16: return burst_bwd_dims<__half>(s);
     case BURST_CUDA_BF16: return burst_bwd_dims<__nv_bfloat16>(s);
@@ -475,10 +501,13 @@ template <typename T, int D> static size_t burst_mma_bwd_smem1()
     return a > b ? a : b;
 }
 
-extern "C" size_t burst_cuda_mma_bwd_smem(int d)
+extern "C" size_t burst_cuda_mma_bwd_smem(int d, int dtype)
 {
-    return burst_by_class(d,
-                          [](auto c) { return burst_mma_bwd_smem1<__half, decltype(c)::value>(); });
+    return burst_by_class(d, [&](auto c) {
+        constexpr int D = decltype(c)::value;
+        return dtype == BURST_CUDA_F32 ? burst_mma_bwd_smem1<float, D>()
+                                       : burst_mma_bwd_smem1<__half, D>();
+    });
 }
 
 extern "C" int burst_cuda_bwd_init(void)
@@ -492,5 +521,7 @@ extern "C" int burst_cuda_bwd_init(void)
         e = burst_bwd_mma_attr_all<__half>();
     if (e == cudaSuccess)
         e = burst_bwd_mma_attr_all<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = burst_bwd_mma_attr_all<float>();
     return e;
 }

@@ -24,43 +24,19 @@
 
 /* ---- the tensor-core kernel ------------------------------------------------------------------- */
 
-/* O += P V for one key tile: P from the S accumulators (C layout = A layout), V across its rows.
- * With TC::FRESH (fp32) each pair of n8 column tiles sums the tile's keys into fresh zeroed
- * accumulators and adds them to O in ordinary fp32: the matrix unit truncates, not rounds, as it
- * accumulates, and that bias would grow with every key tile of a long row. */
+/* O += P V for one key tile: P from the S accumulators (C layout = A layout), V across its rows;
+ * with TC::FRESH (fp32) the tile's sum goes through fresh accumulators (burst_tc_acc_fresh). */
 template <typename TC, int D, int MR, int BC>
 __device__ __forceinline__ void burst_fwd_pv(float (&o)[MR][D / 8][4],
                                              const float (&sc)[MR][BC / 8][4],
                                              const typename TC::E *vt, int lane)
 {
-    if (TC::FRESH) {
-        typename TC::A pf[MR][BC / 16];
+    if (TC::FRESH) { /* fp32: MR = 1 */
+        typename TC::A pf[BC / 16];
 #pragma unroll
-        for (int mr = 0; mr < MR; mr++)
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++)
-                TC::cta(pf[mr][kk], sc[mr][2 * kk], sc[mr][2 * kk + 1]);
-#pragma unroll
-        for (int n2 = 0; n2 < D / 16; n2++) {
-            float t[MR][2][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                typename TC::B bf;
-                TC::ldbt(bf, vt, kk * 16, n2 * 16, lane);
-#pragma unroll
-                for (int mr = 0; mr < MR; mr++) {
-                    TC::mma(t[mr][0], pf[mr][kk], bf, 0);
-                    TC::mma(t[mr][1], pf[mr][kk], bf, 1);
-                }
-            }
-#pragma unroll
-            for (int mr = 0; mr < MR; mr++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    o[mr][2 * n2][e] += t[mr][0][e];
-                    o[mr][2 * n2 + 1][e] += t[mr][1][e];
-                }
-        }
+        for (int kk = 0; kk < BC / 16; kk++)
+            TC::cta(pf[kk], sc[0][2 * kk], sc[0][2 * kk + 1]);
+        burst_tc_acc_fresh<TC, BC / 16, D / 16>(o[0], pf, vt, 0, lane);
     } else {
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
@@ -203,14 +179,9 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
                     }
                 }
             }
-            if (TC::SPLIT_S)
 #pragma unroll
-                for (int mr = 0; mr < MR; mr++)
-#pragma unroll
-                    for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            sc[mr][n][e] += ss[mr][n][e];
+            for (int mr = 0; mr < MR; mr++)
+                burst_tc_add_small<TC, BC / 8>(sc[mr], ss[mr]);
             const int full = j0 >= wb && j0 + BC <= we;
             float mx[2 * MR];
 #pragma unroll
@@ -366,16 +337,16 @@ template <typename T> static cudaError_t burst_fwd_attr_mma()
 }
 
 extern "C" int burst_cuda_bwd_init(void);
-extern "C" size_t burst_cuda_mma_bwd_smem(int d);
+extern "C" size_t burst_cuda_mma_bwd_smem(int d, int dtype);
 
 extern "C" size_t burst_cuda_mma_smem(int d, int dtype)
 {
-    if (dtype == BURST_CUDA_F32) /* the forward alone */
-        return burst_by_class(
-            d, [](auto c) { return burst_mma_fwd_smem<float, decltype(c)::value>(); });
-    const size_t f =
-        burst_by_class(d, [](auto c) { return burst_mma_fwd_smem<__half, decltype(c)::value>(); });
-    const size_t b = burst_cuda_mma_bwd_smem(d);
+    const size_t f = burst_by_class(d, [&](auto c) {
+        constexpr int D = decltype(c)::value;
+        return dtype == BURST_CUDA_F32 ? burst_mma_fwd_smem<float, D>()
+                                       : burst_mma_fwd_smem<__half, D>();
+    });
+    const size_t b = burst_cuda_mma_bwd_smem(d, dtype);
     return f > b ? f : b;
 }
 

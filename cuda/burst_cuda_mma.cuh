@@ -171,6 +171,46 @@ template <typename T, int D> struct burst_tc {
     }
 };
 
+/* acc[2 n2 + h] (h = 0, 1; n2 < NN) += sum over kk < NK of a[kk] times the B operand of rows
+ * [16 kk, 16 kk + 16) x columns [c0 + 16 n2, + 16) of tile t (C += A B, ldbt), each pair of n8
+ * column tiles summed over every kk in fresh zeroed accumulators and added to acc in ordinary
+ * fp32: the form of TC::FRESH (burst_cuda_tf32.cuh), where a long chain of accumulation in the
+ * matrix unit, which truncates, would drift. */
+template <typename TC, int NK, int NN>
+__device__ __forceinline__ void burst_tc_acc_fresh(float (&acc)[2 * NN][4],
+                                                   const typename TC::A (&a)[NK],
+                                                   const typename TC::E *t, int c0, int lane)
+{
+#pragma unroll
+    for (int n2 = 0; n2 < NN; n2++) {
+        float f[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++) {
+            typename TC::B b;
+            TC::ldbt(b, t, kk * 16, c0 + n2 * 16, lane);
+            TC::mma(f[0], a[kk], b, 0);
+            TC::mma(f[1], a[kk], b, 1);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            acc[2 * n2][e] += f[0][e];
+            acc[2 * n2 + 1][e] += f[1][e];
+        }
+    }
+}
+
+/* c += cs where TC::SPLIT_S kept the small terms of a product apart (TC::mma2); N C tiles. */
+template <typename TC, int N>
+__device__ __forceinline__ void burst_tc_add_small(float (&c)[N][4], const float (&cs)[N][4])
+{
+    if (TC::SPLIT_S)
+#pragma unroll
+        for (int n = 0; n < N; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                c[n][e] += cs[n][e];
+}
+
 /* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a tile of traits TC and
  * class D. Rows at or past `valid` and the class's columns past the view's head dim (v.shape[3])
  * are zero-filled: nothing outside the caller's rows is read. */

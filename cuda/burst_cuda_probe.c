@@ -16,12 +16,10 @@
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x 64 key rows, K/V double
  *     buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D) blocks splitting the
  *     columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, dQ per 64 query rows x as many keys;
- *   - the fp32 forward runs the mma.sync kernel with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
- *     64 x BURST_CUDA_TF32_FWD_BC(D)) where the class's fp32 tiles fit the opt-in shared memory;
- *     the fp32 backward runs SIMT;
+ *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
+ *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
  *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
- *     (which the backend refuses), BURST_CUDA_KERNEL=simt, the fp32 backward, or the fp32
- *     forward with BURST_CUDA_FP32=simt.
+ *     (which the backend refuses), BURST_CUDA_KERNEL=simt, or fp32 with BURST_CUDA_FP32=simt.
  * Deterministic plans never use float atomics (bitwise-identical reruns).
  */
 #include <stdio.h>
@@ -129,6 +127,8 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
     const char *f32n = f32 ? "mma 3xtf32" : "simt";
     const int f32br = f32 ? 64 : BURST_CUDA_SIMT_BR;
     const int f32bc = f32 ? BURST_CUDA_TF32_FWD_BC(dc) : BURST_CUDA_SIMT_BC(dc);
+    const int f32r = f32 ? BURST_CUDA_TF32_BWD_ROWS(dc) : BURST_CUDA_SIMT_BC(dc);
+    const int f32s = f32 ? BURST_CUDA_TF32_DKDV_SPLIT(dc) : 1;
     const int fk = burst_cuda_class_kind(caps, mma, wg, dc, 0);
     const int bk = burst_cuda_class_kind(caps, mma, wg_bwd, dc, 1);
     const int lo = dc == 32 ? 8 : dc == 192 ? 136 : dc == 256 ? 200 : dc - 24;
@@ -156,21 +156,22 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
                         "\"bc\": %d, \"stages\": %d}, \"bwd\": {\"kernel\": \"%s\", "
                         "\"kv_rows\": %d, \"q_rows\": %d, \"column_blocks\": %d, \"dq_kernel\": "
                         "\"%s\", \"dq_rows\": %d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}, "
-                        "\"fp32\": {\"fwd\": {\"kernel\": \"%s\", \"br\": %d, \"bc\": %d}, "
-                        "\"bwd\": {\"kernel\": \"simt\"}}}",
+                        "\"fp32\": {\"kernel\": \"%s\", \"fwd_br\": %d, \"fwd_bc\": %d, "
+                        "\"bwd_rows\": %d, \"column_blocks\": %d}}",
                         first ? "" : ", ", lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst,
                         burst_cuda_kind_name(bk), kv, qr, split, dqn, dqr, dqk,
-                        atom ? "true" : "false", f32n, f32br, f32bc);
+                        atom ? "true" : "false", f32n, f32br, f32bc, f32r, f32s);
         return;
     }
     burst_sb_printf(out,
                     "    class %3d (d %3d..%3d): forward %-5s %3dx%-3d %d stage%s; backward dK/dV "
                     "%-5s %dx%d in %d column block%s, dQ %s %dx%d%s\n"
-                    "              fp32: forward %s %dx%d, backward simt\n",
+                    "              fp32: %s, forward %dx%d, backward %d-row tiles in %d column "
+                    "block%s\n",
                     dc, lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst, fst > 1 ? "s" : "",
                     burst_cuda_kind_name(bk), kv, qr, split, split > 1 ? "s" : "", dqn, dqr, dqk,
                     atom ? " (inside dK/dV by float atomics unless deterministic)" : "", f32n,
-                    f32br, f32bc);
+                    f32br, f32bc, f32r, f32s, f32s > 1 ? "s" : "");
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
@@ -233,9 +234,9 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                             "  device %d: %s, compute capability %d.%d%s, %d SMs, shared memory "
                             "%zu B/block (%zu opt-in), %zu B/SM, %d registers/SM, L2 %d B, "
                             "memory %.1f GiB\n"
-                            "    by head-dim class (query x key rows; the fp32 forward as 3xTF32 "
-                            "on mma.sync unless BURST_CUDA_FP32=simt); deterministic plans use "
-                            "no float atomics\n",
+                            "    by head-dim class (query x key rows; fp32 as 3xTF32 on mma.sync "
+                            "unless BURST_CUDA_FP32=simt); deterministic plans use no float "
+                            "atomics\n",
                             i, p.name, p.major, p.minor, usable ? "" : " (unusable: needs 8.0+)",
                             p.multiProcessorCount, p.sharedMemPerBlock, p.sharedMemPerBlockOptin,
                             p.sharedMemPerMultiprocessor, p.regsPerMultiprocessor, p.l2CacheSize,

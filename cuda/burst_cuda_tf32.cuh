@@ -1,10 +1,7 @@
 /*
  * cuda/burst_cuda_tf32.cuh - fp32 operands on the tensor cores with fp32-class accuracy: the
- * operand traits burst_tc<float, D> of the tensor-core forward (the 16-bit ones and the two forms
- * of product are described beside burst_tc in burst_cuda_mma.cuh). The fp32 backward stays on
- * the SIMT kernels: its dK, dV and dQ sum over every tile of the other side, and the matrix
- * unit's truncating accumulation (FRESH below) would need fresh accumulators per tile there too,
- * which the backward kernels' registers do not hold.
+ * operand traits burst_tc<float, D> of the tensor-core kernels (the 16-bit ones and the two forms
+ * of product are described beside burst_tc in burst_cuda_mma.cuh).
  *
  * 3xTF32: each fp32 operand x is split into x = hi + lo, hi = tf32(x) and lo = tf32(x - hi)
  * (tf32: 10 explicit mantissa bits, rounded to nearest), and a product a b is computed as
@@ -55,13 +52,15 @@ __device__ __forceinline__ void burst_mma_tf32(float *c, const unsigned *a, cons
 template <int D> struct burst_tc<float, D> {
     using E = float;
     static constexpr int W = D + 4, CH = 4;
-    static constexpr int FWD_MR = 1, FWD_BC = BURST_CUDA_TF32_FWD_BC(D); /* the forward only */
+    static constexpr int FWD_MR = 1, FWD_BC = BURST_CUDA_TF32_FWD_BC(D);
+    static constexpr int BWD_ROWS = BURST_CUDA_TF32_BWD_ROWS(D);
+    static constexpr int DKDV_SPLIT = BURST_CUDA_TF32_DKDV_SPLIT(D);
     /* The matrix unit truncates as it accumulates, so a long chain of accumulation drifts
-     * towards zero by about 2^-23 of the sum per step. FRESH: the forward sums each key tile's
-     * P V into fresh accumulators, added to O in ordinary (rounded) fp32; SPLIT_S: S = Q K^T
-     * keeps the small terms in their own accumulator (mma2), so that only the hi x hi chain
-     * runs at the magnitude of S (where the registers allow: up to D = 128). */
-    static constexpr bool FRESH = true, SPLIT_S = D <= 128;
+     * towards zero by up to 2^-23 of the sum per step. FRESH: O, dQ, dK and dV are summed tile
+     * by tile in fresh accumulators (burst_tc_acc_fresh) and added in ordinary (rounded) fp32;
+     * SPLIT_S: the products over the head dim (S, dP) keep the small terms in their own
+     * accumulator (mma2), so that only the hi x hi chain runs at the magnitude of the result. */
+    static constexpr bool FRESH = true, SPLIT_S = true;
     /* one k16 step = two k8 steps s, each split into hi and lo */
     struct A {
         unsigned h[2][4], l[2][4];

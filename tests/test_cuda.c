@@ -499,15 +499,12 @@ static struct burst_tensor final_view(void *data, burst_dtype_t dt, int64_t n, i
     return t;
 }
 
-/* Does the backend decline fwd_final (bwd = 0) / bwd_final (bwd = 1) for case c: the SIMT
- * kernels run (forced by BURST_CUDA_KERNEL=simt; for fp32 the backward, and the forward with
- * BURST_CUDA_FP32=simt)? */
-static int final_declined(const struct op_case *c, int bwd)
+/* Does the backend decline fwd_final / bwd_final for case c (the SIMT kernels: forced by
+ * BURST_CUDA_KERNEL=simt, or for fp32 by BURST_CUDA_FP32=simt; no tensor-core kernel)? */
+static int final_declined(const struct op_case *c)
 {
     const char *e = getenv("BURST_CUDA_KERNEL"), *f = getenv("BURST_CUDA_FP32");
-    if (e && strcmp(e, "simt") == 0)
-        return 1;
-    return c->dt == F32 && (bwd || (f && strcmp(f, "simt") == 0));
+    return (e && strcmp(e, "simt") == 0) || (c->dt == F32 && f && strcmp(f, "simt") == 0);
 }
 
 /* bwd_final of op case c into poisoned strided dK, dV: bitwise what bwd_step into
@@ -565,7 +562,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
                                     .dk = acc + nqe,
                                     .dv = acc + nqe + nke,
                                     .deterministic = determ};
-        if (final_declined(c, 1)) {
+        if (final_declined(c)) {
             ba.dq = dq2;
             ba.dk = ba.dv = NULL;
             burst_status_t r = cu->bwd_final(ctx->be, &ba, &g[0], &g[1]);
@@ -681,7 +678,7 @@ static void test_final(void **state)
         assert_int_equal(burst_context_memcpy(ctx, got, od, obytes), BURST_OK);
         op_download(ctx, lgot, ld, nl);
         int ok;
-        if (final_declined(c, 0)) { /* no tensor-core forward: declined, untouched */
+        if (final_declined(c)) { /* no tensor-core forward: declined, untouched */
             ok = r == BURST_ERR_UNSUPPORTED && memcmp(got, poison, obytes) == 0 &&
                  memcmp(lgot, lpoison, nl * 4) == 0;
         } else {
@@ -708,7 +705,7 @@ static void test_final(void **state)
         printf("[%s] fwd_final %s (status %d)\n", ok ? "ok" : "FAIL", c->name, (int)r);
         failed += !ok;
         /* lse: the forward's (or, declined, the poison: never read then); D: random */
-        failed += !check_bwd_final(ctx, c, &q, &k, &v, final_declined(c, 0) ? lpoison : lgot, &st);
+        failed += !check_bwd_final(ctx, c, &q, &k, &v, final_declined(c) ? lpoison : lgot, &st);
         burst_context_free(ctx, od);
         burst_context_free(ctx, wd);
         burst_context_free(ctx, ld);
