@@ -1,6 +1,6 @@
 /*
  * runtime/cpu/cpu_bwd_kern.h - the backward work items (TEMPLATE, included by cpu_bwd.c once
- * per variant after defining BURST_CPU_AVX2).
+ * per variant through cpu_variants.h).
  *
  * The unit of work is a pair (Q tile of BR rows of head h, K tile J of BC rows of kv head g):
  *   St  = K Qt                   (Qt pre-scaled by tau log2 e; log2 units, key-major)
