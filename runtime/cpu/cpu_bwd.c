@@ -24,12 +24,14 @@ struct burst_cpu_bwd_scratch {
     float *s, *ds;                 /* [BC][BR] scores -> P; dP -> dS */
     float *lse2, *dlt, *kbf, *kef; /* [BR] */
     int64_t *kb, *ke;              /* [BR] */
+    uint32_t *qp, *dop;            /* [d/2][BR] bf16 pairs of Q, dO (avx512bf16 only) */
+    uint16_t *kh, *vh;             /* [BC][d]   bf16 K, V tiles (avx512bf16 only) */
 };
 
 static size_t burst_cpu_bwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_BWD_BC;
-    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR);
+    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR + d * BR + BC * d);
 }
 
 static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d, int64_t BR)
@@ -51,6 +53,10 @@ static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t 
     s.kef = p, p += BR;
     s.kb = (int64_t *)(void *)p; /* offset is a multiple of 8 floats: aligned */
     s.ke = s.kb + BR;
+    s.qp = (uint32_t *)(void *)(s.ke + BR);
+    s.dop = s.qp + d / 2 * BR;
+    s.kh = (uint16_t *)(void *)(s.dop + d / 2 * BR);
+    s.vh = s.kh + BC * d;
     return s;
 }
 
