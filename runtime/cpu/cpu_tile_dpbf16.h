@@ -1,17 +1,19 @@
 /*
- * runtime/cpu/cpu_tile_dpbf16.h - score products on AVX512_BF16 dot products (TEMPLATE part of
- * the avx512bf16 variant; included by cpu_tile.h only when BURST_CPU_DPBF16 is defined).
+ * runtime/cpu/cpu_tile_dpbf16.h - products of bf16 inputs on AVX512_BF16 dot products (TEMPLATE
+ * part of the avx512bf16 variant; included by cpu_tile.h only when BURST_CPU_DPBF16 is defined).
  *
- * For bf16 Q and K the scores St = K Q^T are taken from the inputs' own bits: VDPBF16PS
- * multiplies pairs of bf16 values exactly (8-bit significands: the product fits fp32) and adds
- * both products into fp32 accumulators, so a score is the same d-term fp32 dot product as the
- * fp32 kernels' (there: one rounding per FMA; here: per pair), without converting K to fp32.
+ * Used for the scores St = K Q^T (forward and backward) and dPt = V dO^T (backward) when those
+ * inputs are bf16: the products are taken from the inputs' own bits. VDPBF16PS multiplies pairs
+ * of bf16 values exactly (8-bit significands: the product fits fp32) and adds both products into
+ * fp32 accumulators, so each result is the same d-term fp32 dot product as the fp32 kernels'
+ * (there: one rounding per FMA; here: per pair), without converting the tiles to fp32. The
+ * instruction treats subnormal bf16 inputs (below 2^-126) as zero: their products are below
+ * the harness's absolute floor of 1e-5 of the largest result by far.
  * The operands are laid out in pairs along d:
- *   K tile   kh[j][c]            bf16, row-major, rows padded to MR with zeros;
- *   Q tile   qp[c/2][i] (uint32)  the pair (Q[i][c], Q[i][c+1]), zero for rows past the tile.
- * The scale tau log2(e) is applied to the fp32 scores after the product (Q stays unrounded).
+ *   K-side tile   kh[j][c]             bf16, row-major, rows padded to MR with zeros;
+ *   Q-side tile   qp[c/2][i] (uint32)  the pair (Q[i][c], Q[i][c+1]), zero for rows past it.
+ * A scale (tau log2(e) for scores) is applied to the fp32 results (the inputs stay unrounded).
  */
-
 #undef mk_dp
 #undef gemm_dp
 #undef pack_q_pairs
