@@ -376,7 +376,7 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
         params && params->num_threads > 0 ? params->num_threads : burst_cpu_default_threads();
     enum burst_cpu_isa isa = BURST_CPU_ISA_BASE;
     if (burst_cpu_pick_isa(&isa) != BURST_OK) {
-        burst_sb_printf(out, json ? "{\"backend\": \"cpu\", \"available\": false, \"error\": "
+        burst_sb_printf(out, json ? "{\"backend\": \"cpu\", \"available\": false, \"reason\": "
                                   : "  unavailable: ");
         if (json)
             burst_sb_json_str(out, burst_last_error());
@@ -399,7 +399,7 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
         burst_sb_printf(out, ", \"isa_head_dim_not_16\": ");
         burst_sb_json_str(out, other);
         burst_sb_printf(out,
-                        ", \"bf16_scores_dpbf16\": %s, \"vector_fp32_lanes\": %d, \"dtypes\": "
+                        ", \"bf16_dot_products\": %s, \"vector_fp32_lanes\": %d, \"dtypes\": "
                         "[\"fp32\", \"fp16\", \"bf16\"], "
                         "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, \"bwd_br\": [%d, %d], "
                         "\"bwd_bc\": %d, \"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
@@ -414,8 +414,8 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
                         "    tiles: forward %dx%d (d <= 128) / %dx%d (d > 128) query x key rows, "
                         "backward %dx%d / %dx%d, micro-kernel %d rows\n",
                         cores, threads, isa_name, width,
-                        isa == BURST_CPU_ISA_AVX512BF16 ? "; bf16 scores on AVX512_BF16 dot "
-                                                          "products"
+                        isa == BURST_CPU_ISA_AVX512BF16 ? "; bf16 scores and dP on "
+                                                          "AVX512_BF16 dot products"
                                                         : "",
                         other != isa_name ? "; head dims not a multiple of 16 run " : "",
                         other != isa_name ? other : "", BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BC,
