@@ -2,8 +2,8 @@
  * runtime/cpu/cpu_simd.h - the vector abstraction the cpu kernels are written in (TEMPLATE).
  *
  * Not an ordinary header: it is included once per instruction-set variant, with
- * BURST_CPU_VARIANT defined to one of the BURST_CPU_V_* values of cpu_internal.h (see
- * cpu_fwd.c). Each inclusion defines, for that variant:
+ * BURST_CPU_VARIANT defined to one of the BURST_CPU_V_* values of cpu_internal.h (through
+ * cpu_variants.h). Each inclusion defines, for that variant:
  *   vf          a vector of VL floats
  *   KATTR       attributes of every inline kernel helper of the variant (target ISA, inlining)
  *   KENTRY      attributes of the variant's entry points (work-item functions)
@@ -11,7 +11,8 @@
  *   vf_*        inline operations on vf
  * Variants (one file each):
  *   avx512, avx512bf16   VL 16: AVX-512 F/BW/DQ/VL intrinsics (cpu_simd_avx512.h); avx512bf16
- *                        adds the AVX512_BF16 dot products of cpu_tile_dpbf16.h for bf16 scores;
+ *                        adds the AVX512_BF16 dot products of cpu_tile_dpbf16.h for the bf16
+ *                        products of scores and dP;
  *   avx2                 VL 8: AVX2 + FMA + F16C intrinsics (cpu_simd_avx2.h);
  *                        the x86 variants are compiled with function-level target attributes
  *                        and chosen at run time (x86-64 with GCC or clang only);
