@@ -233,6 +233,11 @@ static void harness_ctx_init(void)
                 burst_last_error());
         exit(77);
     }
+    if (st == BURST_ERR_UNSUPPORTED) { /* e.g. BURST_CPU_ISA names kernels this cpu lacks */
+        fprintf(stderr, "harness: backend %s: not runnable here (%s): SKIP\n", cp.backend,
+                burst_last_error());
+        exit(77);
+    }
     if (st != BURST_OK) {
         fprintf(stderr, "harness: burst_context_create failed: %s\n", burst_last_error());
         harness_ctx = NULL;

@@ -117,6 +117,11 @@ static const struct harness_case unit_cases[] = {
     {CASE("bf16_gqa8_d128", 8, 64), .q_heads = 8, .kv_heads = 1, .head_dim = 128, .dtype = BF16,
      .causal = 1},
     {CASE("bf16_d8_g1", 1, 20), .head_dim = 8, .dtype = BF16, .causal = 1},
+    /* several cpu tiles at d > 128 (the bf16 dot products' narrower query tiles), and d = 80 */
+    {CASE("bf16_d256_tiles", 1, 112), .q_heads = 2, .kv_heads = 1, .head_dim = 256, .dtype = BF16,
+     .causal = 1},
+    {CASE("bf16_d80_window", 2, 100), .head_dim = 80, .dtype = BF16, .window_left = 30,
+     .window_right = 5},
     /* batch > 1, explicit and uneven shards, strides */
     {CASE("batch3_zigzag_causal", 3, 30), .batch = 3, .causal = 1, .layout = ZZ},
     {CASE("batch2_striped_window_ring", 4, 44), .batch = 2, .window_left = 7, .layout = STR,

@@ -215,6 +215,31 @@ static void ctx_negative_threads(void **state)
     assert_ptr_equal(ctx, SENTINEL);
 }
 
+/* BURST_CPU_ISA: an unknown variant is named; a variant this build lacks is unsupported. */
+static void ctx_env_bad_cpu_isa(void **state)
+{
+    (void)state;
+    struct burst_context_params cp = burst_context_params_default();
+    cp.backend = "cpu";
+    struct burst_context *ctx = SENTINEL;
+    const char *env = getenv("BURST_CPU_ISA");
+    char *old = env ? strdup(env) : NULL;
+    setenv("BURST_CPU_ISA", "sse9", 1);
+    EXPECT(burst_context_create(&cp, &ctx), INVALID, "BURST_CPU_ISA", "sse9");
+#if defined(__x86_64__)
+    setenv("BURST_CPU_ISA", "neon", 1);
+#else
+    setenv("BURST_CPU_ISA", "avx2", 1);
+#endif
+    EXPECT(burst_context_create(&cp, &ctx), BURST_ERR_UNSUPPORTED, "BURST_CPU_ISA", "cannot run");
+    if (old)
+        setenv("BURST_CPU_ISA", old, 1);
+    else
+        unsetenv("BURST_CPU_ISA");
+    free(old);
+    assert_ptr_equal(ctx, SENTINEL);
+}
+
 static void ctx_alloc_zero(void **state)
 {
     (void)state;
@@ -1097,6 +1122,7 @@ int main(void)
         cmocka_unit_test(ctx_newer_minor),
         cmocka_unit_test(ctx_unknown_backend),
         cmocka_unit_test(ctx_negative_threads),
+        cmocka_unit_test(ctx_env_bad_cpu_isa),
         cmocka_unit_test(ctx_alloc_zero),
         cmocka_unit_test(ctx_alloc_null),
         cmocka_unit_test(ctx_alloc_huge),

@@ -49,7 +49,7 @@ static void usage(FILE *f)
         "  --fwd-only          skip the backward\n"
         "  --num-threads T     compute threads (default: all cores / BURST_NUM_THREADS)\n"
         "  --peak-gflops X     fp32 peak of this machine (default: cores * 2 FMA units *\n"
-        "                      SIMD lanes * 2 * GHz, from /proc/cpuinfo)\n"
+        "                      lanes of the dispatched kernels * 2 * GHz, from /proc/cpuinfo)\n"
         "  --csv PATH          CSV output (default burstbench.csv; '-' for none)\n"
         "  --seed S            input seed (default 1)\n"
         "  --min-cpu P         on a shared machine: run a configuration again (up to --retries\n"
@@ -159,9 +159,27 @@ static void read_machine(struct machine *m)
     fclose(f);
 }
 
-static int simd_lanes(const struct machine *m)
+/* The fp32 lanes and name of the cpu kernels the backend dispatches (burst_probe's cpu entry:
+ * "isa", "vector_fp32_lanes"); 0 lanes when the probe does not say. */
+static int kernel_lanes(const struct burst_context_params *cp, char *isa, size_t isa_size)
 {
-    return m->avx512f ? 16 : (m->avx2 || m->fma) ? 8 : 4;
+    char *report = NULL;
+    int lanes = 0;
+    snprintf(isa, isa_size, "unknown");
+    if (burst_probe(cp, 1, &report) != BURST_OK || !report)
+        return 0;
+    const char *cpu = strstr(report, "\"backend\": \"cpu\"");
+    const char *l = cpu ? strstr(cpu, "\"vector_fp32_lanes\": ") : NULL;
+    const char *n = cpu ? strstr(cpu, "\"isa\": \"") : NULL;
+    if (l)
+        lanes = atoi(l + strlen("\"vector_fp32_lanes\": "));
+    if (n) {
+        n += strlen("\"isa\": \"");
+        size_t len = strcspn(n, "\"");
+        snprintf(isa, isa_size, "%.*s", (int)(len < isa_size ? len : isa_size - 1), n);
+    }
+    burst_free(report);
+    return lanes;
 }
 
 /* ---- main ---- */
@@ -279,7 +297,10 @@ int main(int argc, char **argv)
     struct machine m;
     read_machine(&m);
     int cores = threads < m.cpus ? threads : m.cpus;
-    int lanes = simd_lanes(&m);
+    char isa[32];
+    int lanes = kernel_lanes(&cp, isa, sizeof(isa));
+    if (lanes <= 0) /* no probe answer: what the cpu's flags allow */
+        lanes = m.avx512f ? 16 : (m.avx2 || m.fma) ? 8 : 4;
     int peak_given = peak_gflops > 0;
     if (!peak_given)
         peak_gflops = cores * 2.0 * lanes * 2.0 * m.mhz / 1000.0;
@@ -293,8 +314,11 @@ int main(int argc, char **argv)
     if (peak_given)
         printf("fp32 peak: %.1f GFLOP/s (--peak-gflops)\n", peak_gflops);
     else
-        printf("fp32 peak: %.1f GFLOP/s = %d cores x 2 FMA units x %d lanes x 2 x %.3f GHz\n",
-               peak_gflops, cores, lanes, m.mhz / 1000.0);
+        printf("fp32 peak: %.1f GFLOP/s = %d cores x 2 FMA units x %d lanes (kernels %s) x 2 x "
+               "%.3f GHz%s\n",
+               peak_gflops, cores, lanes, isa, m.mhz / 1000.0,
+               strncmp(isa, "avx512", 6) == 0 ? "; head dims not a multiple of 16: avx2, half"
+                                              : "");
     printf("backend %s, %d compute threads; B=%d Hq=%d Hkv=%d, layout %s, median of up to %d "
            "runs (max %.0f s per configuration)\n\n",
            burst_context_backend(ctx), threads, batch, heads, kv_heads, layout_names[layout], iters,
@@ -387,14 +411,18 @@ int main(int argc, char **argv)
         rel = rel_lse > rel ? rel_lse : rel;
         int ok = rel <= job_tolerance(p.dtype);
         all_ok &= ok;
+        /* the AVX-512 kernels run head dims that are multiples of 16; the others run avx2 */
+        double peak = !peak_given && strncmp(isa, "avx512", 6) == 0 && p.head_dim % 16 != 0
+                          ? peak_gflops / 2.0
+                          : peak_gflops;
         double gf = flops / r->fwd_s / 1e9;
         double fb_s = r->fwd_s + r->bwd_s;
         double gfb = run_bwd ? 3.5 * flops / fb_s / 1e9 : 0.0;
         printf("%5d %5s %6lld %4d %-6s %4d %10.1f %9.1f %5.1f%% ", p.ranks, dtype_names[p.dtype],
                (long long)p.seq_len, p.head_dim, mask_names[p.causal], r->iters_done,
-               r->fwd_s * 1e3, gf, 100.0 * gf / peak_gflops);
+               r->fwd_s * 1e3, gf, 100.0 * gf / peak);
         if (run_bwd)
-            printf("%11.1f %9.1f %5.1f%% ", fb_s * 1e3, gfb, 100.0 * gfb / peak_gflops);
+            printf("%11.1f %9.1f %5.1f%% ", fb_s * 1e3, gfb, 100.0 * gfb / peak);
         else
             printf("%11s %9s %6s ", "-", "-", "-");
         printf("%10.2e %6s %4.0f%%\n", rel, ok ? "ok" : "FAIL", 100.0 * r->cpu_share);
@@ -405,10 +433,10 @@ int main(int argc, char **argv)
                     "%.2f,%" PRIu64 ",%" PRIu64 ",%.3e,%s,%.1f,%.3f,%.3f,%.3f,\"%s\"\n",
                     p.ranks, dtype_names[p.dtype], (long long)p.seq_len, p.head_dim, p.causal,
                     batch, heads, kv_heads, layout_names[layout], threads, r->iters_done,
-                    r->fwd_s * 1e3, gf, 100.0 * gf / peak_gflops, run_bwd ? fb_s * 1e3 : 0.0, gfb,
-                    100.0 * gfb / peak_gflops, r->bytes_fwd, r->bytes_bwd, rel,
-                    ok ? "pass" : "fail", peak_gflops, r->fwd_min_s * 1e3,
-                    run_bwd ? (r->fwd_min_s + r->bwd_min_s) * 1e3 : 0.0, r->cpu_share, m.model);
+                    r->fwd_s * 1e3, gf, 100.0 * gf / peak, run_bwd ? fb_s * 1e3 : 0.0, gfb,
+                    100.0 * gfb / peak, r->bytes_fwd, r->bytes_bwd, rel, ok ? "pass" : "fail", peak,
+                    r->fwd_min_s * 1e3, run_bwd ? (r->fwd_min_s + r->bwd_min_s) * 1e3 : 0.0,
+                    r->cpu_share, m.model);
             fflush(csv);
         }
     }

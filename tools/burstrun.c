@@ -172,7 +172,7 @@ static void info(void)
         {"BURST_DEVICE_DIRECT", "0: stage device blocks through host memory even in-process"},
         {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
         {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
-        {"BURST_CPU_ISA", "\"base\": portable cpu kernels instead of AVX2+FMA+F16C"},
+        {"BURST_CPU_ISA", "cpu kernels: auto|base|avx2|avx512|avx512bf16|neon (auto)"},
         {"BURST_FABRIC", "libfabric provider chosen by \"auto\": shm|tcp|verbs|efa"},
         {"BURST_IFACE", "network interface or address for tcp/verbs"},
         {"BURST_BOOTSTRAP", "rendezvous|mpi (default: mpi under Open MPI's mpirun)"},

@@ -3,8 +3,9 @@
  *
  * Tunables (read once, at create):
  *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core)
- *   BURST_CPU_ISA       "base" forces the portable kernels; default picks AVX2+FMA+F16C when the
- *                       cpu has them
+ *   BURST_CPU_ISA       kernel variant: "base" (portable), "avx2", "avx512", "avx512bf16", "neon";
+ *                       default (unset or "auto"): the best this cpu runs. A name this build or
+ *                       cpu cannot run fails context creation naming it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -37,18 +38,64 @@ static int burst_cpu_default_threads(void)
     return n > 0 ? (n > 4096 ? 4096 : (int)n) : 1;
 }
 
-static enum burst_cpu_isa burst_cpu_pick_isa(void)
+static const char *const burst_cpu_isa_names[BURST_CPU_ISA_COUNT] = {
+    [BURST_CPU_ISA_BASE] = "base",     [BURST_CPU_ISA_AVX2] = "avx2",
+    [BURST_CPU_ISA_AVX512] = "avx512", [BURST_CPU_ISA_AVX512BF16] = "avx512bf16",
+    [BURST_CPU_ISA_NEON] = "neon",
+};
+
+/* Bit (1 << isa) for every variant this build has and this cpu (and OS) runs. */
+static unsigned burst_cpu_isa_mask(void)
 {
-    const char *env = getenv("BURST_CPU_ISA");
-    if (env && strcmp(env, "base") == 0)
-        return BURST_CPU_ISA_BASE;
-#if BURST_CPU_HAVE_AVX2_VARIANT
+    unsigned m = 1u << BURST_CPU_ISA_BASE;
+#if BURST_CPU_HAVE_X86_VARIANTS
     unsigned a, b, c, d;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C))
-        return BURST_CPU_ISA_AVX2;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C))
+        return m;
+    m |= 1u << BURST_CPU_ISA_AVX2;
+    /* __builtin_cpu_supports also checks that the OS saves the AVX-512 registers */
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+        return m;
+    m |= 1u << BURST_CPU_ISA_AVX512;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5))) /* AVX512_BF16 */
+        m |= 1u << BURST_CPU_ISA_AVX512BF16;
 #endif
-    return BURST_CPU_ISA_BASE;
+#if BURST_CPU_HAVE_NEON_VARIANT
+    m |= 1u << BURST_CPU_ISA_NEON;
+#endif
+    return m;
+}
+
+/* The kernel variant: BURST_CPU_ISA's, else the best this cpu runs (the highest bit). */
+static burst_status_t burst_cpu_pick_isa(enum burst_cpu_isa *isa_p)
+{
+    unsigned m = burst_cpu_isa_mask();
+    const char *env = getenv("BURST_CPU_ISA");
+    if (!env || !*env || strcmp(env, "auto") == 0) {
+        int best = BURST_CPU_ISA_BASE;
+        for (int i = 0; i < BURST_CPU_ISA_COUNT; i++)
+            if (m & (1u << i))
+                best = i;
+        *isa_p = (enum burst_cpu_isa)best;
+        return BURST_OK;
+    }
+    for (int i = 0; i < BURST_CPU_ISA_COUNT; i++) {
+        if (strcmp(env, burst_cpu_isa_names[i]) != 0)
+            continue;
+        if (!(m & (1u << i)))
+            return burst_error(BURST_ERR_UNSUPPORTED,
+                               "BURST_CPU_ISA = \"%s\": this build or cpu cannot run those "
+                               "kernels",
+                               env);
+        *isa_p = (enum burst_cpu_isa)i;
+        return BURST_OK;
+    }
+    return burst_error(BURST_ERR_INVALID_ARG,
+                       "BURST_CPU_ISA = \"%s\" is not one of auto, base, avx2, avx512, "
+                       "avx512bf16, neon",
+                       env);
 }
 
 static burst_status_t burst_cpu_create(const struct burst_context_params *params, void **be_p)
@@ -63,15 +110,19 @@ static burst_status_t burst_cpu_create(const struct burst_context_params *params
                            n);
     if (n == 0)
         n = burst_cpu_default_threads();
+    enum burst_cpu_isa isa;
+    burst_status_t st = burst_cpu_pick_isa(&isa);
+    if (st != BURST_OK)
+        return st;
     struct burst_cpu_backend *cpu = calloc(1, sizeof *cpu);
     if (!cpu)
         return burst_error(BURST_ERR_NO_MEMORY, "cpu create: out of memory");
-    burst_status_t st = burst_cpu_pool_create(n, &cpu->pool);
+    st = burst_cpu_pool_create(n, &cpu->pool);
     if (st != BURST_OK) {
         free(cpu);
         return st;
     }
-    cpu->isa = burst_cpu_pick_isa();
+    cpu->isa = isa;
     *be_p = cpu;
     return BURST_OK;
 }
@@ -323,9 +374,21 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
 {
     int threads =
         params && params->num_threads > 0 ? params->num_threads : burst_cpu_default_threads();
-    enum burst_cpu_isa isa = burst_cpu_pick_isa();
-    const char *isa_name = isa == BURST_CPU_ISA_AVX2 ? "avx2+fma+f16c" : "portable";
-    int width = isa == BURST_CPU_ISA_AVX2 ? 8 : 4; /* fp32 lanes of the kernels' vectors */
+    enum burst_cpu_isa isa = BURST_CPU_ISA_BASE;
+    if (burst_cpu_pick_isa(&isa) != BURST_OK) {
+        burst_sb_printf(out, json ? "{\"backend\": \"cpu\", \"available\": false, \"reason\": "
+                                  : "  unavailable: ");
+        if (json)
+            burst_sb_json_str(out, burst_last_error());
+        else
+            burst_sb_printf(out, "%s", burst_last_error());
+        burst_sb_printf(out, json ? "}" : "\n");
+        return;
+    }
+    const char *isa_name = burst_cpu_isa_names[isa];
+    int width = burst_cpu_isa_lanes(isa); /* fp32 lanes of the kernels' vectors */
+    /* the AVX-512 kernels run head dims that are multiples of 16; the others run avx2 */
+    const char *other = burst_cpu_call_isa(isa, 8) != isa ? "avx2" : isa_name;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (json) {
         burst_sb_printf(out,
@@ -333,20 +396,29 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
                         "\"name\": \"host cpu\", \"cores_online\": %ld, \"threads\": %d, \"isa\": ",
                         cores, threads);
         burst_sb_json_str(out, isa_name);
+        burst_sb_printf(out, ", \"isa_head_dim_not_16\": ");
+        burst_sb_json_str(out, other);
         burst_sb_printf(out,
-                        ", \"vector_fp32_lanes\": %d, \"dtypes\": [\"fp32\", \"fp16\", \"bf16\"], "
+                        ", \"bf16_dot_products\": %s, \"vector_fp32_lanes\": %d, \"dtypes\": "
+                        "[\"fp32\", \"fp16\", \"bf16\"], "
                         "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, \"bwd_br\": [%d, %d], "
                         "\"bwd_bc\": %d, \"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
-                        width, BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC,
+                        isa == BURST_CPU_ISA_AVX512BF16 ? "true" : "false", width,
+                        BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC,
                         BURST_CPU_BWD_BR(128), BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC,
                         BURST_CPU_MR);
     } else {
         burst_sb_printf(out,
                         "  device 0: host cpu, %ld cores online, %d compute threads, kernels %s "
-                        "(%d fp32 lanes), dtypes fp32 fp16 bf16\n"
+                        "(%d fp32 lanes%s%s%s), dtypes fp32 fp16 bf16\n"
                         "    tiles: forward %dx%d (d <= 128) / %dx%d (d > 128) query x key rows, "
                         "backward %dx%d / %dx%d, micro-kernel %d rows\n",
-                        cores, threads, isa_name, width, BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BC,
+                        cores, threads, isa_name, width,
+                        isa == BURST_CPU_ISA_AVX512BF16 ? "; bf16 scores and dP on "
+                                                          "AVX512_BF16 dot products"
+                                                        : "",
+                        other != isa_name ? "; head dims not a multiple of 16 run " : "",
+                        other != isa_name ? other : "", BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BC,
                         BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_BWD_BR(128),
                         BURST_CPU_BWD_BC, BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR);
     }

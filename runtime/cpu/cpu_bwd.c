@@ -24,12 +24,14 @@ struct burst_cpu_bwd_scratch {
     float *s, *ds;                 /* [BC][BR] scores -> P; dP -> dS */
     float *lse2, *dlt, *kbf, *kef; /* [BR] */
     int64_t *kb, *ke;              /* [BR] */
+    uint32_t *qp, *dop;            /* [d/2][BR] bf16 pairs of Q, dO (avx512bf16 only) */
+    uint16_t *kh, *vh;             /* [BC][d]   bf16 K, V tiles (avx512bf16 only) */
 };
 
 static size_t burst_cpu_bwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_BWD_BC;
-    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR);
+    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR + d * BR + BC * d);
 }
 
 static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d, int64_t BR)
@@ -51,17 +53,35 @@ static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t 
     s.kef = p, p += BR;
     s.kb = (int64_t *)(void *)p; /* offset is a multiple of 8 floats: aligned */
     s.ke = s.kb + BR;
+    s.qp = (uint32_t *)(void *)(s.ke + BR);
+    s.dop = s.qp + d / 2 * BR;
+    s.kh = (uint16_t *)(void *)(s.dop + d / 2 * BR);
+    s.vh = s.kh + BC * d;
     return s;
 }
 
-#if BURST_CPU_HAVE_AVX2_VARIANT
-#define BURST_CPU_AVX2 1
-#include "cpu_bwd_kern.h"
-#undef BURST_CPU_AVX2
+#define BURST_CPU_KERN "cpu_bwd_kern.h"
+#include "cpu_variants.h"
+
+/* The backward work items of each variant built here (NULL: not built for this target). */
+struct burst_cpu_bwd_items {
+    burst_cpu_task_fn group, kv, q;
+};
+#define BURST_CPU_BWD_ITEMS(v)                                                                     \
+    {                                                                                              \
+        bwd_item_group_##v, bwd_item_kv_##v, bwd_item_q_##v                                        \
+    }
+static const struct burst_cpu_bwd_items burst_cpu_bwd_items[BURST_CPU_ISA_COUNT] = {
+    [BURST_CPU_ISA_BASE] = BURST_CPU_BWD_ITEMS(base),
+#if BURST_CPU_HAVE_X86_VARIANTS
+    [BURST_CPU_ISA_AVX2] = BURST_CPU_BWD_ITEMS(avx2),
+    [BURST_CPU_ISA_AVX512] = BURST_CPU_BWD_ITEMS(avx512),
+    [BURST_CPU_ISA_AVX512BF16] = BURST_CPU_BWD_ITEMS(avx512bf16),
 #endif
-#define BURST_CPU_AVX2 0
-#include "cpu_bwd_kern.h"
-#undef BURST_CPU_AVX2
+#if BURST_CPU_HAVE_NEON_VARIANT
+    [BURST_CPU_ISA_NEON] = BURST_CPU_BWD_ITEMS(neon),
+#endif
+};
 
 burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
 {
@@ -85,14 +105,9 @@ burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
     job.nkt = (job.dim.nk + BURST_CPU_BWD_BC - 1) / BURST_CPU_BWD_BC;
     size_t bytes = sizeof(float) * burst_cpu_bwd_scratch_floats(job.dim.d, job.br);
 
-    burst_cpu_task_fn group = bwd_item_group_base, kv = bwd_item_kv_base, q = bwd_item_q_base;
-#if BURST_CPU_HAVE_AVX2_VARIANT
-    if (cpu->isa == BURST_CPU_ISA_AVX2) {
-        group = bwd_item_group_avx2;
-        kv = bwd_item_kv_avx2;
-        q = bwd_item_q_avx2;
-    }
-#endif
+    const struct burst_cpu_bwd_items *it =
+        &burst_cpu_bwd_items[burst_cpu_call_isa(cpu->isa, job.dim.d)];
+    burst_cpu_task_fn group = it->group, kv = it->kv, q = it->q;
     int64_t groups = job.dim.batch * job.dim.hkv;
     int64_t nt = burst_cpu_pool_size(cpu->pool);
     /* one pass when the groups keep every thread busy: a whole multiple of the threads, or

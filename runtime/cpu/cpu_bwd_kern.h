@@ -1,6 +1,6 @@
 /*
  * runtime/cpu/cpu_bwd_kern.h - the backward work items (TEMPLATE, included by cpu_bwd.c once
- * per variant after defining BURST_CPU_AVX2).
+ * per variant through cpu_variants.h).
  *
  * The unit of work is a pair (Q tile of BR rows of head h, K tile J of BC rows of kv head g):
  *   St  = K Qt                   (Qt pre-scaled by tau log2 e; log2 units, key-major)
@@ -15,38 +15,64 @@
  *   bwd_item_group  (b, g): every pair of the group, dQ, dK and dV at once
  *   bwd_item_kv     (b, g, J): the pairs of one K tile, dK and dV only
  *   bwd_item_q      (b, h, Q tile): the pairs of one Q tile, dQ only
+ * In the avx512bf16 variant with bf16 Q, K, V and dO, St and dPt are taken on bf16 dot products
+ * of the inputs' own bits (cpu_tile_dpbf16.h); the other three products stay in fp32.
  */
 #include "cpu_simd.h"
 #include "cpu_tile.h"
 
+#undef bwd_dp
 #undef bwd_load_q
 #undef bwd_load_k
 #undef bwd_pair
+#undef bwd_product
 #undef bwd_prefetch_k
 #undef bwd_pair_live
 #undef bwd_item_group
 #undef bwd_item_kv
 #undef bwd_item_q
+#define bwd_dp KFN(bwd_dp)
 #define bwd_load_q KFN(bwd_load_q)
 #define bwd_load_k KFN(bwd_load_k)
 #define bwd_pair KFN(bwd_pair)
+#define bwd_product KFN(bwd_product)
 #define bwd_prefetch_k KFN(bwd_prefetch_k)
 #define bwd_pair_live KFN(bwd_pair_live)
 #define bwd_item_group KFN(bwd_item_group)
 #define bwd_item_kv KFN(bwd_item_kv)
 #define bwd_item_q KFN(bwd_item_q)
 
-/* Q side of tile t of head h: Qt (scaled), Q, dOt, dO, lse2, D; intervals already in sc. */
+/* Are St and dPt taken on bf16 dot products (avx512bf16 and bf16 Q, K, V, dO)? */
+KATTR int bwd_dp(const struct burst_bwd_args *a)
+{
+#ifdef BURST_CPU_DPBF16
+    return a->q->dtype == BURST_DTYPE_BF16 && a->k->dtype == BURST_DTYPE_BF16 &&
+           a->v->dtype == BURST_DTYPE_BF16 && a->dout->dtype == BURST_DTYPE_BF16;
+#else
+    (void)a;
+    return 0;
+#endif
+}
+
+/* Q side of tile t of head h: Qt (scaled), Q, dOt, dO, lse2, D (Q and dO as bf16 pairs instead
+ * of Qt and dOt when bwd_dp); intervals already in sc. */
 KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
                       int64_t b, int64_t h, int64_t i0, int64_t rows)
 {
     const struct burst_bwd_args *a = job->a;
     const int64_t d = job->dim.d, nq = job->dim.nq, BR = job->br;
     const float qmul = a->scale * 1.4426950408889634f;
+    const int dp = bwd_dp(a);
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        pack_q_pairs(sc->qp, a->q, b, i0, rows, h, BR);
+        pack_q_pairs(sc->dop, a->dout, b, i0, rows, h, BR);
+    }
+#endif
     for (int64_t i = 0; i < rows; i++) {
         load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
         load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d, 1.0f);
-        for (int64_t c = 0; c < d; c++) {
+        for (int64_t c = 0; c < d && !dp; c++) {
             sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
             sc->dot[c * BR + i] = sc->don[i * d + c];
         }
@@ -59,26 +85,51 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
         sc->lse2[i] = (float)INFINITY;
         sc->dlt[i] = 0.0f;
     }
-    for (int64_t c = 0; c < d && rows < BR; c++) {
+    for (int64_t c = 0; c < d && rows < BR && !dp; c++) {
         memset(sc->qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
         memset(sc->dot + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
     }
 }
 
-/* K side of K tile starting at j0 (cnt rows, zero padded to jn). */
+/* K side of K tile starting at j0 (cnt rows, zero padded to jn): K and V in fp32, or K in fp32
+ * and both as bf16 rows when bwd_dp (V is used only by dPt). */
 KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
                       int64_t b, int64_t g, int64_t j0, int64_t cnt, int64_t jn)
 {
     const struct burst_bwd_args *a = job->a;
     const int64_t d = job->dim.d;
+    const int dp = bwd_dp(a);
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        load_k_bf16(sc->kh, a->k, b, j0, cnt, jn, g);
+        load_k_bf16(sc->vh, a->v, b, j0, cnt, jn, g);
+    }
+#endif
     for (int64_t j = 0; j < cnt; j++) {
         load_row(sc->k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
-        load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
+        if (!dp)
+            load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
     }
     if (jn > cnt) {
         memset(sc->k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
         memset(sc->v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
     }
+}
+
+/* C [jn x BR] = A B^T of a K-side tile A (jn x d) and a Q-side tile B (BR x d): on bf16 dot
+ * products of ah and bp, times mul, when dp; else in fp32 from af and the transposed bt, whose
+ * scale is already in bt (mul is then unused). */
+KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t d, const uint16_t *ah,
+                       const uint32_t *bp, const float *af, const float *bt, float *c, float mul)
+{
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        gemm_dp(jn, BR, d / 2, ah, d, bp, BR, c, BR, mul);
+        return;
+    }
+#endif
+    (void)dp, (void)ah, (void)bp, (void)mul;
+    gemm(jn, BR, d, af, d, 1, bt, BR, c, BR, BURST_CPU_STORE, NULL);
 }
 
 KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
@@ -92,7 +143,9 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     const int full = cnt == BURST_CPU_BWD_BC && j0 >= r->kbmax && j0 + cnt <= r->kemin;
     const int want_ds = want_dq || (want_dkv && a->dk);
 
-    gemm(jn, BR, d, sc->k, d, 1, sc->qt, BR, sc->s, BR, BURST_CPU_STORE, NULL);
+    const int dp = bwd_dp(a);
+    bwd_product(dp, jn, BR, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
+                a->scale * 1.4426950408889634f);
     if (!full)
         mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
     for (int64_t j = 0; j < jn; j++) {
@@ -101,7 +154,7 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
             vf_store(s + i, vf_exp2(vf_sub(vf_load(s + i), vf_load(sc->lse2 + i))));
     }
     if (want_ds) {
-        gemm(jn, BR, d, sc->v, d, 1, sc->dot, BR, sc->ds, BR, BURST_CPU_STORE, NULL);
+        bwd_product(dp, jn, BR, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
         vf tau = vf_set1(a->scale);
         for (int64_t j = 0; j < jn; j++) {
             float *p = sc->s + j * BR, *ds = sc->ds + j * BR;

@@ -22,12 +22,15 @@ struct burst_cpu_fwd_scratch {
     float *m, *l, *alpha, *kbf, *kef; /* [BR] */
     float *tmp;                       /* [d] */
     int64_t *kb, *ke;                 /* [BR] */
+    uint32_t *qp;                     /* [d/2][BR] bf16 pairs of Q (avx512bf16 only) */
+    uint16_t *kh;                     /* [BC][d]   bf16 K tile (avx512bf16 only) */
 };
 
 static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_FWD_BC;
-    return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR);
+    return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR + d * BR / 2 +
+                    BC * d / 2);
 }
 
 static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d, int64_t BR)
@@ -48,17 +51,42 @@ static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t 
     s.tmp = p, p += d;
     s.kb = (int64_t *)(void *)p; /* offset is a multiple of 8 floats: aligned */
     s.ke = s.kb + BR;
+    s.qp = (uint32_t *)(void *)(s.ke + BR);
+    s.kh = (uint16_t *)(void *)(s.qp + d / 2 * BR);
     return s;
 }
 
-#if BURST_CPU_HAVE_AVX2_VARIANT
-#define BURST_CPU_AVX2 1
-#include "cpu_fwd_kern.h"
-#undef BURST_CPU_AVX2
+#define BURST_CPU_KERN "cpu_fwd_kern.h"
+#include "cpu_variants.h"
+
+/* The vector width and forward work item of each variant built here (NULL: not built for this target). */
+static const burst_cpu_task_fn burst_cpu_fwd_items[BURST_CPU_ISA_COUNT] = {
+    [BURST_CPU_ISA_BASE] = fwd_item_base,
+#if BURST_CPU_HAVE_X86_VARIANTS
+    [BURST_CPU_ISA_AVX2] = fwd_item_avx2,
+    [BURST_CPU_ISA_AVX512] = fwd_item_avx512,
+    [BURST_CPU_ISA_AVX512BF16] = fwd_item_avx512bf16,
 #endif
-#define BURST_CPU_AVX2 0
-#include "cpu_fwd_kern.h"
-#undef BURST_CPU_AVX2
+#if BURST_CPU_HAVE_NEON_VARIANT
+    [BURST_CPU_ISA_NEON] = fwd_item_neon,
+#endif
+};
+static const int burst_cpu_lanes[BURST_CPU_ISA_COUNT] = {
+    [BURST_CPU_ISA_BASE] = fwd_lanes_base,
+#if BURST_CPU_HAVE_X86_VARIANTS
+    [BURST_CPU_ISA_AVX2] = fwd_lanes_avx2,
+    [BURST_CPU_ISA_AVX512] = fwd_lanes_avx512,
+    [BURST_CPU_ISA_AVX512BF16] = fwd_lanes_avx512bf16,
+#endif
+#if BURST_CPU_HAVE_NEON_VARIANT
+    [BURST_CPU_ISA_NEON] = fwd_lanes_neon,
+#endif
+};
+
+int burst_cpu_isa_lanes(enum burst_cpu_isa isa)
+{
+    return isa >= 0 && isa < BURST_CPU_ISA_COUNT ? burst_cpu_lanes[isa] : 0;
+}
 
 burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)
 {
@@ -77,10 +105,6 @@ burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)
     job.nqt = (job.dim.nq + job.br - 1) / job.br;
     int64_t items = job.dim.batch * job.dim.hq * job.nqt;
     size_t bytes = sizeof(float) * burst_cpu_fwd_scratch_floats(job.dim.d, job.br);
-    burst_cpu_task_fn fn = fwd_item_base;
-#if BURST_CPU_HAVE_AVX2_VARIANT
-    if (cpu->isa == BURST_CPU_ISA_AVX2)
-        fn = fwd_item_avx2;
-#endif
+    burst_cpu_task_fn fn = burst_cpu_fwd_items[burst_cpu_call_isa(cpu->isa, job.dim.d)];
     return burst_cpu_pool_run(cpu->pool, items, bytes, fn, &job);
 }

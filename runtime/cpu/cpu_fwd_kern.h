@@ -1,6 +1,6 @@
 /*
  * runtime/cpu/cpu_fwd_kern.h - the forward work item (TEMPLATE, included by cpu_fwd.c once per
- * variant after defining BURST_CPU_AVX2).
+ * variant through cpu_variants.h).
  *
  * One item = (batch b, query head h, Q tile of BR rows). Q is loaded once, transposed and
  * pre-scaled by tau * log2(e) (Qt[c][i]); K/V tiles of BC rows stream through:
@@ -16,7 +16,88 @@
 #include "cpu_tile.h"
 
 #undef fwd_item
+#undef fwd_lanes
 #define fwd_item KFN(fwd_item)
+#define fwd_lanes KFN(fwd_lanes)
+
+enum {
+    fwd_lanes = VL
+}; /* the variant's fp32 lanes (burst_cpu_isa_lanes) */
+
+#undef fwd_dp
+#undef fwd_load_q
+#undef fwd_load_kv
+#undef fwd_scores
+#define fwd_dp KFN(fwd_dp)
+#define fwd_load_q KFN(fwd_load_q)
+#define fwd_load_kv KFN(fwd_load_kv)
+#define fwd_scores KFN(fwd_scores)
+
+/* Are the scores taken on bf16 dot products (avx512bf16 and bf16 Q and K)? */
+KATTR int fwd_dp(const struct burst_fwd_args *a)
+{
+#ifdef BURST_CPU_DPBF16
+    return a->q->dtype == BURST_DTYPE_BF16 && a->k->dtype == BURST_DTYPE_BF16;
+#else
+    (void)a;
+    return 0;
+#endif
+}
+
+/* The Q tile: Qt = mul Q^T in fp32 (zero columns past rows), or Q's bf16 pairs (dp). */
+KATTR void fwd_load_q(struct burst_cpu_fwd_scratch *sc, const struct burst_tensor *q, int64_t b,
+                      int64_t i0, int64_t rows, int64_t h, int64_t d, int64_t BR, float mul, int dp)
+{
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        pack_q_pairs(sc->qp, q, b, i0, rows, h, BR);
+        return;
+    }
+#endif
+    (void)dp;
+    for (int64_t i = 0; i < rows; i++) {
+        load_row(sc->tmp, burst_cpu_row(q, b, i0 + i, h), q->dtype, d, mul);
+        for (int64_t c = 0; c < d; c++)
+            sc->qt[c * BR + i] = sc->tmp[c];
+    }
+    for (int64_t c = 0; c < d && rows < BR; c++)
+        memset(sc->qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
+}
+
+/* K/V rows [j0, j0 + cnt) in fp32 (K as bf16 when dp), zero padded to jn rows. */
+KATTR void fwd_load_kv(struct burst_cpu_fwd_scratch *sc, const struct burst_fwd_args *a, int64_t b,
+                       int64_t j0, int64_t cnt, int64_t jn, int64_t g, int dp)
+{
+    const int64_t d = a->k->shape[3];
+#ifdef BURST_CPU_DPBF16
+    if (dp)
+        load_k_bf16(sc->kh, a->k, b, j0, cnt, jn, g);
+#endif
+    for (int64_t j = 0; j < cnt; j++) {
+        if (!dp)
+            load_row(sc->k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
+        load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
+    }
+    if (jn > cnt) {
+        memset(sc->k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+        memset(sc->v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+    }
+}
+
+/* St = K Qt [jn x BR], in log2 units (Qt pre-scaled by mul, or mul applied after the bf16 dot
+ * products). */
+KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR,
+                      float mul, int dp)
+{
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        gemm_dp(jn, BR, d / 2, sc->kh, d, sc->qp, BR, sc->s, BR, mul);
+        return;
+    }
+#endif
+    (void)mul, (void)dp;
+    gemm(jn, BR, d, sc->k, d, 1, sc->qt, BR, sc->s, BR, BURST_CPU_STORE, NULL);
+}
 
 KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
 {
@@ -39,15 +120,9 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     if (r.kmin >= r.kmax)
         return;
 
-    /* Qt = (tau log2 e) Q^T, zero columns past rows */
     const float qmul = a->scale * 1.4426950408889634f;
-    for (int64_t i = 0; i < rows; i++) {
-        load_row(sc.tmp, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, qmul);
-        for (int64_t c = 0; c < d; c++)
-            sc.qt[c * BR + i] = sc.tmp[c];
-    }
-    for (int64_t c = 0; c < d && rows < BR; c++)
-        memset(sc.qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
+    const int dp = fwd_dp(a);
+    fwd_load_q(&sc, a->q, b, i0, rows, h, d, BR, dp ? 1.0f : qmul, dp);
     memset(sc.o, 0, sizeof(float) * (size_t)(BR * d));
     for (int64_t i = 0; i < BR; i++) {
         sc.m[i] = -(float)INFINITY;
@@ -61,21 +136,14 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         if (!full && !burst_cpu_any_allowed(sc.kb, sc.ke, rows, j0, j0 + cnt))
             continue;
 
-        for (int64_t j = 0; j < cnt; j++) {
-            load_row(sc.k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
-            load_row(sc.v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
-        }
-        if (jn > cnt) {
-            memset(sc.k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
-            memset(sc.v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
-        }
+        fwd_load_kv(&sc, a, b, j0, cnt, jn, g, dp);
 
         if (j0 + BC < r.kmax) { /* next tile on its way while this one computes */
             int64_t nn = burst_cpu_min64(BC, r.kmax - j0 - BC);
             burst_cpu_prefetch_view(a->k, b, j0 + BC, nn, g);
             burst_cpu_prefetch_view(a->v, b, j0 + BC, nn, g);
         }
-        gemm(jn, BR, d, sc.k, d, 1, sc.qt, BR, sc.s, BR, BURST_CPU_STORE, NULL);
+        fwd_scores(&sc, jn, d, BR, qmul, dp);
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 

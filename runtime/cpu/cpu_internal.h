@@ -5,8 +5,9 @@
  *   - Q tiles of BR rows, K/V tiles of BC rows, micro-kernel of MR rows x (2 vectors) columns;
  *   - every tile is converted to fp32 into per-thread scratch; scores are kept transposed,
  *     St[key][query], so softmax statistics are vertical vector operations;
- *   - each kernel exists twice: "avx2" (AVX2+FMA+F16C, x86-64 GCC/clang, chosen at run time)
- *     and "base" (portable C / GNU vectors). BURST_CPU_ISA=base forces the portable one.
+ *   - each kernel exists once per instruction-set variant (cpu_simd.h): "avx512bf16",
+ *     "avx512", "avx2" (x86-64 GCC/clang, chosen at run time), "neon" (aarch64) and "base"
+ *     (portable C / GNU vectors). BURST_CPU_ISA names one to force it (burst_cpu_pick_isa).
  */
 #ifndef BURST_CPU_INTERNAL_H
 #define BURST_CPU_INTERNAL_H
@@ -21,16 +22,42 @@
 #error "the cpu kernels rely on IEEE infinities for masking: do not build them with -ffast-math"
 #endif
 
+/* Instruction-set variants of the kernels (BURST_CPU_VARIANT of cpu_simd.h; the same values
+ * as enum burst_cpu_isa). */
+#define BURST_CPU_V_BASE 0
+#define BURST_CPU_V_AVX2 1
+#define BURST_CPU_V_AVX512 2
+#define BURST_CPU_V_AVX512BF16 3
+#define BURST_CPU_V_NEON 4
+
 #if defined(__x86_64__) && defined(__GNUC__)
-#define BURST_CPU_HAVE_AVX2_VARIANT 1
+#define BURST_CPU_HAVE_X86_VARIANTS 1
 #else
-#define BURST_CPU_HAVE_AVX2_VARIANT 0
+#define BURST_CPU_HAVE_X86_VARIANTS 0
+#endif
+#if defined(__aarch64__) && defined(__GNUC__)
+#define BURST_CPU_HAVE_NEON_VARIANT 1
+#else
+#define BURST_CPU_HAVE_NEON_VARIANT 0
 #endif
 
 enum burst_cpu_isa {
-    BURST_CPU_ISA_BASE = 0,
-    BURST_CPU_ISA_AVX2 = 1,
+    BURST_CPU_ISA_BASE = BURST_CPU_V_BASE,
+    BURST_CPU_ISA_AVX2 = BURST_CPU_V_AVX2,
+    BURST_CPU_ISA_AVX512 = BURST_CPU_V_AVX512,         /* AVX-512 F, BW, DQ, VL */
+    BURST_CPU_ISA_AVX512BF16 = BURST_CPU_V_AVX512BF16, /* and AVX512_BF16 */
+    BURST_CPU_ISA_NEON = BURST_CPU_V_NEON,
+    BURST_CPU_ISA_COUNT
 };
+
+/* The variant one call runs: the AVX-512 kernels need head dims that are multiples of their
+ * 16 lanes; other head dims run the avx2 ones. */
+static inline enum burst_cpu_isa burst_cpu_call_isa(enum burst_cpu_isa isa, int64_t d)
+{
+    if ((isa == BURST_CPU_ISA_AVX512 || isa == BURST_CPU_ISA_AVX512BF16) && d % 16 != 0)
+        return BURST_CPU_ISA_AVX2;
+    return isa;
+}
 
 /* Tile sizes. BR (Q rows): multiple of 16 and of MR, chosen from d so that a thread's tiles
  * stay within a 512 KiB L2; larger BR means fewer passes over K/V. BC (K rows): multiple of MR.
@@ -169,6 +196,9 @@ static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, in
 burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
                                    const struct burst_tensor *k, const struct burst_tensor *v,
                                    const struct burst_tensor *dout, struct burst_cpu_dims *dim);
+
+/* fp32 lanes of a variant's vectors (cpu_fwd.c; 0 when this target does not build it). */
+int burst_cpu_isa_lanes(enum burst_cpu_isa isa);
 
 burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args);
 burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args);

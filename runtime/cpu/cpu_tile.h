@@ -139,3 +139,7 @@ KATTR void mask_tile(float *St, int64_t br, int64_t jn, int64_t j0, const int64_
                      vf_in_range(vf_load(s + i), jf, vf_load(kbf + i), vf_load(kef + i), ninf));
     }
 }
+
+#ifdef BURST_CPU_DPBF16
+#include "cpu_tile_dpbf16.h"
+#endif
