@@ -4,6 +4,10 @@
 #   cancel   problems whose gradients cancel exactly (a one-key window: dQ = dK = 0) or nearly,
 #            in every dtype and layout, on 1 to 3 ranks: --check passes (the error of a
 #            gradient is measured against the size of its terms, not its rounding noise)
+#   sizes    every size flag at its largest value, alone and together, in both rank modes:
+#            a usage error (exit 2) naming the flags, at once, before any allocation or rank
+#            (products that wrap past 2^64, tensors beyond the library's 2^50 elements, jobs
+#            larger than this machine's memory); the largest jobs that fit still start
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -48,8 +52,43 @@ case_cancel() {
     done
 }
 
+# expect_usage NAME PATTERN ARGS...: exit 2 within 10 s, stderr matching PATTERN
+expect_usage() {
+    name=$1
+    pat=$2
+    shift 2
+    t0=$(date +%s)
+    expect 2 "$name" "$@"
+    grep -q -e "$pat" "$TMP/out" || fail "$name: no message matching '$pat': $(head -c 300 "$TMP/out")"
+    [ $(($(date +%s) - t0)) -le 10 ] || fail "$name: took more than 10 s"
+}
+
+case_sizes() {
+    B=1073741824 # largest --batch
+    N=1099511627776
+    H=1048576
+    for mode in --threads ""; do
+        m="sizes${mode:- processes}"
+        expect_usage "$m wrap" "2^50 elements" $mode -n 1 --layout natural --seq 4096 \
+            --batch $B --heads $H --head-dim 8 --fwd-only $SMALL
+        expect_usage "$m all max" "--batch $B x --seq $N" $mode -n 1 --seq $N --batch $B \
+            --heads $H --head-dim 256 --fwd-only $SMALL
+        for f in "--batch $B" "--seq $N" "--heads $H" "--head-dim 256 --heads 65536"; do
+            expect_usage "$m $f x rest" "machine\|2^50" $mode -n 2 --seq 1048576 --batch 4096 \
+                --heads 8 --head-dim 64 $f --fwd-only $SMALL
+        done
+        expect_usage "$m kv heads" "--kv-heads" $mode -n 1 --seq $N --heads $H --kv-heads 1 \
+            --head-dim 8 --fwd-only $SMALL
+        expect_usage "$m memory" "more than the" $mode -n 2 --seq 1048576 --batch 1024 \
+            --heads 64 --head-dim 128 --fwd-only $SMALL
+    done
+    expect 0 "sizes long thin job" --threads -n 1 --seq 65536 --heads 1 --head-dim 8 \
+        --window 0,0 --fwd-only $SMALL
+}
+
 case "$WHAT" in
 cancel) case_cancel ;;
+sizes) case_sizes ;;
 *)
     echo "unknown case $WHAT"
     exit 1

@@ -15,6 +15,7 @@
 
 #include "burst/burst.h"
 #include "job.h"
+#include "job_size.h"
 #include "launch.h"
 #include "launch_mpi.h"
 
@@ -760,6 +761,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
                       job_bwd_ref_cost(p), JOB_BWD_CHECK_LIMIT);
         }
     }
+    /* sizes last: every flag above is in range, nothing is allocated yet */
+    char msg[512];
+    if (job_memory_check(p, msg, sizeof(msg)) != 0)
+        die_usage("%s", msg);
     if (!o->seed_given)
         p->seed = (uint64_t)time(NULL);
 }

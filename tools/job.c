@@ -1,6 +1,7 @@
 /* tools/job.c - one distributed attention job: ranks as threads, or the rank-process side; the
  * check against the fp64 reference. */
 #include "job.h"
+#include "job_size.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1381,6 +1382,8 @@ uint64_t job_arena_layout(const struct job_params *p, struct job_arena_hdr *h, c
         snprintf(msg, cap, "bad dtype %d", (int)p->dtype);
         return 0;
     }
+    if (!job_tensor_bytes(p, msg, cap))
+        return 0; /* below its bound every product and sum here fits 64 bits */
     uint64_t G = (uint64_t)p->ranks, total = (uint64_t)(p->warmup + p->iters);
     uint64_t qb = (uint64_t)p->batch * (uint64_t)p->seq_len * (uint64_t)p->q_heads *
                   (uint64_t)p->head_dim * esz;
