@@ -8,6 +8,12 @@
 #            a usage error (exit 2) naming the flags, at once, before any allocation or rank
 #            (products that wrap past 2^64, tensors beyond the library's 2^50 elements, jobs
 #            larger than this machine's memory); the largest jobs that fit still start
+#   env      every library variable burstrun or its ranks read, malformed, in both rank modes:
+#            a usage error (exit 2) naming it before any rank starts; the variables a launcher
+#            sets for its ranks (BURST_BOOTSTRAP=mpi, BURST_RENDEZVOUS, BURST_RANK, ...)
+#            exported by the user change nothing
+#   ranges   numeric flags and variables the ranks receive, at the largest value burstrun takes:
+#            the job runs (the library takes it too); one past it: a usage error
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -24,12 +30,13 @@ fail() {
     FAILS=$((FAILS + 1))
 }
 
-# expect RC NAME ARGS...: burstrun ARGS exits RC (output in $TMP/out)
+# expect RC NAME ARGS...: burstrun ARGS, with the variables of $PRE, exits RC (output in $TMP/out)
+PRE=
 expect() {
     want=$1
     name=$2
     shift 2
-    "$BR" "$@" >"$TMP/out" 2>&1
+    env $PRE "$BR" "$@" >"$TMP/out" 2>&1
     rc=$?
     if [ "$rc" != "$want" ]; then
         fail "$name: exit $rc, expected $want: burstrun $*"
@@ -86,9 +93,50 @@ case_sizes() {
         --window 0,0 --fwd-only $SMALL
 }
 
+JOB="-n 2 --seq 128 --heads 2 --head-dim 16 --check $SMALL"
+
+case_env() {
+    for mode in --threads ""; do
+        m="env${mode:- processes}"
+        for var in BURST_TIMEOUT_MS BURST_NUM_THREADS; do
+            for bad in abc 12x 0 -5 99999999999999999999; do
+                env "$var=$bad" "$BR" $mode $JOB >"$TMP/out" 2>&1
+                rc=$?
+                [ $rc = 2 ] || fail "$m $var=$bad: exit $rc, expected 2"
+                grep -q "$var" "$TMP/out" || fail "$m $var=$bad: not named: $(head -c 300 "$TMP/out")"
+                ! grep -q '^\[rank' "$TMP/out" || fail "$m $var=$bad: a rank started"
+            done
+        done
+        env BURST_FABRIC=carrierpigeon "$BR" $mode $JOB >"$TMP/out" 2>&1
+        [ $? = 2 ] && grep -q BURST_FABRIC "$TMP/out" || fail "$m BURST_FABRIC=carrierpigeon"
+        env BURST_BOOTSTRAP=mpi BURST_RENDEZVOUS=192.0.2.1:1 BURST_RANK=7 BURST_SIZE=9 \
+            BURST_JOB_KEY=00 BURST_TIMEOUT_MS= BURST_NUM_THREADS= "$BR" $mode $JOB \
+            >"$TMP/out" 2>&1
+        [ $? = 0 ] || fail "$m: exported launcher variables broke the job: $(tail -n 3 "$TMP/out")"
+    done
+}
+
+case_ranges() {
+    max=86400 # BURST_COMM_TIMEOUT_MAX_MS / 1000
+    expect 0 "ranges --timeout $max" -n 2 --timeout $max $JOB
+    expect_usage "ranges --timeout $((max + 1))" "--timeout" -n 2 --timeout $((max + 1)) $JOB
+    PRE=BURST_TIMEOUT_MS=${max}000
+    expect 0 "ranges BURST_TIMEOUT_MS max" --threads $JOB
+    expect 0 "ranges BURST_TIMEOUT_MS max, processes" $JOB
+    PRE=BURST_TIMEOUT_MS=$((max * 1000 + 1))
+    expect_usage "ranges BURST_TIMEOUT_MS max + 1" "BURST_TIMEOUT_MS" $JOB
+    PRE=BURST_NUM_THREADS=4096
+    expect 0 "ranges BURST_NUM_THREADS 4096" --threads -n 1 --seq 64 --heads 1 --head-dim 8 $SMALL
+    PRE=BURST_NUM_THREADS=4097
+    expect_usage "ranges BURST_NUM_THREADS 4097" "BURST_NUM_THREADS" $JOB
+    PRE=
+}
+
 case "$WHAT" in
 cancel) case_cancel ;;
 sizes) case_sizes ;;
+env) case_env ;;
+ranges) case_ranges ;;
 *)
     echo "unknown case $WHAT"
     exit 1

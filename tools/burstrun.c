@@ -77,8 +77,8 @@ static void usage(FILE *f)
         "  --hostfile F           the same from an Open MPI hostfile (\"host slots=N\" lines)\n"
         "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
         "                         127.0.0.1)\n"
-        "  --timeout S            longest wait for a peer, seconds (default: BURST_TIMEOUT_MS\n"
-        "                         or 120)\n"
+        "  --timeout S            longest wait for a peer, seconds, 1..86400 (default:\n"
+        "                         BURST_TIMEOUT_MS or 120)\n"
         "  --num-threads T        compute threads: of the shared context with --threads\n"
         "                         (default all cores), of each rank process otherwise\n"
         "                         (default cores / G, at least 1); or BURST_NUM_THREADS.\n"
@@ -346,6 +346,36 @@ static int parse_hostfile(const char *path)
     if (total == 0)
         die_usage("--hostfile %s: no hosts in it", path);
     return (int)total;
+}
+
+/* The library's variables that burstrun or its ranks read: one rule with the library's
+ * (runtime/env.h): unset or empty = the default, anything else must be valid, else a usage
+ * error naming it before any rank starts. Those burstrun sets for its ranks (BURST_RANK,
+ * BURST_SIZE, BURST_BOOTSTRAP, ...) are replaced, not read. */
+static void check_env(void)
+{
+    static const struct {
+        const char *name;
+        long lo, hi;
+    } ints[] = {
+        {"BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS},
+        {"BURST_NUM_THREADS", 1, 4096},
+    };
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        const char *v = getenv(ints[i].name);
+        char *end;
+        errno = 0;
+        long x = v && *v ? strtol(v, &end, 10) : 1;
+        if (v && *v && (errno || end == v || *end || x < ints[i].lo || x > ints[i].hi))
+            die_usage("%s = '%.64s' in the environment is not an integer in %ld..%ld", ints[i].name,
+                      v, ints[i].lo, ints[i].hi);
+    }
+    const char *f = getenv("BURST_FABRIC");
+    if (f && *f && strcmp(f, "auto") && strcmp(f, "shm") && strcmp(f, "tcp") &&
+        strcmp(f, "verbs") && strcmp(f, "efa"))
+        die_usage("BURST_FABRIC = '%.64s' in the environment is not one of auto, shm, tcp, verbs, "
+                  "efa",
+                  f);
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -652,7 +682,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->iface = val;
             fabric_given = 1;
         } else if (!strcmp(name, "--timeout")) {
-            o->timeout_s = (int)parse_int(name, val, 1, 86400 * 7);
+            o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
         } else if (!strcmp(name, "--test-kill-rank")) {
             o->kill.rank = (int)parse_int(name, val, 0, 65535);
         } else if (!strcmp(name, "--test-kill-phase")) {
@@ -761,6 +791,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                       job_bwd_ref_cost(p), JOB_BWD_CHECK_LIMIT);
         }
     }
+    check_env();
     /* sizes last: every flag above is in range, nothing is allocated yet */
     char msg[512];
     if (job_memory_check(p, msg, sizeof(msg)) != 0)
