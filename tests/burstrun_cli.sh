@@ -14,6 +14,11 @@
 #            exported by the user change nothing
 #   ranges   numeric flags and variables the ranks receive, at the largest value burstrun takes:
 #            the job runs (the library takes it too); one past it: a usage error
+#   hostfile --hostfile parsing: special files (a FIFO, /dev/zero, a directory), files past the
+#            size limit and with NUL bytes are refused at once naming the file; lines of any
+#            length count once; comments, blank and CRLF lines, hosts listed twice and every
+#            spelling of slots= / max_slots= give Open MPI's slot counts; malformed items name
+#            the line
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -132,11 +137,48 @@ case_ranges() {
     PRE=
 }
 
+# slots F COUNT: --hostfile F gives COUNT slots (burstrun names them when -n asks for more)
+slots() {
+    timeout 10 "$BR" --hostfile "$1" -n 65536 >"$TMP/out" 2>&1
+    grep -q "gives only $2 slots" "$TMP/out" || fail "hostfile $3: expected $2 slots: $(head -c 300 "$TMP/out")"
+}
+
+# refused F PATTERN NAME: --hostfile F is a usage error matching PATTERN within 10 s
+refused() {
+    timeout 10 "$BR" --hostfile "$1" >"$TMP/out" 2>&1
+    rc=$?
+    [ $rc = 2 ] || fail "hostfile $3: exit $rc, expected 2"
+    grep -q -e "$2" "$TMP/out" || fail "hostfile $3: no message matching '$2': $(head -c 300 "$TMP/out")"
+}
+
+case_hostfile() {
+    H=$TMP/hosts
+    mkfifo "$TMP/fifo" && refused "$TMP/fifo" "not a regular file" fifo
+    refused /dev/zero "not a regular file" /dev/zero
+    refused "$TMP" "not a regular file" directory
+    refused "$TMP/none" "No such file" missing
+    truncate -s 1048577 "$H" && refused "$H" "at most" "past the size limit"
+    printf 'a\0b\n' >"$H" && refused "$H" "NUL" "NUL byte"
+    printf '' >"$H" && refused "$H" "no hosts" empty
+    awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s "h"; print s " slots=3" }' >"$H"
+    slots "$H" 3 "5000-byte line"
+    awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s " "; print "h" s "slots=2 # " s }' >"$H"
+    slots "$H" 2 "5000 blanks"
+    printf 'a slots=2\r\nb\r\n# c slots=9\n\n   \nb slots = 3 max_slots=4\nd slots= 1 # x\ne slots =2\n' >"$H"
+    slots "$H" 9 "mixed"
+    printf 'a slots=65536\nb\n' >"$H" && refused "$H" "more than 65536" "too many slots"
+    for bad in "a slots=x" "a slots=0" "a slots" "a slots=" "a foo" "a slots=2x" \
+        "a max_slots=-1" "a slots=99999999999999999999"; do
+        printf 'ok\n%s\n' "$bad" >"$H" && refused "$H" ":2: " "'$bad'"
+    done
+}
+
 case "$WHAT" in
 cancel) case_cancel ;;
 sizes) case_sizes ;;
 env) case_env ;;
 ranges) case_ranges ;;
+hostfile) case_hostfile ;;
 *)
     echo "unknown case $WHAT"
     exit 1

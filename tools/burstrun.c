@@ -3,6 +3,7 @@
  * and (with --check) the error against the fp64 reference. See usage() for everything.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "burst/burst.h"
@@ -310,39 +312,104 @@ static int parse_hosts(const char *v)
     return (int)total;
 }
 
-/* An Open MPI hostfile: "host [slots=N] ..." per line, '#' comments: the slot count. */
+/* Largest hostfile burstrun reads (a hostfile lists hosts: far below this). */
+#define HOSTFILE_MAX_BYTES (1 << 20)
+
+/* The whole of hostfile `path`, NUL-terminated: a regular file of at most HOSTFILE_MAX_BYTES,
+ * opened without blocking (a FIFO or a device is refused, never read). */
+static char *read_hostfile(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat sb;
+    if (fd < 0)
+        die_usage("--hostfile %s: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > HOSTFILE_MAX_BYTES) {
+        close(fd);
+        die_usage("--hostfile %s: not a regular file of at most %d bytes", path,
+                  HOSTFILE_MAX_BYTES);
+    }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    ssize_t n = buf ? read(fd, buf, (size_t)sb.st_size + 1) : -1;
+    close(fd);
+    if (n < 0 || n > sb.st_size) {
+        free(buf);
+        die_usage("--hostfile %s: %s", path, n < 0 ? strerror(errno) : "it grew while read");
+    }
+    buf[n] = '\0';
+    if (memchr(buf, '\0', (size_t)n)) {
+        free(buf);
+        die_usage("--hostfile %s: a NUL byte (not a text file)", path);
+    }
+    return buf;
+}
+
+/* The N of "KEY=N", "KEY =N", "KEY= N" or "KEY = N" (Open MPI's syntax) from `rest`, the
+ * token's text after KEY, and the next tokens of strtok's line; -1 unless N is in 1..65536. */
+static long hostfile_value(const char *rest)
+{
+    const char *v = *rest ? rest : strtok(NULL, " \t");
+    if (!v || *v != '=')
+        return -1;
+    v = v[1] ? v + 1 : strtok(NULL, " \t");
+    if (!v)
+        return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return !errno && end != v && !*end && x >= 1 && x <= 65536 ? x : -1;
+}
+
+/* The slots of one line: "host [slots=N] [max_slots=M]" (1 without slots=); 0 for a blank or
+ * comment line; -1 with the message in msg when malformed. */
+static long hostfile_line(char *line, char *msg, size_t cap)
+{
+    line[strcspn(line, "#\r")] = '\0';
+    char *host = strtok(line, " \t");
+    if (!host)
+        return 0;
+    long slots = 1;
+    for (char *t = strtok(NULL, " \t"); t; t = strtok(NULL, " \t")) {
+        size_t key = !strncmp(t, "slots", 5) ? 5 : !strncmp(t, "max_slots", 9) ? 9 : 0;
+        if (!key || (t[key] && t[key] != '=')) {
+            snprintf(msg, cap, "'%.64s' after host '%.64s' (expected slots=N or max_slots=N)", t,
+                     host);
+            return -1;
+        }
+        long v = hostfile_value(t + key);
+        if (v < 0) {
+            snprintf(msg, cap, "bad %.*s value after host '%.64s' (expected =N, N in 1..65536)",
+                     (int)key, t, host);
+            return -1;
+        }
+        slots = key == 5 ? v : slots;
+    }
+    return slots;
+}
+
+/* An Open MPI hostfile: one "host [slots=N] [max_slots=M]" per line, '#' comments, a host
+ * listed twice adds its slots: the slot count. */
 static int parse_hostfile(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die_usage("--hostfile %s: %s", path, strerror(errno));
-    char line[1024];
+    char *buf = read_hostfile(path), msg[256];
     long total = 0;
     int lineno = 0;
-    while (fgets(line, sizeof(line), f)) {
+    for (char *line = buf, *next; line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
         lineno++;
-        line[strcspn(line, "#\r\n")] = '\0';
-        char *tok = strtok(line, " \t");
-        if (!tok)
-            continue;
-        long slots = 1;
-        for (char *t = strtok(NULL, " \t"); t; t = strtok(NULL, " \t"))
-            if (!strncmp(t, "slots=", 6)) {
-                char *end;
-                slots = strtol(t + 6, &end, 10);
-                if (*end || slots < 1 || slots > 65536) {
-                    fclose(f);
-                    die_usage("--hostfile %s:%d: bad '%s' (expected slots=1..65536)", path, lineno,
-                              t);
-                }
-            }
+        long slots = hostfile_line(line, msg, sizeof(msg));
+        if (slots < 0) {
+            free(buf);
+            die_usage("--hostfile %s:%d: %s", path, lineno, msg);
+        }
         total += slots;
         if (total > 65536) {
-            fclose(f);
+            free(buf);
             die_usage("--hostfile %s: more than 65536 slots", path);
         }
     }
-    fclose(f);
+    free(buf);
     if (total == 0)
         die_usage("--hostfile %s: no hosts in it", path);
     return (int)total;
