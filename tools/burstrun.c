@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1421,7 +1422,23 @@ static int mpi_rank_main(int argc, char **argv)
     return rc;
 }
 
+static int run(int argc, char **argv);
+
+/* SIGPIPE is ignored (a reader that goes away must not kill burstrun silently, before it has
+ * stopped its ranks): a failed write to stdout is reported, and exits 3 if nothing else did. */
 int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run(argc, argv);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: writing to stdout failed: %s\n", prog,
+                errno ? strerror(errno) : "a write error");
+        return rc ? rc : EXIT_RUNTIME;
+    }
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     /* a rank process started by run_processes: --rank-worker FD */
     if (argc == 3 && strcmp(argv[1], "--rank-worker") == 0)
