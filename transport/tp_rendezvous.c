@@ -7,8 +7,9 @@
  * length checked before the payload is allocated) and an output buffer, so a slow or stalled
  * rank never blocks the others. All state is under rv->lock, which the thread drops only while
  * in poll(); report_failure() queues its messages under the lock and wakes the thread. Only the
- * thread closes connections. Connections that have not sent HELLO are limited in number and
- * closed after RV_HELLO_MS.
+ * thread closes connections. Connections that have not sent HELLO are limited in number (at
+ * the limit the oldest is closed for a new one) and closed after RV_HELLO_MS; a rank whose
+ * connection is closed before WELCOME connects again within its timeout.
  *
  * Client: a non-blocking socket and poll() with a deadline for every wait; after the setup rounds
  * the socket is the control channel (struct burst_tp_ctrl) that the transport polls.
@@ -38,7 +39,7 @@
 #include "tp_bootstrap.h"
 
 #define RV_HELLO_MS 30000      /* a connection must send HELLO within this */
-#define RV_MAX_PENDING 64      /* connections that have not sent HELLO yet */
+#define RV_MAX_PENDING 64      /* connections that have not sent HELLO yet (oldest evicted) */
 #define RV_MAX_OUT (64u << 20) /* output buffered for one connection */
 #define RV_RETRY_MS 50         /* client: pause between refused connection attempts */
 
