@@ -17,7 +17,8 @@
 #   hostfile --hostfile parsing: special files (a FIFO, /dev/zero, a directory), files past the
 #            size limit and with NUL bytes are refused at once naming the file; lines of any
 #            length count once; comments, blank and CRLF lines, hosts listed twice and every
-#            spelling of slots= / max_slots= give Open MPI's slot counts; malformed items name
+#            spelling of slots= / max_slots= give Open MPI's slot counts (a host without slots=
+#            has its core count there, unknown here: -n is then required); malformed items name
 #            the line
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
@@ -164,9 +165,10 @@ case_hostfile() {
     slots "$H" 3 "5000-byte line"
     awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s " "; print "h" s "slots=2 # " s }' >"$H"
     slots "$H" 2 "5000 blanks"
-    printf 'a slots=2\r\nb\r\n# c slots=9\n\n   \nb slots = 3 max_slots=4\nd slots= 1 # x\ne slots =2\n' >"$H"
+    printf 'a slots=2\r\nb slots=1\r\n# c slots=9\n\n   \nb slots = 3 max_slots=4\nd slots= 1 # x\ne slots =2\n' >"$H"
     slots "$H" 9 "mixed"
-    printf 'a slots=65536\nb\n' >"$H" && refused "$H" "more than 65536" "too many slots"
+    printf 'a slots=2\nb\n' >"$H" && refused "$H" "give -n" "a host without slots= (its cores)"
+    printf 'a slots=65536\nb slots=1\n' >"$H" && refused "$H" "more than 65536" "too many slots"
     for bad in "a slots=x" "a slots=0" "a slots" "a slots=" "a foo" "a slots=2x" \
         "a max_slots=-1" "a slots=99999999999999999999"; do
         printf 'ok\n%s\n' "$bad" >"$H" && refused "$H" ":2: " "'$bad'"

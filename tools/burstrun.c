@@ -360,15 +360,17 @@ static long hostfile_value(const char *rest)
     return !errno && end != v && !*end && x >= 1 && x <= 65536 ? x : -1;
 }
 
-/* The slots of one line: "host [slots=N] [max_slots=M]" (1 without slots=); 0 for a blank or
- * comment line; -1 with the message in msg when malformed. */
+/* The slots of one line: "host [slots=N] [max_slots=M]"; HOSTFILE_CORES without slots= (Open
+ * MPI then gives the host its core count); 0 for a blank or comment line; -1 with the message
+ * in msg when malformed. */
+#define HOSTFILE_CORES 65537
 static long hostfile_line(char *line, char *msg, size_t cap)
 {
     line[strcspn(line, "#\r")] = '\0';
     char *host = strtok(line, " \t");
     if (!host)
         return 0;
-    long slots = 1;
+    long slots = HOSTFILE_CORES;
     for (char *t = strtok(NULL, " \t"); t; t = strtok(NULL, " \t")) {
         size_t key = !strncmp(t, "slots", 5) ? 5 : !strncmp(t, "max_slots", 9) ? 9 : 0;
         if (!key || (t[key] && t[key] != '=')) {
@@ -388,12 +390,13 @@ static long hostfile_line(char *line, char *msg, size_t cap)
 }
 
 /* An Open MPI hostfile: one "host [slots=N] [max_slots=M]" per line, '#' comments, a host
- * listed twice adds its slots: the slot count. */
+ * listed twice adds its slots: the slot count, or -1 when a host gives no slots= (its core
+ * count, unknown here: -n must be given). */
 static int parse_hostfile(const char *path)
 {
     char *buf = read_hostfile(path), msg[256];
     long total = 0;
-    int lineno = 0;
+    int lineno = 0, cores = 0;
     for (char *line = buf, *next; line; line = next) {
         next = strchr(line, '\n');
         if (next)
@@ -404,16 +407,17 @@ static int parse_hostfile(const char *path)
             free(buf);
             die_usage("--hostfile %s:%d: %s", path, lineno, msg);
         }
-        total += slots;
+        cores |= slots == HOSTFILE_CORES;
+        total += slots == HOSTFILE_CORES ? 0 : slots;
         if (total > 65536) {
             free(buf);
             die_usage("--hostfile %s: more than 65536 slots", path);
         }
     }
     free(buf);
-    if (total == 0)
+    if (total == 0 && !cores)
         die_usage("--hostfile %s: no hosts in it", path);
-    return (int)total;
+    return cores ? -1 : (int)total;
 }
 
 /* The library's variables that burstrun or its ranks read: one rule with the library's
@@ -782,7 +786,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
     if (o->hosts || o->hostfile) {
         if (!o->ranks_given)
             p->ranks = o->host_slots;
-        else if (p->ranks > o->host_slots)
+        if (o->host_slots < 0 && !o->ranks_given)
+            die_usage("--hostfile %s lists a host without slots=N (Open MPI gives it its core "
+                      "count, unknown here): give -n",
+                      o->hostfile);
+        else if (o->host_slots >= 0 && p->ranks > o->host_slots)
             die_usage("-n %d: --%s gives only %d slots", p->ranks, o->hosts ? "hosts" : "hostfile",
                       o->host_slots);
         if (!fabric_given)
