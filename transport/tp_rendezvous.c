@@ -8,8 +8,8 @@
  * rank never blocks the others. All state is under rv->lock, which the thread drops only while
  * in poll(); report_failure() queues its messages under the lock and wakes the thread. Only the
  * thread closes connections. Connections that have not sent HELLO are limited in number (at
- * the limit the oldest is closed for a new one) and closed after RV_HELLO_MS; a rank whose
- * connection is closed before WELCOME connects again within its timeout.
+ * the limit the oldest is closed for a new one: a rank sends HELLO at once, so idle strangers
+ * cannot lock it out) and closed after RV_HELLO_MS.
  *
  * Client: a non-blocking socket and poll() with a deadline for every wait; after the setup rounds
  * the socket is the control channel (struct burst_tp_ctrl) that the transport polls.
@@ -945,7 +945,6 @@ struct rv_boot {
     pthread_mutex_t lock;
     int fd;
     int rank, size, timeout_ms;
-    int io_errno; /* errno of the last failed send or receive (boot_io_error) */
     uint32_t round;
     char addr[300];
     int aborted;
@@ -1036,7 +1035,6 @@ static int boot_send(struct rv_boot *b, uint32_t type, const void *a, size_t ale
 static burst_status_t boot_io_error(struct rv_boot *b, const char *who, const char *what)
 {
     int e = errno;
-    b->io_errno = e;
     if (e == ETIMEDOUT)
         return burst_error(BURST_ERR_TIMEOUT,
                            "%s: rank %d: rendezvous %s: no answer to %s within %d ms", who, b->rank,
@@ -1181,12 +1179,10 @@ static struct rv_boot *rv_boot_of_ctrl(struct burst_tp_ctrl *ctrl)
     return (struct rv_boot *)(void *)((char *)ctrl - offsetof(struct rv_boot, ctrl));
 }
 
-/* Connect, send HELLO, receive WELCOME. *retry_p: the connection was closed before WELCOME. */
+/* Connect, send HELLO, receive WELCOME. */
 static burst_status_t boot_hello(struct rv_boot *b, const char *who, const char *rendezvous,
-                                 const char *job_key, int *retry_p)
+                                 const char *job_key)
 {
-    *retry_p = 0;
-    b->io_errno = 0;
     burst_status_t st = boot_connect(b, who, rendezvous);
     if (st != BURST_OK)
         return st;
@@ -1197,14 +1193,9 @@ static burst_status_t boot_hello(struct rv_boot *b, const char *who, const char 
     put_u32(hello + BURST_BOOT_KEY_LEN + 8, (uint32_t)getpid());
     uint32_t type = 0, len;
     unsigned char *body = NULL;
-    if (boot_send(b, BURST_BOOT_HELLO, hello, sizeof(hello), NULL, 0, now_ms() + b->timeout_ms) !=
-        0) {
-        st = boot_io_error(b, who, "HELLO");
-        *retry_p = b->io_errno == ECONNRESET || b->io_errno == EPIPE;
-        return st;
-    }
+    if (boot_send(b, BURST_BOOT_HELLO, hello, sizeof(hello), NULL, 0, now_ms() + b->timeout_ms))
+        return boot_io_error(b, who, "HELLO");
     st = boot_recv(b, who, "HELLO", &type, &body, &len);
-    *retry_p = st != BURST_OK && (b->io_errno == ECONNRESET || b->io_errno == EPIPE);
     free(body);
     if (st == BURST_OK && type != BURST_BOOT_WELCOME)
         st = burst_error(BURST_ERR_TRANSPORT,
@@ -1229,18 +1220,7 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
     b->fail_st = BURST_OK;
     snprintf(b->addr, sizeof(b->addr), "%s", rendezvous);
     pthread_mutex_init(&b->lock, NULL);
-    /* A connection closed before WELCOME (the service turned away idle connections to admit
-     * ranks) is tried again within the timeout. */
-    int64_t deadline = now_ms() + timeout_ms;
-    int retry = 0;
-    burst_status_t st;
-    while ((st = boot_hello(b, who, rendezvous, job_key, &retry)) != BURST_OK && retry &&
-           now_ms() < deadline) {
-        close(b->fd);
-        b->fd = -1;
-        struct timespec ts = {0, RV_RETRY_MS * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    burst_status_t st = boot_hello(b, who, rendezvous, job_key);
     if (st != BURST_OK)
         goto err;
     *boot_p = &b->base;
