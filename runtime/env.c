@@ -1,21 +1,9 @@
 /* runtime/env.c - see env.h */
 #include "env.h"
 
-#include <errno.h>
 #include <stdlib.h>
 
 #include "error.h"
-
-int burst_env_parse_long(const char *s, long lo, long hi, long *v_p)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi)
-        return 0;
-    *v_p = v;
-    return 1;
-}
 
 burst_status_t burst_env_long(const char *who, const char *name, long lo, long hi, long dflt,
                               long *v_p, int *set_p)

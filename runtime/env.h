@@ -7,10 +7,23 @@
 #ifndef BURST_RUNTIME_ENV_H
 #define BURST_RUNTIME_ENV_H
 
+#include <errno.h>
+#include <stdlib.h>
+
 #include "burst/status.h"
 
-/* Parse s whole as a decimal integer in lo..hi into *v_p: 1 on success, else 0. */
-int burst_env_parse_long(const char *s, long lo, long hi, long *v_p);
+/* Parse s whole as a decimal integer in lo..hi into *v_p: 1 on success, else 0 (*v_p kept).
+ * Inline: burstrun checks its environment with the same rule before any rank starts. */
+static inline int burst_env_parse_long(const char *s, long lo, long hi, long *v_p)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi)
+        return 0;
+    *v_p = v;
+    return 1;
+}
 
 /* Variable `name` into *v_p: dflt when unset or empty; an error (named by who) when malformed
  * or out of lo..hi. *set_p (may be NULL) says whether it was set. */

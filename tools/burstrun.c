@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "burst/burst.h"
+#include "env.h"
 #include "job.h"
 #include "job_size.h"
 #include "launch.h"
@@ -435,10 +436,8 @@ static void check_env(void)
     };
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
         const char *v = getenv(ints[i].name);
-        char *end;
-        errno = 0;
-        long x = v && *v ? strtol(v, &end, 10) : 1;
-        if (v && *v && (errno || end == v || *end || x < ints[i].lo || x > ints[i].hi))
+        long x;
+        if (v && *v && !burst_env_parse_long(v, ints[i].lo, ints[i].hi, &x))
             die_usage("%s = '%.64s' in the environment is not an integer in %ld..%ld", ints[i].name,
                       v, ints[i].lo, ints[i].hi);
     }
