@@ -61,17 +61,6 @@ static void expect_same(const struct sigaction *before, const char *after_what)
 #define SANITIZED 0
 #endif
 
-#if SANITIZED
-/* libfabric's providers leave allocations in modules unloaded at exit (no stack to suppress
- * them by name), as Open MPI's do for the mpi tests: no leak check in this test, whose subject
- * is signals (the other tests check the library's leaks). */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-    return "detect_leaks=0";
-}
-#endif
-
 static int sanitizer_signal(int sig)
 {
     return SANITIZED && (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE);
