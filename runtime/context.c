@@ -86,8 +86,8 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
         st = BURST_ERR_NO_DEVICE;
         for (size_t i = 0; i < NUM_BACKENDS; i++) {
             st = try_backend(backends[i], &p, ctx_p);
-            if (st == BURST_OK)
-                return BURST_OK;
+            if (st == BURST_OK || st == BURST_ERR_INVALID_ARG) /* a malformed setting: say so */
+                return st;
         }
         return burst_error(st, "%s: no backend is usable here", who);
     }

@@ -10,7 +10,8 @@
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
 #            socket lives in burstrun itself, gone with it); then a rank that kills itself at
-#            each ring step of the forward and of the backward (--test-kill-step)
+#            each ring step of the forward and of the backward (--test-kill-step); burstrun
+#            itself SIGKILLed, and its stdout closed by the reader (reported, exit 3)
 #   mpi      --hosts / --hostfile through Open MPI's mpirun on this host: bitwise the results of
 #            --threads, --check passes, a rank killed at a ring step is named (exit 3), bad
 #            --hosts values are usage errors
@@ -169,6 +170,29 @@ faults)
     grep -q "interrupted by SIGINT" "$TMP/err" || fail "SIGINT: no message"
     [ $dt -lt $((10000 * ${BURST_TEST_TIME_SCALE:-1})) ] || fail "SIGINT: took $dt ms"
     check_leftovers "SIGINT" "$TMP/err"
+    # burstrun itself SIGKILLed once its ranks have joined (they die with it: PR_SET_PDEATHSIG;
+    # each unlinked its segment on joining), and a reader of its stdout that goes away (SIGPIPE
+    # ignored: reported, exit 3): no rank process or /dev/shm segment stays behind
+    touch "$TMP/stamp"
+    "$BR" -n 4 --seq 8192 --iters 500 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
+        >"$TMP/out" 2>"$TMP/err" &
+    pid=$!
+    for i in $(seq 100); do # the rank processes are started (--verbose names them)
+        grep -q "rank processes (pids" "$TMP/err" && break
+        sleep 0.1
+    done
+    sleep $((2 * ${BURST_TEST_TIME_SCALE:-1})) # and have joined
+    kill -KILL $pid
+    wait $pid
+    sleep 1 # the kernel delivers the ranks' death signals
+    check_leftovers "SIGKILL of burstrun" "$TMP/err"
+    touch "$TMP/stamp"
+    { "$BR" -n 4 --seq 1024 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
+        2>"$TMP/err"; echo $? >"$TMP/rc"; } | true
+    rc=$(cat "$TMP/rc")
+    [ "$rc" = 3 ] || fail "stdout closed: exit $rc, expected 3"
+    grep -q "writing to stdout failed" "$TMP/err" || fail "stdout closed: not reported"
+    check_leftovers "stdout closed" "$TMP/err"
     ;;
 mpi)
     # (5) --hosts / --hostfile: ranks started by Open MPI's mpirun on this host, bootstrapped

@@ -430,6 +430,64 @@ static void comm_env_bad_bootstrap(void **state)
     assert_ptr_equal(c, SENTINEL);
 }
 
+/* Every integer variable the library reads at context or communicator creation, malformed
+ * (letters, trailing garbage, out of range, past any long), fails every entry point that reads
+ * it with INVALID naming the variable and the value; empty means the default. */
+static const char *const bad_ints[] = {"abc", "12abc", "0", "-1", "1e3", "99999999999999999999"};
+
+static void env_expect(const char *var, const char *val, burst_status_t st)
+{
+    EXPECT(st, INVALID, var, val);
+}
+
+static void env_malformed(void **state)
+{
+    (void)state;
+    struct burst_local_world *w = NULL;
+    assert_int_equal(burst_local_world_create(1, &w), BURST_OK);
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.world = w;
+    struct burst_context_params xp = burst_context_params_default();
+    for (size_t i = 0; i < sizeof(bad_ints) / sizeof(bad_ints[0]); i++) {
+        struct burst_comm *c = SENTINEL;
+        struct burst_context *ctx = SENTINEL;
+        setenv("BURST_TIMEOUT_MS", bad_ints[i], 1);
+        env_expect("BURST_TIMEOUT_MS", bad_ints[i], burst_comm_create(&cp, &c));
+        setenv("BURST_SIZE", "1", 1);
+        setenv("BURST_RANK", "0", 1);
+        env_expect("BURST_TIMEOUT_MS", bad_ints[i], burst_comm_create_env(&c));
+        unsetenv("BURST_SIZE");
+        unsetenv("BURST_RANK");
+        unsetenv("BURST_TIMEOUT_MS");
+        setenv("BURST_NUM_THREADS", bad_ints[i], 1);
+        xp.backend = "cpu";
+        env_expect("BURST_NUM_THREADS", bad_ints[i], burst_context_create(&xp, &ctx));
+        xp.backend = "auto";
+        env_expect("BURST_NUM_THREADS", bad_ints[i], burst_context_create(&xp, &ctx));
+        unsetenv("BURST_NUM_THREADS");
+        assert_ptr_equal(c, SENTINEL);
+        assert_ptr_equal(ctx, SENTINEL);
+    }
+    setenv("BURST_TIMEOUT_MS", "", 1); /* empty: the default */
+    struct burst_comm *c = NULL;
+    assert_int_equal(burst_comm_create(&cp, &c), BURST_OK);
+    burst_comm_destroy(c);
+    unsetenv("BURST_TIMEOUT_MS");
+    burst_local_world_destroy(w);
+}
+
+/* params->timeout_ms beyond BURST_COMM_TIMEOUT_MAX_MS is refused at once, naming it. */
+static void comm_timeout_range(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.world = f->world;
+    cp.timeout_ms = BURST_COMM_TIMEOUT_MAX_MS + 1;
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create(&cp, &c), INVALID, "timeout_ms", "86400001");
+    assert_ptr_equal(c, SENTINEL);
+}
+
 /* ------------------------------------------------------------------ plan creation */
 
 static void plan_expect(struct fixture *f, const struct burst_plan_params *pp, burst_status_t want,
@@ -1139,6 +1197,8 @@ int main(void)
         T(comm_unknown_transport),
         cmocka_unit_test(comm_bad_bootstrap),
         cmocka_unit_test(comm_env_bad_bootstrap),
+        cmocka_unit_test(env_malformed),
+        T(comm_timeout_range),
         T(plan_null_ctx),
         T(plan_null_comm),
         T(plan_null_params),

@@ -18,7 +18,10 @@
  *                                those of the in-process ring), out of memory in every process
  *                                (NO_MEMORY / PEER_FAILED)
  *   test_procs shm refused       wrong / malformed keys and corrupted, truncated and oversized
- *                                control messages are refused; the service keeps serving
+ *                                control messages are refused (before HELLO every other type,
+ *                                on its header); the service keeps serving, and admits ranks
+ *                                while strangers hold idle connections; CLEANUP removes only
+ *                                a segment of the sender's own process
  *   test_procs shm|tcp mpi       G = 2, 4 ranks started by Open MPI's mpirun join through the MPI
  *                                bootstrap (burst_comm_create_env sees OMPI_COMM_WORLD_*, no
  *                                BURST_RENDEZVOUS): results as in "results". SKIP (77) when
@@ -53,6 +56,7 @@
 
 #include "burst/burst.h"
 #include "harness.h"
+#include "tp_bootstrap.h"
 
 #define MAXG 8
 #define SKIP 77
@@ -1078,6 +1082,78 @@ static int raw_refused(const char *addr, const void *msg, size_t len, int close_
     return refused;
 }
 
+/* A connection to addr that sends nothing (closed by the caller), or -1. */
+static int raw_idle(const char *addr)
+{
+    char host[256];
+    snprintf(host, sizeof(host), "%s", addr);
+    char *colon = strrchr(host, ':');
+    *colon = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return -1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+/* Before HELLO, every other message type is refused on its header, even announcing the
+ * largest payload its type allows (the service never buffers a stranger's payload). */
+static void refused_before_hello(const char *addr)
+{
+    const uint32_t max_len[10] = {
+        [BURST_BOOT_REFUSED] = 4 + BURST_BOOT_MAX_TEXT,
+        [BURST_BOOT_GATHER] = 4 + BURST_BOOT_MAX_BLOB,
+        [BURST_BOOT_GATHERED] = 8 + 2 * (4 + BURST_BOOT_MAX_BLOB),
+        [BURST_BOOT_ABORT] = 4 + BURST_BOOT_MAX_TEXT,
+        [BURST_BOOT_FAILED] = 4 + BURST_BOOT_MAX_TEXT,
+        [BURST_BOOT_CLEANUP] = BURST_BOOT_BOOT_ID_LEN + BURST_BOOT_MAX_NAME,
+    };
+    for (int t = 2; t <= 9; t++) {
+        unsigned char h[12] = {'B', 'R', 'S', 'T', 0, 1, 0, (unsigned char)t, 0, 0, 0, 0};
+        h[8] = (unsigned char)(max_len[t] >> 24);
+        h[9] = (unsigned char)(max_len[t] >> 16);
+        h[10] = (unsigned char)(max_len[t] >> 8);
+        h[11] = (unsigned char)max_len[t];
+        CHECK(raw_refused(addr, h, 12, 0), "type %d (%u bytes) before HELLO not refused", t,
+              max_len[t]);
+    }
+}
+
+/* CLEANUP is tied to the sender: a joined rank may register only a segment of its own process
+ * (its HELLO's pid); any other name fails it and is never removed. */
+static void cleanup_tied(void)
+{
+    for (int own = 0; own < 2; own++) {
+        struct burst_rendezvous *rv = NULL;
+        CHECK(burst_rendezvous_create(NULL, 0, 1, NULL, &rv) == BURST_OK, "rendezvous");
+        char name[64], path[96];
+        snprintf(name, sizeof(name), own ? "%d:97:0" : "burst-victim-%d", (int)getpid());
+        snprintf(path, sizeof(path), "/dev/shm/%s", name);
+        int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+        struct burst_boot *b = NULL;
+        CHECK(burst_boot_join("test", burst_rendezvous_address(rv), burst_rendezvous_key(rv), 0, 1,
+                              5000, &b) == BURST_OK,
+              "join: %s", burst_last_error());
+        if (b)
+            burst_boot_cleanup(b, name);
+        burst_boot_leave(b, 0); /* gone without BYE: the service removes what it accepted */
+        for (int i = 0; i < 100 && burst_rendezvous_failed_rank(rv) < 0; i++)
+            usleep(10000);
+        burst_rendezvous_destroy(rv);
+        int exists = access(path, F_OK) == 0;
+        CHECK(own ? !exists : exists, "CLEANUP of %s (%s): %s", name,
+              own ? "its own segment" : "a foreign file", exists ? "still there" : "removed");
+        unlink(path);
+    }
+}
+
 static void case_refused(void)
 {
     struct prob p = {2, 1, 64, 2, 2, 16, harness_seed(), 0};
@@ -1102,6 +1178,7 @@ static void case_refused(void)
     CHECK(raw_refused(addr, huge, 12, 0), "oversized message not refused");
     CHECK(raw_refused(addr, badtype, 12, 0), "unknown type not refused");
     CHECK(raw_refused(addr, notfirst, 16, 0), "GATHER before HELLO not refused");
+    refused_before_hello(addr);
     memset(m + 12, 'a', 64); /* a HELLO with a wrong key, rank 0 */
     m[12 + 64 + 7] = 2;      /* size 2 */
     CHECK(raw_refused(addr, m, 12 + 76, 0), "wrong key not refused");
@@ -1124,11 +1201,18 @@ static void case_refused(void)
               harness_contains(j.slots[0].msg, "BURST_JOB_KEY"),
           "malformed key: %s", j.slots[0].msg);
     CHECK(burst_rendezvous_failed_rank(j.rv) == -1, "a refused stranger failed the job");
-    /* The right ranks still get in and finish. */
+    /* The right ranks still get in and finish, even while strangers hold more idle
+     * connections than the service keeps unadmitted. */
+    int idle[80];
+    for (int i = 0; i < 80; i++)
+        idle[i] = raw_idle(addr);
     memset(j.slots, 0, sizeof(j.slots[0]) * MAXG);
     for (int r = 0; r < 2; r++)
         job_spawn(&j, r, NULL);
     CHECK(job_reap(&j, 30000, -1) == 0, "a rank did not exit cleanly");
+    for (int i = 0; i < 80; i++)
+        if (idle[i] >= 0)
+            close(idle[i]);
     for (int r = 0; r < 2; r++)
         CHECK(j.slots[r].done && !j.slots[r].st_comm && !j.slots[r].st_fwd && !j.slots[r].st_bwd,
               "rank %d after the refusals: %s", r, j.slots[r].msg);
@@ -1139,6 +1223,7 @@ static void case_refused(void)
     CHECK(j.slots[0].st_comm == BURST_ERR_INVALID_ARG, "duplicate rank: %s", j.slots[0].msg);
     printf("duplicate rank: \"%s\"\n", j.slots[0].msg);
     job_close(&j);
+    cleanup_tied();
     check_leftovers(&before, "refused");
 }
 

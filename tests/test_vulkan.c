@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -332,6 +334,55 @@ static void tile_cache(void **state)
     remove(path);
 }
 
+/* Special file i at path: a FIFO, a directory, a link to /dev/zero, a sparse 1 GiB file. */
+static int make_special(int i, const char *path)
+{
+    if (i == 0)
+        return mkfifo(path, 0600);
+    if (i == 1)
+        return mkdir(path, 0700);
+    if (i == 2)
+        return symlink("/dev/zero", path);
+    int fd = creat(path, 0600);
+    int rc = fd >= 0 && ftruncate(fd, (off_t)1 << 30) == 0 ? 0 : -1;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* Whatever sits at the cache path instead of a file (a FIFO nobody writes, a directory, a link
+ * to an endless device, a file past the size bound): ignored at once, never waited on. The
+ * alarm turns a hang into a failure. */
+static void tile_cache_special(void **state)
+{
+    (void)state;
+    char *json = probe_json();
+    char path[512], dir[300];
+    json_string(json, "cache_file", path, sizeof path);
+    burst_free(json);
+    snprintf(dir, sizeof dir, "%s/burst", cache_dir);
+    mkdir(cache_dir, 0700);
+    mkdir(dir, 0700);
+    for (int i = 0; i < 4; i++) {
+        remove(path);
+        rmdir(path);
+        int made = make_special(i, path);
+        if (made != 0)
+            fail_msg("cannot make special file %d at %s: %s", i, path, strerror(errno));
+        alarm(60);
+        json = probe_json();
+        void *be = NULL;
+        assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
+        burst_vk_backend_ops.destroy(be);
+        alarm(0);
+        if (!strstr(json, "\"source\": \"rule\""))
+            fail_msg("special file %d at the cache path was used:\n%s", i, json);
+        burst_free(json);
+    }
+    remove(path);
+    rmdir(path);
+}
+
 /* ---- modes --------------------------------------------------------------------------------- */
 
 static int run_nodevice(void)
@@ -398,7 +449,7 @@ int main(int argc, char **argv)
         const struct CMUnitTest extra[] = {
             cmocka_unit_test(probe_lists_device),  cmocka_unit_test(unsupported_head_dim),
             cmocka_unit_test(small_shared_memory), cmocka_unit_test(context_alloc_huge),
-            cmocka_unit_test(tile_cache),
+            cmocka_unit_test(tile_cache),          cmocka_unit_test(tile_cache_special),
         };
         rc = harness_run_cases("vulkan", cases, sizeof cases / sizeof *cases, case_fn, extra,
                                sizeof extra / sizeof *extra);

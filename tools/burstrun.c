@@ -3,18 +3,23 @@
  * and (with --check) the error against the fp64 reference. See usage() for everything.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "burst/burst.h"
+#include "env.h"
 #include "job.h"
+#include "job_size.h"
 #include "launch.h"
 #include "launch_mpi.h"
 
@@ -76,8 +81,8 @@ static void usage(FILE *f)
         "  --hostfile F           the same from an Open MPI hostfile (\"host slots=N\" lines)\n"
         "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
         "                         127.0.0.1)\n"
-        "  --timeout S            longest wait for a peer, seconds (default: BURST_TIMEOUT_MS\n"
-        "                         or 120)\n"
+        "  --timeout S            longest wait for a peer, seconds, 1..86400 (default:\n"
+        "                         BURST_TIMEOUT_MS or 120)\n"
         "  --num-threads T        compute threads: of the shared context with --threads\n"
         "                         (default all cores), of each rank process otherwise\n"
         "                         (default cores / G, at least 1); or BURST_NUM_THREADS.\n"
@@ -309,42 +314,139 @@ static int parse_hosts(const char *v)
     return (int)total;
 }
 
-/* An Open MPI hostfile: "host [slots=N] ..." per line, '#' comments: the slot count. */
+/* Largest hostfile burstrun reads (a hostfile lists hosts: far below this). */
+#define HOSTFILE_MAX_BYTES (1 << 20)
+
+/* The whole of hostfile `path`, NUL-terminated: a regular file of at most HOSTFILE_MAX_BYTES,
+ * opened without blocking (a FIFO or a device is refused, never read). */
+static char *read_hostfile(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat sb;
+    if (fd < 0)
+        die_usage("--hostfile %s: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > HOSTFILE_MAX_BYTES) {
+        close(fd);
+        die_usage("--hostfile %s: not a regular file of at most %d bytes", path,
+                  HOSTFILE_MAX_BYTES);
+    }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    ssize_t n = buf ? read(fd, buf, (size_t)sb.st_size + 1) : -1;
+    close(fd);
+    if (n < 0 || n > sb.st_size) {
+        free(buf);
+        die_usage("--hostfile %s: %s", path, n < 0 ? strerror(errno) : "it grew while read");
+    }
+    buf[n] = '\0';
+    if (memchr(buf, '\0', (size_t)n)) {
+        free(buf);
+        die_usage("--hostfile %s: a NUL byte (not a text file)", path);
+    }
+    return buf;
+}
+
+/* The N of "KEY=N", "KEY =N", "KEY= N" or "KEY = N" (Open MPI's syntax) from `rest`, the
+ * token's text after KEY, and the next tokens of strtok's line; -1 unless N is in 1..65536. */
+static long hostfile_value(const char *rest)
+{
+    const char *v = *rest ? rest : strtok(NULL, " \t");
+    if (!v || *v != '=')
+        return -1;
+    v = v[1] ? v + 1 : strtok(NULL, " \t");
+    if (!v)
+        return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return !errno && end != v && !*end && x >= 1 && x <= 65536 ? x : -1;
+}
+
+/* The slots of one line: "host [slots=N] [max_slots=M]"; HOSTFILE_CORES without slots= (Open
+ * MPI then gives the host its core count); 0 for a blank or comment line; -1 with the message
+ * in msg when malformed. */
+#define HOSTFILE_CORES 65537
+static long hostfile_line(char *line, char *msg, size_t cap)
+{
+    line[strcspn(line, "#\r")] = '\0';
+    char *host = strtok(line, " \t");
+    if (!host)
+        return 0;
+    long slots = HOSTFILE_CORES;
+    for (char *t = strtok(NULL, " \t"); t; t = strtok(NULL, " \t")) {
+        size_t key = !strncmp(t, "slots", 5) ? 5 : !strncmp(t, "max_slots", 9) ? 9 : 0;
+        if (!key || (t[key] && t[key] != '=')) {
+            snprintf(msg, cap, "'%.64s' after host '%.64s' (expected slots=N or max_slots=N)", t,
+                     host);
+            return -1;
+        }
+        long v = hostfile_value(t + key);
+        if (v < 0) {
+            snprintf(msg, cap, "bad %.*s value after host '%.64s' (expected =N, N in 1..65536)",
+                     (int)key, t, host);
+            return -1;
+        }
+        slots = key == 5 ? v : slots;
+    }
+    return slots;
+}
+
+/* An Open MPI hostfile: one "host [slots=N] [max_slots=M]" per line, '#' comments, a host
+ * listed twice adds its slots: the slot count, or -1 when a host gives no slots= (its core
+ * count, unknown here: -n must be given). */
 static int parse_hostfile(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die_usage("--hostfile %s: %s", path, strerror(errno));
-    char line[1024];
+    char *buf = read_hostfile(path), msg[256];
     long total = 0;
-    int lineno = 0;
-    while (fgets(line, sizeof(line), f)) {
+    int lineno = 0, cores = 0;
+    for (char *line = buf, *next; line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
         lineno++;
-        line[strcspn(line, "#\r\n")] = '\0';
-        char *tok = strtok(line, " \t");
-        if (!tok)
-            continue;
-        long slots = 1;
-        for (char *t = strtok(NULL, " \t"); t; t = strtok(NULL, " \t"))
-            if (!strncmp(t, "slots=", 6)) {
-                char *end;
-                slots = strtol(t + 6, &end, 10);
-                if (*end || slots < 1 || slots > 65536) {
-                    fclose(f);
-                    die_usage("--hostfile %s:%d: bad '%s' (expected slots=1..65536)", path, lineno,
-                              t);
-                }
-            }
-        total += slots;
+        long slots = hostfile_line(line, msg, sizeof(msg));
+        if (slots < 0) {
+            free(buf);
+            die_usage("--hostfile %s:%d: %s", path, lineno, msg);
+        }
+        cores |= slots == HOSTFILE_CORES;
+        total += slots == HOSTFILE_CORES ? 0 : slots;
         if (total > 65536) {
-            fclose(f);
+            free(buf);
             die_usage("--hostfile %s: more than 65536 slots", path);
         }
     }
-    fclose(f);
-    if (total == 0)
+    free(buf);
+    if (total == 0 && !cores)
         die_usage("--hostfile %s: no hosts in it", path);
-    return (int)total;
+    return cores ? -1 : (int)total;
+}
+
+/* The library's variables that burstrun or its ranks read: one rule with the library's
+ * (runtime/env.h): unset or empty = the default, anything else must be valid, else a usage
+ * error naming it before any rank starts. Those burstrun sets for its ranks (BURST_RANK,
+ * BURST_SIZE, BURST_BOOTSTRAP, ...) are replaced, not read. */
+static void check_env(void)
+{
+    static const struct {
+        const char *name;
+        long lo, hi;
+    } ints[] = {
+        {"BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS},
+        {"BURST_NUM_THREADS", 1, 4096},
+    };
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        const char *v = getenv(ints[i].name);
+        long x;
+        if (v && *v && !burst_env_parse_long(v, ints[i].lo, ints[i].hi, &x))
+            die_usage("%s = '%.64s' in the environment is not an integer in %ld..%ld", ints[i].name,
+                      v, ints[i].lo, ints[i].hi);
+    }
+    const char *f = getenv("BURST_FABRIC");
+    if (f && *f && strcmp(f, "auto") && strcmp(f, "shm") && strcmp(f, "tcp") &&
+        strcmp(f, "verbs") && strcmp(f, "efa"))
+        die_usage("BURST_FABRIC = '%.64s' in the environment is not one of auto, shm, tcp, verbs, "
+                  "efa",
+                  f);
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -651,7 +753,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->iface = val;
             fabric_given = 1;
         } else if (!strcmp(name, "--timeout")) {
-            o->timeout_s = (int)parse_int(name, val, 1, 86400 * 7);
+            o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
         } else if (!strcmp(name, "--test-kill-rank")) {
             o->kill.rank = (int)parse_int(name, val, 0, 65535);
         } else if (!strcmp(name, "--test-kill-phase")) {
@@ -683,7 +785,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
     if (o->hosts || o->hostfile) {
         if (!o->ranks_given)
             p->ranks = o->host_slots;
-        else if (p->ranks > o->host_slots)
+        if (o->host_slots < 0 && !o->ranks_given)
+            die_usage("--hostfile %s lists a host without slots=N (Open MPI gives it its core "
+                      "count, unknown here): give -n",
+                      o->hostfile);
+        else if (o->host_slots >= 0 && p->ranks > o->host_slots)
             die_usage("-n %d: --%s gives only %d slots", p->ranks, o->hosts ? "hosts" : "hostfile",
                       o->host_slots);
         if (!fabric_given)
@@ -760,6 +866,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
                       job_bwd_ref_cost(p), JOB_BWD_CHECK_LIMIT);
         }
     }
+    check_env();
+    /* sizes last: every flag above is in range, nothing is allocated yet */
+    char msg[512];
+    if (job_memory_check(p, msg, sizeof(msg)) != 0)
+        die_usage("%s", msg);
     if (!o->seed_given)
         p->seed = (uint64_t)time(NULL);
 }
@@ -1318,7 +1429,23 @@ static int mpi_rank_main(int argc, char **argv)
     return rc;
 }
 
+static int run(int argc, char **argv);
+
+/* SIGPIPE is ignored (a reader that goes away must not kill burstrun silently, before it has
+ * stopped its ranks): a failed write to stdout is reported, and exits 3 if nothing else did. */
 int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run(argc, argv);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: writing to stdout failed: %s\n", prog,
+                errno ? strerror(errno) : "a write error");
+        return rc ? rc : EXIT_RUNTIME;
+    }
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     /* a rank process started by run_processes: --rank-worker FD */
     if (argc == 3 && strcmp(argv[1], "--rank-worker") == 0)

@@ -1,6 +1,7 @@
 /* tools/job.c - one distributed attention job: ranks as threads, or the rank-process side; the
  * check against the fp64 reference. */
 #include "job.h"
+#include "job_size.h"
 
 #include <errno.h>
 #include <math.h>
@@ -72,6 +73,8 @@ double job_err_rel(const struct job_err *e, enum job_tensor t)
     if (e->nonfinite > 0)
         return INFINITY;
     double denom = e->max_ref;
+    if (e->max_terms / JOB_TERMS_FLOOR > denom)
+        denom = e->max_terms / JOB_TERMS_FLOOR;
     if (t == JOB_LSE && denom < 1.0)
         denom = 1.0;
     if (denom == 0.0)
@@ -666,6 +669,7 @@ static void err_merge(struct job_err *dst, const struct job_err *src)
 {
     dst->max_abs = src->max_abs > dst->max_abs ? src->max_abs : dst->max_abs;
     dst->max_ref = src->max_ref > dst->max_ref ? src->max_ref : dst->max_ref;
+    dst->max_terms = src->max_terms > dst->max_terms ? src->max_terms : dst->max_terms;
     dst->count += src->count;
     dst->nonfinite += src->nonfinite;
 }
@@ -680,6 +684,86 @@ static double global_at(const struct job *j, const void *base, int heads, int64_
             (size_t)p->head_dim +
         (size_t)e;
     return load_elem(base, p->dtype, i);
+}
+
+/* The gradients of one sub-problem (one kv head, gs query heads, natural order, as check_task
+ * lays them out) with every term replaced by its magnitude: dS_ij = P_ij (dP_ij - D_i) becomes
+ * P_ij (|dP_ij| + |D_i|). Their largest elements go to err[JOB_DQ .. JOB_DV].max_terms. */
+struct terms_in {
+    const struct ref_problem *rp;
+    const double *q, *k, *v, *dout, *o, *lse; /* lse [gs, n] */
+};
+
+static int pair_allowed(const struct ref_problem *rp, int64_t i, int64_t j)
+{
+    return (rp->window_left < 0 || j >= i - rp->window_left) &&
+           (rp->window_right < 0 || j <= i + rp->window_right) && (!rp->causal || j <= i);
+}
+
+static double dot_d(const double *a, const double *b, int d)
+{
+    double s = 0.0;
+    for (int e = 0; e < d; e++)
+        s += a[e] * b[e];
+    return s;
+}
+
+static void grad_terms_row(const struct terms_in *in, int64_t i, int hh, double *tk, double *tv,
+                           double *tq_row)
+{
+    const struct ref_problem *rp = in->rp;
+    int64_t n = rp->seq_len;
+    int gs = rp->q_heads, d = rp->head_dim;
+    size_t at = ((size_t)i * gs + hh) * d;
+    double lse = in->lse[(size_t)hh * n + i], dd = fabs(dot_d(in->dout + at, in->o + at, d));
+    for (int64_t j = 0; j < n; j++) {
+        if (!pair_allowed(rp, i, j))
+            continue;
+        const double *kj = in->k + (size_t)j * d, *vj = in->v + (size_t)j * d;
+        double pij = exp(rp->scale * dot_d(in->q + at, kj, d) - lse);
+        double w = rp->scale * pij * (fabs(dot_d(in->dout + at, vj, d)) + dd);
+        for (int e = 0; e < d; e++) {
+            tq_row[e] += w * fabs(kj[e]);
+            tk[(size_t)j * d + e] += w * fabs(in->q[at + e]);
+            tv[(size_t)j * d + e] += pij * fabs(in->dout[at + e]);
+        }
+    }
+}
+
+static double max_of(const double *x, size_t m)
+{
+    double r = 0.0;
+    for (size_t i = 0; i < m; i++)
+        r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+static int grad_terms(const struct terms_in *in, struct job_err *err)
+{
+    int64_t n = in->rp->seq_len;
+    int gs = in->rp->q_heads, d = in->rp->head_dim;
+    double *tk = calloc((size_t)n * d, sizeof(double)), *tv = calloc((size_t)n * d, sizeof(double));
+    double *tq = calloc((size_t)d, sizeof(double));
+    if (!tk || !tv || !tq) {
+        free(tk);
+        free(tv);
+        free(tq);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int hh = 0; hh < gs; hh++) {
+            memset(tq, 0, (size_t)d * sizeof(double));
+            grad_terms_row(in, i, hh, tk, tv, tq);
+            double m = max_of(tq, (size_t)d);
+            err[JOB_DQ].max_terms = m > err[JOB_DQ].max_terms ? m : err[JOB_DQ].max_terms;
+        }
+    double mk = max_of(tk, (size_t)n * d), mv = max_of(tv, (size_t)n * d);
+    err[JOB_DK].max_terms = mk > err[JOB_DK].max_terms ? mk : err[JOB_DK].max_terms;
+    err[JOB_DV].max_terms = mv > err[JOB_DV].max_terms ? mv : err[JOB_DV].max_terms;
+    free(tk);
+    free(tv);
+    free(tq);
+    return 0;
 }
 
 /* One task: batch b, kv head g with its group of Hq/Hkv query heads, as a sub-problem. */
@@ -753,6 +837,9 @@ static int check_task(struct check_ctx *c, int task, struct job_err *err)
     }
     if (c->do_bwd) {
         ref_backward(&rp, qd, kd, vd, dod, dqd, dkd, dvd);
+        struct terms_in tin = {&rp, qd, kd, vd, dod, od, lsed};
+        if (grad_terms(&tin, err) != 0)
+            goto done;
         for (int64_t i = 0; i < n; i++) {
             for (int hh = 0; hh < gs; hh++)
                 for (int e = 0; e < d; e++)
@@ -1295,6 +1382,8 @@ uint64_t job_arena_layout(const struct job_params *p, struct job_arena_hdr *h, c
         snprintf(msg, cap, "bad dtype %d", (int)p->dtype);
         return 0;
     }
+    if (!job_tensor_bytes(p, msg, cap))
+        return 0; /* below its bound every product and sum here fits 64 bits */
     uint64_t G = (uint64_t)p->ranks, total = (uint64_t)(p->warmup + p->iters);
     uint64_t qb = (uint64_t)p->batch * (uint64_t)p->seq_len * (uint64_t)p->q_heads *
                   (uint64_t)p->head_dim * esz;

@@ -73,10 +73,13 @@ struct job_rank_stats {
     int head_groups;    /* burst_plan_head_groups */
 };
 
-/* Error of one compared tensor: max |lib - ref| and max |ref| over the compared elements. */
+/* Error of one compared tensor: max |lib - ref| and max |ref| over the compared elements; for
+ * the gradients also max_terms, the largest element of the gradient computed with every term
+ * replaced by its magnitude (what rounding errors scale with, even where the terms cancel). */
 struct job_err {
     double max_abs;
     double max_ref;
+    double max_terms;
     int64_t count;     /* elements compared */
     int64_t nonfinite; /* library values that are NaN/Inf where the reference is finite */
 };
@@ -239,7 +242,10 @@ int job_worker_main(int fd);
  * check the outputs in the arena as requested. Returns r->status. */
 int job_arena_collect(void *arena, struct job_result *r);
 
-/* Relative error of one tensor: max_abs / max_ref (lse: / max(max_ref, 1)); Inf on non-finite. */
+/* Relative error of one tensor: max_abs / max(max_ref, max_terms / JOB_TERMS_FLOOR) (lse: at least
+ * 1); Inf on non-finite. A gradient whose terms cancel (exactly zero with a one-key window) is
+ * measured against the size of its terms, not against its rounding noise. */
+#define JOB_TERMS_FLOOR 64.0
 double job_err_rel(const struct job_err *e, enum job_tensor t);
 
 const char *job_tensor_name(enum job_tensor t);

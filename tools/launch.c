@@ -130,9 +130,9 @@ static void progress_show(struct progress *pg, void *arena, int G, int total)
 
 /* ---- processes ---- */
 
-static const char *const env_set[] = {"BURST_RANK",       "BURST_SIZE",       "BURST_RENDEZVOUS",
-                                      "BURST_JOB_KEY",    "BURST_FABRIC",     "BURST_IFACE",
-                                      "BURST_TIMEOUT_MS", "BURST_NUM_THREADS"};
+static const char *const env_set[] = {"BURST_RANK",       "BURST_SIZE",        "BURST_RENDEZVOUS",
+                                      "BURST_JOB_KEY",    "BURST_FABRIC",      "BURST_IFACE",
+                                      "BURST_TIMEOUT_MS", "BURST_NUM_THREADS", "BURST_BOOTSTRAP"};
 #define N_ENV_SET (sizeof(env_set) / sizeof(env_set[0]))
 
 /* environ without the variables we set, then ours. Strings in store[]. */
@@ -342,6 +342,7 @@ int launch_run(const struct job_params *p, const struct launch_opts *lo, struct 
     snprintf(store[2], sizeof(store[2]), "BURST_RENDEZVOUS=%s", burst_rendezvous_address(rv));
     snprintf(store[3], sizeof(store[3]), "BURST_JOB_KEY=%s", burst_rendezvous_key(rv));
     snprintf(store[4], sizeof(store[4]), "BURST_FABRIC=%s", lo->fabric);
+    snprintf(store[8], sizeof(store[8]), "BURST_BOOTSTRAP=rendezvous"); /* whatever is exported */
     const char *iface = lo->iface ? lo->iface : strcmp(lo->fabric, "tcp") == 0 ? "127.0.0.1" : NULL;
     if (iface)
         snprintf(store[5], sizeof(store[5]), "BURST_IFACE=%s", iface);

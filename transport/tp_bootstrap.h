@@ -22,7 +22,7 @@
  *   6 ABORT       rank->  status i32, reason (text)                           4..4+1024
  *   7 FAILED      ->rank  rank u32, reason (text)                             4..4+1024
  *   8 BYE         rank->  (empty)                                             0
- *   9 CLEANUP     rank->  boot_id[40] (NUL-padded), name (text, no '/')      41..40+255
+ *   9 CLEANUP     rank->  boot_id[40] (NUL-padded), name "<pid>:<n>:<n>"     41..40+255
  *
  * Texts are not NUL-terminated on the wire; receivers copy them into bounded buffers and
  * replace non-printable bytes.
@@ -35,7 +35,12 @@
  * makes the server send FAILED {rank, reason} to every other rank that has not left (only the
  * first failure of a job is broadcast). CLEANUP registers a /dev/shm entry (the shm provider's
  * segment) that the server unlinks if the rank dies without BYE, when the server runs on the
- * same boot (boot_id) as the rank: a SIGKILLed process cannot remove it itself.
+ * same boot (boot_id) as the rank: a SIGKILLed process cannot remove it itself. The name must
+ * be a segment of the process the rank's HELLO named (pid), and only a regular file of the
+ * server's user is removed. Ranks unlink their segment themselves once every rank has
+ * connected (tp_comm_fabric.c), so this covers a rank lost while joining.
+ * A connection may send only HELLO before it is admitted, and a rank only the rank-to-server
+ * types: anything else is refused on its header.
  */
 #ifndef BURST_TP_BOOTSTRAP_H
 #define BURST_TP_BOOTSTRAP_H

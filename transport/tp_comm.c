@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "context_internal.h"
+#include "env.h"
 #include "error.h"
 #include "fault.h"
 #include "tp_bootstrap.h"
@@ -46,16 +47,16 @@ int burst_fab_index(const char *name)
     return -1;
 }
 
-static int env_timeout_ms(void)
+/* params->timeout_ms, else BURST_TIMEOUT_MS, else the default (env.h's rule). */
+static burst_status_t comm_timeout(const char *who, int timeout_ms, int *out_p)
 {
-    const char *s = getenv("BURST_TIMEOUT_MS");
-    if (s && *s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (*end == '\0' && v > 0 && v <= 86400000L)
-            return (int)v;
-    }
-    return DEFAULT_TIMEOUT_MS;
+    long v = timeout_ms;
+    burst_status_t st = BURST_OK;
+    if (!timeout_ms)
+        st = burst_env_long(who, "BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS,
+                            DEFAULT_TIMEOUT_MS, &v, NULL);
+    *out_p = (int)v;
+    return st;
 }
 
 /* Transport "fabric": check the fields, then join through the bootstrap. */
@@ -111,9 +112,10 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     c->rank = p->rank;
     c->size = p->size;
-    c->timeout_ms = p->timeout_ms ? p->timeout_ms : env_timeout_ms();
+    burst_status_t st = comm_timeout(who, p->timeout_ms, &c->timeout_ms);
     atomic_init(&c->failed, 0);
-    burst_status_t st = burst_comm_join_fabric(p, want, mpi, c);
+    if (st == BURST_OK)
+        st = burst_comm_join_fabric(p, want, mpi, c);
     if (st != BURST_OK) {
         free(c);
         return st;
@@ -145,9 +147,13 @@ burst_status_t burst_comm_create(const struct burst_comm_params *params, struct 
     if (params->rank < 0 || params->rank >= params->size)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params->rank = %d is not in 0..%d", who,
                            params->rank, params->size - 1);
-    if (params->timeout_ms < 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: params->timeout_ms = %d must be >= 0", who,
-                           params->timeout_ms);
+    if (params->timeout_ms < 0 || params->timeout_ms > BURST_COMM_TIMEOUT_MAX_MS)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: params->timeout_ms = %d is not in 0..%d",
+                           who, params->timeout_ms, BURST_COMM_TIMEOUT_MAX_MS);
+    int timeout = 0;
+    st = comm_timeout(who, params->timeout_ms, &timeout);
+    if (st != BURST_OK)
+        return st;
     const char *name = params->transport ? params->transport : "local";
     if (strcmp(name, "fabric") == 0)
         return comm_create_fabric_checked(params, comm_p);
@@ -171,36 +177,21 @@ burst_status_t burst_comm_create(const struct burst_comm_params *params, struct 
     }
     c->rank = params->rank;
     c->size = params->size;
-    c->timeout_ms = params->timeout_ms ? params->timeout_ms : env_timeout_ms();
+    c->timeout_ms = timeout;
     c->nhosts = 1;
     atomic_init(&c->failed, 0);
     *comm_p = c;
     return BURST_OK;
 }
 
-/* An integer environment variable in lo..hi: 1 when set and valid, 0 when unset, or an error. */
-static burst_status_t env_int(const char *who, const char *name, long lo, long hi, int required,
-                              int *set_p, long *v_p)
+/* A variable a launcher must set: an error naming it when unset, else env.h's rule. */
+static burst_status_t env_required(const char *who, const char *name, long lo, long hi, long *v_p)
 {
     const char *s = getenv(name);
-    *set_p = 0;
-    if (!s || !*s) {
-        if (required)
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: %s is not set (a launcher such as burstrun sets it)", who,
-                               name);
-        return BURST_OK;
-    }
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi)
+    if (!s || !*s)
         return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: %s = \"%.64s\" is not an integer in %ld..%ld", who, name, s, lo,
-                           hi);
-    *set_p = 1;
-    *v_p = v;
-    return BURST_OK;
+                           "%s: %s is not set (a launcher such as burstrun sets it)", who, name);
+    return burst_env_long(who, name, lo, hi, 0, v_p, NULL);
 }
 
 burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
@@ -232,12 +223,12 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     const char *size_var = mpi ? "OMPI_COMM_WORLD_SIZE" : "BURST_SIZE";
     const char *rank_var = mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK";
     long rank = 0, size = 0, timeout = 0;
-    int set = 0;
-    burst_status_t st = env_int(who, size_var, 1, 65536, 1, &set, &size);
+    burst_status_t st = env_required(who, size_var, 1, 65536, &size);
     if (st == BURST_OK)
-        st = env_int(who, rank_var, 0, size - 1, 1, &set, &rank);
+        st = env_required(who, rank_var, 0, size - 1, &rank);
     if (st == BURST_OK)
-        st = env_int(who, "BURST_TIMEOUT_MS", 1, 86400000L, 0, &set, &timeout);
+        st = burst_env_long(who, "BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS, 0, &timeout,
+                            NULL);
     if (st != BURST_OK)
         return st;
     if (!mpi && (!rv || !*rv))
@@ -264,7 +255,7 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     p.transport = "fabric";
     p.rank = (int)rank;
     p.size = (int)size;
-    p.timeout_ms = set ? (int)timeout : 0;
+    p.timeout_ms = (int)timeout;
     p.fabric = fabric && *fabric ? fabric : NULL;
     p.iface = iface && *iface ? iface : NULL;
     p.bootstrap = mpi ? "mpi" : "rendezvous";

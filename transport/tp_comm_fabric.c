@@ -120,17 +120,43 @@ static burst_status_t choose_fabric(struct burst_comm *c, const unsigned char *c
     return BURST_OK;
 }
 
-/* shm's segment "fi_shm://<name>" is /dev/shm/<name>: the launcher removes it if we die. */
+/* shm's segment "fi_shm://<name>" is /dev/shm/<name> (into name[BURST_BOOT_MAX_NAME + 1]):
+ * the launcher removes it if we die before it is unlinked (unlink_shm_segment). */
 static burst_status_t register_shm_segment(struct burst_comm *c, const char *prov,
-                                           const unsigned char *addr, size_t alen)
+                                           const unsigned char *addr, size_t alen, char *name)
 {
     if (strcmp(prov, "shm") != 0 || alen <= 9 || alen >= 9 + BURST_BOOT_MAX_NAME ||
         memcmp(addr, "fi_shm://", 9) != 0)
         return BURST_OK;
-    char name[BURST_BOOT_MAX_NAME + 1];
     memcpy(name, addr + 9, alen - 9);
     name[alen - 9] = '\0';
     return burst_boot_cleanup(c->boot, name);
+}
+
+/* Once every rank has connected (inserted every address, which maps every peer's segment), the
+ * name of this rank's segment is no longer needed: unlink it, so that no exit path (a SIGKILL,
+ * a dead launcher) leaves it in /dev/shm. The mappings stay valid. */
+static burst_status_t unlink_shm_segment(struct burst_comm *c, const char *name)
+{
+    if (!name[0])
+        return BURST_OK;
+    unsigned char one = 1, *buf = NULL;
+    const unsigned char **blob = calloc((size_t)c->size, sizeof(*blob));
+    size_t *lens = calloc((size_t)c->size, sizeof(*lens));
+    burst_status_t st = BURST_ERR_NO_MEMORY;
+    if (blob && lens) /* a barrier: every rank has connected */
+        st = burst_boot_allgather(c->boot, &one, 1, &buf, blob, lens);
+    if (st == BURST_OK) {
+        char path[BURST_BOOT_MAX_NAME + 16];
+        snprintf(path, sizeof(path), "/dev/shm/%s", name);
+        unlink(path);
+    } else if (st == BURST_ERR_NO_MEMORY) {
+        burst_error(st, "burst_comm_create: out of memory for %d ranks", c->size);
+    }
+    free(buf);
+    free(blob);
+    free(lens);
+    return st;
 }
 
 /*
@@ -248,6 +274,7 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
     const char *const prov[2] = {hybrid ? "shm" : c->fabric, hybrid ? c->fabric + 4 : NULL};
     const int nfab = hybrid ? 2 : 1;
     unsigned char addr[2 + 2 * (BURST_BOOT_MAX_BLOB / 16)];
+    char shm_name[BURST_BOOT_MAX_NAME + 1] = "";
     size_t used = hybrid ? 2 : 0; /* hybrid: u16 (big-endian) length of the shm address first */
     for (int i = 0; i < nfab; i++) {
         st = burst_fab_open(prov[i], i == 0 && hybrid ? NULL : p->iface, c->rank, c->size, &fab[i]);
@@ -261,7 +288,7 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
             addr[0] = (unsigned char)(alen >> 8);
             addr[1] = (unsigned char)alen;
         }
-        st = register_shm_segment(c, prov[i], addr + used, alen);
+        st = register_shm_segment(c, prov[i], addr + used, alen, shm_name);
         if (st != BURST_OK)
             goto out;
         used += alen;
@@ -291,6 +318,11 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
         c->tp = w;
     }
     c->tp->ctrl = burst_boot_ctrl(c->boot);
+    st = unlink_shm_segment(c, shm_name);
+    if (st != BURST_OK) {
+        c->tp->ops->destroy(c->tp);
+        c->tp = NULL;
+    }
 out:
     free(buf);
     free(blob);

@@ -100,6 +100,7 @@
 
 #include "error.h"
 #include "tp_fabric.h"
+#include "tp_fabric_dl.h"
 
 #define FAB_API FI_VERSION(1, 9)
 #define FAB_WINDOW 8           /* chunks of one request posted at once */
@@ -214,7 +215,7 @@ static burst_status_t fab_error_st(burst_status_t st, const char *prov, const ch
     int code = ret < 0 ? -ret : ret;
     return burst_error(st != BURST_OK ? st : fab_status(ret),
                        "libfabric transport (%s): %s%s%s failed: %s (%d)", prov, detail,
-                       *detail ? ": " : "", call, fi_strerror(code), -code);
+                       *detail ? ": " : "", call, burst_fi_strerror(code), -code);
 }
 
 static burst_status_t fab_error(const char *prov, const char *call, int ret, const char *fmt, ...)
@@ -325,7 +326,7 @@ static size_t rxm_eager_limit(void)
 static int fab_getinfo(const char *fi_prov, const char *iface, int mr_local,
                        struct fi_info **info_p)
 {
-    struct fi_info *hints = fi_allocinfo();
+    struct fi_info *hints = burst_fi_dupinfo(NULL);
     if (!hints)
         return -FI_ENOMEM;
     hints->ep_attr->type = FI_EP_RDM;
@@ -348,8 +349,8 @@ static int fab_getinfo(const char *fi_prov, const char *iface, int mr_local,
         }
     }
     struct fi_info *all = NULL;
-    int ret = fi_getinfo(FAB_API, node, NULL, flags, hints, &all);
-    fi_freeinfo(hints);
+    int ret = burst_fi_getinfo(FAB_API, node, NULL, flags, hints, &all);
+    burst_fi_freeinfo(hints);
     if (ret)
         return ret;
     struct fi_info *pick = all;
@@ -357,8 +358,8 @@ static int fab_getinfo(const char *fi_prov, const char *iface, int mr_local,
         for (pick = all; pick; pick = pick->next)
             if (pick->domain_attr->name && strcmp(pick->domain_attr->name, domain) == 0)
                 break;
-    struct fi_info *one = pick ? fi_dupinfo(pick) : NULL;
-    fi_freeinfo(all);
+    struct fi_info *one = pick ? burst_fi_dupinfo(pick) : NULL;
+    burst_fi_freeinfo(all);
     if (!one)
         return pick ? -FI_ENOMEM : -FI_ENODATA;
     *info_p = one;
@@ -374,7 +375,7 @@ int burst_fab_available(const char *provider)
         return 0;
     if (fab_getinfo(fi_prov, NULL, 0, &info) != 0 && fab_getinfo(fi_prov, NULL, 1, &info) != 0)
         return 0;
-    fi_freeinfo(info);
+    burst_fi_freeinfo(info);
     return 1;
 }
 
@@ -393,7 +394,7 @@ void burst_fab_close(struct burst_fab *f)
     if (f->fabric)
         fi_close(&f->fabric->fid);
     if (f->info)
-        fi_freeinfo(f->info);
+        burst_fi_freeinfo(f->info);
     if (f->wake_fd >= 0)
         close(f->wake_fd);
     pthread_mutex_destroy(&f->lock);
@@ -410,8 +411,22 @@ void burst_fab_close(struct burst_fab *f)
  * hints->domain_attr->name; an IP address ("127.0.0.1") becomes the endpoint's source address
  * (fi_getinfo node with FI_SOURCE). shm ignores it.
  */
+static burst_status_t fab_open(const char *provider, const char *iface, int rank, int size,
+                               struct burst_fab **fab_p);
+
+/* The provider's endpoint setup keeps the program's signal dispositions (tp_fabric_dl.h). */
 burst_status_t burst_fab_open(const char *provider, const char *iface, int rank, int size,
                               struct burst_fab **fab_p)
+{
+    struct burst_fi_sigs s;
+    burst_fi_sigs_save(&s);
+    burst_status_t st = fab_open(provider, iface, rank, size, fab_p);
+    burst_fi_sigs_restore(&s);
+    return st;
+}
+
+static burst_status_t fab_open(const char *provider, const char *iface, int rank, int size,
+                               struct burst_fab **fab_p)
 {
     static const char *who = "burst_fab_open";
     rxm_defaults();
@@ -482,7 +497,7 @@ burst_status_t burst_fab_open(const char *provider, const char *iface, int rank,
     }
 
     const char *call = "fi_fabric";
-    ret = fi_fabric(fi->fabric_attr, &f->fabric, NULL);
+    ret = burst_fi_fabric(fi->fabric_attr, &f->fabric, NULL);
     if (!ret) {
         call = "fi_domain";
         ret = fi_domain(f->fabric, fi, &f->domain, NULL);

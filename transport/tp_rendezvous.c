@@ -7,8 +7,9 @@
  * length checked before the payload is allocated) and an output buffer, so a slow or stalled
  * rank never blocks the others. All state is under rv->lock, which the thread drops only while
  * in poll(); report_failure() queues its messages under the lock and wakes the thread. Only the
- * thread closes connections. Connections that have not sent HELLO are limited in number and
- * closed after RV_HELLO_MS.
+ * thread closes connections. Connections that have not sent HELLO are limited in number (at
+ * the limit the oldest is closed for a new one: a rank sends HELLO at once, so idle strangers
+ * cannot lock it out) and closed after RV_HELLO_MS.
  *
  * Client: a non-blocking socket and poll() with a deadline for every wait; after the setup rounds
  * the socket is the control channel (struct burst_tp_ctrl) that the transport polls.
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,7 +39,7 @@
 #include "tp_bootstrap.h"
 
 #define RV_HELLO_MS 30000      /* a connection must send HELLO within this */
-#define RV_MAX_PENDING 64      /* connections that have not sent HELLO yet */
+#define RV_MAX_PENDING 64      /* connections that have not sent HELLO yet (oldest evicted) */
 #define RV_MAX_OUT (64u << 20) /* output buffered for one connection */
 #define RV_RETRY_MS 50         /* client: pause between refused connection attempts */
 
@@ -185,6 +187,7 @@ struct rv_client {
     size_t out_len, out_off, out_cap;
     int close_after_flush;
     uint32_t round;                    /* last round this rank sent */
+    uint32_t pid;                      /* the process id its HELLO gave */
     char shm[BURST_BOOT_MAX_NAME + 1]; /* CLEANUP name, "" = none */
 };
 
@@ -289,12 +292,33 @@ static void cl_refuse(struct rv_client *c, burst_status_t st, const char *why)
     c->close_after_flush = 1;
 }
 
+/* Whether name is a shm segment of process pid as the shm provider names them:
+ * "<pid>:<digits>:<digits>" (what a rank may register with CLEANUP: its own). */
+static int shm_name_of(const char *name, uint32_t pid)
+{
+    char own[16];
+    int n = snprintf(own, sizeof(own), "%u:", pid);
+    if (strncmp(name, own, (size_t)n) != 0)
+        return 0;
+    int colons = 0;
+    for (const char *p = name + n; *p; p++) {
+        if (*p == ':' && p[-1] != ':')
+            colons++;
+        else if (*p < '0' || *p > '9')
+            return 0;
+    }
+    return colons == 1 && name[strlen(name) - 1] != ':';
+}
+
+/* Remove the segment a lost rank registered: only a regular file of this user. */
 static void rv_unlink_shm(struct burst_rendezvous *rv, struct rv_client *c)
 {
     if (c->shm[0]) {
         char path[BURST_BOOT_MAX_NAME + 16];
+        struct stat sb;
         snprintf(path, sizeof(path), "/dev/shm/%s", c->shm);
-        unlink(path); /* the rank may already have removed it */
+        if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid())
+            unlink(path); /* the rank may already have removed it */
         c->shm[0] = '\0';
     }
     (void)rv;
@@ -405,6 +429,7 @@ static void rv_hello(struct burst_rendezvous *rv, struct rv_client *c)
     }
     rv->taken[rank] = 1;
     c->rank = (int)rank;
+    c->pid = get_u32(c->body + BURST_BOOT_KEY_LEN + 8);
     c->state = CL_JOINED;
     c->round = 0;
     cl_queue(c, BURST_BOOT_WELCOME, NULL, 0, NULL, 0);
@@ -414,7 +439,8 @@ static void rv_hello(struct burst_rendezvous *rv, struct rv_client *c)
 static void rv_violation(struct burst_rendezvous *rv, struct rv_client *c, const char *what)
 {
     char why[384];
-    snprintf(why, sizeof(why), "rank %d sent a malformed control message (%s)", c->rank, what);
+    snprintf(why, sizeof(why), "rank %d sent a malformed control message (%.300s)", c->rank,
+             what);
     rv_lost(rv, c, why);
 }
 
@@ -479,9 +505,8 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
         boot[strcspn(boot, "?")] = '\0'; /* NUL padding became '?' */
         size_t nlen = c->len - BURST_BOOT_BOOT_ID_LEN;
         copy_text(name, sizeof(name), c->body + BURST_BOOT_BOOT_ID_LEN, nlen);
-        if (strlen(name) != nlen || strchr(name, '/') || strchr(name, '?') ||
-            strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-            rv_violation(rv, c, "CLEANUP name is not a plain file name");
+        if (strlen(name) != nlen || !shm_name_of(name, c->pid)) {
+            rv_violation(rv, c, "CLEANUP name is not a shm segment of the rank's own process");
             return;
         }
         /* Only a segment of this machine (same boot) is ours to remove. */
@@ -496,6 +521,20 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
             return;
         }
     }
+}
+
+/* What a rank may send: before HELLO is accepted only HELLO (whose bound is small), after it
+ * the rank-to-server types; never a server-to-rank type (whose bounds grow with the job).
+ * 1, or 0 with the reason in why. */
+static int rank_may_send(enum rv_state state, uint32_t type, char *why, size_t cap)
+{
+    int ok = state == CL_NEW ? type == BURST_BOOT_HELLO
+                             : type == BURST_BOOT_GATHER || type == BURST_BOOT_ABORT ||
+                                   type == BURST_BOOT_BYE || type == BURST_BOOT_CLEANUP;
+    if (!ok)
+        snprintf(why, cap, "message type %u is not accepted %s", type,
+                 state == CL_NEW ? "before HELLO" : "from a rank");
+    return ok;
 }
 
 /* Read what is available on c; process complete messages. */
@@ -528,7 +567,8 @@ static void rv_read(struct burst_rendezvous *rv, struct rv_client *c)
             if (c->hdr_got < BURST_BOOT_HDR)
                 continue;
             char what[160];
-            if (check_header(c->hdr, rv->size, &c->type, &c->len, what, sizeof(what)) != 0) {
+            if (check_header(c->hdr, rv->size, &c->type, &c->len, what, sizeof(what)) != 0 ||
+                !rank_may_send(c->state, c->type, what, sizeof(what))) {
                 if (c->state == CL_NEW)
                     cl_refuse(c, BURST_ERR_INVALID_ARG, what);
                 else
@@ -562,6 +602,27 @@ static void cl_free(struct rv_client *c)
     free(c);
 }
 
+/* At RV_MAX_PENDING connections that have not been admitted, close the oldest of them: a new
+ * connection is always heard (a rank sends HELLO at once), idle ones cannot lock ranks out. */
+static void rv_evict_idle(struct burst_rendezvous *rv)
+{
+    int pending = 0;
+    struct rv_client *oldest = NULL;
+    for (int i = 0; i < rv->ncl; i++) {
+        struct rv_client *c = rv->cl[i];
+        if (c->state != CL_NEW || c->dead)
+            continue;
+        pending++;
+        if (!oldest || c->hello_deadline < oldest->hello_deadline)
+            oldest = c;
+    }
+    if (pending >= RV_MAX_PENDING && oldest) {
+        close(oldest->fd); /* at once: the fd is reused by the new connection's accept */
+        oldest->fd = -1;
+        oldest->dead = 1;
+    }
+}
+
 static void rv_accept(struct burst_rendezvous *rv)
 {
     for (;;) {
@@ -571,10 +632,8 @@ static void rv_accept(struct burst_rendezvous *rv)
                 continue;
             return; /* EAGAIN, or out of fds: try again at the next event */
         }
-        int pending = 0;
-        for (int i = 0; i < rv->ncl; i++)
-            pending += rv->cl[i]->state == CL_NEW;
-        struct rv_client *c = pending < RV_MAX_PENDING ? calloc(1, sizeof(*c)) : NULL;
+        rv_evict_idle(rv);
+        struct rv_client *c = calloc(1, sizeof(*c));
         if (c && rv->ncl == rv->capcl) {
             int cap = rv->capcl ? 2 * rv->capcl : 16;
             struct rv_client **p = realloc(rv->cl, (size_t)cap * sizeof(*p));
@@ -1121,6 +1180,31 @@ static struct rv_boot *rv_boot_of_ctrl(struct burst_tp_ctrl *ctrl)
     return (struct rv_boot *)(void *)((char *)ctrl - offsetof(struct rv_boot, ctrl));
 }
 
+/* Connect, send HELLO, receive WELCOME. */
+static burst_status_t boot_hello(struct rv_boot *b, const char *who, const char *rendezvous,
+                                 const char *job_key)
+{
+    burst_status_t st = boot_connect(b, who, rendezvous);
+    if (st != BURST_OK)
+        return st;
+    unsigned char hello[BURST_BOOT_KEY_LEN + 12] = {0};
+    memcpy(hello, job_key, strlen(job_key)); /* validated: <= 64 hex digits */
+    put_u32(hello + BURST_BOOT_KEY_LEN, (uint32_t)b->rank);
+    put_u32(hello + BURST_BOOT_KEY_LEN + 4, (uint32_t)b->size);
+    put_u32(hello + BURST_BOOT_KEY_LEN + 8, (uint32_t)getpid());
+    uint32_t type = 0, len;
+    unsigned char *body = NULL;
+    if (boot_send(b, BURST_BOOT_HELLO, hello, sizeof(hello), NULL, 0, now_ms() + b->timeout_ms))
+        return boot_io_error(b, who, "HELLO");
+    st = boot_recv(b, who, "HELLO", &type, &body, &len);
+    free(body);
+    if (st == BURST_OK && type != BURST_BOOT_WELCOME)
+        st = burst_error(BURST_ERR_TRANSPORT,
+                         "%s: rank %d: rendezvous %s answered HELLO with message type %u", who,
+                         b->rank, b->addr, type);
+    return st;
+}
+
 burst_status_t burst_boot_join(const char *who, const char *rendezvous, const char *job_key,
                                int rank, int size, int timeout_ms, struct burst_boot **boot_p)
 {
@@ -1137,30 +1221,9 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
     b->fail_st = BURST_OK;
     snprintf(b->addr, sizeof(b->addr), "%s", rendezvous);
     pthread_mutex_init(&b->lock, NULL);
-    burst_status_t st = boot_connect(b, who, rendezvous);
+    burst_status_t st = boot_hello(b, who, rendezvous, job_key);
     if (st != BURST_OK)
         goto err;
-    unsigned char hello[BURST_BOOT_KEY_LEN + 12] = {0};
-    memcpy(hello, job_key, strlen(job_key)); /* validated: <= 64 hex digits */
-    put_u32(hello + BURST_BOOT_KEY_LEN, (uint32_t)rank);
-    put_u32(hello + BURST_BOOT_KEY_LEN + 4, (uint32_t)size);
-    put_u32(hello + BURST_BOOT_KEY_LEN + 8, (uint32_t)getpid());
-    if (boot_send(b, BURST_BOOT_HELLO, hello, sizeof(hello), NULL, 0, now_ms() + timeout_ms) != 0) {
-        st = boot_io_error(b, who, "HELLO");
-        goto err;
-    }
-    uint32_t type, len;
-    unsigned char *body = NULL;
-    st = boot_recv(b, who, "HELLO", &type, &body, &len);
-    if (st != BURST_OK)
-        goto err;
-    free(body);
-    if (type != BURST_BOOT_WELCOME) {
-        st = burst_error(BURST_ERR_TRANSPORT,
-                         "%s: rank %d: rendezvous %s answered HELLO with message type %u", who,
-                         rank, b->addr, type);
-        goto err;
-    }
     *boot_p = &b->base;
     return BURST_OK;
 err:

@@ -47,6 +47,9 @@ BURST_API burst_status_t burst_local_world_create(int size, struct burst_local_w
 /* Destroy a world; NULL is accepted. Every communicator of it must be destroyed first. */
 BURST_API void burst_local_world_destroy(struct burst_local_world *world);
 
+/* The longest peer timeout a communicator takes (params->timeout_ms, BURST_TIMEOUT_MS): one day. */
+#define BURST_COMM_TIMEOUT_MAX_MS 86400000
+
 struct burst_comm_params {
     unsigned api_version;  /* BURST_API_VERSION */
     const char *transport; /* "local" (default when NULL) or "fabric" */
@@ -54,8 +57,9 @@ struct burst_comm_params {
     int size;              /* ranks in the ring */
     /* transport "local": the world created by burst_local_world_create(size) */
     struct burst_local_world *world;
-    /* Longest wait for a peer in milliseconds; 0 = BURST_TIMEOUT_MS from the environment,
-     * or 120000. */
+    /* Longest wait for a peer in milliseconds, at most BURST_COMM_TIMEOUT_MAX_MS; 0 =
+     * BURST_TIMEOUT_MS from the environment (1..BURST_COMM_TIMEOUT_MAX_MS; a malformed value
+     * fails burst_comm_create with BURST_ERR_INVALID_ARG naming it), or 120000. */
     int timeout_ms;
     /* transport "fabric": */
     /* "auto" (NULL), "shm", "tcp", "verbs", "efa". auto = shm when every rank is on one host;

@@ -200,6 +200,14 @@ BURST_API uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan);
  * it written (the rest untouched); and on one rank, where a GPU kernel may write o and lse
  * itself (no accumulators; BURST_FWD_FINAL in README.md), a device fault reported after that
  * kernel can leave them partly written. Inputs are only read.
+ *
+ * Non-finite inputs (NaN, Inf) are not checked, and not contained to their row: the kernels work
+ * on tiles of rows and keys (CPU: 64 to 96 rows), and a NaN or Inf in q, k or v can make NaN the
+ * outputs of other rows of the same tile, also rows that the causal mask or the window hides
+ * from the element (a masked score is computed, then discarded; NaN * 0 is NaN). The contract:
+ * with finite inputs whose scaled scores q.k are finite in fp32, every output is finite; with
+ * any non-finite input element, the outputs of the call (o, lse, and the gradients of a
+ * backward that uses them) are unspecified for the whole call. Callers that must tell which rows were affected check their inputs first.
  */
 BURST_API burst_status_t burst_attention_forward(struct burst_plan *plan,
                                                  const struct burst_tensor *q,

@@ -2,7 +2,8 @@
  * runtime/cpu/cpu_backend.c - the cpu backend's ops table: instance, memory and elementwise ops.
  *
  * Tunables (read once, at create):
- *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core)
+ *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core);
+ *                       a malformed value fails the create naming it
  *   BURST_CPU_ISA       kernel variant: "base" (portable), "avx2", "avx512", "avx512bf16", "neon";
  *                       default (unset or "auto"): the best this cpu runs. A name this build or
  *                       cpu cannot run fails context creation naming it.
@@ -19,23 +20,22 @@
 
 #include "cpu_convert.h"
 #include "cpu_internal.h"
+#include "env.h"
 #include "error.h"
 
 /* Elementwise ops are split into items of about this many elements. */
 #define BURST_CPU_CHUNK ((int64_t)1 << 16)
 
-static int burst_cpu_default_threads(void)
+/* BURST_NUM_THREADS, else every online core; a malformed value is an error (runtime/env.h),
+ * and *n_p is then every online core. */
+static burst_status_t burst_cpu_default_threads(int *n_p)
 {
-    const char *env = getenv("BURST_NUM_THREADS");
-    if (env && *env) {
-        char *end;
-        errno = 0;
-        long n = strtol(env, &end, 10);
-        if (errno == 0 && *end == '\0' && n > 0 && n <= 4096)
-            return (int)n;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (n > 4096 ? 4096 : (int)n) : 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cores > 0 ? (cores > 4096 ? 4096 : cores) : 1;
+    burst_status_t st =
+        burst_env_long("burst_context_create", "BURST_NUM_THREADS", 1, 4096, n, &n, NULL);
+    *n_p = (int)n;
+    return st;
 }
 
 static const char *const burst_cpu_isa_names[BURST_CPU_ISA_COUNT] = {
@@ -108,8 +108,11 @@ static burst_status_t burst_cpu_create(const struct burst_context_params *params
                            "cpu create: params->num_threads = %d is "
                            "negative",
                            n);
-    if (n == 0)
-        n = burst_cpu_default_threads();
+    if (n == 0) {
+        burst_status_t st = burst_cpu_default_threads(&n);
+        if (st != BURST_OK)
+            return st;
+    }
     enum burst_cpu_isa isa;
     burst_status_t st = burst_cpu_pick_isa(&isa);
     if (st != BURST_OK)
@@ -372,8 +375,9 @@ burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
 static void burst_cpu_probe(const struct burst_context_params *params, struct burst_sb *out,
                             int json)
 {
-    int threads =
-        params && params->num_threads > 0 ? params->num_threads : burst_cpu_default_threads();
+    int threads = params ? params->num_threads : 0;
+    if (threads <= 0)
+        burst_cpu_default_threads(&threads);
     enum burst_cpu_isa isa = BURST_CPU_ISA_BASE;
     if (burst_cpu_pick_isa(&isa) != BURST_OK) {
         burst_sb_printf(out, json ? "{\"backend\": \"cpu\", \"available\": false, \"reason\": "

@@ -80,7 +80,7 @@ static void *burst_cpu_worker_main(void *arg)
 
     pthread_mutex_lock(&pool->mu);
     for (;;) {
-        struct burst_cpu_job *job;
+        struct burst_cpu_job *job = NULL;
         while (!pool->stop && !(job = burst_cpu_pool_claimable(pool)))
             pthread_cond_wait(&pool->work, &pool->mu);
         if (pool->stop)

@@ -10,7 +10,8 @@
  * It is trusted only when the magic, version, uuid and checksum match and every entry passes
  * burst_vk_tile_valid() for this device; anything else (corrupt, truncated, stale driver,
  * another build's uuid) is ignored and, when autotuning, replaced. Writes go to a temporary file
- * renamed into place, so concurrent processes never see a partial file. BURST_VK_CACHE=0
+ * renamed into place, so concurrent processes never see a partial file. Only a regular file is
+ * read, opened without blocking (a FIFO there is ignored, never waited on). BURST_VK_CACHE=0
  * neither reads nor writes it.
  *
  * Autotune (BURST_VK_AUTOTUNE=1, at context creation, when no valid cache exists): for the
@@ -23,6 +24,7 @@
  * rule's tiles for the others.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +54,25 @@ static void burst_vk_cache_dir(char *buf, size_t len)
         buf[0] = '\0';
 }
 
+/* The file at path into text (at most cap - 1 bytes): a regular file only, opened without
+ * blocking (a FIFO, a device or a directory placed there is ignored, never waited on); -1 when
+ * absent, special or larger. */
+static ssize_t burst_vk_cache_read_file(const char *path, char *text, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat sb;
+    if (fd < 0)
+        return -1;
+    ssize_t n = -1;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (off_t)cap) {
+        n = read(fd, text, cap - 1);
+        if (n > sb.st_size) /* it grew meanwhile */
+            n = -1;
+    }
+    close(fd);
+    return n;
+}
+
 void burst_vk_cache_path(const struct burst_vk_caps *caps, char *buf, size_t len)
 {
     char dir[512];
@@ -77,14 +98,9 @@ int burst_vk_cache_load(const struct burst_vk_caps *caps, const struct burst_vk_
     burst_vk_cache_path(caps, path, sizeof path);
     if (!env->cache || !path[0])
         return 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
     char text[4096];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    int big = !feof(f);
-    fclose(f);
-    if (big)
+    ssize_t n = burst_vk_cache_read_file(path, text, sizeof text);
+    if (n < 0)
         return 0;
     text[n] = '\0';
     char *sum = strstr(text, "\nsum ");
@@ -157,11 +173,12 @@ static void burst_vk_cache_save(const struct burst_vk_caps *caps, const struct b
     n += snprintf(text + n, sizeof text - (size_t)n, "sum %016llx\n",
                   (unsigned long long)burst_vk_fnv(text, (size_t)n));
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
+    /* a new file of our own: never through a link or into something already there */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
         return;
-    int bad = fwrite(text, 1, (size_t)n, f) != (size_t)n;
-    bad |= fclose(f) != 0;
+    int bad = write(fd, text, (size_t)n) != (ssize_t)n;
+    bad |= close(fd) != 0;
     if (bad || rename(tmp, path) != 0)
         remove(tmp);
 }

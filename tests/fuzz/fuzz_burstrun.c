@@ -8,7 +8,8 @@
  * probes every device, which is not parsing.
  *
  * parse_args must either report a usage error (exit) or return options that satisfy the
- * invariants the job code relies on (checked below); no crash, sanitizer report or leak.
+ * invariants the job code relies on (checked below: among them, tensors whose sizes fit 64 bits
+ * and this machine's memory); no crash, sanitizer report or leak.
  */
 #include <setjmp.h>
 #include <stdio.h>
@@ -63,9 +64,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     if (setjmp(fuzz_jmp) == 0) {
         parse_args(argc, argv, &o);
         const struct job_params *p = &o.jp;
+        char msg[512];
         if (p->ranks < 1 || p->batch < 1 || p->q_heads < 1 || p->kv_heads < 1 ||
             p->q_heads % p->kv_heads || p->head_dim % 8 || p->head_dim < 8 || p->head_dim > 256 ||
-            p->seq_len < p->ranks) {
+            p->seq_len < p->ranks || !job_tensor_bytes(p, msg, sizeof(msg)) ||
+            job_tensor_bytes(p, msg, sizeof(msg)) > job_memory_limit()) {
             fprintf(stderr, "parse_args accepted ranks %d batch %lld seq %lld heads %d/%d d %d\n",
                     p->ranks, (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads,
                     p->head_dim);
