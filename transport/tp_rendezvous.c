@@ -439,8 +439,7 @@ static void rv_hello(struct burst_rendezvous *rv, struct rv_client *c)
 static void rv_violation(struct burst_rendezvous *rv, struct rv_client *c, const char *what)
 {
     char why[384];
-    snprintf(why, sizeof(why), "rank %d sent a malformed control message (%.300s)", c->rank,
-             what);
+    snprintf(why, sizeof(why), "rank %d sent a malformed control message (%.300s)", c->rank, what);
     rv_lost(rv, c, why);
 }
 
