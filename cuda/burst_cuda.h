@@ -150,7 +150,8 @@ int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
-/* Do fp32 inputs run on the tensor cores (3xTF32)? Yes unless BURST_CUDA_FP32=simt. */
+/* Do fp32 inputs run on the tensor cores (3xTF32)? 1 unless BURST_CUDA_FP32 is set: 0 for
+ * "simt", -1 for any other non-empty value (the backend's create refuses it). */
 int burst_cuda_tf32_env(void);
 /* The kernel variant of fp32 inputs of head dim d: mma.sync with 3xTF32 operands where `tf32`,
  * the device can run mma.sync (`mma`) and the class's shared memory fits, else SIMT. */

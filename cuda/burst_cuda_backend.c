@@ -11,6 +11,8 @@
  *
  * Tunables (read at create):
  *   BURST_CUDA_KERNEL   "simt" forces the SIMT forward (kill switch for the tensor-core path)
+ *   BURST_CUDA_FP32     "simt": fp32 inputs on the SIMT kernels instead of 3xTF32 (any other
+ *                       non-empty value fails the create naming it)
  */
 #include <ctype.h>
 #include <errno.h>
@@ -126,7 +128,12 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
-    cb->tf32 = burst_cuda_tf32_env();
+    if ((cb->tf32 = burst_cuda_tf32_env()) < 0) {
+        free(cb);
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "cuda create: BURST_CUDA_FP32 = \"%s\" is not \"simt\" (or unset)",
+                           getenv("BURST_CUDA_FP32"));
+    }
     snprintf(cb->name, sizeof cb->name, "%s", pr.name);
     memcpy(cb->uuid, pr.uuid.bytes, sizeof cb->uuid);
     if ((st = burst_cuda_share_init(cb)) == BURST_OK &&
@@ -503,7 +510,8 @@ static int burst_cuda_final_fits(const struct burst_tensor *t, const struct burs
 
 /* fwd_step (o NULL: merged into a->o_acc, lse_acc) and fwd_final (written to o and lse by the
  * tensor-core forwards, burst_final_row in burst_cuda_mma.cuh; the simt one, and outputs whose
- * column pairs are not 4-byte words, are declined: the engine accumulates). */
+ * column pairs are not aligned words, burst_cuda_final_fits, are declined: the engine
+ * accumulates). */
 static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct burst_fwd_args *a,
                                      const struct burst_tensor *o, float *lse, const char *op)
 {
@@ -577,8 +585,8 @@ static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *
 
 /* bwd_step (dk NULL: gradients added into a->dq, dk, dv) and bwd_final (dQ added into a->dq,
  * dK and dV written to dk, dv by the tensor-core dK/dV kernels, burst_final_kv_pair in
- * burst_cuda_mma.cuh; the simt one, and outputs whose column pairs are not 4-byte words, are
- * declined: the engine accumulates). */
+ * burst_cuda_mma.cuh; the simt one, and outputs whose column pairs are not aligned words,
+ * burst_cuda_final_fits, are declined: the engine accumulates). */
 static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct burst_bwd_args *a,
                                      const struct burst_tensor *dk, const struct burst_tensor *dv,
                                      const char *op)

@@ -6,14 +6,14 @@
  * deterministic whatever the plan asks (params->deterministic costs nothing here).
  *
  * Two variants of each kernel, chosen like the forward's:
- *   - tensor cores (fp16/bf16, and fp32 as 3xTF32, sm_80+, one instance per head-dim class as in
- *     the forward, with the operand traits burst_tc<T, D> of burst_cuda_mma.cuh and
- *     burst_cuda_tf32.cuh; fp32 sums dQ, dK, dV tile by tile in fresh accumulators): 4
- *     warps x 16 rows, 64-row tiles of the streamed operand in shared memory (32 rows at
- *     D = 256; cp.async, double buffered; above D = 128 two dK/dV blocks per key tile, each
- *     accumulating half the columns), S, dP, dV, dK, dQ as
- *     mma.sync m16n8k16 products with fp32 accumulators; P and dS are rounded to the input
- *     dtype as the A operand of the dV / dK / dQ products (tests/harness.h bounds this);
+ *   - tensor cores (sm_80+, one instance per head-dim class as in the forward, written over the
+ *     operand traits burst_tc<T, D>): 4 warps x 16 rows, TC::BWD_ROWS-row tiles of the streamed
+ *     operand in shared memory (cp.async, double buffered), TC::DKDV_SPLIT dK/dV blocks per key
+ *     tile, each accumulating D / DKDV_SPLIT columns, S, dP, dV, dK, dQ as mma.sync products with
+ *     fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles (32 at D = 256),
+ *     2 column blocks above D = 128, P and dS rounded to the input dtype as the A operand of the
+ *     dV / dK / dQ products (tests/harness.h bounds this). fp32 (burst_cuda_tf32.cuh): 3xTF32 on
+ *     m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile by tile in fresh accumulators;
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
  */
 #include "burst_cuda_tf32.cuh"
@@ -414,12 +414,9 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
-    cudaError_t e =
-        cudaFuncSetAttribute(burst_mma_dkdv<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)burst_mma_dkdv_smem<T, D>());
+    cudaError_t e = burst_smem_limit(burst_mma_dkdv<T, D>, burst_mma_dkdv_smem<T, D>());
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(burst_mma_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)burst_mma_dq_smem<T, D>());
+        e = burst_smem_limit(burst_mma_dq<T, D>, burst_mma_dq_smem<T, D>());
     return e;
 }
 

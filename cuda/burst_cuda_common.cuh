@@ -51,6 +51,20 @@ template <typename F> static cudaError_t burst_each_class(F &&f)
     return e;
 }
 
+/* Raise kernel f's dynamic shared-memory limit to `bytes` where the current device allows that
+ * much; elsewhere leave it: a class whose tiles do not fit the device is never chosen for it
+ * (burst_cuda_class_kind, burst_cuda_f32_kind), and asking would fail the backend's setup. */
+template <typename K> static cudaError_t burst_smem_limit(K *f, size_t bytes)
+{
+    int dev = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess || bytes > (size_t)optin)
+        return e;
+    return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
 #define BURST_LOG2E 1.4426950408889634f
 
 __device__ __forceinline__ float burst_ld(const void *p, int dtype, int64_t i)

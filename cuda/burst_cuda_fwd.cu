@@ -31,7 +31,8 @@ __device__ __forceinline__ void burst_fwd_pv(float (&o)[MR][D / 8][4],
                                              const float (&sc)[MR][BC / 8][4],
                                              const typename TC::E *vt, int lane)
 {
-    if (TC::FRESH) { /* fp32: MR = 1 */
+    static_assert(!TC::FRESH || MR == 1, "fresh accumulators: one m16 row tile per warp");
+    if (TC::FRESH) {
         typename TC::A pf[BC / 16];
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++)
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     const float sl2 = s.scale * BURST_LOG2E;
 
     int64_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
-    if (i0 + threadIdx.x < s.nq)
+    if (threadIdx.x < BR && i0 + threadIdx.x < s.nq) /* BR = 64: half the threads */
         burst_dkeys(s, i0 + threadIdx.x, &lo, &hi);
     if (MR > 1 && i0 + 128 + threadIdx.x < s.nq && threadIdx.x + 128 < BR)
         burst_dkeys(s, i0 + 128 + threadIdx.x, &lo2, &hi2);
@@ -327,8 +328,7 @@ template <typename T> static cudaError_t burst_fwd_attr()
 
 template <typename T, int D> static cudaError_t burst_fwd_attr_mma1()
 {
-    return cudaFuncSetAttribute(burst_mma_fwd<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)burst_mma_fwd_smem<T, D>());
+    return burst_smem_limit(burst_mma_fwd<T, D>, burst_mma_fwd_smem<T, D>());
 }
 
 template <typename T> static cudaError_t burst_fwd_attr_mma()

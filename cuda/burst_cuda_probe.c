@@ -78,7 +78,9 @@ int burst_cuda_dq_atomic_env(void)
 int burst_cuda_tf32_env(void)
 {
     const char *env = getenv("BURST_CUDA_FP32");
-    return !(env && strcmp(env, "simt") == 0);
+    if (!env || !*env)
+        return 1;
+    return strcmp(env, "simt") == 0 ? 0 : -1;
 }
 
 int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, int64_t d, int bwd)
@@ -123,7 +125,8 @@ static int burst_cuda_probe_sm90(int i)
 static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda_caps *caps,
                                    int mma, int wg, int wg_bwd, int dc, int first, int json)
 {
-    const int f32 = burst_cuda_f32_kind(caps, mma, burst_cuda_tf32_env(), dc) == BURST_CUDA_FWD_MMA;
+    const int f32 =
+        burst_cuda_f32_kind(caps, mma, burst_cuda_tf32_env() > 0, dc) == BURST_CUDA_FWD_MMA;
     const char *f32n = f32 ? "mma 3xtf32" : "simt";
     const int f32br = f32 ? 64 : BURST_CUDA_SIMT_BR;
     const int f32bc = f32 ? BURST_CUDA_TF32_FWD_BC(dc) : BURST_CUDA_SIMT_BC(dc);

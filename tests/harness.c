@@ -877,9 +877,9 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  *   a_dq[i] = tau sum_j |dS_ij| |k_j|,  a_dk[j] = tau sum_i |dS_ij| |q_i|,  a_dv[j] = sum_i P_ij |dO_i|
  *   e_o[i] = sum_j P_ij delta_ij |v_j - O_i|   (scores rounded in fp32, see harness.h)
  * with w_i = sum_c |dO_ic| |O_ic| and delta_ij = 2 us sqrt(d) tau sum_c |q_ic| |k_jc|, us the
- * scores' unit: u32 = 2^-24, or 2^-21 for fp32 on a GPU backend, whose matrix units may compute
- * fp32 products as 3xTF32 (the dropped low x low term and the rounding of the low halves,
- * about 3 x 2^-22 of each product).
+ * scores' unit: u32 = 2^-24, or 2^-21 for fp32 on the cuda backend, whose matrix units may
+ * compute fp32 products as 3xTF32 (the dropped low x low term and the rounding of the low
+ * halves, about 3 x 2^-22 of each product).
  *
  * mma (GPU backends, fp16/bf16): the forward's P V product runs on matrix units with P rounded to
  * the dtype, p~ = p (1 + e) + h with |e| <= u and, in fp16 only, |h| <= 2^-25 for the
@@ -1008,13 +1008,15 @@ static int harness_reference(struct harness_problem *p)
             return -1;
         }
         /* GPU backends run the fp16/bf16 forward on matrix units (P rounded to the dtype) */
-        int gpu = 0; /* any rank on a GPU backend: the bound for matrix units (upper bound) */
+        int gpu = 0;  /* any rank on a GPU backend: the bound for matrix units (upper bound) */
+        int tf32 = 0; /* any rank on cuda, whose fp32 may run 3xTF32 */
         for (int r = 0; r < p->G; r++) {
             struct burst_context *ctx = harness_rank_context(p->c.backends, r);
             gpu |= ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
+            tf32 |= ctx && strcmp(burst_context_backend(ctx), "cuda") == 0;
         }
         const int mma = p->c.dtype != BURST_DTYPE_FP32 && gpu;
-        const double us = p->c.dtype == BURST_DTYPE_FP32 && gpu ? 0x1p-21 : 0x1p-24;
+        const double us = p->c.dtype == BURST_DTYPE_FP32 && tf32 ? 0x1p-21 : 0x1p-24;
         harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, us, a[8], a[9],
                        a[10]);
         for (size_t i = 0; i < nq; i++) /* every dtype: the kernels compute scores in fp32 */

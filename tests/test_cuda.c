@@ -18,7 +18,7 @@
  *       bwd_step into fresh accumulators plus the cast, gaps untouched (dQ by atomics: close);
  *       declined (BURST_ERR_UNSUPPORTED) with nothing written where the SIMT kernels run;
  *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
- *       still works; bad head dim -> BURST_ERR_INVALID_ARG naming it.
+ *       still works; bad head dim, malformed BURST_CUDA_FP32 -> BURST_ERR_INVALID_ARG naming it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -801,6 +801,24 @@ static void test_oom_and_bad_input(void **state)
     assert_int_equal(g_host_q_result[1], 1);
     assert_int_equal(harness_run_ranks(1, 60000, host_q_rank, NULL), 0); /* context still usable */
     assert_int_equal(g_host_q_result[0], 1);
+    /* a malformed BURST_CUDA_FP32 fails the create naming it; "simt" and unset are accepted */
+    const char *keep = getenv("BURST_CUDA_FP32");
+    char *saved = keep ? strdup(keep) : NULL;
+    struct burst_context_params cp = burst_context_params_default();
+    struct burst_context *c2 = NULL;
+    cp.backend = "cuda";
+    setenv("BURST_CUDA_FP32", "SIMT", 1);
+    assert_int_equal(burst_context_create(&cp, &c2), BURST_ERR_INVALID_ARG);
+    assert_null(c2);
+    assert_true(harness_contains(burst_last_error(), "BURST_CUDA_FP32 = \"SIMT\""));
+    setenv("BURST_CUDA_FP32", "simt", 1);
+    assert_int_equal(burst_context_create(&cp, &c2), BURST_OK);
+    burst_context_destroy(c2);
+    if (saved)
+        setenv("BURST_CUDA_FP32", saved, 1);
+    else
+        unsetenv("BURST_CUDA_FP32");
+    free(saved);
 }
 
 /* ---- no device: fallback ---- */
