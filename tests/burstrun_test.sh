@@ -181,7 +181,16 @@ faults)
         grep -q "rank processes (pids" "$TMP/err" && break
         sleep 0.1
     done
-    sleep $((2 * ${BURST_TEST_TIME_SCALE:-1})) # and have joined
+    sleep $((2 * ${BURST_TEST_TIME_SCALE:-1})) # and have joined: each unlinks its segment then
+    rp=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
+    for i in $(seq $((100 * ${BURST_TEST_TIME_SCALE:-1}))); do
+        left=0
+        for p in $rp; do
+            [ -n "$(find /dev/shm -maxdepth 1 -name "$p:*" 2>/dev/null)" ] && left=1
+        done
+        [ $left = 0 ] && break
+        sleep 0.1
+    done
     kill -KILL $pid
     wait $pid
     sleep 1 # the kernel delivers the ranks' death signals
