@@ -78,6 +78,7 @@ static void nothing_at_load(void)
                  strsignal(watched[i]));
 }
 
+#ifdef BURST_HAVE_FABRIC
 static void comm_fabric(const char *fabric, const struct sigaction *before)
 {
     struct burst_rendezvous *rv = NULL;
@@ -105,6 +106,7 @@ static void comm_fabric(const char *fabric, const struct sigaction *before)
     snprintf(what, sizeof(what), "burst_comm_create (fabric %s)", fabric);
     expect_same(before, what);
 }
+#endif
 
 static void calls_keep_dispositions(void)
 {
