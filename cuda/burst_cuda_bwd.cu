@@ -18,6 +18,41 @@
  */
 #include "burst_cuda_tf32.cuh"
 
+/* The backward's two score-side products for one warp's 16 rows: s = A1 B1^T and p = A2 B2^T,
+ * A1, A2 rows [row0, row0 + 16) of tiles a1, a2 and B1, B2 the NB rows of tiles b1, b2, over the
+ * class's D columns; fp32 keeps TC::mma2's small terms apart and adds them at the end. */
+template <typename TC, int D, int NB>
+__device__ __forceinline__ void burst_tc_scores2(float (&s)[NB / 8][4], float (&p)[NB / 8][4],
+                                                 const typename TC::E *a1, const typename TC::E *a2,
+                                                 int row0, const typename TC::E *b1,
+                                                 const typename TC::E *b2, int lane)
+{
+    float ss[NB / 8][4], sp[NB / 8][4]; /* small terms */
+#pragma unroll
+    for (int n = 0; n < NB / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[n][e] = p[n][e] = ss[n][e] = sp[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        typename TC::A x1, x2;
+        TC::lda(x1, a1, row0, kk * 16, lane);
+        TC::lda(x2, a2, row0, kk * 16, lane);
+#pragma unroll
+        for (int n2 = 0; n2 < NB / 16; n2++) {
+            typename TC::B y1, y2;
+            TC::ldb(y1, b1, n2 * 16, kk * 16, lane);
+            TC::ldb(y2, b2, n2 * 16, kk * 16, lane);
+            TC::mma2(s[2 * n2], ss[2 * n2], x1, y1, 0);
+            TC::mma2(s[2 * n2 + 1], ss[2 * n2 + 1], x1, y1, 1);
+            TC::mma2(p[2 * n2], sp[2 * n2], x2, y2, 0);
+            TC::mma2(p[2 * n2 + 1], sp[2 * n2 + 1], x2, y2, 1);
+        }
+    }
+    burst_tc_add_small<TC, NB / 8>(s, ss);
+    burst_tc_add_small<TC, NB / 8>(p, sp);
+}
+
 /* ---- tensor cores: dQ ---------------------------------------------------------------------------- */
 
 template <typename T, int D>
@@ -93,30 +128,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
         __syncthreads();
         const E *kt = sk + stage * KR * W, *vt = sv + stage * KR * W;
         if (ue > j0 && ub < j0 + KR) {
-            float sc[KR / 8][4], dp[KR / 8][4], ss[KR / 8][4], sd[KR / 8][4]; /* small terms */
-#pragma unroll
-            for (int n = 0; n < KR / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sc[n][e] = dp[n][e] = ss[n][e] = sd[n][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                typename TC::A qa, oa;
-                TC::lda(qa, sq, warp * 16, kk * 16, lane);
-                TC::lda(oa, sdo, warp * 16, kk * 16, lane);
-#pragma unroll
-                for (int n2 = 0; n2 < KR / 16; n2++) {
-                    typename TC::B bk, bv;
-                    TC::ldb(bk, kt, n2 * 16, kk * 16, lane);
-                    TC::ldb(bv, vt, n2 * 16, kk * 16, lane);
-                    TC::mma2(sc[2 * n2], ss[2 * n2], qa, bk, 0);
-                    TC::mma2(sc[2 * n2 + 1], ss[2 * n2 + 1], qa, bk, 1);
-                    TC::mma2(dp[2 * n2], sd[2 * n2], oa, bv, 0);
-                    TC::mma2(dp[2 * n2 + 1], sd[2 * n2 + 1], oa, bv, 1);
-                }
-            }
-            burst_tc_add_small<TC, KR / 8>(sc, ss);
-            burst_tc_add_small<TC, KR / 8>(dp, sd);
+            float sc[KR / 8][4], dp[KR / 8][4];
+            burst_tc_scores2<TC, D, KR>(sc, dp, sq, sdo, warp * 16, kt, vt, lane);
             /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs */
 #pragma unroll
             for (int n = 0; n < KR / 8; n++)
@@ -262,31 +275,9 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         __syncthreads();
         const E *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         const struct burst_qrows *rw = &rows[st];
-        float sc[QR / 8][4], dp[QR / 8][4], ss[QR / 8][4], sd[QR / 8][4]; /* small terms */
-#pragma unroll
-        for (int n = 0; n < QR / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                sc[n][e] = dp[n][e] = ss[n][e] = sd[n][e] = 0.0f;
-                /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x 64 queries */
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            typename TC::A ka, va;
-            TC::lda(ka, sk, warp * 16, kk * 16, lane);
-            TC::lda(va, sv, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int n2 = 0; n2 < QR / 16; n2++) {
-                typename TC::B bq, bo;
-                TC::ldb(bq, qt, n2 * 16, kk * 16, lane);
-                TC::ldb(bo, ot, n2 * 16, kk * 16, lane);
-                TC::mma2(sc[2 * n2], ss[2 * n2], ka, bq, 0);
-                TC::mma2(sc[2 * n2 + 1], ss[2 * n2 + 1], ka, bq, 1);
-                TC::mma2(dp[2 * n2], sd[2 * n2], va, bo, 0);
-                TC::mma2(dp[2 * n2 + 1], sd[2 * n2 + 1], va, bo, 1);
-            }
-        }
-        burst_tc_add_small<TC, QR / 8>(sc, ss);
-        burst_tc_add_small<TC, QR / 8>(dp, sd);
+        float sc[QR / 8][4], dp[QR / 8][4];
+        /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x QR queries */
+        burst_tc_scores2<TC, D, QR>(sc, dp, sk, sv, warp * 16, qt, ot, lane);
         /* P^T and dS^T; column = query row of the tile */
 #pragma unroll
         for (int n = 0; n < QR / 8; n++)
