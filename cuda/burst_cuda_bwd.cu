@@ -104,10 +104,10 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     }
 
     const int64_t jfirst = kmin / KR * KR;
-    burst_tc_load<TC, D>(sq, s.q, b, i0, MMA_BR, s.nq, h);
-    burst_tc_load<TC, D>(sdo, s.dout, b, i0, MMA_BR, s.nq, h);
-    burst_tc_load<TC, D>(sk, s.k, b, jfirst, KR, s.nk, g);
-    burst_tc_load<TC, D>(sv, s.v, b, jfirst, KR, s.nk, g);
+    burst_tc_load<TC, D, MMA_BR>(sq, s.q, b, i0, s.nq, h);
+    burst_tc_load<TC, D, MMA_BR>(sdo, s.dout, b, i0, s.nq, h);
+    burst_tc_load<TC, D, KR>(sk, s.k, b, jfirst, s.nk, g);
+    burst_tc_load<TC, D, KR>(sv, s.v, b, jfirst, s.nk, g);
     burst_cp_commit();
 
     float dq[D / 8][4];
@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     int stage = 0;
     for (int64_t j0 = jfirst; j0 < kmax; j0 += KR, stage ^= 1) {
         if (j0 + KR < kmax) {
-            burst_tc_load<TC, D>(sk + (stage ^ 1) * KR * W, s.k, b, j0 + KR, KR, s.nk, g);
-            burst_tc_load<TC, D>(sv + (stage ^ 1) * KR * W, s.v, b, j0 + KR, KR, s.nk, g);
+            burst_tc_load<TC, D, KR>(sk + (stage ^ 1) * KR * W, s.k, b, j0 + KR, s.nk, g);
+            burst_tc_load<TC, D, KR>(sv + (stage ^ 1) * KR * W, s.v, b, j0 + KR, s.nk, g);
             burst_cp_commit();
             burst_cp_wait<1>();
         } else {
@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     /* query tile `it` of the flattened (head of the group, query tile) loop into stage st */
     auto issue = [&](int64_t it, int st) {
         const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * QR;
-        burst_tc_load<TC, D>(sq + st * QR * W, s.q, b, i0, QR, s.nq, h);
-        burst_tc_load<TC, D>(sdo + st * QR * W, s.dout, b, i0, QR, s.nq, h);
+        burst_tc_load<TC, D, QR>(sq + st * QR * W, s.q, b, i0, s.nq, h);
+        burst_tc_load<TC, D, QR>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
         burst_cp_commit();
         if (threadIdx.x < QR) {
             const int64_t i = i0 + threadIdx.x;
@@ -251,8 +251,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         }
     };
 
-    burst_tc_load<TC, D>(sk, s.k, b, j0, MMA_BC, s.nk, g);
-    burst_tc_load<TC, D>(sv, s.v, b, j0, MMA_BC, s.nk, g);
+    burst_tc_load<TC, D, MMA_BC>(sk, s.k, b, j0, s.nk, g);
+    burst_tc_load<TC, D, MMA_BC>(sv, s.v, b, j0, s.nk, g);
     issue(0, 0);
 
     float dk[DH / 8][4], dv[DH / 8][4];

@@ -124,9 +124,9 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
 
     const int64_t jfirst = kmin / BC * BC;
-    burst_tc_load<TC, D>(sq, s.q, b, i0, BR, s.nq, h);
-    burst_tc_load<TC, D>(sk, s.k, b, jfirst, BC, s.nk, g);
-    burst_tc_load<TC, D>(sv, s.v, b, jfirst, BC, s.nk, g);
+    burst_tc_load<TC, D, BR>(sq, s.q, b, i0, s.nq, h);
+    burst_tc_load<TC, D, BC>(sk, s.k, b, jfirst, s.nk, g);
+    burst_tc_load<TC, D, BC>(sv, s.v, b, jfirst, s.nk, g);
     burst_cp_commit();
 
     float o[MR][D / 8][4];
@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     int stage = 0;
     for (int64_t j0 = jfirst; j0 < kmax; j0 += BC, stage ^= 1) {
         if (j0 + BC < kmax) {
-            burst_tc_load<TC, D>(sk + (stage ^ 1) * BC * W, s.k, b, j0 + BC, BC, s.nk, g);
-            burst_tc_load<TC, D>(sv + (stage ^ 1) * BC * W, s.v, b, j0 + BC, BC, s.nk, g);
+            burst_tc_load<TC, D, BC>(sk + (stage ^ 1) * BC * W, s.k, b, j0 + BC, s.nk, g);
+            burst_tc_load<TC, D, BC>(sv + (stage ^ 1) * BC * W, s.v, b, j0 + BC, s.nk, g);
             burst_cp_commit();
             burst_cp_wait<1>();
         } else {
@@ -183,7 +183,21 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
             for (int mr = 0; mr < MR; mr++)
                 burst_tc_add_small<TC, BC / 8>(sc[mr], ss[mr]);
-            const int full = j0 >= wb && j0 + BC <= we;
+            /* the mask, where some row of the warp does not see the whole tile: a branch of its
+             * own, so that full tiles (all but the diagonal ones of a causal mask) skip it */
+            if (!(j0 >= wb && j0 + BC <= we))
+#pragma unroll
+                for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+                    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int r = 2 * mr + (e >> 1);
+                            const int j = (int)j0 + n * 8 + cq + (e & 1);
+                            if (!(j >= kb[r] && j < ke[r]))
+                                sc[mr][n][e] = -CUDART_INF_F;
+                        }
+            /* row maxima of the raw scores; the scale (> 0) is applied in the exponent's FMA */
             float mx[2 * MR];
 #pragma unroll
             for (int r = 0; r < 2 * MR; r++)
@@ -193,21 +207,14 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
                 for (int n = 0; n < BC / 8; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int r = 2 * mr + (e >> 1);
-                        const int j = (int)j0 + n * 8 + cq + (e & 1);
-                        float x = sc[mr][n][e] * sl2;
-                        if (!full && !(j >= kb[r] && j < ke[r]))
-                            x = -CUDART_INF_F;
-                        sc[mr][n][e] = x;
-                        mx[r] = fmaxf(mx[r], x);
-                    }
+                    for (int e = 0; e < 4; e++)
+                        mx[2 * mr + (e >> 1)] = fmaxf(mx[2 * mr + (e >> 1)], sc[mr][n][e]);
             float alpha[2 * MR], muse[2 * MR];
 #pragma unroll
             for (int r = 0; r < 2 * MR; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                float mnew = fmaxf(m[r], mx[r]);
+                float mnew = fmaxf(m[r], mx[r] * sl2);
                 muse[r] = mnew == -CUDART_INF_F ? 0.0f : mnew;
                 alpha[r] = burst_ex2(m[r] - muse[r]);
                 m[r] = mnew;
@@ -229,7 +236,7 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int r = 2 * mr + (e >> 1);
-                        float p = burst_ex2(sc[mr][n][e] - muse[r]);
+                        float p = burst_ex2(fmaf(sc[mr][n][e], sl2, -muse[r]));
                         sc[mr][n][e] = p;
                         l[r] += p;
                     }

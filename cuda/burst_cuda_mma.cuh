@@ -211,21 +211,39 @@ __device__ __forceinline__ void burst_tc_add_small(float (&c)[N][4], const float
                 c[n][e] += cs[n][e];
 }
 
-/* Issue the cp.async loads of rows [r0, r0 + rows) of head h of v into a tile of traits TC and
- * class D. Rows at or past `valid` and the class's columns past the view's head dim (v.shape[3])
- * are zero-filled: nothing outside the caller's rows is read. */
-template <typename TC, int D>
-__device__ __forceinline__ void burst_tc_load(typename TC::E *sh, const struct burst_cuda_view &v,
-                                              int64_t b, int64_t r0, int rows, int64_t valid,
-                                              int64_t h)
+/* Smallest power of two >= n (n >= 1). */
+__host__ __device__ constexpr int burst_pow2_ceil(int n)
 {
-    constexpr int CH = TC::CH, NC = D / CH; /* 16-byte chunks per row */
-    const typename TC::E *base = (const typename TC::E *)v.data;
-    for (int e = threadIdx.x; e < rows * NC; e += MMA_BR * 2) {
-        int r = e / NC, ch = e % NC;
-        int ok = r0 + r < valid && ch * CH < v.shape[3];
-        const typename TC::E *src = ok ? base + burst_off(v, b, r0 + r, h) + ch * CH : base;
-        burst_cp16(sh + TC::off(r, ch * CH), src, ok ? 16 : 0);
+    return n <= 1 ? 1 : 2 * burst_pow2_ceil((n + 1) / 2);
+}
+
+/* Issue the cp.async loads of rows [r0, r0 + ROWS) of head h of v into a tile of traits TC and
+ * class D, by the block's 128 threads. Rows at or past `valid` and the class's columns past the
+ * view's head dim (v.shape[3]) are zero-filled: nothing outside the caller's rows is read.
+ * Each thread owns one 16-byte column chunk (of a power-of-two count of slots per row, the slots
+ * past the class's width idle) and every RS-th row from its first: its source address is computed
+ * once and advanced by a row stride, its shared-memory offsets are constants apart. */
+template <typename TC, int D, int ROWS>
+__device__ __forceinline__ void burst_tc_load(typename TC::E *sh, const struct burst_cuda_view &v,
+                                              int64_t b, int64_t r0, int64_t valid, int64_t h)
+{
+    using E = typename TC::E;
+    constexpr int CH = TC::CH, NC = D / CH, NS = burst_pow2_ceil(NC), NT = MMA_BR * 2;
+    static_assert(NS <= NT && ROWS % (NT / NS) == 0, "a pass covers whole rows");
+    constexpr int RS = NT / NS; /* rows per pass */
+    const int ch = (int)threadIdx.x % NS, rr = (int)threadIdx.x / NS;
+    if (ch >= NC)
+        return;
+    const E *base = (const E *)v.data;
+    const bool col = ch * CH < v.shape[3];
+    const int64_t left = valid - r0 - rr; /* this thread's rows i * RS < left are the caller's */
+    const int lim = left < ROWS ? (int)left : ROWS;
+    const E *src = base + burst_off(v, b, r0 + rr, h) + ch * CH;
+    const int64_t step = v.stride[1] * RS;
+#pragma unroll
+    for (int i = 0; i < ROWS / RS; i++) {
+        const bool ok = col && i * RS < lim;
+        burst_cp16(sh + TC::off(rr + i * RS, ch * CH), ok ? src + i * step : base, ok ? 16 : 0);
     }
 }
 
