@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     int64_t kb[2], ke[2];
     float l2[2], dl[2];
+#pragma unroll
     for (int u = 0; u < 2; u++) {
         const int64_t i = i0 + warp * 16 + rq + 8 * u;
         kb[u] = ke[u] = 0;
@@ -93,14 +94,19 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
             dl[u] = s.delta[(b * s.hq + h) * s.nq + i];
         }
     }
-    int64_t ub = ke[0] > kb[0] ? kb[0] : INT64_MAX, ue = ke[0] > kb[0] ? ke[0] : 0;
+    /* the warp's rows: union [ub, ue) of their key ranges, intersection [wb, we) (local
+     * indices: the backend sends nk < 2^31 only) */
+    int ub = ke[0] > kb[0] ? (int)kb[0] : INT_MAX, ue = ke[0] > kb[0] ? (int)ke[0] : 0;
     if (ke[1] > kb[1]) {
-        ub = ub < kb[1] ? ub : kb[1];
-        ue = ue > ke[1] ? ue : ke[1];
+        ub = ub < (int)kb[1] ? ub : (int)kb[1];
+        ue = ue > (int)ke[1] ? ue : (int)ke[1];
     }
+    int wb = (int)(kb[0] > kb[1] ? kb[0] : kb[1]), we = (int)(ke[0] < ke[1] ? ke[0] : ke[1]);
     for (int m = 1; m < 32; m <<= 1) {
-        ub = min(ub, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)ub, m));
-        ue = max(ue, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)ue, m));
+        ub = min(ub, __shfl_xor_sync(0xffffffffu, ub, m));
+        ue = max(ue, __shfl_xor_sync(0xffffffffu, ue, m));
+        wb = max(wb, __shfl_xor_sync(0xffffffffu, wb, m));
+        we = min(we, __shfl_xor_sync(0xffffffffu, we, m));
     }
 
     const int64_t jfirst = kmin / KR * KR;
@@ -130,16 +136,27 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
         if (ue > j0 && ub < j0 + KR) {
             float sc[KR / 8][4], dp[KR / 8][4];
             burst_tc_scores2<TC, D, KR>(sc, dp, sq, sdo, warp * 16, kt, vt, lane);
-            /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs */
+            /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs; the mask in a
+             * branch of its own, where some row of the warp does not see the whole tile */
 #pragma unroll
             for (int n = 0; n < KR / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int u = e >> 1;
-                    const int64_t j = j0 + n * 8 + cq + (e & 1);
-                    float p = (j >= kb[u] && j < ke[u]) ? burst_ex2(sc[n][e] * sl2 - l2[u]) : 0.0f;
-                    sc[n][e] = p * (dp[n][e] - dl[u]);
-                }
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] = burst_ex2(fmaf(sc[n][e], sl2, -l2[e >> 1]));
+            if (!(j0 >= wb && j0 + KR <= we))
+#pragma unroll
+                for (int n = 0; n < KR / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int j = (int)j0 + n * 8 + cq + (e & 1);
+                        if (!(j >= (int)kb[e >> 1] && j < (int)ke[e >> 1]))
+                            sc[n][e] = 0.0f;
+                    }
+#pragma unroll
+            for (int n = 0; n < KR / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] *= dp[n][e] - dl[e >> 1];
             /* dQ += dS K: dS from the C tiles as A, K across its rows */
             if (TC::FRESH) {
                 typename TC::A af[KR / 16];
@@ -278,17 +295,37 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         float sc[QR / 8][4], dp[QR / 8][4];
         /* S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x QR queries */
         burst_tc_scores2<TC, D, QR>(sc, dp, sk, sv, warp * 16, qt, ot, lane);
-        /* P^T and dS^T; column = query row of the tile */
+        /* P^T and dS^T; column = query row of the tile. The mask in a branch of its own, where
+         * some query of the tile does not see all of the warp's 16 keys */
+        int qb = 0, qe = INT_MAX;
+#pragma unroll
+        for (int q = lane; q < QR; q += 32) {
+            qb = max(qb, rw->kb[q]);
+            qe = min(qe, rw->ke[q]);
+        }
+        for (int m = 1; m < 32; m <<= 1) {
+            qb = max(qb, __shfl_xor_sync(0xffffffffu, qb, m));
+            qe = min(qe, __shfl_xor_sync(0xffffffffu, qe, m));
+        }
 #pragma unroll
         for (int n = 0; n < QR / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qi = n * 8 + cq + (e & 1), key = key0 + 8 * (e >> 1);
-                const bool ok = key >= rw->kb[qi] && key < rw->ke[qi];
-                float p = ok ? burst_ex2(sc[n][e] * sl2 - rw->l2[qi]) : 0.0f;
-                sc[n][e] = p;
-                dp[n][e] = p * (dp[n][e] - rw->dl[qi]);
-            }
+            for (int e = 0; e < 4; e++)
+                sc[n][e] = burst_ex2(fmaf(sc[n][e], sl2, -rw->l2[n * 8 + cq + (e & 1)]));
+        if (!(key0 - rq >= qb && key0 - rq + 16 <= qe))
+#pragma unroll
+            for (int n = 0; n < QR / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qi = n * 8 + cq + (e & 1), key = key0 + 8 * (e >> 1);
+                    if (!(key >= rw->kb[qi] && key < rw->ke[qi]))
+                        sc[n][e] = 0.0f;
+                }
+#pragma unroll
+        for (int n = 0; n < QR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dp[n][e] = sc[n][e] * (dp[n][e] - rw->dl[n * 8 + cq + (e & 1)]);
         /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B across the tiles' rows */
         if (TC::FRESH) {
             typename TC::A af[QR / 16];
