@@ -165,15 +165,18 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 /* Tile sizes of the kernels by head-dim class D (the kernels and the probe read the same rules;
  * query rows x key rows). */
 #define BURST_CUDA_MMA_BR 64 /* sm_80 backward: query rows of a dQ block, keys of a dK/dV block */
-#define BURST_CUDA_MMA_BC 64 /* sm_80 forward: key rows of a streamed tile */
+#define BURST_CUDA_MMA_BC 64 /* sm_80 dK/dV kernel: key rows of a block */
 #define BURST_CUDA_MMA_WARPS 4
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
 #define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)
+/* sm_80 forward: key rows of a streamed, double-buffered K / V tile: 64, 32 above D = 128 (so that
+ * two blocks fit a multiprocessor's shared memory: 72 KiB at D = 192, 96 KiB at D = 256) */
+#define BURST_CUDA_MMA_FWD_BC(D) ((D) <= 128 ? 64 : 32)
 /* sm_80 backward: rows of the streamed, double-buffered tiles (K / V of the dQ kernel, Q / dO of
- * the dK/dV kernel): 64, 32 for D = 256 (two stages of 64 rows would not fit an A100's 163 KiB
- * of shared memory per block) */
-#define BURST_CUDA_MMA_BWD_ROWS(D) ((D) > 192 ? 32 : 64)
+ * the dK/dV kernel): 64 up to D = 128, 32 above (two blocks per multiprocessor at D = 192; at
+ * D = 256 two stages of 64 rows would not fit an A100's 163 KiB of shared memory per block) */
+#define BURST_CUDA_MMA_BWD_ROWS(D) ((D) > 128 ? 32 : 64)
 /* sm_80 backward: blocks per key tile of the dK/dV kernel, each accumulating D / split columns of
  * dK and dV (and computing S^T, dP^T over the whole d): 1 up to D = 128, 2 above */
 #define BURST_CUDA_MMA_DKDV_SPLIT(D) ((D) <= 128 ? 1 : 2)

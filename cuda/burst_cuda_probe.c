@@ -13,9 +13,10 @@
  *     the plan is deterministic (or BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key
  *     tiles (above BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
- *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x 64 key rows, K/V double
- *     buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D) blocks splitting the
- *     columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, dQ per 64 query rows x as many keys;
+ *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
+ *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
+ *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, dQ per 64 query
+ *     rows x as many keys;
  *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
  *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
  *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
@@ -139,7 +140,7 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
     if (fk == BURST_CUDA_FWD_WGMMA)
         fbr = 128, fbc = BURST_CUDA_WG_FWD_BC(dc), fst = 3;
     else if (fk == BURST_CUDA_FWD_MMA)
-        fbr = BURST_CUDA_MMA_FWD_BR(dc), fbc = BURST_CUDA_MMA_BC, fst = 2;
+        fbr = BURST_CUDA_MMA_FWD_BR(dc), fbc = BURST_CUDA_MMA_FWD_BC(dc), fst = 2;
     int kv = BURST_CUDA_SIMT_BR, qr = BURST_CUDA_SIMT_BC(dc), dqr = BURST_CUDA_SIMT_BR;
     int dqk = BURST_CUDA_SIMT_BC(dc), split = 1, atom = 0;
     const char *dqn = burst_cuda_kind_name(bk);
