@@ -16,6 +16,7 @@ b=/tmp/burst-vk-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 if [ ! -d "$b" ]; then
     step setup meson setup "$b" "$src" -Dvulkan=enabled -Dcuda=disabled -Dfabric=disabled \
+        -Dresearch_settings=true \
         -Dmpi=disabled -Dwerror=false || { tail -n 30 "$out/setup.log"; exit 1; }
 fi
 step build ninja -C "$b" tools/burstrun tests/test_vulkan tests/test_attention ||

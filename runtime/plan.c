@@ -185,9 +185,9 @@ static uint64_t fnv1a(uint64_t hash, uint64_t x)
 static int64_t direct_key(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    const char *env = getenv("BURST_DEVICE_DIRECT");
     if (!ops->device_memory || ops->size < sizeof(*ops) || !ops->devcopy ||
-        !burst_comm_moves_device(plan->comm) || (env && strcmp(env, "0") == 0))
+        !burst_comm_moves_device(plan->comm) ||
+        !burst_set_long(&plan->ctx->set, BURST_SET_DEVICE_DIRECT))
         return 0;
     if (!burst_comm_in_process(plan->comm) && !ops->devcopy->ipc_export)
         return 0;
@@ -210,9 +210,8 @@ static int64_t share_key(const struct burst_plan *plan, unsigned char uuid[16])
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
     const struct burst_tp_devops *dc = ops->size >= sizeof(*ops) ? ops->devcopy : NULL;
-    const char *env = getenv("BURST_DEVICE_DIRECT");
     if (!dc || !dc->share_device || !burst_comm_in_process(plan->comm) ||
-        (env && strcmp(env, "0") == 0))
+        !burst_set_long(&plan->ctx->set, BURST_SET_DEVICE_DIRECT))
         return 0;
     int64_t roles = (dc->copy && dc->share_import ? SHARE_COPIER : 0) |
                     (dc->share_export && dc->share_live ? SHARE_EXPORTER : 0);
@@ -318,7 +317,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_LOCAL] = plan->local;
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
     rec[F_CHUNK] = (int64_t)plan->stage_chunk;
-    rec[F_ROUNDS] = p->measure_speed ? burst_speed_rounds() : 0;
+    rec[F_ROUNDS] = p->measure_speed ? burst_speed_rounds(plan->ctx) : 0;
     rec[F_DIRECT] = direct_key(plan);
     unsigned char uuid[16] = {0};
     rec[F_SHARE] = share_key(plan, uuid);
@@ -572,7 +571,7 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
                                                : 1.0f / sqrtf((float)params->head_dim);
     plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : comm->size;
     plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
-    plan->stage_chunk = burst_xfer_chunk_env();
+    plan->stage_chunk = burst_xfer_chunk_env(plan->ctx);
     plan->bwd = params->bwd_pattern;
     if (plan->bwd == BURST_BWD_AUTO) {
         uint64_t b = burst_plan_bwd_step_bytes(params, BURST_BWD_BURST, plan->acc_dtype, 1);
@@ -597,7 +596,7 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     if (st == BURST_OK && params->measure_speed) {
         /* round 2 (speed.h): each rank's rate on the shard round 1 gave it, which sizes the
          * final shards; the handshake made sure every rank runs it or none */
-        const int round2 = plan->size > 1 && burst_speed_rounds() == 2;
+        const int round2 = plan->size > 1 && burst_speed_rounds(plan->ctx) == 2;
         st = measured_shards(plan, who, params, speeds);
         if (!round2)
             memcpy(plan->shard_speeds, speeds, sizeof(double) * (size_t)plan->size);

@@ -439,9 +439,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
 
     struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
-    const char *env = getenv("BURST_BWD_FINAL");
     c.final = plan->size == 1 && plan->steps == 1 && c.ops->size >= sizeof(*c.ops) &&
-              c.ops->bwd_final && !(env && strcmp(env, "0") == 0);
+              c.ops->bwd_final && burst_set_long(&plan->ctx->set, BURST_SET_BWD_FINAL);
     c.sc = &sc;
     struct bwd_bufs b = {0};
     struct burst_timeline tl;

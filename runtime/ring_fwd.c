@@ -169,9 +169,8 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
                                 const struct burst_tensor *v, struct burst_tensor *o, float *lse)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    const char *env = getenv("BURST_FWD_FINAL");
     if (plan->size != 1 || plan->steps != 1 || ops->size < sizeof(*ops) || !ops->fwd_final ||
-        (env && strcmp(env, "0") == 0))
+        !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL))
         return BURST_ERR_UNSUPPORTED;
     struct burst_sched_step s;
     burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, 0, 1,

@@ -90,10 +90,9 @@ static const struct burst_tp_devops *stage_copies(const struct burst_plan *plan)
     return ops->device_memory && ops->devcopy && ops->devcopy->copy ? ops->devcopy : NULL;
 }
 
-size_t burst_xfer_chunk_env(void)
+size_t burst_xfer_chunk_env(const struct burst_context *ctx)
 {
-    const char *env = getenv("BURST_STAGE_CHUNK_BYTES");
-    const long long v = env ? atoll(env) : 0;
+    const long v = burst_set_long(&ctx->set, BURST_SET_STAGE_CHUNK_BYTES);
     return v >= 256 ? (size_t)v : 0;
 }
 

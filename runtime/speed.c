@@ -115,8 +115,7 @@ burst_status_t burst_speed_measure_shard(struct burst_context *ctx,
     return measure(ctx, p, rows, keys, gkv * (p->q_heads / p->kv_heads), gkv, who, speed_p);
 }
 
-int burst_speed_rounds(void)
+int burst_speed_rounds(const struct burst_context *ctx)
 {
-    const char *e = getenv("BURST_SPEED_ROUNDS");
-    return e && strcmp(e, "1") == 0 ? 1 : 2;
+    return burst_set_long(&ctx->set, BURST_SET_SPEED_ROUNDS) == 1 ? 1 : 2;
 }

@@ -9,10 +9,9 @@
 void burst_tl_begin(struct burst_timeline *tl, struct burst_plan *plan, burst_phase_t phase)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    const char *env = getenv("BURST_STEP_SYNC");
     *tl = (struct burst_timeline){.plan = plan, .phase = phase};
     tl->device = ops->time_mark && ops->time_elapsed && ops->time_release && plan->direct &&
-                 !plan->staged && !(env && strcmp(env, "1") == 0);
+                 !plan->staged && !burst_set_long(&plan->ctx->set, BURST_SET_STEP_SYNC);
 }
 
 void burst_tl_break(struct burst_timeline *tl)

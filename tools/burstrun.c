@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "burst/burst.h"
-#include "env.h"
 #include "job.h"
 #include "job_size.h"
 #include "launch.h"
@@ -123,7 +122,8 @@ static void usage(FILE *f)
         "                         processes with --deterministic)\n"
         "  --verbose              per-rank compute / wait / total time of each phase, and the\n"
         "                         launch (rendezvous, fabric) on stderr\n"
-        "  --info                 print the tunables (environment variables) and exit\n"
+        "  --info                 print every BURST_* setting with its current value and exit\n"
+        "                         (with --json: one JSON object)\n"
         "  --probe                list every backend's devices, capabilities and chosen tiles\n"
         "                         and exit (with --json: one JSON object)\n"
         "  -h, --help             this text\n"
@@ -167,49 +167,40 @@ static void usage(FILE *f)
         LAUNCH_GRACE_MS);
 }
 
-static void info(void)
+/* --info: the versions, every BURST_* setting with its current value (the library's table,
+ * runtime/settings.c) and what backend "auto" resolves to; --info --json: one JSON object. */
+static void info(int json)
 {
-    static const struct {
-        const char *name, *what;
-    } vars[] = {
-        {"BURST_BACKEND", "backend chosen by \"auto\" (e.g. cpu)"},
-        {"BURST_DEVICE", "GPU backends: device index or name substring (default 0)"},
-        {"BURST_DEVICE_DIRECT", "0: stage device blocks through host memory even in-process"},
-        {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
-        {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
-        {"BURST_CPU_ISA", "cpu kernels: auto|base|avx2|avx512|avx512bf16|neon (auto)"},
-        {"BURST_FABRIC", "libfabric provider chosen by \"auto\": shm|tcp|verbs|efa"},
-        {"BURST_IFACE", "network interface or address for tcp/verbs"},
-        {"BURST_BOOTSTRAP", "rendezvous|mpi (default: mpi under Open MPI's mpirun)"},
-        {"BURST_RANK", "this process's rank (set by the launcher)"},
-        {"BURST_SIZE", "ranks in the job (set by the launcher)"},
-        {"BURST_RENDEZVOUS", "host:port of the job's rendezvous (set by the launcher)"},
-        {"BURST_JOB_KEY", "the job's secret key (set by the launcher; never printed)"},
-        {"BURST_FAB_PROGRESS", "thread|caller: who drives libfabric progress (thread)"},
-        {"BURST_FAB_SPIN_US", "wait()'s polling before it sleeps, in us (20)"},
-        {"BURST_FAB_CHUNK_BYTES", "split messages into chunks of this size (provider max)"},
-        {"BURST_FAB_MR_LOCAL", "1: register every buffer (providers needing FI_MR_LOCAL)"},
-        {"BURST_FAB_RXM_EAGER", "0: allow ofi_rxm rendezvous (faster, unsafe if a peer dies)"},
-        {"BURST_TEST_SEED", "seed of the randomised tests (tests only)"},
-        {"BURST_FAULT", "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C]"},
-    };
-    printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
-    printf("tunables (environment, read once per process):\n");
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = getenv(vars[i].name);
-        if (v && strcmp(vars[i].name, "BURST_JOB_KEY") == 0)
-            v = "(set)";
-        printf("  %-21s %-60s %s\n", vars[i].name, vars[i].what, v ? v : "(unset)");
+    char *report;
+    burst_status_t st = burst_settings_report(json, &report);
+    if (st != BURST_OK) {
+        fprintf(stderr, "%s: --info: %s: %s\n", prog, burst_status_str(st), burst_last_error());
+        exit(EXIT_RUNTIME);
     }
-    struct burst_context *ctx;
-    burst_status_t st = burst_context_create(NULL, &ctx);
-    if (st == BURST_OK) {
-        printf("backend \"auto\" resolves to: %s, %d compute threads\n", burst_context_backend(ctx),
-               burst_context_num_threads(ctx));
-        burst_context_destroy(ctx);
+    struct burst_context *ctx = NULL;
+    burst_status_t cst = burst_context_create(NULL, &ctx);
+    if (json) {
+        printf("{\"burstrun\": \"%s\", \"library\": \"%s\", \"settings\": %s, \"auto\": ",
+               BURST_VERSION_STRING, burst_version_string(), report);
+        if (cst == BURST_OK)
+            printf("{\"backend\": \"%s\", \"threads\": %d}}\n", burst_context_backend(ctx),
+                   burst_context_num_threads(ctx));
+        else
+            printf("{\"error\": \"%s\"}}\n", burst_status_str(cst));
     } else {
-        printf("backend \"auto\": %s: %s\n", burst_status_str(st), burst_last_error());
+        printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
+        printf("settings (environment; each is read when a context or communicator is created):\n"
+               "  name                    scope    type / range               doc\n%s",
+               report);
+        if (cst == BURST_OK)
+            printf("backend \"auto\" resolves to: %s, %d compute threads\n",
+                   burst_context_backend(ctx), burst_context_num_threads(ctx));
+        else
+            printf("backend \"auto\": %s: %s\n", burst_status_str(cst), burst_last_error());
     }
+    if (cst == BURST_OK)
+        burst_context_destroy(ctx);
+    burst_free(report);
 }
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -269,6 +260,7 @@ struct opts {
     int threads; /* --threads: ranks as threads */
     int verbose;
     int probe;                    /* --probe: report the backends and exit */
+    int info;                     /* --info: report the settings and exit */
     const char *hosts, *hostfile; /* --hosts / --hostfile: ranks through mpirun */
     int mpi_worker;               /* this process is a rank started by mpirun */
     int host_slots;               /* slots they give */
@@ -421,32 +413,14 @@ static int parse_hostfile(const char *path)
     return cores ? -1 : (int)total;
 }
 
-/* The library's variables that burstrun or its ranks read: one rule with the library's
- * (runtime/env.h): unset or empty = the default, anything else must be valid, else a usage
- * error naming it before any rank starts. Those burstrun sets for its ranks (BURST_RANK,
- * BURST_SIZE, BURST_BOOTSTRAP, ...) are replaced, not read. */
+/* The settings that every rank reads (contexts, the cpu backend, communicators, libfabric):
+ * the library's rule (burst_settings_check), so that a malformed one is a usage error naming it
+ * before any rank starts. Those burstrun sets for its ranks (BURST_RANK, BURST_SIZE,
+ * BURST_BOOTSTRAP, ...) are replaced, not read. */
 static void check_env(void)
 {
-    static const struct {
-        const char *name;
-        long lo, hi;
-    } ints[] = {
-        {"BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS},
-        {"BURST_NUM_THREADS", 1, 4096},
-    };
-    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
-        const char *v = getenv(ints[i].name);
-        long x;
-        if (v && *v && !burst_env_parse_long(v, ints[i].lo, ints[i].hi, &x))
-            die_usage("%s = '%.64s' in the environment is not an integer in %ld..%ld", ints[i].name,
-                      v, ints[i].lo, ints[i].hi);
-    }
-    const char *f = getenv("BURST_FABRIC");
-    if (f && *f && strcmp(f, "auto") && strcmp(f, "shm") && strcmp(f, "tcp") &&
-        strcmp(f, "verbs") && strcmp(f, "efa"))
-        die_usage("BURST_FABRIC = '%.64s' in the environment is not one of auto, shm, tcp, verbs, "
-                  "efa",
-                  f);
+    if (burst_settings_check() != BURST_OK)
+        die_usage("in the environment: %s", burst_last_error());
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -529,8 +503,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
                 exit(0);
             } else if (!strcmp(name, "--info")) {
-                info();
-                exit(0);
+                o->info = 1;
             } else if (!strcmp(name, "--causal")) {
                 p->causal = 1;
             } else if (!strcmp(name, "--check")) {
@@ -766,6 +739,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->kill_step = (int)parse_int(name, val, -1, 1 << 20);
             kill_step_given = 1;
         }
+    }
+    if (o->info) {
+        info(o->json);
+        exit(0);
     }
 
     /* consistency, naming the flags involved */

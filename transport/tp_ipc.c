@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "settings.h"
 #include "tp_ipc.h"
 
 #define IPC_MAGIC 0x31435049u /* "IPC1" */
@@ -80,17 +81,17 @@ static int remaining_ms(int64_t deadline)
  * microseconds of the peer reaching the matching point, while the process transport's wait()
  * may sleep on its progress thread (shm: up to a millisecond after a quiet compute step), which
  * on 2 x H200 cost 0.3 ms of exposed wait per ring step. So spin on test() first, for at most
- * BURST_IPC_SPIN_US (default IPC_SPIN_US; the host has nothing else to do in a GPU ring).
+ * BURST_IPC_SPIN_US (default 2000 us; the host has nothing else to do in a GPU ring).
  */
-#define IPC_SPIN_US 2000
 static int spin_us(void)
 {
     static atomic_int cached = -1;
     int v = atomic_load(&cached);
     if (v < 0) {
-        const char *env = getenv("BURST_IPC_SPIN_US");
-        long e = env ? strtol(env, NULL, 10) : IPC_SPIN_US;
-        v = e < 0 ? 0 : e > 1000000 ? 1000000 : (int)e;
+        long e = 0; /* checked by the communicator's create; a default where it changed since */
+        if (burst_setting_get("burst_tp_ipc", BURST_SET_IPC_SPIN_US, &e, NULL) != BURST_OK)
+            e = burst_settings[BURST_SET_IPC_SPIN_US].dflt;
+        v = (int)e;
         atomic_store(&cached, v);
     }
     return v;

@@ -1,7 +1,7 @@
 /*
  * runtime/cpu/cpu_backend.c - the cpu backend's ops table: instance, memory and elementwise ops.
  *
- * Tunables (read once, at create):
+ * Settings (runtime/settings.h, read at create):
  *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core);
  *                       a malformed value fails the create naming it
  *   BURST_CPU_ISA       kernel variant: "base" (portable), "avx2", "avx512", "avx512bf16", "neon";
@@ -20,21 +20,21 @@
 
 #include "cpu_convert.h"
 #include "cpu_internal.h"
-#include "env.h"
 #include "error.h"
+#include "settings.h"
 
 /* Elementwise ops are split into items of about this many elements. */
 #define BURST_CPU_CHUNK ((int64_t)1 << 16)
 
-/* BURST_NUM_THREADS, else every online core; a malformed value is an error (runtime/env.h),
+/* BURST_NUM_THREADS, else every online core; a malformed value is an error (runtime/settings.h),
  * and *n_p is then every online core. */
 static burst_status_t burst_cpu_default_threads(int *n_p)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long n = cores > 0 ? (cores > 4096 ? 4096 : cores) : 1;
-    burst_status_t st =
-        burst_env_long("burst_context_create", "BURST_NUM_THREADS", 1, 4096, n, &n, NULL);
-    *n_p = (int)n;
+    long n = cores > 0 ? (cores > 4096 ? 4096 : cores) : 1, v;
+    const char *s;
+    burst_status_t st = burst_setting_get("burst_context_create", BURST_SET_NUM_THREADS, &v, &s);
+    *n_p = (int)(st == BURST_OK && s ? v : n);
     return st;
 }
 
@@ -72,8 +72,11 @@ static unsigned burst_cpu_isa_mask(void)
 static burst_status_t burst_cpu_pick_isa(enum burst_cpu_isa *isa_p)
 {
     unsigned m = burst_cpu_isa_mask();
-    const char *env = getenv("BURST_CPU_ISA");
-    if (!env || !*env || strcmp(env, "auto") == 0) {
+    const char *env;
+    burst_status_t st = burst_setting_get("burst_context_create", BURST_SET_CPU_ISA, NULL, &env);
+    if (st != BURST_OK)
+        return st;
+    if (!env || strcmp(env, "auto") == 0) {
         int best = BURST_CPU_ISA_BASE;
         for (int i = 0; i < BURST_CPU_ISA_COUNT; i++)
             if (m & (1u << i))

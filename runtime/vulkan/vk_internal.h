@@ -178,7 +178,7 @@ struct burst_vk_env {
                            * 2 = also on a cpu device (tests: scratch the host cannot touch) */
 };
 
-void burst_vk_env_read(struct burst_vk_env *env);
+burst_status_t burst_vk_env_read(struct burst_vk_env *env);
 
 /* Read the capabilities of phys (needs the instance for the NV matrix query). */
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps);
