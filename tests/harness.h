@@ -22,7 +22,7 @@
  *
  *     |x - r| <= rtol * |r| + 1e-5 * S_T + extra(x)
  *
- *   fp32:    rtol = 1e-5. This is the issue's "1e-5 relative of fp64"; the floor 1e-5 * S_T
+ *   fp32:    rtol = 1e-5: 1e-5 relative to the fp64 reference; the floor 1e-5 * S_T
  *            stops elements that are near zero by cancellation (gradients, O rows averaging to
  *            ~0) from demanding an impossible elementwise relative accuracy.
  *            dQ and dK are sums of dS = P (dP - D), a difference of two dot products that may

@@ -6,7 +6,7 @@
  * order from the constants); a transposed layout, one element held twice, another element
  * count, and an fp16 conversion that moves an element are refused, each with a reason naming
  * what differs. The check on a real device runs at every vulkan backend creation on a GPU with
- * VK_NV_cooperative_matrix (cuda/vk_check.sh); lavapipe has none, so CI runs only this.
+ * VK_NV_cooperative_matrix (scripts/gpu/vk_check.sh); lavapipe has none, so CI runs only this.
  * Also the *_cmq tile rule (runtime/vulkan/vk_caps.c) on made-up device limits: the forward's
  * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
  * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel

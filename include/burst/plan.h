@@ -1,7 +1,7 @@
 /*
  * burst/plan.h - the attention plan and the distributed forward / backward calls.
  *
- * What is computed (docs: ALGORITHM.md): exact softmax attention of the whole sequence of N
+ * What is computed (docs/ALGORITHM.md in the source tree): exact softmax attention of the whole sequence of N
  * tokens, sharded over the G ranks of a communicator. Each rank passes its local shard of Q, K,
  * V ([B, n_i, H, d]); K/V blocks travel around the ring (forward), and in the backward either
  * the query bundle (pattern "burst") or K/V with their gradients (pattern "ring") travel.
