@@ -434,14 +434,11 @@ static void dev_free(struct dev_shards *ds)
     burst_context_free(ds->ctx, ds->lse);
 }
 
-static void rank_loop(struct rank_run *rr)
+/* The job's plan parameters: every rank's plan (rank_loop) and the plan that measures the ranks'
+ * speeds (measure_lens) start from these, so that both describe the same job. Shards are left
+ * to the caller. */
+static struct burst_plan_params job_plan_params(const struct job_params *p)
 {
-    struct job *j = rr->j;
-    const struct job_params *p = j->p;
-    int r = rr->rank;
-    struct burst_plan *plan = NULL;
-    int fl = 0;
-
     struct burst_plan_params pp = burst_plan_params_default();
     pp.batch = p->batch;
     pp.seq_len = p->seq_len;
@@ -457,6 +454,18 @@ static void rank_loop(struct rank_run *rr)
     pp.deterministic = p->deterministic;
     pp.ranks_per_node = p->ranks_per_node;
     pp.workspace_limit = p->workspace_limit;
+    return pp;
+}
+
+static void rank_loop(struct rank_run *rr)
+{
+    struct job *j = rr->j;
+    const struct job_params *p = j->p;
+    int r = rr->rank;
+    struct burst_plan *plan = NULL;
+    int fl = 0;
+
+    struct burst_plan_params pp = job_plan_params(p);
     double reversed[JOB_MAX_LIST];
     if (p->weights_mode == JOB_WEIGHTS_GIVEN)
         pp.shard_weights = p->weights;
@@ -1090,18 +1099,7 @@ static burst_status_t measure_lens(const struct job_params *p, int rank, struct 
                                    struct burst_context *ctx, int64_t *lens, double *speeds,
                                    char *msg, size_t cap)
 {
-    struct burst_plan_params pp = burst_plan_params_default();
-    pp.batch = p->batch;
-    pp.seq_len = p->seq_len;
-    pp.q_heads = p->q_heads;
-    pp.kv_heads = p->kv_heads;
-    pp.head_dim = p->head_dim;
-    pp.dtype = p->dtype;
-    pp.causal = p->causal;
-    pp.window_left = p->window_left;
-    pp.window_right = p->window_right;
-    pp.layout = p->layout;
-    pp.ranks_per_node = p->ranks_per_node;
+    struct burst_plan_params pp = job_plan_params(p); /* the job's plan, shards measured */
     pp.measure_speed = 1;
     struct burst_plan *plan = NULL;
     burst_status_t st = burst_plan_create(ctx, comm, &pp, &plan);
