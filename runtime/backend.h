@@ -16,7 +16,8 @@
  *     thread; vulkan and cpu: synchronous), so the engine synchronises only before work from
  *     outside that order (a transfer, the host) touches the memory. The cpu backend is
  *     synchronous.
- * Optional members may be NULL. The table starts with its own size so it can grow.
+ * Optional members may be NULL. The table starts with its own size so it can grow: the engine
+ * tests every optional member with BURST_OPS_HAS before it uses it.
  */
 #ifndef BURST_RUNTIME_BACKEND_H
 #define BURST_RUNTIME_BACKEND_H
@@ -28,7 +29,7 @@
 #include "burst/tensor.h"
 #include "posmap.h"
 #include "strbuf.h"
-#include "transport.h"
+#include "tp_devops.h"
 
 /* One forward step: attention of q against the block (k, v), merged into (o_acc, lse_acc). */
 struct burst_fwd_args {
@@ -128,8 +129,8 @@ struct burst_backend_ops {
     burst_status_t (*check_memory)(void *be, const char *who, const char *name, const void *ptr);
     /*
      * Optional (device_memory backends): device-to-device copies between ranks of one process
-     * and, with its ipc_ members, between rank processes of one host (transport.h, struct
-     * burst_tp_devops). When every rank of a plan runs this backend and the transport moves
+     * and, with its ipc_ members, between rank processes of one host (transport/tp_devops.h,
+     * struct burst_tp_devops). When every rank of a plan runs this backend and the transport moves
      * device memory itself (the in-process one; the IPC layer between processes of a host), the
      * travelling blocks go device to device with these instead of being staged through host
      * memory (runtime/ring_xfer.c). A host-addressable backend whose scratch another backend of
@@ -188,6 +189,11 @@ struct burst_backend_ops {
      */
     void *(*alloc_scratch)(void *be, size_t bytes);
 };
+
+/* Does ops provide the optional member m? Its table is recent enough to hold m (its size covers
+ * m) and m is set (a function, a table, or a nonzero flag). */
+#define BURST_OPS_HAS(ops, m)                                                                      \
+    ((ops)->size >= offsetof(struct burst_backend_ops, m) + sizeof((ops)->m) && (ops)->m)
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */
 extern const struct burst_backend_ops burst_cpu_backend_ops;

@@ -124,13 +124,13 @@ const char *burst_context_backend(const struct burst_context *ctx)
 
 int burst_context_device_memory(const struct burst_context *ctx)
 {
-    return ctx && ctx->ops->device_memory;
+    return ctx && BURST_OPS_HAS(ctx->ops, device_memory);
 }
 
 burst_status_t burst_context_check_memory(const struct burst_context *ctx, const char *who, int n,
                                           const char *const *names, const void *const *ptrs)
 {
-    if (!ctx->ops->check_memory)
+    if (!BURST_OPS_HAS(ctx->ops, check_memory))
         return BURST_OK;
     for (int i = 0; i < n; i++) {
         burst_status_t st = ctx->ops->check_memory(ctx->be, who, names[i], ptrs[i]);
@@ -181,7 +181,7 @@ burst_status_t burst_context_memcpy(struct burst_context *ctx, void *dst, const 
     if (!dst || !src)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL (bytes = %zu)", who,
                            !dst ? "dst" : "src", bytes);
-    if (ctx->ops->memcpy)
+    if (BURST_OPS_HAS(ctx->ops, memcpy))
         return ctx->ops->memcpy(ctx->be, dst, src, bytes);
     memmove(dst, src, bytes);
     return BURST_OK;
@@ -210,7 +210,7 @@ burst_status_t burst_probe(const struct burst_context_params *params, int json, 
             burst_sb_printf(&sb, ", ");
         if (!json)
             burst_sb_printf(&sb, "backend %s\n", ops->name);
-        if (ops->probe) {
+        if (BURST_OPS_HAS(ops, probe)) {
             ops->probe(&p, &sb, json);
         } else if (json) {
             burst_sb_printf(&sb, "{\"backend\": ");

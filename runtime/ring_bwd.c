@@ -169,7 +169,7 @@ static burst_status_t pack_bundle(const struct bwd_call *c, const struct bundle 
         if (st == BURST_OK)
             st = c->ops->copy(c->be, &dd, &ds);
     }
-    if (st == BURST_OK && c->ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(c->ops, sync))
         st = c->ops->sync(c->be);
     return st;
 }
@@ -199,7 +199,7 @@ static burst_status_t wire_acc(const struct bwd_call *c, float *acc, unsigned ch
     struct burst_tensor src = burst_view(acc, BURST_DTYPE_FP32, 1, 1, 1, (int64_t)count);
     struct burst_tensor dst = burst_view(out, c->plan->acc_dtype, 1, 1, 1, (int64_t)count);
     burst_status_t st = c->ops->copy(c->be, &dst, &src);
-    if (st == BURST_OK && c->ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(c->ops, sync))
         st = c->ops->sync(c->be);
     *wire_p = out;
     return st;
@@ -439,8 +439,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
 
     struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
-    c.final = plan->size == 1 && plan->steps == 1 && c.ops->size >= sizeof(*c.ops) &&
-              c.ops->bwd_final && burst_set_long(&plan->ctx->set, BURST_SET_BWD_FINAL);
+    c.final = plan->size == 1 && plan->steps == 1 && BURST_OPS_HAS(c.ops, bwd_final) &&
+              burst_set_long(&plan->ctx->set, BURST_SET_BWD_FINAL);
     c.sc = &sc;
     struct bwd_bufs b = {0};
     struct burst_timeline tl;
@@ -491,7 +491,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
                     st = c.ops->copy(c.be, &dvg, &gv);
             }
             /* the next group's work queues behind these copies: only the last one waits */
-            if (st == BURST_OK && c.ops->sync && g == plan->hgroups - 1)
+            if (st == BURST_OK && BURST_OPS_HAS(c.ops, sync) && g == plan->hgroups - 1)
                 st = c.ops->sync(c.be);
         }
     }

@@ -65,7 +65,7 @@ static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
     burst_status_t st = ops->copy(be, &pk, f->k);
     if (st == BURST_OK)
         st = ops->copy(be, &pv, f->v);
-    if (st == BURST_OK && ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
         st = ops->sync(be);
     return st;
 }
@@ -169,7 +169,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
                                 const struct burst_tensor *v, struct burst_tensor *o, float *lse)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (plan->size != 1 || plan->steps != 1 || ops->size < sizeof(*ops) || !ops->fwd_final ||
+    if (plan->size != 1 || plan->steps != 1 || !BURST_OPS_HAS(ops, fwd_final) ||
         !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL))
         return BURST_ERR_UNSUPPORTED;
     struct burst_sched_step s;
@@ -199,7 +199,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     stats->steps = 1;
     if (st == BURST_OK)
         burst_fault_step(plan->rank, 0, 0, -1);
-    if (st == BURST_OK && ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
         st = ops->sync(plan->ctx->be);
     return st;
 }
@@ -282,7 +282,7 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
             if (st == BURST_OK)
                 st = be_ops->copy(be, &lo, &la);
             /* the next group's work queues behind these copies: only the last one waits */
-            if (st == BURST_OK && be_ops->sync && g == plan->hgroups - 1)
+            if (st == BURST_OK && BURST_OPS_HAS(be_ops, sync) && g == plan->hgroups - 1)
                 st = be_ops->sync(be);
         }
     }

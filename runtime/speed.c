@@ -54,7 +54,7 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
             st = ops->fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
             if (st == BURST_OK)
                 st = ops->fwd_step(ctx->be, &a);
-            if (st == BURST_OK && ops->sync)
+            if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
                 st = ops->sync(ctx->be);
             if (w == 1 && burst_now() - tw >= BURST_SPEED_STEP_S)
                 goto sized;
@@ -73,7 +73,7 @@ sized:;
         st = ops->fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
         if (st == BURST_OK)
             st = ops->fwd_step(ctx->be, &a);
-        if (st == BURST_OK && ops->sync)
+        if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
             st = ops->sync(ctx->be);
         if (it >= 1) {
             reps = it;

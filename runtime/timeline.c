@@ -10,7 +10,8 @@ void burst_tl_begin(struct burst_timeline *tl, struct burst_plan *plan, burst_ph
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
     *tl = (struct burst_timeline){.plan = plan, .phase = phase};
-    tl->device = ops->time_mark && ops->time_elapsed && ops->time_release && plan->direct &&
+    tl->device = BURST_OPS_HAS(ops, time_mark) && BURST_OPS_HAS(ops, time_elapsed) &&
+                 BURST_OPS_HAS(ops, time_release) && plan->direct &&
                  !plan->staged && !burst_set_long(&plan->ctx->set, BURST_SET_STEP_SYNC);
 }
 
@@ -46,7 +47,7 @@ burst_status_t burst_tl_kernel_end(struct burst_timeline *tl, int step, burst_st
     const struct burst_backend_ops *ops = tl->plan->ctx->ops;
     void *be = tl->plan->ctx->be;
     if (!tl->device) {
-        if (st == BURST_OK && ops->sync)
+        if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
             st = ops->sync(be);
         burst_call_compute(tl->plan, tl->phase, step, burst_now() - tl->t);
         return st;
