@@ -1,6 +1,6 @@
 /*
  * tests/harness.h - the shared test harness: random problems, G ranks as threads, comparison
- * with the fp64 reference (tests/ref.h).
+ * with the fp64 reference (tools/ref.h).
  *
  * One case = one attention problem. The harness
  *   1. draws global natural-order inputs Q, K, V, dO with a seed (BURST_TEST_SEED or the clock;

@@ -101,7 +101,7 @@ static void usage(FILE *f)
         "check:\n");
     fprintf(
         f,
-        "  --check                compare with the fp64 reference of tests/ref.c after the\n"
+        "  --check                compare with the fp64 reference of tools/ref.c after the\n"
         "                         timed runs: O and lse of every row and dQ, dK, dV, when the\n"
         "                         reference costs B*N^2*Hq*d <= %.0e multiply-adds; above that\n"
         "                         --check is refused (exit 2): use --check-fwd-only (with\n"

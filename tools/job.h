@@ -11,7 +11,7 @@
  *     burst_comm_create_env and writes its outputs, timings and statistics into the arena.
  * Both run the same per-rank loop (timing, statistics, failure handling). Forward and backward
  * are timed (median over iterations after a warm-up), and the results can be checked against
- * the fp64 reference of tests/ref.h. Not part of the library.
+ * the fp64 reference of tools/ref.h. Not part of the library.
  */
 #ifndef BURST_TOOLS_JOB_H
 #define BURST_TOOLS_JOB_H
