@@ -29,10 +29,10 @@ struct bwd_call {
     struct burst_plan *plan;
     const struct burst_backend_ops *ops;
     void *be;
-    int burst;             /* pattern */
-    int64_t B, Hq, Hkv, d; /* Hq, Hkv: heads of the current group */
-    size_t es, as;         /* element sizes: input dtype, accumulator wire dtype */
-    int final;             /* try bwd_final: one rank, one step (dkv_loc only if declined) */
+    int burst;                /* pattern */
+    int64_t B, Hq, Hkv, d;    /* Hq, Hkv: heads of the current group */
+    size_t es, as;            /* element sizes: input dtype, accumulator wire dtype */
+    int final;                /* try bwd_final: one rank, one step (dkv_loc only if declined) */
     struct burst_scratch *sc; /* the call's scratch (allocation after a declined bwd_final) */
 };
 
@@ -299,8 +299,8 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
         /* One rank whose only step computes nothing (no pair allowed): the zeroed accumulators
          * are the gradients, cast as usual */
         if (st == BURST_OK && c->final && !b->dkv_loc && !s.compute)
-            st = burst_scratch_alloc(c->sc, "burst_attention_backward",
-                                     2 * kvelems * sizeof(float), (void **)&b->dkv_loc);
+            st = burst_scratch_alloc(c->sc, "burst_attention_backward", 2 * kvelems * sizeof(float),
+                                     (void **)&b->dkv_loc);
         /* Where this step's gradients go. */
         float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc ? b->dkv_loc + kvelems : NULL;
         if (st == BURST_OK && r > 0) {

@@ -96,7 +96,7 @@ burst_status_t burst_speed_measure(struct burst_context *ctx, const struct burst
                                    int ranks, const char *who, double *speed_p)
 {
     int64_t nmax = p->seq_len / (ranks > 0 ? ranks : 1);
-    nmax = nmax < BURST_SPEED_ROWS ? BURST_SPEED_ROWS
+    nmax = nmax < BURST_SPEED_ROWS       ? BURST_SPEED_ROWS
            : nmax > BURST_SPEED_MAX_ROWS ? BURST_SPEED_MAX_ROWS
                                          : nmax;
     return measure(ctx, p, 0, nmax, p->q_heads, p->kv_heads, who, speed_p);

@@ -11,8 +11,8 @@ void burst_tl_begin(struct burst_timeline *tl, struct burst_plan *plan, burst_ph
     const struct burst_backend_ops *ops = plan->ctx->ops;
     *tl = (struct burst_timeline){.plan = plan, .phase = phase};
     tl->device = BURST_OPS_HAS(ops, time_mark) && BURST_OPS_HAS(ops, time_elapsed) &&
-                 BURST_OPS_HAS(ops, time_release) && plan->direct &&
-                 !plan->staged && !burst_set_long(&plan->ctx->set, BURST_SET_STEP_SYNC);
+                 BURST_OPS_HAS(ops, time_release) && plan->direct && !plan->staged &&
+                 !burst_set_long(&plan->ctx->set, BURST_SET_STEP_SYNC);
 }
 
 void burst_tl_break(struct burst_timeline *tl)

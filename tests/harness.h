@@ -167,9 +167,9 @@ struct harness_case {
                                   without ill-conditioning the fp32 dot products) */
     int pad;                     /* extra elements between heads in the rank-visible tensors */
     int deterministic;
-    int ranks_per_node; /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
+    int ranks_per_node;       /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
     uint64_t workspace_limit; /* plan.workspace_limit: 0 = default, small = head groups */
-    uint64_t seed;      /* 0 = harness_seed() mixed with the case name */
+    uint64_t seed;            /* 0 = harness_seed() mixed with the case name */
 };
 
 enum harness_tensor {

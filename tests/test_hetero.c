@@ -241,9 +241,9 @@ struct mstate {
     burst_status_t st[MG];
     char msg[MG][512];
     int64_t lens[MG][MG];
-    double speeds[MG][MG];  /* burst_plan_rank_speed: round 1 */
-    double sspeeds[MG][MG]; /* burst_plan_shard_speed: what sized the shards */
-    uint64_t setup_sent[MG]; /* bytes the handshake sent (setup phase, slot 0) */
+    double speeds[MG][MG];     /* burst_plan_rank_speed: round 1 */
+    double sspeeds[MG][MG];    /* burst_plan_shard_speed: what sized the shards */
+    uint64_t setup_sent[MG];   /* bytes the handshake sent (setup phase, slot 0) */
     struct burst_context *ctx; /* the plans' context (NULL: the harness's) */
 };
 
@@ -327,7 +327,7 @@ static void test_measure(void **state)
     struct mstate s;
     run_m(&s, 0, NULL); /* two rounds (runtime/speed.h): round 2 on each rank's round-1 shard */
     check_measured(&s);
-    setenv("BURST_SPEED_ROUNDS", "1", 1); /* round 1 alone: its speeds size the shards */
+    setenv("BURST_SPEED_ROUNDS", "1", 1);          /* round 1 alone: its speeds size the shards */
     struct burst_context one = *harness_context(); /* settings are read at context create */
     assert_int_equal(burst_settings_load("test", BURST_SCOPE_CONTEXT, &one.set), BURST_OK);
     run_m(&s, 0, &one);
@@ -396,8 +396,7 @@ static void test_measure_oom(void **state)
             if (s.st[r] == BURST_ERR_NO_MEMORY) {
                 oom++;
                 if (!harness_contains(s.msg[r], "allocate"))
-                    fail_msg("alloc %d, rank %d: \"%s\" does not say what failed", n, r,
-                             s.msg[r]);
+                    fail_msg("alloc %d, rank %d: \"%s\" does not say what failed", n, r, s.msg[r]);
             }
         }
         if (ok == MG)

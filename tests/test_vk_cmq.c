@@ -227,8 +227,8 @@ static void cmq_call_tile(void **state)
         const struct burst_vk_tile rule = cases[i].big ? big : ld;
         const struct burst_vk_tile *want = cases[i].keep ? &rule : &small;
         caps.sm_count = (uint32_t)cases[i].sms;
-        struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, rule,
-                                                            cases[i].groups, cases[i].mask_all);
+        struct burst_vk_tile t =
+            burst_vk_fwd_cmq_call_tile(&caps, &env, c, rule, cases[i].groups, cases[i].mask_all);
         if (memcmp(&t, want, sizeof t) != 0)
             fail_msg("case %zu: tile %d x %d x %d + %d, expected %d x %d x %d + %d", i, t.t, t.br,
                      t.bc, t.ld, want->t, want->br, want->bc, want->ld);

@@ -17,7 +17,6 @@
 #include "tp_comm.h"
 #include "tp_ipc.h"
 
-
 struct burst_comm_params burst_comm_params_default(void)
 {
     struct burst_comm_params p = {

@@ -1189,8 +1189,8 @@ burst_status_t burst_fab_connect(struct burst_fab *f, const void *const *addrs, 
          * up to a NUL (shm names), whatever lens[r] says. Give it a zero-padded copy. */
         if (lens[r] >= FAB_ADDR_MAX)
             return burst_error(BURST_ERR_TRANSPORT,
-                               "%s: rank %d: the address of rank %d is %zu bytes (at most %d)",
-                               who, f->base.rank, r, lens[r], FAB_ADDR_MAX - 1);
+                               "%s: rank %d: the address of rank %d is %zu bytes (at most %d)", who,
+                               f->base.rank, r, lens[r], FAB_ADDR_MAX - 1);
         unsigned char addr[FAB_ADDR_MAX] = {0};
         memcpy(addr, addrs[r], lens[r]);
         fi_addr_t a = FI_ADDR_UNSPEC;

@@ -10,9 +10,9 @@
 #include "settings.h"
 #include "tp_ipc.h"
 
-#define IPC_MAGIC 0x31435049u /* "IPC1" */
+#define IPC_MAGIC 0x31435049u    /* "IPC1" */
 #define IPC_ACK_BIT (1ull << 31) /* the kind byte's top bit (tp_comm.h burst_tag): kinds < 128 */
-#define IPC_CTRL_MS 50           /* how often a receiver polling its copy asks the control channel */
+#define IPC_CTRL_MS 50 /* how often a receiver polling its copy asks the control channel */
 
 struct ipc {
     struct burst_tp base;
@@ -34,7 +34,11 @@ struct ipc_ack {
     int32_t status;
 };
 
-enum { REQ_HOST, REQ_SEND, REQ_RECV };
+enum {
+    REQ_HOST,
+    REQ_SEND,
+    REQ_RECV
+};
 
 struct burst_tp_req {
     int kind;
@@ -160,9 +164,8 @@ static burst_status_t dev_check(struct burst_tp *t, const char *who, int peer,
 }
 
 /* A new device request, after the checks of dev_check. */
-static burst_status_t dev_req(struct burst_tp *t, const char *who, int kind, int peer,
-                              uint64_t tag, const struct burst_tp_dev *dev,
-                              struct burst_tp_req **r_p)
+static burst_status_t dev_req(struct burst_tp *t, const char *who, int kind, int peer, uint64_t tag,
+                              const struct burst_tp_dev *dev, struct burst_tp_req **r_p)
 {
     burst_status_t st = dev_check(t, who, peer, dev);
     if (st != BURST_OK)
@@ -279,8 +282,8 @@ static void recv_start(struct burst_tp *t, struct burst_tp_req *r, int64_t deadl
     }
     if (r->msg.magic != IPC_MAGIC)
         st = burst_error(BURST_ERR_TRANSPORT,
-                         "ipc transport: rank %d: malformed device descriptor from rank %d", t->rank,
-                         r->peer);
+                         "ipc transport: rank %d: malformed device descriptor from rank %d",
+                         t->rank, r->peer);
     else if (r->msg.len != r->len)
         st = burst_error(BURST_ERR_TRANSPORT,
                          "ipc transport: rank %d: length mismatch on the device message from rank "
@@ -311,8 +314,8 @@ static burst_status_t wait_recv(struct burst_tp *t, struct burst_tp_req *r, int6
     /* acknowledge in every case, so the sender fails now rather than at its timeout */
     r->ack.magic = IPC_MAGIC;
     r->ack.status = (int32_t)st;
-    burst_status_t sa = in->ops->isend(in, r->peer, r->tag ^ IPC_ACK_BIT, &r->ack, sizeof(r->ack),
-                                       &r->out);
+    burst_status_t sa =
+        in->ops->isend(in, r->peer, r->tag ^ IPC_ACK_BIT, &r->ack, sizeof(r->ack), &r->out);
     if (sa == BURST_OK)
         sa = small_wait(in, r->out, deadline + 1000000);
     return st != BURST_OK ? st : sa;
@@ -329,8 +332,8 @@ static burst_status_t wait_send(struct burst_tp *t, struct burst_tp_req *r, int6
 {
     struct burst_tp *in = inner_of(t);
     burst_status_t st = small_wait(in, r->out, deadline);
-    burst_status_t sa = st == BURST_OK ? small_wait(in, r->inner, deadline)
-                                       : in->ops->wait(in, r->inner, 0);
+    burst_status_t sa =
+        st == BURST_OK ? small_wait(in, r->inner, deadline) : in->ops->wait(in, r->inner, 0);
     r->dev.ops->release(r->dev.be, r->mark);
     if (st != BURST_OK)
         return st;

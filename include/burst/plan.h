@@ -244,10 +244,10 @@ struct burst_traffic {
 };
 
 struct burst_phase_stats {
-    int steps;              /* ring steps executed (< G when a window lets the ring stop early) */
-    int steps_computed;     /* steps whose block had work for this rank (summed over head
+    int steps;          /* ring steps executed (< G when a window lets the ring stop early) */
+    int steps_computed; /* steps whose block had work for this rank (summed over head
                                groups: burst_plan_head_groups) */
-    double total_s;         /* wall time of the call */
+    double total_s;     /* wall time of the call */
     /* The step clock: on a ring whose blocks all go device to device on a backend with a
      * device timeline (cuda), the host never waits for a step's kernel; compute_s is then the
      * step kernels' device time (CUDA events) and wait_s the device's idle time between

@@ -54,9 +54,9 @@
 #include "vk_spv_config.h"
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
-    "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
-    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "fwd_cmq", "dq_cmq", "dkv_cmq", "copy",
-    "fill",   "acc",    "cm_layout", "amax", "cvt"};
+    "fwd",    "dq",    "dkv",    "delta",     "fwd_cm",  "dq_cm",  "dkv_cm",
+    "fwd_rt", "dq_rt", "dkv_rt", "dkvq_rt",   "fwd_cmq", "dq_cmq", "dkv_cmq",
+    "copy",   "fill",  "acc",    "cm_layout", "amax",    "cvt"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 burst_status_t burst_vk_env_read(struct burst_vk_env *env)
@@ -80,9 +80,8 @@ burst_status_t burst_vk_env_read(struct burst_vk_env *env)
     env->cm_rows = cr == 16 || cr == 32 || cr == 64 || cr == 128 ? cr : 0;
     env->cmq = burst_vk_env_int(VK_CMQ) != 0;
     const char *cq = burst_set_str(&set, BURST_SET_VK_CMQ_TILE);
-    int ntl = cq ? sscanf(cq, "%d,%d,%d", &env->cmq_tile[0], &env->cmq_tile[1],
-                          &env->cmq_tile[2])
-                 : 0;
+    int ntl =
+        cq ? sscanf(cq, "%d,%d,%d", &env->cmq_tile[0], &env->cmq_tile[1], &env->cmq_tile[2]) : 0;
     if (ntl < 2)
         env->cmq_tile[0] = env->cmq_tile[1] = 0;
     if (ntl < 3)
@@ -343,10 +342,9 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
         return BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
                BURST_VK_SPV_BWD_DKV_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
                /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
-               (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) &&
-               caps->subgroup == 32 && d <= 128 && tl->t == 32 && tl->br >= 16 &&
-               tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
-               tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
+               (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) && caps->subgroup == 32 &&
+               d <= 128 && tl->t == 32 && tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 &&
+               tl->bc >= 16 && tl->bc <= 64 && tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
                (tl->ld == 0 || k == BURST_VK_FWD_CMQ) && wg <= caps->max_invocations &&
                wg <= caps->max_size_x &&
                burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
@@ -356,10 +354,10 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
          * subgroup operation */
         if (!BURST_VK_SPV_FWD_RT || !BURST_VK_SPV_BWD_DQ_RT || !BURST_VK_SPV_BWD_DKV_RT ||
-            (k == BURST_VK_DKVQ_RT && (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic ||
-                                       !caps->atomic_add || tl->br % tl->t)) ||
-            !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
-            tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 128 || tl->bc % 4 ||
+            (k == BURST_VK_DKVQ_RT &&
+             (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic || !caps->atomic_add || tl->br % tl->t)) ||
+            !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) || tl->br < 4 ||
+            tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 128 || tl->bc % 4 ||
             tl->bc % tl->t)
             return 0;
         uint32_t wg = (uint32_t)(tl->br / 4 * (tl->bc / 4));
@@ -436,8 +434,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                     *tl = rt[i];
         }
     }
-    for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env);
-         k++) {
+    for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env); k++) {
         if (k != BURST_VK_FWD_CM && !(BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV))
             continue;
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
