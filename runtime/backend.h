@@ -8,7 +8,8 @@
  * Conventions for every op:
  *   - `be` is the instance returned by create(); ops are thread-safe (ranks of one process
  *     share an instance and call concurrently).
- *   - burst_tensor views are [B, n, H, d] with stride[3] == 1 (validated by the caller); fp32
+ *   - burst_tensor views are [B, n, H, d] with stride[3] == 1 (validated by the caller: the
+ *     engine's burst_step_check, runtime/step_check.h, for the step ops); fp32
  *     scratch buffers (running O, accumulators) are contiguous [B, n, H, d]; per-row fp32
  *     arrays (lse, D) are contiguous [B, H, n].
  *   - ops may run asynchronously on a device; sync() waits for all work issued by the calling

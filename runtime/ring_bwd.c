@@ -21,6 +21,7 @@
 #include "error.h"
 #include "fault.h"
 #include "plan_internal.h"
+#include "step_check.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
 #include "timeline.h"
@@ -329,8 +330,11 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 .dv = gv,
                 .deterministic = plan->p.deterministic,
             };
-            st = BURST_ERR_UNSUPPORTED;
-            if (c->final && !b->dkv_loc) { /* one rank: dK, dV straight to the outputs */
+            struct burst_step_dims dim; /* the step's one check (step_check.h) */
+            st = burst_step_check("burst_attention_backward: step", a.q, a.k, a.v, a.dout, &dim);
+            if (st == BURST_OK)
+                st = BURST_ERR_UNSUPPORTED;
+            if (st == BURST_ERR_UNSUPPORTED && c->final && !b->dkv_loc) { /* dK, dV to outputs */
                 a.dk = a.dv = NULL;
                 st = c->ops->bwd_final(c->be, &a, dk, dv);
                 if (st == BURST_ERR_UNSUPPORTED) { /* declined, nothing queued: accumulate */

@@ -17,6 +17,7 @@
 #include "error.h"
 #include "fault.h"
 #include "plan_internal.h"
+#include "step_check.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
 #include "timeline.h"
@@ -146,7 +147,10 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                 .o_acc = o_acc,
                 .lse_acc = lse_acc,
             };
-            st = be_ops->fwd_step(be, &a);
+            struct burst_step_dims dim; /* the step's one check (step_check.h) */
+            st = burst_step_check("burst_attention_forward: step", a.q, a.k, a.v, NULL, &dim);
+            if (st == BURST_OK)
+                st = be_ops->fwd_step(be, &a);
             burst_blocks_start(blk); /* the next block moves while this one computes */
             st = burst_tl_kernel_end(tl, r, st);
             stats->steps_computed++;
@@ -188,7 +192,11 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     };
     burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
-    burst_status_t st = burst_tl_kernel_begin(tl);
+    struct burst_step_dims dim; /* the step's one check (step_check.h) */
+    burst_status_t st =
+        burst_step_check("burst_attention_forward: step", a.q, a.k, a.v, NULL, &dim);
+    if (st == BURST_OK)
+        st = burst_tl_kernel_begin(tl);
     if (st == BURST_OK) {
         st = ops->fwd_final(plan->ctx->be, &a, o, lse);
         if (st == BURST_ERR_UNSUPPORTED)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "step_check.h"
 #include "speed.h"
 
 /* Rows x keys x hq per second of forward steps of `rows` query rows (0: as many as keys) and
@@ -46,6 +47,9 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
         .o_acc = o,
         .lse_acc = lse,
     };
+    struct burst_step_dims dim; /* the step's one check (step_check.h) */
+    if (st == BURST_OK)
+        st = burst_step_check(who, a.q, a.k, a.v, NULL, &dim);
     /* grow the step while one takes less than BURST_SPEED_STEP_S: a GPU's launch overhead must
      * not dominate what is timed (at 256 rows it does, by 10x and more) */
     while (st == BURST_OK && n < kmax) {
