@@ -9,7 +9,7 @@
  *   anything else                                   -> BURST_ERR_DEVICE
  * with the native name and message (cudaGetErrorName / cudaGetErrorString).
  *
- * Tunables (read at create):
+ * Settings (runtime/settings.h, read at create):
  *   BURST_CUDA_KERNEL   "simt" forces the SIMT forward (kill switch for the tensor-core path)
  *   BURST_CUDA_FP32     "simt": fp32 inputs on the SIMT kernels instead of 3xTF32 (any other
  *                       non-empty value fails the create naming it)
@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "burst_cuda.h"
 #include "error.h"
+#include "settings.h"
 
 /* The one place where CUDA errors become burst statuses. */
 burst_status_t burst_cuda_status(int err, const char *what)
@@ -126,14 +127,14 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.cc_minor = pr.minor;
     cb->caps.sms = pr.multiProcessorCount;
     cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
+    struct burst_settings set = {0}; /* every cuda setting valid, or the create fails */
+    if ((st = burst_settings_load("cuda create", BURST_SCOPE_CUDA, &set)) != BURST_OK) {
+        free(cb);
+        return st;
+    }
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
-    if ((cb->tf32 = burst_cuda_tf32_env()) < 0) {
-        free(cb);
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "cuda create: BURST_CUDA_FP32 = \"%s\" is not \"simt\" (or unset)",
-                           getenv("BURST_CUDA_FP32"));
-    }
+    cb->tf32 = burst_cuda_tf32_env();
     snprintf(cb->name, sizeof cb->name, "%s", pr.name);
     memcpy(cb->uuid, pr.uuid.bytes, sizeof cb->uuid);
     if ((st = burst_cuda_share_init(cb)) == BURST_OK &&
@@ -143,9 +144,8 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
 #ifdef BURST_CUDA_SM90A
     /* the Hopper forward, where it can run; if its setup fails the sm_80 forward stays */
     if (st == BURST_OK && burst_cuda_wgmma_usable(&cb->caps)) {
-        const char *env = getenv("BURST_CUDA_WGMMA");
         cb->wgmma = burst_cuda_sm90_init() == cudaSuccess;
-        cb->wgmma_bwd = cb->wgmma && !(env && strcmp(env, "fwd") == 0);
+        cb->wgmma_bwd = cb->wgmma && burst_set_long(&set, BURST_SET_CUDA_WGMMA) != 2; /* fwd */
         if (!cb->wgmma)
             (void)cudaGetLastError();
     }

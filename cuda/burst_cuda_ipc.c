@@ -48,6 +48,7 @@
 #include "backend.h"
 #include "burst_cuda.h"
 #include "error.h"
+#include "settings.h"
 #include "transport.h"
 
 #define IPC_SLOTS 16
@@ -351,8 +352,10 @@ void burst_cuda_ipc_finish(void *be, void *done)
 void burst_cuda_ipc_close(int device)
 {
     pthread_mutex_lock(&ipc_lock);
-    const char *env = getenv("BURST_IPC_STATS");
-    if (env && strcmp(env, "0") != 0 && (ipc_stats.exports || ipc_stats.imports))
+    long stats = 0; /* checked by the create (runtime/settings.h); off where changed since */
+    if (burst_setting_get("cuda ipc", BURST_SET_IPC_STATS, &stats, NULL) != BURST_OK)
+        burst_error_clear();
+    if (stats && (ipc_stats.exports || ipc_stats.imports))
         fprintf(stderr,
                 "[burst] cuda ipc (pid %d): %llu exports, %.1f us each; %llu imports, %.1f us "
                 "each, including %llu openings of memory, %.1f us each\n",

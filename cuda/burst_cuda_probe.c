@@ -31,11 +31,24 @@
 
 #include "backend.h"
 #include "burst_cuda.h"
+#include "error.h"
+#include "settings.h"
+
+/* A cuda setting's value (runtime/settings.h); its default where malformed, which the create
+ * has refused before it reads any (burst_cuda_create). */
+static long burst_cuda_setting(enum burst_setting_id id)
+{
+    long v;
+    if (burst_setting_get("cuda create", id, &v, NULL) != BURST_OK) {
+        burst_error_clear();
+        return burst_settings[id].dflt;
+    }
+    return v;
+}
 
 int burst_cuda_mma_usable(const struct burst_cuda_caps *caps)
 {
-    const char *env = getenv("BURST_CUDA_KERNEL");
-    if (env && strcmp(env, "simt") == 0)
+    if (burst_cuda_setting(BURST_SET_CUDA_KERNEL) == 0) /* "simt" */
         return 0;
     return caps->cc_major >= 8;
 }
@@ -62,9 +75,8 @@ static size_t burst_cuda_wg_smem_max(void)
 
 int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
 {
-    const char *env = getenv("BURST_CUDA_WGMMA");
     const size_t need = burst_cuda_wg_smem_max();
-    if (need == 0 || (env && strcmp(env, "0") == 0))
+    if (need == 0 || burst_cuda_setting(BURST_SET_CUDA_WGMMA) == 0) /* "0" */
         return 0;
     return burst_cuda_mma_usable(caps) && caps->cc_major == 9 && caps->cc_minor == 0 &&
            caps->smem_block_optin >= need;
@@ -72,16 +84,17 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
 
 int burst_cuda_dq_atomic_env(void)
 {
-    const char *env = getenv("BURST_CUDA_DQ_ATOMIC");
-    return !(env && strcmp(env, "0") == 0);
+    return burst_cuda_setting(BURST_SET_CUDA_DQ_ATOMIC) != 0;
 }
 
 int burst_cuda_tf32_env(void)
 {
-    const char *env = getenv("BURST_CUDA_FP32");
-    if (!env || !*env)
-        return 1;
-    return strcmp(env, "simt") == 0 ? 0 : -1;
+    long v;
+    if (burst_setting_get("cuda create", BURST_SET_CUDA_FP32, &v, NULL) != BURST_OK) {
+        burst_error_clear(); /* the create names it (burst_settings_load) */
+        return -1;
+    }
+    return v == 0 ? 0 : 1; /* "simt", else unset */
 }
 
 int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, int64_t d, int bwd)
@@ -213,8 +226,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
                                        p.sharedMemPerBlockOptin};
         int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
         int wg = mma && burst_cuda_wgmma_usable(&caps) && burst_cuda_probe_sm90(i);
-        const char *wenv = getenv("BURST_CUDA_WGMMA");
-        int wg_bwd = wg && !(wenv && strcmp(wenv, "fwd") == 0);
+        int wg_bwd = wg && burst_cuda_setting(BURST_SET_CUDA_WGMMA) != 2; /* "fwd" */
         if (json) {
             burst_sb_printf(out, "%s{\"index\": %d, \"name\": ", i ? ", " : "", i);
             burst_sb_json_str(out, p.name);

@@ -119,9 +119,8 @@ static int fill(struct burst_context *ctx, uint16_t *dst, uint16_t *tmp, uint16_
     struct burst_tensor per = burst_tensor_contiguous(host_per, DTYPE, 1, SEQ, HEADS, DIM);
     if (burst_layout_permute(LAYOUT, RANKS, &nat, &per) != BURST_OK)
         return -1;
-    return burst_context_memcpy(ctx, dst, host_per, (size_t)SEQ * HEADS * DIM * 2) == BURST_OK
-               ? 0
-               : -1;
+    return burst_context_memcpy(ctx, dst, host_per, (size_t)SEQ * HEADS * DIM * 2) == BURST_OK ? 0
+                                                                                               : -1;
 }
 
 static double max_abs(const uint16_t *x)

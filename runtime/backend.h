@@ -2,13 +2,14 @@
  * runtime/backend.h - the compute backend interface (private).
  *
  * A backend runs the LOCAL attention of one ring step and a few memory helpers. The ring engine
- * (runtime/ring_fwd.c, ring_bwd.c) never touches tensor elements itself: every byte it reads or writes goes
- * through these ops, so a GPU backend plugs in by providing them for device memory.
+ * (runtime/ring_fwd.c, ring_bwd.c) never touches tensor elements itself: every byte it reads or
+ * writes goes through these ops, so a GPU backend plugs in by providing them for device memory.
  *
  * Conventions for every op:
  *   - `be` is the instance returned by create(); ops are thread-safe (ranks of one process
  *     share an instance and call concurrently).
- *   - burst_tensor views are [B, n, H, d] with stride[3] == 1 (validated by the caller); fp32
+ *   - burst_tensor views are [B, n, H, d] with stride[3] == 1 (validated by the caller: the
+ *     engine's burst_step_check, runtime/step_check.h, for the step ops); fp32
  *     scratch buffers (running O, accumulators) are contiguous [B, n, H, d]; per-row fp32
  *     arrays (lse, D) are contiguous [B, H, n].
  *   - ops may run asynchronously on a device; sync() waits for all work issued by the calling
@@ -16,7 +17,9 @@
  *     thread; vulkan and cpu: synchronous), so the engine synchronises only before work from
  *     outside that order (a transfer, the host) touches the memory. The cpu backend is
  *     synchronous.
- * Optional members may be NULL. The table starts with its own size so it can grow.
+ * The table is in layers (sections below): core, memory, elementwise helpers, attention, stream
+ * and timing, transfers. Optional members may be NULL. The table starts with its own size so it
+ * can grow: the engine tests every optional member with BURST_OPS_HAS before it uses it.
  */
 #ifndef BURST_RUNTIME_BACKEND_H
 #define BURST_RUNTIME_BACKEND_H
@@ -28,7 +31,7 @@
 #include "burst/tensor.h"
 #include "posmap.h"
 #include "strbuf.h"
-#include "transport.h"
+#include "tp_devops.h"
 
 /* One forward step: attention of q against the block (k, v), merged into (o_acc, lse_acc). */
 struct burst_fwd_args {
@@ -67,36 +70,13 @@ struct burst_bwd_args {
 };
 
 struct burst_backend_ops {
+    /* ---- core: what the backend is, its instance, what it says about devices without one ---- */
     size_t size;      /* sizeof(struct burst_backend_ops) */
     const char *name; /* "cpu" */
-
     /* Create an instance, or BURST_ERR_NO_DEVICE (with a message) if unusable here. */
     burst_status_t (*create)(const struct burst_context_params *params, void **be_p);
     void (*destroy)(void *be);
     int (*num_threads)(void *be);
-
-    /* Memory the backend computes on (host memory for cpu). NULL on exhaustion. Zeroed. */
-    void *(*alloc)(void *be, size_t bytes);
-    void (*free)(void *be, void *ptr); /* NULL accepted */
-
-    /* dst = src elementwise, converting dtypes; equal shapes; any strides (stride[3] == 1). */
-    burst_status_t (*copy)(void *be, const struct burst_tensor *dst,
-                           const struct burst_tensor *src);
-    /* dst[i] = value for i < count. */
-    burst_status_t (*fill)(void *be, float *dst, size_t count, float value);
-    /* dst[i] += (float)src[i] for i < count; src has dtype src_dtype. */
-    burst_status_t (*accumulate)(void *be, float *dst, const void *src, burst_dtype_t src_dtype,
-                                 size_t count);
-
-    burst_status_t (*fwd_step)(void *be, const struct burst_fwd_args *args);
-    /* delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d] (fp32). */
-    burst_status_t (*bwd_delta)(void *be, const struct burst_tensor *dout,
-                                const struct burst_tensor *o, float *delta);
-    burst_status_t (*bwd_step)(void *be, const struct burst_bwd_args *args);
-
-    /* Wait for the calling thread's outstanding work (NULL when ops are synchronous). */
-    burst_status_t (*sync)(void *be);
-
     /*
      * Describe this backend for burst_probe() without creating a context: its devices, their
      * capabilities and the tile configuration create() would choose. Appends to `out`: as text,
@@ -107,6 +87,18 @@ struct burst_backend_ops {
      */
     void (*probe)(const struct burst_context_params *params, struct burst_sb *out, int json);
 
+    /* ---- memory: what the backend computes on, and how the host reaches it ---- */
+    /* Memory the backend computes on (host memory for cpu). NULL on exhaustion. Zeroed. */
+    void *(*alloc)(void *be, size_t bytes);
+    void (*free)(void *be, void *ptr); /* NULL accepted */
+    /*
+     * Optional: memory that only this backend's ops and the transports' device copies touch,
+     * never the host: the plan's scratch (running accumulators, travelling blocks). Zeroed;
+     * freed with free(); NULL on exhaustion. NULL member: alloc(). Vulkan gives device-local
+     * memory here that a cuda rank can import on this GPU (vk_share.c; its host-visible
+     * memory cannot be exported), so ring blocks between the two go device to device.
+     */
+    void *(*alloc_scratch)(void *be, size_t bytes);
     /*
      * Backends whose memory the host cannot address (cuda: cudaMalloc) set device_memory = 1
      * and provide the three ops below; the engine then stages the travelling blocks through
@@ -127,18 +119,6 @@ struct burst_backend_ops {
      */
     burst_status_t (*check_memory)(void *be, const char *who, const char *name, const void *ptr);
     /*
-     * Optional (device_memory backends): device-to-device copies between ranks of one process
-     * and, with its ipc_ members, between rank processes of one host (transport.h, struct
-     * burst_tp_devops). When every rank of a plan runs this backend and the transport moves
-     * device memory itself (the in-process one; the IPC layer between processes of a host), the
-     * travelling blocks go device to device with these instead of being staged through host
-     * memory (runtime/ring_xfer.c). A host-addressable backend whose scratch another backend of
-     * the process can import (vulkan: the share_export members, no copy) sets it too: a cuda
-     * rank on the same GPU (or one peer to peer) then moves their blocks device to device
-     * (transport.h, share_*).
-     */
-    const struct burst_tp_devops *devcopy;
-    /*
      * Optional (host-addressable backends): 1 when ring transfers of the memory alloc() returns
      * must be staged through host_alloc() buffers with memcpy(), both of which the backend then
      * provides, as it does for device_memory backends. Vulkan's device-local buffers mapped
@@ -150,15 +130,23 @@ struct burst_backend_ops {
      * slowly) or processes (which cannot).
      */
     int (*stage_transfers)(void *be, int in_process);
-    /*
-     * Optional: a device timeline (cuda: timing events), for the engine's step clock without a
-     * host sync per step (runtime/timeline.h). time_mark records a marker after the work the
-     * calling thread has queued so far; time_elapsed gives the seconds between two markers once
-     * both have passed (after sync()); time_release frees one (NULL accepted).
-     */
-    burst_status_t (*time_mark)(void *be, void **mark_p);
-    burst_status_t (*time_elapsed)(void *be, void *from, void *to, double *seconds_p);
-    void (*time_release)(void *be, void *mark);
+
+    /* ---- elementwise helpers on that memory ---- */
+    /* dst = src elementwise, converting dtypes; equal shapes; any strides (stride[3] == 1). */
+    burst_status_t (*copy)(void *be, const struct burst_tensor *dst,
+                           const struct burst_tensor *src);
+    /* dst[i] = value for i < count. */
+    burst_status_t (*fill)(void *be, float *dst, size_t count, float value);
+    /* dst[i] += (float)src[i] for i < count; src has dtype src_dtype. */
+    burst_status_t (*accumulate)(void *be, float *dst, const void *src, burst_dtype_t src_dtype,
+                                 size_t count);
+
+    /* ---- attention: the steps of the ring, and the one-rank calls in one step ---- */
+    burst_status_t (*fwd_step)(void *be, const struct burst_fwd_args *args);
+    /* delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d] (fp32). */
+    burst_status_t (*bwd_delta)(void *be, const struct burst_tensor *dout,
+                                const struct burst_tensor *o, float *delta);
+    burst_status_t (*bwd_step)(void *be, const struct burst_bwd_args *args);
     /*
      * Optional: the forward of a one-rank call in one step, with no accumulators: attention of
      * args->q against all of (k, v), written normalised straight to o (the caller's tensor,
@@ -179,15 +167,39 @@ struct burst_backend_ops {
      */
     burst_status_t (*bwd_final)(void *be, const struct burst_bwd_args *args,
                                 const struct burst_tensor *dk, const struct burst_tensor *dv);
+
+    /* ---- stream and timing: the order of the calling thread's work, and a device timeline ---- */
+    /* Wait for the calling thread's outstanding work (NULL when ops are synchronous). */
+    burst_status_t (*sync)(void *be);
     /*
-     * Optional: memory that only this backend's ops and the transports' device copies touch,
-     * never the host: the plan's scratch (running accumulators, travelling blocks). Zeroed;
-     * freed with free(); NULL on exhaustion. NULL member: alloc(). Vulkan gives device-local
-     * memory here that a cuda rank can import on this GPU (vk_share.c; its host-visible
-     * memory cannot be exported), so ring blocks between the two go device to device.
+     * Optional: a device timeline (cuda: timing events), for the engine's step clock without a
+     * host sync per step (runtime/timeline.h). time_mark records a marker after the work the
+     * calling thread has queued so far; time_elapsed gives the seconds between two markers once
+     * both have passed (after sync()); time_release frees one (NULL accepted).
      */
-    void *(*alloc_scratch)(void *be, size_t bytes);
+    burst_status_t (*time_mark)(void *be, void **mark_p);
+    burst_status_t (*time_elapsed)(void *be, void *from, void *to, double *seconds_p);
+    void (*time_release)(void *be, void *mark);
+
+    /* ---- transfers: device copies, IPC, sharing for the transports (tp_devops.h) ---- */
+    /*
+     * Optional (device_memory backends): device-to-device copies between ranks of one process
+     * and, with its ipc_ members, between rank processes of one host (transport/tp_devops.h,
+     * struct burst_tp_devops). When every rank of a plan runs this backend and the transport moves
+     * device memory itself (the in-process one; the IPC layer between processes of a host), the
+     * travelling blocks go device to device with these instead of being staged through host
+     * memory (runtime/ring_xfer.c). A host-addressable backend whose scratch another backend of
+     * the process can import (vulkan: the share_export members, no copy) sets it too: a cuda
+     * rank on the same GPU (or one peer to peer) then moves their blocks device to device
+     * (transport.h, share_*).
+     */
+    const struct burst_tp_devops *devcopy;
 };
+
+/* Does ops provide the optional member m? Its table is recent enough to hold m (its size covers
+ * m) and m is set (a function, a table, or a nonzero flag). */
+#define BURST_OPS_HAS(ops, m)                                                                      \
+    ((ops)->size >= offsetof(struct burst_backend_ops, m) + sizeof((ops)->m) && (ops)->m)
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */
 extern const struct burst_backend_ops burst_cpu_backend_ops;

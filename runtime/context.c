@@ -42,7 +42,7 @@ struct burst_context_params burst_context_params_default(void)
 
 static burst_status_t try_backend(const struct burst_backend_ops *ops,
                                   const struct burst_context_params *p,
-                                  struct burst_context **ctx_p)
+                                  const struct burst_settings *set, struct burst_context **ctx_p)
 {
     struct burst_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
@@ -53,6 +53,7 @@ static burst_status_t try_backend(const struct burst_backend_ops *ops,
         return st;
     }
     ctx->ops = ops;
+    ctx->set = *set;
     *ctx_p = ctx;
     return BURST_OK;
 }
@@ -72,20 +73,23 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params->num_threads = %d must be >= 0", who,
                            p.num_threads);
 
+    burst_settings_warn_unknown();
+    struct burst_settings set = {0};
+    if ((st = burst_settings_load(who, BURST_SCOPE_CONTEXT, &set)) != BURST_OK)
+        return st;
     if (!p.device || !*p.device) /* backends see NULL (device 0), an index or a name */
-        p.device =
-            getenv("BURST_DEVICE") && *getenv("BURST_DEVICE") ? getenv("BURST_DEVICE") : NULL;
+        p.device = burst_set_str(&set, BURST_SET_DEVICE);
     const char *name = p.backend ? p.backend : "auto";
     if (strcmp(name, "auto") == 0) {
-        const char *env = getenv("BURST_BACKEND");
-        if (env && *env && strcmp(env, "auto") != 0)
+        const char *env = burst_set_str(&set, BURST_SET_BACKEND);
+        if (env && strcmp(env, "auto") != 0)
             name = env;
     }
     if (strcmp(name, "auto") == 0) {
         p.backend = "auto"; /* backends may decline what only an explicit request should get */
         st = BURST_ERR_NO_DEVICE;
         for (size_t i = 0; i < NUM_BACKENDS; i++) {
-            st = try_backend(backends[i], &p, ctx_p);
+            st = try_backend(backends[i], &p, &set, ctx_p);
             if (st == BURST_OK || st == BURST_ERR_INVALID_ARG) /* a malformed setting: say so */
                 return st;
         }
@@ -94,7 +98,7 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
     p.backend = name; /* a backend sees its own name when asked for (also via BURST_BACKEND) */
     for (size_t i = 0; i < NUM_BACKENDS; i++)
         if (strcmp(backends[i]->name, name) == 0)
-            return try_backend(backends[i], &p, ctx_p);
+            return try_backend(backends[i], &p, &set, ctx_p);
     char have[128] = "";
     for (size_t i = 0; i < NUM_BACKENDS; i++) {
         strncat(have, backends[i]->name, sizeof have - strlen(have) - 1);
@@ -120,13 +124,13 @@ const char *burst_context_backend(const struct burst_context *ctx)
 
 int burst_context_device_memory(const struct burst_context *ctx)
 {
-    return ctx && ctx->ops->device_memory;
+    return ctx && BURST_OPS_HAS(ctx->ops, device_memory);
 }
 
 burst_status_t burst_context_check_memory(const struct burst_context *ctx, const char *who, int n,
                                           const char *const *names, const void *const *ptrs)
 {
-    if (!ctx->ops->check_memory)
+    if (!BURST_OPS_HAS(ctx->ops, check_memory))
         return BURST_OK;
     for (int i = 0; i < n; i++) {
         burst_status_t st = ctx->ops->check_memory(ctx->be, who, names[i], ptrs[i]);
@@ -177,7 +181,7 @@ burst_status_t burst_context_memcpy(struct burst_context *ctx, void *dst, const 
     if (!dst || !src)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL (bytes = %zu)", who,
                            !dst ? "dst" : "src", bytes);
-    if (ctx->ops->memcpy)
+    if (BURST_OPS_HAS(ctx->ops, memcpy))
         return ctx->ops->memcpy(ctx->be, dst, src, bytes);
     memmove(dst, src, bytes);
     return BURST_OK;
@@ -206,7 +210,7 @@ burst_status_t burst_probe(const struct burst_context_params *params, int json, 
             burst_sb_printf(&sb, ", ");
         if (!json)
             burst_sb_printf(&sb, "backend %s\n", ops->name);
-        if (ops->probe) {
+        if (BURST_OPS_HAS(ops, probe)) {
             ops->probe(&p, &sb, json);
         } else if (json) {
             burst_sb_printf(&sb, "{\"backend\": ");

@@ -6,10 +6,12 @@
 
 #include "backend.h"
 #include "burst/context.h"
+#include "settings.h"
 
 struct burst_context {
     const struct burst_backend_ops *ops; /* the backend's vtable */
     void *be;                            /* its instance */
+    struct burst_settings set;           /* BURST_SCOPE_CONTEXT, read at create */
 };
 
 /* Check a caller's api_version against this library; names `who` in the message. */

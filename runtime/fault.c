@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "settings.h"
+
 #define MAX_SPECS 8
 
 enum action {
@@ -130,7 +132,9 @@ static int parse(const char *s)
 
 static void parse_env(void)
 {
-    parse(getenv("BURST_FAULT"));
+    const char *spec = NULL;
+    (void)burst_setting_get("BURST_FAULT", BURST_SET_FAULT, NULL, &spec); /* text: no error */
+    parse(spec);
 }
 
 static void ensure(void)

@@ -63,6 +63,17 @@ struct burst_plan {
     size_t stage_chunk; /* chunk size of non-direct messages (ring_xfer.h), 0: whole messages */
 };
 
+/* plan_params.c: the caller's params as this library's struct (fields newer than its
+ * api_version keep their defaults), and their validation (an error naming who, field, value). */
+struct burst_plan_params burst_plan_params_copy(const struct burst_plan_params *in);
+burst_status_t burst_plan_params_validate(const char *who, const struct burst_plan_params *p);
+
+/* plan_handshake.c: exchange and compare every rank's plan (BURST_ERR_PLAN_MISMATCH naming the
+ * rank and field); decides plan->direct, shared pairs and staging; with measure_speed, *speeds
+ * receives every rank's speed. */
+burst_status_t burst_plan_handshake(struct burst_plan *plan, const struct burst_plan_params *p,
+                                    double speed, double *speeds);
+
 /* Bytes each rank sends per backward step for a block of n tokens, by pattern (section 2). */
 uint64_t burst_plan_bwd_step_bytes(const struct burst_plan_params *p, burst_bwd_pattern_t pat,
                                    burst_dtype_t acc_dtype, int64_t n);

@@ -21,6 +21,7 @@
 #include "error.h"
 #include "fault.h"
 #include "plan_internal.h"
+#include "step_check.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
 #include "timeline.h"
@@ -29,10 +30,10 @@ struct bwd_call {
     struct burst_plan *plan;
     const struct burst_backend_ops *ops;
     void *be;
-    int burst;             /* pattern */
-    int64_t B, Hq, Hkv, d; /* Hq, Hkv: heads of the current group */
-    size_t es, as;         /* element sizes: input dtype, accumulator wire dtype */
-    int final;             /* try bwd_final: one rank, one step (dkv_loc only if declined) */
+    int burst;                /* pattern */
+    int64_t B, Hq, Hkv, d;    /* Hq, Hkv: heads of the current group */
+    size_t es, as;            /* element sizes: input dtype, accumulator wire dtype */
+    int final;                /* try bwd_final: one rank, one step (dkv_loc only if declined) */
     struct burst_scratch *sc; /* the call's scratch (allocation after a declined bwd_final) */
 };
 
@@ -169,7 +170,7 @@ static burst_status_t pack_bundle(const struct bwd_call *c, const struct bundle 
         if (st == BURST_OK)
             st = c->ops->copy(c->be, &dd, &ds);
     }
-    if (st == BURST_OK && c->ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(c->ops, sync))
         st = c->ops->sync(c->be);
     return st;
 }
@@ -199,7 +200,7 @@ static burst_status_t wire_acc(const struct bwd_call *c, float *acc, unsigned ch
     struct burst_tensor src = burst_view(acc, BURST_DTYPE_FP32, 1, 1, 1, (int64_t)count);
     struct burst_tensor dst = burst_view(out, c->plan->acc_dtype, 1, 1, 1, (int64_t)count);
     burst_status_t st = c->ops->copy(c->be, &dst, &src);
-    if (st == BURST_OK && c->ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(c->ops, sync))
         st = c->ops->sync(c->be);
     *wire_p = out;
     return st;
@@ -299,8 +300,8 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
         /* One rank whose only step computes nothing (no pair allowed): the zeroed accumulators
          * are the gradients, cast as usual */
         if (st == BURST_OK && c->final && !b->dkv_loc && !s.compute)
-            st = burst_scratch_alloc(c->sc, "burst_attention_backward",
-                                     2 * kvelems * sizeof(float), (void **)&b->dkv_loc);
+            st = burst_scratch_alloc(c->sc, "burst_attention_backward", 2 * kvelems * sizeof(float),
+                                     (void **)&b->dkv_loc);
         /* Where this step's gradients go. */
         float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc ? b->dkv_loc + kvelems : NULL;
         if (st == BURST_OK && r > 0) {
@@ -329,8 +330,11 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 .dv = gv,
                 .deterministic = plan->p.deterministic,
             };
-            st = BURST_ERR_UNSUPPORTED;
-            if (c->final && !b->dkv_loc) { /* one rank: dK, dV straight to the outputs */
+            struct burst_step_dims dim; /* the step's one check (step_check.h) */
+            st = burst_step_check("burst_attention_backward: step", a.q, a.k, a.v, a.dout, &dim);
+            if (st == BURST_OK)
+                st = BURST_ERR_UNSUPPORTED;
+            if (st == BURST_ERR_UNSUPPORTED && c->final && !b->dkv_loc) { /* dK, dV to outputs */
                 a.dk = a.dv = NULL;
                 st = c->ops->bwd_final(c->be, &a, dk, dv);
                 if (st == BURST_ERR_UNSUPPORTED) { /* declined, nothing queued: accumulate */
@@ -439,9 +443,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
 
     struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
-    const char *env = getenv("BURST_BWD_FINAL");
-    c.final = plan->size == 1 && plan->steps == 1 && c.ops->size >= sizeof(*c.ops) &&
-              c.ops->bwd_final && !(env && strcmp(env, "0") == 0);
+    c.final = plan->size == 1 && plan->steps == 1 && BURST_OPS_HAS(c.ops, bwd_final) &&
+              burst_set_long(&plan->ctx->set, BURST_SET_BWD_FINAL);
     c.sc = &sc;
     struct bwd_bufs b = {0};
     struct burst_timeline tl;
@@ -492,7 +495,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
                     st = c.ops->copy(c.be, &dvg, &gv);
             }
             /* the next group's work queues behind these copies: only the last one waits */
-            if (st == BURST_OK && c.ops->sync && g == plan->hgroups - 1)
+            if (st == BURST_OK && BURST_OPS_HAS(c.ops, sync) && g == plan->hgroups - 1)
                 st = c.ops->sync(c.be);
         }
     }

@@ -17,6 +17,7 @@
 #include "error.h"
 #include "fault.h"
 #include "plan_internal.h"
+#include "step_check.h"
 #include "ring_blocks.h"
 #include "tensor_check.h"
 #include "timeline.h"
@@ -65,7 +66,7 @@ static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
     burst_status_t st = ops->copy(be, &pk, f->k);
     if (st == BURST_OK)
         st = ops->copy(be, &pv, f->v);
-    if (st == BURST_OK && ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
         st = ops->sync(be);
     return st;
 }
@@ -146,7 +147,10 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                 .o_acc = o_acc,
                 .lse_acc = lse_acc,
             };
-            st = be_ops->fwd_step(be, &a);
+            struct burst_step_dims dim; /* the step's one check (step_check.h) */
+            st = burst_step_check("burst_attention_forward: step", a.q, a.k, a.v, NULL, &dim);
+            if (st == BURST_OK)
+                st = be_ops->fwd_step(be, &a);
             burst_blocks_start(blk); /* the next block moves while this one computes */
             st = burst_tl_kernel_end(tl, r, st);
             stats->steps_computed++;
@@ -169,9 +173,8 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
                                 const struct burst_tensor *v, struct burst_tensor *o, float *lse)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    const char *env = getenv("BURST_FWD_FINAL");
-    if (plan->size != 1 || plan->steps != 1 || ops->size < sizeof(*ops) || !ops->fwd_final ||
-        (env && strcmp(env, "0") == 0))
+    if (plan->size != 1 || plan->steps != 1 || !BURST_OPS_HAS(ops, fwd_final) ||
+        !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL))
         return BURST_ERR_UNSUPPORTED;
     struct burst_sched_step s;
     burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, 0, 1,
@@ -189,7 +192,11 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     };
     burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
-    burst_status_t st = burst_tl_kernel_begin(tl);
+    struct burst_step_dims dim; /* the step's one check (step_check.h) */
+    burst_status_t st =
+        burst_step_check("burst_attention_forward: step", a.q, a.k, a.v, NULL, &dim);
+    if (st == BURST_OK)
+        st = burst_tl_kernel_begin(tl);
     if (st == BURST_OK) {
         st = ops->fwd_final(plan->ctx->be, &a, o, lse);
         if (st == BURST_ERR_UNSUPPORTED)
@@ -200,7 +207,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     stats->steps = 1;
     if (st == BURST_OK)
         burst_fault_step(plan->rank, 0, 0, -1);
-    if (st == BURST_OK && ops->sync)
+    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
         st = ops->sync(plan->ctx->be);
     return st;
 }
@@ -283,7 +290,7 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
             if (st == BURST_OK)
                 st = be_ops->copy(be, &lo, &la);
             /* the next group's work queues behind these copies: only the last one waits */
-            if (st == BURST_OK && be_ops->sync && g == plan->hgroups - 1)
+            if (st == BURST_OK && BURST_OPS_HAS(be_ops, sync) && g == plan->hgroups - 1)
                 st = be_ops->sync(be);
         }
     }

@@ -19,8 +19,8 @@ static int direct_peer(const struct burst_plan *plan, int peer)
 int burst_xfer_staged(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (!ops->device_memory &&
-        !(ops->size >= sizeof(*ops) && ops->stage_transfers &&
+    if (!BURST_OPS_HAS(ops, device_memory) &&
+        !(BURST_OPS_HAS(ops, stage_transfers) &&
           ops->stage_transfers(plan->ctx->be, burst_comm_in_process(plan->comm))))
         return 0;
     if (!plan->direct && !plan->any_shared)
@@ -87,13 +87,14 @@ static void stage_put(struct burst_plan *plan, struct burst_xfer *x)
 static const struct burst_tp_devops *stage_copies(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    return ops->device_memory && ops->devcopy && ops->devcopy->copy ? ops->devcopy : NULL;
+    return BURST_OPS_HAS(ops, device_memory) && BURST_OPS_HAS(ops, devcopy) && ops->devcopy->copy
+               ? ops->devcopy
+               : NULL;
 }
 
-size_t burst_xfer_chunk_env(void)
+size_t burst_xfer_chunk_env(const struct burst_context *ctx)
 {
-    const char *env = getenv("BURST_STAGE_CHUNK_BYTES");
-    const long long v = env ? atoll(env) : 0;
+    const long v = burst_set_long(&ctx->set, BURST_SET_STAGE_CHUNK_BYTES);
     return v >= 256 ? (size_t)v : 0;
 }
 

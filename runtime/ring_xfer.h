@@ -98,9 +98,9 @@ burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x);
  * after the handshake: plan->staged. */
 int burst_xfer_staged(const struct burst_plan *plan);
 
-/* BURST_STAGE_CHUNK_BYTES (at least 256), or 0: the plan's stage_chunk, which the handshake
- * compares (both sides of a message must chunk it alike). */
-size_t burst_xfer_chunk_env(void);
+/* The context's BURST_STAGE_CHUNK_BYTES (at least 256), or 0: the plan's stage_chunk, which the
+ * handshake compares (both sides of a message must chunk it alike). */
+size_t burst_xfer_chunk_env(const struct burst_context *ctx);
 
 /* Free the plan's staging pool (burst_plan_destroy). */
 void burst_xfer_pool_free(struct burst_plan *plan);

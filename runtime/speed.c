@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "step_check.h"
 #include "speed.h"
 
 /* Rows x keys x hq per second of forward steps of `rows` query rows (0: as many as keys) and
@@ -46,6 +47,9 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
         .o_acc = o,
         .lse_acc = lse,
     };
+    struct burst_step_dims dim; /* the step's one check (step_check.h) */
+    if (st == BURST_OK)
+        st = burst_step_check(who, a.q, a.k, a.v, NULL, &dim);
     /* grow the step while one takes less than BURST_SPEED_STEP_S: a GPU's launch overhead must
      * not dominate what is timed (at 256 rows it does, by 10x and more) */
     while (st == BURST_OK && n < kmax) {
@@ -54,7 +58,7 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
             st = ops->fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
             if (st == BURST_OK)
                 st = ops->fwd_step(ctx->be, &a);
-            if (st == BURST_OK && ops->sync)
+            if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
                 st = ops->sync(ctx->be);
             if (w == 1 && burst_now() - tw >= BURST_SPEED_STEP_S)
                 goto sized;
@@ -73,7 +77,7 @@ sized:;
         st = ops->fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
         if (st == BURST_OK)
             st = ops->fwd_step(ctx->be, &a);
-        if (st == BURST_OK && ops->sync)
+        if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
             st = ops->sync(ctx->be);
         if (it >= 1) {
             reps = it;
@@ -96,7 +100,7 @@ burst_status_t burst_speed_measure(struct burst_context *ctx, const struct burst
                                    int ranks, const char *who, double *speed_p)
 {
     int64_t nmax = p->seq_len / (ranks > 0 ? ranks : 1);
-    nmax = nmax < BURST_SPEED_ROWS ? BURST_SPEED_ROWS
+    nmax = nmax < BURST_SPEED_ROWS       ? BURST_SPEED_ROWS
            : nmax > BURST_SPEED_MAX_ROWS ? BURST_SPEED_MAX_ROWS
                                          : nmax;
     return measure(ctx, p, 0, nmax, p->q_heads, p->kv_heads, who, speed_p);
@@ -115,8 +119,7 @@ burst_status_t burst_speed_measure_shard(struct burst_context *ctx,
     return measure(ctx, p, rows, keys, gkv * (p->q_heads / p->kv_heads), gkv, who, speed_p);
 }
 
-int burst_speed_rounds(void)
+int burst_speed_rounds(const struct burst_context *ctx)
 {
-    const char *e = getenv("BURST_SPEED_ROUNDS");
-    return e && strcmp(e, "1") == 0 ? 1 : 2;
+    return burst_set_long(&ctx->set, BURST_SET_SPEED_ROUNDS) == 1 ? 1 : 2;
 }

@@ -51,7 +51,7 @@ burst_status_t burst_speed_measure_shard(struct burst_context *ctx,
                                          int64_t keys, int64_t gkv, const char *who,
                                          double *speed_p);
 
-/* Rounds of measurement: 1 where BURST_SPEED_ROUNDS=1, else 2. */
-int burst_speed_rounds(void);
+/* Rounds of measurement: 1 where the context's BURST_SPEED_ROUNDS is 1, else 2. */
+int burst_speed_rounds(const struct burst_context *ctx);
 
 #endif /* BURST_RUNTIME_SPEED_H */

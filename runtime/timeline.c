@@ -9,10 +9,10 @@
 void burst_tl_begin(struct burst_timeline *tl, struct burst_plan *plan, burst_phase_t phase)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    const char *env = getenv("BURST_STEP_SYNC");
     *tl = (struct burst_timeline){.plan = plan, .phase = phase};
-    tl->device = ops->time_mark && ops->time_elapsed && ops->time_release && plan->direct &&
-                 !plan->staged && !(env && strcmp(env, "1") == 0);
+    tl->device = BURST_OPS_HAS(ops, time_mark) && BURST_OPS_HAS(ops, time_elapsed) &&
+                 BURST_OPS_HAS(ops, time_release) && plan->direct && !plan->staged &&
+                 !burst_set_long(&plan->ctx->set, BURST_SET_STEP_SYNC);
 }
 
 void burst_tl_break(struct burst_timeline *tl)
@@ -47,7 +47,7 @@ burst_status_t burst_tl_kernel_end(struct burst_timeline *tl, int step, burst_st
     const struct burst_backend_ops *ops = tl->plan->ctx->ops;
     void *be = tl->plan->ctx->be;
     if (!tl->device) {
-        if (st == BURST_OK && ops->sync)
+        if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
             st = ops->sync(be);
         burst_call_compute(tl->plan, tl->phase, step, burst_now() - tl->t);
         return st;

@@ -26,9 +26,6 @@
 // Precision: P is rounded to fp16 before P V (as in FlashAttention); l sums the unrounded fp32
 // P. With fp16 inputs this adds at most 2^-11 relative per term, the size of the fp16 output
 // rounding the harness allows.
-// Where the time went (H100, N = 16K, d = 128, 73 ms, docs/BENCHMARKS.md): without the
-// global K/V loads 68 ms, without S = Q K^T 69 ms, without O += P V 37-45 ms; P V into a fresh
-// accumulator added to O: 55 ms.
 //
 // Shared memory (one uvec4 array sh, cm_nv.glsl):
 //   [0, KVN)         K tile [BC][D + 8] and V tile [BC][D + 8] fp16

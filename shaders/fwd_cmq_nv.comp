@@ -32,11 +32,6 @@
 //   where some row's m moved, O's elements of that row scale by alpha (in registers);
 //   O += P V on MMAs (P converted to fp16), into O's accumulators (DIRECT, constant 12: 1 by
 //   default) or into a fresh accumulator per 16 columns added to O.
-// Measured on the H100 (N = 16K, d = 128, docs/BENCHMARKS.md, with PREFETCH): one chunk a
-// step into O 30.7 ms; the whole 64-key tile a step 36.8 (fresh accumulators) / 35.3 (into O);
-// 2 chunks 31.6. Without PREFETCH (the default): 29.2. On another H100, in
-// one command: 30.4 without PIPE, 28.9 with it; the row sums added across the quad at every
-// step instead of once: 30.7 (and 29.4 with PIPE).
 // Only key tiles in the union of the tile's allowed key intervals are visited; rows with no
 // allowed key leave (O, lse) bit-for-bit unchanged.
 // Precision: as fwd_cm_nv (P rounded to fp16 before P V; l sums the fp32 P, in four shares).
@@ -61,8 +56,6 @@
 // spinning subgroup does not stop the one it waits for: true of NVIDIA's GPUs, the only ones
 // these kernels run on) and on memoryBarrierShared ordering the buffer's stores and loads
 // around the counters' atomics.
-// Measured on the H100: 160 x 32 with 2 loaders 25.1 ms against 27.3-27.6 for 192 x 64
-// without (N = 16K, d = 128; docs/BENCHMARKS.md).
 //
 // Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16, twice
 // with LD (two buffers); the Q tile passes through it, QP rows at a time, before the loop.

@@ -1,6 +1,6 @@
 /*
  * tests/harness.h - the shared test harness: random problems, G ranks as threads, comparison
- * with the fp64 reference (tests/ref.h).
+ * with the fp64 reference (tools/ref.h).
  *
  * One case = one attention problem. The harness
  *   1. draws global natural-order inputs Q, K, V, dO with a seed (BURST_TEST_SEED or the clock;
@@ -22,7 +22,7 @@
  *
  *     |x - r| <= rtol * |r| + 1e-5 * S_T + extra(x)
  *
- *   fp32:    rtol = 1e-5. This is the issue's "1e-5 relative of fp64"; the floor 1e-5 * S_T
+ *   fp32:    rtol = 1e-5: 1e-5 relative to the fp64 reference; the floor 1e-5 * S_T
  *            stops elements that are near zero by cancellation (gradients, O rows averaging to
  *            ~0) from demanding an impossible elementwise relative accuracy.
  *            dQ and dK are sums of dS = P (dP - D), a difference of two dot products that may
@@ -167,9 +167,9 @@ struct harness_case {
                                   without ill-conditioning the fp32 dot products) */
     int pad;                     /* extra elements between heads in the rank-visible tensors */
     int deterministic;
-    int ranks_per_node; /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
+    int ranks_per_node;       /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
     uint64_t workspace_limit; /* plan.workspace_limit: 0 = default, small = head groups */
-    uint64_t seed;      /* 0 = harness_seed() mixed with the case name */
+    uint64_t seed;            /* 0 = harness_seed() mixed with the case name */
 };
 
 enum harness_tensor {

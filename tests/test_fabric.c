@@ -604,8 +604,8 @@ static void test_bad_address(void **state)
     size_t lens[2] = {mlen, 3};
     struct burst_tp *tp = NULL;
     burst_status_t st = burst_fab_connect(fab, addrs, lens, &tp);
-    printf("%s: a 3-byte peer address: %s%s%s\n", g_prov, burst_status_str(st),
-           st ? ": " : "", st ? burst_last_error() : "");
+    printf("%s: a 3-byte peer address: %s%s%s\n", g_prov, burst_status_str(st), st ? ": " : "",
+           st ? burst_last_error() : "");
     if (st == BURST_OK) /* the provider took it: the transport owns the endpoint */
         tp->ops->destroy(tp);
     else
@@ -764,9 +764,9 @@ static void test_killed(void **state)
  */
 #define IPC_SHARED (8 * MIB)
 static unsigned char *g_shared; /* IPC_SHARED bytes, MAP_SHARED */
-static int g_import_fail;      /* the rank's fake import fails */
-static int g_import_stall;     /* the rank's fake copy never completes */
-static int g_marks;            /* markers alive in this rank */
+static int g_import_fail;       /* the rank's fake import fails */
+static int g_import_stall;      /* the rank's fake copy never completes */
+static int g_marks;             /* markers alive in this rank */
 
 struct fake_done {
     int complete;
@@ -893,8 +893,7 @@ static int ipc_ring(struct burst_tp *w, int rank, int n)
         uint64_t tag = 0x700 + k;
         CHECK(w->ops->irecv_dev(w, left, tag, got, len, &fake_dev, &rr) == BURST_OK, "irecv_dev");
         CHECK(w->ops->irecv(w, left, tag, hr, sizeof(hr), &hrr) == BURST_OK, "irecv");
-        CHECK(w->ops->isend_dev(w, right, tag, mine, len, &fake_dev, &rs) == BURST_OK,
-              "isend_dev");
+        CHECK(w->ops->isend_dev(w, right, tag, mine, len, &fake_dev, &rs) == BURST_OK, "isend_dev");
         CHECK(w->ops->isend(w, right, tag, hs, sizeof(hs), &hsr) == BURST_OK, "isend");
         if (k & 1) { /* start(): the receive's copy queued before the wait; others: no-ops */
             w->ops->start(w, rr, 5000);

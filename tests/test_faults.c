@@ -116,11 +116,13 @@ static void rank_fn(int rank, struct burst_comm *comm, void *arg)
                             k = burst_tensor_contiguous(io->k, BURST_DTYPE_FP32, 1, io->n, HKV, D),
                             v = burst_tensor_contiguous(io->v, BURST_DTYPE_FP32, 1, io->n, HKV, D),
                             o = burst_tensor_contiguous(io->o, BURST_DTYPE_FP32, 1, io->n, HQ, D),
-                            dout =
-                                burst_tensor_contiguous(io->dout, BURST_DTYPE_FP32, 1, io->n, HQ, D),
+                            dout = burst_tensor_contiguous(io->dout, BURST_DTYPE_FP32, 1, io->n, HQ,
+                                                           D),
                             dq = burst_tensor_contiguous(io->dq, BURST_DTYPE_FP32, 1, io->n, HQ, D),
-                            dk = burst_tensor_contiguous(io->dk, BURST_DTYPE_FP32, 1, io->n, HKV, D),
-                            dv = burst_tensor_contiguous(io->dv, BURST_DTYPE_FP32, 1, io->n, HKV, D);
+                            dk =
+                                burst_tensor_contiguous(io->dk, BURST_DTYPE_FP32, 1, io->n, HKV, D),
+                            dv =
+                                burst_tensor_contiguous(io->dv, BURST_DTYPE_FP32, 1, io->n, HKV, D);
         io->st_fwd = burst_attention_forward(plan, &q, &k, &v, &o, io->lse);
         if (io->st_fwd == BURST_OK)
             io->st_bwd =
@@ -294,9 +296,9 @@ static void test_oom(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
-        cmocka_unit_test(test_drop),  cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_drop),      cmocka_unit_test(test_truncate),
         cmocka_unit_test(test_duplicate), cmocka_unit_test(test_delay),
-        cmocka_unit_test(test_slow),  cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_slow),      cmocka_unit_test(test_oom),
     };
     printf("seed %llu (BURST_TEST_SEED)\n", (unsigned long long)harness_seed());
     if (argc < 2)

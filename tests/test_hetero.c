@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context_internal.h"
 #include "fault.h"
 #include "harness.h"
 
@@ -240,9 +241,10 @@ struct mstate {
     burst_status_t st[MG];
     char msg[MG][512];
     int64_t lens[MG][MG];
-    double speeds[MG][MG];  /* burst_plan_rank_speed: round 1 */
-    double sspeeds[MG][MG]; /* burst_plan_shard_speed: what sized the shards */
-    uint64_t setup_sent[MG]; /* bytes the handshake sent (setup phase, slot 0) */
+    double speeds[MG][MG];     /* burst_plan_rank_speed: round 1 */
+    double sspeeds[MG][MG];    /* burst_plan_shard_speed: what sized the shards */
+    uint64_t setup_sent[MG];   /* bytes the handshake sent (setup phase, slot 0) */
+    struct burst_context *ctx; /* the plans' context (NULL: the harness's) */
 };
 
 static void mrank(int rank, struct burst_comm *comm, void *arg)
@@ -266,7 +268,7 @@ static void mrank(int rank, struct burst_comm *comm, void *arg)
         pp.measure_speed = 1;
     }
     struct burst_plan *plan = NULL;
-    s->st[rank] = burst_plan_create(harness_context(), comm, &pp, &plan);
+    s->st[rank] = burst_plan_create(s->ctx ? s->ctx : harness_context(), comm, &pp, &plan);
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
     struct burst_traffic t = {0};
     if (plan && burst_plan_step_traffic(plan, BURST_PHASE_SETUP, 0, &t) == BURST_OK)
@@ -279,10 +281,11 @@ static void mrank(int rank, struct burst_comm *comm, void *arg)
     burst_plan_destroy(plan);
 }
 
-static void run_m(struct mstate *s, int kind)
+static void run_m(struct mstate *s, int kind, struct burst_context *ctx)
 {
     memset(s, 0, sizeof *s);
     s->kind = kind;
+    s->ctx = ctx;
     assert_int_equal(harness_run_ranks(MG, 30000, mrank, s), 0);
     for (int r = 0; r < MG; r++)
         printf("kind %d rank %d: %s lens %lld %lld %lld speeds %.3g %.3g %.3g %s\n", kind, r,
@@ -322,15 +325,17 @@ static void test_measure(void **state)
 {
     (void)state;
     struct mstate s;
-    run_m(&s, 0); /* two rounds (runtime/speed.h): round 2 on each rank's round-1 shard */
+    run_m(&s, 0, NULL); /* two rounds (runtime/speed.h): round 2 on each rank's round-1 shard */
     check_measured(&s);
-    setenv("BURST_SPEED_ROUNDS", "1", 1); /* round 1 alone: its speeds size the shards */
-    run_m(&s, 0);
+    setenv("BURST_SPEED_ROUNDS", "1", 1);          /* round 1 alone: its speeds size the shards */
+    struct burst_context one = *harness_context(); /* settings are read at context create */
+    assert_int_equal(burst_settings_load("test", BURST_SCOPE_CONTEXT, &one.set), BURST_OK);
+    run_m(&s, 0, &one);
     unsetenv("BURST_SPEED_ROUNDS");
     check_measured(&s);
     for (int i = 0; i < MG; i++)
         assert_true(s.sspeeds[0][i] == s.speeds[0][i]);
-    run_m(&s, 3);
+    run_m(&s, 3, NULL);
     for (int r = 0; r < MG; r++) {
         assert_int_equal(s.st[r], BURST_OK);
         assert_int_equal(s.lens[r][r], 30); /* even: weights and measuring never read */
@@ -341,7 +346,7 @@ static void test_measure(void **state)
 static void expect_mismatch(int kind, const char *field, int bad)
 {
     struct mstate s;
-    run_m(&s, kind);
+    run_m(&s, kind, NULL);
     char rk[32];
     snprintf(rk, sizeof rk, "rank %d", bad);
     for (int r = 0; r < MG; r++) {
@@ -379,7 +384,7 @@ static void test_measure_oom(void **state)
         assert_int_equal(burst_fault_set(spec), 0);
         struct mstate s;
         double t0 = harness_now_ms();
-        run_m(&s, 0);
+        run_m(&s, 0, NULL);
         double dt = harness_now_ms() - t0;
         burst_fault_set(NULL);
         int ok = 0, oom = 0;
@@ -391,8 +396,7 @@ static void test_measure_oom(void **state)
             if (s.st[r] == BURST_ERR_NO_MEMORY) {
                 oom++;
                 if (!harness_contains(s.msg[r], "allocate"))
-                    fail_msg("alloc %d, rank %d: \"%s\" does not say what failed", n, r,
-                             s.msg[r]);
+                    fail_msg("alloc %d, rank %d: \"%s\" does not say what failed", n, r, s.msg[r]);
             }
         }
         if (ok == MG)

@@ -98,7 +98,17 @@ static void test_ring_bf16(void **state)
     check_linear(&c);
 }
 
-enum { KT_Q, KT_K, KT_V, KT_O, KT_DO, KT_DQ, KT_DK, KT_DV, KT_N };
+enum {
+    KT_Q,
+    KT_K,
+    KT_V,
+    KT_O,
+    KT_DO,
+    KT_DQ,
+    KT_DK,
+    KT_DV,
+    KT_N
+};
 
 /* backend memory <- / -> host (the harness context may be a GPU's) */
 static void put(void *dev, const void *host, size_t bytes)

@@ -393,7 +393,7 @@ static void test_masked_rows(void **state)
     struct burst_tensor dot = rows_tensor(&dout), qt = rows_tensor(&q), kt = rows_tensor(&k),
                         vt = rows_tensor(&v);
     assert_int_equal(burst_cpu_backend_ops.bwd_delta(be, &dot, &ot, delta), BURST_OK);
-    struct burst_bwd_args a = {&qt,    &kt, &vt, &dot, l, delta, rows_posmap(&q), rows_posmap(&k),
+    struct burst_bwd_args a = {&qt,    &kt, &vt, &dot, l,  delta, rows_posmap(&q), rows_posmap(&k),
                                causal, tau, dq,  dk,   dv, 0};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a), BURST_OK);
 
@@ -457,7 +457,7 @@ static void test_masked_rows(void **state)
     memcpy(dq2, dq, no * 4);
     struct burst_tensor kft = rows_tensor(&kf), vft = rows_tensor(&vf);
     struct burst_bwd_args a2 = {
-        &qt,    &kft, &vft, &dot, l,  delta, rows_posmap(&q), rows_posmap(&kf),
+        &qt,    &kft, &vft, &dot, l,   delta, rows_posmap(&q), rows_posmap(&kf),
         causal, tau,  dq2,  dk2,  dv2, 0};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a2), BURST_OK);
     assert_memory_equal(dq2, dq, no * 4);

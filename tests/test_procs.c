@@ -321,7 +321,7 @@ struct job {
 
 static char g_self[4096];
 static const char *g_timeout = "20000"; /* BURST_TIMEOUT_MS of the rank processes */
-static pid_t g_children[256]; /* every rank process started: their /dev/shm names */
+static pid_t g_children[256];           /* every rank process started: their /dev/shm names */
 static int g_nchildren;
 
 /* Open a job; bind, netns and iface as in struct job (NULL: loopback, none, default). */
@@ -1023,8 +1023,8 @@ static void case_msgfault(const char *spec, const char *timeout, burst_status_t 
     double dt = now_ms() - t0;
     int failed = 0;
     for (int r = 0; r < p.G; r++)
-        failed += j.slots[r].st_comm || j.slots[r].st_plan || j.slots[r].st_fwd ||
-                  j.slots[r].st_bwd;
+        failed +=
+            j.slots[r].st_comm || j.slots[r].st_plan || j.slots[r].st_fwd || j.slots[r].st_bwd;
     if (want == BURST_OK && !(may_stall && failed)) {
         check_results(&p, j.slots, &j.out, spec, dt, g_prov, 1);
         CHECK(dt >= min_ms, "%s: took %.0f ms, less than %.0f: no fault acted?", spec, dt, min_ms);
@@ -1046,8 +1046,8 @@ static void case_msgfault(const char *spec, const char *timeout, burst_status_t 
                   "%s: rank %d (done %d) returned %s: %s", spec, r, sl->done, burst_status_str(st),
                   sl->msg);
             seen += st == want && harness_contains(sl->msg, text);
-            printf("  rank %d: %s after %.0f ms: %s\n", r, burst_status_str(st),
-                   sl->t_fail_ms - t0, sl->msg);
+            printf("  rank %d: %s after %.0f ms: %s\n", r, burst_status_str(st), sl->t_fail_ms - t0,
+                   sl->msg);
             last = sl->t_fail_ms - t0 > last ? sl->t_fail_ms - t0 : last;
         }
         CHECK(seen > 0, "%s: no rank returned %s with \"%s\"", spec, burst_status_str(want), text);
@@ -1290,8 +1290,8 @@ int main(int argc, char **argv)
         case_msgfault("truncate:rank=2,phase=bwd,step=1", "20000", BURST_ERR_TRANSPORT,
                       "length mismatch", 0, 12000, 0);
         case_msgfault("oom:alloc=1", "20000", BURST_ERR_NO_MEMORY, "allocate", 0, 12000, 0);
-        case_msgfault("duplicate:rank=0,phase=fwd,step=1;duplicate:rank=1,phase=bwd,step=0",
-                      "2000", BURST_OK, "", 0, 0, 1);
+        case_msgfault("duplicate:rank=0,phase=fwd,step=1;duplicate:rank=1,phase=bwd,step=0", "2000",
+                      BURST_OK, "", 0, 0, 1);
         case_msgfault("delay:rank=1,phase=bwd,step=0,ms=400", "20000", BURST_OK, "", 400, 0, 0);
         case_msgfault("slow:rank=2,ms=100", "20000", BURST_OK, "", 600, 0, 0);
     } else if (strcmp(what, "refused") == 0) {

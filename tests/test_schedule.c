@@ -637,8 +637,8 @@ static void run_sweep(const int *Gs, size_t nG, int all_masks)
         for (int layout = 0; layout < 3; layout++) {
             int64_t N = 0;
             for (int r = 0; r < G; r++)
-                N += lens[r] = (layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) +
-                               (int64_t)(harness_rng_next(&st) % 3);
+                N += lens[r] =
+                    (layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) + (int64_t)(harness_rng_next(&st) % 3);
             for (size_t m = 0; m < nm; m++)
                 check_config((burst_layout_t)layout, G, N, lens, masks[m]);
         }

@@ -68,6 +68,13 @@ static void fake_host_free(void *be, void *p)
 
 static struct burst_backend_ops staged_ops, direct_ops;
 
+/* The settings of a context are read at its create (runtime/settings.h): the copies of the
+ * harness's context below read them again after the test changes the environment. */
+static void reload_settings(struct burst_context *ctx)
+{
+    assert_int_equal(burst_settings_load("test", BURST_SCOPE_CONTEXT, &ctx->set), BURST_OK);
+}
+
 /* ---- a fake device copy engine: copies run when a wait needs them (transport.h) ---- */
 static atomic_long n_marks, n_copies, n_released, n_stage_copies;
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -504,9 +511,11 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
     /* the same in chunks (synchronous copies: no device copies here) */
     struct run chunked = staged;
     setenv("BURST_STAGE_CHUNK_BYTES", "256", 1);
+    reload_settings(&fake);
     c0 = atomic_load(&n_memcpy);
     run(&chunked);
     unsetenv("BURST_STAGE_CHUNK_BYTES");
+    reload_settings(&fake);
     long ccopies = atomic_load(&n_memcpy) - c0;
     assert_true(ccopies > 2 * copies); /* blocks of 8 KiB: 32 chunks each */
     assert_int_equal(atomic_load(&n_host_alloc), atomic_load(&n_host_free));
@@ -525,7 +534,7 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
                   bwd == BURST_BWD_RING ? "ring" : "burst", copies);
 
     /* device copies: every rank direct, then the two ways of falling back to staging */
-    struct burst_context dfake = *harness_context();
+    struct burst_context dfake = *harness_context(), host = *harness_context();
     dfake.ops = &direct_ops;
     /* modes 3, 4: 2 and 1 again with pipelined staging (chunks of 256 bytes); 5: one rank on
      * host memory (plain cpu: not staged, its chunks sent from and received in place) */
@@ -535,17 +544,23 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
         if (mode == 1 || mode == 4)
             direct.rank_ctx[G - 1] = &fake; /* one rank cannot copy device to device */
         if (mode == 5)
-            direct.rank_ctx[G - 1] = harness_context();
+            direct.rank_ctx[G - 1] = &host;
         if (mode == 2 || mode == 3)
             setenv("BURST_DEVICE_DIRECT", "0", 1);
         if (mode >= 3)
             setenv("BURST_STAGE_CHUNK_BYTES", "256", 1);
+        reload_settings(&dfake);
+        reload_settings(&fake);
+        reload_settings(&host);
         long m0 = atomic_load(&n_marks), r0 = atomic_load(&n_released);
         long k0 = atomic_load(&n_copies), s0 = atomic_load(&n_memcpy);
         long p0 = atomic_load(&n_stage_copies);
         run(&direct);
         unsetenv("BURST_DEVICE_DIRECT");
         unsetenv("BURST_STAGE_CHUNK_BYTES");
+        reload_settings(&dfake);
+        reload_settings(&fake);
+        reload_settings(&host);
         long dcopies = atomic_load(&n_copies) - k0, scopies = atomic_load(&n_memcpy) - s0;
         long pcopies = atomic_load(&n_stage_copies) - p0;
         const char *want = mode == 0 ? "device" : "staged";
@@ -595,6 +610,8 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
             mixed.rank_ctx[i] = i % 2 ? &ectx : &cctx;
         if (mode == 1)
             setenv("BURST_DEVICE_DIRECT", "0", 1);
+        reload_settings(&cctx);
+        reload_settings(&ectx);
         atomic_store(&export_elsewhere, mode >= 2);
         atomic_store(&copier_reaches, mode == 2);
         long m0 = atomic_load(&n_marks), r0 = atomic_load(&n_released);
@@ -603,6 +620,8 @@ static void same_as_cpu(int G, int local, burst_bwd_pattern_t bwd)
         long q0 = atomic_load(&n_reach_asked);
         run(&mixed);
         unsetenv("BURST_DEVICE_DIRECT");
+        reload_settings(&cctx);
+        reload_settings(&ectx);
         atomic_store(&export_elsewhere, 0);
         const int shares = mode == 0 || mode == 2;
         long asked = atomic_load(&n_reach_asked) - q0;

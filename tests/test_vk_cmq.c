@@ -6,7 +6,7 @@
  * order from the constants); a transposed layout, one element held twice, another element
  * count, and an fp16 conversion that moves an element are refused, each with a reason naming
  * what differs. The check on a real device runs at every vulkan backend creation on a GPU with
- * VK_NV_cooperative_matrix (cuda/vk_check.sh); lavapipe has none, so CI runs only this.
+ * VK_NV_cooperative_matrix (scripts/gpu/vk_check.sh); lavapipe has none, so CI runs only this.
  * Also the *_cmq tile rule (runtime/vulkan/vk_caps.c) on made-up device limits: the forward's
  * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
  * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel
@@ -136,6 +136,15 @@ static void expect_tile(const struct burst_vk_tile *tl, int br, int bc, int ld)
                  tl->ld, br, bc, ld);
 }
 
+/* BURST_VK_CMQ_TILE=br,bc,ld as burst_vk_env_read reads it (a research switch, which default
+ * builds ignore: the tests set the switch itself). */
+static void set_cmq_tile(struct burst_vk_env *env, int br, int bc, int ld)
+{
+    env->cmq_tile[0] = br;
+    env->cmq_tile[1] = bc;
+    env->cmq_tile[2] = ld;
+}
+
 static void cmq_tile_rule(void **state)
 {
     (void)state;
@@ -173,21 +182,18 @@ static void cmq_tile_rule(void **state)
     caps.max_shared = 32768;
     burst_vk_tiles_rule(&caps, &env, &t);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 128, 32, 0);
-    /* BURST_VK_CMQ_TILE: a third field asks for loaders; an invalid ask falls to the rule */
+    /* a tile asked for (BURST_VK_CMQ_TILE, a research switch: set here in the switches
+     * themselves): a third field asks for loaders; an invalid ask falls to the rule */
     h100_caps(&caps);
-    setenv("BURST_VK_CMQ_TILE", "32,16,1", 1);
-    burst_vk_env_read(&env);
+    set_cmq_tile(&env, 32, 16, 1);
     burst_vk_tiles_rule(&caps, &env, &t);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 32, 16, 1);
-    setenv("BURST_VK_CMQ_TILE", "128,64,1", 1);
-    burst_vk_env_read(&env);
+    set_cmq_tile(&env, 128, 64, 1);
     burst_vk_tiles_rule(&caps, &env, &t);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 160, 32, 2);
-    setenv("BURST_VK_CMQ_TILE", "192,64", 1);
-    burst_vk_env_read(&env);
+    set_cmq_tile(&env, 192, 64, 0);
     burst_vk_tiles_rule(&caps, &env, &t);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 192, 64, 0);
-    unsetenv("BURST_VK_CMQ_TILE");
 }
 
 /* fwd_cmq's per-call tile (burst_vk_fwd_cmq_call_tile) on an H100's limits: the loaders' tile
@@ -221,19 +227,17 @@ static void cmq_call_tile(void **state)
         const struct burst_vk_tile rule = cases[i].big ? big : ld;
         const struct burst_vk_tile *want = cases[i].keep ? &rule : &small;
         caps.sm_count = (uint32_t)cases[i].sms;
-        struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, rule,
-                                                            cases[i].groups, cases[i].mask_all);
+        struct burst_vk_tile t =
+            burst_vk_fwd_cmq_call_tile(&caps, &env, c, rule, cases[i].groups, cases[i].mask_all);
         if (memcmp(&t, want, sizeof t) != 0)
             fail_msg("case %zu: tile %d x %d x %d + %d, expected %d x %d x %d + %d", i, t.t, t.br,
                      t.bc, t.ld, want->t, want->br, want->bc, want->ld);
     }
     caps.sm_count = 132;
     /* pinned: kept for every call */
-    setenv("BURST_VK_CMQ_TILE", "160,32,2", 1);
-    burst_vk_env_read(&env);
+    set_cmq_tile(&env, 160, 32, 2);
     struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 1, 0);
     expect_tile(&t, 160, 32, 2);
-    unsetenv("BURST_VK_CMQ_TILE");
 }
 
 int main(void)

@@ -289,7 +289,7 @@ static void tile_cache(void **state)
     json = probe_json();
     if (!strstr(json, "\"source\": \"cache\"") ||
         !strstr(json, "{\"max_head_dim\": 128, \"t\": 1, \"br\": 32, \"bc\": 4, "
-                            "\"loaders\": 0}"))
+                      "\"loaders\": 0}"))
         fail_msg("valid cache file %s not used:\n%s", path, json);
     burst_free(json);
     /* and a context created now computes correctly with it (on the cached fwd tile: the

@@ -188,40 +188,114 @@ static const char *const dtype_names[] = {"fp32", "fp16", "bf16"};
 static const char *const layout_names[] = {"natural", "zigzag", "striped"};
 static const char *const mask_names[] = {"full", "causal"};
 
-int main(int argc, char **argv)
-{
-    int64_t ranks[MAX_LIST] = {1}, seqs[MAX_LIST] = {4096, 16384}, dims[MAX_LIST] = {64, 128},
-            masks[MAX_LIST] = {0, 1}, dtypes[MAX_LIST] = {BURST_DTYPE_FP32};
-    int nranks = 1, nseqs = 2, ndims = 2, nmasks = 2, ndtypes = 1;
-    int batch = 1, heads = 4, kv_heads = 0, iters = 3, warmup = -1, num_threads = 0;
-    int run_bwd = 1;
-    double max_seconds = 20.0, peak_gflops = 0.0, min_cpu = 0.0;
-    int retries = 3;
-    const char *csv_path = "burstbench.csv";
-    uint64_t seed = 1;
-    burst_layout_t layout = BURST_LAYOUT_ZIGZAG;
+/* The sweep as the flags give it, and what every configuration's row needs. */
+struct bench {
+    int64_t ranks[MAX_LIST], seqs[MAX_LIST], dims[MAX_LIST], masks[MAX_LIST], dtypes[MAX_LIST];
+    int nranks, nseqs, ndims, nmasks, ndtypes;
+    int batch, heads, kv_heads, iters, warmup, num_threads, run_bwd, retries;
+    double max_seconds, peak_gflops, min_cpu;
+    const char *csv_path;
+    uint64_t seed;
+    burst_layout_t layout;
+    /* set once the context exists */
+    struct burst_context *ctx;
+    int threads, peak_given;
+    char isa[32];
+    struct machine m;
+    FILE *csv;
+};
 
+/* One flag with its value (a is the flag, v its value). */
+static void bench_flag(struct bench *b, const char *a, const char *v)
+{
+    if (!strcmp(a, "--ranks"))
+        b->nranks = parse_list(a, v, b->ranks, NULL, 0, 1, 1024);
+    else if (!strcmp(a, "--seqs"))
+        b->nseqs = parse_list(a, v, b->seqs, NULL, 0, 1, INT64_C(1) << 32);
+    else if (!strcmp(a, "--dims"))
+        b->ndims = parse_list(a, v, b->dims, NULL, 0, 8, 256);
+    else if (!strcmp(a, "--masks"))
+        b->nmasks = parse_list(a, v, b->masks, mask_names, 2, 0, 0);
+    else if (!strcmp(a, "--dtypes"))
+        b->ndtypes = parse_list(a, v, b->dtypes, dtype_names, 3, 0, 0);
+    else if (!strcmp(a, "--layout")) {
+        int64_t l[MAX_LIST];
+        if (parse_list(a, v, l, layout_names, 3, 0, 0) != 1)
+            die_usage("--layout takes one value");
+        b->layout = (burst_layout_t)l[0];
+    } else if (!strcmp(a, "--batch"))
+        b->batch = (int)parse_int(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--heads"))
+        b->heads = (int)parse_int(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--kv-heads"))
+        b->kv_heads = (int)parse_int(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--iters"))
+        b->iters = (int)parse_int(a, v, 1, 1000);
+    else if (!strcmp(a, "--warmup"))
+        b->warmup = (int)parse_int(a, v, -1, 1000);
+    else if (!strcmp(a, "--max-seconds"))
+        b->max_seconds = (double)parse_int(a, v, 0, 1 << 20);
+    else if (!strcmp(a, "--num-threads"))
+        b->num_threads = (int)parse_int(a, v, 0, 1 << 16);
+    else if (!strcmp(a, "--peak-gflops")) {
+        char *end;
+        b->peak_gflops = strtod(v, &end);
+        if (end == v || *end || !(b->peak_gflops > 0))
+            die_usage("bad value for --peak-gflops: '%s'", v);
+    } else if (!strcmp(a, "--min-cpu"))
+        b->min_cpu = (double)parse_int(a, v, 0, 100);
+    else if (!strcmp(a, "--retries"))
+        b->retries = (int)parse_int(a, v, 0, 100);
+    else if (!strcmp(a, "--csv"))
+        b->csv_path = v;
+    else if (!strcmp(a, "--seed"))
+        b->seed = (uint64_t)parse_int(a, v, 0, INT64_MAX);
+}
+
+/* The defaults, then every flag; exits on --help and on a usage error. */
+static void bench_args(struct bench *b, int argc, char **argv)
+{
+    *b = (struct bench){.ranks = {1},
+                        .seqs = {4096, 16384},
+                        .dims = {64, 128},
+                        .masks = {0, 1},
+                        .dtypes = {BURST_DTYPE_FP32},
+                        .nranks = 1,
+                        .nseqs = 2,
+                        .ndims = 2,
+                        .nmasks = 2,
+                        .ndtypes = 1,
+                        .batch = 1,
+                        .heads = 4,
+                        .iters = 3,
+                        .warmup = -1,
+                        .run_bwd = 1,
+                        .max_seconds = 20.0,
+                        .retries = 3,
+                        .csv_path = "burstbench.csv",
+                        .seed = 1,
+                        .layout = BURST_LAYOUT_ZIGZAG};
+    static const char *const valued[] = {
+        "--ranks",       "--seqs",        "--dims",     "--masks", "--dtypes",  "--layout",
+        "--batch",       "--heads",       "--kv-heads", "--iters", "--warmup",  "--max-seconds",
+        "--num-threads", "--peak-gflops", "--csv",      "--seed",  "--min-cpu", "--retries"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            exit(0);
         }
         if (!strcmp(a, "--quick")) {
-            seqs[0] = 1024;
-            seqs[1] = 2048;
-            nseqs = 2;
-            iters = 1;
+            b->seqs[0] = 1024;
+            b->seqs[1] = 2048;
+            b->nseqs = 2;
+            b->iters = 1;
             continue;
         }
         if (!strcmp(a, "--fwd-only")) {
-            run_bwd = 0;
+            b->run_bwd = 0;
             continue;
         }
-        static const char *const valued[] = {
-            "--ranks",       "--seqs",        "--dims",     "--masks", "--dtypes",  "--layout",
-            "--batch",       "--heads",       "--kv-heads", "--iters", "--warmup",  "--max-seconds",
-            "--num-threads", "--peak-gflops", "--csv",      "--seed",  "--min-cpu", "--retries"};
         int known = 0;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(a, valued[k]);
@@ -229,115 +303,184 @@ int main(int argc, char **argv)
             die_usage("unknown option '%s'", a);
         if (i + 1 >= argc)
             die_usage("option %s needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--ranks"))
-            nranks = parse_list(a, v, ranks, NULL, 0, 1, 1024);
-        else if (!strcmp(a, "--seqs"))
-            nseqs = parse_list(a, v, seqs, NULL, 0, 1, INT64_C(1) << 32);
-        else if (!strcmp(a, "--dims"))
-            ndims = parse_list(a, v, dims, NULL, 0, 8, 256);
-        else if (!strcmp(a, "--masks"))
-            nmasks = parse_list(a, v, masks, mask_names, 2, 0, 0);
-        else if (!strcmp(a, "--dtypes"))
-            ndtypes = parse_list(a, v, dtypes, dtype_names, 3, 0, 0);
-        else if (!strcmp(a, "--layout")) {
-            int64_t l[MAX_LIST];
-            if (parse_list(a, v, l, layout_names, 3, 0, 0) != 1)
-                die_usage("--layout takes one value");
-            layout = (burst_layout_t)l[0];
-        } else if (!strcmp(a, "--batch"))
-            batch = (int)parse_int(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--heads"))
-            heads = (int)parse_int(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--kv-heads"))
-            kv_heads = (int)parse_int(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--iters"))
-            iters = (int)parse_int(a, v, 1, 1000);
-        else if (!strcmp(a, "--warmup"))
-            warmup = (int)parse_int(a, v, -1, 1000);
-        else if (!strcmp(a, "--max-seconds"))
-            max_seconds = (double)parse_int(a, v, 0, 1 << 20);
-        else if (!strcmp(a, "--num-threads"))
-            num_threads = (int)parse_int(a, v, 0, 1 << 16);
-        else if (!strcmp(a, "--peak-gflops")) {
-            char *end;
-            peak_gflops = strtod(v, &end);
-            if (end == v || *end || !(peak_gflops > 0))
-                die_usage("bad value for --peak-gflops: '%s'", v);
-        } else if (!strcmp(a, "--min-cpu"))
-            min_cpu = (double)parse_int(a, v, 0, 100);
-        else if (!strcmp(a, "--retries"))
-            retries = (int)parse_int(a, v, 0, 100);
-        else if (!strcmp(a, "--csv"))
-            csv_path = v;
-        else if (!strcmp(a, "--seed"))
-            seed = (uint64_t)parse_int(a, v, 0, INT64_MAX);
+        bench_flag(b, a, argv[++i]);
     }
-    if (kv_heads == 0)
-        kv_heads = heads;
-    if (heads % kv_heads)
-        die_usage("--kv-heads %d must divide --heads %d", kv_heads, heads);
-    for (int i = 0; i < ndims; i++)
-        if (dims[i] % 8)
+    if (b->kv_heads == 0)
+        b->kv_heads = b->heads;
+    if (b->heads % b->kv_heads)
+        die_usage("--kv-heads %d must divide --heads %d", b->kv_heads, b->heads);
+    for (int i = 0; i < b->ndims; i++)
+        if (b->dims[i] % 8)
             die_usage("bad value in --dims: %lld (expected a multiple of 8 in 8..256)",
-                      (long long)dims[i]);
+                      (long long)b->dims[i]);
+}
 
+/* The machine, the peak the rows are compared with, and the sweep's settings. */
+static void bench_header(struct bench *b, const struct burst_context_params *cp)
+{
+    read_machine(&b->m);
+    const struct machine *m = &b->m;
+    int cores = b->threads < m->cpus ? b->threads : m->cpus;
+    int lanes = kernel_lanes(cp, b->isa, sizeof(b->isa));
+    if (lanes <= 0) /* no probe answer: what the cpu's flags allow */
+        lanes = m->avx512f ? 16 : (m->avx2 || m->fma) ? 8 : 4;
+    b->peak_given = b->peak_gflops > 0;
+    if (!b->peak_given)
+        b->peak_gflops = cores * 2.0 * lanes * 2.0 * m->mhz / 1000.0;
+    time_t now = time(NULL);
+    char date[32];
+    strftime(date, sizeof(date), "%Y-%m-%d %H:%M", localtime(&now));
+    printf("burstbench %s, %s\n", burst_version_string(), date);
+    printf("machine: %s, %d online cpus, %.0f MHz, avx2 %s, fma %s, avx512f %s\n", m->model,
+           m->cpus, m->mhz, m->avx2 ? "yes" : "no", m->fma ? "yes" : "no",
+           m->avx512f ? "yes" : "no");
+    if (b->peak_given)
+        printf("fp32 peak: %.1f GFLOP/s (--peak-gflops)\n", b->peak_gflops);
+    else
+        printf("fp32 peak: %.1f GFLOP/s = %d cores x 2 FMA units x %d lanes (kernels %s) x 2 x "
+               "%.3f GHz%s\n",
+               b->peak_gflops, cores, lanes, b->isa, m->mhz / 1000.0,
+               strncmp(b->isa, "avx512", 6) == 0 ? "; head dims not a multiple of 16: avx2, half"
+                                                 : "");
+    printf("backend %s, %d compute threads; B=%d Hq=%d Hkv=%d, layout %s, median of up to %d "
+           "runs (max %.0f s per configuration)\n\n",
+           burst_context_backend(b->ctx), b->threads, b->batch, b->heads, b->kv_heads,
+           layout_names[b->layout], b->iters, b->max_seconds);
+}
+
+/* The CSV file and its header ("-": none). 0, or -1 when it cannot be written. */
+static int bench_csv(struct bench *b)
+{
+    if (strcmp(b->csv_path, "-") == 0)
+        return 0;
+    b->csv = fopen(b->csv_path, "w");
+    if (!b->csv) {
+        fprintf(stderr, "%s: --csv %s: %s\n", prog, b->csv_path, strerror(errno));
+        return -1;
+    }
+    fprintf(b->csv, "ranks,dtype,seq,head_dim,causal,batch,heads,kv_heads,layout,threads,iters,"
+                    "fwd_ms,fwd_gflops,fwd_pct_peak,fwd_bwd_ms,fwd_bwd_gflops,fwd_bwd_pct_peak,"
+                    "bytes_fwd_per_rank,bytes_bwd_per_rank,fwd_rel_err,check,peak_gflops,"
+                    "fwd_min_ms,fwd_bwd_min_ms,cpu_share,cpu_model\n");
+    return 0;
+}
+
+/* The job of configuration c (the sweep's last axis varies fastest: masks, dims, seqs,
+ * dtypes, ranks). */
+static struct job_params bench_job(const struct bench *b, int c)
+{
+    int rest = c;
+    int im = rest % b->nmasks;
+    rest /= b->nmasks;
+    int id = rest % b->ndims;
+    rest /= b->ndims;
+    int is = rest % b->nseqs;
+    rest /= b->nseqs;
+    int it = rest % b->ndtypes;
+    int ir = rest / b->ndtypes;
+    struct job_params p;
+    memset(&p, 0, sizeof(p));
+    p.ranks = (int)b->ranks[ir];
+    p.batch = b->batch;
+    p.seq_len = b->seqs[is];
+    p.q_heads = b->heads;
+    p.kv_heads = b->kv_heads;
+    p.head_dim = (int)b->dims[id];
+    p.dtype = (burst_dtype_t)b->dtypes[it];
+    p.causal = (int)b->masks[im];
+    p.window_left = -1;
+    p.window_right = -1;
+    p.layout = b->layout;
+    p.bwd = BURST_BWD_BURST;
+    p.run_bwd = b->run_bwd;
+    p.iters = b->iters;
+    p.warmup = b->warmup >= 0 ? b->warmup : (3.5 * job_fwd_flops(&p) < 50e9 ? 1 : 0);
+    p.max_seconds = b->max_seconds;
+    p.seed = b->seed;
+    p.check_fwd = 1;
+    p.mismatch_rank = -1;
+    return p;
+}
+
+/* Run p (again, up to --retries, while the run had less than --min-cpu of its cores: the least
+ * contended run is kept in r). */
+static int bench_run(const struct bench *b, const struct job_params *p, struct job_result *r,
+                     struct job_result *best)
+{
+    struct burst_context *ctxs[64]; /* every rank on the one context */
+    for (int rk = 0; rk < p->ranks && rk < 64; rk++)
+        ctxs[rk] = b->ctx;
+    int rc = job_run(p, ctxs, r);
+    for (int t = 0; rc == JOB_OK && r->cpu_share < b->min_cpu / 100.0 && t < b->retries; t++) {
+        *best = *r;
+        rc = job_run(p, ctxs, r);
+        fprintf(stderr, "%s: N=%lld d=%d %s: cpu share %.0f%% < %.0f%%, ran it again: %.0f%%\n",
+                prog, (long long)p->seq_len, p->head_dim, mask_names[p->causal],
+                100.0 * best->cpu_share, b->min_cpu, rc == JOB_OK ? 100.0 * r->cpu_share : 0.0);
+        if (rc == JOB_OK && r->cpu_share < best->cpu_share)
+            *r = *best; /* keep the least contended run */
+    }
+    return rc;
+}
+
+/* One configuration's row of the table and of the CSV; whether its check passed. */
+static int bench_row(const struct bench *b, const struct job_params *p, const struct job_result *r)
+{
+    double flops = job_fwd_flops(p);
+    double rel = job_err_rel(&r->err[JOB_O], JOB_O);
+    double rel_lse = job_err_rel(&r->err[JOB_LSE], JOB_LSE);
+    rel = rel_lse > rel ? rel_lse : rel;
+    int ok = rel <= job_tolerance(p->dtype);
+    /* the AVX-512 kernels run head dims that are multiples of 16; the others run avx2 */
+    double peak = !b->peak_given && strncmp(b->isa, "avx512", 6) == 0 && p->head_dim % 16 != 0
+                      ? b->peak_gflops / 2.0
+                      : b->peak_gflops;
+    double gf = flops / r->fwd_s / 1e9;
+    double fb_s = r->fwd_s + r->bwd_s;
+    double gfb = b->run_bwd ? 3.5 * flops / fb_s / 1e9 : 0.0;
+    printf("%5d %5s %6lld %4d %-6s %4d %10.1f %9.1f %5.1f%% ", p->ranks, dtype_names[p->dtype],
+           (long long)p->seq_len, p->head_dim, mask_names[p->causal], r->iters_done, r->fwd_s * 1e3,
+           gf, 100.0 * gf / peak);
+    if (b->run_bwd)
+        printf("%11.1f %9.1f %5.1f%% ", fb_s * 1e3, gfb, 100.0 * gfb / peak);
+    else
+        printf("%11s %9s %6s ", "-", "-", "-");
+    printf("%10.2e %6s %4.0f%%\n", rel, ok ? "ok" : "FAIL", 100.0 * r->cpu_share);
+    fflush(stdout);
+    if (b->csv) {
+        fprintf(b->csv,
+                "%d,%s,%lld,%d,%d,%d,%d,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.3f,%.2f,"
+                "%.2f,%" PRIu64 ",%" PRIu64 ",%.3e,%s,%.1f,%.3f,%.3f,%.3f,\"%s\"\n",
+                p->ranks, dtype_names[p->dtype], (long long)p->seq_len, p->head_dim, p->causal,
+                b->batch, b->heads, b->kv_heads, layout_names[b->layout], b->threads, r->iters_done,
+                r->fwd_s * 1e3, gf, 100.0 * gf / peak, b->run_bwd ? fb_s * 1e3 : 0.0, gfb,
+                100.0 * gfb / peak, r->bytes_fwd, r->bytes_bwd, rel, ok ? "pass" : "fail", peak,
+                r->fwd_min_s * 1e3, b->run_bwd ? (r->fwd_min_s + r->bwd_min_s) * 1e3 : 0.0,
+                r->cpu_share, b->m.model);
+        fflush(b->csv);
+    }
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench b;
+    bench_args(&b, argc, argv);
     struct burst_context_params cp = burst_context_params_default();
     cp.backend = "cpu";
-    cp.num_threads = num_threads;
-    struct burst_context *ctx;
-    burst_status_t st = burst_context_create(&cp, &ctx);
+    cp.num_threads = b.num_threads;
+    burst_status_t st = burst_context_create(&cp, &b.ctx);
     if (st != BURST_OK) {
         fprintf(stderr, "%s: cpu backend: %s: %s\n", prog, burst_status_str(st),
                 burst_last_error());
         return 3;
     }
-    int threads = burst_context_num_threads(ctx);
-
-    struct machine m;
-    read_machine(&m);
-    int cores = threads < m.cpus ? threads : m.cpus;
-    char isa[32];
-    int lanes = kernel_lanes(&cp, isa, sizeof(isa));
-    if (lanes <= 0) /* no probe answer: what the cpu's flags allow */
-        lanes = m.avx512f ? 16 : (m.avx2 || m.fma) ? 8 : 4;
-    int peak_given = peak_gflops > 0;
-    if (!peak_given)
-        peak_gflops = cores * 2.0 * lanes * 2.0 * m.mhz / 1000.0;
-
-    time_t now = time(NULL);
-    char date[32];
-    strftime(date, sizeof(date), "%Y-%m-%d %H:%M", localtime(&now));
-    printf("burstbench %s, %s\n", burst_version_string(), date);
-    printf("machine: %s, %d online cpus, %.0f MHz, avx2 %s, fma %s, avx512f %s\n", m.model, m.cpus,
-           m.mhz, m.avx2 ? "yes" : "no", m.fma ? "yes" : "no", m.avx512f ? "yes" : "no");
-    if (peak_given)
-        printf("fp32 peak: %.1f GFLOP/s (--peak-gflops)\n", peak_gflops);
-    else
-        printf("fp32 peak: %.1f GFLOP/s = %d cores x 2 FMA units x %d lanes (kernels %s) x 2 x "
-               "%.3f GHz%s\n",
-               peak_gflops, cores, lanes, isa, m.mhz / 1000.0,
-               strncmp(isa, "avx512", 6) == 0 ? "; head dims not a multiple of 16: avx2, half"
-                                              : "");
-    printf("backend %s, %d compute threads; B=%d Hq=%d Hkv=%d, layout %s, median of up to %d "
-           "runs (max %.0f s per configuration)\n\n",
-           burst_context_backend(ctx), threads, batch, heads, kv_heads, layout_names[layout], iters,
-           max_seconds);
-
-    FILE *csv = NULL;
-    if (strcmp(csv_path, "-") != 0) {
-        csv = fopen(csv_path, "w");
-        if (!csv) {
-            fprintf(stderr, "%s: --csv %s: %s\n", prog, csv_path, strerror(errno));
-            burst_context_destroy(ctx);
-            return 2;
-        }
-        fprintf(csv, "ranks,dtype,seq,head_dim,causal,batch,heads,kv_heads,layout,threads,iters,"
-                     "fwd_ms,fwd_gflops,fwd_pct_peak,fwd_bwd_ms,fwd_bwd_gflops,fwd_bwd_pct_peak,"
-                     "bytes_fwd_per_rank,bytes_bwd_per_rank,fwd_rel_err,check,peak_gflops,"
-                     "fwd_min_ms,fwd_bwd_min_ms,cpu_share,cpu_model\n");
+    b.threads = burst_context_num_threads(b.ctx);
+    bench_header(&b, &cp);
+    if (bench_csv(&b) != 0) {
+        burst_context_destroy(b.ctx);
+        return 2;
     }
-
     printf("%5s %5s %6s %4s %-6s %4s %10s %9s %6s %11s %9s %6s %10s %6s %5s\n", "ranks", "dtype",
            "N", "d", "mask", "runs", "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak",
            "fwd relerr", "check", "cpu%");
@@ -346,107 +489,32 @@ int main(int argc, char **argv)
     if (!r || !best) {
         free(r);
         free(best);
-        burst_context_destroy(ctx);
+        burst_context_destroy(b.ctx);
         return 3;
     }
     double t_start = job_now();
-    int nconf = nranks * ndtypes * nseqs * ndims * nmasks;
+    int nconf = b.nranks * b.ndtypes * b.nseqs * b.ndims * b.nmasks;
     for (int c = 0; c < nconf; c++) {
-        int rest = c;
-        int im = rest % nmasks;
-        rest /= nmasks;
-        int id = rest % ndims;
-        rest /= ndims;
-        int is = rest % nseqs;
-        rest /= nseqs;
-        int it = rest % ndtypes;
-        int ir = rest / ndtypes;
-        struct job_params p;
-        memset(&p, 0, sizeof(p));
-        p.ranks = (int)ranks[ir];
-        p.batch = batch;
-        p.seq_len = seqs[is];
-        p.q_heads = heads;
-        p.kv_heads = kv_heads;
-        p.head_dim = (int)dims[id];
-        p.dtype = (burst_dtype_t)dtypes[it];
-        p.causal = (int)masks[im];
-        p.window_left = -1;
-        p.window_right = -1;
-        p.layout = layout;
-        p.bwd = BURST_BWD_BURST;
-        p.run_bwd = run_bwd;
-        p.iters = iters;
-        double flops = job_fwd_flops(&p);
-        p.warmup = warmup >= 0 ? warmup : (3.5 * flops < 50e9 ? 1 : 0);
-        p.max_seconds = max_seconds;
-        p.seed = seed;
-        p.check_fwd = 1;
-        p.mismatch_rank = -1;
-        struct burst_context *ctxs[64]; /* every rank on the one context */
-        for (int rk = 0; rk < p.ranks && rk < 64; rk++)
-            ctxs[rk] = ctx;
+        struct job_params p = bench_job(&b, c);
         if (p.ranks > 64) {
             fprintf(stderr, "%s: at most 64 ranks\n", prog);
             return 2;
         }
-        int rc = job_run(&p, ctxs, r);
-        for (int t = 0; rc == JOB_OK && r->cpu_share < min_cpu / 100.0 && t < retries; t++) {
-            *best = *r;
-            rc = job_run(&p, ctxs, r);
-            fprintf(stderr, "%s: N=%lld d=%d %s: cpu share %.0f%% < %.0f%%, ran it again: %.0f%%\n",
-                    prog, (long long)p.seq_len, p.head_dim, mask_names[p.causal],
-                    100.0 * best->cpu_share, min_cpu, rc == JOB_OK ? 100.0 * r->cpu_share : 0.0);
-            if (rc == JOB_OK && r->cpu_share < best->cpu_share)
-                *r = *best; /* keep the least contended run */
-        }
-        if (rc != JOB_OK) {
+        if (bench_run(&b, &p, r, best) != JOB_OK) {
             printf("%5d %5s %6lld %4d %-6s  error: %s\n", p.ranks, dtype_names[p.dtype],
                    (long long)p.seq_len, p.head_dim, mask_names[p.causal], r->message);
             rc_runtime = 1;
             continue;
         }
-        double rel = job_err_rel(&r->err[JOB_O], JOB_O);
-        double rel_lse = job_err_rel(&r->err[JOB_LSE], JOB_LSE);
-        rel = rel_lse > rel ? rel_lse : rel;
-        int ok = rel <= job_tolerance(p.dtype);
-        all_ok &= ok;
-        /* the AVX-512 kernels run head dims that are multiples of 16; the others run avx2 */
-        double peak = !peak_given && strncmp(isa, "avx512", 6) == 0 && p.head_dim % 16 != 0
-                          ? peak_gflops / 2.0
-                          : peak_gflops;
-        double gf = flops / r->fwd_s / 1e9;
-        double fb_s = r->fwd_s + r->bwd_s;
-        double gfb = run_bwd ? 3.5 * flops / fb_s / 1e9 : 0.0;
-        printf("%5d %5s %6lld %4d %-6s %4d %10.1f %9.1f %5.1f%% ", p.ranks, dtype_names[p.dtype],
-               (long long)p.seq_len, p.head_dim, mask_names[p.causal], r->iters_done,
-               r->fwd_s * 1e3, gf, 100.0 * gf / peak);
-        if (run_bwd)
-            printf("%11.1f %9.1f %5.1f%% ", fb_s * 1e3, gfb, 100.0 * gfb / peak);
-        else
-            printf("%11s %9s %6s ", "-", "-", "-");
-        printf("%10.2e %6s %4.0f%%\n", rel, ok ? "ok" : "FAIL", 100.0 * r->cpu_share);
-        fflush(stdout);
-        if (csv) {
-            fprintf(csv,
-                    "%d,%s,%lld,%d,%d,%d,%d,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.3f,%.2f,"
-                    "%.2f,%" PRIu64 ",%" PRIu64 ",%.3e,%s,%.1f,%.3f,%.3f,%.3f,\"%s\"\n",
-                    p.ranks, dtype_names[p.dtype], (long long)p.seq_len, p.head_dim, p.causal,
-                    batch, heads, kv_heads, layout_names[layout], threads, r->iters_done,
-                    r->fwd_s * 1e3, gf, 100.0 * gf / peak, run_bwd ? fb_s * 1e3 : 0.0, gfb,
-                    100.0 * gfb / peak, r->bytes_fwd, r->bytes_bwd, rel, ok ? "pass" : "fail", peak,
-                    r->fwd_min_s * 1e3, run_bwd ? (r->fwd_min_s + r->bwd_min_s) * 1e3 : 0.0,
-                    r->cpu_share, m.model);
-            fflush(csv);
-        }
+        all_ok &= bench_row(&b, &p, r);
     }
     printf("\ntotal %.0f s; forward checked on sampled rows against the fp64 reference "
            "(tolerance fp32 1e-4, fp16 1.95e-3, bf16 1.56e-2)%s%s\n",
-           job_now() - t_start, csv ? "; CSV: " : "", csv ? csv_path : "");
-    if (csv)
-        fclose(csv);
+           job_now() - t_start, b.csv ? "; CSV: " : "", b.csv ? b.csv_path : "");
+    if (b.csv)
+        fclose(b.csv);
     free(r);
     free(best);
-    burst_context_destroy(ctx);
+    burst_context_destroy(b.ctx);
     return rc_runtime ? 3 : all_ok ? 0 : 1;
 }

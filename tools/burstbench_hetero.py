@@ -16,7 +16,7 @@ Every run is checked first with a small --check run of the same configuration; p
 table below the main one gives each mode's compute / wait / total ms (burstrun's per_rank).
 
 Ideal = the job's work over the sum of the ranks' speeds (work = allowed query/key pairs x batch
-x query heads, the unit of the measured speeds), taken from the auto run. The issue's goal is a
+x query heads, the unit of the measured speeds), taken from the auto run. The target is a
 forward time <= 1.15 x ideal with speed-sized shards; the equal-shard time shows what sizing by
 speed buys. Prints a table and writes burstbench_hetero.csv. Measure on a quiet machine: this
 script only launches burstrun, it does not control for other load.

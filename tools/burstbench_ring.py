@@ -11,7 +11,7 @@ per-GPU TFLOP/s, the ratio of forward+backward times burst / PyTorch, backward b
 (burst / ring, against ALGORITHM.md section 2's prediction), overlap and the per-step timeline
 (compute vs wait per step, from the engine's statistics: CUDA events on device-to-device rings),
 and the peak GPU memory of each run (nvidia-smi, sampled every 20 ms, minus the idle level: includes the CUDA context; "w/o ctx":
-the eight local tensors plus the engine's scratch, what the budget counts) beside the issue's
+the eight local tensors plus the engine's scratch, what the budget counts) beside the memory
 budget (local Q, K, V, O, dO, dQ, dK, dV + two blocks). --workspace runs each size with several
 plan.workspace_limit values (burstrun --workspace: auto, unlimited or MiB; the ring runs
 once per group of heads to stay within the limit) and reports the head groups each used. Writes a
@@ -171,7 +171,7 @@ def main():
                            bwd_step_wait_ms=j["bwd_step_ms"]["wait"],
                            peak_mem_gib=j["peak_mem_gib"],
                            scratch_gib=max(j["scratch_fwd_per_rank"], j["scratch_bwd_per_rank"]) / 2**30)
-                # the issue's memory budget per rank: 8 local tensors (bf16) + two K/V blocks
+                # the memory budget per rank: 8 local tensors (bf16) + two K/V blocks
                 local = n // g
                 row["budget_gib"] = (8 * local * h * d * 2 + 2 * 2 * local * h * d * 2) / 2**30
                 # what the budget counts, without the CUDA context: the 8 tensors + the scratch

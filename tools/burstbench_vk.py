@@ -84,7 +84,7 @@ def kernel_ms(prof, names):
 
 
 # PyTorch SDPA backends timed beside us: FA2 and cuDNN take fp16 / bf16; for fp32 the
-# memory-efficient kernel is PyTorch's fastest (the "fp32 SDPA")
+# memory-efficient kernel is PyTorch's fastest (the "fp32 SDPA" compared against)
 TORCH_NAMES = ("fa2", "cudnn", "efficient")
 
 

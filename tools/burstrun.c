@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "burst/burst.h"
-#include "env.h"
 #include "job.h"
 #include "job_size.h"
 #include "launch.h"
@@ -102,7 +101,7 @@ static void usage(FILE *f)
         "check:\n");
     fprintf(
         f,
-        "  --check                compare with the fp64 reference of tests/ref.c after the\n"
+        "  --check                compare with the fp64 reference of tools/ref.c after the\n"
         "                         timed runs: O and lse of every row and dQ, dK, dV, when the\n"
         "                         reference costs B*N^2*Hq*d <= %.0e multiply-adds; above that\n"
         "                         --check is refused (exit 2): use --check-fwd-only (with\n"
@@ -123,7 +122,8 @@ static void usage(FILE *f)
         "                         processes with --deterministic)\n"
         "  --verbose              per-rank compute / wait / total time of each phase, and the\n"
         "                         launch (rendezvous, fabric) on stderr\n"
-        "  --info                 print the tunables (environment variables) and exit\n"
+        "  --info                 print every BURST_* setting with its current value and exit\n"
+        "                         (with --json: one JSON object)\n"
         "  --probe                list every backend's devices, capabilities and chosen tiles\n"
         "                         and exit (with --json: one JSON object)\n"
         "  -h, --help             this text\n"
@@ -167,49 +167,40 @@ static void usage(FILE *f)
         LAUNCH_GRACE_MS);
 }
 
-static void info(void)
+/* --info: the versions, every BURST_* setting with its current value (the library's table,
+ * runtime/settings.c) and what backend "auto" resolves to; --info --json: one JSON object. */
+static void info(int json)
 {
-    static const struct {
-        const char *name, *what;
-    } vars[] = {
-        {"BURST_BACKEND", "backend chosen by \"auto\" (e.g. cpu)"},
-        {"BURST_DEVICE", "GPU backends: device index or name substring (default 0)"},
-        {"BURST_DEVICE_DIRECT", "0: stage device blocks through host memory even in-process"},
-        {"BURST_NUM_THREADS", "cpu backend worker threads (default: every online core)"},
-        {"BURST_TIMEOUT_MS", "longest wait for a peer in ms (default 120000)"},
-        {"BURST_CPU_ISA", "cpu kernels: auto|base|avx2|avx512|avx512bf16|neon (auto)"},
-        {"BURST_FABRIC", "libfabric provider chosen by \"auto\": shm|tcp|verbs|efa"},
-        {"BURST_IFACE", "network interface or address for tcp/verbs"},
-        {"BURST_BOOTSTRAP", "rendezvous|mpi (default: mpi under Open MPI's mpirun)"},
-        {"BURST_RANK", "this process's rank (set by the launcher)"},
-        {"BURST_SIZE", "ranks in the job (set by the launcher)"},
-        {"BURST_RENDEZVOUS", "host:port of the job's rendezvous (set by the launcher)"},
-        {"BURST_JOB_KEY", "the job's secret key (set by the launcher; never printed)"},
-        {"BURST_FAB_PROGRESS", "thread|caller: who drives libfabric progress (thread)"},
-        {"BURST_FAB_SPIN_US", "wait()'s polling before it sleeps, in us (20)"},
-        {"BURST_FAB_CHUNK_BYTES", "split messages into chunks of this size (provider max)"},
-        {"BURST_FAB_MR_LOCAL", "1: register every buffer (providers needing FI_MR_LOCAL)"},
-        {"BURST_FAB_RXM_EAGER", "0: allow ofi_rxm rendezvous (faster, unsafe if a peer dies)"},
-        {"BURST_TEST_SEED", "seed of the randomised tests (tests only)"},
-        {"BURST_FAULT", "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C]"},
-    };
-    printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
-    printf("tunables (environment, read once per process):\n");
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = getenv(vars[i].name);
-        if (v && strcmp(vars[i].name, "BURST_JOB_KEY") == 0)
-            v = "(set)";
-        printf("  %-21s %-60s %s\n", vars[i].name, vars[i].what, v ? v : "(unset)");
+    char *report;
+    burst_status_t st = burst_settings_report(json, &report);
+    if (st != BURST_OK) {
+        fprintf(stderr, "%s: --info: %s: %s\n", prog, burst_status_str(st), burst_last_error());
+        exit(EXIT_RUNTIME);
     }
-    struct burst_context *ctx;
-    burst_status_t st = burst_context_create(NULL, &ctx);
-    if (st == BURST_OK) {
-        printf("backend \"auto\" resolves to: %s, %d compute threads\n", burst_context_backend(ctx),
-               burst_context_num_threads(ctx));
-        burst_context_destroy(ctx);
+    struct burst_context *ctx = NULL;
+    burst_status_t cst = burst_context_create(NULL, &ctx);
+    if (json) {
+        printf("{\"burstrun\": \"%s\", \"library\": \"%s\", \"settings\": %s, \"auto\": ",
+               BURST_VERSION_STRING, burst_version_string(), report);
+        if (cst == BURST_OK)
+            printf("{\"backend\": \"%s\", \"threads\": %d}}\n", burst_context_backend(ctx),
+                   burst_context_num_threads(ctx));
+        else
+            printf("{\"error\": \"%s\"}}\n", burst_status_str(cst));
     } else {
-        printf("backend \"auto\": %s: %s\n", burst_status_str(st), burst_last_error());
+        printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
+        printf("settings (environment; each is read when a context or communicator is created):\n"
+               "  name                    scope    type / range               doc\n%s",
+               report);
+        if (cst == BURST_OK)
+            printf("backend \"auto\" resolves to: %s, %d compute threads\n",
+                   burst_context_backend(ctx), burst_context_num_threads(ctx));
+        else
+            printf("backend \"auto\": %s: %s\n", burst_status_str(cst), burst_last_error());
     }
+    if (cst == BURST_OK)
+        burst_context_destroy(ctx);
+    burst_free(report);
 }
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -269,6 +260,7 @@ struct opts {
     int threads; /* --threads: ranks as threads */
     int verbose;
     int probe;                    /* --probe: report the backends and exit */
+    int info;                     /* --info: report the settings and exit */
     const char *hosts, *hostfile; /* --hosts / --hostfile: ranks through mpirun */
     int mpi_worker;               /* this process is a rank started by mpirun */
     int host_slots;               /* slots they give */
@@ -421,38 +413,377 @@ static int parse_hostfile(const char *path)
     return cores ? -1 : (int)total;
 }
 
-/* The library's variables that burstrun or its ranks read: one rule with the library's
- * (runtime/env.h): unset or empty = the default, anything else must be valid, else a usage
- * error naming it before any rank starts. Those burstrun sets for its ranks (BURST_RANK,
- * BURST_SIZE, BURST_BOOTSTRAP, ...) are replaced, not read. */
+/* The settings that every rank reads (contexts, the cpu backend, communicators, libfabric):
+ * the library's rule (burst_settings_check), so that a malformed one is a usage error naming it
+ * before any rank starts. Those burstrun sets for its ranks (BURST_RANK, BURST_SIZE,
+ * BURST_BOOTSTRAP, ...) are replaced, not read. */
 static void check_env(void)
 {
-    static const struct {
-        const char *name;
-        long lo, hi;
-    } ints[] = {
-        {"BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS},
-        {"BURST_NUM_THREADS", 1, 4096},
-    };
-    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
-        const char *v = getenv(ints[i].name);
-        long x;
-        if (v && *v && !burst_env_parse_long(v, ints[i].lo, ints[i].hi, &x))
-            die_usage("%s = '%.64s' in the environment is not an integer in %ld..%ld", ints[i].name,
-                      v, ints[i].lo, ints[i].hi);
-    }
-    const char *f = getenv("BURST_FABRIC");
-    if (f && *f && strcmp(f, "auto") && strcmp(f, "shm") && strcmp(f, "tcp") &&
-        strcmp(f, "verbs") && strcmp(f, "efa"))
-        die_usage("BURST_FABRIC = '%.64s' in the environment is not one of auto, shm, tcp, verbs, "
-                  "efa",
-                  f);
+    if (burst_settings_check() != BURST_OK)
+        die_usage("in the environment: %s", burst_last_error());
 }
 
-static void parse_args(int argc, char **argv, struct opts *o)
+/* ---- flags: one table, one handler per flag that takes more than a yes ---- */
+
+/* What parsing collects besides the options themselves, checked once every flag is read. */
+struct parse_state {
+    struct opts *o;
+    struct job_params *p;
+    int fabric_given, kill_step_given, weights_count, backend_given;
+};
+
+typedef void (*opt_handler)(struct parse_state *s, const char *name, const char *val);
+
+static void opt_help(struct parse_state *s, const char *name, const char *val)
+{
+    usage(stdout);
+    exit(0);
+}
+
+static void opt_version(struct parse_state *s, const char *name, const char *val)
+{
+    printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
+    exit(0);
+}
+
+static void opt_ranks(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->ranks = (int)parse_int(name, val, 1, 65536);
+    s->o->ranks_given = 1;
+}
+
+static void opt_hosts(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->hosts = val;
+    s->o->host_slots = parse_hosts(val);
+}
+
+static void opt_hostfile(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->hostfile = val;
+    s->o->host_slots = parse_hostfile(val);
+}
+
+static void opt_seq(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->seq_len = parse_int(name, val, 1, INT64_C(1) << 40);
+}
+
+static void opt_batch(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->batch = parse_int(name, val, 1, INT64_C(1) << 30);
+}
+
+static void opt_heads(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->q_heads = (int)parse_int(name, val, 1, 1 << 20);
+}
+
+static void opt_kv_heads(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->kv_heads = (int)parse_int(name, val, 1, 1 << 20);
+}
+
+static void opt_head_dim(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->head_dim = (int)parse_int(name, val, 1, 1 << 20);
+}
+
+static void opt_ranks_per_node(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->ranks_per_node = (int)parse_int(name, val, 0, 65536);
+}
+
+static void opt_workspace(struct parse_state *s, const char *name, const char *val)
+{
+    if (!strcmp(val, "auto"))
+        s->p->workspace_limit = 0;
+    else if (!strcmp(val, "unlimited"))
+        s->p->workspace_limit = UINT64_MAX;
+    else if (strspn(val, "0123456789") == strlen(val) && val[0] != '0')
+        s->p->workspace_limit = (uint64_t)parse_int(name, val, 1, INT64_C(1) << 40) << 20;
+    else
+        die_usage("bad value for --workspace: '%s' (expected auto, unlimited or a number of MiB "
+                  ">= 1)",
+                  val);
+}
+
+static void opt_dtype(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->dtype = (burst_dtype_t)parse_choice(name, val, dtype_names, 3);
+}
+
+static void opt_layout(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->layout = (burst_layout_t)parse_choice(name, val, layout_names, 3);
+}
+
+static void opt_bwd(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->bwd = (burst_bwd_pattern_t)parse_choice(name, val, bwd_names, 3);
+}
+
+static void opt_window(struct parse_state *s, const char *name, const char *val)
+{
+    const char *comma = strchr(val, ',');
+    char left[64];
+    if (!comma || (size_t)(comma - val) >= sizeof(left))
+        die_usage("bad value for --window: '%s' (expected L,R with integers >= -1, -1 = "
+                  "unbounded)",
+                  val);
+    memcpy(left, val, (size_t)(comma - val));
+    left[comma - val] = 0;
+    s->p->window_left = parse_int("--window (left)", left, -1, INT64_C(1) << 40);
+    s->p->window_right = parse_int("--window (right)", comma + 1, -1, INT64_C(1) << 40);
+}
+
+static void opt_iters(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->iters = (int)parse_int(name, val, 1, 1000000);
+}
+
+static void opt_warmup(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->warmup = (int)parse_int(name, val, 0, 1000000);
+}
+
+static void opt_seed(struct parse_state *s, const char *name, const char *val)
+{
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(val, &end, 0);
+    if (errno || end == val || *end || val[0] == '-')
+        die_usage("bad value for --seed: '%s' (expected an unsigned integer)", val);
+    s->p->seed = (uint64_t)seed;
+    s->o->seed_given = 1;
+}
+
+static void opt_backend(struct parse_state *s, const char *name, const char *val)
+{
+    if (s->o->backends_given)
+        die_usage("--backend and --backends exclude each other");
+    if (!*val)
+        die_usage("bad value for --backend: '%s' (expected cpu | vulkan | cuda | auto)", val);
+    s->o->backend = val;
+    s->backend_given = 1;
+}
+
+static void opt_device(struct parse_state *s, const char *name, const char *val)
+{
+    int n = job_list_count(val);
+    if (!*val || n > JOB_MAX_LIST || strlen(val) >= 500)
+        die_usage("bad value for --device: '%s' (expected an index or a name, or one per rank "
+                  "separated by commas, at most %d)",
+                  val, JOB_MAX_LIST);
+    for (int e = 0; e < n; e++) {
+        char ent[64];
+        job_list_entry(val, e, ent, sizeof(ent));
+        if (!ent[0])
+            die_usage("bad value for --device: '%s' (entry %d is empty)", val, e);
+    }
+    s->o->device_list = val;
+}
+
+static void opt_num_threads(struct parse_state *s, const char *name, const char *val)
+{
+    int n = job_list_count(val);
+    if (n > JOB_MAX_LIST || strlen(val) >= 500)
+        die_usage("bad value for --num-threads: more than %d entries or 500 characters",
+                  JOB_MAX_LIST);
+    for (int e = 0; e < n; e++) {
+        char ent[32];
+        job_list_entry(val, e, ent, sizeof(ent));
+        int t = (int)parse_int(name, ent, 0, 1 << 16);
+        if (e == 0)
+            s->o->num_threads = t;
+    }
+    s->o->num_threads_list = val;
+}
+
+static void opt_backends(struct parse_state *s, const char *name, const char *val)
+{
+    int n = job_list_count(val);
+    if (n > JOB_MAX_LIST || strlen(val) >= 500)
+        die_usage("bad value for --backends: '%.40s...' (at most %d entries, 500 characters)", val,
+                  JOB_MAX_LIST);
+    for (int e = 0; e < n; e++) {
+        char ent[64];
+        job_list_entry(val, e, ent, sizeof(ent));
+        if (strcmp(ent, "cpu") && strcmp(ent, "vulkan") && strcmp(ent, "cuda") &&
+            strcmp(ent, "auto"))
+            die_usage("bad value for --backends: entry %d is '%s' (expected cpu | vulkan | cuda "
+                      "| auto)",
+                      e, ent);
+    }
+    if (s->backend_given)
+        die_usage("--backend and --backends exclude each other");
+    s->o->backend = val;
+    s->o->backends_given = 1;
+}
+
+static void opt_weights(struct parse_state *s, const char *name, const char *val)
+{
+    if (!strcmp(val, "auto")) {
+        s->p->weights_mode = JOB_WEIGHTS_MEASURED;
+        return;
+    }
+    int n = job_list_count(val);
+    if (n > JOB_MAX_LIST)
+        die_usage("bad value for --weights: more than %d entries", JOB_MAX_LIST);
+    for (int e = 0; e < n; e++) {
+        char ent[64], *end;
+        job_list_entry(val, e, ent, sizeof(ent));
+        errno = 0;
+        double w = strtod(ent, &end);
+        if (errno || end == ent || *end || !(w > 0.0) || w > 1e12)
+            die_usage("bad value for --weights: entry %d is '%s' (expected a number > 0 and <= "
+                      "1e12, or auto)",
+                      e, ent);
+        s->p->weights[e] = w;
+    }
+    s->p->weights_mode = JOB_WEIGHTS_GIVEN;
+    s->weights_count = n; /* checked against -n once every flag is read */
+}
+
+static void opt_test_mismatch(struct parse_state *s, const char *name, const char *val)
+{
+    char field[16];
+    int rk = -1;
+    if (sscanf(val, "%d:%15s", &rk, field) != 2 || rk < 0 || rk > 65535 ||
+        (strcmp(field, "weights") && strcmp(field, "head_dim")))
+        die_usage("bad value for --test-mismatch: '%s' (expected RANK:weights or RANK:head_dim)",
+                  val);
+    s->p->mismatch_rank = rk;
+    snprintf(s->p->mismatch_field, sizeof(s->p->mismatch_field), "%s", field);
+}
+
+static void opt_fabric(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->fabric = fabric_names[parse_choice(name, val, fabric_names, 5)];
+    s->fabric_given = 1;
+}
+
+static void opt_iface(struct parse_state *s, const char *name, const char *val)
+{
+    if (!*val || strlen(val) > 200)
+        die_usage("bad value for --iface: '%s' (expected an interface name or address)", val);
+    s->o->iface = val;
+    s->fabric_given = 1;
+}
+
+static void opt_timeout(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
+}
+
+static void opt_kill_rank(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->kill.rank = (int)parse_int(name, val, 0, 65535);
+}
+
+static void opt_kill_phase(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->kill.phase = parse_choice(name, val, phase_names, 2) ? 'B' : 'F';
+}
+
+static void opt_kill_iter(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->kill.iter = (int)parse_int(name, val, 0, 1000000);
+}
+
+static void opt_kill_delay(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->kill.delay_ms = (int)parse_int(name, val, 0, 3600000);
+}
+
+static void opt_kill_step(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->kill_step = (int)parse_int(name, val, -1, 1 << 20);
+    s->kill_step_given = 1;
+}
+
+/* A flag: with a handler, or (flags that take no value) an int of struct opts or of struct
+ * job_params set to `set`. */
+struct burstrun_flag {
+    const char *name;
+    int takes_value;
+    opt_handler fn;
+    int in_params; /* the int is job_params' (else opts') */
+    size_t offset; /* of the int */
+    int set;       /* its value once the flag is given */
+};
+
+#define FLAG_O(n, field)                                                                           \
+    {                                                                                              \
+        n, 0, NULL, 0, offsetof(struct opts, field), 1                                             \
+    }
+#define FLAG_P(n, field, v)                                                                        \
+    {                                                                                              \
+        n, 0, NULL, 1, offsetof(struct job_params, field), v                                       \
+    }
+#define FLAG_FN(n, fn)                                                                             \
+    {                                                                                              \
+        n, 0, fn, 0, 0, 0                                                                          \
+    }
+#define VALUED(n, fn)                                                                              \
+    {                                                                                              \
+        n, 1, fn, 0, 0, 0                                                                          \
+    }
+
+static const struct burstrun_flag burstrun_flags[] = {
+    FLAG_FN("--help", opt_help),
+    FLAG_FN("-h", opt_help),
+    FLAG_FN("--version", opt_version),
+    FLAG_FN("-V", opt_version),
+    FLAG_O("--info", info),
+    FLAG_O("--probe", probe),
+    FLAG_O("--check", check),
+    FLAG_O("--check-fwd-only", check_fwd_only),
+    FLAG_O("--json", json),
+    FLAG_O("--threads", threads),
+    FLAG_O("--verbose", verbose),
+    FLAG_P("--causal", causal, 1),
+    FLAG_P("--fwd-only", run_bwd, 0),
+    FLAG_P("--hash", want_hash, 1),
+    FLAG_P("--deterministic", deterministic, 1),
+    VALUED("-n", opt_ranks),
+    VALUED("--ranks", opt_ranks),
+    VALUED("--seq", opt_seq),
+    VALUED("--batch", opt_batch),
+    VALUED("--heads", opt_heads),
+    VALUED("--kv-heads", opt_kv_heads),
+    VALUED("--ranks-per-node", opt_ranks_per_node),
+    VALUED("--workspace", opt_workspace),
+    VALUED("--head-dim", opt_head_dim),
+    VALUED("--dtype", opt_dtype),
+    VALUED("--layout", opt_layout),
+    VALUED("--window", opt_window),
+    VALUED("--bwd", opt_bwd),
+    VALUED("--iters", opt_iters),
+    VALUED("--warmup", opt_warmup),
+    VALUED("--seed", opt_seed),
+    VALUED("--backend", opt_backend),
+    VALUED("--device", opt_device),
+    VALUED("--num-threads", opt_num_threads),
+    VALUED("--fabric", opt_fabric),
+    VALUED("--iface", opt_iface),
+    VALUED("--timeout", opt_timeout),
+    VALUED("--test-kill-rank", opt_kill_rank),
+    VALUED("--test-kill-phase", opt_kill_phase),
+    VALUED("--test-kill-iter", opt_kill_iter),
+    VALUED("--test-kill-delay", opt_kill_delay),
+    VALUED("--test-kill-step", opt_kill_step),
+    VALUED("--hosts", opt_hosts),
+    VALUED("--hostfile", opt_hostfile),
+    VALUED("--backends", opt_backends),
+    VALUED("--weights", opt_weights),
+    VALUED("--test-mismatch", opt_test_mismatch),
+};
+
+/* The defaults of every flag (no argument at all: the default job, checked). */
+static void opts_default(struct opts *o, int argc)
 {
     struct job_params *p = &o->jp;
-    int fabric_given = 0, kill_step_given = 0, weights_count = 0, backend_given = 0;
     memset(o, 0, sizeof(*o));
     p->ranks = 4;
     p->batch = 1;
@@ -483,300 +814,65 @@ static void parse_args(int argc, char **argv, struct opts *o)
         p->causal = 1;
         o->check = 1;
     }
+}
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        char name[64];
-        const char *val = NULL;
-        if (strncmp(arg, "--", 2) == 0) {
-            const char *eq = strchr(arg, '=');
-            size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-            if (len >= sizeof(name))
-                die_usage("unknown option '%s'", arg);
-            memcpy(name, arg, len);
-            name[len] = 0;
-            if (eq)
-                val = eq + 1;
-        } else if (arg[0] == '-' && arg[1] && arg[1] != '-') {
-            name[0] = '-';
-            name[1] = arg[1];
-            name[2] = 0;
-            if (arg[2])
-                val = arg + 2;
-        } else {
-            die_usage("unexpected argument '%s'", arg);
-        }
-
-        /* flags without a value */
-        static const char *const bare[] = {"--causal",         "--check",
-                                           "--check-fwd-only", "--json",
-                                           "--threads",        "--fwd-only",
-                                           "--help",           "-h",
-                                           "--version",        "-V",
-                                           "--info",           "--hash",
-                                           "--verbose",        "--deterministic",
-                                           "--probe"};
-        int is_bare = 0;
-        for (size_t b = 0; b < sizeof(bare) / sizeof(bare[0]); b++)
-            is_bare |= strcmp(name, bare[b]) == 0;
-        if (is_bare) {
-            if (val)
-                die_usage("option %s takes no value (got '%s')", name, val);
-            if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
-                usage(stdout);
-                exit(0);
-            } else if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
-                printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
-                exit(0);
-            } else if (!strcmp(name, "--info")) {
-                info();
-                exit(0);
-            } else if (!strcmp(name, "--causal")) {
-                p->causal = 1;
-            } else if (!strcmp(name, "--check")) {
-                o->check = 1;
-            } else if (!strcmp(name, "--check-fwd-only")) {
-                o->check_fwd_only = 1;
-            } else if (!strcmp(name, "--json")) {
-                o->json = 1;
-            } else if (!strcmp(name, "--fwd-only")) {
-                p->run_bwd = 0;
-            } else if (!strcmp(name, "--threads")) {
-                o->threads = 1;
-            } else if (!strcmp(name, "--hash")) {
-                p->want_hash = 1;
-            } else if (!strcmp(name, "--verbose")) {
-                o->verbose = 1;
-            } else if (!strcmp(name, "--deterministic")) {
-                p->deterministic = 1;
-            } else if (!strcmp(name, "--probe")) {
-                o->probe = 1;
-            }
-            continue;
-        }
-
-        static const char *const valued[] = {"-n",
-                                             "--ranks",
-                                             "--seq",
-                                             "--batch",
-                                             "--heads",
-                                             "--kv-heads",
-                                             "--ranks-per-node",
-                                             "--workspace",
-                                             "--head-dim",
-                                             "--dtype",
-                                             "--layout",
-                                             "--window",
-                                             "--bwd",
-                                             "--iters",
-                                             "--warmup",
-                                             "--seed",
-                                             "--backend",
-                                             "--device",
-                                             "--num-threads",
-                                             "--fabric",
-                                             "--iface",
-                                             "--timeout",
-                                             "--test-kill-rank",
-                                             "--test-kill-phase",
-                                             "--test-kill-iter",
-                                             "--test-kill-delay",
-                                             "--test-kill-step",
-                                             "--hosts",
-                                             "--hostfile",
-                                             "--backends",
-                                             "--weights",
-                                             "--test-mismatch"};
-        int known = 0;
-        for (size_t b = 0; b < sizeof(valued) / sizeof(valued[0]); b++)
-            known |= strcmp(name, valued[b]) == 0;
-        if (!known)
-            die_usage("unknown option '%s'", name);
-        if (!val) {
-            if (i + 1 >= argc)
-                die_usage("option %s needs a value", name);
-            val = argv[++i];
-        }
-
-        if (!strcmp(name, "-n") || !strcmp(name, "--ranks")) {
-            p->ranks = (int)parse_int(name, val, 1, 65536);
-            o->ranks_given = 1;
-        } else if (!strcmp(name, "--hosts")) {
-            o->hosts = val;
-            o->host_slots = parse_hosts(val);
-        } else if (!strcmp(name, "--hostfile")) {
-            o->hostfile = val;
-            o->host_slots = parse_hostfile(val);
-        } else if (!strcmp(name, "--seq")) {
-            p->seq_len = parse_int(name, val, 1, INT64_C(1) << 40);
-        } else if (!strcmp(name, "--batch")) {
-            p->batch = parse_int(name, val, 1, INT64_C(1) << 30);
-        } else if (!strcmp(name, "--heads")) {
-            p->q_heads = (int)parse_int(name, val, 1, 1 << 20);
-        } else if (!strcmp(name, "--ranks-per-node")) {
-            p->ranks_per_node = (int)parse_int(name, val, 0, 65536);
-        } else if (!strcmp(name, "--workspace")) {
-            if (!strcmp(val, "auto"))
-                p->workspace_limit = 0;
-            else if (!strcmp(val, "unlimited"))
-                p->workspace_limit = UINT64_MAX;
-            else if (strspn(val, "0123456789") == strlen(val) && val[0] != '0')
-                p->workspace_limit = (uint64_t)parse_int(name, val, 1, INT64_C(1) << 40) << 20;
-            else
-                die_usage("bad value for --workspace: '%s' (expected auto, unlimited or a number "
-                          "of MiB >= 1)",
-                          val);
-        } else if (!strcmp(name, "--kv-heads")) {
-            p->kv_heads = (int)parse_int(name, val, 1, 1 << 20);
-        } else if (!strcmp(name, "--head-dim")) {
-            p->head_dim = (int)parse_int(name, val, 1, 1 << 20);
-        } else if (!strcmp(name, "--dtype")) {
-            p->dtype = (burst_dtype_t)parse_choice(name, val, dtype_names, 3);
-        } else if (!strcmp(name, "--layout")) {
-            p->layout = (burst_layout_t)parse_choice(name, val, layout_names, 3);
-        } else if (!strcmp(name, "--bwd")) {
-            p->bwd = (burst_bwd_pattern_t)parse_choice(name, val, bwd_names, 3);
-        } else if (!strcmp(name, "--window")) {
-            const char *comma = strchr(val, ',');
-            char left[64];
-            if (!comma || (size_t)(comma - val) >= sizeof(left))
-                die_usage("bad value for --window: '%s' (expected L,R with integers >= -1, "
-                          "-1 = unbounded)",
-                          val);
-            memcpy(left, val, (size_t)(comma - val));
-            left[comma - val] = 0;
-            p->window_left = parse_int("--window (left)", left, -1, INT64_C(1) << 40);
-            p->window_right = parse_int("--window (right)", comma + 1, -1, INT64_C(1) << 40);
-        } else if (!strcmp(name, "--iters")) {
-            p->iters = (int)parse_int(name, val, 1, 1000000);
-        } else if (!strcmp(name, "--warmup")) {
-            p->warmup = (int)parse_int(name, val, 0, 1000000);
-        } else if (!strcmp(name, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 0);
-            if (errno || end == val || *end || val[0] == '-')
-                die_usage("bad value for --seed: '%s' (expected an unsigned integer)", val);
-            p->seed = (uint64_t)s;
-            o->seed_given = 1;
-        } else if (!strcmp(name, "--backend")) {
-            if (o->backends_given)
-                die_usage("--backend and --backends exclude each other");
-            if (!*val)
-                die_usage("bad value for --backend: '%s' (expected cpu | vulkan | cuda | auto)",
-                          val);
-            o->backend = val;
-            backend_given = 1;
-        } else if (!strcmp(name, "--device")) {
-            int n = job_list_count(val);
-            if (!*val || n > JOB_MAX_LIST || strlen(val) >= 500)
-                die_usage("bad value for --device: '%s' (expected an index or a name, or one per "
-                          "rank separated by commas, at most %d)",
-                          val, JOB_MAX_LIST);
-            for (int e = 0; e < n; e++) {
-                char ent[64];
-                job_list_entry(val, e, ent, sizeof(ent));
-                if (!ent[0])
-                    die_usage("bad value for --device: '%s' (entry %d is empty)", val, e);
-            }
-            o->device_list = val;
-        } else if (!strcmp(name, "--num-threads")) {
-            int n = job_list_count(val);
-            if (n > JOB_MAX_LIST || strlen(val) >= 500)
-                die_usage("bad value for --num-threads: more than %d entries or 500 characters",
-                          JOB_MAX_LIST);
-            for (int e = 0; e < n; e++) {
-                char ent[32];
-                job_list_entry(val, e, ent, sizeof(ent));
-                int t = (int)parse_int(name, ent, 0, 1 << 16);
-                if (e == 0)
-                    o->num_threads = t;
-            }
-            o->num_threads_list = val;
-        } else if (!strcmp(name, "--backends")) {
-            int n = job_list_count(val);
-            if (n > JOB_MAX_LIST || strlen(val) >= 500)
-                die_usage("bad value for --backends: '%.40s...' (at most %d entries, 500 "
-                          "characters)",
-                          val, JOB_MAX_LIST);
-            for (int e = 0; e < n; e++) {
-                char ent[64];
-                job_list_entry(val, e, ent, sizeof(ent));
-                if (strcmp(ent, "cpu") && strcmp(ent, "vulkan") && strcmp(ent, "cuda") &&
-                    strcmp(ent, "auto"))
-                    die_usage("bad value for --backends: entry %d is '%s' (expected cpu | vulkan "
-                              "| cuda | auto)",
-                              e, ent);
-            }
-            if (backend_given)
-                die_usage("--backend and --backends exclude each other");
-            o->backend = val;
-            o->backends_given = 1;
-        } else if (!strcmp(name, "--weights")) {
-            if (!strcmp(val, "auto")) {
-                p->weights_mode = JOB_WEIGHTS_MEASURED;
-                continue;
-            }
-            int n = job_list_count(val);
-            if (n > JOB_MAX_LIST)
-                die_usage("bad value for --weights: more than %d entries", JOB_MAX_LIST);
-            for (int e = 0; e < n; e++) {
-                char ent[64], *end;
-                job_list_entry(val, e, ent, sizeof(ent));
-                errno = 0;
-                double w = strtod(ent, &end);
-                if (errno || end == ent || *end || !(w > 0.0) || w > 1e12)
-                    die_usage("bad value for --weights: entry %d is '%s' (expected a number > 0 "
-                              "and <= 1e12, or auto)",
-                              e, ent);
-                p->weights[e] = w;
-            }
-            p->weights_mode = JOB_WEIGHTS_GIVEN;
-            weights_count = n; /* checked against -n below */
-        } else if (!strcmp(name, "--test-mismatch")) {
-            char field[16];
-            int rk = -1;
-            if (sscanf(val, "%d:%15s", &rk, field) != 2 || rk < 0 || rk > 65535 ||
-                (strcmp(field, "weights") && strcmp(field, "head_dim")))
-                die_usage("bad value for --test-mismatch: '%s' (expected RANK:weights or "
-                          "RANK:head_dim)",
-                          val);
-            p->mismatch_rank = rk;
-            snprintf(p->mismatch_field, sizeof(p->mismatch_field), "%s", field);
-        } else if (!strcmp(name, "--fabric")) {
-            o->fabric = fabric_names[parse_choice(name, val, fabric_names, 5)];
-            fabric_given = 1;
-        } else if (!strcmp(name, "--iface")) {
-            if (!*val || strlen(val) > 200)
-                die_usage("bad value for --iface: '%s' (expected an interface name or address)",
-                          val);
-            o->iface = val;
-            fabric_given = 1;
-        } else if (!strcmp(name, "--timeout")) {
-            o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
-        } else if (!strcmp(name, "--test-kill-rank")) {
-            o->kill.rank = (int)parse_int(name, val, 0, 65535);
-        } else if (!strcmp(name, "--test-kill-phase")) {
-            o->kill.phase = parse_choice(name, val, phase_names, 2) ? 'B' : 'F';
-        } else if (!strcmp(name, "--test-kill-iter")) {
-            o->kill.iter = (int)parse_int(name, val, 0, 1000000);
-        } else if (!strcmp(name, "--test-kill-delay")) {
-            o->kill.delay_ms = (int)parse_int(name, val, 0, 3600000);
-        } else if (!strcmp(name, "--test-kill-step")) {
-            o->kill_step = (int)parse_int(name, val, -1, 1 << 20);
-            kill_step_given = 1;
-        }
+/* Split argv[*i] into the flag's name and its value ("--x=v", "-nV"), take the value from the
+ * next argument where the flag needs one, and apply the flag. */
+static void parse_flag(struct parse_state *s, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i];
+    char name[64];
+    const char *val = NULL;
+    if (strncmp(arg, "--", 2) == 0) {
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof(name))
+            die_usage("unknown option '%s'", arg);
+        memcpy(name, arg, len);
+        name[len] = 0;
+        if (eq)
+            val = eq + 1;
+    } else if (arg[0] == '-' && arg[1] && arg[1] != '-') {
+        name[0] = '-';
+        name[1] = arg[1];
+        name[2] = 0;
+        if (arg[2])
+            val = arg + 2;
+    } else {
+        die_usage("unexpected argument '%s'", arg);
     }
+    const struct burstrun_flag *f = NULL;
+    for (size_t k = 0; k < sizeof(burstrun_flags) / sizeof(burstrun_flags[0]) && !f; k++)
+        if (strcmp(name, burstrun_flags[k].name) == 0)
+            f = &burstrun_flags[k];
+    if (!f)
+        die_usage("unknown option '%s'", name);
+    if (!f->takes_value && val)
+        die_usage("option %s takes no value (got '%s')", name, val);
+    if (f->takes_value && !val) {
+        if (*i + 1 >= argc)
+            die_usage("option %s needs a value", name);
+        val = argv[++*i];
+    }
+    if (f->fn)
+        f->fn(s, name, val);
+    else
+        *(int *)((char *)(f->in_params ? (void *)s->p : (void *)s->o) + f->offset) = f->set;
+}
 
-    /* consistency, naming the flags involved */
+/* The flags' consistency with each other, naming the flags involved. */
+static void check_flags(struct parse_state *s)
+{
+    struct opts *o = s->o;
+    struct job_params *p = s->p;
 #ifndef BURST_HAVE_FABRIC
-    if (fabric_given)
+    if (s->fabric_given)
         die_usage("--fabric / --iface: this burstrun was built without libfabric; ranks can "
                   "only be threads (--threads)");
 #endif
-    if (o->threads && fabric_given)
+    if (o->threads && s->fabric_given)
         die_usage("--fabric / --iface apply to rank processes, not to --threads");
-    o->fabric_given = fabric_given;
+    o->fabric_given = s->fabric_given;
     if (o->hosts && o->hostfile)
         die_usage("--hosts and --hostfile exclude each other");
     if ((o->hosts || o->hostfile) && o->threads)
@@ -792,7 +888,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         else if (o->host_slots >= 0 && p->ranks > o->host_slots)
             die_usage("-n %d: --%s gives only %d slots", p->ranks, o->hosts ? "hosts" : "hostfile",
                       o->host_slots);
-        if (!fabric_given)
+        if (!s->fabric_given)
             o->fabric = "auto";
         if (!launch_mpi_available())
             die_usage("--%s: this burstrun was built without MPI (install Open MPI's development "
@@ -806,9 +902,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
                   p->ranks);
     if (o->kill.rank >= 0 && o->kill.phase == 'B' && !p->run_bwd)
         die_usage("--test-kill-phase bwd with --fwd-only");
-    if (kill_step_given && o->kill.rank < 0)
+    if (s->kill_step_given && o->kill.rank < 0)
         die_usage("--test-kill-step needs --test-kill-rank");
-    if (kill_step_given) {
+    if (s->kill_step_given) {
         if (o->kill.delay_ms)
             die_usage("--test-kill-step and --test-kill-delay exclude each other");
         /* The rank kills itself inside the ring engine (runtime/fault.h), at exactly that step
@@ -820,9 +916,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
             die_usage("--test-kill-step: cannot set BURST_FAULT");
         o->kill.rank = -1; /* not the launcher's timed kill */
     }
-    if (p->weights_mode == JOB_WEIGHTS_GIVEN && weights_count != p->ranks)
+    if (p->weights_mode == JOB_WEIGHTS_GIVEN && s->weights_count != p->ranks)
         die_usage("--weights has %d entries for -n %d ranks (give one weight per rank, or auto)",
-                  weights_count, p->ranks);
+                  s->weights_count, p->ranks);
     if (job_list_count(o->backend) > p->ranks)
         die_usage("--backends has %d entries for -n %d ranks (at most one per rank; a shorter "
                   "list repeats)",
@@ -873,6 +969,19 @@ static void parse_args(int argc, char **argv, struct opts *o)
         die_usage("%s", msg);
     if (!o->seed_given)
         p->seed = (uint64_t)time(NULL);
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    struct parse_state s = {.o = o, .p = &o->jp};
+    opts_default(o, argc);
+    for (int i = 1; i < argc; i++)
+        parse_flag(&s, argc, argv, &i);
+    if (o->info) {
+        info(o->json);
+        exit(0);
+    }
+    check_flags(&s);
 }
 
 /* ---- output ---- */

@@ -1,6 +1,8 @@
-/* tools/job.c - one distributed attention job: ranks as threads, or the rank-process side; the
- * check against the fp64 reference. */
+/* tools/job.c - one distributed attention job: the loop every rank runs, ranks as threads, the
+ * rank-process side, and the results. Inputs: job_inputs.c; check: job_check.c; shards by
+ * speed: job_speed.c. */
 #include "job.h"
+#include "job_internal.h"
 #include "job_size.h"
 
 #include <errno.h>
@@ -118,9 +120,7 @@ double job_bwd_ref_cost(const struct job_params *p)
     return (double)p->batch * (double)p->seq_len * (double)p->seq_len * p->q_heads * p->head_dim;
 }
 
-static void set_msg(struct job_result *r, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_msg(struct job_result *r, int status, const char *fmt, ...)
+void job_set_msg(struct job_result *r, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -157,71 +157,7 @@ static double min_of(const double *v, int n)
     return m;
 }
 
-/* ---- random inputs ---- */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Roughly standard normal: the sum of four 16-bit uniforms, centred and scaled. */
-static float rand_normalish(uint64_t *s)
-{
-    uint64_t x = splitmix64(s);
-    double sum = (double)(x & 0xffff) + (double)((x >> 16) & 0xffff) +
-                 (double)((x >> 32) & 0xffff) + (double)(x >> 48);
-    return (float)((sum / 65536.0 - 2.0) * 1.7320508075688772);
-}
-
-static void store_elem(void *base, burst_dtype_t dt, size_t i, float x)
-{
-    switch (dt) {
-    case BURST_DTYPE_FP16: ((uint16_t *)base)[i] = burst_fp32_to_fp16(x); break;
-    case BURST_DTYPE_BF16: ((uint16_t *)base)[i] = burst_fp32_to_bf16(x); break;
-    default: ((float *)base)[i] = x; break;
-    }
-}
-
-static double load_elem(const void *base, burst_dtype_t dt, size_t i)
-{
-    switch (dt) {
-    case BURST_DTYPE_FP16: return burst_fp16_to_fp32(((const uint16_t *)base)[i]);
-    case BURST_DTYPE_BF16: return burst_bf16_to_fp32(((const uint16_t *)base)[i]);
-    default: return ((const float *)base)[i];
-    }
-}
-
 /* ---- the job's global state ---- */
-
-struct job {
-    const struct job_params *p;
-    struct burst_context *const *ctxs; /* threads: [G] per-rank contexts */
-    struct burst_context *ctx;         /* processes: this rank's context */
-    const int64_t *lens_in;            /* measured shard lengths, or NULL */
-    struct burst_local_world *world;
-    size_t esz;
-    int64_t *lens, *offs; /* [G] shard lengths and offsets in permuted order */
-    int64_t *perm;        /* [N] permuted index of natural position */
-    int64_t *nat;         /* [N] natural position of permuted index */
-    int32_t *owner;       /* [N] rank holding natural position */
-    /* global tensors in permuted order, dtype (threads: owned; processes: in the arena) */
-    void *q, *k, *v, *dout, *o, *dq, *dk, *dv;
-    float **lse; /* [G] per-rank [B, Hq, n_r] */
-
-    /* threads mode: a barrier that also ORs flags across ranks */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int live; /* rank threads taking part (G unless some failed to start) */
-    int arrived;
-    unsigned gen;
-    int round_flags, last_flags;
-};
-
-#define FLAG_FAIL 1
-#define FLAG_STOP 2
 
 /* Shard lengths, offsets and the natural <-> permuted maps, from the library's layout helpers.
  * 0, or -1 with the message in r. */
@@ -238,19 +174,19 @@ static int job_geometry(struct job *j, struct job_result *r)
     j->owner = calloc((size_t)N, sizeof(int32_t));
     j->lse = calloc((size_t)G, sizeof(float *));
     if (!j->lens || !j->offs || !j->perm || !j->nat || !j->owner || !j->lse) {
-        set_msg(r, JOB_EFAIL, "out of memory");
+        job_set_msg(r, JOB_EFAIL, "out of memory");
         return -1;
     }
     const int64_t *lens = NULL; /* explicit (uneven) lengths, or NULL = even */
     if (p->weights_mode == JOB_WEIGHTS_GIVEN) {
         if (burst_layout_weighted_lens(p->layout, N, G, p->weights, j->lens) != BURST_OK) {
-            set_msg(r, JOB_EUSAGE, "--weights: %s", burst_last_error());
+            job_set_msg(r, JOB_EUSAGE, "--weights: %s", burst_last_error());
             return -1;
         }
         lens = j->lens;
     } else if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
         if (!j->lens_in) {
-            set_msg(r, JOB_EFAIL, "the measured shard lengths are missing");
+            job_set_msg(r, JOB_EFAIL, "the measured shard lengths are missing");
             return -1;
         }
         memcpy(j->lens, j->lens_in, sizeof(int64_t) * (size_t)G);
@@ -262,15 +198,15 @@ static int job_geometry(struct job *j, struct job_result *r)
             st = burst_layout_shard_len(p->layout, N, G, rk, &j->lens[rk]);
         j->offs[rk] = rk ? j->offs[rk - 1] + j->lens[rk - 1] : 0;
         if (st != BURST_OK) {
-            set_msg(r, JOB_EUSAGE, "%s", burst_last_error());
+            job_set_msg(r, JOB_EUSAGE, "%s", burst_last_error());
             return -1;
         }
         for (int64_t l = 0; l < j->lens[rk]; l++) {
             int64_t pos;
             st = burst_layout_position_lens(p->layout, N, G, lens, rk, l, &pos);
             if (st != BURST_OK || pos < 0 || pos >= N) {
-                set_msg(r, JOB_EFAIL, "burst_layout_position(rank %d, local %lld) failed: %s", rk,
-                        (long long)l, burst_last_error());
+                job_set_msg(r, JOB_EFAIL, "burst_layout_position(rank %d, local %lld) failed: %s",
+                            rk, (long long)l, burst_last_error());
                 return -1;
             }
             j->perm[pos] = j->offs[rk] + l;
@@ -434,14 +370,11 @@ static void dev_free(struct dev_shards *ds)
     burst_context_free(ds->ctx, ds->lse);
 }
 
-static void rank_loop(struct rank_run *rr)
+/* The job's plan parameters: every rank's plan (rank_loop) and the plan that measures the ranks'
+ * speeds (job_measure_lens) start from these, so that both describe the same job. Shards are left
+ * to the caller. */
+struct burst_plan_params job_plan_params(const struct job_params *p)
 {
-    struct job *j = rr->j;
-    const struct job_params *p = j->p;
-    int r = rr->rank;
-    struct burst_plan *plan = NULL;
-    int fl = 0;
-
     struct burst_plan_params pp = burst_plan_params_default();
     pp.batch = p->batch;
     pp.seq_len = p->seq_len;
@@ -457,6 +390,18 @@ static void rank_loop(struct rank_run *rr)
     pp.deterministic = p->deterministic;
     pp.ranks_per_node = p->ranks_per_node;
     pp.workspace_limit = p->workspace_limit;
+    return pp;
+}
+
+static void rank_loop(struct rank_run *rr)
+{
+    struct job *j = rr->j;
+    const struct job_params *p = j->p;
+    int r = rr->rank;
+    struct burst_plan *plan = NULL;
+    int fl = 0;
+
+    struct burst_plan_params pp = job_plan_params(p);
     double reversed[JOB_MAX_LIST];
     if (p->weights_mode == JOB_WEIGHTS_GIVEN)
         pp.shard_weights = p->weights;
@@ -596,379 +541,6 @@ static void *rank_thread(void *arg)
     return NULL;
 }
 
-/* ---- inputs ---- */
-
-/* The stream's i-th draw (from 0): splitmix64 is a counter, so rank r draws its elements alone
- * and gets exactly what a sequential fill of the natural-order tensor would give. */
-static float rand_at(uint64_t s0, size_t i)
-{
-    uint64_t s = s0 + (uint64_t)i * 0x9E3779B97F4A7C15ull;
-    return rand_normalish(&s);
-}
-
-/* Fill rank `rank`'s rows of a global permuted [B, N, H, d] tensor from stream `stream`:
- * element (b, pos, h, e) is draw ((b * N + pos) * H + h) * d + e of the natural-order tensor. */
-static void fill_shard(const struct job *j, void *dst, int heads, uint64_t stream, int rank)
-{
-    const struct job_params *p = j->p;
-    uint64_t s0 = p->seed * 0x2545F4914F6CDD1Dull + stream * 0x9E3779B97F4A7C15ull;
-    size_t hd = (size_t)heads * (size_t)p->head_dim, N = (size_t)p->seq_len;
-    for (int64_t b = 0; b < p->batch; b++)
-        for (int64_t l = 0; l < j->lens[rank]; l++) {
-            size_t t = (size_t)(j->offs[rank] + l), pos = (size_t)j->nat[t];
-            size_t src = ((size_t)b * N + pos) * hd, at = ((size_t)b * N + t) * hd;
-            for (size_t e = 0; e < hd; e++)
-                store_elem(dst, p->dtype, at + e, rand_at(s0, src + e));
-        }
-}
-
-static void fill_rank_inputs(const struct job *j, int rank)
-{
-    const struct job_params *p = j->p;
-    fill_shard(j, j->q, p->q_heads, 1, rank);
-    fill_shard(j, j->k, p->kv_heads, 2, rank);
-    fill_shard(j, j->v, p->kv_heads, 3, rank);
-    if (p->run_bwd)
-        fill_shard(j, j->dout, p->q_heads, 4, rank);
-}
-
-/* ---- check against the fp64 reference ---- */
-
-struct check_ctx {
-    struct job *j;
-    const int64_t *rows; /* sampled natural positions (forward only), or NULL = all rows */
-    int64_t nrows;
-    int do_bwd;
-    int ntasks; /* B * Hkv */
-    int next;
-    pthread_mutex_t mu;
-    struct job_err err[JOB_NTENSORS];
-    int failed_alloc;
-};
-
-static void err_add(struct job_err *e, double lib, double ref)
-{
-    e->count++;
-    if (!isfinite(ref)) {
-        if (!(lib == ref))
-            e->nonfinite++;
-        return;
-    }
-    if (!isfinite(lib)) {
-        e->nonfinite++;
-        return;
-    }
-    double a = fabs(lib - ref);
-    if (a > e->max_abs)
-        e->max_abs = a;
-    if (fabs(ref) > e->max_ref)
-        e->max_ref = fabs(ref);
-}
-
-static void err_merge(struct job_err *dst, const struct job_err *src)
-{
-    dst->max_abs = src->max_abs > dst->max_abs ? src->max_abs : dst->max_abs;
-    dst->max_ref = src->max_ref > dst->max_ref ? src->max_ref : dst->max_ref;
-    dst->max_terms = src->max_terms > dst->max_terms ? src->max_terms : dst->max_terms;
-    dst->count += src->count;
-    dst->nonfinite += src->nonfinite;
-}
-
-/* Element (b, natural position pos, head h, e) of a permuted global tensor with `heads` heads. */
-static double global_at(const struct job *j, const void *base, int heads, int64_t b, int64_t pos,
-                        int h, int e)
-{
-    const struct job_params *p = j->p;
-    size_t i =
-        (((size_t)b * (size_t)p->seq_len + (size_t)j->perm[pos]) * (size_t)heads + (size_t)h) *
-            (size_t)p->head_dim +
-        (size_t)e;
-    return load_elem(base, p->dtype, i);
-}
-
-/* The gradients of one sub-problem (one kv head, gs query heads, natural order, as check_task
- * lays them out) with every term replaced by its magnitude: dS_ij = P_ij (dP_ij - D_i) becomes
- * P_ij (|dP_ij| + |D_i|). Their largest elements go to err[JOB_DQ .. JOB_DV].max_terms. */
-struct terms_in {
-    const struct ref_problem *rp;
-    const double *q, *k, *v, *dout, *o, *lse; /* lse [gs, n] */
-};
-
-static int pair_allowed(const struct ref_problem *rp, int64_t i, int64_t j)
-{
-    return (rp->window_left < 0 || j >= i - rp->window_left) &&
-           (rp->window_right < 0 || j <= i + rp->window_right) && (!rp->causal || j <= i);
-}
-
-static double dot_d(const double *a, const double *b, int d)
-{
-    double s = 0.0;
-    for (int e = 0; e < d; e++)
-        s += a[e] * b[e];
-    return s;
-}
-
-static void grad_terms_row(const struct terms_in *in, int64_t i, int hh, double *tk, double *tv,
-                           double *tq_row)
-{
-    const struct ref_problem *rp = in->rp;
-    int64_t n = rp->seq_len;
-    int gs = rp->q_heads, d = rp->head_dim;
-    size_t at = ((size_t)i * gs + hh) * d;
-    double lse = in->lse[(size_t)hh * n + i], dd = fabs(dot_d(in->dout + at, in->o + at, d));
-    for (int64_t j = 0; j < n; j++) {
-        if (!pair_allowed(rp, i, j))
-            continue;
-        const double *kj = in->k + (size_t)j * d, *vj = in->v + (size_t)j * d;
-        double pij = exp(rp->scale * dot_d(in->q + at, kj, d) - lse);
-        double w = rp->scale * pij * (fabs(dot_d(in->dout + at, vj, d)) + dd);
-        for (int e = 0; e < d; e++) {
-            tq_row[e] += w * fabs(kj[e]);
-            tk[(size_t)j * d + e] += w * fabs(in->q[at + e]);
-            tv[(size_t)j * d + e] += pij * fabs(in->dout[at + e]);
-        }
-    }
-}
-
-static double max_of(const double *x, size_t m)
-{
-    double r = 0.0;
-    for (size_t i = 0; i < m; i++)
-        r = x[i] > r ? x[i] : r;
-    return r;
-}
-
-static int grad_terms(const struct terms_in *in, struct job_err *err)
-{
-    int64_t n = in->rp->seq_len;
-    int gs = in->rp->q_heads, d = in->rp->head_dim;
-    double *tk = calloc((size_t)n * d, sizeof(double)), *tv = calloc((size_t)n * d, sizeof(double));
-    double *tq = calloc((size_t)d, sizeof(double));
-    if (!tk || !tv || !tq) {
-        free(tk);
-        free(tv);
-        free(tq);
-        return -1;
-    }
-    for (int64_t i = 0; i < n; i++)
-        for (int hh = 0; hh < gs; hh++) {
-            memset(tq, 0, (size_t)d * sizeof(double));
-            grad_terms_row(in, i, hh, tk, tv, tq);
-            double m = max_of(tq, (size_t)d);
-            err[JOB_DQ].max_terms = m > err[JOB_DQ].max_terms ? m : err[JOB_DQ].max_terms;
-        }
-    double mk = max_of(tk, (size_t)n * d), mv = max_of(tv, (size_t)n * d);
-    err[JOB_DK].max_terms = mk > err[JOB_DK].max_terms ? mk : err[JOB_DK].max_terms;
-    err[JOB_DV].max_terms = mv > err[JOB_DV].max_terms ? mv : err[JOB_DV].max_terms;
-    free(tk);
-    free(tv);
-    free(tq);
-    return 0;
-}
-
-/* One task: batch b, kv head g with its group of Hq/Hkv query heads, as a sub-problem. */
-static int check_task(struct check_ctx *c, int task, struct job_err *err)
-{
-    const struct job *j = c->j;
-    const struct job_params *p = j->p;
-    int gs = p->q_heads / p->kv_heads;
-    int d = p->head_dim;
-    int64_t n = p->seq_len, b = task / p->kv_heads;
-    int g = task % p->kv_heads;
-    int64_t nrows = c->rows ? c->nrows : n;
-    size_t qn = (size_t)n * gs * d, kn = (size_t)n * d, on = (size_t)nrows * gs * d;
-    double *qd = malloc(qn * sizeof(double)), *kd = malloc(kn * sizeof(double)),
-           *vd = malloc(kn * sizeof(double)), *od = malloc(on * sizeof(double)),
-           *lsed = malloc((size_t)nrows * gs * sizeof(double));
-    double *dod = NULL, *dqd = NULL, *dkd = NULL, *dvd = NULL;
-    int rc = -1;
-    if (!qd || !kd || !vd || !od || !lsed)
-        goto done;
-    if (c->do_bwd) {
-        dod = malloc(qn * sizeof(double));
-        dqd = malloc(qn * sizeof(double));
-        dkd = malloc(kn * sizeof(double));
-        dvd = malloc(kn * sizeof(double));
-        if (!dod || !dqd || !dkd || !dvd)
-            goto done;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        for (int e = 0; e < d; e++) {
-            kd[(size_t)i * d + e] = global_at(j, j->k, p->kv_heads, b, i, g, e);
-            vd[(size_t)i * d + e] = global_at(j, j->v, p->kv_heads, b, i, g, e);
-        }
-        for (int hh = 0; hh < gs; hh++)
-            for (int e = 0; e < d; e++) {
-                size_t at = ((size_t)i * gs + hh) * d + e;
-                qd[at] = global_at(j, j->q, p->q_heads, b, i, g * gs + hh, e);
-                if (dod)
-                    dod[at] = global_at(j, j->dout, p->q_heads, b, i, g * gs + hh, e);
-            }
-    }
-    struct ref_problem rp = {
-        .batch = 1,
-        .seq_len = n,
-        .q_heads = gs,
-        .kv_heads = 1,
-        .head_dim = d,
-        .scale = 1.0 / sqrt((double)d),
-        .causal = p->causal,
-        .window_left = p->window_left,
-        .window_right = p->window_right,
-    };
-    if (c->rows) {
-        ref_forward_rows(&rp, qd, kd, vd, c->rows, nrows, od, lsed);
-    } else {
-        ref_forward(&rp, qd, kd, vd, od, lsed);
-    }
-    for (int64_t ri = 0; ri < nrows; ri++) {
-        int64_t pos = c->rows ? c->rows[ri] : ri;
-        int rank = j->owner[pos];
-        int64_t local = j->perm[pos] - j->offs[rank];
-        for (int hh = 0; hh < gs; hh++) {
-            int h = g * gs + hh;
-            for (int e = 0; e < d; e++)
-                err_add(&err[JOB_O], global_at(j, j->o, p->q_heads, b, pos, h, e),
-                        od[((size_t)ri * gs + hh) * d + e]);
-            double lib =
-                j->lse[rank][((size_t)b * p->q_heads + h) * (size_t)j->lens[rank] + (size_t)local];
-            err_add(&err[JOB_LSE], lib, lsed[(size_t)hh * nrows + ri]);
-        }
-    }
-    if (c->do_bwd) {
-        ref_backward(&rp, qd, kd, vd, dod, dqd, dkd, dvd);
-        struct terms_in tin = {&rp, qd, kd, vd, dod, od, lsed};
-        if (grad_terms(&tin, err) != 0)
-            goto done;
-        for (int64_t i = 0; i < n; i++) {
-            for (int hh = 0; hh < gs; hh++)
-                for (int e = 0; e < d; e++)
-                    err_add(&err[JOB_DQ], global_at(j, j->dq, p->q_heads, b, i, g * gs + hh, e),
-                            dqd[((size_t)i * gs + hh) * d + e]);
-            for (int e = 0; e < d; e++) {
-                err_add(&err[JOB_DK], global_at(j, j->dk, p->kv_heads, b, i, g, e),
-                        dkd[(size_t)i * d + e]);
-                err_add(&err[JOB_DV], global_at(j, j->dv, p->kv_heads, b, i, g, e),
-                        dvd[(size_t)i * d + e]);
-            }
-        }
-    }
-    rc = 0;
-done:
-    free(qd);
-    free(kd);
-    free(vd);
-    free(od);
-    free(lsed);
-    free(dod);
-    free(dqd);
-    free(dkd);
-    free(dvd);
-    return rc;
-}
-
-static void *check_worker(void *arg)
-{
-    struct check_ctx *c = arg;
-    struct job_err err[JOB_NTENSORS];
-    memset(err, 0, sizeof(err));
-    int bad = 0;
-    for (;;) {
-        pthread_mutex_lock(&c->mu);
-        int t = c->next++;
-        pthread_mutex_unlock(&c->mu);
-        if (t >= c->ntasks)
-            break;
-        if (check_task(c, t, err) != 0)
-            bad = 1;
-    }
-    pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < JOB_NTENSORS; i++)
-        err_merge(&c->err[i], &err[i]);
-    c->failed_alloc |= bad;
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sampled rows: evenly spread positions plus the first and last row of every rank. */
-static int64_t *sample_rows(const struct job *j, int64_t *nrows_p)
-{
-    const struct job_params *p = j->p;
-    int64_t n = p->seq_len, want = JOB_FWD_SAMPLE_ROWS;
-    int extra = p->ranks <= 1024 ? 2 * p->ranks : 0;
-    int64_t *rows = malloc((size_t)(want + extra) * sizeof(*rows));
-    if (!rows)
-        return NULL;
-    int64_t m = 0;
-    for (int64_t i = 0; i < want; i++)
-        rows[m++] = (n - 1) * i / (want - 1);
-    for (int rk = 0; rk < p->ranks && extra; rk++) {
-        int64_t pos;
-        if (burst_layout_position(p->layout, n, p->ranks, rk, 0, &pos) == BURST_OK)
-            rows[m++] = pos;
-        if (burst_layout_position(p->layout, n, p->ranks, rk, j->lens[rk] - 1, &pos) == BURST_OK)
-            rows[m++] = pos;
-    }
-    qsort(rows, (size_t)m, sizeof(*rows), cmp_i64);
-    int64_t u = 0;
-    for (int64_t i = 0; i < m; i++)
-        if (u == 0 || rows[u - 1] != rows[i])
-            rows[u++] = rows[i];
-    *nrows_p = u;
-    return rows;
-}
-
-static int run_check(struct job *j, struct job_result *r)
-{
-    const struct job_params *p = j->p;
-    struct check_ctx c;
-    memset(&c, 0, sizeof(c));
-    c.j = j;
-    c.do_bwd = p->check_bwd && p->run_bwd;
-    c.ntasks = (int)p->batch * p->kv_heads;
-    if (p->check_fwd < 2 && !c.do_bwd) {
-        int64_t *rows = sample_rows(j, &c.nrows);
-        if (!rows) {
-            set_msg(r, JOB_EFAIL, "out of memory for the check");
-            return -1;
-        }
-        c.rows = rows;
-    }
-    pthread_mutex_init(&c.mu, NULL);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nw = (int)(ncpu > 0 ? ncpu : 1);
-    if (nw > c.ntasks)
-        nw = c.ntasks;
-    if (nw > 256)
-        nw = 256;
-    pthread_t th[256];
-    int started = 0;
-    for (int i = 1; i < nw; i++) {
-        if (pthread_create(&th[started], NULL, check_worker, &c) != 0)
-            break;
-        started++;
-    }
-    check_worker(&c);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&c.mu);
-    free((void *)c.rows);
-    if (c.failed_alloc) {
-        set_msg(r, JOB_EFAIL, "out of memory for the fp64 reference");
-        return -1;
-    }
-    memcpy(r->err, c.err, sizeof(r->err));
-    r->checked_fwd_rows = (int)(c.rows ? c.nrows : p->seq_len);
-    r->checked_bwd = c.do_bwd;
-    return 0;
-}
-
 /* ---- results ---- */
 
 static void *alloc_tensor(struct job_result *r, size_t elems, size_t esz, uint64_t *total)
@@ -976,7 +548,8 @@ static void *alloc_tensor(struct job_result *r, size_t elems, size_t esz, uint64
     size_t bytes = elems * esz;
     void *ptr = calloc(elems ? elems : 1, esz);
     if (!ptr)
-        set_msg(r, JOB_EFAIL, "out of memory allocating %zu bytes for the job's tensors", bytes);
+        job_set_msg(r, JOB_EFAIL, "out of memory allocating %zu bytes for the job's tensors",
+                    bytes);
     else
         *total += bytes;
     return ptr;
@@ -1053,7 +626,7 @@ static int finish(struct job *j, struct job_result *r, const double *tf, const d
     if (p->want_hash)
         r->output_hash = output_hash(j);
     if (p->check_fwd || p->check_bwd)
-        run_check(j, r);
+        job_run_check(j, r);
     return r->status;
 }
 
@@ -1079,121 +652,6 @@ double job_overlap(const struct job_result *r, int phase)
     if (!comm || c + w <= 0)
         return NAN;
     return c / (c + w);
-}
-
-/* ---- shards sized by measured speed ---- */
-
-/* A plan with measure_speed on this rank: the ring's agreed shard lengths and speeds (speeds:
- * 2 x ranks, round 1's then round 2's, runtime/speed.h). 0, or the failing status with the
- * message in msg. */
-static burst_status_t measure_lens(const struct job_params *p, int rank, struct burst_comm *comm,
-                                   struct burst_context *ctx, int64_t *lens, double *speeds,
-                                   char *msg, size_t cap)
-{
-    struct burst_plan_params pp = burst_plan_params_default();
-    pp.batch = p->batch;
-    pp.seq_len = p->seq_len;
-    pp.q_heads = p->q_heads;
-    pp.kv_heads = p->kv_heads;
-    pp.head_dim = p->head_dim;
-    pp.dtype = p->dtype;
-    pp.causal = p->causal;
-    pp.window_left = p->window_left;
-    pp.window_right = p->window_right;
-    pp.layout = p->layout;
-    pp.ranks_per_node = p->ranks_per_node;
-    pp.measure_speed = 1;
-    struct burst_plan *plan = NULL;
-    burst_status_t st = burst_plan_create(ctx, comm, &pp, &plan);
-    if (st != BURST_OK) {
-        snprintf(msg, cap, "rank %d: --weights auto: burst_plan_create failed: %s: %s", rank,
-                 burst_status_str(st), burst_last_error());
-        return st;
-    }
-    for (int i = 0; i < p->ranks; i++) {
-        lens[i] = burst_plan_shard_len(plan, i);
-        speeds[i] = burst_plan_rank_speed(plan, i);
-        speeds[p->ranks + i] = burst_plan_shard_speed(plan, i);
-    }
-    burst_plan_destroy(plan);
-    return BURST_OK;
-}
-
-struct measure_run {
-    const struct job_params *p;
-    struct burst_local_world *world;
-    struct burst_context *ctx;
-    int rank;
-    int64_t *lens;
-    double *speeds;
-    burst_status_t st;
-    char msg[512];
-};
-
-static void *measure_thread(void *arg)
-{
-    struct measure_run *m = arg;
-    struct burst_comm_params cp = burst_comm_params_default();
-    struct burst_comm *comm = NULL;
-    cp.rank = m->rank;
-    cp.size = m->p->ranks;
-    cp.world = m->world;
-    m->st = burst_comm_create(&cp, &comm);
-    if (m->st != BURST_OK)
-        snprintf(m->msg, sizeof(m->msg), "rank %d: burst_comm_create: %s", m->rank,
-                 burst_last_error());
-    else
-        m->st =
-            measure_lens(m->p, m->rank, comm, m->ctx, m->lens, m->speeds, m->msg, sizeof(m->msg));
-    burst_comm_destroy(comm);
-    return NULL;
-}
-
-/* Threads: every rank measures on its own context, concurrently, over an in-process ring. */
-static int measure_threads(const struct job_params *p, struct burst_context *const *ctxs,
-                           int64_t *lens, double *speeds, struct job_result *r)
-{
-    int G = p->ranks, started = 0;
-    struct measure_run *m = calloc((size_t)G, sizeof(*m));
-    pthread_t *th = calloc((size_t)G, sizeof(*th));
-    int64_t *all = calloc((size_t)G * (size_t)G, sizeof(int64_t));
-    double *sp = calloc((size_t)G * 2 * (size_t)G, sizeof(double));
-    struct burst_local_world *world = NULL;
-    if (!m || !th || !all || !sp || burst_local_world_create(G, &world) != BURST_OK) {
-        set_msg(r, JOB_EFAIL, "--weights auto: cannot set up the measuring ring");
-        goto out;
-    }
-    for (int rk = 0; rk < G; rk++) {
-        m[rk] = (struct measure_run){p,
-                                     world,
-                                     ctxs[rk],
-                                     rk,
-                                     all + (size_t)rk * (size_t)G,
-                                     sp + (size_t)rk * 2 * (size_t)G,
-                                     BURST_OK,
-                                     ""};
-        if (pthread_create(&th[rk], NULL, measure_thread, &m[rk]) != 0)
-            break;
-        started++;
-    }
-    for (int rk = 0; rk < started; rk++)
-        pthread_join(th[rk], NULL);
-    if (started < G)
-        set_msg(r, JOB_EFAIL, "--weights auto: could not start %d threads", G);
-    for (int rk = 0; rk < started && !r->status; rk++)
-        if (m[rk].st != BURST_OK)
-            set_msg(r, JOB_EFAIL, "%s", m[rk].msg);
-    if (!r->status) {
-        memcpy(lens, all, sizeof(int64_t) * (size_t)G);
-        memcpy(speeds, sp, sizeof(double) * 2 * (size_t)G);
-    }
-out:
-    burst_local_world_destroy(world);
-    free(m);
-    free(th);
-    free(all);
-    free(sp);
-    return r->status ? -1 : 0;
 }
 
 /* ---- ranks as threads ---- */
@@ -1250,17 +708,17 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
     times = calloc((size_t)total_iters * 2 * (size_t)G, sizeof(double));
     r->shard_lens = calloc((size_t)G, sizeof(int64_t));
     if (!th || !rr || !st || !times || !r->shard_lens) {
-        set_msg(r, JOB_EFAIL, "out of memory");
+        job_set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
     if (p->weights_mode == JOB_WEIGHTS_MEASURED) {
         r->rank_speeds = calloc(2 * (size_t)G, sizeof(double));
         if (!r->rank_speeds) {
-            set_msg(r, JOB_EFAIL, "out of memory");
+            job_set_msg(r, JOB_EFAIL, "out of memory");
             goto out;
         }
         r->shard_speeds = r->rank_speeds + G;
-        if (measure_threads(p, ctxs, r->shard_lens, r->rank_speeds, r) != 0)
+        if (job_measure_threads(p, ctxs, r->shard_lens, r->rank_speeds, r) != 0)
             goto out;
         j.lens_in = r->shard_lens;
     }
@@ -1288,13 +746,13 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
     }
     r->caller_bytes = tot;
     for (int rk = 0; rk < G; rk++)
-        fill_rank_inputs(&j, rk);
+        job_fill_rank_inputs(&j, rk);
 
     /* ranks */
     burst_status_t bst = burst_local_world_create(G, &j.world);
     if (bst != BURST_OK) {
-        set_msg(r, JOB_EFAIL, "burst_local_world_create(%d) failed: %s: %s", G,
-                burst_status_str(bst), burst_last_error());
+        job_set_msg(r, JOB_EFAIL, "burst_local_world_create(%d) failed: %s: %s", G,
+                    burst_status_str(bst), burst_last_error());
         goto out;
     }
     for (int rk = 0; rk < G; rk++) {
@@ -1319,14 +777,14 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
     for (int rk = 0; rk < started; rk++)
         pthread_join(th[rk], NULL);
     if (started < G) {
-        set_msg(r, JOB_EFAIL, "could not start %d rank threads", G);
+        job_set_msg(r, JOB_EFAIL, "could not start %d rank threads", G);
         goto out;
     }
     /* the first rank with a failure of its own, else the first echo */
     for (int pass = 0; pass < 2 && !r->status; pass++)
         for (int rk = 0; rk < G && !r->status; rk++)
             if (rr[rk].status && (pass || !rr[rk].secondary))
-                set_msg(r, rr[rk].status, "%s", rr[rk].msg);
+                job_set_msg(r, rr[rk].status, "%s", rr[rk].msg);
     if (r->status)
         goto out;
 
@@ -1527,8 +985,8 @@ int job_worker_main(int fd)
         int G = h->p.ranks;
         int64_t *lens = calloc((size_t)G, sizeof(int64_t));
         double *speeds = calloc(2 * (size_t)G, sizeof(double));
-        st = lens && speeds ? measure_lens(&h->p, rank, comm, j.ctx, lens, speeds, slot->message,
-                                           sizeof(slot->message))
+        st = lens && speeds ? job_measure_lens(&h->p, rank, comm, j.ctx, lens, speeds,
+                                               slot->message, sizeof(slot->message))
                             : BURST_ERR_NO_MEMORY;
         if (st == BURST_OK && rank == 0) {
             memcpy(arena_lens, lens, sizeof(int64_t) * (size_t)G);
@@ -1557,7 +1015,7 @@ int job_worker_main(int fd)
     if (rank == 0 && h->p.weights_mode != JOB_WEIGHTS_MEASURED)
         memcpy(arena_lens, j.lens, sizeof(int64_t) * (size_t)h->p.ranks);
     arena_attach(&j, arena);
-    fill_rank_inputs(&j, rank);
+    job_fill_rank_inputs(&j, rank);
 
     rr->j = &j;
     rr->rank = rank;
@@ -1608,18 +1066,18 @@ int job_arena_collect(void *arena, struct job_result *r)
     double *tf = calloc((size_t)total, sizeof(double)), *tb = calloc((size_t)total, sizeof(double));
     struct job_rank_stats *st = calloc((size_t)G, sizeof(*st));
     if (!tf || !tb || !st) {
-        set_msg(r, JOB_EFAIL, "out of memory");
+        job_set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
     for (int rk = 0; rk < G; rk++)
         if (!__atomic_load_n(&slots[rk].done, __ATOMIC_ACQUIRE) || slots[rk].status != JOB_OK) {
-            set_msg(r, JOB_EFAIL, "rank %d did not finish: %s", rk,
-                    slots[rk].message[0] ? slots[rk].message : "(no message)");
+            job_set_msg(r, JOB_EFAIL, "rank %d did not finish: %s", rk,
+                        slots[rk].message[0] ? slots[rk].message : "(no message)");
             goto out;
         }
     r->shard_lens = calloc((size_t)G, sizeof(int64_t));
     if (!r->shard_lens) {
-        set_msg(r, JOB_EFAIL, "out of memory");
+        job_set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
     j.lens_in = (const int64_t *)(const void *)((const char *)arena + h->off_lens);

@@ -11,7 +11,7 @@
  *     burst_comm_create_env and writes its outputs, timings and statistics into the arena.
  * Both run the same per-rank loop (timing, statistics, failure handling). Forward and backward
  * are timed (median over iterations after a warm-up), and the results can be checked against
- * the fp64 reference of tests/ref.h. Not part of the library.
+ * the fp64 reference of tools/ref.h. Not part of the library.
  */
 #ifndef BURST_TOOLS_JOB_H
 #define BURST_TOOLS_JOB_H
@@ -127,7 +127,7 @@ struct job_result {
     struct job_rank_stats *rank_stats; /* [ranks], or NULL; freed by job_result_free */
     uint64_t output_hash;              /* FNV-1a of O, lse, dQ, dK, dV (want_hash) */
     int64_t *shard_lens;               /* [ranks] tokens per rank, or NULL */
-    double *rank_speeds; /* [ranks] measured (JOB_WEIGHTS_MEASURED) speeds, or NULL: rows x keys x
+    double *rank_speeds;  /* [ranks] measured (JOB_WEIGHTS_MEASURED) speeds, or NULL: rows x keys x
                             query heads per second of each rank's forward kernel (round 1,
                             burst_plan_rank_speed) */
     double *shard_speeds; /* [ranks] the speeds that sized the shards (burst_plan_shard_speed),
@@ -194,7 +194,7 @@ struct job_slot {
     char backend[32];
     double speed;       /* measured speed (JOB_WEIGHTS_MEASURED) */
     double shard_speed; /* the speed that sized the shard (burst_plan_shard_speed) */
-    int64_t lens_set; /* rank 0: 1 once it wrote the measured shard lengths into the arena */
+    int64_t lens_set;   /* rank 0: 1 once it wrote the measured shard lengths into the arena */
     char fabric[16];
     int hosts;
     int num_threads;

@@ -260,87 +260,94 @@ static void set_msg(struct job_result *r, int status, const char *fmt, ...)
     r->status = status;
 }
 
-int launch_run(const struct job_params *p, const struct launch_opts *lo, struct job_result *r,
-               int *signal_p)
+/* The launcher while its rank processes run: what launch_run's steps share. */
+struct launch {
+    const struct job_params *p;
+    const struct launch_opts *lo;
+    struct job_result *r;
+    int G, total;
+    uint64_t bytes;
+    int arena_fd;
+    void *arena;
+    struct burst_rendezvous *rv;
+    struct rank_proc *rp;
+    struct pollfd *pfd;
+    struct sigaction old[4];
+    int handlers, started;
+    struct progress pg;
+    /* who failed first: a rank killed by a signal we did not send, else the rank the rendezvous
+     * saw fail first, else the first non-zero exit that is not a peer's echo, else an echo
+     * (survivors may exit with a transport error as fast as the dead rank is reaped) */
+    int live, sig_fail, first_fail, echo_fail, interrupted, stragglers;
+    double deadline; /* SIGKILL the rest at this time; 0 = no failure yet */
+};
+
+static const int launch_sigs[4] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+/* The job's arena: a memfd holding the header, the slots and the global tensors. 0, or -1 with
+ * the message in r. */
+static int launch_arena(struct launch *L)
 {
-    memset(r, 0, sizeof(*r));
-    *signal_p = 0;
-    int G = p->ranks, total = p->warmup + p->iters;
-    uint64_t bytes = 0;
+    const struct launch_opts *lo = L->lo;
     struct job_arena_hdr h;
-    int arena_fd = -1;
-    void *arena = MAP_FAILED;
-    struct burst_rendezvous *rv = NULL;
-    struct rank_proc *rp = calloc((size_t)G, sizeof(*rp));
-    struct pollfd *pfd = calloc((size_t)(2 * G + 1), sizeof(*pfd));
-    char **env = NULL;
-    struct sigaction sa, old[4];
-    static const int sigs[4] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
-    int handlers = 0, started = 0;
-    struct progress pg = {0};
-
-    if (!rp || !pfd) {
-        set_msg(r, JOB_EFAIL, "out of memory");
-        goto out;
-    }
-    for (int i = 0; i < G; i++)
-        rp[i].out.fd = rp[i].err.fd = -1;
-
-    /* the arena */
     char msg[256];
-    bytes = job_arena_layout(p, &h, msg, sizeof(msg));
-    if (!bytes) {
-        set_msg(r, JOB_EUSAGE, "%s", msg);
-        goto out;
+    L->bytes = job_arena_layout(L->p, &h, msg, sizeof(msg));
+    if (!L->bytes) {
+        set_msg(L->r, JOB_EUSAGE, "%s", msg);
+        return -1;
     }
     snprintf(h.backend, sizeof(h.backend), "%s", lo->backend);
     snprintf(h.num_threads, sizeof(h.num_threads), "%s", lo->num_threads);
     snprintf(h.device, sizeof(h.device), "%s", lo->device ? lo->device : "");
     if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS")) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        snprintf(h.num_threads, sizeof(h.num_threads), "%d", ncpu > G ? (int)(ncpu / G) : 1);
+        snprintf(h.num_threads, sizeof(h.num_threads), "%d", ncpu > L->G ? (int)(ncpu / L->G) : 1);
     }
     h.kill = lo->kill;
-    arena_fd = memfd_create("burstrun-job", MFD_CLOEXEC);
-    if (arena_fd < 0 || ftruncate(arena_fd, (off_t)bytes) != 0) {
-        set_msg(r, JOB_EFAIL, "memfd of %llu bytes for the job: %s", (unsigned long long)bytes,
+    L->arena_fd = memfd_create("burstrun-job", MFD_CLOEXEC);
+    if (L->arena_fd < 0 || ftruncate(L->arena_fd, (off_t)L->bytes) != 0) {
+        set_msg(L->r, JOB_EFAIL, "memfd of %llu bytes for the job: %s",
+                (unsigned long long)L->bytes, strerror(errno));
+        return -1;
+    }
+    L->arena = mmap(NULL, L->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, L->arena_fd, 0);
+    if (L->arena == MAP_FAILED) {
+        set_msg(L->r, JOB_EFAIL, "mmap of the job's %llu bytes: %s", (unsigned long long)L->bytes,
                 strerror(errno));
-        goto out;
+        return -1;
     }
-    arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
-    if (arena == MAP_FAILED) {
-        set_msg(r, JOB_EFAIL, "mmap of the job's %llu bytes: %s", (unsigned long long)bytes,
-                strerror(errno));
-        goto out;
-    }
-    memcpy(arena, &h, sizeof(h));
+    memcpy(L->arena, &h, sizeof(h));
+    return 0;
+}
 
-    /* rendezvous: loopback, any port, a random key */
-    burst_status_t st = burst_rendezvous_create(NULL, 0, G, NULL, &rv);
-    if (st != BURST_OK) {
-        set_msg(r, JOB_EFAIL, "burst_rendezvous_create: %s: %s", burst_status_str(st),
-                burst_last_error());
-        goto out;
-    }
-
-    /* signals, through a self-pipe into the poll loop */
+/* Signals, through a self-pipe into the poll loop. 0, or -1 with the message in r. */
+static int launch_signals(struct launch *L)
+{
+    struct sigaction sa;
     if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        set_msg(r, JOB_EFAIL, "pipe: %s", strerror(errno));
-        goto out;
+        set_msg(L->r, JOB_EFAIL, "pipe: %s", strerror(errno));
+        return -1;
     }
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigemptyset(&sa.sa_mask);
-    for (; handlers < 4; handlers++)
-        sigaction(sigs[handlers], &sa, &old[handlers]);
+    for (; L->handlers < 4; L->handlers++)
+        sigaction(launch_sigs[L->handlers], &sa, &L->old[L->handlers]);
+    return 0;
+}
 
-    /* the environment of every rank: BURST_RANK first, filled per rank */
+/* Start the G rank processes, each with its environment (BURST_RANK first, filled per rank);
+ * on a failure, stop those already started. */
+static void launch_start(struct launch *L)
+{
+    const struct launch_opts *lo = L->lo;
     char store[N_ENV_SET][320];
+    char **env = NULL;
     memset(store, 0, sizeof(store));
-    snprintf(store[1], sizeof(store[1]), "BURST_SIZE=%d", G);
-    snprintf(store[2], sizeof(store[2]), "BURST_RENDEZVOUS=%s", burst_rendezvous_address(rv));
-    snprintf(store[3], sizeof(store[3]), "BURST_JOB_KEY=%s", burst_rendezvous_key(rv));
+    snprintf(store[1], sizeof(store[1]), "BURST_SIZE=%d", L->G);
+    snprintf(store[2], sizeof(store[2]), "BURST_RENDEZVOUS=%s", burst_rendezvous_address(L->rv));
+    snprintf(store[3], sizeof(store[3]), "BURST_JOB_KEY=%s", burst_rendezvous_key(L->rv));
     snprintf(store[4], sizeof(store[4]), "BURST_FABRIC=%s", lo->fabric);
     snprintf(store[8], sizeof(store[8]), "BURST_BOOTSTRAP=rendezvous"); /* whatever is exported */
     const char *iface = lo->iface ? lo->iface : strcmp(lo->fabric, "tcp") == 0 ? "127.0.0.1" : NULL;
@@ -349,201 +356,278 @@ int launch_run(const struct job_params *p, const struct launch_opts *lo, struct 
     if (lo->timeout_s > 0)
         snprintf(store[6], sizeof(store[6]), "BURST_TIMEOUT_MS=%lld",
                  (long long)lo->timeout_s * 1000);
-    for (int rk = 0; rk < G; rk++) {
+    for (int rk = 0; rk < L->G; rk++) {
         snprintf(store[0], sizeof(store[0]), "BURST_RANK=%d", rk);
         free(env);
         env = make_env(store, (int)N_ENV_SET);
-        if (!env || spawn_rank(lo, rk, arena_fd, env, &rp[rk], lo->json) < 0) {
-            set_msg(r, JOB_EFAIL, "could not start rank %d: %s", rk, strerror(errno));
+        if (!env || spawn_rank(lo, rk, L->arena_fd, env, &L->rp[rk], lo->json) < 0) {
+            set_msg(L->r, JOB_EFAIL, "could not start rank %d: %s", rk, strerror(errno));
             break;
         }
-        started++;
+        L->started++;
     }
     free(env);
-    env = NULL;
     if (lo->verbose) {
-        fprintf(stderr, "burstrun: %d rank processes (pids", started);
-        for (int rk = 0; rk < started; rk++)
-            fprintf(stderr, " %d", (int)rp[rk].pid);
-        fprintf(stderr, "), rendezvous %s, fabric %s%s%s\n", burst_rendezvous_address(rv),
+        fprintf(stderr, "burstrun: %d rank processes (pids", L->started);
+        for (int rk = 0; rk < L->started; rk++)
+            fprintf(stderr, " %d", (int)L->rp[rk].pid);
+        fprintf(stderr, "), rendezvous %s, fabric %s%s%s\n", burst_rendezvous_address(L->rv),
                 lo->fabric, iface ? ", iface " : "", iface ? iface : "");
     }
-
-    /* supervise */
-    pg.on = isatty(2);
-    pg.t0 = job_now();
-    /* who failed first: a rank killed by a signal we did not send, else the rank the rendezvous
-     * saw fail first, else the first non-zero exit that is not a peer's echo, else an echo
-     * (survivors may exit with a transport error as fast as the dead rank is reaped) */
-    int live = started, sig_fail = -1, first_fail = -1, echo_fail = -1, interrupted = 0,
-        stragglers = 0;
-    double deadline = 0.0; /* SIGKILL the rest at this time; 0 = no failure yet */
-    char how[160] = "";
-    if (started < G) { /* stop the ones already started */
-        for (int rk = 0; rk < started; rk++) {
-            kill(rp[rk].pid, SIGTERM);
-            rp[rk].signalled_by_us = 1;
+    L->live = L->started;
+    if (L->started < L->G) { /* stop the ones already started */
+        for (int rk = 0; rk < L->started; rk++) {
+            kill(L->rp[rk].pid, SIGTERM);
+            L->rp[rk].signalled_by_us = 1;
         }
-        deadline = job_now() + LAUNCH_GRACE_MS / 1e3;
+        L->deadline = job_now() + LAUNCH_GRACE_MS / 1e3;
     }
+}
+
+/* Poll the signal pipe and every open output stream for up to 100 ms, printing rank output.
+ * 0, or -1 when poll failed. */
+static int launch_poll(struct launch *L)
+{
+    struct rank_proc *rp = L->rp;
+    int n = 0;
+    L->pfd[n++] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
+    for (int rk = 0; rk < L->G; rk++) {
+        if (rp[rk].out.fd >= 0)
+            L->pfd[n++] = (struct pollfd){.fd = rp[rk].out.fd, .events = POLLIN};
+        if (rp[rk].err.fd >= 0)
+            L->pfd[n++] = (struct pollfd){.fd = rp[rk].err.fd, .events = POLLIN};
+    }
+    int rc = poll(L->pfd, (nfds_t)n, 100);
+    if (rc < 0 && errno != EINTR)
+        return -1;
+    for (int i = 1; i < n && rc > 0; i++) {
+        if (!L->pfd[i].revents)
+            continue;
+        for (int rk = 0; rk < L->G; rk++) {
+            if (rp[rk].out.fd == L->pfd[i].fd)
+                stream_read(&L->pg, &rp[rk].out, rk);
+            else if (rp[rk].err.fd == L->pfd[i].fd)
+                stream_read(&L->pg, &rp[rk].err, rk);
+        }
+    }
+    return 0;
+}
+
+/* A signal other than SIGCHLD stops every rank (SIGTERM, then the grace period). */
+static void launch_on_signals(struct launch *L)
+{
+    unsigned char sigs_in[16];
+    ssize_t ns = read(g_sigpipe[0], sigs_in, sizeof(sigs_in));
+    for (ssize_t i = 0; i < ns; i++) {
+        int sig = sigs_in[i];
+        if (sig == SIGCHLD || L->interrupted)
+            continue;
+        L->interrupted = sig;
+        progress_clear(&L->pg);
+        fprintf(stderr, "burstrun: %s: stopping %d rank process%s\n", sig_name(sig), L->live,
+                L->live == 1 ? "" : "es");
+        for (int rk = 0; rk < L->G; rk++)
+            if (L->rp[rk].pid > 0) {
+                kill(L->rp[rk].pid, SIGTERM);
+                L->rp[rk].signalled_by_us = 1;
+            }
+        if (!L->deadline)
+            L->deadline = job_now() + LAUNCH_GRACE_MS / 1e3;
+    }
+}
+
+/* Rank rk ended with a failure: tell the survivors (and let the service remove the rank's shm
+ * segment), with the rank's own message when it failed by itself (e.g. a backend missing
+ * there), and remember who failed first. */
+static void launch_failed(struct launch *L, int rk, int status)
+{
+    char why[128], full[400];
+    describe_exit(status, why, sizeof(why));
+    const struct job_slot *sl = job_arena_slots(L->arena) + rk;
+    snprintf(full, sizeof(full), "%s", why);
+    if (__atomic_load_n(&sl->done, __ATOMIC_ACQUIRE) && !sl->secondary && sl->message[0])
+        snprintf(full, sizeof(full), "%s: %.250s", why, sl->message);
+    burst_rendezvous_report_failure(L->rv, rk, full);
+    if (!L->rp[rk].signalled_by_us) {
+        int echo = WIFEXITED(status) && WEXITSTATUS(status) == JOB_EPEER;
+        if (WIFSIGNALED(status) && L->sig_fail < 0)
+            L->sig_fail = rk;
+        else if (!echo && L->first_fail < 0)
+            L->first_fail = rk;
+        else if (echo && L->echo_fail < 0)
+            L->echo_fail = rk;
+    }
+    if (!L->deadline)
+        L->deadline = job_now() + LAUNCH_GRACE_MS / 1e3;
+}
+
+/* Reap whatever ended, whether or not SIGCHLD was seen yet. */
+static void launch_reap(struct launch *L)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            break;
+        int rk = 0;
+        while (rk < L->G && L->rp[rk].pid != pid)
+            rk++;
+        if (rk == L->G)
+            continue;
+        L->rp[rk].pid_was = pid;
+        L->rp[rk].pid = -1;
+        L->rp[rk].status = status;
+        L->live--;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+            launch_failed(L, rk, status);
+    }
+}
+
+/* After a failure: SIGKILL the stragglers once the grace period is over, and give up on streams
+ * a grandchild left open after the next one. */
+static void launch_deadlines(struct launch *L)
+{
+    struct rank_proc *rp = L->rp;
+    if (L->deadline && L->live > 0 && job_now() > L->deadline) {
+        for (int rk = 0; rk < L->G; rk++)
+            if (rp[rk].pid > 0 && rp[rk].signalled_by_us < 2) {
+                kill(rp[rk].pid, SIGKILL);
+                rp[rk].signalled_by_us = 2;
+                L->stragglers++;
+            }
+    }
+    if (L->live == 0 && L->deadline && job_now() > L->deadline + LAUNCH_GRACE_MS / 1e3)
+        for (int rk = 0; rk < L->G; rk++) {
+            if (rp[rk].out.fd >= 0)
+                close(rp[rk].out.fd);
+            if (rp[rk].err.fd >= 0)
+                close(rp[rk].err.fd);
+            rp[rk].out.fd = rp[rk].err.fd = -1;
+        }
+}
+
+/* Supervise the ranks until every one is reaped and its output drained. */
+static void launch_supervise(struct launch *L)
+{
+    L->pg.on = isatty(2);
+    L->pg.t0 = job_now();
     for (;;) {
         int open_streams = 0;
-        for (int rk = 0; rk < G; rk++)
-            open_streams += (rp[rk].out.fd >= 0) + (rp[rk].err.fd >= 0);
-        if (live == 0 && open_streams == 0)
+        for (int rk = 0; rk < L->G; rk++)
+            open_streams += (L->rp[rk].out.fd >= 0) + (L->rp[rk].err.fd >= 0);
+        if (L->live == 0 && open_streams == 0)
             break;
-        int n = 0;
-        pfd[n++] = (struct pollfd){.fd = g_sigpipe[0], .events = POLLIN};
-        for (int rk = 0; rk < G; rk++) {
-            if (rp[rk].out.fd >= 0)
-                pfd[n++] = (struct pollfd){.fd = rp[rk].out.fd, .events = POLLIN};
-            if (rp[rk].err.fd >= 0)
-                pfd[n++] = (struct pollfd){.fd = rp[rk].err.fd, .events = POLLIN};
-        }
-        int rc = poll(pfd, (nfds_t)n, 100);
-        if (rc < 0 && errno != EINTR)
+        if (launch_poll(L) != 0)
             break;
-        /* rank output */
-        for (int i = 1; i < n && rc > 0; i++) {
-            if (!pfd[i].revents)
-                continue;
-            for (int rk = 0; rk < G; rk++) {
-                if (rp[rk].out.fd == pfd[i].fd)
-                    stream_read(&pg, &rp[rk].out, rk);
-                else if (rp[rk].err.fd == pfd[i].fd)
-                    stream_read(&pg, &rp[rk].err, rk);
-            }
-        }
-        /* signals */
-        unsigned char sigs_in[16];
-        ssize_t ns = read(g_sigpipe[0], sigs_in, sizeof(sigs_in));
-        for (ssize_t i = 0; i < ns; i++) {
-            int sig = sigs_in[i];
-            if (sig == SIGCHLD || interrupted)
-                continue;
-            interrupted = sig;
-            progress_clear(&pg);
-            fprintf(stderr, "burstrun: %s: stopping %d rank process%s\n", sig_name(sig), live,
-                    live == 1 ? "" : "es");
-            for (int rk = 0; rk < G; rk++)
-                if (rp[rk].pid > 0) {
-                    kill(rp[rk].pid, SIGTERM);
-                    rp[rk].signalled_by_us = 1;
-                }
-            if (!deadline)
-                deadline = job_now() + LAUNCH_GRACE_MS / 1e3;
-        }
-        /* children: reap whatever ended, whether or not SIGCHLD was seen yet */
-        for (;;) {
-            int status;
-            pid_t pid = waitpid(-1, &status, WNOHANG);
-            if (pid <= 0)
-                break;
-            int rk = 0;
-            while (rk < G && rp[rk].pid != pid)
-                rk++;
-            if (rk == G)
-                continue;
-            rp[rk].pid_was = pid;
-            rp[rk].pid = -1;
-            rp[rk].status = status;
-            live--;
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-                continue;
-            char why[128], full[400];
-            describe_exit(status, why, sizeof(why));
-            /* tell the survivors (and let the service remove the rank's shm segment), with
-             * the rank's own message when it failed by itself (e.g. a backend missing there) */
-            const struct job_slot *sl = job_arena_slots(arena) + rk;
-            snprintf(full, sizeof(full), "%s", why);
-            if (__atomic_load_n(&sl->done, __ATOMIC_ACQUIRE) && !sl->secondary && sl->message[0])
-                snprintf(full, sizeof(full), "%s: %.250s", why, sl->message);
-            burst_rendezvous_report_failure(rv, rk, full);
-            if (!rp[rk].signalled_by_us) {
-                int echo = WIFEXITED(status) && WEXITSTATUS(status) == JOB_EPEER;
-                if (WIFSIGNALED(status) && sig_fail < 0)
-                    sig_fail = rk;
-                else if (!echo && first_fail < 0)
-                    first_fail = rk;
-                else if (echo && echo_fail < 0)
-                    echo_fail = rk;
-            }
-            if (!deadline)
-                deadline = job_now() + LAUNCH_GRACE_MS / 1e3;
-        }
-        /* stragglers after the grace period */
-        if (deadline && live > 0 && job_now() > deadline) {
-            for (int rk = 0; rk < G; rk++)
-                if (rp[rk].pid > 0 && rp[rk].signalled_by_us < 2) {
-                    kill(rp[rk].pid, SIGKILL);
-                    rp[rk].signalled_by_us = 2;
-                    stragglers++;
-                }
-        }
-        /* streams left open by a grandchild after everyone was reaped: give up after the grace */
-        if (live == 0 && deadline && job_now() > deadline + LAUNCH_GRACE_MS / 1e3)
-            for (int rk = 0; rk < G; rk++) {
-                if (rp[rk].out.fd >= 0)
-                    close(rp[rk].out.fd);
-                if (rp[rk].err.fd >= 0)
-                    close(rp[rk].err.fd);
-                rp[rk].out.fd = rp[rk].err.fd = -1;
-            }
-        if (live > 0 && !deadline)
-            progress_show(&pg, arena, G, total);
-        else if (live == 0 && !deadline)
-            deadline = job_now(); /* all exited cleanly: bound the wait for their streams */
+        launch_on_signals(L);
+        launch_reap(L);
+        launch_deadlines(L);
+        if (L->live > 0 && !L->deadline)
+            progress_show(&L->pg, L->arena, L->G, L->total);
+        else if (L->live == 0 && !L->deadline)
+            L->deadline = job_now(); /* all exited cleanly: bound the wait for their streams */
     }
-    progress_clear(&pg);
+    progress_clear(&L->pg);
+}
 
-    if (r->status) {
+/* The job's outcome into r: the interruption, the rank that failed first, or the results. */
+static void launch_result(struct launch *L, int *signal_p)
+{
+    struct rank_proc *rp = L->rp;
+    if (L->r->status) {
         /* could not start every rank: message already set */
-    } else if (interrupted) {
-        *signal_p = interrupted;
-        set_msg(r, LAUNCH_EINTR, "interrupted by %s; the job was stopped", sig_name(interrupted));
-    } else if (sig_fail >= 0 || first_fail >= 0 || echo_fail >= 0) {
-        int rk = sig_fail, rvf = burst_rendezvous_failed_rank(rv);
-        if (rk < 0 && rvf >= 0 && rvf < G && rp[rvf].pid < 0 && !rp[rvf].signalled_by_us &&
+    } else if (L->interrupted) {
+        *signal_p = L->interrupted;
+        set_msg(L->r, LAUNCH_EINTR, "interrupted by %s; the job was stopped",
+                sig_name(L->interrupted));
+    } else if (L->sig_fail >= 0 || L->first_fail >= 0 || L->echo_fail >= 0) {
+        int rk = L->sig_fail, rvf = burst_rendezvous_failed_rank(L->rv);
+        char how[160] = "";
+        if (rk < 0 && rvf >= 0 && rvf < L->G && rp[rvf].pid < 0 && !rp[rvf].signalled_by_us &&
             !(WIFEXITED(rp[rvf].status) && WEXITSTATUS(rp[rvf].status) == 0))
             rk = rvf;
         if (rk < 0)
-            rk = first_fail >= 0 ? first_fail : echo_fail;
+            rk = L->first_fail >= 0 ? L->first_fail : L->echo_fail;
         describe_exit(rp[rk].status, how, sizeof(how));
-        const struct job_slot *sl = job_arena_slots(arena) + rk;
+        const struct job_slot *sl = job_arena_slots(L->arena) + rk;
         int usage = WIFEXITED(rp[rk].status) && WEXITSTATUS(rp[rk].status) == JOB_EUSAGE;
-        set_msg(r, usage ? JOB_EUSAGE : JOB_EFAIL,
+        set_msg(L->r, usage ? JOB_EUSAGE : JOB_EFAIL,
                 "rank %d (pid %d) %s%s%.600s; the job was stopped%s", rk, (int)rp[rk].pid_was, how,
                 sl->message[0] ? ": " : "", sl->message,
-                stragglers ? " (ranks still running after the grace period were SIGKILLed)" : "");
+                L->stragglers ? " (ranks still running after the grace period were SIGKILLed)"
+                              : "");
     } else {
-        job_arena_collect(arena, r);
+        job_arena_collect(L->arena, L->r);
     }
+}
 
-out:
-    for (int rk = 0; rk < G && rp; rk++) {
-        if (rp[rk].pid > 0) { /* only on an error path above: never leave a child behind */
-            kill(rp[rk].pid, SIGKILL);
-            waitpid(rp[rk].pid, NULL, 0);
+/* Release everything; never leave a child behind (only an error path above leaves one). */
+static void launch_cleanup(struct launch *L)
+{
+    for (int rk = 0; rk < L->G && L->rp; rk++) {
+        if (L->rp[rk].pid > 0) {
+            kill(L->rp[rk].pid, SIGKILL);
+            waitpid(L->rp[rk].pid, NULL, 0);
         }
-        if (rp[rk].out.fd >= 0)
-            close(rp[rk].out.fd);
-        if (rp[rk].err.fd >= 0)
-            close(rp[rk].err.fd);
+        if (L->rp[rk].out.fd >= 0)
+            close(L->rp[rk].out.fd);
+        if (L->rp[rk].err.fd >= 0)
+            close(L->rp[rk].err.fd);
     }
-    for (int i = 0; i < handlers; i++)
-        sigaction(sigs[i], &old[i], NULL);
+    for (int i = 0; i < L->handlers; i++)
+        sigaction(launch_sigs[i], &L->old[i], NULL);
     for (int i = 0; i < 2; i++)
         if (g_sigpipe[i] >= 0) {
             close(g_sigpipe[i]);
             g_sigpipe[i] = -1;
         }
-    burst_rendezvous_destroy(rv);
-    if (arena != MAP_FAILED)
-        munmap(arena, bytes);
-    if (arena_fd >= 0)
-        close(arena_fd);
-    free(rp);
-    free(pfd);
-    free(env);
+    burst_rendezvous_destroy(L->rv);
+    if (L->arena != MAP_FAILED)
+        munmap(L->arena, L->bytes);
+    if (L->arena_fd >= 0)
+        close(L->arena_fd);
+    free(L->rp);
+    free(L->pfd);
+}
+
+int launch_run(const struct job_params *p, const struct launch_opts *lo, struct job_result *r,
+               int *signal_p)
+{
+    memset(r, 0, sizeof(*r));
+    *signal_p = 0;
+    struct launch L = {.p = p,
+                       .lo = lo,
+                       .r = r,
+                       .G = p->ranks,
+                       .total = p->warmup + p->iters,
+                       .arena_fd = -1,
+                       .arena = MAP_FAILED,
+                       .sig_fail = -1,
+                       .first_fail = -1,
+                       .echo_fail = -1};
+    L.rp = calloc((size_t)L.G, sizeof(*L.rp));
+    L.pfd = calloc((size_t)(2 * L.G + 1), sizeof(*L.pfd));
+    if (!L.rp || !L.pfd) {
+        set_msg(r, JOB_EFAIL, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < L.G; i++)
+        L.rp[i].out.fd = L.rp[i].err.fd = -1;
+    if (launch_arena(&L) != 0)
+        goto out;
+    /* rendezvous: loopback, any port, a random key */
+    burst_status_t st = burst_rendezvous_create(NULL, 0, L.G, NULL, &L.rv);
+    if (st != BURST_OK) {
+        set_msg(r, JOB_EFAIL, "burst_rendezvous_create: %s: %s", burst_status_str(st),
+                burst_last_error());
+        goto out;
+    }
+    if (launch_signals(&L) != 0)
+        goto out;
+    launch_start(&L);
+    launch_supervise(&L);
+    launch_result(&L, signal_p);
+out:
+    launch_cleanup(&L);
     return r->status;
 }

@@ -1,7 +1,8 @@
 /*
  * transport/tp_bootstrap.h - the rendezvous protocol and its rank-side client (private).
  *
- * The server side is the public burst_rendezvous_* (burst/comm.h); both live in tp_rendezvous.c.
+ * The server side is the public burst_rendezvous_* (burst/comm.h): tp_rendezvous_server.c; the
+ * client: tp_rendezvous_client.c; their shared wire helpers: tp_rendezvous_proto.c.
  *
  * WIRE FORMAT (TCP, version 1). Every message is a 12-byte header and a payload:
  *
@@ -80,7 +81,7 @@ void burst_boot_boot_id(char *buf, size_t cap);
 
 /*
  * The rank-side client, with two implementations behind one interface (ops below):
- *   burst_boot_join      the rendezvous of this file's protocol (tp_rendezvous.c);
+ *   burst_boot_join      the rendezvous of this file's protocol (tp_rendezvous_client.c);
  *   burst_boot_join_mpi  MPI_COMM_WORLD of a job started by mpirun (tp_mpi_boot.c, built when
  *                        MPI is found: BURST_HAVE_MPI).
  * Both hand out a struct burst_boot; the calls after join dispatch through its ops, so the

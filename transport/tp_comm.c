@@ -10,14 +10,12 @@
 #include <unistd.h>
 
 #include "context_internal.h"
-#include "env.h"
 #include "error.h"
 #include "fault.h"
+#include "settings.h"
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
 #include "tp_ipc.h"
-
-#define DEFAULT_TIMEOUT_MS 120000
 
 struct burst_comm_params burst_comm_params_default(void)
 {
@@ -47,20 +45,15 @@ int burst_fab_index(const char *name)
     return -1;
 }
 
-/* params->timeout_ms, else BURST_TIMEOUT_MS, else the default (env.h's rule). */
-static burst_status_t comm_timeout(const char *who, int timeout_ms, int *out_p)
+/* params->timeout_ms, else BURST_TIMEOUT_MS, else the default (settings.h). */
+static int comm_timeout(const struct burst_settings *set, int timeout_ms)
 {
-    long v = timeout_ms;
-    burst_status_t st = BURST_OK;
-    if (!timeout_ms)
-        st = burst_env_long(who, "BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS,
-                            DEFAULT_TIMEOUT_MS, &v, NULL);
-    *out_p = (int)v;
-    return st;
+    return timeout_ms ? timeout_ms : (int)burst_set_long(set, BURST_SET_TIMEOUT_MS);
 }
 
 /* Transport "fabric": check the fields, then join through the bootstrap. */
 static burst_status_t comm_create_fabric_checked(const struct burst_comm_params *p,
+                                                 const struct burst_settings *set,
                                                  struct burst_comm **comm_p)
 {
     static const char *who = "burst_comm_create";
@@ -96,9 +89,9 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
     }
     /* params->fabric, else BURST_FABRIC (which only overrides "auto"), else "auto". */
     const char *want = p->fabric && *p->fabric ? p->fabric : "auto";
-    const char *env = getenv("BURST_FABRIC");
+    const char *env = burst_set_str(set, BURST_SET_FABRIC);
     int from_env = 0;
-    if (strcmp(want, "auto") == 0 && env && *env) {
+    if (strcmp(want, "auto") == 0 && env) {
         want = env;
         from_env = 1;
     }
@@ -112,10 +105,9 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     c->rank = p->rank;
     c->size = p->size;
-    burst_status_t st = comm_timeout(who, p->timeout_ms, &c->timeout_ms);
+    c->timeout_ms = comm_timeout(set, p->timeout_ms);
     atomic_init(&c->failed, 0);
-    if (st == BURST_OK)
-        st = burst_comm_join_fabric(p, want, mpi, c);
+    burst_status_t st = burst_comm_join_fabric(p, want, mpi, c);
     if (st != BURST_OK) {
         free(c);
         return st;
@@ -150,13 +142,14 @@ burst_status_t burst_comm_create(const struct burst_comm_params *params, struct 
     if (params->timeout_ms < 0 || params->timeout_ms > BURST_COMM_TIMEOUT_MAX_MS)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params->timeout_ms = %d is not in 0..%d",
                            who, params->timeout_ms, BURST_COMM_TIMEOUT_MAX_MS);
-    int timeout = 0;
-    st = comm_timeout(who, params->timeout_ms, &timeout);
-    if (st != BURST_OK)
+    burst_settings_warn_unknown();
+    struct burst_settings set = {0};
+    if ((st = burst_settings_load(who, BURST_SCOPE_COMM | BURST_SCOPE_FABRIC, &set)) != BURST_OK)
         return st;
+    int timeout = comm_timeout(&set, params->timeout_ms);
     const char *name = params->transport ? params->transport : "local";
     if (strcmp(name, "fabric") == 0)
-        return comm_create_fabric_checked(params, comm_p);
+        return comm_create_fabric_checked(params, &set, comm_p);
     if (strcmp(name, "local") != 0)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: params->transport = \"%s\" is not a transport (have: local, "
@@ -184,14 +177,19 @@ burst_status_t burst_comm_create(const struct burst_comm_params *params, struct 
     return BURST_OK;
 }
 
-/* A variable a launcher must set: an error naming it when unset, else env.h's rule. */
-static burst_status_t env_required(const char *who, const char *name, long lo, long hi, long *v_p)
+/* A variable a launcher must set, whose text is s (NULL when unset or empty): an error naming it
+ * when unset, else the settings' rule (settings.h). */
+static burst_status_t env_required(const char *who, const char *name, const char *s, long lo,
+                                   long hi, long *v_p)
 {
-    const char *s = getenv(name);
     if (!s || !*s)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: %s is not set (a launcher such as burstrun sets it)", who, name);
-    return burst_env_long(who, name, lo, hi, 0, v_p, NULL);
+    if (!burst_settings_parse_long(s, lo, hi, v_p))
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %s = \"%.64s\" is not an integer in %ld..%ld", who, name, s, lo,
+                           hi);
+    return BURST_OK;
 }
 
 burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
@@ -202,17 +200,19 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: comm_p is NULL", who);
     /* BURST_BOOTSTRAP, else the rendezvous when BURST_RENDEZVOUS is set, else MPI when Open
      * MPI's mpirun started us. */
-    const char *boot = getenv("BURST_BOOTSTRAP"), *rv = getenv("BURST_RENDEZVOUS");
-    const char *key = getenv("BURST_JOB_KEY");
+    burst_settings_warn_unknown();
+    struct burst_settings set = {0};
+    burst_status_t st = burst_settings_load(who, BURST_SCOPE_LAUNCH, &set);
+    if (st != BURST_OK)
+        return st;
+    const char *boot = burst_set_str(&set, BURST_SET_BOOTSTRAP);
+    const char *rv = burst_set_str(&set, BURST_SET_RENDEZVOUS);
+    const char *key = burst_set_str(&set, BURST_SET_JOB_KEY);
     const char *ompi_rank = getenv("OMPI_COMM_WORLD_RANK");
     const char *ompi_size = getenv("OMPI_COMM_WORLD_SIZE");
-    int mpi = (!rv || !*rv) && ompi_rank && *ompi_rank && ompi_size && *ompi_size;
-    if (boot && *boot) {
+    int mpi = !rv && ompi_rank && *ompi_rank && ompi_size && *ompi_size;
+    if (boot) {
         mpi = strcmp(boot, "mpi") == 0;
-        if (!mpi && strcmp(boot, "rendezvous") != 0)
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: BURST_BOOTSTRAP = \"%.32s\" is not one of rendezvous, mpi", who,
-                               boot);
         if (mpi && !(ompi_rank && *ompi_rank && ompi_size && *ompi_size))
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: BURST_BOOTSTRAP = \"mpi\" but OMPI_COMM_WORLD_RANK / "
@@ -222,22 +222,23 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     }
     const char *size_var = mpi ? "OMPI_COMM_WORLD_SIZE" : "BURST_SIZE";
     const char *rank_var = mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK";
-    long rank = 0, size = 0, timeout = 0;
-    burst_status_t st = env_required(who, size_var, 1, 65536, &size);
+    long rank = 0, size = 0;
+    st = env_required(who, size_var, mpi ? ompi_size : burst_set_str(&set, BURST_SET_SIZE), 1,
+                      65536, &size);
     if (st == BURST_OK)
-        st = env_required(who, rank_var, 0, size - 1, &rank);
+        st = env_required(who, rank_var, mpi ? ompi_rank : burst_set_str(&set, BURST_SET_RANK), 0,
+                          size - 1, &rank);
     if (st == BURST_OK)
-        st = burst_env_long(who, "BURST_TIMEOUT_MS", 1, BURST_COMM_TIMEOUT_MAX_MS, 0, &timeout,
-                            NULL);
+        st = burst_settings_load(who, BURST_SCOPE_COMM, &set);
     if (st != BURST_OK)
         return st;
-    if (!mpi && (!rv || !*rv))
+    if (!mpi && !rv)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_RENDEZVOUS is not set (a launcher such as burstrun sets it "
                            "to the \"host:port\" of the job's rendezvous; under Open MPI's "
                            "mpirun the bootstrap is MPI)",
                            who);
-    if (!mpi && (!key || !*key))
+    if (!mpi && !key)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY is not set (a launcher such as burstrun sets it)",
                            who);
@@ -245,19 +246,15 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY (%zu characters) is not %d..%d hex digits", who,
                            strlen(key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
-    const char *fabric = getenv("BURST_FABRIC"), *iface = getenv("BURST_IFACE");
-    if (fabric && *fabric && strcmp(fabric, "auto") != 0 && burst_fab_index(fabric) < 0)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: BURST_FABRIC = \"%.32s\" is not one of auto, shm, tcp, verbs, "
-                           "efa",
-                           who, fabric);
     struct burst_comm_params p = burst_comm_params_default();
     p.transport = "fabric";
     p.rank = (int)rank;
     p.size = (int)size;
-    p.timeout_ms = (int)timeout;
-    p.fabric = fabric && *fabric ? fabric : NULL;
-    p.iface = iface && *iface ? iface : NULL;
+    p.timeout_ms = burst_set_given(&set, BURST_SET_TIMEOUT_MS)
+                       ? (int)burst_set_long(&set, BURST_SET_TIMEOUT_MS)
+                       : 0;
+    p.fabric = burst_set_str(&set, BURST_SET_FABRIC);
+    p.iface = burst_set_str(&set, BURST_SET_IFACE);
     p.bootstrap = mpi ? "mpi" : "rendezvous";
     p.rendezvous = mpi ? NULL : rv;
     p.job_key = mpi ? NULL : key;

@@ -37,7 +37,7 @@
  *     for FAB_THREAD_SPIN_US after the last event, then sleeps on a condvar with a timeout that
  *     doubles from 16 us to FAB_SLEEP_MAX_US while nothing happens; posting wakes it.
  *   - it sleeps without a timeout when no operation is outstanding (shm) or blocks on the fd.
- * wait() itself polls the CQ for BURST_FAB_SPIN_US (default FAB_SPIN_US) before blocking, which
+ * wait() itself polls the CQ for BURST_FAB_SPIN_US (default 20) before blocking, which
  * takes the thread hand-off off the latency of short messages. BURST_FAB_PROGRESS=caller turns
  * the thread off: wait() then drives progress itself (busy-polling with sched_yield), and
  * nothing advances between posting and wait(); kept to measure the difference.
@@ -72,7 +72,7 @@
  * own buffer and matching it never touches the connection. BURST_FAB_RXM_EAGER=0 lifts the cap
  * (rendezvous for large messages: faster on verbs, unsafe when a peer dies).
  *
- * Tunables (read once at burst_fab_open): BURST_FAB_PROGRESS=thread|caller,
+ * Settings (runtime/settings.h, read at burst_fab_open): BURST_FAB_PROGRESS=thread|caller,
  * BURST_FAB_SPIN_US (wait()'s polling before it blocks), BURST_FAB_CHUNK_BYTES,
  * BURST_FAB_MR_LOCAL=1, BURST_FAB_RXM_EAGER=0|1. The transport sets FI_OFI_RXM_BUFFER_SIZE
  * (64 KiB) in the environment when the user has not: see rxm_defaults_once().
@@ -99,6 +99,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "error.h"
+#include "settings.h"
 #include "tp_fabric.h"
 #include "tp_fabric_dl.h"
 
@@ -108,7 +109,6 @@
 #define FAB_SLICE_MS 5         /* wait(): ctrl poll period */
 #define FAB_DRAIN_MS 200       /* wait(): how long cancelled chunks may take to complete */
 #define FAB_CTRL_GRACE_MS 1000 /* wait(): how long a provider error waits for ctrl's verdict */
-#define FAB_SPIN_US 20         /* wait(): CQ polling before blocking (BURST_FAB_SPIN_US) */
 #define FAB_THREAD_SPIN_US 50  /* progress thread without wait fd: polling after an event */
 #define FAB_SLEEP_MIN_US 16
 #define FAB_SLEEP_MAX_US 1000
@@ -257,16 +257,6 @@ static const char *fab_prov_name(const char *burst_name)
         if (strcmp(burst_name, map[i].burst) == 0)
             return map[i].fi;
     return NULL;
-}
-
-static int env_int(const char *name, int def, int lo, int hi)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return def;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return (*end == '\0' && v >= lo && v <= hi) ? (int)v : def;
 }
 
 /*
@@ -455,10 +445,16 @@ static burst_status_t fab_open(const char *provider, const char *iface, int rank
     f->wait_fd = f->wake_fd = -1;
     f->base.rank = rank;
     f->base.size = size;
-    f->use_thread =
-        !(getenv("BURST_FAB_PROGRESS") && strcmp(getenv("BURST_FAB_PROGRESS"), "caller") == 0);
-    f->spin_us = env_int("BURST_FAB_SPIN_US", FAB_SPIN_US, 0, 1000000);
-    int force_mr = env_int("BURST_FAB_MR_LOCAL", 0, 0, 1);
+    /* the settings of a communicator's create, which checked them (settings.h) */
+    struct burst_settings set = {0};
+    burst_status_t st = burst_settings_load(who, BURST_SCOPE_FABRIC, &set);
+    if (st != BURST_OK) {
+        burst_fab_close(f);
+        return st;
+    }
+    f->use_thread = burst_set_long(&set, BURST_SET_FAB_PROGRESS) == 0; /* "thread" */
+    f->spin_us = (int)burst_set_long(&set, BURST_SET_FAB_SPIN_US);
+    int force_mr = (int)burst_set_long(&set, BURST_SET_FAB_MR_LOCAL);
 
     f->peers = calloc((size_t)size, sizeof(*f->peers));
     f->peer_dead = calloc((size_t)size, 1);
@@ -484,17 +480,14 @@ static burst_status_t fab_open(const char *provider, const char *iface, int rank
     }
     f->mr_local = force_mr || (fi->domain_attr->mr_mode & FI_MR_LOCAL);
     f->chunk = fi->ep_attr->max_msg_size ? fi->ep_attr->max_msg_size : SIZE_MAX;
-    if (strstr(fi_prov, "ofi_rxm") && env_int("BURST_FAB_RXM_EAGER", 1, 0, 1)) {
+    if (strstr(fi_prov, "ofi_rxm") && burst_set_long(&set, BURST_SET_FAB_RXM_EAGER)) {
         size_t eager = rxm_eager_limit();
         if (eager < f->chunk)
             f->chunk = eager; /* see "ofi_rxm and dead peers" above */
     }
-    const char *cs = getenv("BURST_FAB_CHUNK_BYTES");
-    if (cs && *cs) {
-        unsigned long long c = strtoull(cs, NULL, 10);
-        if (c > 0 && c < f->chunk)
-            f->chunk = (size_t)c;
-    }
+    const long cs = burst_set_long(&set, BURST_SET_FAB_CHUNK_BYTES);
+    if (cs > 0 && (unsigned long)cs < f->chunk)
+        f->chunk = (size_t)cs;
 
     const char *call = "fi_fabric";
     ret = burst_fi_fabric(fi->fabric_attr, &f->fabric, NULL);
@@ -550,7 +543,7 @@ static burst_status_t fab_open(const char *provider, const char *iface, int rank
         nanosleep(&ts, NULL);
     }
     if (ret) {
-        burst_status_t st = fab_error(f->prov, call, ret, "rank %d", rank);
+        st = fab_error(f->prov, call, ret, "rank %d", rank);
         burst_fab_close(f);
         return st;
     }
@@ -1196,8 +1189,8 @@ burst_status_t burst_fab_connect(struct burst_fab *f, const void *const *addrs, 
          * up to a NUL (shm names), whatever lens[r] says. Give it a zero-padded copy. */
         if (lens[r] >= FAB_ADDR_MAX)
             return burst_error(BURST_ERR_TRANSPORT,
-                               "%s: rank %d: the address of rank %d is %zu bytes (at most %d)",
-                               who, f->base.rank, r, lens[r], FAB_ADDR_MAX - 1);
+                               "%s: rank %d: the address of rank %d is %zu bytes (at most %d)", who,
+                               f->base.rank, r, lens[r], FAB_ADDR_MAX - 1);
         unsigned char addr[FAB_ADDR_MAX] = {0};
         memcpy(addr, addrs[r], lens[r]);
         fi_addr_t a = FI_ADDR_UNSPEC;

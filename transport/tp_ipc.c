@@ -7,11 +7,12 @@
 #include <time.h>
 
 #include "error.h"
+#include "settings.h"
 #include "tp_ipc.h"
 
-#define IPC_MAGIC 0x31435049u /* "IPC1" */
+#define IPC_MAGIC 0x31435049u    /* "IPC1" */
 #define IPC_ACK_BIT (1ull << 31) /* the kind byte's top bit (tp_comm.h burst_tag): kinds < 128 */
-#define IPC_CTRL_MS 50           /* how often a receiver polling its copy asks the control channel */
+#define IPC_CTRL_MS 50 /* how often a receiver polling its copy asks the control channel */
 
 struct ipc {
     struct burst_tp base;
@@ -33,7 +34,11 @@ struct ipc_ack {
     int32_t status;
 };
 
-enum { REQ_HOST, REQ_SEND, REQ_RECV };
+enum {
+    REQ_HOST,
+    REQ_SEND,
+    REQ_RECV
+};
 
 struct burst_tp_req {
     int kind;
@@ -80,17 +85,17 @@ static int remaining_ms(int64_t deadline)
  * microseconds of the peer reaching the matching point, while the process transport's wait()
  * may sleep on its progress thread (shm: up to a millisecond after a quiet compute step), which
  * on 2 x H200 cost 0.3 ms of exposed wait per ring step. So spin on test() first, for at most
- * BURST_IPC_SPIN_US (default IPC_SPIN_US; the host has nothing else to do in a GPU ring).
+ * BURST_IPC_SPIN_US (default 2000 us; the host has nothing else to do in a GPU ring).
  */
-#define IPC_SPIN_US 2000
 static int spin_us(void)
 {
     static atomic_int cached = -1;
     int v = atomic_load(&cached);
     if (v < 0) {
-        const char *env = getenv("BURST_IPC_SPIN_US");
-        long e = env ? strtol(env, NULL, 10) : IPC_SPIN_US;
-        v = e < 0 ? 0 : e > 1000000 ? 1000000 : (int)e;
+        long e = 0; /* checked by the communicator's create; a default where it changed since */
+        if (burst_setting_get("burst_tp_ipc", BURST_SET_IPC_SPIN_US, &e, NULL) != BURST_OK)
+            e = burst_settings[BURST_SET_IPC_SPIN_US].dflt;
+        v = (int)e;
         atomic_store(&cached, v);
     }
     return v;
@@ -159,9 +164,8 @@ static burst_status_t dev_check(struct burst_tp *t, const char *who, int peer,
 }
 
 /* A new device request, after the checks of dev_check. */
-static burst_status_t dev_req(struct burst_tp *t, const char *who, int kind, int peer,
-                              uint64_t tag, const struct burst_tp_dev *dev,
-                              struct burst_tp_req **r_p)
+static burst_status_t dev_req(struct burst_tp *t, const char *who, int kind, int peer, uint64_t tag,
+                              const struct burst_tp_dev *dev, struct burst_tp_req **r_p)
 {
     burst_status_t st = dev_check(t, who, peer, dev);
     if (st != BURST_OK)
@@ -278,8 +282,8 @@ static void recv_start(struct burst_tp *t, struct burst_tp_req *r, int64_t deadl
     }
     if (r->msg.magic != IPC_MAGIC)
         st = burst_error(BURST_ERR_TRANSPORT,
-                         "ipc transport: rank %d: malformed device descriptor from rank %d", t->rank,
-                         r->peer);
+                         "ipc transport: rank %d: malformed device descriptor from rank %d",
+                         t->rank, r->peer);
     else if (r->msg.len != r->len)
         st = burst_error(BURST_ERR_TRANSPORT,
                          "ipc transport: rank %d: length mismatch on the device message from rank "
@@ -310,8 +314,8 @@ static burst_status_t wait_recv(struct burst_tp *t, struct burst_tp_req *r, int6
     /* acknowledge in every case, so the sender fails now rather than at its timeout */
     r->ack.magic = IPC_MAGIC;
     r->ack.status = (int32_t)st;
-    burst_status_t sa = in->ops->isend(in, r->peer, r->tag ^ IPC_ACK_BIT, &r->ack, sizeof(r->ack),
-                                       &r->out);
+    burst_status_t sa =
+        in->ops->isend(in, r->peer, r->tag ^ IPC_ACK_BIT, &r->ack, sizeof(r->ack), &r->out);
     if (sa == BURST_OK)
         sa = small_wait(in, r->out, deadline + 1000000);
     return st != BURST_OK ? st : sa;
@@ -328,8 +332,8 @@ static burst_status_t wait_send(struct burst_tp *t, struct burst_tp_req *r, int6
 {
     struct burst_tp *in = inner_of(t);
     burst_status_t st = small_wait(in, r->out, deadline);
-    burst_status_t sa = st == BURST_OK ? small_wait(in, r->inner, deadline)
-                                       : in->ops->wait(in, r->inner, 0);
+    burst_status_t sa =
+        st == BURST_OK ? small_wait(in, r->inner, deadline) : in->ops->wait(in, r->inner, 0);
     r->dev.ops->release(r->dev.be, r->mark);
     if (st != BURST_OK)
         return st;

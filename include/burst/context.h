@@ -104,6 +104,26 @@ BURST_API burst_status_t burst_context_memcpy(struct burst_context *ctx, void *d
 BURST_API burst_status_t burst_probe(const struct burst_context_params *params, int json,
                                      char **report_p);
 
+/*
+ * Describe every BURST_* environment setting the library reads: its name, type and range or
+ * choices, scope (what reads it: context, cpu, vulkan, cuda, comm, launcher, fabric, tests),
+ * default, whether it is a research switch (for measurements, not for users), its current
+ * value in this process's environment (the job key only as "(set)") and a one-line doc.
+ * `json` = 0: readable text; 1: a JSON array of {"name", "type", "scope", "default",
+ * "research", "value", "doc"} objects. *report_p receives a NUL-terminated string to release
+ * with burst_free(). Errors: BURST_ERR_INVALID_ARG (report_p NULL), BURST_ERR_NO_MEMORY.
+ */
+BURST_API burst_status_t burst_settings_report(int json, char **report_p);
+
+/*
+ * Check the environment's settings of contexts, the cpu backend, communicators and the
+ * libfabric transport by the rule every create applies: unset or empty = the default, anything
+ * else must parse whole and lie in range. BURST_OK, or BURST_ERR_INVALID_ARG with
+ * burst_last_error() naming the first malformed variable and its value. (Launchers call it
+ * before starting ranks; the GPU backends' settings are checked by their creates.)
+ */
+BURST_API burst_status_t burst_settings_check(void);
+
 /* Release a string returned by the library (burst_probe); NULL is accepted. */
 BURST_API void burst_free(void *p);
 

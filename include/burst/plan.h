@@ -1,7 +1,7 @@
 /*
  * burst/plan.h - the attention plan and the distributed forward / backward calls.
  *
- * What is computed (docs: ALGORITHM.md): exact softmax attention of the whole sequence of N
+ * What is computed (docs/ALGORITHM.md in the source tree): exact softmax attention of the whole sequence of N
  * tokens, sharded over the G ranks of a communicator. Each rank passes its local shard of Q, K,
  * V ([B, n_i, H, d]); K/V blocks travel around the ring (forward), and in the backward either
  * the query bundle (pattern "burst") or K/V with their gradients (pattern "ring") travel.
@@ -244,10 +244,10 @@ struct burst_traffic {
 };
 
 struct burst_phase_stats {
-    int steps;              /* ring steps executed (< G when a window lets the ring stop early) */
-    int steps_computed;     /* steps whose block had work for this rank (summed over head
+    int steps;          /* ring steps executed (< G when a window lets the ring stop early) */
+    int steps_computed; /* steps whose block had work for this rank (summed over head
                                groups: burst_plan_head_groups) */
-    double total_s;         /* wall time of the call */
+    double total_s;     /* wall time of the call */
     /* The step clock: on a ring whose blocks all go device to device on a backend with a
      * device timeline (cuda), the host never waits for a step's kernel; compute_s is then the
      * step kernels' device time (CUDA events) and wait_s the device's idle time between

@@ -1,7 +1,7 @@
 /*
  * runtime/cpu/cpu_backend.c - the cpu backend's ops table: instance, memory and elementwise ops.
  *
- * Tunables (read once, at create):
+ * Settings (runtime/settings.h, read at create):
  *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core);
  *                       a malformed value fails the create naming it
  *   BURST_CPU_ISA       kernel variant: "base" (portable), "avx2", "avx512", "avx512bf16", "neon";
@@ -20,21 +20,21 @@
 
 #include "cpu_convert.h"
 #include "cpu_internal.h"
-#include "env.h"
 #include "error.h"
+#include "settings.h"
 
 /* Elementwise ops are split into items of about this many elements. */
 #define BURST_CPU_CHUNK ((int64_t)1 << 16)
 
-/* BURST_NUM_THREADS, else every online core; a malformed value is an error (runtime/env.h),
+/* BURST_NUM_THREADS, else every online core; a malformed value is an error (runtime/settings.h),
  * and *n_p is then every online core. */
 static burst_status_t burst_cpu_default_threads(int *n_p)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long n = cores > 0 ? (cores > 4096 ? 4096 : cores) : 1;
-    burst_status_t st =
-        burst_env_long("burst_context_create", "BURST_NUM_THREADS", 1, 4096, n, &n, NULL);
-    *n_p = (int)n;
+    long n = cores > 0 ? (cores > 4096 ? 4096 : cores) : 1, v;
+    const char *s;
+    burst_status_t st = burst_setting_get("burst_context_create", BURST_SET_NUM_THREADS, &v, &s);
+    *n_p = (int)(st == BURST_OK && s ? v : n);
     return st;
 }
 
@@ -72,8 +72,11 @@ static unsigned burst_cpu_isa_mask(void)
 static burst_status_t burst_cpu_pick_isa(enum burst_cpu_isa *isa_p)
 {
     unsigned m = burst_cpu_isa_mask();
-    const char *env = getenv("BURST_CPU_ISA");
-    if (!env || !*env || strcmp(env, "auto") == 0) {
+    const char *env;
+    burst_status_t st = burst_setting_get("burst_context_create", BURST_SET_CPU_ISA, NULL, &env);
+    if (st != BURST_OK)
+        return st;
+    if (!env || strcmp(env, "auto") == 0) {
         int best = BURST_CPU_ISA_BASE;
         for (int i = 0; i < BURST_CPU_ISA_COUNT; i++)
             if (m & (1u << i))
@@ -299,76 +302,6 @@ static burst_status_t burst_cpu_accumulate(void *be, float *dst, const void *src
                            (int)src_dtype);
     struct burst_cpu_elem_job job = {dst, src, src_dtype, 0.0f, count};
     return burst_cpu_elem_run(be, &job);
-}
-
-/* ---- shared argument checks ---------------------------------------------------------------- */
-
-static burst_status_t burst_cpu_check_view(const char *op, const char *name,
-                                           const struct burst_tensor *t)
-{
-    if (!t || !t->data)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
-    if (!burst_cpu_dtype_ok(t->dtype))
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is unknown", op, name,
-                           (int)t->dtype);
-    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
-        if (t->shape[k] < 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative", op,
-                               name, k, (long long)t->shape[k]);
-    if (t->stride[3] != 1)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
-                           (long long)t->stride[3]);
-    return BURST_OK;
-}
-
-burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
-                                   const struct burst_tensor *k, const struct burst_tensor *v,
-                                   const struct burst_tensor *dout, struct burst_cpu_dims *dim)
-{
-    burst_status_t st;
-    if ((st = burst_cpu_check_view(op, "q", q)) != BURST_OK ||
-        (st = burst_cpu_check_view(op, "k", k)) != BURST_OK ||
-        (st = burst_cpu_check_view(op, "v", v)) != BURST_OK ||
-        (dout && (st = burst_cpu_check_view(op, "dout", dout)) != BURST_OK))
-        return st;
-    dim->batch = q->shape[0];
-    dim->nq = q->shape[1];
-    dim->hq = q->shape[2];
-    dim->d = q->shape[3];
-    dim->nk = k->shape[1];
-    dim->hkv = k->shape[2];
-    if (dim->d <= 0 || dim->d % 8 != 0)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: head dim = %lld is not a positive "
-                           "multiple of 8",
-                           op, (long long)dim->d);
-    if (k->shape[0] != dim->batch || k->shape[3] != dim->d)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: k shape [%lld, %lld, %lld, %lld] does "
-                           "not match q [%lld, ., ., %lld]",
-                           op, (long long)k->shape[0], (long long)k->shape[1],
-                           (long long)k->shape[2], (long long)k->shape[3], (long long)dim->batch,
-                           (long long)dim->d);
-    for (int i = 0; i < BURST_TENSOR_DIMS; i++)
-        if (v->shape[i] != k->shape[i])
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: v->shape[%d] = %lld differs from "
-                               "k->shape[%d] = %lld",
-                               op, i, (long long)v->shape[i], i, (long long)k->shape[i]);
-    if (dout)
-        for (int i = 0; i < BURST_TENSOR_DIMS; i++)
-            if (dout->shape[i] != q->shape[i])
-                return burst_error(BURST_ERR_INVALID_ARG,
-                                   "%s: dout->shape[%d] = %lld differs "
-                                   "from q->shape[%d] = %lld",
-                                   op, i, (long long)dout->shape[i], i, (long long)q->shape[i]);
-    if (dim->hkv <= 0 || dim->hq <= 0 || dim->hq % dim->hkv != 0)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: q heads = %lld is not a multiple of kv "
-                           "heads = %lld",
-                           op, (long long)dim->hq, (long long)dim->hkv);
-    dim->group = dim->hq / dim->hkv;
-    return BURST_OK;
 }
 
 /* burst_probe(): threads, instruction set, vector width and the tile rule (d <= 128 / d > 128). */

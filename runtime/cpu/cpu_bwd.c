@@ -89,10 +89,7 @@ burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
     if (!args)
         return burst_error(BURST_ERR_INVALID_ARG, "cpu bwd_step: args is NULL");
     struct burst_cpu_bwd_job job;
-    burst_status_t st =
-        burst_cpu_check_qkv("cpu bwd_step", args->q, args->k, args->v, args->dout, &job.dim);
-    if (st != BURST_OK)
-        return st;
+    burst_step_dims_of(args->q, args->k, &job.dim); /* checked by the engine (step_check.h) */
     if (!args->dq && !args->dk && !args->dv)
         return BURST_OK;
     if (job.dim.nq == 0 || job.dim.nk == 0)
@@ -114,6 +111,7 @@ burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args)
      * enough of them that the last round matters little */
     if (groups % nt == 0 || groups >= 4 * nt)
         return burst_cpu_pool_run(cpu->pool, groups, bytes, group, &job);
+    burst_status_t st = BURST_OK;
     if (args->dk || args->dv) {
         st = burst_cpu_pool_run(cpu->pool, groups * job.nkt, bytes, kv, &job);
         if (st != BURST_OK)

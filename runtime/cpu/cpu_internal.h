@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "cpu_pool.h"
+#include "step_check.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
 #error "the cpu kernels rely on IEEE infinities for masking: do not build them with -ffast-math"
@@ -74,14 +75,10 @@ struct burst_cpu_backend {
 };
 
 /* Geometry of one attention call, validated from the tensors. */
-struct burst_cpu_dims {
-    int64_t batch, nq, nk, hq, hkv, d, group; /* group = hq / hkv */
-};
-
 /* Forward job context (shared by every work item of one fwd_step). */
 struct burst_cpu_fwd_job {
     const struct burst_fwd_args *a;
-    struct burst_cpu_dims dim;
+    struct burst_step_dims dim;
     int64_t br;  /* Q tile rows */
     int64_t nqt; /* Q tiles per (batch, head) */
 };
@@ -89,7 +86,7 @@ struct burst_cpu_fwd_job {
 /* Backward job context. */
 struct burst_cpu_bwd_job {
     const struct burst_bwd_args *a;
-    struct burst_cpu_dims dim;
+    struct burst_step_dims dim;
     int64_t br;       /* Q tile rows */
     int64_t nqt, nkt; /* Q tiles, K tiles per (batch, head) */
 };
@@ -191,11 +188,6 @@ static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, in
             return 1;
     return 0;
 }
-
-/* Validate the q/k/v shapes (and optional dout) of one step; fills dim. */
-burst_status_t burst_cpu_check_qkv(const char *op, const struct burst_tensor *q,
-                                   const struct burst_tensor *k, const struct burst_tensor *v,
-                                   const struct burst_tensor *dout, struct burst_cpu_dims *dim);
 
 /* fp32 lanes of a variant's vectors (cpu_fwd.c; 0 when this target does not build it). */
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa);

@@ -237,8 +237,8 @@ static int burst_vk_rt_fits(const struct burst_vk_backend *be, enum burst_vk_ker
  * whole number of staged tiles (BC rows), at least one. Hardware devices take the whole block
  * in one dispatch.
  */
-static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be,
-                                          enum burst_vk_kernel k, const struct burst_vk_dims *dim,
+static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be, enum burst_vk_kernel k,
+                                          const struct burst_vk_dims *dim,
                                           const struct burst_vk_tile *tl)
 {
     /* dK / dV kernels split the query rows, the others the keys */
@@ -322,8 +322,9 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
             ep->src = addr[i];
             memcpy(ep->shape, t[i]->shape, sizeof ep->shape);
             memcpy(ep->sstride, t[i]->stride, sizeof ep->sstride);
-            ep->units = (uint64_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] *
-                                   t[i]->shape[3]) / 8; /* 8 elements of a row (d % 16 == 0) */
+            ep->units =
+                (uint64_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] * t[i]->shape[3]) /
+                8;           /* 8 elements of a row (d % 16 == 0) */
             if (pass == 1) { /* elem_cvt: the scale from the view's word (and dO's: V's) */
                 ep->aux = wa + 4 * (VkDeviceAddress)i;
                 if (i == 3) /* a backward's dO: its scale also bounds dS (convert.glsl) */
@@ -364,8 +365,10 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
         off[i] = need;
         cvt_at[i] = 0;
         if (want[i]) /* 2 bytes an element, 256-byte aligned */
-            need += (2 * (size_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] *
-                                  t[i]->shape[3]) + 255) / 256 * 256;
+            need +=
+                (2 * (size_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] * t[i]->shape[3]) +
+                 255) /
+                256 * 256;
     }
     VkDeviceAddress base = 0;
     if (!need)
@@ -433,7 +436,8 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     void *extra;
     VkDeviceAddress xa;
     /* extra area: nch parameter blocks, nbf + ncvt elem blocks, 3 result words, the rows */
-    size_t eoff = (size_t)nch * BURST_VK_PBLOCK, woff = eoff + (size_t)(nbf + ncvt) * BURST_VK_PBLOCK;
+    size_t eoff = (size_t)nch * BURST_VK_PBLOCK,
+           woff = eoff + (size_t)(nbf + ncvt) * BURST_VK_PBLOCK;
     size_t roff = woff + (nbf ? BURST_VK_PBLOCK : 0);
     if (st == BURST_OK)
         st = burst_vk_stage(be, s, slots, 5, roff + 8 * (size_t)dim->nq, &extra, &xa);
@@ -493,13 +497,12 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
 }
 
 /* fwd_cmq's tile for one call: burst_vk_fwd_cmq_call_tile (vk_caps.c) on the rule's tile */
-static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be,
-                                  const struct burst_fwd_args *a, const struct burst_vk_dims *dim,
-                                  struct burst_vk_tile *tl)
+static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be, const struct burst_fwd_args *a,
+                                  const struct burst_vk_dims *dim, struct burst_vk_tile *tl)
 {
     int64_t groups = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch;
-    *tl = burst_vk_fwd_cmq_call_tile(&be->caps, &be->env, burst_vk_dclass((int)dim->d), *tl,
-                                     groups, burst_mask_all(&a->qpos, &a->kpos, a->mask));
+    *tl = burst_vk_fwd_cmq_call_tile(&be->caps, &be->env, burst_vk_dclass((int)dim->d), *tl, groups,
+                                     burst_mask_all(&a->qpos, &a->kpos, a->mask));
 }
 
 burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
@@ -571,7 +574,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     }
     enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
     int dc = burst_vk_dclass((int)dim.d);
-    const int cmq = be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0;
+    const int cmq =
+        be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0;
     VkDeviceAddress cvt_at[4] = {0, 0, 0, 0};
     if (be->use_coopmat && bf16 && cmq && be->env.cmq_bf16 == 1 &&
         burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0) {
@@ -598,8 +602,7 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         /* a plan that need not be deterministic: the dK / dV kernel adds dQ by atomics, and
          * no dQ kernel runs (it would compute S and dP again) */
         if (kkv == BURST_VK_DKV_RT && a->dq && (a->dk || a->dv) && !a->deterministic &&
-            be->use_atomic &&
-            be->tiles.k[BURST_VK_DKVQ_RT][dc].t > 0 &&
+            be->use_atomic && be->tiles.k[BURST_VK_DKVQ_RT][dc].t > 0 &&
             burst_vk_rt_fits(be, BURST_VK_DKVQ_RT, &dim, &be->tiles.k[BURST_VK_DKVQ_RT][dc]))
             kkv = BURST_VK_DKVQ_RT;
     }
@@ -618,8 +621,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq);
     if (st == BURST_OK && (a->dk || a->dv || fused))
         st = burst_vk_pipeline(be, kkv, (int)dim.d, &tkv, dt, &pkv);
-    if (st == BURST_OK && nbf && (st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, edt,
-                                                          &amax_pipe)) == BURST_OK)
+    if (st == BURST_OK && nbf &&
+        (st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, edt, &amax_pipe)) == BURST_OK)
         st = burst_vk_pipeline(be, BURST_VK_CVT, 0, &etl, edt, &cvt_pipe);
     if (st == BURST_OK && (burst_vk_groups(dim.nq, tq.br) > be->caps.max_groups[0] ||
                            burst_vk_groups(dim.nk, tkv.br) > be->caps.max_groups[0]))
@@ -687,8 +690,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         if (burst_vk_kernel_cm(kq) && vec)
             p->flags |= 8;
         if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) &&
-            burst_vk_vec4(a->q, slots[0].addr) && burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
-            burst_vk_vec4(a->dout, slots[3].addr))
+            burst_vk_vec4(a->q, slots[0].addr) && burst_vk_vec4(a->k, slots[1].addr) &&
+            burst_vk_vec4(a->v, slots[2].addr) && burst_vk_vec4(a->dout, slots[3].addr))
             p->flags |= 32;
         /* bf16 views converted into packed fp16 in the scratch: flag bits 8, 6, 7, 9 for q, k,
          * v, dout (shaders/cm_nv.glsl cvt_scales) */
@@ -783,7 +786,8 @@ burst_status_t burst_vk_bwd_delta(void *bev, const struct burst_tensor *dout,
         p->hq = (int32_t)dout->shape[2];
         uint32_t groups = burst_vk_groups(rows, 64);
         uint32_t gx = groups < 65535 ? groups : 65535;
-        struct burst_vk_dispatch dd = {BURST_VK_DELTA, pipe, xa, {gx, (groups + gx - 1) / gx, 1}, 0};
+        struct burst_vk_dispatch dd = {
+            BURST_VK_DELTA, pipe, xa, {gx, (groups + gx - 1) / gx, 1}, 0};
         st = burst_vk_submit(be, s, &dd, 1, slots, 3, 0, NULL);
     }
     burst_vk_stream_release(be, s);

@@ -80,15 +80,10 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
     pthread_mutex_init(&be->plock, NULL);
     pthread_mutex_init(&be->proflock, NULL);
     pthread_cond_init(&be->scond, NULL);
-    burst_vk_env_read(&be->env);
+    burst_status_t st = burst_vk_env_read(&be->env);
 
     VkPhysicalDevice devs[BURST_VK_MAX_DEVICES];
     uint32_t ndev = 0;
-    burst_status_t st = BURST_OK;
-    if (be->env.elem == BURST_VK_ELEM_BAD)
-        st = burst_error(BURST_ERR_INVALID_ARG,
-                         "vulkan: BURST_VK_ELEM = \"%s\" is not one of gpu, cpu, auto",
-                         be->env.elem_str);
     if (st == BURST_OK)
         st = burst_vk_instance(&be->inst, devs, &ndev);
     if (st == BURST_OK)
@@ -306,7 +301,7 @@ static void burst_vk_probe(const struct burst_context_params *params, struct bur
 {
     (void)params;
     struct burst_vk_env env;
-    burst_vk_env_read(&env);
+    (void)burst_vk_env_read(&env); /* a malformed setting: its default here, create names it */
     VkInstance inst;
     VkPhysicalDevice devs[BURST_VK_MAX_DEVICES];
     uint32_t n = 0;

@@ -49,54 +49,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "settings.h"
 #include "vk_internal.h"
 #include "vk_spv_config.h"
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
-    "fwd",    "dq",     "dkv",    "delta",  "fwd_cm", "dq_cm", "dkv_cm",
-    "fwd_rt", "dq_rt",  "dkv_rt", "dkvq_rt", "fwd_cmq", "dq_cmq", "dkv_cmq", "copy",
-    "fill",   "acc",    "cm_layout", "amax", "cvt"};
+    "fwd",    "dq",    "dkv",    "delta",     "fwd_cm",  "dq_cm",  "dkv_cm",
+    "fwd_rt", "dq_rt", "dkv_rt", "dkvq_rt",   "fwd_cmq", "dq_cmq", "dkv_cmq",
+    "copy",   "fill",  "acc",    "cm_layout", "amax",    "cvt"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
-static int burst_vk_env_int(const char *name, int dflt)
+burst_status_t burst_vk_env_read(struct burst_vk_env *env)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return dflt;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return *end == '\0' ? (int)x : dflt;
-}
-
-void burst_vk_env_read(struct burst_vk_env *env)
-{
-    env->subgroup = burst_vk_env_int("BURST_VK_SUBGROUP", 1) != 0;
-    env->coopmat = burst_vk_env_int("BURST_VK_COOPMAT", 1) != 0;
-    env->rt = burst_vk_env_int("BURST_VK_RT", 1) != 0;
-    env->atomic = burst_vk_env_int("BURST_VK_ATOMIC", 1) != 0;
-    const char *rt = getenv("BURST_VK_RT_TILE");
+    /* runtime/settings.h: a malformed value fails; the rows after it keep their defaults */
+    struct burst_settings set = {0};
+    burst_status_t st = burst_settings_load("vulkan create", BURST_SCOPE_VULKAN, &set);
+#define burst_vk_env_int(id) ((int)burst_set_long(&set, BURST_SET_##id))
+    env->subgroup = burst_vk_env_int(VK_SUBGROUP) != 0;
+    env->coopmat = burst_vk_env_int(VK_COOPMAT) != 0;
+    env->rt = burst_vk_env_int(VK_RT) != 0;
+    env->atomic = burst_vk_env_int(VK_ATOMIC) != 0;
+    const char *rt = burst_set_str(&set, BURST_SET_VK_RT_TILE);
     if (!rt || sscanf(rt, "%d,%d,%d", &env->rt_tile[0], &env->rt_tile[1], &env->rt_tile[2]) != 3)
         env->rt_tile[0] = env->rt_tile[1] = env->rt_tile[2] = 0;
-    int at = burst_vk_env_int("BURST_VK_AUTOTUNE", 0);
+    int at = burst_vk_env_int(VK_AUTOTUNE);
     env->autotune = at == 1 || (at >= 8 && at <= 256) ? at : 0;
-    env->cache = burst_vk_env_int("BURST_VK_CACHE", 1) != 0;
-    env->profile = burst_vk_env_int("BURST_VK_PROFILE", 0) != 0;
-    int cr = burst_vk_env_int("BURST_VK_CM_ROWS", 0);
+    env->cache = burst_vk_env_int(VK_CACHE) != 0;
+    env->profile = burst_vk_env_int(VK_PROFILE) != 0;
+    int cr = burst_vk_env_int(VK_CM_ROWS);
     env->cm_rows = cr == 16 || cr == 32 || cr == 64 || cr == 128 ? cr : 0;
-    env->cmq = burst_vk_env_int("BURST_VK_CMQ", 1) != 0;
-    const char *cq = getenv("BURST_VK_CMQ_TILE");
-    int ntl = cq ? sscanf(cq, "%d,%d,%d", &env->cmq_tile[0], &env->cmq_tile[1],
-                          &env->cmq_tile[2])
-                 : 0;
+    env->cmq = burst_vk_env_int(VK_CMQ) != 0;
+    const char *cq = burst_set_str(&set, BURST_SET_VK_CMQ_TILE);
+    int ntl =
+        cq ? sscanf(cq, "%d,%d,%d", &env->cmq_tile[0], &env->cmq_tile[1], &env->cmq_tile[2]) : 0;
     if (ntl < 2)
         env->cmq_tile[0] = env->cmq_tile[1] = 0;
     if (ntl < 3)
         env->cmq_tile[2] = 0;
-    const char *cb = getenv("BURST_VK_CMQ_BWD_TILE");
+    const char *cb = burst_set_str(&set, BURST_SET_VK_CMQ_BWD_TILE);
     int *bt = env->cmq_bwd_tile;
     if (!cb || sscanf(cb, "%d,%d,%d,%d", &bt[0], &bt[1], &bt[2], &bt[3]) != 4)
         bt[0] = bt[1] = bt[2] = bt[3] = 0;
-    const char *cf = getenv("BURST_VK_CMQ_FWD");
+    const char *cf = burst_set_str(&set, BURST_SET_VK_CMQ_FWD);
     /* measured best on the H100 (docs/BENCHMARKS.md): 1,1,1; the third field may be left out */
     int *cfw = env->cmq_fwd;
     int nf = cf ? sscanf(cf, "%d,%d,%d", &cfw[0], &cfw[1], &cfw[2]) : 0;
@@ -104,25 +98,27 @@ void burst_vk_env_read(struct burst_vk_env *env)
         cfw[0] = cfw[1] = 1;
     if (nf < 3)
         cfw[2] = 1;
-    int cb16 = burst_vk_env_int("BURST_VK_CMQ_BF16", 1);
+    int cb16 = burst_vk_env_int(VK_CMQ_BF16);
     env->cmq_bf16 = cb16 == 0 || cb16 == 2 ? cb16 : 1;
-    const char *cp = getenv("BURST_VK_CMQ_PREFETCH");
+    const char *cp = burst_set_str(&set, BURST_SET_VK_CMQ_PREFETCH);
     int *pf = env->cmq_prefetch;
     if (!cp || sscanf(cp, "%d,%d,%d", &pf[0], &pf[1], &pf[2]) != 3)
         pf[0] = pf[1] = pf[2] = 0; /* measured best on the H100 (docs/BENCHMARKS.md) */
-    int ms = burst_vk_env_int("BURST_VK_MAX_SHARED", 0);
+    int ms = burst_vk_env_int(VK_MAX_SHARED);
     env->max_shared = ms > 0 ? (uint32_t)ms : 0;
-    const char *e = getenv("BURST_VK_ELEM");
+    const char *e = burst_set_str(&set, BURST_SET_VK_ELEM);
     snprintf(env->elem_str, sizeof env->elem_str, "%s", e ? e : "");
     env->elem = !e || !*e || strcmp(e, "auto") == 0 ? BURST_VK_ELEM_AUTO
                 : strcmp(e, "gpu") == 0             ? BURST_VK_ELEM_GPU
                 : strcmp(e, "cpu") == 0             ? BURST_VK_ELEM_CPU
                                                     : BURST_VK_ELEM_BAD;
-    int eg = burst_vk_env_int("BURST_VK_ELEM_GROUPS", 0);
+    int eg = burst_vk_env_int(VK_ELEM_GROUPS);
     env->elem_groups = eg > 0 ? (uint32_t)eg : 0;
-    env->stage = burst_vk_env_int("BURST_VK_STAGE", 0) == 1;
-    int ex = burst_vk_env_int("BURST_VK_EXPORT", 1);
+    env->stage = burst_vk_env_int(VK_STAGE) == 1;
+    int ex = burst_vk_env_int(VK_EXPORT);
     env->export_mem = ex == 0 || ex == 2 ? ex : 1;
+#undef burst_vk_env_int
+    return st;
 }
 
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps)
@@ -346,10 +342,9 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
         return BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
                BURST_VK_SPV_BWD_DKV_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
                /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
-               (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) &&
-               caps->subgroup == 32 && d <= 128 && tl->t == 32 && tl->br >= 16 &&
-               tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
-               tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
+               (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) && caps->subgroup == 32 &&
+               d <= 128 && tl->t == 32 && tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 &&
+               tl->bc >= 16 && tl->bc <= 64 && tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
                (tl->ld == 0 || k == BURST_VK_FWD_CMQ) && wg <= caps->max_invocations &&
                wg <= caps->max_size_x &&
                burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
@@ -359,10 +354,10 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no
          * subgroup operation */
         if (!BURST_VK_SPV_FWD_RT || !BURST_VK_SPV_BWD_DQ_RT || !BURST_VK_SPV_BWD_DKV_RT ||
-            (k == BURST_VK_DKVQ_RT && (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic ||
-                                       !caps->atomic_add || tl->br % tl->t)) ||
-            !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) ||
-            tl->br < 4 || tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 128 || tl->bc % 4 ||
+            (k == BURST_VK_DKVQ_RT &&
+             (!BURST_VK_SPV_BWD_DKVQ_RT || !env->atomic || !caps->atomic_add || tl->br % tl->t)) ||
+            !env->rt || tl->t < 4 || tl->t > 32 || (tl->t & (tl->t - 1)) || tl->br < 4 ||
+            tl->br > 256 || tl->br % 4 || tl->bc < 4 || tl->bc > 128 || tl->bc % 4 ||
             tl->bc % tl->t)
             return 0;
         uint32_t wg = (uint32_t)(tl->br / 4 * (tl->bc / 4));
@@ -439,8 +434,7 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                     *tl = rt[i];
         }
     }
-    for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env);
-         k++) {
+    for (int k = BURST_VK_FWD_CM; k <= BURST_VK_DKV_CM && burst_vk_coopmat_usable(caps, env); k++) {
         if (k != BURST_VK_FWD_CM && !(BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV))
             continue;
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {

@@ -173,9 +173,9 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
         enable[nenable++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     else
         be->use_coopmat = 0;
-    be->pipe_stats = be->env.profile && burst_vk_has_ext(
-                                            exts, next,
-                                            VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    be->pipe_stats =
+        be->env.profile &&
+        burst_vk_has_ext(exts, next, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     if (be->pipe_stats)
         enable[nenable++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     /* exportable memory, for a cuda rank's copies on the same GPU (vk_share.c) */
@@ -209,7 +209,9 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
     };
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .pNext = be->pipe_stats ? (void *)&pe : be->use_coopmat ? (void *)&cm : NULL,
+        .pNext = be->pipe_stats    ? (void *)&pe
+                 : be->use_coopmat ? (void *)&cm
+                                   : NULL,
         .bufferDeviceAddress = VK_TRUE,
         .shaderFloat16 = be->use_coopmat ? VK_TRUE : VK_FALSE,
     };

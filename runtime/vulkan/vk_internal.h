@@ -59,7 +59,7 @@ struct burst_vk_coopmat_shape {
 struct burst_vk_caps {
     char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
     uint32_t vendor_id, device_id, api_version, driver_version;
-    uint8_t cache_uuid[VK_UUID_SIZE]; /* pipelineCacheUUID: changes with the driver build */
+    uint8_t cache_uuid[VK_UUID_SIZE];  /* pipelineCacheUUID: changes with the driver build */
     uint8_t device_uuid[VK_UUID_SIZE]; /* VkPhysicalDeviceIDProperties: the GPU, as cuda names it */
     VkPhysicalDeviceType type;
     uint32_t max_shared;      /* maxComputeSharedMemorySize (bytes) */
@@ -92,12 +92,12 @@ enum burst_vk_kernel {
     BURST_VK_DQ,
     BURST_VK_DKV,
     BURST_VK_DELTA,
-    BURST_VK_FWD_CM, /* cooperative matrix (NV) forward */
-    BURST_VK_DQ_CM,  /* cooperative matrix (NV) dQ */
-    BURST_VK_DKV_CM, /* cooperative matrix (NV) dK / dV */
-    BURST_VK_FWD_RT, /* register-tiled forward (any device; tile t = its chunk depth DC) */
-    BURST_VK_DQ_RT,  /* register-tiled dQ (likewise) */
-    BURST_VK_DKV_RT, /* register-tiled dK / dV (likewise) */
+    BURST_VK_FWD_CM,  /* cooperative matrix (NV) forward */
+    BURST_VK_DQ_CM,   /* cooperative matrix (NV) dQ */
+    BURST_VK_DKV_CM,  /* cooperative matrix (NV) dK / dV */
+    BURST_VK_FWD_RT,  /* register-tiled forward (any device; tile t = its chunk depth DC) */
+    BURST_VK_DQ_RT,   /* register-tiled dQ (likewise) */
+    BURST_VK_DKV_RT,  /* register-tiled dK / dV (likewise) */
     BURST_VK_DKVQ_RT, /* register-tiled dK / dV adding dQ by float atomics (not deterministic) */
     BURST_VK_FWD_CMQ, /* cooperative matrix (NV) forward, softmax in registers (vk_cmq.c) */
     BURST_VK_DQ_CMQ,  /* cooperative matrix (NV) dQ, dS in registers (vk_cmq.c) */
@@ -178,7 +178,7 @@ struct burst_vk_env {
                            * 2 = also on a cpu device (tests: scratch the host cannot touch) */
 };
 
-void burst_vk_env_read(struct burst_vk_env *env);
+burst_status_t burst_vk_env_read(struct burst_vk_env *env);
 
 /* Read the capabilities of phys (needs the instance for the NV matrix query). */
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps);
@@ -263,10 +263,10 @@ struct burst_vk_pipe {
 
 /* The accumulator layout the *_cmq kernels rely on, as vk_cmq.c found it on the device. */
 struct burst_vk_cmq {
-    int ok;           /* the layout is NVIDIA's fragment layout: the *_cmq kernels may run */
-    uint32_t rowsel;  /* bit e: element e is in row lane / 4 + 8 (else lane / 4) */
-    uint32_t coloff;  /* 4 bits per element: its column minus 2 (lane % 4) */
-    char why[160];    /* why not, when the rule had tiles for it */
+    int ok;          /* the layout is NVIDIA's fragment layout: the *_cmq kernels may run */
+    uint32_t rowsel; /* bit e: element e is in row lane / 4 + 8 (else lane / 4) */
+    uint32_t coloff; /* 4 bits per element: its column minus 2 (lane % 4) */
+    char why[160];   /* why not, when the rule had tiles for it */
 };
 
 struct burst_vk_backend {
@@ -282,17 +282,17 @@ struct burst_vk_backend {
     struct burst_vk_tiles tiles;
     int use_coopmat;
     struct burst_vk_cmq cmq; /* the *_cmq kernels' layout check (vk_cmq.c) */
-    int use_atomic; /* float atomics enabled on the device (dkvq_rt) */
-    int export_ext; /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */
+    int use_atomic;          /* float atomics enabled on the device (dkvq_rt) */
+    int export_ext;          /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */
     int pipe_stats; /* BURST_VK_PROFILE and VK_KHR_pipeline_executable_properties: print each
                      * pipeline's compiler statistics (registers, spills...) when built */
-    int elem_gpu; /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
-    int stage;    /* staging buffers (host_alloc) are registered host buffers that memcpy fills
+    int elem_gpu;   /* copy / fill / accumulate run as shaders (BURST_VK_ELEM resolved) */
+    int stage;      /* staging buffers (host_alloc) are registered host buffers that memcpy fills
                    * and drains with device copies (a GPU, or BURST_VK_STAGE=1); ring transfers
                    * use them as burst_vk_stage_transfers says */
     uint32_t mem_fast, mem_host; /* memory types: device-local+host-visible (or ~0u), host */
     uint32_t mem_dev;            /* device-local, preferably not host-visible: shared scratch */
-    int exportable; /* alloc_scratch() memory is exportable as an opaque fd (vk_share.c) */
+    int exportable;       /* alloc_scratch() memory is exportable as an opaque fd (vk_share.c) */
     char export_why[200]; /* why not, when the device could have (shown by probe) */
     PFN_vkGetMemoryFdKHR get_memory_fd;
 
@@ -491,8 +491,8 @@ struct burst_vk_elem_params {
     uint64_t units; /* work items: copy: rows * ceil(d / 2); fill / accumulate: count */
     uint32_t value; /* fill: the fp32 bits */
     uint32_t pad;
-    uint64_t aux;   /* cvt: device address of the largest magnitude's bits (amax) */
-    uint64_t aux2;  /* cvt of a backward's dO: V's, for its scale (convert.glsl), else 0 */
+    uint64_t aux;  /* cvt: device address of the largest magnitude's bits (amax) */
+    uint64_t aux2; /* cvt of a backward's dO: V's, for its scale (convert.glsl), else 0 */
 };
 
 /* One tensor argument of an elementwise dispatch: its device address (of element 0), or 0 when

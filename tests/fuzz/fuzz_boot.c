@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_boot.c - libFuzzer target: a rank's side of the rendezvous protocol
- * (transport/tp_rendezvous.c, client: the answer to HELLO, REFUSED / FAILED texts, the GATHERED
+ * (transport/tp_rendezvous_client.c: the answer to HELLO, REFUSED / FAILED texts, the GATHERED
  * answers of the exchange rounds with their per-rank lengths, and the control channel's FAILED
  * messages), facing a rendezvous that sends arbitrary bytes.
  *

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_rendezvous.c - libFuzzer target: the rendezvous service's control-message parser
- * (transport/tp_rendezvous.c, server side: header check, HELLO, GATHER rounds, ABORT, BYE, CLEANUP,
+ * (transport/tp_rendezvous_server.c: header check, HELLO, GATHER rounds, ABORT, BYE, CLEANUP,
  * protocol violations), fed through real loopback connections as a stranger or a rank would.
  *
  * Input: byte 0 = job size (1 + b % 3); the rest is split at every "\xffSPL" into the byte

@@ -1,5 +1,5 @@
 #!/bin/bash
-# cuda/vk_check.sh [SRC] - build burst with the Vulkan backend alone on a GPU machine, run the
+# scripts/gpu/vk_check.sh [SRC] - build burst with the Vulkan backend alone on a GPU machine, run the
 # Vulkan tests on the GPU (test_vulkan on the default path, with the cooperative-matrix forward's
 # softmax through shared memory (BURST_VK_CMQ=0), on the subgroup forward (BURST_VK_RT=0) and on
 # the scalar kernels; test_attention on the default path), then, with
@@ -9,13 +9,14 @@
 # last (BURST_VK_VARIANTS, below: kernel times under several settings). Run from the repo root
 # on a machine with a Vulkan GPU driver, glslang, meson, ninja and cmocka, e.g.:
 #   BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 --dtype fp32 --paths tiled,subgroup \
-#       --fwd-only --warmup 2 --iters 5' bash cuda/vk_check.sh
+#       --fwd-only --warmup 2 --iters 5' bash scripts/gpu/vk_check.sh
 STEP_TIMEOUT=${STEP_TIMEOUT:-300} # a hung kernel ends its step, not the command
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-vk-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 if [ ! -d "$b" ]; then
     step setup meson setup "$b" "$src" -Dvulkan=enabled -Dcuda=disabled -Dfabric=disabled \
+        -Dresearch_settings=true \
         -Dmpi=disabled -Dwerror=false || { tail -n 30 "$out/setup.log"; exit 1; }
 fi
 step build ninja -C "$b" tools/burstrun tests/test_vulkan tests/test_attention ||

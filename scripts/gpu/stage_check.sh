@@ -1,7 +1,7 @@
 #!/bin/bash
-# cuda/stage_check.sh - the staged ring (pinned host buffers between rank processes: the path
+# scripts/gpu/stage_check.sh - the staged ring (pinned host buffers between rank processes: the path
 # between hosts) on a GPU machine: correctness of pipelined staging, then its speed beside the
-# unpipelined staging and the CUDA IPC ring. Builds like cuda/ring_check.sh (same build folder).
+# unpipelined staging and the CUDA IPC ring. Builds like scripts/gpu/ring_check.sh (same build folder).
 #   check: burstrun --check with BURST_STAGE_CHUNK_BYTES=65536 (every block in chunks) on rank
 #          processes (shm) and rank threads, BURST_DEVICE_DIRECT=0, against the fp64 reference,
 #          and bitwise (--hash) against the device-to-device ring;
@@ -10,9 +10,9 @@
 #          shm,tcp): staged in chunks (BURST_STAGE_CHUNK_BYTES=8388608), staged whole (the
 #          default), and (shm) the CUDA IPC ring.
 # Prints a table; logs go to $OUT (or /tmp/out). Run from the repo root on a machine with two
-# or more NVIDIA GPUs, nvcc, libfabric, meson, ninja and cmocka: bash cuda/stage_check.sh
+# or more NVIDIA GPUs, nvcc, libfabric, meson, ninja and cmocka: bash scripts/gpu/stage_check.sh
 set -uo pipefail
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/out}
 b=/tmp/burst-ring-build
 mkdir -p "$out"

@@ -1,5 +1,6 @@
 /*
- * tests/ref.h - plain fp64 reference attention (tests and tools only; never in the library).
+ * tools/ref.h - plain fp64 reference attention (burstrun's --check and the tests; never in the
+ * library).
  *
  * Whole-sequence, single-device, natural token order. Layouts: q, o, dout, dq [B, N, Hq, d];
  * k, v, dk, dv [B, N, Hkv, d]; lse [B, Hq, N]; all contiguous doubles. Query head h uses kv head

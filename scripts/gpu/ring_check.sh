@@ -1,16 +1,16 @@
 #!/bin/bash
-# cuda/ring_check.sh [SRC] - build burst on a GPU machine, check the GPU ring, then benchmark it
+# scripts/gpu/ring_check.sh [SRC] - build burst on a GPU machine, check the GPU ring, then benchmark it
 # beside PyTorch's context_parallel (tools/burstbench_ring.py).
 #
 # Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_ARCHS, default
-# 90,90a; libfabric and MPI where .device/env.sh provides them), runs the gpu suite's ring tests
+# 90,90a; libfabric and MPI where installed), runs the gpu suite's ring tests
 # (test_attention / test_determinism / test_groups / test_traffic on cuda ranks that are threads:
 # device-to-device blocks, head groups, the device step timeline;
 # tests/burstrun_gpu.sh: one rank per GPU, staged vs device bitwise, faults), then, with
 # BURST_BENCH_RING="<burstbench_ring.py arguments>", the benchmark. Logs and CSV/SVG go to $OUT
 # (or /tmp/out); a short summary is printed last. Run from the repo root on a machine with two
 # or more NVIDIA GPUs, nvcc, meson, ninja and cmocka, e.g.:
-#   BURST_BENCH_RING='--seqs 32768 --masks causal' bash cuda/ring_check.sh
+#   BURST_BENCH_RING='--seqs 32768 --masks causal' bash scripts/gpu/ring_check.sh
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-ring-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1

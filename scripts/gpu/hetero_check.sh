@@ -1,5 +1,5 @@
 #!/bin/bash
-# cuda/hetero_check.sh [SRC] - build burst with the cuda and vulkan backends on a GPU machine,
+# scripts/gpu/hetero_check.sh [SRC] - build burst with the cuda and vulkan backends on a GPU machine,
 # check heterogeneous rings (cuda, vulkan and cpu ranks), then benchmark shards sized by speed
 # (tools/burstbench_hetero.py) with the blocks between the cuda and the vulkan rank going device
 # to device through shared memory, and the same staged through the host (BURST_DEVICE_DIRECT=0).
@@ -12,7 +12,7 @@
 # go to $OUT (or /tmp/out); a short summary is printed last. Run from the repo root on a machine
 # with an NVIDIA GPU, its Vulkan driver, nvcc, meson, ninja and cmocka, e.g.:
 #   BURST_BENCH_HETERO='-n 2 --backends cuda,vulkan --threads --seq 32768 --heads 8 \
-#       --head-dim 128 --dtype fp16 --causal --fwd-only' bash cuda/hetero_check.sh
+#       --head-dim 128 --dtype fp16 --causal --fwd-only' bash scripts/gpu/hetero_check.sh
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-hetero-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1

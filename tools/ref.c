@@ -1,5 +1,5 @@
 /*
- * tests/ref.c - plain fp64 reference attention (see ref.h). Deliberately naive: every score is
+ * tools/ref.c - plain fp64 reference attention (see ref.h). Deliberately naive: every score is
  * recomputed with a dot product in double precision, no tiling, no online softmax.
  *
  * Allocation failure (score buffer, backward scratch) cannot be reported through the void API,

@@ -1,12 +1,12 @@
 #!/bin/bash
-# cuda/device_check.sh [SRC] - build and check the CUDA backend on a GPU machine, then benchmark.
+# scripts/gpu/device_check.sh [SRC] - build and check the CUDA backend on a GPU machine, then benchmark.
 #
 # Builds SRC (default: this checkout) into /tmp/burst-cuda-build with only the GPU's own targets
 # (BURST_ARCHS, default 90,90a), runs the cuda tests, compute-sanitizer memcheck and racecheck
 # on small cases (every head-dim class on both code paths), and (BURST_BENCH=1)
 # tools/burstbench_cuda.py. Logs go to $OUT (or /tmp/out); a short table is printed last. Run it
 # from the repo root on a machine with an NVIDIA GPU, nvcc, meson, ninja and cmocka:
-#   bash cuda/device_check.sh
+#   bash scripts/gpu/device_check.sh
 STEP_TIMEOUT=${BURST_STEP_TIMEOUT:-300} # a hung kernel ends there
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-cuda-build
