@@ -94,11 +94,9 @@ void main()
         return; // uniform: no query row sees these keys
 
     coopmat<float16_t, WG, BR, DP, gl_MatrixUseA> ka, va;
-    coopMatLoadTensorNV(ka, F16(kv.addr).v, view_base(kv, b, g),
-                        sliceTensorLayoutNV(rows_layout(P.nk, kv.s1), uint(j0), uint(BR), 0u, DP));
-    coopMatLoadTensorNV(va, F16(vv.addr).v, view_base(vv, b, g),
-                        sliceTensorLayoutNV(rows_layout(P.nk, vv.s1), uint(j0), uint(BR), 0u, DP));
-    const TLAYOUT tq = rows_layout(P.nq, qv.s1), tdo = rows_layout(P.nq, dov.s1);
+    const TBase kb = view_tensor(kv, b, g), vb = view_tensor(vv, b, g);
+    coopMatLoadTensorNV(ka, F16(kb.addr).v, 0u, ROWS(rows_layout(P.nk, kv.s1, kb.skip), kb, j0, BR));
+    coopMatLoadTensorNV(va, F16(vb.addr).v, 0u, ROWS(rows_layout(P.nk, vv.s1, vb.skip), vb, j0, BR));
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
 
     // bf16 inputs converted by the host: their scales (1 otherwise); powers of two, divided one
@@ -123,12 +121,12 @@ void main()
                               floatBitsToInt(dl), iv);
         }
         barrier();
-        const uint qbase = view_base(qv, b, h), dobase = view_base(dov, b, h);
+        const TBase qb = view_tensor(qv, b, h), dob = view_tensor(dov, b, h);
+        const TLAYOUT tq = rows_layout(P.nq, qv.s1, qb.skip);
+        const TLAYOUT tdo = rows_layout(P.nq, dov.s1, dob.skip);
         coopmat<float16_t, WG, DP, BC, gl_MatrixUseB> qt, dot;
-        coopMatLoadTensorNV(qt, F16(qv.addr).v, qbase,
-                            sliceTensorLayoutNV(tq, uint(i0), uint(BC), 0u, DP), transpose);
-        coopMatLoadTensorNV(dot, F16(dov.addr).v, dobase,
-                            sliceTensorLayoutNV(tdo, uint(i0), uint(BC), 0u, DP), transpose);
+        coopMatLoadTensorNV(qt, F16(qb.addr).v, 0u, ROWS(tq, qb, i0, BC), transpose);
+        coopMatLoadTensorNV(dot, F16(dob.addr).v, 0u, ROWS(tdo, dob, i0, BC), transpose);
         SMAT pt = coopMatMulAdd(ka, qt, SMAT(0.0));
         SMAT dst = coopMatMulAdd(va, dot, SMAT(0.0));
         coopMatPerElementNV(pt, pt, pt_elem, j0, qmul);
@@ -137,32 +135,29 @@ void main()
             coopmat<float16_t, WG, BR, BC, gl_MatrixUseA>(pt);
         coopmat<float16_t, WG, BR, BC, gl_MatrixUseA> dsa =
             coopmat<float16_t, WG, BR, BC, gl_MatrixUseA>(dst);
-        coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> qb, dob;
-        coopMatLoadTensorNV(qb, F16(qv.addr).v, qbase,
-                            sliceTensorLayoutNV(tq, uint(i0), uint(BC), 0u, DP));
-        coopMatLoadTensorNV(dob, F16(dov.addr).v, dobase,
-                            sliceTensorLayoutNV(tdo, uint(i0), uint(BC), 0u, DP));
-        dv = coopMatMulAdd(pa, dob, dv);
-        dk = coopMatMulAdd(dsa, qb, dk);
+        coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> qm, dom;
+        coopMatLoadTensorNV(qm, F16(qb.addr).v, 0u, ROWS(tq, qb, i0, BC));
+        coopMatLoadTensorNV(dom, F16(dob.addr).v, 0u, ROWS(tdo, dob, i0, BC));
+        dv = coopMatMulAdd(pa, dom, dv);
+        dk = coopMatMulAdd(dsa, qm, dk);
     }
 
     // accumulators += tau dK and dV: [B, nk, hkv, D] fp32, the tile's rows j0.. of head g
     const float tau = P.scale / sc.w / sc.x, vmul = 1.0 / sc.w; // dS^T, dO in dO's units
-    const TLAYOUT ta = rows_layout(P.nk, P.hkv * D);
-    const uint abase = uint((b * P.nk * P.hkv + g) * D);
+    const uint aelem = uint((b * P.nk * P.hkv + g) * D);
     OMAT old;
     if ((P.flags & 2) != 0) {
-        coopMatLoadTensorNV(old, F32(P.dk).v, abase,
-                            sliceTensorLayoutNV(ta, uint(j0), uint(BR), 0u, DP));
+        const TBase ab = tensor_base(P.dk, aelem, 4u);
+        const TLAYOUT ta = rows_layout(P.nk, P.hkv * D, ab.skip);
+        coopMatLoadTensorNV(old, F32(ab.addr).v, 0u, ROWS(ta, ab, j0, BR));
         coopMatPerElementNV(dk, dk, acc_elem, old, tau);
-        coopMatStoreTensorNV(dk, F32(P.dk).v, abase,
-                             sliceTensorLayoutNV(ta, uint(j0), uint(BR), 0u, DP));
+        coopMatStoreTensorNV(dk, F32(ab.addr).v, 0u, ROWS(ta, ab, j0, BR));
     }
     if ((P.flags & 4) != 0) {
-        coopMatLoadTensorNV(old, F32(P.dv).v, abase,
-                            sliceTensorLayoutNV(ta, uint(j0), uint(BR), 0u, DP));
+        const TBase ab = tensor_base(P.dv, aelem, 4u);
+        const TLAYOUT ta = rows_layout(P.nk, P.hkv * D, ab.skip);
+        coopMatLoadTensorNV(old, F32(ab.addr).v, 0u, ROWS(ta, ab, j0, BR));
         coopMatPerElementNV(dv, dv, acc_elem, old, vmul);
-        coopMatStoreTensorNV(dv, F32(P.dv).v, abase,
-                             sliceTensorLayoutNV(ta, uint(j0), uint(BR), 0u, DP));
+        coopMatStoreTensorNV(dv, F32(ab.addr).v, 0u, ROWS(ta, ab, j0, BR));
     }
 }

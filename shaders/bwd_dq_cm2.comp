@@ -91,41 +91,37 @@ void main()
         return; // uniform: no row has a key here
 
     coopmat<float16_t, WG, BR, DP, gl_MatrixUseA> qa, doa;
-    coopMatLoadTensorNV(qa, F16(qv.addr).v, view_base(qv, b, h),
-                        sliceTensorLayoutNV(rows_layout(P.nq, qv.s1), uint(i0), uint(BR), 0u, DP));
-    coopMatLoadTensorNV(doa, F16(dov.addr).v, view_base(dov, b, h),
-                        sliceTensorLayoutNV(rows_layout(P.nq, dov.s1), uint(i0), uint(BR), 0u,
-                                            DP));
-    const TLAYOUT tk = rows_layout(P.nk, kv.s1), tv = rows_layout(P.nk, vv.s1);
+    const TBase qb = view_tensor(qv, b, h), dob = view_tensor(dov, b, h);
+    coopMatLoadTensorNV(qa, F16(qb.addr).v, 0u, ROWS(rows_layout(P.nq, qv.s1, qb.skip), qb, i0, BR));
+    coopMatLoadTensorNV(doa, F16(dob.addr).v, 0u,
+                        ROWS(rows_layout(P.nq, dov.s1, dob.skip), dob, i0, BR));
+    const TBase kb = view_tensor(kv, b, g), vb = view_tensor(vv, b, g);
+    const TLAYOUT tk = rows_layout(P.nk, kv.s1, kb.skip), tv = rows_layout(P.nk, vv.s1, vb.skip);
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
-    const uint kbase = view_base(kv, b, g), vbase = view_base(vv, b, g);
 
     // the scales are powers of two, divided one at a time (a product may overflow)
     const float qmul = P.scale * LOG2E / sc.x / sc.y, pmul = 1.0 / sc.z;
     OMAT dq = OMAT(0.0);
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
         coopmat<float16_t, WG, DP, BC, gl_MatrixUseB> kt, vt;
-        coopMatLoadTensorNV(kt, F16(kv.addr).v, kbase,
-                            sliceTensorLayoutNV(tk, uint(j0), uint(BC), 0u, DP), transpose);
-        coopMatLoadTensorNV(vt, F16(vv.addr).v, vbase,
-                            sliceTensorLayoutNV(tv, uint(j0), uint(BC), 0u, DP), transpose);
+        coopMatLoadTensorNV(kt, F16(kb.addr).v, 0u, ROWS(tk, kb, j0, BC), transpose);
+        coopMatLoadTensorNV(vt, F16(vb.addr).v, 0u, ROWS(tv, vb, j0, BC), transpose);
         SMAT s = coopMatMulAdd(qa, kt, SMAT(0.0));
         const SMAT dp = coopMatMulAdd(doa, vt, SMAT(0.0));
         coopMatPerElementNV(s, s, ds_elem, dp, j0, qmul, pmul);
         coopmat<float16_t, WG, BR, BC, gl_MatrixUseA> dsa =
             coopmat<float16_t, WG, BR, BC, gl_MatrixUseA>(s);
-        coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> kb;
-        coopMatLoadTensorNV(kb, F16(kv.addr).v, kbase,
-                            sliceTensorLayoutNV(tk, uint(j0), uint(BC), 0u, DP));
-        dq = coopMatMulAdd(dsa, kb, dq);
+        coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> km;
+        coopMatLoadTensorNV(km, F16(kb.addr).v, 0u, ROWS(tk, kb, j0, BC));
+        dq = coopMatMulAdd(dsa, km, dq);
     }
 
     // dQ accumulator += tau dQ: [B, nq, hq, D] fp32, the tile's rows i0.. of head h
     const float tau = P.scale / sc.w / sc.y; // dS in dO's scaled units, K scaled
-    const TLAYOUT ta = rows_layout(P.nq, P.hq * D);
-    const uint abase = uint((b * P.nq * P.hq + h) * D);
+    const TBase ab = tensor_base(P.o, uint((b * P.nq * P.hq + h) * D), 4u);
+    const TLAYOUT ta = rows_layout(P.nq, P.hq * D, ab.skip);
     OMAT old;
-    coopMatLoadTensorNV(old, F32(P.o).v, abase, sliceTensorLayoutNV(ta, uint(i0), uint(BR), 0u, DP));
+    coopMatLoadTensorNV(old, F32(ab.addr).v, 0u, ROWS(ta, ab, i0, BR));
     coopMatPerElementNV(dq, dq, acc_elem, old, tau);
-    coopMatStoreTensorNV(dq, F32(P.o).v, abase, sliceTensorLayoutNV(ta, uint(i0), uint(BR), 0u, DP));
+    coopMatStoreTensorNV(dq, F32(ab.addr).v, 0u, ROWS(ta, ab, i0, BR));
 }

@@ -27,20 +27,38 @@ const uint DP = uint((D + 15) / 16 * 16); // the head dim as the matrices hold i
 #define ACC gl_MatrixUseAccumulator
 #define TLAYOUT tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
 
-// rows x D elements of a view or accumulator from element base (its first row), row stride
-// `stride`; outside it loads read 0 and stores do nothing
-TLAYOUT rows_layout(int rows, int stride)
+// Tensor loads and stores need a 16-byte aligned base (the extension's rule; the rows and
+// columns they select need not be aligned): the base of a tensor is the 16-byte aligned address
+// at or below its element 0, and its rows start `skip` elements into the layout's rows
+struct TBase {
+    uint64_t addr; // 16-byte aligned
+    uint skip;     // elements from there to element 0 (0..7 fp16, 0..3 fp32)
+};
+
+// the tensor of esize-byte elements whose element 0 is elem elements from addr
+TBase tensor_base(uint64_t addr, uint elem, uint esize)
+{
+    const uint64_t a = addr + uint64_t(esize) * uint64_t(elem), a16 = a & ~uint64_t(15);
+    return TBase(a16, uint(a - a16) / esize);
+}
+
+// head h of batch b of a view: [n][D] rows of stride s1 from element (b, 0, h, 0)
+TBase view_tensor(View t, int b, int h)
+{
+    return tensor_base(t.addr, uint(t.off) + view_index(t, b, 0, h, 0), 2u);
+}
+
+// rows x D elements, row stride `stride`, from the tensor base's element skip: outside them
+// loads read 0 and stores do nothing
+TLAYOUT rows_layout(int rows, int stride, uint skip)
 {
     TLAYOUT t = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    t = setTensorLayoutDimensionNV(t, uint(rows), uint(D));
+    t = setTensorLayoutDimensionNV(t, uint(rows), uint(D) + skip);
     return setTensorLayoutStrideNV(t, uint(stride), 1u);
 }
 
-// element index of row 0, column 0 of head h of batch b in a view (its offset included)
-uint view_base(View t, int b, int h)
-{
-    return uint(t.off) + view_index(t, b, 0, h, 0);
-}
+// rows r0 .. r0 + nr of such a layout, DP columns from element 0
+#define ROWS(t, tb, r0, nr) sliceTensorLayoutNV(t, uint(r0), uint(nr), (tb).skip, DP)
 
 float fmax2(const in float x, const in float y)
 {

@@ -139,9 +139,9 @@ void main()
 
     // K and V of head g in batch b: [nk][D] with row stride s1, from element base (fp16
     // elements from the view's address, its offset included)
-    const TLAYOUT tk = rows_layout(P.nk, kv.s1), tv = rows_layout(P.nk, vv.s1);
+    const TBase kb = view_tensor(kv, b, g), vb = view_tensor(vv, b, g);
+    const TLAYOUT tk = rows_layout(P.nk, kv.s1, kb.skip), tv = rows_layout(P.nk, vv.s1, vb.skip);
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
-    const uint kbase = view_base(kv, b, g), vbase = view_base(vv, b, g);
 
     // the scales are powers of two (exact), divided one at a time (their product may overflow)
     const float qmul = P.scale * LOG2E / qsc / ksc;
@@ -149,8 +149,7 @@ void main()
     OMAT o = OMAT(0.0);
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
         coopmat<float16_t, WG, DP, BC, gl_MatrixUseB> kt;
-        coopMatLoadTensorNV(kt, F16(kv.addr).v, kbase,
-                            sliceTensorLayoutNV(tk, uint(j0), uint(BC), 0u, DP), transpose);
+        coopMatLoadTensorNV(kt, F16(kb.addr).v, 0u, ROWS(tk, kb, j0, BC), transpose);
         SMAT s = coopMatMulAdd(qa, kt, SMAT(0.0));
         if (j0 >= kin_lo && j0 + BC <= kin_hi) // uniform: every row allows the whole tile
             s = s * qmul;
@@ -178,10 +177,9 @@ void main()
 
         coopmat<float16_t, WG, BR, BC, gl_MatrixUseA> pa =
             coopmat<float16_t, WG, BR, BC, gl_MatrixUseA>(s);
-        coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> vb;
-        coopMatLoadTensorNV(vb, F16(vv.addr).v, vbase,
-                            sliceTensorLayoutNV(tv, uint(j0), uint(BC), 0u, DP));
-        o = coopMatMulAdd(pa, vb, o);
+        coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> vm;
+        coopMatLoadTensorNV(vm, F16(vb.addr).v, 0u, ROWS(tv, vb, j0, BC));
+        o = coopMatMulAdd(pa, vm, o);
     }
 
     // each row's l and m: column 0 of BR x 16 reductions, through shared memory
@@ -220,10 +218,10 @@ void main()
     barrier();
 
     // O: [B, nq, hq, D] fp32; the tile's rows i0.. of head h, row stride hq D
-    const TLAYOUT to = rows_layout(P.nq, P.hq * D);
-    const uint obase = uint((b * P.nq * P.hq + h) * D);
+    const TBase ob = tensor_base(P.o, uint((b * P.nq * P.hq + h) * D), 4u);
+    const TLAYOUT to = rows_layout(P.nq, P.hq * D, ob.skip);
     OMAT old;
-    coopMatLoadTensorNV(old, F32(P.o).v, obase, sliceTensorLayoutNV(to, uint(i0), uint(BR), 0u, DP));
+    coopMatLoadTensorNV(old, F32(ob.addr).v, 0u, ROWS(to, ob, i0, BR));
     coopMatPerElementNV(o, o, merge_elem, old);
-    coopMatStoreTensorNV(o, F32(P.o).v, obase, sliceTensorLayoutNV(to, uint(i0), uint(BR), 0u, DP));
+    coopMatStoreTensorNV(o, F32(ob.addr).v, 0u, ROWS(to, ob, i0, BR));
 }
