@@ -15,7 +15,7 @@
 # The binaries need nothing but the Linux kernel, so PREFIX can be copied to another machine.
 # Then: meson setup build -Dglslang=PREFIX/bin/glslang -Dvulkan_headers=PREFIX/include
 # (README, "Vulkan shader toolchain"). Needs dpkg-dev, cmake, ninja-build, g++ and python3.
-# Does nothing for a part PREFIX already has. BURST_TOOLCHAIN_NO_SPIRV_TOOLS=1 skips spirv-val.
+# Does nothing for a part PREFIX already has.
 set -euo pipefail
 prefix=$(realpath -m "${1:-.toolchain}")
 suite=${2:-trixie}
@@ -24,8 +24,7 @@ jobs=$(nproc)
 need_glslang=1 need_headers=1 need_val=1
 [ -x "$prefix/bin/glslang" ] && need_glslang=0
 [ -f "$prefix/include/vulkan/vulkan_core.h" ] && need_headers=0
-{ [ -x "$prefix/bin/spirv-val" ] || [ "${BURST_TOOLCHAIN_NO_SPIRV_TOOLS:-0}" = 1 ]; } &&
-    need_val=0
+[ -x "$prefix/bin/spirv-val" ] && need_val=0
 [ $need_glslang$need_headers$need_val = 000 ] && exit 0
 
 work=$(mktemp -d)
@@ -89,5 +88,5 @@ if [ $need_val = 1 ]; then
     install -D -m 755 "$work/spirv-tools/tools/spirv-val" "$prefix/bin/spirv-val"
 fi
 "$prefix/bin/glslang" --version | head -n 1
-[ -x "$prefix/bin/spirv-val" ] && "$prefix/bin/spirv-val" --version | head -n 1
+"$prefix/bin/spirv-val" --version | head -n 1
 grep -m 1 '#define VK_HEADER_VERSION ' "$prefix/include/vulkan/vulkan_core.h"
