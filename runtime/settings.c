@@ -65,6 +65,10 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
 
     BOOL(VK_SUBGROUP, VK, 1, 0, "0: no subgroup shuffles (the scalar kernels instead)"),
     BOOL(VK_COOPMAT, VK, 1, 0, "0: never the cooperative-matrix kernels"),
+    BOOL(VK_COOPMAT_KHR, VK, 1, 0,
+         "0: the subgroup-scope cooperative-matrix kernels as NV builds where KHR is offered too"),
+    BOOL(VK_CM2, VK, 1, 0,
+         "0: never the workgroup-scope *_cm2 kernels (VK_NV_cooperative_matrix2)"),
     BOOL(VK_RT, VK, 1, 0, "0: never the register-tiled kernels"),
     BOOL(VK_ATOMIC, VK, 1, 0,
          "0: a backward that need not be deterministic adds dQ without float atomics"),

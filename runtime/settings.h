@@ -44,6 +44,8 @@ enum burst_setting_id {
     /* vulkan backend */
     BURST_SET_VK_SUBGROUP,
     BURST_SET_VK_COOPMAT,
+    BURST_SET_VK_COOPMAT_KHR,
+    BURST_SET_VK_CM2,
     BURST_SET_VK_RT,
     BURST_SET_VK_ATOMIC,
     BURST_SET_VK_AUTOTUNE,

@@ -107,7 +107,7 @@ void main()
     }
     subgroup_sync();
     UNROLL for (int c = 0; c < DC; c++)
-        coopMatLoadNV(vf[c], xsh, uint(xb + 2 * c), uint(RS), false);
+        CM_LOAD(vf[c], xsh, uint(xb + 2 * c), uint(RS), false);
     subgroup_sync();
 
     const float qmul = P.scale * LOG2E;
@@ -163,15 +163,16 @@ void main()
         UNROLL for (int n = 0; n < NB; n++) {
             CMAT s = CMAT(0.0), dp = CMAT(0.0);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT a, bq, bdo;
-                coopMatLoadNV(a, ksh, uint(16 * sg * RS + 2 * c), uint(RS), false);
-                coopMatLoadNV(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                coopMatLoadNV(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                s = coopMatMulAddNV(a, bq, s);
-                dp = coopMatMulAddNV(vf[c], bdo, dp);
+                AMAT a;
+                BMAT bq, bdo;
+                CM_LOAD(a, ksh, uint(16 * sg * RS + 2 * c), uint(RS), false);
+                CM_LOAD(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                CM_LOAD(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                s = CM_MULADD(a, bq, s);
+                dp = CM_MULADD(vf[c], bdo, dp);
             }
-            coopMatStoreNV(s, xsh, uint(xb + 4 * n), uint(SS), false);
-            coopMatStoreNV(dp, xsh, uint(xb + 16 * SS + 4 * n), uint(SS), false);
+            CM_STORE(s, xsh, uint(xb + 4 * n), uint(SS), false);
+            CM_STORE(dp, xsh, uint(xb + 16 * SS + 4 * n), uint(SS), false);
         }
         subgroup_sync();
 
@@ -203,14 +204,14 @@ void main()
         // dV += P^T dO, dK += dS^T Q
         UNROLL for (int n = 0; n < NB; n++) {
             AMAT ap, ads;
-            coopMatLoadNV(ap, xsh, uint(xb + 2 * n), uint(PS), false);
-            coopMatLoadNV(ads, xsh, uint(xb + 16 * SS + 2 * n), uint(PS), false);
+            CM_LOAD(ap, xsh, uint(xb + 2 * n), uint(PS), false);
+            CM_LOAD(ads, xsh, uint(xb + 16 * SS + 2 * n), uint(PS), false);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT bdo, bq;
-                coopMatLoadNV(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                coopMatLoadNV(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                dv[c] = coopMatMulAddNV(ap, bdo, dv[c]);
-                dk[c] = coopMatMulAddNV(ads, bq, dk[c]);
+                BMAT bdo, bq;
+                CM_LOAD(bdo, dosh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                CM_LOAD(bq, qsh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                dv[c] = CM_MULADD(ap, bdo, dv[c]);
+                dk[c] = CM_MULADD(ads, bq, dk[c]);
             }
         }
         subgroup_sync(); // P^T and dS^T are read: the next S^T goes over them
@@ -225,7 +226,7 @@ void main()
         UNROLL for (int c = 0; c < DC; c++) {
             if (!wanted)
                 break;
-            coopMatStoreNV(which == 0 ? dk[c] : dv[c], xsh, uint(xb), 4u, false);
+            CM_STORE(which == 0 ? dk[c] : dv[c], xsh, uint(xb), 4u, false);
             subgroup_sync();
             if (live) {
                 UNROLL for (int k = 0; k < 4 / LPR; k++) {

@@ -117,7 +117,7 @@ void main()
         barrier();
         if (16 * sg >= p0 && 16 * sg < p0 + VP) // uniform in the subgroup
             UNROLL for (int c = 0; c < DC; c++)
-                coopMatLoadNV(vf[c], sh, uint(QO + (16 * sg - p0) * RS + 2 * c), uint(RS), false);
+                CM_LOAD(vf[c], sh, uint(QO + (16 * sg - p0) * RS + 2 * c), uint(RS), false);
     }
 
     // bf16 inputs converted by the host: their scales (1 otherwise); powers of two, divided one
@@ -177,12 +177,13 @@ void main()
             // S^T = K Q^T and dP^T = V dO^T for the chunk's 16 queries
             CMAT s = CMAT(0.0), dp = CMAT(0.0);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT a, bq, bdo;
-                coopMatLoadNV(a, sh, uint(16 * sg * RS + 2 * c), uint(RS), false);
-                coopMatLoadNV(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), true);
-                coopMatLoadNV(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), true);
-                s = coopMatMulAddNV(a, bq, s);
-                dp = coopMatMulAddNV(vf[c], bdo, dp);
+                AMAT a;
+                BMAT bq, bdo;
+                CM_LOAD(a, sh, uint(16 * sg * RS + 2 * c), uint(RS), false);
+                CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), true);
+                CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), true);
+                s = CM_MULADD(a, bq, s);
+                dp = CM_MULADD(vf[c], bdo, dp);
             }
             // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col
             UNROLL for (int e = 0; e < NE; e++) {
@@ -194,13 +195,15 @@ void main()
                 dp[e] = p * (dp[e] * pmul - intBitsToFloat(rq.y));
             }
             // dV += P^T dO, dK += dS^T Q
-            AMAT ap = AMAT(s), ads = AMAT(dp);
+            AMAT ap, ads;
+            CM_TO_A(ap, s);
+            CM_TO_A(ads, dp);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT bdo, bq;
-                coopMatLoadNV(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), false);
-                coopMatLoadNV(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), false);
-                dv[c] = coopMatMulAddNV(ap, bdo, dv[c]);
-                dk[c] = coopMatMulAddNV(ads, bq, dk[c]);
+                BMAT bdo, bq;
+                CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), false);
+                CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), false);
+                dv[c] = CM_MULADD(ap, bdo, dv[c]);
+                dk[c] = CM_MULADD(ads, bq, dk[c]);
             }
         }
     }

@@ -95,7 +95,7 @@ void main()
     }
     subgroup_sync();
     UNROLL for (int c = 0; c < DC; c++)
-        coopMatLoadNV(dof[c], xsh, uint(sg * XSZ + 2 * c), uint(RS), false);
+        CM_LOAD(dof[c], xsh, uint(sg * XSZ + 2 * c), uint(RS), false);
     subgroup_sync();
 
     const float qmul = P.scale * LOG2E;
@@ -141,15 +141,16 @@ void main()
         UNROLL for (int n = 0; n < NB; n++) {
             CMAT s = CMAT(0.0), dp = CMAT(0.0);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT a, bk, bv;
-                coopMatLoadNV(a, qsh, uint(16 * sg * RS + 2 * c), uint(RS), false);
-                coopMatLoadNV(bk, kvsh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                coopMatLoadNV(bv, kvsh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), true);
-                s = coopMatMulAddNV(a, bk, s);
-                dp = coopMatMulAddNV(dof[c], bv, dp);
+                AMAT a;
+                BMAT bk, bv;
+                CM_LOAD(a, qsh, uint(16 * sg * RS + 2 * c), uint(RS), false);
+                CM_LOAD(bk, kvsh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                CM_LOAD(bv, kvsh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), true);
+                s = CM_MULADD(a, bk, s);
+                dp = CM_MULADD(dof[c], bv, dp);
             }
-            coopMatStoreNV(s, xsh, uint(xb + 4 * n), uint(SS), false);
-            coopMatStoreNV(dp, xsh, uint(xb + 16 * SS + 4 * n), uint(SS), false);
+            CM_STORE(s, xsh, uint(xb + 4 * n), uint(SS), false);
+            CM_STORE(dp, xsh, uint(xb + 16 * SS + 4 * n), uint(SS), false);
         }
         subgroup_sync();
 
@@ -176,11 +177,11 @@ void main()
         // dQ += dS K
         UNROLL for (int n = 0; n < NB; n++) {
             AMAT a;
-            coopMatLoadNV(a, xsh, uint(xb + 2 * n), uint(PS), false);
+            CM_LOAD(a, xsh, uint(xb + 2 * n), uint(PS), false);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT bk;
-                coopMatLoadNV(bk, kvsh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                dq[c] = coopMatMulAddNV(a, bk, dq[c]);
+                BMAT bk;
+                CM_LOAD(bk, kvsh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                dq[c] = CM_MULADD(a, bk, dq[c]);
             }
         }
         subgroup_sync(); // dS is read: the next S goes over it
@@ -190,7 +191,7 @@ void main()
     F32 acc = F32(P.o);
     const uint ob = uint(((b * P.nq + i) * P.hq + h) * D);
     UNROLL for (int c = 0; c < DC; c++) {
-        coopMatStoreNV(dq[c], xsh, uint(xb), 4u, false);
+        CM_STORE(dq[c], xsh, uint(xb), 4u, false);
         subgroup_sync();
         if (live) {
             UNROLL for (int k = 0; k < 4 / LPR; k++) {

@@ -106,10 +106,10 @@ void main()
             if (16 * sg >= p0 && 16 * sg < p0 + QP) { // uniform in the subgroup
                 UNROLL for (int c = 0; c < DC; c++) {
                     if (pass == 0)
-                        coopMatLoadNV(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
+                        CM_LOAD(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
                                       false);
                     else
-                        coopMatLoadNV(dof[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
+                        CM_LOAD(dof[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
                                       false);
                 }
             }
@@ -168,11 +168,11 @@ void main()
             // S = Q K^T and dP = dO V^T for the chunk's 16 keys
             CMAT s = CMAT(0.0), dp = CMAT(0.0);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT bk, bv;
-                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                coopMatLoadNV(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), true);
-                s = coopMatMulAddNV(qa[c], bk, s);
-                dp = coopMatMulAddNV(dof[c], bv, dp);
+                BMAT bk, bv;
+                CM_LOAD(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                CM_LOAD(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), true);
+                s = CM_MULADD(qa[c], bk, s);
+                dp = CM_MULADD(dof[c], bv, dp);
             }
             // dS in place: element e is query row iA or iB, key j0 + 16 n + col
             UNROLL for (int e = 0; e < NE; e++) {
@@ -184,11 +184,12 @@ void main()
                 s[e] = p * (dp[e] * pmul - (rb ? dlB : dlA));
             }
             // dQ += dS K
-            AMAT ads = AMAT(s);
+            AMAT ads;
+            CM_TO_A(ads, s);
             UNROLL for (int c = 0; c < DC; c++) {
-                AMAT bk;
-                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                dq[c] = coopMatMulAddNV(ads, bk, dq[c]);
+                BMAT bk;
+                CM_LOAD(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), false);
+                dq[c] = CM_MULADD(ads, bk, dq[c]);
             }
         }
     }

@@ -111,7 +111,7 @@ void main()
         barrier();
         if (16 * sg >= p0 && 16 * sg < p0 + QP) // uniform in the subgroup
             UNROLL for (int c = 0; c < DC; c++)
-                coopMatLoadNV(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
+                CM_LOAD(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
     }
 
     const float qmul = P.scale * LOG2E;
@@ -156,13 +156,13 @@ void main()
             s[n] = CMAT(0.0);
         UNROLL for (int c = 0; c < DC; c++) {
             UNROLL for (int n = 0; n < NB; n++) {
-                AMAT bk;
-                coopMatLoadNV(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                s[n] = coopMatMulAddNV(qa[c], bk, s[n]);
+                BMAT bk;
+                CM_LOAD(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
+                s[n] = CM_MULADD(qa[c], bk, s[n]);
             }
         }
         UNROLL for (int n = 0; n < NB; n++)
-            coopMatStoreNV(s[n], sh, uint(xb + 4 * n), uint(SS), false);
+            CM_STORE(s[n], sh, uint(xb + 4 * n), uint(SS), false);
         subgroup_sync();
 
         // online softmax of row r over this invocation's CPL columns, then across the row: S is
@@ -211,14 +211,14 @@ void main()
         // the lazy maximum; element access on the accumulators would cost registers always)
         if (!subgroupAll(alpha == 1.0)) {
             UNROLL for (int c = 0; c < DC; c++) {
-                coopMatStoreNV(o[c], sh, uint(xb), 4u, false);
+                CM_STORE(o[c], sh, uint(xb), 4u, false);
                 subgroup_sync();
                 UNROLL for (int k = 0; k < 4 / LPR; k++) {
                     uint x = uint(xb + 4 * r + part * (4 / LPR) + k);
                     sh[x] = floatBitsToUint(uintBitsToFloat(sh[x]) * alpha);
                 }
                 subgroup_sync();
-                coopMatLoadNV(o[c], sh, uint(xb), 4u, false);
+                CM_LOAD(o[c], sh, uint(xb), 4u, false);
                 subgroup_sync();
             }
         }
@@ -226,13 +226,13 @@ void main()
         // MMA into the long-lived O accumulators themselves cost 71 instead of 55 ms on the H100)
         AMAT pa[NB];
         UNROLL for (int n = 0; n < NB; n++)
-            coopMatLoadNV(pa[n], sh, uint(xb + POFF + 2 * n), uint(PS), false);
+            CM_LOAD(pa[n], sh, uint(xb + POFF + 2 * n), uint(PS), false);
         UNROLL for (int c = 0; c < DC; c++) {
             CMAT t = CMAT(0.0);
             UNROLL for (int n = 0; n < NB; n++) {
-                AMAT bv;
-                coopMatLoadNV(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), false);
-                t = coopMatMulAddNV(pa[n], bv, t);
+                BMAT bv;
+                CM_LOAD(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), false);
+                t = CM_MULADD(pa[n], bv, t);
             }
             o[c] = o[c] + t;
         }
@@ -255,7 +255,7 @@ void main()
     }
     const uint ob4 = uint(((b * P.nq + i) * P.hq + h) * (D / 4)); // o_acc row, in vec4
     UNROLL for (int c = 0; c < DC; c++) {
-        coopMatStoreNV(o[c], sh, uint(xb), 4u, false);
+        CM_STORE(o[c], sh, uint(xb), 4u, false);
         subgroup_sync();
         if (merge) {
             UNROLL for (int k = 0; k < 4 / LPR; k++) {

@@ -175,7 +175,7 @@ void main()
         barrier();
         if (16 * sg >= p0 && 16 * sg < p0 + QP) // uniform in the subgroup
             UNROLL for (int c = 0; c < DC; c++)
-                coopMatLoadNV(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
+                CM_LOAD(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
     }
 
     // the scales are powers of two (exact), divided one at a time (their product may overflow)
@@ -260,9 +260,9 @@ void main()
         sv[n] = CMAT(0.0);                                                                        \
     UNROLL for (int c = 0; c < DC; c++) {                                                         \
         UNROLL for (int n = 0; n < SMC; n++) {                                                    \
-            AMAT bk;                                                                              \
-            coopMatLoadNV(bk, sh, uint(sb + 16 * ((m0) + n) * RS + 2 * c), uint(RS), true);       \
-            sv[n] = coopMatMulAddNV(qa[c], bk, sv[n]);                                            \
+            BMAT bk;                                                                              \
+            CM_LOAD(bk, sh, uint(sb + 16 * ((m0) + n) * RS + 2 * c), uint(RS), true);       \
+            sv[n] = CM_MULADD(qa[c], bk, sv[n]);                                            \
         }                                                                                         \
     }
         CMAT s[SMC];
@@ -324,14 +324,14 @@ void main()
             // accumulator added to O
             AMAT pa[SMC];
             UNROLL for (int n = 0; n < SMC; n++)
-                pa[n] = AMAT(s[n]);
+                CM_TO_A(pa[n], s[n]);
             UNROLL for (int c = 0; c < DC; c++) {
                 CMAT t = DIRECT != 0 ? o[c] : CMAT(0.0);
                 UNROLL for (int n = 0; n < SMC; n++) {
-                    AMAT bv;
-                    coopMatLoadNV(bv, sh, uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c),
+                    BMAT bv;
+                    CM_LOAD(bv, sh, uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c),
                                   uint(RS), false);
-                    t = coopMatMulAddNV(pa[n], bv, t);
+                    t = CM_MULADD(pa[n], bv, t);
                 }
                 o[c] = DIRECT != 0 ? t : o[c] + t;
             }

@@ -11,6 +11,10 @@
  * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
  * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel
  * has them; and the forward's tile per call (by its workgroup count and mask).
+ * And the workgroup-scope kernels (*_cm2) on made-up limits: the reason each missing piece
+ * gives (the probe prints it; a build without GL_NV_cooperative_matrix2 names glslang), their
+ * tiles where everything is there, none where the workgroup size is not listed or shared
+ * memory with the driver's reserve is short; the KHR builds' reasons likewise.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -240,13 +244,150 @@ static void cmq_call_tile(void **state)
     expect_tile(&t, 160, 32, 2);
 }
 
+/* an H100 with the matrix extensions of NVIDIA's driver: VK_KHR_cooperative_matrix and
+ * VK_NV_cooperative_matrix2 with workgroup-scope fp16 shapes for 128 and 256 invocations */
+static void h100_cm2_caps(struct burst_vk_caps *c)
+{
+    h100_caps(c);
+    c->api_version = VK_API_VERSION_1_3;
+    c->coopmat_khr = c->khr_f16 = c->coopmat2 = c->cm2_features = 1;
+    c->cm2_wg[0] = 128;
+    c->cm2_wg[1] = 256;
+    c->cm2_max_wg = 1024;
+    c->cm2_reserved = 1024;
+}
+
+static void expect_reason(const char *why, const char *want)
+{
+    if (!why || !strstr(why, want))
+        fail_msg("reason \"%s\", expected one naming \"%s\"", why ? why : "(none)", want);
+}
+
+static void cm2_rule_and_reasons(void **state)
+{
+    (void)state;
+    unsetenv("BURST_VK_CM2");
+    unsetenv("BURST_VK_COOPMAT_KHR");
+    unsetenv("BURST_VK_MAX_SHARED");
+    struct burst_vk_env env;
+    burst_vk_env_read(&env);
+    struct burst_vk_caps caps;
+    struct burst_vk_tiles t;
+    h100_cm2_caps(&caps);
+    const char *why = burst_vk_cm2_why(&caps, &env);
+#ifndef VK_NV_cooperative_matrix2
+    const int built = 0; /* Vulkan headers without the extension: the host code cannot drive it */
+    const char *unbuilt = "headers";
+#else
+    const int built = BURST_VK_SPV_FWD_CM2 && BURST_VK_SPV_BWD_DQ_CM2 && BURST_VK_SPV_BWD_DKV_CM2;
+    const char *unbuilt = "glslang";
+#endif
+    if (!built) {
+        expect_reason(why, unbuilt);
+        burst_vk_tiles_rule(&caps, &env, &t);
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
+            assert_int_equal(t.k[BURST_VK_FWD_CM2][c].t, 0);
+        skip(); /* the rest needs the kernels built */
+    }
+    assert_null(why);
+    burst_vk_tiles_rule(&caps, &env, &t);
+    static const int want[3][3] = {{128, 64, 64}, {128, 64, 64}, {256, 64, 32}};
+    for (int k = BURST_VK_FWD_CM2; k <= BURST_VK_DKV_CM2; k++)
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
+            const struct burst_vk_tile *tl = &t.k[k][c];
+            if (tl->t != want[c][0] || tl->br != want[c][1] || tl->bc != want[c][2])
+                fail_msg("%s class %d: %d x %d x %d, expected %d x %d x %d",
+                         burst_vk_kernel_names[k], c, tl->t, tl->br, tl->bc, want[c][0], want[c][1],
+                         want[c][2]);
+        }
+    /* fwd_cm2 at d = 256: Q tile 64 x 33 x 16 B, 20 B a row, 16 B: 35088 B */
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CM2, &t.k[BURST_VK_FWD_CM2][2], 256),
+                     35088u);
+    /* only 128 invocations listed: the 256 tiles fall to 128 */
+    caps.cm2_wg[1] = 0;
+    burst_vk_tiles_rule(&caps, &env, &t);
+    assert_int_equal(t.k[BURST_VK_FWD_CM2][2].t, 128);
+    /* the driver's reserve leaves too little for d = 256's Q tile of 64 rows: 32 rows */
+    h100_cm2_caps(&caps);
+    caps.cm2_reserved = 16384;
+    burst_vk_tiles_rule(&caps, &env, &t);
+    assert_int_equal(t.k[BURST_VK_FWD_CM2][2].br, 32);
+    /* each missing piece, with its reason, and no tiles */
+    static const char *const reason[4] = {"lacks VK_NV_cooperative_matrix2", "Vulkan < 1.3",
+                                          "feature", "workgroup-scope shape"};
+    for (int i = 0; i < 4; i++) {
+        h100_cm2_caps(&caps);
+        if (i == 0)
+            caps.coopmat2 = 0;
+        if (i == 1)
+            caps.api_version = VK_API_VERSION_1_2;
+        if (i == 2)
+            caps.cm2_features = 0;
+        if (i == 3)
+            caps.cm2_wg[0] = caps.cm2_wg[1] = 0;
+        expect_reason(burst_vk_cm2_why(&caps, &env), reason[i]);
+        burst_vk_tiles_rule(&caps, &env, &t);
+        assert_int_equal(t.k[BURST_VK_DQ_CM2][1].t, 0);
+    }
+    setenv("BURST_VK_CM2", "0", 1);
+    burst_vk_env_read(&env);
+    h100_cm2_caps(&caps);
+    expect_reason(burst_vk_cm2_why(&caps, &env), "BURST_VK_CM2=0");
+    unsetenv("BURST_VK_CM2");
+}
+
+/* the subgroup-scope kernels' KHR builds: taken with the KHR extension and its fp16 shape
+ * unless BURST_VK_COOPMAT_KHR=0; the NV builds otherwise, where the device has that extension */
+static void khr_reasons(void **state)
+{
+    (void)state;
+    unsetenv("BURST_VK_COOPMAT_KHR");
+    struct burst_vk_env env;
+    burst_vk_env_read(&env);
+    struct burst_vk_caps caps;
+    h100_cm2_caps(&caps);
+    const char *why = burst_vk_coopmat_khr_why(&caps, &env);
+    assert_true(burst_vk_coopmat_usable(&caps, &env) == (BURST_VK_SPV_FWD_CM_NV || !why));
+#ifndef VK_KHR_cooperative_matrix
+    expect_reason(why, "headers");
+    skip();
+#else
+    if (!BURST_VK_SPV_FWD_CM_KHR) {
+        expect_reason(why, "glslang");
+        skip();
+    }
+#endif
+    assert_null(why);
+    caps.khr_f16 = 0;
+    expect_reason(burst_vk_coopmat_khr_why(&caps, &env), "16x16x16");
+    caps.coopmat_khr = 0;
+    expect_reason(burst_vk_coopmat_khr_why(&caps, &env), "lacks VK_KHR_cooperative_matrix");
+    assert_true(burst_vk_coopmat_usable(&caps, &env)); /* the NV builds */
+    caps.coopmat_nv = 0;
+    assert_false(burst_vk_coopmat_usable(&caps, &env));
+    setenv("BURST_VK_COOPMAT_KHR", "0", 1);
+    burst_vk_env_read(&env);
+    h100_cm2_caps(&caps);
+    expect_reason(burst_vk_coopmat_khr_why(&caps, &env), "BURST_VK_COOPMAT_KHR=0");
+    /* a malformed value fails context creation naming it */
+    setenv("BURST_VK_COOPMAT_KHR", "2", 1);
+    assert_int_equal(burst_vk_env_read(&env), BURST_ERR_INVALID_ARG);
+    expect_reason(burst_last_error(), "BURST_VK_COOPMAT_KHR");
+    setenv("BURST_VK_COOPMAT_KHR", "", 1);
+    setenv("BURST_VK_CM2", "yes", 1);
+    assert_int_equal(burst_vk_env_read(&env), BURST_ERR_INVALID_ARG);
+    expect_reason(burst_last_error(), "BURST_VK_CM2");
+    unsetenv("BURST_VK_CM2");
+    unsetenv("BURST_VK_COOPMAT_KHR");
+    assert_int_equal(burst_vk_env_read(&env), BURST_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(fragment_layout_passes),
-        cmocka_unit_test(other_layouts_fail),
-        cmocka_unit_test(cmq_tile_rule),
-        cmocka_unit_test(cmq_call_tile),
+        cmocka_unit_test(fragment_layout_passes), cmocka_unit_test(other_layouts_fail),
+        cmocka_unit_test(cmq_tile_rule),          cmocka_unit_test(cmq_call_tile),
+        cmocka_unit_test(cm2_rule_and_reasons),   cmocka_unit_test(khr_reasons),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

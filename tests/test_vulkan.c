@@ -17,6 +17,15 @@
  *                          BURST_ERR_NO_DEVICE with a message, "auto" falls back to another.
  *   test_vulkan autotune   (suite slow) BURST_VK_AUTOTUNE=64 (the d <= 64 class) writes a
  *                          cache file that a second context then loads.
+ *   test_vulkan path P     (suites vulkan, gpu) the cooperative-matrix path P only: cm2 (the
+ *                          workgroup-scope kernels, *_cm2), khr (the subgroup-scope kernels'
+ *                          KHR builds), nv (their NV builds), each where the probe says the
+ *                          device takes it under the environment meson gives (BURST_VK_CM2,
+ *                          BURST_VK_COOPMAT_KHR), else exit 77 with the probe's reason. Cases
+ *                          against the fp64 reference, forward and backward: fp16 and bf16,
+ *                          every head dim of {8, 32, 40, 64, 80, 96, 128, 160, 192, 256}, every
+ *                          mask, GQA, query and key counts not multiples of any tile, unaligned
+ *                          rows, large and tiny magnitudes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,6 +103,41 @@ static const struct harness_case cases[] = {
     /* one block of 1024 keys: more loop iterations per invocation than lavapipe runs in one
      * dispatch on the scalar path (it stops loops after 65535; the host splits the call) */
     {VK_CASE("long_block_g1_d64", 1, 1024, 1, 1, 64, BURST_DTYPE_FP32)},
+};
+
+/* the matrix paths (test_vulkan path P): fp16 and bf16 over the head dims, masks and shapes of
+ * the kernels' tiles (64 or more query rows, 16 to 64 keys: counts such as 200 and 130 end in
+ * partial tiles), forward and backward */
+static const struct harness_case path_cases[] = {
+    {VK_CASE("p_d8_full_fp16", 1, 70, 2, 2, 8, BURST_DTYPE_FP16)},
+    {VK_CASE("p_d32_causal_gqa_fp16", 2, 200, 4, 1, 32, BURST_DTYPE_FP16), .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG},
+    {VK_CASE("p_d40_window_fp16", 1, 130, 2, 2, 40, BURST_DTYPE_FP16), .window_left = 33,
+     .window_right = 4},
+    {VK_CASE("p_d40_causal_bf16", 2, 144, 2, 1, 40, BURST_DTYPE_BF16), .causal = 1},
+    {VK_CASE("p_d64_full_bf16", 1, 257, 2, 2, 64, BURST_DTYPE_BF16)},
+    {VK_CASE("p_d80_padded_fp16", 2, 100, 2, 2, 80, BURST_DTYPE_FP16), .pad = 1,
+     .layout = BURST_LAYOUT_STRIPED},
+    {VK_CASE("p_d96_causal_gqa_bf16", 2, 180, 6, 2, 96, BURST_DTYPE_BF16), .causal = 1},
+    {VK_CASE("p_d128_window_fp16", 1, 300, 2, 2, 128, BURST_DTYPE_FP16), .window_left = 70,
+     .window_right = 9},
+    {VK_CASE("p_d128_causal_bf16_batch2", 2, 130, 2, 1, 128, BURST_DTYPE_BF16), .batch = 2,
+     .causal = 1},
+    {VK_CASE("p_d160_full_fp16", 1, 150, 2, 2, 160, BURST_DTYPE_FP16)},
+    {VK_CASE("p_d160_causal_bf16", 2, 120, 4, 2, 160, BURST_DTYPE_BF16), .causal = 1},
+    {VK_CASE("p_d192_window_gqa_fp16", 2, 110, 4, 1, 192, BURST_DTYPE_FP16), .window_left = 20,
+     .window_right = 20},
+    {VK_CASE("p_d192_padded_bf16", 1, 90, 2, 2, 192, BURST_DTYPE_BF16), .pad = 3},
+    {VK_CASE("p_d256_causal_fp16", 2, 140, 2, 1, 256, BURST_DTYPE_FP16), .causal = 1},
+    {VK_CASE("p_d256_full_bf16", 1, 100, 2, 2, 256, BURST_DTYPE_BF16)},
+    {VK_CASE("p_d72_padded_fp16", 2, 66, 2, 2, 72, BURST_DTYPE_FP16), .pad = 1, .causal = 1},
+    {VK_CASE("p_large_scores_fp16", 1, 256, 1, 1, 64, BURST_DTYPE_FP16), .softmax_scale = 1.0f,
+     .amp = 4.0, .grid = 4},
+    {VK_CASE("p_bf16_huge_d128", 1, 130, 2, 2, 128, BURST_DTYPE_BF16), .amp = 1e6,
+     .softmax_scale = 1e-12f},
+    {VK_CASE("p_bf16_tiny_d40", 2, 96, 2, 1, 40, BURST_DTYPE_BF16), .amp = 1e-6,
+     .softmax_scale = 1e12f, .causal = 1},
+    {VK_CASE("p_long_d64_fp16", 1, 2048, 2, 1, 64, BURST_DTYPE_FP16), .causal = 1},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop
@@ -433,6 +477,55 @@ static int run_autotune(void)
     return 0;
 }
 
+/* test_vulkan path P: the cases above where device 0 takes path P (the probe's choice under this
+ * environment), else 77 naming why not. */
+static int run_path(const char *path)
+{
+    char *json = NULL;
+    if (burst_probe(NULL, 1, &json) != BURST_OK) {
+        fprintf(stderr, "path %s: probe: %s\n", path, burst_last_error());
+        return 1;
+    }
+    const char *dev = strstr(json, "\"backend\": \"vulkan\", \"available\": true");
+    const char *why = NULL;
+    char buf[256] = "";
+    if (!dev) {
+        why = "no Vulkan device";
+    } else if (strcmp(path, "cm2") == 0) {
+        const char *off = strstr(dev, "\"coopmat2_off\": ");
+        if (!off || strncmp(off + 16, "null", 4) != 0) {
+            /* the reason: the JSON string after the key */
+            const char *r = off ? off + 17 : "(no coopmat2_off)", *end = strchr(r, '"');
+            snprintf(buf, sizeof buf, "%.*s", end ? (int)(end - r) : 200, r);
+            why = buf;
+        }
+    } else if (strcmp(path, "khr") == 0 || strcmp(path, "nv") == 0) {
+        char want[32];
+        snprintf(want, sizeof want, "\"coopmat\": \"%s\"", path);
+        if (!strstr(dev, want)) { /* the family taken and why not KHR */
+            const char *off = strstr(dev, "\"coopmat\": "), *end = NULL;
+            if (off)
+                end = strstr(off, ", \"coopmat2\"");
+            snprintf(buf, sizeof buf, "%.*s", off && end ? (int)(end - off) : 200,
+                     off ? off : "(no coopmat)");
+            why = buf;
+        }
+    } else {
+        fprintf(stderr, "path %s: not one of cm2, khr, nv\n", path);
+        burst_free(json);
+        return 1;
+    }
+    burst_free(json);
+    if (why) {
+        printf("path %s: not taken on device 0: %s\n", path, why);
+        return 77;
+    }
+    printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
+    harness_context();
+    return harness_run_cases(path, path_cases, sizeof path_cases / sizeof *path_cases, case_fn,
+                             NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
     /* a private cache directory: never the user's */
@@ -443,6 +536,8 @@ int main(int argc, char **argv)
         rc = run_nodevice();
     } else if (argc > 1 && strcmp(argv[1], "autotune") == 0) {
         rc = run_autotune();
+    } else if (argc > 2 && strcmp(argv[1], "path") == 0) {
+        rc = run_path(argv[2]);
     } else {
         printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
         harness_context(); /* exit 77 here when there is no Vulkan device */

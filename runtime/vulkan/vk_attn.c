@@ -243,10 +243,11 @@ static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be, enu
 {
     /* dK / dV kernels split the query rows, the others the keys */
     int64_t n = k == BURST_VK_DKV || k == BURST_VK_DKV_CM || k == BURST_VK_DKV_RT ||
-                        k == BURST_VK_DKVQ_RT || k == BURST_VK_DKV_CMQ
+                        k == BURST_VK_DKVQ_RT || k == BURST_VK_DKV_CMQ || k == BURST_VK_DKV_CM2
                     ? dim->nq
                     : dim->nk;
-    if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) || n <= 0)
+    if (be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || burst_vk_kernel_cm(k) ||
+        burst_vk_kernel_cm2(k) || n <= 0)
         return n > 0 ? n : 1;
     if (burst_vk_kernel_rt(k)) {
         int64_t fixed, tile = burst_vk_rt_loops(k, dim, tl, &fixed);
@@ -382,6 +383,16 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
     return 0;
 }
 
+/* The forward kernel of inputs no cooperative-matrix kernel takes: register-tiled where the
+ * device has a tile for it and the call fits, else the subgroup or scalar one. */
+static enum burst_vk_kernel burst_vk_fwd_plain(struct burst_vk_backend *be,
+                                               const struct burst_vk_dims *dim)
+{
+    const struct burst_vk_tile *rt = &be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim->d)];
+    return rt->t > 0 && burst_vk_rt_fits(be, BURST_VK_FWD_RT, dim, rt) ? BURST_VK_FWD_RT
+                                                                       : BURST_VK_FWD;
+}
+
 /* Forward with an explicit kernel and tile (fwd_step and the autotune). */
 static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct burst_fwd_args *a,
                                        const struct burst_vk_dims *dim, const size_t bytes[4],
@@ -406,7 +417,8 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
      * stream's scratch where it can hold them (else the kernel converts each tile it reads) */
     const struct burst_tensor *const qkv[3] = {a->q, a->k, a->v};
     int nbf = 0, cvt[3] = {0, 0, 0};
-    for (int i = 0; kern == BURST_VK_FWD_CMQ && i < 3; i++) {
+    const int conv = kern == BURST_VK_FWD_CMQ || kern == BURST_VK_FWD_CM2;
+    for (int i = 0; conv && i < 3; i++) {
         nbf += qkv[i]->dtype == BURST_DTYPE_BF16;
         cvt[i] = i > 0 && qkv[i]->dtype == BURST_DTYPE_BF16 && be->env.cmq_bf16 == 1;
     }
@@ -420,8 +432,18 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         return st;
     }
     VkDeviceAddress cvt_at[3];
-    if (burst_vk_cvt_scratch(be, s, 3, qkv, cvt, cvt_at) != 0)
-        cvt[1] = cvt[2] = 0; /* the kernel converts the tiles itself */
+    if (burst_vk_cvt_scratch(be, s, 3, qkv, cvt, cvt_at) != 0) {
+        /* fwd_cmq converts the tiles itself; fwd_cm2 reads fp16 K and V only */
+        cvt[1] = cvt[2] = 0;
+        if (kern == BURST_VK_FWD_CM2) {
+            burst_vk_stream_release(be, s);
+            free(d);
+            struct burst_vk_tile ptl;
+            enum burst_vk_kernel pk = burst_vk_fwd_plain(be, dim);
+            burst_status_t pst = burst_vk_tile_for(be, op, pk, dim->d, &ptl);
+            return pst != BURST_OK ? pst : burst_vk_fwd_run(be, a, dim, bytes, pk, &ptl, ms_p);
+        }
+    }
     const int ncvt = cvt[1] + cvt[2];
     int dt[4] = {(int)a->q->dtype, cvt[1] ? (int)BURST_DTYPE_FP16 : (int)a->k->dtype,
                  cvt[2] ? (int)BURST_DTYPE_FP16 : (int)a->v->dtype, 0};
@@ -462,6 +484,8 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             (cvt[1] || burst_vk_vec8(a->k, slots[1].addr)) &&
             (cvt[2] || burst_vk_vec8(a->v, slots[2].addr)))
             p->flags |= 8;
+        if (kern == BURST_VK_FWD_CM2 && burst_vk_vec8(a->q, slots[0].addr))
+            p->flags |= 8; /* Q's loads (K and V: tensor loads of any alignment) */
         if (kern == BURST_VK_FWD_CM && slots[3].addr % 16 == 0)
             p->flags |= 16;
         if (kern == BURST_VK_FWD_RT && burst_vk_vec4(a->q, slots[0].addr) &&
@@ -527,15 +551,23 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     const int half = a->q->dtype != BURST_DTYPE_FP32 && a->k->dtype != BURST_DTYPE_FP32 &&
                      a->v->dtype != BURST_DTYPE_FP32 && dim.d % 16 == 0;
     const int dcl = burst_vk_dclass((int)dim.d);
-    if (be->use_coopmat && (fp16 || (half && be->env.cmq_bf16)) &&
-        be->tiles.k[BURST_VK_FWD_CMQ][dcl].t > 0)
+    /* the workgroup-scope forward first (every head dim): fp16 inputs, or bf16 ones with K and
+     * V converted once a call (BURST_VK_CMQ_BF16=1) */
+    const int any16 = a->q->dtype != BURST_DTYPE_FP32 && a->k->dtype != BURST_DTYPE_FP32 &&
+                      a->v->dtype != BURST_DTYPE_FP32;
+    const int all_fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
+                         a->v->dtype == BURST_DTYPE_FP16;
+    if (be->use_cm2 && (all_fp16 || (any16 && be->env.cmq_bf16 == 1)) &&
+        be->tiles.k[BURST_VK_FWD_CM2][dcl].t > 0)
+        kern = BURST_VK_FWD_CM2;
+    else if (be->use_coopmat && (fp16 || (half && be->env.cmq_bf16)) &&
+             be->tiles.k[BURST_VK_FWD_CMQ][dcl].t > 0)
         kern = BURST_VK_FWD_CMQ;
     else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CM][dcl].t > 0)
         kern = BURST_VK_FWD_CM;
     /* otherwise the register-tiled forward, where the device has a tile for it */
-    else if (be->tiles.k[BURST_VK_FWD_RT][dcl].t > 0 &&
-             burst_vk_rt_fits(be, BURST_VK_FWD_RT, &dim, &be->tiles.k[BURST_VK_FWD_RT][dcl]))
-        kern = BURST_VK_FWD_RT;
+    else
+        kern = burst_vk_fwd_plain(be, &dim);
     if ((st = burst_vk_tile_for(be, op, kern, dim.d, &tl)) != BURST_OK)
         return st;
     if (kern == BURST_VK_FWD_CMQ)
@@ -577,8 +609,22 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     const int cmq =
         be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0;
     VkDeviceAddress cvt_at[4] = {0, 0, 0, 0};
-    if (be->use_coopmat && bf16 && cmq && be->env.cmq_bf16 == 1 &&
-        burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0) {
+    /* the workgroup-scope pair first, for every head dim: fp16, or bf16 converted as below */
+    const int cm2 = be->use_cm2 && be->tiles.k[BURST_VK_DQ_CM2][dc].t > 0 &&
+                    be->tiles.k[BURST_VK_DKV_CM2][dc].t > 0;
+    int all16 = 1, allbf = 1;
+    for (int i = 0; i < 4; i++) {
+        all16 &= t4[i]->dtype == BURST_DTYPE_FP16;
+        allbf &= t4[i]->dtype == BURST_DTYPE_BF16;
+    }
+    if (cm2 && (all16 || (allbf && be->env.cmq_bf16 == 1 &&
+                          burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0))) {
+        kq = BURST_VK_DQ_CM2;
+        kkv = BURST_VK_DKV_CM2;
+        for (int i = 0; allbf && i < 4; i++)
+            nbf += cvt[i];
+    } else if (be->use_coopmat && bf16 && cmq && be->env.cmq_bf16 == 1 &&
+               burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0) {
         kq = BURST_VK_DQ_CMQ;
         kkv = BURST_VK_DKV_CMQ;
         for (int i = 0; i < 4; i++)

@@ -4,6 +4,9 @@
  * Environment switches (read once, at create and by the probe; see README.md):
  *   BURST_VK_SUBGROUP=0   no subgroup shuffles: scalar kernels (the *_rt ones have none, stay)
  *   BURST_VK_COOPMAT=0    never the cooperative-matrix kernels
+ *   BURST_VK_COOPMAT_KHR=0  the subgroup-scope ones as their NV builds even where the device
+ *                         offers VK_KHR_cooperative_matrix (0 or 1; else create fails)
+ *   BURST_VK_CM2=0        never the workgroup-scope ones (*_cm2; 0 or 1; else create fails)
  *   BURST_VK_RT=0         never the register-tiled kernels (fwd_rt, dq_rt, dkv_rt)
  *   BURST_VK_RT_TILE=br,bc,dc  their tile, where valid (comparison)
  *   BURST_VK_ATOMIC=0     never dkvq_rt (dQ by float atomics in non-deterministic plans)
@@ -106,6 +109,8 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
     }
     if (st == BURST_OK) {
         be->use_coopmat = burst_vk_coopmat_usable(&be->caps, &be->env);
+        be->cm_khr = be->use_coopmat && !burst_vk_coopmat_khr_why(&be->caps, &be->env);
+        be->use_cm2 = !burst_vk_cm2_why(&be->caps, &be->env);
         be->elem_gpu = burst_vk_elem_gpu(&be->caps, &be->env);
         be->stage = be->env.stage || be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU;
         st = burst_vk_device_create(be);
@@ -166,6 +171,9 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
              VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
     burst_vk_cache_path(&c, cache, sizeof cache);
     int cm = burst_vk_coopmat_usable(&c, env);
+    const char *khr_why = burst_vk_coopmat_khr_why(&c, env), *cm2_why = burst_vk_cm2_why(&c, env);
+    /* which cooperative-matrix family runs, or why none */
+    const char *cm_fam = !cm ? "none" : khr_why ? "nv" : "khr";
     /* the cooperative-matrix kernels for fp16, then the forward's and the backward's for the
      * rest (as chosen for head dims <= 128): register-tiled, subgroup or scalar */
     int sg = t.k[BURST_VK_FWD][1].t > 1, rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
@@ -176,7 +184,8 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
     if (why)
         snprintf(path, sizeof path, "none");
     else
-        snprintf(path, sizeof path, "%s%s%s%s", cm ? "coopmat_nv+" : "", fp,
+        snprintf(path, sizeof path, "%s%s%s%s%s", cm2_why ? "" : "coopmat2+",
+                 cm ? (khr_why ? "coopmat_nv+" : "coopmat_khr+") : "", fp,
                  strcmp(fp, bp) ? "+" : "", strcmp(fp, bp) ? bp : "");
     const char *elem = why                              ? "none"
                        : env->elem == BURST_VK_ELEM_BAD ? "invalid"
@@ -224,8 +233,22 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                             c.heap_device_local[i] ? "true" : "false");
         burst_sb_printf(out,
                         "], \"host_visible_device_local\": %s, \"path\": \"%s\", "
-                        "\"elem_ops\": \"%s\", \"tiles\": {",
-                        c.host_visible_device_local ? "true" : "false", path, elem);
+                        "\"coopmat\": \"%s\", \"coopmat_khr_off\": ",
+                        c.host_visible_device_local ? "true" : "false", path, cm_fam);
+        if (khr_why)
+            burst_sb_json_str(out, khr_why);
+        else
+            burst_sb_printf(out, "null");
+        burst_sb_printf(out,
+                        ", \"coopmat2\": %s, \"coopmat2_off\": ", c.coopmat2 ? "true" : "false");
+        if (cm2_why)
+            burst_sb_json_str(out, cm2_why);
+        else
+            burst_sb_printf(out, "null");
+        burst_sb_printf(out, ", \"coopmat2_workgroups\": [%u, %u, %u, %u], \"coopmat2_shapes\": ",
+                        c.cm2_wg[0], c.cm2_wg[1], c.cm2_wg[2], c.cm2_wg[3]);
+        burst_sb_json_str(out, c.cm2_shapes);
+        burst_sb_printf(out, ", \"elem_ops\": \"%s\", \"tiles\": {", elem);
         for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
             burst_sb_printf(out, "%s\"%s\": [", k ? ", " : "", burst_vk_kernel_names[k]);
             for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
@@ -256,11 +279,24 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                     c.subgroup_shuffle ? ", shuffles" : ", no shuffles", smc, c.fp16 ? "yes" : "no",
                     c.bf16 ? "yes" : "no", c.int8 ? "yes" : "no", c.int64 ? "yes" : "no",
                     c.bda ? "yes" : "no", c.timestamps ? "yes" : "no", c.atomic_add ? "yes" : "no");
-    burst_sb_printf(out, "    cooperative matrix: NV %s, KHR %s", c.coopmat_nv ? "yes" : "no",
-                    c.coopmat_khr ? "yes" : "no");
+    burst_sb_printf(out, "    cooperative matrix: NV %s, KHR %s%s, NV2 %s",
+                    c.coopmat_nv ? "yes" : "no", c.coopmat_khr ? "yes" : "no",
+                    c.khr_f16 ? " (16x16x16 fp16)" : "", c.coopmat2 ? "yes" : "no");
     for (int i = 0; i < c.ncoop; i++)
-        burst_sb_printf(out, "%s%ux%ux%u (A type %d, C type %d)", i ? ", " : ": ", c.coop[i].m,
+        burst_sb_printf(out, "%s%ux%ux%u (A type %d, C type %d)", i ? ", " : "; NV: ", c.coop[i].m,
                         c.coop[i].n, c.coop[i].k, c.coop[i].a_type, c.coop[i].c_type);
+    burst_sb_printf(out,
+                    "\n    subgroup-scope kernels (*_cm, *_cmq): %s%s%s\n"
+                    "    workgroup-scope kernels (*_cm2): %s%s%s%s",
+                    !cm       ? (env->coopmat ? "none: no 16x16x16 fp16 shape of either "
+                                                "extension with a fixed subgroup size"
+                                              : "none: BURST_VK_COOPMAT=0")
+                    : khr_why ? "NV builds"
+                              : "KHR builds",
+                    cm && khr_why ? "; KHR off: " : "", cm && khr_why ? khr_why : "",
+                    cm2_why ? "off: " : "on", cm2_why ? cm2_why : "",
+                    c.cm2_shapes[0] ? "; fp16 shapes (granularity@invocations) " : "",
+                    c.cm2_shapes);
     burst_sb_printf(out, "\n    memory:");
     for (uint32_t i = 0; i < c.nheaps; i++)
         burst_sb_printf(out, " heap %u %.1f GiB%s;", i,
@@ -275,7 +311,8 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                                                : elem,
                     env->elem_str[0] ? env->elem_str : "auto");
     burst_sb_printf(out,
-                    "    path: %s; tiles (%s) T x BR x BC (*_rt: DC x BR x BC) by head dim "
+                    "    path: %s; tiles (%s) T x BR x BC (*_rt: DC x BR x BC; *_cm2: "
+                    "invocations x BR x BC) by head dim "
                     "<= 64 / 128 / 256:\n",
                     path, t.source);
     for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {

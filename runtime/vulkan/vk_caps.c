@@ -54,9 +54,9 @@
 #include "vk_spv_config.h"
 
 const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS] = {
-    "fwd",    "dq",    "dkv",    "delta",     "fwd_cm",  "dq_cm",  "dkv_cm",
-    "fwd_rt", "dq_rt", "dkv_rt", "dkvq_rt",   "fwd_cmq", "dq_cmq", "dkv_cmq",
-    "copy",   "fill",  "acc",    "cm_layout", "amax",    "cvt"};
+    "fwd",     "dq",     "dkv",     "delta",   "fwd_cm",    "dq_cm",   "dkv_cm",  "fwd_rt",
+    "dq_rt",   "dkv_rt", "dkvq_rt", "fwd_cmq", "dq_cmq",    "dkv_cmq", "fwd_cm2", "dq_cm2",
+    "dkv_cm2", "copy",   "fill",    "acc",     "cm_layout", "amax",    "cvt"};
 const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS] = {64, 128, 256};
 
 burst_status_t burst_vk_env_read(struct burst_vk_env *env)
@@ -67,6 +67,8 @@ burst_status_t burst_vk_env_read(struct burst_vk_env *env)
 #define burst_vk_env_int(id) ((int)burst_set_long(&set, BURST_SET_##id))
     env->subgroup = burst_vk_env_int(VK_SUBGROUP) != 0;
     env->coopmat = burst_vk_env_int(VK_COOPMAT) != 0;
+    env->coopmat_khr = burst_vk_env_int(VK_COOPMAT_KHR) != 0;
+    env->cm2 = burst_vk_env_int(VK_CM2) != 0;
     env->rt = burst_vk_env_int(VK_RT) != 0;
     env->atomic = burst_vk_env_int(VK_ATOMIC) != 0;
     const char *rt = burst_set_str(&set, BURST_SET_VK_RT_TILE);
@@ -193,6 +195,8 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
                 caps->coopmat_nv = 1;
             else if (strcmp(e, "VK_KHR_cooperative_matrix") == 0)
                 caps->coopmat_khr = 1;
+            else if (strcmp(e, "VK_NV_cooperative_matrix2") == 0)
+                caps->coopmat2 = 1;
             else if (strcmp(e, "VK_KHR_shader_bfloat16") == 0)
                 caps->bf16 = 1;
             else if (strcmp(e, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME) == 0)
@@ -241,6 +245,79 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
             }
         }
     }
+
+#ifdef VK_KHR_cooperative_matrix
+    if (caps->coopmat_khr) {
+        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR get =
+            (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)vkGetInstanceProcAddr(
+                inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+        VkCooperativeMatrixPropertiesKHR props[32];
+        uint32_t n = 32;
+        for (uint32_t i = 0; i < n; i++)
+            props[i] = (VkCooperativeMatrixPropertiesKHR){
+                .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR};
+        VkResult r = get ? get(phys, &n, props) : VK_ERROR_EXTENSION_NOT_PRESENT;
+        for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++)
+            if (props[i].MSize == 16 && props[i].NSize == 16 && props[i].KSize == 16 &&
+                props[i].AType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+                props[i].BType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+                props[i].CType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+                props[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+                props[i].scope == VK_SCOPE_SUBGROUP_KHR)
+                caps->khr_f16 = 1;
+    }
+#endif
+#ifdef VK_NV_cooperative_matrix2
+    if (caps->coopmat2) {
+        VkPhysicalDeviceCooperativeMatrix2FeaturesNV cf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV,
+        };
+        VkPhysicalDeviceFeatures2 fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &cf};
+        vkGetPhysicalDeviceFeatures2(phys, &fc);
+        caps->cm2_features =
+            cf.cooperativeMatrixWorkgroupScope && cf.cooperativeMatrixFlexibleDimensions &&
+            cf.cooperativeMatrixReductions && cf.cooperativeMatrixConversions &&
+            cf.cooperativeMatrixPerElementOperations && cf.cooperativeMatrixTensorAddressing;
+        VkPhysicalDeviceCooperativeMatrix2PropertiesNV cp = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV,
+        };
+        VkPhysicalDeviceProperties2 pc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &cp};
+        vkGetPhysicalDeviceProperties2(phys, &pc);
+        caps->cm2_max_wg = cp.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+        caps->cm2_reserved = cp.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+        PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV get =
+            (PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV)
+                vkGetInstanceProcAddr(
+                    inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+        VkCooperativeMatrixFlexibleDimensionsPropertiesNV fl[32];
+        uint32_t n = 32, nwg = 0;
+        for (uint32_t i = 0; i < n; i++)
+            fl[i] = (VkCooperativeMatrixFlexibleDimensionsPropertiesNV){
+                .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV};
+        VkResult r = get ? get(phys, &n, fl) : VK_ERROR_EXTENSION_NOT_PRESENT;
+        size_t used = 0;
+        for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
+            if (fl[i].AType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
+                fl[i].BType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
+                fl[i].CType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
+                fl[i].ResultType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
+                fl[i].scope != VK_SCOPE_WORKGROUP_KHR)
+                continue;
+            int w = snprintf(caps->cm2_shapes + used, sizeof caps->cm2_shapes - used,
+                             "%s%ux%ux%u@%u", used ? " " : "", fl[i].MGranularity,
+                             fl[i].NGranularity, fl[i].KGranularity, fl[i].workgroupInvocations);
+            if (w > 0 && used + (size_t)w < sizeof caps->cm2_shapes)
+                used += (size_t)w;
+            /* the kernels' matrices are multiples of 16 in every dimension */
+            if (nwg < 4 && fl[i].MGranularity && 16 % fl[i].MGranularity == 0 &&
+                fl[i].NGranularity && 16 % fl[i].NGranularity == 0 && fl[i].KGranularity &&
+                16 % fl[i].KGranularity == 0)
+                caps->cm2_wg[nwg++] = fl[i].workgroupInvocations;
+        }
+    }
+#endif
 
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(phys, &mp);
@@ -299,6 +376,18 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         size_t rows = (size_t)tl->br * rs + 2 * (size_t)tl->bc * rs + w * 16 * x;
         return rows + (k == BURST_VK_DKV_CM ? 16 * (size_t)tl->bc + 8 : 8);
     }
+    case BURST_VK_FWD_CM2: {
+        /* mirrors shaders/fwd_cm2.comp: the Q tile [br][DP + 8] fp16 (DP = d rounded up to
+         * 16), or the reduced l and m (br x 16 fp32 each), whichever is larger; per row its key
+         * interval, merge weights and mode; four ints */
+        size_t dp = (size_t)(d + 15) / 16 * 16, rs = dp / 8 + 1;
+        size_t qn = rs > 8 ? (size_t)tl->br * rs : (size_t)tl->br * 8;
+        return 16 * qn + 20 * (size_t)tl->br + 16;
+    }
+    case BURST_VK_DQ_CM2: /* shaders/bwd_dq_cm2.comp: per row its interval, L and D; two ints */
+        return 16 * (size_t)tl->br + 8;
+    case BURST_VK_DKV_CM2: /* shaders/bwd_dkv_cm2.comp: an ivec4 per query row of a tile */
+        return 16 * (size_t)tl->bc + 8;
     case BURST_VK_FWD_RT: {
         /* mirrors shaders/fwd_rt.comp (t = DC): a region holding a transposed Q chunk and K
          * chunk (rows padded by 4 floats) or a V chunk of DC keys, P transposed, one float per
@@ -334,13 +423,29 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
     int d = burst_vk_dclass_max[dclass];
+    if (burst_vk_kernel_cm2(k)) {
+        /* t = invocations: a count the device lists for fp16 workgroup-scope matrices; BR and
+         * BC multiples of 16; shared memory with the driver's reserve */
+        int listed = 0;
+        for (int i = 0; i < 4; i++)
+            listed |= tl->t > 0 && caps->cm2_wg[i] == (uint32_t)tl->t;
+        return !burst_vk_cm2_why(caps, env) && listed && tl->ld == 0 &&
+               (uint32_t)tl->t <= caps->max_invocations && (uint32_t)tl->t <= caps->max_size_x &&
+               (!caps->cm2_max_wg || (uint32_t)tl->t <= caps->cm2_max_wg) && tl->br >= 16 &&
+               tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 128 &&
+               tl->bc % 16 == 0 &&
+               burst_vk_tile_shared(k, tl, d) + caps->cm2_reserved <=
+                   burst_vk_shared_limit(caps, env);
+    }
     if (burst_vk_kernel_cmq(k)) {
         /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups, BC rows in
          * 16-row chunks; head dims up to 128 (16 rows' operands and accumulators in
          * registers) */
         uint32_t wg = (uint32_t)((tl->br / 16 + tl->ld) * 32);
-        return BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
-               BURST_VK_SPV_BWD_DKV_CMQ_NV && env->cmq && burst_vk_coopmat_usable(caps, env) &&
+        return ((BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
+                 BURST_VK_SPV_BWD_DKV_CMQ_NV) ||
+                !burst_vk_coopmat_khr_why(caps, env)) &&
+               env->cmq && burst_vk_coopmat_usable(caps, env) &&
                /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
                (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) && caps->subgroup == 32 &&
                d <= 128 && tl->t == 32 && tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 &&
@@ -504,6 +609,21 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                 if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &cand[i]))
                     *tl = cand[i];
         }
+    /* the workgroup-scope forward (every head dim, padded to 16 in the matrices): 64 query
+     * rows x 64 keys on 128 invocations up to d = 128, 32 keys on 256 invocations beyond (O
+     * is 64 x d fp32 spread over the workgroup), then smaller; a first choice, not yet
+     * measured against the others (docs/ARCHITECTURE.md) */
+    static const struct burst_vk_tile cm2[3][5] = {
+        {{128, 64, 64, 0}, {256, 64, 64, 0}, {128, 64, 32, 0}, {128, 32, 32, 0}, {0, 0, 0, 0}},
+        {{128, 64, 64, 0}, {256, 64, 64, 0}, {128, 64, 32, 0}, {128, 32, 32, 0}, {0, 0, 0, 0}},
+        {{256, 64, 32, 0}, {128, 64, 32, 0}, {256, 32, 32, 0}, {128, 32, 32, 0}, {128, 32, 16, 0}}};
+    /* the backward's the same first choices: dq_cm2 BR query rows x BC keys, dkv_cm2 BR key
+     * rows x BC query rows (it holds dK and dV, BR x d fp32 each) */
+    for (int k = BURST_VK_FWD_CM2; k <= BURST_VK_DKV_CM2; k++)
+        for (int c = 0; c < BURST_VK_NUM_DCLASS; c++)
+            for (size_t i = 0; i < 5 && cm2[c][i].t && !tiles->k[k][c].t; i++)
+                if (burst_vk_tile_valid(caps, env, (enum burst_vk_kernel)k, c, &cm2[c][i]))
+                    tiles->k[k][c] = cm2[c][i];
 }
 
 /*
@@ -545,12 +665,64 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
     return rule;
 }
 
+const char *burst_vk_coopmat_khr_why(const struct burst_vk_caps *caps,
+                                     const struct burst_vk_env *env)
+{
+#ifndef VK_KHR_cooperative_matrix
+    (void)caps;
+    (void)env;
+    return "built with Vulkan headers without VK_KHR_cooperative_matrix";
+#else
+    if (!(BURST_VK_SPV_FWD_CM_KHR && BURST_VK_SPV_BWD_DQ_CM_KHR && BURST_VK_SPV_BWD_DKV_CM_KHR &&
+          BURST_VK_SPV_FWD_CMQ_KHR && BURST_VK_SPV_BWD_DQ_CMQ_KHR && BURST_VK_SPV_BWD_DKV_CMQ_KHR &&
+          BURST_VK_SPV_CM_LAYOUT_KHR))
+        return "built by a glslang without GL_KHR_cooperative_matrix";
+    if (!env->coopmat_khr)
+        return "BURST_VK_COOPMAT_KHR=0";
+    if (!caps->coopmat_khr)
+        return "the device lacks VK_KHR_cooperative_matrix";
+    if (!caps->khr_f16)
+        return "the device lists no 16x16x16 fp16 x fp16 -> fp32 subgroup shape";
+    return NULL;
+#endif
+}
+
+const char *burst_vk_cm2_why(const struct burst_vk_caps *caps, const struct burst_vk_env *env)
+{
+#ifndef VK_NV_cooperative_matrix2
+    (void)caps;
+    (void)env;
+    return "built with Vulkan headers without VK_NV_cooperative_matrix2";
+#else
+    if (!(BURST_VK_SPV_FWD_CM2 && BURST_VK_SPV_BWD_DQ_CM2 && BURST_VK_SPV_BWD_DKV_CM2))
+        return "built by a glslang without GL_NV_cooperative_matrix2";
+    if (!env->coopmat)
+        return "BURST_VK_COOPMAT=0";
+    if (!env->cm2)
+        return "BURST_VK_CM2=0";
+    if (!caps->coopmat2 || !caps->coopmat_khr)
+        return "the device lacks VK_NV_cooperative_matrix2";
+    if (caps->api_version < VK_API_VERSION_1_3)
+        return "the device offers Vulkan < 1.3 (the kernel is SPIR-V 1.6)";
+    if (!caps->fp16)
+        return "the device lacks shaderFloat16";
+    if (!caps->cm2_features)
+        return "the device lacks a VK_NV_cooperative_matrix2 feature the kernel uses";
+    if (!caps->cm2_wg[0])
+        return "the device lists no fp16 x fp16 -> fp32 workgroup-scope shape of granularity 16";
+    return NULL;
+#endif
+}
+
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env)
 {
-    if (!BURST_VK_SPV_FWD_CM_NV || !env->coopmat || !caps->coopmat_nv || !caps->fp16 ||
-        !caps->subgroup_shuffle || !caps->subgroup_vote || caps->subgroup < 16 ||
-        caps->subgroup > 64 || (caps->subgroup & (caps->subgroup - 1)) ||
+    if (!env->coopmat || !caps->fp16 || !caps->subgroup_shuffle || !caps->subgroup_vote ||
+        caps->subgroup < 16 || caps->subgroup > 64 || (caps->subgroup & (caps->subgroup - 1)) ||
         caps->subgroup_min != caps->subgroup_max)
+        return 0;
+    if (!burst_vk_coopmat_khr_why(caps, env))
+        return 1;
+    if (!BURST_VK_SPV_FWD_CM_NV || !caps->coopmat_nv)
         return 0;
     for (int i = 0; i < caps->ncoop; i++)
         if (caps->coop[i].m == 16 && caps->coop[i].n == 16 && caps->coop[i].k == 16 &&

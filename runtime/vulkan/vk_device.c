@@ -56,7 +56,7 @@ burst_status_t burst_vk_instance(VkInstance *inst_p, VkPhysicalDevice *devs, uin
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
         .pApplicationName = "burst",
         .pEngineName = "burst",
-        .apiVersion = VK_API_VERSION_1_2,
+        .apiVersion = VK_API_VERSION_1_3, /* 1.3 devices: SPIR-V 1.6 (the *_cm2 kernels) */
     };
     VkInstanceCreateInfo ici = {
         .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
@@ -167,12 +167,22 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
     if (!exts)
         return burst_error(BURST_ERR_NO_MEMORY, "vulkan: out of memory");
     vkEnumerateDeviceExtensionProperties(be->phys, NULL, &next, exts);
-    const char *enable[5];
+    const char *enable[8];
     uint32_t nenable = 0;
-    if (be->use_coopmat && burst_vk_has_ext(exts, next, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
+    /* the subgroup-scope cooperative-matrix kernels: their KHR builds where the device offers
+     * the KHR extension with their shape (BURST_VK_COOPMAT_KHR=0: the NV builds), else NV */
+    if (be->use_coopmat && be->cm_khr)
+        enable[nenable++] = "VK_KHR_cooperative_matrix";
+    else if (be->use_coopmat &&
+             burst_vk_has_ext(exts, next, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         enable[nenable++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     else
         be->use_coopmat = 0;
+    /* the workgroup-scope kernels: VK_NV_cooperative_matrix2, on VK_KHR_cooperative_matrix */
+    if (be->use_cm2 && !be->cm_khr)
+        enable[nenable++] = "VK_KHR_cooperative_matrix";
+    if (be->use_cm2)
+        enable[nenable++] = "VK_NV_cooperative_matrix2";
     be->pipe_stats =
         be->env.profile &&
         burst_vk_has_ext(exts, next, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
@@ -198,27 +208,55 @@ burst_status_t burst_vk_device_create(struct burst_vk_backend *be)
         .queueCount = 1,
         .pQueuePriorities = &prio,
     };
+    /* feature structures chained from f12: the matrix extensions' and pipeline statistics' */
+    void *chain = NULL;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
         .cooperativeMatrix = VK_TRUE,
     };
+    if (be->use_coopmat && !be->cm_khr)
+        chain = &cm;
+#ifdef VK_KHR_cooperative_matrix
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR ck = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
+        .pNext = chain,
+        .cooperativeMatrix = VK_TRUE,
+    };
+    if ((be->use_coopmat && be->cm_khr) || be->use_cm2)
+        chain = &ck;
+#endif
+#ifdef VK_NV_cooperative_matrix2
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV c2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV,
+        .pNext = chain,
+        .cooperativeMatrixWorkgroupScope = VK_TRUE,
+        .cooperativeMatrixFlexibleDimensions = VK_TRUE,
+        .cooperativeMatrixReductions = VK_TRUE,
+        .cooperativeMatrixConversions = VK_TRUE,
+        .cooperativeMatrixPerElementOperations = VK_TRUE,
+        .cooperativeMatrixTensorAddressing = VK_TRUE,
+    };
+    if (be->use_cm2)
+        chain = &c2;
+#endif
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pe = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
-        .pNext = be->use_coopmat ? &cm : NULL,
+        .pNext = chain,
         .pipelineExecutableInfo = VK_TRUE,
     };
+    if (be->pipe_stats)
+        chain = &pe;
+    const int f16 = be->use_coopmat || be->use_cm2;
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .pNext = be->pipe_stats    ? (void *)&pe
-                 : be->use_coopmat ? (void *)&cm
-                                   : NULL,
+        .pNext = chain,
         .bufferDeviceAddress = VK_TRUE,
-        .shaderFloat16 = be->use_coopmat ? VK_TRUE : VK_FALSE,
+        .shaderFloat16 = f16 ? VK_TRUE : VK_FALSE,
     };
     VkPhysicalDeviceVulkan11Features f11 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
         .pNext = &f12,
-        .storageBuffer16BitAccess = be->use_coopmat ? VK_TRUE : VK_FALSE,
+        .storageBuffer16BitAccess = f16 ? VK_TRUE : VK_FALSE,
     };
     VkPhysicalDeviceShaderAtomicFloatFeaturesEXT af = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,

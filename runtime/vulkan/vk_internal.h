@@ -72,7 +72,18 @@ struct burst_vk_caps {
     int fp16, int8, int64, bf16, bda, timestamps;
     float timestamp_period; /* ns per tick */
     int coopmat_nv;         /* VK_NV_cooperative_matrix */
-    int coopmat_khr;        /* VK_KHR_cooperative_matrix (reported; no kernel yet) */
+    int coopmat_khr;        /* VK_KHR_cooperative_matrix */
+    int khr_f16;            /* ... listing 16x16x16 fp16 x fp16 -> fp32 at subgroup scope */
+    int coopmat2;           /* VK_NV_cooperative_matrix2 */
+    int cm2_features;       /* ... with every feature the *_cm2 kernels use (workgroup
+                             * scope, flexible dimensions, reductions, conversions,
+                             * per-element operations, tensor addressing) */
+    uint32_t cm2_wg[4];     /* workgroup sizes it lists for fp16 x fp16 -> fp32 workgroup-scope
+                             * matrices of granularity dividing 16 (0: none) */
+    char cm2_shapes[128];   /* every fp16 x fp16 -> fp32 workgroup-scope entry it lists, as
+                             * "MGxNGxKG@invocations" (granularities), for the probe */
+    uint32_t cm2_max_wg;    /* cooperativeMatrixWorkgroupScopeMaxWorkgroupSize */
+    uint32_t cm2_reserved;  /* cooperativeMatrixWorkgroupScopeReservedSharedMemory (bytes) */
     int atomic_add;         /* VK_EXT_shader_atomic_float's shaderBufferFloat32AtomicAdd */
     uint32_t sm_count;      /* VK_NV_shader_sm_builtins' shaderSMCount (0: not reported) */
     int ncoop;
@@ -102,6 +113,9 @@ enum burst_vk_kernel {
     BURST_VK_FWD_CMQ, /* cooperative matrix (NV) forward, softmax in registers (vk_cmq.c) */
     BURST_VK_DQ_CMQ,  /* cooperative matrix (NV) dQ, dS in registers (vk_cmq.c) */
     BURST_VK_DKV_CMQ, /* cooperative matrix (NV) dK / dV, P^T and dS^T in registers */
+    BURST_VK_FWD_CM2, /* workgroup-scope cooperative matrix forward (NV2; tile t = invocations) */
+    BURST_VK_DQ_CM2,  /* workgroup-scope cooperative matrix dQ (likewise) */
+    BURST_VK_DKV_CM2, /* workgroup-scope cooperative matrix dK / dV (likewise) */
     BURST_VK_NUM_KERNELS,
     BURST_VK_COPY = BURST_VK_NUM_KERNELS, /* elementwise: copy, fill, accumulate */
     BURST_VK_FILL,
@@ -140,6 +154,10 @@ struct burst_vk_env {
     int subgroup;         /* BURST_VK_SUBGROUP: 0 = no subgroup shuffles: the scalar kernels (the
                            * register-tiled ones use none and stay unless BURST_VK_RT=0) */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
+    int coopmat_khr;      /* BURST_VK_COOPMAT_KHR: 0 = the subgroup-scope cooperative-matrix
+                           * kernels built against VK_NV_cooperative_matrix even where the
+                           * device offers VK_KHR_cooperative_matrix */
+    int cm2;              /* BURST_VK_CM2: 0 = never the workgroup-scope kernels (*_cm2) */
     int rt;               /* BURST_VK_RT: 0 = never the register-tiled kernels (fwd_rt, dq_rt,
                            * dkv_rt, dkvq_rt) */
     int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: their tile, where valid (else the rule) */
@@ -207,8 +225,16 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
                                                 struct burst_vk_tile rule, int64_t groups,
                                                 int mask_all);
 
-/* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16)? */
+/* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16, by
+ * the NV or the KHR extension)? */
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
+/* Why the subgroup-scope cooperative-matrix kernels do not run as their KHR builds (the device
+ * then enables VK_NV_cooperative_matrix, where it has it), or NULL: they do. */
+const char *burst_vk_coopmat_khr_why(const struct burst_vk_caps *caps,
+                                     const struct burst_vk_env *env);
+/* Why the workgroup-scope kernels (fwd_cm2, dq_cm2, dkv_cm2) do not run, or NULL: they may
+ * (tiles permitting). */
+const char *burst_vk_cm2_why(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
 
 /* Whether kernel k is one of the register-tiled ones (tile t = DC; workgroup (BR/4) x (BC/4)). */
 static inline int burst_vk_kernel_rt(int k)
@@ -222,6 +248,12 @@ static inline int burst_vk_kernel_cm(enum burst_vk_kernel k)
 {
     return k == BURST_VK_FWD_CM || k == BURST_VK_DQ_CM || k == BURST_VK_DKV_CM ||
            k == BURST_VK_FWD_CMQ || k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ;
+}
+
+/* Whether kernel k is one of the workgroup-scope ones (tile t = workgroup invocations). */
+static inline int burst_vk_kernel_cm2(enum burst_vk_kernel k)
+{
+    return k == BURST_VK_FWD_CM2 || k == BURST_VK_DQ_CM2 || k == BURST_VK_DKV_CM2;
 }
 
 /* Whether kernel k is one of those that use the accumulators' fragment layout (vk_cmq.c). */
@@ -281,6 +313,9 @@ struct burst_vk_backend {
     struct burst_vk_env env;
     struct burst_vk_tiles tiles;
     int use_coopmat;
+    int cm_khr;  /* the cooperative-matrix kernels are their KHR builds (VK_KHR_cooperative_matrix
+                  * enabled instead of the NV extension) */
+    int use_cm2; /* VK_NV_cooperative_matrix2 enabled: the *_cm2 kernels may run */
     struct burst_vk_cmq cmq; /* the *_cmq kernels' layout check (vk_cmq.c) */
     int use_atomic;          /* float atomics enabled on the device (dkvq_rt) */
     int export_ext;          /* VK_KHR_external_memory_fd enabled (vk_share.c decides exportable) */

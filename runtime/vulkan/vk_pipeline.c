@@ -52,15 +52,52 @@
 #include "bwd_dkv_cm_nv.spv.h"
 #include "bwd_dq_cm_nv.spv.h"
 #endif
+/* the KHR builds: all or none (vk_caps.c burst_vk_coopmat_khr_why) */
+#if BURST_VK_SPV_FWD_CM_KHR && BURST_VK_SPV_BWD_DQ_CM_KHR && BURST_VK_SPV_BWD_DKV_CM_KHR &&        \
+    BURST_VK_SPV_FWD_CMQ_KHR && BURST_VK_SPV_BWD_DQ_CMQ_KHR && BURST_VK_SPV_BWD_DKV_CMQ_KHR &&     \
+    BURST_VK_SPV_CM_LAYOUT_KHR
+#define BURST_VK_KHR_BUILT 1
+#include "bwd_dkv_cm_khr.spv.h"
+#include "bwd_dkv_cmq_khr.spv.h"
+#include "bwd_dq_cm_khr.spv.h"
+#include "bwd_dq_cmq_khr.spv.h"
+#include "cm_layout_khr.spv.h"
+#include "fwd_cm_khr.spv.h"
+#include "fwd_cmq_khr.spv.h"
+#endif
+#if BURST_VK_SPV_FWD_CM2 && BURST_VK_SPV_BWD_DQ_CM2 && BURST_VK_SPV_BWD_DKV_CM2
+#define BURST_VK_CM2_BUILT 1
+#include "bwd_dkv_cm2.spv.h"
+#include "bwd_dq_cm2.spv.h"
+#include "fwd_cm2.spv.h"
+#endif
 
 struct burst_vk_spv {
     const uint32_t *code;
     size_t bytes;
 };
 
-static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
+/* The SPIR-V of kernel k: the subgroup build of the row-parallel kernels where `subgroup`, the
+ * KHR build of the subgroup-scope cooperative-matrix kernels where `khr`. */
+static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup, int khr)
 {
 #define BURST_VK_SPV(x) ((struct burst_vk_spv){x, sizeof(x)})
+#ifdef BURST_VK_KHR_BUILT
+    if (khr) {
+        switch (k) {
+        case BURST_VK_FWD_CM: return BURST_VK_SPV(burst_vk_spv_fwd_cm_khr);
+        case BURST_VK_DQ_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cm_khr);
+        case BURST_VK_DKV_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_cm_khr);
+        case BURST_VK_FWD_CMQ: return BURST_VK_SPV(burst_vk_spv_fwd_cmq_khr);
+        case BURST_VK_DQ_CMQ: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cmq_khr);
+        case BURST_VK_DKV_CMQ: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_cmq_khr);
+        case BURST_VK_CM_LAYOUT: return BURST_VK_SPV(burst_vk_spv_cm_layout_khr);
+        default: break;
+        }
+    }
+#else
+    (void)khr;
+#endif
     switch (k) {
 #if BURST_VK_SPV_FWD_SG
     case BURST_VK_FWD:
@@ -101,6 +138,11 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup)
 #if BURST_VK_SPV_BWD_DQ_CM_NV && BURST_VK_SPV_BWD_DKV_CM_NV
     case BURST_VK_DQ_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cm_nv);
     case BURST_VK_DKV_CM: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_cm_nv);
+#endif
+#ifdef BURST_VK_CM2_BUILT
+    case BURST_VK_FWD_CM2: return BURST_VK_SPV(burst_vk_spv_fwd_cm2);
+    case BURST_VK_DQ_CM2: return BURST_VK_SPV(burst_vk_spv_bwd_dq_cm2);
+    case BURST_VK_DKV_CM2: return BURST_VK_SPV(burst_vk_spv_bwd_dkv_cm2);
 #endif
     default: return (struct burst_vk_spv){NULL, 0};
     }
@@ -178,8 +220,10 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
                                               VkPipeline *pipe_p)
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
-    struct burst_vk_spv spv =
-        burst_vk_spv_of(k, key[2] > 1 && !burst_vk_kernel_cm(k) && !burst_vk_kernel_rt(k));
+    struct burst_vk_spv spv = burst_vk_spv_of(k,
+                                              key[2] > 1 && !burst_vk_kernel_cm(k) &&
+                                                  !burst_vk_kernel_rt(k) && !burst_vk_kernel_cm2(k),
+                                              be->cm_khr);
     if (!spv.code)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "vulkan: kernel %s was not built (glslangValidator lacked an extension)",
@@ -222,6 +266,8 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     if (burst_vk_kernel_rt(k)) /* (BR / 4) x (BC / 4) */
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     if (k == BURST_VK_CM_LAYOUT) /* one subgroup */
+        data[8] = (int32_t)key[2];
+    if (burst_vk_kernel_cm2(k)) /* t = the workgroup's invocations */
         data[8] = (int32_t)key[2];
     uint32_t nspec = k == BURST_VK_FWD_CMQ ? 16u : burst_vk_kernel_cmq(k) ? 12u : 9u;
     VkSpecializationInfo spec = {nspec, map, sizeof data, data};
