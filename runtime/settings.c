@@ -67,8 +67,9 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     BOOL(VK_COOPMAT, VK, 1, 0, "0: never the cooperative-matrix kernels"),
     BOOL(VK_COOPMAT_KHR, VK, 1, 0,
          "0: the subgroup-scope cooperative-matrix kernels as NV builds where KHR is offered too"),
-    BOOL(VK_CM2, VK, 1, 0,
-         "0: never the workgroup-scope *_cm2 kernels (VK_NV_cooperative_matrix2)"),
+    BOOL(VK_CM2, VK, 0, 0,
+         "1: the workgroup-scope *_cm2 kernels first where the device has "
+         "VK_NV_cooperative_matrix2"),
     BOOL(VK_RT, VK, 1, 0, "0: never the register-tiled kernels"),
     BOOL(VK_ATOMIC, VK, 1, 0,
          "0: a backward that need not be deterministic adds dQ without float atomics"),

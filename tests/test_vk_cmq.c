@@ -266,7 +266,7 @@ static void expect_reason(const char *why, const char *want)
 static void cm2_rule_and_reasons(void **state)
 {
     (void)state;
-    unsetenv("BURST_VK_CM2");
+    setenv("BURST_VK_CM2", "1", 1); /* opt-in */
     unsetenv("BURST_VK_COOPMAT_KHR");
     unsetenv("BURST_VK_MAX_SHARED");
     struct burst_vk_env env;

@@ -2,10 +2,10 @@
 """tools/burstbench_vk.py - the Vulkan backend against PyTorch SDPA on the same sizes, same GPU.
 
 Runs `burstrun --backend vulkan` (one rank) for each Vulkan path (coopmat = the default: the
-kernels *_cm2 on workgroup-scope matrices where the device has VK_NV_cooperative_matrix2, else
-the subgroup-scope kernels, fwd_cmq with its softmax in registers where the device's accumulator
+subgroup-scope kernels, fwd_cmq with its softmax in registers where the device's accumulator
 layout passed its check, as their KHR builds where the device offers VK_KHR_cooperative_matrix;
-coopmat_khr = BURST_VK_CM2=0: those subgroup-scope kernels there too (KHR builds);
+coopmat_cm2 = BURST_VK_CM2=1: the kernels *_cm2 on workgroup-scope matrices first where the
+device has VK_NV_cooperative_matrix2; coopmat_khr = BURST_VK_CM2=0, the default spelled out;
 coopmat_nv = also BURST_VK_COOPMAT_KHR=0: their GL_NV_cooperative_matrix builds;
 coopmat@BRxBC = coopmat_khr with that fwd_cmq tile (BURST_VK_CMQ_TILE); coopmat_smem =
 BURST_VK_CM2=0 BURST_VK_CMQ=0: the forward fwd_cm, softmax through shared memory; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
@@ -22,7 +22,7 @@ and writes burstbench_vk.csv. Before timing, a small checked run (--check) of ea
 path guards against timing a wrong kernel.
 
     python3 tools/burstbench_vk.py --burstrun build/tools/burstrun [--seq 16384 --heads 32
-        --head-dim 128 --dtype fp16 --causal] [--paths coopmat,coopmat_khr,coopmat_nv,tiled]
+        --head-dim 128 --dtype fp16 --causal] [--paths coopmat,coopmat_cm2,coopmat_nv,tiled]
         [--fwd-only]
         [--no-torch]
 """
@@ -36,6 +36,7 @@ import sys
 
 PATHS = {
     "coopmat": {},
+    "coopmat_cm2": {"BURST_VK_CM2": "1"},  # the workgroup-scope kernels (opt-in)
     "coopmat_khr": {"BURST_VK_CM2": "0"},  # no workgroup-scope forward: the subgroup-scope one
     "coopmat_nv": {"BURST_VK_CM2": "0", "BURST_VK_COOPMAT_KHR": "0"},  # its NV builds
     # the forward's softmax through shared memory
@@ -151,7 +152,7 @@ def main():
     # the GPU clocks up during the first calls (seen at 345-420 MHz at the start of a run):
     # calls before the timed ones, whose kernel time the profile does not count apart
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--paths", default="coopmat,coopmat_khr,coopmat_nv,tiled")
+    ap.add_argument("--paths", default="coopmat,coopmat_cm2,coopmat_nv,tiled")
     ap.add_argument("--fwd-only", action="store_true", help="time the forward alone")
     ap.add_argument("--check-seq", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=600)

@@ -699,7 +699,7 @@ const char *burst_vk_cm2_why(const struct burst_vk_caps *caps, const struct burs
     if (!env->coopmat)
         return "BURST_VK_COOPMAT=0";
     if (!env->cm2)
-        return "BURST_VK_CM2=0";
+        return "BURST_VK_CM2=0 (opt-in: BURST_VK_CM2=1)";
     if (!caps->coopmat2 || !caps->coopmat_khr)
         return "the device lacks VK_NV_cooperative_matrix2";
     if (caps->api_version < VK_API_VERSION_1_3)
