@@ -1557,6 +1557,7 @@ static int run(int argc, char **argv);
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    launch_fabric_env_defaults(); /* before anything loads libfabric */
     int rc = run(argc, argv);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "%s: writing to stdout failed: %s\n", prog,
