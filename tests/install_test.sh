@@ -98,11 +98,10 @@ if command -v ldd >/dev/null 2>&1; then
     esac
 fi
 
-# static: the archive in place of -lburst, then the private libraries exactly as burst.pc lists
-# them (each must link here)
+# static: the archive in place of -lburst, then the rest of `--static --libs` exactly as burst.pc
+# gives it (README's line; each library must link here)
 # shellcheck disable=SC2086
-static_rest=$(printf '%s\n' $static_libs | { grep -v -e '^-lburst$' -e '^-L' -e '^-Wl,-rpath' || true; } |
-    tr '\n' ' ')
+static_rest=$(printf '%s\n' $static_libs | { grep -v -e '^-lburst$' || true; } | tr '\n' ' ')
 # shellcheck disable=SC2086
 "$cc" -std=c11 -Wall -Wextra -Werror $xflags -o embed_static embed.c $cflags "$lib_a" $static_rest \
     -pthread -lm
