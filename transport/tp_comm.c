@@ -72,7 +72,7 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
                            "(the library links no MPI: the program passes its allgather, e.g. "
                            "over MPI_COMM_WORLD; see burst/comm.h)",
                            who);
-    if (!mpi) { /* under MPI, MPI_COMM_WORLD is the job: no address, no key */
+    if (!mpi) { /* under "mpi" the program's communicator is the job: no address, no key */
         if (!p->rendezvous || !*p->rendezvous)
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: params->rendezvous is %s (transport \"fabric\" needs the "
