@@ -12,8 +12,10 @@
  * Check: with a causal mask the first token attends only to itself, so O at position 0 equals V
  * at position 0 in every head; every output and gradient must be finite.
  *
- * Build against an installed burst:
+ * Build against an installed burst (README.md, "Using the library"):
  *   cc -std=c11 embed.c $(pkg-config --cflags --libs burst) -pthread -o embed
+ * or with CMake: find_package(burst 0.4 REQUIRED) and target_link_libraries(embed PRIVATE
+ * burst::burst Threads::Threads m).
  */
 #include <burst/burst.h>
 

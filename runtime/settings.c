@@ -119,8 +119,9 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     INT(IPC_SPIN_US, COMM, 2000, 0, 1000000, "2000", 0,
         "device-to-device waits spin this long (us) before sleeping"),
 
-    CHOICE(BOOTSTRAP, LAUNCH, -1, "rendezvous,mpi", "mpi under mpirun, else rendezvous", 0,
-           "how burst_comm_create_env's ranks find each other"),
+    CHOICE(BOOTSTRAP, LAUNCH, -1, "rendezvous,mpi", "rendezvous", 0,
+           "how burst_comm_create_env's ranks find each other; mpi is refused there (it needs "
+           "the program's allgather: burst_comm_params.oob_allgather)"),
     INT(RANK, LAUNCH, 0, 0, 65535, "", 0, "this process's rank (set by the launcher)"),
     INT(SIZE, LAUNCH, 0, 1, 65536, "", 0, "ranks in the job (set by the launcher)"),
     STRING(RENDEZVOUS, LAUNCH, "", 0, "host:port of the job's rendezvous (set by the launcher)"),

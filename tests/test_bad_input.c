@@ -397,7 +397,16 @@ static void comm_unknown_transport(void **state)
     assert_ptr_equal(c, SENTINEL);
 }
 
-/* An unknown bootstrap is named; "mpi" in a build without MPI says how to rebuild. */
+static burst_status_t never_called(void *ctx, const void *send, void *recv, size_t len,
+                                   int timeout_ms)
+{
+    fail_msg("the oob allgather of an API 0.3 caller was called");
+    return BURST_ERR_INTERNAL;
+}
+
+/* An unknown bootstrap is named; "mpi" without the program's allgather names
+ * params->oob_allgather (the library links no MPI), also for a caller built against API 0.3,
+ * whose struct ends before that field (it is not read). */
 static void comm_bad_bootstrap(void **state)
 {
     (void)state;
@@ -407,14 +416,17 @@ static void comm_bad_bootstrap(void **state)
     struct burst_comm *c = SENTINEL;
     EXPECT(burst_comm_create(&cp, &c), INVALID, "params->bootstrap", "carrierpigeon");
     assert_ptr_equal(c, SENTINEL);
-#ifndef BURST_HAVE_MPI
     cp.bootstrap = "mpi";
-    EXPECT(burst_comm_create(&cp, &c), BURST_ERR_UNSUPPORTED, "params->bootstrap", "-Dmpi=enabled");
+    EXPECT(burst_comm_create(&cp, &c), INVALID, "params->oob_allgather", "NULL");
     assert_ptr_equal(c, SENTINEL);
-#endif
+    cp.api_version = (BURST_VERSION_MAJOR << 16) | 3;
+    cp.oob_allgather = never_called;
+    EXPECT(burst_comm_create(&cp, &c), INVALID, "params->oob_allgather", "NULL");
+    assert_ptr_equal(c, SENTINEL);
 }
 
-/* BURST_BOOTSTRAP: an unknown value, and "mpi" outside mpirun, are named (no MPI call). */
+/* BURST_BOOTSTRAP: an unknown value is named; "mpi", chosen by BURST_BOOTSTRAP or by mpirun's
+ * variables, is refused naming params->oob_allgather (no MPI call). */
 static void comm_env_bad_bootstrap(void **state)
 {
     (void)state;
@@ -425,8 +437,13 @@ static void comm_env_bad_bootstrap(void **state)
     setenv("BURST_BOOTSTRAP", "carrierpigeon", 1);
     EXPECT(burst_comm_create_env(&c), INVALID, "BURST_BOOTSTRAP", "carrierpigeon");
     setenv("BURST_BOOTSTRAP", "mpi", 1);
-    EXPECT(burst_comm_create_env(&c), INVALID, "BURST_BOOTSTRAP", "OMPI_COMM_WORLD_RANK");
+    EXPECT(burst_comm_create_env(&c), INVALID, "BURST_BOOTSTRAP", "params->oob_allgather");
     unsetenv("BURST_BOOTSTRAP");
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    EXPECT(burst_comm_create_env(&c), INVALID, "OMPI_COMM_WORLD_RANK", "params->oob_allgather");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
     assert_ptr_equal(c, SENTINEL);
 }
 

@@ -999,6 +999,114 @@ static void test_ipc_faults(void **state)
 
 /* ---- --bench ---- */
 
+/* ---- bootstrap "mpi" over a program's allgather (burst_comm_params.oob_allgather) ---- */
+
+/* Two threads of one process stand for two MPI ranks: their "communicator" is a barrier. */
+struct oob_world {
+    pthread_barrier_t bar;
+    const void *send[2];
+    int calls[2];
+};
+
+struct oob_rank {
+    struct oob_world *w;
+    int slot;       /* the rank in the program's communicator */
+    int param_rank; /* what the thread passes as params->rank */
+    burst_status_t st;
+    char msg[512];
+    char fabric[32];
+};
+
+static burst_status_t oob_fake_allgather(void *ctx, const void *send, void *recv, size_t len,
+                                         int timeout_ms)
+{
+    struct oob_rank *r = ctx;
+    if (len > BURST_OOB_MAX_LEN || timeout_ms <= 0)
+        return BURST_ERR_INTERNAL;
+    r->w->send[r->slot] = send;
+    r->w->calls[r->slot]++;
+    pthread_barrier_wait(&r->w->bar);
+    for (int i = 0; i < 2; i++)
+        memcpy((char *)recv + (size_t)i * len, r->w->send[i], len);
+    pthread_barrier_wait(&r->w->bar);
+    return BURST_OK;
+}
+
+static void *oob_rank_main(void *arg)
+{
+    struct oob_rank *r = arg;
+    struct burst_comm_params p = burst_comm_params_default();
+    p.transport = "fabric";
+    p.fabric = g_prov;
+    p.iface = strcmp(g_prov, "tcp") == 0 ? g_iface : NULL;
+    p.rank = r->param_rank;
+    p.size = 2;
+    p.timeout_ms = 20000;
+    p.bootstrap = "mpi";
+    p.oob_allgather = oob_fake_allgather;
+    p.oob_ctx = r;
+    struct burst_comm *c = NULL;
+    r->st = burst_comm_create(&p, &c);
+    snprintf(r->msg, sizeof(r->msg), "%s", burst_last_error());
+    if (r->st == BURST_OK) {
+        snprintf(r->fabric, sizeof(r->fabric), "%s", burst_comm_fabric(c));
+        burst_comm_destroy(c);
+    }
+    return NULL;
+}
+
+/* In a child process (libfabric stays out of the parent that forks the other cases): 0 when
+ * two threads join through the fake allgather over the provider, and when swapped ranks (the
+ * callback's order is not params->rank's) fail both with an error naming oob_allgather. */
+static int oob_child(void)
+{
+    for (int swapped = 0; swapped < 2; swapped++) {
+        struct oob_world w;
+        memset(&w, 0, sizeof(w));
+        pthread_barrier_init(&w.bar, NULL, 2);
+        struct oob_rank r[2];
+        pthread_t t[2];
+        memset(r, 0, sizeof(r));
+        for (int i = 0; i < 2; i++) {
+            r[i].w = &w;
+            r[i].slot = i;
+            r[i].param_rank = swapped ? 1 - i : i;
+            pthread_create(&t[i], NULL, oob_rank_main, &r[i]);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&w.bar);
+        for (int i = 0; i < 2; i++) {
+            int ok = swapped ? r[i].st == BURST_ERR_INVALID_ARG &&
+                                   strstr(r[i].msg, "params->oob_allgather") != NULL
+                             : r[i].st == BURST_OK && strcmp(r[i].fabric, g_prov) == 0 &&
+                                   w.calls[i] >= 4;
+            if (!ok) {
+                fprintf(stderr, "oob bootstrap%s: rank %d: %s (fabric \"%s\", %d calls): %s\n",
+                        swapped ? " (swapped ranks)" : "", i, burst_status_str(r[i].st),
+                        r[i].fabric, w.calls[i], r[i].msg);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void test_oob_bootstrap(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(oob_child());
+    assert_true(pid > 0);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static double cpu_s(void)
 {
     struct rusage ru;
@@ -1114,12 +1222,13 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ring_2),       cmocka_unit_test(test_ring_4),
-        cmocka_unit_test(test_ring_chunked), cmocka_unit_test(test_tags),
-        cmocka_unit_test(test_length),       cmocka_unit_test(test_length_chunked),
-        cmocka_unit_test(test_timeout),      cmocka_unit_test(test_abort),
-        cmocka_unit_test(test_killed),       cmocka_unit_test(test_bad_address),
-        cmocka_unit_test(test_ipc_ring),     cmocka_unit_test(test_ipc_faults),
+        cmocka_unit_test(test_ring_2),        cmocka_unit_test(test_ring_4),
+        cmocka_unit_test(test_ring_chunked),  cmocka_unit_test(test_tags),
+        cmocka_unit_test(test_length),        cmocka_unit_test(test_length_chunked),
+        cmocka_unit_test(test_timeout),       cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_killed),        cmocka_unit_test(test_bad_address),
+        cmocka_unit_test(test_ipc_ring),      cmocka_unit_test(test_ipc_faults),
+        cmocka_unit_test(test_oob_bootstrap),
     };
     if (getenv("BURST_TEST_FILTER")) /* e.g. BURST_TEST_FILTER=test_length */
         cmocka_set_test_filter(getenv("BURST_TEST_FILTER"));

@@ -1505,7 +1505,6 @@ static int mpi_rank_main(int argc, char **argv)
     setenv("BURST_RANK", v, 1);
     snprintf(v, sizeof(v), "%d", size);
     setenv("BURST_SIZE", v, 1);
-    setenv("BURST_BOOTSTRAP", "mpi", 1);
     setenv("BURST_FABRIC", o.fabric, 1);
     if (o.iface)
         setenv("BURST_IFACE", o.iface, 1);
@@ -1513,7 +1512,20 @@ static int mpi_rank_main(int argc, char **argv)
         snprintf(v, sizeof(v), "%d", o.timeout_s * 1000);
         setenv("BURST_TIMEOUT_MS", v, 1);
     }
+    /* bootstrap "mpi": the library links no MPI, burstrun hands it MPI's allgather */
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.transport = "fabric";
+    cp.rank = rank;
+    cp.size = size;
+    cp.fabric = o.fabric;
+    const char *env_iface = getenv("BURST_IFACE");
+    cp.iface = o.iface ? o.iface : env_iface && *env_iface ? env_iface : NULL;
+    cp.timeout_ms = o.timeout_s ? o.timeout_s * 1000 : 0; /* 0: BURST_TIMEOUT_MS */
+    cp.bootstrap = "mpi";
+    cp.oob_allgather = launch_mpi_allgather;
+    job_worker_comm_params(&cp);
     int wrc = job_worker_main(dup(fd)); /* closes the fd it is given */
+    job_worker_comm_params(NULL);
     close(fd);
     int rc = wrc == 0 ? 0 : wrc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
     if (launch_mpi_merge(arena, bytes) != 0) {
@@ -1545,6 +1557,7 @@ static int run(int argc, char **argv);
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    launch_fabric_env_defaults(); /* before anything loads libfabric */
     int rc = run(argc, argv);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "%s: writing to stdout failed: %s\n", prog,

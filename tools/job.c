@@ -911,6 +911,13 @@ static void arena_attach(struct job *j, void *arena)
             (float *)(a + h->off_lse) + (size_t)p->batch * (size_t)p->q_heads * (size_t)j->offs[rk];
 }
 
+static const struct burst_comm_params *g_worker_comm; /* job_worker_comm_params */
+
+void job_worker_comm_params(const struct burst_comm_params *p)
+{
+    g_worker_comm = p;
+}
+
 int job_worker_main(int fd)
 {
     struct stat sb;
@@ -967,10 +974,10 @@ int job_worker_main(int fd)
     }
     snprintf(slot->backend, sizeof(slot->backend), "%s", burst_context_backend(j.ctx));
     slot->num_threads = burst_context_num_threads(j.ctx);
-    st = burst_comm_create_env(&comm);
+    st = g_worker_comm ? burst_comm_create(g_worker_comm, &comm) : burst_comm_create_env(&comm);
     if (st != BURST_OK) {
         rr->rank = rank;
-        rank_fail(rr, "burst_comm_create_env", st);
+        rank_fail(rr, g_worker_comm ? "burst_comm_create" : "burst_comm_create_env", st);
         snprintf(slot->message, sizeof(slot->message), "%s", rr->msg);
         slot->secondary = rr->secondary;
         rc = st == BURST_ERR_UNSUPPORTED ? JOB_EUSAGE : rr->secondary ? JOB_EPEER : JOB_EFAIL;

@@ -233,10 +233,16 @@ struct job_slot *job_arena_slots(void *arena);
 double *job_arena_times(void *arena, int rank);
 
 /* Body of a rank process: maps the arena from fd, joins the ring from the environment
- * (burst_comm_create_env), runs, fills its slot. Returns the process exit status: 0 ok,
+ * (burst_comm_create_env, or the parameters of job_worker_comm_params), runs, fills its slot. Returns the process exit status: 0 ok,
  * JOB_EUSAGE, JOB_EFAIL, or JOB_EPEER when it failed because a peer did. */
 #define JOB_EPEER 4
 int job_worker_main(int fd);
+
+/* For a rank process whose launcher has a collective of its own (burstrun under mpirun:
+ * bootstrap "mpi" through the program's allgather): job_worker_main then joins with
+ * burst_comm_create(p) instead of burst_comm_create_env. p must live until it returns; NULL
+ * goes back to the environment. */
+void job_worker_comm_params(const struct burst_comm_params *p);
 
 /* Launcher side, after every rank process exited: merge the slots and times into r, hash and
  * check the outputs in the arena as requested. Returns r->status. */

@@ -631,3 +631,12 @@ out:
     launch_cleanup(&L);
     return r->status;
 }
+
+void launch_fabric_env_defaults(void)
+{
+    static const char *const vars[] = {"FI_OFI_RXM_BUFFER_SIZE", "FI_OFI_RXM_TX_SIZE",
+                                       "FI_OFI_RXM_RX_SIZE", "FI_OFI_RXM_MSG_RX_SIZE"};
+    static const char *const values[] = {"65536", "256", "256", "256"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        setenv(vars[i], values[i], 0); /* 0: a value the user set stays */
+}

@@ -26,6 +26,18 @@
 /* Time the other ranks get to exit after the first failure, before SIGKILL. */
 #define LAUNCH_GRACE_MS 3000
 
+/*
+ * libfabric's ofi_rxm settings for burstrun's own processes, set in its environment before
+ * anything loads libfabric (the library never sets them: transport/tp_fabric.c), unless the user
+ * set them: FI_OFI_RXM_BUFFER_SIZE = 64 KiB (burst keeps every tcp / verbs chunk within rxm's
+ * eager limit, so this sets the bandwidth; 16 KiB costs half of tcp's speed), and the bounce
+ * buffer pools FI_OFI_RXM_TX_SIZE, _RX_SIZE, _MSG_RX_SIZE = 256 buffers each (rxm's defaults,
+ * 2048 and 4096, would cost about 400 MiB per process at 64 KiB; the ring keeps only a few
+ * blocks in flight per peer: about 140 MiB, no bandwidth lost, docs/BENCHMARKS.md). Rank
+ * processes, thread ranks and ranks under mpirun (burstrun again) all get them.
+ */
+void launch_fabric_env_defaults(void);
+
 /* launch_run's status when a signal stopped the job (the signal in *signal_p). */
 #define LAUNCH_EINTR 5
 

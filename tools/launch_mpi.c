@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef BURST_HAVE_MPI
@@ -145,6 +147,11 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
 }
 
 #ifdef BURST_HAVE_MPI
+/* The bootstrap's communicator: a duplicate of MPI_COMM_WORLD with errors returned, so that a
+ * failed exchange is an error of burst_comm_create, not an abort of the process. */
+static MPI_Comm boot_comm = MPI_COMM_NULL;
+static int boot_stuck; /* an exchange timed out: MPI may still write into its buffers */
+
 int launch_mpi_init(int *rank_p, int *size_p)
 {
     int provided = 0;
@@ -154,7 +161,60 @@ int launch_mpi_init(int *rank_p, int *size_p)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, rank_p);
     MPI_Comm_size(MPI_COMM_WORLD, size_p);
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &boot_comm) != MPI_SUCCESS ||
+        MPI_Comm_set_errhandler(boot_comm, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+        fprintf(stderr, "burstrun --mpi-rank-worker: rank %d: MPI_Comm_dup failed\n", *rank_p);
+        return -1;
+    }
     return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+burst_status_t launch_mpi_allgather(void *ctx, const void *send, void *recv, size_t len,
+                                    int timeout_ms)
+{
+    (void)ctx;
+    int size = 0;
+    if (boot_stuck || boot_comm == MPI_COMM_NULL || len > INT_MAX ||
+        MPI_Comm_size(boot_comm, &size) != MPI_SUCCESS)
+        return BURST_ERR_TRANSPORT;
+    /* MPI writes into buffers of ours: after a timeout the request stays pending and they stay
+     * allocated (leaked), never the library's. */
+    char *sbuf = malloc(len ? len : 1), *rbuf = malloc(len * (size_t)size + 1);
+    if (!sbuf || !rbuf) {
+        free(sbuf);
+        free(rbuf);
+        return BURST_ERR_NO_MEMORY;
+    }
+    memcpy(sbuf, send, len);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallgather(sbuf, (int)len, MPI_BYTE, rbuf, (int)len, MPI_BYTE, boot_comm, &req);
+    int64_t deadline = now_ms() + timeout_ms;
+    long nap_us = 20;
+    while (rc == MPI_SUCCESS) {
+        int done = 0;
+        rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done)
+            break;
+        if (now_ms() >= deadline) {
+            boot_stuck = 1;
+            return BURST_ERR_TIMEOUT;
+        }
+        struct timespec ts = {0, nap_us * 1000};
+        nanosleep(&ts, NULL);
+        nap_us = nap_us < 1000 ? nap_us * 2 : 1000;
+    }
+    if (rc == MPI_SUCCESS)
+        memcpy(recv, rbuf, len * (size_t)size);
+    free(sbuf);
+    free(rbuf);
+    return rc == MPI_SUCCESS ? BURST_OK : BURST_ERR_TRANSPORT;
 }
 
 int launch_mpi_merge(void *arena, size_t bytes)
@@ -177,10 +237,24 @@ void launch_mpi_finalize(void)
 {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin)
-        MPI_Finalize();
+    if (fin)
+        return;
+    if (boot_comm != MPI_COMM_NULL && !boot_stuck)
+        MPI_Comm_free(&boot_comm);
+    MPI_Finalize();
 }
 #else
+burst_status_t launch_mpi_allgather(void *ctx, const void *send, void *recv, size_t len,
+                                    int timeout_ms)
+{
+    (void)ctx;
+    (void)send;
+    (void)recv;
+    (void)len;
+    (void)timeout_ms;
+    return BURST_ERR_UNSUPPORTED;
+}
+
 int launch_mpi_init(int *rank_p, int *size_p)
 {
     (void)rank_p;

@@ -10,7 +10,8 @@
  *
  * Rank side (`--mpi-rank-worker`): every rank initialises MPI, runs the job exactly as a local
  * rank process does (tools/job.h job_worker_main) on a private arena, bootstrapped through MPI
- * (MPI_Allgather of fabric addresses); then launch_mpi_merge() gathers the arenas into rank 0 with
+ * (bootstrap "mpi": launch_mpi_allgather is the library's burst_comm_params.oob_allgather, so
+ * burstrun links MPI and libburst does not); then launch_mpi_merge() gathers the arenas into rank 0 with
  * a bitwise-OR reduction, which is exact because every rank writes only its own slot, timings
  * and shard rows, leaving everything else zero. Rank 0 then reports for the whole job.
  *
@@ -24,6 +25,8 @@
 
 #include <stddef.h>
 
+#include "burst/comm.h"
+
 /* Nonzero when burstrun was built with MPI (the rank side needs it; mpirun itself is found at
  * run time). */
 int launch_mpi_available(void);
@@ -36,8 +39,16 @@ int launch_mpi_available(void);
 int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
                    const char *hostfile, int verbose, char **job_args, int njob_args);
 
-/* Rank side: MPI_Init_thread; *rank_p / *size_p of MPI_COMM_WORLD. 0, or -1 with a message. */
+/* Rank side: MPI_Init_thread and the bootstrap's duplicate of MPI_COMM_WORLD; *rank_p / *size_p
+ * of MPI_COMM_WORLD. 0, or -1 with a message. */
 int launch_mpi_init(int *rank_p, int *size_p);
+
+/* Rank side: the bootstrap's allgather (burst/comm.h burst_oob_allgather_fn; ctx unused):
+ * MPI_Iallgather on a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, tested until
+ * timeout_ms. After a timeout it refuses further calls and launch_mpi_finalize keeps the
+ * duplicate (the exchange may still be pending). BURST_ERR_UNSUPPORTED in a build without MPI. */
+burst_status_t launch_mpi_allgather(void *ctx, const void *send, void *recv, size_t len,
+                                    int timeout_ms);
 
 /* Rank side: bitwise-OR `bytes` of every rank's arena into rank 0's (in place there). */
 int launch_mpi_merge(void *arena, size_t bytes);

@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "burst/comm.h"
 #include "burst/status.h"
 #include "transport.h"
 
@@ -82,8 +83,8 @@ void burst_boot_boot_id(char *buf, size_t cap);
 /*
  * The rank-side client, with two implementations behind one interface (ops below):
  *   burst_boot_join      the rendezvous of this file's protocol (tp_rendezvous_client.c);
- *   burst_boot_join_mpi  MPI_COMM_WORLD of a job started by mpirun (tp_mpi_boot.c, built when
- *                        MPI is found: BURST_HAVE_MPI).
+ *   burst_boot_join_oob  the program's allgather, burst_comm_params.oob_allgather, for
+ *                        bootstrap "mpi" (tp_oob_boot.c; the library links no MPI).
  * Both hand out a struct burst_boot; the calls after join dispatch through its ops, so the
  * communicator does not know which one it holds.
  */
@@ -112,18 +113,16 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
                                int rank, int size, int timeout_ms, struct burst_boot **boot_p);
 
 /*
- * Join through MPI_COMM_WORLD (COLLECTIVE over it): MPI_Init_thread if MPI is not initialized
- * yet (then the last leave of this process calls MPI_Finalize), and check that the world's rank
- * and size are `rank` and `size`. Exchanges use MPI_COMM_WORLD's duplicate with MPI_ERRORS_RETURN
- * and never wait longer than timeout_ms. BURST_ERR_UNSUPPORTED when the build has no MPI.
- *
- * Peer death: MPI tells nothing, so ctrl->poll always returns BURST_OK and ctrl->abort only marks
- * this rank (it must not kill the process: no MPI_Abort). A dead rank is seen by the fabric's
- * own errors or the communicator's timeout, and mpirun ends the whole job when a rank exits
- * without MPI_Finalize: after an abort, or a timed-out exchange, leave does not finalize.
- * cleanup does nothing: a killed rank's /dev/shm segment is not removed for it.
+ * Join through the program's allgather `fn` (called with fn_ctx; burst/comm.h
+ * burst_oob_allgather_fn). Calls nothing yet: the first allgather checks that every rank's rank
+ * and size agree with the callback's order. Exchanges wait as long as the callback does (it is
+ * given timeout_ms). Peer death: the callback tells nothing, so ctrl->poll always returns
+ * BURST_OK and ctrl->abort does nothing; a dead rank is seen by the fabric's own errors or the
+ * communicator's timeout, and the program's launcher (mpirun) ends the job. cleanup does
+ * nothing: a killed rank's /dev/shm segment is not removed for it. leave calls nothing.
  */
-burst_status_t burst_boot_join_mpi(const char *who, int rank, int size, int timeout_ms,
+burst_status_t burst_boot_join_oob(const char *who, int rank, int size, int timeout_ms,
+                                   burst_oob_allgather_fn fn, void *fn_ctx,
                                    struct burst_boot **boot_p);
 
 /*

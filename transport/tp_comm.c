@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,6 +32,8 @@ struct burst_comm_params burst_comm_params_default(void)
         .rendezvous = NULL,
         .job_key = NULL,
         .bootstrap = NULL,
+        .oob_allgather = NULL,
+        .oob_ctx = NULL,
     };
     return p;
 }
@@ -63,14 +66,13 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: params->bootstrap = \"%s\" is not one of rendezvous, mpi", who,
                            boot);
-#ifndef BURST_HAVE_MPI
-    if (mpi)
-        return burst_error(BURST_ERR_UNSUPPORTED,
-                           "%s: params->bootstrap = \"mpi\": this build has no MPI (rebuild "
-                           "with meson -Dmpi=enabled and libopenmpi-dev installed)",
+    if (mpi && !p->oob_allgather)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: params->bootstrap = \"mpi\" but params->oob_allgather is NULL "
+                           "(the library links no MPI: the program passes its allgather, e.g. "
+                           "over MPI_COMM_WORLD; see burst/comm.h)",
                            who);
-#endif
-    if (!mpi) { /* under MPI, MPI_COMM_WORLD is the job: no address, no key */
+    if (!mpi) { /* under "mpi" the program's communicator is the job: no address, no key */
         if (!p->rendezvous || !*p->rendezvous)
             return burst_error(BURST_ERR_INVALID_ARG,
                                "%s: params->rendezvous is %s (transport \"fabric\" needs the "
@@ -122,17 +124,24 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
 #endif
 }
 
-burst_status_t burst_comm_create(const struct burst_comm_params *params, struct burst_comm **comm_p)
+burst_status_t burst_comm_create(const struct burst_comm_params *in, struct burst_comm **comm_p)
 {
     static const char *who = "burst_comm_create";
     burst_error_clear();
-    if (!params)
+    if (!in)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params is NULL", who);
     if (!comm_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: comm_p is NULL", who);
-    burst_status_t st = burst_check_api_version(who, params->api_version);
+    burst_status_t st = burst_check_api_version(who, in->api_version);
     if (st != BURST_OK)
         return st;
+    /* A caller built against an older API has no fields past its version's: they stay at
+     * their defaults. */
+    struct burst_comm_params pcopy = burst_comm_params_default();
+    memcpy(&pcopy, in,
+           (in->api_version & 0xffffu) >= 4 ? sizeof(pcopy)
+                                            : offsetof(struct burst_comm_params, oob_allgather));
+    const struct burst_comm_params *params = &pcopy;
     if (params->size < 1)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params->size = %d must be >= 1", who,
                            params->size);
@@ -198,8 +207,6 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     burst_error_clear();
     if (!comm_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: comm_p is NULL", who);
-    /* BURST_BOOTSTRAP, else the rendezvous when BURST_RENDEZVOUS is set, else MPI when Open
-     * MPI's mpirun started us. */
     burst_settings_warn_unknown();
     struct burst_settings set = {0};
     burst_status_t st = burst_settings_load(who, BURST_SCOPE_LAUNCH, &set);
@@ -209,40 +216,40 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     const char *rv = burst_set_str(&set, BURST_SET_RENDEZVOUS);
     const char *key = burst_set_str(&set, BURST_SET_JOB_KEY);
     const char *ompi_rank = getenv("OMPI_COMM_WORLD_RANK");
-    const char *ompi_size = getenv("OMPI_COMM_WORLD_SIZE");
-    int mpi = !rv && ompi_rank && *ompi_rank && ompi_size && *ompi_size;
-    if (boot) {
-        mpi = strcmp(boot, "mpi") == 0;
-        if (mpi && !(ompi_rank && *ompi_rank && ompi_size && *ompi_size))
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: BURST_BOOTSTRAP = \"mpi\" but OMPI_COMM_WORLD_RANK / "
-                               "OMPI_COMM_WORLD_SIZE are not set (start the ranks with Open "
-                               "MPI's mpirun)",
-                               who);
-    }
-    const char *size_var = mpi ? "OMPI_COMM_WORLD_SIZE" : "BURST_SIZE";
-    const char *rank_var = mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK";
+    /* Bootstrap "mpi" needs the program's allgather (params->oob_allgather), which no variable
+     * can give: chosen by BURST_BOOTSTRAP, or by mpirun's variables without a rendezvous, it is
+     * an error that says what to do instead. */
+    int ompi = !rv && ompi_rank && *ompi_rank;
+    if (boot ? strcmp(boot, "mpi") == 0 : ompi)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %s: bootstrap \"mpi\" needs the program's allgather, which "
+                           "the environment cannot give (the library links no MPI): call "
+                           "burst_comm_create with params->bootstrap = \"mpi\" and "
+                           "params->oob_allgather (burst/comm.h), or start the ranks with "
+                           "burstrun (BURST_RENDEZVOUS)",
+                           who,
+                           boot ? "BURST_BOOTSTRAP = \"mpi\""
+                                : "started by Open MPI's mpirun (OMPI_COMM_WORLD_RANK set, "
+                                  "BURST_RENDEZVOUS not)");
     long rank = 0, size = 0;
-    st = env_required(who, size_var, mpi ? ompi_size : burst_set_str(&set, BURST_SET_SIZE), 1,
-                      65536, &size);
+    st = env_required(who, "BURST_SIZE", burst_set_str(&set, BURST_SET_SIZE), 1, 65536, &size);
     if (st == BURST_OK)
-        st = env_required(who, rank_var, mpi ? ompi_rank : burst_set_str(&set, BURST_SET_RANK), 0,
-                          size - 1, &rank);
+        st = env_required(who, "BURST_RANK", burst_set_str(&set, BURST_SET_RANK), 0, size - 1,
+                          &rank);
     if (st == BURST_OK)
         st = burst_settings_load(who, BURST_SCOPE_COMM, &set);
     if (st != BURST_OK)
         return st;
-    if (!mpi && !rv)
+    if (!rv)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_RENDEZVOUS is not set (a launcher such as burstrun sets it "
-                           "to the \"host:port\" of the job's rendezvous; under Open MPI's "
-                           "mpirun the bootstrap is MPI)",
+                           "to the \"host:port\" of the job's rendezvous)",
                            who);
-    if (!mpi && !key)
+    if (!key)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY is not set (a launcher such as burstrun sets it)",
                            who);
-    if (!mpi && !burst_boot_key_valid(key))
+    if (!burst_boot_key_valid(key))
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY (%zu characters) is not %d..%d hex digits", who,
                            strlen(key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
@@ -255,9 +262,9 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
                        : 0;
     p.fabric = burst_set_str(&set, BURST_SET_FABRIC);
     p.iface = burst_set_str(&set, BURST_SET_IFACE);
-    p.bootstrap = mpi ? "mpi" : "rendezvous";
-    p.rendezvous = mpi ? NULL : rv;
-    p.job_key = mpi ? NULL : key;
+    p.bootstrap = "rendezvous";
+    p.rendezvous = rv;
+    p.job_key = key;
     return burst_comm_create(&p, comm_p);
 }
 

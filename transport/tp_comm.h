@@ -57,7 +57,8 @@ static inline uint64_t burst_tag(uint32_t seq, enum burst_msg_kind kind, int ste
 extern const char *const burst_fab_names[BURST_FAB_NAMES]; /* shm, tcp, verbs, efa */
 int burst_fab_index(const char *name);
 
-/* Transport "fabric": join the ring through the bootstrap (rendezvous, or MPI when mpi != 0),
+/* Transport "fabric": join the ring through the bootstrap (rendezvous, or the program's
+ * allgather p->oob_allgather when mpi != 0),
  * choose the provider(s) for `want` ("auto" or a provider name) and connect c->tp.
  * transport/tp_comm_fabric.c (builds with libfabric only). */
 burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const char *want, int mpi,

@@ -227,11 +227,10 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
         st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %d ranks", who, c->size);
         goto out;
     }
-#ifdef BURST_HAVE_MPI
     if (mpi)
-        st = burst_boot_join_mpi(who, c->rank, c->size, c->timeout_ms, &c->boot);
+        st = burst_boot_join_oob(who, c->rank, c->size, c->timeout_ms, p->oob_allgather, p->oob_ctx,
+                                 &c->boot);
     else
-#endif
         st = burst_boot_join(who, p->rendezvous, p->job_key, c->rank, c->size, c->timeout_ms,
                              &c->boot);
     if (st != BURST_OK)

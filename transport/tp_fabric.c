@@ -74,8 +74,8 @@
  *
  * Settings (runtime/settings.h, read at burst_fab_open): BURST_FAB_PROGRESS=thread|caller,
  * BURST_FAB_SPIN_US (wait()'s polling before it blocks), BURST_FAB_CHUNK_BYTES,
- * BURST_FAB_MR_LOCAL=1, BURST_FAB_RXM_EAGER=0|1. The transport sets FI_OFI_RXM_BUFFER_SIZE
- * (64 KiB) in the environment when the user has not: see rxm_defaults_once().
+ * BURST_FAB_MR_LOCAL=1, BURST_FAB_RXM_EAGER=0|1. rxm's own FI_OFI_RXM_* variables are the host
+ * program's: the transport reads them (the eager limit below) and never sets them.
  */
 #include <errno.h>
 #include <poll.h>
@@ -114,8 +114,6 @@
 #define FAB_SLEEP_MAX_US 1000
 #define FAB_POLL_MS 100           /* progress thread with wait fd: poll() timeout */
 #define FAB_RXM_EAGER_LIMIT 16384 /* ofi_rxm's default eager limit (FI_OFI_RXM_BUFFER_SIZE) */
-#define FAB_RXM_BUFFER 65536      /* FI_OFI_RXM_BUFFER_SIZE unless the user sets it */
-#define FAB_RXM_POOL 256          /* FI_OFI_RXM_{TX,RX,MSG_RX}_SIZE unless the user sets them */
 #define FAB_RXM_HDR 256           /* >= ofi_rxm's packet header inside a bounce buffer */
 #define FAB_ADDR_MAX 512 /* a peer's address from the bootstrap, bytes (> any provider's) */
 
@@ -262,38 +260,12 @@ static const char *fab_prov_name(const char *burst_name)
 /*
  * ofi_rxm's eager messages copy through bounce buffers of FI_OFI_RXM_BUFFER_SIZE bytes (default
  * 16 KiB), and the transport keeps every chunk eager (see "ofi_rxm and dead peers"), so that size
- * sets the bandwidth: 16 KiB chunks cost half of tcp's speed. Unless the user set it, raise it to
- * FAB_RXM_BUFFER before libfabric first reads its parameters (the first fi_getinfo of the
- * process: every entry point of this file calls this first).
- * The bounce-buffer pools are sized in buffers, so their memory grows with the buffer: with
- * rxm's default pools (2048 tx, 2048 rx, 4096 posted on the shared receive context over tcp)
- * 64 KiB buffers cost about 400 MiB per process (16 KiB: 110 MiB). The ring keeps only a few
- * blocks in flight per peer, and tcp holds back what finds no posted buffer (no loss), so the
- * pools are cut to FAB_RXM_POOL buffers each unless the user set them: about 140 MiB per process
- * at 64 KiB, with no loss of bandwidth measured (docs/BENCHMARKS.md).
+ * sets the bandwidth: 16 KiB chunks cost half of tcp's speed. rxm reads it, and its pool sizes,
+ * from the environment only, once, when libfabric first loads its providers; the library never
+ * sets the host process's environment, so a program that wants more sets them itself before
+ * its first fabric communicator (README.md: FI_OFI_RXM_BUFFER_SIZE). burstrun does, for its own
+ * processes (tools/launch.c launch_fabric_env_defaults: 64 KiB buffers, pools of 256).
  */
-static void rxm_defaults_once(void)
-{
-    static const char *const pools[] = {"FI_OFI_RXM_TX_SIZE", "FI_OFI_RXM_RX_SIZE",
-                                        "FI_OFI_RXM_MSG_RX_SIZE"};
-    char v[32];
-    if (!getenv("FI_OFI_RXM_BUFFER_SIZE")) {
-        snprintf(v, sizeof(v), "%d", FAB_RXM_BUFFER);
-        setenv("FI_OFI_RXM_BUFFER_SIZE", v, 0);
-    }
-    for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
-        if (!getenv(pools[i])) {
-            snprintf(v, sizeof(v), "%d", FAB_RXM_POOL);
-            setenv(pools[i], v, 0);
-        }
-}
-
-static void rxm_defaults(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, rxm_defaults_once);
-}
-
 /* The largest chunk ofi_rxm sends eagerly: its bounce buffer minus its header (FAB_RXM_HDR, an
  * upper bound), or a lower FI_OFI_RXM_EAGER_LIMIT. */
 static size_t rxm_eager_limit(void)
@@ -358,7 +330,6 @@ static int fab_getinfo(const char *fi_prov, const char *iface, int mr_local,
 
 int burst_fab_available(const char *provider)
 {
-    rxm_defaults();
     const char *fi_prov = fab_prov_name(provider);
     struct fi_info *info = NULL;
     if (!fi_prov)
@@ -419,7 +390,6 @@ static burst_status_t fab_open(const char *provider, const char *iface, int rank
                                struct burst_fab **fab_p)
 {
     static const char *who = "burst_fab_open";
-    rxm_defaults();
     const char *fi_prov = fab_prov_name(provider);
     if (!fab_p)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: fab_p is NULL", who);

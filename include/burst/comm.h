@@ -8,8 +8,12 @@
  *             host, tcp / verbs / efa between hosts). They find each other through a bootstrap:
  *             "rendezvous", a service (burst_rendezvous_create, run by the launcher, e.g.
  *             burstrun) that every rank reaches at `rendezvous` and proves membership to with the
- *             job's secret key; or "mpi", MPI_COMM_WORLD of a job started by Open MPI's mpirun
- *             (builds with MPI only). MPI carries only the bootstrap; blocks go through libfabric.
+ *             job's secret key; or "mpi", an allgather the program supplies (oob_allgather
+ *             below), typically over its MPI communicator. The bootstrap carries only a few small
+ *             exchanges while the communicator is created; blocks go through libfabric.
+ *
+ * The library links no MPI: a program that starts its ranks with mpirun (or srun, or any
+ * launcher with a collective of its own) hands burst an allgather function instead.
  *
  * Failure model: if a collective call fails on one rank (bad input, timeout, allocation), that
  * rank aborts the communicator so that its peers return BURST_ERR_PEER_FAILED instead of
@@ -26,6 +30,7 @@
 
 #include "burst/export.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "burst/status.h"
@@ -37,6 +42,63 @@ extern "C" {
 
 struct burst_comm;
 struct burst_local_world;
+
+/*
+ * An out-of-band allgather for the "mpi" bootstrap (burst_comm_params.oob_allgather), supplied
+ * by the program: every rank of the ring contributes `len` bytes at `send`, and on return `recv`
+ * holds size * len bytes, rank 0's first, then rank 1's, ... (the ranks of burst_comm_params,
+ * which must be the ranks of the program's communicator). `len` is the same on every rank of one
+ * call and at most 65536 (BURST_OOB_MAX_LEN).
+ *
+ * COLLECTIVE: the library calls it only from inside burst_comm_create, on the thread that called
+ * burst_comm_create, the same number of times and in the same order on every rank (a handful of
+ * times per communicator; none after burst_comm_create returns, none in burst_comm_destroy).
+ * The program's ranks must therefore create their communicators in the same order, like any
+ * collective of their communicator.
+ *
+ * Return BURST_OK once recv is complete; BURST_ERR_TIMEOUT when it did not complete within
+ * `timeout_ms` (the communicator's timeout: params->timeout_ms or BURST_TIMEOUT_MS); any other
+ * burst_status_t for another failure. Whatever it returns, it must not touch send or recv after
+ * returning (a callback that gives up on a pending non-blocking exchange keeps its own buffers
+ * for it). After a failure burst_comm_create fails with BURST_ERR_COMM_FAILED, or with the
+ * callback's BURST_ERR_TIMEOUT, naming the rank and the call, and does not call it again.
+ * The callback must not call burst functions on the communicator being created.
+ *
+ * With MPI (MPI_COMM_WORLD, or any communicator whose ranks are the ring's), the simplest one is
+ *
+ *     static burst_status_t mpi_allgather(void *ctx, const void *send, void *recv, size_t len,
+ *                                         int timeout_ms)
+ *     {
+ *         MPI_Comm comm = *(MPI_Comm *)ctx;
+ *         return MPI_Allgather(send, (int)len, MPI_BYTE, recv, (int)len, MPI_BYTE, comm) ==
+ *                        MPI_SUCCESS
+ *                    ? BURST_OK
+ *                    : BURST_ERR_TRANSPORT;
+ *     }
+ *
+ *     MPI_Comm world = MPI_COMM_WORLD;
+ *     struct burst_comm_params p = burst_comm_params_default();
+ *     p.transport = "fabric";
+ *     MPI_Comm_rank(world, &p.rank);
+ *     MPI_Comm_size(world, &p.size);
+ *     p.bootstrap = "mpi";
+ *     p.oob_allgather = mpi_allgather;
+ *     p.oob_ctx = &world;
+ *     burst_comm_create(&p, &comm);
+ *
+ * which ignores the timeout (MPI_Allgather blocks until every rank arrives; mpirun ends the job
+ * when a rank dies). burstrun's own (tools/launch_mpi.c) runs MPI_Iallgather on a duplicate of
+ * MPI_COMM_WORLD with MPI_ERRORS_RETURN and tests it until the timeout. The program initializes
+ * and finalizes MPI itself (burst never calls MPI); MPI_THREAD_SINGLE is enough when the thread
+ * that calls burst_comm_create is the one that calls MPI. Peer death is seen by the fabric's
+ * errors and the communicator's timeout (MPI tells burst nothing), and a killed rank's shm
+ * segment is not removed for it (the rendezvous does that).
+ */
+typedef burst_status_t (*burst_oob_allgather_fn)(void *ctx, const void *send, void *recv,
+                                                 size_t len, int timeout_ms);
+
+/* The largest `len` the library passes to an oob_allgather. */
+#define BURST_OOB_MAX_LEN 65536
 
 /*
  * Create the meeting point of an in-process ring of `size` ranks (1 <= size <= 65536).
@@ -72,18 +134,18 @@ struct burst_comm_params {
     const char *job_key;    /* the job's secret key (hex string) */
     /*
      * How ranks find each other: "rendezvous" (NULL: the default; needs rendezvous and job_key)
-     * or "mpi": the job is MPI_COMM_WORLD (rank and size must match it). burst_comm_create
-     * calls MPI_Init_thread (MPI_THREAD_SERIALIZED) if MPI is not initialized, and then
-     * MPI_Finalize when the last such communicator of the process is destroyed cleanly, after
-     * which MPI cannot start again: a program that creates rings one after another initializes
-     * MPI itself. MPI calls are made only inside burst_comm_create and burst_comm_destroy, from
-     * the calling thread. Peer death under MPI is detected by the fabric's errors and the
-     * timeout, and by mpirun, which ends the whole job when a rank exits without MPI_Finalize
-     * (a rank whose communicator failed or was aborted does not finalize). A killed rank's shm
-     * segment is not removed for it (the rendezvous does that). BURST_ERR_UNSUPPORTED when the
-     * build has no MPI (meson -Dmpi=enabled with libopenmpi-dev).
+     * or "mpi": through the program's allgather, oob_allgather (with oob_ctx), over the
+     * program's communicator, typically MPI's (the name says what it is for; any collective
+     * works). Without oob_allgather, "mpi" fails with BURST_ERR_INVALID_ARG naming it. Every
+     * rank's params->rank and params->size are checked against the others' in the first
+     * exchange: the callback's rank order must be the ring's.
      */
     const char *bootstrap;
+    /* ---- since API 0.4: read only when api_version's minor is >= 4 ---- */
+    /* bootstrap "mpi": the program's allgather (see burst_oob_allgather_fn above) and the
+     * pointer passed to it as ctx. Unused by the other bootstraps. */
+    burst_oob_allgather_fn oob_allgather;
+    void *oob_ctx;
 };
 
 /* Parameters with every field at its default. Thread-safe. */
@@ -99,11 +161,12 @@ BURST_API burst_status_t burst_comm_create(const struct burst_comm_params *param
 /*
  * Join the ring of a process started by a launcher (burstrun, or any launcher that sets the same
  * environment): transport "fabric" with BURST_RANK, BURST_SIZE, BURST_RENDEZVOUS, BURST_JOB_KEY,
- * and optionally BURST_FABRIC, BURST_IFACE, BURST_TIMEOUT_MS. Under Open MPI's mpirun (no
- * BURST_RENDEZVOUS, OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE set) the bootstrap is "mpi"
- * with rank and size from those two; BURST_BOOTSTRAP=mpi|rendezvous overrides the choice.
+ * and optionally BURST_FABRIC, BURST_IFACE, BURST_TIMEOUT_MS: the "rendezvous" bootstrap.
  * COLLECTIVE: blocks until every rank has joined (at most the timeout). Errors name the missing
- * or malformed variable.
+ * or malformed variable. The "mpi" bootstrap needs the program's allgather, which the
+ * environment cannot give: under Open MPI's mpirun (no BURST_RENDEZVOUS, OMPI_COMM_WORLD_RANK
+ * set) or with BURST_BOOTSTRAP=mpi this fails with BURST_ERR_INVALID_ARG saying so; call
+ * burst_comm_create with params->oob_allgather instead.
  */
 BURST_API burst_status_t burst_comm_create_env(struct burst_comm **comm_p);
 
