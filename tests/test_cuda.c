@@ -85,10 +85,11 @@ static const struct harness_case cases[] = {
     {CASE("long_fp16_d128_zigzag_3ranks", 1536), .ranks = 3, .head_dim = 128, .dtype = F16,
      .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
     /* every head-dim class of the tensor-core kernels (32, 64, 96, 128, 192, 256) and d just past
-     * a class boundary (40, 72, 136, 200) or inside one (80, 88, 160, 248), where the class's
+     * a class boundary (40, 72, 136, 200) or inside one (24, 80, 88, 160, 248), where the class's
      * columns past d must be neither read nor written (poisoned padding between heads) */
     {CASE("cls_fp16_d32_zigzag", 300), .head_dim = 32, .dtype = F16, .causal = 1,
      .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("cls_bf16_d24_full", 170), .head_dim = 24, .dtype = BF16},
     {CASE("cls_bf16_d40_causal_pad", 260), .head_dim = 40, .dtype = BF16, .causal = 1, .pad = 8},
     {CASE("cls_fp16_d72_gqa4", 200), .q_heads = 8, .kv_heads = 2, .head_dim = 72, .dtype = F16,
      .causal = 1},
@@ -109,6 +110,7 @@ static const struct harness_case cases[] = {
      .head_dim = 256, .dtype = F16, .causal = 1},
     /* fp32 on the tensor cores (3xTF32): every head-dim class, the boundaries, several key
      * tiles, masks, GQA, large scores (where the score term of the bound is widest) */
+    {CASE("tf32_d24_causal", 190), .head_dim = 24, .causal = 1},
     {CASE("tf32_d72_gqa4_causal", 300), .q_heads = 8, .kv_heads = 2, .head_dim = 72, .causal = 1},
     {CASE("tf32_d96_window", 260), .head_dim = 96, .window_left = 50, .window_right = 9},
     {CASE("tf32_d136_causal_pad", 210), .head_dim = 136, .causal = 1, .pad = 8},
