@@ -18,8 +18,9 @@
  *     outside that order (a transfer, the host) touches the memory. The cpu backend is
  *     synchronous.
  * The table is in layers (sections below): core, memory, elementwise helpers, attention, stream
- * and timing, transfers. Optional members may be NULL. The table starts with its own size so it
- * can grow: the engine tests every optional member with BURST_OPS_HAS before it uses it.
+ * and timing, transfers. Optional members may be NULL. The table starts with its own size: the
+ * engine tests every optional member with BURST_OPS_HAS before it uses it. The table is private
+ * to the library (every backend is built with it), so its members may be reordered.
  */
 #ifndef BURST_RUNTIME_BACKEND_H
 #define BURST_RUNTIME_BACKEND_H

@@ -347,7 +347,8 @@ burst_status_t burst_settings_check(void)
 {
     struct burst_settings set;
     burst_error_clear();
-    return burst_settings_load(
-        "burst_settings_check",
-        BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC, &set);
+    return burst_settings_load("burst_settings_check",
+                               BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
+                                   BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC,
+                               &set);
 }

@@ -26,8 +26,7 @@ repo 'a.c=/* issue the copies of tile it; Issue acc = A B (one commit group) */'
     'e.sh=# shared/ holds the data; see docs/../README.md'
 "$CHECK" "$TMP/r" >"$TMP/out" 2>&1 || fail "legitimate text refused: $(cat "$TMP/out")"
 
-for bad in 'see .device/env.sh first' 'the device tool gave an H100' \
-    'details in ../shared/docs/ALGORITHM.md' "this issue's core needs none" \
+for bad in 'details in ../shared/docs/ALGORITHM.md' "this issue's core needs none" \
     'fixed in issue #31' 'github.com/o/r/issues/12' 'merged in PR #7' 'measured once this session'; do
     repo 'x.md=ok line' "y.c=/* $bad */"
     "$CHECK" "$TMP/r" >"$TMP/out" 2>&1 && fail "not refused: $bad"

@@ -16,13 +16,44 @@
 #include <mpi.h>
 #endif
 
-/* Environment variables the ranks need from the launcher's environment (mpirun -x). */
-static const char *const forward_vars[] = {
-    "BURST_FABRIC",       "BURST_IFACE",         "BURST_TIMEOUT_MS", "BURST_NUM_THREADS",
-    "BURST_BACKEND",      "BURST_DEVICE",        "BURST_CPU_ISA",    "BURST_FAULT",
-    "BURST_FAB_PROGRESS", "BURST_FAB_RXM_EAGER", "FI_PROVIDER",      "FI_OFI_RXM_BUFFER_SIZE",
-};
-#define NFWD (sizeof(forward_vars) / sizeof(forward_vars[0]))
+extern char **environ;
+
+/* The names of the variables the ranks take from the launcher's environment (mpirun -x NAME):
+ * every BURST_* and FI_* variable set here but the ones each rank sets for itself (its rank, the
+ * job's size, the bootstrap). A NULL-terminated array of copies (free_names), NULL if out of
+ * memory; *n = their count. */
+static char **forward_names(size_t *n)
+{
+    static const char *const own[] = {"BURST_RANK=", "BURST_SIZE=", "BURST_BOOTSTRAP="};
+    size_t cap = 1;
+    for (char **e = environ; *e; e++)
+        cap++;
+    char **names = calloc(cap, sizeof(char *));
+    *n = 0;
+    for (char **e = environ; names && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        int skip = !eq || (strncmp(*e, "BURST_", 6) != 0 && strncmp(*e, "FI_", 3) != 0);
+        for (size_t i = 0; !skip && i < sizeof own / sizeof *own; i++)
+            skip = strncmp(*e, own[i], strlen(own[i])) == 0;
+        if (skip)
+            continue;
+        if (!(names[*n] = strndup(*e, (size_t)(eq - *e)))) {
+            for (size_t i = 0; i < *n; i++)
+                free(names[i]);
+            free(names);
+            return NULL;
+        }
+        (*n)++;
+    }
+    return names;
+}
+
+static void free_names(char **names)
+{
+    for (size_t i = 0; names && names[i]; i++)
+        free(names[i]);
+    free(names);
+}
 
 int launch_mpi_available(void)
 {
@@ -47,10 +78,13 @@ static int failed_rank_in(const char *line)
 int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
                    const char *hostfile, int verbose, char **job_args, int njob_args)
 {
-    size_t cap = 16 + 2 * NFWD + (size_t)njob_args + 1;
-    char **argv = calloc(cap, sizeof(char *));
+    size_t nfwd = 0;
+    char **fwd = forward_names(&nfwd);
+    size_t cap = 16 + 2 * nfwd + (size_t)njob_args + 1;
+    char **argv = fwd ? calloc(cap, sizeof(char *)) : NULL;
     if (!argv) {
         fprintf(stderr, "%s: out of memory\n", prog);
+        free_names(fwd);
         return 2;
     }
     char np[16];
@@ -65,11 +99,10 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
     argv[a++] = (char *)(hosts ? hosts : hostfile);
     argv[a++] = "--bind-to";
     argv[a++] = "none";
-    for (size_t i = 0; i < NFWD; i++)
-        if (getenv(forward_vars[i])) {
-            argv[a++] = "-x";
-            argv[a++] = (char *)forward_vars[i];
-        }
+    for (size_t i = 0; i < nfwd; i++) {
+        argv[a++] = "-x";
+        argv[a++] = fwd[i];
+    }
     argv[a++] = (char *)self;
     argv[a++] = "--mpi-rank-worker";
     for (int i = 0; i < njob_args; i++)
@@ -85,6 +118,7 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
     if (pipe(errp) != 0) {
         fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
         free(argv);
+        free_names(fwd);
         return 2;
     }
     fflush(NULL);
@@ -100,6 +134,7 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
     }
     close(errp[1]);
     free(argv);
+    free_names(fwd);
     if (pid < 0) {
         close(errp[0]);
         fprintf(stderr, "%s: fork: %s\n", prog, strerror(errno));

@@ -55,7 +55,8 @@ apt-get "${apt_opts[@]}" -qq update
 fetch() {
     mkdir -p "$work/src/$1/$1"
     (cd "$work/src/$1" && apt-get "${apt_opts[@]}" -qq source --tar-only "$1" >/dev/null &&
-        tar -xf ./*.orig.tar.* -C "$1" --strip-components=1) || {
+        tar -xf "$(ls ./*.orig.tar.* | grep -v '\.asc$' | head -n 1)" -C "$1" \
+            --strip-components=1) || {
         echo "vk_toolchain.sh: apt-get source $1 ($suite) failed" >&2
         return 1
     }

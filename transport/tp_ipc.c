@@ -93,8 +93,10 @@ static int spin_us(void)
     int v = atomic_load(&cached);
     if (v < 0) {
         long e = 0; /* checked by the communicator's create; a default where it changed since */
-        if (burst_setting_get("burst_tp_ipc", BURST_SET_IPC_SPIN_US, &e, NULL) != BURST_OK)
+        if (burst_setting_get("burst_tp_ipc", BURST_SET_IPC_SPIN_US, &e, NULL) != BURST_OK) {
+            burst_error_clear(); /* the call that reads it has not failed */
             e = burst_settings[BURST_SET_IPC_SPIN_US].dflt;
+        }
         v = (int)e;
         atomic_store(&cached, v);
     }

@@ -61,7 +61,9 @@ struct burst_local_world;
  * burst_status_t for another failure. Whatever it returns, it must not touch send or recv after
  * returning (a callback that gives up on a pending non-blocking exchange keeps its own buffers
  * for it). After a failure burst_comm_create fails with BURST_ERR_COMM_FAILED, or with the
- * callback's BURST_ERR_TIMEOUT, naming the rank and the call, and does not call it again.
+ * callback's BURST_ERR_TIMEOUT, naming the rank and the call, and does not call it again; where
+ * the exchange completes but the ranks disagree (a rank order other than the ring's, or another
+ * job size) it fails with BURST_ERR_INVALID_ARG naming the mismatch.
  * The callback must not call burst functions on the communicator being created.
  *
  * With MPI (MPI_COMM_WORLD, or any communicator whose ranks are the ring's), the simplest one is
