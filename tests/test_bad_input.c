@@ -400,7 +400,7 @@ static void comm_unknown_transport(void **state)
 static burst_status_t never_called(void *ctx, const void *send, void *recv, size_t len,
                                    int timeout_ms)
 {
-    fail_msg("the oob allgather of an API 0.3 caller was called");
+    fail_msg("%s", "the oob allgather of an API 0.3 caller was called");
     return BURST_ERR_INTERNAL;
 }
 
