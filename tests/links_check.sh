@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tests/links_check.sh CHECK - .ci/check_links.sh on a scratch repository: links to tracked files
+# and folders (with or without an anchor), web links and in-page anchors pass; a link to a file
+# that is not tracked, and one that leaves the repository, are each refused and named.
+set -u
+CHECK=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+fail() {
+    echo "FAIL: $*"
+    fails=$((fails + 1))
+}
+repo() { # files: name=line ...
+    rm -rf "$TMP/r" && mkdir -p "$TMP/r/docs" && git -C "$TMP/r" init -q || exit 1
+    for kv in "$@"; do
+        printf '%s\n' "${kv#*=}" >"$TMP/r/${kv%%=*}"
+    done
+    git -C "$TMP/r" add -A
+}
+
+repo 'README.md=See [the map](docs/MAP.md#layers), [docs](docs), [site](https://example.org/x).' \
+    'docs/MAP.md=Back to [README](../README.md); [above](#top); mail [us](mailto:a@b.c).'
+"$CHECK" "$TMP/r" >"$TMP/out" 2>&1 || fail "good links refused: $(cat "$TMP/out")"
+
+for bad in '[gone](docs/NOTES.md)' '[outside](../../elsewhere/ALGORITHM.md)'; do
+    repo 'README.md=ok line' "docs/MAP.md=first line
+then $bad"
+    "$CHECK" "$TMP/r" >"$TMP/out" 2>&1 && fail "not refused: $bad"
+    grep -q '^docs/MAP.md:2: ' "$TMP/out" || fail "the link is not named for: $bad: $(cat "$TMP/out")"
+done
+[ $fails = 0 ] && echo "check_links: good links pass, a missing target and one outside are refused"
+exit $((fails > 0))
