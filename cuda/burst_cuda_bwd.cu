@@ -58,7 +58,6 @@ __device__ __forceinline__ void burst_tc_scores2(float (&s)[NB / 8][4], float (&
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
 {
-#if BURST_CUDA_TC_BODY
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
     constexpr int W = TC::W, KR = TC::BWD_ROWS;
@@ -198,9 +197,6 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
             *p2 = x;
         }
     }
-#else
-    __trap(); /* never launched: the probe gives a pre-sm_80 device the SIMT kernels */
-#endif
 }
 
 template <typename T, int D> static size_t burst_mma_dq_smem()
@@ -223,7 +219,6 @@ struct burst_qrows {
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step s)
 {
-#if BURST_CUDA_TC_BODY
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
     constexpr int W = TC::W, DH = D / TC::DKDV_SPLIT, QR = TC::BWD_ROWS;
@@ -394,9 +389,6 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
             }
         }
     }
-#else
-    __trap(); /* never launched: the probe gives a pre-sm_80 device the SIMT kernels */
-#endif
 }
 
 template <typename T, int D> static size_t burst_mma_dkdv_smem()

@@ -115,15 +115,6 @@ __device__ __forceinline__ void burst_st(void *p, int dtype, int64_t i, float x)
         ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
 }
 
-/* The tensor-core kernels' bodies exist on sm_80+ only (cp.async, ldmatrix, mma.sync m16n8k16 in
- * bf16): compiled for an older target (sm_75, -Dnvcc_archs=75,...) a kernel traps instead, and
- * the probe gives such a device the SIMT kernels alone. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define BURST_CUDA_TC_BODY 0
-#else
-#define BURST_CUDA_TC_BODY 1
-#endif
-
 /* Element offset of [b, i, h, 0] of a view. */
 __device__ __forceinline__ int64_t burst_off(const struct burst_cuda_view &v, int64_t b, int64_t i,
                                              int64_t h)

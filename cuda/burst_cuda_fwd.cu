@@ -64,7 +64,6 @@ __device__ __forceinline__ void burst_fwd_pv(float (&o)[MR][D / 8][4],
 template <typename T, int D>
 __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s)
 {
-#if BURST_CUDA_TC_BODY
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
     constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, BR = 64 * MR, W = TC::W;
@@ -257,9 +256,6 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
         if (i < s.nq)
             burst_merge_row<D>(s, b, h, i, m[r], l[r], &o[mr][0][0], u, cq, lane);
     }
-#else
-    __trap(); /* never launched: the probe gives a pre-sm_80 device the SIMT kernels */
-#endif
 }
 
 template <typename T, int D> static size_t burst_mma_fwd_smem()
