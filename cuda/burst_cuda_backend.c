@@ -344,8 +344,21 @@ static int burst_cuda_dtype(burst_dtype_t dt)
     }
 }
 
-static burst_status_t burst_cuda_view_of(const char *op, const char *name,
-                                         const struct burst_tensor *t, struct burst_cuda_view *v)
+/* The kernel view of a tensor the engine has checked (runtime/step_check.h). */
+static void burst_cuda_view_of(const struct burst_tensor *t, struct burst_cuda_view *v)
+{
+    v->data = t->data;
+    v->dtype = burst_cuda_dtype(t->dtype);
+    for (int k = 0; k < 4; k++) {
+        v->shape[k] = t->shape[k];
+        v->stride[k] = t->stride[k];
+    }
+}
+
+/* The kernel view of a tensor the engine has not checked (copy, bwd_delta, outputs). */
+static burst_status_t burst_cuda_view_checked(const char *op, const char *name,
+                                              const struct burst_tensor *t,
+                                              struct burst_cuda_view *v)
 {
     if (!t || !t->data)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
@@ -359,61 +372,36 @@ static burst_status_t burst_cuda_view_of(const char *op, const char *name,
     if (t->shape[3] > 1 && t->stride[3] != 1)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
                            (long long)t->stride[3]);
-    v->data = t->data;
-    v->dtype = burst_cuda_dtype(t->dtype);
-    for (int k = 0; k < 4; k++) {
-        v->shape[k] = t->shape[k];
-        v->stride[k] = t->stride[k];
-    }
+    burst_cuda_view_of(t, v);
     return BURST_OK;
 }
 
+/* The cuda limits of a step the engine has checked: head dim at most 256, one dtype for all
+ * views. */
 static burst_status_t burst_cuda_check_qkv(const char *op, const struct burst_tensor *q,
                                            const struct burst_tensor *k,
                                            const struct burst_tensor *v,
                                            const struct burst_tensor *dout,
                                            struct burst_cuda_step *s)
 {
-    burst_status_t st;
-    if ((st = burst_cuda_view_of(op, "q", q, &s->q)) != BURST_OK ||
-        (st = burst_cuda_view_of(op, "k", k, &s->k)) != BURST_OK ||
-        (st = burst_cuda_view_of(op, "v", v, &s->v)) != BURST_OK ||
-        (dout && (st = burst_cuda_view_of(op, "dout", dout, &s->dout)) != BURST_OK))
-        return st;
+    burst_cuda_view_of(q, &s->q);
+    burst_cuda_view_of(k, &s->k);
+    burst_cuda_view_of(v, &s->v);
+    if (dout)
+        burst_cuda_view_of(dout, &s->dout);
     s->batch = q->shape[0];
     s->nq = q->shape[1];
     s->hq = q->shape[2];
     s->d = q->shape[3];
     s->nk = k->shape[1];
     s->hkv = k->shape[2];
-    if (s->d <= 0 || s->d % 8 != 0 || s->d > 256)
+    if (s->d > 256)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: head dim = %lld is not a multiple of 8 in [8, 256]", op,
                            (long long)s->d);
     if (k->dtype != q->dtype || v->dtype != q->dtype || (dout && dout->dtype != q->dtype))
         return burst_error(BURST_ERR_INVALID_ARG, "%s: q, k, v%s dtypes differ (q %d, k %d, v %d)",
                            op, dout ? ", dout" : "", (int)q->dtype, (int)k->dtype, (int)v->dtype);
-    if (k->shape[0] != s->batch || k->shape[3] != s->d)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: k shape [%lld, %lld, %lld, %lld] does not match q [%lld, ., ., "
-                           "%lld]",
-                           op, (long long)k->shape[0], (long long)k->shape[1],
-                           (long long)k->shape[2], (long long)k->shape[3], (long long)s->batch,
-                           (long long)s->d);
-    for (int i = 0; i < BURST_TENSOR_DIMS; i++) {
-        if (v->shape[i] != k->shape[i])
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: v->shape[%d] = %lld differs from k->shape[%d] = %lld", op, i,
-                               (long long)v->shape[i], i, (long long)k->shape[i]);
-        if (dout && dout->shape[i] != q->shape[i])
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: dout->shape[%d] = %lld differs from q->shape[%d] = %lld", op, i,
-                               (long long)dout->shape[i], i, (long long)q->shape[i]);
-    }
-    if (s->hkv <= 0 || s->hq <= 0 || s->hq % s->hkv != 0)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: q heads = %lld is not a multiple of kv heads = %lld", op,
-                           (long long)s->hq, (long long)s->hkv);
     s->group = s->hq / s->hkv;
     return BURST_OK;
 }
@@ -452,8 +440,8 @@ static burst_status_t burst_cuda_copy(void *be, const struct burst_tensor *dst,
 {
     struct burst_cuda_view vd, vs;
     burst_status_t st;
-    if ((st = burst_cuda_view_of("cuda copy", "dst", dst, &vd)) != BURST_OK ||
-        (st = burst_cuda_view_of("cuda copy", "src", src, &vs)) != BURST_OK)
+    if ((st = burst_cuda_view_checked("cuda copy", "dst", dst, &vd)) != BURST_OK ||
+        (st = burst_cuda_view_checked("cuda copy", "src", src, &vs)) != BURST_OK)
         return st;
     for (int k = 0; k < BURST_TENSOR_DIMS; k++)
         if (dst->shape[k] != src->shape[k])
@@ -522,7 +510,7 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
         return st;
     const int empty = s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0;
     if (o) {
-        if ((st = burst_cuda_view_of(op, "o", o, &s.o_out)) != BURST_OK)
+        if ((st = burst_cuda_view_checked(op, "o", o, &s.o_out)) != BURST_OK)
             return st;
         if (!burst_cuda_final_fits(o, a->q) || empty ||
             burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT)
@@ -568,8 +556,8 @@ static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *
     burst_status_t st;
     if (!delta)
         return burst_error(BURST_ERR_INVALID_ARG, "cuda bwd_delta: delta is NULL");
-    if ((st = burst_cuda_view_of("cuda bwd_delta", "dout", dout, &vd)) != BURST_OK ||
-        (st = burst_cuda_view_of("cuda bwd_delta", "o", o, &vo)) != BURST_OK)
+    if ((st = burst_cuda_view_checked("cuda bwd_delta", "dout", dout, &vd)) != BURST_OK ||
+        (st = burst_cuda_view_checked("cuda bwd_delta", "o", o, &vo)) != BURST_OK)
         return st;
     for (int k = 0; k < BURST_TENSOR_DIMS; k++)
         if (dout->shape[k] != o->shape[k])
@@ -598,8 +586,8 @@ static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct
         return st;
     const int empty = s.batch == 0 || s.nq == 0 || s.nk == 0 || s.hq == 0;
     if (dk) {
-        if ((st = burst_cuda_view_of(op, "dk", dk, &s.dk_out)) != BURST_OK ||
-            (st = burst_cuda_view_of(op, "dv", dv, &s.dv_out)) != BURST_OK)
+        if ((st = burst_cuda_view_checked(op, "dk", dk, &s.dk_out)) != BURST_OK ||
+            (st = burst_cuda_view_checked(op, "dv", dv, &s.dv_out)) != BURST_OK)
             return st;
         if (!burst_cuda_final_fits(dk, a->k) || !burst_cuda_final_fits(dv, a->k) ||
             dk->dtype != a->q->dtype || empty || burst_cuda_kind(cb, &s, 1) == BURST_CUDA_FWD_SIMT)

@@ -11,35 +11,24 @@
 #include <string.h>
 
 #include "error.h"
+#include "step_check.h"
 #include "vk_internal.h"
 
 #define BURST_VK_I32_MAX ((int64_t)0x7fffffff)
-
-struct burst_vk_dims {
-    int64_t batch, nq, nk, hq, hkv, d, group;
-};
 
 static size_t burst_vk_esize(burst_dtype_t dt)
 {
     return dt == BURST_DTYPE_FP32 ? 4 : 2;
 }
 
-/* Validate a [B, n, H, d] view and give its extent in bytes from data. */
+/* The vulkan limits of a [B, n, H, d] view the engine has checked (runtime/step_check.h): no
+ * negative stride, at most 2^31 - 1 elements spanned; gives its extent in bytes from data. */
 static burst_status_t burst_vk_check_view(const char *op, const char *name,
                                           const struct burst_tensor *t, size_t *bytes_p)
 {
-    if (!t || !t->data)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
-    if (t->dtype != BURST_DTYPE_FP32 && t->dtype != BURST_DTYPE_FP16 &&
-        t->dtype != BURST_DTYPE_BF16)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is unknown", op, name,
-                           (int)t->dtype);
     int64_t last = 0;
     int empty = 0;
     for (int k = 0; k < BURST_TENSOR_DIMS; k++) {
-        if (t->shape[k] < 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative", op,
-                               name, k, (long long)t->shape[k]);
         if (t->stride[k] < 0)
             return burst_error(BURST_ERR_UNSUPPORTED,
                                "%s: %s->stride[%d] = %lld: negative strides are unsupported by the "
@@ -49,9 +38,6 @@ static burst_status_t burst_vk_check_view(const char *op, const char *name,
         if (t->shape[k] > 0)
             last += (t->shape[k] - 1) * t->stride[k];
     }
-    if (t->stride[3] != 1)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
-                           (long long)t->stride[3]);
     if (last >= BURST_VK_I32_MAX)
         return burst_error(BURST_ERR_TOO_LARGE,
                            "%s: %s spans %lld elements; the vulkan kernels index at most 2^31 - 1",
@@ -60,11 +46,13 @@ static burst_status_t burst_vk_check_view(const char *op, const char *name,
     return BURST_OK;
 }
 
+/* The vulkan limits of a step the engine has checked: each view's extent, head dim, 32-bit
+ * indices and grid sizes. */
 static burst_status_t burst_vk_check_qkv(struct burst_vk_backend *be, const char *op,
                                          const struct burst_tensor *q, const struct burst_tensor *k,
                                          const struct burst_tensor *v,
                                          const struct burst_tensor *dout, size_t bytes[4],
-                                         struct burst_vk_dims *dim)
+                                         struct burst_step_dims *dim)
 {
     burst_status_t st;
     if ((st = burst_vk_check_view(op, "q", q, &bytes[0])) != BURST_OK ||
@@ -72,44 +60,12 @@ static burst_status_t burst_vk_check_qkv(struct burst_vk_backend *be, const char
         (st = burst_vk_check_view(op, "v", v, &bytes[2])) != BURST_OK ||
         (dout && (st = burst_vk_check_view(op, "dout", dout, &bytes[3])) != BURST_OK))
         return st;
-    dim->batch = q->shape[0];
-    dim->nq = q->shape[1];
-    dim->hq = q->shape[2];
-    dim->d = q->shape[3];
-    dim->nk = k->shape[1];
-    dim->hkv = k->shape[2];
-    if (dim->d <= 0 || dim->d % 8 != 0)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: head dim = %lld is not a positive multiple of 8", op,
-                           (long long)dim->d);
+    burst_step_dims_of(q, k, dim);
     if (dim->d > BURST_VK_MAX_HEAD_DIM)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: head dim = %lld is unsupported by the vulkan backend (multiples of "
                            "8 up to %d)",
                            op, (long long)dim->d, BURST_VK_MAX_HEAD_DIM);
-    if (k->shape[0] != dim->batch || k->shape[3] != dim->d)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: k shape [%lld, %lld, %lld, %lld] does not match q [%lld, ., ., "
-                           "%lld]",
-                           op, (long long)k->shape[0], (long long)k->shape[1],
-                           (long long)k->shape[2], (long long)k->shape[3], (long long)dim->batch,
-                           (long long)dim->d);
-    for (int i = 0; i < BURST_TENSOR_DIMS; i++)
-        if (v->shape[i] != k->shape[i])
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: v->shape[%d] = %lld differs from k->shape[%d] = %lld", op, i,
-                               (long long)v->shape[i], i, (long long)k->shape[i]);
-    if (dout)
-        for (int i = 0; i < BURST_TENSOR_DIMS; i++)
-            if (dout->shape[i] != q->shape[i])
-                return burst_error(BURST_ERR_INVALID_ARG,
-                                   "%s: dout->shape[%d] = %lld differs from q->shape[%d] = %lld",
-                                   op, i, (long long)dout->shape[i], i, (long long)q->shape[i]);
-    if (dim->hkv <= 0 || dim->hq <= 0 || dim->hq % dim->hkv != 0)
-        return burst_error(BURST_ERR_INVALID_ARG,
-                           "%s: q heads = %lld is not a multiple of kv heads = %lld", op,
-                           (long long)dim->hq, (long long)dim->hkv);
-    dim->group = dim->hq / dim->hkv;
     int64_t rows = dim->batch * (dim->nq > dim->nk ? dim->nq : dim->nk) *
                    (dim->hq > dim->hkv ? dim->hq : dim->hkv);
     if (rows > BURST_VK_I32_MAX / dim->d || dim->hq > 65535 || dim->batch > 65535)
@@ -188,7 +144,7 @@ static void burst_vk_rows(const struct burst_posmap *qpos, const struct burst_po
 
 /* Loop iterations of a register-tiled kernel per tile of BC columns, counted as described at
  * burst_vk_rows_per_dispatch below, and its fixed loops (*fixed). */
-static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_vk_dims *dim,
+static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_step_dims *dim,
                                  const struct burst_vk_tile *tl, int64_t *fixed)
 {
     /* nb: operands per chunk of S (fwd: Q, K; bwd: also dO, V), na: accumulators */
@@ -214,7 +170,7 @@ static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_vk_d
  * dispatch (dkv_rt with a large GQA group at a large head dim may not: it then gives way to
  * the subgroup / scalar kernel). */
 static int burst_vk_rt_fits(const struct burst_vk_backend *be, enum burst_vk_kernel k,
-                            const struct burst_vk_dims *dim, const struct burst_vk_tile *tl)
+                            const struct burst_step_dims *dim, const struct burst_vk_tile *tl)
 {
     int64_t fixed, tile = burst_vk_rt_loops(k, dim, tl, &fixed);
     return be->caps.type != VK_PHYSICAL_DEVICE_TYPE_CPU || tile + fixed <= 49152;
@@ -238,7 +194,7 @@ static int burst_vk_rt_fits(const struct burst_vk_backend *be, enum burst_vk_ker
  * in one dispatch.
  */
 static int64_t burst_vk_rows_per_dispatch(const struct burst_vk_backend *be, enum burst_vk_kernel k,
-                                          const struct burst_vk_dims *dim,
+                                          const struct burst_step_dims *dim,
                                           const struct burst_vk_tile *tl)
 {
     /* dK / dV kernels split the query rows, the others the keys */
@@ -386,7 +342,7 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
 /* The forward kernel of inputs no cooperative-matrix kernel takes: register-tiled where the
  * device has a tile for it and the call fits, else the subgroup or scalar one. */
 static enum burst_vk_kernel burst_vk_fwd_plain(struct burst_vk_backend *be,
-                                               const struct burst_vk_dims *dim)
+                                               const struct burst_step_dims *dim)
 {
     const struct burst_vk_tile *rt = &be->tiles.k[BURST_VK_FWD_RT][burst_vk_dclass((int)dim->d)];
     return rt->t > 0 && burst_vk_rt_fits(be, BURST_VK_FWD_RT, dim, rt) ? BURST_VK_FWD_RT
@@ -395,7 +351,7 @@ static enum burst_vk_kernel burst_vk_fwd_plain(struct burst_vk_backend *be,
 
 /* Forward with an explicit kernel and tile (fwd_step and the autotune). */
 static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct burst_fwd_args *a,
-                                       const struct burst_vk_dims *dim, const size_t bytes[4],
+                                       const struct burst_step_dims *dim, const size_t bytes[4],
                                        enum burst_vk_kernel kern, const struct burst_vk_tile *tl,
                                        double *ms_p)
 {
@@ -522,7 +478,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
 
 /* fwd_cmq's tile for one call: burst_vk_fwd_cmq_call_tile (vk_caps.c) on the rule's tile */
 static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be, const struct burst_fwd_args *a,
-                                  const struct burst_vk_dims *dim, struct burst_vk_tile *tl)
+                                  const struct burst_step_dims *dim, struct burst_vk_tile *tl)
 {
     int64_t groups = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch;
     *tl = burst_vk_fwd_cmq_call_tile(&be->caps, &be->env, burst_vk_dclass((int)dim->d), *tl, groups,
@@ -535,7 +491,7 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     const char *op = "vulkan fwd_step";
     if (!a || !a->o_acc || !a->lse_acc)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: args, o_acc or lse_acc is NULL", op);
-    struct burst_vk_dims dim;
+    struct burst_step_dims dim;
     size_t bytes[4];
     burst_status_t st = burst_vk_check_qkv(be, op, a->q, a->k, a->v, NULL, bytes, &dim);
     if (st != BURST_OK || dim.nq == 0 || dim.nk == 0 || dim.batch == 0)
@@ -581,7 +537,7 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     const char *op = "vulkan bwd_step";
     if (!a)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: args is NULL", op);
-    struct burst_vk_dims dim;
+    struct burst_step_dims dim;
     size_t bytes[4];
     burst_status_t st = burst_vk_check_qkv(be, op, a->q, a->k, a->v, a->dout, bytes, &dim);
     if (st != BURST_OK)
@@ -863,7 +819,7 @@ double burst_vk_time_fwd(struct burst_vk_backend *be, enum burst_vk_kernel k, in
         a.qpos.run[0].len = a.kpos.run[0].len = n;
         a.qpos.run[0].stride = a.kpos.run[0].stride = 1;
         a.mask.left = a.mask.right = BURST_POS_INF;
-        struct burst_vk_dims dim = {1, n, n, h, h, d, 1};
+        struct burst_step_dims dim = {1, n, n, h, h, d, 1};
         size_t bytes[4] = {elems * 2, elems * 2, elems * 2, 0};
         for (int it = 0; it < 4; it++) {
             for (size_t i = 0; i < (size_t)(n * h); i++)
