@@ -181,15 +181,27 @@ static void *dev_tensor(struct burst_context *ctx, burst_dtype_t dt, size_t coun
     return d;
 }
 
-int main(int argc, char **argv)
+struct bench_opts {
+    long seqs[MAX_LIST], dims[MAX_LIST];
+    int nseq, ndim, nmask, ndt, iters;
+    int masks[2];
+    burst_dtype_t dts[3];
+    long heads, batch, bwd_max, width;
+    const char *csv, *impl, *save;
+};
+
+/* The command line into *o (the defaults where a flag is absent): 0, or 2 after a message. */
+static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
-    long seqs[MAX_LIST] = {4096, 16384}, dims[MAX_LIST] = {64, 128};
+    long *seqs = o->seqs, *dims = o->dims;
+    int *masks = o->masks;
+    burst_dtype_t *dts = o->dts;
+    seqs[0] = 4096, seqs[1] = 16384, dims[0] = 64, dims[1] = 128;
     int nseq = 2, ndim = 2, nmask = 2, ndt = 2, iters = 5;
-    int masks[2] = {0, 1};
-    burst_dtype_t dts[3] = {BURST_DTYPE_BF16, BURST_DTYPE_FP16};
+    masks[0] = 0, masks[1] = 1;
+    dts[0] = BURST_DTYPE_BF16, dts[1] = BURST_DTYPE_FP16;
     long heads = 32, batch = 1, bwd_max = 16384, width = 0;
     const char *csv = "burstbench_cuda.csv", *impl = "burst", *save = NULL;
-    int failed = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -238,6 +250,137 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    o->nseq = nseq, o->ndim = ndim, o->nmask = nmask, o->ndt = ndt, o->iters = iters;
+    o->heads = heads, o->batch = batch, o->bwd_max = bwd_max, o->width = width;
+    o->csv = csv, o->impl = impl, o->save = save;
+    return 0;
+}
+
+/* One size: time it, check it, print its row and its CSV line. 1 if it failed the check, 0
+ * otherwise (a size that could not run is reported and skipped). */
+static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FILE *f,
+                     burst_dtype_t dt, long N, long d, long heads, int causal, uint64_t *stp)
+{
+    const long batch = opt->batch, bwd_max = opt->bwd_max;
+    const int iters = opt->iters;
+    const char *impl = opt->impl, *save = opt->save;
+    uint64_t st = *stp;
+    int failed = 0;
+    struct burst_local_world *world = NULL;
+    struct burst_comm *comm = NULL;
+    struct burst_plan *plan = NULL;
+    struct burst_comm_params cm = burst_comm_params_default();
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.batch = batch;
+    pp.seq_len = N;
+    pp.q_heads = (int)heads;
+    pp.kv_heads = (int)heads;
+    pp.head_dim = (int)d;
+    pp.dtype = dt;
+    pp.causal = causal;
+    /* the kernels' speed: one ring per call, never head groups (their memory
+     * and time trade-off is tools/burstbench_ring.py's --workspace) */
+    pp.workspace_limit = UINT64_MAX;
+    cm.rank = 0;
+    cm.size = 1;
+    size_t cnt = (size_t)(batch * N * heads * d);
+    void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *dout = NULL, *dq = NULL, *dk = NULL,
+         *dv = NULL, *lse = NULL, *hq = NULL, *hk = NULL, *hv = NULL, *ho = NULL,
+         *hg[4] = {NULL, NULL, NULL, NULL};
+    if (burst_local_world_create(1, &world) != BURST_OK ||
+        (cm.world = world, burst_comm_create(&cm, &comm)) != BURST_OK ||
+        burst_plan_create(ctx, comm, &pp, &plan) != BURST_OK ||
+        !(q = dev_tensor(ctx, dt, cnt, &st, &hq)) || !(k = dev_tensor(ctx, dt, cnt, &st, &hk)) ||
+        !(v = dev_tensor(ctx, dt, cnt, &st, &hv)) ||
+        !(dout = dev_tensor(ctx, dt, cnt, &st, save ? &hg[0] : NULL)) ||
+        !(o = dev_tensor(ctx, dt, cnt, &st, &ho)) || !(dq = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+        !(dk = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+        !(dv = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
+        burst_context_alloc(ctx, (size_t)(batch * heads * N) * 4, &lse) != BURST_OK) {
+        fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d, burst_last_error());
+        goto next;
+    }
+    {
+        struct burst_tensor tq = burst_tensor_contiguous(q, dt, batch, N, heads, d),
+                            tk = burst_tensor_contiguous(k, dt, batch, N, heads, d),
+                            tv = burst_tensor_contiguous(v, dt, batch, N, heads, d),
+                            to = burst_tensor_contiguous(o, dt, batch, N, heads, d),
+                            tdo = burst_tensor_contiguous(dout, dt, batch, N, heads, d),
+                            tdq = burst_tensor_contiguous(dq, dt, batch, N, heads, d),
+                            tdk = burst_tensor_contiguous(dk, dt, batch, N, heads, d),
+                            tdv = burst_tensor_contiguous(dv, dt, batch, N, heads, d);
+        double tf[64], tb[64],
+            fl = 4.0 * (double)batch * (double)heads * (double)d * (double)N * (double)N *
+                 (causal ? 0.5 : 1.0);
+        int it = iters > 64 ? 64 : iters, do_bwd = N <= bwd_max;
+        burst_status_t s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
+        for (int r = 0; s2 == BURST_OK && r < it; r++) {
+            double t0 = now_s();
+            s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
+            double t1 = now_s();
+            if (s2 == BURST_OK && do_bwd)
+                s2 =
+                    burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo, &tdq, &tdk, &tdv);
+            tf[r] = t1 - t0;
+            tb[r] = now_s() - t0;
+        }
+        if (s2 != BURST_OK) {
+            fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d, burst_last_error());
+            goto next;
+        }
+        double mf = median(tf, it), mb = do_bwd ? median(tb, it) : NAN;
+        /* the last forward's O against the fp64 reference */
+        double err = NAN;
+        if (burst_context_memcpy(ctx, ho, o, cnt * burst_dtype_size(dt)) == BURST_OK)
+            err = check_rows(dt, hq, hk, hv, ho, batch, N, heads, d, causal);
+        const double bound = dt == BURST_DTYPE_BF16   ? 0x1p-7
+                             : dt == BURST_DTYPE_FP16 ? 0x1p-10
+                                                      : 1e-4;
+        int bad = !(err <= bound);
+        if (save) {
+            char tag[64];
+            const size_t by = cnt * burst_dtype_size(dt);
+            void *host[8] = {hq, hk, hv, ho, hg[0]}, *gd[3] = {dq, dk, dv};
+            for (int g = 0; do_bwd && g < 3; g++)
+                if ((host[5 + g] = hg[1 + g] = malloc(by)) == NULL ||
+                    burst_context_memcpy(ctx, host[5 + g], gd[g], by) != BURST_OK)
+                    bad = 1;
+            snprintf(tag, sizeof tag, "%s_%ld_%ld_%s", burst_dtype_name(dt), N, d,
+                     causal ? "causal" : "full");
+            bad |= save_inputs(save, tag, host, do_bwd ? 8 : 4, by) != 0;
+        }
+        failed += bad;
+        printf("%-6s %6ld %4ld %5ld %6s %10.3f %10.1f %12.3f %12.1f %9.2e%s\n",
+               burst_dtype_name(dt), N, d, heads, causal ? "yes" : "no", mf * 1e3, fl / mf * 1e-12,
+               mb * 1e3, 3.5 * fl / mb * 1e-12, err, bad ? " FAIL" : "");
+        fprintf(f, "%s,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f,%.3e\n", impl,
+                burst_dtype_name(dt), batch, heads, N, d, causal, mf * 1e3, fl / mf * 1e-12,
+                mb * 1e3, 3.5 * fl / mb * 1e-12, err);
+        fflush(stdout);
+        fflush(f);
+    }
+next:
+    burst_plan_destroy(plan);
+    burst_comm_destroy(comm);
+    burst_local_world_destroy(world);
+    void *bufs[] = {q, k, v, o, dout, dq, dk, dv, lse};
+    for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
+        burst_context_free(ctx, bufs[b]);
+    free(hq), free(hk), free(hv), free(ho);
+    for (int g = 0; g < 4; g++)
+        free(hg[g]);
+    *stp = st;
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o;
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    long heads = o.heads;
+    const char *csv = o.csv;
+    int failed = 0;
     struct burst_context_params cp = burst_context_params_default();
     cp.backend = "cuda";
     struct burst_context *ctx = NULL;
@@ -255,129 +398,14 @@ int main(int argc, char **argv)
     printf("%-6s %6s %4s %5s %6s %10s %10s %12s %12s %9s\n", "dtype", "N", "d", "heads", "causal",
            "fwd ms", "fwd TF/s", "fwd+bwd ms", "fwd+bwd TF/s", "max err");
     uint64_t st = 42;
-    for (int di = 0; di < ndt; di++)
-        for (int ni = 0; ni < nseq; ni++)
-            for (int hi = 0; hi < ndim; hi++)
-                for (int mi = 0; mi < nmask; mi++) {
-                    const long N = seqs[ni], d = dims[hi];
-                    if (width > 0)
-                        heads = width / d > 0 ? width / d : 1;
-                    const int causal = masks[mi];
-                    const burst_dtype_t dt = dts[di];
-                    struct burst_local_world *world = NULL;
-                    struct burst_comm *comm = NULL;
-                    struct burst_plan *plan = NULL;
-                    struct burst_comm_params cm = burst_comm_params_default();
-                    struct burst_plan_params pp = burst_plan_params_default();
-                    pp.batch = batch;
-                    pp.seq_len = N;
-                    pp.q_heads = (int)heads;
-                    pp.kv_heads = (int)heads;
-                    pp.head_dim = (int)d;
-                    pp.dtype = dt;
-                    pp.causal = causal;
-                    /* the kernels' speed: one ring per call, never head groups (their memory
-                     * and time trade-off is tools/burstbench_ring.py's --workspace) */
-                    pp.workspace_limit = UINT64_MAX;
-                    cm.rank = 0;
-                    cm.size = 1;
-                    size_t cnt = (size_t)(batch * N * heads * d);
-                    void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *dout = NULL, *dq = NULL,
-                         *dk = NULL, *dv = NULL, *lse = NULL, *hq = NULL, *hk = NULL, *hv = NULL,
-                         *ho = NULL, *hg[4] = {NULL, NULL, NULL, NULL};
-                    if (burst_local_world_create(1, &world) != BURST_OK ||
-                        (cm.world = world, burst_comm_create(&cm, &comm)) != BURST_OK ||
-                        burst_plan_create(ctx, comm, &pp, &plan) != BURST_OK ||
-                        !(q = dev_tensor(ctx, dt, cnt, &st, &hq)) ||
-                        !(k = dev_tensor(ctx, dt, cnt, &st, &hk)) ||
-                        !(v = dev_tensor(ctx, dt, cnt, &st, &hv)) ||
-                        !(dout = dev_tensor(ctx, dt, cnt, &st, save ? &hg[0] : NULL)) ||
-                        !(o = dev_tensor(ctx, dt, cnt, &st, &ho)) ||
-                        !(dq = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
-                        !(dk = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
-                        !(dv = dev_tensor(ctx, dt, cnt, &st, NULL)) ||
-                        burst_context_alloc(ctx, (size_t)(batch * heads * N) * 4, &lse) !=
-                            BURST_OK) {
-                        fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d,
-                                burst_last_error());
-                        goto next;
-                    }
-                    {
-                        struct burst_tensor tq = burst_tensor_contiguous(q, dt, batch, N, heads, d),
-                                            tk = burst_tensor_contiguous(k, dt, batch, N, heads, d),
-                                            tv = burst_tensor_contiguous(v, dt, batch, N, heads, d),
-                                            to = burst_tensor_contiguous(o, dt, batch, N, heads, d),
-                                            tdo = burst_tensor_contiguous(dout, dt, batch, N, heads,
-                                                                          d),
-                                            tdq =
-                                                burst_tensor_contiguous(dq, dt, batch, N, heads, d),
-                                            tdk =
-                                                burst_tensor_contiguous(dk, dt, batch, N, heads, d),
-                                            tdv =
-                                                burst_tensor_contiguous(dv, dt, batch, N, heads, d);
-                        double tf[64], tb[64],
-                            fl = 4.0 * (double)batch * (double)heads * (double)d * (double)N *
-                                 (double)N * (causal ? 0.5 : 1.0);
-                        int it = iters > 64 ? 64 : iters, do_bwd = N <= bwd_max;
-                        burst_status_t s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
-                        for (int r = 0; s2 == BURST_OK && r < it; r++) {
-                            double t0 = now_s();
-                            s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
-                            double t1 = now_s();
-                            if (s2 == BURST_OK && do_bwd)
-                                s2 = burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo,
-                                                              &tdq, &tdk, &tdv);
-                            tf[r] = t1 - t0;
-                            tb[r] = now_s() - t0;
-                        }
-                        if (s2 != BURST_OK) {
-                            fprintf(stderr, "burstbench_cuda: N=%ld d=%ld: %s\n", N, d,
-                                    burst_last_error());
-                            goto next;
-                        }
-                        double mf = median(tf, it), mb = do_bwd ? median(tb, it) : NAN;
-                        /* the last forward's O against the fp64 reference */
-                        double err = NAN;
-                        if (burst_context_memcpy(ctx, ho, o, cnt * burst_dtype_size(dt)) ==
-                            BURST_OK)
-                            err = check_rows(dt, hq, hk, hv, ho, batch, N, heads, d, causal);
-                        const double bound = dt == BURST_DTYPE_BF16   ? 0x1p-7
-                                             : dt == BURST_DTYPE_FP16 ? 0x1p-10
-                                                                      : 1e-4;
-                        int bad = !(err <= bound);
-                        if (save) {
-                            char tag[64];
-                            const size_t by = cnt * burst_dtype_size(dt);
-                            void *host[8] = {hq, hk, hv, ho, hg[0]}, *gd[3] = {dq, dk, dv};
-                            for (int g = 0; do_bwd && g < 3; g++)
-                                if ((host[5 + g] = hg[1 + g] = malloc(by)) == NULL ||
-                                    burst_context_memcpy(ctx, host[5 + g], gd[g], by) != BURST_OK)
-                                    bad = 1;
-                            snprintf(tag, sizeof tag, "%s_%ld_%ld_%s", burst_dtype_name(dt), N, d,
-                                     causal ? "causal" : "full");
-                            bad |= save_inputs(save, tag, host, do_bwd ? 8 : 4, by) != 0;
-                        }
-                        failed += bad;
-                        printf("%-6s %6ld %4ld %5ld %6s %10.3f %10.1f %12.3f %12.1f %9.2e%s\n",
-                               burst_dtype_name(dt), N, d, heads, causal ? "yes" : "no", mf * 1e3,
-                               fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12, err,
-                               bad ? " FAIL" : "");
-                        fprintf(f, "%s,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f,%.3e\n", impl,
-                                burst_dtype_name(dt), batch, heads, N, d, causal, mf * 1e3,
-                                fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12, err);
-                        fflush(stdout);
-                        fflush(f);
-                    }
-                next:
-                    burst_plan_destroy(plan);
-                    burst_comm_destroy(comm);
-                    burst_local_world_destroy(world);
-                    void *bufs[] = {q, k, v, o, dout, dq, dk, dv, lse};
-                    for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
-                        burst_context_free(ctx, bufs[b]);
-                    free(hq), free(hk), free(hv), free(ho);
-                    for (int g = 0; g < 4; g++)
-                        free(hg[g]);
+    for (int di = 0; di < o.ndt; di++)
+        for (int ni = 0; ni < o.nseq; ni++)
+            for (int hi = 0; hi < o.ndim; hi++)
+                for (int mi = 0; mi < o.nmask; mi++) {
+                    const long N = o.seqs[ni], d = o.dims[hi];
+                    if (o.width > 0)
+                        heads = o.width / d > 0 ? o.width / d : 1;
+                    failed += bench_one(ctx, &o, f, o.dts[di], N, d, heads, o.masks[mi], &st);
                 }
     fclose(f);
     burst_context_destroy(ctx);

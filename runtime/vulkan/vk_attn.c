@@ -531,40 +531,30 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     return burst_vk_fwd_run(be, a, &dim, bytes, kern, &tl, NULL);
 }
 
-burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
+/* The backward kernels of a step: kq for dQ, kkv for dK and dV (BURST_VK_DKVQ_RT: dQ too).
+ * Where the pair takes bf16 views converted into packed fp16, they are converted into the
+ * stream's scratch at cvt_at (0: not converted) and *nbf_p counts them. */
+static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_stream *s,
+                                 const struct burst_bwd_args *a, const struct burst_step_dims *dim,
+                                 const struct burst_tensor *const t4[4], VkDeviceAddress cvt_at[4],
+                                 enum burst_vk_kernel *kq_p, enum burst_vk_kernel *kkv_p,
+                                 int *nbf_p)
 {
-    struct burst_vk_backend *be = bev;
-    const char *op = "vulkan bwd_step";
-    if (!a)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: args is NULL", op);
-    struct burst_step_dims dim;
-    size_t bytes[4];
-    burst_status_t st = burst_vk_check_qkv(be, op, a->q, a->k, a->v, a->dout, bytes, &dim);
-    if (st != BURST_OK)
-        return st;
-    if ((!a->dq && !a->dk && !a->dv) || dim.nq == 0 || dim.nk == 0 || dim.batch == 0)
-        return BURST_OK;
-    if (!a->lse || !a->delta)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: lse or delta is NULL", op);
-    struct burst_vk_stream *s;
-    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
-        return st;
     /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for, and
      * the *_cmq pair also bf16 ones, converted into fp16 scaled by a power of two per view
      * (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1, the
      * default); the register-tiled ones everything else, where the device has tiles for them */
-    const struct burst_tensor *const t4[4] = {a->q, a->k, a->v, a->dout};
-    int fp16 = dim.d % 16 == 0, bf16 = dim.d % 16 == 0, cvt[4] = {0, 0, 0, 0}, nbf = 0;
+    int fp16 = dim->d % 16 == 0, bf16 = dim->d % 16 == 0, cvt[4] = {0, 0, 0, 0};
+    int nbf = 0;
     for (int i = 0; i < 4; i++) { /* bf16: all four (dO's scale needs V's: convert.glsl) */
         fp16 &= t4[i]->dtype == BURST_DTYPE_FP16;
         bf16 &= t4[i]->dtype == BURST_DTYPE_BF16;
         cvt[i] = t4[i]->dtype == BURST_DTYPE_BF16;
     }
     enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
-    int dc = burst_vk_dclass((int)dim.d);
+    int dc = burst_vk_dclass((int)dim->d);
     const int cmq =
         be->tiles.k[BURST_VK_DQ_CMQ][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CMQ][dc].t > 0;
-    VkDeviceAddress cvt_at[4] = {0, 0, 0, 0};
     /* the workgroup-scope pair first, for every head dim: fp16, or bf16 converted as below */
     const int cm2 = be->use_cm2 && be->tiles.k[BURST_VK_DQ_CM2][dc].t > 0 &&
                     be->tiles.k[BURST_VK_DKV_CM2][dc].t > 0;
@@ -596,18 +586,97 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         }
     } else {
         if (be->tiles.k[BURST_VK_DQ_RT][dc].t > 0 &&
-            burst_vk_rt_fits(be, BURST_VK_DQ_RT, &dim, &be->tiles.k[BURST_VK_DQ_RT][dc]))
+            burst_vk_rt_fits(be, BURST_VK_DQ_RT, dim, &be->tiles.k[BURST_VK_DQ_RT][dc]))
             kq = BURST_VK_DQ_RT;
         if (be->tiles.k[BURST_VK_DKV_RT][dc].t > 0 &&
-            burst_vk_rt_fits(be, BURST_VK_DKV_RT, &dim, &be->tiles.k[BURST_VK_DKV_RT][dc]))
+            burst_vk_rt_fits(be, BURST_VK_DKV_RT, dim, &be->tiles.k[BURST_VK_DKV_RT][dc]))
             kkv = BURST_VK_DKV_RT;
         /* a plan that need not be deterministic: the dK / dV kernel adds dQ by atomics, and
          * no dQ kernel runs (it would compute S and dP again) */
         if (kkv == BURST_VK_DKV_RT && a->dq && (a->dk || a->dv) && !a->deterministic &&
             be->use_atomic && be->tiles.k[BURST_VK_DKVQ_RT][dc].t > 0 &&
-            burst_vk_rt_fits(be, BURST_VK_DKVQ_RT, &dim, &be->tiles.k[BURST_VK_DKVQ_RT][dc]))
+            burst_vk_rt_fits(be, BURST_VK_DKVQ_RT, dim, &be->tiles.k[BURST_VK_DKVQ_RT][dc]))
             kkv = BURST_VK_DKVQ_RT;
     }
+    *kq_p = kq;
+    *kkv_p = kkv;
+    *nbf_p = nbf;
+}
+
+/* The parameter block p of the backward kernels, and the per-row key intervals at extra + roff
+ * (device address xa + roff). */
+static void burst_vk_bwd_params(struct burst_vk_params *p, const struct burst_bwd_args *a,
+                                const struct burst_step_dims *dim,
+                                const struct burst_vk_slot slots[9],
+                                const struct burst_tensor *const t4[4],
+                                const VkDeviceAddress cvt_at[4], enum burst_vk_kernel kq,
+                                enum burst_vk_kernel kkv, void *extra, VkDeviceAddress xa,
+                                size_t roff)
+{
+    memset(p, 0, sizeof *p);
+    p->q = burst_vk_view_of(a->q, slots[0].addr);
+    p->k = burst_vk_view_of(a->k, slots[1].addr);
+    p->v = burst_vk_view_of(a->v, slots[2].addr);
+    p->dout = burst_vk_view_of(a->dout, slots[3].addr);
+    p->lse = slots[4].addr;
+    p->delta = slots[5].addr;
+    p->o = slots[6].addr;
+    p->dk = slots[7].addr;
+    p->dv = slots[8].addr;
+    p->rows = xa + roff;
+    p->batch = (int32_t)dim->batch;
+    p->nq = (int32_t)dim->nq;
+    p->nk = (int32_t)dim->nk;
+    p->hq = (int32_t)dim->hq;
+    p->hkv = (int32_t)dim->hkv;
+    p->group = (int32_t)dim->group;
+    p->scale = a->scale;
+    p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
+    int vec = 1;
+    for (int i = 0; i < 4; i++)
+        vec &= cvt_at[i] || burst_vk_vec8(t4[i], slots[i].addr);
+    if (burst_vk_kernel_cm(kq) && vec)
+        p->flags |= 8;
+    if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) && burst_vk_vec4(a->q, slots[0].addr) &&
+        burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
+        burst_vk_vec4(a->dout, slots[3].addr))
+        p->flags |= 32;
+    /* bf16 views converted into packed fp16 in the scratch: flag bits 8, 6, 7, 9 for q, k,
+     * v, dout (shaders/cm_nv.glsl cvt_scales) */
+    static const int cvt_flag[4] = {256, 64, 128, 512};
+    struct burst_vk_view *pv[4] = {&p->q, &p->k, &p->v, &p->dout};
+    for (int i = 0; i < 4; i++)
+        if (cvt_at[i]) {
+            *pv[i] = burst_vk_packed_view(t4[i], cvt_at[i]);
+            p->flags |= cvt_flag[i];
+        }
+    burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim->nq, dim->nk,
+                  (int32_t *)(void *)((unsigned char *)extra + roff));
+}
+
+burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
+{
+    struct burst_vk_backend *be = bev;
+    const char *op = "vulkan bwd_step";
+    if (!a)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: args is NULL", op);
+    struct burst_step_dims dim;
+    size_t bytes[4];
+    burst_status_t st = burst_vk_check_qkv(be, op, a->q, a->k, a->v, a->dout, bytes, &dim);
+    if (st != BURST_OK)
+        return st;
+    if ((!a->dq && !a->dk && !a->dv) || dim.nq == 0 || dim.nk == 0 || dim.batch == 0)
+        return BURST_OK;
+    if (!a->lse || !a->delta)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: lse or delta is NULL", op);
+    struct burst_vk_stream *s;
+    if ((st = burst_vk_stream_acquire(be, &s)) != BURST_OK)
+        return st;
+    const struct burst_tensor *const t4[4] = {a->q, a->k, a->v, a->dout};
+    enum burst_vk_kernel kq, kkv;
+    VkDeviceAddress cvt_at[4] = {0, 0, 0, 0};
+    int nbf;
+    burst_vk_bwd_kernels(be, s, a, &dim, t4, cvt_at, &kq, &kkv, &nbf);
     const int fused = kkv == BURST_VK_DKVQ_RT; /* dQ comes from the dK / dV kernel */
     struct burst_vk_tile tq, tkv;
     int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, (int)a->dout->dtype};
@@ -667,45 +736,7 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     st = burst_vk_stage(be, s, slots, 9, roff + 8 * (size_t)dim.nq, &extra, &xa);
     if (st == BURST_OK) {
         struct burst_vk_params *p = extra;
-        memset(p, 0, sizeof *p);
-        p->q = burst_vk_view_of(a->q, slots[0].addr);
-        p->k = burst_vk_view_of(a->k, slots[1].addr);
-        p->v = burst_vk_view_of(a->v, slots[2].addr);
-        p->dout = burst_vk_view_of(a->dout, slots[3].addr);
-        p->lse = slots[4].addr;
-        p->delta = slots[5].addr;
-        p->o = slots[6].addr;
-        p->dk = slots[7].addr;
-        p->dv = slots[8].addr;
-        p->rows = xa + roff;
-        p->batch = (int32_t)dim.batch;
-        p->nq = (int32_t)dim.nq;
-        p->nk = (int32_t)dim.nk;
-        p->hq = (int32_t)dim.hq;
-        p->hkv = (int32_t)dim.hkv;
-        p->group = (int32_t)dim.group;
-        p->scale = a->scale;
-        p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
-        int vec = 1;
-        for (int i = 0; i < 4; i++)
-            vec &= cvt_at[i] || burst_vk_vec8(t4[i], slots[i].addr);
-        if (burst_vk_kernel_cm(kq) && vec)
-            p->flags |= 8;
-        if ((kq == BURST_VK_DQ_RT || burst_vk_kernel_rt(kkv)) &&
-            burst_vk_vec4(a->q, slots[0].addr) && burst_vk_vec4(a->k, slots[1].addr) &&
-            burst_vk_vec4(a->v, slots[2].addr) && burst_vk_vec4(a->dout, slots[3].addr))
-            p->flags |= 32;
-        /* bf16 views converted into packed fp16 in the scratch: flag bits 8, 6, 7, 9 for q, k,
-         * v, dout (shaders/cm_nv.glsl cvt_scales) */
-        static const int cvt_flag[4] = {256, 64, 128, 512};
-        struct burst_vk_view *pv[4] = {&p->q, &p->k, &p->v, &p->dout};
-        for (int i = 0; i < 4; i++)
-            if (cvt_at[i]) {
-                *pv[i] = burst_vk_packed_view(t4[i], cvt_at[i]);
-                p->flags |= cvt_flag[i];
-            }
-        burst_vk_rows(&a->qpos, &a->kpos, a->mask, dim.nq, dim.nk,
-                      (int32_t *)(void *)((unsigned char *)extra + roff));
+        burst_vk_bwd_params(p, a, &dim, slots, t4, cvt_at, kq, kkv, extra, xa, roff);
         const uint32_t gkv[3] = {burst_vk_groups(dim.nk, tkv.br), (uint32_t)dim.hkv,
                                  (uint32_t)dim.batch};
         const uint32_t gq[3] = {burst_vk_groups(dim.nq, tq.br), (uint32_t)dim.hq,
