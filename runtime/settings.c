@@ -352,3 +352,44 @@ burst_status_t burst_settings_check(void)
                                    BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC,
                                &set);
 }
+
+/* The row of a setting named name, or a named error. */
+static burst_status_t row_of_name(const char *who, const char *name, const void *value, int *row)
+{
+    if (!name || !value)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: name or value is NULL", who);
+    *row = strchr(name, '=') ? -1 : row_of_entry(name);
+    if (*row < 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %.64s is not a burst setting (burstrun --info lists them)", who,
+                           name);
+    return BURST_OK;
+}
+
+burst_status_t burst_setting_long(const char *name, long *value)
+{
+    const char *who = "burst_setting_long", *s;
+    long v;
+    int row = -1;
+    burst_status_t st = row_of_name(who, name, value, &row);
+    if (st != BURST_OK)
+        return st;
+    if (burst_settings[row].type == BURST_SETTING_STRING)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %s is text, not a number (burst_setting_string reads it)", who,
+                           name);
+    if ((st = burst_setting_get(who, (enum burst_setting_id)row, &v, &s)) == BURST_OK && s)
+        *value = v;
+    return st;
+}
+
+burst_status_t burst_setting_string(const char *name, const char **value)
+{
+    const char *who = "burst_setting_string", *s;
+    int row = -1;
+    burst_status_t st = row_of_name(who, name, value, &row);
+    if (st == BURST_OK &&
+        (st = burst_setting_get(who, (enum burst_setting_id)row, NULL, &s)) == BURST_OK && s)
+        *value = s;
+    return st;
+}

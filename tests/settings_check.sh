@@ -3,8 +3,9 @@
 # against the code and the README:
 #   - every BURST_* variable the library or burstrun reads or sets (a string literal that is
 #     the whole name, or NAME=) is a row of the table;
-#   - only runtime/settings.c calls getenv on a BURST_* name in the library (burstrun, the
-#     launcher in tools/, reads the variables it sets for its ranks);
+#   - only runtime/settings.c calls getenv on a BURST_* name: the library and tools/ alike (the
+#     tools read settings through burst_setting_long / burst_setting_string; burstrun may still
+#     set variables for its ranks);
 #   - README.md's settings table lists exactly the table's names;
 #   - burstrun --info --json prints every row; a BURST_* variable the table lacks draws a
 #     warning naming it; a malformed value is refused naming it.
@@ -34,7 +35,7 @@ used=$(grep -ohE '"BURST_[A-Z0-9_]*[A-Z0-9]("|=)' $code | tr -d '"=' | grep -vx 
 for name in $used; do
     printf '%s\n' "$table" | grep -qx "$name" || fail "$name is read or set in the code but is not in the settings table (runtime/settings.c)"
 done
-raw=$(grep -nE 'getenv\("BURST_' $code | grep -vE '^(runtime/settings\.c|tools/)')
+raw=$(grep -nE 'getenv\("BURST_' $code | grep -vE '^runtime/settings\.c:')
 [ -z "$raw" ] || fail "getenv of a BURST_* name outside runtime/settings.c: $raw"
 
 readme=$(sed -n '/^## Environment variables/,/^## /p' README.md | grep -E '^\| `BURST_' |

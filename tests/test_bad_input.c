@@ -493,6 +493,42 @@ static void env_malformed(void **state)
     burst_local_world_destroy(w);
 }
 
+/* burst_setting_long / burst_setting_string: the table's rule from outside the library; unset
+ * or empty leaves the caller's value, a malformed one or an unknown name is refused naming it. */
+static void setting_accessors(void **state)
+{
+    (void)state;
+    long v = -7;
+    const char *t = "kept";
+    unsetenv("BURST_NUM_THREADS");
+    assert_int_equal(burst_setting_long("BURST_NUM_THREADS", &v), BURST_OK);
+    assert_int_equal(v, -7);
+    setenv("BURST_NUM_THREADS", "", 1);
+    assert_int_equal(burst_setting_long("BURST_NUM_THREADS", &v), BURST_OK);
+    assert_int_equal(v, -7);
+    setenv("BURST_NUM_THREADS", "3", 1);
+    assert_int_equal(burst_setting_long("BURST_NUM_THREADS", &v), BURST_OK);
+    assert_int_equal(v, 3);
+    for (size_t i = 0; i < sizeof(bad_ints) / sizeof(bad_ints[0]); i++) {
+        setenv("BURST_NUM_THREADS", bad_ints[i], 1);
+        env_expect("BURST_NUM_THREADS", bad_ints[i], burst_setting_long("BURST_NUM_THREADS", &v));
+        assert_int_equal(v, 3);
+    }
+    unsetenv("BURST_NUM_THREADS");
+    EXPECT(burst_setting_long("BURST_NO_SUCH_SETTING", &v), INVALID, "BURST_NO_SUCH_SETTING",
+           "not a burst setting");
+    EXPECT(burst_setting_long("BURST_IFACE", &v), INVALID, "BURST_IFACE", "text");
+    EXPECT(burst_setting_long(NULL, &v), INVALID, "NULL", NULL);
+    EXPECT(burst_setting_long("BURST_NUM_THREADS", NULL), INVALID, "NULL", NULL);
+    unsetenv("BURST_IFACE");
+    assert_int_equal(burst_setting_string("BURST_IFACE", &t), BURST_OK);
+    assert_string_equal(t, "kept");
+    setenv("BURST_IFACE", "lo", 1);
+    assert_int_equal(burst_setting_string("BURST_IFACE", &t), BURST_OK);
+    assert_string_equal(t, "lo");
+    unsetenv("BURST_IFACE");
+}
+
 /* params->timeout_ms beyond BURST_COMM_TIMEOUT_MAX_MS is refused at once, naming it. */
 static void comm_timeout_range(void **state)
 {
@@ -1215,6 +1251,7 @@ int main(void)
         cmocka_unit_test(comm_bad_bootstrap),
         cmocka_unit_test(comm_env_bad_bootstrap),
         cmocka_unit_test(env_malformed),
+        cmocka_unit_test(setting_accessors),
         T(comm_timeout_range),
         T(plan_null_ctx),
         T(plan_null_comm),

@@ -1484,7 +1484,10 @@ static int mpi_rank_main(int argc, char **argv)
     snprintf(h.num_threads, sizeof(h.num_threads), "%s", o.num_threads_list);
     snprintf(h.device, sizeof(h.device), "%s", o.device_list);
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* ranks on this host share its cores */
-    if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS") && ls && atoi(ls) > 0) {
+    long env_threads = 0; /* BURST_NUM_THREADS unset: the host's ranks share its cores */
+    if (!strcmp(h.num_threads, "0") &&
+        burst_setting_long("BURST_NUM_THREADS", &env_threads) == BURST_OK && env_threads == 0 &&
+        ls && atoi(ls) > 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         snprintf(h.num_threads, sizeof(h.num_threads), "%d",
                  ncpu > atoi(ls) ? (int)(ncpu / atoi(ls)) : 1);
@@ -1518,8 +1521,9 @@ static int mpi_rank_main(int argc, char **argv)
     cp.rank = rank;
     cp.size = size;
     cp.fabric = o.fabric;
-    const char *env_iface = getenv("BURST_IFACE");
-    cp.iface = o.iface ? o.iface : env_iface && *env_iface ? env_iface : NULL;
+    const char *env_iface = NULL; /* text: never malformed */
+    (void)burst_setting_string("BURST_IFACE", &env_iface);
+    cp.iface = o.iface ? o.iface : env_iface;
     cp.timeout_ms = o.timeout_s ? o.timeout_s * 1000 : 0; /* 0: BURST_TIMEOUT_MS */
     cp.bootstrap = "mpi";
     cp.oob_allgather = launch_mpi_allgather;

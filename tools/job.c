@@ -933,11 +933,19 @@ int job_worker_main(int fd)
         return JOB_EFAIL;
     }
     const struct job_arena_hdr *h = arena;
-    const char *rs = getenv("BURST_RANK");
-    int rank = rs ? atoi(rs) : -1;
+    long lrank = -1; /* BURST_RANK unset: refused below */
+    if (burst_setting_long("BURST_RANK", &lrank) != BURST_OK) {
+        fprintf(stderr, "rank worker: %s\n", burst_last_error());
+        munmap(arena, bytes);
+        return JOB_EFAIL;
+    }
+    int rank = (int)lrank;
     if (h->magic != JOB_ARENA_MAGIC || h->version != JOB_ARENA_VERSION || h->bytes != bytes ||
         rank < 0 || rank >= h->p.ranks) {
-        fprintf(stderr, "rank worker: bad arena or BURST_RANK=%s\n", rs ? rs : "(unset)");
+        char rs[24] = "(unset)";
+        if (rank >= 0)
+            snprintf(rs, sizeof rs, "%d", rank);
+        fprintf(stderr, "rank worker: bad arena or BURST_RANK=%s\n", rs);
         munmap(arena, bytes);
         return JOB_EFAIL;
     }

@@ -299,7 +299,9 @@ static int launch_arena(struct launch *L)
     snprintf(h.backend, sizeof(h.backend), "%s", lo->backend);
     snprintf(h.num_threads, sizeof(h.num_threads), "%s", lo->num_threads);
     snprintf(h.device, sizeof(h.device), "%s", lo->device ? lo->device : "");
-    if (!strcmp(h.num_threads, "0") && !getenv("BURST_NUM_THREADS")) {
+    long env_threads = 0; /* BURST_NUM_THREADS unset: the ranks share the cores */
+    if (!strcmp(h.num_threads, "0") &&
+        burst_setting_long("BURST_NUM_THREADS", &env_threads) == BURST_OK && env_threads == 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         snprintf(h.num_threads, sizeof(h.num_threads), "%d", ncpu > L->G ? (int)(ncpu / L->G) : 1);
     }

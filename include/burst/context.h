@@ -124,6 +124,30 @@ BURST_API burst_status_t burst_settings_report(int json, char **report_p);
  */
 BURST_API burst_status_t burst_settings_check(void);
 
+/*
+ * Read one BURST_* setting by the rule of the settings table (the one burstrun --info prints):
+ * the way a program that links only this library (a launcher, a benchmark) reads the settings
+ * it shares with the library, with the same parsing and the same errors.
+ *
+ * burst_setting_long: `name` is a row of the table whose value is a number: an integer (parsed
+ * whole as decimal and within the row's range), a 0/1 switch, or one of a list of choices (its
+ * index in the list). burst_setting_string: any row; its text as given.
+ *
+ * When the variable is unset or empty, BURST_OK is returned and *value is left as the caller
+ * set it: the caller chooses what "not set" means (the library's own default is the row's
+ * default, which burstrun --info prints). A research switch reads as not set in a build without
+ * -Dresearch_settings=true, as it does inside the library. Otherwise *value receives the parsed
+ * value (burst_setting_string: the text, valid until the environment changes).
+ *
+ * Errors (*value untouched): BURST_ERR_INVALID_ARG when name or value is NULL, when name is
+ * not a row of the table, when burst_setting_long's row holds text, or when the value is
+ * malformed; burst_last_error() then names the variable, its value and what it must be, e.g.
+ * "burst_setting_long: BURST_NUM_THREADS = \"many\" is not an integer in 1..4096".
+ * Thread-safe as far as getenv is (no setenv in another thread meanwhile).
+ */
+BURST_API burst_status_t burst_setting_long(const char *name, long *value);
+BURST_API burst_status_t burst_setting_string(const char *name, const char **value);
+
 /* Release a string returned by the library (burst_probe); NULL is accepted. */
 BURST_API void burst_free(void *p);
 
