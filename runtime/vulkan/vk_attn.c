@@ -339,6 +339,19 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
     return 0;
 }
 
+/* The sizes and scale of a step in its parameter block (forward and backward alike). */
+static void burst_vk_params_sizes(struct burst_vk_params *p, const struct burst_step_dims *dim,
+                                  float scale)
+{
+    p->batch = (int32_t)dim->batch;
+    p->nq = (int32_t)dim->nq;
+    p->nk = (int32_t)dim->nk;
+    p->hq = (int32_t)dim->hq;
+    p->hkv = (int32_t)dim->hkv;
+    p->group = (int32_t)dim->group;
+    p->scale = scale;
+}
+
 /* The forward kernel of inputs no cooperative-matrix kernel takes: register-tiled where the
  * device has a tile for it and the call fits, else the subgroup or scalar one. */
 static enum burst_vk_kernel burst_vk_fwd_plain(struct burst_vk_backend *be,
@@ -428,13 +441,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         p->o = slots[3].addr;
         p->lse = slots[4].addr;
         p->rows = xa + roff;
-        p->batch = (int32_t)dim->batch;
-        p->nq = (int32_t)dim->nq;
-        p->nk = (int32_t)dim->nk;
-        p->hq = (int32_t)dim->hq;
-        p->hkv = (int32_t)dim->hkv;
-        p->group = (int32_t)dim->group;
-        p->scale = a->scale;
+        burst_vk_params_sizes(p, dim, a->scale);
         const int cm = kern == BURST_VK_FWD_CM || kern == BURST_VK_FWD_CMQ;
         if (cm && burst_vk_vec8(a->q, slots[0].addr) &&
             (cvt[1] || burst_vk_vec8(a->k, slots[1].addr)) &&
@@ -624,13 +631,7 @@ static void burst_vk_bwd_params(struct burst_vk_params *p, const struct burst_bw
     p->dk = slots[7].addr;
     p->dv = slots[8].addr;
     p->rows = xa + roff;
-    p->batch = (int32_t)dim->batch;
-    p->nq = (int32_t)dim->nq;
-    p->nk = (int32_t)dim->nk;
-    p->hq = (int32_t)dim->hq;
-    p->hkv = (int32_t)dim->hkv;
-    p->group = (int32_t)dim->group;
-    p->scale = a->scale;
+    burst_vk_params_sizes(p, dim, a->scale);
     p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
     int vec = 1;
     for (int i = 0; i < 4; i++)

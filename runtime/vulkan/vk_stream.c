@@ -99,6 +99,27 @@ static size_t burst_vk_align(size_t x)
     return (x + BURST_VK_STAGE_ALIGN - 1) / BURST_VK_STAGE_ALIGN * BURST_VK_STAGE_ALIGN;
 }
 
+/* Grow a stream's buffer b to hold at least need bytes (at least 1 MiB, a quarter more than
+ * asked, so that growing calls rarely reallocate): host_only as burst_vk_buffer_create takes it.
+ * An error names what the buffer holds. */
+static burst_status_t burst_vk_stream_grow(struct burst_vk_backend *be, struct burst_vk_buffer *b,
+                                           size_t need, int host_only, const char *what)
+{
+    if (need <= b->size)
+        return BURST_OK;
+    burst_vk_buffer_destroy(be, b);
+    size_t cap = need < ((size_t)1 << 20) ? ((size_t)1 << 20) : need + need / 4;
+    burst_status_t st = burst_vk_buffer_create(be, cap, host_only, b);
+    if (st != BURST_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", burst_last_error());
+        return burst_error(st,
+                           "vulkan: no memory for %zu bytes of %s (arguments in host memory): %s",
+                           need, what, why);
+    }
+    return BURST_OK;
+}
+
 burst_status_t burst_vk_stage(struct burst_vk_backend *be, struct burst_vk_stream *s,
                               struct burst_vk_slot *slots, int nslots, size_t extra, void **extra_p,
                               VkDeviceAddress *extra_addr_p)
@@ -111,21 +132,11 @@ burst_status_t burst_vk_stage(struct burst_vk_backend *be, struct burst_vk_strea
         if (sl->host && !sl->addr)
             need += burst_vk_align(sl->bytes);
     }
-    if (need > s->stage.size) {
-        burst_vk_buffer_destroy(be, &s->stage);
-        size_t cap = need < ((size_t)1 << 20) ? ((size_t)1 << 20) : need + need / 4;
-        /* device-local + host-visible first (resizable BAR, unified memory): kernels read the
-         * staged arguments many times, host writes them once */
-        burst_status_t st = burst_vk_buffer_create(be, cap, 0, &s->stage);
-        if (st != BURST_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", burst_last_error());
-            return burst_error(st,
-                               "vulkan: no memory for %zu bytes of staging (arguments in host "
-                               "memory): %s",
-                               need, why);
-        }
-    }
+    /* device-local + host-visible first (resizable BAR, unified memory): kernels read the
+     * staged arguments many times, host writes them once */
+    burst_status_t st = burst_vk_stream_grow(be, &s->stage, need, 0, "staging");
+    if (st != BURST_OK)
+        return st;
     size_t off = 0;
     *extra_p = s->stage.map;
     *extra_addr_p = s->stage.addr;
@@ -162,19 +173,9 @@ burst_status_t burst_vk_stream_scratch(struct burst_vk_backend *be, struct burst
 burst_status_t burst_vk_stream_host(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                     size_t bytes, unsigned char **map_p, VkDeviceAddress *addr_p)
 {
-    if (bytes > s->host.size) {
-        burst_vk_buffer_destroy(be, &s->host);
-        size_t cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
-        burst_status_t st = burst_vk_buffer_create(be, cap, 1, &s->host);
-        if (st != BURST_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", burst_last_error());
-            return burst_error(st,
-                               "vulkan: no memory for %zu bytes of host staging (arguments in "
-                               "host memory): %s",
-                               bytes, why);
-        }
-    }
+    burst_status_t st = burst_vk_stream_grow(be, &s->host, bytes, 1, "host staging");
+    if (st != BURST_OK)
+        return st;
     *map_p = s->host.map;
     *addr_p = s->host.addr;
     return BURST_OK;
