@@ -26,6 +26,7 @@
 #include "burst_cuda.h"
 #include "error.h"
 #include "settings.h"
+#include "step_check.h"
 
 /* The one place where CUDA errors become burst statuses. */
 burst_status_t burst_cuda_status(int err, const char *what)
@@ -360,20 +361,10 @@ static burst_status_t burst_cuda_view_checked(const char *op, const char *name,
                                               const struct burst_tensor *t,
                                               struct burst_cuda_view *v)
 {
-    if (!t || !t->data)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);
-    if (burst_cuda_dtype(t->dtype) < 0)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->dtype = %d is unknown", op, name,
-                           (int)t->dtype);
-    for (int k = 0; k < BURST_TENSOR_DIMS; k++)
-        if (t->shape[k] < 0)
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->shape[%d] = %lld is negative", op,
-                               name, k, (long long)t->shape[k]);
-    if (t->shape[3] > 1 && t->stride[3] != 1)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s->stride[3] = %lld is not 1", op, name,
-                           (long long)t->stride[3]);
-    burst_cuda_view_of(t, v);
-    return BURST_OK;
+    burst_status_t st = burst_step_check_view(op, name, t);
+    if (st == BURST_OK)
+        burst_cuda_view_of(t, v);
+    return st;
 }
 
 /* The cuda limits of a step the engine has checked: head dim at most 256, one dtype for all
@@ -431,6 +422,21 @@ static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct bur
     if (s->q.dtype == BURST_CUDA_F32)
         return burst_cuda_f32_kind(&cb->caps, cb->mma, cb->tf32, s->d);
     return burst_cuda_class_kind(&cb->caps, cb->mma, bwd ? cb->wgmma_bwd : cb->wgmma, s->d, bwd);
+}
+
+/* Enter the device for op (a "cuda ..." name) and launch the step s with the kernel kind
+ * burst_cuda_kind chooses; a launch error names op. */
+static burst_status_t burst_cuda_run(struct burst_cuda_backend *cb, const char *op,
+                                     int (*launch)(const struct burst_cuda_step *, int, int),
+                                     const struct burst_cuda_step *s, int bwd)
+{
+    burst_status_t st = burst_cuda_enter(cb, op + 5); /* op without "cuda " */
+    if (st != BURST_OK)
+        return st;
+    char what[32];
+    snprintf(what, sizeof what, "%s: launch", op + 5);
+    return burst_cuda_status((cudaError_t)launch(s, burst_cuda_kind(cb, s, bwd), cb->caps.sms),
+                             what);
 }
 
 /* ---- ops ----------------------------------------------------------------------------------------- */
@@ -526,12 +532,7 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.kpos = a->kpos;
     s.mask = a->mask;
     s.scale = a->scale;
-    if ((st = burst_cuda_enter(cb, op + 5)) != BURST_OK) /* op without "cuda " */
-        return st;
-    char what[32];
-    snprintf(what, sizeof what, "%s: launch", op + 5);
-    return burst_cuda_status(
-        (cudaError_t)burst_cuda_launch_fwd(&s, burst_cuda_kind(cb, &s, 0), cb->caps.sms), what);
+    return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
 
 static burst_status_t burst_cuda_fwd_step(void *be, const struct burst_fwd_args *a)
@@ -608,12 +609,7 @@ static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct
     s.delta = a->delta;
     s.dq = a->dq;
     s.dq_atomic = cb->dq_atomic && !a->deterministic;
-    if ((st = burst_cuda_enter(cb, op + 5)) != BURST_OK) /* op without "cuda " */
-        return st;
-    char what[32];
-    snprintf(what, sizeof what, "%s: launch", op + 5);
-    return burst_cuda_status(
-        (cudaError_t)burst_cuda_launch_bwd(&s, burst_cuda_kind(cb, &s, 1), cb->caps.sms), what);
+    return burst_cuda_run(cb, op, burst_cuda_launch_bwd, &s, 1);
 }
 
 static burst_status_t burst_cuda_bwd_step(void *be, const struct burst_bwd_args *a)

@@ -15,8 +15,7 @@ void burst_step_dims_of(const struct burst_tensor *q, const struct burst_tensor 
     dim->group = dim->hkv > 0 ? dim->hq / dim->hkv : 0;
 }
 
-static burst_status_t burst_step_check_view(const char *op, const char *name,
-                                            const struct burst_tensor *t)
+burst_status_t burst_step_check_view(const char *op, const char *name, const struct burst_tensor *t)
 {
     if (!t || !t->data)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s (or its data) is NULL", op, name);

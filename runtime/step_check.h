@@ -23,6 +23,12 @@ struct burst_step_dims {
 void burst_step_dims_of(const struct burst_tensor *q, const struct burst_tensor *k,
                         struct burst_step_dims *dim);
 
+/* Check one view: non-NULL with data, of a known dtype, with no negative extent and contiguous
+ * rows (stride[3] == 1); else BURST_ERR_INVALID_ARG naming op, name and the value. Backends
+ * use it for the views the engine does not pass through burst_step_check. */
+burst_status_t burst_step_check_view(const char *op, const char *name,
+                                     const struct burst_tensor *t);
+
 /* Check the views of a step: q, k, v and (backward; NULL otherwise) dout non-NULL with data, of
  * a known dtype, with no negative extent and contiguous rows (stride[3] == 1); d a positive
  * multiple of 8; k and v of q's batch and d, of equal shapes; dout of q's shape; q heads a
