@@ -330,6 +330,14 @@ static burst_status_t check_phase(const char *who, const struct burst_plan *plan
     return BURST_OK;
 }
 
+static burst_status_t check_step(const char *who, const struct burst_plan *plan, int step)
+{
+    if (step < 0 || step > plan->steps)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: step = %d is not in 0..%d", who, step,
+                           plan->steps);
+    return BURST_OK;
+}
+
 const char *burst_plan_transfers(const struct burst_plan *plan)
 {
     if (!plan)
@@ -357,9 +365,8 @@ burst_status_t burst_plan_step_traffic(const struct burst_plan *plan, burst_phas
     burst_status_t st = check_phase(who, plan, phase, traffic_p, "traffic_p");
     if (st != BURST_OK)
         return st;
-    if (step < 0 || step > plan->steps)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: step = %d is not in 0..%d", who, step,
-                           plan->steps);
+    if ((st = check_step(who, plan, step)) != BURST_OK)
+        return st;
     *traffic_p = plan->step_traffic[phase][step];
     return BURST_OK;
 }
@@ -373,9 +380,8 @@ burst_status_t burst_plan_step_times(const struct burst_plan *plan, burst_phase_
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: wait_s_p is NULL", who);
     if (st != BURST_OK)
         return st;
-    if (step < 0 || step > plan->steps)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: step = %d is not in 0..%d", who, step,
-                           plan->steps);
+    if ((st = check_step(who, plan, step)) != BURST_OK)
+        return st;
     *compute_s_p = plan->step_time[phase][step].compute_s;
     *wait_s_p = plan->step_time[phase][step].wait_s;
     return BURST_OK;

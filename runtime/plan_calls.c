@@ -24,6 +24,14 @@ double burst_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+burst_status_t burst_call_entry(const char *who, const struct burst_plan *plan)
+{
+    burst_error_clear();
+    if (!plan)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: plan is NULL", who);
+    return burst_comm_check(plan->comm);
+}
+
 burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, uint32_t *seq_p)
 {
     burst_status_t st = burst_comm_check(plan->comm);

@@ -116,6 +116,10 @@ void burst_scratch_trim(struct burst_plan *plan);
 /* Monotonic seconds. */
 double burst_now(void);
 
+/* The entry of a public call on plan: clears the thread's error; refuses a NULL plan (naming
+ * who) and a communicator that was aborted. */
+burst_status_t burst_call_entry(const char *who, const struct burst_plan *plan);
+
 /* Begin a collective call: checks the communicator, starts stats, bumps the tag sequence. */
 burst_status_t burst_call_begin(struct burst_plan *plan, burst_phase_t phase, uint32_t *seq_p);
 

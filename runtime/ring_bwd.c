@@ -431,10 +431,7 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
                                         struct burst_tensor *dk, struct burst_tensor *dv)
 {
     static const char *who = "burst_attention_backward";
-    burst_error_clear();
-    if (!plan)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: plan is NULL", who);
-    burst_status_t st = burst_comm_check(plan->comm);
+    burst_status_t st = burst_call_entry(who, plan);
     if (st != BURST_OK)
         return st;
     st = check_args(who, plan, q, k, v, o, lse, dout, dq, dk, dv);

@@ -217,10 +217,7 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
                                        struct burst_tensor *o, float *lse)
 {
     static const char *who = "burst_attention_forward";
-    burst_error_clear();
-    if (!plan)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: plan is NULL", who);
-    burst_status_t st = burst_comm_check(plan->comm);
+    burst_status_t st = burst_call_entry(who, plan);
     if (st != BURST_OK)
         return st;
     st = check_args(who, plan, q, k, v, o, lse);
