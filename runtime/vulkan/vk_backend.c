@@ -157,134 +157,125 @@ static const char *burst_vk_type_str(VkPhysicalDeviceType t)
     }
 }
 
-static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkInstance inst,
-                                  VkPhysicalDevice phys, const struct burst_vk_env *env)
+/* What burst_vk_probe_device works out about a device before it reports it. */
+struct burst_vk_probe_facts {
+    const char *why;     /* why the device is unusable, or NULL */
+    const char *khr_why; /* why the KHR cooperative-matrix kernels are off, or NULL */
+    const char *cm2_why; /* why the workgroup-scope kernels are off, or NULL */
+    const char *cm_fam;  /* the cooperative-matrix family that runs: none, nv, khr */
+    const char *elem;    /* where copy / fill / accumulate run: none, invalid, gpu, cpu */
+    int cm;              /* subgroup-scope cooperative-matrix kernels usable */
+    char api[32], cache[640], path[64];
+};
+
+/* One device of burst_vk_probe as a JSON object. */
+static void burst_vk_probe_json(struct burst_sb *out, int index, const struct burst_vk_caps *c,
+                                const struct burst_vk_tiles *t,
+                                const struct burst_vk_probe_facts *f)
 {
-    struct burst_vk_caps c;
-    burst_vk_caps_read(inst, phys, &c);
-    struct burst_vk_tiles t;
-    burst_vk_tiles_rule(&c, env, &t);
-    burst_vk_cache_load(&c, env, &t);
-    const char *why = burst_vk_unusable(&c);
-    char api[32], cache[640];
-    snprintf(api, sizeof api, "%u.%u.%u", VK_API_VERSION_MAJOR(c.api_version),
-             VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
-    burst_vk_cache_path(&c, cache, sizeof cache);
-    int cm = burst_vk_coopmat_usable(&c, env);
-    const char *khr_why = burst_vk_coopmat_khr_why(&c, env), *cm2_why = burst_vk_cm2_why(&c, env);
-    /* which cooperative-matrix family runs, or why none */
-    const char *cm_fam = !cm ? "none" : khr_why ? "nv" : "khr";
-    /* the cooperative-matrix kernels for fp16, then the forward's and the backward's for the
-     * rest (as chosen for head dims <= 128): register-tiled, subgroup or scalar */
-    int sg = t.k[BURST_VK_FWD][1].t > 1, rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
-    int rtb = t.k[BURST_VK_DQ_RT][1].t > 0 && t.k[BURST_VK_DKV_RT][1].t > 0;
-    const char *fp = rtf ? "tiled" : sg ? "subgroup" : "scalar";
-    const char *bp = rtb ? "tiled" : sg ? "subgroup" : "scalar";
-    char path[64];
-    if (why)
-        snprintf(path, sizeof path, "none");
-    else
-        snprintf(path, sizeof path, "%s%s%s%s%s", cm2_why ? "" : "coopmat2+",
-                 cm ? (khr_why ? "coopmat_nv+" : "coopmat_khr+") : "", fp,
-                 strcmp(fp, bp) ? "+" : "", strcmp(fp, bp) ? bp : "");
-    const char *elem = why                              ? "none"
-                       : env->elem == BURST_VK_ELEM_BAD ? "invalid"
-                       : burst_vk_elem_gpu(&c, env)     ? "gpu"
-                                                        : "cpu";
-    if (json) {
-        burst_sb_printf(out, "{\"index\": %d, \"name\": ", index);
-        burst_sb_json_str(out, c.name);
-        burst_sb_printf(out,
-                        ", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u, \"api\": "
-                        "\"%s\", \"driver_version\": %u, \"usable\": %s, ",
-                        burst_vk_type_str(c.type), c.vendor_id, c.device_id, api, c.driver_version,
-                        why ? "false" : "true");
-        burst_sb_printf(out, "\"cache_uuid\": \"");
-        for (int i = 0; i < (int)VK_UUID_SIZE; i++)
-            burst_sb_printf(out, "%02x", c.cache_uuid[i]);
-        burst_sb_printf(out, "\", ");
-        if (why) {
-            burst_sb_printf(out, "\"reason\": ");
-            burst_sb_json_str(out, why);
-            burst_sb_printf(out, ", ");
-        }
-        burst_sb_printf(out,
-                        "\"shared_memory\": %u, \"max_invocations\": %u, \"subgroup_size\": %u, "
-                        "\"subgroup_size_range\": [%u, %u], \"subgroup_shuffle\": %s, "
-                        "\"fp16\": %s, \"bf16\": %s, \"int8\": %s, \"int64\": %s, "
-                        "\"buffer_device_address\": %s, \"timestamps\": %s, "
-                        "\"float_atomic_add\": %s, \"multiprocessors\": %u, "
-                        "\"coopmat_nv\": %s, \"coopmat_khr\": %s, \"coopmat_shapes\": [",
-                        c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
-                        c.subgroup_shuffle ? "true" : "false", c.fp16 ? "true" : "false",
-                        c.bf16 ? "true" : "false", c.int8 ? "true" : "false",
-                        c.int64 ? "true" : "false", c.bda ? "true" : "false",
-                        c.timestamps ? "true" : "false", c.atomic_add ? "true" : "false",
-                        c.sm_count, c.coopmat_nv ? "true" : "false",
-                        c.coopmat_khr ? "true" : "false");
-        for (int i = 0; i < c.ncoop; i++)
-            burst_sb_printf(out, "%s{\"m\": %u, \"n\": %u, \"k\": %u, \"a\": %d, \"c\": %d}",
-                            i ? ", " : "", c.coop[i].m, c.coop[i].n, c.coop[i].k, c.coop[i].a_type,
-                            c.coop[i].c_type);
-        burst_sb_printf(out, "], \"heaps\": [");
-        for (uint32_t i = 0; i < c.nheaps; i++)
-            burst_sb_printf(out, "%s{\"bytes\": %llu, \"device_local\": %s}", i ? ", " : "",
-                            (unsigned long long)c.heap_size[i],
-                            c.heap_device_local[i] ? "true" : "false");
-        burst_sb_printf(out,
-                        "], \"host_visible_device_local\": %s, \"path\": \"%s\", "
-                        "\"coopmat\": \"%s\", \"coopmat_khr_off\": ",
-                        c.host_visible_device_local ? "true" : "false", path, cm_fam);
-        if (khr_why)
-            burst_sb_json_str(out, khr_why);
-        else
-            burst_sb_printf(out, "null");
-        burst_sb_printf(out,
-                        ", \"coopmat2\": %s, \"coopmat2_off\": ", c.coopmat2 ? "true" : "false");
-        if (cm2_why)
-            burst_sb_json_str(out, cm2_why);
-        else
-            burst_sb_printf(out, "null");
-        burst_sb_printf(out, ", \"coopmat2_workgroups\": [%u, %u, %u, %u], \"coopmat2_shapes\": ",
-                        c.cm2_wg[0], c.cm2_wg[1], c.cm2_wg[2], c.cm2_wg[3]);
-        burst_sb_json_str(out, c.cm2_shapes);
-        burst_sb_printf(out, ", \"elem_ops\": \"%s\", \"tiles\": {", elem);
-        for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
-            burst_sb_printf(out, "%s\"%s\": [", k ? ", " : "", burst_vk_kernel_names[k]);
-            for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
-                burst_sb_printf(out,
-                                "%s{\"max_head_dim\": %d, \"t\": %d, \"br\": %d, \"bc\": %d, "
-                                "\"loaders\": %d}",
-                                d ? ", " : "", burst_vk_dclass_max[d], t.k[k][d].t, t.k[k][d].br,
-                                t.k[k][d].bc, t.k[k][d].ld);
-            burst_sb_printf(out, "]");
-        }
-        burst_sb_printf(out, ", \"source\": \"%s\", \"cache_file\": ", t.source);
-        burst_sb_json_str(out, cache);
-        burst_sb_printf(out, "}}");
-        return;
+    const char *why = f->why, *khr_why = f->khr_why, *cm2_why = f->cm2_why, *cm_fam = f->cm_fam,
+               *elem = f->elem, *api = f->api, *cache = f->cache, *path = f->path;
+    burst_sb_printf(out, "{\"index\": %d, \"name\": ", index);
+    burst_sb_json_str(out, c->name);
+    burst_sb_printf(out,
+                    ", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u, \"api\": "
+                    "\"%s\", \"driver_version\": %u, \"usable\": %s, ",
+                    burst_vk_type_str(c->type), c->vendor_id, c->device_id, api, c->driver_version,
+                    why ? "false" : "true");
+    burst_sb_printf(out, "\"cache_uuid\": \"");
+    for (int i = 0; i < (int)VK_UUID_SIZE; i++)
+        burst_sb_printf(out, "%02x", c->cache_uuid[i]);
+    burst_sb_printf(out, "\", ");
+    if (why) {
+        burst_sb_printf(out, "\"reason\": ");
+        burst_sb_json_str(out, why);
+        burst_sb_printf(out, ", ");
     }
+    burst_sb_printf(out,
+                    "\"shared_memory\": %u, \"max_invocations\": %u, \"subgroup_size\": %u, "
+                    "\"subgroup_size_range\": [%u, %u], \"subgroup_shuffle\": %s, "
+                    "\"fp16\": %s, \"bf16\": %s, \"int8\": %s, \"int64\": %s, "
+                    "\"buffer_device_address\": %s, \"timestamps\": %s, "
+                    "\"float_atomic_add\": %s, \"multiprocessors\": %u, "
+                    "\"coopmat_nv\": %s, \"coopmat_khr\": %s, \"coopmat_shapes\": [",
+                    c->max_shared, c->max_invocations, c->subgroup, c->subgroup_min,
+                    c->subgroup_max, c->subgroup_shuffle ? "true" : "false",
+                    c->fp16 ? "true" : "false", c->bf16 ? "true" : "false",
+                    c->int8 ? "true" : "false", c->int64 ? "true" : "false",
+                    c->bda ? "true" : "false", c->timestamps ? "true" : "false",
+                    c->atomic_add ? "true" : "false", c->sm_count, c->coopmat_nv ? "true" : "false",
+                    c->coopmat_khr ? "true" : "false");
+    for (int i = 0; i < c->ncoop; i++)
+        burst_sb_printf(out, "%s{\"m\": %u, \"n\": %u, \"k\": %u, \"a\": %d, \"c\": %d}",
+                        i ? ", " : "", c->coop[i].m, c->coop[i].n, c->coop[i].k, c->coop[i].a_type,
+                        c->coop[i].c_type);
+    burst_sb_printf(out, "], \"heaps\": [");
+    for (uint32_t i = 0; i < c->nheaps; i++)
+        burst_sb_printf(out, "%s{\"bytes\": %llu, \"device_local\": %s}", i ? ", " : "",
+                        (unsigned long long)c->heap_size[i],
+                        c->heap_device_local[i] ? "true" : "false");
+    burst_sb_printf(out,
+                    "], \"host_visible_device_local\": %s, \"path\": \"%s\", "
+                    "\"coopmat\": \"%s\", \"coopmat_khr_off\": ",
+                    c->host_visible_device_local ? "true" : "false", path, cm_fam);
+    if (khr_why)
+        burst_sb_json_str(out, khr_why);
+    else
+        burst_sb_printf(out, "null");
+    burst_sb_printf(out, ", \"coopmat2\": %s, \"coopmat2_off\": ", c->coopmat2 ? "true" : "false");
+    if (cm2_why)
+        burst_sb_json_str(out, cm2_why);
+    else
+        burst_sb_printf(out, "null");
+    burst_sb_printf(out, ", \"coopmat2_workgroups\": [%u, %u, %u, %u], \"coopmat2_shapes\": ",
+                    c->cm2_wg[0], c->cm2_wg[1], c->cm2_wg[2], c->cm2_wg[3]);
+    burst_sb_json_str(out, c->cm2_shapes);
+    burst_sb_printf(out, ", \"elem_ops\": \"%s\", \"tiles\": {", elem);
+    for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
+        burst_sb_printf(out, "%s\"%s\": [", k ? ", " : "", burst_vk_kernel_names[k]);
+        for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
+            burst_sb_printf(out,
+                            "%s{\"max_head_dim\": %d, \"t\": %d, \"br\": %d, \"bc\": %d, "
+                            "\"loaders\": %d}",
+                            d ? ", " : "", burst_vk_dclass_max[d], t->k[k][d].t, t->k[k][d].br,
+                            t->k[k][d].bc, t->k[k][d].ld);
+        burst_sb_printf(out, "]");
+    }
+    burst_sb_printf(out, ", \"source\": \"%s\", \"cache_file\": ", t->source);
+    burst_sb_json_str(out, cache);
+    burst_sb_printf(out, "}}");
+}
+
+/* One device of burst_vk_probe as text. */
+static void burst_vk_probe_text(struct burst_sb *out, int index, const struct burst_vk_caps *c,
+                                const struct burst_vk_tiles *t, const struct burst_vk_env *env,
+                                const struct burst_vk_probe_facts *f)
+{
+    const char *why = f->why, *khr_why = f->khr_why, *cm2_why = f->cm2_why, *elem = f->elem,
+               *api = f->api, *cache = f->cache, *path = f->path;
+    const int cm = f->cm;
     char smc[48] = "";
-    if (c.sm_count)
-        snprintf(smc, sizeof smc, ", %u multiprocessors", c.sm_count);
+    if (c->sm_count)
+        snprintf(smc, sizeof smc, ", %u multiprocessors", c->sm_count);
     burst_sb_printf(out,
                     "  device %d: %s (%s, Vulkan %s, driver %u, vendor 0x%04x device 0x%04x)%s%s\n",
-                    index, c.name, burst_vk_type_str(c.type), api, c.driver_version, c.vendor_id,
-                    c.device_id, why ? ": unusable, " : "", why ? why : "");
+                    index, c->name, burst_vk_type_str(c->type), api, c->driver_version,
+                    c->vendor_id, c->device_id, why ? ": unusable, " : "", why ? why : "");
     burst_sb_printf(out,
                     "    limits: %u B shared memory, %u invocations, subgroup %u (%u..%u)%s%s\n"
                     "    types: fp16 %s, bf16 %s, int8 %s, int64 %s; buffer device address %s; "
                     "timestamps %s; float atomic add %s\n",
-                    c.max_shared, c.max_invocations, c.subgroup, c.subgroup_min, c.subgroup_max,
-                    c.subgroup_shuffle ? ", shuffles" : ", no shuffles", smc, c.fp16 ? "yes" : "no",
-                    c.bf16 ? "yes" : "no", c.int8 ? "yes" : "no", c.int64 ? "yes" : "no",
-                    c.bda ? "yes" : "no", c.timestamps ? "yes" : "no", c.atomic_add ? "yes" : "no");
+                    c->max_shared, c->max_invocations, c->subgroup, c->subgroup_min,
+                    c->subgroup_max, c->subgroup_shuffle ? ", shuffles" : ", no shuffles", smc,
+                    c->fp16 ? "yes" : "no", c->bf16 ? "yes" : "no", c->int8 ? "yes" : "no",
+                    c->int64 ? "yes" : "no", c->bda ? "yes" : "no", c->timestamps ? "yes" : "no",
+                    c->atomic_add ? "yes" : "no");
     burst_sb_printf(out, "    cooperative matrix: NV %s, KHR %s%s, NV2 %s",
-                    c.coopmat_nv ? "yes" : "no", c.coopmat_khr ? "yes" : "no",
-                    c.khr_f16 ? " (16x16x16 fp16)" : "", c.coopmat2 ? "yes" : "no");
-    for (int i = 0; i < c.ncoop; i++)
-        burst_sb_printf(out, "%s%ux%ux%u (A type %d, C type %d)", i ? ", " : "; NV: ", c.coop[i].m,
-                        c.coop[i].n, c.coop[i].k, c.coop[i].a_type, c.coop[i].c_type);
+                    c->coopmat_nv ? "yes" : "no", c->coopmat_khr ? "yes" : "no",
+                    c->khr_f16 ? " (16x16x16 fp16)" : "", c->coopmat2 ? "yes" : "no");
+    for (int i = 0; i < c->ncoop; i++)
+        burst_sb_printf(out, "%s%ux%ux%u (A type %d, C type %d)", i ? ", " : "; NV: ", c->coop[i].m,
+                        c->coop[i].n, c->coop[i].k, c->coop[i].a_type, c->coop[i].c_type);
     burst_sb_printf(out,
                     "\n    subgroup-scope kernels (*_cm, *_cmq): %s%s%s\n"
                     "    workgroup-scope kernels (*_cm2): %s%s%s%s",
@@ -295,16 +286,16 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                               : "KHR builds",
                     cm && khr_why ? "; KHR off: " : "", cm && khr_why ? khr_why : "",
                     cm2_why ? "off: " : "on", cm2_why ? cm2_why : "",
-                    c.cm2_shapes[0] ? "; fp16 shapes (granularity@invocations) " : "",
-                    c.cm2_shapes);
+                    c->cm2_shapes[0] ? "; fp16 shapes (granularity@invocations) " : "",
+                    c->cm2_shapes);
     burst_sb_printf(out, "\n    memory:");
-    for (uint32_t i = 0; i < c.nheaps; i++)
+    for (uint32_t i = 0; i < c->nheaps; i++)
         burst_sb_printf(out, " heap %u %.1f GiB%s;", i,
-                        (double)c.heap_size[i] / (1024.0 * 1024.0 * 1024.0),
-                        c.heap_device_local[i] ? " device-local" : "");
+                        (double)c->heap_size[i] / (1024.0 * 1024.0 * 1024.0),
+                        c->heap_device_local[i] ? " device-local" : "");
     burst_sb_printf(out, " buffers are %s\n",
-                    c.host_visible_device_local ? "device-local and host-visible"
-                                                : "host-visible (not device-local)");
+                    c->host_visible_device_local ? "device-local and host-visible"
+                                                 : "host-visible (not device-local)");
     burst_sb_printf(out, "    copy / fill / accumulate: %s (BURST_VK_ELEM=%s)\n",
                     strcmp(elem, "gpu") == 0   ? "shaders"
                     : strcmp(elem, "cpu") == 0 ? "the calling thread"
@@ -314,23 +305,63 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
                     "    path: %s; tiles (%s) T x BR x BC (*_rt: DC x BR x BC; *_cm2: "
                     "invocations x BR x BC) by head dim "
                     "<= 64 / 128 / 256:\n",
-                    path, t.source);
+                    path, t->source);
     for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
         if (k == BURST_VK_DELTA)
             continue;
         burst_sb_printf(out, "      %-7s", burst_vk_kernel_names[k]);
         for (int d = 0; d < BURST_VK_NUM_DCLASS; d++) {
-            if (t.k[k][d].t && t.k[k][d].ld)
-                burst_sb_printf(out, " %dx%dx%d+%d", t.k[k][d].t, t.k[k][d].br, t.k[k][d].bc,
-                                t.k[k][d].ld);
-            else if (t.k[k][d].t)
-                burst_sb_printf(out, " %dx%dx%d", t.k[k][d].t, t.k[k][d].br, t.k[k][d].bc);
+            if (t->k[k][d].t && t->k[k][d].ld)
+                burst_sb_printf(out, " %dx%dx%d+%d", t->k[k][d].t, t->k[k][d].br, t->k[k][d].bc,
+                                t->k[k][d].ld);
+            else if (t->k[k][d].t)
+                burst_sb_printf(out, " %dx%dx%d", t->k[k][d].t, t->k[k][d].br, t->k[k][d].bc);
             else
                 burst_sb_printf(out, " -");
         }
         burst_sb_printf(out, "\n");
     }
     burst_sb_printf(out, "    tile cache: %s\n", cache[0] ? cache : "(no cache directory)");
+}
+
+static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkInstance inst,
+                                  VkPhysicalDevice phys, const struct burst_vk_env *env)
+{
+    struct burst_vk_caps c;
+    burst_vk_caps_read(inst, phys, &c);
+    struct burst_vk_tiles t;
+    burst_vk_tiles_rule(&c, env, &t);
+    burst_vk_cache_load(&c, env, &t);
+    struct burst_vk_probe_facts f;
+    f.why = burst_vk_unusable(&c);
+    snprintf(f.api, sizeof f.api, "%u.%u.%u", VK_API_VERSION_MAJOR(c.api_version),
+             VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
+    burst_vk_cache_path(&c, f.cache, sizeof f.cache);
+    f.cm = burst_vk_coopmat_usable(&c, env);
+    f.khr_why = burst_vk_coopmat_khr_why(&c, env);
+    f.cm2_why = burst_vk_cm2_why(&c, env);
+    /* which cooperative-matrix family runs, or why none */
+    f.cm_fam = !f.cm ? "none" : f.khr_why ? "nv" : "khr";
+    /* the cooperative-matrix kernels for fp16, then the forward's and the backward's for the
+     * rest (as chosen for head dims <= 128): register-tiled, subgroup or scalar */
+    int sg = t.k[BURST_VK_FWD][1].t > 1, rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
+    int rtb = t.k[BURST_VK_DQ_RT][1].t > 0 && t.k[BURST_VK_DKV_RT][1].t > 0;
+    const char *fp = rtf ? "tiled" : sg ? "subgroup" : "scalar";
+    const char *bp = rtb ? "tiled" : sg ? "subgroup" : "scalar";
+    if (f.why)
+        snprintf(f.path, sizeof f.path, "none");
+    else
+        snprintf(f.path, sizeof f.path, "%s%s%s%s%s", f.cm2_why ? "" : "coopmat2+",
+                 f.cm ? (f.khr_why ? "coopmat_nv+" : "coopmat_khr+") : "", fp,
+                 strcmp(fp, bp) ? "+" : "", strcmp(fp, bp) ? bp : "");
+    f.elem = f.why                            ? "none"
+             : env->elem == BURST_VK_ELEM_BAD ? "invalid"
+             : burst_vk_elem_gpu(&c, env)     ? "gpu"
+                                              : "cpu";
+    if (json)
+        burst_vk_probe_json(out, index, &c, &t, &f);
+    else
+        burst_vk_probe_text(out, index, &c, &t, env, &f);
 }
 
 static void burst_vk_probe(const struct burst_context_params *params, struct burst_sb *out,
