@@ -123,6 +123,107 @@ burst_status_t burst_vk_env_read(struct burst_vk_env *env)
     return st;
 }
 
+/* The cooperative-matrix part of burst_vk_caps_read: the NV shapes, whether KHR has the
+ * 16x16x16 fp16 one, and NV2's features, limits and workgroup shapes. */
+static void burst_vk_caps_read_coopmat(VkInstance inst, VkPhysicalDevice phys,
+                                       struct burst_vk_caps *caps)
+{
+    if (caps->coopmat_nv) {
+        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
+            (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+                inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+        uint32_t n = 0;
+        if (get && get(phys, &n, NULL) == VK_SUCCESS && n > 0) {
+            VkCooperativeMatrixPropertiesNV props[16];
+            for (uint32_t i = 0; i < 16; i++)
+                props[i] = (VkCooperativeMatrixPropertiesNV){
+                    .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV};
+            n = n > 16 ? 16 : n;
+            VkResult r = get(phys, &n, props);
+            for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
+                if (props[i].scope != VK_SCOPE_SUBGROUP_NV)
+                    continue;
+                caps->coop[caps->ncoop++] =
+                    (struct burst_vk_coopmat_shape){props[i].MSize, props[i].NSize, props[i].KSize,
+                                                    (int)props[i].AType, (int)props[i].CType};
+            }
+        }
+    }
+
+#ifdef VK_KHR_cooperative_matrix
+    if (caps->coopmat_khr) {
+        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR get =
+            (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)vkGetInstanceProcAddr(
+                inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+        VkCooperativeMatrixPropertiesKHR props[32];
+        uint32_t n = 32;
+        for (uint32_t i = 0; i < n; i++)
+            props[i] = (VkCooperativeMatrixPropertiesKHR){
+                .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR};
+        VkResult r = get ? get(phys, &n, props) : VK_ERROR_EXTENSION_NOT_PRESENT;
+        for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++)
+            if (props[i].MSize == 16 && props[i].NSize == 16 && props[i].KSize == 16 &&
+                props[i].AType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+                props[i].BType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+                props[i].CType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+                props[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+                props[i].scope == VK_SCOPE_SUBGROUP_KHR)
+                caps->khr_f16 = 1;
+    }
+#endif
+#ifdef VK_NV_cooperative_matrix2
+    if (caps->coopmat2) {
+        VkPhysicalDeviceCooperativeMatrix2FeaturesNV cf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV,
+        };
+        VkPhysicalDeviceFeatures2 fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &cf};
+        vkGetPhysicalDeviceFeatures2(phys, &fc);
+        caps->cm2_features =
+            cf.cooperativeMatrixWorkgroupScope && cf.cooperativeMatrixFlexibleDimensions &&
+            cf.cooperativeMatrixReductions && cf.cooperativeMatrixConversions &&
+            cf.cooperativeMatrixPerElementOperations && cf.cooperativeMatrixTensorAddressing;
+        VkPhysicalDeviceCooperativeMatrix2PropertiesNV cp = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV,
+        };
+        VkPhysicalDeviceProperties2 pc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &cp};
+        vkGetPhysicalDeviceProperties2(phys, &pc);
+        caps->cm2_max_wg = cp.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+        caps->cm2_reserved = cp.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+        PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV get =
+            (PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV)
+                vkGetInstanceProcAddr(
+                    inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+        VkCooperativeMatrixFlexibleDimensionsPropertiesNV fl[32];
+        uint32_t n = 32, nwg = 0;
+        for (uint32_t i = 0; i < n; i++)
+            fl[i] = (VkCooperativeMatrixFlexibleDimensionsPropertiesNV){
+                .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV};
+        VkResult r = get ? get(phys, &n, fl) : VK_ERROR_EXTENSION_NOT_PRESENT;
+        size_t used = 0;
+        for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
+            if (fl[i].AType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
+                fl[i].BType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
+                fl[i].CType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
+                fl[i].ResultType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
+                fl[i].scope != VK_SCOPE_WORKGROUP_KHR)
+                continue;
+            int w = snprintf(caps->cm2_shapes + used, sizeof caps->cm2_shapes - used,
+                             "%s%ux%ux%u@%u", used ? " " : "", fl[i].MGranularity,
+                             fl[i].NGranularity, fl[i].KGranularity, fl[i].workgroupInvocations);
+            if (w > 0 && used + (size_t)w < sizeof caps->cm2_shapes)
+                used += (size_t)w;
+            /* the kernels' matrices are multiples of 16 in every dimension */
+            if (nwg < 4 && fl[i].MGranularity && 16 % fl[i].MGranularity == 0 &&
+                fl[i].NGranularity && 16 % fl[i].NGranularity == 0 && fl[i].KGranularity &&
+                16 % fl[i].KGranularity == 0)
+                caps->cm2_wg[nwg++] = fl[i].workgroupInvocations;
+        }
+    }
+#endif
+}
+
 void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_caps *caps)
 {
     memset(caps, 0, sizeof *caps);
@@ -224,100 +325,7 @@ void burst_vk_caps_read(VkInstance inst, VkPhysicalDevice phys, struct burst_vk_
         vkGetPhysicalDeviceFeatures2(phys, &fa);
         caps->atomic_add = af.shaderBufferFloat32AtomicAdd == VK_TRUE;
     }
-    if (caps->coopmat_nv) {
-        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
-            (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
-                inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
-        uint32_t n = 0;
-        if (get && get(phys, &n, NULL) == VK_SUCCESS && n > 0) {
-            VkCooperativeMatrixPropertiesNV props[16];
-            for (uint32_t i = 0; i < 16; i++)
-                props[i] = (VkCooperativeMatrixPropertiesNV){
-                    .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV};
-            n = n > 16 ? 16 : n;
-            VkResult r = get(phys, &n, props);
-            for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
-                if (props[i].scope != VK_SCOPE_SUBGROUP_NV)
-                    continue;
-                caps->coop[caps->ncoop++] =
-                    (struct burst_vk_coopmat_shape){props[i].MSize, props[i].NSize, props[i].KSize,
-                                                    (int)props[i].AType, (int)props[i].CType};
-            }
-        }
-    }
-
-#ifdef VK_KHR_cooperative_matrix
-    if (caps->coopmat_khr) {
-        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR get =
-            (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)vkGetInstanceProcAddr(
-                inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
-        VkCooperativeMatrixPropertiesKHR props[32];
-        uint32_t n = 32;
-        for (uint32_t i = 0; i < n; i++)
-            props[i] = (VkCooperativeMatrixPropertiesKHR){
-                .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR};
-        VkResult r = get ? get(phys, &n, props) : VK_ERROR_EXTENSION_NOT_PRESENT;
-        for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++)
-            if (props[i].MSize == 16 && props[i].NSize == 16 && props[i].KSize == 16 &&
-                props[i].AType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
-                props[i].BType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
-                props[i].CType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
-                props[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
-                props[i].scope == VK_SCOPE_SUBGROUP_KHR)
-                caps->khr_f16 = 1;
-    }
-#endif
-#ifdef VK_NV_cooperative_matrix2
-    if (caps->coopmat2) {
-        VkPhysicalDeviceCooperativeMatrix2FeaturesNV cf = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV,
-        };
-        VkPhysicalDeviceFeatures2 fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                        .pNext = &cf};
-        vkGetPhysicalDeviceFeatures2(phys, &fc);
-        caps->cm2_features =
-            cf.cooperativeMatrixWorkgroupScope && cf.cooperativeMatrixFlexibleDimensions &&
-            cf.cooperativeMatrixReductions && cf.cooperativeMatrixConversions &&
-            cf.cooperativeMatrixPerElementOperations && cf.cooperativeMatrixTensorAddressing;
-        VkPhysicalDeviceCooperativeMatrix2PropertiesNV cp = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV,
-        };
-        VkPhysicalDeviceProperties2 pc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                          .pNext = &cp};
-        vkGetPhysicalDeviceProperties2(phys, &pc);
-        caps->cm2_max_wg = cp.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
-        caps->cm2_reserved = cp.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
-        PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV get =
-            (PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV)
-                vkGetInstanceProcAddr(
-                    inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
-        VkCooperativeMatrixFlexibleDimensionsPropertiesNV fl[32];
-        uint32_t n = 32, nwg = 0;
-        for (uint32_t i = 0; i < n; i++)
-            fl[i] = (VkCooperativeMatrixFlexibleDimensionsPropertiesNV){
-                .sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV};
-        VkResult r = get ? get(phys, &n, fl) : VK_ERROR_EXTENSION_NOT_PRESENT;
-        size_t used = 0;
-        for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
-            if (fl[i].AType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
-                fl[i].BType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
-                fl[i].CType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
-                fl[i].ResultType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
-                fl[i].scope != VK_SCOPE_WORKGROUP_KHR)
-                continue;
-            int w = snprintf(caps->cm2_shapes + used, sizeof caps->cm2_shapes - used,
-                             "%s%ux%ux%u@%u", used ? " " : "", fl[i].MGranularity,
-                             fl[i].NGranularity, fl[i].KGranularity, fl[i].workgroupInvocations);
-            if (w > 0 && used + (size_t)w < sizeof caps->cm2_shapes)
-                used += (size_t)w;
-            /* the kernels' matrices are multiples of 16 in every dimension */
-            if (nwg < 4 && fl[i].MGranularity && 16 % fl[i].MGranularity == 0 &&
-                fl[i].NGranularity && 16 % fl[i].NGranularity == 0 && fl[i].KGranularity &&
-                16 % fl[i].KGranularity == 0)
-                caps->cm2_wg[nwg++] = fl[i].workgroupInvocations;
-        }
-    }
-#endif
+    burst_vk_caps_read_coopmat(inst, phys, caps);
 
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(phys, &mp);
