@@ -520,6 +520,9 @@ static void host_only_stays_on_cpu(void **state)
     setenv("BURST_VK_ELEM", "gpu", 1);
     void *be = NULL;
     assert_int_equal(ops->create(NULL, &be), BURST_OK);
+    struct burst_vk_backend *vb = be;
+    /* a device with cooperative matrices builds its layout query's pipeline at creation */
+    const size_t npipes0 = vb->npipes;
     const struct layout *l = &layouts[1];
     assert_int_equal(
         check_copy(be, "gpu, both host", l, BURST_DTYPE_FP32, BURST_DTYPE_BF16, 0, 0, 1), 0);
@@ -537,8 +540,7 @@ static void host_only_stays_on_cpu(void **state)
     for (int i = 0; i < 40; i++)
         assert_true(buf[i] == (float)(i % 8));
     ops->free(be, buf);
-    struct burst_vk_backend *vb = be;
-    assert_int_equal((int)vb->npipes, 0); /* no shader was needed */
+    assert_int_equal((int)vb->npipes, (int)npipes0); /* no shader was needed */
 
     /* caller memory too large to stage (2^21 + 1 rows of 1 KiB > lavapipe's 2 GiB largest
      * allocation; broadcast views keep the real memory small): the loop does it */
