@@ -69,7 +69,8 @@ static inline int burst_cuda_dclass(int64_t d)
     return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
 }
 /* The widest class whose Hopper backward runs wgmma alone: wider classes run their dK/dV on
- * wgmma in column blocks (BURST_CUDA_WG_DKDV_COLS) and their dQ on the sm_80 kernel. */
+ * wgmma in column blocks (BURST_CUDA_WG_DKDV_COLS) and their dQ inside those blocks by float
+ * atomics (BURST_CUDA_WG_DQ_ATOMIC) or else on the sm_80 kernel. */
 #define BURST_CUDA_WG_BWD_MAX 128
 /* Key rows per tile of the Hopper forward for class D: as many as 3 stages of K and V and the
  * 128-row Q tile fit in shared memory, 128 at most. */
@@ -183,6 +184,11 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 /* Hopper backward: query rows of the dK/dV kernel's streamed tiles (48 above D = 64, where 64
  * made the kernel spill at D = 128; 32 at D = 256, so that K, V and three stages fit) */
 #define BURST_CUDA_WG_DKDV_BQ(D) ((D) > 192 ? 32 : (D) > 64 ? 48 : 64)
+/* Hopper backward: the classes whose dK/dV kernel also adds dQ with atomics where the plan
+ * allows it (not deterministic): the classes without column blocks. Above D = 128 a column
+ * block would recompute S^T and dP^T for its share of dQ too, and its dS, P and staging tiles
+ * would leave room for 32-row query tiles only, which ran slower than the separate dQ kernel. */
+#define BURST_CUDA_WG_DQ_ATOMIC(D) ((D) <= BURST_CUDA_WG_BWD_MAX)
 /* Hopper backward: columns of dK and dV one block of the dK/dV kernel accumulates, whole 64-column
  * panels; above D = 128 the D / cols blocks of a key tile each compute S^T and dP^T over the
  * whole d (the accumulators of all D columns would not fit the registers) */

@@ -9,7 +9,7 @@
  *     its group and the query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys; above
  *     d = 128 a block accumulates one column block of dK and dV (BURST_CUDA_WG_DKDV_COLS: 64 of
  *     192, 128 of 256), so that its accumulators fit the registers, and dQ runs the sm_80 dQ
- *     kernel (burst_cuda_bwd.cu). Per tile: S^T = K Q^T and dP^T = V dO^T
+ *     kernel (burst_cuda_bwd.cu) unless DQ adds it. Per tile: S^T = K Q^T and dP^T = V dO^T
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
  *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
  *     B = the dO / Q tile read transposed);
@@ -205,11 +205,18 @@ template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
     return BURST_CUDA_WG_DKDV_BQ(D);
 }
 
-/* fp32 elements per row of the dQ staging tile: D, padded by 16 bytes so that the accumulator
- * stores of a warp (8 d x 4 rows) fall in distinct banks */
+/* Rows of dQ^T (d) a DQ block computes: its DH columns in whole 64-column panels (the panels'
+ * columns past the class are zero in shared memory: classes 32 and 96 compute 64 and 128). */
+template <int D> __host__ __device__ constexpr int burst_wg_dq_width()
+{
+    return (BURST_CUDA_WG_DKDV_COLS(D) + 63) / 64 * 64;
+}
+
+/* fp32 elements per row of the dQ staging tile: burst_wg_dq_width, padded by 16 bytes so that
+ * the accumulator stores of a warp (8 d x 4 rows) fall in distinct banks */
 template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
 {
-    return D + 4;
+    return burst_wg_dq_width<D>() + 4;
 }
 
 /* With DQ, three more [BQ][128] tiles: dS (query rows x keys, double-buffered) and P, and the fp32
@@ -218,30 +225,31 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
  * at D = 256 the slack would not fit beside that padding in 227 KiB. */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
-    return (size_t)(2 * 128 + WB_NS * 2 * burst_wg_dkdv_bq<D>()) * burst_wg_panels<D>() * 128 +
-           (DQ ? 3 * burst_wg_dkdv_bq<D>() * 128 * 2 : 0) +
-           WB_NS * burst_wg_dkdv_bq<D>() * sizeof(struct burst_wg_qrow) +
-           (DQ ? burst_wg_dkdv_bq<D>() * burst_wg_dq_stride<D>() * 4 : 0);
+    constexpr int BQ = burst_wg_dkdv_bq<D>();
+    return (size_t)(2 * 128 + WB_NS * 2 * BQ) * burst_wg_panels<D>() * 128 +
+           (DQ ? 3 * BQ * 128 * 2 : 0) + WB_NS * BQ * sizeof(struct burst_wg_qrow) +
+           (DQ ? BQ * burst_wg_dq_stride<D>() * 4 : 0);
 }
 
 /* DQ: also dQ += tau dS K of every query tile, added to s.dq with float atomics (plans that are
- * not deterministic: the order of the additions varies; burst_wg_dq then is not launched). dS and P (rounded to T) go through shared memory, where dK += dS^T Q and
- * dV += P^T dO read them (which frees the registers the dQ^T accumulators need), and the two
- * warpgroups split dQ^T = K^T dS^T: the 64-row halves of d at d = 128 (64 x 48 each), the
- * 32-column halves of the tile's queries at d = 64 (64 x 32 each). Each warpgroup stores its
- * part to a staging tile of fp32 query rows, from which 4-wide vector atomics add whole rows. */
+ * not deterministic: the order of the additions varies; no dQ kernel is launched then). dS and P
+ * (rounded to T) go through shared memory, where dK += dS^T Q and dV += P^T dO read them (which
+ * frees the registers the dQ^T accumulators need), and the two warpgroups split dQ^T = K^T dS^T:
+ * the 64-row halves of 128 rows (classes 96, 128: 64 x BQ each), the halves of the tile's
+ * queries at 64 rows (classes 32, 64: 64 x BQ / 2 each). Each warpgroup stores its part to a
+ * staging tile of fp32 query rows, from which 4-wide vector atomics add whole rows. */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
     constexpr int DH = BURST_CUDA_WG_DKDV_COLS(D); /* columns of dK, dV: [c0, c0 + DH) */
-    static_assert(!DQ || DH == D, "dQ by atomics in blocks that hold every column");
     constexpr int KBYTES = BC * burst_wg_panels<D>() * 128,
                   QBYTES = BQ * burst_wg_panels<D>() * 128;
     constexpr int SBYTES = BQ * BC * 2;
-    static_assert(!DQ || D == 64 || D == 128, "the dQ split of DQ is written for d = 64, 128");
-    constexpr int NQ = D > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
+    constexpr int DQW = burst_wg_dq_width<D>(); /* DQ: rows of dQ^T */
+    static_assert(!DQ || DQW == 64 || DQW == 128, "the dQ split of DQ: 64 or 128 rows");
+    constexpr int NQ = DQW > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
     constexpr uint32_t DSTAGE = 2 * QBYTES >> 4;
     extern __shared__ __align__(1024) unsigned char smraw[];
     unsigned char *sk = smraw; /* __align__(1024): the panels' swizzle pattern repeats there */
@@ -354,10 +362,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     const uint32_t dqt0 = burst_wg_dlo(sqo + c0 / 64 * BQ * 128, BQ * 128);
     const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES + c0 / 64 * BQ * 128, BQ * 128);
     /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wg of a dS tile), K^T as
-     * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query rows n0..) */
-    const int dm = D > 64 ? wg : 0, n0 = D > 64 ? 0 : wg * NQ;
+     * A of dQ^T (MN-major: the 64 d of panel c0 / 64 + dm), dS^T as B of dQ^T (K-major, query
+     * rows n0..) */
+    const int dm = DQW > 64 ? wg : 0, n0 = DQW > 64 ? 0 : wg * NQ;
     const uint32_t dsa0 = burst_wg_dlo(sds + wg * BQ * 128, BQ * 128);
-    const uint32_t dkt = burst_wg_dlo(sk + dm * BC * 128, BC * 128);
+    const uint32_t dkt = burst_wg_dlo(sk + (c0 / 64 + dm) * BC * 128, BC * 128);
     const uint32_t dsb0 = burst_wg_dlo(sds + n0 * 128, 16);
     const uint32_t dpa = dsa0 + 2 * (SBYTES >> 4); /* P^T as A of dV, like dS^T */
     constexpr uint32_t DSBUF = SBYTES >> 4;
@@ -426,8 +435,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             burst_stmatrix_t4(t + kk * 16 * 128, r);
         }
     };
-    /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = dm 64 + 16 warp +
-     * rq (+ 8), queries n0 + 8 n + cq (+ 1)) go to the staging tile; after the warpgroup's
+    /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = c0 + dm 64 +
+     * 16 warp + rq (+ 8), queries n0 + 8 n + cq (+ 1)) go to the staging tile; after the warpgroup's
      * barrier, each thread adds 4 consecutive d of rows n0 + tw / 16 + 8 k with one vector float
      * atomic (rows past nq and the class's columns past d are not added). The next tile's stores
      * come after the block barrier of tile_begin, so no thread still reads the staging tile then. */
@@ -446,11 +455,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         int64_t h, i0;
         tile_at(it, &h, &i0);
         const int r = n0 + (tw >> 4), c4 = dm * 64 + (tw & 15) * 4;
-        float *dst = s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d + c4;
+        float *dst = s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d + c0 + c4;
         const int64_t step8 = 8 * s.hq * s.d;
 #pragma unroll
         for (int k = 0; k < NQ / 8; k++)
-            if (i0 + r + 8 * k < s.nq && c4 < s.d) /* d, a multiple of 8: whole float4s */
+            if (i0 + r + 8 * k < s.nq && c0 + c4 < s.d) /* d, a multiple of 8: whole float4s */
                 atomicAdd((float4 *)(dst + k * step8),
                           *(const float4 *)&sdq[(r + 8 * k) * DQS + c4]);
     };
@@ -458,8 +467,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
      * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
     auto prev_products = [&](int st, int buf) {
         if constexpr (DQ) {
-            burst_wg_mn<T, D, BQ>(dv, dpa, dot0 + st * DSTAGE);
-            burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
+            burst_wg_mn<T, DH, BQ>(dv, dpa, dot0 + st * DSTAGE);
+            burst_wg_mn<T, DH, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
             burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
         } else {
             burst_wg_pv<T, DH, BQ>(dv, pa, dot0 + st * DSTAGE);
@@ -556,10 +565,10 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
-/* The dK/dV kernel with dQ by atomics exists for the classes its dQ split is written for. */
+/* The dK/dV kernel with dQ by atomics: the classes of BURST_CUDA_WG_DQ_ATOMIC. */
 template <int D> constexpr bool burst_wg_has_dq()
 {
-    return D == 64 || D == 128;
+    return BURST_CUDA_WG_DQ_ATOMIC(D);
 }
 
 template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
@@ -568,14 +577,13 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
     const bool fused = burst_wg_has_dq<D>() && s->dq && s->dq_atomic && kv;
     if (kv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
+        const dim3 grid((unsigned)blocks, D / BURST_CUDA_WG_DKDV_COLS(D)); /* column blocks */
         if constexpr (burst_wg_has_dq<D>())
             if (fused) {
                 burst_wg_dkdv<T, D, true>
-                    <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(
-                        *s);
+                    <<<grid, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(*s);
                 return cudaGetLastError();
             }
-        const dim3 grid((unsigned)blocks, D / BURST_CUDA_WG_DKDV_COLS(D)); /* column blocks */
         burst_wg_dkdv<T, D, false>
             <<<grid, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();

@@ -140,7 +140,7 @@ template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-/* ---- wgmma.mma_async m64nNk16 with fp32 accumulators: N = 32, 48, 64 or 128 with A from shared
+/* ---- wgmma.mma_async m64nNk16 with fp32 accumulators: N = 32, 48, 64, 96 or 128 with A from shared
  * memory (the S tiles), N = 32, 64, 96, 128, 192 or 256 with A from registers (one head-dim
  * class wide: the O, dQ, dK, dV products) ---- */
 
@@ -242,6 +242,8 @@ BURST_WG_SS(__nv_bfloat16, 32, "bf16", BURST_WG_R16, BURST_WG_A16, "16", "17", "
 BURST_WG_SS(__half, 48, "f16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26", "27", "28")
 BURST_WG_SS(__nv_bfloat16, 48, "bf16", BURST_WG_R24, BURST_WG_A24, "24", "25", "26", "27", "28")
 BURST_WG_SS(__half, 64, "f16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
+BURST_WG_SS(__half, 96, "f16", BURST_WG_R48, BURST_WG_A48, "48", "49", "50", "51", "52")
+BURST_WG_SS(__nv_bfloat16, 96, "bf16", BURST_WG_R48, BURST_WG_A48, "48", "49", "50", "51", "52")
 BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
 BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
 BURST_WG_SS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
