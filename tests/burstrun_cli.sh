@@ -115,6 +115,11 @@ case_env() {
         done
         env BURST_FABRIC=carrierpigeon "$BR" $mode $JOB >"$TMP/out" 2>&1
         [ $? = 2 ] && grep -q BURST_FABRIC "$TMP/out" || fail "$m BURST_FABRIC=carrierpigeon"
+        for bad in BURST_LOG=verbose BURST_LOG=warn,gpu=info BURST_LOG_FILE=log-%x; do
+            env "$bad" "$BR" $mode $JOB >"$TMP/out" 2>&1
+            [ $? = 2 ] && grep -q "${bad%%=*} = " "$TMP/out" ||
+                fail "$m $bad: not refused by name: $(head -c 300 "$TMP/out")"
+        done
         env BURST_BOOTSTRAP=mpi BURST_RENDEZVOUS=192.0.2.1:1 BURST_RANK=7 BURST_SIZE=9 \
             BURST_JOB_KEY=00 BURST_TIMEOUT_MS= BURST_NUM_THREADS= "$BR" $mode $JOB \
             >"$TMP/out" 2>&1

@@ -1558,6 +1558,9 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     launch_fabric_env_defaults(); /* before anything loads libfabric */
+    /* the library's warnings and errors on stderr unless BURST_LOG says otherwise (burst/log.h:
+     * an embedding program's default is silence) */
+    (void)burst_set_log_levels("warn");
     int rc = run(argc, argv);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "%s: writing to stdout failed: %s\n", prog,
