@@ -20,6 +20,10 @@
 #            spelling of slots= / max_slots= give Open MPI's slot counts (a host without slots=
 #            has its core count there, unknown here: -n is then required); malformed items name
 #            the line
+#   errors   a job whose plans differ between ranks fails once: one message naming a rank, in
+#            both rank modes (not one per rank); a library warning shows on burstrun's stderr
+#            (its level is warn), BURST_LOG=off silences it, BURST_LOG=info adds the context's
+#            backend
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -180,12 +184,37 @@ case_hostfile() {
     done
 }
 
+case_errors() {
+    for mode in --threads ""; do
+        m="errors${mode:- processes}"
+        expect 3 "$m mismatch" $mode -n 3 --seq 64 --heads 1 --head-dim 8 $SMALL \
+            --test-mismatch 1:head_dim
+        n=$(grep -c "burst_plan_create failed" "$TMP/out")
+        [ "$n" = 1 ] || fail "$m: the failure printed $n times: $(head -c 600 "$TMP/out")"
+        grep -q "rank [0-9]: burst_plan_create failed: plans differ" "$TMP/out" ||
+            fail "$m: no rank named: $(head -c 300 "$TMP/out")"
+        PRE=BURST_NO_SUCH_SETTING_X=1
+        expect 0 "$m warning" $mode -n 2 --seq 16 --heads 1 --head-dim 8 $SMALL
+        grep -q "warn runtime.*BURST_NO_SUCH_SETTING_X" "$TMP/out" ||
+            fail "$m: no warning: $(head -c 300 "$TMP/out")"
+        PRE="BURST_NO_SUCH_SETTING_X=1 BURST_LOG=off"
+        expect 0 "$m silenced" $mode -n 2 --seq 16 --heads 1 --head-dim 8 $SMALL
+        ! grep -q "\[burst\]" "$TMP/out" || fail "$m: BURST_LOG=off printed: $(head -c 300 "$TMP/out")"
+        PRE=BURST_LOG=info
+        expect 0 "$m info" $mode -n 2 --seq 16 --heads 1 --head-dim 8 $SMALL
+        grep -q "info runtime.*context on backend cpu" "$TMP/out" ||
+            fail "$m: BURST_LOG=info: no context message: $(head -c 300 "$TMP/out")"
+        PRE=
+    done
+}
+
 case "$WHAT" in
 cancel) case_cancel ;;
 sizes) case_sizes ;;
 env) case_env ;;
 ranges) case_ranges ;;
 hostfile) case_hostfile ;;
+errors) case_errors ;;
 *)
     echo "unknown case $WHAT"
     exit 1

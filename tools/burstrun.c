@@ -1528,8 +1528,10 @@ static int mpi_rank_main(int argc, char **argv)
     job_worker_comm_params(NULL);
     close(fd);
     int rc = wrc == 0 ? 0 : wrc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
-    if (launch_mpi_merge(arena, bytes) != 0) {
-        fprintf(stderr, "%s: rank %d: merging the results into rank 0 failed\n", prog, rank);
+    if (launch_mpi_merge(arena, bytes) != 0) { /* rank 0 cannot report: this rank's own words */
+        const struct job_slot *sl = job_arena_slots(arena) + rank;
+        fprintf(stderr, "%s: rank %d: merging the results into rank 0 failed%s%s\n", prog, rank,
+                wrc != 0 && sl->message[0] ? "; " : "", wrc != 0 ? sl->message : "");
         rc = EXIT_RUNTIME;
     } else if (rank == 0) {
         struct job_result *r = calloc(1, sizeof(*r));
