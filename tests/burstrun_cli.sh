@@ -24,6 +24,7 @@
 #            both rank modes (not one per rank); a library warning shows on burstrun's stderr
 #            (its level is warn), BURST_LOG=off silences it, BURST_LOG=info adds the context's
 #            backend
+#   version  -V names the versions and the optional parts burstrun and the library were built with
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -208,6 +209,26 @@ case_errors() {
     done
 }
 
+case_version() {
+    for v in -V --version; do
+        expect 0 "version $v" $v
+        grep -q "^burstrun [0-9.]* (library [0-9.]*)$" "$TMP/out" ||
+            fail "$v: no versions: $(head -c 300 "$TMP/out")"
+        feats=$(sed -n 's/^library features: //p' "$TMP/out")
+        case " $feats " in
+        " cpu "*) ;;
+        *) fail "$v: the library's features do not start with cpu: '$feats'" ;;
+        esac
+        for f in $feats; do
+            case $f in
+            cpu | vulkan | cuda | fabric | research-settings) ;;
+            *) fail "$v: unknown feature '$f'" ;;
+            esac
+        done
+        grep -q "^burstrun features: " "$TMP/out" || fail "$v: no burstrun features"
+    done
+}
+
 case "$WHAT" in
 cancel) case_cancel ;;
 sizes) case_sizes ;;
@@ -215,6 +236,7 @@ env) case_env ;;
 ranges) case_ranges ;;
 hostfile) case_hostfile ;;
 errors) case_errors ;;
+version) case_version ;;
 *)
     echo "unknown case $WHAT"
     exit 1

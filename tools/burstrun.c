@@ -127,7 +127,8 @@ static void usage(FILE *f)
         "  --probe                list every backend's devices, capabilities and chosen tiles\n"
         "                         and exit (with --json: one JSON object)\n"
         "  -h, --help             this text\n"
-        "  -V, --version          versions of burstrun and of the loaded library\n",
+        "  -V, --version          versions of burstrun and of the loaded library, and the\n"
+        "                         optional parts each was built with\n",
         JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
     fprintf(
         f,
@@ -443,6 +444,12 @@ static void opt_help(struct parse_state *s, const char *name, const char *val)
 static void opt_version(struct parse_state *s, const char *name, const char *val)
 {
     printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
+    printf("library features: %s\n", burst_build_features());
+#ifdef BURST_HAVE_MPI
+    printf("burstrun features: mpi (--hosts, --hostfile)\n");
+#else
+    printf("burstrun features: none (no mpi: --hosts, --hostfile refused)\n");
+#endif
     exit(0);
 }
 
