@@ -145,7 +145,7 @@ static void configure_locked(void)
     const char *fp = burst_setting_raw(BURST_SET_LOG_FILE);
     if (!fp || strlen(fp) >= PATH_MAX_BYTES - 64 || pattern_bad(fp))
         fp = "";
-    if (strcmp(fp, file_pattern) != 0 && file) {
+    if (strcmp(fp, file_pattern) != 0 && file) { /* a new pattern: a new file */
         fclose(file);
         file = NULL;
     }
@@ -291,14 +291,10 @@ burst_status_t burst_set_log_levels(const char *spec)
     if (st != BURST_OK)
         return st;
     pthread_mutex_lock(&lock);
-    if (spec)
-        snprintf(program_spec, sizeof program_spec, "%s", spec);
-    else {
-        program_spec[0] = '\0';
-        if (file)
-            fclose(file);
-        file = NULL;
-    }
+    snprintf(program_spec, sizeof program_spec, "%s", spec ? spec : "");
+    if (file)
+        fclose(file);
+    file = NULL;
     configure_locked();
     pthread_mutex_unlock(&lock);
     return BURST_OK;

@@ -312,6 +312,15 @@ static void test_file(void **state)
                              "[burst] warn transport rank 1: second\n");
     unlink(path);
 
+    /* the program's levels set again: BURST_RANK read again, the file opened again */
+    set_env("BURST_RANK", "6");
+    assert_int_equal(burst_set_log_levels("info"), BURST_OK);
+    burst_log(BURST_LOG_INFO, BURST_SUB_CUDA, -1, "as rank 6");
+    snprintf(path, sizeof path, "%s/log-6-%ld-%%.log", dir, (long)getpid());
+    slurp(path, out, sizeof out);
+    assert_string_equal(out, "[burst] info cuda rank 6: as rank 6\n");
+    unlink(path);
+
     reset("info", pattern, NULL); /* no rank: x */
     burst_log(BURST_LOG_INFO, BURST_SUB_CPU, -1, "no rank");
     snprintf(path, sizeof path, "%s/log-x-%ld-%%.log", dir, (long)getpid());

@@ -1512,6 +1512,7 @@ static int mpi_rank_main(int argc, char **argv)
     setenv("BURST_RANK", v, 1);
     snprintf(v, sizeof(v), "%d", size);
     setenv("BURST_SIZE", v, 1);
+    (void)burst_set_log_levels("warn"); /* the logger reads BURST_RANK again: its rank */
     setenv("BURST_FABRIC", o.fabric, 1);
     if (o.iface)
         setenv("BURST_IFACE", o.iface, 1);

@@ -81,9 +81,10 @@ BURST_API void burst_set_log_callback(burst_log_fn fn, void *user);
 /*
  * The program's thresholds, in BURST_LOG's syntax ("warn,transport=debug"): used where BURST_LOG
  * is unset or empty (the person running the program keeps the last word). With them set, the
- * default sink prints. spec = NULL forgets them and reads BURST_LOG and BURST_LOG_FILE from the
- * environment again (closing a log file the default sink opened). A malformed spec fails with
- * BURST_ERR_INVALID_ARG naming it and changes nothing. Thread-safe, process-wide.
+ * default sink prints; spec = NULL forgets them. Either way BURST_LOG, BURST_LOG_FILE and
+ * BURST_RANK are read from the environment again, and a log file the default sink opened is
+ * closed (the next message opens the pattern's file as it then expands). A malformed spec fails
+ * with BURST_ERR_INVALID_ARG naming it and changes nothing. Thread-safe, process-wide.
  */
 BURST_API burst_status_t burst_set_log_levels(const char *spec);
 
