@@ -29,8 +29,8 @@
  * keeps its mapping open for good. Known limit: a process that destroys a plan and then stops
  * importing keeps up to IPC_SLOTS of the peer's freed blocks alive until its context ends.
  *
- * BURST_IPC_STATS=1 prints the host time spent in exports, imports and openings of memory when
- * a cuda instance ends (stderr).
+ * BURST_IPC_STATS=1 logs (info, subsystem cuda) the host time spent in exports, imports and
+ * openings of memory when a cuda instance ends.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -48,6 +48,7 @@
 #include "backend.h"
 #include "burst_cuda.h"
 #include "error.h"
+#include "logger.h"
 #include "settings.h"
 #include "transport.h"
 
@@ -91,7 +92,7 @@ static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ipc_slot ipc_slots[IPC_SLOTS];
 static uint64_t ipc_tick;
 
-/* BURST_IPC_STATS=1: host time of the calls, printed to stderr when an instance ends. */
+/* BURST_IPC_STATS=1: host time of the calls, logged when an instance ends. */
 static struct {
     uint64_t exports, imports, opens;
     double export_us, import_us, open_us;
@@ -356,15 +357,15 @@ void burst_cuda_ipc_close(int device)
     if (burst_setting_get("cuda ipc", BURST_SET_IPC_STATS, &stats, NULL) != BURST_OK)
         burst_error_clear();
     if (stats && (ipc_stats.exports || ipc_stats.imports))
-        fprintf(stderr,
-                "[burst] cuda ipc (pid %d): %llu exports, %.1f us each; %llu imports, %.1f us "
-                "each, including %llu openings of memory, %.1f us each\n",
-                (int)getpid(), (unsigned long long)ipc_stats.exports,
-                ipc_stats.export_us / (double)(ipc_stats.exports ? ipc_stats.exports : 1),
-                (unsigned long long)ipc_stats.imports,
-                ipc_stats.import_us / (double)(ipc_stats.imports ? ipc_stats.imports : 1),
-                (unsigned long long)ipc_stats.opens,
-                ipc_stats.open_us / (double)(ipc_stats.opens ? ipc_stats.opens : 1));
+        burst_log(BURST_LOG_INFO, BURST_SUB_CUDA, -1,
+                  "ipc (pid %d): %llu exports, %.1f us each; %llu imports, %.1f us each, "
+                  "including %llu openings of memory, %.1f us each",
+                  (int)getpid(), (unsigned long long)ipc_stats.exports,
+                  ipc_stats.export_us / (double)(ipc_stats.exports ? ipc_stats.exports : 1),
+                  (unsigned long long)ipc_stats.imports,
+                  ipc_stats.import_us / (double)(ipc_stats.imports ? ipc_stats.imports : 1),
+                  (unsigned long long)ipc_stats.opens,
+                  ipc_stats.open_us / (double)(ipc_stats.opens ? ipc_stats.opens : 1));
     for (int i = 0; i < IPC_SLOTS; i++)
         if (ipc_slots[i].used && !ipc_slots[i].busy && ipc_slots[i].device == device)
             slot_close(&ipc_slots[i]);

@@ -9,6 +9,9 @@
  * the portable way, required where the backend computes on device memory (cuda; see
  * burst_context_device_memory) and free of staging copies everywhere else.
  *
+ * The library's own messages (burst/log.h: warnings, and with BURST_LOG=info what it chose) go
+ * to the application's log function, app_log, with their level, subsystem and rank.
+ *
  * Check: with a causal mask the first token attends only to itself, so O at position 0 equals V
  * at position 0 in every head; every output and gradient must be finite.
  *
@@ -135,6 +138,20 @@ static double max_abs(const uint16_t *x)
     return m;
 }
 
+/* The library's messages into the application's log (here: stderr with its prefix). Called one
+ * message at a time, from whichever thread the library speaks on; it must not call burst. */
+static void app_log(void *user, burst_log_level_t level, const char *subsystem, int rank,
+                    const char *message)
+{
+    const char *app_name = user;
+    if (rank >= 0)
+        fprintf(stderr, "%s: burst %s %s rank %d: %s\n", app_name, burst_log_level_str(level),
+                subsystem, rank, message);
+    else
+        fprintf(stderr, "%s: burst %s %s: %s\n", app_name, burst_log_level_str(level), subsystem,
+                message);
+}
+
 int main(void)
 {
     struct app app = {0};
@@ -152,6 +169,7 @@ int main(void)
     }
 
     printf("embed: burst %s (built against %s)\n", burst_version_string(), BURST_VERSION_STRING);
+    burst_set_log_callback(app_log, "embed"); /* thresholds: BURST_LOG, else warn */
     if (burst_context_create(NULL, &app.ctx) != BURST_OK ||
         burst_local_world_create(RANKS, &app.world) != BURST_OK) {
         fprintf(stderr, "embed: %s\n", burst_last_error());

@@ -5,6 +5,7 @@
 #include "context_internal.h"
 #include "error.h"
 #include "fault.h"
+#include "logger.h"
 
 /* Backends in priority order: "auto" takes the first that creates successfully. */
 static const struct burst_backend_ops *const backends[] = {
@@ -55,6 +56,9 @@ static burst_status_t try_backend(const struct burst_backend_ops *ops,
     ctx->ops = ops;
     ctx->set = *set;
     *ctx_p = ctx;
+    burst_log(BURST_LOG_INFO, BURST_SUB_RUNTIME, -1, "context on backend %s (%s), %d thread(s)",
+              ops->name, strcmp(p->backend, "auto") == 0 ? "auto" : "asked for",
+              BURST_OPS_HAS(ops, num_threads) ? ops->num_threads(ctx->be) : 1);
     return BURST_OK;
 }
 
@@ -75,7 +79,7 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
 
     burst_settings_warn_unknown();
     struct burst_settings set = {0};
-    if ((st = burst_settings_load(who, BURST_SCOPE_CONTEXT, &set)) != BURST_OK)
+    if ((st = burst_settings_load(who, BURST_SCOPE_CONTEXT | BURST_SCOPE_LOG, &set)) != BURST_OK)
         return st;
     if (!p.device || !*p.device) /* backends see NULL (device 0), an index or a name */
         p.device = burst_set_str(&set, BURST_SET_DEVICE);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "logger.h"
 #include "settings.h"
 
 #define MAX_SPECS 8
@@ -112,12 +113,13 @@ static int parse(const char *s)
     int n = 0;
     for (const char *p = s; *p; p += strcspn(p, ";"), p += *p == ';') {
         if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0) {
-            fprintf(stderr,
-                    "burst: BURST_FAULT=\"%s\" ignored: expected up to %d of "
-                    "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
-                    "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
-                    "separated by ';' (runtime/fault.h)\n",
-                    s, MAX_SPECS);
+            burst_log(
+                BURST_LOG_WARN, BURST_SUB_RUNTIME, -1,
+                "BURST_FAULT=\"%s\" ignored: expected up to %d of "
+                "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
+                "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
+                "separated by ';' (runtime/fault.h)",
+                s, MAX_SPECS);
             return -1;
         }
         n++;
@@ -185,10 +187,9 @@ void burst_fault_step(int rank, int is_bwd, int group, int step)
             armed = i;
             continue;
         }
-        fprintf(stderr,
-                "burst: BURST_FAULT: rank %d kills itself at %s step %d (head group %d) of call "
-                "%d\n",
-                rank, is_bwd ? "backward" : "forward", step, group, sp->call);
+        burst_log(BURST_LOG_WARN, BURST_SUB_RUNTIME, rank,
+                  "BURST_FAULT: rank %d kills itself at %s step %d (head group %d) of call %d",
+                  rank, is_bwd ? "backward" : "forward", step, group, sp->call);
         kill(getpid(), SIGKILL);
     }
 }

@@ -47,7 +47,8 @@
  *       The call that allocates returns BURST_ERR_NO_MEMORY (its ring peers
  *       BURST_ERR_PEER_FAILED) and frees what it had allocated.
  *
- * A malformed value is reported once on stderr and ignored (no fault at all).
+ * A malformed value is reported once (a warning of the logger, runtime/logger.h) and ignored (no
+ * fault at all).
  */
 #ifndef BURST_RUNTIME_FAULT_H
 #define BURST_RUNTIME_FAULT_H

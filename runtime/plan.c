@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "fault.h"
+#include "logger.h"
 #include "ring_xfer.h"
 #include "plan_internal.h"
 #include "speed.h"
@@ -247,6 +248,12 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
         return st;
     }
     *plan_p = plan;
+    burst_log(BURST_LOG_DEBUG, BURST_SUB_RUNTIME, plan->rank,
+              "plan: rank %d of %d, %lld of %lld tokens, %d head group(s), transfers %s, "
+              "workspace %llu bytes",
+              plan->rank, plan->size, (long long)plan->shards.lens[plan->rank],
+              (long long)plan->shards.seq_len, plan->hgroups, burst_plan_transfers(plan),
+              (unsigned long long)plan->workspace);
     return BURST_OK;
 }
 

@@ -11,6 +11,7 @@
 #include "burst/comm.h"
 #include "burst/context.h"
 #include "error.h"
+#include "logger.h"
 #include "strbuf.h"
 
 extern char **environ;
@@ -21,13 +22,16 @@ extern char **environ;
 
 /* Row builders: an integer in lo..hi, a 0/1 switch, one of a list, free text. */
 #define INT(n, sc, d, l, h, sh, r, doc)                                                            \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_INT, sc, d, l, h, NULL, sh, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_INT, sc, d, l, h, NULL, sh, r, 0, doc, NULL}
 #define BOOL(n, sc, d, r, doc)                                                                     \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_BOOL, sc, d, 0, 1, NULL, #d, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_BOOL, sc, d, 0, 1, NULL, #d, r, 0, doc, NULL}
 #define CHOICE(n, sc, d, ch, sh, r, doc)                                                           \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc, NULL}
 #define STRING(n, sc, sh, r, doc)                                                                  \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, r, 0, doc, NULL}
+/* free text with a syntax, checked by fn (struct burst_setting.check) */
+#define CHECKED(n, sc, sh, fn, doc)                                                                \
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, fn}
 
 #define CTX BURST_SCOPE_CONTEXT
 #define CPU BURST_SCOPE_CPU
@@ -37,6 +41,7 @@ extern char **environ;
 #define LAUNCH BURST_SCOPE_LAUNCH
 #define FAB BURST_SCOPE_FABRIC
 #define TESTS BURST_SCOPE_TESTS
+#define LOG BURST_SCOPE_LOG
 
 const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     STRING(BACKEND, CTX, "auto", 0,
@@ -58,6 +63,12 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
          "1: synchronise the host after every ring step's kernel, timing steps on its clock "
          "(comparison)"),
 
+    CHECKED(LOG, LOG, "silent", burst_log_spec_check,
+            "message levels: LEVEL[,SUBSYSTEM=LEVEL...] (error|warn|info|debug|off; subsystems "
+            "runtime, cpu, vulkan, cuda, transport)"),
+    CHECKED(LOG_FILE, LOG, "stderr", burst_log_file_check,
+            "file of the default log sink: a path pattern, %r the rank, %p the process id"),
+
     INT(NUM_THREADS, CPU, 0, 1, 4096, "every online core", 0,
         "cpu backend worker threads when the context asks for 0"),
     CHOICE(CPU_ISA, CPU, 0, "auto,base,avx2,avx512,avx512bf16,neon", "auto", 0,
@@ -77,7 +88,7 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
         "1: time tile candidates at create and cache the fastest; a head dim: that class only"),
     BOOL(VK_CACHE, VK, 1, 0, "0: neither read nor write the tile cache file"),
     BOOL(VK_PROFILE, VK, 0, 0,
-         "1: time every dispatch and print per-kernel totals to stderr at context destroy"),
+         "1: time every dispatch, log per-kernel totals (info) at context destroy"),
     BOOL(VK_CMQ, VK, 1, 0,
          "0: never the cooperative-matrix kernels that work on accumulators in registers"),
     INT(VK_CMQ_BF16, VK, 1, 0, 2, "1", 0,
@@ -109,7 +120,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
            "Hopper: 1 wgmma kernels, 0 the sm_80 kernels, fwd the wgmma forward only"),
     BOOL(CUDA_DQ_ATOMIC, CU, 1, 0,
          "0: the Hopper backward keeps its separate dQ kernel for non-deterministic plans"),
-    BOOL(IPC_STATS, CU, 0, 0, "1: print the cuda IPC export and import counts at context destroy"),
+    BOOL(IPC_STATS, CU, 0, 0,
+         "1: log the cuda IPC export and import counts (info) at context destroy"),
 
     INT(TIMEOUT_MS, COMM, 120000, 1, BURST_COMM_TIMEOUT_MAX_MS, "120000", 0,
         "longest wait for a peer, in ms, when the communicator asks for 0"),
@@ -126,7 +138,7 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     INT(SIZE, LAUNCH, 0, 1, 65536, "", 0, "ranks in the job (set by the launcher)"),
     STRING(RENDEZVOUS, LAUNCH, "", 0, "host:port of the job's rendezvous (set by the launcher)"),
     [BURST_SET_JOB_KEY] = {"BURST_JOB_KEY", BURST_SETTING_STRING, LAUNCH, 0, 0, 0, NULL, "", 0, 1,
-                           "the job's secret key (set by the launcher; never printed)"},
+                           "the job's secret key (set by the launcher; never printed)", NULL},
 
     CHOICE(FAB_PROGRESS, FAB, 0, "thread,caller", "thread", 0,
            "who drives libfabric progress: a progress thread or the caller"),
@@ -189,7 +201,11 @@ burst_status_t burst_setting_get(const char *who, enum burst_setting_id id, long
     long v = r->dflt;
     if ((s && !*s) || (r->research && !BURST_RESEARCH_SETTINGS))
         s = NULL; /* research switches: only in builds with -Dresearch_settings=true */
-    if (s && r->type == BURST_SETTING_CHOICE) {
+    if (s && r->check) {
+        burst_status_t st = r->check(who, r->name, s);
+        if (st != BURST_OK)
+            return st;
+    } else if (s && r->type == BURST_SETTING_CHOICE) {
         char list[128];
         if ((v = choice_index(r->choices, s)) < 0)
             return burst_error(BURST_ERR_INVALID_ARG, "%s: %s = \"%.64s\" is not one of %s", who,
@@ -205,6 +221,13 @@ burst_status_t burst_setting_get(const char *who, enum burst_setting_id id, long
     if (s_p)
         *s_p = s;
     return BURST_OK;
+}
+
+const char *burst_setting_raw(enum burst_setting_id id)
+{
+    const struct burst_setting *r = &burst_settings[id];
+    const char *s = getenv(r->name);
+    return !s || !*s || (r->research && !BURST_RESEARCH_SETTINGS) ? NULL : s;
 }
 
 burst_status_t burst_settings_load(const char *who, unsigned scopes, struct burst_settings *set)
@@ -239,15 +262,14 @@ static void warn_unknown_once(void)
             continue;
         const int row = row_of_entry(*e), n = (int)strcspn(*e, "=");
         if (row < 0)
-            fprintf(stderr,
-                    "[burst] warning: %.*s in the environment is not a burst setting "
-                    "(burstrun --info lists them)\n",
-                    n, *e);
+            burst_log(BURST_LOG_WARN, BURST_SUB_RUNTIME, -1,
+                      "%.*s in the environment is not a burst setting (burstrun --info lists them)",
+                      n, *e);
         else if (burst_settings[row].research && !BURST_RESEARCH_SETTINGS && (*e)[n + 1])
-            fprintf(stderr,
-                    "[burst] warning: %.*s is a research switch that this build ignores "
-                    "(meson -Dresearch_settings=true)\n",
-                    n, *e);
+            burst_log(BURST_LOG_WARN, BURST_SUB_RUNTIME, -1,
+                      "%.*s is a research switch that this build ignores "
+                      "(meson -Dresearch_settings=true)",
+                      n, *e);
     }
 }
 
@@ -268,6 +290,7 @@ static const char *scope_name(enum burst_setting_scope s)
     case BURST_SCOPE_LAUNCH: return "launcher";
     case BURST_SCOPE_FABRIC: return "fabric";
     case BURST_SCOPE_TESTS: return "tests";
+    case BURST_SCOPE_LOG: return "log";
     }
     return "?";
 }
@@ -349,7 +372,8 @@ burst_status_t burst_settings_check(void)
     burst_error_clear();
     return burst_settings_load("burst_settings_check",
                                BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
-                                   BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC,
+                                   BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC |
+                                   BURST_SCOPE_LOG,
                                &set);
 }
 

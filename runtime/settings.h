@@ -18,7 +18,8 @@
  *
  * Variables named BURST_TEST_* and BURST_BENCH_* belong to the project's tests and scripts; any
  * other BURST_* variable in the environment that the table lacks draws one warning per process
- * (burst_settings_warn_unknown, on the first context or communicator created).
+ * (burst_settings_warn_unknown, on the first context or communicator created; a message of the
+ * logger, runtime/logger.h).
  */
 #ifndef BURST_RUNTIME_SETTINGS_H
 #define BURST_RUNTIME_SETTINGS_H
@@ -38,6 +39,10 @@ enum burst_setting_id {
     BURST_SET_FWD_FINAL,
     BURST_SET_BWD_FINAL,
     BURST_SET_STEP_SYNC,
+    /* logging (burst/log.h; read at the first message, checked at context and communicator
+     * create) */
+    BURST_SET_LOG,
+    BURST_SET_LOG_FILE,
     /* cpu backend */
     BURST_SET_NUM_THREADS,
     BURST_SET_CPU_ISA,
@@ -111,6 +116,7 @@ enum burst_setting_scope {
     BURST_SCOPE_LAUNCH = 1u << 5,  /* burst_comm_create_env: set by a launcher */
     BURST_SCOPE_FABRIC = 1u << 6,  /* the libfabric transport, inside a communicator's create */
     BURST_SCOPE_TESTS = 1u << 7,   /* the project's tests and fault injection */
+    BURST_SCOPE_LOG = 1u << 8,     /* the logger (runtime/logger.c); checked by the creates */
 };
 
 struct burst_setting {
@@ -124,6 +130,9 @@ struct burst_setting {
     int research;        /* 1: a switch for measurements and comparisons, not for users */
     int secret;          /* 1: never printed (the job key) */
     const char *doc;     /* one line */
+    /* STRING rows with a syntax: BURST_OK, or BURST_ERR_INVALID_ARG naming who, the variable
+     * (name), its value and what is wrong; NULL = any text */
+    burst_status_t (*check)(const char *who, const char *name, const char *value);
 };
 
 extern const struct burst_setting burst_settings[BURST_SETTINGS_COUNT];
@@ -144,9 +153,14 @@ int burst_settings_parse_long(const char *s, long lo, long hi, long *v_p);
  * value and what it must be. */
 burst_status_t burst_settings_load(const char *who, unsigned scopes, struct burst_settings *set);
 
-/* Parse one row; *v_p and *s_p (either may be NULL) receive its value and text. */
+/* Parse one row (a STRING row with a check: checked); *v_p and *s_p (either may be NULL)
+ * receive its value and text. */
 burst_status_t burst_setting_get(const char *who, enum burst_setting_id id, long *v_p,
                                  const char **s_p);
+
+/* A row's text as the environment has it, unchecked and recording no error: NULL when unset or
+ * empty (or a research switch this build ignores). For readers that must not fail (the logger). */
+const char *burst_setting_raw(enum burst_setting_id id);
 
 /* A value of *set: the parsed one, or the row's default where the row was not loaded. */
 static inline long burst_set_long(const struct burst_settings *set, enum burst_setting_id id)
@@ -166,8 +180,8 @@ static inline int burst_set_given(const struct burst_settings *set, enum burst_s
     return set->have[id] && set->s[id] != NULL;
 }
 
-/* Once per process: warn (stderr, "[burst] warning: ...") about each BURST_* variable of the
- * environment that the table lacks, other than BURST_TEST_* and BURST_BENCH_*. */
+/* Once per process: a warning (runtime/logger.h) about each BURST_* variable of the environment
+ * that the table lacks, other than BURST_TEST_* and BURST_BENCH_*. */
 void burst_settings_warn_unknown(void);
 
 #endif /* BURST_RUNTIME_SETTINGS_H */

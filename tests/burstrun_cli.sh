@@ -20,6 +20,11 @@
 #            spelling of slots= / max_slots= give Open MPI's slot counts (a host without slots=
 #            has its core count there, unknown here: -n is then required); malformed items name
 #            the line
+#   errors   a job whose plans differ between ranks fails once: one message naming a rank, in
+#            both rank modes (not one per rank); a library warning shows on burstrun's stderr
+#            (its level is warn), BURST_LOG=off silences it, BURST_LOG=info adds the context's
+#            backend
+#   version  -V names the versions and the optional parts burstrun and the library were built with
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -115,6 +120,11 @@ case_env() {
         done
         env BURST_FABRIC=carrierpigeon "$BR" $mode $JOB >"$TMP/out" 2>&1
         [ $? = 2 ] && grep -q BURST_FABRIC "$TMP/out" || fail "$m BURST_FABRIC=carrierpigeon"
+        for bad in BURST_LOG=verbose BURST_LOG=warn,gpu=info BURST_LOG_FILE=log-%x; do
+            env "$bad" "$BR" $mode $JOB >"$TMP/out" 2>&1
+            [ $? = 2 ] && grep -q "${bad%%=*} = " "$TMP/out" ||
+                fail "$m $bad: not refused by name: $(head -c 300 "$TMP/out")"
+        done
         env BURST_BOOTSTRAP=mpi BURST_RENDEZVOUS=192.0.2.1:1 BURST_RANK=7 BURST_SIZE=9 \
             BURST_JOB_KEY=00 BURST_TIMEOUT_MS= BURST_NUM_THREADS= "$BR" $mode $JOB \
             >"$TMP/out" 2>&1
@@ -175,12 +185,58 @@ case_hostfile() {
     done
 }
 
+case_errors() {
+    for mode in --threads ""; do
+        m="errors${mode:- processes}"
+        expect 3 "$m mismatch" $mode -n 3 --seq 64 --heads 1 --head-dim 8 $SMALL \
+            --test-mismatch 1:head_dim
+        n=$(grep -c "burst_plan_create failed" "$TMP/out")
+        [ "$n" = 1 ] || fail "$m: the failure printed $n times: $(head -c 600 "$TMP/out")"
+        grep -q "rank [0-9]: burst_plan_create failed: plans differ" "$TMP/out" ||
+            fail "$m: no rank named: $(head -c 300 "$TMP/out")"
+        PRE=BURST_NO_SUCH_SETTING_X=1
+        expect 0 "$m warning" $mode -n 2 --seq 16 --heads 1 --head-dim 8 $SMALL
+        grep -q "warn runtime.*BURST_NO_SUCH_SETTING_X" "$TMP/out" ||
+            fail "$m: no warning: $(head -c 300 "$TMP/out")"
+        PRE="BURST_NO_SUCH_SETTING_X=1 BURST_LOG=off"
+        expect 0 "$m silenced" $mode -n 2 --seq 16 --heads 1 --head-dim 8 $SMALL
+        ! grep -q "\[burst\]" "$TMP/out" || fail "$m: BURST_LOG=off printed: $(head -c 300 "$TMP/out")"
+        PRE=BURST_LOG=info
+        expect 0 "$m info" $mode -n 2 --seq 16 --heads 1 --head-dim 8 $SMALL
+        grep -q "info runtime.*context on backend cpu" "$TMP/out" ||
+            fail "$m: BURST_LOG=info: no context message: $(head -c 300 "$TMP/out")"
+        PRE=
+    done
+}
+
+case_version() {
+    for v in -V --version; do
+        expect 0 "version $v" $v
+        grep -q "^burstrun [0-9.]* (library [0-9.]*)$" "$TMP/out" ||
+            fail "$v: no versions: $(head -c 300 "$TMP/out")"
+        feats=$(sed -n 's/^library features: //p' "$TMP/out")
+        case " $feats " in
+        " cpu "*) ;;
+        *) fail "$v: the library's features do not start with cpu: '$feats'" ;;
+        esac
+        for f in $feats; do
+            case $f in
+            cpu | vulkan | cuda | fabric | research-settings) ;;
+            *) fail "$v: unknown feature '$f'" ;;
+            esac
+        done
+        grep -q "^burstrun features: " "$TMP/out" || fail "$v: no burstrun features"
+    done
+}
+
 case "$WHAT" in
 cancel) case_cancel ;;
 sizes) case_sizes ;;
 env) case_env ;;
 ranges) case_ranges ;;
 hostfile) case_hostfile ;;
+errors) case_errors ;;
+version) case_version ;;
 *)
     echo "unknown case $WHAT"
     exit 1

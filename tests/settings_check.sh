@@ -8,7 +8,8 @@
 #     set variables for its ranks);
 #   - README.md's settings table lists exactly the table's names;
 #   - burstrun --info --json prints every row; a BURST_* variable the table lacks draws a
-#     warning naming it; a malformed value is refused naming it.
+#     warning naming it (the logger's, which burstrun shows from level warn); a malformed value
+#     is refused naming it.
 set -u
 BR=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 SRC=$2
@@ -46,11 +47,11 @@ if [ "$readme" != "$table" ]; then
 fi
 
 out=$(BURST_NO_SUCH_SETTING=1 "$BR" --threads -n 1 --seq 16 --heads 1 --head-dim 8 2>&1)
-printf '%s' "$out" | grep -q 'warning: BURST_NO_SUCH_SETTING' ||
+printf '%s' "$out" | grep -q 'warn runtime: BURST_NO_SUCH_SETTING' ||
     fail "no warning about an unknown BURST_* variable: $out"
 out=$(BURST_TEST_WHATEVER=1 BURST_BENCH_WHATEVER=1 "$BR" --threads -n 1 --seq 16 --heads 1 \
     --head-dim 8 2>&1)
-! printf '%s' "$out" | grep -q 'warning: BURST_' || fail "a warning about a tests' variable: $out"
+! printf '%s' "$out" | grep -q 'warn runtime: BURST_' || fail "a warning about a tests' variable: $out"
 out=$(BURST_STEP_SYNC=yes "$BR" --threads -n 1 --seq 16 --heads 1 --head-dim 8 2>&1)
 [ $? = 2 ] && printf '%s' "$out" | grep -q 'BURST_STEP_SYNC = "yes"' ||
     fail "a malformed setting not refused by name: $out"

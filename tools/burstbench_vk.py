@@ -58,7 +58,7 @@ def path_env(path):
 
 
 def run_burst(args, path, fwd_only, seq, check=False):
-    env = dict(os.environ, BURST_VK_PROFILE="1", **path_env(path))
+    env = dict(os.environ, BURST_VK_PROFILE="1", BURST_LOG="warn,vulkan=info", **path_env(path))
     cmd = [args.burstrun, "--threads", "-n", "1", "--backend", "vulkan", "--seq", str(seq),
            "--heads", str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
            "--iters", str(args.iters), "--warmup", str(args.warmup), "--json"]
@@ -76,7 +76,7 @@ def run_burst(args, path, fwd_only, seq, check=False):
             js = json.loads(line)
             break
     prof = {}
-    for m in re.finditer(r"burst vulkan profile: (\S+)\s+(\d+) dispatches\s+([\d.]+) ms"
+    for m in re.finditer(r"vulkan: profile: (\S+)\s+(\d+) dispatches\s+([\d.]+) ms"
                          r"(?: \(fastest ([\d.]+) ms\))?", p.stderr):
         fastest = float(m.group(4)) if m.group(4) else float(m.group(3)) / int(m.group(2))
         prof[m.group(1)] = (int(m.group(2)), float(m.group(3)), fastest)

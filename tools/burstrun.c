@@ -127,7 +127,8 @@ static void usage(FILE *f)
         "  --probe                list every backend's devices, capabilities and chosen tiles\n"
         "                         and exit (with --json: one JSON object)\n"
         "  -h, --help             this text\n"
-        "  -V, --version          versions of burstrun and of the loaded library\n",
+        "  -V, --version          versions of burstrun and of the loaded library, and the\n"
+        "                         optional parts each was built with\n",
         JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
     fprintf(
         f,
@@ -443,6 +444,12 @@ static void opt_help(struct parse_state *s, const char *name, const char *val)
 static void opt_version(struct parse_state *s, const char *name, const char *val)
 {
     printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
+    printf("library features: %s\n", burst_build_features());
+#ifdef BURST_HAVE_MPI
+    printf("burstrun features: mpi (--hosts, --hostfile)\n");
+#else
+    printf("burstrun features: none (no mpi: --hosts, --hostfile refused)\n");
+#endif
     exit(0);
 }
 
@@ -1508,6 +1515,7 @@ static int mpi_rank_main(int argc, char **argv)
     setenv("BURST_RANK", v, 1);
     snprintf(v, sizeof(v), "%d", size);
     setenv("BURST_SIZE", v, 1);
+    (void)burst_set_log_levels("warn"); /* the logger reads BURST_RANK again: its rank */
     setenv("BURST_FABRIC", o.fabric, 1);
     if (o.iface)
         setenv("BURST_IFACE", o.iface, 1);
@@ -1532,8 +1540,10 @@ static int mpi_rank_main(int argc, char **argv)
     job_worker_comm_params(NULL);
     close(fd);
     int rc = wrc == 0 ? 0 : wrc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
-    if (launch_mpi_merge(arena, bytes) != 0) {
-        fprintf(stderr, "%s: rank %d: merging the results into rank 0 failed\n", prog, rank);
+    if (launch_mpi_merge(arena, bytes) != 0) { /* rank 0 cannot report: this rank's own words */
+        const struct job_slot *sl = job_arena_slots(arena) + rank;
+        fprintf(stderr, "%s: rank %d: merging the results into rank 0 failed%s%s\n", prog, rank,
+                wrc != 0 && sl->message[0] ? "; " : "", wrc != 0 ? sl->message : "");
         rc = EXIT_RUNTIME;
     } else if (rank == 0) {
         struct job_result *r = calloc(1, sizeof(*r));
@@ -1562,6 +1572,9 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     launch_fabric_env_defaults(); /* before anything loads libfabric */
+    /* the library's warnings and errors on stderr unless BURST_LOG says otherwise (burst/log.h:
+     * an embedding program's default is silence) */
+    (void)burst_set_log_levels("warn");
     int rc = run(argc, argv);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "%s: writing to stdout failed: %s\n", prog,

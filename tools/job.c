@@ -1049,9 +1049,7 @@ int job_worker_main(int fd)
     slot->secondary = rr->secondary;
     snprintf(slot->message, sizeof(slot->message), "%s", rr->msg);
     rc = rr->status == JOB_OK ? JOB_OK : rr->secondary ? JOB_EPEER : rr->status;
-out:
-    if (rc != JOB_OK && slot->message[0])
-        fprintf(stderr, "%s\n", slot->message);
+out: /* the message is the launcher's to print, once for the job (launch.c, job_arena_collect) */
     slot->status = rc == JOB_EPEER ? JOB_EFAIL : rc;
     burst_comm_destroy(comm);
     burst_context_destroy(j.ctx);
@@ -1084,12 +1082,16 @@ int job_arena_collect(void *arena, struct job_result *r)
         job_set_msg(r, JOB_EFAIL, "out of memory");
         goto out;
     }
-    for (int rk = 0; rk < G; rk++)
-        if (!__atomic_load_n(&slots[rk].done, __ATOMIC_ACQUIRE) || slots[rk].status != JOB_OK) {
-            job_set_msg(r, JOB_EFAIL, "rank %d did not finish: %s", rk,
-                        slots[rk].message[0] ? slots[rk].message : "(no message)");
-            goto out;
-        }
+    /* the first rank with a failure of its own, else the first that did not finish */
+    for (int pass = 0; pass < 2 && !r->status; pass++)
+        for (int rk = 0; rk < G && !r->status; rk++)
+            if ((!__atomic_load_n(&slots[rk].done, __ATOMIC_ACQUIRE) ||
+                 slots[rk].status != JOB_OK) &&
+                (pass || !slots[rk].secondary))
+                job_set_msg(r, JOB_EFAIL, "rank %d did not finish: %s", rk,
+                            slots[rk].message[0] ? slots[rk].message : "(no message)");
+    if (r->status)
+        goto out;
     r->shard_lens = calloc((size_t)G, sizeof(int64_t));
     if (!r->shard_lens) {
         job_set_msg(r, JOB_EFAIL, "out of memory");

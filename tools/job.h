@@ -233,8 +233,10 @@ struct job_slot *job_arena_slots(void *arena);
 double *job_arena_times(void *arena, int rank);
 
 /* Body of a rank process: maps the arena from fd, joins the ring from the environment
- * (burst_comm_create_env, or the parameters of job_worker_comm_params), runs, fills its slot. Returns the process exit status: 0 ok,
- * JOB_EUSAGE, JOB_EFAIL, or JOB_EPEER when it failed because a peer did. */
+ * (burst_comm_create_env, or the parameters of job_worker_comm_params), runs, fills its slot.
+ * A failure's message goes into the slot only: the launcher prints the job's failure once
+ * (launch.c, job_arena_collect). Returns the process exit status: 0 ok, JOB_EUSAGE, JOB_EFAIL,
+ * or JOB_EPEER when it failed because a peer did. */
 #define JOB_EPEER 4
 int job_worker_main(int fd);
 

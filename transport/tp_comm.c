@@ -13,6 +13,7 @@
 #include "context_internal.h"
 #include "error.h"
 #include "fault.h"
+#include "logger.h"
 #include "settings.h"
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
@@ -115,6 +116,9 @@ static burst_status_t comm_create_fabric_checked(const struct burst_comm_params 
         return st;
     }
     *comm_p = c;
+    burst_log(BURST_LOG_INFO, BURST_SUB_TRANSPORT, c->rank,
+              "communicator: rank %d of %d over libfabric %s (bootstrap %s), %d host(s)", c->rank,
+              c->size, burst_comm_fabric(c), boot, c->nhosts);
     return BURST_OK;
 #else
     return burst_error(BURST_ERR_UNSUPPORTED,
@@ -153,7 +157,8 @@ burst_status_t burst_comm_create(const struct burst_comm_params *in, struct burs
                            who, params->timeout_ms, BURST_COMM_TIMEOUT_MAX_MS);
     burst_settings_warn_unknown();
     struct burst_settings set = {0};
-    if ((st = burst_settings_load(who, BURST_SCOPE_COMM | BURST_SCOPE_FABRIC, &set)) != BURST_OK)
+    if ((st = burst_settings_load(who, BURST_SCOPE_COMM | BURST_SCOPE_FABRIC | BURST_SCOPE_LOG,
+                                  &set)) != BURST_OK)
         return st;
     int timeout = comm_timeout(&set, params->timeout_ms);
     const char *name = params->transport ? params->transport : "local";
@@ -183,6 +188,8 @@ burst_status_t burst_comm_create(const struct burst_comm_params *in, struct burs
     c->nhosts = 1;
     atomic_init(&c->failed, 0);
     *comm_p = c;
+    burst_log(BURST_LOG_DEBUG, BURST_SUB_TRANSPORT, c->rank,
+              "communicator: rank %d of %d in this process (transport local)", c->rank, c->size);
     return BURST_OK;
 }
 

@@ -30,5 +30,6 @@
 #include "burst/comm.h"
 #include "burst/plan.h"
 #include "burst/layout.h"
+#include "burst/log.h"
 
 #endif /* BURST_BURST_H */

@@ -7,7 +7,9 @@
  *
  * On failure the library also records a human-readable message for the calling thread, naming
  * the bad argument and its value, e.g. "burst_plan_create: params->head_dim = 12 is not a
- * multiple of 8". Read it with burst_last_error(). The library never prints and never aborts.
+ * multiple of 8". Read it with burst_last_error(). The library never aborts, and it prints
+ * nothing unless asked to: its other messages (warnings, what it chose, reports a switch asks
+ * for) go through the logger of burst/log.h, silent by default.
  */
 #ifndef BURST_STATUS_H
 #define BURST_STATUS_H

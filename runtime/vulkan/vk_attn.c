@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "logger.h"
 #include "step_check.h"
 #include "vk_internal.h"
 
@@ -331,6 +332,9 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
     if (!need)
         return 0;
     if (burst_vk_stream_scratch(be, s, need, &base) != BURST_OK) {
+        burst_log(BURST_LOG_DEBUG, BURST_SUB_VULKAN, -1,
+                  "no scratch for bf16 inputs scaled into fp16 (%s): another kernel",
+                  burst_last_error());
         burst_error_clear(); /* not an error: the caller takes another way */
         return -1;
     }

@@ -12,7 +12,7 @@
  *   BURST_VK_ATOMIC=0     never dkvq_rt (dQ by float atomics in non-deterministic plans)
  *   BURST_VK_AUTOTUNE=1   time tile candidates at create and cache the fastest
  *   BURST_VK_CACHE=0      ignore the tile cache file
- *   BURST_VK_PROFILE=1    timestamp every dispatch, print the totals to stderr at destroy
+ *   BURST_VK_PROFILE=1    timestamp every dispatch, log the totals (info) at destroy
  *   BURST_VK_MAX_SHARED=N behave as if the device had at most N bytes of shared memory (tests)
  *   BURST_VK_ELEM=gpu|cpu|auto  where copy / fill / accumulate run (vk_elem.c; default auto:
  *                         shaders on a GPU, the calling thread on a cpu device); anything else
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "logger.h"
 #include "vk_internal.h"
 
 static void burst_vk_destroy(void *bev)
@@ -36,11 +37,10 @@ static void burst_vk_destroy(void *bev)
         if (be->env.profile) {
             for (int k = 0; k < BURST_VK_NUM_ALL_KERNELS; k++)
                 if (be->prof_count[k])
-                    fprintf(stderr,
-                            "burst vulkan profile: %-7s %8llu dispatches %12.3f ms (fastest "
-                            "%.3f ms)\n",
-                            burst_vk_kernel_names[k], (unsigned long long)be->prof_count[k],
-                            be->prof_ms[k], be->prof_min[k]);
+                    burst_log(BURST_LOG_INFO, BURST_SUB_VULKAN, -1,
+                              "profile: %-7s %8llu dispatches %12.3f ms (fastest %.3f ms)",
+                              burst_vk_kernel_names[k], (unsigned long long)be->prof_count[k],
+                              be->prof_ms[k], be->prof_min[k]);
         }
         burst_vk_streams_fini(be);
         burst_vk_pipeline_fini(be);
@@ -134,8 +134,9 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
     }
     burst_vk_tiles_choose(be);
     burst_vk_cmq_check(be); /* the *_cmq kernels only where the layout is as they assume */
-    if (be->env.profile && be->cmq.why[0])
-        fprintf(stderr, "burst vulkan: fwd_cmq, dq_cmq, dkv_cmq off: %s\n", be->cmq.why);
+    if (be->cmq.why[0])
+        burst_log(be->env.profile ? BURST_LOG_INFO : BURST_LOG_DEBUG, BURST_SUB_VULKAN, -1,
+                  "fwd_cmq, dq_cmq, dkv_cmq off: %s", be->cmq.why);
     *be_p = be;
     return BURST_OK;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "logger.h"
 #include "vk_internal.h"
 
 #define BURST_VK_ELEM_WG 128 /* maxComputeWorkGroupInvocations is at least 128 everywhere */
@@ -104,6 +105,9 @@ burst_status_t burst_vk_elem_run(struct burst_vk_backend *be, enum burst_vk_kern
     unsigned char *host = NULL;
     st = burst_vk_stage(be, s, NULL, 0, sizeof *p, &extra, &xa);
     if (st == BURST_OK && staged && burst_vk_stream_host(be, s, staged, &host, &ha) != BURST_OK) {
+        burst_log(BURST_LOG_DEBUG, BURST_SUB_VULKAN, -1,
+                  "no staging of caller memory for the shaders (%s): the calling thread's loop",
+                  burst_last_error());
         burst_error_clear(); /* the caller's loop does the work */
         burst_vk_stream_release(be, s);
         *unstaged_p = 1;

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "logger.h"
+#include "strbuf.h"
 #include "vk_internal.h"
 #include "vk_spv_config.h"
 
@@ -166,7 +168,7 @@ burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be)
 }
 
 /* BURST_VK_PROFILE: the driver's statistics of a new pipeline (register count, spills, ...
- * whatever it reports) on stderr, one line per executable. */
+ * whatever it reports), one message (info) per executable. */
 static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uint32_t key[10],
                                           VkPipeline pipe)
 {
@@ -176,7 +178,7 @@ static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uin
     PFN_vkGetPipelineExecutableStatisticsKHR stats_fn =
         (PFN_vkGetPipelineExecutableStatisticsKHR)vkGetDeviceProcAddr(
             be->dev, "vkGetPipelineExecutableStatisticsKHR");
-    if (!props_fn || !stats_fn)
+    if (!props_fn || !stats_fn || !burst_log_on(BURST_SUB_VULKAN, BURST_LOG_INFO))
         return;
     VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = pipe};
     uint32_t nexe = 0;
@@ -194,25 +196,27 @@ static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uin
         VkResult r = stats_fn(be->dev, &ei, &n, st);
         if (r != VK_SUCCESS && r != VK_INCOMPLETE)
             continue;
-        fprintf(stderr, "burst vulkan pipeline: %s d=%u t=%u br=%u bc=%u ld=%u dtypes=%u%u%u%u:",
-                burst_vk_kernel_names[key[0]], key[1], key[2], key[3], key[4], key[9], key[5],
-                key[6], key[7], key[8]);
+        struct burst_sb sb = {0};
         for (uint32_t i = 0; i < n; i++) {
-            fprintf(stderr, " %s=", st[i].name);
+            burst_sb_printf(&sb, " %s=", st[i].name);
             switch (st[i].format) {
             case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
-                fprintf(stderr, "%u", (unsigned)st[i].value.b32);
+                burst_sb_printf(&sb, "%u", (unsigned)st[i].value.b32);
                 break;
             case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
-                fprintf(stderr, "%lld", (long long)st[i].value.i64);
+                burst_sb_printf(&sb, "%lld", (long long)st[i].value.i64);
                 break;
             case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
-                fprintf(stderr, "%llu", (unsigned long long)st[i].value.u64);
+                burst_sb_printf(&sb, "%llu", (unsigned long long)st[i].value.u64);
                 break;
-            default: fprintf(stderr, "%g", st[i].value.f64); break;
+            default: burst_sb_printf(&sb, "%g", st[i].value.f64); break;
             }
         }
-        fprintf(stderr, "\n");
+        burst_log(BURST_LOG_INFO, BURST_SUB_VULKAN, -1,
+                  "pipeline: %s d=%u t=%u br=%u bc=%u ld=%u dtypes=%u%u%u%u:%s",
+                  burst_vk_kernel_names[key[0]], key[1], key[2], key[3], key[4], key[9], key[5],
+                  key[6], key[7], key[8], sb.failed || !sb.buf ? " (out of memory)" : sb.buf);
+        free(sb.buf);
     }
 }
 

@@ -40,7 +40,7 @@ if [ -n "${BURST_BENCH_HETERO:-}" ]; then
         summary+=("bench staged rc=$?")
     fi
     if [ -n "${BURST_VERBOSE_HETERO:-}" ]; then
-        BURST_VK_PROFILE=1 "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_shared.log" 2>&1
+        BURST_VK_PROFILE=1 BURST_LOG=warn,vulkan=info "$BR" $BURST_VERBOSE_HETERO --verbose >"$out/verbose_shared.log" 2>&1
         [ "${BURST_HETERO_STAGED:-1}" = 1 ] && BURST_DEVICE_DIRECT=0 "$BR" $BURST_VERBOSE_HETERO \
             --verbose >"$out/verbose_staged.log" 2>&1
         for w in shared staged; do

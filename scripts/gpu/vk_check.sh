@@ -62,9 +62,9 @@ fi
 if [ -n "${BURST_VK_VARIANTS:-}" ]; then
     IFS=';' read -ra vars <<<"$BURST_VK_VARIANTS"
     for v in "${vars[@]}"; do
-        env $v BURST_VK_PROFILE=1 "$b/tools/burstrun" --threads -n 1 --backend vulkan \
+        env $v BURST_VK_PROFILE=1 BURST_LOG=warn,vulkan=info "$b/tools/burstrun" --threads -n 1 --backend vulkan \
             ${BURST_VK_VARIANT_ARGS:-} >"$out/variant.log" 2>&1
-        echo "== variant [$v] rc=$?: $(sed -n 's/^burst vulkan profile: *\([a-z_]*\) .*fastest \([0-9.]*\) ms.*/\1 \2/p' \
+        echo "== variant [$v] rc=$?: $(sed -n 's/^.*vulkan: profile: *\([a-z_]*\) .*fastest \([0-9.]*\) ms.*/\1 \2/p' \
             "$out/variant.log" | grep -v "copy\|fill\|cm_layout" | tr '\n' ' ')"
         grep -h "Register Count" "$out/variant.log" | grep "cmq" | sed 's/Binary Size.*Local Memory Size=/local /; s/ Shared Memory.*//' | cut -c1-170
     done
