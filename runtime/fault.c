@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "settings.h"
 
 #define MAX_SPECS 8
@@ -101,6 +102,19 @@ static int parse_one(const char *s, struct spec *sp)
     }
 }
 
+/* The specs of s into tmp[] (*n_p of them): 0, or -1 when s is malformed. */
+static int parse_specs(const char *s, struct spec tmp[MAX_SPECS], int *n_p)
+{
+    int n = 0;
+    for (const char *p = s; *p; p += strcspn(p, ";"), p += *p == ';') {
+        if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0)
+            return -1;
+        n++;
+    }
+    *n_p = n;
+    return 0;
+}
+
 static int parse(const char *s)
 {
     nspecs = 0;
@@ -110,24 +124,31 @@ static int parse(const char *s)
         return 0;
     struct spec tmp[MAX_SPECS];
     int n = 0;
-    for (const char *p = s; *p; p += strcspn(p, ";"), p += *p == ';') {
-        if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0) {
-            fprintf(stderr,
-                    "burst: BURST_FAULT=\"%s\" ignored: expected up to %d of "
-                    "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
-                    "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
-                    "separated by ';' (runtime/fault.h)\n",
-                    s, MAX_SPECS);
-            return -1;
-        }
-        n++;
-    }
+    if (parse_specs(s, tmp, &n) != 0)
+        return -1;
     for (int i = 0; i < n; i++) {
         specs[i] = tmp[i];
         have_oom |= tmp[i].action == A_OOM;
     }
     nspecs = n;
     return 0;
+}
+
+burst_status_t burst_fault_env_check(const char *who)
+{
+    const char *spec = NULL;
+    (void)burst_setting_get(who, BURST_SET_FAULT, NULL, &spec); /* text: no error */
+    struct spec tmp[MAX_SPECS];
+    int n;
+    if (!spec || parse_specs(spec, tmp, &n) == 0)
+        return BURST_OK;
+    return burst_error(
+        BURST_ERR_INVALID_ARG,
+        "%s: BURST_FAULT = \"%.64s\" is not up to %d of "
+        "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
+        "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
+        "separated by ';' (runtime/fault.h)",
+        who, spec, MAX_SPECS);
 }
 
 static void parse_env(void)

@@ -47,12 +47,15 @@
  *       The call that allocates returns BURST_ERR_NO_MEMORY (its ring peers
  *       BURST_ERR_PEER_FAILED) and frees what it had allocated.
  *
- * A malformed value is reported once on stderr and ignored (no fault at all).
+ * A malformed value fails the creates that check it (burst_fault_env_check: contexts,
+ * communicators, burst_settings_check) naming BURST_FAULT; the hooks never act on one.
  */
 #ifndef BURST_RUNTIME_FAULT_H
 #define BURST_RUNTIME_FAULT_H
 
 #include <stddef.h>
+
+#include "burst/status.h"
 
 /* Called by the ring engine at every step of every head group (and with step = -1 after the
  * last group's last one): kill, slow, and arming a message fault for the calling thread's next
@@ -79,5 +82,9 @@ int burst_fault_alloc(void);
  * BURST_FAULT were `spec`. 0, or -1 when spec is malformed (then no fault is active). Not
  * thread-safe: call it while no ring call is running. */
 int burst_fault_set(const char *spec);
+
+/* BURST_FAULT as the environment has it now: BURST_OK when unset, empty or well formed, else
+ * BURST_ERR_INVALID_ARG naming who, the variable and its value (runtime/settings.h's rule). */
+burst_status_t burst_fault_env_check(const char *who);
 
 #endif /* BURST_RUNTIME_FAULT_H */

@@ -10,7 +10,9 @@
 
 #include "burst/comm.h"
 #include "burst/context.h"
+#include "context_internal.h"
 #include "error.h"
+#include "fault.h"
 #include "strbuf.h"
 
 extern char **environ;
@@ -21,13 +23,16 @@ extern char **environ;
 
 /* Row builders: an integer in lo..hi, a 0/1 switch, one of a list, free text. */
 #define INT(n, sc, d, l, h, sh, r, doc)                                                            \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_INT, sc, d, l, h, NULL, sh, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_INT, sc, d, l, h, NULL, sh, r, 0, doc, NULL}
 #define BOOL(n, sc, d, r, doc)                                                                     \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_BOOL, sc, d, 0, 1, NULL, #d, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_BOOL, sc, d, 0, 1, NULL, #d, r, 0, doc, NULL}
 #define CHOICE(n, sc, d, ch, sh, r, doc)                                                           \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc, NULL}
 #define STRING(n, sc, sh, r, doc)                                                                  \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, r, 0, doc}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, r, 0, doc, NULL}
+/* free text that its reader checks: `bad` is one text it refuses */
+#define CHECKED(n, sc, sh, bad, doc)                                                               \
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, bad}
 
 #define CTX BURST_SCOPE_CONTEXT
 #define CPU BURST_SCOPE_CPU
@@ -39,8 +44,8 @@ extern char **environ;
 #define TESTS BURST_SCOPE_TESTS
 
 const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
-    STRING(BACKEND, CTX, "auto", 0,
-           "backend that \"auto\" resolves to (cpu, vulkan, cuda); explicit names in the API win"),
+    CHECKED(BACKEND, CTX, "auto", "nonesuch",
+            "backend that \"auto\" resolves to (cpu, vulkan, cuda); explicit names in the API win"),
     STRING(DEVICE, CTX, "0", 0,
            "GPU backends: device index or name substring when the context names none"),
     BOOL(DEVICE_DIRECT, CTX, 1, 0,
@@ -126,7 +131,7 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     INT(SIZE, LAUNCH, 0, 1, 65536, "", 0, "ranks in the job (set by the launcher)"),
     STRING(RENDEZVOUS, LAUNCH, "", 0, "host:port of the job's rendezvous (set by the launcher)"),
     [BURST_SET_JOB_KEY] = {"BURST_JOB_KEY", BURST_SETTING_STRING, LAUNCH, 0, 0, 0, NULL, "", 0, 1,
-                           "the job's secret key (set by the launcher; never printed)"},
+                           "the job's secret key (set by the launcher; never printed)", "xyz"},
 
     CHOICE(FAB_PROGRESS, FAB, 0, "thread,caller", "thread", 0,
            "who drives libfabric progress: a progress thread or the caller"),
@@ -137,8 +142,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     BOOL(FAB_RXM_EAGER, FAB, 1, 0,
          "0: allow ofi_rxm rendezvous messages (faster, unsafe if a peer dies)"),
 
-    STRING(FAULT, TESTS, "", 0,
-           "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C] and other faults (runtime/fault.h)"),
+    CHECKED(FAULT, TESTS, "", "nonesuch:rank=0",
+            "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C] and other faults (runtime/fault.h)"),
     STRING(TEST_SEED, TESTS, "the time", 0, "seed of the randomised tests"),
     STRING(TEST_BACKEND, TESTS, "cpu", 0, "backend of the harness-based tests"),
 };
@@ -146,6 +151,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
 int burst_settings_parse_long(const char *s, long lo, long hi, long *v_p)
 {
     char *end;
+    if (!(*s >= '0' && *s <= '9') && *s != '-') /* whole: strtol would skip spaces and a '+' */
+        return 0;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < lo || v > hi)
@@ -347,8 +354,12 @@ burst_status_t burst_settings_check(void)
 {
     struct burst_settings set;
     burst_error_clear();
-    return burst_settings_load("burst_settings_check",
-                               BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
-                                   BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC,
-                               &set);
+    burst_status_t st =
+        burst_settings_load("burst_settings_check",
+                            BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
+                                BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC,
+                            &set);
+    if (st == BURST_OK)
+        st = burst_backend_env_check("burst_settings_check");
+    return st == BURST_OK ? burst_fault_env_check("burst_settings_check") : st;
 }

@@ -153,7 +153,8 @@ burst_status_t burst_comm_create(const struct burst_comm_params *in, struct burs
                            who, params->timeout_ms, BURST_COMM_TIMEOUT_MAX_MS);
     burst_settings_warn_unknown();
     struct burst_settings set = {0};
-    if ((st = burst_settings_load(who, BURST_SCOPE_COMM | BURST_SCOPE_FABRIC, &set)) != BURST_OK)
+    if ((st = burst_settings_load(who, BURST_SCOPE_COMM | BURST_SCOPE_FABRIC, &set)) != BURST_OK ||
+        (st = burst_fault_env_check(who)) != BURST_OK)
         return st;
     int timeout = comm_timeout(&set, params->timeout_ms);
     const char *name = params->transport ? params->transport : "local";
