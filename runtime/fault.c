@@ -22,10 +22,11 @@ enum action {
     A_DUPLICATE,
     A_DELAY,
     A_SLOW,
-    A_OOM
+    A_OOM,
+    A_JOIN
 };
 static const char *const action_names[] = {"kill",  "drop", "truncate", "duplicate",
-                                           "delay", "slow", "oom"};
+                                           "delay", "slow", "oom",      "join"};
 
 struct spec {
     enum action action;
@@ -92,7 +93,8 @@ static int parse_one(const char *s, struct spec *sp)
     sp->alloc = alloc;
     sp->count = count;
     switch (sp->action) {
-    case A_SLOW: return rank >= 0 && ms >= 0 ? 0 : -1;
+    case A_SLOW:
+    case A_JOIN: return rank >= 0 && ms >= 0 ? 0 : -1;
     case A_OOM: return alloc >= 0 ? 0 : -1;
     case A_DELAY:
         if (ms < 0)
@@ -175,6 +177,14 @@ static void sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
+}
+
+void burst_fault_join(int rank)
+{
+    ensure();
+    for (int i = 0; i < nspecs; i++)
+        if (specs[i].action == A_JOIN && specs[i].rank == rank)
+            sleep_ms(specs[i].ms);
 }
 
 void burst_fault_call(int rank, int is_bwd)

@@ -41,6 +41,11 @@
  *       R sleeps M ms at the start of every ring step (of the phase, or of both): a slow rank.
  *       Results stay correct; peers wait (within their timeout).
  *
+ *   join:rank=R,ms=M
+ *       R sleeps M ms in burst_comm_create over libfabric once its endpoints exist (its shm
+ *       segment made), before the ranks exchange their addresses: a rank that joins late, so
+ *       that tests can kill the launcher while the others wait for it.
+ *
  *   oom:alloc=N[,count=K]
  *       Device out of memory: backend allocations of this process (burst_context_alloc, ring
  *       scratch, staging buffers) are counted from 0, and numbers N..N+K-1 (K default 1) fail.
@@ -61,6 +66,9 @@
  * last group's last one): kill, slow, and arming a message fault for the calling thread's next
  * send. */
 void burst_fault_step(int rank, int is_bwd, int group, int step);
+
+/* Called by a fabric communicator's create once its endpoints exist (join:). */
+void burst_fault_join(int rank);
 
 /* Called at the start of every ring call: counts calls for `call=`, disarms message faults. */
 void burst_fault_call(int rank, int is_bwd);
