@@ -636,6 +636,33 @@ static int print_malformed(void)
     return 0;
 }
 
+/* burst_plan_workspace_estimate: each bad argument named, bytes untouched. */
+static void plan_estimate_errors(void **state)
+{
+    (void)state;
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = 64;
+    pp.q_heads = pp.kv_heads = 2;
+    pp.head_dim = 16;
+    uint64_t b[4] = {7, 7, 7, 7};
+    EXPECT(burst_plan_workspace_estimate(NULL, 2, b), INVALID, "params", "NULL");
+    EXPECT(burst_plan_workspace_estimate(&pp, 2, NULL), INVALID, "bytes", "NULL");
+    EXPECT(burst_plan_workspace_estimate(&pp, 0, b), INVALID, "size", "0");
+    EXPECT(burst_plan_workspace_estimate(&pp, 65537, b), INVALID, "size", "65537");
+    pp.head_dim = 12;
+    expect_error(burst_plan_workspace_estimate(&pp, 2, b), BURST_ERR_UNSUPPORTED, INVALID,
+                 "head_dim", "12");
+    pp.head_dim = 16;
+    pp.ranks_per_node = 3;
+    EXPECT(burst_plan_workspace_estimate(&pp, 4, b), INVALID, "ranks_per_node", "3");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(b[i], 7);
+    pp.ranks_per_node = 0;
+    assert_int_equal(burst_plan_workspace_estimate(&pp, 4, b), BURST_OK);
+    for (int i = 0; i < 4; i++)
+        assert_true(b[i] > 0 && b[i] < ((uint64_t)1 << 30));
+}
+
 /* params->timeout_ms beyond BURST_COMM_TIMEOUT_MAX_MS is refused at once, naming it. */
 static void comm_timeout_range(void **state)
 {
@@ -1362,6 +1389,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(env_malformed),
         cmocka_unit_test(env_registry),
         T(comm_timeout_range),
+        cmocka_unit_test(plan_estimate_errors),
         T(plan_null_ctx),
         T(plan_null_comm),
         T(plan_null_params),
