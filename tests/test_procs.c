@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -60,6 +61,7 @@
 #include "harness.h"
 #include "launch_mpi.h"
 #include "tp_bootstrap.h"
+#include "tp_peer.h"
 
 #define MAXG 8
 #define SKIP 77
@@ -1202,6 +1204,37 @@ static int raw_send(int fd, unsigned type, const void *body, size_t len)
            (!len || send(fd, body, len, MSG_NOSIGNAL) == (ssize_t)len);
 }
 
+/* burst_peer_holds (tp_peer.h) on both kinds of connection: this process holds the other end
+ * of a unix socket pair and of a loopback TCP connection; its parent does not. */
+static void peer_holds(void)
+{
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0, "socketpair");
+    CHECK(burst_peer_holds(sp[0], (uint32_t)getpid()), "unix: this process not confirmed");
+    CHECK(!burst_peer_holds(sp[0], (uint32_t)getppid()), "unix: the parent confirmed");
+    close(sp[0]);
+    close(sp[1]);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), cfd = -1, afd = -1;
+    if (lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0 &&
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0 &&
+        (cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        connect(cfd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        afd = accept(lfd, NULL, NULL);
+    CHECK(afd >= 0, "tcp loopback connection");
+    if (afd >= 0) {
+        CHECK(burst_peer_holds(afd, (uint32_t)getpid()), "tcp: this process not confirmed");
+        CHECK(!burst_peer_holds(afd, (uint32_t)getppid()), "tcp: the parent confirmed");
+        CHECK(!burst_peer_holds(afd, 0), "tcp: pid 0 confirmed");
+        close(afd);
+    }
+    if (cfd >= 0)
+        close(cfd);
+    if (lfd >= 0)
+        close(lfd);
+}
+
 /* A key holder whose HELLO claims another process's id (a live process of this user, which
  * does not hold the connection) joins, registers that process's segment with CLEANUP and is
  * lost: the service removes nothing (the kernel does not confirm the claim, tp_peer.h). */
@@ -1324,6 +1357,7 @@ static void case_refused(void)
     printf("duplicate rank: \"%s\"\n", j.slots[0].msg);
     job_close(&j);
     cleanup_tied();
+    peer_holds();
     cleanup_forged_pid();
     check_leftovers(&before, "refused");
 }
