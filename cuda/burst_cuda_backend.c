@@ -96,6 +96,12 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
 {
     if (!be_p)
         return burst_error(BURST_ERR_INVALID_ARG, "cuda create: be_p is NULL");
+    /* every cuda setting valid, or the create fails naming it, on any machine (one without a
+     * device too: a malformed setting is the caller's error, found before the device is) */
+    struct burst_settings set = {0};
+    burst_status_t st = burst_settings_load("cuda create", BURST_SCOPE_CUDA, &set);
+    if (st != BURST_OK)
+        return st;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -108,7 +114,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     if (count <= 0)
         return burst_error(BURST_ERR_NO_DEVICE, "cuda create: no cuda device on this machine");
     int dev;
-    burst_status_t st = burst_cuda_pick_device(params ? params->device : NULL, count, &dev);
+    st = burst_cuda_pick_device(params ? params->device : NULL, count, &dev);
     if (st != BURST_OK)
         return st;
     struct cudaDeviceProp pr;
@@ -128,11 +134,6 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.cc_minor = pr.minor;
     cb->caps.sms = pr.multiProcessorCount;
     cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
-    struct burst_settings set = {0}; /* every cuda setting valid, or the create fails */
-    if ((st = burst_settings_load("cuda create", BURST_SCOPE_CUDA, &set)) != BURST_OK) {
-        free(cb);
-        return st;
-    }
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
     cb->tf32 = burst_cuda_tf32_env();

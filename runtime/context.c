@@ -62,6 +62,19 @@ static burst_status_t try_backend(const struct burst_backend_ops *ops,
     return BURST_OK;
 }
 
+/* The error for a backend name (field: "backend" or "BURST_BACKEND") this build lacks. */
+static burst_status_t backend_unknown(const char *who, const char *field, const char *name)
+{
+    char have[128] = "";
+    for (size_t i = 0; i < NUM_BACKENDS; i++) {
+        strncat(have, backends[i]->name, sizeof have - strlen(have) - 1);
+        strncat(have, ", ", sizeof have - strlen(have) - 1);
+    }
+    return burst_error(BURST_ERR_INVALID_ARG,
+                       "%s: %s = \"%.64s\" is not a backend of this build (have: %sauto)", who,
+                       field, name, have);
+}
+
 burst_status_t burst_context_create(const struct burst_context_params *params,
                                     struct burst_context **ctx_p)
 {
@@ -79,15 +92,18 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
 
     burst_settings_warn_unknown();
     struct burst_settings set = {0};
-    if ((st = burst_settings_load(who, BURST_SCOPE_CONTEXT | BURST_SCOPE_LOG, &set)) != BURST_OK)
+    if ((st = burst_settings_load(who, BURST_SCOPE_CONTEXT | BURST_SCOPE_LOG, &set)) != BURST_OK ||
+        (st = burst_fault_env_check(who)) != BURST_OK)
         return st;
     if (!p.device || !*p.device) /* backends see NULL (device 0), an index or a name */
         p.device = burst_set_str(&set, BURST_SET_DEVICE);
-    const char *name = p.backend ? p.backend : "auto";
+    const char *name = p.backend ? p.backend : "auto", *field = "backend";
     if (strcmp(name, "auto") == 0) {
         const char *env = burst_set_str(&set, BURST_SET_BACKEND);
-        if (env && strcmp(env, "auto") != 0)
+        if (env && strcmp(env, "auto") != 0) {
             name = env;
+            field = "BURST_BACKEND";
+        }
     }
     if (strcmp(name, "auto") == 0) {
         p.backend = "auto"; /* backends may decline what only an explicit request should get */
@@ -103,14 +119,19 @@ burst_status_t burst_context_create(const struct burst_context_params *params,
     for (size_t i = 0; i < NUM_BACKENDS; i++)
         if (strcmp(backends[i]->name, name) == 0)
             return try_backend(backends[i], &p, &set, ctx_p);
-    char have[128] = "";
-    for (size_t i = 0; i < NUM_BACKENDS; i++) {
-        strncat(have, backends[i]->name, sizeof have - strlen(have) - 1);
-        strncat(have, ", ", sizeof have - strlen(have) - 1);
-    }
-    return burst_error(BURST_ERR_INVALID_ARG,
-                       "%s: backend = \"%s\" is not a backend of this build (have: %sauto)", who,
-                       name, have);
+    return backend_unknown(who, field, name);
+}
+
+burst_status_t burst_backend_env_check(const char *who)
+{
+    const char *env = NULL;
+    burst_status_t st = burst_setting_get(who, BURST_SET_BACKEND, NULL, &env);
+    if (st != BURST_OK || !env || strcmp(env, "auto") == 0)
+        return st;
+    for (size_t i = 0; i < NUM_BACKENDS; i++)
+        if (strcmp(backends[i]->name, env) == 0)
+            return BURST_OK;
+    return backend_unknown(who, "BURST_BACKEND", env);
 }
 
 void burst_context_destroy(struct burst_context *ctx)

@@ -14,6 +14,10 @@ struct burst_context {
     struct burst_settings set;           /* BURST_SCOPE_CONTEXT, read at create */
 };
 
+/* BURST_BACKEND as the environment has it now: BURST_OK when unset, empty, "auto" or a backend
+ * of this build, else BURST_ERR_INVALID_ARG naming who, the variable and its value. */
+burst_status_t burst_backend_env_check(const char *who);
+
 /* Check a caller's api_version against this library; names `who` in the message. */
 burst_status_t burst_check_api_version(const char *who, unsigned api_version);
 

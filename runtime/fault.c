@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "logger.h"
 #include "settings.h"
 
@@ -22,10 +23,11 @@ enum action {
     A_DUPLICATE,
     A_DELAY,
     A_SLOW,
-    A_OOM
+    A_OOM,
+    A_JOIN
 };
 static const char *const action_names[] = {"kill",  "drop", "truncate", "duplicate",
-                                           "delay", "slow", "oom"};
+                                           "delay", "slow", "oom",      "join"};
 
 struct spec {
     enum action action;
@@ -92,7 +94,8 @@ static int parse_one(const char *s, struct spec *sp)
     sp->alloc = alloc;
     sp->count = count;
     switch (sp->action) {
-    case A_SLOW: return rank >= 0 && ms >= 0 ? 0 : -1;
+    case A_SLOW:
+    case A_JOIN: return rank >= 0 && ms >= 0 ? 0 : -1;
     case A_OOM: return alloc >= 0 ? 0 : -1;
     case A_DELAY:
         if (ms < 0)
@@ -100,6 +103,19 @@ static int parse_one(const char *s, struct spec *sp)
         /* fall through */
     default: return rank >= 0 && is_bwd >= 0 && step >= -1 ? 0 : -1;
     }
+}
+
+/* The specs of s into tmp[] (*n_p of them): 0, or -1 when s is malformed. */
+static int parse_specs(const char *s, struct spec tmp[MAX_SPECS], int *n_p)
+{
+    int n = 0;
+    for (const char *p = s; *p; p += strcspn(p, ";"), p += *p == ';') {
+        if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0)
+            return -1;
+        n++;
+    }
+    *n_p = n;
+    return 0;
 }
 
 static int parse(const char *s)
@@ -111,25 +127,31 @@ static int parse(const char *s)
         return 0;
     struct spec tmp[MAX_SPECS];
     int n = 0;
-    for (const char *p = s; *p; p += strcspn(p, ";"), p += *p == ';') {
-        if (n == MAX_SPECS || parse_one(p, &tmp[n]) != 0) {
-            burst_log(
-                BURST_LOG_WARN, BURST_SUB_RUNTIME, -1,
-                "BURST_FAULT=\"%s\" ignored: expected up to %d of "
-                "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
-                "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
-                "separated by ';' (runtime/fault.h)",
-                s, MAX_SPECS);
-            return -1;
-        }
-        n++;
-    }
+    if (parse_specs(s, tmp, &n) != 0)
+        return -1;
     for (int i = 0; i < n; i++) {
         specs[i] = tmp[i];
         have_oom |= tmp[i].action == A_OOM;
     }
     nspecs = n;
     return 0;
+}
+
+burst_status_t burst_fault_env_check(const char *who)
+{
+    const char *spec = NULL;
+    (void)burst_setting_get(who, BURST_SET_FAULT, NULL, &spec); /* text: no error */
+    struct spec tmp[MAX_SPECS];
+    int n;
+    if (!spec || parse_specs(spec, tmp, &n) == 0)
+        return BURST_OK;
+    return burst_error(
+        BURST_ERR_INVALID_ARG,
+        "%s: BURST_FAULT = \"%.64s\" is not up to %d of "
+        "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
+        "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
+        "separated by ';' (runtime/fault.h)",
+        who, spec, MAX_SPECS);
 }
 
 static void parse_env(void)
@@ -156,6 +178,14 @@ static void sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
+}
+
+void burst_fault_join(int rank)
+{
+    ensure();
+    for (int i = 0; i < nspecs; i++)
+        if (specs[i].action == A_JOIN && specs[i].rank == rank)
+            sleep_ms(specs[i].ms);
 }
 
 void burst_fault_call(int rank, int is_bwd)

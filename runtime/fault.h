@@ -41,24 +41,34 @@
  *       R sleeps M ms at the start of every ring step (of the phase, or of both): a slow rank.
  *       Results stay correct; peers wait (within their timeout).
  *
+ *   join:rank=R,ms=M
+ *       R sleeps M ms in burst_comm_create over libfabric once its endpoints exist (its shm
+ *       segment made), before the ranks exchange their addresses: a rank that joins late, so
+ *       that tests can kill the launcher while the others wait for it.
+ *
  *   oom:alloc=N[,count=K]
  *       Device out of memory: backend allocations of this process (burst_context_alloc, ring
  *       scratch, staging buffers) are counted from 0, and numbers N..N+K-1 (K default 1) fail.
  *       The call that allocates returns BURST_ERR_NO_MEMORY (its ring peers
  *       BURST_ERR_PEER_FAILED) and frees what it had allocated.
  *
- * A malformed value is reported once (a warning of the logger, runtime/logger.h) and ignored (no
- * fault at all).
+ * A malformed value fails the creates that check it (burst_fault_env_check: contexts,
+ * communicators, burst_settings_check) naming BURST_FAULT; the hooks never act on one.
  */
 #ifndef BURST_RUNTIME_FAULT_H
 #define BURST_RUNTIME_FAULT_H
 
 #include <stddef.h>
 
+#include "burst/status.h"
+
 /* Called by the ring engine at every step of every head group (and with step = -1 after the
  * last group's last one): kill, slow, and arming a message fault for the calling thread's next
  * send. */
 void burst_fault_step(int rank, int is_bwd, int group, int step);
+
+/* Called by a fabric communicator's create once its endpoints exist (join:). */
+void burst_fault_join(int rank);
 
 /* Called at the start of every ring call: counts calls for `call=`, disarms message faults. */
 void burst_fault_call(int rank, int is_bwd);
@@ -80,5 +90,9 @@ int burst_fault_alloc(void);
  * BURST_FAULT were `spec`. 0, or -1 when spec is malformed (then no fault is active). Not
  * thread-safe: call it while no ring call is running. */
 int burst_fault_set(const char *spec);
+
+/* BURST_FAULT as the environment has it now: BURST_OK when unset, empty or well formed, else
+ * BURST_ERR_INVALID_ARG naming who, the variable and its value (runtime/settings.h's rule). */
+burst_status_t burst_fault_env_check(const char *who);
 
 #endif /* BURST_RUNTIME_FAULT_H */

@@ -154,6 +154,70 @@ static burst_status_t speed_round2(struct burst_plan *plan, const char *who)
     return st;
 }
 
+static burst_status_t check_ranks_per_node(const char *who, const struct burst_plan_params *p,
+                                           int size)
+{
+    if (p->ranks_per_node < 0 || p->ranks_per_node > size ||
+        (p->ranks_per_node > 0 && size % p->ranks_per_node))
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: params->ranks_per_node = %d must be 0 (flat ring) or divide the "
+                           "ring size %d",
+                           who, p->ranks_per_node, size);
+    return BURST_OK;
+}
+
+/* What follows from the validated parameters alone (plan->rank and size set). */
+static void plan_setup(struct burst_plan *plan, const struct burst_plan_params *params)
+{
+    plan->p = *params;
+    plan->p.shard_lens = NULL;
+    plan->p.shard_weights = NULL;
+    plan->mask = burst_mask_make(params->causal, params->window_left, params->window_right);
+    plan->scale = params->softmax_scale > 0.0f ? params->softmax_scale
+                                               : 1.0f / sqrtf((float)params->head_dim);
+    plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : plan->size;
+    plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
+    plan->bwd = params->bwd_pattern;
+    if (plan->bwd == BURST_BWD_AUTO) {
+        uint64_t b = burst_plan_bwd_step_bytes(params, BURST_BWD_BURST, plan->acc_dtype, 1);
+        uint64_t r = burst_plan_bwd_step_bytes(params, BURST_BWD_RING, plan->acc_dtype, 1);
+        plan->bwd = r < b ? BURST_BWD_RING : BURST_BWD_BURST;
+    }
+}
+
+burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in, int size,
+                                             uint64_t *bytes)
+{
+    static const char *who = "burst_plan_workspace_estimate";
+    burst_error_clear();
+    if (!in)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: params is NULL", who);
+    if (!bytes)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: bytes is NULL", who);
+    if (size < 1 || size > 65536) /* the largest ring a world or launcher makes */
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: size = %d is not in 1..65536", who, size);
+    burst_status_t st = burst_check_api_version(who, in->api_version);
+    if (st != BURST_OK)
+        return st;
+    struct burst_plan_params params = burst_plan_params_copy(in);
+    if ((st = burst_plan_params_validate(who, &params)) != BURST_OK ||
+        (st = check_ranks_per_node(who, &params, size)) != BURST_OK)
+        return st;
+    struct burst_plan *plan = calloc(1, sizeof(*plan));
+    if (!plan)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    plan->size = size;
+    plan_setup(plan, &params);
+    /* measured shards are not known before measuring: the even split's */
+    st = plan_shards(plan, who, &params, params.measure_speed ? NULL : params.shard_weights);
+    if (st == BURST_OK)
+        st = plan_derive(plan, who); /* rank 0's; the groups and steps are every rank's */
+    for (int r = 0; st == BURST_OK && r < size; r++)
+        bytes[r] = call_scratch(plan, plan->shards.lens[r], plan->gkv);
+    burst_plan_destroy(plan);
+    return st;
+}
+
 burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
                                  const struct burst_plan_params *in, struct burst_plan **plan_p)
 {
@@ -175,12 +239,8 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
         pcopy = burst_plan_params_copy(in);
         st = burst_plan_params_validate(who, params);
     }
-    if (st == BURST_OK && (params->ranks_per_node < 0 || params->ranks_per_node > comm->size ||
-                           (params->ranks_per_node > 0 && comm->size % params->ranks_per_node)))
-        st = burst_error(BURST_ERR_INVALID_ARG,
-                         "%s: params->ranks_per_node = %d must be 0 (flat ring) or divide the "
-                         "ring size %d",
-                         who, params->ranks_per_node, comm->size);
+    if (st == BURST_OK)
+        st = check_ranks_per_node(who, params, comm->size);
     if (st != BURST_OK) {
         if (st != BURST_ERR_COMM_FAILED)
             burst_comm_abort(comm, st); /* peers in the handshake must not wait for us */
@@ -201,21 +261,8 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     plan->size = comm->size;
     plan->speeds = speeds;
     plan->shard_speeds = speeds + comm->size;
-    plan->p = *params;
-    plan->p.shard_lens = NULL;
-    plan->p.shard_weights = NULL;
-    plan->mask = burst_mask_make(params->causal, params->window_left, params->window_right);
-    plan->scale = params->softmax_scale > 0.0f ? params->softmax_scale
-                                               : 1.0f / sqrtf((float)params->head_dim);
-    plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : comm->size;
-    plan->acc_dtype = params->acc_wire == BURST_WIRE_FP32 ? BURST_DTYPE_FP32 : params->dtype;
+    plan_setup(plan, params);
     plan->stage_chunk = burst_xfer_chunk_env(plan->ctx);
-    plan->bwd = params->bwd_pattern;
-    if (plan->bwd == BURST_BWD_AUTO) {
-        uint64_t b = burst_plan_bwd_step_bytes(params, BURST_BWD_BURST, plan->acc_dtype, 1);
-        uint64_t r = burst_plan_bwd_step_bytes(params, BURST_BWD_RING, plan->acc_dtype, 1);
-        plan->bwd = r < b ? BURST_BWD_RING : BURST_BWD_BURST;
-    }
     /* the shards are known before the handshake (which compares them), except when measured:
      * then they follow from the speeds the handshake gathers */
     double speed = 0.0;

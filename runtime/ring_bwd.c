@@ -42,8 +42,8 @@ static struct bwd_call bwd_call_make(const struct burst_plan *plan, int64_t gkv)
     const struct burst_plan_params *p = &plan->p;
     return (struct bwd_call){
         .plan = (struct burst_plan *)(uintptr_t)plan,
-        .ops = plan->ctx->ops,
-        .be = plan->ctx->be,
+        .ops = plan->ctx ? plan->ctx->ops : NULL, /* none: counting bytes only */
+        .be = plan->ctx ? plan->ctx->be : NULL,
         .burst = plan->bwd == BURST_BWD_BURST,
         .B = p->batch,
         .Hq = gkv * (p->q_heads / p->kv_heads),

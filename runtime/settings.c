@@ -10,7 +10,9 @@
 
 #include "burst/comm.h"
 #include "burst/context.h"
+#include "context_internal.h"
 #include "error.h"
+#include "fault.h"
 #include "logger.h"
 #include "strbuf.h"
 
@@ -29,9 +31,13 @@ extern char **environ;
     [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc, NULL}
 #define STRING(n, sc, sh, r, doc)                                                                  \
     [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, r, 0, doc, NULL}
-/* free text with a syntax, checked by fn (struct burst_setting.check) */
-#define CHECKED(n, sc, sh, fn, doc)                                                                \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, fn}
+/* free text that its reader checks: `bad` is one text it refuses */
+#define CHECKED(n, sc, sh, bad, doc)                                                               \
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, bad}
+/* free text with a syntax, checked by fn (struct burst_setting.check); `bad` is one text it
+ * refuses */
+#define SYNTAX(n, sc, sh, fn, bad, doc)                                                            \
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, bad, fn}
 
 #define CTX BURST_SCOPE_CONTEXT
 #define CPU BURST_SCOPE_CPU
@@ -44,8 +50,8 @@ extern char **environ;
 #define LOG BURST_SCOPE_LOG
 
 const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
-    STRING(BACKEND, CTX, "auto", 0,
-           "backend that \"auto\" resolves to (cpu, vulkan, cuda); explicit names in the API win"),
+    CHECKED(BACKEND, CTX, "auto", "nonesuch",
+            "backend that \"auto\" resolves to (cpu, vulkan, cuda); explicit names in the API win"),
     STRING(DEVICE, CTX, "0", 0,
            "GPU backends: device index or name substring when the context names none"),
     BOOL(DEVICE_DIRECT, CTX, 1, 0,
@@ -63,10 +69,10 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
          "1: synchronise the host after every ring step's kernel, timing steps on its clock "
          "(comparison)"),
 
-    CHECKED(LOG, LOG, "silent", burst_log_spec_check,
+    SYNTAX(LOG, LOG, "silent", burst_log_spec_check, "loud",
             "message levels: LEVEL[,SUBSYSTEM=LEVEL...] (error|warn|info|debug|off; subsystems "
             "runtime, cpu, vulkan, cuda, transport)"),
-    CHECKED(LOG_FILE, LOG, "stderr", burst_log_file_check,
+    SYNTAX(LOG_FILE, LOG, "stderr", burst_log_file_check, "log-%q",
             "file of the default log sink: a path pattern, %r the rank, %p the process id"),
 
     INT(NUM_THREADS, CPU, 0, 1, 4096, "every online core", 0,
@@ -138,7 +144,7 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     INT(SIZE, LAUNCH, 0, 1, 65536, "", 0, "ranks in the job (set by the launcher)"),
     STRING(RENDEZVOUS, LAUNCH, "", 0, "host:port of the job's rendezvous (set by the launcher)"),
     [BURST_SET_JOB_KEY] = {"BURST_JOB_KEY", BURST_SETTING_STRING, LAUNCH, 0, 0, 0, NULL, "", 0, 1,
-                           "the job's secret key (set by the launcher; never printed)", NULL},
+                           "the job's secret key (set by the launcher; never printed)", "xyz"},
 
     CHOICE(FAB_PROGRESS, FAB, 0, "thread,caller", "thread", 0,
            "who drives libfabric progress: a progress thread or the caller"),
@@ -149,8 +155,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     BOOL(FAB_RXM_EAGER, FAB, 1, 0,
          "0: allow ofi_rxm rendezvous messages (faster, unsafe if a peer dies)"),
 
-    STRING(FAULT, TESTS, "", 0,
-           "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C] and other faults (runtime/fault.h)"),
+    CHECKED(FAULT, TESTS, "", "nonesuch:rank=0",
+            "tests: kill:rank=R,phase=fwd|bwd,step=S[,call=C] and other faults (runtime/fault.h)"),
     STRING(TEST_SEED, TESTS, "the time", 0, "seed of the randomised tests"),
     STRING(TEST_BACKEND, TESTS, "cpu", 0, "backend of the harness-based tests"),
 };
@@ -158,6 +164,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
 int burst_settings_parse_long(const char *s, long lo, long hi, long *v_p)
 {
     char *end;
+    if (!(*s >= '0' && *s <= '9') && *s != '-') /* whole: strtol would skip spaces and a '+' */
+        return 0;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < lo || v > hi)
@@ -370,11 +378,15 @@ burst_status_t burst_settings_check(void)
 {
     struct burst_settings set;
     burst_error_clear();
-    return burst_settings_load("burst_settings_check",
-                               BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
-                                   BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC |
-                                   BURST_SCOPE_LOG,
-                               &set);
+    burst_status_t st =
+        burst_settings_load("burst_settings_check",
+                            BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
+                                BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC |
+                                BURST_SCOPE_LOG,
+                            &set);
+    if (st == BURST_OK)
+        st = burst_backend_env_check("burst_settings_check");
+    return st == BURST_OK ? burst_fault_env_check("burst_settings_check") : st;
 }
 
 /* The row of a setting named name, or a named error. */

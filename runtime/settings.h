@@ -130,6 +130,10 @@ struct burst_setting {
     int research;        /* 1: a switch for measurements and comparisons, not for users */
     int secret;          /* 1: never printed (the job key) */
     const char *doc;     /* one line */
+    /* STRING rows whose reader refuses some texts: one such text (the tests set it and expect
+     * the reader's create to fail naming the variable); NULL where any text is taken as given.
+     * Malformed values of the other types follow from the type and range. */
+    const char *refused;
     /* STRING rows with a syntax: BURST_OK, or BURST_ERR_INVALID_ARG naming who, the variable
      * (name), its value and what is wrong; NULL = any text */
     burst_status_t (*check)(const char *who, const char *name, const char *value);

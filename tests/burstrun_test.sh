@@ -11,7 +11,9 @@
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
 #            socket lives in burstrun itself, gone with it); then a rank that kills itself at
 #            each ring step of the forward and of the backward (--test-kill-step); burstrun
-#            itself SIGKILLed, and its stdout closed by the reader (reported, exit 3)
+#            itself SIGKILLed once its ranks have joined and at several points while they join
+#            (BURST_FAULT join: a rank that joins late), and its stdout closed by the reader
+#            (reported, exit 3)
 #   mpi      --hosts / --hostfile through Open MPI's mpirun on this host: bitwise the results of
 #            --threads, --check passes, a rank killed at a ring step is named (exit 3), bad
 #            --hosts values are usage errors
@@ -195,6 +197,47 @@ faults)
     wait $pid
     sleep 1 # the kernel delivers the ranks' death signals
     check_leftovers "SIGKILL of burstrun" "$TMP/err"
+    # burstrun SIGKILLed while its ranks join, at several points: as they start, as soon as
+    # their shm segments exist, and 1 s later (rank 2 joins 3 s late: join fault, the others
+    # wait for it with their segments made). A joining rank outlives the launcher, sees the
+    # rendezvous close and leaves through the path that removes its segment.
+    sc=${BURST_TEST_TIME_SCALE:-1}
+    for at in start made late; do
+        touch "$TMP/stamp"
+        BURST_FAULT="join:rank=2,ms=$((3000 * sc))" "$BR" -n 3 $SMALL --fabric "$PROV" \
+            --timeout $TO --verbose >"$TMP/out" 2>"$TMP/err" &
+        pid=$!
+        for i in $(seq $((100 * sc))); do # the whole list of pids written
+            grep -q "rank processes (pids [0-9 ]*)" "$TMP/err" && break
+            sleep 0.1
+        done
+        rp=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
+        if [ $at != start ] && [ "$PROV" = shm ]; then
+            made=0
+            for i in $(seq $((100 * sc))); do
+                for p in $rp; do
+                    [ -n "$(find /dev/shm -maxdepth 1 -name "$p:*" -newer "$TMP/stamp" \
+                        2>/dev/null)" ] && made=$((made + 1))
+                done
+                [ $made -ge 3 ] && break
+                made=0
+                sleep 0.05
+            done
+            [ $made -ge 3 ] || fail "kill in the join ($at): the ranks made no shm segments"
+            [ $at = late ] && sleep 1
+        fi
+        kill -KILL $pid
+        wait $pid
+        for i in $(seq $((100 * sc))); do # rank 2 leaves after its delay
+            alive=0
+            for p in $rp; do
+                tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--rank-worker" && alive=1
+            done
+            [ $alive = 0 ] && break
+            sleep 0.1
+        done
+        check_leftovers "SIGKILL of burstrun in the join ($at)" "$TMP/err"
+    done
     touch "$TMP/stamp"
     { "$BR" -n 4 --seq 1024 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
         2>"$TMP/err"; echo $? >"$TMP/rc"; } | true

@@ -7,6 +7,7 @@
  * BURST_ERR_PEER_FAILED within the communicator's (short) timeout, and plans that differ between
  * ranks give BURST_ERR_PLAN_MISMATCH on every rank with a message naming the rank and field.
  */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "settings.h"
 
 /* Some cases below ask for absurd allocations that must fail with BURST_ERR_NO_MEMORY. Under
  * AddressSanitizer such a request aborts the process unless the allocator may return NULL, as
@@ -527,6 +529,174 @@ static void setting_accessors(void **state)
     assert_int_equal(burst_setting_string("BURST_IFACE", &t), BURST_OK);
     assert_string_equal(t, "lo");
     unsetenv("BURST_IFACE");
+}
+
+/* ---- every row of the settings table, malformed: values generated from the row's type ---- */
+
+#ifndef BURST_RESEARCH_SETTINGS
+#define BURST_RESEARCH_SETTINGS 0
+#endif
+
+/* The k-th malformed value of row r (k = 0, 1, ...), from its type and range (buf holds the
+ * generated ones); NULL past the last. A research switch that this build ignores has none, and
+ * free text has only the row's `refused` example (none where its reader takes any text). */
+static const char *malformed_value(const struct burst_setting *r, int k, char *buf, size_t cap)
+{
+    static const char *const bools[] = {"2", "-1", "yes", "1x", " 1"};
+    if (r->research && !BURST_RESEARCH_SETTINGS)
+        return NULL;
+    switch (r->type) {
+    case BURST_SETTING_INT:
+        if (k == 0 || k == 1)
+            return k ? "abc" : "12x";
+        if (k == 2 && r->lo > LONG_MIN)
+            snprintf(buf, cap, "%ld", r->lo - 1);
+        else if (k == 3 && r->hi < LONG_MAX)
+            snprintf(buf, cap, "%ld", r->hi + 1);
+        else if (k == 3)
+            snprintf(buf, cap, "99999999999999999999");
+        else
+            return k == 4 ? "1e3" : NULL;
+        return buf;
+    case BURST_SETTING_BOOL: return k < 5 ? bools[k] : NULL;
+    case BURST_SETTING_CHOICE:
+        if (k == 0)
+            return "no-such-choice";
+        if (k > 1)
+            return NULL;
+        snprintf(buf, cap, "%.*sx", (int)strcspn(r->choices, ","), r->choices);
+        return buf;
+    case BURST_SETTING_STRING: return k == 0 ? r->refused : NULL;
+    }
+    return NULL;
+}
+
+/* A create that must refuse row r's malformed value val; a backend this build lacks is
+ * skipped (its creates cannot run here; burst_settings_check still covers the row). */
+static void registry_expect(const struct burst_setting *r, const char *val, burst_status_t st,
+                            int backend)
+{
+    const char *msg = burst_last_error();
+    if (backend && st == BURST_ERR_INVALID_ARG && msg &&
+        harness_contains(msg, "not a backend of this build"))
+        return;
+    if (st != BURST_ERR_INVALID_ARG)
+        print_error("%s = \"%s\": accepted or refused otherwise\n", r->name, val);
+    /* the job key is never printed: the message names the variable only */
+    EXPECT(st, INVALID, r->name, r->secret ? NULL : val);
+}
+
+/* Row r set to val: every create that reads the row fails naming it, and so does
+ * burst_settings_check unless a launcher sets the row for its ranks. */
+static void registry_row(const struct burst_setting *r, const char *val,
+                         struct burst_local_world *w)
+{
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.world = w;
+    struct burst_context_params xp = burst_context_params_default();
+    struct burst_context *ctx = SENTINEL;
+    struct burst_comm *c = SENTINEL;
+    setenv(r->name, val, 1);
+    if (r->scope & (BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_TESTS)) {
+        /* auto reads BURST_BACKEND; the cpu backend the cpu rows */
+        xp.backend = r->scope & BURST_SCOPE_CPU ? "cpu" : "auto";
+        registry_expect(r, val, burst_context_create(&xp, &ctx), 0);
+    }
+    if (r->scope & (BURST_SCOPE_VULKAN | BURST_SCOPE_CUDA)) {
+        xp.backend = r->scope & BURST_SCOPE_VULKAN ? "vulkan" : "cuda";
+        registry_expect(r, val, burst_context_create(&xp, &ctx), 1);
+    }
+    if (r->scope & (BURST_SCOPE_COMM | BURST_SCOPE_FABRIC | BURST_SCOPE_TESTS))
+        registry_expect(r, val, burst_comm_create(&cp, &c), 0);
+    if (r->scope & BURST_SCOPE_LAUNCH) {
+        /* the other launcher variables well formed, so that the row's is the one refused */
+        static const char *const ok[][2] = {{"BURST_SIZE", "1"},
+                                            {"BURST_RANK", "0"},
+                                            {"BURST_RENDEZVOUS", "127.0.0.1:1"},
+                                            {"BURST_JOB_KEY", "00112233445566778899aabbccddeeff"}};
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+            if (strcmp(ok[i][0], r->name) != 0)
+                setenv(ok[i][0], ok[i][1], 1);
+        registry_expect(r, val, burst_comm_create_env(&c), 0);
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+            if (strcmp(ok[i][0], r->name) != 0)
+                unsetenv(ok[i][0]);
+    } else {
+        registry_expect(r, val, burst_settings_check(), 0);
+    }
+    unsetenv(r->name);
+    assert_ptr_equal(ctx, SENTINEL);
+    assert_ptr_equal(c, SENTINEL);
+}
+
+/* Every row of runtime/settings.c's table with every malformed value its type gives: the one
+ * rule (settings.h) holds for each, through every create that reads it. */
+static void env_registry(void **state)
+{
+    (void)state;
+    struct burst_local_world *w = NULL;
+    assert_int_equal(burst_local_world_create(1, &w), BURST_OK);
+    int rows = 0, values = 0;
+    for (int i = 0; i < BURST_SETTINGS_COUNT; i++) {
+        const struct burst_setting *r = &burst_settings[i];
+        char buf[64], *keep = getenv(r->name) ? strdup(getenv(r->name)) : NULL;
+        const char *val;
+        int k = 0;
+        for (; (val = malformed_value(r, k, buf, sizeof buf)) != NULL; k++)
+            registry_row(r, val, w);
+        rows += k > 0;
+        values += k;
+        if (keep)
+            setenv(r->name, keep, 1);
+        free(keep);
+    }
+    printf("settings table: %d rows, %d of them with malformed values, %d values refused\n",
+           BURST_SETTINGS_COUNT, rows, values);
+    assert_true(rows >= BURST_SETTINGS_COUNT - 12);
+    burst_local_world_destroy(w);
+}
+
+/* `test_bad_input --malformed`: the generated values as "NAME<TAB>SCOPE<TAB>VALUE" lines (SCOPE:
+ * launcher for the rows a launcher sets for its ranks, else library), for tests that run them
+ * through burstrun (tests/burstrun_cli.sh env). */
+static int print_malformed(void)
+{
+    for (int i = 0; i < BURST_SETTINGS_COUNT; i++) {
+        const struct burst_setting *r = &burst_settings[i];
+        char buf[64];
+        const char *val;
+        for (int k = 0; (val = malformed_value(r, k, buf, sizeof buf)) != NULL; k++)
+            printf("%s\t%s\t%s\n", r->name, r->scope & BURST_SCOPE_LAUNCH ? "launcher" : "library",
+                   val);
+    }
+    return 0;
+}
+
+/* burst_plan_workspace_estimate: each bad argument named, bytes untouched. */
+static void plan_estimate_errors(void **state)
+{
+    (void)state;
+    struct burst_plan_params pp = burst_plan_params_default();
+    pp.seq_len = 64;
+    pp.q_heads = pp.kv_heads = 2;
+    pp.head_dim = 16;
+    uint64_t b[4] = {7, 7, 7, 7};
+    EXPECT(burst_plan_workspace_estimate(NULL, 2, b), INVALID, "params", "NULL");
+    EXPECT(burst_plan_workspace_estimate(&pp, 2, NULL), INVALID, "bytes", "NULL");
+    EXPECT(burst_plan_workspace_estimate(&pp, 0, b), INVALID, "size", "0");
+    EXPECT(burst_plan_workspace_estimate(&pp, 65537, b), INVALID, "size", "65537");
+    pp.head_dim = 12;
+    expect_error(burst_plan_workspace_estimate(&pp, 2, b), BURST_ERR_UNSUPPORTED, INVALID,
+                 "head_dim", "12");
+    pp.head_dim = 16;
+    pp.ranks_per_node = 3;
+    EXPECT(burst_plan_workspace_estimate(&pp, 4, b), INVALID, "ranks_per_node", "3");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(b[i], 7);
+    pp.ranks_per_node = 0;
+    assert_int_equal(burst_plan_workspace_estimate(&pp, 4, b), BURST_OK);
+    for (int i = 0; i < 4; i++)
+        assert_true(b[i] > 0 && b[i] < ((uint64_t)1 << 30));
 }
 
 /* params->timeout_ms beyond BURST_COMM_TIMEOUT_MAX_MS is refused at once, naming it. */
@@ -1224,8 +1394,10 @@ static void mr_bad_backward_one_rank(void **state)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup_comm, teardown)
 #define TP(fn) cmocka_unit_test_setup_teardown(fn, setup_plan, teardown)
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--malformed") == 0)
+        return print_malformed();
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ctx_null_out),
@@ -1252,7 +1424,11 @@ int main(void)
         cmocka_unit_test(comm_env_bad_bootstrap),
         cmocka_unit_test(env_malformed),
         cmocka_unit_test(setting_accessors),
+}
+
+        cmocka_unit_test(env_registry),
         T(comm_timeout_range),
+        cmocka_unit_test(plan_estimate_errors),
         T(plan_null_ctx),
         T(plan_null_comm),
         T(plan_null_params),

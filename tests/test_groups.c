@@ -276,16 +276,22 @@ struct sized {
     uint64_t workspace[2];
 };
 
-static void sized_rank(int rank, struct burst_comm *comm, void *arg)
+static struct burst_plan_params sized_params(int64_t seq)
 {
-    struct sized *z = arg;
     struct burst_plan_params pp = burst_plan_params_default();
-    pp.seq_len = z->seq;
+    pp.seq_len = seq;
     pp.q_heads = pp.kv_heads = 32;
     pp.head_dim = 128;
     pp.dtype = BURST_DTYPE_BF16;
     pp.causal = 1;
     pp.layout = BURST_LAYOUT_ZIGZAG;
+    return pp;
+}
+
+static void sized_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct sized *z = arg;
+    struct burst_plan_params pp = sized_params(z->seq);
     struct burst_plan *plan = NULL;
     if (burst_plan_create(harness_context(), comm, &pp, &plan) == BURST_OK) {
         z->groups[rank] = burst_plan_head_groups(plan);
@@ -308,7 +314,12 @@ static void test_default_limit(void **state)
         const uint64_t tensors = 8 * 32 * head, blocks = 2 * rows * 32 * (2 * 128 * 2 + 8);
         const uint64_t floor = (uint64_t)1 << 30, rule = blocks + (blocks + tensors) / 5;
         const uint64_t limit = rule > floor ? rule : floor;
+        /* the library's estimate without a communicator equals what the plans report */
+        struct burst_plan_params pp = sized_params(z.seq);
+        uint64_t est[2] = {0, 0};
+        assert_int_equal(burst_plan_workspace_estimate(&pp, 2, est), BURST_OK);
         for (int r = 0; r < 2; r++) {
+            assert_int_equal(est[r], z.workspace[r]);
             printf("N = %lld rank %d: %d groups, workspace %llu (limit %llu, tensors %llu)\n",
                    (long long)z.seq, r, z.groups[r], (unsigned long long)z.workspace[r],
                    (unsigned long long)limit, (unsigned long long)tensors);

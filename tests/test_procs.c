@@ -21,7 +21,8 @@
  *                                control messages are refused (before HELLO every other type,
  *                                on its header); the service keeps serving, and admits ranks
  *                                while strangers hold idle connections; CLEANUP removes only
- *                                a segment of the sender's own process
+ *                                a segment of the sender's own process, and nothing when the
+ *                                HELLO's process id is another process's (a forged claim)
  *   test_procs shm|tcp mpi       G = 2, 4 ranks started by Open MPI's mpirun join through the MPI
  *                                bootstrap (burst_comm_create with burstrun's MPI allgather,
  *                                tools/launch_mpi.c; burst_comm_create_env refuses mpirun's
@@ -41,6 +42,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -59,6 +61,7 @@
 #include "harness.h"
 #include "launch_mpi.h"
 #include "tp_bootstrap.h"
+#include "tp_peer.h"
 
 #define MAXG 8
 #define SKIP 77
@@ -1189,6 +1192,101 @@ static void cleanup_tied(void)
     }
 }
 
+/* Send a whole message (type, body) on fd; 1 on success. */
+static int raw_send(int fd, unsigned type, const void *body, size_t len)
+{
+    unsigned char h[12] = {'B', 'R', 'S', 'T', 0, BURST_BOOT_VERSION, 0, (unsigned char)type};
+    h[8] = (unsigned char)(len >> 24);
+    h[9] = (unsigned char)(len >> 16);
+    h[10] = (unsigned char)(len >> 8);
+    h[11] = (unsigned char)len;
+    return send(fd, h, 12, MSG_NOSIGNAL) == 12 &&
+           (!len || send(fd, body, len, MSG_NOSIGNAL) == (ssize_t)len);
+}
+
+/* burst_peer_holds (tp_peer.h) on both kinds of connection: this process holds the other end
+ * of a unix socket pair and of a loopback TCP connection; its parent does not. */
+static void peer_holds(void)
+{
+    int sp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0, "socketpair");
+    CHECK(burst_peer_holds(sp[0], (uint32_t)getpid()), "unix: this process not confirmed");
+    CHECK(!burst_peer_holds(sp[0], (uint32_t)getppid()), "unix: the parent confirmed");
+    close(sp[0]);
+    close(sp[1]);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), cfd = -1, afd = -1;
+    if (lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0 &&
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0 &&
+        (cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        connect(cfd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        afd = accept(lfd, NULL, NULL);
+    CHECK(afd >= 0, "tcp loopback connection");
+    if (afd >= 0) {
+        CHECK(burst_peer_holds(afd, (uint32_t)getpid()), "tcp: this process not confirmed");
+        CHECK(!burst_peer_holds(afd, (uint32_t)getppid()), "tcp: the parent confirmed");
+        CHECK(!burst_peer_holds(afd, 0), "tcp: pid 0 confirmed");
+        close(afd);
+    }
+    if (cfd >= 0)
+        close(cfd);
+    if (lfd >= 0)
+        close(lfd);
+}
+
+/* A key holder whose HELLO claims another process's id (a live process of this user, which
+ * does not hold the connection) joins, registers that process's segment with CLEANUP and is
+ * lost: the service removes nothing (the kernel does not confirm the claim, tp_peer.h). */
+static void cleanup_forged_pid(void)
+{
+    pid_t victim = fork();
+    if (victim == 0) {
+        pause();
+        _exit(0);
+    }
+    CHECK(victim > 0, "fork");
+    if (victim <= 0)
+        return;
+    struct burst_rendezvous *rv = NULL;
+    CHECK(burst_rendezvous_create(NULL, 0, 1, NULL, &rv) == BURST_OK, "rendezvous");
+    char name[64], path[96];
+    snprintf(name, sizeof(name), "%d:97:0", (int)victim);
+    snprintf(path, sizeof(path), "/dev/shm/%s", name);
+    int sfd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (sfd >= 0)
+        close(sfd);
+    int fd = raw_idle(burst_rendezvous_address(rv)), welcomed = 0;
+    unsigned char hello[BURST_BOOT_KEY_LEN + 12] = {0}, h[12];
+    memcpy(hello, burst_rendezvous_key(rv), strlen(burst_rendezvous_key(rv)));
+    hello[BURST_BOOT_KEY_LEN + 7] = 1; /* rank 0, size 1, then the claimed pid */
+    for (int i = 0; i < 4; i++)
+        hello[BURST_BOOT_KEY_LEN + 8 + i] = (unsigned char)((uint32_t)victim >> (24 - 8 * i));
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (fd >= 0 && raw_send(fd, BURST_BOOT_HELLO, hello, sizeof(hello)) &&
+        poll(&pf, 1, 5000) == 1 && recv(fd, h, 12, MSG_WAITALL) == 12)
+        welcomed = h[7] == BURST_BOOT_WELCOME;
+    CHECK(welcomed, "forged pid: HELLO not answered with WELCOME");
+    unsigned char cl[BURST_BOOT_BOOT_ID_LEN + 64] = {0};
+    char boot[BURST_BOOT_BOOT_ID_LEN + 1] = "";
+    burst_boot_boot_id(boot, sizeof(boot));
+    memcpy(cl, boot, strlen(boot));
+    memcpy(cl + BURST_BOOT_BOOT_ID_LEN, name, strlen(name));
+    if (welcomed)
+        raw_send(fd, BURST_BOOT_CLEANUP, cl, BURST_BOOT_BOOT_ID_LEN + strlen(name));
+    usleep(100000);
+    if (fd >= 0)
+        close(fd); /* lost without BYE */
+    for (int i = 0; i < 100 && burst_rendezvous_failed_rank(rv) < 0; i++)
+        usleep(10000);
+    CHECK(burst_rendezvous_failed_rank(rv) == 0, "forged pid: the lost rank was not seen");
+    burst_rendezvous_destroy(rv);
+    CHECK(access(path, F_OK) == 0, "CLEANUP with a forged pid removed %s", path);
+    unlink(path);
+    kill(victim, SIGKILL);
+    waitpid(victim, NULL, 0);
+}
+
 static void case_refused(void)
 {
     struct prob p = {2, 1, 64, 2, 2, 16, harness_seed(), 0};
@@ -1259,6 +1357,8 @@ static void case_refused(void)
     printf("duplicate rank: \"%s\"\n", j.slots[0].msg);
     job_close(&j);
     cleanup_tied();
+    peer_holds();
+    cleanup_forged_pid();
     check_leftovers(&before, "refused");
 }
 

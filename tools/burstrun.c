@@ -970,9 +970,15 @@ static void check_flags(struct parse_state *s)
         }
     }
     check_env();
-    /* sizes last: every flag above is in range, nothing is allocated yet */
-    char msg[512];
-    if (job_memory_check(p, msg, sizeof(msg)) != 0)
+    /* sizes last: every flag above is in range, nothing is allocated yet. Tensors and the
+     * library's scratch of the ranks on this machine (under --hosts/--hostfile the ranks are
+     * elsewhere, each with its own copy of the tensors: those alone) */
+    char msg[768];
+    uint64_t scratch = 0;
+    if (job_tensor_bytes(p, msg, sizeof(msg)) == 0 ||
+        (!o->hosts && !o->hostfile &&
+         job_scratch_bytes(p, o->backend, &scratch, msg, sizeof(msg)) != 0) ||
+        job_memory_check(p, scratch, msg, sizeof(msg)) != 0)
         die_usage("%s", msg);
     if (!o->seed_given)
         p->seed = (uint64_t)time(NULL);

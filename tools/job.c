@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -918,6 +919,28 @@ void job_worker_comm_params(const struct burst_comm_params *p)
     g_worker_comm = p;
 }
 
+/* burst_comm_create_env for a rank process of burstrun. Such a process dies with the launcher
+ * (PR_SET_PDEATHSIG, tools/launch.c), except while it joins: its shm segment exists from the
+ * creation of its endpoint until every rank has connected, and a rank killed then would leave
+ * it in /dev/shm. A launcher killed during the join closes the rendezvous instead, which ends
+ * the join at once (BURST_ERR_PEER_FAILED or a transport error) through the path that removes
+ * the segment. Joined, the segment is unlinked and the rank dies with the launcher again; if
+ * the launcher is already gone then, *comm_p is destroyed and NULL with BURST_OK. */
+static burst_status_t join_outliving_launcher(struct burst_comm **comm_p)
+{
+    const pid_t launcher = getppid();
+    prctl(PR_SET_PDEATHSIG, 0);
+    burst_status_t st = burst_comm_create_env(comm_p);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) {
+        if (st == BURST_OK)
+            burst_comm_destroy(*comm_p);
+        *comm_p = NULL;
+        return BURST_OK;
+    }
+    return st;
+}
+
 int job_worker_main(int fd)
 {
     struct stat sb;
@@ -982,7 +1005,13 @@ int job_worker_main(int fd)
     }
     snprintf(slot->backend, sizeof(slot->backend), "%s", burst_context_backend(j.ctx));
     slot->num_threads = burst_context_num_threads(j.ctx);
-    st = g_worker_comm ? burst_comm_create(g_worker_comm, &comm) : burst_comm_create_env(&comm);
+    if (g_worker_comm) {
+        st = burst_comm_create(g_worker_comm, &comm);
+    } else {
+        st = join_outliving_launcher(&comm);
+        if (st == BURST_OK && !comm)
+            goto out; /* the launcher died while this rank joined */
+    }
     if (st != BURST_OK) {
         rr->rank = rank;
         rank_fail(rr, g_worker_comm ? "burst_comm_create" : "burst_comm_create_env", st);

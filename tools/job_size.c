@@ -3,9 +3,12 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "job.h"
+#include "job_internal.h"
 
 int job_mul(uint64_t a, uint64_t b, uint64_t *out)
 {
@@ -96,6 +99,9 @@ uint64_t job_memory_limit(void)
     /* in a container the group's own limit may sit at the v1 hierarchy's root */
     uint64_t best = meminfo_total(), v1 = limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
     best = v1 < best ? v1 : best;
+    struct rlimit rl; /* every byte of the job is mapped in this process's address space */
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < best)
+        best = (uint64_t)rl.rlim_cur;
     FILE *f = fopen("/proc/self/cgroup", "r");
     char line[1024];
     if (!f)
@@ -114,18 +120,64 @@ uint64_t job_memory_limit(void)
     return best;
 }
 
-int job_memory_check(const struct job_params *p, char *msg, size_t cap)
+/* Does backend "auto" keep its memory in this machine's memory here? Asked once. */
+static int auto_is_host(void)
 {
-    uint64_t need = job_tensor_bytes(p, msg, cap), have = job_memory_limit();
-    if (!need)
+    static int known = -1;
+    if (known < 0) {
+        struct burst_context_params cp = burst_context_params_default();
+        struct burst_context *ctx = NULL;
+        cp.backend = "auto";
+        cp.num_threads = 1;
+        known = burst_context_create(&cp, &ctx) == BURST_OK && !burst_context_device_memory(ctx);
+        burst_context_destroy(ctx);
+    }
+    return known;
+}
+
+int job_scratch_bytes(const struct job_params *p, const char *backends, uint64_t *bytes_p,
+                      char *msg, size_t cap)
+{
+    *bytes_p = 0;
+    uint64_t *each = calloc((size_t)p->ranks, sizeof(*each));
+    if (!each) {
+        snprintf(msg, cap, "-n %d: out of memory", p->ranks);
         return -1;
+    }
+    struct burst_plan_params pp = job_plan_params(p);
+    pp.shard_weights = p->weights_mode == JOB_WEIGHTS_GIVEN ? p->weights : NULL;
+    pp.measure_speed = p->weights_mode == JOB_WEIGHTS_MEASURED;
+    if (burst_plan_workspace_estimate(&pp, p->ranks, each) != BURST_OK) {
+        snprintf(msg, cap, "the job's plan: %s", burst_last_error());
+        free(each);
+        return -1;
+    }
+    uint64_t sum = 0;
+    for (int r = 0; r < p->ranks; r++) {
+        char be[64];
+        job_list_entry(backends, r, be, sizeof(be));
+        if (strcmp(be, "cpu") == 0 || (strcmp(be, "auto") == 0 && auto_is_host()))
+            sum += each[r]; /* at most 65536 ranks of < 2^47 bytes each */
+    }
+    free(each);
+    *bytes_p = sum;
+    return 0;
+}
+
+int job_memory_check(const struct job_params *p, uint64_t scratch, char *msg, size_t cap)
+{
+    uint64_t tensors = job_tensor_bytes(p, msg, cap), have = job_memory_limit();
+    if (!tensors)
+        return -1;
+    uint64_t need = tensors + scratch;
     if (need <= have)
         return 0;
     snprintf(msg, cap,
              "--batch %lld x --seq %lld x --heads %d (--kv-heads %d) x --head-dim %d: the job's "
-             "tensors need %.3g GiB, more than the %.3g GiB this machine (or this process's "
-             "cgroup) has",
+             "tensors (%.3g GiB) and the library's scratch on this machine's ranks (%.3g GiB) "
+             "need %.3g GiB, more than the %.3g GiB this machine (or this process's cgroup) has",
              (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim,
+             (double)tensors / 1073741824.0, (double)scratch / 1073741824.0,
              (double)need / 1073741824.0, (double)have / 1073741824.0);
     return -1;
 }

@@ -158,7 +158,8 @@ burst_status_t burst_comm_create(const struct burst_comm_params *in, struct burs
     burst_settings_warn_unknown();
     struct burst_settings set = {0};
     if ((st = burst_settings_load(who, BURST_SCOPE_COMM | BURST_SCOPE_FABRIC | BURST_SCOPE_LOG,
-                                  &set)) != BURST_OK)
+                                  &set)) != BURST_OK ||
+        (st = burst_fault_env_check(who)) != BURST_OK)
         return st;
     int timeout = comm_timeout(&set, params->timeout_ms);
     const char *name = params->transport ? params->transport : "local";

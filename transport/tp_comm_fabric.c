@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "fault.h"
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
 #include "tp_fabric.h"
@@ -133,6 +134,16 @@ static burst_status_t register_shm_segment(struct burst_comm *c, const char *pro
     return burst_boot_cleanup(c->boot, name);
 }
 
+/* Remove this rank's own segment name (no-op when name is empty or already gone). */
+static void remove_shm_segment(const char *name)
+{
+    char path[BURST_BOOT_MAX_NAME + 16];
+    if (!name[0])
+        return;
+    snprintf(path, sizeof(path), "/dev/shm/%s", name);
+    unlink(path);
+}
+
 /* Once every rank has connected (inserted every address, which maps every peer's segment), the
  * name of this rank's segment is no longer needed: unlink it, so that no exit path (a SIGKILL,
  * a dead launcher) leaves it in /dev/shm. The mappings stay valid. */
@@ -146,13 +157,10 @@ static burst_status_t unlink_shm_segment(struct burst_comm *c, const char *name)
     burst_status_t st = BURST_ERR_NO_MEMORY;
     if (blob && lens) /* a barrier: every rank has connected */
         st = burst_boot_allgather(c->boot, &one, 1, &buf, blob, lens);
-    if (st == BURST_OK) {
-        char path[BURST_BOOT_MAX_NAME + 16];
-        snprintf(path, sizeof(path), "/dev/shm/%s", name);
-        unlink(path);
-    } else if (st == BURST_ERR_NO_MEMORY) {
+    if (st == BURST_OK)
+        remove_shm_segment(name);
+    else if (st == BURST_ERR_NO_MEMORY)
         burst_error(st, "burst_comm_create: out of memory for %d ranks", c->size);
-    }
     free(buf);
     free(blob);
     free(lens);
@@ -219,6 +227,7 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
     unsigned char mine[REC_LEN] = {0};
     unsigned char *buf = NULL;
     struct burst_fab *fab[2] = {NULL, NULL};
+    char shm_name[BURST_BOOT_MAX_NAME + 1] = ""; /* this rank's shm segment, once it has one */
     burst_status_t st;
     const unsigned char **blob = calloc((size_t)c->size, sizeof(*blob));
     size_t *lens = calloc((size_t)c->size, sizeof(*lens));
@@ -273,7 +282,6 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
     const char *const prov[2] = {hybrid ? "shm" : c->fabric, hybrid ? c->fabric + 4 : NULL};
     const int nfab = hybrid ? 2 : 1;
     unsigned char addr[2 + 2 * (BURST_BOOT_MAX_BLOB / 16)];
-    char shm_name[BURST_BOOT_MAX_NAME + 1] = "";
     size_t used = hybrid ? 2 : 0; /* hybrid: u16 (big-endian) length of the shm address first */
     for (int i = 0; i < nfab; i++) {
         st = burst_fab_open(prov[i], i == 0 && hybrid ? NULL : p->iface, c->rank, c->size, &fab[i]);
@@ -292,6 +300,7 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
             goto out;
         used += alen;
     }
+    burst_fault_join(c->rank); /* tests: a rank that joins late, its segment made */
     st = burst_boot_allgather(c->boot, addr, used, &buf, blob, lens);
     if (st != BURST_OK)
         goto out;
@@ -329,6 +338,9 @@ out:
     burst_fab_close(fab[0]);
     burst_fab_close(fab[1]);
     if (st != BURST_OK) {
+        /* a failed join (a peer's abort, the rendezvous gone with a killed launcher, the
+         * timeout) leaves no segment behind */
+        remove_shm_segment(shm_name);
         if (c->boot) {
             /* Tell the other ranks at once rather than let them wait for the timeout. */
             burst_boot_ctrl(c->boot)->abort(burst_boot_ctrl(c->boot), st);

@@ -34,6 +34,7 @@
 #include "burst/comm.h"
 #include "error.h"
 #include "tp_bootstrap.h"
+#include "tp_peer.h"
 #include "tp_rendezvous.h"
 
 enum rv_state {
@@ -60,6 +61,7 @@ struct rv_client {
     int close_after_flush;
     uint32_t round;                    /* last round this rank sent */
     uint32_t pid;                      /* the process id its HELLO gave */
+    int pid_verified;                  /* 1: that process holds this connection (tp_peer.h) */
     char shm[BURST_BOOT_MAX_NAME + 1]; /* CLEANUP name, "" = none */
 };
 
@@ -302,6 +304,7 @@ static void rv_hello(struct burst_rendezvous *rv, struct rv_client *c)
     rv->taken[rank] = 1;
     c->rank = (int)rank;
     c->pid = burst_rv_get_u32(c->body + BURST_BOOT_KEY_LEN + 8);
+    c->pid_verified = burst_peer_holds(c->fd, c->pid);
     c->state = CL_JOINED;
     c->round = 0;
     cl_queue(c, BURST_BOOT_WELCOME, NULL, 0, NULL, 0);
@@ -380,8 +383,11 @@ static void rv_message(struct burst_rendezvous *rv, struct rv_client *c)
             rv_violation(rv, c, "CLEANUP name is not a shm segment of the rank's own process");
             return;
         }
-        /* Only a segment of this machine (same boot) is ours to remove. */
-        if (rv->boot_id[0] && strcmp(boot, rv->boot_id) == 0)
+        /* Only a segment of this machine (same boot) is ours to remove, and only for a rank
+         * whose process id the kernel confirmed: a key holder claiming another process's id
+         * is not refused (a rank in another network namespace cannot be checked), but its
+         * CLEANUP removes nothing. */
+        if (c->pid_verified && rv->boot_id[0] && strcmp(boot, rv->boot_id) == 0)
             memcpy(c->shm, name, nlen + 1);
         return;
     }

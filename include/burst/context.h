@@ -116,11 +116,14 @@ BURST_API burst_status_t burst_probe(const struct burst_context_params *params, 
 BURST_API burst_status_t burst_settings_report(int json, char **report_p);
 
 /*
- * Check the environment's settings of contexts, the cpu backend, communicators, the libfabric
- * transport and the logger (BURST_LOG, BURST_LOG_FILE: burst/log.h) by the rule every create applies: unset or empty = the default, anything
- * else must parse whole and lie in range. BURST_OK, or BURST_ERR_INVALID_ARG with
- * burst_last_error() naming the first malformed variable and its value. (Launchers call it
- * before starting ranks; the GPU backends' settings are checked by their creates.)
+ * Check the environment's settings of contexts, every backend (cpu, vulkan, cuda, whether this
+ * build or machine has it), communicators, the libfabric transport, the logger (BURST_LOG,
+ * BURST_LOG_FILE: burst/log.h) and BURST_FAULT by the rule every create applies: unset or empty =
+ * the default, anything else must parse whole and lie in range. BURST_OK, or
+ * BURST_ERR_INVALID_ARG with burst_last_error() naming the first malformed variable and its
+ * value. Launchers call it before starting ranks. The variables a launcher sets for its ranks
+ * (BURST_RANK, BURST_SIZE, BURST_BOOTSTRAP, BURST_RENDEZVOUS, BURST_JOB_KEY) are not checked
+ * here: burst_comm_create_env checks them.
  */
 BURST_API burst_status_t burst_settings_check(void);
 

@@ -192,6 +192,20 @@ BURST_API int burst_plan_head_groups(const struct burst_plan *plan);
 BURST_API uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan);
 
 /*
+ * What burst_plan_workspace_bytes would report on each rank of a ring of `size` ranks for plans
+ * of these parameters: bytes[r] (size entries, caller's) for rank r. Needs no context or
+ * communicator: nothing collective, nothing allocated, so that a launcher can check a job's
+ * memory before any rank starts. The parameters are validated as burst_plan_create does (errors
+ * name the field and value), shard_lens and shard_weights included. It is the most scratch a
+ * call may take; a GPU backend whose kernel writes the outputs itself may take less
+ * (statistics' scratch_bytes), and there scratch is device memory. With measure_speed the
+ * shards are not known before measuring: the estimate is the even split's, and measured shards
+ * may be larger. Since API 0.4.
+ */
+BURST_API burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *params,
+                                                       int size, uint64_t *bytes);
+
+/*
  * Forward. COLLECTIVE. Inputs q [B, n, Hq, d], k and v [B, n, Hkv, d] (n = local length); outputs
  * o [B, n, Hq, d] in the plan's dtype and lse: fp32, contiguous [B, Hq, n], the natural log of
  * the softmax denominator of each row (scaled scores). Blocks until this rank's output is

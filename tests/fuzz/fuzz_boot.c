@@ -71,8 +71,19 @@ static void *fake_main(void *arg)
     char buf[4096]; /* until the rank closes */
     while (readable(fd, 5000) && recv(fd, buf, sizeof(buf), 0) > 0) {
     }
+    /* closed at once, without TIME_WAIT: thousands of inputs a second would otherwise hold
+     * every ephemeral port of the loopback for a minute, and the rank's connect would retry
+     * until its timeout */
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     close(fd);
     return NULL;
+}
+
+/* Did the join fail only to reach the fake service (a connect the machine refused)? */
+static int connect_failed(burst_status_t st)
+{
+    return st != BURST_OK && strstr(burst_last_error(), "cannot reach the rendezvous") != NULL;
 }
 
 static double now_ms(void)
@@ -137,7 +148,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     burst_boot_leave(b, 0);
     pthread_join(th, NULL);
     close(f.lfd);
-    if (now_ms() - t0 > 1900) {
+    /* a connect the machine could not make (no free local port) retries until the timeout:
+     * the environment, not the protocol under test */
+    if (now_ms() - t0 > 1900 && !connect_failed(st)) {
         fprintf(stderr, "a wait lasted until the timeout (%.0f ms)\n", now_ms() - t0);
         abort();
     }
