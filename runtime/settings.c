@@ -70,10 +70,10 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
          "(comparison)"),
 
     SYNTAX(LOG, LOG, "silent", burst_log_spec_check, "loud",
-            "message levels: LEVEL[,SUBSYSTEM=LEVEL...] (error|warn|info|debug|off; subsystems "
-            "runtime, cpu, vulkan, cuda, transport)"),
+           "message levels: LEVEL[,SUBSYSTEM=LEVEL...] (error|warn|info|debug|off; subsystems "
+           "runtime, cpu, vulkan, cuda, transport)"),
     SYNTAX(LOG_FILE, LOG, "stderr", burst_log_file_check, "log-%q",
-            "file of the default log sink: a path pattern, %r the rank, %p the process id"),
+           "file of the default log sink: a path pattern, %r the rank, %p the process id"),
 
     INT(NUM_THREADS, CPU, 0, 1, 4096, "every online core", 0,
         "cpu backend worker threads when the context asks for 0"),
@@ -378,12 +378,11 @@ burst_status_t burst_settings_check(void)
 {
     struct burst_settings set;
     burst_error_clear();
-    burst_status_t st =
-        burst_settings_load("burst_settings_check",
-                            BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN |
-                                BURST_SCOPE_CUDA | BURST_SCOPE_COMM | BURST_SCOPE_FABRIC |
-                                BURST_SCOPE_LOG,
-                            &set);
+    burst_status_t st = burst_settings_load(
+        "burst_settings_check",
+        BURST_SCOPE_CONTEXT | BURST_SCOPE_CPU | BURST_SCOPE_VULKAN | BURST_SCOPE_CUDA |
+            BURST_SCOPE_COMM | BURST_SCOPE_FABRIC | BURST_SCOPE_LOG,
+        &set);
     if (st == BURST_OK)
         st = burst_backend_env_check("burst_settings_check");
     return st == BURST_OK ? burst_fault_env_check("burst_settings_check") : st;

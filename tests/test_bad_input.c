@@ -1424,8 +1424,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(comm_env_bad_bootstrap),
         cmocka_unit_test(env_malformed),
         cmocka_unit_test(setting_accessors),
-}
-
         cmocka_unit_test(env_registry),
         T(comm_timeout_range),
         cmocka_unit_test(plan_estimate_errors),
