@@ -170,7 +170,11 @@ int burst_fault_set(const char *spec)
 {
     ensure();
     armed = -1;
-    return parse(spec);
+    const int r = parse(spec);
+    if (r != 0)
+        burst_log(BURST_LOG_WARN, BURST_SUB_RUNTIME, -1,
+                  "BURST_FAULT=\"%.64s\" ignored: not a fault list (runtime/fault.h)", spec);
+    return r;
 }
 
 static void sleep_ms(int ms)

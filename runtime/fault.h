@@ -87,8 +87,8 @@ enum burst_fault_msg burst_fault_send(int rank, int *ms_p);
 int burst_fault_alloc(void);
 
 /* Tests in one process: replace the specs (NULL or "" = none) and reset every counter, as if
- * BURST_FAULT were `spec`. 0, or -1 when spec is malformed (then no fault is active). Not
- * thread-safe: call it while no ring call is running. */
+ * BURST_FAULT were `spec`. 0, or -1 when spec is malformed (then no fault is active, and a
+ * warning of the logger names it). Not thread-safe: call it while no ring call is running. */
 int burst_fault_set(const char *spec);
 
 /* BURST_FAULT as the environment has it now: BURST_OK when unset, empty or well formed, else
