@@ -447,6 +447,78 @@ static void comm_env_bad_bootstrap(void **state)
     assert_ptr_equal(c, SENTINEL);
 }
 
+/* The variables of torchrun and srun (transport/tp_launch_env.h): a malformed or missing one
+ * is named with its value, and so is a missing job key; nothing is listened on or joined. */
+static void launch_env_expect(const char *const *vars, const char *n1, const char *n2)
+{
+    static const char *const all[] = {"RANK",          "WORLD_SIZE",         "MASTER_ADDR",
+                                      "MASTER_PORT",   "SLURM_PROCID",       "SLURM_NTASKS",
+                                      "SLURM_JOB_ID",  "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST",
+                                      "BURST_JOB_KEY", "BURST_RENDEZVOUS"};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        unsetenv(all[i]);
+    for (size_t i = 0; vars[i]; i += 2)
+        setenv(vars[i], vars[i + 1], 1);
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create_env(&c), INVALID, n1, n2);
+    assert_ptr_equal(c, SENTINEL);
+    for (size_t i = 0; vars[i]; i += 2)
+        unsetenv(vars[i]);
+}
+
+#define KEY "0123456789abcdef0123456789abcdef"
+static void comm_env_launchers(void **state)
+{
+    (void)state;
+    if (getenv("BURST_RANK") || getenv("OMPI_COMM_WORLD_RANK") || getenv("RANK") ||
+        getenv("SLURM_PROCID"))
+        skip(); /* started by a launcher */
+    const char *t1[] = {"RANK", "x1", "WORLD_SIZE", "2", NULL};
+    launch_env_expect(t1, "RANK", "x1");
+    const char *t2[] = {"RANK", "2", "WORLD_SIZE", "2", NULL};
+    launch_env_expect(t2, "RANK", "0..1");
+    const char *t3[] = {"RANK", "0", "WORLD_SIZE", "0", NULL};
+    launch_env_expect(t3, "WORLD_SIZE", "\"0\"");
+    const char *t4[] = {"RANK", "1", "WORLD_SIZE", "2", "MASTER_PORT", "29500", NULL};
+    launch_env_expect(t4, "MASTER_ADDR", "torchrun");
+    const char *t5[] = {"RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "127.0.0.1", NULL};
+    launch_env_expect(t5, "MASTER_PORT", "not set");
+    const char *t6[] = {"RANK",      "1",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                        "127.0.0.1", "MASTER_PORT", "65535",      NULL};
+    launch_env_expect(t6, "MASTER_PORT", "65535");
+    const char *t7[] = {"RANK",      "1",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                        "127.0.0.1", "MASTER_PORT", "29500",      NULL};
+    launch_env_expect(t7, "BURST_JOB_KEY", "not set");
+    const char *t8[] = {"RANK",        "1",     "WORLD_SIZE",    "2",   "MASTER_ADDR", "127.0.0.1",
+                        "MASTER_PORT", "29500", "BURST_JOB_KEY", "xyz", NULL};
+    launch_env_expect(t8, "BURST_JOB_KEY", "hex");
+    const char *t9[] = {"RANK", "1", "WORLD_SIZE", "2", "BURST_RENDEZVOUS", "nohost", NULL};
+    launch_env_expect(t9, "BURST_RENDEZVOUS", "nohost");
+    const char *s1[] = {"SLURM_PROCID", "3", "SLURM_NTASKS", "2", NULL};
+    launch_env_expect(s1, "SLURM_PROCID", "\"3\"");
+    const char *s2[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", NULL};
+    launch_env_expect(s2, "MASTER_ADDR", "SLURM_JOB_NODELIST");
+    const char *s3[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "SLURM_JOB_NODELIST",
+                        "node[",        NULL};
+    launch_env_expect(s3, "SLURM_JOB_NODELIST", "node[");
+    const char *s4[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "SLURM_JOB_NODELIST",
+                        "node[1-2]",    NULL};
+    launch_env_expect(s4, "SLURM_JOB_ID", "MASTER_PORT");
+    const char *s5[] = {"SLURM_PROCID",
+                        "1",
+                        "SLURM_NTASKS",
+                        "2",
+                        "SLURM_JOB_ID",
+                        "77",
+                        "SLURM_JOB_NODELIST",
+                        "node[1-2]",
+                        "BURST_JOB_KEY",
+                        KEY "zz",
+                        NULL};
+    launch_env_expect(s5, "BURST_JOB_KEY", "slurm");
+}
+#undef KEY
+
 /* Every integer variable the library reads at context or communicator creation, malformed
  * (letters, trailing garbage, out of range, past any long), fails every entry point that reads
  * it with INVALID naming the variable and the value; empty means the default. */
@@ -1214,6 +1286,7 @@ int main(void)
         T(comm_unknown_transport),
         cmocka_unit_test(comm_bad_bootstrap),
         cmocka_unit_test(comm_env_bad_bootstrap),
+        cmocka_unit_test(comm_env_launchers),
         cmocka_unit_test(env_malformed),
         T(comm_timeout_range),
         T(plan_null_ctx),

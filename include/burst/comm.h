@@ -169,6 +169,16 @@ BURST_API burst_status_t burst_comm_create(const struct burst_comm_params *param
  * environment cannot give: under Open MPI's mpirun (no BURST_RENDEZVOUS, OMPI_COMM_WORLD_RANK
  * set) or with BURST_BOOTSTRAP=mpi this fails with BURST_ERR_INVALID_ARG saying so; call
  * burst_comm_create with params->oob_allgather instead.
+ *
+ * Without BURST_RANK and BURST_SIZE it joins ranks started by torchrun (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT) or by Slurm's srun (SLURM_PROCID, SLURM_NTASKS, and MASTER_ADDR or
+ * the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST); torchrun's variables win where
+ * both are set. Rank 0 then hosts the job's rendezvous in its own process, at BURST_RENDEZVOUS
+ * when set, else at MASTER_ADDR (or the node list's first host), port MASTER_PORT + 1 (without
+ * MASTER_PORT under srun: 20000 + SLURM_JOB_ID % 20000); the other ranks connect there. Every
+ * rank needs BURST_JOB_KEY (the same 32..64 hex digits), since these launchers carry no secret.
+ * burst_comm_destroy of such a communicator waits (at most the timeout) until every rank has
+ * reached its own destroy, so that rank 0 stops the rendezvous only after the last call.
  */
 BURST_API burst_status_t burst_comm_create_env(struct burst_comm **comm_p);
 
