@@ -5,7 +5,8 @@
 #            rank_mode, fabric, hosts, overlap; rank processes give bitwise the results of
 #            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
 #            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
-#            bad --workspace values are usage errors
+#            bad --workspace values are usage errors; --bind-to core | numa reports each rank's
+#            CPUs (under taskset -c 0: CPU 0 for every rank), bad values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
@@ -14,7 +15,8 @@
 #            itself SIGKILLed, and its stdout closed by the reader (reported, exit 3)
 #   mpi      --hosts / --hostfile through Open MPI's mpirun on this host: bitwise the results of
 #            --threads, --check passes, a rank killed at a ring step is named (exit 3), bad
-#            --hosts values are usage errors
+#            --hosts values are usage errors; --bind-to and --mpirun-args reach mpirun, and
+#            BURST_* / FI_* variables travel with the job
 # Exit 77 (SKIP) when the provider, mpirun or burstrun's MPI support is unavailable.
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits: the
 # jobs' compute counts against them and instrumented code runs several times slower.
@@ -113,6 +115,29 @@ results)
         "$BR" $W --workspace "$bad" >/dev/null 2>"$TMP/err"
         [ $? -eq 2 ] && grep -q -- "--workspace: '$bad'" "$TMP/err" || fail "--workspace $bad is not a usage error naming it"
     done
+    # (4) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
+    # rank gets CPU 0 alone (burstrun's own CPUs are split); bad values and --threads refused
+    for how in core numa; do
+        "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 ||
+            { cat "$TMP/out"; fail "--bind-to $how exited $?"; }
+        for r in 0 1; do
+            grep -q "^burstrun: --bind-to $how: rank $r: .*cpus [0-9]" "$TMP/out" ||
+                fail "--bind-to $how: no report of rank $r"
+        done
+        grep -q "^result   PASS" "$TMP/out" || fail "--bind-to $how: check did not pass"
+    done
+    if command -v taskset >/dev/null; then
+        taskset -c 0 "$BR" -n 3 $SMALL --fabric "$PROV" --bind-to core >"$TMP/out" 2>&1 ||
+            fail "taskset -c 0 --bind-to core exited $?"
+        [ "$(grep -c '^burstrun: --bind-to core: rank [0-2]: cpus 0$' "$TMP/out")" = 3 ] ||
+            { cat "$TMP/out"; fail "taskset -c 0 --bind-to core: not every rank on CPU 0"; }
+    fi
+    "$BR" -n 2 $SMALL --bind-to socket >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--bind-to: 'socket'" "$TMP/err" || fail "--bind-to socket is not a usage error naming it"
+    "$BR" -n 2 $SMALL --threads --bind-to core >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--threads" "$TMP/err" || fail "--threads --bind-to core is not a usage error"
+    "$BR" -n 2 $SMALL --mpirun-args "--display-map" >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--mpirun-args" "$TMP/err" || fail "--mpirun-args without --hosts is not a usage error"
     ;;
 faults)
     TO=$((20 * ${BURST_TEST_TIME_SCALE:-1}))
@@ -237,6 +262,16 @@ mpi)
     echo "--hosts, rank 1 killed at backward step 1: exit $rc after $dt ms"
     [ $rc -eq 3 ] || { cat "$TMP/err"; fail "--hosts kill: exit status $rc, expected 3"; }
     grep -q "^burstrun: rank 1 failed" "$TMP/err" || fail "--hosts kill: the message does not name rank 1"
+    # --bind-to and --mpirun-args go to mpirun (its --report-bindings names each rank's
+    # binding); the BURST_* and FI_* variables set here travel with the job (-x)
+    BURST_FAB_SPIN_US=21 FI_LOG_LEVEL=warn "$BR" --hosts localhost:2 $SMALL $FAB --bind-to core \
+        --mpirun-args "--report-bindings  --tag-output" --verbose >"$TMP/out" 2>&1 ||
+        { cat "$TMP/out"; fail "--hosts --bind-to core --mpirun-args exited $?"; }
+    grep -q "mpirun .*--bind-to core --report-bindings --report-bindings --tag-output" "$TMP/out" ||
+        fail "--bind-to / --mpirun-args not on mpirun's command line"
+    grep -q "rank 1 bound to" "$TMP/out" || fail "--hosts --bind-to core: mpirun reports no binding"
+    grep -q -- "-x BURST_FAB_SPIN_US .*-x FI_LOG_LEVEL\|-x FI_LOG_LEVEL .*-x BURST_FAB_SPIN_US" "$TMP/out" ||
+        fail "BURST_* / FI_* variables do not travel with the mpirun job"
     "$BR" --hosts "localhost:0" $SMALL >/dev/null 2>"$TMP/err"
     [ $? -eq 2 ] && grep -q -- "--hosts" "$TMP/err" || fail "--hosts localhost:0 is not a usage error"
     ;;

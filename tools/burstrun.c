@@ -78,6 +78,13 @@ static void usage(FILE *f)
         "                         one host); rank processes only\n"
         "  --hosts LIST           run across hosts through mpirun: \"h1:4,h2:4\" (slots per host)\n"
         "  --hostfile F           the same from an Open MPI hostfile (\"host slots=N\" lines)\n"
+        "  --bind-to B            none | core | numa: the CPUs of each rank process\n"
+        "                         (default none): core = a block of about cores / G of the\n"
+        "                         CPUs burstrun may use, numa = NUMA node (rank mod nodes);\n"
+        "                         each rank's CPUs are reported on stderr; under --hosts\n"
+        "                         passed to mpirun (with --report-bindings)\n"
+        "  --mpirun-args \"ARGS\"   more arguments for mpirun under --hosts / --hostfile\n"
+        "                         (split at spaces, no quoting)\n"
         "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
         "                         127.0.0.1)\n"
         "  --timeout S            longest wait for a peer, seconds, 1..86400 (default:\n"
@@ -267,8 +274,11 @@ struct opts {
     int ranks_given, fabric_given;
     const char *fabric, *iface;
     int timeout_s;
-    struct job_kill kill; /* hidden --test-kill-* */
-    int kill_step;        /* hidden --test-kill-step: ring step (-1: after the last) */
+    int bind; /* --bind-to: enum launch_bind */
+    int bind_given;
+    const char *mpirun_args; /* --mpirun-args: passed to mpirun as they are, split at spaces */
+    struct job_kill kill;    /* hidden --test-kill-* */
+    int kill_step;           /* hidden --test-kill-step: ring step (-1: after the last) */
 };
 
 static const char *const fabric_names[] = {"auto", "shm", "tcp", "verbs", "efa"};
@@ -671,6 +681,21 @@ static void opt_iface(struct parse_state *s, const char *name, const char *val)
     s->fabric_given = 1;
 }
 
+static void opt_bind_to(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->bind = parse_choice(name, val, launch_bind_names, 3);
+    s->o->bind_given = 1;
+}
+
+static void opt_mpirun_args(struct parse_state *s, const char *name, const char *val)
+{
+    if (strspn(val, " \t") == strlen(val) || strlen(val) > 2000)
+        die_usage("bad value for --mpirun-args: '%.64s' (expected mpirun's arguments, separated "
+                  "by spaces, at most 2000 characters)",
+                  val);
+    s->o->mpirun_args = val;
+}
+
 static void opt_timeout(struct parse_state *s, const char *name, const char *val)
 {
     s->o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
@@ -775,6 +800,8 @@ static const struct burstrun_flag burstrun_flags[] = {
     VALUED("--test-kill-step", opt_kill_step),
     VALUED("--hosts", opt_hosts),
     VALUED("--hostfile", opt_hostfile),
+    VALUED("--bind-to", opt_bind_to),
+    VALUED("--mpirun-args", opt_mpirun_args),
     VALUED("--backends", opt_backends),
     VALUED("--weights", opt_weights),
     VALUED("--test-mismatch", opt_test_mismatch),
@@ -895,6 +922,12 @@ static void check_flags(struct parse_state *s)
                       "files and rebuild)",
                       o->hosts ? "hosts" : "hostfile");
     }
+    if (o->threads && o->bind_given)
+        die_usage("--bind-to %s binds rank processes, not --threads", launch_bind_names[o->bind]);
+    if (o->mpirun_args && !o->hosts && !o->hostfile)
+        die_usage("--mpirun-args '%.64s' needs --hosts or --hostfile (the ranks run through "
+                  "mpirun only there)",
+                  o->mpirun_args);
     if (o->threads && o->timeout_s)
         die_usage("--timeout applies to rank processes, not to --threads (use BURST_TIMEOUT_MS)");
     if (o->kill.rank >= 0 && (o->threads || o->kill.rank >= p->ranks))
@@ -1415,6 +1448,7 @@ static int run_processes(struct opts *o, struct job_result *r)
         .json = o->json,
         .verbose = o->verbose,
         .kill = o->kill,
+        .bind = (enum launch_bind)o->bind,
     };
     int sig = 0;
     int rc = launch_run(&o->jp, &lo, r, &sig);
@@ -1426,7 +1460,19 @@ static int run_processes(struct opts *o, struct job_result *r)
     return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
-/* --hosts / --hostfile: the job's own arguments (without those two) for every rank, then mpirun. */
+/* Is arg ("--x" or "--x=v") one of the flags for the launcher alone, not for the ranks? */
+static int launcher_flag(const char *arg)
+{
+    static const char *const own[] = {"--hosts", "--hostfile", "--bind-to", "--mpirun-args"};
+    size_t len = strcspn(arg, "=");
+    for (size_t k = 0; k < sizeof(own) / sizeof(own[0]); k++)
+        if (strlen(own[k]) == len && !strncmp(arg, own[k], len))
+            return 1;
+    return 0;
+}
+
+/* --hosts / --hostfile: the job's own arguments (without the launcher's) for every rank, then
+ * mpirun. */
 static int run_mpirun(const struct opts *o, int argc, char **argv)
 {
     char self[4096];
@@ -1437,12 +1483,10 @@ static int run_mpirun(const struct opts *o, int argc, char **argv)
         return EXIT_RUNTIME;
     int na = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--hosts") || !strcmp(argv[i], "--hostfile")) {
-            i++; /* and its value */
+        if (launcher_flag(argv[i])) {
+            i += !strchr(argv[i], '='); /* and its value */
             continue;
         }
-        if (!strncmp(argv[i], "--hosts=", 8) || !strncmp(argv[i], "--hostfile=", 11))
-            continue;
         args[na++] = argv[i];
     }
     char nbuf[24];
@@ -1451,7 +1495,9 @@ static int run_mpirun(const struct opts *o, int argc, char **argv)
         args[na++] = nbuf;
     if (!o->fabric_given)
         args[na++] = "--fabric=auto";
-    int rc = launch_mpi_run(prog, self, o->jp.ranks, o->hosts, o->hostfile, o->verbose, args, na);
+    struct launch_mpi_opts mo = {o->hosts, o->hostfile, launch_bind_names[o->bind], o->mpirun_args,
+                                 o->verbose};
+    int rc = launch_mpi_run(prog, self, o->jp.ranks, &mo, args, na);
     free(args);
     return rc;
 }
