@@ -5,7 +5,8 @@
 #            rank_mode, fabric, hosts, overlap; rank processes give bitwise the results of
 #            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
 #            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
-#            bad --workspace values are usage errors; --bind-to core | numa reports each rank's
+#            bad --workspace values are usage errors; the default job with --json is the default
+#            job; --bind-to core | numa reports each rank's
 #            CPUs (under taskset -c 0: CPU 0 for every rank), bad values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
@@ -115,7 +116,16 @@ results)
         "$BR" $W --workspace "$bad" >/dev/null 2>"$TMP/err"
         [ $? -eq 2 ] && grep -q -- "--workspace: '$bad'" "$TMP/err" || fail "--workspace $bad is not a usage error naming it"
     done
-    # (4) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
+    # (4) the default job is the same with or without the output flags (--json, --seed):
+    # four ranks, 2048 causal tokens, checked
+    if [ "$PROV" = shm ]; then
+        "$BR" --json --seed "$SEED" >"$TMP/dj" 2>"$TMP/err" || fail "burstrun --json exited $?"
+        for key in '"default_job": true' '"ranks": 4' '"seq": 2048' '"causal": true' \
+            '"check": "pass"' '"schema_version": '; do
+            grep -qF "$key" "$TMP/dj" || fail "the default job with --json lacks $key"
+        done
+    fi
+    # (5) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
     # rank gets CPU 0 alone (burstrun's own CPUs are split); bad values and --threads refused
     for how in core numa; do
         "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 ||

@@ -157,6 +157,14 @@ static double min_of(const double *v, int n)
     return m;
 }
 
+static double max_of(const double *v, int n)
+{
+    double m = n > 0 ? v[0] : 0.0;
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
 /* ---- the job's global state ---- */
 
 /* Shard lengths, offsets and the natural <-> permuted maps, from the library's layout helpers.
@@ -593,9 +601,11 @@ static int finish(struct job *j, struct job_result *r, const double *tf, const d
     r->iters_done = iters_done;
     r->fwd_s = median(tf + p->warmup, iters_done);
     r->fwd_min_s = min_of(tf + p->warmup, iters_done);
+    r->fwd_max_s = max_of(tf + p->warmup, iters_done);
     if (p->run_bwd) {
         r->bwd_s = median(tb + p->warmup, iters_done);
         r->bwd_min_s = min_of(tb + p->warmup, iters_done);
+        r->bwd_max_s = max_of(tb + p->warmup, iters_done);
     }
     snprintf(r->transfers, sizeof(r->transfers), "%s", st[0].transfers);
     r->head_groups = st[0].head_groups;
