@@ -24,7 +24,8 @@
 #            sweep (--seq a:b:x2 / a:b:+S / lists, --dtype and --head-dim lists); --csv rows;
 #            --json's metadata (schema_version, timestamp, host, commit, features, devices),
 #            min / median / max times, a sweep's "results", an "error" member with the exit
-#            code on a usage error and a failed job; -V lists the features; bad sweep values,
+#            code on a usage error and a failed job; -V lists the features; --probe lists the
+#            transports (libfabric, interfaces, MPI); bad sweep values,
 #            --csv paths and a sweep with --hosts are usage errors naming them
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
@@ -231,6 +232,16 @@ case_report() {
     "$BR" -V >"$TMP/out" 2>&1
     grep -q '^features cpu' "$TMP/out" && grep -q '^commit ' "$TMP/out" ||
         fail "report -V: $(cat "$TMP/out")"
+    # --probe: the transports after the backends (libfabric, interfaces, MPI)
+    expect 0 "report probe" --probe
+    grep -q '^transports' "$TMP/out" && grep -q '^  libfabric' "$TMP/out" &&
+        grep -q '^  interface lo: 127.0.0.1' "$TMP/out" && grep -q '^  mpi: burstrun built' "$TMP/out" ||
+        fail "report --probe: no transports: $(tail -n 8 "$TMP/out")"
+    "$BR" --probe --json >"$TMP/j" 2>/dev/null
+    [ "$(json_get "$TMP/j" "sorted(d['transports']) == ['interfaces', 'libfabric', 'mpi'] and \
+        'usable' in d['transports']['libfabric'] and 'built' in d['transports']['mpi'] and \
+        '127.0.0.1' in [i['address'] for i in d['transports']['interfaces']] and \
+        len(d['backends']) > 0")" = True ] || fail "report --probe --json: $(cat "$TMP/j")"
     # bad values named
     expect_usage "report seq down" "--seq: '4096:1024:x2'" $T --seq 4096:1024:x2
     expect_usage "report seq x1" "--seq: '64:128:x1'" $T --seq 64:128:x1

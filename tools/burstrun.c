@@ -21,6 +21,7 @@
 #include "job_size.h"
 #include "launch.h"
 #include "launch_mpi.h"
+#include "probe_net.h"
 #include "sweep.h"
 #include "burstrun_meta.h"
 
@@ -153,8 +154,10 @@ static void usage_output(FILE *f)
         "                         launch (rendezvous, fabric) on stderr\n"
         "  --info                 print every BURST_* setting with its current value and exit\n"
         "                         (with --json: one JSON object)\n"
-        "  --probe                list every backend's devices, capabilities and chosen tiles\n"
-        "                         and exit (with --json: one JSON object)\n"
+        "  --probe                list every backend's devices, capabilities and chosen tiles,\n"
+        "                         and the transports: libfabric's version and the providers\n"
+        "                         that serve burst, the network interfaces, MPI (built with,\n"
+        "                         mpirun, library); then exit (with --json: one JSON object)\n"
         "  -h, --help             this text\n"
         "  -V, --version          versions of burstrun and of the loaded library, the commit\n"
         "                         and the build's features (cpu vulkan cuda fabric mpi)\n",
@@ -1986,6 +1989,34 @@ static int run_jobs(struct opts *o)
     return rc;
 }
 
+/* --probe: every backend's devices (burst_probe), then the transports (tools/probe_net.h). */
+static int run_probe(const struct opts *o)
+{
+    struct burst_context_params cp = burst_context_params_default();
+    cp.num_threads = o->num_threads;
+    char *report;
+    burst_status_t st = burst_probe(&cp, o->json, &report);
+    if (st != BURST_OK) {
+        fprintf(stderr, "%s: --probe: %s: %s\n", prog, burst_status_str(st), burst_last_error());
+        return EXIT_RUNTIME;
+    }
+    size_t len = strlen(report);
+    while (o->json && len && report[len - 1] == '\n')
+        len--;
+    if (o->json && len && report[len - 1] == '}') /* the object's end: one more member */
+        report[len - 1] = '\0';
+    fputs(report, stdout);
+    burst_free(report);
+    if (o->json) { /* burst_probe's object, and the transports as one more member */
+        printf(", \"transports\": ");
+        probe_net_json(stdout);
+        printf("}\n");
+    } else {
+        probe_net_text(stdout);
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv);
 
 /* SIGPIPE is ignored (a reader that goes away must not kill burstrun silently, before it has
@@ -2016,19 +2047,7 @@ static int run(int argc, char **argv)
     parse_args(argc, argv, &o);
     if (o.hosts || o.hostfile)
         return run_mpirun(&o, argc, argv);
-    if (o.probe) {
-        struct burst_context_params cp = burst_context_params_default();
-        cp.num_threads = o.num_threads;
-        char *report;
-        burst_status_t st = burst_probe(&cp, o.json, &report);
-        if (st != BURST_OK) {
-            fprintf(stderr, "%s: --probe: %s: %s\n", prog, burst_status_str(st),
-                    burst_last_error());
-            return EXIT_RUNTIME;
-        }
-        fputs(report, stdout);
-        burst_free(report);
-        return 0;
-    }
+    if (o.probe)
+        return run_probe(&o);
     return run_jobs(&o);
 }

@@ -55,6 +55,22 @@ static void free_names(char **names)
     free(names);
 }
 
+void launch_mpi_library_version(char *buf, size_t cap)
+{
+    buf[0] = '\0';
+#ifdef BURST_HAVE_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) == MPI_SUCCESS) {
+        v[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
+        v[strcspn(v, "\n,")] = '\0';
+        snprintf(buf, cap, "%s", v);
+    }
+#else
+    (void)cap;
+#endif
+}
+
 int launch_mpi_available(void)
 {
 #ifdef BURST_HAVE_MPI

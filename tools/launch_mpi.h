@@ -64,6 +64,10 @@ burst_status_t launch_mpi_allgather(void *ctx, const void *send, void *recv, siz
 /* Rank side: bitwise-OR `bytes` of every rank's arena into rank 0's (in place there). */
 int launch_mpi_merge(void *arena, size_t bytes);
 
+/* The MPI library's version (MPI_Get_library_version, which MPI allows before MPI_Init), its
+ * first line, into buf; "" in a build without MPI. */
+void launch_mpi_library_version(char *buf, size_t cap);
+
 /* Rank side: MPI_Finalize. */
 void launch_mpi_finalize(void);
 
