@@ -6,7 +6,7 @@
 #            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
 #            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
 #            bad --workspace values are usage errors; the default job with --json is the default
-#            job; --bind-to core | numa reports each rank's
+#            job; --pingpong reports fi_pingpong's columns over the provider; --bind-to core | numa reports each rank's
 #            CPUs (under taskset -c 0: CPU 0 for every rank), bad values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
@@ -125,7 +125,30 @@ results)
             grep -qF "$key" "$TMP/dj" || fail "the default job with --json lacks $key"
         done
     fi
-    # (5) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
+    # (5) --pingpong: fi_pingpong's columns, one row per size from 64 B to 4 MiB, over the
+    # provider; --json: the metadata and 9 rows; refused with --threads and -n 3
+    IF=
+    [ "$PROV" = tcp ] && IF="--iface 127.0.0.1"
+    "$BR" --pingpong --fabric "$PROV" $IF --iters 20 >"$TMP/pp" 2>&1 ||
+        { cat "$TMP/pp"; fail "--pingpong exited $?"; }
+    grep -q "^bytes *#sent *#ack *total *time *MB/sec *usec/xfer *Mxfers/sec$" "$TMP/pp" ||
+        fail "--pingpong: no fi_pingpong header: $(cat "$TMP/pp")"
+    [ "$(grep -cE '^[0-9]+[km]? +20 +=20 +[0-9]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$TMP/pp")" = 9 ] ||
+        fail "--pingpong: not 9 rows of 20 round trips: $(cat "$TMP/pp")"
+    grep -q "fabric $PROV" "$TMP/pp" || fail "--pingpong: fabric $PROV not named"
+    "$BR" --pingpong --fabric "$PROV" $IF --iters 10 --json >"$TMP/ppj" 2>"$TMP/err" ||
+        fail "--pingpong --json exited $?"
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["pingpong"]
+assert d["schema_version"] and len(rows) == 9 and rows[0]["bytes"] == 64, d
+assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 for r in rows), rows' \
+        "$TMP/ppj" || fail "--pingpong --json: $(cat "$TMP/ppj")"
+    for bad in "--threads" "-n 3"; do
+        "$BR" --pingpong $bad >/dev/null 2>"$TMP/err"
+        [ $? -eq 2 ] && grep -q -- "--pingpong" "$TMP/err" || fail "--pingpong $bad is not a usage error"
+    done
+    # (6) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
     # rank gets CPU 0 alone (burstrun's own CPUs are split); bad values and --threads refused
     for how in core numa; do
         "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 ||

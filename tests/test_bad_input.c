@@ -447,6 +447,32 @@ static void comm_env_bad_bootstrap(void **state)
     assert_ptr_equal(c, SENTINEL);
 }
 
+/* burst_comm_pingpong: every bad argument named (the comm is never used). */
+static void comm_pingpong_bad(void **state)
+{
+    (void)state;
+    struct burst_local_world *w = NULL;
+    assert_int_equal(burst_local_world_create(2, &w), BURST_OK);
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.world = w;
+    cp.size = 2;
+    struct burst_comm *c = NULL;
+    assert_int_equal(burst_comm_create(&cp, &c), BURST_OK);
+    char buf[8];
+    double s;
+    EXPECT(burst_comm_pingpong(NULL, 1, buf, 8, 1, &s), INVALID, "comm", "NULL");
+    EXPECT(burst_comm_pingpong(c, 1, buf, 8, 1, NULL), INVALID, "seconds_p", "NULL");
+    EXPECT(burst_comm_pingpong(c, 0, buf, 8, 1, &s), INVALID, "peer = 0", "another rank");
+    EXPECT(burst_comm_pingpong(c, 2, buf, 8, 1, &s), INVALID, "peer = 2", "another rank");
+    EXPECT(burst_comm_pingpong(c, -1, buf, 8, 1, &s), INVALID, "peer = -1", "another rank");
+    EXPECT(burst_comm_pingpong(c, 1, NULL, 8, 1, &s), INVALID, "buf", "bytes = 8");
+    EXPECT(burst_comm_pingpong(c, 1, buf, 8, 0, &s), INVALID, "iters = 0", "1..");
+    EXPECT(burst_comm_pingpong(c, 1, buf, 8, BURST_PINGPONG_MAX_ITERS + 1, &s), INVALID, "iters",
+           "16777217");
+    burst_comm_destroy(c);
+    burst_local_world_destroy(w);
+}
+
 /* The variables of torchrun and srun (transport/tp_launch_env.h): a malformed or missing one
  * is named with its value, and so is a missing job key; nothing is listened on or joined. */
 static void launch_env_expect(const char *const *vars, const char *n1, const char *n2)
@@ -1287,6 +1313,7 @@ int main(void)
         cmocka_unit_test(comm_bad_bootstrap),
         cmocka_unit_test(comm_env_bad_bootstrap),
         cmocka_unit_test(comm_env_launchers),
+        cmocka_unit_test(comm_pingpong_bad),
         cmocka_unit_test(env_malformed),
         T(comm_timeout_range),
         T(plan_null_ctx),

@@ -21,6 +21,7 @@
 #include "job_size.h"
 #include "launch.h"
 #include "launch_mpi.h"
+#include "pingpong.h"
 #include "probe_net.h"
 #include "sweep.h"
 #include "burstrun_meta.h"
@@ -158,6 +159,11 @@ static void usage_output(FILE *f)
         "                         and the transports: libfabric's version and the providers\n"
         "                         that serve burst, the network interfaces, MPI (built with,\n"
         "                         mpirun, library); then exit (with --json: one JSON object)\n"
+        "  --pingpong             instead of a job: round trips between 2 rank processes over\n"
+        "                         the transport (--fabric, --iface, --timeout; --iters: round\n"
+        "                         trips per size, default 256 MiB / size within 10..10000),\n"
+        "                         64 B to 4 MiB, with fi_pingpong's columns (bytes, #sent, #ack,\n"
+        "                         total, time, MB/sec, usec/xfer, Mxfers/sec); --json: one object\n"
         "  -h, --help             this text\n"
         "  -V, --version          versions of burstrun and of the loaded library, the commit\n"
         "                         and the build's features (cpu vulkan cuda fabric mpi)\n",
@@ -311,6 +317,8 @@ struct opts {
     int ranks_given, fabric_given;
     const char *fabric, *iface;
     int timeout_s;
+    int pingpong; /* --pingpong: round trips between two rank processes */
+    int iters_given;
     int bind; /* --bind-to: enum launch_bind */
     int bind_given;
     const char *mpirun_args; /* --mpirun-args: passed to mpirun as they are, split at spaces */
@@ -628,6 +636,7 @@ static void opt_window(struct parse_state *s, const char *name, const char *val)
 static void opt_iters(struct parse_state *s, const char *name, const char *val)
 {
     s->p->iters = (int)parse_int(name, val, 1, 1000000);
+    s->o->iters_given = 1;
 }
 
 static void opt_warmup(struct parse_state *s, const char *name, const char *val)
@@ -840,6 +849,7 @@ static const struct burstrun_flag burstrun_flags[] = {
     FLAG_FN("-V", opt_version),
     FLAG_O("--info", info),
     FLAG_O("--probe", probe),
+    FLAG_O("--pingpong", pingpong),
     FLAG_O("--check", check),
     FLAG_O("--check-fwd-only", check_fwd_only),
     FLAG_O("--json", json),
@@ -1069,6 +1079,10 @@ static void check_flags(struct parse_state *s)
         die_usage("--%s runs one job: sweeps (lists of --seq, --dtype, --head-dim) and --csv run "
                   "on this host",
                   o->hosts ? "hosts" : "hostfile");
+    if (o->pingpong && (o->threads || o->hosts || o->hostfile || sweep_points(o) > 1 || o->csv ||
+                        (o->ranks_given && p->ranks != 2)))
+        die_usage("--pingpong runs 2 rank processes on this host (not with --threads, --hosts, "
+                  "--hostfile, -n other than 2, sweeps or --csv)");
     if (o->mpirun_args && !o->hosts && !o->hostfile)
         die_usage("--mpirun-args '%.64s' needs --hosts or --hostfile (the ranks run through "
                   "mpirun only there)",
@@ -2049,5 +2063,10 @@ static int run(int argc, char **argv)
         return run_mpirun(&o, argc, argv);
     if (o.probe)
         return run_probe(&o);
+    if (o.pingpong) {
+        struct pingpong_opts po = {o.fabric, o.iface, o.timeout_s, o.iters_given ? o.jp.iters : 0,
+                                   o.json};
+        return pingpong_run(&po);
+    }
     return run_jobs(&o);
 }

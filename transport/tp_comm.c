@@ -455,8 +455,9 @@ static burst_status_t comm_isend(struct burst_comm *comm, int peer, uint64_t tag
                                  size_t len, const struct burst_tp_dev *dev,
                                  struct burst_tp_req **req_p)
 {
-    int ms = 0; /* ring messages only: never the plan's handshake */
-    enum burst_fault_msg fault = ((tag >> 24) & 0xff) == BURST_MSG_HANDSHAKE
+    int ms = 0; /* ring messages only: never the plan's handshake, nor a ping-pong's */
+    unsigned kind = (unsigned)((tag >> 24) & 0xff);
+    enum burst_fault_msg fault = kind == BURST_MSG_HANDSHAKE || kind == BURST_MSG_PING
                                      ? BURST_FAULT_MSG_NONE
                                      : burst_fault_send(comm->rank, &ms);
     if (fault == BURST_FAULT_MSG_DROP) {

@@ -50,6 +50,7 @@ enum burst_msg_kind {
     BURST_MSG_KV = 2,     /* forward K/V block */
     BURST_MSG_BUNDLE = 3, /* backward read bundle */
     BURST_MSG_ACC = 4,    /* backward travelling accumulator */
+    BURST_MSG_PING = 5,   /* burst_comm_pingpong (transport/tp_pingpong.c) */
 };
 static inline uint64_t burst_tag(uint32_t seq, enum burst_msg_kind kind, int step)
 {

@@ -198,6 +198,24 @@ BURST_API const char *burst_comm_transport(const struct burst_comm *comm);
 BURST_API const char *burst_comm_fabric(const struct burst_comm *comm);
 BURST_API int burst_comm_hosts(const struct burst_comm *comm);
 
+/* The most round trips of one burst_comm_pingpong call. */
+#define BURST_PINGPONG_MAX_ITERS (1 << 24)
+
+/*
+ * Measure the transport between this rank and `peer`: `iters` round trips of `bytes` bytes
+ * (0 allowed). The lower of the two ranks sends buf and receives it back; the higher one
+ * receives into its buf and sends that back, so on return both bufs hold the lower rank's
+ * bytes. *seconds_p receives the wall time of the round trips on this rank. Both ranks must call
+ * it with each other as peer and the same bytes and iters; the other ranks of the ring take no
+ * part, and the sequence of the ring's collective calls is not changed. It must not run
+ * concurrently with another call on comm. Waits use the communicator's timeout; a failure
+ * aborts the communicator as any collective call does. Invalid arguments (peer not another rank,
+ * iters not in 1..BURST_PINGPONG_MAX_ITERS, buf NULL with bytes > 0, seconds_p NULL) fail with
+ * BURST_ERR_INVALID_ARG naming them. burstrun --pingpong reports it as fi_pingpong does.
+ */
+BURST_API burst_status_t burst_comm_pingpong(struct burst_comm *comm, int peer, void *buf,
+                                             size_t bytes, int iters, double *seconds_p);
+
 /*
  * Mark the communicator failed with `reason` and wake every peer waiting on it (they return
  * BURST_ERR_PEER_FAILED). Thread-safe; may be called from a watchdog thread. Idempotent.
