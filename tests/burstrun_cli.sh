@@ -25,7 +25,8 @@
 #            --json's metadata (schema_version, timestamp, host, commit, features, devices),
 #            min / median / max times, a sweep's "results", an "error" member with the exit
 #            code on a usage error and a failed job; -V lists the features; --probe lists the
-#            transports (libfabric, interfaces, MPI); bad sweep values,
+#            transports (libfabric, interfaces, MPI); the progress line shows with --threads
+#            and --json on a terminal; bad sweep values,
 #            --csv paths and a sweep with --hosts are usage errors naming them
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
@@ -242,6 +243,15 @@ case_report() {
         'usable' in d['transports']['libfabric'] and 'built' in d['transports']['mpi'] and \
         '127.0.0.1' in [i['address'] for i in d['transports']['interfaces']] and \
         len(d['backends']) > 0")" = True ] || fail "report --probe --json: $(cat "$TMP/j")"
+    # the progress line on a terminal's stderr, with --json and ranks as threads too (script(1)
+    # gives the terminal; a slow rank makes the job last past the line's first 2 s)
+    if command -v script >/dev/null; then
+        BURST_FAULT=slow:rank=1,ms=150 script -qec "'$BR' --threads -n 2 --seq 64 --heads 1 \
+            --head-dim 8 --iters 12 --warmup 0 --fwd-only --json >/dev/null" /dev/null \
+            >"$TMP/tty" 2>&1
+        tr '\r' '\n' <"$TMP/tty" | grep -q '^.*burstrun: iteration [0-9]*/12' ||
+            fail "report: no progress line with --threads --json: $(head -c 300 "$TMP/tty")"
+    fi
     # bad values named
     expect_usage "report seq down" "--seq: '4096:1024:x2'" $T --seq 4096:1024:x2
     expect_usage "report seq x1" "--seq: '64:128:x1'" $T --seq 64:128:x1

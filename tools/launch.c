@@ -1,5 +1,6 @@
 /* tools/launch.c - start, watch and stop the rank processes of one burstrun job (launch.h). */
 #include "launch.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,22 +48,6 @@ static void on_signal(int sig)
 
 /* ---- output ---- */
 
-struct progress {
-    int on;    /* stderr is a terminal */
-    int shown; /* a progress line is on screen */
-    double t0; /* spawn time */
-    char last[160];
-};
-
-static void progress_clear(struct progress *pg)
-{
-    if (pg->shown) {
-        fputs("\r\033[K", stderr);
-        fflush(stderr);
-        pg->shown = 0;
-    }
-}
-
 static void emit_line(struct progress *pg, FILE *to, int rank, const char *s, size_t n)
 {
     progress_clear(pg);
@@ -100,33 +85,16 @@ static int stream_read(struct progress *pg, struct stream *st, int rank)
     return 1;
 }
 
+/* The progress line: the slowest rank's iterations, from the arena's slots. */
 static void progress_show(struct progress *pg, void *arena, int G, int total)
 {
-    if (!pg->on)
-        return;
-    double el = job_now() - pg->t0;
-    if (el < 2.0)
-        return;
     struct job_slot *slots = job_arena_slots(arena);
     int done = total;
     for (int rk = 0; rk < G; rk++) {
         int it = __atomic_load_n(&slots[rk].iter, __ATOMIC_RELAXED);
         done = it < done ? it : done;
     }
-    char line[160];
-    if (done > 0) {
-        double rate = done / el;
-        snprintf(line, sizeof(line), "iteration %d/%d, %.2f it/s, ETA %.0f s", done, total, rate,
-                 (total - done) / rate);
-    } else {
-        snprintf(line, sizeof(line), "iteration 0/%d, %.0f s", total, el);
-    }
-    if (pg->shown && strcmp(line, pg->last) == 0)
-        return;
-    snprintf(pg->last, sizeof(pg->last), "%s", line);
-    fprintf(stderr, "\r\033[Kburstrun: %s", line);
-    fflush(stderr);
-    pg->shown = 1;
+    progress_update(pg, done, total);
 }
 
 /* ---- processes ---- */
@@ -533,8 +501,7 @@ static void launch_deadlines(struct launch *L)
 /* Supervise the ranks until every one is reaped and its output drained. */
 static void launch_supervise(struct launch *L)
 {
-    L->pg.on = isatty(2);
-    L->pg.t0 = job_now();
+    progress_init(&L->pg);
     for (;;) {
         int open_streams = 0;
         for (int rk = 0; rk < L->G; rk++)
