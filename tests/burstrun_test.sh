@@ -6,8 +6,9 @@
 #            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
 #            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
 #            bad --workspace values are usage errors; the default job with --json is the default
-#            job; --pingpong reports fi_pingpong's columns over the provider; --bind-to core | numa reports each rank's
-#            CPUs (under taskset -c 0: CPU 0 for every rank), bad values are usage errors
+#            job; --pingpong reports fi_pingpong's columns over the provider; --bind-to core |
+#            numa reports each rank's CPUs, and the rank processes run there (/proc; under
+#            taskset -c 0: CPU 0 for every rank); bad values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
@@ -159,6 +160,33 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
         done
         grep -q "^result   PASS" "$TMP/out" || fail "--bind-to $how: check did not pass"
     done
+    # the rank processes run where the report says: each one's Cpus_allowed_list (/proc), read
+    # while a slow rank keeps the job running (read again for up to 2 s: a task the kernel
+    # keeps on one CPU for a moment, e.g. just forked, shows that CPU alone)
+    BURST_FAULT=slow:rank=1,ms=200 "$BR" -n 2 $SMALL --iters 8 --fabric "$PROV" --bind-to core \
+        --verbose >"$TMP/bind" 2>&1 &
+    bpid=$!
+    seen=0
+    for i in $(seq 100); do
+        pids=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/bind")
+        if [ -n "$pids" ]; then
+            r=0
+            for p in $pids; do
+                want=$(sed -n "s/^burstrun: --bind-to core: rank $r: cpus //p" "$TMP/bind")
+                for k in $(seq 40); do
+                    got=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)
+                    [ -z "$got" ] || [ "$got" = "$want" ] && break
+                    sleep 0.05
+                done
+                [ -n "$got" ] && { [ "$got" = "$want" ] || fail "rank $r runs on $got, reported $want"; seen=$((seen + 1)); }
+                r=$((r + 1))
+            done
+            break
+        fi
+        sleep 0.05
+    done
+    wait $bpid || fail "--bind-to core with a slow rank exited $?"
+    [ $seen = 2 ] || fail "--bind-to core: read the CPUs of $seen rank processes, not 2: $(cat "$TMP/bind")"
     if command -v taskset >/dev/null; then
         taskset -c 0 "$BR" -n 3 $SMALL --fabric "$PROV" --bind-to core >"$TMP/out" 2>&1 ||
             fail "taskset -c 0 --bind-to core exited $?"

@@ -256,7 +256,7 @@ static void die_usage(const char *fmt, ...)
     fprintf(stderr, "%s: %s (see %s --help)\n", prog, msg, prog);
     if (g_json_errors) {
         printf("{");
-        meta_json_fields(stdout);
+        meta_json_fields(stdout, 0);
         printf(", \"error\": {\"exit_code\": %d, \"message\": ", EXIT_USAGE);
         meta_json_str(stdout, msg);
         printf("}}\n");
@@ -1136,10 +1136,6 @@ static void check_flags(struct parse_state *s)
     }
     sweep_point(o, 0, p);
     check_problem(o, p);
-    if (o->csv && strcmp(o->csv, "-") != 0 && !(o->csv_f = fopen(o->csv, "w")))
-        die_usage("--csv %s: %s", o->csv, strerror(errno));
-    if (o->csv && !o->csv_f)
-        o->csv_f = stdout;
     if (!o->seed_given)
         p->seed = (uint64_t)time(NULL);
 }
@@ -1429,7 +1425,7 @@ static void json_error(int code, const char *msg)
 static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
 {
     printf("{");
-    meta_json_fields(stdout);
+    meta_json_fields(stdout, 1);
     printf(", ");
     print_json_job(o, &o->jp, r, s);
     if (!strcmp(s->check, "fail"))
@@ -1698,7 +1694,7 @@ static int run_single(struct opts *o, struct job_result *r)
         }
     } else if (o->json) {
         printf("{");
-        meta_json_fields(stdout);
+        meta_json_fields(stdout, 1);
         json_error(rc, r->message);
         printf("}\n");
     }
@@ -1713,7 +1709,7 @@ static int run_sweep(struct opts *o, struct job_result *r)
     struct job_params base = o->jp;
     if (o->json) {
         printf("{");
-        meta_json_fields(stdout);
+        meta_json_fields(stdout, 1);
         printf(", \"results\": [");
     } else {
         print_header(o);
@@ -1988,6 +1984,10 @@ static int run_job(struct opts *o, struct job_result *r)
 /* One job, or every point of a sweep (tools/sweep.h): the table, rows or JSON, and --csv. */
 static int run_jobs(struct opts *o)
 {
+    if (o->csv && strcmp(o->csv, "-") != 0 && !(o->csv_f = fopen(o->csv, "w")))
+        die_usage("--csv %s: %s", o->csv, strerror(errno));
+    if (o->csv && !o->csv_f)
+        o->csv_f = stdout;
     struct job_result *r = calloc(1, sizeof(*r));
     if (!r) {
         fprintf(stderr, "%s: out of memory\n", prog);

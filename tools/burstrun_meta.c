@@ -111,7 +111,7 @@ void meta_devices_json(FILE *f)
     burst_free(report);
 }
 
-void meta_json_fields(FILE *f)
+void meta_json_fields(FILE *f, int devices)
 {
     char host[256], ts[64];
     meta_host(host, sizeof(host));
@@ -131,5 +131,8 @@ void meta_json_fields(FILE *f)
         p += n + (p[n] == ' ');
     }
     fprintf(f, "], \"devices\": ");
-    meta_devices_json(f);
+    if (devices)
+        meta_devices_json(f);
+    else
+        fputs("null", f);
 }

@@ -35,8 +35,8 @@ void meta_devices_json(FILE *f);
 
 /* The metadata members of --json's object, each with a leading ", " except the first, which is
  * "schema_version": the schema, timestamp, host, commit, burstrun and library versions, the
- * features and the devices. */
-void meta_json_fields(FILE *f);
+ * features and the devices (null unless `devices`: probing them is left out of usage errors). */
+void meta_json_fields(FILE *f, int devices);
 
 /* s as a JSON string (quoted, escaped) into f. */
 void meta_json_str(FILE *f, const char *s);

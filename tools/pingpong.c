@@ -73,7 +73,7 @@ static void print_head(FILE *f, const struct pingpong_opts *po, const char *fabr
 {
     if (po->json) {
         fprintf(f, "{");
-        meta_json_fields(f);
+        meta_json_fields(f, 1);
         fprintf(f, ", \"fabric\": \"%s\", \"pingpong\": [", fabric);
         return;
     }
@@ -234,7 +234,7 @@ int pingpong_run(const struct pingpong_opts *po)
     int rc = reap(pid);
     if (rc && po->json) {
         printf("{");
-        meta_json_fields(stdout);
+        meta_json_fields(stdout, 1);
         printf(", \"error\": {\"exit_code\": %d, \"message\": \"a rank failed (see stderr)\"}}\n",
                rc);
     }
