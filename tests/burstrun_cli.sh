@@ -264,6 +264,8 @@ case_report() {
     expect_usage "report csv empty" "--csv" $T --csv ""
     expect_usage "report hosts sweep" "sweeps" --hosts localhost:2 --seq 64,128 --heads 1 \
         --head-dim 8
+    expect_usage "report mpirun args" "--mpirun-args: ' '" --hosts localhost:1 --mpirun-args " "
+    expect_usage "report bind-to" "--bind-to: 'socket'" --threads -n 1 --bind-to socket
 }
 
 case "$WHAT" in
