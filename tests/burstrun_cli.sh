@@ -28,6 +28,14 @@
 #            (its level is warn), BURST_LOG=off silences it, BURST_LOG=info adds the context's
 #            backend
 #   version  -V names the versions and the optional parts burstrun and the library were built with
+#   report   the header first (versions, features, devices, seed), then one row per point of a
+#            sweep (--seq a:b:x2 / a:b:+S / lists, --dtype and --head-dim lists); --csv rows;
+#            --json's metadata (schema_version, timestamp, host, commit, features, devices),
+#            min / median / max times, a sweep's "results", an "error" member with the exit
+#            code on a usage error and a failed job; -V lists the features; --probe lists the
+#            transports (libfabric, interfaces, MPI); the progress line shows with --threads
+#            and --json on a terminal; bad sweep values,
+#            --csv paths and a sweep with --hosts are usage errors naming them
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -264,7 +272,93 @@ case_version() {
     done
 }
 
+# json_get FILE EXPR: the Python expression EXPR over the JSON object of FILE (as d)
+json_get() {
+    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1" 2>&1
+}
+
+case_report() {
+    T="--threads -n 2 --heads 1 --head-dim 8 $SMALL"
+    expect 0 "report sweep" $T --seq 64:256:x2 --head-dim 8,16 --dtype fp32,bf16 --check \
+        --csv "$TMP/s.csv"
+    head -n 1 "$TMP/out" | grep -q '^# burstrun .*features: cpu' ||
+        fail "report: the header is not first: $(head -n 2 "$TMP/out")"
+    grep -q '^# host .*seed' "$TMP/out" || fail "report: no host / seed line"
+    grep -q '^# cpu: device 0' "$TMP/out" || fail "report: no device line"
+    rows=$(grep -cE '^ +[0-9]+ +(fp32|bf16) +(8|16) .* pass$' "$TMP/out")
+    [ "$rows" = 12 ] || fail "report: $rows rows for 3 x 2 x 2 points: $(cat "$TMP/out")"
+    grep -qE '^ +64 +fp32 +8 ' "$TMP/out" && grep -qE '^ +256 +bf16 +16 ' "$TMP/out" ||
+        fail "report: the first or last point is missing"
+    [ "$(wc -l <"$TMP/s.csv")" = 13 ] && head -n 1 "$TMP/s.csv" | grep -q '^seq,dtype,head_dim,' ||
+        fail "report: --csv has not a header and 12 rows: $(cat "$TMP/s.csv")"
+    grep -q '^128,bf16,16,1,1,1,2,threads,' "$TMP/s.csv" || fail "report: --csv lacks 128 bf16 16"
+    expect 0 "report +S" $T --seq 64:192:+64 --fwd-only
+    [ "$(grep -cE '^ +(64|128|192) +fp32 ' "$TMP/out")" = 3 ] || fail "report: --seq 64:192:+64"
+    # --json: one object, the metadata, three results with min <= median <= max
+    expect 0 "report json" $T --seq 64,96,128 --json
+    cp "$TMP/out" "$TMP/j"
+    for key in schema_version timestamp host commit features devices results; do
+        [ "$(json_get "$TMP/j" "'$key' in d")" = True ] || fail "report --json lacks $key"
+    done
+    [ "$(json_get "$TMP/j" "[r['seq'] for r in d['results']]")" = "[64, 96, 128]" ] ||
+        fail "report --json results: $(json_get "$TMP/j" "d.get('results')")"
+    [ "$(json_get "$TMP/j" "all(r['fwd_ms_min'] <= r['fwd_ms'] <= r['fwd_ms_max'] and \
+        r['bwd_ms_min'] <= r['bwd_ms'] <= r['bwd_ms_max'] for r in d['results'])")" = True ] ||
+        fail "report --json: times not min <= median <= max"
+    [ "$(json_get "$TMP/j" "'cpu' in d['features'] and 'error' not in d")" = True ] ||
+        fail "report --json: features / error"
+    # errors as one JSON object on stdout: a usage error, a rank out of memory (exit 3), in a
+    # single job and in a sweep
+    "$BR" $T --seq 0 --json >"$TMP/j" 2>/dev/null
+    [ "$(json_get "$TMP/j" "d['error']['exit_code']")" = 2 ] ||
+        fail "report --json usage error: $(cat "$TMP/j")"
+    for seqs in 64 64,128; do
+        BURST_FAULT=oom:alloc=1 "$BR" $T --seq $seqs --json >"$TMP/j" 2>/dev/null
+        rc=$?
+        [ $rc = 3 ] && [ "$(json_get "$TMP/j" "d['error']['exit_code']")" = 3 ] &&
+            json_get "$TMP/j" "d['error']['message']" | grep -q 'out of host memory' ||
+            fail "report --json --seq $seqs out of memory: exit $rc: $(cat "$TMP/j")"
+    done
+    "$BR" -V >"$TMP/out" 2>&1
+    grep -q '^library features: cpu' "$TMP/out" && grep -q '^commit ' "$TMP/out" ||
+        fail "report -V: $(cat "$TMP/out")"
+    # --probe: the transports after the backends (libfabric, interfaces, MPI)
+    expect 0 "report probe" --probe
+    grep -q '^transports' "$TMP/out" && grep -q '^  libfabric' "$TMP/out" &&
+        grep -q '^  interface lo: 127.0.0.1' "$TMP/out" && grep -q '^  mpi: burstrun built' "$TMP/out" ||
+        fail "report --probe: no transports: $(tail -n 8 "$TMP/out")"
+    "$BR" --probe --json >"$TMP/j" 2>/dev/null
+    [ "$(json_get "$TMP/j" "sorted(d['transports']) == ['interfaces', 'libfabric', 'mpi'] and \
+        'usable' in d['transports']['libfabric'] and 'built' in d['transports']['mpi'] and \
+        '127.0.0.1' in [i['address'] for i in d['transports']['interfaces']] and \
+        len(d['backends']) > 0")" = True ] || fail "report --probe --json: $(cat "$TMP/j")"
+    # the progress line on a terminal's stderr, with --json and ranks as threads too (script(1)
+    # gives the terminal; a slow rank makes the job last past the line's first 2 s)
+    if command -v script >/dev/null; then
+        BURST_FAULT=slow:rank=1,ms=150 script -qec "'$BR' --threads -n 2 --seq 64 --heads 1 \
+            --head-dim 8 --iters 12 --warmup 0 --fwd-only --json >/dev/null" /dev/null \
+            >"$TMP/tty" 2>&1
+        tr '\r' '\n' <"$TMP/tty" | grep -q '^.*burstrun: iteration [0-9]*/12' ||
+            fail "report: no progress line with --threads --json: $(head -c 300 "$TMP/tty")"
+    fi
+    # bad values named
+    expect_usage "report seq down" "--seq: '4096:1024:x2'" $T --seq 4096:1024:x2
+    expect_usage "report seq x1" "--seq: '64:128:x1'" $T --seq 64:128:x1
+    expect_usage "report seq many" "more than 64" $T --seq 64:100000:+1
+    expect_usage "report seq junk" "--seq: '64,,128'" $T --seq 64,,128
+    expect_usage "report dtype" "--dtype: 'fp8'" $T --dtype fp32,fp8
+    expect_usage "report head dim" "--head-dim: '12'" $T --head-dim 8,12
+    expect_usage "report short point" "--seq 2 is too short" $T --seq 2,64
+    expect_usage "report csv dir" "--csv $TMP/none/x.csv" $T --csv "$TMP/none/x.csv"
+    expect_usage "report csv empty" "--csv" $T --csv ""
+    expect_usage "report hosts sweep" "sweeps" --hosts localhost:2 --seq 64,128 --heads 1 \
+        --head-dim 8
+    expect_usage "report mpirun args" "--mpirun-args: ' '" --hosts localhost:1 --mpirun-args " "
+    expect_usage "report bind-to" "--bind-to: 'socket'" --threads -n 1 --bind-to socket
+}
+
 case "$WHAT" in
+report) case_report ;;
 cancel) case_cancel ;;
 sizes) case_sizes ;;
 env) case_env ;;

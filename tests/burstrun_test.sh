@@ -5,7 +5,10 @@
 #            rank_mode, fabric, hosts, overlap; rank processes give bitwise the results of
 #            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
 #            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
-#            bad --workspace values are usage errors
+#            bad --workspace values are usage errors; the default job with --json is the default
+#            job; --pingpong reports fi_pingpong's columns over the provider; --bind-to core |
+#            numa reports each rank's CPUs, and the rank processes run there (/proc; under
+#            taskset -c 0: CPU 0 for every rank); bad values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
 #            (SIGINT to burstrun): burstrun exits non-zero within the timeout naming the rank,
 #            and no rank process or /dev/shm entry is left behind (the listening rendezvous
@@ -16,7 +19,8 @@
 #            (reported, exit 3)
 #   mpi      --hosts / --hostfile through Open MPI's mpirun on this host: bitwise the results of
 #            --threads, --check passes, a rank killed at a ring step is named (exit 3), bad
-#            --hosts values are usage errors
+#            --hosts values are usage errors; --bind-to and --mpirun-args reach mpirun, and
+#            BURST_* / FI_* variables travel with the job
 # Exit 77 (SKIP) when the provider, mpirun or burstrun's MPI support is unavailable.
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits: the
 # jobs' compute counts against them and instrumented code runs several times slower.
@@ -115,6 +119,88 @@ results)
         "$BR" $W --workspace "$bad" >/dev/null 2>"$TMP/err"
         [ $? -eq 2 ] && grep -q -- "--workspace: '$bad'" "$TMP/err" || fail "--workspace $bad is not a usage error naming it"
     done
+    # (4) the default job is the same with or without the output flags (--json, --seed):
+    # four ranks, 2048 causal tokens, checked
+    if [ "$PROV" = shm ]; then
+        "$BR" --json --seed "$SEED" >"$TMP/dj" 2>"$TMP/err" || fail "burstrun --json exited $?"
+        for key in '"default_job": true' '"ranks": 4' '"seq": 2048' '"causal": true' \
+            '"check": "pass"' '"schema_version": '; do
+            grep -qF "$key" "$TMP/dj" || fail "the default job with --json lacks $key"
+        done
+    fi
+    # (5) --pingpong: fi_pingpong's columns, one row per size from 64 B to 4 MiB, over the
+    # provider; --json: the metadata and 9 rows; refused with --threads and -n 3
+    IF=
+    [ "$PROV" = tcp ] && IF="--iface 127.0.0.1"
+    "$BR" --pingpong --fabric "$PROV" $IF --iters 20 >"$TMP/pp" 2>&1 ||
+        { cat "$TMP/pp"; fail "--pingpong exited $?"; }
+    grep -q "^bytes *#sent *#ack *total *time *MB/sec *usec/xfer *Mxfers/sec$" "$TMP/pp" ||
+        fail "--pingpong: no fi_pingpong header: $(cat "$TMP/pp")"
+    [ "$(grep -cE '^[0-9]+[km]? +20 +=20 +[0-9]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$TMP/pp")" = 9 ] ||
+        fail "--pingpong: not 9 rows of 20 round trips: $(cat "$TMP/pp")"
+    grep -q "fabric $PROV" "$TMP/pp" || fail "--pingpong: fabric $PROV not named"
+    "$BR" --pingpong --fabric "$PROV" $IF --iters 10 --json >"$TMP/ppj" 2>"$TMP/err" ||
+        fail "--pingpong --json exited $?"
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["pingpong"]
+assert d["schema_version"] and len(rows) == 9 and rows[0]["bytes"] == 64, d
+assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 for r in rows), rows' \
+        "$TMP/ppj" || fail "--pingpong --json: $(cat "$TMP/ppj")"
+    for bad in "--threads" "-n 3"; do
+        "$BR" --pingpong $bad >/dev/null 2>"$TMP/err"
+        [ $? -eq 2 ] && grep -q -- "--pingpong" "$TMP/err" || fail "--pingpong $bad is not a usage error"
+    done
+    # (6) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
+    # rank gets CPU 0 alone (burstrun's own CPUs are split); bad values and --threads refused
+    for how in core numa; do
+        "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 ||
+            { cat "$TMP/out"; fail "--bind-to $how exited $?"; }
+        for r in 0 1; do
+            grep -q "^burstrun: --bind-to $how: rank $r: .*cpus [0-9]" "$TMP/out" ||
+                fail "--bind-to $how: no report of rank $r"
+        done
+        grep -q "^result   PASS" "$TMP/out" || fail "--bind-to $how: check did not pass"
+    done
+    # the rank processes run where the report says: each one's Cpus_allowed_list (/proc), read
+    # while a slow rank keeps the job running (read again for up to 2 s: a task the kernel
+    # keeps on one CPU for a moment, e.g. just forked, shows that CPU alone)
+    BURST_FAULT=slow:rank=1,ms=200 "$BR" -n 2 $SMALL --iters 8 --fabric "$PROV" --bind-to core \
+        --verbose >"$TMP/bind" 2>&1 &
+    bpid=$!
+    seen=0
+    for i in $(seq 100); do
+        pids=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/bind")
+        if [ -n "$pids" ]; then
+            r=0
+            for p in $pids; do
+                want=$(sed -n "s/^burstrun: --bind-to core: rank $r: cpus //p" "$TMP/bind")
+                for k in $(seq 40); do
+                    got=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)
+                    [ -z "$got" ] || [ "$got" = "$want" ] && break
+                    sleep 0.05
+                done
+                [ -n "$got" ] && { [ "$got" = "$want" ] || fail "rank $r runs on $got, reported $want"; seen=$((seen + 1)); }
+                r=$((r + 1))
+            done
+            break
+        fi
+        sleep 0.05
+    done
+    wait $bpid || fail "--bind-to core with a slow rank exited $?"
+    [ $seen = 2 ] || fail "--bind-to core: read the CPUs of $seen rank processes, not 2: $(cat "$TMP/bind")"
+    if command -v taskset >/dev/null; then
+        taskset -c 0 "$BR" -n 3 $SMALL --fabric "$PROV" --bind-to core >"$TMP/out" 2>&1 ||
+            fail "taskset -c 0 --bind-to core exited $?"
+        [ "$(grep -c '^burstrun: --bind-to core: rank [0-2]: cpus 0$' "$TMP/out")" = 3 ] ||
+            { cat "$TMP/out"; fail "taskset -c 0 --bind-to core: not every rank on CPU 0"; }
+    fi
+    "$BR" -n 2 $SMALL --bind-to socket >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--bind-to: 'socket'" "$TMP/err" || fail "--bind-to socket is not a usage error naming it"
+    "$BR" -n 2 $SMALL --threads --bind-to core >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--threads" "$TMP/err" || fail "--threads --bind-to core is not a usage error"
+    "$BR" -n 2 $SMALL --mpirun-args "--display-map" >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "--mpirun-args" "$TMP/err" || fail "--mpirun-args without --hosts is not a usage error"
     ;;
 faults)
     TO=$((20 * ${BURST_TEST_TIME_SCALE:-1}))
@@ -280,6 +366,16 @@ mpi)
     echo "--hosts, rank 1 killed at backward step 1: exit $rc after $dt ms"
     [ $rc -eq 3 ] || { cat "$TMP/err"; fail "--hosts kill: exit status $rc, expected 3"; }
     grep -q "^burstrun: rank 1 failed" "$TMP/err" || fail "--hosts kill: the message does not name rank 1"
+    # --bind-to and --mpirun-args go to mpirun (its --report-bindings names each rank's
+    # binding); the BURST_* and FI_* variables set here travel with the job (-x)
+    BURST_FAB_SPIN_US=21 FI_LOG_LEVEL=warn "$BR" --hosts localhost:2 $SMALL $FAB --bind-to core \
+        --mpirun-args "--report-bindings  --tag-output" --verbose >"$TMP/out" 2>&1 ||
+        { cat "$TMP/out"; fail "--hosts --bind-to core --mpirun-args exited $?"; }
+    grep -q "mpirun .*--bind-to core --report-bindings --report-bindings --tag-output" "$TMP/out" ||
+        fail "--bind-to / --mpirun-args not on mpirun's command line"
+    grep -q "rank 1 bound to" "$TMP/out" || fail "--hosts --bind-to core: mpirun reports no binding"
+    grep -q -- "-x BURST_FAB_SPIN_US .*-x FI_LOG_LEVEL\|-x FI_LOG_LEVEL .*-x BURST_FAB_SPIN_US" "$TMP/out" ||
+        fail "BURST_* / FI_* variables do not travel with the mpirun job"
     "$BR" --hosts "localhost:0" $SMALL >/dev/null 2>"$TMP/err"
     [ $? -eq 2 ] && grep -q -- "--hosts" "$TMP/err" || fail "--hosts localhost:0 is not a usage error"
     ;;

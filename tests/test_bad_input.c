@@ -449,6 +449,104 @@ static void comm_env_bad_bootstrap(void **state)
     assert_ptr_equal(c, SENTINEL);
 }
 
+/* burst_comm_pingpong: every bad argument named (the comm is never used). */
+static void comm_pingpong_bad(void **state)
+{
+    (void)state;
+    struct burst_local_world *w = NULL;
+    assert_int_equal(burst_local_world_create(2, &w), BURST_OK);
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.world = w;
+    cp.size = 2;
+    struct burst_comm *c = NULL;
+    assert_int_equal(burst_comm_create(&cp, &c), BURST_OK);
+    char buf[8];
+    double s;
+    EXPECT(burst_comm_pingpong(NULL, 1, buf, 8, 1, &s), INVALID, "comm", "NULL");
+    EXPECT(burst_comm_pingpong(c, 1, buf, 8, 1, NULL), INVALID, "seconds_p", "NULL");
+    EXPECT(burst_comm_pingpong(c, 0, buf, 8, 1, &s), INVALID, "peer = 0", "another rank");
+    EXPECT(burst_comm_pingpong(c, 2, buf, 8, 1, &s), INVALID, "peer = 2", "another rank");
+    EXPECT(burst_comm_pingpong(c, -1, buf, 8, 1, &s), INVALID, "peer = -1", "another rank");
+    EXPECT(burst_comm_pingpong(c, 1, NULL, 8, 1, &s), INVALID, "buf", "bytes = 8");
+    EXPECT(burst_comm_pingpong(c, 1, buf, 8, 0, &s), INVALID, "iters = 0", "1..");
+    EXPECT(burst_comm_pingpong(c, 1, buf, 8, BURST_PINGPONG_MAX_ITERS + 1, &s), INVALID, "iters",
+           "16777217");
+    burst_comm_destroy(c);
+    burst_local_world_destroy(w);
+}
+
+/* The variables of torchrun and srun (transport/tp_launch_env.h): a malformed or missing one
+ * is named with its value, and so is a missing job key; nothing is listened on or joined. */
+static void launch_env_expect(const char *const *vars, const char *n1, const char *n2)
+{
+    static const char *const all[] = {"RANK",          "WORLD_SIZE",         "MASTER_ADDR",
+                                      "MASTER_PORT",   "SLURM_PROCID",       "SLURM_NTASKS",
+                                      "SLURM_JOB_ID",  "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST",
+                                      "BURST_JOB_KEY", "BURST_RENDEZVOUS"};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        unsetenv(all[i]);
+    for (size_t i = 0; vars[i]; i += 2)
+        setenv(vars[i], vars[i + 1], 1);
+    struct burst_comm *c = SENTINEL;
+    EXPECT(burst_comm_create_env(&c), INVALID, n1, n2);
+    assert_ptr_equal(c, SENTINEL);
+    for (size_t i = 0; vars[i]; i += 2)
+        unsetenv(vars[i]);
+}
+
+#define KEY "0123456789abcdef0123456789abcdef"
+static void comm_env_launchers(void **state)
+{
+    (void)state;
+    if (getenv("BURST_RANK") || getenv("OMPI_COMM_WORLD_RANK") || getenv("RANK") ||
+        getenv("SLURM_PROCID"))
+        skip(); /* started by a launcher */
+    const char *t1[] = {"RANK", "x1", "WORLD_SIZE", "2", NULL};
+    launch_env_expect(t1, "RANK", "x1");
+    const char *t2[] = {"RANK", "2", "WORLD_SIZE", "2", NULL};
+    launch_env_expect(t2, "RANK", "0..1");
+    const char *t3[] = {"RANK", "0", "WORLD_SIZE", "0", NULL};
+    launch_env_expect(t3, "WORLD_SIZE", "\"0\"");
+    const char *t4[] = {"RANK", "1", "WORLD_SIZE", "2", "MASTER_PORT", "29500", NULL};
+    launch_env_expect(t4, "MASTER_ADDR", "torchrun");
+    const char *t5[] = {"RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "127.0.0.1", NULL};
+    launch_env_expect(t5, "MASTER_PORT", "not set");
+    const char *t6[] = {"RANK",      "1",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                        "127.0.0.1", "MASTER_PORT", "65535",      NULL};
+    launch_env_expect(t6, "MASTER_PORT", "65535");
+    const char *t7[] = {"RANK",      "1",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                        "127.0.0.1", "MASTER_PORT", "29500",      NULL};
+    launch_env_expect(t7, "BURST_JOB_KEY", "not set");
+    const char *t8[] = {"RANK",        "1",     "WORLD_SIZE",    "2",   "MASTER_ADDR", "127.0.0.1",
+                        "MASTER_PORT", "29500", "BURST_JOB_KEY", "xyz", NULL};
+    launch_env_expect(t8, "BURST_JOB_KEY", "hex");
+    const char *t9[] = {"RANK", "1", "WORLD_SIZE", "2", "BURST_RENDEZVOUS", "nohost", NULL};
+    launch_env_expect(t9, "BURST_RENDEZVOUS", "nohost");
+    const char *s1[] = {"SLURM_PROCID", "3", "SLURM_NTASKS", "2", NULL};
+    launch_env_expect(s1, "SLURM_PROCID", "\"3\"");
+    const char *s2[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", NULL};
+    launch_env_expect(s2, "MASTER_ADDR", "SLURM_JOB_NODELIST");
+    const char *s3[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "SLURM_JOB_NODELIST",
+                        "node[",        NULL};
+    launch_env_expect(s3, "SLURM_JOB_NODELIST", "node[");
+    const char *s4[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "SLURM_JOB_NODELIST",
+                        "node[1-2]",    NULL};
+    launch_env_expect(s4, "SLURM_JOB_ID", "MASTER_PORT");
+    const char *s5[] = {"SLURM_PROCID",
+                        "1",
+                        "SLURM_NTASKS",
+                        "2",
+                        "SLURM_JOB_ID",
+                        "77",
+                        "SLURM_JOB_NODELIST",
+                        "node[1-2]",
+                        "BURST_JOB_KEY",
+                        KEY "zz",
+                        NULL};
+    launch_env_expect(s5, "BURST_JOB_KEY", "slurm");
+}
+#undef KEY
+
 /* Every integer variable the library reads at context or communicator creation, malformed
  * (letters, trailing garbage, out of range, past any long), fails every entry point that reads
  * it with INVALID naming the variable and the value; empty means the default. */
@@ -1422,6 +1520,8 @@ int main(int argc, char **argv)
         T(comm_unknown_transport),
         cmocka_unit_test(comm_bad_bootstrap),
         cmocka_unit_test(comm_env_bad_bootstrap),
+        cmocka_unit_test(comm_env_launchers),
+        cmocka_unit_test(comm_pingpong_bad),
         cmocka_unit_test(env_malformed),
         cmocka_unit_test(setting_accessors),
         cmocka_unit_test(env_registry),

@@ -28,6 +28,12 @@
  *                                tools/launch_mpi.c; burst_comm_create_env refuses mpirun's
  *                                environment naming it): results as in "results". SKIP (77) when
  *                                mpirun is absent or starts no rank (e.g. no slots)
+ *   test_procs shm|tcp launchers G = 2, 4 ranks started as torchrun starts them (RANK,
+ *                                WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and as srun does
+ *                                (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST, SLURM_JOB_ID),
+ *                                with BURST_JOB_KEY and no BURST_RANK: burst_comm_create_env
+ *                                joins them, rank 0 hosting the rendezvous; results as in
+ *                                "results", and the rendezvous gone once they exit
  * Exit 77 (SKIP) when libfabric or the provider is absent. Every case checks that no process,
  * /dev/shm entry, file descriptor or listening socket is left behind.
  *
@@ -275,6 +281,8 @@ static int worker_main(int argc, char **argv)
     struct bufs b = {0};
     bufs_outputs_at(&p, &b, (char *)map + MAXG * sizeof(struct slot));
     const char *rs = getenv(mpi ? "OMPI_COMM_WORLD_RANK" : "BURST_RANK");
+    if (!rs) /* started as torchrun or srun start their ranks */
+        rs = getenv("RANK") ? getenv("RANK") : getenv("SLURM_PROCID");
     int rank = rs ? atoi(rs) : 0;
     if (rank < 0 || rank >= MAXG)
         return 4;
@@ -357,6 +365,17 @@ struct job {
     const char *iface[MAXG];
 };
 
+/* How job_spawn tells a rank its place: burstrun's variables (BURST_RANK, ...), torchrun's
+ * (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or srun's (SLURM_PROCID, ...); for the last two
+ * rank 0 hosts the rendezvous at 127.0.0.1:g_launch_port. */
+enum launch_style {
+    LAUNCH_BURST,
+    LAUNCH_TORCHRUN,
+    LAUNCH_SLURM
+};
+static enum launch_style g_launch;
+static int g_launch_port;
+
 static char g_self[4096];
 static const char *g_timeout = "20000"; /* BURST_TIMEOUT_MS of the rank processes */
 static pid_t g_children[256];           /* every rank process started: their /dev/shm names */
@@ -399,6 +418,49 @@ static int job_open(struct job *j, const struct prob *p)
     return job_open_net(j, p, NULL, NULL, NULL);
 }
 
+/* A rank's variables as torchrun or srun set them (g_launch), in the child; none of
+ * burstrun's. */
+static void launch_env(int rank, int G)
+{
+    char rs[16], gs[16], port[16], job[16];
+    snprintf(rs, sizeof(rs), "%d", rank);
+    snprintf(gs, sizeof(gs), "%d", G);
+    snprintf(port, sizeof(port), "%d", g_launch_port - 1); /* the rendezvous: MASTER_PORT + 1 */
+    snprintf(job, sizeof(job), "%d", 20000 * 7 + (g_launch_port - 20000)); /* 20000 + id%20000 */
+    unsetenv("BURST_RANK");
+    unsetenv("BURST_SIZE");
+    unsetenv("BURST_RENDEZVOUS");
+    if (g_launch == LAUNCH_TORCHRUN) {
+        setenv("RANK", rs, 1);
+        setenv("LOCAL_RANK", rs, 1);
+        setenv("WORLD_SIZE", gs, 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", port, 1);
+    } else { /* rank 0's host: the node list's first, its port from the job id */
+        setenv("SLURM_PROCID", rs, 1);
+        setenv("SLURM_NTASKS", gs, 1);
+        setenv("SLURM_JOB_ID", job, 1);
+        setenv("SLURM_JOB_NODELIST", "127.0.0.[1-4]", 1);
+    }
+}
+
+/* A TCP port in 20001..39999 that nothing listens on now (0 when none is found). */
+static int free_port(void)
+{
+    for (int i = 0; i < 2000; i++) {
+        int port = 20001 + (int)((getpid() * 7 + i * 13) % 19999);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return port;
+    }
+    return 0;
+}
+
 /* Start rank `rank` with job key `key` (NULL = the job's). */
 static pid_t job_spawn(struct job *j, int rank, const char *key)
 {
@@ -418,10 +480,14 @@ static pid_t job_spawn(struct job *j, int rank, const char *key)
     snprintf(gs, sizeof(gs), "%d", p->G);
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("BURST_RANK", rs, 1);
-        setenv("BURST_SIZE", gs, 1);
-        setenv("BURST_RENDEZVOUS", burst_rendezvous_address(j->rv), 1);
         setenv("BURST_JOB_KEY", key ? key : burst_rendezvous_key(j->rv), 1);
+        if (g_launch == LAUNCH_BURST) {
+            setenv("BURST_RANK", rs, 1);
+            setenv("BURST_SIZE", gs, 1);
+            setenv("BURST_RENDEZVOUS", burst_rendezvous_address(j->rv), 1);
+        } else {
+            launch_env(rank, p->G);
+        }
         setenv("BURST_FABRIC", j->bind ? "auto" : g_prov, 1);
         if (j->iface[rank])
             setenv("BURST_IFACE", j->iface[rank], 1);
@@ -685,6 +751,41 @@ static void case_results(int G)
     job_close(&j);
     CHECK(!addr[0] || !still_listening(addr), "rendezvous %s still accepts connections", addr);
     check_leftovers(&before, "results");
+}
+
+/* Ranks started as torchrun (or srun) starts them: no BURST_RANK, rank 0 hosts the rendezvous
+ * at 127.0.0.1 on a free port; results bitwise those of the in-process ring, and nothing
+ * listens there once the ranks have exited. */
+static void case_launcher(int G, enum launch_style style)
+{
+    struct prob p = {G, 2, 96 * G, 4, 2, 32, harness_seed() + 3 * (uint64_t)G, 0};
+    const char *how = style == LAUNCH_TORCHRUN ? "torchrun" : "srun";
+    struct snapshot before;
+    snap(&before);
+    double t0 = now_ms();
+    struct job j;
+    char addr[64];
+    g_launch = style;
+    g_launch_port = free_port();
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", g_launch_port);
+    if (!g_launch_port) {
+        CHECK(0, "%s G=%d: no free port in 20001..39999", how, G);
+        g_launch = LAUNCH_BURST;
+        return;
+    }
+    if (job_open(&j, &p) == 0) {
+        for (int r = 0; r < G; r++)
+            job_spawn(&j, r, NULL);
+        CHECK(job_reap(&j, 60000, -1) == 0, "%s G=%d: a rank did not exit cleanly", how, G);
+        check_results(&p, j.slots, &j.out, how, now_ms() - t0, g_prov, 1);
+    } else {
+        CHECK(0, "%s G=%d: job setup failed", how, G);
+    }
+    job_close(&j);
+    g_launch = LAUNCH_BURST;
+    CHECK(!still_listening(addr), "%s: rank 0's rendezvous %s still accepts connections", how,
+          addr);
+    check_leftovers(&before, how);
 }
 
 /* ---- two "hosts": network namespaces joined by a veth pair ---- */
@@ -1367,7 +1468,8 @@ int main(int argc, char **argv)
     if (argc > 1 && (strcmp(argv[1], "--worker") == 0 || strcmp(argv[1], "--mpi-worker") == 0))
         return worker_main(argc, argv);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s shm|tcp results|faults|msgfaults|refused|netns|mpi\n", argv[0]);
+        fprintf(stderr, "usage: %s shm|tcp results|faults|msgfaults|refused|netns|mpi|launchers\n",
+                argv[0]);
         return 2;
     }
     ssize_t n = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
@@ -1429,6 +1531,11 @@ int main(int argc, char **argv)
                       BURST_OK, "", 0, 0, 1);
         case_msgfault("delay:rank=1,phase=bwd,step=0,ms=400", "20000", BURST_OK, "", 400, 0, 0);
         case_msgfault("slow:rank=2,ms=100", "20000", BURST_OK, "", 600, 0, 0);
+    } else if (strcmp(what, "launchers") == 0) {
+        for (int G = 2; G <= 4; G += 2) {
+            case_launcher(G, LAUNCH_TORCHRUN);
+            case_launcher(G, LAUNCH_SLURM);
+        }
     } else if (strcmp(what, "refused") == 0) {
         case_refused();
     } else if (strcmp(what, "netns") == 0) {

@@ -23,6 +23,8 @@
  * = local + inter-node sends of the schedule; steps - 1 block messages per rank. Totals: every
  * rank's bytes equal the flat ring's formula for the same step count when shards are even, and
  * the bytes of all ranks together equal it always.
+ *
+ * burst_comm_pingpong between two ranks of three: the bytes come back, the time is positive.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -392,9 +394,47 @@ static void test_paper_ratio(void **state)
     assert_int_equal(ring, 512 * 4);
 }
 
+/* burst_comm_pingpong between ranks 0 and 2 of three (rank 1 takes no part): rank 2 ends with
+ * rank 0's bytes, both report a positive time, 0 bytes work too. */
+struct pingpong_arg {
+    burst_status_t st[3], st0[3];
+    double seconds[3];
+    int echoed[3];
+};
+
+static void pingpong_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct pingpong_arg *a = arg;
+    if (rank == 1)
+        return;
+    unsigned char buf[1000];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = rank == 0 ? (unsigned char)(i * 7 + 1) : 0;
+    a->st[rank] = burst_comm_pingpong(comm, 2 - rank, buf, sizeof(buf), 5, &a->seconds[rank]);
+    a->echoed[rank] = 1;
+    for (size_t i = 0; i < sizeof(buf); i++)
+        a->echoed[rank] &= buf[i] == (unsigned char)(i * 7 + 1);
+    double s0;
+    a->st0[rank] = burst_comm_pingpong(comm, 2 - rank, NULL, 0, 3, &s0);
+}
+
+static void test_pingpong(void **state)
+{
+    (void)state;
+    struct pingpong_arg a = {{BURST_ERR_INTERNAL, 0, BURST_ERR_INTERNAL}, {0}, {0}, {0}};
+    assert_int_equal(harness_run_ranks(3, 10000, pingpong_rank, &a), 0);
+    for (int r = 0; r <= 2; r += 2) {
+        assert_int_equal(a.st[r], BURST_OK);
+        assert_int_equal(a.st0[r], BURST_OK);
+        assert_true(a.seconds[r] > 0.0);
+        assert_true(a.echoed[r]);
+    }
+}
+
 int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
-    const struct CMUnitTest extra[] = {cmocka_unit_test(test_paper_ratio)};
-    return harness_run_cases("traffic", cases, sizeof cases / sizeof *cases, test_case, extra, 1);
+    const struct CMUnitTest extra[] = {cmocka_unit_test(test_paper_ratio),
+                                       cmocka_unit_test(test_pingpong)};
+    return harness_run_cases("traffic", cases, sizeof cases / sizeof *cases, test_case, extra, 2);
 }

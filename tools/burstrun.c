@@ -21,6 +21,10 @@
 #include "job_size.h"
 #include "launch.h"
 #include "launch_mpi.h"
+#include "pingpong.h"
+#include "probe_net.h"
+#include "sweep.h"
+#include "burstrun_meta.h"
 
 #define EXIT_CHECK_FAILED 1
 #define EXIT_USAGE 2
@@ -28,6 +32,9 @@
 
 static const char *const prog = "burstrun";
 
+static void usage_output(FILE *f);
+
+/* --help: every flag and what the report means. */
 static void usage(FILE *f)
 {
     fprintf(
@@ -38,19 +45,24 @@ static void usage(FILE *f)
         "check it against a plain fp64 reference. Ranks are processes on this host joined\n"
         "through libfabric (default; shm unless --fabric says otherwise), or with --threads\n"
         "threads of this process joined by an in-process ring. Both compute the same global\n"
-        "problem from the seed. With no arguments it runs a small self-checking causal job:\n"
+        "problem from the seed. With no arguments (or only --json, --csv, --verbose, --hash,\n"
+        "--seed, which change the output, not the job) it runs a small self-checking causal job:\n"
         "  burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout zigzag --check\n"
         "\n"
         "problem:\n"
         "  -n, --ranks G          ranks in the ring (default 4)\n"
-        "  --seq N                global sequence length (default 2048)\n"
+        "  --seq N                global sequence length (default 2048); a list a,b,c or a\n"
+        "                         range start:end:xF (x2: doubling) or start:end:+S sweeps it\n"
         "  --batch B              batch size (default 1)\n"
         "  --heads H              query heads Hq (default 4)\n"
         "  --kv-heads H           key/value heads Hkv, dividing Hq (default: Hq)\n"
         "  --ranks-per-node L     two-level ring: L consecutive ranks per node, dividing G\n"
         "                         (default 0: the flat ring)\n"
-        "  --head-dim D           head dimension, a multiple of 8 in 8..256 (default 64)\n"
-        "  --dtype T              fp32 | fp16 | bf16 (default fp32)\n"
+        "  --head-dim D           head dimension, a multiple of 8 in 8..256 (default 64); a\n"
+        "                         list 64,128 sweeps it\n"
+        "  --dtype T              fp32 | fp16 | bf16 (default fp32); a list fp16,bf16 sweeps it\n"
+        "                         A sweep runs one job per point (dtypes, then head dims, then\n"
+        "                         lengths) and prints one row per job as it finishes\n"
         "  --causal               causal mask (default off when any argument is given)\n"
         "  --layout L             natural | zigzag | striped (default zigzag)\n"
         "  --window L,R           sliding window in global positions: key j is allowed for\n"
@@ -78,6 +90,13 @@ static void usage(FILE *f)
         "                         one host); rank processes only\n"
         "  --hosts LIST           run across hosts through mpirun: \"h1:4,h2:4\" (slots per host)\n"
         "  --hostfile F           the same from an Open MPI hostfile (\"host slots=N\" lines)\n"
+        "  --bind-to B            none | core | numa: the CPUs of each rank process\n"
+        "                         (default none): core = a block of about cores / G of the\n"
+        "                         CPUs burstrun may use, numa = NUMA node (rank mod nodes);\n"
+        "                         each rank's CPUs are reported on stderr; under --hosts\n"
+        "                         passed to mpirun (with --report-bindings)\n"
+        "  --mpirun-args \"ARGS\"   more arguments for mpirun under --hosts / --hostfile\n"
+        "                         (split at spaces, no quoting)\n"
         "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
         "                         127.0.0.1)\n"
         "  --timeout S            longest wait for a peer, seconds, 1..86400 (default:\n"
@@ -99,6 +118,12 @@ static void usage(FILE *f)
         "  --fwd-only             run the forward only\n"
         "  --seed S               seed of the random inputs (default: from the clock, printed)\n"
         "check:\n");
+    usage_output(f);
+}
+
+/* usage(): the check and output flags, and the notes. */
+static void usage_output(FILE *f)
+{
     fprintf(
         f,
         "  --check                compare with the fp64 reference of tools/ref.c after the\n"
@@ -116,7 +141,13 @@ static void usage(FILE *f)
         "                         rounded once to the dtype (up to 1 unit of roundoff u: fp16\n"
         "                         2^-11, bf16 2^-8), so the half-type bounds are 4 u\n"
         "output:\n"
-        "  --json                 print one JSON object on stdout instead of the table\n"
+        "  --json                 print one JSON object on stdout instead of the table:\n"
+        "                         schema_version, timestamp, host, commit, features, devices,\n"
+        "                         the job's members (times: median, _min, _max), or a sweep's\n"
+        "                         in \"results\"; on a failure an \"error\" member with the\n"
+        "                         exit code and message (usage errors too)\n"
+        "  --csv FILE             also write one CSV row per job to FILE (- = stdout), after a\n"
+        "                         line of column names\n"
         "  --hash                 add output_hash: FNV-1a 64 of the bytes of O, lse, dQ, dK, dV\n"
         "                         (equal hashes = bitwise equal results, e.g. --threads against\n"
         "                         processes with --deterministic)\n"
@@ -124,11 +155,18 @@ static void usage(FILE *f)
         "                         launch (rendezvous, fabric) on stderr\n"
         "  --info                 print every BURST_* setting with its current value and exit\n"
         "                         (with --json: one JSON object)\n"
-        "  --probe                list every backend's devices, capabilities and chosen tiles\n"
-        "                         and exit (with --json: one JSON object)\n"
+        "  --probe                list every backend's devices, capabilities and chosen tiles,\n"
+        "                         and the transports: libfabric's version and the providers\n"
+        "                         that serve burst, the network interfaces, MPI (built with,\n"
+        "                         mpirun, library); then exit (with --json: one JSON object)\n"
+        "  --pingpong             instead of a job: round trips between 2 rank processes over\n"
+        "                         the transport (--fabric, --iface, --timeout; --iters: round\n"
+        "                         trips per size, default 256 MiB / size within 10..10000),\n"
+        "                         64 B to 4 MiB, with fi_pingpong's columns (bytes, #sent, #ack,\n"
+        "                         total, time, MB/sec, usec/xfer, Mxfers/sec); --json: one object\n"
         "  -h, --help             this text\n"
-        "  -V, --version          versions of burstrun and of the loaded library, and the\n"
-        "                         optional parts each was built with\n",
+        "  -V, --version          versions of burstrun and of the loaded library, the commit\n"
+        "                         and the optional parts each was built with\n",
         JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
     fprintf(
         f,
@@ -204,15 +242,26 @@ static void info(int json)
     burst_free(report);
 }
 
+/* --json is among the arguments: a usage error is also one JSON object on stdout. */
+static int g_json_errors;
+
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die_usage(const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "%s: ", prog);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (see %s --help)\n", prog);
+    fprintf(stderr, "%s: %s (see %s --help)\n", prog, msg, prog);
+    if (g_json_errors) {
+        printf("{");
+        meta_json_fields(stdout, 0);
+        printf(", \"error\": {\"exit_code\": %d, \"message\": ", EXIT_USAGE);
+        meta_json_str(stdout, msg);
+        printf("}}\n");
+        fflush(stdout);
+    }
     exit(EXIT_USAGE);
 }
 
@@ -268,6 +317,16 @@ struct opts {
     int ranks_given, fabric_given;
     const char *fabric, *iface;
     int timeout_s;
+    int pingpong; /* --pingpong: round trips between two rank processes */
+    int iters_given;
+    int bind; /* --bind-to: enum launch_bind */
+    int bind_given;
+    const char *mpirun_args; /* --mpirun-args: passed to mpirun as they are, split at spaces */
+    /* sweeps (tools/sweep.h): the values of --seq, --dtype and --head-dim, one job per point */
+    int64_t seqs[SWEEP_MAX], dtypes[SWEEP_MAX], head_dims[SWEEP_MAX];
+    int nseq, ndtype, nhd;
+    const char *csv; /* --csv FILE: one row per job */
+    FILE *csv_f;
     struct job_kill kill; /* hidden --test-kill-* */
     int kill_step;        /* hidden --test-kill-step: ring step (-1: after the last) */
 };
@@ -431,6 +490,7 @@ struct parse_state {
     struct opts *o;
     struct job_params *p;
     int fabric_given, kill_step_given, weights_count, backend_given;
+    int job_flags; /* flags given other than those of the output alone (output_flag) */
 };
 
 typedef void (*opt_handler)(struct parse_state *s, const char *name, const char *val);
@@ -444,6 +504,7 @@ static void opt_help(struct parse_state *s, const char *name, const char *val)
 static void opt_version(struct parse_state *s, const char *name, const char *val)
 {
     printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
+    printf("commit   %s\n", meta_commit());
     printf("library features: %s\n", burst_build_features());
 #ifdef BURST_HAVE_MPI
     printf("burstrun features: mpi (--hosts, --hostfile)\n");
@@ -471,9 +532,24 @@ static void opt_hostfile(struct parse_state *s, const char *name, const char *va
     s->o->host_slots = parse_hostfile(val);
 }
 
+/* A flag's list (or range: ranges) of integers in lo..hi into out; its count. */
+static int parse_list(const char *name, const char *val, int64_t lo, int64_t hi, int ranges,
+                      int64_t *out)
+{
+    char msg[160];
+    int n = sweep_parse_ints(val, lo, hi, ranges, out, msg, sizeof(msg));
+    if (n < 0)
+        die_usage("bad value for %s: '%.100s' (%s; expected %s)", name, val, msg,
+                  ranges ? "N, a list a,b,c or a range start:end:xF or start:end:+S"
+                         : "N or a list "
+                           "a,b,c");
+    return n;
+}
+
 static void opt_seq(struct parse_state *s, const char *name, const char *val)
 {
-    s->p->seq_len = parse_int(name, val, 1, INT64_C(1) << 40);
+    s->o->nseq = parse_list(name, val, 1, INT64_C(1) << 40, 1, s->o->seqs);
+    s->p->seq_len = s->o->seqs[0];
 }
 
 static void opt_batch(struct parse_state *s, const char *name, const char *val)
@@ -493,7 +569,8 @@ static void opt_kv_heads(struct parse_state *s, const char *name, const char *va
 
 static void opt_head_dim(struct parse_state *s, const char *name, const char *val)
 {
-    s->p->head_dim = (int)parse_int(name, val, 1, 1 << 20);
+    s->o->nhd = parse_list(name, val, 1, 1 << 20, 0, s->o->head_dims);
+    s->p->head_dim = (int)s->o->head_dims[0];
 }
 
 static void opt_ranks_per_node(struct parse_state *s, const char *name, const char *val)
@@ -517,7 +594,24 @@ static void opt_workspace(struct parse_state *s, const char *name, const char *v
 
 static void opt_dtype(struct parse_state *s, const char *name, const char *val)
 {
-    s->p->dtype = (burst_dtype_t)parse_choice(name, val, dtype_names, 3);
+    int n = job_list_count(val);
+    if (n > 3 || !*val)
+        die_usage("bad value for --dtype: '%.64s' (expected fp32 | fp16 | bf16, or a list of them)",
+                  val);
+    for (int e = 0; e < n; e++) {
+        char ent[16];
+        job_list_entry(val, e, ent, sizeof(ent));
+        s->o->dtypes[e] = parse_choice(name, ent, dtype_names, 3);
+    }
+    s->o->ndtype = n;
+    s->p->dtype = (burst_dtype_t)s->o->dtypes[0];
+}
+
+static void opt_csv(struct parse_state *s, const char *name, const char *val)
+{
+    if (!*val)
+        die_usage("bad value for --csv: '' (expected a file name, or - for stdout)");
+    s->o->csv = val;
 }
 
 static void opt_layout(struct parse_state *s, const char *name, const char *val)
@@ -547,6 +641,7 @@ static void opt_window(struct parse_state *s, const char *name, const char *val)
 static void opt_iters(struct parse_state *s, const char *name, const char *val)
 {
     s->p->iters = (int)parse_int(name, val, 1, 1000000);
+    s->o->iters_given = 1;
 }
 
 static void opt_warmup(struct parse_state *s, const char *name, const char *val)
@@ -678,6 +773,21 @@ static void opt_iface(struct parse_state *s, const char *name, const char *val)
     s->fabric_given = 1;
 }
 
+static void opt_bind_to(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->bind = parse_choice(name, val, launch_bind_names, 3);
+    s->o->bind_given = 1;
+}
+
+static void opt_mpirun_args(struct parse_state *s, const char *name, const char *val)
+{
+    if (strspn(val, " \t") == strlen(val) || strlen(val) > 2000)
+        die_usage("bad value for --mpirun-args: '%.64s' (expected mpirun's arguments, separated "
+                  "by spaces, at most 2000 characters)",
+                  val);
+    s->o->mpirun_args = val;
+}
+
 static void opt_timeout(struct parse_state *s, const char *name, const char *val)
 {
     s->o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
@@ -744,6 +854,7 @@ static const struct burstrun_flag burstrun_flags[] = {
     FLAG_FN("-V", opt_version),
     FLAG_O("--info", info),
     FLAG_O("--probe", probe),
+    FLAG_O("--pingpong", pingpong),
     FLAG_O("--check", check),
     FLAG_O("--check-fwd-only", check_fwd_only),
     FLAG_O("--json", json),
@@ -782,12 +893,15 @@ static const struct burstrun_flag burstrun_flags[] = {
     VALUED("--test-kill-step", opt_kill_step),
     VALUED("--hosts", opt_hosts),
     VALUED("--hostfile", opt_hostfile),
+    VALUED("--bind-to", opt_bind_to),
+    VALUED("--csv", opt_csv),
+    VALUED("--mpirun-args", opt_mpirun_args),
     VALUED("--backends", opt_backends),
     VALUED("--weights", opt_weights),
     VALUED("--test-mismatch", opt_test_mismatch),
 };
 
-/* The defaults of every flag (no argument at all: the default job, checked). */
+/* The defaults of every flag (parse_args makes the default job causal and checked). */
 static void opts_default(struct opts *o, int argc)
 {
     struct job_params *p = &o->jp;
@@ -816,11 +930,17 @@ static void opts_default(struct opts *o, int argc)
 #ifndef BURST_HAVE_FABRIC
     o->threads = 1; /* built without libfabric: threads are the only mode */
 #endif
-    if (argc <= 1) {
-        o->default_job = 1;
-        p->causal = 1;
-        o->check = 1;
-    }
+    (void)argc;
+}
+
+/* Flags that change what is printed, not the job: the default job stays the default with them. */
+static int output_flag(const char *name)
+{
+    static const char *const out[] = {"--json", "--csv", "--verbose", "--hash", "--seed"};
+    for (size_t k = 0; k < sizeof(out) / sizeof(out[0]); k++)
+        if (!strcmp(name, out[k]))
+            return 1;
+    return 0;
 }
 
 /* Split argv[*i] into the flag's name and its value ("--x=v", "-nV"), take the value from the
@@ -861,10 +981,72 @@ static void parse_flag(struct parse_state *s, int argc, char **argv, int *i)
             die_usage("option %s needs a value", name);
         val = argv[++*i];
     }
+    s->job_flags += !output_flag(name);
     if (f->fn)
         f->fn(s, name, val);
     else
         *(int *)((char *)(f->in_params ? (void *)s->p : (void *)s->o) + f->offset) = f->set;
+}
+
+/* Points of the sweep: dtypes x head dims x sequence lengths (1 without a sweep). */
+static int sweep_points(const struct opts *o)
+{
+    return (o->ndtype ? o->ndtype : 1) * (o->nhd ? o->nhd : 1) * (o->nseq ? o->nseq : 1);
+}
+
+/* Point i of the sweep into p (the sequence length varies fastest, then the head dim). */
+static void sweep_point(const struct opts *o, int i, struct job_params *p)
+{
+    int ns = o->nseq ? o->nseq : 1, nh = o->nhd ? o->nhd : 1;
+    if (o->nseq)
+        p->seq_len = o->seqs[i % ns];
+    if (o->nhd)
+        p->head_dim = (int)o->head_dims[i / ns % nh];
+    if (o->ndtype)
+        p->dtype = (burst_dtype_t)o->dtypes[i / ns / nh];
+}
+
+/* One problem's own rules (a point of a sweep, or the job): its sizes against -n, the layout
+ * and the check, and its memory against the machine's; sets p->check_fwd / check_bwd. */
+static void check_problem(const struct opts *o, struct job_params *p)
+{
+    if (p->weights_mode != JOB_WEIGHTS_EVEN) {
+        int64_t min = (p->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) * (int64_t)p->ranks;
+        if (p->seq_len < min)
+            die_usage("--seq %lld is too short for --weights with -n %d and layout %s (needs %lld)",
+                      (long long)p->seq_len, p->ranks, layout_names[p->layout], (long long)min);
+    }
+    if (p->head_dim % 8 || p->head_dim > 256)
+        die_usage("bad value for --head-dim: '%d' (expected a multiple of 8 in 8..256)",
+                  p->head_dim);
+    int64_t min_seq = p->layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)p->ranks : p->ranks;
+    if (p->seq_len < min_seq)
+        die_usage("--seq %lld is too short: need at least %lld tokens for -n %d with layout %s",
+                  (long long)p->seq_len, (long long)min_seq, p->ranks, layout_names[p->layout]);
+    int affordable = job_bwd_ref_cost(p) <= JOB_BWD_CHECK_LIMIT;
+    if (o->check_fwd_only) {
+        p->check_fwd = 1;
+    } else if (o->check) {
+        /* every row when the full reference is affordable, else (--fwd-only) sampled rows */
+        p->check_fwd = affordable ? 2 : 1;
+        p->check_bwd = p->run_bwd;
+        if (p->check_bwd && !affordable) {
+            die_usage("--check refused: the fp64 backward reference would cost B*N^2*Hq*d = %.3g "
+                      "multiply-adds (limit %.0e); use --check-fwd-only, --fwd-only or a smaller "
+                      "problem",
+                      job_bwd_ref_cost(p), JOB_BWD_CHECK_LIMIT);
+        }
+    }
+    /* sizes last: every flag above is in range, nothing is allocated yet. Tensors and the
+     * library's scratch of the ranks on this machine (under --hosts/--hostfile the ranks are
+     * elsewhere, each with its own copy of the tensors: those alone) */
+    char msg[768];
+    uint64_t scratch = 0;
+    if (job_tensor_bytes(p, msg, sizeof(msg)) == 0 ||
+        (!o->hosts && !o->hostfile &&
+         job_scratch_bytes(p, o->backend, &scratch, msg, sizeof(msg)) != 0) ||
+        job_memory_check(p, scratch, msg, sizeof(msg)) != 0)
+        die_usage("%s", msg);
 }
 
 /* The flags' consistency with each other, naming the flags involved. */
@@ -902,6 +1084,20 @@ static void check_flags(struct parse_state *s)
                       "files and rebuild)",
                       o->hosts ? "hosts" : "hostfile");
     }
+    if (o->threads && o->bind_given)
+        die_usage("--bind-to %s binds rank processes, not --threads", launch_bind_names[o->bind]);
+    if ((o->hosts || o->hostfile) && (o->csv || sweep_points(o) > 1))
+        die_usage("--%s runs one job: sweeps (lists of --seq, --dtype, --head-dim) and --csv run "
+                  "on this host",
+                  o->hosts ? "hosts" : "hostfile");
+    if (o->pingpong && (o->threads || o->hosts || o->hostfile || sweep_points(o) > 1 || o->csv ||
+                        (o->ranks_given && p->ranks != 2)))
+        die_usage("--pingpong runs 2 rank processes on this host (not with --threads, --hosts, "
+                  "--hostfile, -n other than 2, sweeps or --csv)");
+    if (o->mpirun_args && !o->hosts && !o->hostfile)
+        die_usage("--mpirun-args '%.64s' needs --hosts or --hostfile (the ranks run through "
+                  "mpirun only there)",
+                  o->mpirun_args);
     if (o->threads && o->timeout_s)
         die_usage("--timeout applies to rank processes, not to --threads (use BURST_TIMEOUT_MS)");
     if (o->kill.rank >= 0 && (o->threads || o->kill.rank >= p->ranks))
@@ -938,48 +1134,19 @@ static void check_flags(struct parse_state *s)
                   p->ranks);
     if (p->mismatch_rank >= p->ranks)
         die_usage("--test-mismatch: rank %d is not below -n %d", p->mismatch_rank, p->ranks);
-    if (p->weights_mode != JOB_WEIGHTS_EVEN) {
-        int64_t min = (p->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) * (int64_t)p->ranks;
-        if (p->seq_len < min)
-            die_usage("--seq %lld is too short for --weights with -n %d and layout %s (needs %lld)",
-                      (long long)p->seq_len, p->ranks, layout_names[p->layout], (long long)min);
-    }
     if (p->kv_heads == 0)
         p->kv_heads = p->q_heads;
     if (p->q_heads % p->kv_heads)
         die_usage("--kv-heads %d must divide --heads %d", p->kv_heads, p->q_heads);
-    if (p->head_dim % 8 || p->head_dim > 256)
-        die_usage("bad value for --head-dim: '%d' (expected a multiple of 8 in 8..256)",
-                  p->head_dim);
-    int64_t min_seq = p->layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)p->ranks : p->ranks;
-    if (p->seq_len < min_seq)
-        die_usage("--seq %lld is too short: need at least %lld tokens for -n %d with layout %s",
-                  (long long)p->seq_len, (long long)min_seq, p->ranks, layout_names[p->layout]);
-    int affordable = job_bwd_ref_cost(p) <= JOB_BWD_CHECK_LIMIT;
-    if (o->check_fwd_only) {
-        p->check_fwd = 1;
-    } else if (o->check) {
-        /* every row when the full reference is affordable, else (--fwd-only) sampled rows */
-        p->check_fwd = affordable ? 2 : 1;
-        p->check_bwd = p->run_bwd;
-        if (p->check_bwd && !affordable) {
-            die_usage("--check refused: the fp64 backward reference would cost B*N^2*Hq*d = %.3g "
-                      "multiply-adds (limit %.0e); use --check-fwd-only, --fwd-only or a smaller "
-                      "problem",
-                      job_bwd_ref_cost(p), JOB_BWD_CHECK_LIMIT);
-        }
-    }
     check_env();
-    /* sizes last: every flag above is in range, nothing is allocated yet. Tensors and the
-     * library's scratch of the ranks on this machine (under --hosts/--hostfile the ranks are
-     * elsewhere, each with its own copy of the tensors: those alone) */
-    char msg[768];
-    uint64_t scratch = 0;
-    if (job_tensor_bytes(p, msg, sizeof(msg)) == 0 ||
-        (!o->hosts && !o->hostfile &&
-         job_scratch_bytes(p, o->backend, &scratch, msg, sizeof(msg)) != 0) ||
-        job_memory_check(p, scratch, msg, sizeof(msg)) != 0)
-        die_usage("%s", msg);
+    /* every point of a sweep (one point without one): nothing is allocated before all pass */
+    for (int i = 0; i < sweep_points(o); i++) {
+        struct job_params q = *p;
+        sweep_point(o, i, &q);
+        check_problem(o, &q);
+    }
+    sweep_point(o, 0, p);
+    check_problem(o, p);
     if (!o->seed_given)
         p->seed = (uint64_t)time(NULL);
 }
@@ -990,6 +1157,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
     opts_default(o, argc);
     for (int i = 1; i < argc; i++)
         parse_flag(&s, argc, argv, &i);
+    if (!s.job_flags) { /* the default job, whatever the output flags */
+        o->default_job = 1;
+        o->jp.causal = 1;
+        o->check = 1;
+    }
     if (o->info) {
         info(o->json);
         exit(0);
@@ -1104,11 +1276,11 @@ static double ideal_fwd_s(const struct job_params *p, const struct job_result *r
            (double)p->batch * p->q_heads / sum;
 }
 
-static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
+/* The job's members of --json (without braces): problem, timings, statistics, check. */
+static void print_json_job(const struct opts *o, const struct job_params *p,
+                           const struct job_result *r, const struct summary *s)
 {
-    const struct job_params *p = &o->jp;
     int checked = r->checked_fwd_rows > 0;
-    printf("{");
     printf("\"version\": ");
     json_str(burst_version_string());
     printf(", \"backend\": ");
@@ -1133,10 +1305,19 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     printf(", \"seed\": %" PRIu64 ", \"warmup\": %d, \"iters\": %d", p->seed, p->warmup,
            r->iters_done);
     printf(", \"allowed_pairs\": %.0f, \"flops_fwd\": %.6g", s->pairs, s->fwd_flops);
+    printf(", \"default_job\": %s", o->default_job ? "true" : "false");
     printf(", \"fwd_ms\": ");
     json_num(r->fwd_s * 1e3);
+    printf(", \"fwd_ms_min\": ");
+    json_num(r->fwd_min_s * 1e3);
+    printf(", \"fwd_ms_max\": ");
+    json_num(r->fwd_max_s * 1e3);
     printf(", \"bwd_ms\": ");
     json_num(p->run_bwd ? r->bwd_s * 1e3 : NAN);
+    printf(", \"bwd_ms_min\": ");
+    json_num(p->run_bwd ? r->bwd_min_s * 1e3 : NAN);
+    printf(", \"bwd_ms_max\": ");
+    json_num(p->run_bwd ? r->bwd_max_s * 1e3 : NAN);
     printf(", \"tflops_fwd\": ");
     json_num(s->tf_fwd);
     printf(", \"tflops_bwd\": ");
@@ -1237,7 +1418,30 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
         }
         printf("}");
     }
-    printf(", \"check\": \"%s\"}\n", s->check);
+    printf(", \"check\": \"%s\"", s->check);
+}
+
+/* --json's error member: burstrun's exit status and why. */
+static void json_error(int code, const char *msg)
+{
+    printf(", \"error\": {\"exit_code\": %d, \"message\": ", code);
+    meta_json_str(stdout, msg);
+    printf("}");
+}
+
+#define CHECK_FAILED_MSG "the check against the fp64 reference failed"
+
+/* The one JSON object of a job: the metadata, the job's members, and an error member when the
+ * check failed. */
+static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
+{
+    printf("{");
+    meta_json_fields(stdout, 1);
+    printf(", ");
+    print_json_job(o, &o->jp, r, s);
+    if (!strcmp(s->check, "fail"))
+        json_error(EXIT_CHECK_FAILED, CHECK_FAILED_MSG);
+    printf("}\n");
 }
 
 /* "compute / wait" ms per step and the overlap cell of one phase. */
@@ -1412,6 +1616,151 @@ static int report(const struct opts *o, const struct job_result *r)
     return strcmp(s.check, "fail") == 0 ? EXIT_CHECK_FAILED : 0;
 }
 
+/* ---- the header, sweep rows and --csv ---- */
+
+/* The table's header, printed before any job runs: versions, features, host, time, seed, ranks
+ * and every backend's devices, each line after "# ". */
+static void print_header(const struct opts *o)
+{
+    char host[256], ts[64];
+    meta_host(host, sizeof(host));
+    meta_timestamp(ts, sizeof(ts));
+    printf("# burstrun %s (library %s), commit %s, features: %s\n", BURST_VERSION_STRING,
+           burst_version_string(), meta_commit(), meta_features());
+    printf("# host %s, %s, seed %" PRIu64 "%s\n", host, ts, o->jp.seed,
+           o->seed_given ? "" : " (from the clock)");
+    printf("# %d rank%s as %s, backend %s\n", o->jp.ranks, o->jp.ranks > 1 ? "s" : "",
+           o->threads ? "threads of one process" : "processes", o->backend);
+    meta_devices_text(stdout, "# ");
+    fflush(stdout);
+}
+
+/* A sweep's constant problem and the columns of its rows. */
+static void print_sweep_columns(const struct opts *o)
+{
+    const struct job_params *p = &o->jp;
+    printf("# problem B=%lld Hq=%d Hkv=%d, %s, layout %s, bwd %s; %d warm-up + %d timed "
+           "iterations, times in ms: median (min, max) of the ring\n#\n",
+           (long long)p->batch, p->q_heads, p->kv_heads, p->causal ? "causal" : "non-causal",
+           layout_names[p->layout], p->run_bwd ? bwd_names[p->bwd] : "not run", p->warmup,
+           p->iters);
+    printf("# %9s %5s %4s %10s %10s %10s %9s %10s %10s %10s %9s %9s %7s\n", "seq", "dtype", "d",
+           "fwd", "(min", "max)", "TFLOP/s", "bwd", "(min", "max)", "TFLOP/s", "f+b TF/s", "check");
+    fflush(stdout);
+}
+
+/* One row of a sweep, as soon as its job finished. */
+static void print_row(const struct job_params *p, const struct job_result *r,
+                      const struct summary *s)
+{
+    printf("  %9lld %5s %4d %10.3f %10.3f %10.3f %9.4f", (long long)p->seq_len,
+           dtype_names[p->dtype], p->head_dim, r->fwd_s * 1e3, r->fwd_min_s * 1e3,
+           r->fwd_max_s * 1e3, s->tf_fwd);
+    if (p->run_bwd)
+        printf(" %10.3f %10.3f %10.3f %9.4f %9.4f", r->bwd_s * 1e3, r->bwd_min_s * 1e3,
+               r->bwd_max_s * 1e3, s->tf_bwd, s->tf_fb);
+    else
+        printf(" %10s %10s %10s %9s %9s", "-", "-", "-", "-", "-");
+    printf(" %7s\n", s->check);
+    fflush(stdout);
+}
+
+/* --csv: the header line (before the first row), then one row per job. */
+static void csv_row(const struct opts *o, const struct job_params *p, const struct job_result *r,
+                    const struct summary *s, int first)
+{
+    FILE *f = o->csv_f;
+    if (first)
+        fprintf(f, "seq,dtype,head_dim,batch,heads,kv_heads,ranks,rank_mode,backend,fabric,"
+                   "causal,layout,bwd,iters,fwd_ms,fwd_ms_min,fwd_ms_max,bwd_ms,bwd_ms_min,"
+                   "bwd_ms_max,tflops_fwd,tflops_bwd,tflops_fwd_bwd,check\n");
+    fprintf(f, "%lld,%s,%d,%lld,%d,%d,%d,%s,\"%s\",%s,%d,%s,%s,%d,%.6g,%.6g,%.6g,",
+            (long long)p->seq_len, dtype_names[p->dtype], p->head_dim, (long long)p->batch,
+            p->q_heads, p->kv_heads, p->ranks, r->rank_mode, r->backend, r->fabric, p->causal,
+            layout_names[p->layout], p->run_bwd ? bwd_names[r->bwd_used] : "none", r->iters_done,
+            r->fwd_s * 1e3, r->fwd_min_s * 1e3, r->fwd_max_s * 1e3);
+    if (p->run_bwd)
+        fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%s\n", r->bwd_s * 1e3, r->bwd_min_s * 1e3,
+                r->bwd_max_s * 1e3, s->tf_fwd, s->tf_bwd, s->tf_fb, s->check);
+    else
+        fprintf(f, ",,,%.6g,,,%s\n", s->tf_fwd, s->check);
+    fflush(f);
+}
+
+static int run_job(struct opts *o, struct job_result *r);
+
+/* One job: the header first (table), then its table or JSON object, and its --csv row. On a
+ * failure --json still prints one object, with the error member. */
+static int run_single(struct opts *o, struct job_result *r)
+{
+    if (!o->json)
+        print_header(o);
+    int rc = run_job(o, r);
+    if (rc == 0) {
+        rc = report(o, r);
+        if (o->csv_f) {
+            struct summary s;
+            summarise(&o->jp, r, &s);
+            csv_row(o, &o->jp, r, &s, 1);
+        }
+    } else if (o->json) {
+        printf("{");
+        meta_json_fields(stdout, 1);
+        json_error(rc, r->message);
+        printf("}\n");
+    }
+    return rc;
+}
+
+/* Every point of the sweep in turn: a row each (table), a member of "results" each (JSON), a
+ * --csv row each. A failed check goes on (exit 1 at the end); any other failure stops. */
+static int run_sweep(struct opts *o, struct job_result *r)
+{
+    int rc = 0, n = sweep_points(o);
+    struct job_params base = o->jp;
+    if (o->json) {
+        printf("{");
+        meta_json_fields(stdout, 1);
+        printf(", \"results\": [");
+    } else {
+        print_header(o);
+        print_sweep_columns(o);
+    }
+    for (int i = 0; i < n && (rc == 0 || rc == EXIT_CHECK_FAILED); i++) {
+        o->jp = base;
+        sweep_point(o, i, &o->jp);
+        check_problem(o, &o->jp);
+        job_result_free(r);
+        memset(r, 0, sizeof(*r));
+        int jrc = run_job(o, r);
+        if (jrc != 0) {
+            rc = jrc;
+            break;
+        }
+        struct summary s;
+        summarise(&o->jp, r, &s);
+        if (o->json) {
+            printf("%s{", i ? ", " : "");
+            print_json_job(o, &o->jp, r, &s);
+            printf("}");
+            fflush(stdout);
+        } else {
+            print_row(&o->jp, r, &s);
+        }
+        if (o->csv_f)
+            csv_row(o, &o->jp, r, &s, i == 0);
+        rc = !strcmp(s.check, "fail") ? EXIT_CHECK_FAILED : rc;
+    }
+    if (o->json) {
+        printf("]");
+        if (rc)
+            json_error(rc, rc == EXIT_CHECK_FAILED ? CHECK_FAILED_MSG : r->message);
+        printf("}\n");
+    }
+    o->jp = base;
+    return rc;
+}
+
 static int run_processes(struct opts *o, struct job_result *r)
 {
     char self[4096];
@@ -1428,6 +1777,7 @@ static int run_processes(struct opts *o, struct job_result *r)
         .json = o->json,
         .verbose = o->verbose,
         .kill = o->kill,
+        .bind = (enum launch_bind)o->bind,
     };
     int sig = 0;
     int rc = launch_run(&o->jp, &lo, r, &sig);
@@ -1439,7 +1789,19 @@ static int run_processes(struct opts *o, struct job_result *r)
     return rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
 }
 
-/* --hosts / --hostfile: the job's own arguments (without those two) for every rank, then mpirun. */
+/* Is arg ("--x" or "--x=v") one of the flags for the launcher alone, not for the ranks? */
+static int launcher_flag(const char *arg)
+{
+    static const char *const own[] = {"--hosts", "--hostfile", "--bind-to", "--mpirun-args"};
+    size_t len = strcspn(arg, "=");
+    for (size_t k = 0; k < sizeof(own) / sizeof(own[0]); k++)
+        if (strlen(own[k]) == len && !strncmp(arg, own[k], len))
+            return 1;
+    return 0;
+}
+
+/* --hosts / --hostfile: the job's own arguments (without the launcher's) for every rank, then
+ * mpirun. */
 static int run_mpirun(const struct opts *o, int argc, char **argv)
 {
     char self[4096];
@@ -1450,12 +1812,10 @@ static int run_mpirun(const struct opts *o, int argc, char **argv)
         return EXIT_RUNTIME;
     int na = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--hosts") || !strcmp(argv[i], "--hostfile")) {
-            i++; /* and its value */
+        if (launcher_flag(argv[i])) {
+            i += !strchr(argv[i], '='); /* and its value */
             continue;
         }
-        if (!strncmp(argv[i], "--hosts=", 8) || !strncmp(argv[i], "--hostfile=", 11))
-            continue;
         args[na++] = argv[i];
     }
     char nbuf[24];
@@ -1464,7 +1824,9 @@ static int run_mpirun(const struct opts *o, int argc, char **argv)
         args[na++] = nbuf;
     if (!o->fabric_given)
         args[na++] = "--fabric=auto";
-    int rc = launch_mpi_run(prog, self, o->jp.ranks, o->hosts, o->hostfile, o->verbose, args, na);
+    struct launch_mpi_opts mo = {o->hosts, o->hostfile, launch_bind_names[o->bind], o->mpirun_args,
+                                 o->verbose};
+    int rc = launch_mpi_run(prog, self, o->jp.ranks, &mo, args, na);
     free(args);
     return rc;
 }
@@ -1570,6 +1932,123 @@ static int mpi_rank_main(int argc, char **argv)
     return rc;
 }
 
+/* --threads: one context per distinct (backend, threads, device) entry, shared by its ranks.
+ * The job's exit status (0, EXIT_USAGE, EXIT_RUNTIME); r filled, its message set on failure. */
+static int run_threads(struct opts *o, struct job_result *r)
+{
+    int G = o->jp.ranks, nctx = 0, rc = 0;
+    struct burst_context **ctxs = calloc((size_t)G, sizeof(*ctxs));
+    struct burst_context **own = calloc((size_t)G, sizeof(*own));
+    int *own_rank = calloc((size_t)G, sizeof(int));
+    if (!ctxs || !own || !own_rank) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        rc = EXIT_RUNTIME;
+        goto threads_out;
+    }
+    for (int rk = 0; rk < G; rk++) {
+        char be[64], nt[32], dv[64], be2[64], nt2[32], dv2[64];
+        job_list_entry(o->backend, rk, be, sizeof(be));
+        job_list_entry(o->num_threads_list, rk, nt, sizeof(nt));
+        job_list_entry(o->device_list, rk, dv, sizeof(dv));
+        for (int c = 0; c < nctx && !ctxs[rk]; c++) {
+            job_list_entry(o->backend, own_rank[c], be2, sizeof(be2));
+            job_list_entry(o->num_threads_list, own_rank[c], nt2, sizeof(nt2));
+            job_list_entry(o->device_list, own_rank[c], dv2, sizeof(dv2));
+            if (!strcmp(be, be2) && atoi(nt) == atoi(nt2) && !strcmp(dv, dv2))
+                ctxs[rk] = own[c];
+        }
+        if (ctxs[rk])
+            continue;
+        struct burst_context_params cp = burst_context_params_default();
+        cp.backend = be;
+        cp.num_threads = atoi(nt);
+        if (dv[0])
+            cp.device = dv;
+        burst_status_t st = burst_context_create(&cp, &own[nctx]);
+        if (st != BURST_OK) {
+            snprintf(r->message, sizeof(r->message),
+                     "rank %d: backend \"%s\" (--backend%s %s): %s: %s", rk, be,
+                     o->backends_given ? "s" : "", o->backend, burst_status_str(st),
+                     burst_last_error());
+            fprintf(stderr, "%s: %s\n", prog, r->message);
+            rc = st == BURST_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
+            goto threads_out;
+        }
+        own_rank[nctx] = rk;
+        ctxs[rk] = own[nctx++];
+    }
+    rc = job_run(&o->jp, ctxs, r);
+    if (rc != JOB_OK) {
+        fprintf(stderr, "%s: %s\n", prog, r->message);
+        rc = rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
+        goto threads_out;
+    }
+threads_out:
+    for (int c = 0; c < nctx; c++)
+        burst_context_destroy(own[c]);
+    free(ctxs);
+    free(own);
+    free(own_rank);
+    return rc;
+}
+
+/* One job, as rank processes or threads: its exit status (0, EXIT_USAGE, EXIT_RUNTIME, 128 +
+ * signal); r filled (r->message says why on failure). */
+static int run_job(struct opts *o, struct job_result *r)
+{
+    return o->threads ? run_threads(o, r) : run_processes(o, r);
+}
+
+/* One job, or every point of a sweep (tools/sweep.h): the table, rows or JSON, and --csv. */
+static int run_jobs(struct opts *o)
+{
+    if (o->csv && strcmp(o->csv, "-") != 0 && !(o->csv_f = fopen(o->csv, "w")))
+        die_usage("--csv %s: %s", o->csv, strerror(errno));
+    if (o->csv && !o->csv_f)
+        o->csv_f = stdout;
+    struct job_result *r = calloc(1, sizeof(*r));
+    if (!r) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return EXIT_RUNTIME;
+    }
+    int rc = sweep_points(o) > 1 ? run_sweep(o, r) : run_single(o, r);
+    job_result_free(r);
+    free(r);
+    if (o->csv_f && o->csv_f != stdout && fclose(o->csv_f) != 0 && !rc) {
+        fprintf(stderr, "%s: --csv %s: %s\n", prog, o->csv, strerror(errno));
+        rc = EXIT_RUNTIME;
+    }
+    return rc;
+}
+
+/* --probe: every backend's devices (burst_probe), then the transports (tools/probe_net.h). */
+static int run_probe(const struct opts *o)
+{
+    struct burst_context_params cp = burst_context_params_default();
+    cp.num_threads = o->num_threads;
+    char *report;
+    burst_status_t st = burst_probe(&cp, o->json, &report);
+    if (st != BURST_OK) {
+        fprintf(stderr, "%s: --probe: %s: %s\n", prog, burst_status_str(st), burst_last_error());
+        return EXIT_RUNTIME;
+    }
+    size_t len = strlen(report);
+    while (o->json && len && report[len - 1] == '\n')
+        len--;
+    if (o->json && len && report[len - 1] == '}') /* the object's end: one more member */
+        report[len - 1] = '\0';
+    fputs(report, stdout);
+    burst_free(report);
+    if (o->json) { /* burst_probe's object, and the transports as one more member */
+        printf(", \"transports\": ");
+        probe_net_json(stdout);
+        printf("}\n");
+    } else {
+        probe_net_text(stdout);
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv);
 
 /* SIGPIPE is ignored (a reader that goes away must not kill burstrun silently, before it has
@@ -1598,93 +2077,17 @@ static int run(int argc, char **argv)
     struct opts o;
     if (argc >= 2 && strcmp(argv[1], "--mpi-rank-worker") == 0)
         return mpi_rank_main(argc, argv);
+    for (int i = 1; i < argc; i++)
+        g_json_errors |= !strcmp(argv[i], "--json");
     parse_args(argc, argv, &o);
     if (o.hosts || o.hostfile)
         return run_mpirun(&o, argc, argv);
-    if (o.probe) {
-        struct burst_context_params cp = burst_context_params_default();
-        cp.num_threads = o.num_threads;
-        char *report;
-        burst_status_t st = burst_probe(&cp, o.json, &report);
-        if (st != BURST_OK) {
-            fprintf(stderr, "%s: --probe: %s: %s\n", prog, burst_status_str(st),
-                    burst_last_error());
-            return EXIT_RUNTIME;
-        }
-        fputs(report, stdout);
-        burst_free(report);
-        return 0;
+    if (o.probe)
+        return run_probe(&o);
+    if (o.pingpong) {
+        struct pingpong_opts po = {o.fabric, o.iface, o.timeout_s, o.iters_given ? o.jp.iters : 0,
+                                   o.json};
+        return pingpong_run(&po);
     }
-    if (!o.threads) {
-        struct job_result *r = calloc(1, sizeof(*r));
-        if (!r) {
-            fprintf(stderr, "%s: out of memory\n", prog);
-            return EXIT_RUNTIME;
-        }
-        int rc = run_processes(&o, r);
-        if (rc == 0)
-            rc = report(&o, r);
-        job_result_free(r);
-        free(r);
-        return rc;
-    }
-
-    /* --threads: one context per distinct (backend, threads, device) entry, shared by its ranks */
-    int G = o.jp.ranks, nctx = 0, rc = 0;
-    struct burst_context **ctxs = calloc((size_t)G, sizeof(*ctxs));
-    struct burst_context **own = calloc((size_t)G, sizeof(*own));
-    int *own_rank = calloc((size_t)G, sizeof(int));
-    struct job_result *r = calloc(1, sizeof(*r));
-    if (!ctxs || !own || !own_rank || !r) {
-        fprintf(stderr, "%s: out of memory\n", prog);
-        rc = EXIT_RUNTIME;
-        goto threads_out;
-    }
-    for (int rk = 0; rk < G; rk++) {
-        char be[64], nt[32], dv[64], be2[64], nt2[32], dv2[64];
-        job_list_entry(o.backend, rk, be, sizeof(be));
-        job_list_entry(o.num_threads_list, rk, nt, sizeof(nt));
-        job_list_entry(o.device_list, rk, dv, sizeof(dv));
-        for (int c = 0; c < nctx && !ctxs[rk]; c++) {
-            job_list_entry(o.backend, own_rank[c], be2, sizeof(be2));
-            job_list_entry(o.num_threads_list, own_rank[c], nt2, sizeof(nt2));
-            job_list_entry(o.device_list, own_rank[c], dv2, sizeof(dv2));
-            if (!strcmp(be, be2) && atoi(nt) == atoi(nt2) && !strcmp(dv, dv2))
-                ctxs[rk] = own[c];
-        }
-        if (ctxs[rk])
-            continue;
-        struct burst_context_params cp = burst_context_params_default();
-        cp.backend = be;
-        cp.num_threads = atoi(nt);
-        if (dv[0])
-            cp.device = dv;
-        burst_status_t st = burst_context_create(&cp, &own[nctx]);
-        if (st != BURST_OK) {
-            fprintf(stderr, "%s: rank %d: backend \"%s\" (--backend%s %s): %s: %s\n", prog, rk, be,
-                    o.backends_given ? "s" : "", o.backend, burst_status_str(st),
-                    burst_last_error());
-            rc = st == BURST_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
-            goto threads_out;
-        }
-        own_rank[nctx] = rk;
-        ctxs[rk] = own[nctx++];
-    }
-    rc = job_run(&o.jp, ctxs, r);
-    if (rc != JOB_OK) {
-        fprintf(stderr, "%s: %s\n", prog, r->message);
-        rc = rc == JOB_EUSAGE ? EXIT_USAGE : EXIT_RUNTIME;
-        goto threads_out;
-    }
-    rc = report(&o, r);
-threads_out:
-    for (int c = 0; c < nctx; c++)
-        burst_context_destroy(own[c]);
-    if (r)
-        job_result_free(r);
-    free(r);
-    free(ctxs);
-    free(own);
-    free(own_rank);
-    return rc;
+    return run_jobs(&o);
 }

@@ -4,6 +4,7 @@
 #include "job.h"
 #include "job_internal.h"
 #include "job_size.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <math.h>
@@ -158,6 +159,14 @@ static double min_of(const double *v, int n)
     return m;
 }
 
+static double max_of(const double *v, int n)
+{
+    double m = n > 0 ? v[0] : 0.0;
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
 /* ---- the job's global state ---- */
 
 /* Shard lengths, offsets and the natural <-> permuted maps, from the library's layout helpers.
@@ -283,6 +292,8 @@ struct rank_run {
     int threads;                 /* threads mode: barriers between calls, rank 0 decides STOP */
     const struct job_kill *kill; /* processes: test fault injection, or NULL */
     int *progress;               /* iterations completed, or NULL */
+    int iter_count;              /* threads: where progress points */
+    int finished;                /* threads: the rank thread is done (atomic) */
     double *t_fwd, *t_bwd;       /* [warmup + iters] wall time of this rank's calls */
 
     int status;    /* JOB_OK, JOB_EUSAGE, JOB_EFAIL */
@@ -539,7 +550,30 @@ static void *rank_thread(void *arg)
         rank_loop(rr);
     burst_comm_destroy(rr->comm);
     rr->comm = NULL;
+    __atomic_store_n(&rr->finished, 1, __ATOMIC_RELEASE);
     return NULL;
+}
+
+/* Until every started rank thread has finished: the progress line (tools/progress.h) of the
+ * slowest rank's iterations, every 100 ms. */
+static void wait_ranks(struct rank_run *rr, int started, int total)
+{
+    struct progress pg;
+    progress_init(&pg);
+    for (;;) {
+        int left = 0, done = total;
+        for (int rk = 0; rk < started; rk++) {
+            left += !__atomic_load_n(&rr[rk].finished, __ATOMIC_ACQUIRE);
+            int it = __atomic_load_n(&rr[rk].iter_count, __ATOMIC_RELAXED);
+            done = it < done ? it : done;
+        }
+        if (!left)
+            break;
+        progress_update(&pg, done, total);
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    progress_clear(&pg);
 }
 
 /* ---- results ---- */
@@ -594,9 +628,11 @@ static int finish(struct job *j, struct job_result *r, const double *tf, const d
     r->iters_done = iters_done;
     r->fwd_s = median(tf + p->warmup, iters_done);
     r->fwd_min_s = min_of(tf + p->warmup, iters_done);
+    r->fwd_max_s = max_of(tf + p->warmup, iters_done);
     if (p->run_bwd) {
         r->bwd_s = median(tb + p->warmup, iters_done);
         r->bwd_min_s = min_of(tb + p->warmup, iters_done);
+        r->bwd_max_s = max_of(tb + p->warmup, iters_done);
     }
     snprintf(r->transfers, sizeof(r->transfers), "%s", st[0].transfers);
     r->head_groups = st[0].head_groups;
@@ -760,6 +796,7 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
         rr[rk].j = &j;
         rr[rk].rank = rk;
         rr[rk].threads = 1;
+        rr[rk].progress = &rr[rk].iter_count;
         rr[rk].t_fwd = times + (size_t)2 * (size_t)rk * (size_t)total_iters;
         rr[rk].t_bwd = rr[rk].t_fwd + total_iters;
         if (pthread_create(&th[rk], NULL, rank_thread, &rr[rk]) != 0)
@@ -775,6 +812,7 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
             sync_release(&j);
         pthread_mutex_unlock(&j.mu);
     }
+    wait_ranks(rr, started, total_iters);
     for (int rk = 0; rk < started; rk++)
         pthread_join(th[rk], NULL);
     if (started < G) {

@@ -106,9 +106,10 @@ struct job_result {
     int hosts;          /* distinct hosts of the ring */
     burst_bwd_pattern_t bwd_used;
     int iters_done;
-    double fwd_s; /* median wall time of the forward over the timed iterations */
-    double bwd_s; /* median wall time of the backward (0 when not run) */
-    double fwd_min_s, bwd_min_s;
+    double fwd_s;                /* median wall time of the forward over the timed iterations */
+    double bwd_s;                /* median wall time of the backward (0 when not run) */
+    double fwd_min_s, bwd_min_s; /* the fastest timed iteration */
+    double fwd_max_s, bwd_max_s; /* the slowest timed iteration */
     /* process cpu time over the timed iterations / (wall time * compute threads): about 1 when
      * the job had its cores to itself, lower when other processes took them (or threads idled) */
     double cpu_share;

@@ -1,9 +1,11 @@
 /* tools/launch.c - start, watch and stop the rank processes of one burstrun job (launch.h). */
 #include "launch.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,22 +48,6 @@ static void on_signal(int sig)
 
 /* ---- output ---- */
 
-struct progress {
-    int on;    /* stderr is a terminal */
-    int shown; /* a progress line is on screen */
-    double t0; /* spawn time */
-    char last[160];
-};
-
-static void progress_clear(struct progress *pg)
-{
-    if (pg->shown) {
-        fputs("\r\033[K", stderr);
-        fflush(stderr);
-        pg->shown = 0;
-    }
-}
-
 static void emit_line(struct progress *pg, FILE *to, int rank, const char *s, size_t n)
 {
     progress_clear(pg);
@@ -99,33 +85,16 @@ static int stream_read(struct progress *pg, struct stream *st, int rank)
     return 1;
 }
 
+/* The progress line: the slowest rank's iterations, from the arena's slots. */
 static void progress_show(struct progress *pg, void *arena, int G, int total)
 {
-    if (!pg->on)
-        return;
-    double el = job_now() - pg->t0;
-    if (el < 2.0)
-        return;
     struct job_slot *slots = job_arena_slots(arena);
     int done = total;
     for (int rk = 0; rk < G; rk++) {
         int it = __atomic_load_n(&slots[rk].iter, __ATOMIC_RELAXED);
         done = it < done ? it : done;
     }
-    char line[160];
-    if (done > 0) {
-        double rate = done / el;
-        snprintf(line, sizeof(line), "iteration %d/%d, %.2f it/s, ETA %.0f s", done, total, rate,
-                 (total - done) / rate);
-    } else {
-        snprintf(line, sizeof(line), "iteration 0/%d, %.0f s", total, el);
-    }
-    if (pg->shown && strcmp(line, pg->last) == 0)
-        return;
-    snprintf(pg->last, sizeof(pg->last), "%s", line);
-    fprintf(stderr, "\r\033[Kburstrun: %s", line);
-    fflush(stderr);
-    pg->shown = 1;
+    progress_update(pg, done, total);
 }
 
 /* ---- processes ---- */
@@ -162,8 +131,9 @@ static char **make_env(char store[N_ENV_SET][320], int n_ours)
     return env;
 }
 
+/* Start rank `rank` with environment env, on the CPUs *cpus (NULL: unbound). */
 static pid_t spawn_rank(const struct launch_opts *lo, int rank, int arena_fd, char **env,
-                        struct rank_proc *rp, int json)
+                        const cpu_set_t *cpus, struct rank_proc *rp, int json)
 {
     int po[2], pe[2];
     if (pipe2(po, O_CLOEXEC) != 0)
@@ -191,6 +161,12 @@ static pid_t spawn_rank(const struct launch_opts *lo, int rank, int arena_fd, ch
         dup2(po[1], 1);
         dup2(pe[1], 2);
         fcntl(arena_fd, F_SETFD, 0);
+        if (cpus && sched_setaffinity(0, sizeof(*cpus), cpus) != 0) {
+            static const char bmsg[] = "burstrun: --bind-to: sched_setaffinity failed\n";
+            ssize_t n = write(2, bmsg, sizeof(bmsg) - 1);
+            (void)n;
+            _exit(127);
+        }
         char *argv[] = {(char *)lo->self, "--rank-worker", fdarg, NULL};
         execve(lo->self, argv, env);
         static const char msg[] = "burstrun: exec of the rank process failed\n";
@@ -339,6 +315,15 @@ static int launch_signals(struct launch *L)
     return 0;
 }
 
+/* --bind-to: rank rk's CPUs into *cpus, and its line of the binding report on stderr. */
+static int launch_bind_rank(const struct launch_opts *lo, int rk, int G, cpu_set_t *cpus)
+{
+    char desc[640];
+    int rc = launch_bind_cpus(lo->bind, rk, G, cpus, desc, sizeof(desc));
+    fprintf(stderr, "burstrun: --bind-to %s: rank %d: %s\n", launch_bind_names[lo->bind], rk, desc);
+    return rc;
+}
+
 /* Start the G rank processes, each with its environment (BURST_RANK first, filled per rank);
  * on a failure, stop those already started. */
 static void launch_start(struct launch *L)
@@ -359,10 +344,17 @@ static void launch_start(struct launch *L)
         snprintf(store[6], sizeof(store[6]), "BURST_TIMEOUT_MS=%lld",
                  (long long)lo->timeout_s * 1000);
     for (int rk = 0; rk < L->G; rk++) {
+        cpu_set_t cpus;
+        if (lo->bind != LAUNCH_BIND_NONE && launch_bind_rank(lo, rk, L->G, &cpus) != 0) {
+            set_msg(L->r, JOB_EFAIL, "--bind-to %s: could not bind rank %d",
+                    launch_bind_names[lo->bind], rk);
+            break;
+        }
         snprintf(store[0], sizeof(store[0]), "BURST_RANK=%d", rk);
         free(env);
         env = make_env(store, (int)N_ENV_SET);
-        if (!env || spawn_rank(lo, rk, L->arena_fd, env, &L->rp[rk], lo->json) < 0) {
+        if (!env || spawn_rank(lo, rk, L->arena_fd, env, lo->bind ? &cpus : NULL, &L->rp[rk],
+                               lo->json) < 0) {
             set_msg(L->r, JOB_EFAIL, "could not start rank %d: %s", rk, strerror(errno));
             break;
         }
@@ -511,8 +503,7 @@ static void launch_deadlines(struct launch *L)
 /* Supervise the ranks until every one is reaped and its output drained. */
 static void launch_supervise(struct launch *L)
 {
-    L->pg.on = isatty(2);
-    L->pg.t0 = job_now();
+    progress_init(&L->pg);
     for (;;) {
         int open_streams = 0;
         for (int rk = 0; rk < L->G; rk++)

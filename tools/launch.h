@@ -22,6 +22,7 @@
 #define BURST_TOOLS_LAUNCH_H
 
 #include "job.h"
+#include "launch_bind.h"
 
 /* Time the other ranks get to exit after the first failure, before SIGKILL. */
 #define LAUNCH_GRACE_MS 3000
@@ -48,11 +49,12 @@ struct launch_opts {
                                 cores / G (at least 1), or BURST_NUM_THREADS when set */
     const char *device;      /* per-rank GPU devices, comma-separated, cycling ("" = default) */
     const char *fabric;      /* auto | shm | tcp | verbs | efa */
-    const char *iface;    /* NULL: default (127.0.0.1 for tcp, the provider's choice otherwise) */
-    int timeout_s;        /* peer timeout; 0 = BURST_TIMEOUT_MS or the library default */
-    int json;             /* stdout is JSON: rank stdout goes to stderr */
-    int verbose;          /* print the launch (rendezvous, pids) on stderr */
-    struct job_kill kill; /* test fault injection (rank -1 = off) */
+    const char *iface;     /* NULL: default (127.0.0.1 for tcp, the provider's choice otherwise) */
+    int timeout_s;         /* peer timeout; 0 = BURST_TIMEOUT_MS or the library default */
+    int json;              /* stdout is JSON: rank stdout goes to stderr */
+    int verbose;           /* print the launch (rendezvous, pids) on stderr */
+    struct job_kill kill;  /* test fault injection (rank -1 = off) */
+    enum launch_bind bind; /* --bind-to: each rank's CPUs (launch_bind.h), reported on stderr */
 };
 
 /*

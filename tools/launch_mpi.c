@@ -55,6 +55,22 @@ static void free_names(char **names)
     free(names);
 }
 
+void launch_mpi_library_version(char *buf, size_t cap)
+{
+    buf[0] = '\0';
+#ifdef BURST_HAVE_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) == MPI_SUCCESS) {
+        v[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
+        v[strcspn(v, "\n,")] = '\0';
+        snprintf(buf, cap, "%s", v);
+    }
+#else
+    (void)cap;
+#endif
+}
+
 int launch_mpi_available(void)
 {
 #ifdef BURST_HAVE_MPI
@@ -75,18 +91,41 @@ static int failed_rank_in(const char *line)
     return end > p + 13 && r >= 0 && r < INT_MAX ? (int)r : -1;
 }
 
-int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
-                   const char *hostfile, int verbose, char **job_args, int njob_args)
+/* --mpirun-args: a copy of s whose words (separated by spaces and tabs) *words points into
+ * (NULL-terminated); NULL when out of memory. s NULL: no words. */
+static char *split_words(const char *s, char ***words_p, size_t *n_p)
 {
-    size_t nfwd = 0;
-    char **fwd = forward_names(&nfwd);
-    size_t cap = 16 + 2 * nfwd + (size_t)njob_args + 1;
-    char **argv = fwd ? calloc(cap, sizeof(char *)) : NULL;
+    char *copy = strdup(s ? s : "");
+    char **w = copy ? calloc(strlen(copy) / 2 + 2, sizeof(char *)) : NULL;
+    size_t n = 0;
+    if (!w) {
+        free(copy);
+        return NULL;
+    }
+    for (char *save = NULL, *t = strtok_r(copy, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
+        w[n++] = t;
+    *words_p = w;
+    *n_p = n;
+    return copy;
+}
+
+int launch_mpi_run(const char *prog, const char *self, int G, const struct launch_mpi_opts *mo,
+                   char **job_args, int njob_args)
+{
+    size_t nfwd = 0, nextra = 0;
+    char **fwd = forward_names(&nfwd), **extra = NULL;
+    char *extra_buf = split_words(mo->mpirun_args, &extra, &nextra);
+    size_t cap = 16 + 2 * nfwd + nextra + (size_t)njob_args + 1;
+    char **argv = fwd && extra_buf ? calloc(cap, sizeof(char *)) : NULL;
     if (!argv) {
         fprintf(stderr, "%s: out of memory\n", prog);
         free_names(fwd);
+        free(extra_buf);
+        free(extra);
         return 2;
     }
+    const char *hosts = mo->hosts, *hostfile = mo->hostfile;
+    int verbose = mo->verbose;
     char np[16];
     snprintf(np, sizeof(np), "%d", G);
     size_t a = 0;
@@ -98,7 +137,11 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
     argv[a++] = hosts ? "--host" : "--hostfile";
     argv[a++] = (char *)(hosts ? hosts : hostfile);
     argv[a++] = "--bind-to";
-    argv[a++] = "none";
+    argv[a++] = (char *)(mo->bind_to ? mo->bind_to : "none");
+    if (mo->bind_to && strcmp(mo->bind_to, "none") != 0)
+        argv[a++] = "--report-bindings";
+    for (size_t i = 0; i < nextra; i++)
+        argv[a++] = extra[i];
     for (size_t i = 0; i < nfwd; i++) {
         argv[a++] = "-x";
         argv[a++] = fwd[i];
@@ -119,6 +162,8 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
         fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
         free(argv);
         free_names(fwd);
+        free(extra_buf);
+        free(extra);
         return 2;
     }
     fflush(NULL);
@@ -135,6 +180,8 @@ int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
     close(errp[1]);
     free(argv);
     free_names(fwd);
+    free(extra_buf);
+    free(extra);
     if (pid < 0) {
         close(errp[0]);
         fprintf(stderr, "%s: fork: %s\n", prog, strerror(errno));

@@ -2,7 +2,8 @@
  * tools/launch_mpi.h - burstrun across hosts: Open MPI's mpirun starts the ranks.
  *
  * Launcher side (`burstrun --hosts h1:4,h2:4 ...` or `--hostfile F`): launch_mpi_run() runs
- *   mpirun -np G (--host LIST | --hostfile F) --bind-to none [-x BURST_*]... \
+ *   mpirun -np G (--host LIST | --hostfile F) --bind-to none|core|numa [--report-bindings] \
+ *          [--mpirun-args ...] [-x BURST_* -x FI_*]... \
  *          <this burstrun> --mpi-rank-worker <the job's own arguments>
  * passes mpirun's stdout through (rank 0 prints the job's table or JSON there) and its stderr,
  * and when the job fails names the rank Open MPI reports ("process rank N ... exited on
@@ -31,13 +32,23 @@
  * run time). */
 int launch_mpi_available(void);
 
+/* How mpirun is run (burstrun's launcher flags). */
+struct launch_mpi_opts {
+    const char *hosts;       /* Open MPI's --host syntax, "h1:4,h2:4", or NULL */
+    const char *hostfile;    /* an Open MPI hostfile, or NULL */
+    const char *bind_to;     /* mpirun --bind-to: none | core | numa (with --report-bindings
+                                unless none) */
+    const char *mpirun_args; /* more mpirun arguments, separated by spaces, or NULL */
+    int verbose;             /* print mpirun's command line on stderr */
+};
+
 /*
- * Launcher: run `self --mpi-rank-worker job_args...` on G ranks over `hosts` (Open MPI's --host
- * syntax, "h1:4,h2:4") or `hostfile`. Returns burstrun's exit status: mpirun's, or 2 when mpirun
- * cannot be started, 128 + signal when it was killed by one.
+ * Launcher: run `self --mpi-rank-worker job_args...` on G ranks as mo says. Every BURST_* and
+ * FI_* variable of this environment goes with the job (-x NAME). Returns burstrun's exit status:
+ * mpirun's, or 2 when mpirun cannot be started, 128 + signal when it was killed by one.
  */
-int launch_mpi_run(const char *prog, const char *self, int G, const char *hosts,
-                   const char *hostfile, int verbose, char **job_args, int njob_args);
+int launch_mpi_run(const char *prog, const char *self, int G, const struct launch_mpi_opts *mo,
+                   char **job_args, int njob_args);
 
 /* Rank side: MPI_Init_thread and the bootstrap's duplicate of MPI_COMM_WORLD; *rank_p / *size_p
  * of MPI_COMM_WORLD. 0, or -1 with a message. */
@@ -52,6 +63,10 @@ burst_status_t launch_mpi_allgather(void *ctx, const void *send, void *recv, siz
 
 /* Rank side: bitwise-OR `bytes` of every rank's arena into rank 0's (in place there). */
 int launch_mpi_merge(void *arena, size_t bytes);
+
+/* The MPI library's version (MPI_Get_library_version, which MPI allows before MPI_Init), its
+ * first line, into buf; "" in a build without MPI. */
+void launch_mpi_library_version(char *buf, size_t cap);
 
 /* Rank side: MPI_Finalize. */
 void launch_mpi_finalize(void);

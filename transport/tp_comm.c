@@ -18,6 +18,7 @@
 #include "tp_bootstrap.h"
 #include "tp_comm.h"
 #include "tp_ipc.h"
+#include "tp_launch_env.h"
 
 struct burst_comm_params burst_comm_params_default(void)
 {
@@ -209,6 +210,58 @@ static burst_status_t env_required(const char *who, const char *name, const char
     return BURST_OK;
 }
 
+/* The fields of a rank that joins from the environment, from the communicator settings. */
+static struct burst_comm_params env_params(const struct burst_settings *set, int rank, int size)
+{
+    struct burst_comm_params p = burst_comm_params_default();
+    p.transport = "fabric";
+    p.rank = rank;
+    p.size = size;
+    p.timeout_ms = burst_set_given(set, BURST_SET_TIMEOUT_MS)
+                       ? (int)burst_set_long(set, BURST_SET_TIMEOUT_MS)
+                       : 0;
+    p.fabric = burst_set_str(set, BURST_SET_FABRIC);
+    p.iface = burst_set_str(set, BURST_SET_IFACE);
+    p.bootstrap = "rendezvous";
+    return p;
+}
+
+/* A rank started by torchrun or srun (tp_launch_env.h): rank 0 hosts the job's rendezvous at
+ * le->address in this process, every rank joins it with the job key from BURST_JOB_KEY. */
+static burst_status_t create_launched(const char *who, const struct burst_settings *set,
+                                      const struct burst_launch_env *le, const char *key,
+                                      struct burst_comm **comm_p)
+{
+    if (!key || !burst_boot_key_valid(key))
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: BURST_JOB_KEY is %s: the ranks of a %s job (rank %d of %d) share "
+                           "the job's secret key through it, %d..%d hex digits (e.g. export "
+                           "BURST_JOB_KEY=$(openssl rand -hex 32) before starting the launcher)",
+                           who, key ? "malformed" : "not set", le->launcher, le->rank,
+                           le->size, BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
+    struct burst_rendezvous *rv = NULL;
+    burst_status_t st;
+    char msg[512];
+    if (le->rank == 0 &&
+        (st = burst_rendezvous_create(le->host, le->port, le->size, key, &rv)) != BURST_OK) {
+        snprintf(msg, sizeof(msg), "%s", burst_last_error());
+        return burst_error(st, "%s: rank 0 of the %s job cannot host the rendezvous at %s: %s", who,
+                           le->launcher, le->address, msg);
+    }
+    struct burst_comm_params p = env_params(set, le->rank, le->size);
+    p.rendezvous = le->address;
+    p.job_key = key;
+    st = burst_comm_create(&p, comm_p);
+    if (st != BURST_OK) {
+        snprintf(msg, sizeof(msg), "%s", burst_last_error());
+        burst_rendezvous_destroy(rv);
+        return burst_error(st, "%s", msg);
+    }
+    (*comm_p)->launched = 1;
+    (*comm_p)->hosted = rv;
+    return BURST_OK;
+}
+
 burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
 {
     static const char *who = "burst_comm_create_env";
@@ -239,6 +292,16 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
                            boot ? "BURST_BOOTSTRAP = \"mpi\""
                                 : "started by Open MPI's mpirun (OMPI_COMM_WORLD_RANK set, "
                                   "BURST_RENDEZVOUS not)");
+    if (!burst_set_given(&set, BURST_SET_RANK) && !burst_set_given(&set, BURST_SET_SIZE)) {
+        struct burst_launch_env le;
+        int found = burst_launch_env_detect(who, rv, &le);
+        if (found < 0)
+            return BURST_ERR_INVALID_ARG;
+        if (found && (st = burst_settings_load(who, BURST_SCOPE_COMM, &set)) != BURST_OK)
+            return st;
+        if (found)
+            return create_launched(who, &set, &le, key, comm_p);
+    }
     long rank = 0, size = 0;
     st = env_required(who, "BURST_SIZE", burst_set_str(&set, BURST_SET_SIZE), 1, 65536, &size);
     if (st == BURST_OK)
@@ -261,16 +324,7 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
         return burst_error(BURST_ERR_INVALID_ARG,
                            "%s: BURST_JOB_KEY (%zu characters) is not %d..%d hex digits", who,
                            strlen(key), BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
-    struct burst_comm_params p = burst_comm_params_default();
-    p.transport = "fabric";
-    p.rank = (int)rank;
-    p.size = (int)size;
-    p.timeout_ms = burst_set_given(&set, BURST_SET_TIMEOUT_MS)
-                       ? (int)burst_set_long(&set, BURST_SET_TIMEOUT_MS)
-                       : 0;
-    p.fabric = burst_set_str(&set, BURST_SET_FABRIC);
-    p.iface = burst_set_str(&set, BURST_SET_IFACE);
-    p.bootstrap = "rendezvous";
+    struct burst_comm_params p = env_params(&set, (int)rank, (int)size);
     p.rendezvous = rv;
     p.job_key = key;
     return burst_comm_create(&p, comm_p);
@@ -295,13 +349,38 @@ static void drain_duplicates(struct burst_comm *comm)
         burst_error_clear();
 }
 
+/* Ranks of a torchrun or srun job: one last bootstrap round, so that rank 0 stops the
+ * rendezvous it hosts only once every rank has finished its calls. Skipped once the
+ * communicator failed (the peers know); the thread's last error message is kept. */
+static void leave_round(struct burst_comm *comm)
+{
+    if (!comm->launched || !comm->boot || atomic_load(&comm->failed))
+        return;
+    char keep[512];
+    snprintf(keep, sizeof(keep), "%s", burst_last_error());
+    const unsigned char **blob = calloc((size_t)comm->size, sizeof(*blob));
+    size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
+    unsigned char one = 1, *buf = NULL;
+    if (blob && lens)
+        (void)burst_boot_allgather(comm->boot, &one, 1, &buf, blob, lens);
+    free(buf);
+    free(blob);
+    free(lens);
+    if (keep[0])
+        burst_error(BURST_ERR_INTERNAL, "%s", keep);
+    else
+        burst_error_clear();
+}
+
 void burst_comm_destroy(struct burst_comm *comm)
 {
     if (!comm)
         return;
+    leave_round(comm);
     drain_duplicates(comm);
     comm->tp->ops->destroy(comm->tp);
     burst_boot_leave(comm->boot, 1); /* after the endpoint is gone: BYE means "cleaned up" */
+    burst_rendezvous_destroy(comm->hosted);
     free(comm->host_of);
     free(comm);
 }
@@ -384,8 +463,9 @@ static burst_status_t comm_isend(struct burst_comm *comm, int peer, uint64_t tag
                                  size_t len, const struct burst_tp_dev *dev,
                                  struct burst_tp_req **req_p)
 {
-    int ms = 0; /* ring messages only: never the plan's handshake */
-    enum burst_fault_msg fault = ((tag >> 24) & 0xff) == BURST_MSG_HANDSHAKE
+    int ms = 0; /* ring messages only: never the plan's handshake, nor a ping-pong's */
+    unsigned kind = (unsigned)((tag >> 24) & 0xff);
+    enum burst_fault_msg fault = kind == BURST_MSG_HANDSHAKE || kind == BURST_MSG_PING
                                      ? BURST_FAULT_MSG_NONE
                                      : burst_fault_send(comm->rank, &ms);
     if (fault == BURST_FAULT_MSG_DROP) {

@@ -34,6 +34,11 @@ struct burst_comm {
     struct burst_tp_req *dup_req[4];
     void *dup_buf[4];
     int ndup;
+    /* Ranks started by torchrun or srun (tp_launch_env.h): every rank meets the others in one
+     * last bootstrap round at destroy, and rank 0, which hosts the job's rendezvous (hosted),
+     * stops it only then. */
+    int launched;
+    struct burst_rendezvous *hosted;
 };
 
 /* Every message of the ring passes burst_comm_isend: the transport-independent place where
@@ -45,6 +50,7 @@ enum burst_msg_kind {
     BURST_MSG_KV = 2,     /* forward K/V block */
     BURST_MSG_BUNDLE = 3, /* backward read bundle */
     BURST_MSG_ACC = 4,    /* backward travelling accumulator */
+    BURST_MSG_PING = 5,   /* burst_comm_pingpong (transport/tp_pingpong.c) */
 };
 static inline uint64_t burst_tag(uint32_t seq, enum burst_msg_kind kind, int step)
 {

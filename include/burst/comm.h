@@ -169,6 +169,16 @@ BURST_API burst_status_t burst_comm_create(const struct burst_comm_params *param
  * environment cannot give: under Open MPI's mpirun (no BURST_RENDEZVOUS, OMPI_COMM_WORLD_RANK
  * set) or with BURST_BOOTSTRAP=mpi this fails with BURST_ERR_INVALID_ARG saying so; call
  * burst_comm_create with params->oob_allgather instead.
+ *
+ * Without BURST_RANK and BURST_SIZE it joins ranks started by torchrun (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT) or by Slurm's srun (SLURM_PROCID, SLURM_NTASKS, and MASTER_ADDR or
+ * the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST); torchrun's variables win where
+ * both are set. Rank 0 then hosts the job's rendezvous in its own process, at BURST_RENDEZVOUS
+ * when set, else at MASTER_ADDR (or the node list's first host), port MASTER_PORT + 1 (without
+ * MASTER_PORT under srun: 20000 + SLURM_JOB_ID % 20000); the other ranks connect there. Every
+ * rank needs BURST_JOB_KEY (the same 32..64 hex digits), since these launchers carry no secret.
+ * burst_comm_destroy of such a communicator waits (at most the timeout) until every rank has
+ * reached its own destroy, so that rank 0 stops the rendezvous only after the last call.
  */
 BURST_API burst_status_t burst_comm_create_env(struct burst_comm **comm_p);
 
@@ -187,6 +197,24 @@ BURST_API const char *burst_comm_transport(const struct burst_comm *comm);
  */
 BURST_API const char *burst_comm_fabric(const struct burst_comm *comm);
 BURST_API int burst_comm_hosts(const struct burst_comm *comm);
+
+/* The most round trips of one burst_comm_pingpong call. */
+#define BURST_PINGPONG_MAX_ITERS (1 << 24)
+
+/*
+ * Measure the transport between this rank and `peer`: `iters` round trips of `bytes` bytes
+ * (0 allowed). The lower of the two ranks sends buf and receives it back; the higher one
+ * receives into its buf and sends that back, so on return both bufs hold the lower rank's
+ * bytes. *seconds_p receives the wall time of the round trips on this rank. Both ranks must call
+ * it with each other as peer and the same bytes and iters; the other ranks of the ring take no
+ * part, and the sequence of the ring's collective calls is not changed. It must not run
+ * concurrently with another call on comm. Waits use the communicator's timeout; a failure
+ * aborts the communicator as any collective call does. Invalid arguments (peer not another rank,
+ * iters not in 1..BURST_PINGPONG_MAX_ITERS, buf NULL with bytes > 0, seconds_p NULL) fail with
+ * BURST_ERR_INVALID_ARG naming them. burstrun --pingpong reports it as fi_pingpong does.
+ */
+BURST_API burst_status_t burst_comm_pingpong(struct burst_comm *comm, int peer, void *buf,
+                                             size_t bytes, int iters, double *seconds_p);
 
 /*
  * Mark the communicator failed with `reason` and wake every peer waiting on it (they return
