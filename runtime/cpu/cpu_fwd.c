@@ -24,13 +24,15 @@ struct burst_cpu_fwd_scratch {
     int64_t *kb, *ke;                 /* [BR] */
     uint32_t *qp;                     /* [d/2][BR] bf16 pairs of Q (avx512bf16 only) */
     uint16_t *kh;                     /* [BC][d]   bf16 K tile (avx512bf16 only) */
+    uint32_t *vp;                     /* [BC/2][d] bf16 pairs of adjacent V rows (avx512bf16) */
+    uint32_t *pp;                     /* [BC/2][BR] bf16 pairs of adjacent P rows (avx512bf16) */
 };
 
 static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_FWD_BC;
     return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR + d * BR / 2 +
-                    BC * d / 2);
+                    BC * d / 2 + BC * d / 2 + BC * BR / 2);
 }
 
 static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d, int64_t BR)
@@ -53,6 +55,8 @@ static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t 
     s.ke = s.kb + BR;
     s.qp = (uint32_t *)(void *)(s.ke + BR);
     s.kh = (uint16_t *)(void *)(s.qp + d / 2 * BR);
+    s.vp = (uint32_t *)(void *)(s.kh + BC * d);
+    s.pp = s.vp + BC / 2 * d;
     return s;
 }
 
