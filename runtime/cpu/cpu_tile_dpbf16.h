@@ -39,35 +39,33 @@
 #define pack_col_pairs KFN(pack_col_pairs)
 #define pair_bf16 KFN(pair_bf16)
 
-/* One MR x (nv * VL) block: acc[r] = sum_p A[r am + p ak] . B[p ldb + ...] over K2 pairs, then
- * C[r] = mul acc (STORE), C[r] += acc (ADD) or C[r] = rs[r] C[r] + acc (SCALE) for r < rows.
- * nv (1 or 2) and mode are constants at every call site; A rows up to MR are read. */
+/* Rows of the dot-product micro-kernel: 12 x 2 vectors of accumulators (24 of the 32 AVX-512
+ * registers) hide the instruction's latency on cores that issue two per cycle. It divides BC and
+ * every BR, so an operand padded to those tiles is readable up to a whole block. */
+#define BURST_CPU_DP_MR 12
+#define BURST_CPU_DP_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+/* One DP_MR x (nv * VL) block: acc[r] = sum_p A[r am + p ak] . B[p ldb + ...] over K2 pairs,
+ * then C[r] = mul acc (STORE), C[r] += acc (ADD) or C[r] = rs[r] C[r] + acc (SCALE) for
+ * r < rows. nv (1 or 2) and mode are constants at every call site; A rows up to DP_MR are read. */
 KATTR void mk_dp(const int nv, const int rows, int64_t K2, const uint32_t *A, int64_t am,
                  int64_t ak, const uint32_t *B, int64_t ldb, float *C, int64_t ldc, const int mode,
                  float mul, const float *rs)
 {
-    vf c00 = vf_zero(), c01 = vf_zero(), c10 = vf_zero(), c11 = vf_zero();
-    vf c20 = vf_zero(), c21 = vf_zero(), c30 = vf_zero(), c31 = vf_zero();
-    vf c40 = vf_zero(), c41 = vf_zero(), c50 = vf_zero(), c51 = vf_zero();
-    const uint32_t *a0 = A, *a1 = A + am, *a2 = A + 2 * am;
-    const uint32_t *a3 = A + 3 * am, *a4 = A + 4 * am, *a5 = A + 5 * am;
+#define BURST_CPU_DP_DECL(r) vf c##r##0 = vf_zero(), c##r##1 = vf_zero();
+    BURST_CPU_DP_EACH(BURST_CPU_DP_DECL)
+#undef BURST_CPU_DP_DECL
     for (int64_t p = 0; p < K2; p++) {
-        const uint32_t *b = B + p * ldb;
-        int64_t o = p * ak;
+        const uint32_t *b = B + p * ldb, *a = A + p * ak;
         __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)b);
         __m512bh b1 = nv > 1 ? (__m512bh)_mm512_loadu_si512((const void *)(b + VL)) : b0;
         __m512bh x;
 #define BURST_CPU_DP_ROW(r)                                                                        \
-    x = (__m512bh)_mm512_set1_epi32((int)a##r[o]);                                                 \
+    x = (__m512bh)_mm512_set1_epi32((int)a[(r)*am]);                                               \
     c##r##0 = _mm512_dpbf16_ps(c##r##0, x, b0);                                                    \
     if (nv > 1)                                                                                    \
         c##r##1 = _mm512_dpbf16_ps(c##r##1, x, b1);
-        BURST_CPU_DP_ROW(0)
-        BURST_CPU_DP_ROW(1)
-        BURST_CPU_DP_ROW(2)
-        BURST_CPU_DP_ROW(3)
-        BURST_CPU_DP_ROW(4)
-        BURST_CPU_DP_ROW(5)
+        BURST_CPU_DP_EACH(BURST_CPU_DP_ROW)
 #undef BURST_CPU_DP_ROW
     }
     vf m = vf_set1(mul);
@@ -79,40 +77,36 @@ KATTR void mk_dp(const int nv, const int rows, int64_t K2, const uint32_t *A, in
             vf_store(p, vf_add(vf_load(p), v));                                                    \
         else                                                                                       \
             vf_store(p, vf_fma(vf_set1(rs[r]), vf_load(p), v));                                    \
-    } while (0)
+    } while (0);
 #define BURST_CPU_DP_OUT(r)                                                                        \
     if (rows > r) {                                                                                \
         float *cr = C + (r)*ldc;                                                                   \
-        BURST_CPU_DP_ST(cr, c##r##0, r);                                                           \
+        BURST_CPU_DP_ST(cr, c##r##0, r)                                                            \
         if (nv > 1)                                                                                \
-            BURST_CPU_DP_ST(cr + VL, c##r##1, r);                                                  \
+            BURST_CPU_DP_ST(cr + VL, c##r##1, r)                                                   \
     }
-    BURST_CPU_DP_OUT(0)
-    BURST_CPU_DP_OUT(1)
-    BURST_CPU_DP_OUT(2)
-    BURST_CPU_DP_OUT(3)
-    BURST_CPU_DP_OUT(4)
-    BURST_CPU_DP_OUT(5)
+    BURST_CPU_DP_EACH(BURST_CPU_DP_OUT)
 #undef BURST_CPU_DP_OUT
 #undef BURST_CPU_DP_ST
 }
 
-/* C[M x N] (op)= A B over K2 pairs (mk_dp); A readable up to M rounded up to MR rows, N a
+/* C[M x N] (op)= A B over K2 pairs (mk_dp); A readable up to M rounded up to DP_MR rows, N a
  * multiple of VL. */
 KATTR void gemm_dp(int64_t M, int64_t N, int64_t K2, const uint32_t *A, int64_t am, int64_t ak,
                    const uint32_t *B, int64_t ldb, float *C, int64_t ldc, const int mode, float mul,
                    const float *rs)
 {
+    const int64_t R = BURST_CPU_DP_MR;
     int64_t n0 = 0;
     for (; n0 + 2 * VL <= N; n0 += 2 * VL)
-        for (int64_t m0 = 0; m0 < M; m0 += BURST_CPU_MR) {
-            int rows = M - m0 < BURST_CPU_MR ? (int)(M - m0) : BURST_CPU_MR;
+        for (int64_t m0 = 0; m0 < M; m0 += R) {
+            int rows = M - m0 < R ? (int)(M - m0) : (int)R;
             mk_dp(2, rows, K2, A + m0 * am, am, ak, B + n0, ldb, C + m0 * ldc + n0, ldc, mode, mul,
                   rs ? rs + m0 : rs);
         }
     if (n0 < N)
-        for (int64_t m0 = 0; m0 < M; m0 += BURST_CPU_MR) {
-            int rows = M - m0 < BURST_CPU_MR ? (int)(M - m0) : BURST_CPU_MR;
+        for (int64_t m0 = 0; m0 < M; m0 += R) {
+            int rows = M - m0 < R ? (int)(M - m0) : (int)R;
             mk_dp(1, rows, K2, A + m0 * am, am, ak, B + n0, ldb, C + m0 * ldc + n0, ldc, mode, mul,
                   rs ? rs + m0 : rs);
         }
