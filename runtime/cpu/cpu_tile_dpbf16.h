@@ -9,6 +9,7 @@
  * kernels do. VDPBF16PS multiplies pairs of bf16 values exactly (8-bit significands: the product
  * fits fp32) and adds both products into fp32 accumulators, so every sum is accumulated in fp32;
  * only P and dS carry one extra rounding (relative 2^-9, the bound of tests/harness.h). The
+ * avx512amx variant takes gemm_dp from cpu_tile_amx.h (same operands, AMX tiles). The
  * instruction treats subnormal bf16 inputs (below 2^-126) as zero: their products are below the
  * harness's absolute floor of 1e-5 of the largest result by far.
  *
@@ -39,6 +40,9 @@
 #define pack_col_pairs KFN(pack_col_pairs)
 #define pair_bf16 KFN(pair_bf16)
 
+#ifdef BURST_CPU_AMX
+#include "cpu_tile_amx.h"
+#else
 /* Rows of the dot-product micro-kernel: 12 x 2 vectors of accumulators (24 of the 32 AVX-512
  * registers) hide the instruction's latency on cores that issue two per cycle. It divides BC and
  * every BR, so an operand padded to those tiles is readable up to a whole block. */
@@ -111,6 +115,7 @@ KATTR void gemm_dp(int64_t M, int64_t N, int64_t K2, const uint32_t *A, int64_t 
                   rs ? rs + m0 : rs);
         }
 }
+#endif /* BURST_CPU_AMX */
 
 /* qp[c/2][i] = pair (Q[i][c], Q[i][c+1]) of rows i < rows of a bf16 view, 0 up to br. */
 KATTR void pack_q_pairs(uint32_t *qp, const struct burst_tensor *q, int64_t b, int64_t i0,
