@@ -15,9 +15,9 @@
  *   bwd_item_group  (b, g): every pair of the group, dQ, dK and dV at once
  *   bwd_item_kv     (b, g, J): the pairs of one K tile, dK and dV only
  *   bwd_item_q      (b, h, Q tile): the pairs of one Q tile, dQ only
- * In the avx512bf16 variant with bf16 Q, K, V and dO all five products run on bf16 dot products
- * (cpu_tile_dpbf16.h): St and dPt from the inputs' own bits, the dV, dK and dQ products with Pt
- * and dSt rounded to bf16 and fp32 accumulation.
+ * In the avx512bf16 and avx512amx variants with bf16 Q, K, V and dO all five products run on
+ * bf16 dot products (cpu_tile_dpbf16.h): St and dPt from the inputs' own bits, the dV, dK and dQ
+ * products with Pt and dSt rounded to bf16 and fp32 accumulation.
  */
 #include "cpu_simd.h"
 #include "cpu_tile.h"
@@ -45,7 +45,7 @@
 #define bwd_item_kv KFN(bwd_item_kv)
 #define bwd_item_q KFN(bwd_item_q)
 
-/* Are St and dPt taken on bf16 dot products (avx512bf16 and bf16 Q, K, V, dO)? */
+/* Are the products taken on bf16 dot products (avx512bf16 or avx512amx, bf16 Q, K, V, dO)? */
 KATTR int bwd_dp(const struct burst_bwd_args *a)
 {
 #ifdef BURST_CPU_DPBF16

@@ -8,8 +8,8 @@
  *   mask partial tiles     St = -inf outside each query's key interval
  *   m' = max(m, colmax St), alpha = 2^(m - m'), P = 2^(St - m'), l = alpha l + colsum P
  *   O  = alpha O + P^T V   [BR x d]
- * With bf16 Q, K and V the avx512bf16 variant takes St and P^T V on bf16 dot products
- * (cpu_tile_dpbf16.h: P rounded to bf16 for the second, l summed from the fp32 P).
+ * With bf16 Q, K and V the avx512bf16 and avx512amx variants take St and P^T V on bf16 dot
+ * products (cpu_tile_dpbf16.h: P rounded to bf16 for the second, l summed from the fp32 P).
  * (with m' = -inf treated as 0 so fully masked rows stay exactly 0). At the end of the block
  * the tile's (O / l, lse) is merged into (o_acc, lse_acc) with the log-sum-exp rule; rows with
  * no allowed key are not touched.
@@ -37,7 +37,7 @@ enum {
 #define fwd_load_kv KFN(fwd_load_kv)
 #define fwd_scores KFN(fwd_scores)
 
-/* Are the products taken on bf16 dot products (avx512bf16 and bf16 Q, K and V)? */
+/* Are the products taken on bf16 dot products (avx512bf16 or avx512amx, bf16 Q, K and V)? */
 KATTR int fwd_dp(const struct burst_fwd_args *a)
 {
 #ifdef BURST_CPU_DPBF16

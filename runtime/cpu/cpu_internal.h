@@ -3,7 +3,8 @@
  *
  * Kernel layout (see cpu_fwd.c and cpu_bwd.c for the algorithms):
  *   - Q tiles of BR rows, K/V tiles of BC rows, micro-kernel of MR rows x (2 vectors) columns;
- *   - every tile is converted to fp32 into per-thread scratch; scores are kept transposed,
+ *   - every tile is converted to fp32 into per-thread scratch (bf16 tiles of the dot-product
+ *     variants stay bf16, packed as pairs: cpu_tile_dpbf16.h); scores are kept transposed,
  *     St[key][query], so softmax statistics are vertical vector operations;
  *   - each kernel exists once per instruction-set variant (cpu_simd.h): "avx512amx",
  *     "avx512bf16", "avx512", "avx2" (x86-64 GCC/clang, chosen at run time), "neon" (aarch64) and "base"
