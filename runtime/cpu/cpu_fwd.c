@@ -30,14 +30,14 @@ struct burst_cpu_fwd_scratch {
 
 static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
-    const int64_t BC = BURST_CPU_FWD_BC;
+    const int64_t BC = BURST_CPU_FWD_BC_DP; /* the larger of the two */
     return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR + d * BR / 2 +
                     BC * d / 2 + BC * d / 2 + BC * BR / 2);
 }
 
 static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d, int64_t BR)
 {
-    const int64_t BC = BURST_CPU_FWD_BC;
+    const int64_t BC = BURST_CPU_FWD_BC_DP; /* room for either K tile */
     struct burst_cpu_fwd_scratch s;
     float *p = scratch;
     s.qt = p, p += BR * d;

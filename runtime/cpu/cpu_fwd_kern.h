@@ -129,7 +129,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     const struct burst_cpu_fwd_job *job = ctx;
     const struct burst_fwd_args *a = job->a;
     const int64_t d = job->dim.d, nq = job->dim.nq, nk = job->dim.nk, hq = job->dim.hq;
-    const int64_t BR = job->br, BC = BURST_CPU_FWD_BC;
+    const int dp = fwd_dp(a);
+    const int64_t BR = job->br, BC = dp ? BURST_CPU_FWD_BC_DP : BURST_CPU_FWD_BC;
 
     /* heaviest tiles first (causal): tile index runs backwards */
     int64_t t = job->nqt - 1 - item % job->nqt;
@@ -146,7 +147,6 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         return;
 
     const float qmul = a->scale * 1.4426950408889634f;
-    const int dp = fwd_dp(a);
     fwd_load_q(&sc, a->q, b, i0, rows, h, d, BR, dp ? 1.0f : qmul, dp);
     memset(sc.o, 0, sizeof(float) * (size_t)(BR * d));
     for (int64_t i = 0; i < BR; i++) {

@@ -74,6 +74,9 @@ static inline enum burst_cpu_isa burst_cpu_call_isa(enum burst_cpu_isa isa, int6
 #define BURST_CPU_MR 6
 #define BURST_CPU_FWD_BR(d) ((d) <= 128 ? 192 : 96)
 #define BURST_CPU_FWD_BC 48
+/* BC of the forward on bf16 dot products: longer P V reductions (48 pairs: whole chunks of 16
+ * for the AMX tiles); the forward's scratch is sized for it. */
+#define BURST_CPU_FWD_BC_DP 96
 #define BURST_CPU_BWD_BR(d) ((d) <= 128 ? 96 : 48)
 #define BURST_CPU_BWD_BC 48
 
