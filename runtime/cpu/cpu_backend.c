@@ -337,6 +337,9 @@ static burst_status_t burst_cpu_accumulate(void *be, float *dst, const void *src
     return burst_cpu_elem_run(be, &job);
 }
 
+#define BURST_CPU_STR(x) #x
+#define BURST_CPU_XSTR(x) BURST_CPU_STR(x)
+
 /* burst_probe(): threads, instruction set, vector width and the tile rule (d <= 128 / d > 128). */
 static void burst_cpu_probe(const struct burst_context_params *params, struct burst_sb *out,
                             int json)
@@ -373,17 +376,19 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
         burst_sb_printf(out,
                         ", \"bf16_dot_products\": %s, \"vector_fp32_lanes\": %d, \"dtypes\": "
                         "[\"fp32\", \"fp16\", \"bf16\"], "
-                        "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, \"bwd_br\": [%d, %d], "
-                        "\"bwd_bc\": %d, \"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
+                        "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, "
+                        "\"fwd_bc_bf16_dots\": %d, \"bwd_br\": [%d, %d], \"bwd_bc\": %d, "
+                        "\"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
                         dots ? "true" : "false", width, BURST_CPU_FWD_BR(128),
-                        BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_BWD_BR(128),
-                        BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR);
+                        BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_FWD_BC_DP,
+                        BURST_CPU_BWD_BR(128), BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC,
+                        BURST_CPU_MR);
     } else {
         burst_sb_printf(out,
                         "  device 0: host cpu, %ld cores online, %d compute threads, kernels %s "
                         "(%d fp32 lanes%s%s%s), dtypes fp32 fp16 bf16\n"
                         "    tiles: forward %dx%d (d <= 128) / %dx%d (d > 128) query x key rows, "
-                        "backward %dx%d / %dx%d, micro-kernel %d rows\n",
+                        "backward %dx%d / %dx%d, micro-kernel %d rows%s\n",
                         cores, threads, isa_name, width,
                         isa == BURST_CPU_ISA_AVX512AMX    ? "; bf16 products on AMX tiles"
                         : isa == BURST_CPU_ISA_AVX512BF16 ? "; bf16 products on AVX512_BF16 dot "
@@ -392,7 +397,10 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
                         other != isa_name ? "; head dims not a multiple of 16 run " : "",
                         other != isa_name ? other : "", BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BC,
                         BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_BWD_BR(128),
-                        BURST_CPU_BWD_BC, BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR);
+                        BURST_CPU_BWD_BC, BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR,
+                        dots ? "; the bf16 forward takes key tiles of " BURST_CPU_XSTR(
+                                   BURST_CPU_FWD_BC_DP) " rows"
+                             : "");
     }
 }
 
