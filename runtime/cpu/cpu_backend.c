@@ -48,7 +48,7 @@ static const char *const burst_cpu_isa_names[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_NEON] = "neon",     [BURST_CPU_ISA_AVX512AMX] = "avx512amx",
 };
 
-#if BURST_CPU_HAVE_X86_VARIANTS
+#if BURST_CPU_HAVE_AMX_VARIANT
 /* Can this thread's process use the AMX tiles for bf16? The cpu has AMX-TILE and AMX-BF16 (cpuid
  * leaf 7: edx bits 24 and 22), the OS enables their state (XCR0 bits 17 and 18) and, on Linux,
  * grants the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; the
@@ -92,8 +92,10 @@ static unsigned burst_cpu_isa_mask(void)
         m |= 1u << BURST_CPU_ISA_AVX512BF16;
     else
         return m;
+#if BURST_CPU_HAVE_AMX_VARIANT
     if (burst_cpu_amx_usable())
         m |= 1u << BURST_CPU_ISA_AVX512AMX;
+#endif
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT
     m |= 1u << BURST_CPU_ISA_NEON;

@@ -70,6 +70,8 @@ static const burst_cpu_task_fn burst_cpu_fwd_items[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_AVX2] = fwd_item_avx2,
     [BURST_CPU_ISA_AVX512] = fwd_item_avx512,
     [BURST_CPU_ISA_AVX512BF16] = fwd_item_avx512bf16,
+#endif
+#if BURST_CPU_HAVE_AMX_VARIANT
     [BURST_CPU_ISA_AVX512AMX] = fwd_item_avx512amx,
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT
@@ -82,6 +84,8 @@ static const int burst_cpu_lanes[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_AVX2] = fwd_lanes_avx2,
     [BURST_CPU_ISA_AVX512] = fwd_lanes_avx512,
     [BURST_CPU_ISA_AVX512BF16] = fwd_lanes_avx512bf16,
+#endif
+#if BURST_CPU_HAVE_AMX_VARIANT
     [BURST_CPU_ISA_AVX512AMX] = fwd_lanes_avx512amx,
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT

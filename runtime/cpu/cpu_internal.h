@@ -38,6 +38,13 @@
 #else
 #define BURST_CPU_HAVE_X86_VARIANTS 0
 #endif
+/* The AMX intrinsics: GCC 11 and clang 12 onwards. */
+#if BURST_CPU_HAVE_X86_VARIANTS &&                                                                 \
+    (defined(__clang__) ? __clang_major__ >= 12 : defined(__GNUC__) && __GNUC__ >= 11)
+#define BURST_CPU_HAVE_AMX_VARIANT 1
+#else
+#define BURST_CPU_HAVE_AMX_VARIANT 0
+#endif
 #if defined(__aarch64__) && defined(__GNUC__)
 #define BURST_CPU_HAVE_NEON_VARIANT 1
 #else
