@@ -59,17 +59,30 @@ KATTR void mk_dp(const int nv, const int rows, int64_t K2, const uint32_t *A, in
 #define BURST_CPU_DP_DECL(r) vf c##r##0 = vf_zero(), c##r##1 = vf_zero();
     BURST_CPU_DP_EACH(BURST_CPU_DP_DECL)
 #undef BURST_CPU_DP_DECL
-    for (int64_t p = 0; p < K2; p++) {
-        const uint32_t *b = B + p * ldb, *a = A + p * ak;
+    /* rows 3q + s are read at aq[s am] (s < 3): four pointers to advance, and addresses that
+     * need no arithmetic of their own (base + index * 4 or * 8) */
+    const uint32_t *a0 = A, *a3 = A + 3 * am, *a6 = A + 6 * am, *a9 = A + 9 * am, *b = B;
+    for (int64_t p = 0; p < K2; p++, a0 += ak, a3 += ak, a6 += ak, a9 += ak, b += ldb) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)b);
         __m512bh b1 = nv > 1 ? (__m512bh)_mm512_loadu_si512((const void *)(b + VL)) : b0;
         __m512bh x;
-#define BURST_CPU_DP_ROW(r)                                                                        \
-    x = (__m512bh)_mm512_set1_epi32((int)a[(r)*am]);                                               \
+#define BURST_CPU_DP_ROW(r, aq, s)                                                                 \
+    x = (__m512bh)_mm512_set1_epi32((int)aq[(s)*am]);                                              \
     c##r##0 = _mm512_dpbf16_ps(c##r##0, x, b0);                                                    \
     if (nv > 1)                                                                                    \
         c##r##1 = _mm512_dpbf16_ps(c##r##1, x, b1);
-        BURST_CPU_DP_EACH(BURST_CPU_DP_ROW)
+        BURST_CPU_DP_ROW(0, a0, 0)
+        BURST_CPU_DP_ROW(1, a0, 1)
+        BURST_CPU_DP_ROW(2, a0, 2)
+        BURST_CPU_DP_ROW(3, a3, 0)
+        BURST_CPU_DP_ROW(4, a3, 1)
+        BURST_CPU_DP_ROW(5, a3, 2)
+        BURST_CPU_DP_ROW(6, a6, 0)
+        BURST_CPU_DP_ROW(7, a6, 1)
+        BURST_CPU_DP_ROW(8, a6, 2)
+        BURST_CPU_DP_ROW(9, a9, 0)
+        BURST_CPU_DP_ROW(10, a9, 1)
+        BURST_CPU_DP_ROW(11, a9, 2)
 #undef BURST_CPU_DP_ROW
     }
     vf m = vf_set1(mul);
