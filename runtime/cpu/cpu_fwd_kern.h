@@ -31,7 +31,9 @@ enum {
 #undef fwd_load_kv
 #undef fwd_scores
 #undef fwd_pv
+#undef fwd_softmax
 #define fwd_pv KFN(fwd_pv)
+#define fwd_softmax KFN(fwd_softmax)
 #define fwd_dp KFN(fwd_dp)
 #define fwd_load_q KFN(fwd_load_q)
 #define fwd_load_kv KFN(fwd_load_kv)
@@ -108,13 +110,45 @@ KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, i
     gemm(jn, BR, d, sc->k, d, 1, sc->qt, BR, sc->s, BR, BURST_CPU_STORE, NULL);
 }
 
-/* O = alpha O + P^T V over the jn keys of the tile (P in sc->s, key-major); when dp, P is
- * rounded to bf16 pairs of adjacent keys and multiplied on bf16 dot products. */
+/* The online softmax of the tile's scores St [jn x BR]: m, alpha and l per query, and P in place
+ * of St, or (dp) P rounded to bf16 pairs of adjacent keys in sc->pp (l sums the fp32 P). */
+KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR, int dp)
+{
+    for (int64_t i = 0; i < BR; i += VL) {
+        vf mx = vf_set1(-(float)INFINITY);
+        for (int64_t j = 0; j < jn; j++)
+            mx = vf_max(mx, vf_load(sc->s + j * BR + i));
+        vf mold = vf_load(sc->m + i);
+        vf mnew = vf_max(mold, mx);
+        vf muse = vf_zero_if_neginf(mnew);
+        vf alpha = vf_exp2(vf_sub(mold, muse));
+        vf sum = vf_zero();
+        for (int64_t j = 0; j < jn; j += 2) { /* jn is a multiple of MR: even */
+            float *s = sc->s + j * BR + i;
+            vf p0 = vf_exp2(vf_sub(vf_load(s), muse));
+            vf p1 = vf_exp2(vf_sub(vf_load(s + BR), muse));
+#ifdef BURST_CPU_DPBF16
+            if (dp)
+                _mm512_storeu_si512((void *)(sc->pp + j / 2 * BR + i), pair_bf16(p0, p1));
+#endif
+            if (!dp) {
+                vf_store(s, p0);
+                vf_store(s + BR, p1);
+            }
+            sum = vf_add(vf_add(sum, p0), p1);
+        }
+        vf_store(sc->m + i, mnew);
+        vf_store(sc->alpha + i, alpha);
+        vf_store(sc->l + i, vf_fma(vf_load(sc->l + i), alpha, sum));
+    }
+}
+
+/* O = alpha O + P^T V over the jn keys of the tile: P in sc->s (key-major), or (dp) its bf16
+ * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products. */
 KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        pack_col_pairs(sc->pp, sc->s, jn / 2, BR);
         gemm_dp(BR, d, jn / 2, sc->pp, 1, BR, sc->vp, d, sc->o, d, BURST_CPU_SCALE, 1.0f,
                 sc->alpha);
         return;
@@ -172,26 +206,7 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 
-        for (int64_t i = 0; i < BR; i += VL) {
-            vf mx = vf_set1(-(float)INFINITY);
-            for (int64_t j = 0; j < jn; j++)
-                mx = vf_max(mx, vf_load(sc.s + j * BR + i));
-            vf mold = vf_load(sc.m + i);
-            vf mnew = vf_max(mold, mx);
-            vf muse = vf_zero_if_neginf(mnew);
-            vf alpha = vf_exp2(vf_sub(mold, muse));
-            vf sum = vf_zero();
-            for (int64_t j = 0; j < jn; j++) {
-                float *s = sc.s + j * BR + i;
-                vf p = vf_exp2(vf_sub(vf_load(s), muse));
-                vf_store(s, p);
-                sum = vf_add(sum, p);
-            }
-            vf_store(sc.m + i, mnew);
-            vf_store(sc.alpha + i, alpha);
-            vf_store(sc.l + i, vf_fma(vf_load(sc.l + i), alpha, sum));
-        }
-
+        fwd_softmax(&sc, jn, BR, dp);
         fwd_pv(&sc, jn, d, BR, dp);
     }
 
