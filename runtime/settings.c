@@ -77,7 +77,7 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
 
     INT(NUM_THREADS, CPU, 0, 1, 4096, "every online core", 0,
         "cpu backend worker threads when the context asks for 0"),
-    CHOICE(CPU_ISA, CPU, 0, "auto,base,avx2,avx512,avx512bf16,neon", "auto", 0,
+    CHOICE(CPU_ISA, CPU, 0, "auto,base,avx2,avx512,avx512bf16,avx512amx,neon", "auto", 0,
            "cpu kernel variant (auto: the best this cpu runs)"),
 
     BOOL(VK_SUBGROUP, VK, 1, 0, "0: no subgroup shuffles (the scalar kernels instead)"),

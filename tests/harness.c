@@ -881,9 +881,10 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  * compute fp32 products as 3xTF32 (the dropped low x low term and the rounding of the low
  * halves, about 3 x 2^-22 of each product).
  *
- * mma (GPU backends, fp16/bf16): the forward's P V product runs on matrix units with P rounded to
- * the dtype, p~ = p (1 + e) + h with |e| <= u and, in fp16 only, |h| <= 2^-25 for the
- * subnormal range (p is relative to the running row max, so after normalisation by the row sum,
+ * mma (GPU backends in fp16/bf16; every backend in bf16, as the cpu's avx512bf16 kernels take
+ * the products on bf16 dot products): the forward's P V product runs with P rounded to the
+ * dtype, p~ = p (1 + e) + h with |e| <= u and, in fp16 only, |h| <= 2^-25 for the subnormal
+ * range (p is relative to the running row max, so after normalisation by the row sum,
  * which is >= 1, the absolute term stays below 2^-25). That moves O_ic by at most
  *   mo_ic = sum_j (u P_ij + h) |v_jc|,  added to e_o,
  * and O's error is then no longer relative to |O_ic|, so D's error (term (c)) grows from u w_i to
@@ -1015,7 +1016,8 @@ static int harness_reference(struct harness_problem *p)
             gpu |= ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
             tf32 |= ctx && strcmp(burst_context_backend(ctx), "cuda") == 0;
         }
-        const int mma = p->c.dtype != BURST_DTYPE_FP32 && gpu;
+        /* the cpu's bf16 kernels may round P and dS alike (avx512bf16 dot products) */
+        const int mma = (p->c.dtype != BURST_DTYPE_FP32 && gpu) || p->c.dtype == BURST_DTYPE_BF16;
         const double us = p->c.dtype == BURST_DTYPE_FP32 && tf32 ? 0x1p-21 : 0x1p-24;
         harness_bounds(p, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, us, a[8], a[9],
                        a[10]);

@@ -60,7 +60,9 @@
  *                every contribution (A_dQ = tau sum_j |dS_ij| |k_j|, A_dK = tau sum_i |dS_ij| |q_i|,
  *                A_dV = sum_i P_ij |dO_i|, computed in fp64): extra += h * u * A.
  *            (e) GPU backends (any but cpu) run the fp16/bf16 forward's P V product on matrix
- *                units with P rounded to the dtype (as FlashAttention does): O_ic moves by at most
+ *                units with P rounded to the dtype (as FlashAttention does), and so does the cpu
+ *                backend in bf16 on AVX512_BF16 dot products (the bound is applied to every
+ *                backend in bf16, whichever kernel variant runs): O_ic moves by at most
  *                mo_ic = sum_j (u P_ij + h) |v_jc| (h = 2^-25 in fp16 for subnormal P, else 0),
  *                added to O's extra, and D's error in (c) grows by sum_c |dO_ic| mo_ic; the
  *                backward's dV, dK, dQ products round P and dS alike: + sum (u |P or dS| + h)

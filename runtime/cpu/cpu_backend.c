@@ -4,9 +4,10 @@
  * Settings (runtime/settings.h, read at create):
  *   BURST_NUM_THREADS   compute threads when params->num_threads is 0 (else every online core);
  *                       a malformed value fails the create naming it
- *   BURST_CPU_ISA       kernel variant: "base" (portable), "avx2", "avx512", "avx512bf16", "neon";
- *                       default (unset or "auto"): the best this cpu runs. A name this build or
- *                       cpu cannot run fails context creation naming it.
+ *   BURST_CPU_ISA       kernel variant: "base" (portable), "avx2", "avx512", "avx512bf16",
+ *                       "avx512amx", "neon"; default (unset or "auto"): the best this cpu
+ *                       runs. A name this build or cpu cannot run fails context creation
+ *                       naming it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +17,9 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#include <sys/syscall.h>
 #endif
 
 #include "cpu_convert.h"
@@ -41,8 +45,33 @@ static burst_status_t burst_cpu_default_threads(int *n_p)
 static const char *const burst_cpu_isa_names[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_BASE] = "base",     [BURST_CPU_ISA_AVX2] = "avx2",
     [BURST_CPU_ISA_AVX512] = "avx512", [BURST_CPU_ISA_AVX512BF16] = "avx512bf16",
-    [BURST_CPU_ISA_NEON] = "neon",
+    [BURST_CPU_ISA_NEON] = "neon",     [BURST_CPU_ISA_AVX512AMX] = "avx512amx",
 };
+
+#if BURST_CPU_HAVE_AMX_VARIANT
+/* Can this thread's process use the AMX tiles for bf16? The cpu has AMX-TILE and AMX-BF16 (cpuid
+ * leaf 7: edx bits 24 and 22), the OS enables their state (XCR0 bits 17 and 18) and, on Linux,
+ * grants the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; the
+ * request is process-wide and may be repeated). */
+static int burst_cpu_amx_usable(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22)))
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE))
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17))
+        return 0;
+#if defined(__linux__)
+    /* ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 (asm/prctl.h, not always installed) */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0)
+        return 0;
+#endif
+    return 1;
+}
+#endif
 
 /* Bit (1 << isa) for every variant this build has and this cpu (and OS) runs. */
 static unsigned burst_cpu_isa_mask(void)
@@ -61,6 +90,12 @@ static unsigned burst_cpu_isa_mask(void)
     m |= 1u << BURST_CPU_ISA_AVX512;
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5))) /* AVX512_BF16 */
         m |= 1u << BURST_CPU_ISA_AVX512BF16;
+    else
+        return m;
+#if BURST_CPU_HAVE_AMX_VARIANT
+    if (burst_cpu_amx_usable())
+        m |= 1u << BURST_CPU_ISA_AVX512AMX;
+#endif
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT
     m |= 1u << BURST_CPU_ISA_NEON;
@@ -97,7 +132,7 @@ static burst_status_t burst_cpu_pick_isa(enum burst_cpu_isa *isa_p)
     }
     return burst_error(BURST_ERR_INVALID_ARG,
                        "BURST_CPU_ISA = \"%s\" is not one of auto, base, avx2, avx512, "
-                       "avx512bf16, neon",
+                       "avx512bf16, avx512amx, neon",
                        env);
 }
 
@@ -304,6 +339,9 @@ static burst_status_t burst_cpu_accumulate(void *be, float *dst, const void *src
     return burst_cpu_elem_run(be, &job);
 }
 
+#define BURST_CPU_STR(x) #x
+#define BURST_CPU_XSTR(x) BURST_CPU_STR(x)
+
 /* burst_probe(): threads, instruction set, vector width and the tile rule (d <= 128 / d > 128). */
 static void burst_cpu_probe(const struct burst_context_params *params, struct burst_sb *out,
                             int json)
@@ -326,6 +364,8 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
     int width = burst_cpu_isa_lanes(isa); /* fp32 lanes of the kernels' vectors */
     /* the AVX-512 kernels run head dims that are multiples of 16; the others run avx2 */
     const char *other = burst_cpu_call_isa(isa, 8) != isa ? "avx2" : isa_name;
+    /* bf16 products on bf16 dot products or tiles (avx512bf16, avx512amx) */
+    const int dots = isa == BURST_CPU_ISA_AVX512BF16 || isa == BURST_CPU_ISA_AVX512AMX;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (json) {
         burst_sb_printf(out,
@@ -338,10 +378,11 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
         burst_sb_printf(out,
                         ", \"bf16_dot_products\": %s, \"vector_fp32_lanes\": %d, \"dtypes\": "
                         "[\"fp32\", \"fp16\", \"bf16\"], "
-                        "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, \"bwd_br\": [%d, %d], "
-                        "\"bwd_bc\": %d, \"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
-                        isa == BURST_CPU_ISA_AVX512BF16 ? "true" : "false", width,
-                        BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC,
+                        "\"tiles\": {\"fwd_br\": [%d, %d], \"fwd_bc\": %d, "
+                        "\"fwd_bc_bf16_dots\": %d, \"bwd_br\": [%d, %d], \"bwd_bc\": %d, "
+                        "\"micro_rows\": %d, \"rule\": \"[d <= 128, d > 128]\"}}]}",
+                        dots ? "true" : "false", width, BURST_CPU_FWD_BR(128),
+                        BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_FWD_BC_DP,
                         BURST_CPU_BWD_BR(128), BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC,
                         BURST_CPU_MR);
     } else {
@@ -349,15 +390,19 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
                         "  device 0: host cpu, %ld cores online, %d compute threads, kernels %s "
                         "(%d fp32 lanes%s%s%s), dtypes fp32 fp16 bf16\n"
                         "    tiles: forward %dx%d (d <= 128) / %dx%d (d > 128) query x key rows, "
-                        "backward %dx%d / %dx%d, micro-kernel %d rows\n",
+                        "backward %dx%d / %dx%d, micro-kernel %d rows%s\n",
                         cores, threads, isa_name, width,
-                        isa == BURST_CPU_ISA_AVX512BF16 ? "; bf16 scores and dP on "
-                                                          "AVX512_BF16 dot products"
-                                                        : "",
+                        isa == BURST_CPU_ISA_AVX512AMX    ? "; bf16 products on AMX tiles"
+                        : isa == BURST_CPU_ISA_AVX512BF16 ? "; bf16 products on AVX512_BF16 dot "
+                                                            "products"
+                                                          : "",
                         other != isa_name ? "; head dims not a multiple of 16 run " : "",
                         other != isa_name ? other : "", BURST_CPU_FWD_BR(128), BURST_CPU_FWD_BC,
                         BURST_CPU_FWD_BR(256), BURST_CPU_FWD_BC, BURST_CPU_BWD_BR(128),
-                        BURST_CPU_BWD_BC, BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR);
+                        BURST_CPU_BWD_BC, BURST_CPU_BWD_BR(256), BURST_CPU_BWD_BC, BURST_CPU_MR,
+                        dots ? "; the bf16 forward takes key tiles of " BURST_CPU_XSTR(
+                                   BURST_CPU_FWD_BC_DP) " rows"
+                             : "");
     }
 }
 

@@ -26,12 +26,18 @@ struct burst_cpu_bwd_scratch {
     int64_t *kb, *ke;              /* [BR] */
     uint32_t *qp, *dop;            /* [d/2][BR] bf16 pairs of Q, dO (avx512bf16 only) */
     uint16_t *kh, *vh;             /* [BC][d]   bf16 K, V tiles (avx512bf16 only) */
+    /* avx512bf16 only, bf16 pairs (uint32) of values adjacent along the reduction: */
+    uint32_t *qv, *dov; /* [BR/2][d]  of adjacent Q rows, dO rows */
+    uint32_t *kv;       /* [BC/2][d]  of adjacent K rows */
+    uint16_t *ph, *dsh; /* [BC][BR]   P and dS rounded (pairs along a row) */
+    uint32_t *dsp;      /* [BC/2][BR] of adjacent dS rows */
 };
 
 static size_t burst_cpu_bwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_BWD_BC;
-    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR + d * BR + BC * d);
+    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR + d * BR + BC * d +
+                    BR * d + BC * d / 2 + 3 * BC * BR / 2);
 }
 
 static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d, int64_t BR)
@@ -57,6 +63,12 @@ static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t 
     s.dop = s.qp + d / 2 * BR;
     s.kh = (uint16_t *)(void *)(s.dop + d / 2 * BR);
     s.vh = s.kh + BC * d;
+    s.qv = (uint32_t *)(void *)(s.vh + BC * d);
+    s.dov = s.qv + BR / 2 * d;
+    s.kv = s.dov + BR / 2 * d;
+    s.ph = (uint16_t *)(void *)(s.kv + BC / 2 * d);
+    s.dsh = s.ph + BC * BR;
+    s.dsp = (uint32_t *)(void *)(s.dsh + BC * BR);
     return s;
 }
 
@@ -77,6 +89,9 @@ static const struct burst_cpu_bwd_items burst_cpu_bwd_items[BURST_CPU_ISA_COUNT]
     [BURST_CPU_ISA_AVX2] = BURST_CPU_BWD_ITEMS(avx2),
     [BURST_CPU_ISA_AVX512] = BURST_CPU_BWD_ITEMS(avx512),
     [BURST_CPU_ISA_AVX512BF16] = BURST_CPU_BWD_ITEMS(avx512bf16),
+#endif
+#if BURST_CPU_HAVE_AMX_VARIANT
+    [BURST_CPU_ISA_AVX512AMX] = BURST_CPU_BWD_ITEMS(avx512amx),
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT
     [BURST_CPU_ISA_NEON] = BURST_CPU_BWD_ITEMS(neon),

@@ -15,8 +15,9 @@
  *   bwd_item_group  (b, g): every pair of the group, dQ, dK and dV at once
  *   bwd_item_kv     (b, g, J): the pairs of one K tile, dK and dV only
  *   bwd_item_q      (b, h, Q tile): the pairs of one Q tile, dQ only
- * In the avx512bf16 variant with bf16 Q, K, V and dO, St and dPt are taken on bf16 dot products
- * of the inputs' own bits (cpu_tile_dpbf16.h); the other three products stay in fp32.
+ * In the avx512bf16 and avx512amx variants with bf16 Q, K, V and dO all five products run on
+ * bf16 dot products (cpu_tile_dpbf16.h): St and dPt from the inputs' own bits, the dV, dK and dQ
+ * products with Pt and dSt rounded to bf16 and fp32 accumulation.
  */
 #include "cpu_simd.h"
 #include "cpu_tile.h"
@@ -25,6 +26,8 @@
 #undef bwd_load_q
 #undef bwd_load_k
 #undef bwd_pair
+#undef bwd_grads_dp
+#define bwd_grads_dp KFN(bwd_grads_dp)
 #undef bwd_product
 #undef bwd_prefetch_k
 #undef bwd_pair_live
@@ -42,7 +45,7 @@
 #define bwd_item_kv KFN(bwd_item_kv)
 #define bwd_item_q KFN(bwd_item_q)
 
-/* Are St and dPt taken on bf16 dot products (avx512bf16 and bf16 Q, K, V, dO)? */
+/* Are the products taken on bf16 dot products (avx512bf16 or avx512amx, bf16 Q, K, V, dO)? */
 KATTR int bwd_dp(const struct burst_bwd_args *a)
 {
 #ifdef BURST_CPU_DPBF16
@@ -54,8 +57,8 @@ KATTR int bwd_dp(const struct burst_bwd_args *a)
 #endif
 }
 
-/* Q side of tile t of head h: Qt (scaled), Q, dOt, dO, lse2, D (Q and dO as bf16 pairs instead
- * of Qt and dOt when bwd_dp); intervals already in sc. */
+/* Q side of tile t of head h: Qt (scaled), Q, dOt, dO, lse2, D; when bwd_dp, Q and dO as bf16
+ * pairs along d (qp, dop) and of adjacent rows (qv, dov) instead. Intervals already in sc. */
 KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
                       int64_t b, int64_t h, int64_t i0, int64_t rows)
 {
@@ -67,11 +70,16 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
     if (dp) {
         pack_q_pairs(sc->qp, a->q, b, i0, rows, h, BR);
         pack_q_pairs(sc->dop, a->dout, b, i0, rows, h, BR);
+        pack_row_pairs(sc->qv, a->q, b, i0, rows, BR / 2, h);
+        pack_row_pairs(sc->dov, a->dout, b, i0, rows, BR / 2, h);
     }
 #endif
     for (int64_t i = 0; i < rows; i++) {
-        load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
-        load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d, 1.0f);
+        if (!dp) {
+            load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
+            load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d,
+                     1.0f);
+        }
         for (int64_t c = 0; c < d && !dp; c++) {
             sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
             sc->dot[c * BR + i] = sc->don[i * d + c];
@@ -91,8 +99,8 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
     }
 }
 
-/* K side of K tile starting at j0 (cnt rows, zero padded to jn): K and V in fp32, or K in fp32
- * and both as bf16 rows when bwd_dp (V is used only by dPt). */
+/* K side of K tile starting at j0 (cnt rows, zero padded to jn): K and V in fp32; when bwd_dp,
+ * K and V as bf16 rows (kh, vh) and K as pairs of adjacent rows (kv) instead. */
 KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
                       int64_t b, int64_t g, int64_t j0, int64_t cnt, int64_t jn)
 {
@@ -103,12 +111,14 @@ KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
     if (dp) {
         load_k_bf16(sc->kh, a->k, b, j0, cnt, jn, g);
         load_k_bf16(sc->vh, a->v, b, j0, cnt, jn, g);
+        pack_row_pairs(sc->kv, a->k, b, j0, cnt, jn / 2, g);
+        return;
     }
 #endif
+    (void)dp;
     for (int64_t j = 0; j < cnt; j++) {
         load_row(sc->k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
-        if (!dp)
-            load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
+        load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
     }
     if (jn > cnt) {
         memset(sc->k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
@@ -124,13 +134,41 @@ KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t d, const uint16_t
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(jn, BR, d / 2, ah, d, bp, BR, c, BR, mul);
+        gemm_dp(jn, BR, d / 2, (const uint32_t *)(const void *)ah, d / 2, 1, bp, BR, c, BR,
+                BURST_CPU_STORE, mul, NULL);
         return;
     }
 #endif
     (void)dp, (void)ah, (void)bp, (void)mul;
     gemm(jn, BR, d, af, d, 1, bt, BR, c, BR, BURST_CPU_STORE, NULL);
 }
+
+#ifdef BURST_CPU_DPBF16
+/* dV += Pt dO, dK += dSt Q, dQ += dSt^T K (outputs NULL when not wanted; ldkv and ldq their row
+ * strides) on bf16 dot products, with Pt (sc->s) and dSt (sc->ds) rounded to bf16: the
+ * reductions over the tile's rows run over (rows + 1) / 2 pairs (the odd padding row has P = 0,
+ * dS = 0 and zero Q, dO), those over its keys over (cnt + 1) / 2 (padding keys alike). */
+KATTR void bwd_grads_dp(struct burst_cpu_bwd_scratch *sc, int64_t BR, int64_t d, int64_t rows,
+                        int64_t cnt, int64_t jn, float *dv, float *dk, float *dq, int64_t ldkv,
+                        int64_t ldq)
+{
+    const int64_t r2 = (rows + 1) / 2, c2 = (cnt + 1) / 2;
+    if (dv) {
+        round_rows(sc->ph, sc->s, jn, BR);
+        gemm_dp(cnt, d, r2, (const uint32_t *)(const void *)sc->ph, BR / 2, 1, sc->dov, d, dv, ldkv,
+                BURST_CPU_ADD, 1.0f, NULL);
+    }
+    if (dk) {
+        round_rows(sc->dsh, sc->ds, jn, BR);
+        gemm_dp(cnt, d, r2, (const uint32_t *)(const void *)sc->dsh, BR / 2, 1, sc->qv, d, dk, ldkv,
+                BURST_CPU_ADD, 1.0f, NULL);
+    }
+    if (dq) {
+        pack_col_pairs(sc->dsp, sc->ds, jn / 2, BR);
+        gemm_dp(rows, d, c2, sc->dsp, 1, BR, sc->kv, d, dq, ldq, BURST_CPU_ADD, 1.0f, NULL);
+    }
+}
+#endif
 
 KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
                     const struct burst_cpu_rows *r, int64_t b, int64_t h, int64_t i0, int64_t rows,
@@ -164,15 +202,21 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
             }
         }
     }
-    if (want_dkv && a->dv)
-        gemm(cnt, d, rows, sc->s, BR, 1, sc->don, d, a->dv + ((b * job->dim.nk + j0) * hkv + g) * d,
-             hkv * d, BURST_CPU_ADD, NULL);
-    if (want_dkv && a->dk)
-        gemm(cnt, d, rows, sc->ds, BR, 1, sc->qn, d, a->dk + ((b * job->dim.nk + j0) * hkv + g) * d,
-             hkv * d, BURST_CPU_ADD, NULL);
-    if (want_dq)
-        gemm(rows, d, cnt, sc->ds, 1, BR, sc->k, d, a->dq + ((b * job->dim.nq + i0) * hq + h) * d,
-             hq * d, BURST_CPU_ADD, NULL);
+    float *dv = want_dkv && a->dv ? a->dv + ((b * job->dim.nk + j0) * hkv + g) * d : NULL;
+    float *dk = want_dkv && a->dk ? a->dk + ((b * job->dim.nk + j0) * hkv + g) * d : NULL;
+    float *dq = want_dq ? a->dq + ((b * job->dim.nq + i0) * hq + h) * d : NULL;
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        bwd_grads_dp(sc, BR, d, rows, cnt, jn, dv, dk, dq, hkv * d, hq * d);
+        return;
+    }
+#endif
+    if (dv)
+        gemm(cnt, d, rows, sc->s, BR, 1, sc->don, d, dv, hkv * d, BURST_CPU_ADD, NULL);
+    if (dk)
+        gemm(cnt, d, rows, sc->ds, BR, 1, sc->qn, d, dk, hkv * d, BURST_CPU_ADD, NULL);
+    if (dq)
+        gemm(rows, d, cnt, sc->ds, 1, BR, sc->k, d, dq, hq * d, BURST_CPU_ADD, NULL);
 }
 
 /* Start loading K tile at j0 (and its dK/dV rows when with_dkv) while the current one runs. */

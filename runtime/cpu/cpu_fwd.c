@@ -24,18 +24,20 @@ struct burst_cpu_fwd_scratch {
     int64_t *kb, *ke;                 /* [BR] */
     uint32_t *qp;                     /* [d/2][BR] bf16 pairs of Q (avx512bf16 only) */
     uint16_t *kh;                     /* [BC][d]   bf16 K tile (avx512bf16 only) */
+    uint32_t *vp;                     /* [BC/2][d] bf16 pairs of adjacent V rows (avx512bf16) */
+    uint32_t *pp;                     /* [BC/2][BR] bf16 pairs of adjacent P rows (avx512bf16) */
 };
 
 static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
-    const int64_t BC = BURST_CPU_FWD_BC;
+    const int64_t BC = BURST_CPU_FWD_BC_DP; /* the larger of the two */
     return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR + d * BR / 2 +
-                    BC * d / 2);
+                    BC * d / 2 + BC * d / 2 + BC * BR / 2);
 }
 
 static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d, int64_t BR)
 {
-    const int64_t BC = BURST_CPU_FWD_BC;
+    const int64_t BC = BURST_CPU_FWD_BC_DP; /* room for either K tile */
     struct burst_cpu_fwd_scratch s;
     float *p = scratch;
     s.qt = p, p += BR * d;
@@ -53,6 +55,8 @@ static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t 
     s.ke = s.kb + BR;
     s.qp = (uint32_t *)(void *)(s.ke + BR);
     s.kh = (uint16_t *)(void *)(s.qp + d / 2 * BR);
+    s.vp = (uint32_t *)(void *)(s.kh + BC * d);
+    s.pp = s.vp + BC / 2 * d;
     return s;
 }
 
@@ -67,6 +71,9 @@ static const burst_cpu_task_fn burst_cpu_fwd_items[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_AVX512] = fwd_item_avx512,
     [BURST_CPU_ISA_AVX512BF16] = fwd_item_avx512bf16,
 #endif
+#if BURST_CPU_HAVE_AMX_VARIANT
+    [BURST_CPU_ISA_AVX512AMX] = fwd_item_avx512amx,
+#endif
 #if BURST_CPU_HAVE_NEON_VARIANT
     [BURST_CPU_ISA_NEON] = fwd_item_neon,
 #endif
@@ -77,6 +84,9 @@ static const int burst_cpu_lanes[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_AVX2] = fwd_lanes_avx2,
     [BURST_CPU_ISA_AVX512] = fwd_lanes_avx512,
     [BURST_CPU_ISA_AVX512BF16] = fwd_lanes_avx512bf16,
+#endif
+#if BURST_CPU_HAVE_AMX_VARIANT
+    [BURST_CPU_ISA_AVX512AMX] = fwd_lanes_avx512amx,
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT
     [BURST_CPU_ISA_NEON] = fwd_lanes_neon,

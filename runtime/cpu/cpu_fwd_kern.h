@@ -8,6 +8,8 @@
  *   mask partial tiles     St = -inf outside each query's key interval
  *   m' = max(m, colmax St), alpha = 2^(m - m'), P = 2^(St - m'), l = alpha l + colsum P
  *   O  = alpha O + P^T V   [BR x d]
+ * With bf16 Q, K and V the avx512bf16 and avx512amx variants take St and P^T V on bf16 dot
+ * products (cpu_tile_dpbf16.h: P rounded to bf16 for the second, l summed from the fp32 P).
  * (with m' = -inf treated as 0 so fully masked rows stay exactly 0). At the end of the block
  * the tile's (O / l, lse) is merged into (o_acc, lse_acc) with the log-sum-exp rule; rows with
  * no allowed key are not touched.
@@ -28,16 +30,21 @@ enum {
 #undef fwd_load_q
 #undef fwd_load_kv
 #undef fwd_scores
+#undef fwd_pv
+#undef fwd_softmax
+#define fwd_pv KFN(fwd_pv)
+#define fwd_softmax KFN(fwd_softmax)
 #define fwd_dp KFN(fwd_dp)
 #define fwd_load_q KFN(fwd_load_q)
 #define fwd_load_kv KFN(fwd_load_kv)
 #define fwd_scores KFN(fwd_scores)
 
-/* Are the scores taken on bf16 dot products (avx512bf16 and bf16 Q and K)? */
+/* Are the products taken on bf16 dot products (avx512bf16 or avx512amx, bf16 Q, K and V)? */
 KATTR int fwd_dp(const struct burst_fwd_args *a)
 {
 #ifdef BURST_CPU_DPBF16
-    return a->q->dtype == BURST_DTYPE_BF16 && a->k->dtype == BURST_DTYPE_BF16;
+    return a->q->dtype == BURST_DTYPE_BF16 && a->k->dtype == BURST_DTYPE_BF16 &&
+           a->v->dtype == BURST_DTYPE_BF16;
 #else
     (void)a;
     return 0;
@@ -64,18 +71,21 @@ KATTR void fwd_load_q(struct burst_cpu_fwd_scratch *sc, const struct burst_tenso
         memset(sc->qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
 }
 
-/* K/V rows [j0, j0 + cnt) in fp32 (K as bf16 when dp), zero padded to jn rows. */
+/* K/V rows [j0, j0 + cnt) in fp32, zero padded to jn rows; when dp, K as bf16 rows and V as
+ * pairs of adjacent rows instead. */
 KATTR void fwd_load_kv(struct burst_cpu_fwd_scratch *sc, const struct burst_fwd_args *a, int64_t b,
                        int64_t j0, int64_t cnt, int64_t jn, int64_t g, int dp)
 {
     const int64_t d = a->k->shape[3];
 #ifdef BURST_CPU_DPBF16
-    if (dp)
+    if (dp) {
         load_k_bf16(sc->kh, a->k, b, j0, cnt, jn, g);
+        pack_row_pairs(sc->vp, a->v, b, j0, cnt, jn / 2, g);
+        return;
+    }
 #endif
     for (int64_t j = 0; j < cnt; j++) {
-        if (!dp)
-            load_row(sc->k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
+        load_row(sc->k + j * d, burst_cpu_row(a->k, b, j0 + j, g), a->k->dtype, d, 1.0f);
         load_row(sc->v + j * d, burst_cpu_row(a->v, b, j0 + j, g), a->v->dtype, d, 1.0f);
     }
     if (jn > cnt) {
@@ -91,7 +101,8 @@ KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, i
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(jn, BR, d / 2, sc->kh, d, sc->qp, BR, sc->s, BR, mul);
+        gemm_dp(jn, BR, d / 2, (const uint32_t *)(const void *)sc->kh, d / 2, 1, sc->qp, BR, sc->s,
+                BR, BURST_CPU_STORE, mul, NULL);
         return;
     }
 #endif
@@ -99,12 +110,61 @@ KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, i
     gemm(jn, BR, d, sc->k, d, 1, sc->qt, BR, sc->s, BR, BURST_CPU_STORE, NULL);
 }
 
+/* The online softmax of the tile's scores St [jn x BR]: m, alpha and l per query, and P in place
+ * of St, or (dp) P rounded to bf16 pairs of adjacent keys in sc->pp (l sums the fp32 P). */
+KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR, int dp)
+{
+    for (int64_t i = 0; i < BR; i += VL) {
+        vf mx = vf_set1(-(float)INFINITY);
+        for (int64_t j = 0; j < jn; j++)
+            mx = vf_max(mx, vf_load(sc->s + j * BR + i));
+        vf mold = vf_load(sc->m + i);
+        vf mnew = vf_max(mold, mx);
+        vf muse = vf_zero_if_neginf(mnew);
+        vf alpha = vf_exp2(vf_sub(mold, muse));
+        vf sum = vf_zero();
+        for (int64_t j = 0; j < jn; j += 2) { /* jn is a multiple of MR: even */
+            float *s = sc->s + j * BR + i;
+            vf p0 = vf_exp2(vf_sub(vf_load(s), muse));
+            vf p1 = vf_exp2(vf_sub(vf_load(s + BR), muse));
+#ifdef BURST_CPU_DPBF16
+            if (dp)
+                _mm512_storeu_si512((void *)(sc->pp + j / 2 * BR + i), pair_bf16(p0, p1));
+#endif
+            if (!dp) {
+                vf_store(s, p0);
+                vf_store(s + BR, p1);
+            }
+            sum = vf_add(vf_add(sum, p0), p1);
+        }
+        vf_store(sc->m + i, mnew);
+        vf_store(sc->alpha + i, alpha);
+        vf_store(sc->l + i, vf_fma(vf_load(sc->l + i), alpha, sum));
+    }
+}
+
+/* O = alpha O + P^T V over the jn keys of the tile: P in sc->s (key-major), or (dp) its bf16
+ * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products. */
+KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR, int dp)
+{
+#ifdef BURST_CPU_DPBF16
+    if (dp) {
+        gemm_dp(BR, d, jn / 2, sc->pp, 1, BR, sc->vp, d, sc->o, d, BURST_CPU_SCALE, 1.0f,
+                sc->alpha);
+        return;
+    }
+#endif
+    (void)dp;
+    gemm(BR, d, jn, sc->s, 1, BR, sc->v, d, sc->o, d, BURST_CPU_SCALE, sc->alpha);
+}
+
 KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
 {
     const struct burst_cpu_fwd_job *job = ctx;
     const struct burst_fwd_args *a = job->a;
     const int64_t d = job->dim.d, nq = job->dim.nq, nk = job->dim.nk, hq = job->dim.hq;
-    const int64_t BR = job->br, BC = BURST_CPU_FWD_BC;
+    const int dp = fwd_dp(a);
+    const int64_t BR = job->br, BC = dp ? BURST_CPU_FWD_BC_DP : BURST_CPU_FWD_BC;
 
     /* heaviest tiles first (causal): tile index runs backwards */
     int64_t t = job->nqt - 1 - item % job->nqt;
@@ -121,7 +181,6 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         return;
 
     const float qmul = a->scale * 1.4426950408889634f;
-    const int dp = fwd_dp(a);
     fwd_load_q(&sc, a->q, b, i0, rows, h, d, BR, dp ? 1.0f : qmul, dp);
     memset(sc.o, 0, sizeof(float) * (size_t)(BR * d));
     for (int64_t i = 0; i < BR; i++) {
@@ -147,27 +206,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 
-        for (int64_t i = 0; i < BR; i += VL) {
-            vf mx = vf_set1(-(float)INFINITY);
-            for (int64_t j = 0; j < jn; j++)
-                mx = vf_max(mx, vf_load(sc.s + j * BR + i));
-            vf mold = vf_load(sc.m + i);
-            vf mnew = vf_max(mold, mx);
-            vf muse = vf_zero_if_neginf(mnew);
-            vf alpha = vf_exp2(vf_sub(mold, muse));
-            vf sum = vf_zero();
-            for (int64_t j = 0; j < jn; j++) {
-                float *s = sc.s + j * BR + i;
-                vf p = vf_exp2(vf_sub(vf_load(s), muse));
-                vf_store(s, p);
-                sum = vf_add(sum, p);
-            }
-            vf_store(sc.m + i, mnew);
-            vf_store(sc.alpha + i, alpha);
-            vf_store(sc.l + i, vf_fma(vf_load(sc.l + i), alpha, sum));
-        }
-
-        gemm(BR, d, jn, sc.s, 1, BR, sc.v, d, sc.o, d, BURST_CPU_SCALE, sc.alpha);
+        fwd_softmax(&sc, jn, BR, dp);
+        fwd_pv(&sc, jn, d, BR, dp);
     }
 
     /* fused merge into the running (o_acc, lse_acc) */

@@ -3,10 +3,11 @@
  *
  * Kernel layout (see cpu_fwd.c and cpu_bwd.c for the algorithms):
  *   - Q tiles of BR rows, K/V tiles of BC rows, micro-kernel of MR rows x (2 vectors) columns;
- *   - every tile is converted to fp32 into per-thread scratch; scores are kept transposed,
+ *   - every tile is converted to fp32 into per-thread scratch (bf16 tiles of the dot-product
+ *     variants stay bf16, packed as pairs: cpu_tile_dpbf16.h); scores are kept transposed,
  *     St[key][query], so softmax statistics are vertical vector operations;
- *   - each kernel exists once per instruction-set variant (cpu_simd.h): "avx512bf16",
- *     "avx512", "avx2" (x86-64 GCC/clang, chosen at run time), "neon" (aarch64) and "base"
+ *   - each kernel exists once per instruction-set variant (cpu_simd.h): "avx512amx",
+ *     "avx512bf16", "avx512", "avx2" (x86-64 GCC/clang, chosen at run time), "neon" (aarch64) and "base"
  *     (portable C / GNU vectors). BURST_CPU_ISA names one to force it (burst_cpu_pick_isa).
  */
 #ifndef BURST_CPU_INTERNAL_H
@@ -30,11 +31,19 @@
 #define BURST_CPU_V_AVX512 2
 #define BURST_CPU_V_AVX512BF16 3
 #define BURST_CPU_V_NEON 4
+#define BURST_CPU_V_AVX512AMX 5
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define BURST_CPU_HAVE_X86_VARIANTS 1
 #else
 #define BURST_CPU_HAVE_X86_VARIANTS 0
+#endif
+/* The AMX intrinsics: GCC 11 and clang 12 onwards. */
+#if BURST_CPU_HAVE_X86_VARIANTS &&                                                                 \
+    (defined(__clang__) ? __clang_major__ >= 12 : defined(__GNUC__) && __GNUC__ >= 11)
+#define BURST_CPU_HAVE_AMX_VARIANT 1
+#else
+#define BURST_CPU_HAVE_AMX_VARIANT 0
 #endif
 #if defined(__aarch64__) && defined(__GNUC__)
 #define BURST_CPU_HAVE_NEON_VARIANT 1
@@ -48,15 +57,21 @@ enum burst_cpu_isa {
     BURST_CPU_ISA_AVX512 = BURST_CPU_V_AVX512,         /* AVX-512 F, BW, DQ, VL */
     BURST_CPU_ISA_AVX512BF16 = BURST_CPU_V_AVX512BF16, /* and AVX512_BF16 */
     BURST_CPU_ISA_NEON = BURST_CPU_V_NEON,
+    BURST_CPU_ISA_AVX512AMX = BURST_CPU_V_AVX512AMX, /* and AMX-TILE, AMX-BF16 */
     BURST_CPU_ISA_COUNT
 };
 
 /* The variant one call runs: the AVX-512 kernels need head dims that are multiples of their
- * 16 lanes; other head dims run the avx2 ones. */
+ * 16 lanes; other head dims run the avx2 ones. The AMX kernels stage a reduction of at most
+ * 128 bf16 pairs (cpu_tile_amx.h): head dims above 256 run the avx512bf16 ones. */
 static inline enum burst_cpu_isa burst_cpu_call_isa(enum burst_cpu_isa isa, int64_t d)
 {
-    if ((isa == BURST_CPU_ISA_AVX512 || isa == BURST_CPU_ISA_AVX512BF16) && d % 16 != 0)
+    if ((isa == BURST_CPU_ISA_AVX512 || isa == BURST_CPU_ISA_AVX512BF16 ||
+         isa == BURST_CPU_ISA_AVX512AMX) &&
+        d % 16 != 0)
         return BURST_CPU_ISA_AVX2;
+    if (isa == BURST_CPU_ISA_AVX512AMX && d > 256)
+        return BURST_CPU_ISA_AVX512BF16;
     return isa;
 }
 
@@ -66,6 +81,9 @@ static inline enum burst_cpu_isa burst_cpu_call_isa(enum burst_cpu_isa isa, int6
 #define BURST_CPU_MR 6
 #define BURST_CPU_FWD_BR(d) ((d) <= 128 ? 192 : 96)
 #define BURST_CPU_FWD_BC 48
+/* BC of the forward on bf16 dot products: longer P V reductions (48 pairs: whole chunks of 16
+ * for the AMX tiles); the forward's scratch is sized for it. */
+#define BURST_CPU_FWD_BC_DP 96
 #define BURST_CPU_BWD_BR(d) ((d) <= 128 ? 96 : 48)
 #define BURST_CPU_BWD_BC 48
 

@@ -10,9 +10,10 @@
  *   KFN(name)   the name with the variant's suffix (name_avx512 / name_avx2 / name_neon / ...)
  *   vf_*        inline operations on vf
  * Variants (one file each):
- *   avx512, avx512bf16   VL 16: AVX-512 F/BW/DQ/VL intrinsics (cpu_simd_avx512.h); avx512bf16
- *                        adds the AVX512_BF16 dot products of cpu_tile_dpbf16.h for the bf16
- *                        products of scores and dP;
+ *   avx512, avx512bf16,  VL 16: AVX-512 F/BW/DQ/VL intrinsics (cpu_simd_avx512.h); avx512bf16
+ *   avx512amx            adds the AVX512_BF16 dot products of cpu_tile_dpbf16.h for every
+ *                        product of bf16 inputs, avx512amx takes those products on AMX tiles
+ *                        (cpu_tile_amx.h);
  *   avx2                 VL 8: AVX2 + FMA + F16C intrinsics (cpu_simd_avx2.h);
  *                        the x86 variants are compiled with function-level target attributes
  *                        and chosen at run time (x86-64 with GCC or clang only);
@@ -52,6 +53,7 @@
 #undef BURST_CPU_VEC_GNU4
 #undef BURST_CPU_VEC_SCALAR
 #undef BURST_CPU_DPBF16
+#undef BURST_CPU_AMX
 #undef BURST_CPU_TARGET
 
 #define KFN2(a, b) a##_##b
@@ -86,7 +88,8 @@
 #define BURST_CPU_EXP2_P5 6.931472028550421e-1f
 #define BURST_CPU_EXP2_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
 
-#if BURST_CPU_VARIANT == BURST_CPU_V_AVX512 || BURST_CPU_VARIANT == BURST_CPU_V_AVX512BF16
+#if BURST_CPU_VARIANT == BURST_CPU_V_AVX512 || BURST_CPU_VARIANT == BURST_CPU_V_AVX512BF16 ||      \
+    BURST_CPU_VARIANT == BURST_CPU_V_AVX512AMX
 #include "cpu_simd_avx512.h"
 #elif BURST_CPU_VARIANT == BURST_CPU_V_AVX2
 #include "cpu_simd_avx2.h"

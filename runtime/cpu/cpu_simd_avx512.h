@@ -1,6 +1,7 @@
 /*
- * runtime/cpu/cpu_simd_avx512.h - the avx512 and avx512bf16 variants: VL 16, AVX-512 F, BW, DQ
- * and VL intrinsics (the second also AVX512_BF16, for cpu_tile_dpbf16.h).
+ * runtime/cpu/cpu_simd_avx512.h - the avx512, avx512bf16 and avx512amx variants: VL 16, AVX-512
+ * F, BW, DQ and VL intrinsics (avx512bf16 also AVX512_BF16, for cpu_tile_dpbf16.h; avx512amx
+ * also AMX-TILE and AMX-BF16, for cpu_tile_amx.h).
  *
  * Part of the cpu_simd.h template: included only from there, once per inclusion for this
  * variant (see cpu_simd.h for what each variant defines). Compiled with function-level target
@@ -9,7 +10,12 @@
 #include <immintrin.h>
 
 #define VL 16
-#if BURST_CPU_VARIANT == BURST_CPU_V_AVX512BF16
+#if BURST_CPU_VARIANT == BURST_CPU_V_AVX512AMX
+#define BURST_CPU_DPBF16 1
+#define BURST_CPU_AMX 1
+#define KFN(name) KFN_(name, avx512amx)
+#define BURST_CPU_TARGET "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16,fma,f16c"
+#elif BURST_CPU_VARIANT == BURST_CPU_V_AVX512BF16
 #define BURST_CPU_DPBF16 1
 #define KFN(name) KFN_(name, avx512bf16)
 #define BURST_CPU_TARGET "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma,f16c"
