@@ -237,8 +237,8 @@ static burst_status_t create_launched(const char *who, const struct burst_settin
                            "%s: BURST_JOB_KEY is %s: the ranks of a %s job (rank %d of %d) share "
                            "the job's secret key through it, %d..%d hex digits (e.g. export "
                            "BURST_JOB_KEY=$(openssl rand -hex 32) before starting the launcher)",
-                           who, key ? "malformed" : "not set", le->launcher, le->rank,
-                           le->size, BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
+                           who, key ? "malformed" : "not set", le->launcher, le->rank, le->size,
+                           BURST_BOOT_KEY_MIN, BURST_BOOT_KEY_LEN);
     struct burst_rendezvous *rv = NULL;
     burst_status_t st;
     char msg[512];
