@@ -9,7 +9,7 @@
  *     its group and the query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys; above
  *     d = 128 a block accumulates one column block of dK and dV (BURST_CUDA_WG_DKDV_COLS: 64 of
  *     192, 128 of 256), so that its accumulators fit the registers, and dQ runs the sm_80 dQ
- *     kernel (burst_cuda_bwd.cu) unless DQ adds it. Per tile: S^T = K Q^T and dP^T = V dO^T
+ *     kernel (burst_cuda_bwd.cu). Per tile: S^T = K Q^T and dP^T = V dO^T
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
  *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
  *     B = the dO / Q tile read transposed);

@@ -149,7 +149,7 @@ burst_status_t burst_fault_env_check(const char *who)
         BURST_ERR_INVALID_ARG,
         "%s: BURST_FAULT = \"%.64s\" is not up to %d of "
         "kill|drop|truncate|duplicate:rank=R,phase=fwd|bwd,step=S[,call=C][,group=K], "
-        "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K] "
+        "delay:...,ms=M, slow:rank=R,ms=M[,phase=P], oom:alloc=N[,count=K], join:rank=R,ms=M "
         "separated by ';' (runtime/fault.h)",
         who, spec, MAX_SPECS);
 }

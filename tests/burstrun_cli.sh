@@ -367,6 +367,7 @@ case_report() {
     expect_usage "report short point" "--seq 2 is too short" $T --seq 2,64
     expect_usage "report csv dir" "--csv $TMP/none/x.csv" $T --csv "$TMP/none/x.csv"
     expect_usage "report csv empty" "--csv" $T --csv ""
+    expect_usage "report csv stdout with json" "--csv - with --json" $T --csv - --json
     [ $MPI = 0 ] || expect_usage "report hosts sweep" "sweeps" --hosts localhost:2 --seq 64,128 \
         --heads 1 --head-dim 8
     expect_usage "report mpirun args" "--mpirun-args: ' '" --hosts localhost:1 --mpirun-args " "

@@ -1086,6 +1086,8 @@ static void check_flags(struct parse_state *s)
     }
     if (o->threads && o->bind_given)
         die_usage("--bind-to %s binds rank processes, not --threads", launch_bind_names[o->bind]);
+    if (o->json && o->csv && strcmp(o->csv, "-") == 0)
+        die_usage("--csv - with --json: both would go to stdout (give --csv a file name)");
     if ((o->hosts || o->hostfile) && (o->csv || sweep_points(o) > 1))
         die_usage("--%s runs one job: sweeps (lists of --seq, --dtype, --head-dim) and --csv run "
                   "on this host",

@@ -1,6 +1,7 @@
 /* tools/burstrun_meta.c - the run's metadata: features, commit, host, time, devices. */
 #include "burstrun_meta.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,20 +11,15 @@
 
 const char *meta_features(void)
 {
-    return "cpu"
-#ifdef BURST_HAVE_VULKAN
-           " vulkan"
-#endif
-#ifdef BURST_HAVE_CUDA
-           " cuda"
-#endif
-#ifdef BURST_HAVE_FABRIC
-           " fabric"
-#endif
+    static char buf[160];
+    snprintf(buf, sizeof(buf), "%s%s", burst_build_features(),
 #ifdef BURST_HAVE_MPI
-           " mpi"
+             " mpi"
+#else
+             ""
 #endif
-        ;
+    );
+    return buf;
 }
 
 const char *meta_commit(void)

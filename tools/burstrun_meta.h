@@ -13,8 +13,9 @@
  * changes meaning or goes away (new fields keep it). */
 #define BURSTRUN_JSON_SCHEMA 2
 
-/* The features this burstrun was built with, space-separated: cpu, and where built vulkan, cuda,
- * fabric (libfabric: rank processes), mpi (--hosts). */
+/* The features of the loaded library (burst_build_features: cpu, and where built vulkan, cuda,
+ * fabric (libfabric: rank processes), research-settings), then mpi where this burstrun has it
+ * (--hosts), space-separated. */
 const char *meta_features(void);
 
 /* The commit of the source tree ("unknown" outside a git checkout; "-dirty" when modified). */

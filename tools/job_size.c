@@ -120,19 +120,17 @@ uint64_t job_memory_limit(void)
     return best;
 }
 
-/* Does backend "auto" keep its memory in this machine's memory here? Asked once. */
+/* Does backend "auto" surely keep its memory in this machine's memory? Where BURST_BACKEND
+ * says cpu, or where the library has no GPU backend. The launcher does not create a context to
+ * find out (that would start a GPU's driver in it before every job): where auto may resolve to
+ * a GPU backend, its scratch is not counted. */
 static int auto_is_host(void)
 {
-    static int known = -1;
-    if (known < 0) {
-        struct burst_context_params cp = burst_context_params_default();
-        struct burst_context *ctx = NULL;
-        cp.backend = "auto";
-        cp.num_threads = 1;
-        known = burst_context_create(&cp, &ctx) == BURST_OK && !burst_context_device_memory(ctx);
-        burst_context_destroy(ctx);
-    }
-    return known;
+    const char *be = NULL;
+    if (burst_setting_string("BURST_BACKEND", &be) == BURST_OK && be)
+        return strcmp(be, "cpu") == 0;
+    const char *f = burst_build_features();
+    return !strstr(f, "vulkan") && !strstr(f, "cuda");
 }
 
 int job_scratch_bytes(const struct job_params *p, const char *backends, uint64_t *bytes_p,
