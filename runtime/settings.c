@@ -391,8 +391,10 @@ burst_status_t burst_settings_check(void)
 /* The row of a setting named name, or a named error. */
 static burst_status_t row_of_name(const char *who, const char *name, const void *value, int *row)
 {
-    if (!name || !value)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: name or value is NULL", who);
+    if (!name)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: name is NULL", who);
+    if (!value)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: value is NULL (for %.64s)", who, name);
     *row = strchr(name, '=') ? -1 : row_of_entry(name);
     if (*row < 0)
         return burst_error(BURST_ERR_INVALID_ARG,

@@ -65,8 +65,10 @@ typedef enum burst_log_level {
 /*
  * A message for the program. `subsystem` ("runtime", "cpu", "vulkan", "cuda", "transport") and
  * `message` (one line, no trailing newline) are valid only during the call; `rank` is the rank
- * the message concerns, or -1. The callback must not call burst functions (a message may come
- * from inside one, with its locks held) and should return quickly.
+ * the message concerns, or -1. A message may come from inside any burst function, with its
+ * locks held, and the logger's own lock is held during the call: the callback may call only
+ * burst_log_level_str and burst_log_enabled, never another burst function (burst_set_log_*
+ * would deadlock), and should return quickly.
  */
 typedef void (*burst_log_fn)(void *user, burst_log_level_t level, const char *subsystem, int rank,
                              const char *message);
@@ -83,8 +85,9 @@ BURST_API void burst_set_log_callback(burst_log_fn fn, void *user);
  * is unset or empty (the person running the program keeps the last word). With them set, the
  * default sink prints; spec = NULL forgets them. Either way BURST_LOG, BURST_LOG_FILE and
  * BURST_RANK are read from the environment again, and a log file the default sink opened is
- * closed (the next message opens the pattern's file as it then expands). A malformed spec fails
- * with BURST_ERR_INVALID_ARG naming it and changes nothing. Thread-safe, process-wide.
+ * closed (the next message opens the pattern's file as it then expands). A malformed spec (""
+ * included: pass NULL for none) fails with BURST_ERR_INVALID_ARG naming it and changes nothing.
+ * Thread-safe, process-wide.
  */
 BURST_API burst_status_t burst_set_log_levels(const char *spec);
 

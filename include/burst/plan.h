@@ -200,7 +200,9 @@ BURST_API uint64_t burst_plan_workspace_bytes(const struct burst_plan *plan);
  * call may take; a GPU backend whose kernel writes the outputs itself may take less
  * (statistics' scratch_bytes), and there scratch is device memory. With measure_speed the
  * shards are not known before measuring: the estimate is the even split's, and measured shards
- * may be larger. Since API 0.4.
+ * may be larger. BURST_ERR_INVALID_ARG naming the argument for a NULL params or bytes, a size
+ * outside 1..65536 or params of another API version; bytes is written only on success. Since
+ * API 0.4.
  */
 BURST_API burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *params,
                                                        int size, uint64_t *bytes);
