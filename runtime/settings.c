@@ -22,22 +22,23 @@ extern char **environ;
 #define BURST_RESEARCH_SETTINGS 0
 #endif
 
-/* Row builders: an integer in lo..hi, a 0/1 switch, one of a list, free text. */
+/* Row builders: an integer in lo..hi, a 0/1 switch, one of a list, free text; free text that
+ * its reader checks (CHECKED: `bad` is one text it refuses), free text with a syntax checked by
+ * fn (SYNTAX: struct burst_setting.check, `bad` one text it refuses). Every field is given (the
+ * compilers' missing-initializer warning), and the row's name is pasted by the builder itself
+ * (a name such as LOG is also a macro below). */
 #define INT(n, sc, d, l, h, sh, r, doc)                                                            \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_INT, sc, d, l, h, NULL, sh, r, 0, doc, NULL}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_INT, sc, d, l, h, NULL, sh, r, 0, doc, NULL, 0}
 #define BOOL(n, sc, d, r, doc)                                                                     \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_BOOL, sc, d, 0, 1, NULL, #d, r, 0, doc, NULL}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_BOOL, sc, d, 0, 1, NULL, #d, r, 0, doc, NULL, 0}
 #define CHOICE(n, sc, d, ch, sh, r, doc)                                                           \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc, NULL}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_CHOICE, sc, d, 0, 0, ch, sh, r, 0, doc, 0, 0}
 #define STRING(n, sc, sh, r, doc)                                                                  \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, r, 0, doc, NULL}
-/* free text that its reader checks: `bad` is one text it refuses */
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, 0, sh, r, 0, doc, 0, 0}
 #define CHECKED(n, sc, sh, bad, doc)                                                               \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, bad}
-/* free text with a syntax, checked by fn (struct burst_setting.check); `bad` is one text it
- * refuses */
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, 0, sh, 0, 0, doc, bad, 0}
 #define SYNTAX(n, sc, sh, fn, bad, doc)                                                            \
-    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, NULL, sh, 0, 0, doc, bad, fn}
+    [BURST_SET_##n] = {"BURST_" #n, BURST_SETTING_STRING, sc, 0, 0, 0, 0, sh, 0, 0, doc, bad, fn}
 
 #define CTX BURST_SCOPE_CONTEXT
 #define CPU BURST_SCOPE_CPU
@@ -144,7 +145,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     INT(SIZE, LAUNCH, 0, 1, 65536, "", 0, "ranks in the job (set by the launcher)"),
     STRING(RENDEZVOUS, LAUNCH, "", 0, "host:port of the job's rendezvous (set by the launcher)"),
     [BURST_SET_JOB_KEY] = {"BURST_JOB_KEY", BURST_SETTING_STRING, LAUNCH, 0, 0, 0, NULL, "", 0, 1,
-                           "the job's secret key (set by the launcher; never printed)", "xyz"},
+                           "the job's secret key (set by the launcher; never printed)", "xyz",
+                           NULL},
 
     CHOICE(FAB_PROGRESS, FAB, 0, "thread,caller", "thread", 0,
            "who drives libfabric progress: a progress thread or the caller"),
