@@ -163,7 +163,7 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
         grep -q "^result   PASS" "$TMP/out" || fail "--bind-to $how: check did not pass"
     done
     # the rank processes run where the report says: each one's Cpus_allowed_list (/proc), read
-    # while a slow rank keeps the job running (read again for up to 2 s: a task the kernel
+    # while a slow rank keeps the job running (read again for up to 2 s: a process the kernel
     # keeps on one CPU for a moment, e.g. just forked, shows that CPU alone)
     BURST_FAULT=slow:rank=1,ms=200 "$BR" -n 2 $SMALL --iters 8 --fabric "$PROV" --bind-to core \
         --verbose >"$TMP/bind" 2>&1 &

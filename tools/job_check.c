@@ -26,7 +26,7 @@ struct check_ctx {
     const int64_t *rows; /* sampled natural positions (forward only), or NULL = all rows */
     int64_t nrows;
     int do_bwd;
-    int ntasks; /* B * Hkv */
+    int nunits; /* B * Hkv */
     int next;
     pthread_mutex_t mu;
     struct job_err err[JOB_NTENSORS];
@@ -73,7 +73,7 @@ static double global_at(const struct job *j, const void *base, int heads, int64_
     return job_load_elem(base, p->dtype, i);
 }
 
-/* The gradients of one sub-problem (one kv head, gs query heads, natural order, as check_task
+/* The gradients of one sub-problem (one kv head, gs query heads, natural order, as check_unit
  * lays them out) with every term replaced by its magnitude: dS_ij = P_ij (dP_ij - D_i) becomes
  * P_ij (|dP_ij| + |D_i|). Their largest elements go to err[JOB_DQ .. JOB_DV].max_terms. */
 struct terms_in {
@@ -153,15 +153,15 @@ static int grad_terms(const struct terms_in *in, struct job_err *err)
     return 0;
 }
 
-/* One task: batch b, kv head g with its group of Hq/Hkv query heads, as a sub-problem. */
-static int check_task(struct check_ctx *c, int task, struct job_err *err)
+/* One unit: batch b, kv head g with its group of Hq/Hkv query heads, as a sub-problem. */
+static int check_unit(struct check_ctx *c, int unit, struct job_err *err)
 {
     const struct job *j = c->j;
     const struct job_params *p = j->p;
     int gs = p->q_heads / p->kv_heads;
     int d = p->head_dim;
-    int64_t n = p->seq_len, b = task / p->kv_heads;
-    int g = task % p->kv_heads;
+    int64_t n = p->seq_len, b = unit / p->kv_heads;
+    int g = unit % p->kv_heads;
     int64_t nrows = c->rows ? c->nrows : n;
     size_t qn = (size_t)n * gs * d, kn = (size_t)n * d, on = (size_t)nrows * gs * d;
     double *qd = malloc(qn * sizeof(double)), *kd = malloc(kn * sizeof(double)),
@@ -264,9 +264,9 @@ static void *check_worker(void *arg)
         pthread_mutex_lock(&c->mu);
         int t = c->next++;
         pthread_mutex_unlock(&c->mu);
-        if (t >= c->ntasks)
+        if (t >= c->nunits)
             break;
-        if (check_task(c, t, err) != 0)
+        if (check_unit(c, t, err) != 0)
             bad = 1;
     }
     pthread_mutex_lock(&c->mu);
@@ -318,7 +318,7 @@ int job_run_check(struct job *j, struct job_result *r)
     memset(&c, 0, sizeof(c));
     c.j = j;
     c.do_bwd = p->check_bwd && p->run_bwd;
-    c.ntasks = (int)p->batch * p->kv_heads;
+    c.nunits = (int)p->batch * p->kv_heads;
     if (p->check_fwd < 2 && !c.do_bwd) {
         int64_t *rows = sample_rows(j, &c.nrows);
         if (!rows) {
@@ -330,8 +330,8 @@ int job_run_check(struct job *j, struct job_result *r)
     pthread_mutex_init(&c.mu, NULL);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nw = (int)(ncpu > 0 ? ncpu : 1);
-    if (nw > c.ntasks)
-        nw = c.ntasks;
+    if (nw > c.nunits)
+        nw = c.nunits;
     if (nw > 256)
         nw = 256;
     pthread_t th[256];

@@ -28,7 +28,7 @@
  * Texts are not NUL-terminated on the wire; receivers copy them into bounded buffers and
  * replace non-printable bytes.
  *
- * Session: the rank connects, sends HELLO and waits for WELCOME (or REFUSED: wrong key, rank out
+ * Protocol: the rank connects, sends HELLO and waits for WELCOME (or REFUSED: wrong key, rank out
  * of range or taken, size mismatch, job already failed). Then rounds k = 1, 2, ... of GATHER:
  * once every rank sent its blob of round k, the server sends each the GATHERED of round k
  * (blobs in rank order). The connection then stays open as the job's control channel: ABORT

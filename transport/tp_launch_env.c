@@ -115,7 +115,7 @@ static int rank0_host(const char *who, struct burst_launch_env *le, int slurm)
     if (burst_launch_first_host(list, le->host, sizeof(le->host)) != 0) {
         burst_error(BURST_ERR_INVALID_ARG,
                     "%s: %s = \"%.64s\" is not a Slurm node list (set MASTER_ADDR to the host of "
-                    "task 0)",
+                    "SLURM_PROCID 0)",
                     who, list_var, list);
         return -1;
     }

@@ -7,8 +7,8 @@
  *
  *   torchrun   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun, torch.distributed.launch,
  *              and any launcher or script that sets the same four)
- *   slurm      SLURM_PROCID, SLURM_NTASKS (srun), the host of task 0 from MASTER_ADDR, else
- *              the first host of SLURM_STEP_NODELIST, else of SLURM_JOB_NODELIST
+ *   slurm      SLURM_PROCID, SLURM_NTASKS (srun), the host of SLURM_PROCID 0 from MASTER_ADDR,
+ *              else the first host of SLURM_STEP_NODELIST, else of SLURM_JOB_NODELIST
  *
  * torchrun's variables win when both sets are present (torchrun started by srun). No launcher
  * of these carries a secret, so BURST_JOB_KEY must be in the environment of every rank.
