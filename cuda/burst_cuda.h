@@ -185,9 +185,9 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * made the kernel spill at D = 128; 32 at D = 256, so that K, V and three stages fit) */
 #define BURST_CUDA_WG_DKDV_BQ(D) ((D) > 192 ? 32 : (D) > 64 ? 48 : 64)
 /* Hopper backward: the classes whose dK/dV kernel also adds dQ with atomics where the plan
- * allows it (not deterministic): the classes without column blocks. Above D = 128 a column
- * block would recompute S^T and dP^T for its share of dQ too, and its dS, P and staging tiles
- * would leave room for 32-row query tiles only, which ran slower than the separate dQ kernel. */
+ * allows it (not deterministic): the classes without column blocks. Above D = 128 each column
+ * block would recompute S^T and dP^T for its share of dQ too, with the query tiles cut to 32
+ * rows so that the dS, P and staging tiles fit: more work than the separate dQ kernel's. */
 #define BURST_CUDA_WG_DQ_ATOMIC(D) ((D) <= BURST_CUDA_WG_BWD_MAX)
 /* Hopper backward: columns of dK and dV one block of the dK/dV kernel accumulates, whole 64-column
  * panels; above D = 128 the D / cols blocks of a key tile each compute S^T and dP^T over the
