@@ -43,6 +43,10 @@ struct burst_fwd_args {
     struct burst_posmap kpos;     /* positions of k rows */
     struct burst_mask mask;
     float scale; /* softmax scale tau */
+    /* Logit soft-capping: > 0 replaces each scaled score s = tau q.k by softcap * tanh(s /
+     * softcap) before the softmax; 0 = off. Only where the backend's features hold
+     * BURST_BE_SOFTCAP (the engine refuses the plan elsewhere). */
+    float softcap;
     /* Running results, updated in place with the log-sum-exp merge of ALGORITHM.md section 1.
      * Initialised by the engine to o_acc = 0, lse_acc = -inf. Rows with no allowed key in this
      * block must be left bit-for-bit unchanged. */
@@ -62,18 +66,26 @@ struct burst_bwd_args {
     struct burst_posmap kpos;
     struct burst_mask mask;
     float scale;
-    float *dq; /* [B, nq, Hq, d] fp32, += tau * dS K */
-    float *dk; /* [B, nk, Hkv, d] fp32, += tau * dS^T Q (summed over the heads of a group) */
-    float *dv; /* [B, nk, Hkv, d] fp32, += P^T dO (summed over the heads of a group) */
+    float softcap; /* as in burst_fwd_args; the gradient goes through the cap */
+    float *dq;     /* [B, nq, Hq, d] fp32, += tau * dS K */
+    float *dk;     /* [B, nk, Hkv, d] fp32, += tau * dS^T Q (summed over the heads of a group) */
+    float *dv;     /* [B, nk, Hkv, d] fp32, += P^T dO (summed over the heads of a group) */
     /* the plan's deterministic flag: nonzero forbids float atomics (bitwise-identical reruns);
      * zero lets a backend add into the accumulators in any order */
     int deterministic;
 };
 
+/* burst_backend_ops.features */
+#define BURST_BE_DOCS 1u    /* masks with documents (burst_mask.docs) */
+#define BURST_BE_SOFTCAP 2u /* soft-capped scores (burst_fwd_args.softcap) */
+
 struct burst_backend_ops {
     /* ---- core: what the backend is, its instance, what it says about devices without one ---- */
     size_t size;      /* sizeof(struct burst_backend_ops) */
     const char *name; /* "cpu" */
+    /* What the step kernels handle beyond plain masked attention (BURST_BE_* bits): a plan
+     * needing a feature that a rank's backend lacks is refused, naming backend and feature. */
+    unsigned features;
     /* Create an instance, or BURST_ERR_NO_DEVICE (with a message) if unusable here. */
     burst_status_t (*create)(const struct burst_context_params *params, void **be_p);
     void (*destroy)(void *be);

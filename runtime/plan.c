@@ -218,6 +218,21 @@ burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in,
     return st;
 }
 
+/* The plan's features that this rank's backend must handle (BURST_BE_*). */
+static burst_status_t check_backend_features(const char *who, const struct burst_plan_params *p,
+                                             const struct burst_backend_ops *ops)
+{
+    if (p->doc_lens && p->num_docs > 1 && !(ops->features & BURST_BE_DOCS))
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: params->num_docs = %lld: backend %s does not run documents", who,
+                           (long long)p->num_docs, ops->name);
+    if (p->softcap > 0.0f && !(ops->features & BURST_BE_SOFTCAP))
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: params->softcap = %g: backend %s does not run soft-capping", who,
+                           (double)p->softcap, ops->name);
+    return BURST_OK;
+}
+
 burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *comm,
                                  const struct burst_plan_params *in, struct burst_plan **plan_p)
 {
@@ -241,6 +256,8 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     }
     if (st == BURST_OK)
         st = check_ranks_per_node(who, params, comm->size);
+    if (st == BURST_OK)
+        st = check_backend_features(who, params, ctx->ops);
     if (st != BURST_OK) {
         if (st != BURST_ERR_COMM_FAILED)
             burst_comm_abort(comm, st); /* peers in the handshake must not wait for us */

@@ -39,6 +39,9 @@ struct burst_plan_params burst_plan_params_default(void)
         .shard_weights = NULL,
         .measure_speed = 0,
         .workspace_limit = 0,
+        .doc_lens = NULL,
+        .num_docs = 0,
+        .softcap = 0.0f,
     };
     return p;
 }
@@ -50,7 +53,8 @@ struct burst_plan_params burst_plan_params_copy(const struct burst_plan_params *
     struct burst_plan_params p = burst_plan_params_default();
     unsigned minor = in->api_version & 0xffffu;
     memcpy(&p, in,
-           minor >= 3   ? sizeof(p)
+           minor >= 5   ? sizeof(p)
+           : minor >= 3 ? offsetof(struct burst_plan_params, doc_lens)
            : minor == 2 ? offsetof(struct burst_plan_params, workspace_limit)
                         : offsetof(struct burst_plan_params, shard_weights));
     return p;
@@ -111,6 +115,31 @@ burst_status_t burst_plan_params_validate(const char *who, const struct burst_pl
          who, p->measure_speed, p->shard_lens ? "shard_lens" : "shard_weights");
     NEED(p->acc_wire == BURST_WIRE_FP32 || p->acc_wire == BURST_WIRE_INPUT, BURST_ERR_INVALID_ARG,
          "%s: params->acc_wire = %d is not a burst_wire_precision_t", who, (int)p->acc_wire);
+    NEED(isfinite(p->softcap) && p->softcap >= 0.0f, BURST_ERR_INVALID_ARG,
+         "%s: params->softcap = %g must be finite and > 0 (or 0 for no cap)", who,
+         (double)p->softcap);
+    NEED(p->doc_lens ? p->num_docs >= 1 : p->num_docs == 0, BURST_ERR_INVALID_ARG,
+         "%s: params->num_docs = %lld %s", who, (long long)p->num_docs,
+         p->doc_lens ? "must be >= 1 with params->doc_lens set"
+                     : "must be 0 when params->doc_lens is NULL");
+    NEED(p->num_docs <= p->seq_len, BURST_ERR_INVALID_ARG,
+         "%s: params->num_docs = %lld exceeds params->seq_len = %lld (documents hold >= 1 token)",
+         who, (long long)p->num_docs, (long long)p->seq_len);
+    if (p->doc_lens) {
+        int64_t sum = 0;
+        for (int64_t t = 0; t < p->num_docs; t++) {
+            NEED(p->doc_lens[t] >= 1, BURST_ERR_INVALID_ARG,
+                 "%s: params->doc_lens[%lld] = %lld must be >= 1", who, (long long)t,
+                 (long long)p->doc_lens[t]);
+            NEED(p->doc_lens[t] <= p->seq_len - sum, BURST_ERR_INVALID_ARG,
+                 "%s: params->doc_lens sums past params->seq_len = %lld at index %lld", who,
+                 (long long)p->seq_len, (long long)t);
+            sum += p->doc_lens[t];
+        }
+        NEED(sum == p->seq_len, BURST_ERR_INVALID_ARG,
+             "%s: params->doc_lens sum to %lld, not params->seq_len = %lld", who, (long long)sum,
+             (long long)p->seq_len);
+    }
     int64_t h = p->q_heads > p->kv_heads ? p->q_heads : p->kv_heads;
     NEED(p->seq_len <= MAX_ELEMS / p->batch / h / p->head_dim, BURST_ERR_TOO_LARGE,
          "%s: params->batch * seq_len * heads * head_dim = %lld * %lld * %lld * %d is too large",

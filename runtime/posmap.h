@@ -27,11 +27,18 @@ struct burst_posmap {
     } run[BURST_POSMAP_MAX_RUNS];
 };
 
-/* Allowed iff q_pos - left <= k_pos <= q_pos + right. left/right are >= 0 or BURST_POS_INF;
- * causal is folded into right (right = min(right, 0)). */
+/* Allowed iff q_pos - left <= k_pos <= q_pos + right and both positions lie in one document.
+ * left/right are >= 0 or BURST_POS_INF; causal is folded into right (right = min(right, 0)).
+ * Documents (packed sequences): docs holds ndocs + 1 ascending global positions, docs[0] = 0 <
+ * docs[1] < ... < docs[ndocs] = N, and document t is the positions [docs[t], docs[t + 1]).
+ * docs = NULL (ndocs 0 or 1) is one document. The table is host memory that outlives the call.
+ * Documents are contiguous runs of positions, so a query's allowed keys stay one interval of
+ * positions, and both its ends still increase with the query position. */
 struct burst_mask {
     int64_t left;
     int64_t right;
+    const int64_t *docs;
+    int64_t ndocs;
 };
 
 static inline int64_t burst_posmap_len(const struct burst_posmap *m)
@@ -62,13 +69,45 @@ static inline int64_t burst_posmap_count_le(const struct burst_posmap *m, int64_
     return n;
 }
 
+/* The document holding global position pos: positions [*beg, *end). With no documents
+ * [-BURST_POS_INF, BURST_POS_INF). Binary search over the table. */
+static inline void burst_mask_doc(struct burst_mask mask, int64_t pos, int64_t *beg, int64_t *end)
+{
+    if (!mask.docs || mask.ndocs <= 1) {
+        *beg = -BURST_POS_INF;
+        *end = BURST_POS_INF;
+        return;
+    }
+    int64_t lo = 0, hi = mask.ndocs; /* docs[lo] <= pos < docs[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (mask.docs[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *beg = mask.docs[lo];
+    *end = mask.docs[hi];
+}
+
+/* Allowed key positions [*lo, *hi] (inclusive; empty when *lo > *hi) of a query at qpos. */
+static inline void burst_mask_span(struct burst_mask mask, int64_t qpos, int64_t *lo, int64_t *hi)
+{
+    int64_t db, de;
+    burst_mask_doc(mask, qpos, &db, &de);
+    int64_t l = mask.left >= BURST_POS_INF ? -BURST_POS_INF : qpos - mask.left;
+    int64_t h = mask.right >= BURST_POS_INF ? BURST_POS_INF : qpos + mask.right;
+    *lo = l > db ? l : db;
+    *hi = h < de - 1 ? h : de - 1;
+}
+
 /* Allowed key interval [*kbeg, *kend) of local key rows for a query at global position qpos
  * (empty when *kbeg >= *kend). */
 static inline void burst_mask_keys(const struct burst_posmap *k, struct burst_mask mask,
                                    int64_t qpos, int64_t *kbeg, int64_t *kend)
 {
-    int64_t lo = mask.left >= BURST_POS_INF ? -BURST_POS_INF : qpos - mask.left;
-    int64_t hi = mask.right >= BURST_POS_INF ? BURST_POS_INF : qpos + mask.right;
+    int64_t lo, hi;
+    burst_mask_span(mask, qpos, &lo, &hi);
     *kbeg = burst_posmap_count_le(k, lo - 1);
     *kend = burst_posmap_count_le(k, hi);
 }
@@ -81,6 +120,14 @@ static inline int burst_mask_all(const struct burst_posmap *q, const struct burs
     int64_t nq = burst_posmap_len(q), nk = burst_posmap_len(k);
     if (nq == 0 || nk == 0)
         return 1;
+    if (mask.docs && mask.ndocs > 1) { /* one document must hold every q and k position */
+        int64_t q0 = burst_posmap_pos(q, 0), k0 = burst_posmap_pos(k, 0);
+        int64_t q1 = burst_posmap_pos(q, nq - 1), k1 = burst_posmap_pos(k, nk - 1);
+        int64_t db, de;
+        burst_mask_doc(mask, q0 < k0 ? q0 : k0, &db, &de);
+        if ((q1 > k1 ? q1 : k1) >= de)
+            return 0;
+    }
     return (mask.left >= BURST_POS_INF ||
             burst_posmap_pos(q, nq - 1) - mask.left <= burst_posmap_pos(k, 0)) &&
            (mask.right >= BURST_POS_INF ||
@@ -90,7 +137,9 @@ static inline int burst_mask_all(const struct burst_posmap *q, const struct burs
 /* Is key position kpos allowed for query position qpos? */
 static inline int burst_mask_allows(struct burst_mask mask, int64_t qpos, int64_t kpos)
 {
-    return (mask.left >= BURST_POS_INF || kpos >= qpos - mask.left) &&
+    int64_t db, de;
+    burst_mask_doc(mask, qpos, &db, &de);
+    return kpos >= db && kpos < de && (mask.left >= BURST_POS_INF || kpos >= qpos - mask.left) &&
            (mask.right >= BURST_POS_INF || kpos <= qpos + mask.right);
 }
 

@@ -223,7 +223,7 @@ struct burst_posmap burst_shards_posmap(const struct burst_shards *s, int rank)
 
 struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t window_right)
 {
-    struct burst_mask m;
+    struct burst_mask m = {.docs = NULL, .ndocs = 0};
     m.left = window_left < 0 ? BURST_POS_INF : window_left;
     m.right = window_right < 0 ? BURST_POS_INF : window_right;
     if (causal && m.right > 0)

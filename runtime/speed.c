@@ -42,7 +42,7 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
         .v = &vt,
         .qpos = qpos,
         .kpos = kpos,
-        .mask = {BURST_POS_INF, BURST_POS_INF},
+        .mask = {.left = BURST_POS_INF, .right = BURST_POS_INF},
         .scale = 1.0f,
         .o_acc = o,
         .lse_acc = lse,

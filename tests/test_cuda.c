@@ -198,7 +198,7 @@ static const struct op_case op_cases[] = {
      90,
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
-     {INF, -1}},
+     {INF, -1, NULL, 0}},
     {"stride3_causal_bf16",
      BF16,
      128,
@@ -208,7 +208,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 130, 1, 3}}},
      {1, {{0, 100, 0, 3}}},
-     {INF, 0}},
+     {INF, 0, NULL, 0}},
     {"stride3_strict_fp16_d64",
      F16,
      64,
@@ -218,7 +218,7 @@ static const struct op_case op_cases[] = {
      150,
      {1, {{0, 150, 2, 3}}},
      {1, {{0, 150, 2, 3}}},
-     {INF, -1}},
+     {INF, -1, NULL, 0}},
     {"window_two_runs_bf16_d64",
      BF16,
      64,
@@ -228,7 +228,7 @@ static const struct op_case op_cases[] = {
      120,
      {2, {{0, 100, 0, 1}, {100, 100, 500, 1}}},
      {1, {{0, 120, 60, 1}}},
-     {40, 3}},
+     {40, 3, NULL, 0}},
     /* causal, the keys after most queries: the first 128-row tile sees no key at all (a block
      * of the forward that returns before its tile loop) */
     {"late_keys_causal_bf16_d128",
@@ -240,7 +240,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
-     {INF, 0}},
+     {INF, 0, NULL, 0}},
     /* causal, the keys after every query: key tiles that no query sees (a block of the dK/dV
      * kernel that returns before its loop) */
     {"early_queries_causal_fp16_d64",
@@ -252,7 +252,7 @@ static const struct op_case op_cases[] = {
      300,
      {1, {{0, 100, 0, 1}}},
      {1, {{0, 300, 0, 1}}},
-     {INF, 0}},
+     {INF, 0, NULL, 0}},
     /* classes other than 64 / 128, with d inside the class: the padding columns stay untouched */
     {"stride3_causal_bf16_d40",
      BF16,
@@ -263,7 +263,7 @@ static const struct op_case op_cases[] = {
      140,
      {1, {{0, 170, 1, 3}}},
      {1, {{0, 140, 0, 3}}},
-     {INF, 0}},
+     {INF, 0, NULL, 0}},
     {"two_runs_window_fp16_d200",
      F16,
      200,
@@ -273,7 +273,7 @@ static const struct op_case op_cases[] = {
      130,
      {2, {{0, 75, 0, 1}, {75, 75, 300, 1}}},
      {1, {{0, 130, 40, 1}}},
-     {60, 5}},
+     {60, 5, NULL, 0}},
     {"late_keys_causal_bf16_d96",
      BF16,
      96,
@@ -283,7 +283,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
-     {INF, 0}},
+     {INF, 0, NULL, 0}},
     {"window_fp32_d136",
      F32,
      136,
@@ -293,7 +293,7 @@ static const struct op_case op_cases[] = {
      70,
      {1, {{0, 50, 30, 1}}},
      {1, {{0, 70, 0, 1}}},
-     {10, 10}},
+     {10, 10, NULL, 0}},
 };
 
 static float op_rand(uint64_t *st)

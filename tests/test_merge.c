@@ -107,8 +107,8 @@ static void fwd(const struct rows *q, const struct rows *k, const struct rows *v
                 struct burst_mask mask, float *o_acc, float *lse_acc)
 {
     struct burst_tensor qt = rows_tensor(q), kt = rows_tensor(k), vt = rows_tensor(v);
-    struct burst_fwd_args a = {&qt,  &kt, &vt,   rows_posmap(q), rows_posmap(k),
-                               mask, tau, o_acc, lse_acc};
+    struct burst_fwd_args a = {&qt,  &kt, &vt,  rows_posmap(q), rows_posmap(k),
+                               mask, tau, 0.0f, o_acc,          lse_acc};
     assert_int_equal(burst_cpu_backend_ops.fwd_step(be, &a), BURST_OK);
 }
 
@@ -211,9 +211,9 @@ static double rel_diff_d(const float *x, const double *y, size_t n)
     return worst;
 }
 
-static const struct burst_mask full = {BURST_POS_INF, BURST_POS_INF};
-static const struct burst_mask causal = {BURST_POS_INF, 0};
-static const struct burst_mask window30 = {30, BURST_POS_INF};
+static const struct burst_mask full = {.left = BURST_POS_INF, .right = BURST_POS_INF};
+static const struct burst_mask causal = {.left = BURST_POS_INF, .right = 0};
+static const struct burst_mask window30 = {.left = 30, .right = BURST_POS_INF};
 
 static void order_independence(burst_dtype_t dt, struct burst_mask mask)
 {
@@ -308,7 +308,7 @@ static void empty_partial(burst_dtype_t dt)
     const size_t no = (size_t)B * NQ * HQ * D, nl = (size_t)B * HQ * NQ;
     float *o = malloc(no * 4), *l = malloc(nl * 4), *o2 = malloc(no * 4), *l2 = malloc(nl * 4);
     assert_true(o && l && o2 && l2);
-    const struct burst_mask causal_win = {30, 0};
+    const struct burst_mask causal_win = {.left = 30, .right = 0};
 
     /* fresh accumulators stay (0, -inf), bit for bit */
     acc_init(o, l);
@@ -393,8 +393,9 @@ static void test_masked_rows(void **state)
     struct burst_tensor dot = rows_tensor(&dout), qt = rows_tensor(&q), kt = rows_tensor(&k),
                         vt = rows_tensor(&v);
     assert_int_equal(burst_cpu_backend_ops.bwd_delta(be, &dot, &ot, delta), BURST_OK);
-    struct burst_bwd_args a = {&qt,    &kt, &vt, &dot, l,  delta, rows_posmap(&q), rows_posmap(&k),
-                               causal, tau, dq,  dk,   dv, 0};
+    struct burst_bwd_args a = {
+        &qt, &kt,  &vt, &dot, l,  delta, rows_posmap(&q), rows_posmap(&k), causal,
+        tau, 0.0f, dq,  dk,   dv, 0};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a), BURST_OK);
 
     /* fp64 gradients of this single-block problem */
@@ -457,8 +458,8 @@ static void test_masked_rows(void **state)
     memcpy(dq2, dq, no * 4);
     struct burst_tensor kft = rows_tensor(&kf), vft = rows_tensor(&vf);
     struct burst_bwd_args a2 = {
-        &qt,    &kft, &vft, &dot, l,   delta, rows_posmap(&q), rows_posmap(&kf),
-        causal, tau,  dq2,  dk2,  dv2, 0};
+        &qt, &kft, &vft, &dot, l,   delta, rows_posmap(&q), rows_posmap(&kf), causal,
+        tau, 0.0f, dq2,  dk2,  dv2, 0};
     assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a2), BURST_OK);
     assert_memory_equal(dq2, dq, no * 4);
     for (size_t i = 0; i < nk; i++)

@@ -124,6 +124,20 @@ struct burst_plan_params {
      *   UINT64_MAX: never split (the most scratch, one ring per call).
      * Ranks must pass equal values (the handshake compares field "workspace_limit"). */
     uint64_t workspace_limit;
+
+    /* ---- since API 0.5: read only when api_version's minor is >= 5 ---- */
+
+    /* Optional: packed documents (the cu_seqlens convention of variable-length batches). The
+     * sequence is num_docs documents laid end to end, of lengths doc_lens[0], doc_lens[1], ...
+     * (each >= 1, summing to seq_len, no other rule); a query attends only keys of its own
+     * document, on top of the causal mask and the window. NULL = one document (num_docs is then
+     * 0). Copied. Ranks must pass equal lengths (handshake field "doc_lens"). */
+    const int64_t *doc_lens;
+    int64_t num_docs;
+    /* Logit soft-capping: > 0 replaces every scaled score s = tau q.k by
+     * softcap * tanh(s / softcap) before the softmax, forward and backward (Gemma 2 uses 50);
+     * 0 = off (default). Finite. */
+    float softcap;
 };
 
 /* Defaults: B = 1, full attention, natural layout, burst backward, fp32 accumulators, fp32
