@@ -985,15 +985,15 @@ static int harness_reference(struct harness_problem *p)
         if (!p->ref[t] || !p->extra[t])
             return -1;
     }
-    struct ref_problem rp = {p->B,
-                             p->N,
-                             p->Hq,
-                             p->Hkv,
-                             p->d,
-                             p->scale,
-                             p->c.causal,
-                             p->c.window_left,
-                             p->c.window_right};
+    struct ref_problem rp = {.batch = p->B,
+                             .seq_len = p->N,
+                             .q_heads = p->Hq,
+                             .kv_heads = p->Hkv,
+                             .head_dim = p->d,
+                             .scale = p->scale,
+                             .causal = p->c.causal,
+                             .window_left = p->c.window_left,
+                             .window_right = p->c.window_right};
     ref_forward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->ref[H_O], p->ref[H_LSE]);
     ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
                  p->ref[H_DK], p->ref[H_DV]);

@@ -1,7 +1,9 @@
 /*
  * tests/test_ref.c - the fp64 reference checks itself, so that the other tests can trust it:
  * gradients against central finite differences of f = sum(O * dO), ref_forward_rows against
- * ref_forward, softmax weights summing to one, GQA head mapping, and the mask convention.
+ * ref_forward, softmax weights summing to one, GQA head mapping, and the mask convention;
+ * with packed documents, soft-capping and sinks: their gradients likewise, documents equal to
+ * attention over each document alone, and a sink equal to one more key whose value is zero.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,11 +50,17 @@ static void check_grad(const struct ref_problem *p, uint64_t seed)
            *dv = malloc(nkv * sizeof *dv), *o = malloc(nq * sizeof *o),
            *lse = malloc((size_t)(p->batch * p->q_heads * p->seq_len) * sizeof *lse);
     assert_true(dq && dk && dv && o && lse);
-    ref_backward(p, q, k, v, dout, dq, dk, dv);
-    double *xs[3] = {q, k, v}, *gs[3] = {dq, dk, dv};
-    const size_t ns[3] = {nq, nkv, nkv};
+    double *sinks = p->sinks ? rnd(&st, (size_t)p->q_heads, 2.0) : NULL;
+    double *dsinks = malloc((size_t)p->q_heads * sizeof *dsinks);
+    assert_non_null(dsinks);
+    struct ref_problem ps = *p;
+    ps.sinks = sinks;
+    p = &ps;
+    ref_backward_sinks(p, q, k, v, dout, dq, dk, dv, dsinks);
+    double *xs[4] = {q, k, v, sinks}, *gs[4] = {dq, dk, dv, dsinks};
+    const size_t ns[4] = {nq, nkv, nkv, sinks ? (size_t)p->q_heads : 0};
     const double h = 1e-5;
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < ns[t]; i++) {
             const double x0 = xs[t][i];
             xs[t][i] = x0 + h;
@@ -67,28 +75,171 @@ static void check_grad(const struct ref_problem *p, uint64_t seed)
                          gs[t][i], fd);
         }
     free(q), free(k), free(v), free(dout), free(dq), free(dk), free(dv), free(o), free(lse);
+    free(sinks), free(dsinks);
 }
 
 static void test_grad_full(void **state)
 {
     (void)state;
-    struct ref_problem p = {2, 5, 2, 2, 8, 0.4, 0, -1, -1};
+    struct ref_problem p = {.batch = 2,
+                            .seq_len = 5,
+                            .q_heads = 2,
+                            .kv_heads = 2,
+                            .head_dim = 8,
+                            .scale = 0.4,
+                            .window_left = -1,
+                            .window_right = -1};
     check_grad(&p, harness_seed() + 1);
 }
 
 static void test_grad_causal_window_gqa(void **state)
 {
     (void)state;
-    struct ref_problem p = {1, 7, 4, 2, 8, 0.35, 1, 2, -1};
+    struct ref_problem p = {.batch = 1,
+                            .seq_len = 7,
+                            .q_heads = 4,
+                            .kv_heads = 2,
+                            .head_dim = 8,
+                            .scale = 0.35,
+                            .causal = 1,
+                            .window_left = 2,
+                            .window_right = -1};
     check_grad(&p, harness_seed() + 2);
-    struct ref_problem p2 = {1, 6, 4, 1, 8, 0.35, 0, 1, 2};
+    struct ref_problem p2 = {.batch = 1,
+                             .seq_len = 6,
+                             .q_heads = 4,
+                             .kv_heads = 1,
+                             .head_dim = 8,
+                             .scale = 0.35,
+                             .window_left = 1,
+                             .window_right = 2};
     check_grad(&p2, harness_seed() + 3);
+}
+
+static const double sink_marker[1] = {0}; /* check_grad: non-NULL asks for random sinks */
+
+static void test_grad_docs_softcap_sinks(void **state)
+{
+    (void)state;
+    const int64_t docs[4] = {1, 3, 2, 4}; /* lengths 1 and 2 among them */
+    struct ref_problem p = {.batch = 2,
+                            .seq_len = 10,
+                            .q_heads = 4,
+                            .kv_heads = 2,
+                            .head_dim = 8,
+                            .scale = 0.9,
+                            .causal = 1,
+                            .window_left = -1,
+                            .window_right = -1,
+                            .doc_lens = docs,
+                            .num_docs = 4};
+    check_grad(&p, harness_seed() + 5);
+    p.causal = 0;
+    p.softcap = 1.5; /* scores up to ~|0.9 * 8 * 2.25| = 16: deep in tanh's bend */
+    check_grad(&p, harness_seed() + 6);
+    p.sinks = sink_marker;
+    p.window_left = 1;
+    check_grad(&p, harness_seed() + 7);
+    struct ref_problem p2 = {.batch = 1,
+                             .seq_len = 5,
+                             .q_heads = 2,
+                             .kv_heads = 1,
+                             .head_dim = 8,
+                             .scale = 0.4,
+                             .window_left = -1,
+                             .window_right = 0,
+                             .sinks = sink_marker};
+    check_grad(&p2, harness_seed() + 8);
+}
+
+/* Documents: the packed result equals each document run alone; a sink equals one more key
+ * (a score of the sink's value, a zero value vector) in front of every row. */
+static void test_docs_and_sinks_meaning(void **state)
+{
+    (void)state;
+    enum {
+        N = 9,
+        H = 2,
+        D = 8
+    };
+    const int64_t docs[3] = {4, 1, 4};
+    struct ref_problem p = {.batch = 1,
+                            .seq_len = N,
+                            .q_heads = H,
+                            .kv_heads = H,
+                            .head_dim = D,
+                            .scale = 0.5,
+                            .causal = 1,
+                            .window_left = -1,
+                            .window_right = -1,
+                            .doc_lens = docs,
+                            .num_docs = 3};
+    uint64_t st = harness_seed() + 9;
+    double *q = rnd(&st, N * H * D, 2), *k = rnd(&st, N * H * D, 2), *v = rnd(&st, N * H * D, 1);
+    double o[N * H * D], lse[H * N], o1[N * H * D], lse1[H * N];
+    ref_forward(&p, q, k, v, o, lse);
+    int64_t start = 0;
+    for (int t = 0; t < 3; t++) {
+        struct ref_problem pd = p;
+        pd.seq_len = docs[t];
+        pd.doc_lens = NULL;
+        pd.num_docs = 0;
+        ref_forward(&pd, q + start * H * D, k + start * H * D, v + start * H * D, o1, lse1);
+        for (int64_t i = 0; i < docs[t] * H * D; i++)
+            assert_true(fabs(o1[i] - o[start * H * D + i]) < 1e-12);
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < docs[t]; i++)
+                assert_true(fabs(lse1[h * docs[t] + i] - lse[h * N + start + i]) < 1e-12);
+        start += docs[t];
+    }
+    const double sinks[H] = {0.7, -1.3};
+    struct ref_problem ps = {.batch = 1,
+                             .seq_len = N,
+                             .q_heads = H,
+                             .kv_heads = H,
+                             .head_dim = D,
+                             .scale = 0.5,
+                             .window_left = -1,
+                             .window_right = -1,
+                             .sinks = sinks};
+    ref_forward(&ps, q, k, v, o, lse);
+    for (int h = 0; h < H; h++)
+        for (int64_t i = 0; i < N; i++) {
+            /* softmax over {sink, scores}: compare against a direct sum */
+            double s[N], m = sinks[h];
+            for (int64_t j = 0; j < N; j++) {
+                double dot = 0;
+                for (int c = 0; c < D; c++)
+                    dot += q[(i * H + h) * D + c] * k[(j * H + h) * D + c];
+                s[j] = 0.5 * dot;
+                m = s[j] > m ? s[j] : m;
+            }
+            double sum = exp(sinks[h] - m);
+            for (int64_t j = 0; j < N; j++)
+                sum += exp(s[j] - m);
+            assert_true(fabs(lse[h * N + i] - (m + log(sum))) < 1e-12);
+            for (int c = 0; c < D; c++) {
+                double acc = 0;
+                for (int64_t j = 0; j < N; j++)
+                    acc += exp(s[j] - m) / sum * v[(j * H + h) * D + c];
+                assert_true(fabs(o[(i * H + h) * D + c] - acc) < 1e-12);
+            }
+        }
+    free(q), free(k), free(v);
 }
 
 static void test_rows_and_weights(void **state)
 {
     (void)state;
-    struct ref_problem p = {2, 9, 4, 2, 16, 0.25, 1, 3, -1};
+    struct ref_problem p = {.batch = 2,
+                            .seq_len = 9,
+                            .q_heads = 4,
+                            .kv_heads = 2,
+                            .head_dim = 16,
+                            .scale = 0.25,
+                            .causal = 1,
+                            .window_left = 3,
+                            .window_right = -1};
     uint64_t st = harness_seed() + 4;
     const size_t nq = 2 * 9 * 4 * 16, nkv = 2 * 9 * 2 * 16;
     double *q = rnd(&st, nq, 2), *k = rnd(&st, nkv, 2), *v = malloc(nkv * sizeof *v);
@@ -124,6 +275,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_full),
         cmocka_unit_test(test_grad_causal_window_gqa),
+        cmocka_unit_test(test_grad_docs_softcap_sinks),
+        cmocka_unit_test(test_docs_and_sinks_meaning),
         cmocka_unit_test(test_rows_and_weights),
     };
     return cmocka_run_group_tests_name("ref", tests, NULL, NULL);

@@ -5,8 +5,11 @@
  * Whole-sequence, single-device, natural token order. Layouts: q, o, dout, dq [B, N, Hq, d];
  * k, v, dk, dv [B, N, Hkv, d]; lse [B, Hq, N]; all contiguous doubles. Query head h uses kv head
  * h / (Hq / Hkv). Position i may attend j iff (left < 0 || j >= i - left) &&
- * (right < 0 || j <= i + right) && (!causal || j <= i). A row with no allowed key has
- * lse = -INFINITY, o = 0 and contributes zero gradients.
+ * (right < 0 || j <= i + right) && (!causal || j <= i), and i, j lie in one document. Scores
+ * are scale q.k, or softcap * tanh(scale q.k / softcap) when softcap > 0. A sink (per query
+ * head) is one more score of that value in every row's softmax, whose value vector is zero: it
+ * enters lse and scales o down. A row with no allowed key and no sink has lse = -INFINITY, o = 0
+ * and contributes zero gradients.
  */
 #ifndef BURST_TESTS_REF_H
 #define BURST_TESTS_REF_H
@@ -23,6 +26,11 @@ struct ref_problem {
     int causal;
     int64_t window_left;  /* -1 = unbounded */
     int64_t window_right; /* -1 = unbounded */
+    /* Packed documents: num_docs lengths summing to seq_len; NULL (or num_docs <= 1) = one. */
+    const int64_t *doc_lens;
+    int64_t num_docs;
+    double softcap;      /* > 0: scores capped at +-softcap through tanh; 0 = off */
+    const double *sinks; /* [Hq] sink logits, or NULL */
 };
 
 void ref_forward(const struct ref_problem *p, const double *q, const double *k, const double *v,
@@ -37,5 +45,11 @@ void ref_forward_rows(const struct ref_problem *p, const double *q, const double
 /* Gradients of sum(o * dout). Cost O(N^2 * H * d); memory O(N * H * d). */
 void ref_backward(const struct ref_problem *p, const double *q, const double *k, const double *v,
                   const double *dout, double *dq, double *dk, double *dv);
+
+/* The same, and the gradient of the sinks, dsinks [Hq] (summed over batch and rows; zero when
+ * p->sinks is NULL). dsinks may be NULL. */
+void ref_backward_sinks(const struct ref_problem *p, const double *q, const double *k,
+                        const double *v, const double *dout, double *dq, double *dk, double *dv,
+                        double *dsinks);
 
 #endif /* BURST_TESTS_REF_H */
