@@ -455,7 +455,7 @@ void harness_case_str(const struct harness_case *c, char *buf, size_t len)
 {
     static const char *lay[] = {"natural", "zigzag", "striped"};
     static const char *bwd[] = {"burst", "ring", "auto"};
-    char lens[192] = "";
+    char lens[384] = "";
     size_t o = 0;
     if (c->shard_lens) {
         o += (size_t)snprintf(lens, sizeof lens, " lens=");
@@ -470,7 +470,15 @@ void harness_case_str(const struct harness_case *c, char *buf, size_t len)
                                   c->shard_weights[r]);
     }
     if (c->backends && o < sizeof lens)
-        snprintf(lens + o, sizeof lens - o, " backends=%s", c->backends);
+        o += (size_t)snprintf(lens + o, sizeof lens - o, " backends=%s", c->backends);
+    if (c->doc_lens && o < sizeof lens) {
+        o += (size_t)snprintf(lens + o, sizeof lens - o, " docs=");
+        for (int64_t t = 0; t < c->num_docs && o < sizeof lens; t++)
+            o += (size_t)snprintf(lens + o, sizeof lens - o, "%s%lld", t ? "," : "",
+                                  (long long)c->doc_lens[t]);
+    }
+    if (c->softcap > 0.0f && o < sizeof lens)
+        snprintf(lens + o, sizeof lens - o, " softcap=%g", (double)c->softcap);
     snprintf(buf, len,
              "%s: G=%d B=%lld N=%lld Hq=%d Hkv=%d d=%d %s%s window=(%lld,%lld) %s bwd=%s "
              "wire=%s scale=%g amp=%g grid=%g pad=%d det=%d L=%d%s",
@@ -576,6 +584,9 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     pp.deterministic = c->deterministic;
     pp.ranks_per_node = c->ranks_per_node;
     pp.workspace_limit = c->workspace_limit;
+    pp.doc_lens = c->doc_lens;
+    pp.num_docs = c->num_docs;
+    pp.softcap = c->softcap;
     p->params = pp;
 
     const int G = p->G;
@@ -993,7 +1004,10 @@ static int harness_reference(struct harness_problem *p)
                              .scale = p->scale,
                              .causal = p->c.causal,
                              .window_left = p->c.window_left,
-                             .window_right = p->c.window_right};
+                             .window_right = p->c.window_right,
+                             .doc_lens = p->c.doc_lens,
+                             .num_docs = p->c.num_docs,
+                             .softcap = p->c.softcap};
     ref_forward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->ref[H_O], p->ref[H_LSE]);
     ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
                  p->ref[H_DK], p->ref[H_DV]);

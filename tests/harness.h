@@ -172,6 +172,9 @@ struct harness_case {
     int ranks_per_node;       /* two-level ring: L ranks per node (divides ranks); 0 = flat ring */
     uint64_t workspace_limit; /* plan.workspace_limit: 0 = default, small = head groups */
     uint64_t seed;            /* 0 = harness_seed() mixed with the case name */
+    const int64_t *doc_lens;  /* plan.doc_lens: packed documents (NULL = one) */
+    int64_t num_docs;
+    float softcap; /* plan.softcap: 0 = off */
 };
 
 enum harness_tensor {
