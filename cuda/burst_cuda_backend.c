@@ -170,6 +170,8 @@ static void burst_cuda_destroy(void *be)
         cudaDeviceSynchronize();
     burst_cuda_ipc_close(cb->device); /* other processes' blocks mapped for the ring */
     burst_cuda_share_fini(cb);        /* other backends' memory imported for the ring */
+    cudaFree(cb->docs_dev);
+    free(cb->docs_host);
     free(cb);
 }
 
@@ -425,6 +427,46 @@ static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct bur
     return burst_cuda_class_kind(&cb->caps, cb->mma, bwd ? cb->wgmma_bwd : cb->wgmma, s->d, bwd);
 }
 
+/* Point s->mask.docs at a device copy of the host table it holds (none: nothing to do). The copy
+ * is kept while steps bring the same table; another table is copied on the calling thread's
+ * stream, after the kernels that still read the old one. */
+static burst_status_t burst_cuda_docs(struct burst_cuda_backend *cb, const char *op,
+                                      struct burst_cuda_step *s)
+{
+    if (!s->mask.docs || s->mask.ndocs <= 1) {
+        s->mask.docs = NULL;
+        return BURST_OK;
+    }
+    const int64_t n = s->mask.ndocs + 1;
+    const size_t bytes = (size_t)n * sizeof(int64_t);
+    if (n != cb->docs_n || memcmp(cb->docs_host, s->mask.docs, bytes) != 0) {
+        if (n > cb->docs_cap) {
+            int64_t *h = realloc(cb->docs_host, bytes);
+            if (!h)
+                return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents",
+                                   op, (long long)s->mask.ndocs);
+            cb->docs_host = h;
+            cudaError_t e = cudaFreeAsync(cb->docs_dev, cudaStreamPerThread);
+            cb->docs_dev = NULL;
+            cb->docs_n = cb->docs_cap = 0;
+            if (e == cudaSuccess)
+                e = cudaMallocAsync((void **)&cb->docs_dev, bytes, cudaStreamPerThread);
+            if (e != cudaSuccess)
+                return burst_cuda_status(e, "document table: allocation");
+            cb->docs_cap = n;
+        }
+        cb->docs_n = 0; /* until the copy is queued */
+        cudaError_t e = cudaMemcpyAsync(cb->docs_dev, s->mask.docs, bytes, cudaMemcpyHostToDevice,
+                                        cudaStreamPerThread);
+        if (e != cudaSuccess)
+            return burst_cuda_status(e, "document table: copy");
+        memcpy(cb->docs_host, s->mask.docs, bytes);
+        cb->docs_n = n;
+    }
+    s->mask.docs = cb->docs_dev;
+    return BURST_OK;
+}
+
 /* Enter the device for op (a "cuda ..." name) and launch the step s with the kernel kind
  * burst_cuda_kind chooses; a launch error names op. */
 static burst_status_t burst_cuda_run(struct burst_cuda_backend *cb, const char *op,
@@ -434,9 +476,12 @@ static burst_status_t burst_cuda_run(struct burst_cuda_backend *cb, const char *
     burst_status_t st = burst_cuda_enter(cb, op + 5); /* op without "cuda " */
     if (st != BURST_OK)
         return st;
+    struct burst_cuda_step sd = *s;
+    if ((st = burst_cuda_docs(cb, op, &sd)) != BURST_OK)
+        return st;
     char what[32];
     snprintf(what, sizeof what, "%s: launch", op + 5);
-    return burst_cuda_status((cudaError_t)launch(s, burst_cuda_kind(cb, s, bwd), cb->caps.sms),
+    return burst_cuda_status((cudaError_t)launch(&sd, burst_cuda_kind(cb, &sd, bwd), cb->caps.sms),
                              what);
 }
 
@@ -533,6 +578,7 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.kpos = a->kpos;
     s.mask = a->mask;
     s.scale = a->scale;
+    s.softcap = a->softcap;
     return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
 
@@ -606,6 +652,7 @@ static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct
     s.kpos = a->kpos;
     s.mask = a->mask;
     s.scale = a->scale;
+    s.softcap = a->softcap;
     s.lse = a->lse;
     s.delta = a->delta;
     s.dq = a->dq;
@@ -634,6 +681,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
 const struct burst_backend_ops burst_cuda_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "cuda",
+    .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
     .create = burst_cuda_create,
     .destroy = burst_cuda_destroy,
     .num_threads = burst_cuda_num_threads,

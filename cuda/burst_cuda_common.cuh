@@ -142,13 +142,38 @@ __device__ __forceinline__ int64_t burst_dcount_le(const struct burst_posmap &m,
     return n;
 }
 
+/* The document of global position p, [*db, *de): a binary search of the step's document table
+ * (device memory here); the whole line without documents. */
+__device__ __forceinline__ void burst_ddoc(const struct burst_cuda_step &s, int64_t p, int64_t *db,
+                                           int64_t *de)
+{
+    if (!s.mask.docs || s.mask.ndocs <= 1) {
+        *db = -BURST_POS_INF;
+        *de = BURST_POS_INF;
+        return;
+    }
+    int64_t lo = 0, hi = s.mask.ndocs; /* docs[lo] <= p < docs[hi] */
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (s.mask.docs[mid] <= p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *db = s.mask.docs[lo];
+    *de = s.mask.docs[hi];
+}
+
 /* Allowed local key interval [*kb, *ke) of local query row i, clamped to [0, nk]. */
 __device__ __forceinline__ void burst_dkeys(const struct burst_cuda_step &s, int64_t i, int64_t *kb,
                                             int64_t *ke)
 {
-    int64_t p = burst_dpos(s.qpos, i);
+    int64_t p = burst_dpos(s.qpos, i), db, de;
+    burst_ddoc(s, p, &db, &de);
     int64_t lo = s.mask.left >= BURST_POS_INF ? -BURST_POS_INF : p - s.mask.left;
     int64_t hi = s.mask.right >= BURST_POS_INF ? BURST_POS_INF : p + s.mask.right;
+    lo = lo > db ? lo : db;
+    hi = hi < de - 1 ? hi : de - 1;
     int64_t b = burst_dcount_le(s.kpos, lo - 1), e = burst_dcount_le(s.kpos, hi);
     b = b < 0 ? 0 : b;
     e = e > s.nk ? s.nk : e;
@@ -159,14 +184,17 @@ __device__ __forceinline__ void burst_dkeys(const struct burst_cuda_step &s, int
 }
 
 /* Allowed local query interval of local key row j: queries whose interval contains j. Because
- * both position maps increase and the mask is a band, this is one interval too: the queries with
- * position in [kp - right, kp + left]. */
+ * both position maps increase and the mask is a band within documents, this is one interval too:
+ * the queries of j's document with position in [kp - right, kp + left]. */
 __device__ __forceinline__ void burst_dqueries(const struct burst_cuda_step &s, int64_t j,
                                                int64_t *ib, int64_t *ie)
 {
-    int64_t p = burst_dpos(s.kpos, j);
+    int64_t p = burst_dpos(s.kpos, j), db, de;
+    burst_ddoc(s, p, &db, &de); /* one document holds both ends of an allowed pair */
     int64_t lo = s.mask.right >= BURST_POS_INF ? -BURST_POS_INF : p - s.mask.right;
     int64_t hi = s.mask.left >= BURST_POS_INF ? BURST_POS_INF : p + s.mask.left;
+    lo = lo > db ? lo : db;
+    hi = hi < de - 1 ? hi : de - 1;
     int64_t b = burst_dcount_le(s.qpos, lo - 1), e = burst_dcount_le(s.qpos, hi);
     b = b < 0 ? 0 : b;
     e = e > s.nq ? s.nq : e;
@@ -174,6 +202,49 @@ __device__ __forceinline__ void burst_dqueries(const struct burst_cuda_step &s, 
         e = b;
     *ib = b;
     *ie = e;
+}
+
+/* ---- logit soft-capping (burst_cuda_step.softcap > 0) ----
+ * The kernels hold raw scores r = q.k and apply tau in the exponent, so the cap is applied to r:
+ * r' = (C / tau) tanh(r tau / C), whose scaled score tau r' = C tanh(tau r / C). tanh(x) =
+ * 1 - 2 / (2^(2 x log2 e) + 1) on the special-function unit: ex2.approx (relative error 2^-22)
+ * and rcp.approx (1 ulp), an absolute error of about 1e-7 in tanh, 1e-7 C in the scaled score
+ * (fp32 rounding of the score itself is larger wherever |tau r| > C / 100); |x| large saturates to
+ * exactly +-1. */
+struct burst_dcap {
+    float in;  /* 2 log2(e) tau / C: r -> the exponent of 2 above */
+    float out; /* C / tau */
+    float k;   /* 1 / (C log2 e): the backward's slope from P */
+};
+
+__host__ __device__ __forceinline__ struct burst_dcap burst_dcap_of(const struct burst_cuda_step &s)
+{
+    struct burst_dcap c = {0.0f, 0.0f, 0.0f};
+    if (s.softcap > 0.0f) {
+        c.in = 2.0f * 1.4426950408889634f * s.scale / s.softcap;
+        c.out = s.softcap / s.scale;
+        c.k = 1.0f / (s.softcap * 1.4426950408889634f);
+    }
+    return c;
+}
+
+__device__ __forceinline__ float burst_dcap_score(const struct burst_dcap &c, float r)
+{
+    float e, q;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(e) : "f"(r * c.in));
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(q) : "f"(e + 1.0f));
+    return c.out * fmaf(-2.0f, q, 1.0f);
+}
+
+/* d(tau r') / d(tau r) = 1 - tanh^2 from a backward's P = 2^(tau r' log2 e - l2) and its row's l2
+ * (lse log2 e): tanh = (log2 P + l2) / (C log2 e), clamped to [-1, 1] so that P = 0 (a masked or
+ * underflowed pair, whose dS is 0 whatever the slope) gives a finite slope. */
+__device__ __forceinline__ float burst_dcap_slope(const struct burst_dcap &c, float p, float l2)
+{
+    float lg;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(lg) : "f"(p));
+    const float t = fminf(fmaxf((lg + l2) * c.k, -1.0f), 1.0f);
+    return fmaf(-t, t, 1.0f);
 }
 
 #endif /* BURST_CUDA_COMMON_CUH */

@@ -44,6 +44,10 @@
     .head_dim = 64, .dtype = F32, .window_left = -1, .window_right = -1,                           \
     .layout = BURST_LAYOUT_NATURAL, .bwd = BURST_BWD_BURST
 
+/* documents: lengths 1 and 2 among long ones (1100 and 300 tokens) */
+static const int64_t cuda_docs[6] = {1, 2, 300, 129, 600, 68};
+static const int64_t cuda_docs_short[4] = {2, 1, 150, 147};
+
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Woverride-init"
@@ -124,6 +128,20 @@ static const struct harness_case cases[] = {
     {CASE("tf32_d64_large_scores", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4, .causal = 1},
     {CASE("one_token", 1), .causal = 1},
     {CASE("tiny_scale", 40), .softmax_scale = 1e-3f},
+    /* packed documents and soft-capping through the plan, on the tensor-core kernels of both
+     * generations (long enough for several key tiles), the SIMT ones and 3xTF32 */
+    {CASE("docs_bf16_d128_causal", 1100), .head_dim = 128, .dtype = BF16, .causal = 1,
+     .doc_lens = cuda_docs, .num_docs = 6},
+    {CASE("docs_fp16_d64_window_gqa4", 1100), .q_heads = 8, .kv_heads = 2, .dtype = F16,
+     .window_left = 90, .window_right = 20, .doc_lens = cuda_docs, .num_docs = 6},
+    {CASE("docs_softcap_bf16_d96_2ranks", 1100), .ranks = 2, .head_dim = 96, .dtype = BF16,
+     .causal = 1, .doc_lens = cuda_docs, .num_docs = 6, .softcap = 5.0f},
+    {CASE("softcap_bf16_d128_large_scores", 700), .head_dim = 128, .dtype = BF16, .causal = 1,
+     .amp = 4.0, .softcap = 30.0f},
+    {CASE("softcap_fp16_d256", 300), .q_heads = 1, .kv_heads = 1, .head_dim = 256, .dtype = F16,
+     .causal = 1, .amp = 4.0, .softcap = 10.0f},
+    {CASE("softcap_tf32_d72_docs", 300), .head_dim = 72, .softcap = 3.0f, .amp = 3.0,
+     .doc_lens = cuda_docs_short, .num_docs = 4},
 };
 /* rerun bitwise */
 static const struct harness_case det[] = {
@@ -184,9 +202,12 @@ struct op_case {
     int64_t nq, nk;
     struct burst_posmap qpos, kpos;
     struct burst_mask mask;
+    float softcap; /* 0 = off */
 };
 
 #define INF BURST_POS_INF
+/* seven documents over positions 0..299: lengths 1, 2, 17, 36, 100, 4, 140 */
+static const int64_t op_docs[8] = {0, 1, 3, 20, 56, 156, 160, 300};
 static const struct op_case op_cases[] = {
     /* zigzag-like two runs for q, one run for k, strictly causal */
     {"two_runs_strict_fp32",
@@ -198,7 +219,8 @@ static const struct op_case op_cases[] = {
      90,
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
-     {INF, -1, NULL, 0}},
+     {INF, -1, NULL, 0},
+     0.0f},
     {"stride3_causal_bf16",
      BF16,
      128,
@@ -208,7 +230,8 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 130, 1, 3}}},
      {1, {{0, 100, 0, 3}}},
-     {INF, 0, NULL, 0}},
+     {INF, 0, NULL, 0},
+     0.0f},
     {"stride3_strict_fp16_d64",
      F16,
      64,
@@ -218,7 +241,8 @@ static const struct op_case op_cases[] = {
      150,
      {1, {{0, 150, 2, 3}}},
      {1, {{0, 150, 2, 3}}},
-     {INF, -1, NULL, 0}},
+     {INF, -1, NULL, 0},
+     0.0f},
     {"window_two_runs_bf16_d64",
      BF16,
      64,
@@ -228,7 +252,8 @@ static const struct op_case op_cases[] = {
      120,
      {2, {{0, 100, 0, 1}, {100, 100, 500, 1}}},
      {1, {{0, 120, 60, 1}}},
-     {40, 3, NULL, 0}},
+     {40, 3, NULL, 0},
+     0.0f},
     /* causal, the keys after most queries: the first 128-row tile sees no key at all (a block
      * of the forward that returns before its tile loop) */
     {"late_keys_causal_bf16_d128",
@@ -240,7 +265,8 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
-     {INF, 0, NULL, 0}},
+     {INF, 0, NULL, 0},
+     0.0f},
     /* causal, the keys after every query: key tiles that no query sees (a block of the dK/dV
      * kernel that returns before its loop) */
     {"early_queries_causal_fp16_d64",
@@ -252,7 +278,8 @@ static const struct op_case op_cases[] = {
      300,
      {1, {{0, 100, 0, 1}}},
      {1, {{0, 300, 0, 1}}},
-     {INF, 0, NULL, 0}},
+     {INF, 0, NULL, 0},
+     0.0f},
     /* classes other than 64 / 128, with d inside the class: the padding columns stay untouched */
     {"stride3_causal_bf16_d40",
      BF16,
@@ -263,7 +290,8 @@ static const struct op_case op_cases[] = {
      140,
      {1, {{0, 170, 1, 3}}},
      {1, {{0, 140, 0, 3}}},
-     {INF, 0, NULL, 0}},
+     {INF, 0, NULL, 0},
+     0.0f},
     {"two_runs_window_fp16_d200",
      F16,
      200,
@@ -273,7 +301,8 @@ static const struct op_case op_cases[] = {
      130,
      {2, {{0, 75, 0, 1}, {75, 75, 300, 1}}},
      {1, {{0, 130, 40, 1}}},
-     {60, 5, NULL, 0}},
+     {60, 5, NULL, 0},
+     0.0f},
     {"late_keys_causal_bf16_d96",
      BF16,
      96,
@@ -283,7 +312,8 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
-     {INF, 0, NULL, 0}},
+     {INF, 0, NULL, 0},
+     0.0f},
     {"window_fp32_d136",
      F32,
      136,
@@ -293,7 +323,65 @@ static const struct op_case op_cases[] = {
      70,
      {1, {{0, 50, 30, 1}}},
      {1, {{0, 70, 0, 1}}},
-     {10, 10, NULL, 0}},
+     {10, 10, NULL, 0},
+     0.0f},
+    /* packed documents (lengths 1, 2 and longer; boundaries inside both runs of q and inside a
+     * tile) and soft-capped scores, on every kernel family */
+    {"docs_two_runs_causal_bf16",
+     BF16,
+     64,
+     2,
+     1,
+     70,
+     90,
+     {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
+     {1, {{0, 90, 20, 1}}},
+     {INF, 0, op_docs, 7},
+     0.0f},
+    {"docs_softcap_window_fp16_d128",
+     F16,
+     128,
+     2,
+     2,
+     70,
+     90,
+     {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
+     {1, {{0, 90, 20, 1}}},
+     {60, 8, op_docs, 7},
+     5.0f},
+    {"softcap_causal_bf16_d96",
+     BF16,
+     96,
+     4,
+     2,
+     100,
+     130,
+     {1, {{0, 100, 30, 1}}},
+     {1, {{0, 130, 0, 1}}},
+     {INF, 0, NULL, 0},
+     2.0f},
+    {"softcap_docs_stride3_fp32_d32",
+     F32,
+     32,
+     2,
+     1,
+     100,
+     100,
+     {1, {{0, 100, 1, 3}}},
+     {1, {{0, 100, 0, 3}}},
+     {INF, 0, op_docs, 7},
+     3.0f},
+    {"softcap_full_fp16_d256",
+     F16,
+     256,
+     1,
+     1,
+     60,
+     80,
+     {1, {{0, 60, 0, 1}}},
+     {1, {{0, 80, 0, 1}}},
+     {INF, INF, NULL, 0},
+     30.0f},
 };
 
 static float op_rand(uint64_t *st)
@@ -412,6 +500,7 @@ static void test_ops(void **state)
                                     .kpos = c->kpos,
                                     .mask = c->mask,
                                     .scale = 0.3f,
+                                    .softcap = c->softcap,
                                     .o_acc = o1,
                                     .lse_acc = l1};
         assert_int_equal(cpu->fwd_step(cpu_be, &fa), BURST_OK);
@@ -454,6 +543,7 @@ static void test_ops(void **state)
                                     .kpos = c->kpos,
                                     .mask = c->mask,
                                     .scale = 0.3f,
+                                    .softcap = c->softcap,
                                     .dq = g1,
                                     .dk = g1 + no,
                                     .dv = g1 + no + nkv};
@@ -560,6 +650,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
                                     .kpos = c->kpos,
                                     .mask = c->mask,
                                     .scale = 0.3f,
+                                    .softcap = c->softcap,
                                     .dq = acc,
                                     .dk = acc + nqe,
                                     .dv = acc + nqe + nke,
@@ -674,7 +765,8 @@ static void test_final(void **state)
                                     .qpos = c->qpos,
                                     .kpos = c->kpos,
                                     .mask = c->mask,
-                                    .scale = 0.3f};
+                                    .scale = 0.3f,
+                                    .softcap = c->softcap};
         burst_status_t r = cu->fwd_final(ctx->be, &fa, &o, ld);
         assert_int_equal(cu->sync(ctx->be), BURST_OK);
         assert_int_equal(burst_context_memcpy(ctx, got, od, obytes), BURST_OK);

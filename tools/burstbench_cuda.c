@@ -19,6 +19,8 @@
  *   burstbench_cuda [--seqs 4096,16384] [--dims 64,128] [--masks full,causal]
  *                   [--dtypes bf16,fp16] [--heads 32 | --width 2048] [--batch 1] [--iters 5]
  *                   [--bwd-max-seq 16384] [--impl burst] [--csv FILE] [--save DIR]
+ *                   [--softcap C]
+ * --softcap C soft-caps the scores (plan softcap, C * tanh(s / C)); the check applies it too.
  */
 #include <math.h>
 #include <stdint.h>
@@ -101,9 +103,10 @@ static double host_val(burst_dtype_t dt, const void *h, size_t i)
 }
 
 /* Max |O - ref| / max |ref| over 16 rows (b, h, i) spread over [B, N, H, d] O, with ref the
- * fp64 attention of the host inputs (scale 1 / sqrt(d), key j allowed when !causal or j <= i). */
+ * fp64 attention of the host inputs (scale 1 / sqrt(d), scores soft-capped by cap > 0, key j
+ * allowed when !causal or j <= i). */
 static double check_rows(burst_dtype_t dt, const void *q, const void *k, const void *v,
-                         const void *o, long B, long N, long H, long d, int causal)
+                         const void *o, long B, long N, long H, long d, int causal, double cap)
 {
     double err = 0, mag = 0, *p = malloc((size_t)N * sizeof *p);
     if (!p)
@@ -120,6 +123,8 @@ static double check_rows(burst_dtype_t dt, const void *q, const void *k, const v
             for (long c = 0; c < d; c++)
                 x += host_val(dt, q, qrow + c) * host_val(dt, k, krow + c);
             p[j] = x / sqrt((double)d);
+            if (cap > 0)
+                p[j] = cap * tanh(p[j] / cap);
             mx = p[j] > mx ? p[j] : mx;
         }
         for (long j = 0; j < je; j++)
@@ -188,6 +193,7 @@ struct bench_opts {
     burst_dtype_t dts[3];
     long heads, batch, bwd_max, width;
     const char *csv, *impl, *save;
+    double softcap;
 };
 
 /* The command line into *o (the defaults where a flag is absent): 0, or 2 after a message. */
@@ -225,6 +231,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             csv = v;
         else if (!strcmp(a, "--save") && v)
             save = v;
+        else if (!strcmp(a, "--softcap") && v)
+            o->softcap = atof(v);
         else if (!strcmp(a, "--masks") && v) {
             nmask = 0;
             if (strstr(v, "full"))
@@ -278,6 +286,7 @@ static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FI
     pp.head_dim = (int)d;
     pp.dtype = dt;
     pp.causal = causal;
+    pp.softcap = (float)opt->softcap;
     /* the kernels' speed: one ring per call, never head groups (their memory
      * and time trade-off is tools/burstbench_ring.py's --workspace) */
     pp.workspace_limit = UINT64_MAX;
@@ -332,7 +341,7 @@ static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FI
         /* the last forward's O against the fp64 reference */
         double err = NAN;
         if (burst_context_memcpy(ctx, ho, o, cnt * burst_dtype_size(dt)) == BURST_OK)
-            err = check_rows(dt, hq, hk, hv, ho, batch, N, heads, d, causal);
+            err = check_rows(dt, hq, hk, hv, ho, batch, N, heads, d, causal, opt->softcap);
         const double bound = dt == BURST_DTYPE_BF16   ? 0x1p-7
                              : dt == BURST_DTYPE_FP16 ? 0x1p-10
                                                       : 1e-4;
@@ -375,7 +384,7 @@ next:
 
 int main(int argc, char **argv)
 {
-    struct bench_opts o;
+    struct bench_opts o = {.softcap = 0.0};
     if (parse_args(argc, argv, &o) != 0)
         return 2;
     long heads = o.heads;
