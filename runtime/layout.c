@@ -275,6 +275,29 @@ burst_status_t burst_layout_plan_position(const struct burst_plan_params *params
     return st;
 }
 
+burst_status_t burst_layout_plan_positions(const struct burst_plan_params *params, int ranks,
+                                           int rank, int64_t *positions_p)
+{
+    static const char *who = "burst_layout_plan_positions";
+    burst_error_clear();
+    if (!positions_p)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: positions_p is NULL", who);
+    struct burst_shards s;
+    burst_status_t st = params_shards(who, params, ranks, &s);
+    if (st != BURST_OK)
+        return st;
+    if (rank < 0 || rank >= ranks) {
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: rank = %d is not in 0..%d", who, rank,
+                         ranks - 1);
+    } else {
+        struct burst_posmap m = burst_shards_posmap(&s, rank);
+        for (int64_t i = 0; i < s.lens[rank]; i++)
+            positions_p[i] = burst_posmap_pos(&m, i);
+    }
+    burst_shards_fini(&s);
+    return st;
+}
+
 burst_status_t burst_layout_plan_permute(const struct burst_plan_params *params, int ranks,
                                          const struct burst_tensor *natural,
                                          struct burst_tensor *permuted)

@@ -348,12 +348,15 @@ static void test_layout_helpers(void **state)
     assert_memory_equal(nat, back, sizeof nat);
     int64_t even = 0;
     for (int r = 0; r < G; r++) {
+        int64_t all[NN];
+        assert_int_equal(burst_layout_plan_positions(&pp, G, r, all), BURST_OK);
         assert_int_equal(burst_layout_shard_len(BURST_LAYOUT_ZIGZAG, NN, G, r, &even), BURST_OK);
         printf("rank %d: %lld tokens (even zigzag %lld):", r, (long long)lens[r], (long long)even);
         for (int64_t i = 0; i < lens[r]; i++) {
             int64_t pos = -1;
             assert_int_equal(burst_layout_plan_position(&pp, G, r, i, &pos), BURST_OK);
             assert_int_equal((int64_t)perm[sum + i], pos);
+            assert_int_equal(all[i], pos);
             printf(" %lld", (long long)pos);
         }
         printf("\n");

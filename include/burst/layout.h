@@ -112,6 +112,8 @@ BURST_API burst_status_t burst_layout_unpermute_lens(burst_layout_t layout, int 
  *   burst_layout_plan_lens      lens_p[ranks] receives every rank's shard length; the permuted
  *                               order (below) lays them end to end in rank order;
  *   burst_layout_plan_position  global position of local row `local` of rank `rank`;
+ *   burst_layout_plan_positions positions_p[lens[rank]] receives the global positions of every
+ *                               local row of rank `rank` at once (increasing);
  *   burst_layout_plan_permute / _unpermute  as burst_layout_permute, with shape[1] == seq_len.
  */
 BURST_API burst_status_t burst_layout_plan_lens(const struct burst_plan_params *params, int ranks,
@@ -119,6 +121,8 @@ BURST_API burst_status_t burst_layout_plan_lens(const struct burst_plan_params *
 BURST_API burst_status_t burst_layout_plan_position(const struct burst_plan_params *params,
                                                     int ranks, int rank, int64_t local,
                                                     int64_t *pos_p);
+BURST_API burst_status_t burst_layout_plan_positions(const struct burst_plan_params *params,
+                                                     int ranks, int rank, int64_t *positions_p);
 BURST_API burst_status_t burst_layout_plan_permute(const struct burst_plan_params *params,
                                                    int ranks, const struct burst_tensor *natural,
                                                    struct burst_tensor *permuted);
