@@ -1250,6 +1250,41 @@ static void layout_permute_errors(void **state)
     check_untouched(f);
 }
 
+/* burst_layout_plan_*: the parameters validated as by burst_plan_create, then their own
+ * arguments; outputs untouched on every error */
+static void layout_plan_errors(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_plan_params pp = f->pp;
+    int64_t lens[4] = {77, 77, 77, 77}, pos = 77, all[N];
+    EXPECT(burst_layout_plan_lens(NULL, 4, lens), INVALID, "params", "NULL");
+    EXPECT(burst_layout_plan_lens(&pp, 0, lens), INVALID, "ranks", "0");
+    EXPECT(burst_layout_plan_lens(&pp, 4, NULL), INVALID, "lens_p", "NULL");
+    EXPECT(burst_layout_plan_position(&pp, 4, 4, 0, &pos), INVALID, "rank", "4");
+    EXPECT(burst_layout_plan_position(&pp, 4, 0, 4, &pos), INVALID, "local", "4");
+    EXPECT(burst_layout_plan_position(&pp, 4, 0, 0, NULL), INVALID, "pos_p", "NULL");
+    EXPECT(burst_layout_plan_positions(&pp, 4, -1, all), INVALID, "rank", "-1");
+    EXPECT(burst_layout_plan_positions(&pp, 4, 0, NULL), INVALID, "positions_p", "NULL");
+    pp.doc_lens = docs_short;
+    pp.num_docs = 2;
+    EXPECT(burst_layout_plan_lens(&pp, 4, lens), INVALID, "doc_lens", "10");
+    pp.doc_lens = docs_ok;
+    pp.layout = BURST_LAYOUT_ZIGZAG; /* 2 chunks per rank: 16 tokens for 9 ranks are too few */
+    EXPECT(burst_layout_plan_lens(&pp, 9, lens), INVALID, "seq_len", "16");
+    pp.measure_speed = 1;
+    EXPECT(burst_layout_plan_lens(&pp, 4, lens), INVALID, "measure_speed", "1");
+    pp = f->pp;
+    pp.seq_len = 20;
+    struct burst_tensor src = f->tq, dst = f->to;
+    EXPECT(burst_layout_plan_permute(&pp, 4, &src, &dst), INVALID, "seq_len", "20");
+    EXPECT(burst_layout_plan_unpermute(NULL, 4, &src, &dst), INVALID, "params", "NULL");
+    EXPECT(burst_layout_plan_permute(&f->pp, 4, &src, NULL), INVALID, "permuted", "NULL");
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(lens[r], 77);
+    assert_int_equal(pos, 77);
+    check_untouched(f);
+}
+
 /* ------------------------------------------------------------------ multi-rank failures */
 
 enum {
@@ -1671,6 +1706,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(layout_position_errors),
         cmocka_unit_test(layout_offset_errors),
         T(layout_permute_errors),
+        T(layout_plan_errors),
         cmocka_unit_test(mr_mismatch_causal),
         cmocka_unit_test(mr_mismatch_head_dim),
         cmocka_unit_test(mr_mismatch_dtype),
