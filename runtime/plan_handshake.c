@@ -22,6 +22,7 @@ enum {
     F_RANKS,
     F_BATCH,
     F_SEQ,
+    F_DOCS, /* a hash of the document lengths (0: one document), before the shards they move */
     F_MEASURE,
     F_WEIGHTS,
     F_SHARDS,
@@ -30,6 +31,7 @@ enum {
     F_D,
     F_DTYPE,
     F_SCALE,
+    F_SOFTCAP, /* the cap's float bits */
     F_CAUSAL,
     F_WLEFT,
     F_WRIGHT,
@@ -40,22 +42,21 @@ enum {
     F_LOCAL,
     F_WORK,
     F_CHUNK,
-    F_ROUNDS,  /* measure_speed: rounds of measurement (speed.h), else 0 */
-    F_DOCS,    /* a hash of the document lengths (0: one document) */
-    F_SOFTCAP, /* the cap's float bits */
-    F_SPEED,   /* not compared: this rank's measured speed (double bits), or 0 */
-    F_DIRECT,  /* not compared: nonzero (a hash of the backend's name) when this rank can move its
+    F_ROUNDS, /* measure_speed: rounds of measurement (speed.h), else 0 */
+    F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
+    F_DIRECT, /* not compared: nonzero (a hash of the backend's name) when this rank can move its
                  blocks device to device (ring_xfer.h); the plan does when every rank can */
-    F_SHARE,   /* not compared: nonzero (a hash of the device's UUID, roles in bits 0-1) when this
+    F_SHARE,  /* not compared: nonzero (a hash of the device's UUID, roles in bits 0-1) when this
                  rank can share device memory with a rank of another backend (share_key) */
-    F_UUID0,   /* not compared: with F_SHARE, the bytes of its device's UUID (0-7 and 8-15), for */
-    F_UUID1,   /*   copiers on other devices to ask share_reach (share_reach_round) */
+    F_UUID0,  /* not compared: with F_SHARE, the bytes of its device's UUID (0-7 and 8-15), for */
+    F_UUID1,  /*   copiers on other devices to ask share_reach (share_reach_round) */
     F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "ranks",
     "batch",
     "seq_len",
+    "doc_lens",
     "measure_speed",
     "shard_weights",
     "shard_lens",
@@ -64,6 +65,7 @@ static const char *const field_names[F_COUNT] = {
     "head_dim",
     "dtype",
     "softmax_scale",
+    "softcap",
     "causal",
     "window_left",
     "window_right",
@@ -75,8 +77,6 @@ static const char *const field_names[F_COUNT] = {
     "workspace_limit",
     "BURST_STAGE_CHUNK_BYTES",
     "BURST_SPEED_ROUNDS",
-    "doc_lens",
-    "softcap",
     "speed",
     "device_direct",
     "device_share",

@@ -1323,6 +1323,7 @@ static void mr_rank(int rank, struct burst_comm *comm, void *arg)
     if (s->kind == 7 || (bad && s->kind == 8)) {
         pp.doc_lens = bad && s->kind == 7 ? docs_bad : docs;
         pp.num_docs = 2;
+        pp.layout = BURST_LAYOUT_ZIGZAG; /* documents move zigzag's shards: named first */
     }
     if (bad && s->kind == 9)
         pp.softcap = 30.0f;
