@@ -284,14 +284,23 @@ static int keys_in(const struct burst_posmap *k, int64_t lo, int64_t hi)
     return lo <= hi && burst_posmap_count_le(k, hi) > burst_posmap_count_le(k, lo - 1);
 }
 
+/* Documents one run's test steps through before it answers without them (conservatively):
+ * bounds the work of a block test, which the schedule runs G times per call. */
+#define RUN_DOCS_MAX 4096
+
 /* Some query row of run r of q (first .. last, step stride) may attend a key row of k. Per
  * document the run's rows [qa, qb] allow the keys [qa - left, qb + right] within the document
  * (every row's own interval holds its position, so the union has no gap for stride 1); documents
- * holding no row of the run are stepped over. */
+ * holding no row of the run are stepped over. A run meeting more than RUN_DOCS_MAX documents is
+ * answered as without documents (a superset). */
 static int run_needed(const struct burst_posmap *k, struct burst_mask mask, int64_t first,
                       int64_t last, int64_t stride)
 {
-    for (int64_t qa = first; qa <= last;) {
+    for (int64_t qa = first, seen = 0; qa <= last; seen++) {
+        if (seen == RUN_DOCS_MAX) {
+            mask.docs = NULL; /* the window alone over the run's remaining rows */
+            mask.ndocs = 0;
+        }
         int64_t db, de;
         burst_mask_doc(mask, qa, &db, &de);
         const int64_t end = last < de - 1 ? last : de - 1;

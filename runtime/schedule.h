@@ -78,8 +78,9 @@ struct burst_posmap burst_shards_posmap(const struct burst_shards *s, int rank);
 struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t window_right);
 
 /* Nonzero when some query row of rank qrank may attend some key row of rank krank, documents
- * included (exact for runs of stride 1; conservative for striped rows under a window or with
- * documents: may say yes where every element is masked). */
+ * included (exact for runs of stride 1 meeting up to 4096 documents; conservative for striped
+ * rows under a window or with documents, and past that many documents: may say yes where every
+ * element is masked). */
 int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int qrank, int krank);
 
 /* Ring steps a call needs: 1 + the largest r such that some rank a needs block (a - r). */
