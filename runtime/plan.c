@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "balance.h"
 #include "error.h"
 #include "fault.h"
 #include "logger.h"
@@ -17,28 +18,12 @@
 #include "plan_internal.h"
 #include "speed.h"
 
-/* Shards from explicit lengths, weights, or the layout's even split. */
+/* Shards from explicit lengths, weights, the work-balanced zigzag of documents, or the layout's
+ * even split (balance.h). */
 static burst_status_t plan_shards(struct burst_plan *plan, const char *who,
                                   const struct burst_plan_params *p, const double *weights)
 {
-    const int64_t *lens = p->shard_lens;
-    int64_t *wl = NULL;
-    if (weights) {
-        wl = malloc(sizeof(int64_t) * (size_t)plan->size);
-        if (!wl)
-            return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
-        burst_status_t st =
-            burst_shards_weighted_lens(who, p->layout, p->seq_len, plan->size, weights, wl);
-        if (st != BURST_OK) {
-            free(wl);
-            return st;
-        }
-        lens = wl;
-    }
-    burst_status_t st =
-        burst_shards_init(&plan->shards, who, p->layout, p->seq_len, plan->size, lens);
-    free(wl);
-    return st;
+    return burst_plan_shards_for(&plan->shards, who, p, plan->mask, plan->size, weights);
 }
 
 #define WORKSPACE_FLOOR ((uint64_t)1 << 30) /* the default limit's floor (plan.h) */
@@ -166,13 +151,18 @@ static burst_status_t check_ranks_per_node(const char *who, const struct burst_p
     return BURST_OK;
 }
 
-/* What follows from the validated parameters alone (plan->rank and size set). */
-static void plan_setup(struct burst_plan *plan, const struct burst_plan_params *params)
+/* What follows from the validated parameters alone (plan->rank and size set): fails only for
+ * memory (the document table). */
+static burst_status_t plan_setup(struct burst_plan *plan, const char *who,
+                                 const struct burst_plan_params *params)
 {
     plan->p = *params;
     plan->p.shard_lens = NULL;
     plan->p.shard_weights = NULL;
-    plan->mask = burst_mask_make(params->causal, params->window_left, params->window_right);
+    plan->p.doc_lens = NULL; /* the caller's; the plan's table is plan->docs (and plan->mask) */
+    plan->p.num_docs = 0;
+    burst_status_t st = burst_docs_table(who, params, &plan->docs);
+    plan->mask = burst_params_mask(params, plan->docs);
     plan->scale = params->softmax_scale > 0.0f ? params->softmax_scale
                                                : 1.0f / sqrtf((float)params->head_dim);
     plan->local = params->ranks_per_node > 0 ? params->ranks_per_node : plan->size;
@@ -183,6 +173,7 @@ static void plan_setup(struct burst_plan *plan, const struct burst_plan_params *
         uint64_t r = burst_plan_bwd_step_bytes(params, BURST_BWD_RING, plan->acc_dtype, 1);
         plan->bwd = r < b ? BURST_BWD_RING : BURST_BWD_BURST;
     }
+    return st;
 }
 
 burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in, int size,
@@ -207,9 +198,10 @@ burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in,
     if (!plan)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     plan->size = size;
-    plan_setup(plan, &params);
+    st = plan_setup(plan, who, &params);
     /* measured shards are not known before measuring: the even split's */
-    st = plan_shards(plan, who, &params, params.measure_speed ? NULL : params.shard_weights);
+    if (st == BURST_OK)
+        st = plan_shards(plan, who, &params, params.measure_speed ? NULL : params.shard_weights);
     if (st == BURST_OK)
         st = plan_derive(plan, who); /* rank 0's; the groups and steps are every rank's */
     for (int r = 0; st == BURST_OK && r < size; r++)
@@ -278,12 +270,14 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     plan->size = comm->size;
     plan->speeds = speeds;
     plan->shard_speeds = speeds + comm->size;
-    plan_setup(plan, params);
+    st = plan_setup(plan, who, params);
     plan->stage_chunk = burst_xfer_chunk_env(plan->ctx);
     /* the shards are known before the handshake (which compares them), except when measured:
      * then they follow from the speeds the handshake gathers */
     double speed = 0.0;
-    if (!params->measure_speed)
+    if (st != BURST_OK)
+        ; /* out of memory for the document table */
+    else if (!params->measure_speed)
         st = plan_shards(plan, who, params, params->shard_weights);
     else
         st = burst_speed_measure(ctx, params, burst_comm_size(comm), who, &speed);
@@ -332,6 +326,7 @@ void burst_plan_destroy(struct burst_plan *plan)
     burst_scratch_trim(plan);
     burst_xfer_pool_free(plan);
     burst_shards_fini(&plan->shards);
+    free(plan->docs);
     free(plan->speeds);
     free(plan->shared);
     free(plan);

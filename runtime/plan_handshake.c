@@ -22,6 +22,7 @@ enum {
     F_RANKS,
     F_BATCH,
     F_SEQ,
+    F_DOCS, /* a hash of the document lengths (0: one document), before the shards they move */
     F_MEASURE,
     F_WEIGHTS,
     F_SHARDS,
@@ -30,6 +31,7 @@ enum {
     F_D,
     F_DTYPE,
     F_SCALE,
+    F_SOFTCAP, /* the cap's float bits */
     F_CAUSAL,
     F_WLEFT,
     F_WRIGHT,
@@ -54,6 +56,7 @@ static const char *const field_names[F_COUNT] = {
     "ranks",
     "batch",
     "seq_len",
+    "doc_lens",
     "measure_speed",
     "shard_weights",
     "shard_lens",
@@ -62,6 +65,7 @@ static const char *const field_names[F_COUNT] = {
     "head_dim",
     "dtype",
     "softmax_scale",
+    "softcap",
     "causal",
     "window_left",
     "window_right",
@@ -198,6 +202,14 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
         memcpy(&bits, &p->shard_weights[i], sizeof(bits));
         whash = fnv1a(whash ? whash : 1469598103934665603ull, bits);
     }
+    uint64_t dhash = 0; /* FNV-1a over the count and the lengths */
+    if (p->doc_lens && p->num_docs > 1) {
+        dhash = fnv1a(1469598103934665603ull, (uint64_t)p->num_docs);
+        for (int64_t t = 0; t < p->num_docs; t++)
+            dhash = fnv1a(dhash, (uint64_t)p->doc_lens[t]);
+    }
+    uint32_t cap_bits;
+    memcpy(&cap_bits, &p->softcap, sizeof(cap_bits));
     int64_t speed_bits;
     memcpy(&speed_bits, &speed, sizeof(speed_bits));
     uint32_t scale_bits;
@@ -225,6 +237,8 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
     rec[F_CHUNK] = (int64_t)plan->stage_chunk;
     rec[F_ROUNDS] = p->measure_speed ? burst_speed_rounds(plan->ctx) : 0;
+    rec[F_DOCS] = (int64_t)(dhash >> 1) | (dhash ? 1 : 0);
+    rec[F_SOFTCAP] = cap_bits;
     rec[F_DIRECT] = direct_key(plan);
     unsigned char uuid[16] = {0};
     rec[F_SHARE] = share_key(plan, uuid);
@@ -249,7 +263,8 @@ burst_status_t burst_plan_handshake(struct burst_plan *plan, const struct burst_
                                   sizeof(mine));
     for (int r = 0; st == BURST_OK && r < plan->size; r++)
         for (int f = 0; f < F_SPEED; f++)
-            if (all[r * F_COUNT + f] != mine[f] && (f == F_WEIGHTS || f == F_SHARDS)) {
+            if (all[r * F_COUNT + f] != mine[f] &&
+                (f == F_WEIGHTS || f == F_SHARDS || f == F_DOCS)) {
                 st = burst_error(BURST_ERR_PLAN_MISMATCH, /* hashes: their values say nothing */
                                  "%s: the plan of rank %d differs from this rank's (%d) in field "
                                  "%s (%s)",

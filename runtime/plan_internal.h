@@ -17,7 +17,8 @@ struct burst_plan {
     struct burst_plan_params p; /* validated copy; shard_lens, shard_weights NULL (see shards) */
     struct burst_shards shards;
     struct burst_posmap pos; /* this rank's row positions */
-    struct burst_mask mask;
+    struct burst_mask mask;  /* its document table is docs */
+    int64_t *docs;           /* [num_docs + 1] document boundaries, or NULL (one document) */
     float scale;
     int rank, size;
     int steps;               /* ring steps of every call (a window may stop it early) */

@@ -205,6 +205,53 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
     return BURST_OK;
 }
 
+burst_status_t burst_shards_init_chunks(struct burst_shards *s, const char *who, int64_t seq_len,
+                                        int ranks, const int64_t *bounds)
+{
+    const int chunks = 2 * ranks;
+    if (bounds[0] != 0 || bounds[chunks] != seq_len)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: chunk bounds span [%lld, %lld), not [0, %lld)", who,
+                           (long long)bounds[0], (long long)bounds[chunks], (long long)seq_len);
+    for (int c = 0; c < chunks; c++)
+        if (bounds[c + 1] <= bounds[c])
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: chunk %d = [%lld, %lld) is empty", who,
+                               c, (long long)bounds[c], (long long)bounds[c + 1]);
+    int64_t *lens = malloc(sizeof(int64_t) * (size_t)ranks);
+    int64_t *offs = malloc(sizeof(int64_t) * (size_t)ranks);
+    struct burst_posmap *maps = malloc(sizeof(struct burst_posmap) * (size_t)ranks);
+    if (!lens || !offs || !maps) {
+        free(lens);
+        free(offs);
+        free(maps);
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < ranks; i++) {
+        const int c1 = chunks - 1 - i;
+        struct burst_posmap *m = &maps[i];
+        *m = (struct burst_posmap){0};
+        m->nruns = 2;
+        m->run[0].len = bounds[i + 1] - bounds[i];
+        m->run[0].global0 = bounds[i];
+        m->run[0].stride = 1;
+        m->run[1].local0 = m->run[0].len;
+        m->run[1].len = bounds[c1 + 1] - bounds[c1];
+        m->run[1].global0 = bounds[c1];
+        m->run[1].stride = 1;
+        lens[i] = m->run[0].len + m->run[1].len;
+        offs[i] = sum;
+        sum += lens[i];
+    }
+    s->layout = BURST_LAYOUT_ZIGZAG;
+    s->ranks = ranks;
+    s->seq_len = seq_len;
+    s->lens = lens;
+    s->offsets = offs;
+    s->maps = maps;
+    return BURST_OK;
+}
+
 void burst_shards_fini(struct burst_shards *s)
 {
     if (!s)
@@ -231,6 +278,42 @@ struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t windo
     return m;
 }
 
+/* Does k hold a row with position in [lo, hi]? */
+static int keys_in(const struct burst_posmap *k, int64_t lo, int64_t hi)
+{
+    return lo <= hi && burst_posmap_count_le(k, hi) > burst_posmap_count_le(k, lo - 1);
+}
+
+/* Documents one run's test steps through before it answers without them (conservatively):
+ * bounds the work of a block test, which the schedule runs G times per call. */
+#define RUN_DOCS_MAX 4096
+
+/* Some query row of run r of q (first .. last, step stride) may attend a key row of k. Per
+ * document the run's rows [qa, qb] allow the keys [qa - left, qb + right] within the document
+ * (every row's own interval holds its position, so the union has no gap for stride 1); documents
+ * holding no row of the run are stepped over. A run meeting more than RUN_DOCS_MAX documents is
+ * answered as without documents (a superset). */
+static int run_needed(const struct burst_posmap *k, struct burst_mask mask, int64_t first,
+                      int64_t last, int64_t stride)
+{
+    for (int64_t qa = first, seen = 0; qa <= last; seen++) {
+        if (seen == RUN_DOCS_MAX) {
+            mask.docs = NULL; /* the window alone over the run's remaining rows */
+            mask.ndocs = 0;
+        }
+        int64_t db, de;
+        burst_mask_doc(mask, qa, &db, &de);
+        const int64_t end = last < de - 1 ? last : de - 1;
+        const int64_t qb = qa + (end - qa) / stride * stride;
+        int64_t lo = mask.left >= BURST_POS_INF ? -BURST_POS_INF : qa - mask.left;
+        int64_t hi = mask.right >= BURST_POS_INF ? BURST_POS_INF : qb + mask.right;
+        if (keys_in(k, lo > db ? lo : db, hi < de - 1 ? hi : de - 1))
+            return 1;
+        qa = qb + stride;
+    }
+    return 0;
+}
+
 int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int qrank, int krank)
 {
     struct burst_posmap q = burst_shards_posmap(s, qrank), k = burst_shards_posmap(s, krank);
@@ -239,9 +322,7 @@ int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int
             continue;
         int64_t first = q.run[r].global0;
         int64_t last = first + (q.run[r].len - 1) * q.run[r].stride;
-        int64_t lo = mask.left >= BURST_POS_INF ? -BURST_POS_INF : first - mask.left;
-        int64_t hi = mask.right >= BURST_POS_INF ? BURST_POS_INF : last + mask.right;
-        if (burst_posmap_count_le(&k, hi) > burst_posmap_count_le(&k, lo - 1))
+        if (run_needed(&k, mask, first, last, q.run[r].stride))
             return 1;
     }
     return 0;

@@ -52,6 +52,12 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
                                  int64_t seq_len, int ranks, const int64_t *explicit_lens);
 void burst_shards_fini(struct burst_shards *s);
 
+/* Zigzag shards from explicit chunk boundaries bounds[2 ranks + 1] (bounds[0] = 0 < bounds[1] <
+ * ... < bounds[2 ranks] = seq_len): rank i holds chunks i and 2 ranks - 1 - i, [bounds[c],
+ * bounds[c + 1]). The work-balanced zigzag of documents (balance.h). */
+burst_status_t burst_shards_init_chunks(struct burst_shards *s, const char *who, int64_t seq_len,
+                                        int ranks, const int64_t *bounds);
+
 /* Fewest rows an explicit shard may have in a layout: 2 for zigzag (two chunks), else 1. */
 int64_t burst_shards_min_len(burst_layout_t layout);
 
@@ -71,8 +77,10 @@ struct burst_posmap burst_shards_posmap(const struct burst_shards *s, int rank);
 /* Mask from plan parameters (causal folded into the right bound). */
 struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t window_right);
 
-/* Nonzero when some query row of rank qrank may attend some key row of rank krank
- * (conservative for striped windows: may say yes where every element is masked). */
+/* Nonzero when some query row of rank qrank may attend some key row of rank krank, documents
+ * included (exact for runs of stride 1 meeting up to 4096 documents; conservative for striped
+ * rows under a window or with documents, and past that many documents: may say yes where every
+ * element is masked). */
 int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int qrank, int krank);
 
 /* Ring steps a call needs: 1 + the largest r such that some rank a needs block (a - r). */

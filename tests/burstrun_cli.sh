@@ -36,6 +36,12 @@
 #            transports (libfabric, interfaces, MPI); the progress line shows with --threads
 #            and --json on a terminal; bad sweep values,
 #            --csv paths and a sweep with --hosts are usage errors naming them
+#   docs     packed documents (--docs): given lengths (1, 2, below the ring size, one long and
+#            many short) and random:K pass --check in every layout, with ranks as threads and as
+#            processes, forward and both backward patterns; --json reports them (count, mode,
+#            lengths); random:K draws the same lengths for the same seed; bad values (a length
+#            of 0, -1, not a number, random:0, lengths not summing to --seq, more documents than
+#            tokens) are usage errors naming --docs
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -374,7 +380,46 @@ case_report() {
     expect_usage "report bind-to" "--bind-to: 'socket'" --threads -n 1 --bind-to socket
 }
 
+case_docs() {
+    J="--heads 2 --kv-heads 1 --head-dim 16 --causal --check $SMALL"
+    modes="--threads"
+    [ $PROCS = 0 ] || modes="--threads procs"
+    for mode in $modes; do
+        m=$mode
+        [ "$m" = procs ] && mode=""
+        for lay in natural zigzag striped; do
+            expect 0 "docs $m $lay short" $mode -n 3 --seq 40 --layout $lay --docs 1,2,1,2,30,4 $J
+            expect 0 "docs $m $lay random" $mode -n 4 --seq 97 --layout $lay --docs random:9 \
+                --bwd ring $J
+        done
+        expect 0 "docs $m one long" $mode -n 2 --seq 64 --docs 50,1,1,1,1,1,1,1,1,1,1,1,1,1,1 \
+            --window 8,0 $J
+    done
+    expect 0 "docs json" --threads -n 2 --seq 48 --docs 5,40,3 --json $J
+    [ "$(json_get "$TMP/out" "d['docs']['count'] == 3 and d['docs']['lens'] == [5, 40, 3] and \
+        d['docs']['mode'] == 'given' and d['check'] == 'pass'")" = True ] ||
+        fail "docs --json: $(head -c 600 "$TMP/out")"
+    expect 0 "docs json random" --threads -n 2 --seq 300 --docs random:7 --json $J
+    cp "$TMP/out" "$TMP/r1"
+    expect 0 "docs json random again" --threads -n 2 --seq 300 --docs random:7 --json $J
+    [ "$(json_get "$TMP/r1" "d['docs']['count'] == 7 and sum(d['docs']['lens']) == 300 and \
+        min(d['docs']['lens']) >= 1 and d['docs']['mode'] == 'random'")" = True ] ||
+        fail "docs --json random: $(head -c 600 "$TMP/r1")"
+    [ "$(json_get "$TMP/r1" "d['docs']['lens']")" = "$(json_get "$TMP/out" "d['docs']['lens']")" ] ||
+        fail "docs random:7: other lengths for the same seed"
+    T="--threads -n 2 --seq 64 --heads 1 --head-dim 8"
+    expect_usage "docs zero" "--docs: entry 1 is '0'" $T --docs 32,0,32
+    expect_usage "docs negative" "--docs: entry 0 is '-1'" $T --docs -1,65
+    expect_usage "docs junk" "--docs: entry 0 is 'abc'" $T --docs abc
+    expect_usage "docs empty" "--docs" $T --docs ""
+    expect_usage "docs random 0" "--docs: 'random:0'" $T --docs random:0
+    expect_usage "docs random junk" "--docs: 'random:x'" $T --docs random:x
+    expect_usage "docs sum" "--docs: the 2 lengths sum to 20, not --seq 64" $T --docs 10,10
+    expect_usage "docs too many" "--docs: 65 documents do not fit --seq 64" $T --docs random:65
+}
+
 case "$WHAT" in
+docs) case_docs ;;
 report) case_report ;;
 cancel) case_cancel ;;
 sizes) case_sizes ;;

@@ -540,12 +540,6 @@ static uint64_t harness_hash(const char *s)
     return h;
 }
 
-/* Explicit shard lengths of the case (given or from weights), or NULL for the even ones. */
-static const int64_t *harness_lens(const struct harness_problem *p)
-{
-    return p->c.shard_lens || p->c.shard_weights ? p->lens : NULL;
-}
-
 struct harness_problem *harness_problem_create(const struct harness_case *c)
 {
     struct harness_problem *p = calloc(1, sizeof *p);
@@ -596,24 +590,13 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     p->lse_rank = calloc((size_t)G, sizeof *p->lse_rank);
     if (!p->lens || !p->offs || !p->rec || !p->lse_rank)
         goto fail;
-    int64_t off = 0;
-    if (c->shard_weights && burst_layout_weighted_lens(c->layout, c->seq_len, G, c->shard_weights,
-                                                       p->lens) != BURST_OK) {
-        fprintf(stderr, "harness: weighted lens refused %s: %s\n", desc, burst_last_error());
+    /* the shards the plan makes (layout, shard lengths or weights, documents) */
+    if (burst_layout_plan_lens(&p->params, G, p->lens) != BURST_OK) {
+        fprintf(stderr, "harness: layout helpers refused %s: %s\n", desc, burst_last_error());
         goto fail;
     }
     for (int r = 0; r < G; r++) {
-        if (c->shard_lens || c->shard_weights) {
-            if (c->shard_lens)
-                p->lens[r] = c->shard_lens[r];
-            p->offs[r] = off;
-            off += p->lens[r];
-        } else if (burst_layout_shard_len(c->layout, c->seq_len, G, r, &p->lens[r]) != BURST_OK ||
-                   burst_layout_shard_offset(c->layout, c->seq_len, G, r, &p->offs[r]) !=
-                       BURST_OK) {
-            fprintf(stderr, "harness: layout helpers refused %s: %s\n", desc, burst_last_error());
-            goto fail;
-        }
+        p->offs[r] = r ? p->offs[r - 1] + p->lens[r - 1] : 0;
         p->lse_rank[r] = malloc((size_t)(p->B * p->Hq * p->lens[r]) * sizeof(float) + 1);
         if (!p->lse_rank[r])
             goto fail;
@@ -650,8 +633,7 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
             }
             struct burst_tensor nt =
                 burst_tensor_contiguous(p->nat[t], c->dtype, p->B, p->N, H, p->d);
-            if (burst_layout_permute_lens(c->layout, G, harness_lens(p), &nt, &p->perm_t[t]) !=
-                BURST_OK) {
+            if (burst_layout_plan_permute(&p->params, G, &nt, &p->perm_t[t]) != BURST_OK) {
                 fprintf(stderr, "harness: permute refused %s: %s\n", desc, burst_last_error());
                 goto fail;
             }
@@ -734,7 +716,7 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
         rec->local_len == p->lens[rank] && burst_plan_position(plan, rec->local_len) == -1;
     for (int64_t i = 0; rec->positions_ok && i < p->lens[rank]; i++) {
         int64_t want = -2;
-        burst_layout_position_lens(p->c.layout, p->N, p->G, harness_lens(p), rank, i, &want);
+        burst_layout_plan_position(&p->params, p->G, rank, i, &want);
         rec->positions_ok = burst_plan_position(plan, i) == want;
     }
 
@@ -839,15 +821,14 @@ int harness_problem_run(struct harness_problem *p)
         p->lse_perm, BURST_DTYPE_FP32, {p->B, p->N, p->Hq, 1}, {p->Hq * p->N, 1, p->N, 1}};
     struct burst_tensor ln = lp;
     ln.data = p->lse_nat;
-    if (burst_layout_unpermute_lens(p->c.layout, G, harness_lens(p), &lp, &ln) != BURST_OK) {
+    if (burst_layout_plan_unpermute(&p->params, G, &lp, &ln) != BURST_OK) {
         fprintf(stderr, "harness: unpermute(lse): %s\n", burst_last_error());
         ok = 0;
     }
     for (int t = T_O; t < T_COUNT; t++) {
         struct burst_tensor nt =
             burst_tensor_contiguous(p->nat[t], p->c.dtype, p->B, p->N, harness_heads(p, t), p->d);
-        if (burst_layout_unpermute_lens(p->c.layout, G, harness_lens(p), &p->perm_t[t], &nt) !=
-            BURST_OK) {
+        if (burst_layout_plan_unpermute(&p->params, G, &p->perm_t[t], &nt) != BURST_OK) {
             fprintf(stderr, "harness: unpermute: %s\n", burst_last_error());
             ok = 0;
         }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "harness.h"
 #include "settings.h"
 
@@ -919,6 +920,22 @@ PLAN_BAD(plan_shard_weights_and_lens, (pp.shard_weights = weights_ok, pp.shard_l
 PLAN_BAD(plan_measure_and_weights, (pp.shard_weights = weights_ok, pp.measure_speed = 1),
          "measure_speed", "shard_weights")
 
+/* packed documents: lengths summing to seq_len (N = 16), each >= 1, with num_docs */
+static const int64_t docs_short[2] = {5, 5};
+static const int64_t docs_long[2] = {10, 10};
+static const int64_t docs_zero[3] = {8, 0, 8};
+static const int64_t docs_negative[2] = {-3, 19};
+static const int64_t docs_ok[2] = {6, 10};
+PLAN_BAD(plan_doc_lens_sum, (pp.doc_lens = docs_short, pp.num_docs = 2), "doc_lens", "10")
+PLAN_BAD(plan_doc_lens_past, (pp.doc_lens = docs_long, pp.num_docs = 2), "doc_lens", "index 1")
+PLAN_BAD(plan_doc_lens_zero, (pp.doc_lens = docs_zero, pp.num_docs = 3), "doc_lens[1]", "0")
+PLAN_BAD(plan_doc_lens_negative, (pp.doc_lens = docs_negative, pp.num_docs = 2), "doc_lens[0]",
+         "-3")
+PLAN_BAD(plan_num_docs_without_lens, pp.num_docs = 2, "num_docs", "2")
+PLAN_BAD(plan_doc_lens_without_num, (pp.doc_lens = docs_ok, pp.num_docs = 0), "num_docs", "0")
+PLAN_BAD(plan_num_docs_negative, (pp.doc_lens = docs_ok, pp.num_docs = -1), "num_docs", "-1")
+PLAN_BAD(plan_num_docs_above_seq, (pp.doc_lens = docs_ok, pp.num_docs = N + 1), "num_docs", "17")
+
 static void plan_after_abort(void **state)
 {
     /* a failed plan_create aborts the communicator: the next collective call says so */
@@ -1233,6 +1250,41 @@ static void layout_permute_errors(void **state)
     check_untouched(f);
 }
 
+/* burst_layout_plan_*: the parameters validated as by burst_plan_create, then their own
+ * arguments; outputs untouched on every error */
+static void layout_plan_errors(void **state)
+{
+    struct fixture *f = *state;
+    struct burst_plan_params pp = f->pp;
+    int64_t lens[4] = {77, 77, 77, 77}, pos = 77, all[N];
+    EXPECT(burst_layout_plan_lens(NULL, 4, lens), INVALID, "params", "NULL");
+    EXPECT(burst_layout_plan_lens(&pp, 0, lens), INVALID, "ranks", "0");
+    EXPECT(burst_layout_plan_lens(&pp, 4, NULL), INVALID, "lens_p", "NULL");
+    EXPECT(burst_layout_plan_position(&pp, 4, 4, 0, &pos), INVALID, "rank", "4");
+    EXPECT(burst_layout_plan_position(&pp, 4, 0, 4, &pos), INVALID, "local", "4");
+    EXPECT(burst_layout_plan_position(&pp, 4, 0, 0, NULL), INVALID, "pos_p", "NULL");
+    EXPECT(burst_layout_plan_positions(&pp, 4, -1, all), INVALID, "rank", "-1");
+    EXPECT(burst_layout_plan_positions(&pp, 4, 0, NULL), INVALID, "positions_p", "NULL");
+    pp.doc_lens = docs_short;
+    pp.num_docs = 2;
+    EXPECT(burst_layout_plan_lens(&pp, 4, lens), INVALID, "doc_lens", "10");
+    pp.doc_lens = docs_ok;
+    pp.layout = BURST_LAYOUT_ZIGZAG; /* 2 chunks per rank: 16 tokens for 9 ranks are too few */
+    EXPECT(burst_layout_plan_lens(&pp, 9, lens), INVALID, "seq_len", "16");
+    pp.measure_speed = 1;
+    EXPECT(burst_layout_plan_lens(&pp, 4, lens), INVALID, "measure_speed", "1");
+    pp = f->pp;
+    pp.seq_len = 20;
+    struct burst_tensor src = f->tq, dst = f->to;
+    EXPECT(burst_layout_plan_permute(&pp, 4, &src, &dst), INVALID, "seq_len", "20");
+    EXPECT(burst_layout_plan_unpermute(NULL, 4, &src, &dst), INVALID, "params", "NULL");
+    EXPECT(burst_layout_plan_permute(&f->pp, 4, &src, NULL), INVALID, "permuted", "NULL");
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(lens[r], 77);
+    assert_int_equal(pos, 77);
+    check_untouched(f);
+}
+
 /* ------------------------------------------------------------------ multi-rank failures */
 
 enum {
@@ -1242,7 +1294,8 @@ enum {
 struct mr_state {
     int bad_rank;
     int kind; /* 0: mismatch causal, 1: mismatch head_dim, 2: bad plan param, 3: bad forward,
-                 4: bad backward, 5: mismatch dtype, 6: mismatch ranks_per_node (1 vs 0 = 3) */
+                 4: bad backward, 5: mismatch dtype, 6: mismatch ranks_per_node (1 vs 0 = 3),
+                 7: other document lengths, 8: documents on one rank only, 9: mismatch softcap */
     burst_status_t st[MR_G], st_after[MR_G];
     double ms[MR_G];
     char msg[MR_G][512];
@@ -1266,6 +1319,14 @@ static void mr_rank(int rank, struct burst_comm *comm, void *arg)
         pp.dtype = BURST_DTYPE_BF16;
     if (bad && s->kind == 6)
         pp.ranks_per_node = 1; /* the others: 0 = flat = MR_G per node */
+    static const int64_t docs[2] = {20, N * MR_G - 20}, docs_bad[2] = {21, N * MR_G - 21};
+    if (s->kind == 7 || (bad && s->kind == 8)) {
+        pp.doc_lens = bad && s->kind == 7 ? docs_bad : docs;
+        pp.num_docs = 2;
+        pp.layout = BURST_LAYOUT_ZIGZAG; /* documents move zigzag's shards: named first */
+    }
+    if (bad && s->kind == 9)
+        pp.softcap = 30.0f;
     float q[NQ], k[NKV], v[NKV], dout[NQ], o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];
     float snap[2 * NQ + HQ * N + 2 * NKV];
     for (size_t i = 0; i < NQ; i++)
@@ -1374,6 +1435,26 @@ static void mr_mismatch_ranks_per_node(void **state)
 {
     (void)state;
     mismatch(6, "ranks_per_node", 1);
+}
+
+static void mr_mismatch_doc_lens(void **state)
+{
+    (void)state;
+    mismatch(7, "doc_lens", 1);
+}
+
+static void mr_mismatch_docs_one_rank(void **state)
+{
+    (void)state;
+    mismatch(8, "doc_lens", 2);
+}
+
+static void mr_mismatch_softcap(void **state)
+{
+    (void)state;
+    if (!(burst_cpu_backend_ops.features & BURST_BE_SOFTCAP))
+        skip(); /* the plan is refused locally before the handshake */
+    mismatch(9, "softcap", 2);
 }
 
 /* ranks_per_node that does not divide the ring (3 of 4) or exceeds it (5 of 4), on every rank:
@@ -1562,6 +1643,14 @@ int main(int argc, char **argv)
         T(plan_shard_weights_negative),
         T(plan_shard_weights_and_lens),
         T(plan_measure_and_weights),
+        T(plan_doc_lens_sum),
+        T(plan_doc_lens_past),
+        T(plan_doc_lens_zero),
+        T(plan_doc_lens_negative),
+        T(plan_num_docs_without_lens),
+        T(plan_doc_lens_without_num),
+        T(plan_num_docs_negative),
+        T(plan_num_docs_above_seq),
         T(plan_after_abort),
         TP(fwd_null_plan),
         TP(fwd_null_q),
@@ -1618,10 +1707,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(layout_position_errors),
         cmocka_unit_test(layout_offset_errors),
         T(layout_permute_errors),
+        T(layout_plan_errors),
         cmocka_unit_test(mr_mismatch_causal),
         cmocka_unit_test(mr_mismatch_head_dim),
         cmocka_unit_test(mr_mismatch_dtype),
         cmocka_unit_test(mr_mismatch_ranks_per_node),
+        cmocka_unit_test(mr_mismatch_doc_lens),
+        cmocka_unit_test(mr_mismatch_docs_one_rank),
+        cmocka_unit_test(mr_mismatch_softcap),
         cmocka_unit_test(mr_ranks_per_node_not_divisor),
         cmocka_unit_test(mr_ranks_per_node_above_ring),
         cmocka_unit_test(mr_bad_plan_one_rank),

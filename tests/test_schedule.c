@@ -35,6 +35,10 @@
  *   - bytes: steps - 1 block messages per rank per call (as on the flat ring), at most one
  *     inter-node message per round, none at a round's last step;
  *   - L = G: burst_sched_step2 equals burst_sched_step field by field.
+ * Packed documents (G <= 64: documents of length 1, of 2, shorter than G, one long and many
+ * short, random), every layout and mask, even shards (zigzag: the work-balanced chunks of
+ * balance.h) and explicit ones: the same checks, with documents in the mask (block needs and
+ * steps exact outside striped rows, which stay conservative).
  * 'slow' (--slow) runs more G values and every mask for each.
  */
 #include <setjmp.h>
@@ -48,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "balance.h"
 #include "harness.h"
 #include "schedule.h"
 
@@ -72,17 +77,24 @@ static int wrap(int x, int g)
     return ((x % g) + g) % g;
 }
 
-/* Closed-form number of allowed (query, key) pairs on global positions 0..N-1. */
+/* Closed-form number of allowed (query, key) pairs on global positions 0..N-1 (documents
+ * found by a linear scan of the table, independent of burst_mask_doc). */
 static int64_t allowed_total(int64_t N, struct burst_mask m)
 {
     int64_t total = 0;
-    for (int64_t p = 0; p < N; p++) {
+    for (int64_t p = 0, t = 0; p < N; p++) {
         int64_t lo = m.left >= BURST_POS_INF ? 0 : p - m.left;
         int64_t hi = m.right >= BURST_POS_INF ? N - 1 : p + m.right;
         if (lo < 0)
             lo = 0;
         if (hi > N - 1)
             hi = N - 1;
+        if (m.docs && m.ndocs > 1) {
+            while (m.docs[t + 1] <= p)
+                t++;
+            lo = lo > m.docs[t] ? lo : m.docs[t];
+            hi = hi < m.docs[t + 1] - 1 ? hi : m.docs[t + 1] - 1;
+        }
         if (hi >= lo)
             total += hi - lo + 1;
     }
@@ -353,20 +365,34 @@ static void check_two_level(const struct burst_shards *s, struct burst_mask mask
         free(rcvd), free(cur), free(prev), free(rstart);
 }
 
-static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t *lens,
-                         struct mask_spec ms)
+/* One configuration; docs (ndocs + 1 boundaries, NULL: one document) packs documents, and then
+ * zigzag without explicit lens is the work-balanced zigzag of the plan (balance.h). */
+static void check_config_docs(burst_layout_t layout, int G, int64_t N, const int64_t *lens,
+                              struct mask_spec ms, const int64_t *docs, int64_t ndocs)
 {
     struct burst_shards s;
-    snprintf(where, sizeof where, "layout=%d G=%d N=%lld causal=%d window=(%lld,%lld)%s",
+    snprintf(where, sizeof where, "layout=%d G=%d N=%lld causal=%d window=(%lld,%lld)%s docs=%lld",
              (int)layout, G, (long long)N, ms.causal, (long long)ms.left, (long long)ms.right,
-             lens ? " explicit lens" : "");
-    CHECK(burst_shards_init(&s, "test", layout, N, G, lens) == BURST_OK, "shards_init: %s",
-          burst_last_error());
-    const struct burst_mask mask = burst_mask_make(ms.causal, ms.left, ms.right);
+             lens ? " explicit lens" : "", (long long)ndocs);
+    struct burst_mask mask = burst_mask_make(ms.causal, ms.left, ms.right);
+    mask.docs = docs;
+    mask.ndocs = docs ? ndocs : 0;
+    const int balanced = docs && ndocs > 1 && !lens && layout == BURST_LAYOUT_ZIGZAG;
+    if (balanced) {
+        int64_t *bounds = malloc(sizeof(int64_t) * (size_t)(2 * G + 1));
+        CHECK(bounds && burst_balance_chunks("test", mask, N, G, NULL, bounds) == BURST_OK &&
+                  burst_shards_init_chunks(&s, "test", N, G, bounds) == BURST_OK,
+              "balanced shards: %s", burst_last_error());
+        free(bounds);
+    } else {
+        CHECK(burst_shards_init(&s, "test", layout, N, G, lens) == BURST_OK, "shards_init: %s",
+              burst_last_error());
+    }
     /* burst_block_needed may over-approximate only for striped rows with a window bounded on
-     * both sides (the union of the rows' windows then has gaps) */
+     * both sides or with documents (the union of the rows' intervals then has gaps) */
     const int exact_needed =
-        layout != BURST_LAYOUT_STRIPED || mask.left >= BURST_POS_INF || mask.right >= BURST_POS_INF;
+        layout != BURST_LAYOUT_STRIPED ||
+        (!mask.docs && (mask.left >= BURST_POS_INF || mask.right >= BURST_POS_INF));
     const size_t GG = (size_t)G * (size_t)G;
 
     /* shards and posmaps */
@@ -388,7 +414,7 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
                   r);
             owner[p] = r;
             last = p;
-            if (!lens && (G <= 64 || i == 0)) {
+            if (!lens && !balanced && (G <= 64 || i == 0)) {
                 int64_t want = -1;
                 CHECK(burst_layout_position(layout, N, G, r, i, &want) == BURST_OK && want == p,
                       "rank %d row %lld: posmap %lld, burst_layout_position %lld", r, (long long)i,
@@ -587,6 +613,12 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
     burst_shards_fini(&s);
 }
 
+static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t *lens,
+                         struct mask_spec ms)
+{
+    check_config_docs(layout, G, N, lens, ms, NULL, 0);
+}
+
 /* The L values simulated for G: every divisor up to G = 40; a few for the large G. */
 static void set_locals(int G, int slow)
 {
@@ -609,6 +641,40 @@ static void set_locals(int G, int slow)
         ls = l64, n = 5; /* 1..16 */
     for (int k = 0; k < n; k++)
         locals[nlocals++] = ls[k];
+}
+
+/* Packed documents in every layout: lengths 1 and 2, lengths below G, one long and many short,
+ * random; even shards (zigzag: the balanced chunks) and explicit lengths. */
+static void docs_sweep(int G, const struct mask_spec *masks, size_t nm, uint64_t *st)
+{
+    const int64_t N = 4 * (int64_t)G + 3;
+    int64_t *docs = malloc(sizeof(int64_t) * (size_t)(N + 1));
+    int64_t *lens = malloc(sizeof(int64_t) * (size_t)G);
+    assert_true(docs && lens);
+    for (int kind = 0; kind < 5; kind++) {
+        int64_t nd = 0;
+        docs[0] = 0;
+        while (docs[nd] < N) {
+            int64_t len = kind == 0   ? 1
+                          : kind == 1 ? 2
+                          : kind == 2 ? 1 + (int64_t)(harness_rng_next(st) % (uint64_t)G)
+                          : kind == 3 ? (nd == 0 ? N / 2 : 1 + (int64_t)(harness_rng_next(st) % 3))
+                                      : 1 + (int64_t)(harness_rng_next(st) % (uint64_t)(N / 2));
+            docs[nd + 1] = docs[nd] + len < N ? docs[nd] + len : N;
+            nd++;
+        }
+        for (int layout = 0; layout < 3; layout++)
+            for (size_t m = 0; m < nm; m++) {
+                check_config_docs((burst_layout_t)layout, G, N, NULL, masks[m], docs, nd);
+                int64_t sum = 0;
+                for (int r = 0; r < G; r++)
+                    sum += lens[r] = layout == BURST_LAYOUT_ZIGZAG ? 4 : 4 + (r < 3);
+                lens[G - 1] += N - sum;
+                check_config_docs((burst_layout_t)layout, G, N, lens, masks[m], docs, nd);
+            }
+    }
+    free(docs);
+    free(lens);
 }
 
 static void run_sweep(const int *Gs, size_t nG, int all_masks)
@@ -643,6 +709,8 @@ static void run_sweep(const int *Gs, size_t nG, int all_masks)
                 check_config((burst_layout_t)layout, G, N, lens, masks[m]);
         }
         free(lens);
+        if (G <= 64)
+            docs_sweep(G, masks, nm, &st);
     }
 }
 

@@ -55,6 +55,15 @@ static void usage(FILE *f)
         "  --min-cpu P         on a shared machine: run a configuration again (up to --retries\n"
         "                      times, default 3) while its cpu%% is below P (default 0 = off)\n"
         "  --quick             a smoke sweep: --seqs 1024,2048 --iters 1\n"
+        "  --docs SPEC         packed documents (L1,L2,... summing to each --seqs value, or\n"
+        "                      random:K drawn from --seed): each configuration runs four ways,\n"
+        "                      packed (one plan with the documents), one by one (each document\n"
+        "                      its own job on the same ring, times summed; documents too short\n"
+        "                      for the ring run on fewer ranks), unpacked (one sequence of the\n"
+        "                      same length, no documents) and equal-work (one sequence with as\n"
+        "                      many allowed pairs as the packed batch); GFLOP/s count allowed\n"
+        "                      pairs, and each row's ratio is its fwd+bwd GFLOP/s over the\n"
+        "                      packed row's\n"
         "  -h, --help\n"
         "\n"
         "cpu%% = process cpu time / (wall time x compute threads) over the timed runs: well\n"
@@ -195,6 +204,7 @@ struct bench {
     int batch, heads, kv_heads, iters, warmup, num_threads, run_bwd, retries;
     double max_seconds, peak_gflops, min_cpu;
     const char *csv_path;
+    const char *docs; /* --docs SPEC, or NULL */
     uint64_t seed;
     burst_layout_t layout;
     /* set once the context exists */
@@ -250,6 +260,14 @@ static void bench_flag(struct bench *b, const char *a, const char *v)
         b->csv_path = v;
     else if (!strcmp(a, "--seed"))
         b->seed = (uint64_t)parse_int(a, v, 0, INT64_MAX);
+    else if (!strcmp(a, "--docs")) {
+        struct job_params p;
+        char msg[256];
+        memset(&p, 0, sizeof(p));
+        if (job_docs_parse(v, &p, msg, sizeof(msg)) != 0)
+            die_usage("%s", msg);
+        b->docs = v;
+    }
 }
 
 /* The defaults, then every flag; exits on --help and on a usage error. */
@@ -276,9 +294,10 @@ static void bench_args(struct bench *b, int argc, char **argv)
                         .seed = 1,
                         .layout = BURST_LAYOUT_ZIGZAG};
     static const char *const valued[] = {
-        "--ranks",       "--seqs",        "--dims",     "--masks", "--dtypes",  "--layout",
-        "--batch",       "--heads",       "--kv-heads", "--iters", "--warmup",  "--max-seconds",
-        "--num-threads", "--peak-gflops", "--csv",      "--seed",  "--min-cpu", "--retries"};
+        "--ranks",  "--seqs",        "--dims",        "--masks",       "--dtypes",
+        "--layout", "--batch",       "--heads",       "--kv-heads",    "--iters",
+        "--warmup", "--max-seconds", "--num-threads", "--peak-gflops", "--csv",
+        "--seed",   "--min-cpu",     "--retries",     "--docs"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -462,6 +481,155 @@ static int bench_row(const struct bench *b, const struct job_params *p, const st
     return ok;
 }
 
+/* ---- packed documents (--docs) ---- */
+
+static const char *const docs_modes[] = {"packed", "one-by-one", "unpacked", "equal-work"};
+
+/* What one way of running a --docs configuration took: times summed over its jobs. */
+struct docs_time {
+    double fwd_s, fwd_bwd_s, flops, rel, cpu;
+    int jobs, ok;
+};
+
+/* Run job p (one of a way's jobs) and add it to t. JOB_OK or the job's status. */
+static int docs_add_job(const struct bench *b, struct job_params *p, struct docs_time *t,
+                        struct job_result *r, struct job_result *best)
+{
+    p->warmup = b->warmup >= 0 ? b->warmup : (3.5 * job_fwd_flops(p) < 50e9 ? 1 : 0);
+    int rc = bench_run(b, p, r, best);
+    if (rc != JOB_OK)
+        return rc;
+    double rel = job_err_rel(&r->err[JOB_O], JOB_O), rl = job_err_rel(&r->err[JOB_LSE], JOB_LSE);
+    rel = rl > rel ? rl : rel;
+    t->fwd_s += r->fwd_s;
+    t->fwd_bwd_s += r->fwd_s + r->bwd_s;
+    t->flops += job_fwd_flops(p);
+    t->rel = rel > t->rel ? rel : t->rel;
+    t->cpu = t->jobs == 0 || r->cpu_share < t->cpu ? r->cpu_share : t->cpu;
+    t->ok &= rel <= job_tolerance(p->dtype);
+    t->jobs++;
+    return JOB_OK;
+}
+
+/* Way `mode` of configuration base (its documents resolved): 0 packed, 1 one by one,
+ * 2 unpacked, 3 equal-work. */
+static int docs_way(const struct bench *b, const struct job_params *base, int mode,
+                    struct docs_time *t, struct job_result *r, struct job_result *best)
+{
+    struct job_params *q = malloc(sizeof(*q));
+    if (!q)
+        return JOB_EFAIL;
+    *q = *base;
+    int rc = JOB_OK;
+    *t = (struct docs_time){.ok = 1};
+    if (mode == 0) {
+        rc = docs_add_job(b, q, t, r, best);
+    } else if (mode == 1) {
+        const int64_t per = base->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1;
+        for (int64_t d = 0; d < base->num_docs && rc == JOB_OK; d++) {
+            *q = *base;
+            q->num_docs = 0;
+            q->docs_random = 0;
+            q->seq_len = base->doc_lens[d];
+            q->ranks = q->seq_len / per < base->ranks ? (int)(q->seq_len / per) : base->ranks;
+            if (q->ranks < 1) { /* one token: one rank, natural */
+                q->ranks = 1;
+                q->layout = BURST_LAYOUT_NATURAL;
+            }
+            rc = docs_add_job(b, q, t, r, best);
+        }
+    } else {
+        q->num_docs = 0;
+        q->docs_random = 0;
+        if (mode == 3) { /* as many allowed pairs as the packed batch: N^2, or N(N+1)/2 */
+            double pairs = job_pairs(base);
+            double n = base->causal ? (sqrt(8.0 * pairs + 1.0) - 1.0) / 2.0 : sqrt(pairs);
+            int64_t min = (base->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) * (int64_t)base->ranks;
+            q->seq_len = (int64_t)llround(n) > min ? (int64_t)llround(n) : min;
+        }
+        rc = docs_add_job(b, q, t, r, best);
+    }
+    free(q);
+    return rc;
+}
+
+/* The table's and the CSV's rows of one configuration run four ways. */
+static int docs_rows(struct bench *b, const struct job_params *base, struct job_result *r,
+                     struct job_result *best)
+{
+    struct docs_time t[4];
+    int ok = 1;
+    for (int m = 0; m < 4; m++) {
+        int rc = docs_way(b, base, m, &t[m], r, best);
+        if (rc != JOB_OK) {
+            printf("%5d %5s %7lld %4d %-6s %5lld %-10s  error: %s\n", base->ranks,
+                   dtype_names[base->dtype], (long long)base->seq_len, base->head_dim,
+                   mask_names[base->causal], (long long)base->num_docs, docs_modes[m], r->message);
+            return -1;
+        }
+        const double gf = t[m].flops / t[m].fwd_s / 1e9;
+        const double gfb = b->run_bwd ? 3.5 * t[m].flops / t[m].fwd_bwd_s / 1e9 : 0.0;
+        const double gf0 = 3.5 * t[0].flops / t[0].fwd_bwd_s / 1e9;
+        const double ratio = b->run_bwd ? gfb / gf0 : gf / (t[0].flops / t[0].fwd_s / 1e9);
+        printf("%5d %5s %7lld %4d %-6s %5lld %-10s %5d %12.4g %10.2f %9.2f %11.2f %9.2f %6.3f "
+               "%10.2e %6s %4.0f%%\n",
+               base->ranks, dtype_names[base->dtype], (long long)base->seq_len, base->head_dim,
+               mask_names[base->causal], (long long)base->num_docs, docs_modes[m], t[m].jobs,
+               t[m].flops / (4.0 * base->batch * base->q_heads * base->head_dim), t[m].fwd_s * 1e3,
+               gf, b->run_bwd ? t[m].fwd_bwd_s * 1e3 : 0.0, gfb, ratio, t[m].rel,
+               t[m].ok ? "ok" : "FAIL", 100.0 * t[m].cpu);
+        fflush(stdout);
+        ok &= t[m].ok;
+        if (b->csv) {
+            fprintf(b->csv,
+                    "%d,%s,%lld,%d,%d,%lld,%s,%d,%.6g,%.3f,%.3f,%.3f,%.3f,%.4f,%.3e,%s,%.3f,"
+                    "%d,\"%s\"\n",
+                    base->ranks, dtype_names[base->dtype], (long long)base->seq_len, base->head_dim,
+                    base->causal, (long long)base->num_docs, docs_modes[m], t[m].jobs,
+                    t[m].flops / (4.0 * base->batch * base->q_heads * base->head_dim),
+                    t[m].fwd_s * 1e3, gf, b->run_bwd ? t[m].fwd_bwd_s * 1e3 : 0.0, gfb, ratio,
+                    t[m].rel, t[m].ok ? "pass" : "fail", t[m].cpu, b->threads, b->m.model);
+            fflush(b->csv);
+        }
+    }
+    return ok;
+}
+
+/* --docs: every configuration of the sweep (masks, dims, seqs, dtypes, ranks) four ways.
+ * 0 every check passed, 1 a check failed, 3 a job failed. */
+static int docs_sweep(struct bench *b, struct job_result *r, struct job_result *best)
+{
+    if (b->csv)
+        fprintf(b->csv, "ranks,dtype,seq,head_dim,causal,docs,mode,jobs,allowed_pairs,fwd_ms,"
+                        "fwd_gflops,fwd_bwd_ms,fwd_bwd_gflops,ratio_to_packed,fwd_rel_err,check,"
+                        "cpu_share,threads,cpu_model\n");
+    printf("%5s %5s %7s %4s %-6s %5s %-10s %5s %12s %10s %9s %11s %9s %6s %10s %6s %5s\n", "ranks",
+           "dtype", "N", "d", "mask", "docs", "mode", "jobs", "pairs", "fwd ms", "GFLOP/s",
+           "fwd+bwd ms", "GFLOP/s", "ratio", "fwd relerr", "check", "cpu%");
+    int nconf = b->nranks * b->ndtypes * b->nseqs * b->ndims * b->nmasks, all_ok = 1;
+    struct job_params *p = malloc(sizeof(*p));
+    if (!p)
+        return 3;
+    for (int c = 0; c < nconf; c++) {
+        char msg[256];
+        *p = bench_job(b, c);
+        if (job_docs_parse(b->docs, p, msg, sizeof(msg)) != 0 ||
+            job_docs_resolve(p, msg, sizeof(msg)) != 0) {
+            fprintf(stderr, "%s: N=%lld: %s\n", prog, (long long)p->seq_len, msg);
+            free(p);
+            return 2;
+        }
+        int ok = docs_rows(b, p, r, best);
+        if (ok < 0) {
+            free(p);
+            return 3;
+        }
+        all_ok &= ok;
+    }
+    free(p);
+    return all_ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     struct bench b;
@@ -477,6 +645,24 @@ int main(int argc, char **argv)
     }
     b.threads = burst_context_num_threads(b.ctx);
     bench_header(&b, &cp);
+    if (b.docs) { /* packed documents against the same work run other ways */
+        b.csv = strcmp(b.csv_path, "-") ? fopen(b.csv_path, "w") : NULL;
+        if (strcmp(b.csv_path, "-") && !b.csv) {
+            fprintf(stderr, "%s: --csv %s: %s\n", prog, b.csv_path, strerror(errno));
+            burst_context_destroy(b.ctx);
+            return 2;
+        }
+        struct job_result *r = calloc(1, sizeof(*r)), *best = calloc(1, sizeof(*best));
+        int rc = r && best ? docs_sweep(&b, r, best) : 3;
+        printf("\nratio: fwd+bwd GFLOP/s (allowed pairs) over the packed row's%s%s\n",
+               b.csv ? "; CSV: " : "", b.csv ? b.csv_path : "");
+        if (b.csv)
+            fclose(b.csv);
+        free(r);
+        free(best);
+        burst_context_destroy(b.ctx);
+        return rc;
+    }
     if (bench_csv(&b) != 0) {
         burst_context_destroy(b.ctx);
         return 2;

@@ -67,7 +67,11 @@ static void usage(FILE *f)
         "  --layout L             natural | zigzag | striped (default zigzag)\n"
         "  --window L,R           sliding window in global positions: key j is allowed for\n"
         "                         query i iff i-L <= j <= i+R; -1 = unbounded (default -1,-1)\n"
-        "  --bwd P                backward pattern burst | ring | auto (default burst)\n");
+        "  --bwd P                backward pattern burst | ring | auto (default burst)\n"
+        "  --docs L1,L2,...       packed documents of these lengths (>= 1, summing to --seq):\n"
+        "                         a query attends only keys of its own document; random:K =\n"
+        "                         K documents of random lengths drawn from the seed (default:\n"
+        "                         one document)\n");
     fprintf(
         f,
         "run:\n"
@@ -747,6 +751,15 @@ static void opt_weights(struct parse_state *s, const char *name, const char *val
     s->weights_count = n; /* checked against -n once every flag is read */
 }
 
+/* --docs L1,L2,... | random:K (tools/job_docs.c); the lengths meet --seq in check_problem */
+static void opt_docs(struct parse_state *s, const char *name, const char *val)
+{
+    char msg[256];
+    (void)name;
+    if (job_docs_parse(val, s->p, msg, sizeof(msg)) != 0)
+        die_usage("%s", msg);
+}
+
 static void opt_test_mismatch(struct parse_state *s, const char *name, const char *val)
 {
     char field[16];
@@ -898,6 +911,7 @@ static const struct burstrun_flag burstrun_flags[] = {
     VALUED("--mpirun-args", opt_mpirun_args),
     VALUED("--backends", opt_backends),
     VALUED("--weights", opt_weights),
+    VALUED("--docs", opt_docs),
     VALUED("--test-mismatch", opt_test_mismatch),
 };
 
@@ -1010,6 +1024,9 @@ static void sweep_point(const struct opts *o, int i, struct job_params *p)
  * and the check, and its memory against the machine's; sets p->check_fwd / check_bwd. */
 static void check_problem(const struct opts *o, struct job_params *p)
 {
+    char dmsg[256];
+    if (job_docs_resolve(p, dmsg, sizeof(dmsg)) != 0)
+        die_usage("%s", dmsg);
     if (p->weights_mode != JOB_WEIGHTS_EVEN) {
         int64_t min = (p->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) * (int64_t)p->ranks;
         if (p->seq_len < min)
@@ -1220,7 +1237,7 @@ struct summary {
 static void summarise(const struct job_params *p, const struct job_result *r, struct summary *s)
 {
     memset(s, 0, sizeof(*s));
-    s->pairs = job_allowed_pairs(p->seq_len, p->causal, p->window_left, p->window_right);
+    s->pairs = job_pairs(p);
     s->fwd_flops = job_fwd_flops(p);
     s->tf_fwd = r->fwd_s > 0 ? s->fwd_flops / r->fwd_s / 1e12 : 0;
     s->tf_bwd = r->bwd_s > 0 ? 2.5 * s->fwd_flops / r->bwd_s / 1e12 : 0;
@@ -1274,11 +1291,34 @@ static double ideal_fwd_s(const struct job_params *p, const struct job_result *r
         sum += r->rank_speeds[rk];
     if (!(sum > 0.0))
         return NAN;
-    return job_allowed_pairs(p->seq_len, p->causal, p->window_left, p->window_right) *
-           (double)p->batch * p->q_heads / sum;
+    return job_pairs(p) * (double)p->batch * p->q_heads / sum;
 }
 
 /* The job's members of --json (without braces): problem, timings, statistics, check. */
+/* "docs": the documents of a packed job (--docs): their count, how they were chosen, and
+ * their lengths (up to 64 of them) or a summary (min, max, mean) */
+static void print_json_docs(const struct job_params *p)
+{
+    if (p->num_docs <= 0)
+        return;
+    int64_t min = p->doc_lens[0], max = p->doc_lens[0];
+    for (int64_t t = 1; t < p->num_docs; t++) {
+        min = p->doc_lens[t] < min ? p->doc_lens[t] : min;
+        max = p->doc_lens[t] > max ? p->doc_lens[t] : max;
+    }
+    printf(", \"docs\": {\"count\": %lld, \"mode\": \"%s\", \"min\": %lld, \"max\": %lld, "
+           "\"mean\": %.6g",
+           (long long)p->num_docs, p->docs_random ? "random" : "given", (long long)min,
+           (long long)max, (double)p->seq_len / (double)p->num_docs);
+    if (p->num_docs <= 64) {
+        printf(", \"lens\": [");
+        for (int64_t t = 0; t < p->num_docs; t++)
+            printf("%s%lld", t ? ", " : "", (long long)p->doc_lens[t]);
+        printf("]");
+    }
+    printf("}");
+}
+
 static void print_json_job(const struct opts *o, const struct job_params *p,
                            const struct job_result *r, const struct summary *s)
 {
@@ -1373,6 +1413,7 @@ static void print_json_job(const struct opts *o, const struct job_params *p,
         printf(", \"output_hash\": \"%016" PRIx64 "\"", r->output_hash);
     static const char *const wmodes[] = {"even", "given", "auto"};
     printf(", \"weights\": \"%s\"", wmodes[p->weights_mode]);
+    print_json_docs(p);
     if (r->shard_lens) {
         printf(", \"shard_lens\": [");
         for (int rk = 0; rk < p->ranks; rk++)
@@ -1446,6 +1487,18 @@ static void print_json(const struct opts *o, const struct job_result *r, const s
     printf("}\n");
 }
 
+/* The report's line of a packed job's documents (the first 16 lengths). */
+static void print_text_docs(const struct job_params *p)
+{
+    if (p->num_docs <= 0)
+        return;
+    printf("docs     %lld document(s)%s:", (long long)p->num_docs,
+           p->docs_random ? " of random lengths" : "");
+    for (int64_t t = 0; t < p->num_docs && t < 16; t++)
+        printf(" %lld", (long long)p->doc_lens[t]);
+    printf("%s\n", p->num_docs > 16 ? " ..." : "");
+}
+
 /* "compute / wait" ms per step and the overlap cell of one phase. */
 static void step_cells(const struct job_params *p, const struct job_result *r, int phase, char *cw,
                        size_t cwn, char *ov, size_t ovn)
@@ -1501,6 +1554,7 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
            (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim,
            dtype_names[p->dtype], p->causal ? "causal" : "non-causal", layout_names[p->layout], win,
            p->run_bwd ? bwd_names[r->bwd_used] : "not run");
+    print_text_docs(p);
     if (p->weights_mode != JOB_WEIGHTS_EVEN && r->shard_lens) {
         printf("shards   %s:",
                p->weights_mode == JOB_WEIGHTS_MEASURED ? "by measured speed" : "by --weights");

@@ -113,8 +113,7 @@ double job_allowed_pairs(int64_t n, int causal, int64_t wl, int64_t wr)
 
 double job_fwd_flops(const struct job_params *p)
 {
-    return 4.0 * (double)p->batch * p->q_heads * p->head_dim *
-           job_allowed_pairs(p->seq_len, p->causal, p->window_left, p->window_right);
+    return 4.0 * (double)p->batch * p->q_heads * p->head_dim * job_pairs(p);
 }
 
 double job_bwd_ref_cost(const struct job_params *p)
@@ -169,6 +168,46 @@ static double max_of(const double *v, int n)
 
 /* ---- the job's global state ---- */
 
+/* job_geometry's maps with documents, where shards follow the work: the plan's own placement
+ * (burst_layout_plan_*) of the parameters every rank's plan gets. */
+static int job_geometry_docs(struct job *j, struct job_result *r)
+{
+    const struct job_params *p = j->p;
+    const int G = p->ranks;
+    struct burst_plan_params pp = job_plan_params(p);
+    if (p->weights_mode == JOB_WEIGHTS_GIVEN)
+        pp.shard_weights = p->weights;
+    else if (p->weights_mode == JOB_WEIGHTS_MEASURED && !(pp.shard_lens = j->lens_in)) {
+        job_set_msg(r, JOB_EFAIL, "the measured shard lengths are missing");
+        return -1;
+    }
+    if (burst_layout_plan_lens(&pp, G, j->lens) != BURST_OK) {
+        job_set_msg(r, JOB_EUSAGE, "--docs: %s", burst_last_error());
+        return -1;
+    }
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)p->seq_len);
+    if (!pos) {
+        job_set_msg(r, JOB_EFAIL, "out of memory");
+        return -1;
+    }
+    for (int rk = 0; rk < G; rk++) {
+        j->offs[rk] = rk ? j->offs[rk - 1] + j->lens[rk - 1] : 0;
+        if (burst_layout_plan_positions(&pp, G, rk, pos) != BURST_OK) {
+            job_set_msg(r, JOB_EFAIL, "burst_layout_plan_positions(rank %d) failed: %s", rk,
+                        burst_last_error());
+            free(pos);
+            return -1;
+        }
+        for (int64_t l = 0; l < j->lens[rk]; l++) {
+            j->perm[pos[l]] = j->offs[rk] + l;
+            j->nat[j->offs[rk] + l] = pos[l];
+            j->owner[pos[l]] = rk;
+        }
+    }
+    free(pos);
+    return 0;
+}
+
 /* Shard lengths, offsets and the natural <-> permuted maps, from the library's layout helpers.
  * 0, or -1 with the message in r. */
 static int job_geometry(struct job *j, struct job_result *r)
@@ -187,6 +226,8 @@ static int job_geometry(struct job *j, struct job_result *r)
         job_set_msg(r, JOB_EFAIL, "out of memory");
         return -1;
     }
+    if (p->num_docs > 0)
+        return job_geometry_docs(j, r);
     const int64_t *lens = NULL; /* explicit (uneven) lengths, or NULL = even */
     if (p->weights_mode == JOB_WEIGHTS_GIVEN) {
         if (burst_layout_weighted_lens(p->layout, N, G, p->weights, j->lens) != BURST_OK) {
@@ -402,6 +443,10 @@ struct burst_plan_params job_plan_params(const struct job_params *p)
     pp.deterministic = p->deterministic;
     pp.ranks_per_node = p->ranks_per_node;
     pp.workspace_limit = p->workspace_limit;
+    if (p->num_docs > 0) {
+        pp.doc_lens = p->doc_lens;
+        pp.num_docs = p->num_docs;
+    }
     return pp;
 }
 

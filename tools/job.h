@@ -26,6 +26,8 @@
 #define JOB_FWD_SAMPLE_ROWS 64
 /* Entries of a per-rank list (--weights, --backends, --num-threads). */
 #define JOB_MAX_LIST 256
+/* Documents of a packed job (--docs). */
+#define JOB_MAX_DOCS 4096
 
 /* How shards are sized (burstrun --weights). */
 enum job_weights {
@@ -60,6 +62,12 @@ struct job_params {
     int want_hash;            /* compute job_result.output_hash */
     enum job_weights weights_mode;
     double weights[JOB_MAX_LIST]; /* [ranks] for JOB_WEIGHTS_GIVEN */
+    /* packed documents (--docs, tools/job_docs.c): num_docs lengths in doc_lens summing to
+     * seq_len (0: one document); docs_random: the lengths are drawn from the seed for each
+     * sequence length (--docs random:K, K = num_docs) by job_docs_resolve */
+    int docs_random;
+    int64_t num_docs;
+    int64_t doc_lens[JOB_MAX_DOCS];
     /* test only (hidden --test-mismatch R:FIELD): rank R changes FIELD of its plan ("weights":
      * reversed; "head_dim": + 8) so that the handshake must fail; -1 = off */
     int mismatch_rank;
@@ -146,6 +154,20 @@ struct job_result {
 /* Query/key pairs allowed by the mask over the whole sequence, counted exactly in O(N). */
 double job_allowed_pairs(int64_t seq_len, int causal, int64_t window_left, int64_t window_right);
 
+/* ---- packed documents (tools/job_docs.c) ---- */
+
+/* Parse a --docs value into p: "L1,L2,..." (each an integer >= 1, at most JOB_MAX_DOCS) or
+ * "random:K" (1 <= K <= JOB_MAX_DOCS). 0, or -1 with a message naming --docs and the value. */
+int job_docs_parse(const char *val, struct job_params *p, char *msg, size_t cap);
+
+/* Make p's documents fit its sequence length: draws the lengths of random:K from the seed (each
+ * >= 1, summing to seq_len; the same lengths for the same seed, K and seq_len) and checks that
+ * given lengths sum to seq_len. 0, or -1 with a message naming --docs. */
+int job_docs_resolve(struct job_params *p, char *msg, size_t cap);
+
+/* Allowed (query, key) pairs of the job, documents included (job_allowed_pairs without). */
+double job_pairs(const struct job_params *p);
+
 /* Forward FLOPs by the field's convention with the exact pair count: 4 * B * Hq * d * pairs. */
 double job_fwd_flops(const struct job_params *p);
 
@@ -207,7 +229,7 @@ struct job_slot {
 };
 
 #define JOB_ARENA_MAGIC 0x42525354u /* "BRST" */
-#define JOB_ARENA_VERSION 2u
+#define JOB_ARENA_VERSION 3u
 
 /* The arena's first bytes. The worker is the same executable as the launcher, so the layout
  * is shared by construction; magic, version and size are still checked. */

@@ -81,9 +81,25 @@ struct terms_in {
     const double *q, *k, *v, *dout, *o, *lse; /* lse [gs, n] */
 };
 
-static int pair_allowed(const struct ref_problem *rp, int64_t i, int64_t j)
+/* The document of position i: positions [*beg, *end) (the whole sequence without documents). */
+static void doc_range(const struct ref_problem *rp, int64_t i, int64_t *beg, int64_t *end)
 {
-    return (rp->window_left < 0 || j >= i - rp->window_left) &&
+    *beg = 0;
+    *end = rp->seq_len;
+    for (int64_t t = 0, at = 0; rp->doc_lens && rp->num_docs > 1 && t < rp->num_docs; t++) {
+        if (i < at + rp->doc_lens[t]) {
+            *beg = at;
+            *end = at + rp->doc_lens[t];
+            return;
+        }
+        at += rp->doc_lens[t];
+    }
+}
+
+/* Is key j allowed for query i, whose document is [db, de)? */
+static int pair_allowed(const struct ref_problem *rp, int64_t i, int64_t j, int64_t db, int64_t de)
+{
+    return j >= db && j < de && (rp->window_left < 0 || j >= i - rp->window_left) &&
            (rp->window_right < 0 || j <= i + rp->window_right) && (!rp->causal || j <= i);
 }
 
@@ -103,8 +119,10 @@ static void grad_terms_row(const struct terms_in *in, int64_t i, int hh, double 
     int gs = rp->q_heads, d = rp->head_dim;
     size_t at = ((size_t)i * gs + hh) * d;
     double lse = in->lse[(size_t)hh * n + i], dd = fabs(dot_d(in->dout + at, in->o + at, d));
+    int64_t db, de;
+    doc_range(rp, i, &db, &de);
     for (int64_t j = 0; j < n; j++) {
-        if (!pair_allowed(rp, i, j))
+        if (!pair_allowed(rp, i, j, db, de))
             continue;
         const double *kj = in->k + (size_t)j * d, *vj = in->v + (size_t)j * d;
         double pij = exp(rp->scale * dot_d(in->q + at, kj, d) - lse);
@@ -202,6 +220,8 @@ static int check_unit(struct check_ctx *c, int unit, struct job_err *err)
         .causal = p->causal,
         .window_left = p->window_left,
         .window_right = p->window_right,
+        .doc_lens = p->num_docs > 0 ? p->doc_lens : NULL,
+        .num_docs = p->num_docs,
     };
     if (c->rows) {
         ref_forward_rows(&rp, qd, kd, vd, c->rows, nrows, od, lsed);

@@ -5,7 +5,8 @@
  *   natural  rank i holds a contiguous shard; shard lengths differ by at most one token
  *            (the first N mod G ranks hold one more).
  *   zigzag   the sequence is cut into 2G chunks (the first N mod 2G chunks one token longer);
- *            rank i holds chunk i followed by chunk 2G-1-i. Balances causal work.
+ *            rank i holds chunk i followed by chunk 2G-1-i. Balances causal work. With packed
+ *            documents the chunks follow the work instead (burst_layout_plan_* below).
  *   striped  token t lives on rank t mod G, in increasing order.
  * In every layout a rank's local rows have strictly increasing global positions.
  *
@@ -94,6 +95,39 @@ BURST_API burst_status_t burst_layout_permute_lens(burst_layout_t layout, int ra
 BURST_API burst_status_t burst_layout_unpermute_lens(burst_layout_t layout, int ranks,
                                                      const int64_t *lens,
                                                      const struct burst_tensor *permuted,
+                                                     struct burst_tensor *natural);
+
+/*
+ * The shards a plan of `params` makes on `ranks` ranks, for callers that place their tokens
+ * before creating it. They follow every plan parameter that moves tokens: layout, seq_len,
+ * shard_lens, shard_weights, and with packed documents (doc_lens, num_docs > 1) the mask
+ * (causal, window_left, window_right) and the documents: with documents, zigzag cuts its 2G
+ * chunks at quantiles of the allowed (query, key) pairs instead of token counts, so that every
+ * rank gets the same share of the work (shard_weights: its weight's share), each chunk holding
+ * >= 1 token; rank i still holds chunk i then chunk 2G-1-i, and a rank's shard length is no
+ * longer a function of the token counts alone. Natural and striped keep their token split with
+ * documents. Shards measured by measure_speed are known only to the plan: refused here (use
+ * burst_plan_shard_len and burst_plan_position). params is validated as burst_plan_create
+ * validates it (errors name the field). Since API 0.5.
+ *   burst_layout_plan_lens      lens_p[ranks] receives every rank's shard length; the permuted
+ *                               order (below) lays them end to end in rank order;
+ *   burst_layout_plan_position  global position of local row `local` of rank `rank`;
+ *   burst_layout_plan_positions positions_p[lens[rank]] receives the global positions of every
+ *                               local row of rank `rank` at once (increasing);
+ *   burst_layout_plan_permute / _unpermute  as burst_layout_permute, with shape[1] == seq_len.
+ */
+BURST_API burst_status_t burst_layout_plan_lens(const struct burst_plan_params *params, int ranks,
+                                                int64_t *lens_p);
+BURST_API burst_status_t burst_layout_plan_position(const struct burst_plan_params *params,
+                                                    int ranks, int rank, int64_t local,
+                                                    int64_t *pos_p);
+BURST_API burst_status_t burst_layout_plan_positions(const struct burst_plan_params *params,
+                                                     int ranks, int rank, int64_t *positions_p);
+BURST_API burst_status_t burst_layout_plan_permute(const struct burst_plan_params *params,
+                                                   int ranks, const struct burst_tensor *natural,
+                                                   struct burst_tensor *permuted);
+BURST_API burst_status_t burst_layout_plan_unpermute(const struct burst_plan_params *params,
+                                                     int ranks, const struct burst_tensor *permuted,
                                                      struct burst_tensor *natural);
 
 #ifdef __cplusplus

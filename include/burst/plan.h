@@ -131,7 +131,10 @@ struct burst_plan_params {
      * sequence is num_docs documents laid end to end, of lengths doc_lens[0], doc_lens[1], ...
      * (each >= 1, summing to seq_len, no other rule); a query attends only keys of its own
      * document, on top of the causal mask and the window. NULL = one document (num_docs is then
-     * 0). Copied. Ranks must pass equal lengths (handshake field "doc_lens"). */
+     * 0). Copied. Ranks must pass equal lengths (handshake field "doc_lens"). Rank pairs that
+     * share no document skip their blocks. With documents the zigzag layout balances the allowed
+     * pairs instead of the tokens (burst/layout.h): shards become uneven; burst_layout_plan_*
+     * and burst_plan_shard_len / burst_plan_position say where each token goes. */
     const int64_t *doc_lens;
     int64_t num_docs;
     /* Logit soft-capping: > 0 replaces every scaled score s = tau q.k by
