@@ -39,6 +39,7 @@ enum {
     F_DET,
     F_LOCAL,
     F_WORK,
+    F_SOFTCAP, /* the cap's bits */
     F_CHUNK,
     F_ROUNDS, /* measure_speed: rounds of measurement (speed.h), else 0 */
     F_SPEED,  /* not compared: this rank's measured speed (double bits), or 0 */
@@ -71,6 +72,7 @@ static const char *const field_names[F_COUNT] = {
     "deterministic",
     "ranks_per_node",
     "workspace_limit",
+    "softcap",
     "BURST_STAGE_CHUNK_BYTES",
     "BURST_SPEED_ROUNDS",
     "speed",
@@ -223,6 +225,9 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_DET] = p->deterministic != 0;
     rec[F_LOCAL] = plan->local;
     rec[F_WORK] = p->workspace_limit > INT64_MAX ? -1 : (int64_t)p->workspace_limit;
+    uint32_t cap_bits;
+    memcpy(&cap_bits, &p->softcap, sizeof(cap_bits));
+    rec[F_SOFTCAP] = cap_bits;
     rec[F_CHUNK] = (int64_t)plan->stage_chunk;
     rec[F_ROUNDS] = p->measure_speed ? burst_speed_rounds(plan->ctx) : 0;
     rec[F_DIRECT] = direct_key(plan);

@@ -903,10 +903,33 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  * The backward's dV = P^T dO, dK = dS^T Q and dQ = dS K round P and dS the same way:
  *   m_dv[j] = sum_i (u P_ij + h) |dO_i|,  m_dk[j] = tau sum_i (u |dS_ij| + h) |q_i|,
  *   m_dq[i] = tau sum_j (u |dS_ij| + h) |k_j|   (computed only when mma; added to extra).
+ * Soft-capped scores: P_ij and dS_ij = P_ij (dP_ij - D_i) (1 - t_ij^2) use the capped score
+ * (harness_score), delta_ij shrinks by the cap's derivative 1 - t_ij^2 and gains the error of
+ * the kernels' tanh (4e-7 of the capped score); cq, ck keep the uncapped magnitudes (an upper
+ * bound, as 1 - t^2 <= 1), which also cover the fp32 error of the factor 1 - t^2 itself.
  * The scores' rounding (delta_ij) moves P_ij by P_ij delta_ij in the backward too, every dtype:
  *   m_dv[j] += sum_i P_ij delta_ij |dO_i|,  m_dk[j] += tau sum_i P_ij delta_ij |dP_ij - D_i| |q_i|,
  *   m_dq[i] += tau sum_j P_ij delta_ij |dP_ij - D_i| |k_j|.
  */
+/* The score of a pair from its dot product s = q.k: tau s, or with a cap c: c tanh(tau s / c).
+ * *fac receives its derivative along tau s (1, or 1 - tanh^2), *tanh_err the fp32 error of the
+ * capped score beyond the dot product's: the kernels' tanh (relative error < 3e-7) and the
+ * roundings of the scaling before and after it (2 u32), 4e-7 |score| in all. */
+static double harness_score(const struct harness_problem *p, double s, double *fac,
+                            double *tanh_err)
+{
+    const double x = p->scale * s, c = p->c.softcap;
+    if (c <= 0) {
+        *fac = 1.0;
+        *tanh_err = 0.0;
+        return x;
+    }
+    const double t = tanh(x / c);
+    *fac = 1.0 - t * t;
+    *tanh_err = 4e-7 * fabs(c * t);
+    return c * t;
+}
+
 static void harness_bounds(struct harness_problem *p, double *cq, double *ck, double *dd_dq,
                            double *dd_dk, double *a_dq, double *a_dk, double *a_dv, double *e_o,
                            int mma, double us, double *m_dq, double *m_dk, double *m_dv)
@@ -939,7 +962,9 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                         double s = 0;
                         for (int c = 0; c < d; c++)
                             s += q[qo + c] * k[ko + c];
-                        const double P = exp(tau * s - l), f = u * P + hsub;
+                        double fac, terr;
+                        const double P = exp(harness_score(p, s, &fac, &terr) - l);
+                        const double f = u * P + hsub;
                         for (int c = 0; c < d; c++) {
                             e_o[qo + c] += f * fabs(v[ko + c]);
                             wd += fabs(dO[qo + c]) * f * fabs(v[ko + c]) / u;
@@ -957,9 +982,11 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                         adp += fabs(dO[qo + c]) * fabs(v[ko + c]);
                         aqk += fabs(q[qo + c]) * fabs(k[ko + c]);
                     }
-                    const double P = exp(tau * s - l), ads = fabs(P * (dp - D));
+                    double fac, terr;
+                    const double P = exp(harness_score(p, s, &fac, &terr) - l);
+                    const double ads = fabs(P * (dp - D)) * fac;
                     const double mag = tau * P * (adp + w);
-                    const double delta = 2.0 * us * sqrt((double)d) * tau * aqk;
+                    const double delta = 2.0 * us * sqrt((double)d) * tau * aqk * fac + terr;
                     for (int c = 0; c < d; c++) {
                         e_o[qo + c] += P * delta * fabs(v[ko + c] - o[qo + c]);
                         cq[qo + c] += mag * fabs(k[ko + c]);
