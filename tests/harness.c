@@ -441,6 +441,14 @@ struct harness_problem {
     float *lse_perm, *lse_nat; /* [B, Hq, N] */
     struct harness_rank_record *rec;
 
+    /* sinks (c.sinks): the logits [Hq] (fp32, and the same values in fp64), each rank's
+     * dsinks [G][Hq], the reference gradient and its tolerance [Hq] */
+    float *sinks;
+    double *sinks64;
+    float **dsinks_rank;
+    double *ref_dsinks, *tol_dsinks;
+    struct harness_err err_dsinks;
+
     int ref_done;
     double *ref[H_NTENSORS]; /* o, lse, dq, dk, dv (natural) */
     double *extra[H_NTENSORS];
@@ -478,7 +486,9 @@ void harness_case_str(const struct harness_case *c, char *buf, size_t len)
                                   (long long)c->doc_lens[t]);
     }
     if (c->softcap > 0.0f && o < sizeof lens)
-        snprintf(lens + o, sizeof lens - o, " softcap=%g", (double)c->softcap);
+        o += (size_t)snprintf(lens + o, sizeof lens - o, " softcap=%g", (double)c->softcap);
+    if (c->sinks && o < sizeof lens)
+        snprintf(lens + o, sizeof lens - o, " sinks");
     snprintf(buf, len,
              "%s: G=%d B=%lld N=%lld Hq=%d Hkv=%d d=%d %s%s window=(%lld,%lld) %s bwd=%s "
              "wire=%s scale=%g amp=%g grid=%g pad=%d det=%d L=%d%s",
@@ -518,6 +528,14 @@ void harness_problem_destroy(struct harness_problem *p)
     free(p->lse_rank);
     free(p->lse_perm);
     free(p->lse_nat);
+    if (p->dsinks_rank)
+        for (int r = 0; r < p->G; r++)
+            free(p->dsinks_rank[r]);
+    free(p->dsinks_rank);
+    free(p->sinks);
+    free(p->sinks64);
+    free(p->ref_dsinks);
+    free(p->tol_dsinks);
     if (p->rec)
         for (int r = 0; r < p->G; r++)
             for (int ph = 0; ph < 3; ph++)
@@ -544,6 +562,28 @@ static uint64_t harness_hash(const char *s)
 static const int64_t *harness_lens(const struct harness_problem *p)
 {
     return p->c.shard_lens || p->c.shard_weights ? p->lens : NULL;
+}
+
+/* The sinks of a case: logits U(-1, 5) from the generator state st, and the gradients' room. */
+static int harness_sinks_create(struct harness_problem *p, uint64_t st)
+{
+    const size_t H = (size_t)p->Hq;
+    st ^= 0x5137u;
+    p->sinks = malloc(H * sizeof(float));
+    p->sinks64 = malloc(H * sizeof(double));
+    p->ref_dsinks = calloc(H, sizeof(double));
+    p->tol_dsinks = calloc(H, sizeof(double));
+    p->dsinks_rank = calloc((size_t)p->G, sizeof *p->dsinks_rank);
+    if (!p->sinks || !p->sinks64 || !p->ref_dsinks || !p->tol_dsinks || !p->dsinks_rank)
+        return -1;
+    for (size_t h = 0; h < H; h++) {
+        p->sinks[h] = (float)harness_rng_uniform(&st, -1.0, 5.0);
+        p->sinks64[h] = p->sinks[h];
+    }
+    for (int r = 0; r < p->G; r++)
+        if (!(p->dsinks_rank[r] = malloc(H * sizeof(float))))
+            return -1;
+    return 0;
 }
 
 struct harness_problem *harness_problem_create(const struct harness_case *c)
@@ -691,6 +731,8 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     p->lse_nat = malloc((size_t)(p->B * p->Hq * p->N) * sizeof(float));
     if (!p->lse_perm || !p->lse_nat)
         goto fail;
+    if (c->sinks && harness_sinks_create(p, st) != 0)
+        goto fail;
     return p;
 fail:
     fprintf(stderr, "harness: cannot set up %s\n", desc);
@@ -745,12 +787,17 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
                         dk = harness_rank_view(p, T_DK, rank),
                         dv = harness_rank_view(p, T_DV, rank);
     float *lse = p->on_device ? p->lse_dev[rank] : p->lse_rank[rank];
-    rec->st_fwd = burst_attention_forward(plan, &q, &k, &v, &o, lse);
+    const float *sk = p->sinks;
+    rec->st_fwd = sk ? burst_attention_forward_sinks(plan, &q, &k, &v, sk, p->Hq, &o, lse)
+                     : burst_attention_forward(plan, &q, &k, &v, &o, lse);
     if (rec->st_fwd != BURST_OK) {
         harness_note(rec, "burst_attention_forward", rec->st_fwd);
         rec->st_bwd = BURST_ERR_INTERNAL;
     } else {
-        rec->st_bwd = burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
+        rec->st_bwd =
+            sk ? burst_attention_backward_sinks(plan, &q, &k, &v, &o, lse, &dout, sk, p->Hq, &dq,
+                                                &dk, &dv, p->dsinks_rank[rank])
+               : burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
         if (rec->st_bwd != BURST_OK)
             harness_note(rec, "burst_attention_backward", rec->st_bwd);
     }
@@ -809,6 +856,8 @@ int harness_problem_run(struct harness_problem *p)
     }
     for (int r = 0; r < G; r++) {
         harness_poison(BURST_DTYPE_FP32, p->lse_rank[r], (size_t)(p->B * p->Hq * p->lens[r]));
+        if (p->dsinks_rank)
+            harness_poison(BURST_DTYPE_FP32, p->dsinks_rank[r], (size_t)p->Hq);
         for (int ph = 0; ph < 3; ph++)
             free(p->rec[r].step_traffic[ph]);
         memset(&p->rec[r], 0, sizeof p->rec[r]);
@@ -1010,6 +1059,39 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
             }
 }
 
+/* The tolerance of dsinks (harness.h, SINKS), from the reference and the O and lse bounds. */
+static void harness_sinks_tol(struct harness_problem *p)
+{
+    const double u = p->c.dtype == BURST_DTYPE_FP32 ? 0.0 : harness_unit_roundoff(p->c.dtype);
+    const int64_t N = p->N, d = p->d, Hq = p->Hq;
+    const size_t no = (size_t)(p->B * N * Hq * d), nl = (size_t)(p->B * Hq * N);
+    const double *o = p->ref[H_O], *lse = p->ref[H_LSE], *dO = p->in64[T_DO];
+    double so = 0, sl = 0;
+    for (size_t i = 0; i < no; i++)
+        so = fmax(so, fabs(o[i]));
+    for (size_t i = 0; i < nl; i++)
+        sl = isfinite(lse[i]) ? fmax(sl, fabs(lse[i])) : sl;
+    for (int64_t h = 0; h < Hq; h++) {
+        double tol = 1e-5 * fabs(p->ref_dsinks[h]);
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t i = 0; i < N; i++) {
+                const double l = lse[(b * Hq + h) * N + i];
+                const double e = exp(p->sinks64[h] - l), tl = 1e-5 * fabs(l) + 1e-5 * sl;
+                const size_t qo = (size_t)(((b * N + i) * Hq + h) * d);
+                double D = 0, w = 0, ed = 0;
+                for (int64_t c = 0; c < d; c++) {
+                    const double to =
+                        (1e-5 + u) * fabs(o[qo + c]) + 1e-5 * so + p->extra[H_O][qo + c];
+                    D += dO[qo + c] * o[qo + c];
+                    w += fabs(dO[qo + c]) * fabs(o[qo + c]);
+                    ed += fabs(dO[qo + c]) * to;
+                }
+                tol += e * (fabs(D) * tl + ed + 1e-5 * w);
+            }
+        p->tol_dsinks[h] = tol;
+    }
+}
+
 static int harness_reference(struct harness_problem *p)
 {
     if (p->ref_done)
@@ -1034,10 +1116,11 @@ static int harness_reference(struct harness_problem *p)
                              .window_right = p->c.window_right,
                              .doc_lens = p->c.doc_lens,
                              .num_docs = p->c.num_docs,
-                             .softcap = p->c.softcap};
+                             .softcap = p->c.softcap,
+                             .sinks = p->sinks64};
     ref_forward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->ref[H_O], p->ref[H_LSE]);
-    ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
-                 p->ref[H_DK], p->ref[H_DV]);
+    ref_backward_sinks(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
+                       p->ref[H_DK], p->ref[H_DV], p->ref_dsinks);
     {
         double *a[11];
         const size_t cnt[11] = {nq, nkv, nq, nkv, nq, nkv, nkv, nq, nq, nkv, nkv};
@@ -1083,6 +1166,8 @@ static int harness_reference(struct harness_problem *p)
         for (int i = 0; i < 11; i++)
             free(a[i]);
     }
+    if (p->sinks)
+        harness_sinks_tol(p);
     p->ref_done = 1;
     return 0;
 }
@@ -1151,6 +1236,28 @@ int harness_problem_compare(struct harness_problem *p, struct harness_err err[H_
         }
         pass &= err[t].worst <= 1.0 && err[t].nonfinite == 0 && err[t].pad_clobbered == 0;
     }
+    if (p->sinks) { /* every rank's dsinks against the reference */
+        struct harness_err *e = &p->err_dsinks;
+        memset(e, 0, sizeof *e);
+        for (int r = 0; r < p->G; r++)
+            for (int h = 0; h < p->Hq; h++) {
+                const double x = p->dsinks_rank[r][h], want = p->ref_dsinks[h];
+                const double d = fabs(x - want), tol = p->tol_dsinks[h];
+                if (!isfinite(x)) {
+                    e->nonfinite++;
+                    e->worst = INFINITY;
+                    e->worst_at = r * p->Hq + h;
+                    continue;
+                }
+                e->max_abs = fmax(e->max_abs, d);
+                e->max_rel = fmax(e->max_rel, d / (fabs(want) > 0 ? fabs(want) : 1.0));
+                if (isfinite(e->worst) && (d == 0 ? 0 : d / tol) > e->worst) {
+                    e->worst = d / tol;
+                    e->worst_at = r * p->Hq + h;
+                }
+            }
+        pass &= e->worst <= 1.0 && e->nonfinite == 0;
+    }
     return pass;
 }
 
@@ -1185,6 +1292,14 @@ void harness_problem_print(const struct harness_problem *p, const struct harness
         if (err[t].pad_clobbered)
             printf(" PADDING WRITTEN %lld", (long long)err[t].pad_clobbered);
         printf("\n");
+    }
+    if (p->sinks && p->ref_done) {
+        const struct harness_err *e = &p->err_dsinks;
+        const int r = (int)(e->worst_at / p->Hq), h = (int)(e->worst_at % p->Hq);
+        printf("    dsk max_abs %.3e max_rel %.3e worst/tol %.3f (rank %d head %d: got %.9g "
+               "want %.9g)%s\n",
+               e->max_abs, e->max_rel, e->worst, r, h, (double)p->dsinks_rank[r][h],
+               p->ref_dsinks[h], e->nonfinite ? " NONFINITE" : "");
     }
 }
 

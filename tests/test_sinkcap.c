@@ -59,6 +59,28 @@ static const struct harness_case cases[] = {
      .causal = 1, .window_left = 20},
     {CASE("cap5_g4_head_groups_ring", 4, 48), .softcap = 5.0f, .amp = 6, .q_heads = 4,
      .kv_heads = 4, .workspace_limit = 1, .bwd = RING},
+    /* sinks alone */
+    {CASE("sinks_g1_full", 1, 40), .sinks = 1},
+    {CASE("sinks_g2_causal_zigzag_ring", 2, 64), .sinks = 1, .causal = 1, .layout = ZZ,
+     .bwd = RING},
+    {CASE("sinks_g3_window_burst", 3, 50), .sinks = 1, .window_left = 7, .window_right = 3},
+    {CASE("sinks_g4_gqa4_causal_striped_ring", 4, 64), .sinks = 1, .q_heads = 8, .kv_heads = 2,
+     .causal = 1, .layout = STR, .bwd = RING},
+    {CASE("sinks_g2_bf16_causal_batch2", 2, 48), .sinks = 1, .dtype = BF16, .causal = 1,
+     .batch = 2},
+    {CASE("sinks_g3_bf16_gqa_ring", 3, 45), .sinks = 1, .dtype = BF16, .q_heads = 4, .kv_heads = 1,
+     .bwd = RING},
+    {CASE("sinks_g4_head_groups_burst", 4, 48), .sinks = 1, .q_heads = 4, .kv_heads = 4,
+     .workspace_limit = 1, .causal = 1},
+    {CASE("sinks_g4_win_stops_ring_early", 4, 64), .sinks = 1, .window_left = 3, .window_right = 0},
+    /* both */
+    {CASE("sinks_cap5_g1_causal", 1, 40), .sinks = 1, .softcap = 5.0f, .amp = 6, .causal = 1},
+    {CASE("sinks_cap30_g2_window_ring", 2, 64), .sinks = 1, .softcap = 30.0f, .amp = 6,
+     .window_left = 11, .window_right = 5, .bwd = RING},
+    {CASE("sinks_cap50_g3_gqa_zigzag_bf16", 3, 60), .sinks = 1, .softcap = 50.0f, .amp = 8,
+     .dtype = BF16, .q_heads = 4, .kv_heads = 2, .causal = 1, .layout = ZZ},
+    {CASE("sinks_cap5_g4_head_groups_ring_batch2", 4, 48), .sinks = 1, .softcap = 5.0f, .amp = 6,
+     .q_heads = 4, .kv_heads = 2, .workspace_limit = 1, .batch = 2, .bwd = RING},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop
