@@ -1,5 +1,5 @@
 /*
- * runtime/sinks.h - attention sinks in the engine (ALGORITHM.md, "Attention sinks").
+ * runtime/sinks.h - attention sinks in the engine (ALGORITHM.md section 5a).
  *
  * A sink is one more score per query head, in every row's softmax, with a zero value vector.
  * The forward starts each row's running log-sum-exp at its head's sink instead of -inf (and the
