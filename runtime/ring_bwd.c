@@ -23,6 +23,7 @@
 #include "plan_internal.h"
 #include "step_check.h"
 #include "ring_blocks.h"
+#include "sinks.h"
 #include "tensor_check.h"
 #include "timeline.h"
 
@@ -325,6 +326,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
                 .mask = plan->mask,
                 .scale = plan->scale,
+                .softcap = plan->p.softcap,
                 .dq = gq,
                 .dk = gk,
                 .dv = gv,
@@ -424,17 +426,33 @@ static burst_status_t bwd_group_begin(const struct bwd_call *c, struct bwd_bufs 
     return st;
 }
 
-burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,
-                                        const struct burst_tensor *k, const struct burst_tensor *v,
-                                        const struct burst_tensor *o, const float *lse,
-                                        const struct burst_tensor *dout, struct burst_tensor *dq,
-                                        struct burst_tensor *dk, struct burst_tensor *dv)
+/* The sinks of a backward call: none (with = 0), or the caller's with the gradient's output. */
+struct bwd_sinks {
+    int with;
+    const float *sinks;
+    int64_t num;
+    float *dsinks;
+    double *acc; /* this rank's part of the gradient, [Hq] */
+};
+
+/* The backward, with or without sinks (s). */
+static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
+                               const struct burst_tensor *q, const struct burst_tensor *k,
+                               const struct burst_tensor *v, const struct burst_tensor *o,
+                               const float *lse, const struct burst_tensor *dout,
+                               struct burst_tensor *dq, struct burst_tensor *dk,
+                               struct burst_tensor *dv, struct bwd_sinks *s)
 {
-    static const char *who = "burst_attention_backward";
     burst_status_t st = burst_call_entry(who, plan);
     if (st != BURST_OK)
         return st;
     st = check_args(who, plan, q, k, v, o, lse, dout, dq, dk, dv);
+    if (st == BURST_OK && s->with)
+        st = burst_sinks_check(who, plan, s->sinks, s->num);
+    if (st == BURST_OK && s->with && !s->dsinks)
+        st = burst_error(BURST_ERR_INVALID_ARG, "%s: dsinks is NULL", who);
+    if (st == BURST_OK && s->with && !(s->acc = calloc((size_t)plan->p.q_heads, sizeof(double))))
+        st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     if (st != BURST_OK)
         return burst_call_fail(plan, st);
 
@@ -468,6 +486,8 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
             burst_blocks_restart(&b.blk, seq);
         }
         st = bwd_group_begin(&c, &b, g, &hg, lse, &og, &dog, &lse_g);
+        if (st == BURST_OK && s->with) /* this rank's rows: their lse and D are final */
+            st = burst_sinks_grad_local(plan, &hg, s->sinks, lse_g, b.delta, s->acc);
         burst_tl_break(&tl);
         struct burst_tensor dkg = burst_heads(dk, hg.kv0, hg.nkv),
                             dvg = burst_heads(dv, hg.kv0, hg.nkv);
@@ -500,6 +520,31 @@ burst_status_t burst_attention_backward(struct burst_plan *plan, const struct bu
         burst_blocks_drain(&b.blk);
     burst_xfer_wait(plan, &b.ra);
     burst_xfer_wait(plan, &b.sa);
+    if (st == BURST_OK && s->with)
+        st = burst_sinks_grad_reduce(plan, burst_call_next_seq(plan), s->acc, s->dsinks);
     burst_tl_finish(&tl, st);
     return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
+}
+
+burst_status_t burst_attention_backward(struct burst_plan *plan, const struct burst_tensor *q,
+                                        const struct burst_tensor *k, const struct burst_tensor *v,
+                                        const struct burst_tensor *o, const float *lse,
+                                        const struct burst_tensor *dout, struct burst_tensor *dq,
+                                        struct burst_tensor *dk, struct burst_tensor *dv)
+{
+    struct bwd_sinks none = {0};
+    return bwd_call("burst_attention_backward", plan, q, k, v, o, lse, dout, dq, dk, dv, &none);
+}
+
+burst_status_t burst_attention_backward_sinks(
+    struct burst_plan *plan, const struct burst_tensor *q, const struct burst_tensor *k,
+    const struct burst_tensor *v, const struct burst_tensor *o, const float *lse,
+    const struct burst_tensor *dout, const float *sinks, int64_t num_sinks, struct burst_tensor *dq,
+    struct burst_tensor *dk, struct burst_tensor *dv, float *dsinks)
+{
+    struct bwd_sinks s = {1, sinks, num_sinks, dsinks, NULL};
+    burst_status_t st =
+        bwd_call("burst_attention_backward_sinks", plan, q, k, v, o, lse, dout, dq, dk, dv, &s);
+    free(s.acc);
+    return st;
 }

@@ -9,6 +9,8 @@
  * group on that group's heads. A group's outputs are written only after all its steps succeeded.
  * A one-rank call whose backend has fwd_final (backend.h) is one kernel that writes o and lse
  * itself, with no accumulators (BURST_FWD_FINAL=0: the accumulating path, for comparison).
+ * With sinks (runtime/sinks.h) the running lse starts at each head's sink, always on the
+ * accumulating path.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "plan_internal.h"
 #include "step_check.h"
 #include "ring_blocks.h"
+#include "sinks.h"
 #include "tensor_check.h"
 #include "timeline.h"
 
@@ -144,6 +147,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                 .kpos = burst_shards_posmap(&plan->shards, s.block),
                 .mask = plan->mask,
                 .scale = plan->scale,
+                .softcap = plan->p.softcap,
                 .o_acc = o_acc,
                 .lse_acc = lse_acc,
             };
@@ -189,6 +193,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
         .kpos = burst_shards_posmap(&plan->shards, s.block),
         .mask = plan->mask,
         .scale = plan->scale,
+        .softcap = plan->p.softcap,
     };
     burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
@@ -212,15 +217,18 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     return st;
 }
 
-burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
-                                       const struct burst_tensor *k, const struct burst_tensor *v,
-                                       struct burst_tensor *o, float *lse)
+/* The forward, with sinks (with_sinks: fp32 [Hq], checked here) or without. */
+static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
+                               const struct burst_tensor *q, const struct burst_tensor *k,
+                               const struct burst_tensor *v, int with_sinks, const float *sinks,
+                               int64_t num_sinks, struct burst_tensor *o, float *lse)
 {
-    static const char *who = "burst_attention_forward";
     burst_status_t st = burst_call_entry(who, plan);
     if (st != BURST_OK)
         return st;
     st = check_args(who, plan, q, k, v, o, lse);
+    if (st == BURST_OK && with_sinks)
+        st = burst_sinks_check(who, plan, sinks, num_sinks);
     if (st != BURST_OK)
         return burst_call_fail(plan, st);
 
@@ -240,7 +248,8 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     struct burst_blocks blk = {0};
     struct burst_timeline tl;
     burst_tl_begin(&tl, plan, BURST_PHASE_FWD);
-    st = fwd_final(plan, &tl, q, k, v, o, lse);
+    /* fwd_final writes o and lse itself, from no running state: not with sinks */
+    st = !with_sinks ? fwd_final(plan, &tl, q, k, v, o, lse) : BURST_ERR_UNSUPPORTED;
     if (st != BURST_ERR_UNSUPPORTED) {
         burst_tl_finish(&tl, st);
         return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
@@ -263,8 +272,10 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
             burst_blocks_restart(&blk, burst_call_next_seq(plan));
             st = be_ops->fill(be, o_acc, (size_t)(B * n * hg.nq * d), 0.0f);
         }
-        if (st == BURST_OK)
+        if (st == BURST_OK && !with_sinks)
             st = be_ops->fill(be, lse_acc, (size_t)(B * hg.nq * n), -INFINITY);
+        else if (st == BURST_OK) /* each row's denominator starts with its head's sink */
+            st = burst_sinks_init_lse(plan, &hg, sinks, lse_acc);
         burst_tl_break(&tl);
         if (st == BURST_OK)
             st = fwd_ring(plan, g, &tl, &blk, &pk, &qg, o_acc, lse_acc);
@@ -293,4 +304,19 @@ burst_status_t burst_attention_forward(struct burst_plan *plan, const struct bur
     }
     burst_tl_finish(&tl, st);
     return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
+}
+
+burst_status_t burst_attention_forward(struct burst_plan *plan, const struct burst_tensor *q,
+                                       const struct burst_tensor *k, const struct burst_tensor *v,
+                                       struct burst_tensor *o, float *lse)
+{
+    return fwd_call("burst_attention_forward", plan, q, k, v, 0, NULL, 0, o, lse);
+}
+
+burst_status_t burst_attention_forward_sinks(struct burst_plan *plan, const struct burst_tensor *q,
+                                             const struct burst_tensor *k,
+                                             const struct burst_tensor *v, const float *sinks,
+                                             int64_t num_sinks, struct burst_tensor *o, float *lse)
+{
+    return fwd_call("burst_attention_forward_sinks", plan, q, k, v, 1, sinks, num_sinks, o, lse);
 }

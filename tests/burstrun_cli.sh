@@ -27,6 +27,8 @@
 #            both rank modes (not one per rank); a library warning shows on burstrun's stderr
 #            (its level is warn), BURST_LOG=off silences it, BURST_LOG=info adds the context's
 #            backend
+#   sinkcap  --softcap and --sinks: --check covers both (the sinks' gradient with the backward),
+#            in both rank modes; --json reports them; bad values are usage errors naming them
 #   version  -V names the versions and the optional parts burstrun and the library were built with
 #   report   the header first (versions, features, devices, seed), then one row per point of a
 #            sweep (--seq a:b:x2 / a:b:+S / lists, --dtype and --head-dim lists); --csv rows;
@@ -416,11 +418,34 @@ case_docs() {
     expect_usage "docs random junk" "--docs: 'random:x'" $T --docs random:x
     expect_usage "docs sum" "--docs: the 2 lengths sum to 20, not --seq 64" $T --docs 10,10
     expect_usage "docs too many" "--docs: 65 documents do not fit --seq 64" $T --docs random:65
+# soft-capping and sinks: --check covers both (the sinks' gradient with the backward), in both
+# rank modes; --json reports them; bad values are usage errors naming the flag
+case_sinkcap() {
+    for mode in --threads ""; do
+        [ -n "$mode" ] || [ $PROCS = 1 ] || continue
+        m="sinkcap${mode:- processes}"
+        expect 0 "$m cap+sinks causal" $mode -n 3 --seq 96 --heads 4 --kv-heads 2 --head-dim 32 \
+            --causal --softcap 5 --sinks --check $SMALL
+        grep -q "dsinks .* ok" "$TMP/out" || fail "$m: the sinks' gradient was not checked"
+        expect 0 "$m sinks bf16 ring" $mode -n 2 --seq 64 --heads 2 --head-dim 32 --dtype bf16 \
+            --bwd ring --window 8,0 --sinks --check $SMALL
+    done
+    expect 0 "sinkcap json" --threads -n 2 --seq 64 --heads 2 --head-dim 16 --softcap 30 \
+        --sinks --check --json $SMALL
+    grep -q '"softcap": 30, "sinks": true' "$TMP/out" || fail "sinkcap json: $(head -c 300 "$TMP/out")"
+    grep -q '"dsinks": {' "$TMP/out" || fail "sinkcap json: no dsinks error"
+    for v in 0 -1 nan inf abc 1e40 ""; do
+        expect_usage "sinkcap softcap '$v'" "--softcap: '$v'" --threads -n 1 --softcap "$v"
+    done
+    expect_usage "sinkcap sinks value" "--sinks takes no value" --threads -n 1 --sinks=1
+    expect_usage "sinkcap sinks heads" "--sinks takes at most" --threads -n 1 --heads 8192 \
+        --sinks --fwd-only
 }
 
 case "$WHAT" in
 docs) case_docs ;;
 report) case_report ;;
+sinkcap) case_sinkcap ;;
 cancel) case_cancel ;;
 sizes) case_sizes ;;
 env) case_env ;;

@@ -441,6 +441,14 @@ struct harness_problem {
     float *lse_perm, *lse_nat; /* [B, Hq, N] */
     struct harness_rank_record *rec;
 
+    /* sinks (c.sinks): the logits [Hq] (fp32, and the same values in fp64), each rank's
+     * dsinks [G][Hq], the reference gradient and its tolerance [Hq] */
+    float *sinks;
+    double *sinks64;
+    float **dsinks_rank;
+    double *ref_dsinks, *tol_dsinks;
+    struct harness_err err_dsinks;
+
     int ref_done;
     double *ref[H_NTENSORS]; /* o, lse, dq, dk, dv (natural) */
     double *extra[H_NTENSORS];
@@ -478,7 +486,9 @@ void harness_case_str(const struct harness_case *c, char *buf, size_t len)
                                   (long long)c->doc_lens[t]);
     }
     if (c->softcap > 0.0f && o < sizeof lens)
-        snprintf(lens + o, sizeof lens - o, " softcap=%g", (double)c->softcap);
+        o += (size_t)snprintf(lens + o, sizeof lens - o, " softcap=%g", (double)c->softcap);
+    if (c->sinks && o < sizeof lens)
+        snprintf(lens + o, sizeof lens - o, " sinks");
     snprintf(buf, len,
              "%s: G=%d B=%lld N=%lld Hq=%d Hkv=%d d=%d %s%s window=(%lld,%lld) %s bwd=%s "
              "wire=%s scale=%g amp=%g grid=%g pad=%d det=%d L=%d%s",
@@ -518,6 +528,14 @@ void harness_problem_destroy(struct harness_problem *p)
     free(p->lse_rank);
     free(p->lse_perm);
     free(p->lse_nat);
+    if (p->dsinks_rank)
+        for (int r = 0; r < p->G; r++)
+            free(p->dsinks_rank[r]);
+    free(p->dsinks_rank);
+    free(p->sinks);
+    free(p->sinks64);
+    free(p->ref_dsinks);
+    free(p->tol_dsinks);
     if (p->rec)
         for (int r = 0; r < p->G; r++)
             for (int ph = 0; ph < 3; ph++)
@@ -538,6 +556,34 @@ static uint64_t harness_hash(const char *s)
     for (; s && *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
+}
+
+/* Explicit shard lengths of the case (given or from weights), or NULL for the even ones. */
+static const int64_t *harness_lens(const struct harness_problem *p)
+{
+    return p->c.shard_lens || p->c.shard_weights ? p->lens : NULL;
+}
+
+/* The sinks of a case: logits U(-1, 5) from the generator state st, and the gradients' room. */
+static int harness_sinks_create(struct harness_problem *p, uint64_t st)
+{
+    const size_t H = (size_t)p->Hq;
+    st ^= 0x5137u;
+    p->sinks = malloc(H * sizeof(float));
+    p->sinks64 = malloc(H * sizeof(double));
+    p->ref_dsinks = calloc(H, sizeof(double));
+    p->tol_dsinks = calloc(H, sizeof(double));
+    p->dsinks_rank = calloc((size_t)p->G, sizeof *p->dsinks_rank);
+    if (!p->sinks || !p->sinks64 || !p->ref_dsinks || !p->tol_dsinks || !p->dsinks_rank)
+        return -1;
+    for (size_t h = 0; h < H; h++) {
+        p->sinks[h] = (float)harness_rng_uniform(&st, -1.0, 5.0);
+        p->sinks64[h] = p->sinks[h];
+    }
+    for (int r = 0; r < p->G; r++)
+        if (!(p->dsinks_rank[r] = malloc(H * sizeof(float))))
+            return -1;
+    return 0;
 }
 
 struct harness_problem *harness_problem_create(const struct harness_case *c)
@@ -673,6 +719,8 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
     p->lse_nat = malloc((size_t)(p->B * p->Hq * p->N) * sizeof(float));
     if (!p->lse_perm || !p->lse_nat)
         goto fail;
+    if (c->sinks && harness_sinks_create(p, st) != 0)
+        goto fail;
     return p;
 fail:
     fprintf(stderr, "harness: cannot set up %s\n", desc);
@@ -727,12 +775,17 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
                         dk = harness_rank_view(p, T_DK, rank),
                         dv = harness_rank_view(p, T_DV, rank);
     float *lse = p->on_device ? p->lse_dev[rank] : p->lse_rank[rank];
-    rec->st_fwd = burst_attention_forward(plan, &q, &k, &v, &o, lse);
+    const float *sk = p->sinks;
+    rec->st_fwd = sk ? burst_attention_forward_sinks(plan, &q, &k, &v, sk, p->Hq, &o, lse)
+                     : burst_attention_forward(plan, &q, &k, &v, &o, lse);
     if (rec->st_fwd != BURST_OK) {
         harness_note(rec, "burst_attention_forward", rec->st_fwd);
         rec->st_bwd = BURST_ERR_INTERNAL;
     } else {
-        rec->st_bwd = burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
+        rec->st_bwd =
+            sk ? burst_attention_backward_sinks(plan, &q, &k, &v, &o, lse, &dout, sk, p->Hq, &dq,
+                                                &dk, &dv, p->dsinks_rank[rank])
+               : burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
         if (rec->st_bwd != BURST_OK)
             harness_note(rec, "burst_attention_backward", rec->st_bwd);
     }
@@ -791,6 +844,8 @@ int harness_problem_run(struct harness_problem *p)
     }
     for (int r = 0; r < G; r++) {
         harness_poison(BURST_DTYPE_FP32, p->lse_rank[r], (size_t)(p->B * p->Hq * p->lens[r]));
+        if (p->dsinks_rank)
+            harness_poison(BURST_DTYPE_FP32, p->dsinks_rank[r], (size_t)p->Hq);
         for (int ph = 0; ph < 3; ph++)
             free(p->rec[r].step_traffic[ph]);
         memset(&p->rec[r], 0, sizeof p->rec[r]);
@@ -884,10 +939,33 @@ static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
  * The backward's dV = P^T dO, dK = dS^T Q and dQ = dS K round P and dS the same way:
  *   m_dv[j] = sum_i (u P_ij + h) |dO_i|,  m_dk[j] = tau sum_i (u |dS_ij| + h) |q_i|,
  *   m_dq[i] = tau sum_j (u |dS_ij| + h) |k_j|   (computed only when mma; added to extra).
+ * Soft-capped scores: P_ij and dS_ij = P_ij (dP_ij - D_i) (1 - t_ij^2) use the capped score
+ * (harness_score), delta_ij shrinks by the cap's derivative 1 - t_ij^2 and gains the error of
+ * the kernels' tanh (4e-7 of the capped score); cq, ck keep the uncapped magnitudes (an upper
+ * bound, as 1 - t^2 <= 1), which also cover the fp32 error of the factor 1 - t^2 itself.
  * The scores' rounding (delta_ij) moves P_ij by P_ij delta_ij in the backward too, every dtype:
  *   m_dv[j] += sum_i P_ij delta_ij |dO_i|,  m_dk[j] += tau sum_i P_ij delta_ij |dP_ij - D_i| |q_i|,
  *   m_dq[i] += tau sum_j P_ij delta_ij |dP_ij - D_i| |k_j|.
  */
+/* The score of a pair from its dot product s = q.k: tau s, or with a cap c: c tanh(tau s / c).
+ * *fac receives its derivative along tau s (1, or 1 - tanh^2), *tanh_err the fp32 error of the
+ * capped score beyond the dot product's: the kernels' tanh (relative error < 3e-7) and the
+ * roundings of the scaling before and after it (2 u32), 4e-7 |score| in all. */
+static double harness_score(const struct harness_problem *p, double s, double *fac,
+                            double *tanh_err)
+{
+    const double x = p->scale * s, c = p->c.softcap;
+    if (c <= 0) {
+        *fac = 1.0;
+        *tanh_err = 0.0;
+        return x;
+    }
+    const double t = tanh(x / c);
+    *fac = 1.0 - t * t;
+    *tanh_err = 4e-7 * fabs(c * t);
+    return c * t;
+}
+
 static void harness_bounds(struct harness_problem *p, double *cq, double *ck, double *dd_dq,
                            double *dd_dk, double *a_dq, double *a_dk, double *a_dv, double *e_o,
                            int mma, double us, double *m_dq, double *m_dk, double *m_dv)
@@ -920,7 +998,9 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                         double s = 0;
                         for (int c = 0; c < d; c++)
                             s += q[qo + c] * k[ko + c];
-                        const double P = exp(tau * s - l), f = u * P + hsub;
+                        double fac, terr;
+                        const double P = exp(harness_score(p, s, &fac, &terr) - l);
+                        const double f = u * P + hsub;
                         for (int c = 0; c < d; c++) {
                             e_o[qo + c] += f * fabs(v[ko + c]);
                             wd += fabs(dO[qo + c]) * f * fabs(v[ko + c]) / u;
@@ -938,9 +1018,11 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                         adp += fabs(dO[qo + c]) * fabs(v[ko + c]);
                         aqk += fabs(q[qo + c]) * fabs(k[ko + c]);
                     }
-                    const double P = exp(tau * s - l), ads = fabs(P * (dp - D));
+                    double fac, terr;
+                    const double P = exp(harness_score(p, s, &fac, &terr) - l);
+                    const double ads = fabs(P * (dp - D)) * fac;
                     const double mag = tau * P * (adp + w);
-                    const double delta = 2.0 * us * sqrt((double)d) * tau * aqk;
+                    const double delta = 2.0 * us * sqrt((double)d) * tau * aqk * fac + terr;
                     for (int c = 0; c < d; c++) {
                         e_o[qo + c] += P * delta * fabs(v[ko + c] - o[qo + c]);
                         cq[qo + c] += mag * fabs(k[ko + c]);
@@ -962,6 +1044,39 @@ static void harness_bounds(struct harness_problem *p, double *cq, double *ck, do
                     }
                 }
             }
+}
+
+/* The tolerance of dsinks (harness.h, SINKS), from the reference and the O and lse bounds. */
+static void harness_sinks_tol(struct harness_problem *p)
+{
+    const double u = p->c.dtype == BURST_DTYPE_FP32 ? 0.0 : harness_unit_roundoff(p->c.dtype);
+    const int64_t N = p->N, d = p->d, Hq = p->Hq;
+    const size_t no = (size_t)(p->B * N * Hq * d), nl = (size_t)(p->B * Hq * N);
+    const double *o = p->ref[H_O], *lse = p->ref[H_LSE], *dO = p->in64[T_DO];
+    double so = 0, sl = 0;
+    for (size_t i = 0; i < no; i++)
+        so = fmax(so, fabs(o[i]));
+    for (size_t i = 0; i < nl; i++)
+        sl = isfinite(lse[i]) ? fmax(sl, fabs(lse[i])) : sl;
+    for (int64_t h = 0; h < Hq; h++) {
+        double tol = 1e-5 * fabs(p->ref_dsinks[h]);
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t i = 0; i < N; i++) {
+                const double l = lse[(b * Hq + h) * N + i];
+                const double e = exp(p->sinks64[h] - l), tl = 1e-5 * fabs(l) + 1e-5 * sl;
+                const size_t qo = (size_t)(((b * N + i) * Hq + h) * d);
+                double D = 0, w = 0, ed = 0;
+                for (int64_t c = 0; c < d; c++) {
+                    const double to =
+                        (1e-5 + u) * fabs(o[qo + c]) + 1e-5 * so + p->extra[H_O][qo + c];
+                    D += dO[qo + c] * o[qo + c];
+                    w += fabs(dO[qo + c]) * fabs(o[qo + c]);
+                    ed += fabs(dO[qo + c]) * to;
+                }
+                tol += e * (fabs(D) * tl + ed + 1e-5 * w);
+            }
+        p->tol_dsinks[h] = tol;
+    }
 }
 
 static int harness_reference(struct harness_problem *p)
@@ -988,10 +1103,11 @@ static int harness_reference(struct harness_problem *p)
                              .window_right = p->c.window_right,
                              .doc_lens = p->c.doc_lens,
                              .num_docs = p->c.num_docs,
-                             .softcap = p->c.softcap};
+                             .softcap = p->c.softcap,
+                             .sinks = p->sinks64};
     ref_forward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->ref[H_O], p->ref[H_LSE]);
-    ref_backward(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
-                 p->ref[H_DK], p->ref[H_DV]);
+    ref_backward_sinks(&rp, p->in64[T_Q], p->in64[T_K], p->in64[T_V], p->in64[T_DO], p->ref[H_DQ],
+                       p->ref[H_DK], p->ref[H_DV], p->ref_dsinks);
     {
         double *a[11];
         const size_t cnt[11] = {nq, nkv, nq, nkv, nq, nkv, nkv, nq, nq, nkv, nkv};
@@ -1037,6 +1153,8 @@ static int harness_reference(struct harness_problem *p)
         for (int i = 0; i < 11; i++)
             free(a[i]);
     }
+    if (p->sinks)
+        harness_sinks_tol(p);
     p->ref_done = 1;
     return 0;
 }
@@ -1105,6 +1223,28 @@ int harness_problem_compare(struct harness_problem *p, struct harness_err err[H_
         }
         pass &= err[t].worst <= 1.0 && err[t].nonfinite == 0 && err[t].pad_clobbered == 0;
     }
+    if (p->sinks) { /* every rank's dsinks against the reference */
+        struct harness_err *e = &p->err_dsinks;
+        memset(e, 0, sizeof *e);
+        for (int r = 0; r < p->G; r++)
+            for (int h = 0; h < p->Hq; h++) {
+                const double x = p->dsinks_rank[r][h], want = p->ref_dsinks[h];
+                const double d = fabs(x - want), tol = p->tol_dsinks[h];
+                if (!isfinite(x)) {
+                    e->nonfinite++;
+                    e->worst = INFINITY;
+                    e->worst_at = r * p->Hq + h;
+                    continue;
+                }
+                e->max_abs = fmax(e->max_abs, d);
+                e->max_rel = fmax(e->max_rel, d / (fabs(want) > 0 ? fabs(want) : 1.0));
+                if (isfinite(e->worst) && (d == 0 ? 0 : d / tol) > e->worst) {
+                    e->worst = d / tol;
+                    e->worst_at = r * p->Hq + h;
+                }
+            }
+        pass &= e->worst <= 1.0 && e->nonfinite == 0;
+    }
     return pass;
 }
 
@@ -1139,6 +1279,14 @@ void harness_problem_print(const struct harness_problem *p, const struct harness
         if (err[t].pad_clobbered)
             printf(" PADDING WRITTEN %lld", (long long)err[t].pad_clobbered);
         printf("\n");
+    }
+    if (p->sinks && p->ref_done) {
+        const struct harness_err *e = &p->err_dsinks;
+        const int r = (int)(e->worst_at / p->Hq), h = (int)(e->worst_at % p->Hq);
+        printf("    dsk max_abs %.3e max_rel %.3e worst/tol %.3f (rank %d head %d: got %.9g "
+               "want %.9g)%s\n",
+               e->max_abs, e->max_rel, e->worst, r, h, (double)p->dsinks_rank[r][h],
+               p->ref_dsinks[h], e->nonfinite ? " NONFINITE" : "");
     }
 }
 

@@ -72,6 +72,13 @@
  *   dtype values that are already exact (K, V, Q, dO) or fp32 values (lse, D, accumulators), so
  *   the half-precision bound is the same for G = 1 and any G (test_scaling checks this).
  *
+ * SINKS (dsinks[h] = -sum_{b,i} e_i D_i, e_i = exp(sink_h - lse_i), per head): the engine takes
+ *   it from the computed lse and D = rowsum(dO * O) of the computed O, so its error is bounded
+ *   by propagating their tolerated errors to first order, and 1e-5 relative for the sums:
+ *       tol_h = 1e-5 |r_h| + sum_{b,i} e_i (|D_i| tl_i + sum_c |dO_ic| to_ic + 1e-5 w_i)
+ *   with tl_i and to_ic the lse and O tolerances above and w_i = sum_c |dO_ic| |O_ic|
+ *   (a relative error x in lse's exponent moves e_i by e_i x; an error in O moves D by dO).
+ *   Every rank must return the same dsinks (the call sums over the ranks).
  * Reported per tensor: max_abs = max |x - r|, max_rel = max |x - r| / (|r| + S_T) (a mixed
  * relative error that is meaningful for near-zero elements), and worst = max |x - r| / tol (the
  * case passes when worst <= 1 for every tensor, nothing is NaN/Inf and the padding is intact).
@@ -175,6 +182,11 @@ struct harness_case {
     const int64_t *doc_lens;  /* plan.doc_lens: packed documents (NULL = one) */
     int64_t num_docs;
     float softcap; /* plan.softcap: 0 = off */
+    /* Attention sinks: nonzero runs burst_attention_forward_sinks / backward_sinks with random
+     * per-head logits drawn from the case's seed, U(-1, 5) (the scale of a row's lse here, so
+     * the sink takes a real share of the softmax), and compares every rank's dsinks with
+     * ref_backward_sinks (tolerance: harness_problem_compare). */
+    int sinks;
 };
 
 enum harness_tensor {

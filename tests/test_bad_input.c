@@ -8,6 +8,8 @@
  * ranks give BURST_ERR_PLAN_MISMATCH on every rank with a message naming the rank and field.
  */
 #include <limits.h>
+#include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -935,6 +937,10 @@ PLAN_BAD(plan_num_docs_without_lens, pp.num_docs = 2, "num_docs", "2")
 PLAN_BAD(plan_doc_lens_without_num, (pp.doc_lens = docs_ok, pp.num_docs = 0), "num_docs", "0")
 PLAN_BAD(plan_num_docs_negative, (pp.doc_lens = docs_ok, pp.num_docs = -1), "num_docs", "-1")
 PLAN_BAD(plan_num_docs_above_seq, (pp.doc_lens = docs_ok, pp.num_docs = N + 1), "num_docs", "17")
+/* soft-capping: a cap must be finite and positive (0 = off) */
+PLAN_BAD(plan_softcap_nan, pp.softcap = NAN, "softcap", "nan")
+PLAN_BAD(plan_softcap_inf, pp.softcap = INFINITY, "softcap", "inf")
+PLAN_BAD(plan_softcap_negative, pp.softcap = -5.0f, "softcap", "-5")
 
 static void plan_after_abort(void **state)
 {
@@ -1449,12 +1455,146 @@ static void mr_mismatch_docs_one_rank(void **state)
     mismatch(8, "doc_lens", 2);
 }
 
+/* Does the shared context's backend run soft-capping? (a one-rank plan with a cap) */
+static int softcap_supported(void)
+{
+    struct burst_local_world *w = NULL;
+    struct burst_comm *comm = NULL;
+    struct burst_plan *plan = NULL;
+    struct burst_comm_params cp = burst_comm_params_default();
+    struct burst_plan_params pp = valid_params();
+    pp.softcap = 30.0f;
+    cp.size = 1;
+    burst_status_t st = burst_local_world_create(1, &w);
+    cp.world = w;
+    if (st == BURST_OK)
+        st = burst_comm_create(&cp, &comm);
+    if (st == BURST_OK)
+        st = burst_plan_create(harness_context(), comm, &pp, &plan);
+    burst_plan_destroy(plan);
+    burst_comm_destroy(comm);
+    burst_local_world_destroy(w);
+    return st != BURST_ERR_UNSUPPORTED;
+}
+
 static void mr_mismatch_softcap(void **state)
 {
     (void)state;
-    if (!(burst_cpu_backend_ops.features & BURST_BE_SOFTCAP))
-        skip(); /* the plan is refused locally before the handshake */
+    if (!softcap_supported()) {
+        printf("the backend does not run soft-capping: skipped\n");
+        skip();
+    }
     mismatch(9, "softcap", 2);
+}
+
+/* ---- sinks: bad sinks on every rank; each rank fails by itself, naming the argument, with its
+ * outputs (o, lse; dq, dk, dv, dsinks) untouched ---- */
+
+enum sinks_bad {
+    SB_FWD_NULL,   /* forward: sinks NULL */
+    SB_FWD_LEN,    /* forward: num_sinks = 3 with q_heads 2 */
+    SB_FWD_NAN,    /* forward: sinks[1] NaN */
+    SB_FWD_INF,    /* forward: sinks[0] -Inf */
+    SB_BWD_NULL,   /* backward: sinks NULL */
+    SB_BWD_LEN,    /* backward: num_sinks = 1 */
+    SB_BWD_NAN,    /* backward: sinks[0] NaN */
+    SB_BWD_DSINKS, /* backward: dsinks NULL */
+    SB_COUNT
+};
+
+struct sinks_state {
+    enum sinks_bad kind;
+    pthread_barrier_t fwd_done; /* every rank's good forward is over before a bad backward */
+    burst_status_t st[MR_G];
+    char msg[MR_G][512];
+    int untouched[MR_G];
+};
+
+static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct sinks_state *s = arg;
+    struct burst_plan_params pp = valid_params();
+    pp.seq_len = N * MR_G;
+    float q[NQ], k[NKV], v[NKV], dout[NQ], o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];
+    float dsinks[HQ], snap[2 * NQ + HQ * N + 2 * NKV + HQ];
+    float good[HQ] = {1.5f, -0.5f}, bad[HQ] = {1.5f, -0.5f};
+    if (s->kind == SB_FWD_NAN || s->kind == SB_BWD_NAN)
+        bad[s->kind == SB_FWD_NAN ? 1 : 0] = NAN;
+    if (s->kind == SB_FWD_INF)
+        bad[0] = -INFINITY;
+    const float *sk = s->kind == SB_FWD_NULL || s->kind == SB_BWD_NULL ? NULL : bad;
+    const int64_t ns = s->kind == SB_FWD_LEN ? 3 : s->kind == SB_BWD_LEN ? 1 : HQ;
+    for (size_t i = 0; i < NQ; i++)
+        q[i] = dout[i] = 0.25f * (float)(i % 7);
+    for (size_t i = 0; i < NKV; i++)
+        k[i] = v[i] = 0.125f * (float)(i % 5);
+    memset(o, 0xa5, sizeof o);
+    memset(lse, 0xa5, sizeof lse);
+    memset(dq, 0xa5, sizeof dq);
+    memset(dk, 0xa5, sizeof dk);
+    memset(dv, 0xa5, sizeof dv);
+    memset(dsinks, 0xa5, sizeof dsinks);
+    struct burst_tensor tq = burst_tensor_contiguous(q, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        tk = burst_tensor_contiguous(k, BURST_DTYPE_FP32, 1, N, HKV, D),
+                        tv = burst_tensor_contiguous(v, BURST_DTYPE_FP32, 1, N, HKV, D),
+                        tdo = burst_tensor_contiguous(dout, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        to = burst_tensor_contiguous(o, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        tdq = burst_tensor_contiguous(dq, BURST_DTYPE_FP32, 1, N, HQ, D),
+                        tdk = burst_tensor_contiguous(dk, BURST_DTYPE_FP32, 1, N, HKV, D),
+                        tdv = burst_tensor_contiguous(dv, BURST_DTYPE_FP32, 1, N, HKV, D);
+    struct burst_plan *plan = NULL;
+    burst_status_t st = burst_plan_create(harness_context(), comm, &pp, &plan);
+    const int fwd = s->kind < SB_BWD_NULL;
+    if (st == BURST_OK && !fwd) /* a good forward first: the backward's inputs */
+        st = burst_attention_forward_sinks(plan, &tq, &tk, &tv, good, HQ, &to, lse);
+    pthread_barrier_wait(&s->fwd_done);
+    memcpy(snap, o, sizeof o);
+    memcpy(snap + NQ, lse, sizeof lse);
+    memcpy(snap + NQ + HQ * N, dq, sizeof dq);
+    memcpy(snap + 2 * NQ + HQ * N, dk, sizeof dk);
+    memcpy(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv);
+    memcpy(snap + 2 * NQ + HQ * N + 2 * NKV, dsinks, sizeof dsinks);
+    if (st == BURST_OK && fwd)
+        st = burst_attention_forward_sinks(plan, &tq, &tk, &tv, sk, ns, &to, lse);
+    else if (st == BURST_OK)
+        st = burst_attention_backward_sinks(plan, &tq, &tk, &tv, &to, lse, &tdo, sk, ns, &tdq, &tdk,
+                                            &tdv, s->kind == SB_BWD_DSINKS ? NULL : dsinks);
+    s->st[rank] = st;
+    snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
+    s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 &&
+                         memcmp(snap + NQ, lse, sizeof lse) == 0 &&
+                         memcmp(snap + NQ + HQ * N, dq, sizeof dq) == 0 &&
+                         memcmp(snap + 2 * NQ + HQ * N, dk, sizeof dk) == 0 &&
+                         memcmp(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv) == 0 &&
+                         memcmp(snap + 2 * NQ + HQ * N + 2 * NKV, dsinks, sizeof dsinks) == 0;
+    burst_plan_destroy(plan);
+}
+
+static void sinks_bad_inputs(void **state)
+{
+    (void)state;
+    static const char *const names[SB_COUNT][2] = {
+        {"sinks", "NULL"}, {"num_sinks", "3"}, {"sinks[1]", "nan"}, {"sinks[0]", "inf"},
+        {"sinks", "NULL"}, {"num_sinks", "1"}, {"sinks[0]", "nan"}, {"dsinks", "NULL"},
+    };
+    for (int kind = 0; kind < SB_COUNT; kind++) {
+        struct sinks_state s;
+        memset(&s, 0, sizeof s);
+        s.kind = (enum sinks_bad)kind;
+        assert_int_equal(pthread_barrier_init(&s.fwd_done, NULL, MR_G), 0);
+        assert_int_equal(harness_run_ranks(MR_G, TIMEOUT_MS, sinks_rank, &s), 0);
+        pthread_barrier_destroy(&s.fwd_done);
+        for (int r = 0; r < MR_G; r++) {
+            printf("sinks case %d rank %d: %s\n", kind, r, s.msg[r]);
+            if (s.st[r] != BURST_ERR_INVALID_ARG || !harness_contains(s.msg[r], names[kind][0]) ||
+                !harness_contains(s.msg[r], names[kind][1]))
+                fail_msg("sinks case %d rank %d: status %d (%s), message \"%s\" does not name "
+                         "%s = %s",
+                         kind, r, (int)s.st[r], burst_status_str(s.st[r]), s.msg[r], names[kind][0],
+                         names[kind][1]);
+            assert_true(s.untouched[r]);
+        }
+    }
 }
 
 /* ranks_per_node that does not divide the ring (3 of 4) or exceeds it (5 of 4), on every rank:
@@ -1651,6 +1791,9 @@ int main(int argc, char **argv)
         T(plan_doc_lens_without_num),
         T(plan_num_docs_negative),
         T(plan_num_docs_above_seq),
+        T(plan_softcap_nan),
+        T(plan_softcap_inf),
+        T(plan_softcap_negative),
         T(plan_after_abort),
         TP(fwd_null_plan),
         TP(fwd_null_q),
@@ -1715,6 +1858,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(mr_mismatch_doc_lens),
         cmocka_unit_test(mr_mismatch_docs_one_rank),
         cmocka_unit_test(mr_mismatch_softcap),
+        cmocka_unit_test(sinks_bad_inputs),
         cmocka_unit_test(mr_ranks_per_node_not_divisor),
         cmocka_unit_test(mr_ranks_per_node_above_ring),
         cmocka_unit_test(mr_bad_plan_one_rank),

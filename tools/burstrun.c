@@ -71,7 +71,11 @@ static void usage(FILE *f)
         "  --docs L1,L2,...       packed documents of these lengths (>= 1, summing to --seq):\n"
         "                         a query attends only keys of its own document; random:K =\n"
         "                         K documents of random lengths drawn from the seed (default:\n"
-        "                         one document)\n");
+        "                         one document)\n"
+        "  --softcap C            logit soft-capping: scores become C tanh(score / C), C > 0\n"
+        "                         (default off)\n"
+        "  --sinks                attention sinks: one logit per query head, U(-1, 5) from\n"
+        "                         the seed; --check then also checks the sinks' gradient\n");
     fprintf(
         f,
         "run:\n"
@@ -832,6 +836,18 @@ static void opt_kill_step(struct parse_state *s, const char *name, const char *v
     s->kill_step_given = 1;
 }
 
+/* ---- soft-capping and sinks ---- */
+
+static void opt_softcap(struct parse_state *s, const char *name, const char *val)
+{
+    char *end;
+    errno = 0;
+    double c = strtod(val, &end);
+    if (errno || end == val || *end || !isfinite(c) || !(c > 0.0) || c > 1e30)
+        die_usage("bad value for --softcap: '%s' (expected a finite number > 0)", val);
+    s->p->softcap = (float)c;
+}
+
 /* A flag: with a handler, or (flags that take no value) an int of struct opts or of struct
  * job_params set to `set`. */
 struct burstrun_flag {
@@ -913,6 +929,9 @@ static const struct burstrun_flag burstrun_flags[] = {
     VALUED("--weights", opt_weights),
     VALUED("--docs", opt_docs),
     VALUED("--test-mismatch", opt_test_mismatch),
+    /* soft-capping and sinks */
+    VALUED("--softcap", opt_softcap),
+    FLAG_P("--sinks", sinks, 1),
 };
 
 /* The defaults of every flag (parse_args makes the default job causal and checked). */
@@ -1157,6 +1176,8 @@ static void check_flags(struct parse_state *s)
         p->kv_heads = p->q_heads;
     if (p->q_heads % p->kv_heads)
         die_usage("--kv-heads %d must divide --heads %d", p->kv_heads, p->q_heads);
+    if (p->sinks && p->q_heads > JOB_MAX_SINKS)
+        die_usage("--sinks takes at most %d query heads (--heads %d)", JOB_MAX_SINKS, p->q_heads);
     check_env();
     /* every point of a sweep (one point without one): nothing is allocated before all pass */
     for (int i = 0; i < sweep_points(o); i++) {
@@ -1249,7 +1270,8 @@ static void summarise(const struct job_params *p, const struct job_result *r, st
         return;
     int ok = 1;
     for (int t = 0; t < JOB_NTENSORS; t++) {
-        s->tensor_checked[t] = t <= JOB_LSE || r->checked_bwd;
+        s->tensor_checked[t] =
+            t == JOB_DSINKS ? p->sinks && r->checked_bwd : t <= JOB_LSE || r->checked_bwd;
         if (!s->tensor_checked[t])
             continue;
         double rel = job_err_rel(&r->err[t], (enum job_tensor)t);
@@ -1340,6 +1362,7 @@ static void print_json_job(const struct opts *o, const struct job_params *p,
     printf(", \"dtype\": \"%s\", \"causal\": %s, \"layout\": \"%s\"", dtype_names[p->dtype],
            p->causal ? "true" : "false", layout_names[p->layout]);
     printf(", \"window\": [%lld, %lld]", (long long)p->window_left, (long long)p->window_right);
+    printf(", \"softcap\": %.9g, \"sinks\": %s", (double)p->softcap, p->sinks ? "true" : "false");
     printf(", \"bwd\": \"%s\", \"bwd_requested\": \"%s\"",
            p->run_bwd ? bwd_names[r->bwd_used] : "none", bwd_names[p->bwd]);
     printf(", \"cpu_share\": ");
@@ -1555,6 +1578,13 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
            dtype_names[p->dtype], p->causal ? "causal" : "non-causal", layout_names[p->layout], win,
            p->run_bwd ? bwd_names[r->bwd_used] : "not run");
     print_text_docs(p);
+    if (p->softcap > 0.0f || p->sinks) {
+        char cap[32] = "off";
+        if (p->softcap > 0.0f)
+            snprintf(cap, sizeof(cap), "%g", (double)p->softcap);
+        printf("         softcap %s, sinks %s\n", cap,
+               p->sinks ? "one per query head (from the seed)" : "none");
+    }
     if (p->weights_mode != JOB_WEIGHTS_EVEN && r->shard_lens) {
         printf("shards   %s:",
                p->weights_mode == JOB_WEIGHTS_MEASURED ? "by measured speed" : "by --weights");

@@ -68,7 +68,7 @@ uint64_t job_peak_rss(void)
 
 const char *job_tensor_name(enum job_tensor t)
 {
-    static const char *const names[JOB_NTENSORS] = {"O", "lse", "dQ", "dK", "dV"};
+    static const char *const names[JOB_NTENSORS] = {"O", "lse", "dQ", "dK", "dV", "dsinks"};
     return (unsigned)t < JOB_NTENSORS ? names[t] : "?";
 }
 
@@ -447,6 +447,7 @@ struct burst_plan_params job_plan_params(const struct job_params *p)
         pp.doc_lens = p->doc_lens;
         pp.num_docs = p->num_docs;
     }
+    pp.softcap = p->softcap;
     return pp;
 }
 
@@ -489,6 +490,10 @@ static void rank_loop(struct rank_run *rr)
                         dout = view(j, j->dout, r, p->q_heads), dq = view(j, j->dq, r, p->q_heads),
                         dk = view(j, j->dk, r, p->kv_heads), dv = view(j, j->dv, r, p->kv_heads);
     float *lse = j->lse[r];
+    float sinks[JOB_MAX_SINKS]; /* --sinks: the logits, the same on every rank */
+    float *dsinks = j->dsinks ? j->dsinks + (size_t)r * (size_t)p->q_heads : NULL;
+    if (p->sinks)
+        job_sinks(p, sinks);
     fl = 0;
     /* GPU ranks compute on their context's memory, as an application does: cuda must (device
      * memory), vulkan would otherwise stage host tensors at every call (context.h) */
@@ -527,7 +532,8 @@ static void rank_loop(struct rank_run *rr)
         }
         maybe_kill(rr, it, 'F');
         double t0 = job_now();
-        st = burst_attention_forward(plan, &q, &k, &v, &o, lse);
+        st = p->sinks ? burst_attention_forward_sinks(plan, &q, &k, &v, sinks, p->q_heads, &o, lse)
+                      : burst_attention_forward(plan, &q, &k, &v, &o, lse);
         fl = st != BURST_OK ? rank_fail(rr, "burst_attention_forward", st) : 0;
         if (rank_sync(rr, fl) & FLAG_FAIL)
             goto out;
@@ -535,7 +541,10 @@ static void rank_loop(struct rank_run *rr)
         double t2 = t1;
         if (p->run_bwd) {
             maybe_kill(rr, it, 'B');
-            st = burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
+            st = p->sinks
+                     ? burst_attention_backward_sinks(plan, &q, &k, &v, &o, lse, &dout, sinks,
+                                                      p->q_heads, &dq, &dk, &dv, dsinks)
+                     : burst_attention_backward(plan, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv);
             fl = st != BURST_OK ? rank_fail(rr, "burst_attention_backward", st) : 0;
             if (rank_sync(rr, fl) & FLAG_FAIL)
                 goto out;
@@ -826,6 +835,9 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
         if (!(j.lse[rk] = alloc_tensor(r, n, sizeof(float), &tot)))
             goto out;
     }
+    if (p->sinks && p->run_bwd &&
+        !(j.dsinks = alloc_tensor(r, (size_t)G * (size_t)p->q_heads, sizeof(float), &tot)))
+        goto out;
     r->caller_bytes = tot;
     for (int rk = 0; rk < G; rk++)
         job_fill_rank_inputs(&j, rk);
@@ -890,6 +902,7 @@ out:
     if (j.lse)
         for (int rk = 0; rk < G; rk++)
             free(j.lse[rk]);
+    free(j.dsinks);
     free(j.q);
     free(j.k);
     free(j.v);
@@ -957,6 +970,8 @@ uint64_t job_arena_layout(const struct job_params *p, struct job_arena_hdr *h, c
     off = align64(off + bw * kb);
     h->off_lens = off;
     off = align64(off + G * sizeof(int64_t));
+    h->off_dsinks = off; /* --sinks: [G][Hq] fp32 */
+    off = align64(off + (p->sinks ? bw * G * (uint64_t)p->q_heads * 4u : 0));
     h->bytes = off;
     return off;
 }
@@ -993,6 +1008,7 @@ static void arena_attach(struct job *j, void *arena)
     for (int rk = 0; rk < p->ranks; rk++)
         j->lse[rk] =
             (float *)(a + h->off_lse) + (size_t)p->batch * (size_t)p->q_heads * (size_t)j->offs[rk];
+    j->dsinks = p->sinks && p->run_bwd ? (float *)(void *)(a + h->off_dsinks) : NULL;
 }
 
 static const struct burst_comm_params *g_worker_comm; /* job_worker_comm_params */

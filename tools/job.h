@@ -28,6 +28,8 @@
 #define JOB_MAX_LIST 256
 /* Documents of a packed job (--docs). */
 #define JOB_MAX_DOCS 4096
+/* Query heads of a job with --sinks (its logits live on each rank's stack). */
+#define JOB_MAX_SINKS 4096
 
 /* How shards are sized (burstrun --weights). */
 enum job_weights {
@@ -72,6 +74,9 @@ struct job_params {
      * reversed; "head_dim": + 8) so that the handshake must fail; -1 = off */
     int mismatch_rank;
     char mismatch_field[16];
+    /* soft-capping and attention sinks (burstrun --softcap, --sinks) */
+    float softcap; /* plan.softcap: 0 = off */
+    int sinks;     /* nonzero: the _sinks calls with job_sinks' logits */
 };
 
 /* Per-rank statistics of the last call of each phase. */
@@ -98,6 +103,7 @@ enum job_tensor {
     JOB_DQ,
     JOB_DK,
     JOB_DV,
+    JOB_DSINKS, /* the sinks' gradient (--sinks), every rank's */
     JOB_NTENSORS
 };
 
@@ -150,6 +156,10 @@ struct job_result {
 #define JOB_OK 0
 #define JOB_EUSAGE 2
 #define JOB_EFAIL 3
+
+/* The job's sink logits [q_heads] (--sinks): U(-1, 5) per head from the seed, the same on every
+ * rank. */
+void job_sinks(const struct job_params *p, float *sinks);
 
 /* Query/key pairs allowed by the mask over the whole sequence, counted exactly in O(N). */
 double job_allowed_pairs(int64_t seq_len, int causal, int64_t window_left, int64_t window_right);
@@ -243,7 +253,8 @@ struct job_arena_hdr {
     struct job_kill kill;
     /* byte offsets from the arena's start */
     uint64_t off_slots, off_times, off_q, off_k, off_v, off_dout, off_o, off_dq, off_dk, off_dv,
-        off_lse, off_lens; /* off_lens: [G] int64 shard lengths (measured: written by rank 0) */
+        off_lse, off_lens,
+        off_dsinks; /* off_lens: [G] int64 shard lengths (measured: written by rank 0) */
 };
 
 /* Compute the arena layout of p into *h (p copied in) and return its size, or 0 when the

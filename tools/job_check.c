@@ -1,5 +1,6 @@
 /* tools/job_check.c - the check of a job's outputs against the fp64 reference (tools/ref.h):
- * sampled or whole rows of O and lse, and dQ, dK, dV, on worker threads. */
+ * sampled or whole rows of O and lse, and dQ, dK, dV, on worker threads; with --sinks the sinks'
+ * gradient of every rank, with --softcap the capped scores. */
 #include "job_internal.h"
 #include "job_size.h"
 
@@ -31,6 +32,10 @@ struct check_ctx {
     pthread_mutex_t mu;
     struct job_err err[JOB_NTENSORS];
     int failed_alloc;
+    /* --sinks with the backward: per (batch, query head) the reference gradient of the sinks and
+     * the same sum over the magnitudes of its terms, exp(sink - lse) |D| ([B][Hq] each) */
+    float sinks[JOB_MAX_SINKS];
+    double *ds_ref, *ds_terms;
 };
 
 static void err_add(struct job_err *e, double lib, double ref)
@@ -125,7 +130,10 @@ static void grad_terms_row(const struct terms_in *in, int64_t i, int hh, double 
         if (!pair_allowed(rp, i, j, db, de))
             continue;
         const double *kj = in->k + (size_t)j * d, *vj = in->v + (size_t)j * d;
-        double pij = exp(rp->scale * dot_d(in->q + at, kj, d) - lse);
+        double s = rp->scale * dot_d(in->q + at, kj, d);
+        if (rp->softcap > 0.0)
+            s = rp->softcap * tanh(s / rp->softcap);
+        double pij = exp(s - lse);
         double w = rp->scale * pij * (fabs(dot_d(in->dout + at, vj, d)) + dd);
         for (int e = 0; e < d; e++) {
             tq_row[e] += w * fabs(kj[e]);
@@ -222,7 +230,12 @@ static int check_unit(struct check_ctx *c, int unit, struct job_err *err)
         .window_right = p->window_right,
         .doc_lens = p->num_docs > 0 ? p->doc_lens : NULL,
         .num_docs = p->num_docs,
+        .softcap = p->softcap,
     };
+    double sk[JOB_MAX_SINKS]; /* the unit's query heads' sinks */
+    for (int hh = 0; p->sinks && hh < gs; hh++)
+        sk[hh] = c->sinks[g * gs + hh];
+    rp.sinks = p->sinks ? sk : NULL;
     if (c->rows) {
         ref_forward_rows(&rp, qd, kd, vd, c->rows, nrows, od, lsed);
     } else {
@@ -243,7 +256,17 @@ static int check_unit(struct check_ctx *c, int unit, struct job_err *err)
         }
     }
     if (c->do_bwd) {
-        ref_backward(&rp, qd, kd, vd, dod, dqd, dkd, dvd);
+        double dsk[JOB_MAX_SINKS];
+        ref_backward_sinks(&rp, qd, kd, vd, dod, dqd, dkd, dvd, dsk);
+        for (int hh = 0; p->sinks && hh < gs; hh++) { /* this unit's slots: no other writes them */
+            double t = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                size_t at = ((size_t)i * gs + hh) * d;
+                t += exp(sk[hh] - lsed[(size_t)hh * n + i]) * fabs(dot_d(dod + at, od + at, d));
+            }
+            c->ds_ref[b * p->q_heads + g * gs + hh] = dsk[hh];
+            c->ds_terms[b * p->q_heads + g * gs + hh] = t;
+        }
         struct terms_in tin = {&rp, qd, kd, vd, dod, od, lsed};
         if (grad_terms(&tin, err) != 0)
             goto done;
@@ -347,6 +370,19 @@ int job_run_check(struct job *j, struct job_result *r)
         }
         c.rows = rows;
     }
+    if (p->sinks)
+        job_sinks(p, c.sinks);
+    if (c.do_bwd && p->sinks && j->dsinks) {
+        c.ds_ref = calloc((size_t)p->batch * (size_t)p->q_heads, sizeof(double));
+        c.ds_terms = calloc((size_t)p->batch * (size_t)p->q_heads, sizeof(double));
+        if (!c.ds_ref || !c.ds_terms) {
+            free(c.ds_ref);
+            free(c.ds_terms);
+            free((void *)c.rows);
+            job_set_msg(r, JOB_EFAIL, "out of memory for the check");
+            return -1;
+        }
+    }
     pthread_mutex_init(&c.mu, NULL);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nw = (int)(ncpu > 0 ? ncpu : 1);
@@ -370,6 +406,20 @@ int job_run_check(struct job *j, struct job_result *r)
         job_set_msg(r, JOB_EFAIL, "out of memory for the fp64 reference");
         return -1;
     }
+    if (c.ds_ref) /* the sinks' gradient: summed over the batch, against every rank's */
+        for (int h = 0; h < p->q_heads; h++) {
+            double want = 0.0, terms = 0.0;
+            for (int64_t b = 0; b < p->batch; b++) {
+                want += c.ds_ref[b * p->q_heads + h];
+                terms += c.ds_terms[b * p->q_heads + h];
+            }
+            if (terms > c.err[JOB_DSINKS].max_terms)
+                c.err[JOB_DSINKS].max_terms = terms;
+            for (int rk = 0; rk < p->ranks; rk++)
+                err_add(&c.err[JOB_DSINKS], j->dsinks[(size_t)rk * (size_t)p->q_heads + h], want);
+        }
+    free(c.ds_ref);
+    free(c.ds_terms);
     memcpy(r->err, c.err, sizeof(r->err));
     r->checked_fwd_rows = (int)(c.rows ? c.nrows : p->seq_len);
     r->checked_bwd = c.do_bwd;

@@ -91,3 +91,10 @@ void job_fill_rank_inputs(const struct job *j, int rank)
     if (p->run_bwd)
         fill_shard(j, j->dout, p->q_heads, 4, rank);
 }
+
+void job_sinks(const struct job_params *p, float *sinks)
+{
+    uint64_t s = p->seed * 0x2545F4914F6CDD1Dull + 5 * 0x9E3779B97F4A7C15ull; /* stream 5 */
+    for (int h = 0; h < p->q_heads; h++)
+        sinks[h] = (float)(-1.0 + 6.0 * (double)(splitmix64(&s) >> 11) * 0x1p-53);
+}

@@ -26,7 +26,8 @@ struct job {
     int32_t *owner;       /* [N] rank holding natural position */
     /* global tensors in permuted order, dtype (threads: owned; processes: in the arena) */
     void *q, *k, *v, *dout, *o, *dq, *dk, *dv;
-    float **lse; /* [G] per-rank [B, Hq, n_r] */
+    float **lse;   /* [G] per-rank [B, Hq, n_r] */
+    float *dsinks; /* --sinks with the backward: [G][Hq], each rank's gradient of the sinks */
 
     /* threads mode: a barrier that also ORs flags across ranks */
     pthread_mutex_t mu;

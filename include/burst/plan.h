@@ -261,6 +261,42 @@ BURST_API burst_status_t burst_attention_backward(
     const struct burst_tensor *dout, struct burst_tensor *dq, struct burst_tensor *dk,
     struct burst_tensor *dv);
 
+/*
+ * Attention sinks (Since API 0.5). A sink is one more score per query head, in every row's
+ * softmax, with a zero value vector: with s_j the row's (scaled, soft-capped) scores,
+ *     o = sum_j exp(s_j - lse) v_j,   lse = log(exp(sinks[h]) + sum_j exp(s_j)).
+ * sinks: fp32 host memory [num_sinks], num_sinks equal to the plan's q_heads, in natural-log
+ * units of the scaled scores (not scaled by softmax_scale, not capped). The lse these calls
+ * return and take INCLUDES the sink; a row with no allowed key gets o = 0 and lse = sinks[h].
+ * Every sink must be finite: a NaN or Inf is refused naming its index (BURST_ERR_INVALID_ARG),
+ * as are a NULL sinks and a num_sinks other than q_heads; the outputs are then left untouched.
+ * COLLECTIVE, with a rule of its own: every rank of the plan passes the same sinks to the same
+ * call (a rank calling burst_attention_backward while others call
+ * burst_attention_backward_sinks fails the call by the communicator's timeout). Otherwise as
+ * burst_attention_forward.
+ */
+BURST_API burst_status_t burst_attention_forward_sinks(struct burst_plan *plan,
+                                                       const struct burst_tensor *q,
+                                                       const struct burst_tensor *k,
+                                                       const struct burst_tensor *v,
+                                                       const float *sinks, int64_t num_sinks,
+                                                       struct burst_tensor *o, float *lse);
+
+/*
+ * The backward of burst_attention_forward_sinks (Since API 0.5): o and lse are that call's
+ * outputs, sinks and num_sinks the same as there. Writes dq, dk, dv as burst_attention_backward
+ * and dsinks (fp32 host memory [num_sinks]) with the full gradient of the sinks,
+ *     dsinks[h] = -sum over batch and every row of the sequence of exp(sinks[h] - lse) * D,
+ * D = rowsum(dout * o): already summed over the ranks inside the call (one small exchange over
+ * the plan's communicator, summed in rank order), so every rank receives the same values.
+ * dsinks is written only when the call succeeds; a NULL dsinks is refused.
+ */
+BURST_API burst_status_t burst_attention_backward_sinks(
+    struct burst_plan *plan, const struct burst_tensor *q, const struct burst_tensor *k,
+    const struct burst_tensor *v, const struct burst_tensor *o, const float *lse,
+    const struct burst_tensor *dout, const float *sinks, int64_t num_sinks, struct burst_tensor *dq,
+    struct burst_tensor *dk, struct burst_tensor *dv, float *dsinks);
+
 /* ---- observability: what the last call of each phase did on this rank ---- */
 
 typedef enum burst_phase {

@@ -409,7 +409,7 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
 const struct burst_backend_ops burst_cpu_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "cpu",
-    .features = BURST_BE_DOCS,
+    .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
     .create = burst_cpu_create,
     .destroy = burst_cpu_destroy,
     .num_threads = burst_cpu_num_threads,

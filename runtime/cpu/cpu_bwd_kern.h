@@ -4,6 +4,8 @@
  *
  * The unit of work is a pair (Q tile of BR rows of head h, K tile J of BC rows of kv head g):
  *   St  = K Qt                   (Qt pre-scaled by tau log2 e; log2 units, key-major)
+ *                                (soft-capped: St = c tanh(St / c), and dSt below gets the
+ *                                factor 1 - (St / c)^2; one test per tile)
  *   Pt  = 2^(St - lse log2 e)    (masked entries -> 0)
  *   dPt = V dOt
  *   dSt = tau Pt (dPt - D)
@@ -26,6 +28,8 @@
 #undef bwd_load_q
 #undef bwd_load_k
 #undef bwd_pair
+#undef bwd_capped_ds
+#define bwd_capped_ds KFN(bwd_capped_ds)
 #undef bwd_grads_dp
 #define bwd_grads_dp KFN(bwd_grads_dp)
 #undef bwd_product
@@ -170,6 +174,27 @@ KATTR void bwd_grads_dp(struct burst_cpu_bwd_scratch *sc, int64_t BR, int64_t d,
 }
 #endif
 
+/* Soft-capped scores: from the capped, masked St (log2 units, in sc->s) and dPt (sc->ds),
+ * Pt = 2^(St - lse2) in place of St and dSt = tau Pt (dPt - D) (1 - t^2) with t = St / cap the
+ * tanh of the cap (the derivative of cap tanh(s / cap)). Masked entries (St = -inf) clamp t to
+ * -1: factor 0 and Pt 0, never NaN. */
+KATTR void bwd_capped_ds(struct burst_cpu_bwd_scratch *sc, int64_t jn, int64_t BR, float cap,
+                         float scale)
+{
+    vf tau = vf_set1(scale), rc = vf_set1(1.0f / cap), one = vf_set1(1.0f);
+    for (int64_t j = 0; j < jn; j++) {
+        float *s = sc->s + j * BR, *ds = sc->ds + j * BR;
+        for (int64_t i = 0; i < BR; i += VL) {
+            vf st = vf_load(s + i);
+            vf t = vf_max(vf_set1(-1.0f), vf_mul(st, rc));
+            vf p = vf_exp2(vf_sub(st, vf_load(sc->lse2 + i)));
+            vf x = vf_sub(vf_load(ds + i), vf_load(sc->dlt + i));
+            vf_store(s + i, p);
+            vf_store(ds + i, vf_mul(vf_mul(vf_mul(p, x), tau), vf_sub(one, vf_mul(t, t))));
+        }
+    }
+}
+
 KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_scratch *sc,
                     const struct burst_cpu_rows *r, int64_t b, int64_t h, int64_t i0, int64_t rows,
                     int64_t j0, int64_t cnt, int want_dq, int want_dkv)
@@ -182,16 +207,24 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     const int want_ds = want_dq || (want_dkv && a->dk);
 
     const int dp = bwd_dp(a);
+    const float cap = a->softcap * 1.4426950408889634f; /* in the log2 units of St */
     bwd_product(dp, jn, BR, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
+    if (cap > 0.0f)
+        cap_tile(sc->s, BR, jn, cap);
     if (!full)
         mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
-    for (int64_t j = 0; j < jn; j++) {
-        float *s = sc->s + j * BR;
-        for (int64_t i = 0; i < BR; i += VL)
-            vf_store(s + i, vf_exp2(vf_sub(vf_load(s + i), vf_load(sc->lse2 + i))));
+    if (cap > 0.0f && want_ds) {
+        bwd_product(dp, jn, BR, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
+        bwd_capped_ds(sc, jn, BR, cap, a->scale);
+    } else {
+        for (int64_t j = 0; j < jn; j++) {
+            float *s = sc->s + j * BR;
+            for (int64_t i = 0; i < BR; i += VL)
+                vf_store(s + i, vf_exp2(vf_sub(vf_load(s + i), vf_load(sc->lse2 + i))));
+        }
     }
-    if (want_ds) {
+    if (want_ds && !(cap > 0.0f)) {
         bwd_product(dp, jn, BR, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
         vf tau = vf_set1(a->scale);
         for (int64_t j = 0; j < jn; j++) {

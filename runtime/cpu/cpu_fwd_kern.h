@@ -5,6 +5,7 @@
  * One item = (batch b, query head h, Q tile of BR rows). Q is loaded once, transposed and
  * pre-scaled by tau * log2(e) (Qt[c][i]); K/V tiles of BC rows stream through:
  *   St = K Qt              [BC x BR], scores in log2 units, key-major
+ *   soft-capping           St = c tanh(St / c) when the plan has a cap (one test per tile)
  *   mask partial tiles     St = -inf outside each query's key interval
  *   m' = max(m, colmax St), alpha = 2^(m - m'), P = 2^(St - m'), l = alpha l + colsum P
  *   O  = alpha O + P^T V   [BR x d]
@@ -203,6 +204,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
             burst_cpu_prefetch_view(a->v, b, j0 + BC, nn, g);
         }
         fwd_scores(&sc, jn, d, BR, qmul, dp);
+        if (a->softcap > 0.0f)
+            cap_tile(sc.s, BR, jn, a->softcap * 1.4426950408889634f);
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 

@@ -22,6 +22,7 @@
  *   base                 the portable baseline (cpu_simd_base.h): VL 4 GNU vectors where the
  *                        compiler has them and the target has 16-byte SIMD (SSE2, NEON), else
  *                        plain scalar C with VL 1 (e.g. riscv64).
+ * vf_max and vf_min return b where either operand is NaN; vf_div is the IEEE quotient.
  * vf_exp2 returns 2^x with relative error below 2e-7 for x in [-126, 127], and exactly 0 for
  * x < -126 (including -inf), never NaN for finite or -inf input, and NaN for NaN (so that a NaN
  * input propagates to the output instead of looking like a masked row).
@@ -37,6 +38,8 @@
 #undef vf_sub
 #undef vf_mul
 #undef vf_max
+#undef vf_min
+#undef vf_div
 #undef vf_fma
 #undef vf_select
 #undef vf_in_range
@@ -71,6 +74,8 @@
 #define vf_sub KFN(vf_sub)
 #define vf_mul KFN(vf_mul)
 #define vf_max KFN(vf_max)
+#define vf_min KFN(vf_min)
+#define vf_div KFN(vf_div)
 #define vf_fma KFN(vf_fma)
 #define vf_select KFN(vf_select)
 #define vf_in_range KFN(vf_in_range)

@@ -61,6 +61,14 @@ KATTR vf vf_max(vf a, vf b)
 {
     return _mm512_max_ps(a, b); /* b where either is NaN, as the avx2 variant */
 }
+KATTR vf vf_min(vf a, vf b)
+{
+    return _mm512_min_ps(a, b); /* b where either is NaN */
+}
+KATTR vf vf_div(vf a, vf b)
+{
+    return _mm512_div_ps(a, b);
+}
 KATTR vf vf_fma(vf a, vf b, vf c)
 {
     return _mm512_fmadd_ps(a, b, c);

@@ -61,6 +61,14 @@ KATTR vf vf_max(vf a, vf b)
 {
     return vf_select(a > b, a, b);
 }
+KATTR vf vf_min(vf a, vf b)
+{
+    return vf_select(a < b, a, b);
+}
+KATTR vf vf_div(vf a, vf b)
+{
+    return a / b;
+}
 KATTR vf vf_in_range(vf a, vf j, vf lo, vf hi, vf fill)
 {
     return vf_select((j >= lo) & (j < hi), a, fill);
@@ -135,6 +143,14 @@ KATTR vf vf_mul(vf a, vf b)
 KATTR vf vf_max(vf a, vf b)
 {
     return a > b ? a : b;
+}
+KATTR vf vf_min(vf a, vf b)
+{
+    return a < b ? a : b;
+}
+KATTR vf vf_div(vf a, vf b)
+{
+    return a / b;
 }
 KATTR vf vf_fma(vf a, vf b, vf c)
 {

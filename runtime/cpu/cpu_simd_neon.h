@@ -49,6 +49,14 @@ KATTR vf vf_max(vf a, vf b)
 {
     return vbslq_f32(vcgtq_f32(a, b), a, b); /* b where either is NaN, as the x86 variants */
 }
+KATTR vf vf_min(vf a, vf b)
+{
+    return vbslq_f32(vcltq_f32(a, b), a, b); /* b where either is NaN, as the x86 variants */
+}
+KATTR vf vf_div(vf a, vf b)
+{
+    return vdivq_f32(a, b);
+}
 KATTR vf vf_fma(vf a, vf b, vf c)
 {
     return vfmaq_f32(c, a, b);
