@@ -418,6 +418,8 @@ case_docs() {
     expect_usage "docs random junk" "--docs: 'random:x'" $T --docs random:x
     expect_usage "docs sum" "--docs: the 2 lengths sum to 20, not --seq 64" $T --docs 10,10
     expect_usage "docs too many" "--docs: 65 documents do not fit --seq 64" $T --docs random:65
+}
+
 # soft-capping and sinks: --check covers both (the sinks' gradient with the backward), in both
 # rank modes; --json reports them; bad values are usage errors naming the flag
 case_sinkcap() {
