@@ -325,6 +325,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
                 .mask = plan->mask,
                 .scale = plan->scale,
+                .softcap = plan->p.softcap,
                 .dq = gq,
                 .dk = gk,
                 .dv = gv,

@@ -144,6 +144,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                 .kpos = burst_shards_posmap(&plan->shards, s.block),
                 .mask = plan->mask,
                 .scale = plan->scale,
+                .softcap = plan->p.softcap,
                 .o_acc = o_acc,
                 .lse_acc = lse_acc,
             };
@@ -189,6 +190,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
         .kpos = burst_shards_posmap(&plan->shards, s.block),
         .mask = plan->mask,
         .scale = plan->scale,
+        .softcap = plan->p.softcap,
     };
     burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];

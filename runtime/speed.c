@@ -44,6 +44,7 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
         .kpos = kpos,
         .mask = {.left = BURST_POS_INF, .right = BURST_POS_INF},
         .scale = 1.0f,
+        .softcap = p->softcap,
         .o_acc = o,
         .lse_acc = lse,
     };

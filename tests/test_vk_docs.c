@@ -1,5 +1,5 @@
 /*
- * tests/test_vk_docs.c - packed documents on the Vulkan backend's step
+ * tests/test_vk_docs.c - packed documents and soft-capped scores on the Vulkan backend's step
  * ops, called directly as the ring calls them, against the fp64 reference (tools/ref.h).
  *
  * A sequence of N tokens is cut into G shards (natural: contiguous; zigzag: chunks r and
@@ -7,11 +7,12 @@
  * fwd_step (merged into one running O, lse), then bwd_delta and bwd_step for every pair
  * accumulate dQ, dK and dV, with the mask's document table (burst_mask.docs) filled here.
  * Documents of lengths 1 and 2, fewer tokens than shards, random cuts; causal, windows, full;
+ * soft-caps 5, 30 and 50 with scores large enough to bend tanh (and with documents together);
  * fp32 and fp16 inputs (rounded before the reference sees them; the results are fp32; fp16
  * ones take the cooperative-matrix kernels where the device has them); deterministic plans
  * and, where the device adds dQ by atomics, others. Each tensor must match the reference
  * within tol times its largest magnitude, 3e-5 (fp32 rounding is ~1e-6 of it) or 4e-3 with
- * fp16 inputs (matrix kernels round P to fp16): an ignored document moves it by the
+ * fp16 inputs (matrix kernels round P to fp16): an ignored document or cap moves it by the
  * order of 1.
  * The kernel family is the environment's (tests/meson.build runs the scalar, subgroup and
  * register-tiled ones); exit 77 without a Vulkan device.
@@ -361,6 +362,19 @@ static const struct dcase cases[] = {
      .wr = 0},
     {DC_("docs_causal_atomic_g2", 2, 1, 64, 4, 1, 32, BURST_DTYPE_FP32), .causal = 1,
      .lens = short_docs, .ndocs = 8, .det = 0},
+    /* soft-caps: scores up to ~ amp^2 d scale, far into tanh's bend for the smaller caps */
+    {DC_("cap5_full_g1", 1, 0, 80, 2, 2, 32, BURST_DTYPE_FP32), .softcap = 5.0f, .amp = 3.0},
+    {DC_("cap30_causal_g2", 2, 1, 96, 4, 2, 32, BURST_DTYPE_FP32), .causal = 1, .softcap = 30.0f,
+     .amp = 3.0, .scale = 1.0f},
+    {DC_("cap50_window_g3_fp16", 3, 0, 90, 2, 1, 32, BURST_DTYPE_FP16), .softcap = 50.0f,
+     .amp = 3.0, .scale = 1.0f, .wl = 12, .wr = 5},
+    {DC_("cap5_atomic_g2", 2, 0, 64, 2, 2, 16, BURST_DTYPE_FP32), .softcap = 5.0f, .amp = 2.0,
+     .causal = 1, .det = 0},
+    {DC_("cap5_causal_g2_fp16", 2, 1, 96, 4, 2, 32, BURST_DTYPE_FP16), .causal = 1, .softcap = 5.0f,
+     .amp = 3.0},
+    /* both */
+    {DC_("docs_cap30_causal_g4", 4, 1, 64, 4, 2, 32, BURST_DTYPE_FP32), .causal = 1,
+     .lens = short_docs, .ndocs = 8, .softcap = 30.0f, .amp = 3.0, .scale = 1.0f},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop
