@@ -71,6 +71,8 @@ void main()
         dv[e] = 0.0;
     }
     const float qmul = P.scale * LOG2E;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     for (int hh = 0; hh < P.group; hh++) {
         const int h = g * P.group + hh;
         for (int i0 = qmin; i0 < qmax; i0 += BC) {
@@ -97,9 +99,15 @@ void main()
                 }
                 s = row_reduce(s) * qmul;
                 dp = row_reduce(dp);
+                float dcap = 1.0; // d capped / d raw score
+                if (capped) {
+                    float t = cap_tanh(s, rcap2);
+                    s = cap2 * t;
+                    dcap = 1.0 - t * t;
+                }
                 ivec2 iv = ivs[ii];
                 float p = (j >= iv.x && j < iv.y) ? exp2(s - lse2s[ii]) : 0.0;
-                float ds = p * (dp - dls[ii]);
+                float ds = p * (dp - dls[ii]) * dcap;
                 for (int e = 0; e < E; e++) {
                     dv[e] = fma(p, dos[ii * D + lane + T * e], dv[e]);
                     dk[e] = fma(ds, qs[ii * D + lane + T * e], dk[e]);

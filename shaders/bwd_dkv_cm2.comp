@@ -60,6 +60,27 @@ float dst_elem(const in uint r, const in uint c, const in float dp, const in flo
     return p * (dp * pmul - intBitsToFloat(rowq_s[c].y));
 }
 
+// the same two with the scores soft-capped (common.glsl): P^T from the capped S^T, and dS^T
+// from dP^T (dp) and the raw S^T (s), times the cap's derivative
+float pt_cap_elem(const in uint r, const in uint c, const in float s, const in int j0,
+                  const in float qmul, const in float cap2)
+{
+    const int j = j0 + int(r);
+    const ivec4 rq = rowq_s[c];
+    const float x = cap2 * cap_tanh(s * qmul, 1.0 / cap2);
+    return j >= rq.z && j < rq.w ? exp2(x - intBitsToFloat(rq.x)) : 0.0;
+}
+
+float dst_cap_elem(const in uint r, const in uint c, const in float dp, const in float s,
+                   const in int j0, const in float qmul, const in float pmul, const in float cap2)
+{
+    const int j = j0 + int(r);
+    const ivec4 rq = rowq_s[c];
+    const float t = cap_tanh(s * qmul, 1.0 / cap2);
+    const float p = j >= rq.z && j < rq.w ? exp2(cap2 * t - intBitsToFloat(rq.x)) : 0.0;
+    return p * (dp * pmul - intBitsToFloat(rq.y)) * (1.0 - t * t);
+}
+
 void main()
 {
     Params P = Params(pc.params);
@@ -129,8 +150,14 @@ void main()
         coopMatLoadTensorNV(dot, F16(dob.addr).v, 0u, ROWS(tdo, dob, i0, BC), transpose);
         SMAT pt = coopMatMulAdd(ka, qt, SMAT(0.0));
         SMAT dst = coopMatMulAdd(va, dot, SMAT(0.0));
-        coopMatPerElementNV(pt, pt, pt_elem, j0, qmul);
-        coopMatPerElementNV(dst, dst, dst_elem, pt, pmul);
+        if (P.cap > 0.0) { // uniform: dS^T from the raw S^T first
+            const float cap2 = P.cap * LOG2E;
+            coopMatPerElementNV(dst, dst, dst_cap_elem, pt, j0, qmul, pmul, cap2);
+            coopMatPerElementNV(pt, pt, pt_cap_elem, j0, qmul, cap2);
+        } else {
+            coopMatPerElementNV(pt, pt, pt_elem, j0, qmul);
+            coopMatPerElementNV(dst, dst, dst_elem, pt, pmul);
+        }
         coopmat<float16_t, WG, BR, BC, gl_MatrixUseA> pa =
             coopmat<float16_t, WG, BR, BC, gl_MatrixUseA>(pt);
         coopmat<float16_t, WG, BR, BC, gl_MatrixUseA> dsa =

@@ -111,6 +111,9 @@ void main()
     subgroup_sync();
 
     const float qmul = P.scale * LOG2E;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
+    const float smul = capped ? 1.0 : qmul; // capped scores are in log2 units already
     CMAT dk[DC], dv[DC];
     UNROLL for (int c = 0; c < DC; c++) {
         dk[c] = CMAT(0.0);
@@ -181,12 +184,18 @@ void main()
         UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
             vec4 sw = uintBitsToFloat(xsh[xb + r * SS + part * (CPL / 4) + j4]);
             vec4 dw = uintBitsToFloat(xsh[xb + 16 * SS + r * SS + part * (CPL / 4) + j4]);
+            vec4 dcap = vec4(1.0); // d capped / d raw score
+            if (capped) { // uniform
+                vec4 t = cap_tanh(sw * qmul, rcap2);
+                sw = cap2 * t;
+                dcap = 1.0 - t * t;
+            }
             UNROLL for (int k = 0; k < 4; k++) {
                 int col = part * CPL + 4 * j4 + k;
                 ivec2 iv = ivs[col];
-                float p = (j >= iv.x && j < iv.y) ? exp2(sw[k] * qmul - lse2s[col]) : 0.0;
+                float p = (j >= iv.x && j < iv.y) ? exp2(sw[k] * smul - lse2s[col]) : 0.0;
                 pt[4 * j4 + k] = p;
-                dst[4 * j4 + k] = p * (dw[k] - dls[col]);
+                dst[4 * j4 + k] = p * (dw[k] - dls[col]) * dcap[k];
             }
         }
         subgroup_sync(); // S^T and dP^T are read: P^T and dS^T go over them

@@ -185,8 +185,21 @@ void main()
                 s = CM_MULADD(a, bq, s);
                 dp = CM_MULADD(vf[c], bdo, dp);
             }
-            // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col
-            UNROLL for (int e = 0; e < NE; e++) {
+            // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col;
+            // with a soft-cap (uniform) P^T from the capped S^T, dS^T times the cap's derivative
+            if (P.cap > 0.0) {
+                const float cap2 = P.cap * LOG2E, rcap2 = 1.0 / cap2;
+                UNROLL for (int e = 0; e < NE; e++) {
+                    int col = 16 * n + col_of(e, lane), j = row_b(e) ? jB : jA;
+                    const ivec4 rq = rowq[col];
+                    float t = cap_tanh(s[e] * qmul, rcap2);
+                    float p = (j >= rq.z && j < rq.w) ? exp2(cap2 * t - intBitsToFloat(rq.x))
+                                                      : 0.0;
+                    s[e] = p;
+                    dp[e] = p * (dp[e] * pmul - intBitsToFloat(rq.y)) * (1.0 - t * t);
+                }
+            } else
+                UNROLL for (int e = 0; e < NE; e++) {
                 int col = 16 * n + col_of(e, lane), j = row_b(e) ? jB : jA;
                 const ivec4 rq = rowq[col]; // one 16-byte load a column
                 float p = (j >= rq.z && j < rq.w) ? exp2(s[e] * qmul - intBitsToFloat(rq.x))

@@ -58,6 +58,8 @@ void main()
         dout[e] = live ? load_elem(P.dout, DTO, view_index(P.dout, b, i, h, c)) : 0.0;
         dq[e] = 0.0;
     }
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     const uint li = uint((b * P.hq + h) * P.nq + i);
     float lse2 = POS_INF, dl = 0.0;
     if (live) {
@@ -82,9 +84,15 @@ void main()
             }
             s = row_reduce(s);
             dp = row_reduce(dp);
+            float dcap = 1.0; // d capped / d raw score
+            if (capped) {
+                float t = cap_tanh(s, rcap2);
+                s = cap2 * t;
+                dcap = 1.0 - t * t;
+            }
             int kj = j0 + j;
             float p = (kj >= my.x && kj < my.y) ? exp2(s - lse2) : 0.0;
-            float ds = p * (dp - dl);
+            float ds = p * (dp - dl) * dcap;
             for (int e = 0; e < E; e++)
                 dq[e] = fma(ds, ks[j * D + lane + T * e], dq[e]);
         }

@@ -53,6 +53,19 @@ float ds_elem(const in uint r, const in uint c, const in float s, const in float
     return p * (dp * pmul - ld.y);
 }
 
+// the same with the scores soft-capped (common.glsl): S capped in log2 units, dS times the
+// cap's derivative
+float ds_cap_elem(const in uint r, const in uint c, const in float s, const in float dp,
+                  const in int j0, const in float qmul, const in float pmul, const in float cap2)
+{
+    const int kj = j0 + int(c);
+    const ivec2 iv = iv_s[r];
+    const vec2 ld = ld_s[r];
+    const float t = cap_tanh(s * qmul, 1.0 / cap2);
+    const float p = kj >= iv.x && kj < iv.y ? exp2(cap2 * t - ld.x) : 0.0;
+    return p * (dp * pmul - ld.y) * (1.0 - t * t);
+}
+
 void main()
 {
     Params P = Params(pc.params);
@@ -107,8 +120,11 @@ void main()
         coopMatLoadTensorNV(kt, F16(kb.addr).v, 0u, ROWS(tk, kb, j0, BC), transpose);
         coopMatLoadTensorNV(vt, F16(vb.addr).v, 0u, ROWS(tv, vb, j0, BC), transpose);
         SMAT s = coopMatMulAdd(qa, kt, SMAT(0.0));
-        const SMAT dp = coopMatMulAdd(doa, vt, SMAT(0.0));
-        coopMatPerElementNV(s, s, ds_elem, dp, j0, qmul, pmul);
+        SMAT dp = coopMatMulAdd(doa, vt, SMAT(0.0));
+        if (P.cap > 0.0) // uniform
+            coopMatPerElementNV(s, s, ds_cap_elem, dp, j0, qmul, pmul, P.cap * LOG2E);
+        else
+            coopMatPerElementNV(s, s, ds_elem, dp, j0, qmul, pmul);
         coopmat<float16_t, WG, BR, BC, gl_MatrixUseA> dsa =
             coopmat<float16_t, WG, BR, BC, gl_MatrixUseA>(s);
         coopmat<float16_t, WG, BC, DP, gl_MatrixUseB> km;

@@ -99,6 +99,9 @@ void main()
     subgroup_sync();
 
     const float qmul = P.scale * LOG2E;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
+    const float smul = capped ? 1.0 : qmul; // capped scores are in log2 units already
     float lse2 = POS_INF, dl = 0.0; // no key anywhere: P = 0
     if (live) {
         const uint li = uint((b * P.hq + h) * P.nq + i);
@@ -159,10 +162,16 @@ void main()
         UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
             vec4 sw = uintBitsToFloat(xsh[xb + r * SS + part * (CPL / 4) + j4]);
             vec4 pw = uintBitsToFloat(xsh[xb + 16 * SS + r * SS + part * (CPL / 4) + j4]);
+            vec4 dcap = vec4(1.0); // d capped / d raw score
+            if (capped) { // uniform
+                vec4 t = cap_tanh(sw * qmul, rcap2);
+                sw = cap2 * t;
+                dcap = 1.0 - t * t;
+            }
             UNROLL for (int k = 0; k < 4; k++) {
                 int kj = j0 + part * CPL + 4 * j4 + k;
-                float p = (kj >= my.x && kj < my.y) ? exp2(sw[k] * qmul - lse2) : 0.0;
-                ds[4 * j4 + k] = p * (pw[k] - dl);
+                float p = (kj >= my.x && kj < my.y) ? exp2(sw[k] * smul - lse2) : 0.0;
+                ds[4 * j4 + k] = p * (pw[k] - dl) * dcap[k];
             }
         }
         subgroup_sync(); // S is read: dS goes over it

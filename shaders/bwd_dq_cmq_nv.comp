@@ -174,8 +174,21 @@ void main()
                 s = CM_MULADD(qa[c], bk, s);
                 dp = CM_MULADD(dof[c], bv, dp);
             }
-            // dS in place: element e is query row iA or iB, key j0 + 16 n + col
-            UNROLL for (int e = 0; e < NE; e++) {
+            // dS in place: element e is query row iA or iB, key j0 + 16 n + col; with a
+            // soft-cap (uniform) P from the capped S, dS times the cap's derivative
+            if (P.cap > 0.0) {
+                const float cap2 = P.cap * LOG2E, rcap2 = 1.0 / cap2;
+                UNROLL for (int e = 0; e < NE; e++) {
+                    int kj = j0 + 16 * n + col_of(e, lane);
+                    bool rb = row_b(e);
+                    ivec2 my = rb ? myB : myA;
+                    float t = cap_tanh(s[e] * qmul, rcap2);
+                    float p = (kj >= my.x && kj < my.y) ? exp2(cap2 * t - (rb ? lse2B : lse2A))
+                                                        : 0.0;
+                    s[e] = p * (dp[e] * pmul - (rb ? dlB : dlA)) * (1.0 - t * t);
+                }
+            } else
+                UNROLL for (int e = 0; e < NE; e++) {
                 int kj = j0 + 16 * n + col_of(e, lane);
                 bool rb = row_b(e);
                 ivec2 my = rb ? myB : myA;

@@ -80,6 +80,8 @@ void main()
     const int r0 = int(gl_WorkGroupID.x) * BR;
     const bool vec = (P.flags & 32) != 0;
     const float qmul = P.scale * LOG2E;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     I32x2 rows = I32x2(P.rows);
     F32 lsev = F32(P.lse), dlv = F32(P.delta);
 
@@ -191,6 +193,15 @@ void main()
                 }
             }
 
+            // ---- soft-cap: S capped, dS later times the derivative dcap
+            vec4 dcap[4];
+            if (capped)
+                UNROLL for (int i = 0; i < 4; i++) {
+                    vec4 t = cap_tanh(xs[i], rcap2);
+                    xs[i] = cap2 * t;
+                    dcap[i] = 1.0 - t * t;
+                }
+
             // ---- P and dS, transposed into zs
 #ifdef BURST_DKV
             // the columns' (query rows') lse, D and allowed keys (loaded here, not before the
@@ -224,6 +235,9 @@ void main()
                     xs[i][c] = p;
                 }
             }
+            if (capped)
+                UNROLL for (int i = 0; i < 4; i++)
+                    ys[i] *= dcap[i];
             // ---- acc += Z B3, in chunks of DC columns: dQ += dS K; dV += P dO, then dK += dS Q
             // (one score tile in shared memory at a time)
             UNROLL for (int a = 0; a < NACC; a++) {

@@ -62,6 +62,8 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Params {
                           // loop iterations of an invocation, as lavapipe does)
     uint64_t amax;        // fwd_cmq with bf16 inputs: uint [3], the bits of the largest
                           // magnitude of q, k, v (shaders/elem_amax.comp)
+    float cap;            // > 0: scaled scores s soft-capped to cap tanh(s / cap); 0: not
+    int pad;
 };
 
 layout(push_constant) uniform Push { uint64_t params; } pc;
@@ -74,6 +76,24 @@ float load_elem(View t, int dt, uint i)
     uint w = U32(t.addr).v[i >> 1];
     uint h = (i & 1u) != 0u ? (w >> 16) : (w & 0xffffu);
     return dt == 1 ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16);
+}
+
+// Soft-capping (Params.cap > 0). The kernels hold scores in log2 units, x = tau q.k log2 e; the
+// capped score in those units is c tanh(x / c) with c = cap log2 e, and the backward multiplies
+// dS by its derivative 1 - tanh^2 (tanh recomputed from the raw score). cap_tanh takes
+// rc = 1 / c; its argument is clamped where fp32's tanh is +-1 already, so that a tanh computed
+// from exponentials cannot overflow into NaN. Whether to cap is uniform (one branch per tile);
+// a cap of 0 leaves the scores untouched.
+const float CAP_ARG_MAX = 15.0;
+
+float cap_tanh(const float x, const float rc)
+{
+    return tanh(clamp(x * rc, -CAP_ARG_MAX, CAP_ARG_MAX));
+}
+
+vec4 cap_tanh(const vec4 x, const float rc)
+{
+    return tanh(clamp(x * rc, vec4(-CAP_ARG_MAX), vec4(CAP_ARG_MAX)));
 }
 
 // Index of element [b, i, h, c] of a view.

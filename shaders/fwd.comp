@@ -71,6 +71,8 @@ void main()
         q[e] = live ? load_elem(P.q, DTQ, view_index(P.q, b, i, h, lane + T * e)) * qmul : 0.0;
         o[e] = 0.0;
     }
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     float m = NEG_INF, l = 0.0;
     // the running lse, read by every lane of the row before the loop: lane 0 overwrites it at
     // the end, and the loop's shuffles keep the row's lanes together until then
@@ -96,6 +98,8 @@ void main()
                 for (int e = 0; e < E; e++)
                     acc = fma(q[e], ks[(c0 + j) * D + lane + T * e], acc);
                 acc = row_reduce(acc);
+                if (capped)
+                    acc = cap2 * cap_tanh(acc, rcap2);
                 int kj = j0 + c0 + j;
                 s[j] = (kj >= my.x && kj < my.y) ? acc : NEG_INF;
                 mx = max(mx, s[j]);

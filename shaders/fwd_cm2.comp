@@ -145,16 +145,22 @@ void main()
 
     // the scales are powers of two (exact), divided one at a time (their product may overflow)
     const float qmul = P.scale * LOG2E / qsc / ksc;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
+    const float smul = capped ? 1.0 : qmul; // capped scores are in log2 units already
     SMAT m = SMAT(NEG_INF), l = SMAT(0.0);
     OMAT o = OMAT(0.0);
     for (int j0 = kmin; j0 < kmax; j0 += BC) {
         coopmat<float16_t, WG, DP, BC, gl_MatrixUseB> kt;
         coopMatLoadTensorNV(kt, F16(kb.addr).v, 0u, ROWS(tk, kb, j0, BC), transpose);
         SMAT s = coopMatMulAdd(qa, kt, SMAT(0.0));
+        if (capped) // uniform; before the mask, which leaves -inf
+            for (int e = 0; e < s.length(); e++)
+                s[e] = cap2 * cap_tanh(s[e] * qmul, rcap2);
         if (j0 >= kin_lo && j0 + BC <= kin_hi) // uniform: every row allows the whole tile
-            s = s * qmul;
+            s = s * smul;
         else
-            coopMatPerElementNV(s, s, mask_elem, j0, qmul);
+            coopMatPerElementNV(s, s, mask_elem, j0, smul);
 
         SMAT mx, al;
         coopMatReduceNV(mx, s, gl_CooperativeMatrixReduceRowNV, fmax2);

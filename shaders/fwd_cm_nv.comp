@@ -115,6 +115,9 @@ void main()
     }
 
     const float qmul = P.scale * LOG2E;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
+    const float smul = capped ? 1.0 : qmul; // capped scores are in log2 units already
     float m = NEG_INF, l = 0.0;
     CMAT o[DC];
     UNROLL for (int c = 0; c < DC; c++)
@@ -170,13 +173,17 @@ void main()
         const bool full = j0 >= kin_lo && j0 + BC <= kin_hi; // uniform
         const int srow = xb + r * SS + part * (CPL / 4);
         const int kc = j0 + part * CPL; // key of this invocation's first column
+        if (capped) // uniform: this invocation's scores capped in place, in log2 units
+            UNROLL for (int j4 = 0; j4 < CPL / 4; j4++)
+                sh[srow + j4] = floatBitsToUint(
+                    cap2 * cap_tanh(uintBitsToFloat(sh[srow + j4]) * qmul, rcap2));
         float mx = NEG_INF;
         UNROLL for (int j4 = 0; j4 < CPL / 4; j4++) {
             vec4 w = uintBitsToFloat(sh[srow + j4]);
             UNROLL for (int k = 0; k < 4; k++) {
                 int kj = kc + 4 * j4 + k;
                 bool ok = full || (kj >= my.x && kj < my.y);
-                mx = ok ? max(mx, w[k] * qmul) : mx;
+                mx = ok ? max(mx, w[k] * smul) : mx;
             }
         }
         for (int s = LPR / 2; s > 0; s >>= 1)
@@ -191,8 +198,8 @@ void main()
                 vec4 sv = uintBitsToFloat(sh[srow + j8 / 4 + k2]);
                 UNROLL for (int k = 0; k < 2; k++) {
                     int kj = kc + j8 + 4 * k2 + 2 * k;
-                    float p0 = exp2(sv[2 * k] * qmul - muse);
-                    float p1 = exp2(sv[2 * k + 1] * qmul - muse);
+                    float p0 = exp2(sv[2 * k] * smul - muse);
+                    float p1 = exp2(sv[2 * k + 1] * smul - muse);
                     p0 = full || (kj >= my.x && kj < my.y) ? p0 : 0.0;
                     p1 = full || (kj + 1 >= my.x && kj + 1 < my.y) ? p1 : 0.0;
                     sum += p0 + p1;

@@ -180,6 +180,9 @@ void main()
 
     // the scales are powers of two (exact), divided one at a time (their product may overflow)
     const float qmul = P.scale * LOG2E / qsc / ksc;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
+    const float smul = capped ? 1.0 : qmul; // capped scores are in log2 units already
     float mA = NEG_INF, mB = NEG_INF, lA = 0.0, lB = 0.0;
     CMAT o[DC];
     UNROLL for (int c = 0; c < DC; c++)
@@ -273,13 +276,18 @@ void main()
                 QK_STEP(sn, n0 + SMC)
             }
 
-            // online softmax in registers: scale, mask, the rows' maxima across the quad
+            // online softmax in registers: (soft-cap,) scale, mask, the rows' maxima across
+            // the quad
+            if (capped) // uniform
+                UNROLL for (int n = 0; n < SMC; n++)
+                    UNROLL for (int e = 0; e < NE; e++)
+                        s[n][e] = cap2 * cap_tanh(s[n][e] * qmul, rcap2);
             float mxA = NEG_INF, mxB = NEG_INF;
             UNROLL for (int n = 0; n < SMC; n++) {
                 UNROLL for (int e = 0; e < NE; e++) {
                     int kj = j0 + 16 * (n0 + n) + col_of(e, lane);
                     ivec2 my = row_b(e) ? myB : myA;
-                    float x = full || (kj >= my.x && kj < my.y) ? s[n][e] * qmul : NEG_INF;
+                    float x = full || (kj >= my.x && kj < my.y) ? s[n][e] * smul : NEG_INF;
                     s[n][e] = x;
                     if (row_b(e))
                         mxB = max(mxB, x);

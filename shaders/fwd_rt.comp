@@ -81,6 +81,8 @@ void main()
         return;
 
     const float qmul = P.scale * LOG2E;
+    const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
+    const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     vec4 o[4 * NV]; // o[4 v + i]: row i, columns 4 (cg + CG v) ..
     float m[4], l[4];
     UNROLL for (int i = 0; i < 4; i++) {
@@ -129,7 +131,10 @@ void main()
             }
         }
 
-        // ---- mask, row maxima across the row group, online softmax
+        // ---- soft-cap, mask, row maxima across the row group, online softmax
+        if (capped)
+            UNROLL for (int i = 0; i < 4; i++)
+                s[i] = cap2 * cap_tanh(s[i], rcap2);
         UNROLL for (int i = 0; i < 4; i++) {
             UNROLL for (int j = 0; j < 4; j++) {
                 int kj = j0 + 4 * cg + j;

@@ -103,6 +103,17 @@ static const struct harness_case cases[] = {
     /* one block of 1024 keys: more loop iterations per invocation than lavapipe runs in one
      * dispatch on the scalar path (it stops loops after 65535; the host splits the call) */
     {VK_CASE("long_block_g1_d64", 1, 1024, 1, 1, 64, BURST_DTYPE_FP32)},
+    /* soft-capped scores (5, 30, 50), scores large enough to bend tanh (|s| of several caps'
+     * widths), both backward patterns, masks, GQA and dtypes: on every path the environment
+     * selects (the matrix paths where the device has them) */
+    {VK_CASE("softcap5_causal_g2", 2, 96, 4, 2, 32, BURST_DTYPE_FP32), .causal = 1, .softcap = 5.0f,
+     .softmax_scale = 1.0f, .amp = 2.0},
+    {VK_CASE("softcap30_zigzag_g4_fp16_ring", 4, 128, 4, 1, 64, BURST_DTYPE_FP16), .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG, .bwd = BURST_BWD_RING, .softcap = 30.0f, .softmax_scale = 1.0f,
+     .amp = 2.5},
+    {VK_CASE("softcap50_window_g3_bf16", 3, 90, 2, 2, 32, BURST_DTYPE_BF16), .window_left = 11,
+     .window_right = 4, .layout = BURST_LAYOUT_STRIPED, .softcap = 50.0f, .softmax_scale = 1.0f,
+     .amp = 3.0},
 };
 
 /* the matrix paths (test_vulkan path P): fp16 and bf16 over the head dims, masks and shapes of
@@ -138,6 +149,15 @@ static const struct harness_case path_cases[] = {
     {VK_CASE("p_bf16_tiny_d40", 2, 96, 2, 1, 40, BURST_DTYPE_BF16), .amp = 1e-6,
      .softmax_scale = 1e12f, .causal = 1},
     {VK_CASE("p_long_d64_fp16", 1, 2048, 2, 1, 64, BURST_DTYPE_FP16), .causal = 1},
+    /* soft-capped scores, large enough to bend tanh */
+    {VK_CASE("p_softcap5_d64_fp16", 2, 200, 4, 1, 64, BURST_DTYPE_FP16), .causal = 1,
+     .layout = BURST_LAYOUT_ZIGZAG, .softcap = 5.0f, .softmax_scale = 1.0f, .amp = 1.5},
+    {VK_CASE("p_softcap30_d128_bf16_ring", 2, 130, 2, 2, 128, BURST_DTYPE_BF16), .causal = 1,
+     .bwd = BURST_BWD_RING, .softcap = 30.0f, .softmax_scale = 1.0f, .amp = 2.0},
+    {VK_CASE("p_softcap50_d80_window_fp16", 1, 150, 2, 2, 80, BURST_DTYPE_FP16), .pad = 1,
+     .window_left = 33, .window_right = 4, .softcap = 50.0f, .softmax_scale = 1.0f, .amp = 3.0},
+    {VK_CASE("p_softcap30_d256_bf16", 2, 100, 2, 1, 256, BURST_DTYPE_BF16), .softcap = 30.0f,
+     .softmax_scale = 1.0f, .amp = 2.0},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop

@@ -155,8 +155,9 @@ static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_step
     int64_t nv = (dim->d + 4 * cg - 1) / (4 * cg);
     int64_t qk = (nb * (tl->br + tl->bc) * dc / 4 + inv - 1) / inv;
     int64_t vl = (dc * dim->d / 4 + inv - 1) / inv;
-    int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 + 4 * (cg + nv + 1) +
-                   na * (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
+    /* 8: the soft-cap's loops over the 4 rows (fwd: one, bwd: two) */
+    int64_t tile = ((dim->d + dc - 1) / dc) * (5 * qk + 5 * nb * dc + 2) + 40 + 8 +
+                   4 * (cg + nv + 1) + na * (tl->bc / dc) * (vl + dc * (1 + 5 * nv) + 2);
     if (k == BURST_VK_DKVQ_RT) { /* dQ over the key rows in chunks of DC, nt items each */
         int64_t nt = (dim->d + tl->br - 1) / tl->br;
         tile += (tl->br / dc) * (vl + nt * (25 * dc / 4 + 1) + 2) + 25 * nt + 2;
@@ -227,6 +228,7 @@ static uint32_t burst_vk_groups(int64_t n, int br)
 
 /* Parameter blocks are BURST_VK_PBLOCK bytes apart in the staged extra area. */
 #define BURST_VK_PBLOCK 256
+_Static_assert(sizeof(struct burst_vk_params) <= BURST_VK_PBLOCK, "parameter block too large");
 
 /* Dispatches of kernel kern over rows [0, n) in ranges of `per`: copies of the parameter block
  * at extra + 0 with lo / hi set, at blocks first, first + 1, ... of the extra area (device
@@ -343,10 +345,12 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
     return 0;
 }
 
-/* The sizes and scale of a step in its parameter block (forward and backward alike). */
+/* The sizes, scale and soft-cap of a step in its parameter block (forward and backward
+ * alike). */
 static void burst_vk_params_sizes(struct burst_vk_params *p, const struct burst_step_dims *dim,
-                                  float scale)
+                                  float scale, float softcap)
 {
+    p->softcap = softcap > 0.0f ? softcap : 0.0f;
     p->batch = (int32_t)dim->batch;
     p->nq = (int32_t)dim->nq;
     p->nk = (int32_t)dim->nk;
@@ -445,7 +449,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         p->o = slots[3].addr;
         p->lse = slots[4].addr;
         p->rows = xa + roff;
-        burst_vk_params_sizes(p, dim, a->scale);
+        burst_vk_params_sizes(p, dim, a->scale, a->softcap);
         const int cm = kern == BURST_VK_FWD_CM || kern == BURST_VK_FWD_CMQ;
         if (cm && burst_vk_vec8(a->q, slots[0].addr) &&
             (cvt[1] || burst_vk_vec8(a->k, slots[1].addr)) &&
@@ -635,7 +639,7 @@ static void burst_vk_bwd_params(struct burst_vk_params *p, const struct burst_bw
     p->dk = slots[7].addr;
     p->dv = slots[8].addr;
     p->rows = xa + roff;
-    burst_vk_params_sizes(p, dim, a->scale);
+    burst_vk_params_sizes(p, dim, a->scale, a->softcap);
     p->flags = (a->dq ? 1 : 0) | (a->dk ? 2 : 0) | (a->dv ? 4 : 0);
     int vec = 1;
     for (int i = 0; i < 4; i++)

@@ -468,6 +468,7 @@ static void burst_vk_host_free(void *bev, void *ptr)
 const struct burst_backend_ops burst_vk_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "vulkan",
+    .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
     .create = burst_vk_create,
     .destroy = burst_vk_destroy,
     .num_threads = burst_vk_num_threads,

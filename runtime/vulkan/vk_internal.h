@@ -500,6 +500,8 @@ struct burst_vk_params {
     int32_t flags;
     int32_t lo, hi; /* key (fwd, dq) or query (dkv) rows of this dispatch */
     uint64_t amax;  /* fwd_cmq with bf16 inputs: the largest magnitudes' bits of q, k, v */
+    float softcap;  /* > 0: scaled scores s soft-capped to softcap tanh(s / softcap); 0: not */
+    int32_t pad;
 };
 
 burst_status_t burst_vk_fwd_step(void *be, const struct burst_fwd_args *args);
