@@ -433,6 +433,7 @@ struct bwd_sinks {
     int64_t num;
     float *dsinks;
     double *acc; /* this rank's part of the gradient, [Hq] */
+    float *sum;  /* the gradient summed over the ranks, [Hq], copied to dsinks on success */
 };
 
 /* The backward, with or without sinks (s). */
@@ -451,7 +452,9 @@ static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
         st = burst_sinks_check(who, plan, s->sinks, s->num);
     if (st == BURST_OK && s->with && !s->dsinks)
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: dsinks is NULL", who);
-    if (st == BURST_OK && s->with && !(s->acc = calloc((size_t)plan->p.q_heads, sizeof(double))))
+    if (st == BURST_OK && s->with &&
+        (!(s->acc = calloc((size_t)plan->p.q_heads, sizeof(double))) ||
+         !(s->sum = malloc((size_t)plan->p.q_heads * sizeof(float)))))
         st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     if (st != BURST_OK)
         return burst_call_fail(plan, st);
@@ -488,6 +491,10 @@ static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
         st = bwd_group_begin(&c, &b, g, &hg, lse, &og, &dog, &lse_g);
         if (st == BURST_OK && s->with) /* this rank's rows: their lse and D are final */
             st = burst_sinks_grad_local(plan, &hg, s->sinks, lse_g, b.delta, s->acc);
+        /* every rank's part is known: sum them before the last group writes any output, so
+         * that a failed exchange leaves the outputs as a failed ring does */
+        if (st == BURST_OK && s->with && g == plan->hgroups - 1)
+            st = burst_sinks_grad_reduce(plan, burst_call_next_seq(plan), s->acc, s->sum);
         burst_tl_break(&tl);
         struct burst_tensor dkg = burst_heads(dk, hg.kv0, hg.nkv),
                             dvg = burst_heads(dv, hg.kv0, hg.nkv);
@@ -521,7 +528,7 @@ static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
     burst_xfer_wait(plan, &b.ra);
     burst_xfer_wait(plan, &b.sa);
     if (st == BURST_OK && s->with)
-        st = burst_sinks_grad_reduce(plan, burst_call_next_seq(plan), s->acc, s->dsinks);
+        memcpy(s->dsinks, s->sum, (size_t)plan->p.q_heads * sizeof(float));
     burst_tl_finish(&tl, st);
     return burst_call_end(plan, BURST_PHASE_BWD, &sc, t0, st);
 }
@@ -542,9 +549,10 @@ burst_status_t burst_attention_backward_sinks(
     const struct burst_tensor *dout, const float *sinks, int64_t num_sinks, struct burst_tensor *dq,
     struct burst_tensor *dk, struct burst_tensor *dv, float *dsinks)
 {
-    struct bwd_sinks s = {1, sinks, num_sinks, dsinks, NULL};
+    struct bwd_sinks s = {1, sinks, num_sinks, dsinks, NULL, NULL};
     burst_status_t st =
         bwd_call("burst_attention_backward_sinks", plan, q, k, v, o, lse, dout, dq, dk, dv, &s);
     free(s.acc);
+    free(s.sum);
     return st;
 }

@@ -31,8 +31,7 @@ burst_status_t burst_sinks_grad_local(struct burst_plan *plan, const struct burs
                                       double *acc);
 
 /* COLLECTIVE (every rank of a call with sinks): dsinks[h] = the sum over ranks of acc[h], in
- * rank order (the same bits on every rank); tag sequence seq. dsinks is written only on
- * success. */
+ * rank order (the same bits on every rank); tag sequence seq. */
 burst_status_t burst_sinks_grad_reduce(struct burst_plan *plan, uint32_t seq, const double *acc,
                                        float *dsinks);
 

@@ -1499,13 +1499,15 @@ enum sinks_bad {
     SB_BWD_LEN,    /* backward: num_sinks = 1 */
     SB_BWD_NAN,    /* backward: sinks[0] NaN */
     SB_BWD_DSINKS, /* backward: dsinks NULL */
-    SB_COUNT
+    SB_COUNT,
+    SB_BWD_MIXED = SB_COUNT /* rank 1 calls burst_attention_backward, the others _sinks */
 };
 
 struct sinks_state {
     enum sinks_bad kind;
     pthread_barrier_t fwd_done; /* every rank's good forward is over before a bad backward */
     burst_status_t st[MR_G];
+    double ms[MR_G];
     char msg[MR_G][512];
     int untouched[MR_G];
 };
@@ -1548,6 +1550,7 @@ static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
     if (st == BURST_OK && !fwd) /* a good forward first: the backward's inputs */
         st = burst_attention_forward_sinks(plan, &tq, &tk, &tv, good, HQ, &to, lse);
     pthread_barrier_wait(&s->fwd_done);
+    const double t0 = harness_now_ms(); /* the call under test starts */
     memcpy(snap, o, sizeof o);
     memcpy(snap + NQ, lse, sizeof lse);
     memcpy(snap + NQ + HQ * N, dq, sizeof dq);
@@ -1556,10 +1559,13 @@ static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
     memcpy(snap + 2 * NQ + HQ * N + 2 * NKV, dsinks, sizeof dsinks);
     if (st == BURST_OK && fwd)
         st = burst_attention_forward_sinks(plan, &tq, &tk, &tv, sk, ns, &to, lse);
+    else if (st == BURST_OK && s->kind == SB_BWD_MIXED && rank == 1)
+        st = burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo, &tdq, &tdk, &tdv);
     else if (st == BURST_OK)
         st = burst_attention_backward_sinks(plan, &tq, &tk, &tv, &to, lse, &tdo, sk, ns, &tdq, &tdk,
                                             &tdv, s->kind == SB_BWD_DSINKS ? NULL : dsinks);
     s->st[rank] = st;
+    s->ms[rank] = harness_now_ms() - t0;
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
     s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 &&
                          memcmp(snap + NQ, lse, sizeof lse) == 0 &&
@@ -1594,6 +1600,28 @@ static void sinks_bad_inputs(void **state)
                          names[kind][1]);
             assert_true(s.untouched[r]);
         }
+    }
+}
+
+/* The collective rule of the sinks calls broken: rank 1 calls burst_attention_backward while the
+ * others call burst_attention_backward_sinks. The others wait in the exchange of the sinks'
+ * gradient, which comes before the last ring, and rank 1 in that ring: every rank fails within
+ * the communicator's timeout, and no output is written anywhere. */
+static void sinks_mixed_backward(void **state)
+{
+    (void)state;
+    struct sinks_state s;
+    memset(&s, 0, sizeof s);
+    s.kind = SB_BWD_MIXED;
+    assert_int_equal(pthread_barrier_init(&s.fwd_done, NULL, MR_G), 0);
+    assert_int_equal(harness_run_ranks(MR_G, TIMEOUT_MS, sinks_rank, &s), 0);
+    pthread_barrier_destroy(&s.fwd_done);
+    for (int r = 0; r < MR_G; r++) {
+        printf("rank %d: status %d (%s) after %.0f ms: %s\n", r, (int)s.st[r],
+               burst_status_str(s.st[r]), s.ms[r], s.msg[r]);
+        assert_int_not_equal(s.st[r], BURST_OK);
+        assert_true(s.ms[r] < 2 * TIMEOUT_MS + 2000);
+        assert_true(s.untouched[r]);
     }
 }
 
@@ -1859,6 +1887,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(mr_mismatch_docs_one_rank),
         cmocka_unit_test(mr_mismatch_softcap),
         cmocka_unit_test(sinks_bad_inputs),
+        cmocka_unit_test(sinks_mixed_backward),
         cmocka_unit_test(mr_ranks_per_node_not_divisor),
         cmocka_unit_test(mr_ranks_per_node_above_ring),
         cmocka_unit_test(mr_bad_plan_one_rank),

@@ -4,7 +4,7 @@
  * Cases of the shared harness: soft-capping (caps 5, 30 and 50 with scores large enough to bend
  * tanh: the case's amp), sinks (random per-head logits from the case's seed, whose gradient is
  * compared with ref_backward_sinks), each alone and both together; full, causal and windowed
- * masks; GQA; fp32 and bf16; rings of 1 to 4 ranks; both backward patterns; head groups.
+ * masks; GQA; fp32, bf16 and fp16; rings of 1 to 4 ranks; both backward patterns; head groups.
  * A backend that does not run soft-capping (the plan is refused with BURST_ERR_UNSUPPORTED on
  * every rank) skips the capped cases; sinks live in the engine and run on every backend.
  */
@@ -21,6 +21,7 @@
 #include "harness.h"
 
 #define F32 BURST_DTYPE_FP32
+#define F16 BURST_DTYPE_FP16
 #define BF16 BURST_DTYPE_BF16
 #define NAT BURST_LAYOUT_NATURAL
 #define ZZ BURST_LAYOUT_ZIGZAG
@@ -73,6 +74,9 @@ static const struct harness_case cases[] = {
     {CASE("sinks_g4_head_groups_burst", 4, 48), .sinks = 1, .q_heads = 4, .kv_heads = 4,
      .workspace_limit = 1, .causal = 1},
     {CASE("sinks_g4_win_stops_ring_early", 4, 64), .sinks = 1, .window_left = 3, .window_right = 0},
+    /* fp16 */
+    {CASE("cap30_sinks_g2_fp16_causal_zigzag", 2, 64), .sinks = 1, .softcap = 30.0f, .amp = 6,
+     .dtype = F16, .causal = 1, .layout = ZZ},
     /* both */
     {CASE("sinks_cap5_g1_causal", 1, 40), .sinks = 1, .softcap = 5.0f, .amp = 6, .causal = 1},
     {CASE("sinks_cap30_g2_window_ring", 2, 64), .sinks = 1, .softcap = 30.0f, .amp = 6,

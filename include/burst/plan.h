@@ -270,10 +270,11 @@ BURST_API burst_status_t burst_attention_backward(
  * return and take INCLUDES the sink; a row with no allowed key gets o = 0 and lse = sinks[h].
  * Every sink must be finite: a NaN or Inf is refused naming its index (BURST_ERR_INVALID_ARG),
  * as are a NULL sinks and a num_sinks other than q_heads; the outputs are then left untouched.
- * COLLECTIVE, with a rule of its own: every rank of the plan passes the same sinks to the same
- * call (a rank calling burst_attention_backward while others call
- * burst_attention_backward_sinks fails the call by the communicator's timeout). Otherwise as
- * burst_attention_forward.
+ * COLLECTIVE, with a rule of its own: every rank of the plan makes the same call with the same
+ * sinks. It is not checked: a backward where some ranks call burst_attention_backward and others
+ * burst_attention_backward_sinks fails on every rank by the communicator's timeout, outputs
+ * untouched; a forward where they differ gives each rank's rows the softmax of its own call.
+ * Otherwise as burst_attention_forward.
  */
 BURST_API burst_status_t burst_attention_forward_sinks(struct burst_plan *plan,
                                                        const struct burst_tensor *q,
