@@ -93,6 +93,9 @@ struct burst_cuda_step {
     struct burst_mask mask; /* mask.docs: the document table in device memory */
     float scale;
     float softcap; /* > 0: scores soft-capped (burst_fwd_args.softcap); 0 = off */
+    /* its constants, set by the backend: 2 log2(e) tau / C, C / tau and 1 / (C log2 e); cap_in = 0
+     * without a cap (burst_dcap_score in burst_cuda_common.cuh) */
+    float cap_in, cap_out, cap_k;
     int64_t batch, nq, nk, hq, hkv, d, group;
     /* forward: running results; backward: final lse, D and the fp32 accumulators */
     float *o_acc, *lse_acc;

@@ -427,9 +427,20 @@ static int burst_cuda_kind(const struct burst_cuda_backend *cb, const struct bur
     return burst_cuda_class_kind(&cb->caps, cb->mma, bwd ? cb->wgmma_bwd : cb->wgmma, s->d, bwd);
 }
 
+/* The soft-cap's constants of a step (see burst_dcap_score in burst_cuda_common.cuh). */
+static void burst_cuda_cap_set(struct burst_cuda_step *s)
+{
+    s->cap_in = s->cap_out = s->cap_k = 0.0f;
+    if (s->softcap > 0.0f) {
+        s->cap_in = 2.0f * 1.44269504f * s->scale / s->softcap;
+        s->cap_out = s->softcap / s->scale;
+        s->cap_k = 1.0f / (s->softcap * 1.44269504f);
+    }
+}
+
 /* Point s->mask.docs at a device copy of the host table it holds (none: nothing to do). The copy
  * is kept while steps bring the same table; another table is copied on the calling thread's
- * stream, after the kernels that still read the old one. */
+ * stream, after the kernels that still read the old one (a larger one is allocated anew). */
 static burst_status_t burst_cuda_docs(struct burst_cuda_backend *cb, const char *op,
                                       struct burst_cuda_step *s)
 {
@@ -443,14 +454,15 @@ static burst_status_t burst_cuda_docs(struct burst_cuda_backend *cb, const char 
         if (n > cb->docs_cap) {
             int64_t *h = realloc(cb->docs_host, bytes);
             if (!h)
-                return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents",
-                                   op, (long long)s->mask.ndocs);
+                return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents", op,
+                                   (long long)s->mask.ndocs);
             cb->docs_host = h;
-            cudaError_t e = cudaFreeAsync(cb->docs_dev, cudaStreamPerThread);
+            /* cudaFree waits for the kernels that may still read the old table */
+            cudaError_t e = cb->docs_dev ? cudaFree(cb->docs_dev) : cudaSuccess;
             cb->docs_dev = NULL;
             cb->docs_n = cb->docs_cap = 0;
             if (e == cudaSuccess)
-                e = cudaMallocAsync((void **)&cb->docs_dev, bytes, cudaStreamPerThread);
+                e = cudaMalloc((void **)&cb->docs_dev, bytes);
             if (e != cudaSuccess)
                 return burst_cuda_status(e, "document table: allocation");
             cb->docs_cap = n;
@@ -579,6 +591,7 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.mask = a->mask;
     s.scale = a->scale;
     s.softcap = a->softcap;
+    burst_cuda_cap_set(&s);
     return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
 
@@ -653,6 +666,7 @@ static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct
     s.mask = a->mask;
     s.scale = a->scale;
     s.softcap = a->softcap;
+    burst_cuda_cap_set(&s);
     s.lse = a->lse;
     s.delta = a->delta;
     s.dq = a->dq;

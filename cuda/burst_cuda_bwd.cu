@@ -69,7 +69,6 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
     const int64_t g = h / s.group, i0 = t * MMA_BR;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     int64_t lo = 0, hi = 0;
     if (threadIdx.x < MMA_BR && i0 + threadIdx.x < s.nq)
@@ -139,12 +138,12 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
             burst_tc_scores2<TC, D, KR>(sc, dp, sq, sdo, warp * 16, kt, vt, lane);
             /* dS = P (dP - D), P = 2^(S tau log2e - lse log2e) on allowed pairs; the mask in a
              * branch of its own, where some row of the warp does not see the whole tile */
-            if (cap.in != 0.0f) /* soft-capping: a branch of its own, the same for the block */
+            if (s.cap_in != 0.0f) /* soft-capping: a branch of its own, the same for the block */
 #pragma unroll
                 for (int n = 0; n < KR / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        sc[n][e] = burst_dcap_score(cap, sc[n][e]);
+                        sc[n][e] = burst_dcap_score(s, sc[n][e]);
 #pragma unroll
             for (int n = 0; n < KR / 8; n++)
 #pragma unroll
@@ -159,13 +158,13 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                         if (!(j >= (int)kb[e >> 1] && j < (int)ke[e >> 1]))
                             sc[n][e] = 0.0f;
                     }
-            if (cap.in != 0.0f) /* times the cap's derivative, found from P */
+            if (s.cap_in != 0.0f) /* times the cap's derivative, found from P */
 #pragma unroll
                 for (int n = 0; n < KR / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
                         sc[n][e] *= (dp[n][e] - dl[e >> 1]) *
-                                    burst_dcap_slope(cap, sc[n][e], l2[e >> 1]);
+                                    burst_dcap_slope(s, sc[n][e], l2[e >> 1]);
             else
 #pragma unroll
                 for (int n = 0; n < KR / 8; n++)
@@ -246,7 +245,6 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
     const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * MMA_BC;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     int64_t lo = 0, hi = 0;
     if (threadIdx.x < MMA_BC && j0 + threadIdx.x < s.nk)
@@ -323,12 +321,12 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
             qb = max(qb, __shfl_xor_sync(0xffffffffu, qb, m));
             qe = min(qe, __shfl_xor_sync(0xffffffffu, qe, m));
         }
-        if (cap.in != 0.0f) /* soft-capping: a branch of its own, the same for the block */
+        if (s.cap_in != 0.0f) /* soft-capping: a branch of its own, the same for the block */
 #pragma unroll
             for (int n = 0; n < QR / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    sc[n][e] = burst_dcap_score(cap, sc[n][e]);
+                    sc[n][e] = burst_dcap_score(s, sc[n][e]);
 #pragma unroll
         for (int n = 0; n < QR / 8; n++)
 #pragma unroll
@@ -343,14 +341,14 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                     if (!(key >= rw->kb[qi] && key < rw->ke[qi]))
                         sc[n][e] = 0.0f;
                 }
-        if (cap.in != 0.0f) /* times the cap's derivative, found from P */
+        if (s.cap_in != 0.0f) /* times the cap's derivative, found from P */
 #pragma unroll
             for (int n = 0; n < QR / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qi = n * 8 + cq + (e & 1);
                     dp[n][e] = sc[n][e] * (dp[n][e] - rw->dl[qi]) *
-                               burst_dcap_slope(cap, sc[n][e], rw->l2[qi]);
+                               burst_dcap_slope(s, sc[n][e], rw->l2[qi]);
                 }
         else
 #pragma unroll

@@ -54,7 +54,6 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
     const int64_t g = h / s.group, i0 = t * BR;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     int64_t kmin, kmax, unused; /* uniform, as in the forward */
     burst_dkeys(s, i0, &kmin, &unused);
@@ -136,14 +135,14 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
     /* dS = P (dP - D) with P = 2^(S tau log2e - lse log2e) on allowed pairs */
     auto dsoft = [&](int64_t j0) {
         const bool full = j0 >= wb && j0 + BC <= we;
-        if (cap.in != 0.0f) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
+        if (s.cap_in != 0.0f) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
 #pragma unroll
             for (int n = 0; n < BC / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int u = e >> 1, j = (int)j0 + n * 8 + cq + (e & 1);
                     const bool ok = full || (j >= kb[u] && j < ke[u]);
-                    const float x = burst_dcap_score(cap, sc[4 * n + e]), t = x / cap.out;
+                    const float x = burst_dcap_score(s, sc[4 * n + e]), t = burst_dcap_tanh(s, x);
                     const float p = ok ? burst_ex2(fmaf(x, sl2, -l2[u])) : 0.0f;
                     sc[4 * n + e] = p * (dp[4 * n + e] - dl[u]) * fmaf(-t, t, 1.0f);
                 }
@@ -282,7 +281,6 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
     const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     /* the block's queries, uniform: first key's first query to last key's end */
     int64_t imin, imax, unused;
@@ -418,7 +416,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
                             ok |= 1u << (4 * n + 2 * u + c);
                 }
         }
-        if (cap.in != 0.0f) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
+        if (s.cap_in != 0.0f) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
 #pragma unroll
             for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
@@ -427,7 +425,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         const int e = 2 * u + c;
-                        const float x = burst_dcap_score(cap, sc[4 * n + e]), t = x / cap.out;
+                        const float x = burst_dcap_score(s, sc[4 * n + e]), t = burst_dcap_tanh(s, x);
                         const float p =
                             ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(x, sl2, -r.x)) : 0.0f;
                         sc[4 * n + e] = p;

@@ -210,40 +210,30 @@ __device__ __forceinline__ void burst_dqueries(const struct burst_cuda_step &s, 
  * 1 - 2 / (2^(2 x log2 e) + 1) on the special-function unit: ex2.approx (relative error 2^-22)
  * and rcp.approx (1 ulp), an absolute error of about 1e-7 in tanh, 1e-7 C in the scaled score
  * (fp32 rounding of the score itself is larger wherever |tau r| > C / 100); |x| large saturates to
- * exactly +-1. */
-struct burst_dcap {
-    float in;  /* 2 log2(e) tau / C: r -> the exponent of 2 above */
-    float out; /* C / tau */
-    float k;   /* 1 / (C log2 e): the backward's slope from P */
-};
-
-__host__ __device__ __forceinline__ struct burst_dcap burst_dcap_of(const struct burst_cuda_step &s)
-{
-    struct burst_dcap c = {0.0f, 0.0f, 0.0f};
-    if (s.softcap > 0.0f) {
-        c.in = 2.0f * 1.4426950408889634f * s.scale / s.softcap;
-        c.out = s.softcap / s.scale;
-        c.k = 1.0f / (s.softcap * 1.4426950408889634f);
-    }
-    return c;
-}
-
-__device__ __forceinline__ float burst_dcap_score(const struct burst_dcap &c, float r)
+ * exactly +-1. The constants come from the step (cap_in, cap_out, cap_k, set by the backend), so
+ * that the kernels read them from the parameter bank instead of holding them in registers. */
+__device__ __forceinline__ float burst_dcap_score(const struct burst_cuda_step &s, float r)
 {
     float e, q;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(e) : "f"(r * c.in));
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(e) : "f"(r * s.cap_in));
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(q) : "f"(e + 1.0f));
-    return c.out * fmaf(-2.0f, q, 1.0f);
+    return s.cap_out * fmaf(-2.0f, q, 1.0f);
+}
+
+/* tanh(tau r / C) of a capped r' = burst_dcap_score(s, r): r' tau / C. */
+__device__ __forceinline__ float burst_dcap_tanh(const struct burst_cuda_step &s, float rc)
+{
+    return rc * (s.cap_in * (0.5f * 0.69314718055994531f));
 }
 
 /* d(tau r') / d(tau r) = 1 - tanh^2 from a backward's P = 2^(tau r' log2 e - l2) and its row's l2
  * (lse log2 e): tanh = (log2 P + l2) / (C log2 e), clamped to [-1, 1] so that P = 0 (a masked or
  * underflowed pair, whose dS is 0 whatever the slope) gives a finite slope. */
-__device__ __forceinline__ float burst_dcap_slope(const struct burst_dcap &c, float p, float l2)
+__device__ __forceinline__ float burst_dcap_slope(const struct burst_cuda_step &s, float p, float l2)
 {
     float lg;
     asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(lg) : "f"(p));
-    const float t = fminf(fmaxf((lg + l2) * c.k, -1.0f), 1.0f);
+    const float t = fminf(fmaxf((lg + l2) * s.cap_k, -1.0f), 1.0f);
     return fmaf(-t, t, 1.0f);
 }
 

@@ -75,7 +75,6 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
     const int64_t g = h / s.group, i0 = t * BR;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     int64_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
     if (threadIdx.x < BR && i0 + threadIdx.x < s.nq) /* BR = 64: half the threads */
@@ -184,14 +183,14 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
 #pragma unroll
             for (int mr = 0; mr < MR; mr++)
                 burst_tc_add_small<TC, BC / 8>(sc[mr], ss[mr]);
-            if (cap.in != 0.0f) /* soft-capping: a branch of its own, the same for the block */
+            if (s.cap_in != 0.0f) /* soft-capping: a branch of its own, the same for the block */
 #pragma unroll
                 for (int mr = 0; mr < MR; mr++)
 #pragma unroll
                     for (int n = 0; n < BC / 8; n++)
 #pragma unroll
                         for (int e = 0; e < 4; e++)
-                            sc[mr][n][e] = burst_dcap_score(cap, sc[mr][n][e]);
+                            sc[mr][n][e] = burst_dcap_score(s, sc[mr][n][e]);
             /* the mask, where some row of the warp does not see the whole tile: a branch of its
              * own, so that full tiles (all but the diagonal ones of a causal mask) skip it */
             if (!(j0 >= wb && j0 + BC <= we))

@@ -74,18 +74,18 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
     }
 }
 
-/* Softmax of the tile at key j0 (its scores soft-capped first when cap says so): masked only
+/* Softmax of the tile at key j0 (its scores soft-capped first when the step has a cap): masked only
  * where the warpgroup's rows do not all see it. */
 template <int BC>
 __device__ __forceinline__ void burst_wg_softmax_at(float *sc, int j0, int wb, int we,
                                                     const int *kb, const int *ke, int cq, float sl2,
-                                                    const struct burst_dcap &cap, float *m,
+                                                    const struct burst_cuda_step &s, float *m,
                                                     float *l, float *alpha)
 {
-    if (cap.in != 0.0f) /* soft-capping: the same branch for the whole block */
+    if (s.cap_in != 0.0f) /* soft-capping: the same branch for the whole block */
 #pragma unroll
         for (int n = 0; n < BC / 2; n++)
-            sc[n] = burst_dcap_score(cap, sc[n]);
+            sc[n] = burst_dcap_score(s, sc[n]);
     if (j0 >= wb && j0 + BC <= we) {
         burst_wg_softmax<BC, false>(sc, kb, ke, sl2, m, l, alpha);
     } else {
@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
     const int64_t g = h / s.group, i0 = t * BR;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     /* The block's keys: both position maps increase and the mask is a band, so every row's
      * interval lies in [start of the first row's, end of the last row's). Computed alike by
@@ -195,7 +194,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     tile_begin(0, 0);
     burst_wg_wait<0>();
     burst_wg_pin<BC / 2>(sc);
-    burst_wg_softmax_at<BC>(sc, (int)jfirst, wb, we, kb, ke, cq, sl2, cap, m, l, alpha);
+    burst_wg_softmax_at<BC>(sc, (int)jfirst, wb, we, kb, ke, cq, sl2, s, m, l, alpha);
     burst_wg_pack<T, BC>(p, sc);
     int prev = 0; /* stage of the previous tile */
     for (int j = 1; j < nt; j++) {
@@ -204,7 +203,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
         burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
         burst_wg_wait<1>(); /* S_j done; P_{j-1} V_{j-1} may still run */
         burst_wg_pin<BC / 2>(sc);
-        burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, cap,
+        burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, s,
                                 m, l, alpha);
         burst_wg_wait<0>();
         burst_wg_pin<D / 2>(o);

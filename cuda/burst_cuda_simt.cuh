@@ -105,7 +105,6 @@ __global__ void __launch_bounds__(128) burst_simt_fwd(struct burst_cuda_step s)
         return;
 
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
     burst_simt_load<T>(sq, D, s.q, b, i0, C::ROWS, s.nq, h, d, sl2);
     int64_t kb[C::R], ke[C::R];
     float m[C::R], l[C::R], o[C::R][C::CPL];
@@ -147,10 +146,10 @@ __global__ void __launch_bounds__(128) burst_simt_fwd(struct burst_cuda_step s)
                     sc[r] = fmaf(sq[(warp * C::R + r) * D + c + cc], kv, sc[r]);
             }
         }
-        if (cap.in != 0.0f) /* soft-capping of tau log2(e) q.k (q is loaded scaled) */
+        if (s.cap_in != 0.0f) /* soft-capping of tau log2(e) q.k (q is loaded scaled) */
 #pragma unroll
             for (int r = 0; r < C::R; r++)
-                sc[r] = sl2 * burst_dcap_score(cap, sc[r] / sl2);
+                sc[r] = sl2 * burst_dcap_score(s, sc[r] * (1.0f / sl2));
         float alpha[C::R];
 #pragma unroll
         for (int r = 0; r < C::R; r++) {
@@ -240,7 +239,6 @@ __global__ void __launch_bounds__(128) burst_simt_dkdv(struct burst_cuda_step s)
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
     const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * C::ROWS;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     int64_t lo = 0, hi = 0;
     if (threadIdx.x < C::ROWS && j0 + threadIdx.x < s.nk)
@@ -310,9 +308,10 @@ __global__ void __launch_bounds__(128) burst_simt_dkdv(struct burst_cuda_step s)
             for (int r = 0; r < C::R; r++) {
                 const int64_t j = j0 + warp * C::R + r;
                 float x = sc[r], slope = 1.0f;
-                if (cap.in != 0.0f) { /* soft-capping, and its derivative 1 - tanh^2 */
-                    x = burst_dcap_score(cap, x);
-                    slope = fmaf(-x / cap.out, x / cap.out, 1.0f);
+                if (s.cap_in != 0.0f) { /* soft-capping, and its derivative 1 - tanh^2 */
+                    x = burst_dcap_score(s, x);
+                    const float t = burst_dcap_tanh(s, x);
+                    slope = fmaf(-t, t, 1.0f);
                 }
                 float p = (j >= kbl && j < kel) ? exp2f(x * sl2 - slse[lane]) : 0.0f;
                 sp[(warp * C::R + r) * 32 + lane] = p;
@@ -377,7 +376,6 @@ __global__ void __launch_bounds__(128) burst_simt_dq(struct burst_cuda_step s)
     const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
     const int64_t g = h / s.group, i0 = t * C::ROWS;
     const float sl2 = s.scale * BURST_LOG2E;
-    const struct burst_dcap cap = burst_dcap_of(s);
 
     int64_t lo = 0, hi = 0;
     if (threadIdx.x < C::ROWS && i0 + threadIdx.x < s.nq)
@@ -438,9 +436,10 @@ __global__ void __launch_bounds__(128) burst_simt_dq(struct burst_cuda_step s)
 #pragma unroll
         for (int r = 0; r < C::R; r++) {
             float x = sc[r], slope = 1.0f;
-            if (cap.in != 0.0f) { /* soft-capping, and its derivative 1 - tanh^2 */
-                x = burst_dcap_score(cap, x);
-                slope = fmaf(-x / cap.out, x / cap.out, 1.0f);
+            if (s.cap_in != 0.0f) { /* soft-capping, and its derivative 1 - tanh^2 */
+                x = burst_dcap_score(s, x);
+                const float t = burst_dcap_tanh(s, x);
+                    slope = fmaf(-t, t, 1.0f);
             }
             float p = (j >= kb[r] && j < ke[r]) ? exp2f(x * sl2 - l2[r]) : 0.0f;
             sds[(warp * C::R + r) * 32 + lane] = p * (dp[r] - dl[r]) * slope;
