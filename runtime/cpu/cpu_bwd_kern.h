@@ -133,8 +133,9 @@ KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
 /* C [jn x BR] = A B^T of a K-side tile A (jn x d) and a Q-side tile B (BR x d): on bf16 dot
  * products of ah and bp, times mul, when dp; else in fp32 from af and the transposed bt, whose
  * scale is already in bt (mul is then unused). */
-KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t d, const uint16_t *ah,
-                       const uint32_t *bp, const float *af, const float *bt, float *c, float mul)
+KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t ra, int64_t rb, int64_t d,
+                       const uint16_t *ah, const uint32_t *bp, const float *af, const float *bt,
+                       float *c, float mul)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
@@ -144,7 +145,7 @@ KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t d, const uint16_t
     }
 #endif
     (void)dp, (void)ah, (void)bp, (void)mul;
-    gemm(jn, BR, d, af, d, 1, bt, BR, c, BR, BURST_CPU_STORE, NULL);
+    gemm(jn, rb - ra, d, af, d, 1, bt + ra, BR, c + ra, BR, BURST_CPU_STORE, NULL);
 }
 
 #ifdef BURST_CPU_DPBF16
@@ -178,13 +179,13 @@ KATTR void bwd_grads_dp(struct burst_cpu_bwd_scratch *sc, int64_t BR, int64_t d,
  * Pt = 2^(St - lse2) in place of St and dSt = tau Pt (dPt - D) (1 - t^2) with t = St / cap the
  * tanh of the cap (the derivative of cap tanh(s / cap)). Masked entries (St = -inf) clamp t to
  * -1: factor 0 and Pt 0, never NaN. */
-KATTR void bwd_capped_ds(struct burst_cpu_bwd_scratch *sc, int64_t jn, int64_t BR, float cap,
-                         float scale)
+KATTR void bwd_capped_ds(struct burst_cpu_bwd_scratch *sc, int64_t jn, int64_t BR, int64_t ra,
+                         int64_t rb, float cap, float scale)
 {
     vf tau = vf_set1(scale), rc = vf_set1(1.0f / cap), one = vf_set1(1.0f);
     for (int64_t j = 0; j < jn; j++) {
         float *s = sc->s + j * BR, *ds = sc->ds + j * BR;
-        for (int64_t i = 0; i < BR; i += VL) {
+        for (int64_t i = ra; i < rb; i += VL) {
             vf st = vf_load(s + i);
             vf t = vf_max(vf_set1(-1.0f), vf_mul(st, rc));
             vf p = vf_exp2(vf_sub(st, vf_load(sc->lse2 + i)));
@@ -208,28 +209,37 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
 
     const int dp = bwd_dp(a);
     const float cap = a->softcap * 1.4426950408889634f; /* in the log2 units of St */
-    bwd_product(dp, jn, BR, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
+    /* the rows with a key in the tile, whole vectors of them (as in the forward): the others
+     * add nothing to any gradient (dp: every row) */
+    int64_t ra = 0, rb = BR;
+    if (!full && !dp) {
+        burst_cpu_row_run(sc->kb, sc->ke, rows, j0, j0 + cnt, &ra, &rb);
+        ra = ra / VL * VL;
+        rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
+    }
+    const int64_t rr = burst_cpu_min64(rb, rows) - ra; /* real rows of the run */
+    bwd_product(dp, jn, BR, ra, rb, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
     if (cap > 0.0f)
         cap_tile(sc->s, BR, jn, cap);
     if (!full)
         mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
     if (cap > 0.0f && want_ds) {
-        bwd_product(dp, jn, BR, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
-        bwd_capped_ds(sc, jn, BR, cap, a->scale);
+        bwd_product(dp, jn, BR, ra, rb, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
+        bwd_capped_ds(sc, jn, BR, ra, rb, cap, a->scale);
     } else {
         for (int64_t j = 0; j < jn; j++) {
             float *s = sc->s + j * BR;
-            for (int64_t i = 0; i < BR; i += VL)
+            for (int64_t i = ra; i < rb; i += VL)
                 vf_store(s + i, vf_exp2(vf_sub(vf_load(s + i), vf_load(sc->lse2 + i))));
         }
     }
     if (want_ds && !(cap > 0.0f)) {
-        bwd_product(dp, jn, BR, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
+        bwd_product(dp, jn, BR, ra, rb, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
         vf tau = vf_set1(a->scale);
         for (int64_t j = 0; j < jn; j++) {
             float *p = sc->s + j * BR, *ds = sc->ds + j * BR;
-            for (int64_t i = 0; i < BR; i += VL) {
+            for (int64_t i = ra; i < rb; i += VL) {
                 vf x = vf_sub(vf_load(ds + i), vf_load(sc->dlt + i));
                 vf_store(ds + i, vf_mul(vf_mul(vf_load(p + i), x), tau));
             }
@@ -245,11 +255,12 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     }
 #endif
     if (dv)
-        gemm(cnt, d, rows, sc->s, BR, 1, sc->don, d, dv, hkv * d, BURST_CPU_ADD, NULL);
+        gemm(cnt, d, rr, sc->s + ra, BR, 1, sc->don + ra * d, d, dv, hkv * d, BURST_CPU_ADD, NULL);
     if (dk)
-        gemm(cnt, d, rows, sc->ds, BR, 1, sc->qn, d, dk, hkv * d, BURST_CPU_ADD, NULL);
+        gemm(cnt, d, rr, sc->ds + ra, BR, 1, sc->qn + ra * d, d, dk, hkv * d, BURST_CPU_ADD, NULL);
     if (dq)
-        gemm(rows, d, cnt, sc->ds, 1, BR, sc->k, d, dq, hq * d, BURST_CPU_ADD, NULL);
+        gemm(rr, d, cnt, sc->ds + ra, 1, BR, sc->k, d, dq + ra * hq * d, hq * d, BURST_CPU_ADD,
+             NULL);
 }
 
 /* Start loading K tile at j0 (and its dK/dV rows when with_dkv) while the current one runs. */

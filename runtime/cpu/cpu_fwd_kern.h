@@ -96,9 +96,9 @@ KATTR void fwd_load_kv(struct burst_cpu_fwd_scratch *sc, const struct burst_fwd_
 }
 
 /* St = K Qt [jn x BR], in log2 units (Qt pre-scaled by mul, or mul applied after the bf16 dot
- * products). */
+ * products), for the queries [ra, rb) (multiples of VL; the whole tile when dp). */
 KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR,
-                      float mul, int dp)
+                      int64_t ra, int64_t rb, float mul, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
@@ -108,14 +108,16 @@ KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, i
     }
 #endif
     (void)mul, (void)dp;
-    gemm(jn, BR, d, sc->k, d, 1, sc->qt, BR, sc->s, BR, BURST_CPU_STORE, NULL);
+    gemm(jn, rb - ra, d, sc->k, d, 1, sc->qt + ra, BR, sc->s + ra, BR, BURST_CPU_STORE, NULL);
 }
 
 /* The online softmax of the tile's scores St [jn x BR]: m, alpha and l per query, and P in place
- * of St, or (dp) P rounded to bf16 pairs of adjacent keys in sc->pp (l sums the fp32 P). */
-KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR, int dp)
+ * of St, or (dp) P rounded to bf16 pairs of adjacent keys in sc->pp (l sums the fp32 P), for the
+ * queries [ra, rb); the others keep m, l and O as they are (they have no key in the tile). */
+KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR, int64_t ra,
+                       int64_t rb, int dp)
 {
-    for (int64_t i = 0; i < BR; i += VL) {
+    for (int64_t i = ra; i < rb; i += VL) {
         vf mx = vf_set1(-(float)INFINITY);
         for (int64_t j = 0; j < jn; j++)
             mx = vf_max(mx, vf_load(sc->s + j * BR + i));
@@ -145,8 +147,10 @@ KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR,
 }
 
 /* O = alpha O + P^T V over the jn keys of the tile: P in sc->s (key-major), or (dp) its bf16
- * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products. */
-KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR, int dp)
+ * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products; queries [ra, rb) (dp: all,
+ * the others' alpha being 1 and P 0). */
+KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR, int64_t ra,
+                  int64_t rb, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
@@ -156,7 +160,8 @@ KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64
     }
 #endif
     (void)dp;
-    gemm(BR, d, jn, sc->s, 1, BR, sc->v, d, sc->o, d, BURST_CPU_SCALE, sc->alpha);
+    gemm(rb - ra, d, jn, sc->s + ra, 1, BR, sc->v, d, sc->o + ra * d, d, BURST_CPU_SCALE,
+         sc->alpha + ra);
 }
 
 KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
@@ -203,14 +208,23 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
             burst_cpu_prefetch_view(a->k, b, j0 + BC, nn, g);
             burst_cpu_prefetch_view(a->v, b, j0 + BC, nn, g);
         }
-        fwd_scores(&sc, jn, d, BR, qmul, dp);
+        /* the queries with a key in the tile: a run of rows, both ends of the rows' intervals
+         * increasing with the row (a document boundary inside the Q tile leaves the rows past
+         * it out of the earlier document's key tiles); whole vectors of rows */
+        int64_t ra = 0, rb = BR;
+        if (!full && !dp) {
+            burst_cpu_row_run(sc.kb, sc.ke, rows, j0, j0 + cnt, &ra, &rb);
+            ra = ra / VL * VL;
+            rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
+        }
+        fwd_scores(&sc, jn, d, BR, ra, rb, qmul, dp);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, BR, jn, a->softcap * 1.4426950408889634f);
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 
-        fwd_softmax(&sc, jn, BR, dp);
-        fwd_pv(&sc, jn, d, BR, dp);
+        fwd_softmax(&sc, jn, BR, ra, rb, dp);
+        fwd_pv(&sc, jn, d, BR, ra, rb, dp);
     }
 
     /* fused merge into the running (o_acc, lse_acc) */

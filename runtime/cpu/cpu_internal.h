@@ -207,6 +207,22 @@ static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, in
     return 0;
 }
 
+/* The rows [*ra, *rb) of the tile with a key of [j0, j1) (rows < `rows`; empty: ra == rb): the
+ * rows' intervals have nondecreasing ends, so those rows are a run, from the first whose interval
+ * ends past j0 to the last that starts before j1 (rows with empty intervals inside it are masked
+ * by the caller). */
+static inline void burst_cpu_row_run(const int64_t *kb, const int64_t *ke, int64_t rows, int64_t j0,
+                                     int64_t j1, int64_t *ra, int64_t *rb)
+{
+    int64_t a = 0, b = rows;
+    while (a < rows && ke[a] <= j0)
+        a++;
+    while (b > a && kb[b - 1] >= j1)
+        b--;
+    *ra = a;
+    *rb = b;
+}
+
 /* fp32 lanes of a variant's vectors (cpu_fwd.c; 0 when this target does not build it). */
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa);
 
