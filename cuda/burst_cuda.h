@@ -227,6 +227,8 @@ struct burst_cuda_backend {
      * as docs_host; uploaded when a step brings another table (once per plan in practice). */
     int64_t *docs_dev, *docs_host;
     int64_t docs_n, docs_cap;
+    void **docs_old; /* outgrown device tables, freed with the instance */
+    int docs_nold;
 };
 
 /* cudaError_t (as int) -> burst status with the native message; BURST_OK for cudaSuccess. */

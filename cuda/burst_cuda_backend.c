@@ -171,6 +171,9 @@ static void burst_cuda_destroy(void *be)
     burst_cuda_ipc_close(cb->device); /* other processes' blocks mapped for the ring */
     burst_cuda_share_fini(cb);        /* other backends' memory imported for the ring */
     cudaFree(cb->docs_dev);
+    for (int i = 0; i < cb->docs_nold; i++)
+        cudaFree(cb->docs_old[i]);
+    free(cb->docs_old);
     free(cb->docs_host);
     free(cb);
 }
@@ -440,7 +443,8 @@ static void burst_cuda_cap_set(struct burst_cuda_step *s)
 
 /* Point s->mask.docs at a device copy of the host table it holds (none: nothing to do). The copy
  * is kept while steps bring the same table; another table is copied on the calling thread's
- * stream, after the kernels that still read the old one (a larger one is allocated anew). */
+ * stream, after the kernels that still read the old one (a larger one is allocated anew; the
+ * outgrown ones are freed with the instance). */
 static burst_status_t burst_cuda_docs(struct burst_cuda_backend *cb, const char *op,
                                       struct burst_cuda_step *s)
 {
@@ -457,14 +461,21 @@ static burst_status_t burst_cuda_docs(struct burst_cuda_backend *cb, const char 
                 return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents", op,
                                    (long long)s->mask.ndocs);
             cb->docs_host = h;
-            /* cudaFree waits for the kernels that may still read the old table */
-            cudaError_t e = cb->docs_dev ? cudaFree(cb->docs_dev) : cudaSuccess;
-            cb->docs_dev = NULL;
-            cb->docs_n = cb->docs_cap = 0;
-            if (e == cudaSuccess)
-                e = cudaMalloc((void **)&cb->docs_dev, bytes);
+            /* the old table may still be read by queued kernels, and freeing it now would wait
+             * for the whole device (also for other ranks' streams, which may wait for this
+             * rank): it is kept until the instance is destroyed */
+            void **old = realloc(cb->docs_old, (size_t)(cb->docs_nold + 1) * sizeof *old);
+            if (!old)
+                return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents", op,
+                                   (long long)s->mask.ndocs);
+            cb->docs_old = old;
+            int64_t *dev = NULL;
+            cudaError_t e = cudaMalloc((void **)&dev, bytes);
             if (e != cudaSuccess)
                 return burst_cuda_status(e, "document table: allocation");
+            if (cb->docs_dev)
+                cb->docs_old[cb->docs_nold++] = cb->docs_dev;
+            cb->docs_dev = dev;
             cb->docs_cap = n;
         }
         cb->docs_n = 0; /* until the copy is queued */
