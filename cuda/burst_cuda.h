@@ -90,7 +90,7 @@ enum burst_cuda_fwd_kind {
 struct burst_cuda_step {
     struct burst_cuda_view q, k, v, dout;
     struct burst_posmap qpos, kpos;
-    struct burst_mask mask; /* mask.docs: the document table in device memory */
+    struct burst_mask mask; /* mask.docs: the document table in device memory (docs_dev) */
     float scale;
     float softcap; /* > 0: scores soft-capped (burst_fwd_args.softcap); 0 = off */
     /* its constants, set by the backend: 2 log2(e) tau / C, C / tau and 1 / (C log2 e); cap_in = 0
@@ -223,12 +223,6 @@ struct burst_cuda_backend {
     char name[256];
     unsigned char uuid[16];         /* cudaDeviceProp.uuid (share_device) */
     struct burst_cuda_share *share; /* imported memory of other backends: burst_cuda_share.c */
-    /* The document table of the masks (burst_mask.docs) on the device: docs_n entries, the same
-     * as docs_host; uploaded when a step brings another table (once per plan in practice). */
-    int64_t *docs_dev, *docs_host;
-    int64_t docs_n, docs_cap;
-    void **docs_old; /* outgrown device tables, freed with the instance */
-    int docs_nold;
 };
 
 /* cudaError_t (as int) -> burst status with the native message; BURST_OK for cudaSuccess. */

@@ -170,11 +170,6 @@ static void burst_cuda_destroy(void *be)
         cudaDeviceSynchronize();
     burst_cuda_ipc_close(cb->device); /* other processes' blocks mapped for the ring */
     burst_cuda_share_fini(cb);        /* other backends' memory imported for the ring */
-    cudaFree(cb->docs_dev);
-    for (int i = 0; i < cb->docs_nold; i++)
-        cudaFree(cb->docs_old[i]);
-    free(cb->docs_old);
-    free(cb->docs_host);
     free(cb);
 }
 
@@ -441,52 +436,18 @@ static void burst_cuda_cap_set(struct burst_cuda_step *s)
     }
 }
 
-/* Point s->mask.docs at a device copy of the host table it holds (none: nothing to do). The copy
- * is kept while steps bring the same table; another table is copied on the calling thread's
- * stream, after the kernels that still read the old one (a larger one is allocated anew; the
- * outgrown ones are freed with the instance). */
-static burst_status_t burst_cuda_docs(struct burst_cuda_backend *cb, const char *op,
-                                      struct burst_cuda_step *s)
+/* The kernels read the document table in device memory: the plan's copy (mask.docs_dev). */
+static burst_status_t burst_cuda_docs(const char *op, struct burst_cuda_step *s)
 {
     if (!s->mask.docs || s->mask.ndocs <= 1) {
         s->mask.docs = NULL;
         return BURST_OK;
     }
-    const int64_t n = s->mask.ndocs + 1;
-    const size_t bytes = (size_t)n * sizeof(int64_t);
-    if (n != cb->docs_n || memcmp(cb->docs_host, s->mask.docs, bytes) != 0) {
-        if (n > cb->docs_cap) {
-            int64_t *h = realloc(cb->docs_host, bytes);
-            if (!h)
-                return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents", op,
-                                   (long long)s->mask.ndocs);
-            cb->docs_host = h;
-            /* the old table may still be read by queued kernels, and freeing it now would wait
-             * for the whole device (also for other ranks' streams, which may wait for this
-             * rank): it is kept until the instance is destroyed */
-            void **old = realloc(cb->docs_old, (size_t)(cb->docs_nold + 1) * sizeof *old);
-            if (!old)
-                return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory for %lld documents", op,
-                                   (long long)s->mask.ndocs);
-            cb->docs_old = old;
-            int64_t *dev = NULL;
-            cudaError_t e = cudaMalloc((void **)&dev, bytes);
-            if (e != cudaSuccess)
-                return burst_cuda_status(e, "document table: allocation");
-            if (cb->docs_dev)
-                cb->docs_old[cb->docs_nold++] = cb->docs_dev;
-            cb->docs_dev = dev;
-            cb->docs_cap = n;
-        }
-        cb->docs_n = 0; /* until the copy is queued */
-        cudaError_t e = cudaMemcpyAsync(cb->docs_dev, s->mask.docs, bytes, cudaMemcpyHostToDevice,
-                                        cudaStreamPerThread);
-        if (e != cudaSuccess)
-            return burst_cuda_status(e, "document table: copy");
-        memcpy(cb->docs_host, s->mask.docs, bytes);
-        cb->docs_n = n;
-    }
-    s->mask.docs = cb->docs_dev;
+    if (!s->mask.docs_dev)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: a mask of %lld documents without their table in device memory", op,
+                           (long long)s->mask.ndocs);
+    s->mask.docs = (const int64_t *)s->mask.docs_dev;
     return BURST_OK;
 }
 
@@ -500,7 +461,7 @@ static burst_status_t burst_cuda_run(struct burst_cuda_backend *cb, const char *
     if (st != BURST_OK)
         return st;
     struct burst_cuda_step sd = *s;
-    if ((st = burst_cuda_docs(cb, op, &sd)) != BURST_OK)
+    if ((st = burst_cuda_docs(op, &sd)) != BURST_OK)
         return st;
     char what[32];
     snprintf(what, sizeof what, "%s: launch", op + 5);

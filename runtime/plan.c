@@ -176,6 +176,24 @@ static burst_status_t plan_setup(struct burst_plan *plan, const char *who,
     return st;
 }
 
+/* A backend that computes on device memory reads the document table there: a copy for the
+ * plan's lifetime (plan->docs_dev, in plan->mask). */
+static burst_status_t plan_docs_device(struct burst_plan *plan, const char *who)
+{
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    if (!plan->docs || !ops->device_memory)
+        return BURST_OK;
+    const size_t bytes = (size_t)(plan->mask.ndocs + 1) * sizeof(int64_t);
+    plan->docs_dev = ops->alloc(plan->ctx->be, bytes);
+    if (!plan->docs_dev)
+        return burst_error(BURST_ERR_NO_MEMORY,
+                           "%s: out of device memory for the table of %lld documents", who,
+                           (long long)plan->mask.ndocs);
+    burst_status_t st = ops->memcpy(plan->ctx->be, plan->docs_dev, plan->docs, bytes);
+    plan->mask.docs_dev = plan->docs_dev;
+    return st;
+}
+
 burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in, int size,
                                              uint64_t *bytes)
 {
@@ -271,6 +289,8 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     plan->speeds = speeds;
     plan->shard_speeds = speeds + comm->size;
     st = plan_setup(plan, who, params);
+    if (st == BURST_OK)
+        st = plan_docs_device(plan, who);
     plan->stage_chunk = burst_xfer_chunk_env(plan->ctx);
     /* the shards are known before the handshake (which compares them), except when measured:
      * then they follow from the speeds the handshake gathers */
@@ -327,6 +347,8 @@ void burst_plan_destroy(struct burst_plan *plan)
     burst_xfer_pool_free(plan);
     burst_shards_fini(&plan->shards);
     free(plan->docs);
+    if (plan->docs_dev)
+        plan->ctx->ops->free(plan->ctx->be, plan->docs_dev);
     free(plan->speeds);
     free(plan->shared);
     free(plan);

@@ -19,6 +19,7 @@ struct burst_plan {
     struct burst_posmap pos; /* this rank's row positions */
     struct burst_mask mask;  /* its document table is docs */
     int64_t *docs;           /* [num_docs + 1] document boundaries, or NULL (one document) */
+    void *docs_dev;          /* their copy in backend memory where it is device memory */
     float scale;
     int rank, size;
     int steps;               /* ring steps of every call (a window may stop it early) */

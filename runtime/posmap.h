@@ -39,6 +39,9 @@ struct burst_mask {
     int64_t right;
     const int64_t *docs;
     int64_t ndocs;
+    /* the same table in backend memory, for backends that compute on device memory (the
+     * plan's copy; NULL elsewhere) */
+    const void *docs_dev;
 };
 
 static inline int64_t burst_posmap_len(const struct burst_posmap *m)

@@ -219,7 +219,7 @@ static const struct op_case op_cases[] = {
      90,
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
-     {INF, -1, NULL, 0},
+     {INF, -1, NULL, 0, NULL},
      0.0f},
     {"stride3_causal_bf16",
      BF16,
@@ -230,7 +230,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 130, 1, 3}}},
      {1, {{0, 100, 0, 3}}},
-     {INF, 0, NULL, 0},
+     {INF, 0, NULL, 0, NULL},
      0.0f},
     {"stride3_strict_fp16_d64",
      F16,
@@ -241,7 +241,7 @@ static const struct op_case op_cases[] = {
      150,
      {1, {{0, 150, 2, 3}}},
      {1, {{0, 150, 2, 3}}},
-     {INF, -1, NULL, 0},
+     {INF, -1, NULL, 0, NULL},
      0.0f},
     {"window_two_runs_bf16_d64",
      BF16,
@@ -252,7 +252,7 @@ static const struct op_case op_cases[] = {
      120,
      {2, {{0, 100, 0, 1}, {100, 100, 500, 1}}},
      {1, {{0, 120, 60, 1}}},
-     {40, 3, NULL, 0},
+     {40, 3, NULL, 0, NULL},
      0.0f},
     /* causal, the keys after most queries: the first 128-row tile sees no key at all (a block
      * of the forward that returns before its tile loop) */
@@ -265,7 +265,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
-     {INF, 0, NULL, 0},
+     {INF, 0, NULL, 0, NULL},
      0.0f},
     /* causal, the keys after every query: key tiles that no query sees (a block of the dK/dV
      * kernel that returns before its loop) */
@@ -278,7 +278,7 @@ static const struct op_case op_cases[] = {
      300,
      {1, {{0, 100, 0, 1}}},
      {1, {{0, 300, 0, 1}}},
-     {INF, 0, NULL, 0},
+     {INF, 0, NULL, 0, NULL},
      0.0f},
     /* classes other than 64 / 128, with d inside the class: the padding columns stay untouched */
     {"stride3_causal_bf16_d40",
@@ -290,7 +290,7 @@ static const struct op_case op_cases[] = {
      140,
      {1, {{0, 170, 1, 3}}},
      {1, {{0, 140, 0, 3}}},
-     {INF, 0, NULL, 0},
+     {INF, 0, NULL, 0, NULL},
      0.0f},
     {"two_runs_window_fp16_d200",
      F16,
@@ -301,7 +301,7 @@ static const struct op_case op_cases[] = {
      130,
      {2, {{0, 75, 0, 1}, {75, 75, 300, 1}}},
      {1, {{0, 130, 40, 1}}},
-     {60, 5, NULL, 0},
+     {60, 5, NULL, 0, NULL},
      0.0f},
     {"late_keys_causal_bf16_d96",
      BF16,
@@ -312,7 +312,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
-     {INF, 0, NULL, 0},
+     {INF, 0, NULL, 0, NULL},
      0.0f},
     {"window_fp32_d136",
      F32,
@@ -323,7 +323,7 @@ static const struct op_case op_cases[] = {
      70,
      {1, {{0, 50, 30, 1}}},
      {1, {{0, 70, 0, 1}}},
-     {10, 10, NULL, 0},
+     {10, 10, NULL, 0, NULL},
      0.0f},
     /* packed documents (lengths 1, 2 and longer; boundaries inside both runs of q and inside a
      * tile) and soft-capped scores, on every kernel family */
@@ -336,7 +336,7 @@ static const struct op_case op_cases[] = {
      90,
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
-     {INF, 0, op_docs, 7},
+     {INF, 0, op_docs, 7, NULL},
      0.0f},
     {"docs_softcap_window_fp16_d128",
      F16,
@@ -347,7 +347,7 @@ static const struct op_case op_cases[] = {
      90,
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
-     {60, 8, op_docs, 7},
+     {60, 8, op_docs, 7, NULL},
      5.0f},
     {"softcap_causal_bf16_d96",
      BF16,
@@ -358,7 +358,7 @@ static const struct op_case op_cases[] = {
      130,
      {1, {{0, 100, 30, 1}}},
      {1, {{0, 130, 0, 1}}},
-     {INF, 0, NULL, 0},
+     {INF, 0, NULL, 0, NULL},
      2.0f},
     {"softcap_docs_stride3_fp32_d32",
      F32,
@@ -369,7 +369,7 @@ static const struct op_case op_cases[] = {
      100,
      {1, {{0, 100, 1, 3}}},
      {1, {{0, 100, 0, 3}}},
-     {INF, 0, op_docs, 7},
+     {INF, 0, op_docs, 7, NULL},
      3.0f},
     {"softcap_full_fp16_d256",
      F16,
@@ -380,9 +380,27 @@ static const struct op_case op_cases[] = {
      80,
      {1, {{0, 60, 0, 1}}},
      {1, {{0, 80, 0, 1}}},
-     {INF, INF, NULL, 0},
+     {INF, INF, NULL, 0, NULL},
      30.0f},
 };
+
+/* The case's mask with its document table in device memory (a plan keeps one; here one copy
+ * per context, kept for the process). */
+static struct burst_mask op_mask(struct burst_context *ctx, const struct op_case *c)
+{
+    static struct burst_context *owner;
+    static void *dev;
+    struct burst_mask m = c->mask;
+    if (m.docs && ctx != owner) {
+        dev = NULL;
+        assert_int_equal(burst_context_alloc(ctx, sizeof op_docs, &dev), BURST_OK);
+        assert_int_equal(burst_context_memcpy(ctx, dev, op_docs, sizeof op_docs), BURST_OK);
+        owner = ctx;
+    }
+    if (m.docs)
+        m.docs_dev = dev;
+    return m;
+}
 
 static float op_rand(uint64_t *st)
 {
@@ -498,7 +516,7 @@ static void test_ops(void **state)
                                     .v = &v.host,
                                     .qpos = c->qpos,
                                     .kpos = c->kpos,
-                                    .mask = c->mask,
+                                    .mask = op_mask(ctx, c),
                                     .scale = 0.3f,
                                     .softcap = c->softcap,
                                     .o_acc = o1,
@@ -541,7 +559,7 @@ static void test_ops(void **state)
                                     .delta = dl,
                                     .qpos = c->qpos,
                                     .kpos = c->kpos,
-                                    .mask = c->mask,
+                                    .mask = op_mask(ctx, c),
                                     .scale = 0.3f,
                                     .softcap = c->softcap,
                                     .dq = g1,
@@ -648,7 +666,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
                                     .delta = dld,
                                     .qpos = c->qpos,
                                     .kpos = c->kpos,
-                                    .mask = c->mask,
+                                    .mask = op_mask(ctx, c),
                                     .scale = 0.3f,
                                     .softcap = c->softcap,
                                     .dq = acc,
@@ -764,7 +782,7 @@ static void test_final(void **state)
                                     .v = &v.dev,
                                     .qpos = c->qpos,
                                     .kpos = c->kpos,
-                                    .mask = c->mask,
+                                    .mask = op_mask(ctx, c),
                                     .scale = 0.3f,
                                     .softcap = c->softcap};
         burst_status_t r = cu->fwd_final(ctx->be, &fa, &o, ld);

@@ -198,8 +198,10 @@ static void run_case(void **state)
     ref_forward(&rp, q, k, v, ro, rl);
     ref_backward(&rp, q, k, v, dout, rdq, rdk, rdv);
 
-    struct burst_mask mask = {c->wl < 0 ? BURST_POS_INF : c->wl, c->wr < 0 ? BURST_POS_INF : c->wr,
-                              nd > 1 ? docs : NULL, nd};
+    struct burst_mask mask = {.left = c->wl < 0 ? BURST_POS_INF : c->wl,
+                              .right = c->wr < 0 ? BURST_POS_INF : c->wr,
+                              .docs = nd > 1 ? docs : NULL,
+                              .ndocs = nd};
     if (c->causal && mask.right > 0)
         mask.right = 0;
     struct burst_posmap pm[MAXG];
