@@ -48,6 +48,7 @@
 #include "cmq.glsl"
 
 layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
+layout(constant_id = 12) const int CAPPED = 0;   // 1: soft-capped scores (a pipeline of its own)
 
 const int NB = BC / 16;          // 16-row chunks of a query tile
 const int KN = BR * RS;          // the K tile
@@ -187,7 +188,7 @@ void main()
             }
             // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col;
             // with a soft-cap (uniform) P^T from the capped S^T, dS^T times the cap's derivative
-            if (P.cap > 0.0) {
+            if (CAPPED != 0 && P.cap > 0.0) {
                 const float cap2 = P.cap * LOG2E, rcap2 = 1.0 / cap2;
                 UNROLL for (int e = 0; e < NE; e++) {
                     int col = 16 * n + col_of(e, lane), j = row_b(e) ? jB : jA;

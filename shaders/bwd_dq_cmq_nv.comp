@@ -41,6 +41,7 @@
 #include "cmq.glsl"
 
 layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
+layout(constant_id = 12) const int CAPPED = 0;   // 1: soft-capped scores (a pipeline of its own)
 
 const int NB = BC / 16;             // 16-key chunks of a key tile
 const int KVN = 2 * BC * RS;        // the K/V tiles
@@ -176,7 +177,7 @@ void main()
             }
             // dS in place: element e is query row iA or iB, key j0 + 16 n + col; with a
             // soft-cap (uniform) P from the capped S, dS times the cap's derivative
-            if (P.cap > 0.0) {
+            if (CAPPED != 0 && P.cap > 0.0) {
                 const float cap2 = P.cap * LOG2E, rcap2 = 1.0 / cap2;
                 UNROLL for (int e = 0; e < NE; e++) {
                     int kj = j0 + 16 * n + col_of(e, lane);

@@ -697,10 +697,11 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
                cvt_pipe = VK_NULL_HANDLE;
     if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
         st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
+    const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)
-        st = burst_vk_pipeline(be, kq, (int)dim.d, &tq, dt, &pq);
+        st = burst_vk_pipeline_capped(be, kq, (int)dim.d, &tq, dt, capped, &pq);
     if (st == BURST_OK && (a->dk || a->dv || fused))
-        st = burst_vk_pipeline(be, kkv, (int)dim.d, &tkv, dt, &pkv);
+        st = burst_vk_pipeline_capped(be, kkv, (int)dim.d, &tkv, dt, capped, &pkv);
     if (st == BURST_OK && nbf &&
         (st = burst_vk_pipeline(be, BURST_VK_AMAX, 0, &etl, edt, &amax_pipe)) == BURST_OK)
         st = burst_vk_pipeline(be, BURST_VK_CVT, 0, &etl, edt, &cvt_pipe);

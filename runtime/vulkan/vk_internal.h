@@ -289,7 +289,7 @@ struct burst_vk_stream {
 };
 
 struct burst_vk_pipe {
-    uint32_t key[10]; /* kernel, d, t, br, bc, dtq, dtk, dtv, dto, ld */
+    uint32_t key[11]; /* kernel, d, t, br, bc, dtq, dtk, dtv, dto, ld, capped */
     VkPipeline pipe;
 };
 
@@ -483,6 +483,11 @@ burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be);
 burst_status_t burst_vk_pipeline(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
                                  const struct burst_vk_tile *tl, const int dtypes[4],
                                  VkPipeline *pipe_p);
+/* The same for a step whose scores are soft-capped or not (capped: the plan's cap > 0): the
+ * dq_cmq / dkv_cmq kernels get a pipeline of each kind; the others ignore it. */
+burst_status_t burst_vk_pipeline_capped(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
+                                        const struct burst_vk_tile *tl, const int dtypes[4],
+                                        int capped, VkPipeline *pipe_p);
 void burst_vk_pipeline_fini(struct burst_vk_backend *be);
 
 /* ---- vk_attn.c / vk_elem.c ----------------------------------------------------------------- */

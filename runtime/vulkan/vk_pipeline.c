@@ -169,7 +169,7 @@ burst_status_t burst_vk_pipeline_init(struct burst_vk_backend *be)
 
 /* BURST_VK_PROFILE: the driver's statistics of a new pipeline (register count, spills, ...
  * whatever it reports), one message (info) per executable. */
-static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uint32_t key[10],
+static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uint32_t key[11],
                                           VkPipeline pipe)
 {
     PFN_vkGetPipelineExecutablePropertiesKHR props_fn =
@@ -220,7 +220,7 @@ static void burst_vk_pipeline_print_stats(struct burst_vk_backend *be, const uin
     }
 }
 
-static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const uint32_t key[10],
+static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const uint32_t key[11],
                                               VkPipeline *pipe_p)
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
@@ -246,7 +246,9 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
      * chunks (dividing BC / 16) and whether P V goes into O itself (BURST_VK_CMQ_FWD), 13 =
      * whether the next tile's loads fly during the current one, 14 = whether the next softmax
      * step's S MMAs go before this step's softmax (BURST_VK_CMQ_FWD's third field), 15 = its
-     * loading subgroups (the tile's ld); dq_cmq, dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH) */
+     * loading subgroups (the tile's ld); dq_cmq, dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH),
+     * 12 = whether the scores are soft-capped (key[10]: a pipeline of its own, so that the
+     * uncapped one carries no code for the cap) */
     int32_t data[16];
     VkSpecializationMapEntry map[16];
     for (int i = 0; i < 16; i++) {
@@ -261,8 +263,10 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     data[13] = be->env.cmq_prefetch[0] != 0;
     data[14] = be->env.cmq_fwd[2] != 0;
     data[15] = (int32_t)key[9];
-    if (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ)
+    if (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) {
         data[11] = be->env.cmq_prefetch[k == BURST_VK_DQ_CMQ ? 1 : 2] != 0;
+        data[12] = key[10] != 0;
+    }
     if (k == BURST_VK_DELTA)
         data[8] = 64;
     if (burst_vk_kernel_cm(k)) /* BR / 16 (+ ld loading) subgroups of T invocations */
@@ -273,7 +277,10 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
         data[8] = (int32_t)key[2];
     if (burst_vk_kernel_cm2(k)) /* t = the workgroup's invocations */
         data[8] = (int32_t)key[2];
-    uint32_t nspec = k == BURST_VK_FWD_CMQ ? 16u : burst_vk_kernel_cmq(k) ? 12u : 9u;
+    uint32_t nspec = k == BURST_VK_FWD_CMQ                           ? 16u
+                     : k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ ? 13u
+                     : burst_vk_kernel_cmq(k)                        ? 12u
+                                                                     : 9u;
     VkSpecializationInfo spec = {nspec, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -299,10 +306,17 @@ burst_status_t burst_vk_pipeline(struct burst_vk_backend *be, enum burst_vk_kern
                                  const struct burst_vk_tile *tl, const int dtypes[4],
                                  VkPipeline *pipe_p)
 {
-    uint32_t key[10] = {(uint32_t)k,         (uint32_t)d,         (uint32_t)tl->t,
-                        (uint32_t)tl->br,    (uint32_t)tl->bc,    (uint32_t)dtypes[0],
-                        (uint32_t)dtypes[1], (uint32_t)dtypes[2], (uint32_t)dtypes[3],
-                        (uint32_t)tl->ld};
+    return burst_vk_pipeline_capped(be, k, d, tl, dtypes, 0, pipe_p);
+}
+
+burst_status_t burst_vk_pipeline_capped(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
+                                        const struct burst_vk_tile *tl, const int dtypes[4],
+                                        int capped, VkPipeline *pipe_p)
+{
+    uint32_t key[11] = {
+        (uint32_t)k,         (uint32_t)d,         (uint32_t)tl->t,        (uint32_t)tl->br,
+        (uint32_t)tl->bc,    (uint32_t)dtypes[0], (uint32_t)dtypes[1],    (uint32_t)dtypes[2],
+        (uint32_t)dtypes[3], (uint32_t)tl->ld,    (uint32_t)(capped != 0)};
     /* building under the lock keeps one pipeline per key; lavapipe compiles at creation, so
      * concurrent first calls wait for each other once */
     pthread_mutex_lock(&be->plock);
