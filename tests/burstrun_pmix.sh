@@ -60,7 +60,9 @@ for l in pmix mpi auto; do
     flag="--launcher $l"
     [ $l = auto ] && flag=
     "$BR" --hosts localhost:2 $flag --check --causal $SMALL --fabric shm --deterministic --hash \
-        >"$TMP/out.$l" 2>&1 || { cat "$TMP/out.$l"; fail "--launcher $l: --check exited $?"; }
+        >"$TMP/out.$l" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || { cat "$TMP/out.$l"; fail "--launcher $l: --check exited $rc"; }
     grep -q "^result   PASS" "$TMP/out.$l" || fail "--launcher $l: the check did not pass"
     case $l in pmix) want="ranks joined through PMIx" ;; *) want="ranks joined through MPI (--launcher $l" ;; esac
     grep -qF "$want" "$TMP/out.$l" || { cat "$TMP/out.$l"; fail "--launcher $l: the report does not say '$want'"; }
