@@ -6,8 +6,8 @@
 #   - --hosts localhost:2 --launcher pmix --check passes and the report names PMIx; --launcher mpi
 #     and the default (auto) name MPI; the three give bitwise the same results (--hash);
 #   - a rank whose PMIx environment is present (PMIX_RANK, PMIX_NAMESPACE) but whose launcher's
-#     server cannot be reached (PMIx_Init fails) exits 3 at once with an error naming PMIx and
-#     the rank;
+#     server cannot be reached (no server address, or one nothing listens on: PMIx_Init fails)
+#     exits 3 at once with an error naming PMIx and the rank;
 #   - --launcher without --hosts / --hostfile, and an unknown value, are usage errors naming it.
 # Exit 77 (SKIP) when mpirun or burstrun's MPI or PMIx support is absent.
 set -u
@@ -50,6 +50,14 @@ rc=$?
 echo "PMIx_Init without a server: exit $rc after $(($(date +%s) - t0)) s: $(cat "$TMP/err")"
 [ $rc -eq 3 ] || fail "PMIx_Init failure: exit $rc, expected 3"
 grep -q "rank 3: PMIx_Init failed" "$TMP/err" || fail "PMIx_Init failure: the error does not name PMIx and rank 3"
+# ...and with the server's address set to a port nothing listens on (loopback port 1)
+uri='burst-test-dead.0;tcp4://127.0.0.1:1'
+PMIX_RANK=1 PMIX_NAMESPACE=burst-test-dead PMIX_SERVER_URI41="$uri" PMIX_SERVER_URI4="$uri" \
+    PMIX_SERVER_URI3="$uri" PMIX_SERVER_URI2="$uri" timeout 60 "$BR" --mpi-rank-worker \
+    --launcher pmix -n 2 $SMALL >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -eq 3 ] && grep -q "rank 1: PMIx_Init failed" "$TMP/err" ||
+    { cat "$TMP/err"; fail "PMIx server out of reach: exit $rc, expected 3 naming PMIx_Init and rank 1"; }
 
 command -v mpirun >/dev/null || { echo "SKIP: mpirun (Open MPI) not found"; [ $FAILS -eq 0 ] && exit 77; exit 1; }
 # loopback-only MCA settings for a sandbox; root allowed (CI)
