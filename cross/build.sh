@@ -17,7 +17,7 @@ triplet=$arch-linux-gnu
 cross/cmocka.sh "$triplet" "build-deps/$arch"
 if [ ! -f "build-$arch/build.ninja" ]; then
     meson setup "build-$arch" --werror --cross-file "cross/$triplet.ini" -Dvulkan=disabled \
-        -Dcuda=disabled -Dfabric=disabled -Dmpi=disabled -Dtests=enabled \
+        -Dcuda=disabled -Dfabric=disabled -Dmpi=disabled -Dpmix=disabled -Dtests=enabled \
         -Dpkg_config_path="$PWD/build-deps/$arch/lib/pkgconfig"
 fi
 ninja -C "build-$arch"

@@ -21,6 +21,7 @@
 #include "job_size.h"
 #include "launch.h"
 #include "launch_mpi.h"
+#include "launch_pmix.h"
 #include "pingpong.h"
 #include "probe_net.h"
 #include "sweep.h"
@@ -105,6 +106,10 @@ static void usage(FILE *f)
         "                         passed to mpirun (with --report-bindings)\n"
         "  --mpirun-args \"ARGS\"   more arguments for mpirun under --hosts / --hostfile\n"
         "                         (split at spaces, no quoting)\n"
+        "  --launcher L           auto | mpi | pmix: where the ranks of --hosts / --hostfile\n"
+        "                         take their rank, size and fabric-address exchange: mpi =\n"
+        "                         MPI_COMM_WORLD, pmix = the launcher's PMIx server (PMIx_Get,\n"
+        "                         PMIx_Fence); auto = mpi (default)\n"
         "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
         "                         127.0.0.1)\n"
         "  --timeout S            longest wait for a peer, seconds, 1..86400 (default:\n"
@@ -304,6 +309,18 @@ static int parse_choice(const char *flag, const char *val, const char *const *na
     exit(EXIT_USAGE);
 }
 
+/* --launcher: where ranks started by mpirun take their rank, size and bootstrap exchange */
+enum launcher_kind {
+    LAUNCHER_AUTO,
+    LAUNCHER_MPI,
+    LAUNCHER_PMIX
+};
+static const char *const launcher_names[] = {"auto", "mpi", "pmix"};
+/* this process is a rank started by mpirun (--mpi-rank-worker): its arguments lack --hosts */
+static int in_mpi_worker;
+/* ...and how its ranks joined (rank_launch_init), for the report */
+static char g_launch_used[128];
+
 struct opts {
     struct job_params jp;
     const char *backend; /* --backend NAME or --backends LIST: one entry per rank, cycling */
@@ -330,6 +347,8 @@ struct opts {
     int bind; /* --bind-to: enum launch_bind */
     int bind_given;
     const char *mpirun_args; /* --mpirun-args: passed to mpirun as they are, split at spaces */
+    int launcher;            /* --launcher: enum launcher_kind */
+    int launcher_given;
     /* sweeps (tools/sweep.h): the values of --seq, --dtype and --head-dim, one job per point */
     int64_t seqs[SWEEP_MAX], dtypes[SWEEP_MAX], head_dims[SWEEP_MAX];
     int nseq, ndtype, nhd;
@@ -515,7 +534,8 @@ static void opt_version(struct parse_state *s, const char *name, const char *val
     printf("commit   %s\n", meta_commit());
     printf("library features: %s\n", burst_build_features());
 #ifdef BURST_HAVE_MPI
-    printf("burstrun features: mpi (--hosts, --hostfile)\n");
+    printf("burstrun features: mpi (--hosts, --hostfile)%s\n",
+           launch_pmix_available() ? " pmix (--launcher pmix)" : "");
 #else
     printf("burstrun features: none (no mpi: --hosts, --hostfile refused)\n");
 #endif
@@ -805,6 +825,12 @@ static void opt_mpirun_args(struct parse_state *s, const char *name, const char 
     s->o->mpirun_args = val;
 }
 
+static void opt_launcher(struct parse_state *s, const char *name, const char *val)
+{
+    s->o->launcher = parse_choice(name, val, launcher_names, 3);
+    s->o->launcher_given = 1;
+}
+
 static void opt_timeout(struct parse_state *s, const char *name, const char *val)
 {
     s->o->timeout_s = (int)parse_int(name, val, 1, BURST_COMM_TIMEOUT_MAX_MS / 1000);
@@ -925,6 +951,7 @@ static const struct burstrun_flag burstrun_flags[] = {
     VALUED("--bind-to", opt_bind_to),
     VALUED("--csv", opt_csv),
     VALUED("--mpirun-args", opt_mpirun_args),
+    VALUED("--launcher", opt_launcher),
     VALUED("--backends", opt_backends),
     VALUED("--weights", opt_weights),
     VALUED("--docs", opt_docs),
@@ -1132,6 +1159,13 @@ static void check_flags(struct parse_state *s)
                         (o->ranks_given && p->ranks != 2)))
         die_usage("--pingpong runs 2 rank processes on this host (not with --threads, --hosts, "
                   "--hostfile, -n other than 2, sweeps or --csv)");
+    if (o->launcher_given && !o->hosts && !o->hostfile && !in_mpi_worker)
+        die_usage("--launcher %s needs --hosts or --hostfile (the ranks run through mpirun only "
+                  "there)",
+                  launcher_names[o->launcher]);
+    if (o->launcher == LAUNCHER_PMIX && !in_mpi_worker && !launch_pmix_available())
+        die_usage("--launcher pmix: this burstrun was built without PMIx (meson -Dpmix, "
+                  "pkg-config pmix; Debian: libpmix-dev)");
     if (o->mpirun_args && !o->hosts && !o->hostfile)
         die_usage("--mpirun-args '%.64s' needs --hosts or --hostfile (the ranks run through "
                   "mpirun only there)",
@@ -1554,6 +1588,8 @@ static void print_table(const struct opts *o, const struct job_result *r, const 
                burst_version_string(), p->ranks, p->ranks > 1 ? "es" : "", r->hosts,
                r->hosts > 1 ? "s" : "", r->fabric, r->backend, r->num_threads, p->seed,
                o->seed_given ? "" : " (from the clock)");
+    if (g_launch_used[0])
+        printf("ranks joined through %s\n", g_launch_used);
     if (strcmp(r->transfers, "host") != 0 && r->transfers[0])
         printf(
             "blocks travel %s\n",
@@ -1917,20 +1953,62 @@ static int run_mpirun(const struct opts *o, int argc, char **argv)
     return rc;
 }
 
+/* MPI, then PMIx (when initialized): the reverse order of rank_launch_init. */
+static void rank_launch_finalize(void)
+{
+    launch_mpi_finalize();
+    launch_pmix_finalize();
+}
+
+/* The launch environment of a rank started by mpirun, by precedence: --launcher pmix or mpi as
+ * given, else (auto) MPI. PMIx: rank, size and the bootstrap exchange from the launcher's PMIx
+ * server, initialized before MPI, whose MPI_COMM_WORLD must agree (the results still reach rank
+ * 0 through MPI). Rank 0 names the one used (--verbose: on stderr; always in the report). */
+static int rank_launch_init(const struct opts *o, int *rank_p, int *size_p)
+{
+    int prank = -1, psize = 0;
+    if (o->launcher == LAUNCHER_PMIX && launch_pmix_init(prog, &prank, &psize) != 0)
+        return -1;
+    if (launch_mpi_init(rank_p, size_p) != 0) {
+        launch_pmix_finalize();
+        return -1;
+    }
+    if (o->launcher == LAUNCHER_PMIX && (prank != *rank_p || psize != *size_p)) {
+        fprintf(
+            stderr,
+            "%s: rank %d: PMIx gives rank %d of %d but MPI_COMM_WORLD rank %d of %d (--launcher "
+            "pmix needs the launcher's PMIx job to be MPI_COMM_WORLD)\n",
+            prog, *rank_p, prank, psize, *rank_p, *size_p);
+        rank_launch_finalize();
+        return -1;
+    }
+    snprintf(g_launch_used, sizeof(g_launch_used), "%s",
+             o->launcher == LAUNCHER_PMIX
+                 ? "PMIx (--launcher pmix: rank, size and fabric addresses from the launcher's "
+                   "PMIx server)"
+             : o->launcher == LAUNCHER_MPI
+                 ? "MPI (--launcher mpi: MPI_COMM_WORLD's rank, size and allgather)"
+                 : "MPI (--launcher auto: MPI_COMM_WORLD's rank, size and allgather)");
+    if (o->verbose && *rank_p == 0)
+        fprintf(stderr, "%s: ranks joined through %s\n", prog, g_launch_used);
+    return 0;
+}
+
 /* A rank started by mpirun (--mpi-rank-worker ARGS): run like a local rank process on a private
  * arena, merge the arenas into rank 0, which reports for the job (tools/launch_mpi.h). */
 static int mpi_rank_main(int argc, char **argv)
 {
     int rank = 0, size = 0;
-    if (launch_mpi_init(&rank, &size) != 0)
-        return EXIT_RUNTIME;
     struct opts o;
+    in_mpi_worker = 1;
     parse_args(argc - 1, argv + 1, &o); /* argv[1], "--mpi-rank-worker", stands for argv[0] */
     o.mpi_worker = 1;
+    if (rank_launch_init(&o, &rank, &size) != 0)
+        return EXIT_RUNTIME;
     if (size != o.jp.ranks) {
         fprintf(stderr, "%s: rank %d: mpirun started %d ranks, the job has -n %d\n", prog, rank,
                 size, o.jp.ranks);
-        launch_mpi_finalize();
+        rank_launch_finalize();
         return EXIT_USAGE;
     }
     struct job_arena_hdr h;
@@ -1938,7 +2016,7 @@ static int mpi_rank_main(int argc, char **argv)
     uint64_t bytes = job_arena_layout(&o.jp, &h, msg, sizeof(msg));
     if (!bytes) {
         fprintf(stderr, "%s: rank %d: %s\n", prog, rank, msg);
-        launch_mpi_finalize();
+        rank_launch_finalize();
         return EXIT_USAGE;
     }
     snprintf(h.backend, sizeof(h.backend), "%s", o.backend);
@@ -1960,7 +2038,7 @@ static int mpi_rank_main(int argc, char **argv)
         (arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
         fprintf(stderr, "%s: rank %d: the job's %llu bytes: %s\n", prog, rank,
                 (unsigned long long)bytes, strerror(errno));
-        launch_mpi_finalize();
+        rank_launch_finalize();
         return EXIT_RUNTIME;
     }
     memcpy(arena, &h, sizeof(h));
@@ -1988,7 +2066,7 @@ static int mpi_rank_main(int argc, char **argv)
     cp.iface = o.iface ? o.iface : env_iface;
     cp.timeout_ms = o.timeout_s ? o.timeout_s * 1000 : 0; /* 0: BURST_TIMEOUT_MS */
     cp.bootstrap = "mpi";
-    cp.oob_allgather = launch_mpi_allgather;
+    cp.oob_allgather = o.launcher == LAUNCHER_PMIX ? launch_pmix_allgather : launch_mpi_allgather;
     job_worker_comm_params(&cp);
     int wrc = job_worker_main(dup(fd)); /* closes the fd it is given */
     job_worker_comm_params(NULL);
@@ -2014,7 +2092,7 @@ static int mpi_rank_main(int argc, char **argv)
     }
     munmap(arena, bytes);
     fflush(NULL);
-    launch_mpi_finalize();
+    rank_launch_finalize();
     return rc;
 }
 

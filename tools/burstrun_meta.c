@@ -12,9 +12,14 @@
 const char *meta_features(void)
 {
     static char buf[160];
-    snprintf(buf, sizeof(buf), "%s%s", burst_build_features(),
+    snprintf(buf, sizeof(buf), "%s%s%s", burst_build_features(),
 #ifdef BURST_HAVE_MPI
-             " mpi"
+             " mpi",
+#else
+             "",
+#endif
+#ifdef BURST_HAVE_PMIX
+             " pmix"
 #else
              ""
 #endif
