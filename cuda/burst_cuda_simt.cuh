@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(128) burst_simt_dq(struct burst_cuda_step s)
             if (s.cap_in != 0.0f) { /* soft-capping, and its derivative 1 - tanh^2 */
                 x = burst_dcap_score(s, x);
                 const float t = burst_dcap_tanh(s, x);
-                    slope = fmaf(-t, t, 1.0f);
+                slope = fmaf(-t, t, 1.0f);
             }
             float p = (j >= kb[r] && j < ke[r]) ? exp2f(x * sl2 - l2[r]) : 0.0f;
             sds[(warp * C::R + r) * 32 + lane] = p * (dp[r] - dl[r]) * slope;

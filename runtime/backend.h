@@ -48,8 +48,9 @@ struct burst_fwd_args {
      * BURST_BE_SOFTCAP (the engine refuses the plan elsewhere). */
     float softcap;
     /* Running results, updated in place with the log-sum-exp merge of ALGORITHM.md section 1.
-     * Initialised by the engine to o_acc = 0, lse_acc = -inf. Rows with no allowed key in this
-     * block must be left bit-for-bit unchanged. */
+     * Initialised by the engine to o_acc = 0 and lse_acc = -inf, or the row's sink logit where
+     * the call has sinks (so a kernel must not take lse_acc = -inf for "first block"). Rows with
+     * no allowed key in this block must be left bit-for-bit unchanged. */
     float *o_acc;   /* [B, nq, Hq, d] fp32 contiguous */
     float *lse_acc; /* [B, Hq, nq] fp32 contiguous */
 };

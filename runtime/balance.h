@@ -13,7 +13,7 @@
  * of increasing positions and the ring engine, the posmaps and the kernels are unchanged; only
  * the shards are uneven. Each boundary misses its target by at most max_p w(p) / 2 (rounded to
  * the nearest position), so a rank's work is within 2 max_p w(p) of its share.
- * Natural and striped keep their token split with documents (ALGORITHM.md section 7).
+ * Natural and striped keep their token split with documents (ALGORITHM.md section 5).
  */
 #ifndef BURST_RUNTIME_BALANCE_H
 #define BURST_RUNTIME_BALANCE_H

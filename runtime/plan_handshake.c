@@ -208,8 +208,9 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
         for (int64_t t = 0; t < p->num_docs; t++)
             dhash = fnv1a(dhash, (uint64_t)p->doc_lens[t]);
     }
-    uint32_t cap_bits;
-    memcpy(&cap_bits, &p->softcap, sizeof(cap_bits));
+    uint32_t cap_bits = 0; /* no cap (0 or -0) is 0 */
+    if (p->softcap > 0.0f)
+        memcpy(&cap_bits, &p->softcap, sizeof(cap_bits));
     int64_t speed_bits;
     memcpy(&speed_bits, &speed, sizeof(speed_bits));
     uint32_t scale_bits;
@@ -272,6 +273,16 @@ burst_status_t burst_plan_handshake(struct burst_plan *plan, const struct burst_
                                  !all[r * F_COUNT + f] ? "unset there, set here"
                                  : !mine[f]            ? "set there, unset here"
                                                        : "the values differ");
+                break;
+            } else if (all[r * F_COUNT + f] != mine[f] && (f == F_SCALE || f == F_SOFTCAP)) {
+                float there, here; /* float bits */
+                uint32_t bt = (uint32_t)all[r * F_COUNT + f], bh = (uint32_t)mine[f];
+                memcpy(&there, &bt, sizeof(there));
+                memcpy(&here, &bh, sizeof(here));
+                st = burst_error(BURST_ERR_PLAN_MISMATCH,
+                                 "%s: the plan of rank %d differs from this rank's (%d) in field "
+                                 "%s (%.9g there, %.9g here)",
+                                 who, r, plan->rank, field_names[f], (double)there, (double)here);
                 break;
             } else if (all[r * F_COUNT + f] != mine[f]) {
                 st = burst_error(BURST_ERR_PLAN_MISMATCH,

@@ -762,9 +762,15 @@ static void harness_case_rank(int rank, struct burst_comm *comm, void *arg)
     rec->workspace = burst_plan_workspace_bytes(plan);
     rec->positions_ok =
         rec->local_len == p->lens[rank] && burst_plan_position(plan, rec->local_len) == -1;
+    /* without documents against the layout's own rule (burst_layout_position_lens), an
+     * independent path; with documents (work-balanced shards) against the helper that places
+     * the caller's tokens */
     for (int64_t i = 0; rec->positions_ok && i < p->lens[rank]; i++) {
         int64_t want = -2;
-        burst_layout_plan_position(&p->params, p->G, rank, i, &want);
+        if (p->c.doc_lens && p->c.num_docs > 1)
+            burst_layout_plan_position(&p->params, p->G, rank, i, &want);
+        else
+            burst_layout_position_lens(p->c.layout, p->N, p->G, harness_lens(p), rank, i, &want);
         rec->positions_ok = burst_plan_position(plan, i) == want;
     }
 

@@ -231,9 +231,14 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             csv = v;
         else if (!strcmp(a, "--save") && v)
             save = v;
-        else if (!strcmp(a, "--softcap") && v)
-            o->softcap = atof(v);
-        else if (!strcmp(a, "--masks") && v) {
+        else if (!strcmp(a, "--softcap") && v) {
+            char *end;
+            o->softcap = strtod(v, &end);
+            if (*end || !(o->softcap >= 0.0 && o->softcap < 1e30)) {
+                fprintf(stderr, "burstbench_cuda: --softcap: '%s' is not a cap >= 0\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--masks") && v) {
             nmask = 0;
             if (strstr(v, "full"))
                 masks[nmask++] = 0;

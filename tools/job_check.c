@@ -256,8 +256,8 @@ static int check_unit(struct check_ctx *c, int unit, struct job_err *err)
         }
     }
     if (c->do_bwd) {
-        double dsk[JOB_MAX_SINKS];
-        ref_backward_sinks(&rp, qd, kd, vd, dod, dqd, dkd, dvd, dsk);
+        double dsk[JOB_MAX_SINKS]; /* gs <= JOB_MAX_SINKS where the job has sinks */
+        ref_backward_sinks(&rp, qd, kd, vd, dod, dqd, dkd, dvd, p->sinks ? dsk : NULL);
         for (int hh = 0; p->sinks && hh < gs; hh++) { /* this unit's slots: no other writes them */
             double t = 0.0;
             for (int64_t i = 0; i < n; i++) {
@@ -338,12 +338,9 @@ static int64_t *sample_rows(const struct job *j, int64_t *nrows_p)
     int64_t m = 0;
     for (int64_t i = 0; i < want; i++)
         rows[m++] = (n - 1) * i / (want - 1);
-    for (int rk = 0; rk < p->ranks && extra; rk++) {
-        int64_t pos;
-        if (burst_layout_position(p->layout, n, p->ranks, rk, 0, &pos) == BURST_OK)
-            rows[m++] = pos;
-        if (burst_layout_position(p->layout, n, p->ranks, rk, j->lens[rk] - 1, &pos) == BURST_OK)
-            rows[m++] = pos;
+    for (int rk = 0; rk < p->ranks && extra; rk++) { /* the plan's shards (j->nat) */
+        rows[m++] = j->nat[j->offs[rk]];
+        rows[m++] = j->nat[j->offs[rk] + j->lens[rk] - 1];
     }
     qsort(rows, (size_t)m, sizeof(*rows), cmp_i64);
     int64_t u = 0;
@@ -403,6 +400,8 @@ int job_run_check(struct job *j, struct job_result *r)
     pthread_mutex_destroy(&c.mu);
     free((void *)c.rows);
     if (c.failed_alloc) {
+        free(c.ds_ref);
+        free(c.ds_terms);
         job_set_msg(r, JOB_EFAIL, "out of memory for the fp64 reference");
         return -1;
     }

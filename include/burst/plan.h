@@ -273,7 +273,8 @@ BURST_API burst_status_t burst_attention_backward(
  * COLLECTIVE, with a rule of its own: every rank of the plan makes the same call with the same
  * sinks. It is not checked: a backward where some ranks call burst_attention_backward and others
  * burst_attention_backward_sinks fails on every rank by the communicator's timeout, outputs
- * untouched; a forward where they differ gives each rank's rows the softmax of its own call.
+ * untouched (except, with head groups, the gradients of the groups finished before: as for
+ * burst_attention_backward); a forward where they differ gives each rank's rows the softmax of its own call.
  * Otherwise as burst_attention_forward.
  */
 BURST_API burst_status_t burst_attention_forward_sinks(struct burst_plan *plan,

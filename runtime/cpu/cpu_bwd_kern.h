@@ -221,7 +221,7 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     bwd_product(dp, jn, BR, ra, rb, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
     if (cap > 0.0f)
-        cap_tile(sc->s, BR, jn, cap);
+        cap_tile(sc->s, BR, ra, rb, jn, cap);
     if (!full)
         mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
     if (cap > 0.0f && want_ds) {

@@ -219,7 +219,7 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         }
         fwd_scores(&sc, jn, d, BR, ra, rb, qmul, dp);
         if (a->softcap > 0.0f)
-            cap_tile(sc.s, BR, jn, a->softcap * 1.4426950408889634f);
+            cap_tile(sc.s, BR, ra, rb, jn, a->softcap * 1.4426950408889634f);
         if (!full)
             mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 

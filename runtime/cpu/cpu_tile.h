@@ -167,15 +167,15 @@ KATTR vf vf_tanh(vf a)
     return vf_div(vf_mul(x, p), q);
 }
 
-/* Soft-capping of a score tile in place: St = cap * tanh(St / cap) over jn rows of br, before
- * masking. Scores are in log2 units here, so cap is the plan's cap times log2(e): the same
+/* Soft-capping of a score tile in place: St = cap * tanh(St / cap) over the rows [ra, rb) of
+ * each of its jn keys (the rows with a key in the tile; stride br), before masking. Scores are in log2 units here, so cap is the plan's cap times log2(e): the same
  * function of the natural-unit score. Its relative error is vf_tanh's. */
-KATTR void cap_tile(float *St, int64_t br, int64_t jn, float cap)
+KATTR void cap_tile(float *St, int64_t br, int64_t ra, int64_t rb, int64_t jn, float cap)
 {
     vf c = vf_set1(cap), rc = vf_set1(1.0f / cap);
     for (int64_t j = 0; j < jn; j++) {
         float *s = St + j * br;
-        for (int64_t i = 0; i < br; i += VL)
+        for (int64_t i = ra; i < rb; i += VL)
             vf_store(s + i, vf_mul(c, vf_tanh(vf_mul(vf_load(s + i), rc))));
     }
 }
