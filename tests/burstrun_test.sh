@@ -265,7 +265,7 @@ faults)
     "$BR" -n 4 --seq 8192 --iters 500 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
         >"$TMP/out" 2>"$TMP/err" &
     pid=$!
-    for i in $(seq 100); do # the rank processes are started (--verbose names them)
+    for i in $(seq 600); do # the rank processes are started (--verbose names them)
         grep -q "rank processes (pids" "$TMP/err" && break
         sleep 0.1
     done
@@ -293,7 +293,8 @@ faults)
         BURST_FAULT="join:rank=2,ms=$((3000 * sc))" "$BR" -n 3 $SMALL --fabric "$PROV" \
             --timeout $TO --verbose >"$TMP/out" 2>"$TMP/err" &
         pid=$!
-        for i in $(seq $((100 * sc))); do # the whole list of pids written
+        # the whole list of pids written (up to 60 s: a loaded machine starts processes slowly)
+        for i in $(seq $((600 * sc))); do
             grep -q "rank processes (pids [0-9 ]*)" "$TMP/err" && break
             sleep 0.1
         done
