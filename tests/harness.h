@@ -246,6 +246,9 @@ void harness_problem_print(const struct harness_problem *p, const struct harness
 /* Create, run, compare, print on failure (always when verbose or BURST_TEST_VERBOSE=1),
  * destroy. 1 = pass. */
 int harness_check_case(const struct harness_case *c, int verbose);
+/* The same for a problem already run (ran: harness_problem_run returned 0): compares, prints
+ * as harness_check_case does, destroys p and returns the verdict. */
+int harness_problem_verdict(struct harness_problem *p, int ran, int verbose);
 
 /* Describe a case in one line (for messages). */
 void harness_case_str(const struct harness_case *c, char *buf, size_t len);
