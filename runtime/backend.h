@@ -76,6 +76,37 @@ struct burst_bwd_args {
     int deterministic;
 };
 
+/*
+ * One decode step over a paged key/value cache (runtime KV cache): attention of the t new
+ * queries of ONE sequence against that sequence's keys held on this rank, stored in fixed-size
+ * blocks of a pool, merged into (o_acc, lse_acc) exactly as fwd_step merges (same log-sum-exp
+ * convention; rows with no allowed key untouched). Key j of the sequence (its local index on
+ * this rank, 0 <= j < nkeys) lives in block blocks[j / block_len], row j % block_len.
+ * Masking is by local index: keys j < tail are cached tokens that every query sees; keys
+ * j >= tail are the new tokens themselves, appended in order, and query i sees key j only when
+ * j - tail <= i (causal among the new tokens). tail == nkeys: none of the new tokens is here.
+ * This equals fwd_step with qpos = {tail + i}, kpos = {j} and a causal mask, which is how the
+ * engine runs it on a backend without decode_step (one fwd_step per block).
+ */
+struct burst_decode_args {
+    const struct burst_tensor *q; /* [1, t, Hq, d] in backend memory; t >= 1 */
+    /* the pools: [pool_blocks, block_len, Hkv, d] contiguous, in q's dtype, backend memory */
+    const void *k_pool;
+    const void *v_pool;
+    int64_t block_len; /* tokens per block (>= 1) */
+    int hkv;           /* Hkv: key/value heads (Hq is a multiple) */
+    /* pool indices of the sequence's blocks, in key order: ceil(nkeys / block_len) entries, the
+     * same table in backend memory (blocks) and in host memory (blocks_host) */
+    const int32_t *blocks;
+    const int32_t *blocks_host;
+    int64_t nkeys;  /* keys of the sequence on this rank (>= 0) */
+    int64_t tail;   /* first key that is one of the new tokens (<= nkeys) */
+    float scale;    /* softmax scale tau */
+    float softcap;  /* as in burst_fwd_args (only with BURST_BE_SOFTCAP) */
+    float *o_acc;   /* [1, t, Hq, d] fp32 contiguous, running output */
+    float *lse_acc; /* [1, Hq, t] fp32 contiguous, running log-sum-exp */
+};
+
 /* burst_backend_ops.features */
 #define BURST_BE_DOCS 1u    /* masks with documents (burst_mask.docs) */
 #define BURST_BE_SOFTCAP 2u /* soft-capped scores (burst_fwd_args.softcap) */
@@ -181,6 +212,14 @@ struct burst_backend_ops {
      */
     burst_status_t (*bwd_final)(void *be, const struct burst_bwd_args *args,
                                 const struct burst_tensor *dk, const struct burst_tensor *dv);
+
+    /*
+     * Optional: one decode step over a paged cache (struct burst_decode_args above), in one
+     * launch however many blocks the sequence has. BURST_ERR_UNSUPPORTED, having queued
+     * nothing and set no message, for a case it does not cover; the engine then runs one
+     * fwd_step per block.
+     */
+    burst_status_t (*decode_step)(void *be, const struct burst_decode_args *args);
 
     /* ---- stream and timing: the order of the calling thread's work, and a device timeline ---- */
     /* Wait for the calling thread's outstanding work (NULL when ops are synchronous). */
