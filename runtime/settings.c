@@ -144,6 +144,9 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     INT(RANK, LAUNCH, 0, 0, 65535, "", 0, "this process's rank (set by the launcher)"),
     INT(SIZE, LAUNCH, 0, 1, 65536, "", 0, "ranks in the job (set by the launcher)"),
     STRING(RENDEZVOUS, LAUNCH, "", 0, "host:port of the job's rendezvous (set by the launcher)"),
+    BOOL(RENDEZVOUS_UP, LAUNCH, 0, 0,
+         "1: the rendezvous listened before the ranks started, so a refused connection fails "
+         "the join at once (set by burstrun)"),
     [BURST_SET_JOB_KEY] = {"BURST_JOB_KEY", BURST_SETTING_STRING, LAUNCH, 0, 0, 0, NULL, "", 0, 1,
                            "the job's secret key (set by the launcher; never printed)", "xyz",
                            NULL},

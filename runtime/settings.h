@@ -85,6 +85,7 @@ enum burst_setting_id {
     BURST_SET_RANK,
     BURST_SET_SIZE,
     BURST_SET_RENDEZVOUS,
+    BURST_SET_RENDEZVOUS_UP,
     BURST_SET_JOB_KEY,
     /* libfabric transport (burst_fab_open, inside a communicator's create) */
     BURST_SET_FAB_PROGRESS,

@@ -50,8 +50,8 @@ now_ms() {
 # only these pids count; and only new entries: an older one with the same name belongs to an
 # earlier process that had the same pid (pids are reused).
 check_leftovers() {
-    pids=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$2")
-    [ -n "$pids" ] || fail "$1: burstrun --verbose printed no pids"
+    pids=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$2")
+    [ -n "$pids" ] || { cat "$2"; fail "$1: burstrun --verbose printed no pids"; }
     for p in $pids; do
         if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--rank-worker"; then
             fail "$1: rank process $p is still running"
@@ -170,7 +170,7 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
     bpid=$!
     seen=0
     for i in $(seq 100); do
-        pids=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/bind")
+        pids=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/bind")
         if [ -n "$pids" ]; then
             r=0
             for p in $pids; do
@@ -270,7 +270,7 @@ faults)
         sleep 0.1
     done
     sleep $((2 * ${BURST_TEST_TIME_SCALE:-1})) # and have joined: each unlinks its segment then
-    rp=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
+    rp=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
     for i in $(seq $((100 * ${BURST_TEST_TIME_SCALE:-1}))); do
         left=0
         for p in $rp; do
@@ -298,7 +298,7 @@ faults)
             grep -q "rank processes (pids [0-9 ]*)" "$TMP/err" && break
             sleep 0.1
         done
-        rp=$(sed -n 's/^burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
+        rp=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
         if [ $at != start ] && [ "$PROV" = shm ]; then
             made=0
             for i in $(seq $((100 * sc))); do

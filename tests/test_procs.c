@@ -1278,7 +1278,7 @@ static void cleanup_tied(void)
             close(fd);
         struct burst_boot *b = NULL;
         CHECK(burst_boot_join("test", burst_rendezvous_address(rv), burst_rendezvous_key(rv), 0, 1,
-                              5000, &b) == BURST_OK,
+                              5000, 0, &b) == BURST_OK,
               "join: %s", burst_last_error());
         if (b)
             burst_boot_cleanup(b, name);
@@ -1290,6 +1290,35 @@ static void cleanup_tied(void)
         CHECK(own ? !exists : exists, "CLEANUP of %s (%s): %s", name,
               own ? "its own segment" : "a foreign file", exists ? "still there" : "removed");
         unlink(path);
+    }
+}
+
+/* A service that is gone: with `up` (it listened before the rank started) the refused join
+ * fails at once with BURST_ERR_PEER_FAILED naming the address; without, refused connections
+ * are retried until the timeout (BURST_ERR_TIMEOUT). */
+static void gone_service(void)
+{
+    struct burst_rendezvous *rv = NULL;
+    CHECK(burst_rendezvous_create(NULL, 0, 1, NULL, &rv) == BURST_OK, "rendezvous");
+    if (!rv)
+        return;
+    char addr[300], key[BURST_BOOT_KEY_LEN + 1];
+    snprintf(addr, sizeof(addr), "%s", burst_rendezvous_address(rv));
+    snprintf(key, sizeof(key), "%s", burst_rendezvous_key(rv));
+    burst_rendezvous_destroy(rv);
+    for (int up = 1; up >= 0; up--) {
+        struct burst_boot *b = NULL;
+        double t0 = now_ms();
+        burst_status_t st = burst_boot_join("test", addr, key, 0, 1, 1500, up, &b);
+        double ms = now_ms() - t0;
+        burst_status_t want = up ? BURST_ERR_PEER_FAILED : BURST_ERR_TIMEOUT;
+        CHECK(st == want && !b, "join of a gone service (up %d): %s: %s", up, burst_status_str(st),
+              burst_last_error());
+        CHECK(up ? ms < 1000 : ms >= 1400, "join of a gone service (up %d) took %.0f ms", up, ms);
+        CHECK(!up || strstr(burst_last_error(), addr), "no address in \"%s\"", burst_last_error());
+        printf("gone service, up %d: %.0f ms: \"%s\"\n", up, ms, burst_last_error());
+        if (b)
+            burst_boot_leave(b, 0);
     }
 }
 
@@ -1458,6 +1487,7 @@ static void case_refused(void)
     printf("duplicate rank: \"%s\"\n", j.slots[0].msg);
     job_close(&j);
     cleanup_tied();
+    gone_service();
     peer_holds();
     cleanup_forged_pid();
     check_leftovers(&before, "refused");

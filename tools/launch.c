@@ -99,9 +99,10 @@ static void progress_show(struct progress *pg, void *arena, int G, int total)
 
 /* ---- processes ---- */
 
-static const char *const env_set[] = {"BURST_RANK",       "BURST_SIZE",        "BURST_RENDEZVOUS",
-                                      "BURST_JOB_KEY",    "BURST_FABRIC",      "BURST_IFACE",
-                                      "BURST_TIMEOUT_MS", "BURST_NUM_THREADS", "BURST_BOOTSTRAP"};
+static const char *const env_set[] = {"BURST_RANK",         "BURST_SIZE",        "BURST_RENDEZVOUS",
+                                      "BURST_JOB_KEY",      "BURST_FABRIC",      "BURST_IFACE",
+                                      "BURST_TIMEOUT_MS",   "BURST_NUM_THREADS", "BURST_BOOTSTRAP",
+                                      "BURST_RENDEZVOUS_UP"};
 #define N_ENV_SET (sizeof(env_set) / sizeof(env_set[0]))
 
 /* environ without the variables we set, then ours. Strings in store[]. */
@@ -337,6 +338,8 @@ static void launch_start(struct launch *L)
     snprintf(store[3], sizeof(store[3]), "BURST_JOB_KEY=%s", burst_rendezvous_key(L->rv));
     snprintf(store[4], sizeof(store[4]), "BURST_FABRIC=%s", lo->fabric);
     snprintf(store[8], sizeof(store[8]), "BURST_BOOTSTRAP=rendezvous"); /* whatever is exported */
+    /* the rendezvous listens already: a rank that finds it refusing has outlived this launcher */
+    snprintf(store[9], sizeof(store[9]), "BURST_RENDEZVOUS_UP=1");
     const char *iface = lo->iface ? lo->iface : strcmp(lo->fabric, "tcp") == 0 ? "127.0.0.1" : NULL;
     if (iface)
         snprintf(store[5], sizeof(store[5]), "BURST_IFACE=%s", iface);
@@ -361,12 +364,14 @@ static void launch_start(struct launch *L)
         L->started++;
     }
     free(env);
-    if (lo->verbose) {
-        fprintf(stderr, "burstrun: %d rank processes (pids", L->started);
-        for (int rk = 0; rk < L->started; rk++)
-            fprintf(stderr, " %d", (int)L->rp[rk].pid);
-        fprintf(stderr, "), rendezvous %s, fabric %s%s%s\n", burst_rendezvous_address(L->rv),
-                lo->fabric, iface ? ", iface " : "", iface ? iface : "");
+    if (lo->verbose) { /* one write: ranks already started may print to the same stderr */
+        char pids[4096] = "";
+        size_t used = 0;
+        for (int rk = 0; rk < L->started && used < sizeof(pids) - 16; rk++)
+            used += (size_t)snprintf(pids + used, sizeof(pids) - used, " %d", (int)L->rp[rk].pid);
+        fprintf(stderr, "burstrun: %d rank processes (pids%s), rendezvous %s, fabric %s%s%s\n",
+                L->started, pids, burst_rendezvous_address(L->rv), lo->fabric,
+                iface ? ", iface " : "", iface ? iface : "");
     }
     L->live = L->started;
     if (L->started < L->G) { /* stop the ones already started */

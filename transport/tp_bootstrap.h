@@ -106,11 +106,14 @@ struct burst_boot {
 
 /*
  * Connect to the rendezvous at "host:port" (retrying refused connections until timeout_ms: the
- * service may start a little later), present the key and join as rank of size. Blocks at most
- * timeout_ms per wait. Errors name `who`, the address and the reason (REFUSED text).
+ * service may start a little later; with `up` nonzero the service listened before this rank
+ * started, so a refused connection fails at once with BURST_ERR_PEER_FAILED), present the key
+ * and join as rank of size. Blocks at most timeout_ms per wait. Errors name `who`, the address
+ * and the reason (REFUSED text).
  */
 burst_status_t burst_boot_join(const char *who, const char *rendezvous, const char *job_key,
-                               int rank, int size, int timeout_ms, struct burst_boot **boot_p);
+                               int rank, int size, int timeout_ms, int up,
+                               struct burst_boot **boot_p);
 
 /*
  * Join through the program's allgather `fn` (called with fn_ctx; burst/comm.h

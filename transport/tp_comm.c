@@ -36,6 +36,7 @@ struct burst_comm_params burst_comm_params_default(void)
         .bootstrap = NULL,
         .oob_allgather = NULL,
         .oob_ctx = NULL,
+        .rendezvous_up = 0,
     };
     return p;
 }
@@ -143,9 +144,11 @@ burst_status_t burst_comm_create(const struct burst_comm_params *in, struct burs
     /* A caller built against an older API has no fields past its version's: they stay at
      * their defaults. */
     struct burst_comm_params pcopy = burst_comm_params_default();
+    const unsigned minor = in->api_version & 0xffffu;
     memcpy(&pcopy, in,
-           (in->api_version & 0xffffu) >= 4 ? sizeof(pcopy)
-                                            : offsetof(struct burst_comm_params, oob_allgather));
+           minor >= 5   ? sizeof(pcopy)
+           : minor >= 4 ? offsetof(struct burst_comm_params, rendezvous_up)
+                        : offsetof(struct burst_comm_params, oob_allgather));
     const struct burst_comm_params *params = &pcopy;
     if (params->size < 1)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: params->size = %d must be >= 1", who,
@@ -327,6 +330,7 @@ burst_status_t burst_comm_create_env(struct burst_comm **comm_p)
     struct burst_comm_params p = env_params(&set, (int)rank, (int)size);
     p.rendezvous = rv;
     p.job_key = key;
+    p.rendezvous_up = burst_set_long(&set, BURST_SET_RENDEZVOUS_UP) != 0;
     return burst_comm_create(&p, comm_p);
 }
 

@@ -241,7 +241,7 @@ burst_status_t burst_comm_join_fabric(const struct burst_comm_params *p, const c
                                  &c->boot);
     else
         st = burst_boot_join(who, p->rendezvous, p->job_key, c->rank, c->size, c->timeout_ms,
-                             &c->boot);
+                             p->rendezvous_up, &c->boot);
     if (st != BURST_OK)
         goto out;
     /* Round 1: hosts and providers. */

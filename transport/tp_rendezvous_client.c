@@ -36,6 +36,7 @@ struct rv_boot {
     pthread_mutex_t lock;
     int fd;
     int rank, size, timeout_ms;
+    int up; /* the service listened before this rank started: refused = gone */
     uint32_t round;
     char addr[300];
     int aborted;
@@ -249,6 +250,14 @@ static burst_status_t boot_connect(struct rv_boot *b, const char *who, const cha
             }
             close(fd);
         }
+        if (err == ECONNREFUSED && b->up) {
+            freeaddrinfo(ai);
+            return burst_error(BURST_ERR_PEER_FAILED,
+                               "%s: rank %d: the rendezvous at %s refused the connection: it "
+                               "listened before the ranks started, so it is gone (its launcher "
+                               "ended)",
+                               who, b->rank, rendezvous);
+        }
         int64_t left = deadline - burst_rv_now_ms();
         if (left <= 0)
             break;
@@ -297,7 +306,8 @@ static burst_status_t boot_hello(struct rv_boot *b, const char *who, const char 
 }
 
 burst_status_t burst_boot_join(const char *who, const char *rendezvous, const char *job_key,
-                               int rank, int size, int timeout_ms, struct burst_boot **boot_p)
+                               int rank, int size, int timeout_ms, int up,
+                               struct burst_boot **boot_p)
 {
     struct rv_boot *b = calloc(1, sizeof(*b));
     if (!b)
@@ -309,6 +319,7 @@ burst_status_t burst_boot_join(const char *who, const char *rendezvous, const ch
     b->rank = rank;
     b->size = size;
     b->timeout_ms = timeout_ms;
+    b->up = up;
     b->fail_st = BURST_OK;
     snprintf(b->addr, sizeof(b->addr), "%s", rendezvous);
     pthread_mutex_init(&b->lock, NULL);

@@ -148,6 +148,14 @@ struct burst_comm_params {
      * pointer passed to it as ctx. Unused by the other bootstraps. */
     burst_oob_allgather_fn oob_allgather;
     void *oob_ctx;
+    /* ---- since API 0.5: read only when api_version's minor is >= 5 ---- */
+    /* bootstrap "rendezvous": nonzero when the rendezvous service was listening before this
+     * rank started, as a launcher that runs it says (burstrun sets BURST_RENDEZVOUS_UP=1, which
+     * burst_comm_create_env reads into this). A refused connection then means the service is
+     * gone, with its launcher: the join fails at once with BURST_ERR_PEER_FAILED instead of
+     * retrying until the timeout. 0 (default): refused connections are retried, for ranks that
+     * may start before the service (rank 0 of torchrun or srun hosts it). */
+    int rendezvous_up;
 };
 
 /* Parameters with every field at its default. Thread-safe. */

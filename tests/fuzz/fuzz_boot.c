@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     double t0 = now_ms();
     struct burst_boot *b = NULL;
-    burst_status_t st = burst_boot_join("fuzz", addr, KEY, 0, G, 2000, &b);
+    burst_status_t st = burst_boot_join("fuzz", addr, KEY, 0, G, 2000, 0, &b);
     for (int r = 0; st == BURST_OK && r < rounds; r++) {
         const unsigned char *blob[4];
         size_t lens[4];
