@@ -262,6 +262,7 @@ faults)
     # each unlinked its segment on joining), and a reader of its stdout that goes away (SIGPIPE
     # ignored: reported, exit 3): no rank process or /dev/shm segment stays behind
     touch "$TMP/stamp"
+    rm -f "$TMP/err" # the wait below must not read the last job's pid line
     "$BR" -n 4 --seq 8192 --iters 500 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
         >"$TMP/out" 2>"$TMP/err" &
     pid=$!
@@ -290,6 +291,7 @@ faults)
     sc=${BURST_TEST_TIME_SCALE:-1}
     for at in start made late; do
         touch "$TMP/stamp"
+        rm -f "$TMP/err" # the wait below must not read the last job's pid line
         BURST_FAULT="join:rank=2,ms=$((3000 * sc))" "$BR" -n 3 $SMALL --fabric "$PROV" \
             --timeout $TO --verbose >"$TMP/out" 2>"$TMP/err" &
         pid=$!
