@@ -24,17 +24,9 @@ set -u
 BR=$1
 PROV=$2
 WHAT=$3
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_hetero.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-SEED=${BURST_TEST_SEED:-$(date +%s)}
-echo "seed $SEED (BURST_TEST_SEED)"
+. "$(dirname "$0")/burstrun_lib.sh"
+test_init burstrun_hetero
 SMALL="--seq 96 --heads 2 --kv-heads 1 --head-dim 32 --warmup 0 --iters 1 --seed $SEED"
-
-fail() {
-    echo "FAIL: $*"
-    FAILS=$((FAILS + 1))
-}
 
 # run NAME EXPECTED_RC ARGS...: burstrun's output in $TMP/NAME, its exit status checked
 run() {
