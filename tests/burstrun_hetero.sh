@@ -75,16 +75,7 @@ hash_of() {
     sed -n 's/.*"output_hash": "\([0-9a-f]*\)".*/\1/p' "$TMP/$1"
 }
 
-"$BR" -n 1 --fabric "$PROV" $SMALL >"$TMP/probe" 2>&1
-rc=$?
-if [ $rc -eq 2 ]; then
-    echo "SKIP: fabric $PROV unavailable: $(tail -n 1 "$TMP/probe")"
-    exit 77
-elif [ $rc -ne 0 ]; then
-    cat "$TMP/probe"
-    echo "FAIL: one-rank probe exited $rc"
-    exit 1
-fi
+need_fabric "$BR" "$PROV" $SMALL
 
 case "$WHAT" in
 cpu)

@@ -46,3 +46,21 @@ wait_rank_pids() {
 rank_alive() {
     tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "--rank-worker"
 }
+
+# need_fabric BURSTRUN PROVIDER ARGS...: a one-rank job over the provider; exit 77 (SKIP) when
+# burstrun refuses the provider as unavailable (exit 2), 1 when the job fails otherwise
+need_fabric() {
+    _br=$1
+    _prov=$2
+    shift 2
+    "$_br" -n 1 --fabric "$_prov" "$@" >"$TMP/probe" 2>&1
+    _rc=$?
+    if [ $_rc -eq 2 ]; then
+        echo "SKIP: fabric $_prov unavailable: $(tail -n 1 "$TMP/probe")"
+        exit 77
+    elif [ $_rc -ne 0 ]; then
+        cat "$TMP/probe"
+        echo "FAIL: one-rank probe exited $_rc"
+        exit 1
+    fi
+}

@@ -50,18 +50,7 @@ check_leftovers() {
     done
 }
 
-
-# Is the provider usable? burstrun exits 2 when the ranks' fabric is refused as unsupported.
-"$BR" -n 1 --fabric "$PROV" $SMALL >"$TMP/probe" 2>&1
-rc=$?
-if [ $rc -eq 2 ]; then
-    echo "SKIP: fabric $PROV unavailable: $(tail -n 1 "$TMP/probe")"
-    exit 77
-elif [ $rc -ne 0 ]; then
-    cat "$TMP/probe"
-    echo "FAIL: one-rank probe exited $rc"
-    exit 1
-fi
+need_fabric "$BR" "$PROV" $SMALL
 
 T0=$(now_ms)
 case "$WHAT" in

@@ -7,20 +7,7 @@
 set -u
 command -v git >/dev/null || { echo "SKIP: git not found (the check reads git ls-files)"; exit 77; }
 CHECK=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-repo() { # files: name=text ...
-    rm -rf "$TMP/r" && mkdir -p "$TMP/r/docs" && git -C "$TMP/r" init -q || exit 1
-    for kv in "$@"; do
-        printf '%s\n' "${kv#*=}" >"$TMP/r/${kv%%=*}"
-    done
-    git -C "$TMP/r" add -A
-}
+. "$(dirname "$0")/ci_check_lib.sh"
 
 repo 'a.c=#include <stdio.h>
 struct p q = {.device = NULL}; /* ctx->device, p.device: the buffer is no longer read */' \
