@@ -323,6 +323,36 @@ struct burst_context *harness_rank_context(const char *list, int rank)
     return harness_backend_context(name);
 }
 
+int harness_fabric_probe(const char *prov)
+{
+    struct burst_rendezvous *rv = NULL;
+    struct burst_comm *c = NULL;
+    if (burst_rendezvous_create(NULL, 0, 1, NULL, &rv) != BURST_OK) {
+        fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
+        return 1;
+    }
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.transport = "fabric";
+    cp.fabric = prov;
+    cp.iface = strcmp(prov, "tcp") == 0 ? "127.0.0.1" : NULL;
+    cp.rendezvous = burst_rendezvous_address(rv);
+    cp.job_key = burst_rendezvous_key(rv);
+    cp.timeout_ms = 10000;
+    burst_status_t st = burst_comm_create(&cp, &c);
+    burst_comm_destroy(c);
+    burst_rendezvous_destroy(rv);
+    if (st == BURST_ERR_UNSUPPORTED) {
+        printf("SKIP: %s\n", burst_last_error());
+        return 77;
+    }
+    if (st != BURST_OK) {
+        fprintf(stderr, "one-rank probe over %s: %s: %s\n", prov, burst_status_str(st),
+                burst_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 double harness_now_ms(void)
 {
     struct timespec ts;

@@ -146,6 +146,11 @@ typedef void (*harness_rank_fn)(int rank, struct burst_comm *comm, void *arg);
  * given; 0 = default). Returns 0, or -1 when the world/comm/threads could not be set up. */
 int harness_run_ranks(int ranks, int timeout_ms, harness_rank_fn fn, void *arg);
 
+/* Can a one-rank communicator join over libfabric's provider prov ("shm", "tcp", ...; a
+ * rendezvous of this process, tcp on 127.0.0.1)? 0: yes; 77: the fabric transport or the provider
+ * is unavailable here ("SKIP: why" printed); 1: it failed otherwise (the error on stderr). */
+int harness_fabric_probe(const char *prov);
+
 /* Milliseconds on a monotonic clock. */
 double harness_now_ms(void);
 

@@ -70,16 +70,23 @@ static uint64_t acc_bytes(const struct harness_case *c, burst_bwd_pattern_t pat,
     return (uint64_t)(c->batch * n[a] * c->q_heads * c->head_dim) * ws;
 }
 
-static void check_traffic(const struct harness_case *c)
+/* Case c run (the test fails when it does not run); desc holds its description. */
+static struct harness_problem *run_case(const struct harness_case *c, char *desc, size_t len)
 {
-    char desc[512];
-    harness_case_str(c, desc, sizeof desc);
+    harness_case_str(c, desc, len);
     struct harness_problem *p = harness_problem_create(c);
     assert_non_null(p);
     if (harness_problem_run(p) != 0) {
         harness_problem_print(p, NULL, "FAIL");
         fail_msg("%s: run failed", desc);
     }
+    return p;
+}
+
+static void check_traffic(const struct harness_case *c)
+{
+    char desc[512];
+    struct harness_problem *p = run_case(c, desc, sizeof desc);
     const int G = c->ranks;
     struct burst_shards s;
     assert_int_equal(burst_shards_init(&s, "test", c->layout, c->seq_len, G, c->shard_lens),
@@ -212,13 +219,7 @@ static uint64_t flat_total(const struct harness_case *c, const int64_t *n, int G
 static void check_traffic2(const struct harness_case *c)
 {
     char desc[512];
-    harness_case_str(c, desc, sizeof desc);
-    struct harness_problem *p = harness_problem_create(c);
-    assert_non_null(p);
-    if (harness_problem_run(p) != 0) {
-        harness_problem_print(p, NULL, "FAIL");
-        fail_msg("%s: run failed", desc);
-    }
+    struct harness_problem *p = run_case(c, desc, sizeof desc);
     const int G = c->ranks, L = c->ranks_per_node;
     struct burst_shards s;
     assert_int_equal(burst_shards_init(&s, "test", c->layout, c->seq_len, G, c->shard_lens),
