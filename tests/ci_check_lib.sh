@@ -13,10 +13,11 @@ fail() {
 }
 
 # repo NAME=TEXT ...: a fresh git repository in $TMP/r (with a docs/ folder) whose files NAME
-# hold TEXT, added to the index
+# (folders made as needed) hold TEXT, added to the index
 repo() {
     rm -rf "$TMP/r" && mkdir -p "$TMP/r/docs" && git -C "$TMP/r" init -q || exit 1
     for kv in "$@"; do
+        mkdir -p "$(dirname "$TMP/r/${kv%%=*}")" || exit 1
         printf '%s\n' "${kv#*=}" >"$TMP/r/${kv%%=*}"
     done
     git -C "$TMP/r" add -A
