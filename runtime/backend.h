@@ -254,6 +254,14 @@ struct burst_backend_ops {
 #define BURST_OPS_HAS(ops, m)                                                                      \
     ((ops)->size >= offsetof(struct burst_backend_ops, m) + sizeof((ops)->m) && (ops)->m)
 
+/* The first member that ops must have and lacks, by name ("create", "memcpy", ...), or NULL
+ * when the table is whole: every backend has the core, memory, elementwise and step ops; one
+ * whose transfers are staged (device_memory, stage_transfers) has memcpy, host_alloc and
+ * host_free, which the engine then calls without asking; one with time_mark has time_elapsed
+ * and time_release. burst_context_create refuses a backend whose table is not whole
+ * (BURST_ERR_INTERNAL naming backend and member). */
+const char *burst_backend_ops_missing(const struct burst_backend_ops *ops);
+
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */
 extern const struct burst_backend_ops burst_cpu_backend_ops;
 #ifdef BURST_HAVE_CUDA

@@ -1,4 +1,5 @@
 /* runtime/context.c - backend registry and the compute context. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,10 +42,48 @@ struct burst_context_params burst_context_params_default(void)
     return p;
 }
 
+#define OPS_NEED(ops, m)                                                                           \
+    do {                                                                                           \
+        if (!BURST_OPS_HAS(ops, m))                                                                \
+            return #m;                                                                             \
+    } while (0)
+
+const char *burst_backend_ops_missing(const struct burst_backend_ops *ops)
+{
+    if (!ops || ops->size < offsetof(struct burst_backend_ops, name) + sizeof ops->name)
+        return "size";
+    OPS_NEED(ops, name);
+    OPS_NEED(ops, create);
+    OPS_NEED(ops, destroy);
+    OPS_NEED(ops, alloc);
+    OPS_NEED(ops, free);
+    OPS_NEED(ops, copy);
+    OPS_NEED(ops, fill);
+    OPS_NEED(ops, accumulate);
+    OPS_NEED(ops, fwd_step);
+    OPS_NEED(ops, bwd_delta);
+    OPS_NEED(ops, bwd_step);
+    if (BURST_OPS_HAS(ops, device_memory) || BURST_OPS_HAS(ops, stage_transfers)) {
+        OPS_NEED(ops, memcpy);
+        OPS_NEED(ops, host_alloc);
+        OPS_NEED(ops, host_free);
+    }
+    if (BURST_OPS_HAS(ops, time_mark)) {
+        OPS_NEED(ops, time_elapsed);
+        OPS_NEED(ops, time_release);
+    }
+    return NULL;
+}
+
 static burst_status_t try_backend(const struct burst_backend_ops *ops,
                                   const struct burst_context_params *p,
                                   const struct burst_settings *set, struct burst_context **ctx_p)
 {
+    const char *missing = burst_backend_ops_missing(ops);
+    if (missing)
+        return burst_error(BURST_ERR_INTERNAL,
+                           "burst_context_create: backend \"%s\" lacks the op %s its table needs",
+                           strcmp(missing, "size") != 0 ? ops->name : "?", missing);
     struct burst_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return burst_error(BURST_ERR_NO_MEMORY, "burst_context_create: out of memory");

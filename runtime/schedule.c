@@ -141,6 +141,41 @@ burst_status_t burst_shards_weighted_lens(const char *who, burst_layout_t layout
     return BURST_OK;
 }
 
+static void shards_free(int64_t *lens, int64_t *offs, struct burst_posmap *maps)
+{
+    free(lens);
+    free(offs);
+    free(maps);
+}
+
+/* A shard table's arrays for `ranks` ranks: lengths, offsets, position maps; on failure none
+ * and BURST_ERR_NO_MEMORY naming who. */
+static burst_status_t shards_alloc(const char *who, int ranks, int64_t **lens_p, int64_t **offs_p,
+                                   struct burst_posmap **maps_p)
+{
+    *lens_p = malloc(sizeof(int64_t) * (size_t)ranks);
+    *offs_p = malloc(sizeof(int64_t) * (size_t)ranks);
+    *maps_p = malloc(sizeof(struct burst_posmap) * (size_t)ranks);
+    if (*lens_p && *offs_p && *maps_p)
+        return BURST_OK;
+    shards_free(*lens_p, *offs_p, *maps_p);
+    *lens_p = *offs_p = NULL;
+    *maps_p = NULL;
+    return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+}
+
+/* Hand the arrays to s (burst_shards_fini frees them). */
+static void shards_set(struct burst_shards *s, burst_layout_t layout, int ranks, int64_t seq_len,
+                       int64_t *lens, int64_t *offs, struct burst_posmap *maps)
+{
+    s->layout = layout;
+    s->ranks = ranks;
+    s->seq_len = seq_len;
+    s->lens = lens;
+    s->offsets = offs;
+    s->maps = maps;
+}
+
 burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_layout_t layout,
                                  int64_t seq_len, int ranks, const int64_t *explicit_lens)
 {
@@ -159,12 +194,9 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
                            "%s: seq_len = %lld is too short for %d ranks in this layout (needs "
                            ">= %lld so that no shard is empty)",
                            who, (long long)seq_len, ranks, (long long)min_len);
-    int64_t *lens = malloc(sizeof(int64_t) * (size_t)ranks);
-    int64_t *offs = malloc(sizeof(int64_t) * (size_t)ranks);
-    struct burst_posmap *maps = malloc(sizeof(struct burst_posmap) * (size_t)ranks);
-    burst_status_t st = BURST_OK;
-    if (!lens || !offs || !maps)
-        st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    int64_t *lens, *offs;
+    struct burst_posmap *maps;
+    burst_status_t st = shards_alloc(who, ranks, &lens, &offs, &maps);
     int64_t sum = 0, m0 = burst_shards_min_len(layout);
     for (int i = 0; st == BURST_OK && i < ranks; i++) {
         if (explicit_lens) {
@@ -186,9 +218,7 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
         st = burst_error(BURST_ERR_INVALID_ARG, "%s: shard_lens sum to %lld but seq_len = %lld",
                          who, (long long)sum, (long long)seq_len);
     if (st != BURST_OK) {
-        free(lens);
-        free(offs);
-        free(maps);
+        shards_free(lens, offs, maps);
         return st;
     }
     if (explicit_lens)
@@ -196,12 +226,7 @@ burst_status_t burst_shards_init(struct burst_shards *s, const char *who, burst_
     else
         for (int i = 0; i < ranks; i++)
             maps[i] = even_posmap(layout, seq_len, ranks, i, lens, offs);
-    s->layout = layout;
-    s->ranks = ranks;
-    s->seq_len = seq_len;
-    s->lens = lens;
-    s->offsets = offs;
-    s->maps = maps;
+    shards_set(s, layout, ranks, seq_len, lens, offs, maps);
     return BURST_OK;
 }
 
@@ -217,15 +242,11 @@ burst_status_t burst_shards_init_chunks(struct burst_shards *s, const char *who,
         if (bounds[c + 1] <= bounds[c])
             return burst_error(BURST_ERR_INVALID_ARG, "%s: chunk %d = [%lld, %lld) is empty", who,
                                c, (long long)bounds[c], (long long)bounds[c + 1]);
-    int64_t *lens = malloc(sizeof(int64_t) * (size_t)ranks);
-    int64_t *offs = malloc(sizeof(int64_t) * (size_t)ranks);
-    struct burst_posmap *maps = malloc(sizeof(struct burst_posmap) * (size_t)ranks);
-    if (!lens || !offs || !maps) {
-        free(lens);
-        free(offs);
-        free(maps);
-        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
-    }
+    int64_t *lens, *offs;
+    struct burst_posmap *maps;
+    burst_status_t st = shards_alloc(who, ranks, &lens, &offs, &maps);
+    if (st != BURST_OK)
+        return st;
     int64_t sum = 0;
     for (int i = 0; i < ranks; i++) {
         const int c1 = chunks - 1 - i;
@@ -243,12 +264,7 @@ burst_status_t burst_shards_init_chunks(struct burst_shards *s, const char *who,
         offs[i] = sum;
         sum += lens[i];
     }
-    s->layout = BURST_LAYOUT_ZIGZAG;
-    s->ranks = ranks;
-    s->seq_len = seq_len;
-    s->lens = lens;
-    s->offsets = offs;
-    s->maps = maps;
+    shards_set(s, BURST_LAYOUT_ZIGZAG, ranks, seq_len, lens, offs, maps);
     return BURST_OK;
 }
 

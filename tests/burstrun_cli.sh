@@ -49,11 +49,8 @@ set -u
 BR=$1
 WHAT=$2
 GEN=${3:-} # env: tests/test_bad_input, which generates the malformed values
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_cli.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-SEED=${BURST_TEST_SEED:-$(date +%s)}
-echo "seed $SEED (BURST_TEST_SEED)"
+. "$(dirname "$0")/burstrun_lib.sh"
+test_init burstrun_cli
 SMALL="--warmup 0 --iters 1 --seed $SEED"
 # what this build has (burstrun -V): rank processes need libfabric, --hosts / --hostfile MPI
 VER=$("$BR" -V 2>/dev/null)
@@ -65,11 +62,6 @@ case "$(echo "$VER" | sed -n 's/^burstrun features: //p')" in
 mpi*) MPI=1 ;;
 *) MPI=0 ;;
 esac
-
-fail() {
-    echo "FAIL: $*"
-    FAILS=$((FAILS + 1))
-}
 
 # expect RC NAME ARGS...: burstrun ARGS, with the variables of $PRE, exits RC (output in $TMP/out)
 PRE=

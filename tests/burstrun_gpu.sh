@@ -11,18 +11,10 @@
 # Exit 77 (SKIP) without a usable CUDA device.
 set -u
 BR=$1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_gpu.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-SEED=${BURST_TEST_SEED:-$(date +%s)}
-echo "seed $SEED (BURST_TEST_SEED)"
+. "$(dirname "$0")/burstrun_lib.sh"
+test_init burstrun_gpu
 JOB="--backend cuda --seq 1536 --heads 4 --kv-heads 2 --head-dim 128 --dtype bf16 --causal
      --layout zigzag --warmup 0 --iters 1 --seed $SEED"
-
-fail() {
-    echo "FAIL: $*"
-    FAILS=$((FAILS + 1))
-}
 
 if ! "$BR" --threads -n 1 $JOB >"$TMP/probe" 2>&1; then
     echo "SKIP: no usable cuda device:"

@@ -24,17 +24,9 @@ set -u
 BR=$1
 PROV=$2
 WHAT=$3
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_hetero.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-SEED=${BURST_TEST_SEED:-$(date +%s)}
-echo "seed $SEED (BURST_TEST_SEED)"
+. "$(dirname "$0")/burstrun_lib.sh"
+test_init burstrun_hetero
 SMALL="--seq 96 --heads 2 --kv-heads 1 --head-dim 32 --warmup 0 --iters 1 --seed $SEED"
-
-fail() {
-    echo "FAIL: $*"
-    FAILS=$((FAILS + 1))
-}
 
 # run NAME EXPECTED_RC ARGS...: burstrun's output in $TMP/NAME, its exit status checked
 run() {
@@ -83,16 +75,7 @@ hash_of() {
     sed -n 's/.*"output_hash": "\([0-9a-f]*\)".*/\1/p' "$TMP/$1"
 }
 
-"$BR" -n 1 --fabric "$PROV" $SMALL >"$TMP/probe" 2>&1
-rc=$?
-if [ $rc -eq 2 ]; then
-    echo "SKIP: fabric $PROV unavailable: $(tail -n 1 "$TMP/probe")"
-    exit 77
-elif [ $rc -ne 0 ]; then
-    cat "$TMP/probe"
-    echo "FAIL: one-rank probe exited $rc"
-    exit 1
-fi
+need_fabric "$BR" "$PROV" $SMALL
 
 case "$WHAT" in
 cpu)

@@ -12,17 +12,9 @@
 # Exit 77 (SKIP) when mpirun or burstrun's MPI or PMIx support is absent.
 set -u
 BR=$1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_pmix.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-SEED=${BURST_TEST_SEED:-$(date +%s)}
-echo "seed $SEED (BURST_TEST_SEED)"
+. "$(dirname "$0")/burstrun_lib.sh"
+test_init burstrun_pmix
 SMALL="--seq 256 --heads 2 --kv-heads 1 --head-dim 32 --warmup 0 --iters 1 --seed $SEED"
-
-fail() {
-    echo "FAIL: $*"
-    FAILS=$((FAILS + 1))
-}
 
 # usage errors need neither mpirun nor PMIx
 "$BR" --launcher pmix $SMALL >/dev/null 2>"$TMP/err"

@@ -28,21 +28,9 @@ set -u
 BR=$1
 PROV=$2
 WHAT=$3
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/burstrun_test.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-SEED=${BURST_TEST_SEED:-$(date +%s)}
-echo "seed $SEED (BURST_TEST_SEED)"
+. "$(dirname "$0")/burstrun_lib.sh"
+test_init burstrun_test
 SMALL="--seq 256 --heads 2 --kv-heads 1 --head-dim 32 --warmup 0 --iters 1 --seed $SEED"
-
-fail() {
-    echo "FAIL: $*"
-    FAILS=$((FAILS + 1))
-}
-
-now_ms() {
-    echo $(($(date +%s%N) / 1000000))
-}
 
 # Leftovers of the rank processes whose pids burstrun --verbose printed in file $2: a process
 # still running, or a /dev/shm entry of the shm provider ("<pid>:...") made since the job
@@ -50,10 +38,10 @@ now_ms() {
 # only these pids count; and only new entries: an older one with the same name belongs to an
 # earlier process that had the same pid (pids are reused).
 check_leftovers() {
-    pids=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$2")
+    pids=$(rank_pids "$2")
     [ -n "$pids" ] || { cat "$2"; fail "$1: burstrun --verbose printed no pids"; }
     for p in $pids; do
-        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--rank-worker"; then
+        if rank_alive $p; then
             fail "$1: rank process $p is still running"
         fi
         for f in $(find /dev/shm -maxdepth 1 -name "$p:*" -newer "$TMP/stamp" 2>/dev/null); do
@@ -62,18 +50,7 @@ check_leftovers() {
     done
 }
 
-
-# Is the provider usable? burstrun exits 2 when the ranks' fabric is refused as unsupported.
-"$BR" -n 1 --fabric "$PROV" $SMALL >"$TMP/probe" 2>&1
-rc=$?
-if [ $rc -eq 2 ]; then
-    echo "SKIP: fabric $PROV unavailable: $(tail -n 1 "$TMP/probe")"
-    exit 77
-elif [ $rc -ne 0 ]; then
-    cat "$TMP/probe"
-    echo "FAIL: one-rank probe exited $rc"
-    exit 1
-fi
+need_fabric "$BR" "$PROV" $SMALL
 
 T0=$(now_ms)
 case "$WHAT" in
@@ -170,7 +147,7 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
     bpid=$!
     seen=0
     for i in $(seq 100); do
-        pids=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/bind")
+        pids=$(rank_pids "$TMP/bind")
         if [ -n "$pids" ]; then
             r=0
             for p in $pids; do
@@ -266,12 +243,9 @@ faults)
     "$BR" -n 4 --seq 8192 --iters 500 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
         >"$TMP/out" 2>"$TMP/err" &
     pid=$!
-    for i in $(seq 600); do # the rank processes are started (--verbose names them)
-        grep -q "rank processes (pids" "$TMP/err" && break
-        sleep 0.1
-    done
+    wait_rank_pids "$TMP/err" 600 # the rank processes are started (--verbose names them)
     sleep $((2 * ${BURST_TEST_TIME_SCALE:-1})) # and have joined: each unlinks its segment then
-    rp=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
+    rp=$(rank_pids "$TMP/err")
     for i in $(seq $((100 * ${BURST_TEST_TIME_SCALE:-1}))); do
         left=0
         for p in $rp; do
@@ -296,11 +270,8 @@ faults)
             --timeout $TO --verbose >"$TMP/out" 2>"$TMP/err" &
         pid=$!
         # the whole list of pids written (up to 60 s: a loaded machine starts processes slowly)
-        for i in $(seq $((600 * sc))); do
-            grep -q "rank processes (pids [0-9 ]*)" "$TMP/err" && break
-            sleep 0.1
-        done
-        rp=$(sed -n 's/^.*burstrun: [0-9]* rank processes (pids \([0-9 ]*\)).*/\1/p' "$TMP/err")
+        wait_rank_pids "$TMP/err" $((600 * sc))
+        rp=$(rank_pids "$TMP/err")
         if [ $at != start ] && [ "$PROV" = shm ]; then
             made=0
             for i in $(seq $((100 * sc))); do
@@ -320,7 +291,7 @@ faults)
         for i in $(seq $((100 * sc))); do # rank 2 leaves after its delay
             alive=0
             for p in $rp; do
-                tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--rank-worker" && alive=1
+                rank_alive $p && alive=1
             done
             [ $alive = 0 ] && break
             sleep 0.1

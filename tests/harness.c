@@ -323,6 +323,36 @@ struct burst_context *harness_rank_context(const char *list, int rank)
     return harness_backend_context(name);
 }
 
+int harness_fabric_probe(const char *prov)
+{
+    struct burst_rendezvous *rv = NULL;
+    struct burst_comm *c = NULL;
+    if (burst_rendezvous_create(NULL, 0, 1, NULL, &rv) != BURST_OK) {
+        fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
+        return 1;
+    }
+    struct burst_comm_params cp = burst_comm_params_default();
+    cp.transport = "fabric";
+    cp.fabric = prov;
+    cp.iface = strcmp(prov, "tcp") == 0 ? "127.0.0.1" : NULL;
+    cp.rendezvous = burst_rendezvous_address(rv);
+    cp.job_key = burst_rendezvous_key(rv);
+    cp.timeout_ms = 10000;
+    burst_status_t st = burst_comm_create(&cp, &c);
+    burst_comm_destroy(c);
+    burst_rendezvous_destroy(rv);
+    if (st == BURST_ERR_UNSUPPORTED) {
+        printf("SKIP: %s\n", burst_last_error());
+        return 77;
+    }
+    if (st != BURST_OK) {
+        fprintf(stderr, "one-rank probe over %s: %s: %s\n", prov, burst_status_str(st),
+                burst_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 double harness_now_ms(void)
 {
     struct timespec ts;
@@ -914,6 +944,52 @@ const void *harness_problem_output(const struct harness_problem *p, enum harness
     return p->nat[map[t]];
 }
 
+const char *harness_tensor_name(enum harness_tensor t)
+{
+    static const char *names[H_NTENSORS] = {"O", "lse", "dQ", "dK", "dV"};
+    return t >= 0 && t < H_NTENSORS ? names[t] : "?";
+}
+
+struct harness_outputs {
+    void *bytes[H_NTENSORS];
+    size_t len[H_NTENSORS];
+};
+
+struct harness_outputs *harness_outputs_save(const struct harness_problem *p)
+{
+    struct harness_outputs *s = calloc(1, sizeof *s);
+    for (int t = 0; s && t < H_NTENSORS; t++) {
+        const void *x = harness_problem_output(p, (enum harness_tensor)t, &s->len[t]);
+        s->bytes[t] = malloc(s->len[t] ? s->len[t] : 1);
+        if (!s->bytes[t]) {
+            harness_outputs_free(s);
+            return NULL;
+        }
+        memcpy(s->bytes[t], x, s->len[t]);
+    }
+    return s;
+}
+
+int harness_outputs_diff(const struct harness_outputs *s, const struct harness_problem *p)
+{
+    for (int t = 0; t < H_NTENSORS; t++) {
+        size_t len;
+        const void *x = harness_problem_output(p, (enum harness_tensor)t, &len);
+        if (len != s->len[t] || memcmp(x, s->bytes[t], len) != 0)
+            return t;
+    }
+    return -1;
+}
+
+void harness_outputs_free(struct harness_outputs *s)
+{
+    if (!s)
+        return;
+    for (int t = 0; t < H_NTENSORS; t++)
+        free(s->bytes[t]);
+    free(s);
+}
+
 /* ---- reference and error bounds ---- */
 
 static int harness_allowed(const struct harness_case *c, int64_t i, int64_t j)
@@ -1257,7 +1333,6 @@ int harness_problem_compare(struct harness_problem *p, struct harness_err err[H_
 void harness_problem_print(const struct harness_problem *p, const struct harness_err *err,
                            const char *verdict)
 {
-    static const char *names[H_NTENSORS] = {"O", "lse", "dQ", "dK", "dV"};
     char desc[512];
     harness_case_str(&p->c, desc, sizeof desc);
     printf("[%s] %s\n", verdict, desc);
@@ -1271,8 +1346,9 @@ void harness_problem_print(const struct harness_problem *p, const struct harness
         return;
     for (int t = 0; t < H_NTENSORS; t++) {
         int64_t at = err[t].worst_at;
-        printf("    %-3s max_abs %.3e max_rel %.3e worst/tol %.3f", names[t], err[t].max_abs,
-               err[t].max_rel, err[t].worst);
+        printf("    %-3s max_abs %.3e max_rel %.3e worst/tol %.3f",
+               harness_tensor_name((enum harness_tensor)t), err[t].max_abs, err[t].max_rel,
+               err[t].worst);
         if (err[t].worst > 1.0 && p->ref_done) {
             size_t bytes;
             const void *x = harness_problem_output(p, (enum harness_tensor)t, &bytes);
@@ -1294,6 +1370,12 @@ void harness_problem_print(const struct harness_problem *p, const struct harness
                e->max_abs, e->max_rel, e->worst, r, h, (double)p->dsinks_rank[r][h],
                p->ref_dsinks[h], e->nonfinite ? " NONFINITE" : "");
     }
+}
+
+void harness_case_test(void **state)
+{
+    const struct harness_case *c = *state;
+    assert_true(harness_check_case(c, 0));
 }
 
 int harness_check_case(const struct harness_case *c, int verbose)

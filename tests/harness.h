@@ -146,6 +146,11 @@ typedef void (*harness_rank_fn)(int rank, struct burst_comm *comm, void *arg);
  * given; 0 = default). Returns 0, or -1 when the world/comm/threads could not be set up. */
 int harness_run_ranks(int ranks, int timeout_ms, harness_rank_fn fn, void *arg);
 
+/* Can a one-rank communicator join over libfabric's provider prov ("shm", "tcp", ...; a
+ * rendezvous of this process, tcp on 127.0.0.1)? 0: yes; 77: the fabric transport or the provider
+ * is unavailable here ("SKIP: why" printed); 1: it failed otherwise (the error on stderr). */
+int harness_fabric_probe(const char *prov);
+
 /* Milliseconds on a monotonic clock. */
 double harness_now_ms(void);
 
@@ -234,6 +239,17 @@ const struct harness_rank_record *harness_problem_record(const struct harness_pr
 /* Natural-order outputs of the last run: O, dQ, dK, dV in the dtype, lse fp32 [B, Hq, N]. */
 const void *harness_problem_output(const struct harness_problem *p, enum harness_tensor t,
                                    size_t *bytes_p);
+/* "O", "lse", "dQ", "dK", "dV" (for messages). */
+const char *harness_tensor_name(enum harness_tensor t);
+
+/* A copy of the outputs of a problem's last run, to compare a later run with bit for bit
+ * (deterministic mode). harness_outputs_save returns NULL when out of memory. */
+struct harness_outputs;
+struct harness_outputs *harness_outputs_save(const struct harness_problem *p);
+/* -1 when every output of p's last run equals the saved one bit for bit, else the first tensor
+ * (enum harness_tensor) that differs. */
+int harness_outputs_diff(const struct harness_outputs *s, const struct harness_problem *p);
+void harness_outputs_free(struct harness_outputs *s);
 
 /* Compare the last run with the reference (computed on first use). Fills err[H_NTENSORS];
  * returns 1 when everything is within tolerance. */
@@ -246,6 +262,9 @@ void harness_problem_print(const struct harness_problem *p, const struct harness
 /* Create, run, compare, print on failure (always when verbose or BURST_TEST_VERBOSE=1),
  * destroy. 1 = pass. */
 int harness_check_case(const struct harness_case *c, int verbose);
+/* The cmocka test of one case (state = the case, as harness_run_cases passes it): asserts
+ * harness_check_case(case, 0). */
+void harness_case_test(void **state);
 /* The same for a problem already run (ran: harness_problem_run returned 0): compares, prints
  * as harness_check_case does, destroys p and returns the verdict. */
 int harness_problem_verdict(struct harness_problem *p, int ran, int verbose);

@@ -6,20 +6,7 @@
 set -u
 command -v git >/dev/null || { echo "SKIP: git not found (the check reads git ls-files)"; exit 77; }
 CHECK=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-repo() { # files: name=line ...
-    rm -rf "$TMP/r" && mkdir -p "$TMP/r/docs" && git -C "$TMP/r" init -q || exit 1
-    for kv in "$@"; do
-        printf '%s\n' "${kv#*=}" >"$TMP/r/${kv%%=*}"
-    done
-    git -C "$TMP/r" add -A
-}
+. "$(dirname "$0")/ci_check_lib.sh"
 
 repo 'README.md=See [the map](docs/MAP.md#layers), [docs](docs), [site](https://example.org/x).' \
     'docs/MAP.md=Back to [README](../README.md); [above](#top); mail [us](mailto:a@b.c).'

@@ -27,37 +27,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
-
-#define F32 BURST_DTYPE_FP32
-#define F16 BURST_DTYPE_FP16
-#define BF16 BURST_DTYPE_BF16
-#define NAT BURST_LAYOUT_NATURAL
-#define ZZ BURST_LAYOUT_ZIGZAG
-#define STR BURST_LAYOUT_STRIPED
-#define BURST BURST_BWD_BURST
-#define RING BURST_BWD_RING
-#define AUTO BURST_BWD_AUTO
-#define WIN BURST_WIRE_INPUT
-
-/* Defaults for the table: override with later designated initializers. */
-#define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
-    .head_dim = 32, .dtype = F32, .window_left = -1, .window_right = -1, .layout = NAT,            \
-    .bwd = BURST
+#include "harness_table.h"
 
 static const int64_t lens_a[] = {5, 17, 1, 9};
 static const int64_t lens_b[] = {10, 3, 20, 7};
 static const int64_t lens_c[] = {1, 1, 30};
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverride-init"
-#endif
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Winitializer-overrides"
-#endif
+HARNESS_TABLE_BEGIN
 static const struct harness_case unit_cases[] = {
     /* G, layouts, causal */
     {CASE("g1_full", 1, 40)},
@@ -195,18 +171,7 @@ static const struct harness_case unit_cases[] = {
     {CASE("l1_g8_win_left_ring_bf16_wire_input", 8, 96), .ranks_per_node = 1, .dtype = BF16,
      .window_left = 20, .bwd = RING, .wire = WIN},
 };
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
-
-static void test_case(void **state)
-{
-    const struct harness_case *c = *state;
-    assert_true(harness_check_case(c, 0));
-}
+HARNESS_TABLE_END
 
 /* ---- slow sweep ---- */
 
@@ -281,5 +246,5 @@ int main(int argc, char **argv)
         return cmocka_run_group_tests_name("attention_sweep", slow, NULL, NULL);
     }
     return harness_run_cases("attention", unit_cases, sizeof unit_cases / sizeof *unit_cases,
-                             test_case, NULL, 0);
+                             harness_case_test, NULL, 0);
 }

@@ -1308,6 +1308,42 @@ struct mr_state {
     int untouched[MR_G];
 };
 
+/* One rank's tensors in the multi-rank cases: inputs filled, outputs (dsinks included)
+ * poisoned, views over them, and a copy of the outputs to tell that a failing call wrote
+ * nothing. */
+struct mr_outputs {
+    float o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV], dsinks[HQ];
+};
+
+struct mr_tensors {
+    float q[NQ], k[NKV], v[NKV], dout[NQ];
+    struct mr_outputs out, snap;
+    struct burst_tensor tq, tk, tv, tdo, to, tdq, tdk, tdv;
+};
+
+static void mr_tensors_init(struct mr_tensors *t)
+{
+    for (size_t i = 0; i < NQ; i++)
+        t->q[i] = t->dout[i] = 0.25f * (float)(i % 7);
+    for (size_t i = 0; i < NKV; i++)
+        t->k[i] = t->v[i] = 0.125f * (float)(i % 5);
+    memset(&t->out, 0xa5, sizeof t->out);
+    t->tq = burst_tensor_contiguous(t->q, BURST_DTYPE_FP32, 1, N, HQ, D);
+    t->tk = burst_tensor_contiguous(t->k, BURST_DTYPE_FP32, 1, N, HKV, D);
+    t->tv = burst_tensor_contiguous(t->v, BURST_DTYPE_FP32, 1, N, HKV, D);
+    t->tdo = burst_tensor_contiguous(t->dout, BURST_DTYPE_FP32, 1, N, HQ, D);
+    t->to = burst_tensor_contiguous(t->out.o, BURST_DTYPE_FP32, 1, N, HQ, D);
+    t->tdq = burst_tensor_contiguous(t->out.dq, BURST_DTYPE_FP32, 1, N, HQ, D);
+    t->tdk = burst_tensor_contiguous(t->out.dk, BURST_DTYPE_FP32, 1, N, HKV, D);
+    t->tdv = burst_tensor_contiguous(t->out.dv, BURST_DTYPE_FP32, 1, N, HKV, D);
+}
+
+/* Have the outputs kept the bytes they had at the last snapshot (t->snap = t->out)? */
+static int mr_tensors_untouched(const struct mr_tensors *t)
+{
+    return memcmp(&t->snap, &t->out, sizeof t->out) == 0;
+}
+
 static void mr_rank(int rank, struct burst_comm *comm, void *arg)
 {
     struct mr_state *s = arg;
@@ -1333,25 +1369,8 @@ static void mr_rank(int rank, struct burst_comm *comm, void *arg)
     }
     if (bad && s->kind == 9)
         pp.softcap = 30.0f;
-    float q[NQ], k[NKV], v[NKV], dout[NQ], o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];
-    float snap[2 * NQ + HQ * N + 2 * NKV];
-    for (size_t i = 0; i < NQ; i++)
-        q[i] = dout[i] = 0.25f * (float)(i % 7);
-    for (size_t i = 0; i < NKV; i++)
-        k[i] = v[i] = 0.125f * (float)(i % 5);
-    memset(o, 0xa5, sizeof o);
-    memset(lse, 0xa5, sizeof lse);
-    memset(dq, 0xa5, sizeof dq);
-    memset(dk, 0xa5, sizeof dk);
-    memset(dv, 0xa5, sizeof dv);
-    struct burst_tensor tq = burst_tensor_contiguous(q, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        tk = burst_tensor_contiguous(k, BURST_DTYPE_FP32, 1, N, HKV, D),
-                        tv = burst_tensor_contiguous(v, BURST_DTYPE_FP32, 1, N, HKV, D),
-                        tdo = burst_tensor_contiguous(dout, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        to = burst_tensor_contiguous(o, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        tdq = burst_tensor_contiguous(dq, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        tdk = burst_tensor_contiguous(dk, BURST_DTYPE_FP32, 1, N, HKV, D),
-                        tdv = burst_tensor_contiguous(dv, BURST_DTYPE_FP32, 1, N, HKV, D);
+    struct mr_tensors t;
+    mr_tensors_init(&t);
     struct burst_plan *plan = NULL;
     const double t0 = harness_now_ms();
     burst_status_t st = burst_plan_create(harness_context(), comm, &pp, &plan);
@@ -1359,35 +1378,26 @@ static void mr_rank(int rank, struct burst_comm *comm, void *arg)
         /* a healthy forward on every rank first: a device builds its kernels on first use (a
          * Vulkan driver may compile them then: seconds on a cold shader cache), and a peer's time
          * to notice the failing call below must not count that */
-        st = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
-        memcpy(snap, o, sizeof o);
-        memcpy(snap + NQ, lse, sizeof lse);
-    } else {
-        memcpy(snap, o, sizeof o);
-        memcpy(snap + NQ, lse, sizeof lse);
+        st = burst_attention_forward(plan, &t.tq, &t.tk, &t.tv, &t.to, t.out.lse);
     }
-    memcpy(snap + NQ + HQ * N, dq, sizeof dq);
-    memcpy(snap + 2 * NQ + HQ * N, dk, sizeof dk);
-    memcpy(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv);
+    t.snap = t.out;
     const double t1 = harness_now_ms();
     if (st == BURST_OK && s->kind == 3)
-        st = burst_attention_forward(plan, &tq, &tk, &tv, bad ? NULL : &to, lse);
+        st = burst_attention_forward(plan, &t.tq, &t.tk, &t.tv, bad ? NULL : &t.to, t.out.lse);
     if (st == BURST_OK && s->kind == 4) {
-        struct burst_tensor bdq = tdq;
+        struct burst_tensor bdq = t.tdq;
         if (bad)
             bdq.dtype = BURST_DTYPE_FP16;
-        st = burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo, &bdq, &tdk, &tdv);
+        st = burst_attention_backward(plan, &t.tq, &t.tk, &t.tv, &t.to, t.out.lse, &t.tdo, &bdq,
+                                      &t.tdk, &t.tdv);
     }
     s->ms[rank] = harness_now_ms() - (s->kind >= 3 ? t1 : t0);
     s->st[rank] = st;
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
-    s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 &&
-                         memcmp(snap + NQ, lse, sizeof lse) == 0 &&
-                         memcmp(snap + NQ + HQ * N, dq, sizeof dq) == 0 &&
-                         memcmp(snap + 2 * NQ + HQ * N, dk, sizeof dk) == 0 &&
-                         memcmp(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv) == 0;
+    s->untouched[rank] = mr_tensors_untouched(&t);
     /* the communicator is aborted now: the next collective call says so, at once */
-    s->st_after[rank] = plan ? burst_attention_forward(plan, &tq, &tk, &tv, &to, lse) : st;
+    s->st_after[rank] =
+        plan ? burst_attention_forward(plan, &t.tq, &t.tk, &t.tv, &t.to, t.out.lse) : st;
     burst_plan_destroy(plan);
 }
 
@@ -1520,8 +1530,6 @@ static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
     struct sinks_state *s = arg;
     struct burst_plan_params pp = valid_params();
     pp.seq_len = N * MR_G;
-    float q[NQ], k[NKV], v[NKV], dout[NQ], o[NQ], lse[HQ * N], dq[NQ], dk[NKV], dv[NKV];
-    float dsinks[HQ], snap[2 * NQ + HQ * N + 2 * NKV + HQ];
     float good[HQ] = {1.5f, -0.5f}, bad[HQ] = {1.5f, -0.5f};
     if (s->kind == SB_FWD_NAN || s->kind == SB_BWD_NAN)
         bad[s->kind == SB_FWD_NAN ? 1 : 0] = NAN;
@@ -1529,53 +1537,29 @@ static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
         bad[0] = -INFINITY;
     const float *sk = s->kind == SB_FWD_NULL || s->kind == SB_BWD_NULL ? NULL : bad;
     const int64_t ns = s->kind == SB_FWD_LEN ? 3 : s->kind == SB_BWD_LEN ? 1 : HQ;
-    for (size_t i = 0; i < NQ; i++)
-        q[i] = dout[i] = 0.25f * (float)(i % 7);
-    for (size_t i = 0; i < NKV; i++)
-        k[i] = v[i] = 0.125f * (float)(i % 5);
-    memset(o, 0xa5, sizeof o);
-    memset(lse, 0xa5, sizeof lse);
-    memset(dq, 0xa5, sizeof dq);
-    memset(dk, 0xa5, sizeof dk);
-    memset(dv, 0xa5, sizeof dv);
-    memset(dsinks, 0xa5, sizeof dsinks);
-    struct burst_tensor tq = burst_tensor_contiguous(q, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        tk = burst_tensor_contiguous(k, BURST_DTYPE_FP32, 1, N, HKV, D),
-                        tv = burst_tensor_contiguous(v, BURST_DTYPE_FP32, 1, N, HKV, D),
-                        tdo = burst_tensor_contiguous(dout, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        to = burst_tensor_contiguous(o, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        tdq = burst_tensor_contiguous(dq, BURST_DTYPE_FP32, 1, N, HQ, D),
-                        tdk = burst_tensor_contiguous(dk, BURST_DTYPE_FP32, 1, N, HKV, D),
-                        tdv = burst_tensor_contiguous(dv, BURST_DTYPE_FP32, 1, N, HKV, D);
+    struct mr_tensors t;
+    mr_tensors_init(&t);
     struct burst_plan *plan = NULL;
     burst_status_t st = burst_plan_create(harness_context(), comm, &pp, &plan);
     const int fwd = s->kind < SB_BWD_NULL;
     if (st == BURST_OK && !fwd) /* a good forward first: the backward's inputs */
-        st = burst_attention_forward_sinks(plan, &tq, &tk, &tv, good, HQ, &to, lse);
+        st = burst_attention_forward_sinks(plan, &t.tq, &t.tk, &t.tv, good, HQ, &t.to, t.out.lse);
     pthread_barrier_wait(&s->fwd_done);
     const double t0 = harness_now_ms(); /* the call under test starts */
-    memcpy(snap, o, sizeof o);
-    memcpy(snap + NQ, lse, sizeof lse);
-    memcpy(snap + NQ + HQ * N, dq, sizeof dq);
-    memcpy(snap + 2 * NQ + HQ * N, dk, sizeof dk);
-    memcpy(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv);
-    memcpy(snap + 2 * NQ + HQ * N + 2 * NKV, dsinks, sizeof dsinks);
+    t.snap = t.out;
     if (st == BURST_OK && fwd)
-        st = burst_attention_forward_sinks(plan, &tq, &tk, &tv, sk, ns, &to, lse);
+        st = burst_attention_forward_sinks(plan, &t.tq, &t.tk, &t.tv, sk, ns, &t.to, t.out.lse);
     else if (st == BURST_OK && s->kind == SB_BWD_MIXED && rank == 1)
-        st = burst_attention_backward(plan, &tq, &tk, &tv, &to, lse, &tdo, &tdq, &tdk, &tdv);
+        st = burst_attention_backward(plan, &t.tq, &t.tk, &t.tv, &t.to, t.out.lse, &t.tdo, &t.tdq,
+                                      &t.tdk, &t.tdv);
     else if (st == BURST_OK)
-        st = burst_attention_backward_sinks(plan, &tq, &tk, &tv, &to, lse, &tdo, sk, ns, &tdq, &tdk,
-                                            &tdv, s->kind == SB_BWD_DSINKS ? NULL : dsinks);
+        st = burst_attention_backward_sinks(plan, &t.tq, &t.tk, &t.tv, &t.to, t.out.lse, &t.tdo, sk,
+                                            ns, &t.tdq, &t.tdk, &t.tdv,
+                                            s->kind == SB_BWD_DSINKS ? NULL : t.out.dsinks);
     s->st[rank] = st;
     s->ms[rank] = harness_now_ms() - t0;
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
-    s->untouched[rank] = memcmp(snap, o, sizeof o) == 0 &&
-                         memcmp(snap + NQ, lse, sizeof lse) == 0 &&
-                         memcmp(snap + NQ + HQ * N, dq, sizeof dq) == 0 &&
-                         memcmp(snap + 2 * NQ + HQ * N, dk, sizeof dk) == 0 &&
-                         memcmp(snap + 2 * NQ + HQ * N + NKV, dv, sizeof dv) == 0 &&
-                         memcmp(snap + 2 * NQ + HQ * N + 2 * NKV, dsinks, sizeof dsinks) == 0;
+    s->untouched[rank] = mr_tensors_untouched(&t);
     burst_plan_destroy(plan);
 }
 

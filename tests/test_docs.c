@@ -138,6 +138,30 @@ static void check_skipping(const struct harness_case *c, int want_steps, const i
     harness_problem_destroy(p);
 }
 
+/* Four ranks over 64 tokens cut into the documents lens, two query heads of 32, fp32, natural
+ * layout, no window. */
+static struct harness_case skip_case(const char *name, int kv_heads, int causal, int bwd,
+                                     const int64_t *lens, int64_t ndocs)
+{
+    return (struct harness_case){
+        .name = name,
+        .ranks = 4,
+        .batch = 1,
+        .seq_len = 64,
+        .q_heads = 2,
+        .kv_heads = kv_heads,
+        .head_dim = 32,
+        .dtype = BURST_DTYPE_FP32,
+        .causal = causal,
+        .window_left = -1,
+        .window_right = -1,
+        .layout = BURST_LAYOUT_NATURAL,
+        .bwd = (burst_bwd_pattern_t)bwd,
+        .doc_lens = lens,
+        .num_docs = ndocs,
+    };
+}
+
 static void test_skipping(void **state)
 {
     (void)state;
@@ -146,23 +170,7 @@ static void test_skipping(void **state)
     static const int own[4] = {1, 1, 1, 1};
     for (int causal = 0; causal < 2; causal++)
         for (int bwd = 0; bwd < 2; bwd++) {
-            struct harness_case c = {
-                .name = "docs_per_shard",
-                .ranks = 4,
-                .batch = 1,
-                .seq_len = 64,
-                .q_heads = 2,
-                .kv_heads = 1,
-                .head_dim = 32,
-                .dtype = BURST_DTYPE_FP32,
-                .causal = causal,
-                .window_left = -1,
-                .window_right = -1,
-                .layout = BURST_LAYOUT_NATURAL,
-                .bwd = (burst_bwd_pattern_t)bwd,
-                .doc_lens = four,
-                .num_docs = 4,
-            };
+            struct harness_case c = skip_case("docs_per_shard", 1, causal, bwd, four, 4);
             check_skipping(&c, 1, own, own);
         }
     /* a short document on rank 0, a long one over ranks 1..3: causal, rank r > 0 needs the
@@ -170,23 +178,7 @@ static void test_skipping(void **state)
     static const int64_t two[2] = {16, 48};
     static const int need[4] = {1, 1, 2, 3}, needed_by[4] = {1, 3, 2, 1};
     for (int bwd = 0; bwd < 2; bwd++) {
-        struct harness_case c = {
-            .name = "docs_short_long",
-            .ranks = 4,
-            .batch = 1,
-            .seq_len = 64,
-            .q_heads = 2,
-            .kv_heads = 2,
-            .head_dim = 32,
-            .dtype = BURST_DTYPE_FP32,
-            .causal = 1,
-            .window_left = -1,
-            .window_right = -1,
-            .layout = BURST_LAYOUT_NATURAL,
-            .bwd = (burst_bwd_pattern_t)bwd,
-            .doc_lens = two,
-            .num_docs = 2,
-        };
+        struct harness_case c = skip_case("docs_short_long", 2, 1, bwd, two, 2);
         check_skipping(&c, 3, need, needed_by);
     }
 }

@@ -34,21 +34,7 @@
 
 #include "context_internal.h"
 #include "fault.h"
-#include "harness.h"
-
-#define F32 BURST_DTYPE_FP32
-#define F16 BURST_DTYPE_FP16
-#define BF16 BURST_DTYPE_BF16
-#define NAT BURST_LAYOUT_NATURAL
-#define ZZ BURST_LAYOUT_ZIGZAG
-#define STR BURST_LAYOUT_STRIPED
-#define RING BURST_BWD_RING
-#define WIN BURST_WIRE_INPUT
-
-#define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
-    .head_dim = 32, .dtype = F32, .window_left = -1, .window_right = -1, .layout = NAT,            \
-    .bwd = BURST_BWD_BURST
+#include "harness_table.h"
 
 static const double w_a[] = {1, 2, 3, 4};
 static const double w_b[] = {3, 1};
@@ -57,14 +43,7 @@ static const double w_d[] = {2.5, 1, 1, 1, 0.5, 3};
 static const int64_t lens_zz[] = {2, 9, 5};
 static const int64_t lens_str[] = {7, 3, 12, 1};
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverride-init"
-#endif
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Winitializer-overrides"
-#endif
+HARNESS_TABLE_BEGIN
 /* uneven shards on one backend; 'mixed' runs them again with backends set */
 static struct harness_case cases[] = {
     {CASE("w_natural_full", 4, 60), .shard_weights = w_a},
@@ -91,12 +70,7 @@ static struct harness_case cases[] = {
     {CASE("w_deterministic_zigzag_fp16", 3, 48), .shard_weights = w_c, .dtype = F16, .causal = 1,
      .layout = ZZ, .deterministic = 1},
 };
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HARNESS_TABLE_END
 #define NCASES (sizeof cases / sizeof *cases)
 
 static void test_case(void **state)
@@ -112,22 +86,14 @@ static void test_case(void **state)
         assert_true(harness_problem_record(p, r)->positions_ok);
     assert_true(ok);
     if (c->deterministic) { /* a rerun is bitwise equal, on any mix of backends */
-        size_t bytes[H_NTENSORS];
-        void *first[H_NTENSORS];
-        for (int t = 0; t < H_NTENSORS; t++) {
-            const void *x = harness_problem_output(p, (enum harness_tensor)t, &bytes[t]);
-            first[t] = malloc(bytes[t]);
-            assert_non_null(first[t]);
-            memcpy(first[t], x, bytes[t]);
-        }
+        struct harness_outputs *first = harness_outputs_save(p);
+        assert_non_null(first);
         assert_int_equal(harness_problem_run(p), 0);
-        for (int t = 0; t < H_NTENSORS; t++) {
-            size_t b;
-            const void *x = harness_problem_output(p, (enum harness_tensor)t, &b);
-            if (b != bytes[t] || memcmp(x, first[t], b) != 0)
-                fail_msg("%s: rerun differs in tensor %d", c->name, t);
-            free(first[t]);
-        }
+        const int t = harness_outputs_diff(first, p);
+        harness_outputs_free(first);
+        if (t >= 0)
+            fail_msg("%s: rerun differs in %s", c->name,
+                     harness_tensor_name((enum harness_tensor)t));
     }
     harness_problem_destroy(p);
 }

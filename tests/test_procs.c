@@ -1511,32 +1511,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     printf("seed %llu (BURST_TEST_SEED)\n", (unsigned long long)harness_seed());
     /* A one-rank probe: is the fabric transport built, and is the provider usable? */
-    {
-        struct burst_rendezvous *rv = NULL;
-        struct burst_comm *c = NULL;
-        if (burst_rendezvous_create(NULL, 0, 1, NULL, &rv) != BURST_OK) {
-            fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
-            return 1;
-        }
-        struct burst_comm_params cp = burst_comm_params_default();
-        cp.transport = "fabric";
-        cp.fabric = g_prov;
-        cp.iface = strcmp(g_prov, "tcp") == 0 ? "127.0.0.1" : NULL;
-        cp.rendezvous = burst_rendezvous_address(rv);
-        cp.job_key = burst_rendezvous_key(rv);
-        cp.timeout_ms = 10000;
-        burst_status_t st = burst_comm_create(&cp, &c);
-        burst_comm_destroy(c);
-        burst_rendezvous_destroy(rv);
-        if (st == BURST_ERR_UNSUPPORTED) {
-            printf("SKIP: %s\n", burst_last_error());
-            return SKIP;
-        }
-        if (st != BURST_OK) {
-            fprintf(stderr, "one-rank probe: %s: %s\n", burst_status_str(st), burst_last_error());
-            return 1;
-        }
-    }
+    const int probe = harness_fabric_probe(g_prov);
+    if (probe != 0)
+        return probe;
     double t0 = now_ms();
     if (strcmp(what, "results") == 0) {
         static const int gs[] = {2, 3, 4, 8};

@@ -78,41 +78,38 @@ static void check_grad(const struct ref_problem *p, uint64_t seed)
     free(sinks), free(dsinks);
 }
 
+/* batch x seq_len tokens, q_heads query and kv_heads key/value heads of head_dim, the scale; no
+ * mask (the caller sets causal, windows, documents, cap and sinks on the copy). */
+static struct ref_problem problem(int64_t batch, int64_t seq_len, int q_heads, int kv_heads,
+                                  int head_dim, double scale)
+{
+    return (struct ref_problem){.batch = batch,
+                                .seq_len = seq_len,
+                                .q_heads = q_heads,
+                                .kv_heads = kv_heads,
+                                .head_dim = head_dim,
+                                .scale = scale,
+                                .window_left = -1,
+                                .window_right = -1};
+}
+
 static void test_grad_full(void **state)
 {
     (void)state;
-    struct ref_problem p = {.batch = 2,
-                            .seq_len = 5,
-                            .q_heads = 2,
-                            .kv_heads = 2,
-                            .head_dim = 8,
-                            .scale = 0.4,
-                            .window_left = -1,
-                            .window_right = -1};
+    struct ref_problem p = problem(2, 5, 2, 2, 8, 0.4);
     check_grad(&p, harness_seed() + 1);
 }
 
 static void test_grad_causal_window_gqa(void **state)
 {
     (void)state;
-    struct ref_problem p = {.batch = 1,
-                            .seq_len = 7,
-                            .q_heads = 4,
-                            .kv_heads = 2,
-                            .head_dim = 8,
-                            .scale = 0.35,
-                            .causal = 1,
-                            .window_left = 2,
-                            .window_right = -1};
+    struct ref_problem p = problem(1, 7, 4, 2, 8, 0.35);
+    p.window_left = 2;
+    p.causal = 1;
     check_grad(&p, harness_seed() + 2);
-    struct ref_problem p2 = {.batch = 1,
-                             .seq_len = 6,
-                             .q_heads = 4,
-                             .kv_heads = 1,
-                             .head_dim = 8,
-                             .scale = 0.35,
-                             .window_left = 1,
-                             .window_right = 2};
+    struct ref_problem p2 = problem(1, 6, 4, 1, 8, 0.35);
+    p2.window_left = 1;
+    p2.window_right = 2;
     check_grad(&p2, harness_seed() + 3);
 }
 
@@ -122,17 +119,10 @@ static void test_grad_docs_softcap_sinks(void **state)
 {
     (void)state;
     const int64_t docs[4] = {1, 3, 2, 4}; /* lengths 1 and 2 among them */
-    struct ref_problem p = {.batch = 2,
-                            .seq_len = 10,
-                            .q_heads = 4,
-                            .kv_heads = 2,
-                            .head_dim = 8,
-                            .scale = 0.9,
-                            .causal = 1,
-                            .window_left = -1,
-                            .window_right = -1,
-                            .doc_lens = docs,
-                            .num_docs = 4};
+    struct ref_problem p = problem(2, 10, 4, 2, 8, 0.9);
+    p.causal = 1;
+    p.doc_lens = docs;
+    p.num_docs = 4;
     check_grad(&p, harness_seed() + 5);
     p.causal = 0;
     p.softcap = 1.5; /* scores up to ~|0.9 * 8 * 2.25| = 16: deep in tanh's bend */
@@ -140,15 +130,9 @@ static void test_grad_docs_softcap_sinks(void **state)
     p.sinks = sink_marker;
     p.window_left = 1;
     check_grad(&p, harness_seed() + 7);
-    struct ref_problem p2 = {.batch = 1,
-                             .seq_len = 5,
-                             .q_heads = 2,
-                             .kv_heads = 1,
-                             .head_dim = 8,
-                             .scale = 0.4,
-                             .window_left = -1,
-                             .window_right = 0,
-                             .sinks = sink_marker};
+    struct ref_problem p2 = problem(1, 5, 2, 1, 8, 0.4);
+    p2.window_right = 0;
+    p2.sinks = sink_marker;
     check_grad(&p2, harness_seed() + 8);
 }
 
@@ -163,17 +147,10 @@ static void test_docs_and_sinks_meaning(void **state)
         D = 8
     };
     const int64_t docs[3] = {4, 1, 4};
-    struct ref_problem p = {.batch = 1,
-                            .seq_len = N,
-                            .q_heads = H,
-                            .kv_heads = H,
-                            .head_dim = D,
-                            .scale = 0.5,
-                            .causal = 1,
-                            .window_left = -1,
-                            .window_right = -1,
-                            .doc_lens = docs,
-                            .num_docs = 3};
+    struct ref_problem p = problem(1, N, H, H, D, 0.5);
+    p.causal = 1;
+    p.doc_lens = docs;
+    p.num_docs = 3;
     uint64_t st = harness_seed() + 9;
     double *q = rnd(&st, N * H * D, 2), *k = rnd(&st, N * H * D, 2), *v = rnd(&st, N * H * D, 1);
     double o[N * H * D], lse[H * N], o1[N * H * D], lse1[H * N];
@@ -193,15 +170,8 @@ static void test_docs_and_sinks_meaning(void **state)
         start += docs[t];
     }
     const double sinks[H] = {0.7, -1.3};
-    struct ref_problem ps = {.batch = 1,
-                             .seq_len = N,
-                             .q_heads = H,
-                             .kv_heads = H,
-                             .head_dim = D,
-                             .scale = 0.5,
-                             .window_left = -1,
-                             .window_right = -1,
-                             .sinks = sinks};
+    struct ref_problem ps = problem(1, N, H, H, D, 0.5);
+    ps.sinks = sinks;
     ref_forward(&ps, q, k, v, o, lse);
     for (int h = 0; h < H; h++)
         for (int64_t i = 0; i < N; i++) {
@@ -231,15 +201,9 @@ static void test_docs_and_sinks_meaning(void **state)
 static void test_rows_and_weights(void **state)
 {
     (void)state;
-    struct ref_problem p = {.batch = 2,
-                            .seq_len = 9,
-                            .q_heads = 4,
-                            .kv_heads = 2,
-                            .head_dim = 16,
-                            .scale = 0.25,
-                            .causal = 1,
-                            .window_left = 3,
-                            .window_right = -1};
+    struct ref_problem p = problem(2, 9, 4, 2, 16, 0.25);
+    p.window_left = 3;
+    p.causal = 1;
     uint64_t st = harness_seed() + 4;
     const size_t nq = 2 * 9 * 4 * 16, nkv = 2 * 9 * 2 * 16;
     double *q = rnd(&st, nq, 2), *k = rnd(&st, nkv, 2), *v = malloc(nkv * sizeof *v);

@@ -18,30 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
+#include "harness_table.h"
 
-#define F32 BURST_DTYPE_FP32
-#define F16 BURST_DTYPE_FP16
-#define BF16 BURST_DTYPE_BF16
-#define NAT BURST_LAYOUT_NATURAL
-#define ZZ BURST_LAYOUT_ZIGZAG
-#define STR BURST_LAYOUT_STRIPED
-#define BURST BURST_BWD_BURST
-#define RING BURST_BWD_RING
-
-#define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
-    .head_dim = 32, .dtype = F32, .window_left = -1, .window_right = -1, .layout = NAT,            \
-    .bwd = BURST
-
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverride-init"
-#endif
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Winitializer-overrides"
-#endif
+HARNESS_TABLE_BEGIN
 /* amp 6 with d = 32 and tau = 1/sqrt(32): scaled scores of magnitude up to ~20 (std ~ 12), far
  * into the bend of tanh for cap 5 and well into it for 30; amp 8: up to ~40 against cap 50. */
 static const struct harness_case cases[] = {
@@ -86,12 +65,7 @@ static const struct harness_case cases[] = {
     {CASE("sinks_cap5_g4_head_groups_ring_batch2", 4, 48), .sinks = 1, .softcap = 5.0f, .amp = 6,
      .q_heads = 4, .kv_heads = 2, .workspace_limit = 1, .batch = 2, .bwd = RING},
 };
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HARNESS_TABLE_END
 
 static void test_case(void **state)
 {

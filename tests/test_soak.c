@@ -341,31 +341,11 @@ static int worker_main(char **argv)
 static int run_processes(const char *prov, int iters, const char *self)
 {
     /* skip where libfabric or the provider is missing: a one-rank comm tells */
-    struct burst_rendezvous *rv = NULL;
-    if (burst_rendezvous_create(NULL, 0, 1, NULL, &rv) != BURST_OK) {
-        fprintf(stderr, "burst_rendezvous_create: %s\n", burst_last_error());
-        return 1;
-    }
-    struct burst_comm_params cp = burst_comm_params_default();
-    struct burst_comm *c = NULL;
-    cp.transport = "fabric";
-    cp.fabric = prov;
-    cp.iface = strcmp(prov, "tcp") == 0 ? "127.0.0.1" : NULL;
-    cp.rendezvous = burst_rendezvous_address(rv);
-    cp.job_key = burst_rendezvous_key(rv);
-    cp.timeout_ms = 10000;
-    burst_status_t st = burst_comm_create(&cp, &c);
-    burst_comm_destroy(c);
-    burst_rendezvous_destroy(rv);
-    if (st == BURST_ERR_UNSUPPORTED) {
-        printf("SKIP: %s\n", burst_last_error());
-        return SKIP;
-    }
-    if (st != BURST_OK) {
-        fprintf(stderr, "one-rank probe: %s\n", burst_last_error());
-        return 1;
-    }
+    const int probe = harness_fabric_probe(prov);
+    if (probe != 0)
+        return probe;
 
+    struct burst_rendezvous *rv = NULL;
     int fds_before = count_dir("/proc/self/fd", NULL);
     int fd = memfd_create("burst-test-soak", 0);
     struct report *reps = MAP_FAILED;

@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "harness_table.h"
 #include "schedule.h"
 
 static int wrap(int x, int g)
@@ -70,16 +70,23 @@ static uint64_t acc_bytes(const struct harness_case *c, burst_bwd_pattern_t pat,
     return (uint64_t)(c->batch * n[a] * c->q_heads * c->head_dim) * ws;
 }
 
-static void check_traffic(const struct harness_case *c)
+/* Case c run (the test fails when it does not run); desc holds its description. */
+static struct harness_problem *run_case(const struct harness_case *c, char *desc, size_t len)
 {
-    char desc[512];
-    harness_case_str(c, desc, sizeof desc);
+    harness_case_str(c, desc, len);
     struct harness_problem *p = harness_problem_create(c);
     assert_non_null(p);
     if (harness_problem_run(p) != 0) {
         harness_problem_print(p, NULL, "FAIL");
         fail_msg("%s: run failed", desc);
     }
+    return p;
+}
+
+static void check_traffic(const struct harness_case *c)
+{
+    char desc[512];
+    struct harness_problem *p = run_case(c, desc, sizeof desc);
     const int G = c->ranks;
     struct burst_shards s;
     assert_int_equal(burst_shards_init(&s, "test", c->layout, c->seq_len, G, c->shard_lens),
@@ -212,13 +219,7 @@ static uint64_t flat_total(const struct harness_case *c, const int64_t *n, int G
 static void check_traffic2(const struct harness_case *c)
 {
     char desc[512];
-    harness_case_str(c, desc, sizeof desc);
-    struct harness_problem *p = harness_problem_create(c);
-    assert_non_null(p);
-    if (harness_problem_run(p) != 0) {
-        harness_problem_print(p, NULL, "FAIL");
-        fail_msg("%s: run failed", desc);
-    }
+    struct harness_problem *p = run_case(c, desc, sizeof desc);
     const int G = c->ranks, L = c->ranks_per_node;
     struct burst_shards s;
     assert_int_equal(burst_shards_init(&s, "test", c->layout, c->seq_len, G, c->shard_lens),
@@ -310,64 +311,51 @@ static void check_traffic2(const struct harness_case *c)
     harness_problem_destroy(p);
 }
 
-#define CASE(nm, G, n)                                                                             \
-    .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = 2, .kv_heads = 2,           \
-    .head_dim = 16, .dtype = BURST_DTYPE_FP32, .window_left = -1, .window_right = -1
+/* heads of 16 */
+#define TCASE(nm, G, n) CASE(nm, G, n), .head_dim = 16
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverride-init"
-#endif
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Winitializer-overrides"
-#endif
+HARNESS_TABLE_BEGIN
 static const int64_t lens_a[] = {5, 17, 1, 9};
 static const struct harness_case cases[] = {
-    {CASE("mha_fp32_burst_zigzag", 4, 64), .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
-    {CASE("mha_fp32_ring", 4, 64), .bwd = BURST_BWD_RING},
-    {CASE("gqa_bf16_ring_uneven", 3, 50), .q_heads = 8, .dtype = BURST_DTYPE_BF16,
+    {TCASE("mha_fp32_burst_zigzag", 4, 64), .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
+    {TCASE("mha_fp32_ring", 4, 64), .bwd = BURST_BWD_RING},
+    {TCASE("gqa_bf16_ring_uneven", 3, 50), .q_heads = 8, .dtype = BURST_DTYPE_BF16,
      .bwd = BURST_BWD_RING},
-    {CASE("fp16_burst_wire_input_striped", 5, 53), .q_heads = 4, .dtype = BURST_DTYPE_FP16,
+    {TCASE("fp16_burst_wire_input_striped", 5, 53), .q_heads = 4, .dtype = BURST_DTYPE_FP16,
      .layout = BURST_LAYOUT_STRIPED, .wire = BURST_WIRE_INPUT},
-    {CASE("bf16_ring_wire_input_lens", 4, 32), .shard_lens = lens_a, .dtype = BURST_DTYPE_BF16,
+    {TCASE("bf16_ring_wire_input_lens", 4, 32), .shard_lens = lens_a, .dtype = BURST_DTYPE_BF16,
      .bwd = BURST_BWD_RING, .wire = BURST_WIRE_INPUT, .causal = 1},
-    {CASE("bf16_burst_lens", 4, 32), .shard_lens = lens_a, .dtype = BURST_DTYPE_BF16},
-    {CASE("window_stops_early_burst", 8, 128), .window_left = 10},
-    {CASE("window_stops_early_ring", 8, 128), .window_left = 10, .causal = 1,
+    {TCASE("bf16_burst_lens", 4, 32), .shard_lens = lens_a, .dtype = BURST_DTYPE_BF16},
+    {TCASE("window_stops_early_burst", 8, 128), .window_left = 10},
+    {TCASE("window_stops_early_ring", 8, 128), .window_left = 10, .causal = 1,
      .bwd = BURST_BWD_RING},
-    {CASE("window_right_zigzag", 4, 96), .window_right = 5, .layout = BURST_LAYOUT_ZIGZAG,
+    {TCASE("window_right_zigzag", 4, 96), .window_right = 5, .layout = BURST_LAYOUT_ZIGZAG,
      .bwd = BURST_BWD_RING, .wire = BURST_WIRE_INPUT},
-    {CASE("g1_no_traffic", 1, 16), .causal = 1},
-    {CASE("g2_batch2_d128", 2, 20), .batch = 2, .head_dim = 128, .dtype = BURST_DTYPE_FP16},
-    {CASE("g7_uneven_burst", 7, 31), .q_heads = 3, .kv_heads = 1},
+    {TCASE("g1_no_traffic", 1, 16), .causal = 1},
+    {TCASE("g2_batch2_d128", 2, 20), .batch = 2, .head_dim = 128, .dtype = BURST_DTYPE_FP16},
+    {TCASE("g7_uneven_burst", 7, 31), .q_heads = 3, .kv_heads = 1},
     /* AUTO: MHA -> burst; GQA 4:1 -> ring; input-dtype wire too */
-    {CASE("auto_mha", 3, 30), .bwd = BURST_BWD_AUTO},
-    {CASE("auto_gqa4", 3, 30), .q_heads = 8, .bwd = BURST_BWD_AUTO},
-    {CASE("auto_mha_bf16_wire_input", 3, 30), .dtype = BURST_DTYPE_BF16, .wire = BURST_WIRE_INPUT,
+    {TCASE("auto_mha", 3, 30), .bwd = BURST_BWD_AUTO},
+    {TCASE("auto_gqa4", 3, 30), .q_heads = 8, .bwd = BURST_BWD_AUTO},
+    {TCASE("auto_mha_bf16_wire_input", 3, 30), .dtype = BURST_DTYPE_BF16, .wire = BURST_WIRE_INPUT,
      .bwd = BURST_BWD_AUTO},
-    {CASE("auto_gqa2_bf16_wire_input", 3, 30), .q_heads = 4, .dtype = BURST_DTYPE_BF16,
+    {TCASE("auto_gqa2_bf16_wire_input", 3, 30), .q_heads = 4, .dtype = BURST_DTYPE_BF16,
      .wire = BURST_WIRE_INPUT, .bwd = BURST_BWD_AUTO},
-    {CASE("auto_gqa2_d8", 4, 40), .q_heads = 4, .head_dim = 8, .bwd = BURST_BWD_AUTO},
+    {TCASE("auto_gqa2_d8", 4, 40), .q_heads = 4, .head_dim = 8, .bwd = BURST_BWD_AUTO},
     /* two-level ring (check_traffic2) */
-    {CASE("l2_g4_burst_zigzag", 4, 64), .ranks_per_node = 2, .causal = 1,
+    {TCASE("l2_g4_burst_zigzag", 4, 64), .ranks_per_node = 2, .causal = 1,
      .layout = BURST_LAYOUT_ZIGZAG},
-    {CASE("l2_g6_ring_bf16", 6, 60), .ranks_per_node = 2, .dtype = BURST_DTYPE_BF16,
+    {TCASE("l2_g6_ring_bf16", 6, 60), .ranks_per_node = 2, .dtype = BURST_DTYPE_BF16,
      .bwd = BURST_BWD_RING},
-    {CASE("l3_g6_window_burst", 6, 96), .ranks_per_node = 3, .window_left = 10},
-    {CASE("l4_g8_window_ring_wire_input", 8, 128), .ranks_per_node = 4, .window_left = 10,
+    {TCASE("l3_g6_window_burst", 6, 96), .ranks_per_node = 3, .window_left = 10},
+    {TCASE("l4_g8_window_ring_wire_input", 8, 128), .ranks_per_node = 4, .window_left = 10,
      .causal = 1, .bwd = BURST_BWD_RING, .wire = BURST_WIRE_INPUT, .dtype = BURST_DTYPE_BF16},
-    {CASE("l2_g4_lens_burst_bf16", 4, 32), .ranks_per_node = 2, .shard_lens = lens_a,
+    {TCASE("l2_g4_lens_burst_bf16", 4, 32), .ranks_per_node = 2, .shard_lens = lens_a,
      .dtype = BURST_DTYPE_BF16},
-    {CASE("l1_g4_ring_gqa", 4, 40), .ranks_per_node = 1, .q_heads = 4, .bwd = BURST_BWD_RING},
-    {CASE("l2_g4_auto_gqa4", 4, 40), .ranks_per_node = 2, .q_heads = 8, .bwd = BURST_BWD_AUTO},
+    {TCASE("l1_g4_ring_gqa", 4, 40), .ranks_per_node = 1, .q_heads = 4, .bwd = BURST_BWD_RING},
+    {TCASE("l2_g4_auto_gqa4", 4, 40), .ranks_per_node = 2, .q_heads = 8, .bwd = BURST_BWD_AUTO},
 };
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HARNESS_TABLE_END
 
 static void test_case(void **state)
 {

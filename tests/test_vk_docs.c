@@ -31,7 +31,7 @@
 
 #include "../tools/ref.h"
 #include "backend.h"
-#include "harness.h"
+#include "harness_table.h"
 
 enum {
     B = 2,
@@ -339,14 +339,7 @@ static const int64_t ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* 12 tokens
     .name = (nm), .g = (G), .zigzag = (zz), .n = (N), .hq = (HQ), .hkv = (HKV), .d = (D),          \
     .dt = (DT), .wl = -1, .wr = -1, .amp = 1.0, .det = 1
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverride-init"
-#endif
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Winitializer-overrides"
-#endif
+HARNESS_TABLE_BEGIN
 static const struct dcase cases[] = {
     /* documents */
     {DC_("docs_causal_zigzag_g4", 4, 1, 64, 4, 2, 32, BURST_DTYPE_FP32), .causal = 1,
@@ -378,12 +371,7 @@ static const struct dcase cases[] = {
     {DC_("docs_cap30_causal_g4", 4, 1, 64, 4, 2, 32, BURST_DTYPE_FP32), .causal = 1,
      .lens = short_docs, .ndocs = 8, .softcap = 30.0f, .amp = 3.0, .scale = 1.0f},
 };
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HARNESS_TABLE_END
 
 int main(void)
 {

@@ -43,28 +43,15 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "harness.h"
+#include "harness_table.h"
 
 static char cache_dir[256];
-
-static void case_fn(void **state)
-{
-    const struct harness_case *c = *state;
-    assert_true(harness_check_case(c, 0));
-}
 
 #define VK_CASE(nm, G, n, hq, hkv, d, dt)                                                          \
     .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = (hq), .kv_heads = (hkv),    \
     .head_dim = (d), .dtype = (dt), .window_left = -1, .window_right = -1
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverride-init"
-#endif
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Winitializer-overrides"
-#endif
+HARNESS_TABLE_BEGIN
 static const struct harness_case cases[] = {
     {VK_CASE("full_g1_d64", 1, 96, 2, 2, 64, BURST_DTYPE_FP32)},
     {VK_CASE("causal_zigzag_g4_fp16", 4, 128, 4, 2, 32, BURST_DTYPE_FP16), .causal = 1,
@@ -159,12 +146,7 @@ static const struct harness_case path_cases[] = {
     {VK_CASE("p_softcap30_d256_bf16", 2, 100, 2, 1, 256, BURST_DTYPE_BF16), .softcap = 30.0f,
      .softmax_scale = 1.0f, .amp = 2.0},
 };
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HARNESS_TABLE_END
 
 /* ---- probe --------------------------------------------------------------------------------- */
 
@@ -542,8 +524,8 @@ static int run_path(const char *path)
     }
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     harness_context();
-    return harness_run_cases(path, path_cases, sizeof path_cases / sizeof *path_cases, case_fn,
-                             NULL, 0);
+    return harness_run_cases(path, path_cases, sizeof path_cases / sizeof *path_cases,
+                             harness_case_test, NULL, 0);
 }
 
 int main(int argc, char **argv)
@@ -566,8 +548,8 @@ int main(int argc, char **argv)
             cmocka_unit_test(small_shared_memory), cmocka_unit_test(context_alloc_huge),
             cmocka_unit_test(tile_cache),          cmocka_unit_test(tile_cache_special),
         };
-        rc = harness_run_cases("vulkan", cases, sizeof cases / sizeof *cases, case_fn, extra,
-                               sizeof extra / sizeof *extra);
+        rc = harness_run_cases("vulkan", cases, sizeof cases / sizeof *cases, harness_case_test,
+                               extra, sizeof extra / sizeof *extra);
     }
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
