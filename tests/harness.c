@@ -41,6 +41,13 @@ static void harness_seed_init(void)
     }
 }
 
+int harness_time_scale(void)
+{
+    const char *ts = getenv("BURST_TEST_TIME_SCALE");
+    int v = ts ? atoi(ts) : 0;
+    return v > 0 ? v : 1;
+}
+
 uint64_t harness_seed(void)
 {
     pthread_once(&harness_seed_once, harness_seed_init);

@@ -108,6 +108,10 @@ int harness_run_cases(const char *group, const struct harness_case *cases, size_
 
 /* The run's seed: BURST_TEST_SEED if set, else drawn from the clock. Stable within a process. */
 uint64_t harness_seed(void);
+
+/* BURST_TEST_TIME_SCALE (a positive integer; 1 when unset or malformed): the factor by which a
+ * test stretches its wall-clock limits for slow code (sanitizers, valgrind, a software GPU). */
+int harness_time_scale(void);
 uint64_t harness_rng_next(uint64_t *state); /* splitmix64 */
 double harness_rng_uniform(uint64_t *state, double lo, double hi);
 

@@ -1427,7 +1427,7 @@ static void mismatch(int kind, const char *field, int bad_rank)
             !(harness_contains(s.msg[r], rk) || (r == bad_rank && harness_contains(s.msg[r], "0"))))
             fail_msg("rank %d: message \"%s\" does not name field %s and rank %s", r, s.msg[r],
                      field, rk);
-        assert_true(s.ms[r] < TIMEOUT_MS + 1000);
+        assert_true(s.ms[r] < (TIMEOUT_MS + 1000) * harness_time_scale());
         assert_true(s.untouched[r]);
     }
 }
@@ -1607,7 +1607,7 @@ static void sinks_mixed_backward(void **state)
         printf("rank %d: status %d (%s) after %.0f ms: %s\n", r, (int)s.st[r],
                burst_status_str(s.st[r]), s.ms[r], s.msg[r]);
         assert_int_not_equal(s.st[r], BURST_OK);
-        assert_true(s.ms[r] < 2 * TIMEOUT_MS + 2000);
+        assert_true(s.ms[r] < (2 * TIMEOUT_MS + 2000) * harness_time_scale());
         assert_true(s.untouched[r]);
     }
 }
@@ -1659,7 +1659,7 @@ static void rpn_bad(int value)
         if (!harness_contains(s.msg[r], "ranks_per_node") || !harness_contains(s.msg[r], v))
             fail_msg("G=4 rank %d: message \"%s\" does not name ranks_per_node and %s", r, s.msg[r],
                      v);
-        if (!(s.ms[r] < TIMEOUT_MS + 1000))
+        if (!(s.ms[r] < (TIMEOUT_MS + 1000) * harness_time_scale()))
             fail_msg("rank %d returned after %.0f ms (timeout %d ms)", r, s.ms[r], TIMEOUT_MS);
     }
     if (invalid == 0)
@@ -1696,7 +1696,7 @@ static void peers_fail(int kind, int bad_rank, const char *n1, const char *n2)
             fail_msg("rank %d: status %d (%s), expected BURST_ERR_PEER_FAILED: %s", r, (int)s.st[r],
                      burst_status_str(s.st[r]), s.msg[r]);
         }
-        if (!(s.ms[r] < TIMEOUT_MS + 1000))
+        if (!(s.ms[r] < (TIMEOUT_MS + 1000) * harness_time_scale()))
             fail_msg("rank %d returned after %.0f ms (timeout %d ms)", r, s.ms[r], TIMEOUT_MS);
         if (!s.untouched[r])
             fail_msg("rank %d: outputs written although the call failed", r);

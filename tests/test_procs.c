@@ -1107,8 +1107,7 @@ static void case_fault(int G, int victim, char phase, int delay_ms, int step)
         double dt = s->t_fail_ms - t_kill;
         worst = dt > worst ? dt : worst;
         /* BURST_TEST_TIME_SCALE (sanitizer builds: 3) stretches the limit for slow code */
-        const char *ts = getenv("BURST_TEST_TIME_SCALE");
-        double limit = 3000.0 * (ts && atoi(ts) > 0 ? atoi(ts) : 1);
+        double limit = 3000.0 * harness_time_scale();
         CHECK(dt < limit, "phase %c: survivor %d noticed after %.0f ms (limit %.0f)", phase, r, dt,
               limit);
     }
