@@ -54,13 +54,25 @@ template <typename T, int D> struct burst_dec_cfg {
 
 /* ---- the split kernel ---------------------------------------------------------------------------- */
 
+/* The pool block of the tile of keys [j0, j0 + BK) when the whole tile lies in one cache block
+ * (every tile when block_len is a multiple of BK), else -1 (the loader then reads the table per
+ * key row). The kernel reads it one tile ahead of the tile's loads, so that the table read is
+ * not waited for between two tiles. */
+template <int BK>
+__device__ __forceinline__ int burst_dec_tile_block(const struct burst_cuda_decode &a, int j0)
+{
+    const int b0 = j0 / a.block_len;
+    return (j0 + BK - 1) / a.block_len == b0 ? __ldg(a.blocks + b0) : -1;
+}
+
 /* cp.async the K and V rows of tile keys [j0, j0 + BK) of kv head g into sk, sv; keys at or past
  * kend and the class's columns past d are zero-filled (nothing outside the caller's rows is
- * read). Thread layout as burst_tc_load: one 16-byte column chunk per thread, every RS-th row. */
+ * read). blk: burst_dec_tile_block of the tile. Thread layout as burst_tc_load: one 16-byte
+ * column chunk per thread, every RS-th row. */
 template <typename T, int D>
 __device__ __forceinline__ void
 burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>::E *sv,
-               const struct burst_cuda_decode &a, int j0, int kend, int g)
+               const struct burst_cuda_decode &a, int j0, int blk, int kend, int g)
 {
     using C = burst_dec_cfg<T, D>;
     using E = typename C::E;
@@ -74,10 +86,9 @@ burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>
     const int bl = a.block_len;
     const int64_t row = (int64_t)a.hkv * a.d; /* elements between two keys of a block */
     const int64_t head = (int64_t)g * a.d + ch * C::CH;
-    /* the whole tile inside one cache block: one table read */
-    const int b0 = j0 / bl;
-    const bool one = (j0 + C::BK - 1) / bl == b0;
-    const int64_t base0 = one ? (int64_t)__ldg(a.blocks + b0) * bl - (int64_t)b0 * bl : 0;
+    /* the whole tile inside one cache block: key j is row j - b0 bl of pool block blk */
+    const bool one = blk >= 0;
+    const int64_t base0 = one ? ((int64_t)blk - j0 / bl) * bl : 0;
 #pragma unroll
     for (int i = 0; i < C::BK / RS; i++) {
         const int r = rr + i * RS, j = j0 + r;
@@ -272,6 +283,7 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     /* this lane's rows rq, rq + 8 of the chunk: the end of their allowed keys (rows past the
      * group's are never stored: no mask) */
     int ke[2];
+#pragma unroll
     for (int u = 0; u < 2; u++) {
         const int rr = z * 16 + rq + 8 * u;
         ke[u] = rr < rows ? min(a.nkeys, a.tail + rr / a.group + 1) : INT_MAX;
@@ -291,9 +303,13 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     for (int s = 0; s < C::STAGES - 1; s++) {
         if (s < ntile)
             burst_dec_load<T, D>(stages + s * 2 * C::BK * C::W, stages + (s * 2 + 1) * C::BK * C::W,
-                                 a, kb + s * C::BK, ke_blk, g);
+                                 a, kb + s * C::BK, burst_dec_tile_block<C::BK>(a, kb + s * C::BK),
+                                 ke_blk, g);
         burst_cp_commit();
     }
+    /* the table entry of the next tile to load, read one iteration ahead */
+    int blk_next =
+        C::STAGES - 1 < ntile ? burst_dec_tile_block<C::BK>(a, kb + (C::STAGES - 1) * C::BK) : -1;
 
     float o[D / 8][4];
 #pragma unroll
@@ -305,10 +321,12 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
         burst_cp_wait<C::STAGES - 2>(); /* tile it has landed (this thread's copies) */
         __syncthreads();                /* ... everyone's; and stage it - 1 is free */
         const int nx = it + C::STAGES - 1, sx = nx % C::STAGES;
-        if (nx < ntile)
+        if (nx < ntile) {
             burst_dec_load<T, D>(stages + sx * 2 * C::BK * C::W,
-                                 stages + (sx * 2 + 1) * C::BK * C::W, a, kb + nx * C::BK, ke_blk,
-                                 g);
+                                 stages + (sx * 2 + 1) * C::BK * C::W, a, kb + nx * C::BK, blk_next,
+                                 ke_blk, g);
+            blk_next = nx + 1 < ntile ? burst_dec_tile_block<C::BK>(a, kb + (nx + 1) * C::BK) : -1;
+        }
         burst_cp_commit();
         const int st = it % C::STAGES, jw = kb + it * C::BK + warp * 16;
         if (jw < ke_blk) {
