@@ -873,11 +873,17 @@ static const struct dec_case dec_fixed[] = {
     {"fp16_d8_one_key", F16, 8, 8, 2, 1, 16, 1, 0, 0.0f, 0},
     {"fp32_d64_softcap_t8", F32, 64, 8, 2, 8, 256, 777, 770, 2.0f, 1},
     {"bf16_d128_no_keys", BF16, 128, 8, 2, 1, 64, 0, 0, 0.0f, 0},
+    /* few keys, each weighing much in the softmax: a key too many or too few under the causal
+     * mask among the new tokens moves O well past the tolerance */
+    {"bf16_d64_few_keys_t4", BF16, 64, 8, 2, 4, 16, 5, 1, 0.0f, 0},
+    {"fp16_d128_17_keys_t16", F16, 128, 8, 2, 16, 16, 17, 1, 0.0f, 1},
+    {"fp32_d80_70_keys_t16_bl48", F32, 80, 8, 2, 16, 48, 70, 54, 0.0f, 0},
+    {"bf16_d256_tile_edge_t3", BF16, 256, 8, 2, 3, 64, 130, 127, 0.0f, 0},
 };
 #define DEC_RANDOM 24
 
 /* Case k of the random ones: GQA 4:1, dtype, d in {64, 80, 128, 256}, block_len in {16, 64,
- * 256, 48}, t in [1, 16], nkeys in [1, 4000], tail leaving 0..t new tokens here. */
+ * 256, 48}, t in [1, 16], nkeys in [2, 4000] log-uniform, tail leaving 0..t new tokens here. */
 static struct dec_case dec_random(int k, uint64_t *st)
 {
     static const burst_dtype_t dts[3] = {BF16, F16, F32};
@@ -885,7 +891,7 @@ static struct dec_case dec_random(int k, uint64_t *st)
     static const int64_t bls[4] = {16, 64, 256, 48};
     struct dec_case c = {"random", dts[k % 3], ds[(k / 3) % 4], 8, 2, 1, bls[k % 4], 1, 0, 0, 0};
     c.t = 1 + (int)(harness_rng_next(st) % 16);
-    c.nkeys = 1 + (int64_t)(harness_rng_next(st) % 4000);
+    c.nkeys = 1 + (int64_t)exp(harness_rng_uniform(st, 0.0, log(4000.0))); /* log-uniform */
     int64_t fresh = (int64_t)(harness_rng_next(st) % (uint64_t)(c.t + 1));
     c.tail = c.nkeys - (fresh < c.nkeys ? fresh : c.nkeys);
     c.softcap = k % 5 == 4 ? 4.0f : 0.0f;
@@ -1196,8 +1202,9 @@ static int dec_close(const char *what, const struct dec_problem *p, const float 
  * P to the 16-bit input dtype for P V (relative error u per probability, u = 2^-8 bf16, 2^-11
  * fp16), so |O - O_ref| <= u max|V| = u; fp32 runs 3xTF32 (about 2^-21 per product) and fp32
  * sums over a few thousand keys: 3e-5. lse uses the unrounded fp32 probabilities: 2e-4 (fp32
- * sums and ex2.approx over up to 12000 keys). Twice that between decode_step and the fallback,
- * whose roundings differ. */
+ * sums and ex2.approx over up to 12000 keys); the fallback's lse 5e-4, as it rounds the running
+ * lse to fp32 once per block (300 blocks at block_len 1). Between decode_step and the fallback,
+ * whose roundings differ, the sums of the two. */
 static int dec_check(struct burst_context *ctx, const struct dec_case *c, uint64_t *st)
 {
     struct dec_problem p;
@@ -1213,13 +1220,14 @@ static int dec_check(struct burst_context *ctx, const struct dec_case *c, uint64
     ok = ok && dec_close("decode_step", &p, o1, l1, otol, ltol);
     ok = ok && dec_run(ctx, &p, 0, o3, l3, &s3) && s3 == BURST_OK &&
          memcmp(o1, o3, p.no * 4) == 0 && memcmp(l1, l3, p.nrows * 4) == 0;
+    const double ltol_fb = 5e-4;
     int fb = dec_run(ctx, &p, 1, o2, l2, &s2) && s2 == BURST_OK &&
-             dec_close("fwd_step per block", &p, o2, l2, otol, ltol);
+             dec_close("fwd_step per block", &p, o2, l2, otol, ltol_fb);
     /* decode_step against the fallback directly */
     for (size_t e = 0; fb && e < p.no; e++)
         fb = fabs((double)o1[e] - (double)o2[e]) <= 2 * otol;
     for (size_t r = 0; fb && r < p.nrows; r++)
-        fb = l1[r] == l2[r] || fabs((double)l1[r] - (double)l2[r]) <= 2 * ltol;
+        fb = l1[r] == l2[r] || fabs((double)l1[r] - (double)l2[r]) <= ltol + ltol_fb;
     printf("[%s] decode %s: %s t=%d hq=%d hkv=%d d=%d block_len=%lld nkeys=%lld tail=%lld%s%s "
            "(status %d)%s\n",
            ok && fb ? "ok" : "FAIL", c->name,
