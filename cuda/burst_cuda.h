@@ -167,7 +167,8 @@ struct burst_cuda_decode {
 /* Queries per decode step the kernels take (more: the backend declines, the engine falls back). */
 #define BURST_CUDA_DECODE_TMAX 64
 /* Choose the splits of a decode step for a device of num_sms multiprocessors (one wave of equal
- * blocks); -1 when the kernel's shared memory exceeds smem_optin (the backend declines). */
+ * blocks); -1 when the kernel cannot run it: its shared memory exceeds smem_optin, or more kv
+ * heads or row chunks than a grid holds (the backend declines). */
 int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin);
 /* Bytes of scratch a planned step needs (o_part then lse_part, each 16-byte aligned). */
 static inline size_t burst_cuda_decode_scratch_bytes(const struct burst_cuda_decode *a)

@@ -445,6 +445,8 @@ static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t s
         per_sm = 1;
     }
     const int rows = a->t * a->group, chunks = (rows + 15) / 16;
+    if (a->hkv > 65535 || chunks > 65535) /* the grid's y and z extents */
+        return -1;
     const int kmax = a->nkeys < a->tail + a->t ? a->nkeys : a->tail + a->t; /* keys any row sees */
     const int ntiles = (kmax + C::BK - 1) / C::BK;
     /* one full wave of equal blocks: splits * Hkv * chunks ~ SMs * blocks per SM */
