@@ -29,7 +29,7 @@ BURST_TEST_BACKEND=cuda BURST_TEST_FILTER='test_decode*' step test_decode "$b/te
     rc=1
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
-    BURST_TEST_BACKEND=cuda BURST_TEST_FILTER='test_decode*' step memcheck_decode "$cs" \
+    BURST_TEST_BACKEND=cuda BURST_TEST_FILTER='test_decode' step memcheck_decode "$cs" \
         --tool memcheck --error-exitcode 9 "$b/tests/test_cuda" || rc=1
     BURST_TEST_BACKEND=cuda BURST_TEST_FILTER='test_decode' step racecheck_decode "$cs" \
         --tool racecheck --error-exitcode 9 "$b/tests/test_cuda" || rc=1
