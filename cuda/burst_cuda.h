@@ -269,6 +269,7 @@ struct burst_cuda_backend {
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
     int tf32;      /* burst_cuda_tf32_env(): fp32 inputs on the tensor cores (3xTF32) */
+    int decode;    /* the decode step's kernels are set up (burst_cuda_decode_init) */
     char name[256];
     unsigned char uuid[16];             /* cudaDeviceProp.uuid (share_device) */
     struct burst_cuda_share *share;     /* imported memory of other backends: burst_cuda_share.c */

@@ -145,9 +145,12 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
         (st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
         (st = burst_cuda_status(cudaFree(NULL), "create: context")) == BURST_OK)
         st = burst_cuda_status((cudaError_t)burst_cuda_kernels_init(), "create: kernel setup");
-    if (st == BURST_OK)
-        st =
-            burst_cuda_status((cudaError_t)burst_cuda_decode_init(), "create: decode kernel setup");
+    /* the decode step's kernels, where their setup succeeds (else decode_step declines) */
+    if (st == BURST_OK) {
+        cb->decode = burst_cuda_decode_init() == cudaSuccess;
+        if (!cb->decode)
+            (void)cudaGetLastError();
+    }
 #ifdef BURST_CUDA_SM90A
     /* the Hopper forward, where it can run; if its setup fails the sm_80 forward stays */
     if (st == BURST_OK && burst_cuda_wgmma_usable(&cb->caps)) {
@@ -740,7 +743,7 @@ static burst_status_t burst_cuda_decode_step(void *be, const struct burst_decode
     const struct burst_tensor *q = args->q;
     const int64_t t = q->shape[1], d = q->shape[3];
     const int dt = burst_cuda_dtype(q->dtype);
-    if (!cb->mma || t > BURST_CUDA_DECODE_TMAX || args->nkeys > INT32_MAX - 64 ||
+    if (!cb->mma || !cb->decode || t > BURST_CUDA_DECODE_TMAX || args->nkeys > INT32_MAX - 64 ||
         args->block_len > INT32_MAX || q->shape[2] > INT32_MAX / BURST_CUDA_DECODE_TMAX ||
         ((uintptr_t)args->k_pool & 15u) != 0 || ((uintptr_t)args->v_pool & 15u) != 0)
         return BURST_ERR_UNSUPPORTED;
