@@ -60,6 +60,7 @@ def torch_rows(args, peak):
             v = torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt)
             rep = args.hq // args.hkv
             variants = [("torch_gqa", None, k, v, {"enable_gqa": True}, 1)]
+            kr = vr = None
             try:
                 kr = k.repeat_interleave(rep, dim=1)
                 vr = v.repeat_interleave(rep, dim=1)
@@ -85,7 +86,7 @@ def torch_rows(args, peak):
                              "block_len": "-", "us_per_step": f"{us:.3f}", "gbps": f"{gbps:.1f}",
                              "pct_peak": f"{100 * gbps / peak:.2f}" if peak > 0 else "0",
                              "max_err": "nan"})
-            del q, k, v, variants
+            del q, k, v, kr, vr, variants
             torch.cuda.empty_cache()
     return rows
 
