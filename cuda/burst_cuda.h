@@ -20,6 +20,10 @@
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
  *                         so they are deterministic)
+ *   burst_cuda_decode.cu  one decode step over a paged key/value cache (op decode_step): split-K
+ *                         flash-decoding on mma.sync, then a kernel combining the splits and
+ *                         merging into the running (O, lse)
+ *   burst_cuda_scratch.c  per-thread device scratch of an instance (the decode step's splits)
  *   burst_cuda_peer.c     device-to-device copies between the ranks of one process (the ring's
  *                         device-resident transfers: events, a copy stream per device, peer access)
  *   burst_cuda_ipc.c      the same between rank processes of one host: CUDA IPC handles of the
@@ -136,6 +140,47 @@ int burst_cuda_sm90_init(void);
 size_t burst_cuda_sm90_smem(int d);
 size_t burst_cuda_sm90_bwd_smem(int d);
 
+/*
+ * One decode step as the kernels see it (burst_cuda_decode.cu; the backend checks the arguments
+ * and fills the plan fields with burst_cuda_decode_plan). Rows of the step are (query i, head h)
+ * pairs; key j of the sequence is row j % block_len of pool block blocks[j / block_len].
+ */
+struct burst_cuda_decode {
+    const void *q;                  /* [1, t, hq, d] in dtype, element strides below */
+    int64_t q_stride_i, q_stride_h; /* q's stride[1], stride[2] */
+    const void *k_pool, *v_pool; /* [pool blocks, block_len, hkv, d] contiguous, 16-byte aligned */
+    const int32_t *blocks;       /* block table, device memory */
+    int dtype;                   /* enum burst_cuda_dtype */
+    int t, hq, hkv, group, d;
+    int block_len, nkeys, tail; /* nkeys + 64 < 2^31 (checked by the backend) */
+    float scale;
+    float cap_in, cap_out; /* soft-cap constants as burst_cuda_step's; cap_in = 0: off */
+    float *o_acc;          /* [1, t, hq, d] fp32 running output */
+    float *lse_acc;        /* [1, hq, t] fp32 running lse (natural log) */
+    /* the plan (burst_cuda_decode_plan): key splits, keys per split (whole tiles), chunks of 16
+     * rows per kv head */
+    int nsplit, split_keys, chunks;
+    /* scratch of burst_cuda_decode_scratch_bytes: partial O [t * hq][nsplit][d] and partial
+     * lse [t * hq][nsplit] (log2 units) of every split */
+    float *o_part, *lse_part;
+};
+/* Queries per decode step the kernels take (more: the backend declines, the engine falls back). */
+#define BURST_CUDA_DECODE_TMAX 64
+/* Choose the splits of a decode step for a device of num_sms multiprocessors (one wave of equal
+ * blocks); -1 when the kernel cannot run it: its shared memory exceeds smem_optin, or more kv
+ * heads or row chunks than a grid holds (the backend declines). */
+int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin);
+/* Bytes of scratch a planned step needs (o_part then lse_part, each 16-byte aligned). */
+static inline size_t burst_cuda_decode_scratch_bytes(const struct burst_cuda_decode *a)
+{
+    const size_t slots = (size_t)a->t * (size_t)a->hq * (size_t)a->nsplit;
+    return (slots * (size_t)a->d + 3) / 4 * 16 + slots * sizeof(float);
+}
+/* Launch the split kernel and the combine kernel (asynchronous on cudaStreamPerThread). */
+int burst_cuda_launch_decode(const struct burst_cuda_decode *a);
+/* Raise the split kernels' dynamic shared-memory limits (once per device, at create). */
+int burst_cuda_decode_init(void);
+
 /* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */
 struct burst_cuda_caps {
     int cc_major, cc_minor;
@@ -210,7 +255,11 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 
 /* ---- host C code only (burst_cuda_backend.c, burst_cuda_peer.c) ---- */
 #ifndef __CUDACC__
+#include <pthread.h>
+
 #include "burst/status.h"
+
+struct burst_cuda_scratch;
 
 struct burst_cuda_backend {
     int device;
@@ -220,10 +269,22 @@ struct burst_cuda_backend {
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
     int tf32;      /* burst_cuda_tf32_env(): fp32 inputs on the tensor cores (3xTF32) */
+    int decode;    /* the decode step's kernels are set up (burst_cuda_decode_init) */
     char name[256];
-    unsigned char uuid[16];         /* cudaDeviceProp.uuid (share_device) */
-    struct burst_cuda_share *share; /* imported memory of other backends: burst_cuda_share.c */
+    unsigned char uuid[16];             /* cudaDeviceProp.uuid (share_device) */
+    struct burst_cuda_share *share;     /* imported memory of other backends: burst_cuda_share.c */
+    pthread_mutex_t scratch_lock;       /* guards the list below (burst_cuda_scratch.c) */
+    struct burst_cuda_scratch *scratch; /* per-thread device scratch */
 };
+
+/* Device scratch of at least `bytes` for the calling thread's ops, *p_ptr (device memory of the
+ * instance): one buffer per thread, reused by that thread's later calls (its stream orders them),
+ * grown when a call needs more (after the thread's stream has drained). A new buffer is filled
+ * with 0xff bytes (NaN): kernels must write every element they read. A thread that ends must
+ * have synchronised its stream (sync()) first. burst_cuda_scratch.c */
+burst_status_t burst_cuda_scratch_get(struct burst_cuda_backend *cb, size_t bytes, void **p_ptr);
+/* Free every thread's scratch (the instance's end; no op in flight). */
+void burst_cuda_scratch_fini(struct burst_cuda_backend *cb);
 
 /* cudaError_t (as int) -> burst status with the native message; BURST_OK for cudaSuccess. */
 burst_status_t burst_cuda_status(int err, const char *what);

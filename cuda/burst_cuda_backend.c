@@ -16,6 +16,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     if (!cb)
         return burst_error(BURST_ERR_NO_MEMORY, "cuda create: out of memory");
     cb->device = dev;
+    pthread_mutex_init(&cb->scratch_lock, NULL);
     cb->caps.cc_major = pr.major;
     cb->caps.cc_minor = pr.minor;
     cb->caps.sms = pr.multiProcessorCount;
@@ -143,6 +145,12 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
         (st = burst_cuda_enter(cb, "create: cudaSetDevice")) == BURST_OK &&
         (st = burst_cuda_status(cudaFree(NULL), "create: context")) == BURST_OK)
         st = burst_cuda_status((cudaError_t)burst_cuda_kernels_init(), "create: kernel setup");
+    /* the decode step's kernels, where their setup succeeds (else decode_step declines) */
+    if (st == BURST_OK) {
+        cb->decode = burst_cuda_decode_init() == cudaSuccess;
+        if (!cb->decode)
+            (void)cudaGetLastError();
+    }
 #ifdef BURST_CUDA_SM90A
     /* the Hopper forward, where it can run; if its setup fails the sm_80 forward stays */
     if (st == BURST_OK && burst_cuda_wgmma_usable(&cb->caps)) {
@@ -154,6 +162,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
 #endif
     if (st != BURST_OK) {
         burst_cuda_share_fini(cb);
+        pthread_mutex_destroy(&cb->scratch_lock);
         free(cb);
         return st;
     }
@@ -170,6 +179,8 @@ static void burst_cuda_destroy(void *be)
         cudaDeviceSynchronize();
     burst_cuda_ipc_close(cb->device); /* other processes' blocks mapped for the ring */
     burst_cuda_share_fini(cb);        /* other backends' memory imported for the ring */
+    burst_cuda_scratch_fini(cb);      /* the threads' scratch (decode_step) */
+    pthread_mutex_destroy(&cb->scratch_lock);
     free(cb);
 }
 
@@ -662,6 +673,117 @@ static burst_status_t burst_cuda_bwd_final(void *be, const struct burst_bwd_args
     return burst_cuda_bwd(be, a, dk, dv, "cuda bwd_final");
 }
 
+/* ---- decode_step: one decode step over a paged key/value cache ---------------------------------- */
+
+/* The arguments of a decode step: BURST_ERR_INVALID_ARG naming the argument and its value. */
+static burst_status_t burst_cuda_decode_check(const struct burst_decode_args *a)
+{
+    const char *op = "cuda decode_step";
+    if (!a)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: args is NULL", op);
+    burst_status_t st = burst_step_check_view(op, "q", a->q);
+    if (st != BURST_OK)
+        return st;
+    const int64_t *sh = a->q->shape;
+    if (sh[0] != 1 || sh[1] < 1)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: q->shape = [%lld, %lld, ...]: one sequence of t >= 1 queries", op,
+                           (long long)sh[0], (long long)sh[1]);
+    if (sh[3] < 8 || sh[3] > 256 || sh[3] % 8 != 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: head dim = %lld is not a multiple of 8 in [8, 256]", op,
+                           (long long)sh[3]);
+    if (a->hkv < 1 || sh[2] < 1 || sh[2] % a->hkv != 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: hkv = %d does not divide the %lld query heads of q", op, a->hkv,
+                           (long long)sh[2]);
+    if (a->block_len < 1)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: block_len = %lld (must be >= 1)", op,
+                           (long long)a->block_len);
+    if (a->nkeys < 0 || a->tail < 0 || a->tail > a->nkeys)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: nkeys = %lld, tail = %lld: need 0 <= tail <= nkeys", op,
+                           (long long)a->nkeys, (long long)a->tail);
+    if (!(a->scale > 0.0f) || !isfinite(a->scale))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: scale = %g (must be finite and > 0)", op,
+                           (double)a->scale);
+    if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: softcap = %g (must be finite and >= 0)", op,
+                           (double)a->softcap);
+    if (!a->o_acc || !a->lse_acc)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", op,
+                           a->o_acc ? "lse_acc" : "o_acc");
+    if (a->nkeys > 0 && (!a->k_pool || !a->v_pool || !a->blocks || !a->blocks_host))
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL (nkeys = %lld)", op,
+                           !a->k_pool   ? "k_pool"
+                           : !a->v_pool ? "v_pool"
+                           : !a->blocks ? "blocks"
+                                        : "blocks_host",
+                           (long long)a->nkeys);
+    if (a->nkeys > 0) { /* a negative pool index would make the kernel read before the pool */
+        const int64_t nb = (a->nkeys + a->block_len - 1) / a->block_len;
+        for (int64_t b = 0; b < nb; b++)
+            if (a->blocks_host[b] < 0)
+                return burst_error(BURST_ERR_INVALID_ARG, "%s: blocks_host[%lld] = %d is negative",
+                                   op, (long long)b, (int)a->blocks_host[b]);
+    }
+    return BURST_OK;
+}
+
+/* decode_step (backend.h): checks, declines what the kernels do not cover (BURST_ERR_UNSUPPORTED,
+ * nothing queued, no message), plans the splits, takes the thread's scratch and launches. */
+static burst_status_t burst_cuda_decode_step(void *be, const struct burst_decode_args *args)
+{
+    struct burst_cuda_backend *cb = be;
+    burst_status_t st = burst_cuda_decode_check(args);
+    if (st != BURST_OK)
+        return st;
+    if (args->nkeys == 0)
+        return BURST_OK; /* no key: every row untouched */
+    const struct burst_tensor *q = args->q;
+    const int64_t t = q->shape[1], d = q->shape[3];
+    const int dt = burst_cuda_dtype(q->dtype);
+    if (!cb->mma || !cb->decode || t > BURST_CUDA_DECODE_TMAX || args->nkeys > INT32_MAX - 64 ||
+        args->block_len > INT32_MAX || q->shape[2] > INT32_MAX / BURST_CUDA_DECODE_TMAX ||
+        ((uintptr_t)args->k_pool & 15u) != 0 || ((uintptr_t)args->v_pool & 15u) != 0)
+        return BURST_ERR_UNSUPPORTED;
+    struct burst_cuda_decode k;
+    memset(&k, 0, sizeof k);
+    k.q = q->data;
+    k.q_stride_i = q->stride[1];
+    k.q_stride_h = q->stride[2];
+    k.k_pool = args->k_pool;
+    k.v_pool = args->v_pool;
+    k.blocks = args->blocks;
+    k.dtype = dt;
+    k.t = (int)t;
+    k.hq = (int)q->shape[2];
+    k.hkv = args->hkv;
+    k.group = k.hq / k.hkv;
+    k.d = (int)d;
+    k.block_len = (int)args->block_len;
+    k.nkeys = (int)args->nkeys;
+    k.tail = (int)args->tail;
+    k.scale = args->scale;
+    if (args->softcap > 0.0f) { /* as burst_cuda_cap_set */
+        k.cap_in = 2.0f * 1.44269504f * args->scale / args->softcap;
+        k.cap_out = args->softcap / args->scale;
+    }
+    k.o_acc = args->o_acc;
+    k.lse_acc = args->lse_acc;
+    if ((st = burst_cuda_enter(cb, "decode_step")) != BURST_OK)
+        return st;
+    if (burst_cuda_decode_plan(&k, cb->caps.sms, cb->caps.smem_block_optin) != 0)
+        return BURST_ERR_UNSUPPORTED;
+    void *scratch = NULL;
+    const size_t bytes = burst_cuda_decode_scratch_bytes(&k);
+    if ((st = burst_cuda_scratch_get(cb, bytes, &scratch)) != BURST_OK)
+        return st;
+    k.o_part = scratch;
+    k.lse_part = (float *)((char *)scratch + bytes) - (size_t)k.t * k.hq * k.nsplit;
+    return burst_cuda_status(burst_cuda_launch_decode(&k), "decode_step: launch");
+}
+
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
 
 const struct burst_backend_ops burst_cuda_backend_ops = {
@@ -692,4 +814,5 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
     .time_release = burst_cuda_time_release,
     .fwd_final = burst_cuda_fwd_final,
     .bwd_final = burst_cuda_bwd_final,
+    .decode_step = burst_cuda_decode_step,
 };

@@ -17,6 +17,12 @@
  *       from the kernel) on the same op cases, into poisoned strided outputs: bitwise fwd_step /
  *       bwd_step into fresh accumulators plus the cast, gaps untouched (dQ by atomics: close);
  *       declined (BURST_ERR_UNSUPPORTED) with nothing written where the SIMT kernels run;
+ *     - decode_step (one decode step over a paged cache, burst_cuda_decode.cu): fixed and
+ *       seeded random cases (dtypes, d 8..256, block_len 1..256 and odd ones, t 1..16, GQA,
+ *       soft-cap, strided q) with the sequence's blocks shuffled among poisoned ones, against
+ *       the fp64 reference merged into pre-filled accumulators, against fwd_step per block (the
+ *       engine's fallback) and its own rerun (bitwise); bad arguments refused naming them,
+ *       t past the kernels' limit declined with nothing written;
  *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
  *       still works; bad head dim, malformed BURST_CUDA_FP32 -> BURST_ERR_INVALID_ARG naming it.
  */
@@ -34,6 +40,7 @@
 
 #include "context_internal.h"
 #include "harness.h"
+#include "ref.h"
 
 #define F32 BURST_DTYPE_FP32
 #define F16 BURST_DTYPE_FP16
@@ -836,6 +843,494 @@ static void test_final(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* ---- decode_step: one decode step over a paged key/value cache ---- */
+
+/* One decode case: t queries of one sequence (positions tail + i) against nkeys cached keys in
+ * blocks of block_len rows, stored in a pool in shuffled order. */
+struct dec_case {
+    const char *name;
+    burst_dtype_t dt;
+    int d, hq, hkv, t;
+    int64_t block_len, nkeys, tail;
+    float softcap;
+    int q_padded; /* q with gaps between heads and rows (strided view) */
+};
+
+/* The fixed cases: the model shape of the speed goal, every block_len kind (a multiple of the
+ * 64-key tile, smaller, odd, one), many splits of several tiles (nkeys 12000), 4 row chunks
+ * (t = 16, group 4), keys no query sees (tail < nkeys - t), none of the new tokens here
+ * (tail == nkeys), soft-capping, head dims inside a class (80, 200) and d = 8. */
+static const struct dec_case dec_fixed[] = {
+    {"gqa32_8_bf16_d128_t1", BF16, 128, 32, 8, 1, 256, 5000, 4999, 0.0f, 0},
+    {"bf16_d128_bl256_many_splits", BF16, 128, 8, 2, 1, 256, 12000, 11999, 0.0f, 0},
+    {"fp16_d64_bl16_t4", F16, 64, 8, 2, 4, 16, 3001, 2998, 0.0f, 1},
+    {"fp32_d256_bl48_t3", F32, 256, 8, 2, 3, 48, 1500, 1497, 0.0f, 0},
+    {"bf16_d80_bl1_t2", BF16, 80, 8, 2, 2, 1, 300, 299, 0.0f, 0},
+    {"fp16_d128_bl7_t16_chunks", F16, 128, 8, 2, 16, 7, 2000, 1984, 0.0f, 1},
+    {"bf16_d256_t16_all_cached", BF16, 256, 8, 2, 16, 64, 1000, 1000, 0.0f, 0},
+    {"fp32_d128_unseen_keys", F32, 128, 8, 2, 2, 64, 900, 890, 0.0f, 0},
+    {"bf16_d200_softcap", BF16, 200, 8, 2, 5, 48, 1234, 1231, 5.0f, 0},
+    {"fp16_d8_one_key", F16, 8, 8, 2, 1, 16, 1, 0, 0.0f, 0},
+    {"fp32_d64_softcap_t8", F32, 64, 8, 2, 8, 256, 777, 770, 2.0f, 1},
+    {"bf16_d128_no_keys", BF16, 128, 8, 2, 1, 64, 0, 0, 0.0f, 0},
+    /* few keys, each weighing much in the softmax: a key too many or too few under the causal
+     * mask among the new tokens moves O well past the tolerance */
+    {"bf16_d64_few_keys_t4", BF16, 64, 8, 2, 4, 16, 5, 1, 0.0f, 0},
+    {"fp16_d128_17_keys_t16", F16, 128, 8, 2, 16, 16, 17, 1, 0.0f, 1},
+    {"fp32_d80_70_keys_t16_bl48", F32, 80, 8, 2, 16, 48, 70, 54, 0.0f, 0},
+    {"bf16_d256_tile_edge_t3", BF16, 256, 8, 2, 3, 64, 130, 127, 0.0f, 0},
+};
+#define DEC_RANDOM 24
+
+/* Case k of the random ones: GQA 4:1, dtype, d in {64, 80, 128, 256}, block_len in {16, 64,
+ * 256, 48}, t in [1, 16], nkeys in [2, 4000] log-uniform, tail leaving 0..t new tokens here. */
+static struct dec_case dec_random(int k, uint64_t *st)
+{
+    static const burst_dtype_t dts[3] = {BF16, F16, F32};
+    static const int ds[4] = {64, 80, 128, 256};
+    static const int64_t bls[4] = {16, 64, 256, 48};
+    struct dec_case c = {"random", dts[k % 3], ds[(k / 3) % 4], 8, 2, 1, bls[k % 4], 1, 0, 0, 0};
+    c.t = 1 + (int)(harness_rng_next(st) % 16);
+    c.nkeys = 1 + (int64_t)exp(harness_rng_uniform(st, 0.0, log(4000.0))); /* log-uniform */
+    int64_t fresh = (int64_t)(harness_rng_next(st) % (uint64_t)(c.t + 1));
+    c.tail = c.nkeys - (fresh < c.nkeys ? fresh : c.nkeys);
+    c.softcap = k % 5 == 4 ? 4.0f : 0.0f;
+    c.q_padded = k % 2;
+    return c;
+}
+
+/* A decode problem on the device and its fp64 expectation. */
+struct dec_problem {
+    struct dec_case c;
+    size_t es, kv_row, nrows, no; /* element size, elements per key row, t * hq rows, O elements */
+    int64_t nblocks, pool_blocks;
+    int32_t *table;              /* pool index of each block, host */
+    void *kpool, *vpool, *qhost; /* host */
+    struct burst_tensor q;       /* device view */
+    void *kdev, *vdev, *tdev;
+    float *o0, *l0;  /* the accumulators before the step (host) */
+    double *ow, *lw; /* expected after it */
+};
+
+/* Key j of the sequence, element (g, c), from the host pool as a double. */
+static double dec_kv(const struct dec_problem *p, const void *pool, int64_t j, int g, int c)
+{
+    const int64_t slot =
+        (int64_t)p->table[j / p->c.block_len] * p->c.block_len + j % p->c.block_len;
+    return harness_load(p->c.dt, pool, (size_t)(slot * (int64_t)p->kv_row + g * p->c.d + c));
+}
+
+/* The fp64 reference of every row (tools/ref.c: causal attention over keys 0..nkeys-1 of the
+ * query at position tail + i, which sees the same keys as one at min(tail + i, nkeys - 1)),
+ * merged into the accumulators o0, l0 with the log-sum-exp merge. */
+static void dec_expect(struct dec_problem *p)
+{
+    const struct dec_case *c = &p->c;
+    const int64_t n = c->nkeys;
+    const size_t hd = (size_t)c->hq * c->d;
+    p->ow = malloc(p->no * sizeof(double));
+    p->lw = malloc(p->nrows * sizeof(double));
+    assert_true(p->ow && p->lw);
+    for (size_t e = 0; e < p->no; e++)
+        p->ow[e] = p->o0[e];
+    for (size_t r = 0; r < p->nrows; r++)
+        p->lw[r] = p->l0[r];
+    if (n == 0)
+        return;
+    double *k = malloc((size_t)n * c->hkv * c->d * sizeof(double));
+    double *v = malloc((size_t)n * c->hkv * c->d * sizeof(double));
+    double *q = calloc((size_t)n * hd, sizeof(double));
+    double *o = malloc(hd * sizeof(double)), *lse = malloc((size_t)c->hq * sizeof(double));
+    assert_true(k && v && q && o && lse);
+    for (int64_t j = 0; j < n; j++)
+        for (int g = 0; g < c->hkv; g++)
+            for (int cc = 0; cc < c->d; cc++) {
+                const size_t e = ((size_t)j * c->hkv + g) * c->d + cc;
+                k[e] = dec_kv(p, p->kpool, j, g, cc);
+                v[e] = dec_kv(p, p->vpool, j, g, cc);
+            }
+    const struct ref_problem rp = {.batch = 1,
+                                   .seq_len = n,
+                                   .q_heads = c->hq,
+                                   .kv_heads = c->hkv,
+                                   .head_dim = c->d,
+                                   .scale = 2.0 / sqrt((double)c->d),
+                                   .causal = 1,
+                                   .window_left = -1,
+                                   .window_right = -1,
+                                   .softcap = c->softcap};
+    for (int i = 0; i < c->t; i++) {
+        const int64_t pos = c->tail + i < n - 1 ? c->tail + i : n - 1;
+        for (int h = 0; h < c->hq; h++)
+            for (int cc = 0; cc < c->d; cc++)
+                q[(size_t)pos * hd + (size_t)h * c->d + cc] = harness_load(
+                    c->dt, p->qhost, (size_t)(i * p->q.stride[1] + h * p->q.stride[2] + cc));
+        ref_forward_rows(&rp, q, k, v, &pos, 1, o, lse);
+        memset(q + (size_t)pos * hd, 0, hd * sizeof(double));
+        for (int h = 0; h < c->hq; h++) {
+            const size_t r = (size_t)h * c->t + i, orow = ((size_t)i * c->hq + h) * c->d;
+            const double lo = p->lw[r], lr = lse[h];
+            const double ln = lo == -INFINITY ? lr : fmax(lo, lr) + log1p(exp(-fabs(lo - lr)));
+            const double co = lo == -INFINITY ? 0.0 : exp(lo - ln), cn = exp(lr - ln);
+            for (int cc = 0; cc < c->d; cc++)
+                p->ow[orow + cc] = co * p->ow[orow + cc] + cn * o[(size_t)h * c->d + cc];
+            p->lw[r] = ln;
+        }
+    }
+    free(k), free(v), free(q), free(o), free(lse);
+}
+
+/* Build case c: random q, K, V rounded to the dtype; the pool holds the sequence's blocks in a
+ * shuffled order among 3 more blocks, every unused row (other blocks, the last block's rows
+ * past nkeys) poisoned, so a kernel reading outside the sequence's rows fails; accumulators
+ * with a third of the rows empty (lse -inf, o garbage that must be overwritten) and the rest
+ * near the new part's lse, so that both parts of the merge count. */
+static void dec_make(struct burst_context *ctx, struct dec_problem *p, const struct dec_case *c,
+                     uint64_t *st)
+{
+    memset(p, 0, sizeof *p);
+    p->c = *c;
+    p->es = burst_dtype_size(c->dt);
+    p->kv_row = (size_t)c->hkv * c->d;
+    p->nrows = (size_t)c->t * c->hq;
+    p->no = p->nrows * c->d;
+    p->nblocks = (c->nkeys + c->block_len - 1) / c->block_len;
+    p->pool_blocks = p->nblocks + 3;
+    const size_t pool_el = (size_t)p->pool_blocks * c->block_len * p->kv_row;
+    p->table = malloc((size_t)(p->nblocks + 1) * sizeof(int32_t));
+    p->kpool = malloc(pool_el * p->es);
+    p->vpool = malloc(pool_el * p->es);
+    int32_t *perm = malloc((size_t)p->pool_blocks * sizeof(int32_t));
+    assert_true(p->table && p->kpool && p->vpool && perm);
+    for (int64_t b = 0; b < p->pool_blocks; b++)
+        perm[b] = (int32_t)b;
+    for (int64_t b = p->pool_blocks - 1; b > 0; b--) { /* Fisher-Yates */
+        const int64_t o = (int64_t)(harness_rng_next(st) % (uint64_t)(b + 1));
+        const int32_t x = perm[b];
+        perm[b] = perm[o];
+        perm[o] = x;
+    }
+    memcpy(p->table, perm, (size_t)p->nblocks * sizeof(int32_t));
+    free(perm);
+    harness_poison(c->dt, p->kpool, pool_el);
+    harness_poison(c->dt, p->vpool, pool_el);
+    for (int64_t j = 0; j < c->nkeys; j++) {
+        const int64_t slot = (int64_t)p->table[j / c->block_len] * c->block_len + j % c->block_len;
+        for (size_t e = 0; e < p->kv_row; e++) {
+            harness_store(c->dt, p->kpool, (size_t)slot * p->kv_row + e,
+                          harness_rng_uniform(st, -2.0, 2.0));
+            harness_store(c->dt, p->vpool, (size_t)slot * p->kv_row + e,
+                          harness_rng_uniform(st, -1.0, 1.0));
+        }
+    }
+    /* q: [1, t, hq, d], padded between heads and rows when asked (poison in the gaps) */
+    struct burst_tensor qv = burst_tensor_contiguous(NULL, c->dt, 1, c->t, c->hq, c->d);
+    if (c->q_padded) {
+        qv.stride[2] = c->d + 8;
+        qv.stride[1] = c->hq * qv.stride[2] + 16;
+        qv.stride[0] = c->t * qv.stride[1];
+    }
+    const size_t qel = (size_t)qv.stride[0];
+    p->qhost = malloc(qel * p->es);
+    assert_non_null(p->qhost);
+    harness_poison(c->dt, p->qhost, qel);
+    for (int i = 0; i < c->t; i++)
+        for (int h = 0; h < c->hq; h++)
+            for (int cc = 0; cc < c->d; cc++)
+                harness_store(c->dt, p->qhost, (size_t)(i * qv.stride[1] + h * qv.stride[2] + cc),
+                              harness_rng_uniform(st, -2.0, 2.0));
+    void *qd = NULL;
+    assert_int_equal(burst_context_alloc(ctx, qel * p->es, &qd), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, qd, p->qhost, qel * p->es), BURST_OK);
+    p->q = qv;
+    p->q.data = qd;
+    assert_int_equal(burst_context_alloc(ctx, pool_el * p->es, &p->kdev), BURST_OK);
+    assert_int_equal(burst_context_alloc(ctx, pool_el * p->es, &p->vdev), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, p->kdev, p->kpool, pool_el * p->es), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, p->vdev, p->vpool, pool_el * p->es), BURST_OK);
+    p->tdev = NULL;
+    assert_int_equal(burst_context_alloc(ctx, (size_t)(p->nblocks + 1) * 4, &p->tdev), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, p->tdev, p->table, (size_t)p->nblocks * 4),
+                     BURST_OK);
+    /* accumulators: lse [hq, t], o [t, hq, d] */
+    p->o0 = malloc(p->no * 4);
+    p->l0 = malloc(p->nrows * 4);
+    assert_true(p->o0 && p->l0);
+    for (size_t e = 0; e < p->no; e++)
+        p->o0[e] = (float)harness_rng_uniform(st, -1.0, 1.0);
+    for (size_t r = 0; r < p->nrows; r++)
+        p->l0[r] = r % 3 == 0 ? -INFINITY : 0.0f;
+    /* finite rows: near the new part's lse (the reference of the rows against fresh
+     * accumulators), so that neither part of the merge is negligible */
+    float *lkeep = malloc(p->nrows * 4);
+    assert_non_null(lkeep);
+    memcpy(lkeep, p->l0, p->nrows * 4);
+    for (size_t r = 0; r < p->nrows; r++)
+        p->l0[r] = -INFINITY;
+    dec_expect(p);
+    for (size_t r = 0; r < p->nrows; r++)
+        p->l0[r] = lkeep[r] == -INFINITY ? -INFINITY
+                                         : (float)(p->lw[r] + harness_rng_uniform(st, -1.5, 1.5));
+    free(lkeep);
+    free(p->ow), free(p->lw);
+    dec_expect(p);
+}
+
+static void dec_free(struct burst_context *ctx, struct dec_problem *p)
+{
+    burst_context_free(ctx, p->q.data);
+    burst_context_free(ctx, p->kdev);
+    burst_context_free(ctx, p->vdev);
+    burst_context_free(ctx, p->tdev);
+    free(p->table), free(p->kpool), free(p->vpool), free(p->qhost), free(p->o0), free(p->l0),
+        free(p->ow), free(p->lw);
+}
+
+static struct burst_decode_args dec_args(const struct dec_problem *p, float *o_acc, float *lse_acc)
+{
+    struct burst_decode_args a = {.q = &p->q,
+                                  .k_pool = p->kdev,
+                                  .v_pool = p->vdev,
+                                  .block_len = p->c.block_len,
+                                  .hkv = p->c.hkv,
+                                  .blocks = p->tdev,
+                                  .blocks_host = p->table,
+                                  .nkeys = p->c.nkeys,
+                                  .tail = p->c.tail,
+                                  .scale = (float)(2.0 / sqrt((double)p->c.d)),
+                                  .softcap = p->c.softcap,
+                                  .o_acc = o_acc,
+                                  .lse_acc = lse_acc};
+    return a;
+}
+
+/* Run the step on the device from the accumulators (o0, l0), either decode_step or (per_block)
+ * the engine's fallback: one fwd_step per cache block, kpos = the block's key indices, qpos =
+ * tail + i, causal. Results to o, l. The accumulators sit before 64 poisoned floats each, which
+ * must stay poison. 1 = ran and the guards held. */
+static int dec_run(struct burst_context *ctx, const struct dec_problem *p, int per_block, float *o,
+                   float *l, burst_status_t *st_p)
+{
+    const struct burst_backend_ops *cu = ctx->ops;
+    const size_t guard = 64;
+    float *oh = malloc((p->no + guard) * 4), *lh = malloc((p->nrows + guard) * 4);
+    assert_true(oh && lh);
+    memcpy(oh, p->o0, p->no * 4);
+    memcpy(lh, p->l0, p->nrows * 4);
+    harness_poison(F32, oh + p->no, guard);
+    harness_poison(F32, lh + p->nrows, guard);
+    float *od = op_upload(ctx, oh, p->no + guard), *ld = op_upload(ctx, lh, p->nrows + guard);
+    burst_status_t st = BURST_OK;
+    if (!per_block) {
+        struct burst_decode_args a = dec_args(p, od, ld);
+        st = cu->decode_step(ctx->be, &a);
+    } else {
+        const struct dec_case *c = &p->c;
+        for (int64_t b = 0; b < p->nblocks && st == BURST_OK; b++) {
+            const int64_t j0 = b * c->block_len;
+            const int64_t rows = c->nkeys - j0 < c->block_len ? c->nkeys - j0 : c->block_len;
+            const size_t off = (size_t)p->table[b] * c->block_len * p->kv_row * p->es;
+            struct burst_tensor k =
+                burst_tensor_contiguous((char *)p->kdev + off, c->dt, 1, rows, c->hkv, c->d);
+            struct burst_tensor v =
+                burst_tensor_contiguous((char *)p->vdev + off, c->dt, 1, rows, c->hkv, c->d);
+            struct burst_fwd_args fa = {.q = &p->q,
+                                        .k = &k,
+                                        .v = &v,
+                                        .qpos = {1, {{0, c->t, c->tail, 1}}},
+                                        .kpos = {1, {{0, rows, j0, 1}}},
+                                        .mask = {INF, 0, NULL, 0, NULL},
+                                        .scale = (float)(2.0 / sqrt((double)c->d)),
+                                        .softcap = c->softcap,
+                                        .o_acc = od,
+                                        .lse_acc = ld};
+            st = cu->fwd_step(ctx->be, &fa);
+        }
+    }
+    *st_p = st;
+    assert_int_equal(cu->sync(ctx->be), BURST_OK);
+    op_download(ctx, oh, od, p->no + guard);
+    op_download(ctx, lh, ld, p->nrows + guard);
+    int ok = 1;
+    for (size_t e = 0; e < guard; e++)
+        ok =
+            ok && harness_is_poison(F32, oh + p->no, e) && harness_is_poison(F32, lh + p->nrows, e);
+    if (!ok)
+        printf("    %s wrote past the accumulators\n", per_block ? "fwd_step" : "decode_step");
+    memcpy(o, oh, p->no * 4);
+    memcpy(l, lh, p->nrows * 4);
+    burst_context_free(ctx, od);
+    burst_context_free(ctx, ld);
+    free(oh), free(lh);
+    return ok;
+}
+
+/* got against the fp64 expectation: |O - O_ref| <= otol (V is in [-1, 1]), |lse - lse_ref| <=
+ * ltol; rows the expectation leaves unchanged (no key) bit for bit. */
+static int dec_close(const char *what, const struct dec_problem *p, const float *o, const float *l,
+                     double otol, double ltol)
+{
+    double eo = 0, el = 0;
+    size_t ao = 0, al = 0;
+    for (size_t e = 0; e < p->no; e++) {
+        const double x = fabs((double)o[e] - p->ow[e]);
+        if (!(x <= eo)) {
+            eo = x;
+            ao = e;
+        }
+    }
+    for (size_t r = 0; r < p->nrows; r++) {
+        const double x = p->lw[r] == -INFINITY ? (l[r] == -INFINITY ? 0.0 : INFINITY)
+                                               : fabs((double)l[r] - p->lw[r]);
+        if (!(x <= el)) {
+            el = x;
+            al = r;
+        }
+    }
+    int ok = eo <= otol && el <= ltol;
+    if (p->c.nkeys == 0) /* nothing to attend: bitwise untouched */
+        ok = ok && memcmp(o, p->o0, p->no * 4) == 0 && memcmp(l, p->l0, p->nrows * 4) == 0;
+    if (!ok || getenv("BURST_TEST_VERBOSE"))
+        printf("    %s: max |O - ref| = %.3g at %zu (tol %.3g), max |lse - ref| = %.3g at %zu "
+               "(tol %.3g)\n",
+               what, eo, ao, otol, el, al, ltol);
+    return ok;
+}
+
+/* One case: decode_step against fp64 (merged into pre-filled accumulators), against the
+ * per-block fwd_step fallback, and bitwise against its own rerun. Tolerances: the kernels round
+ * P to the 16-bit input dtype for P V (relative error u per probability, u = 2^-8 bf16, 2^-11
+ * fp16), so |O - O_ref| <= u max|V| = u; fp32 runs 3xTF32 (about 2^-21 per product) and fp32
+ * sums over a few thousand keys: 3e-5. lse uses the unrounded fp32 probabilities: 2e-4 (fp32
+ * sums and ex2.approx over up to 12000 keys); the fallback's lse 5e-4, as it rounds the running
+ * lse to fp32 once per block (300 blocks at block_len 1). Between decode_step and the fallback,
+ * whose roundings differ, the sums of the two. */
+static int dec_check(struct burst_context *ctx, const struct dec_case *c, uint64_t *st)
+{
+    struct dec_problem p;
+    dec_make(ctx, &p, c, st);
+    const double u = c->dt == F32 ? 0.0 : harness_unit_roundoff(c->dt);
+    const double otol = c->dt == F32 ? 3e-5 : 2.0 * u, ltol = 2e-4;
+    float *o1 = malloc(p.no * 4), *l1 = malloc(p.nrows * 4);
+    float *o2 = malloc(p.no * 4), *l2 = malloc(p.nrows * 4);
+    float *o3 = malloc(p.no * 4), *l3 = malloc(p.nrows * 4);
+    assert_true(o1 && l1 && o2 && l2 && o3 && l3);
+    burst_status_t s1, s2, s3;
+    int ok = dec_run(ctx, &p, 0, o1, l1, &s1) && s1 == BURST_OK;
+    ok = ok && dec_close("decode_step", &p, o1, l1, otol, ltol);
+    ok = ok && dec_run(ctx, &p, 0, o3, l3, &s3) && s3 == BURST_OK &&
+         memcmp(o1, o3, p.no * 4) == 0 && memcmp(l1, l3, p.nrows * 4) == 0;
+    const double ltol_fb = 5e-4;
+    int fb = dec_run(ctx, &p, 1, o2, l2, &s2) && s2 == BURST_OK &&
+             dec_close("fwd_step per block", &p, o2, l2, otol, ltol_fb);
+    /* decode_step against the fallback directly */
+    for (size_t e = 0; fb && e < p.no; e++)
+        fb = fabs((double)o1[e] - (double)o2[e]) <= 2 * otol;
+    for (size_t r = 0; fb && r < p.nrows; r++)
+        fb = l1[r] == l2[r] || fabs((double)l1[r] - (double)l2[r]) <= ltol + ltol_fb;
+    printf("[%s] decode %s: %s t=%d hq=%d hkv=%d d=%d block_len=%lld nkeys=%lld tail=%lld%s%s "
+           "(status %d)%s\n",
+           ok && fb ? "ok" : "FAIL", c->name,
+           c->dt == F32   ? "fp32"
+           : c->dt == F16 ? "fp16"
+                          : "bf16",
+           c->t, c->hq, c->hkv, c->d, (long long)c->block_len, (long long)c->nkeys,
+           (long long)c->tail, c->softcap > 0 ? " softcap" : "", c->q_padded ? " q padded" : "",
+           (int)s1, fb ? "" : ": differs from fwd_step per block");
+    dec_free(ctx, &p);
+    free(o1), free(l1), free(o2), free(l2), free(o3), free(l3);
+    return ok && fb;
+}
+
+/* The fixed cases (random = 0) or DEC_RANDOM random ones. */
+static void dec_cases(int random)
+{
+    struct burst_context *ctx = harness_context();
+    assert_non_null(ctx);
+    assert_true(BURST_OPS_HAS(ctx->ops, decode_step));
+    const char *e = getenv("BURST_CUDA_KERNEL");
+    if (e && strcmp(e, "simt") == 0) { /* no tensor cores: declined, the engine falls back */
+        printf("BURST_CUDA_KERNEL=simt: decode_step declines; skipped\n");
+        return;
+    }
+    uint64_t st = harness_seed() ^ (random ? 0x7a2d0u : 0xdec0deu);
+    int failed = 0;
+    if (!random)
+        for (size_t i = 0; i < sizeof dec_fixed / sizeof *dec_fixed; i++)
+            failed += !dec_check(ctx, &dec_fixed[i], &st);
+    for (int k = 0; random && k < DEC_RANDOM; k++) {
+        const struct dec_case c = dec_random(k, &st);
+        failed += !dec_check(ctx, &c, &st);
+    }
+    assert_int_equal(failed, 0);
+}
+
+static void test_decode(void **state)
+{
+    (void)state;
+    dec_cases(0);
+}
+
+static void test_decode_random(void **state)
+{
+    (void)state;
+    dec_cases(1);
+}
+
+/* Bad arguments: BURST_ERR_INVALID_ARG naming the argument and its value; more queries than the
+ * kernels take: BURST_ERR_UNSUPPORTED with nothing written. */
+static void test_decode_bad(void **state)
+{
+    (void)state;
+    struct burst_context *ctx = harness_context();
+    const struct burst_backend_ops *cu = ctx->ops;
+    uint64_t st = harness_seed() ^ 0xbadu;
+    const struct dec_case c = {"bad", BF16, 64, 8, 2, 65, 16, 40, 40, 0.0f, 0};
+    struct dec_problem p;
+    dec_make(ctx, &p, &c, &st);
+    float *od = op_upload(ctx, p.o0, p.no), *ld = op_upload(ctx, p.l0, p.nrows);
+    struct burst_decode_args a = dec_args(&p, od, ld);
+    assert_int_equal(cu->decode_step(ctx->be, &a), BURST_ERR_UNSUPPORTED); /* t = 65 */
+    float *o = malloc(p.no * 4), *l = malloc(p.nrows * 4);
+    assert_true(o && l);
+    assert_int_equal(cu->sync(ctx->be), BURST_OK);
+    op_download(ctx, o, od, p.no);
+    op_download(ctx, l, ld, p.nrows);
+    assert_memory_equal(o, p.o0, p.no * 4);
+    assert_memory_equal(l, p.l0, p.nrows * 4);
+    struct {
+        const char *msg;
+        int what;
+    } bad[] = {{"hkv = 3", 0},        {"block_len = 0", 1}, {"tail = 41", 2},
+               {"head dim = 264", 3}, {"o_acc is NULL", 4}, {"blocks_host[1] = -5", 5},
+               {"scale = -1", 6},     {"softcap = -2", 7},  {"q->shape = [2", 8}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct burst_decode_args b = a;
+        struct burst_tensor q = p.q;
+        int32_t table[3] = {0, -5, 1};
+        b.q = &q;
+        switch (bad[i].what) {
+        case 0: b.hkv = 3; break;
+        case 1: b.block_len = 0; break;
+        case 2: b.tail = 41; break;
+        case 3: q.shape[3] = 264; break;
+        case 4: b.o_acc = NULL; break;
+        case 5: b.blocks_host = table; break;
+        case 6: b.scale = -1.0f; break;
+        case 7: b.softcap = -2.0f; break;
+        default: q.shape[0] = 2; break;
+        }
+        burst_status_t r = cu->decode_step(ctx->be, &b);
+        printf("bad %s: %s: %s\n", bad[i].msg, burst_status_str(r), burst_last_error());
+        assert_int_equal(r, BURST_ERR_INVALID_ARG);
+        assert_true(harness_contains(burst_last_error(), bad[i].msg));
+    }
+    burst_context_free(ctx, od);
+    burst_context_free(ctx, ld);
+    free(o), free(l);
+    dec_free(ctx, &p);
+}
+
 /* ---- bad input ---- */
 
 /* One rank: a forward whose q is plain host memory (arg != NULL) is refused, naming q and the
@@ -982,6 +1477,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reruns),
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_final),
+        cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_decode_random),
+        cmocka_unit_test(test_decode_bad),
         cmocka_unit_test(test_oom_and_bad_input),
     };
     return harness_run_cases("cuda", cases, sizeof cases / sizeof *cases, test_case, extra,

@@ -1,0 +1,515 @@
+/*
+ * cuda/burst_cuda_decode.cu - one decode step over a paged key/value cache (backend op
+ * decode_step, struct burst_decode_args in runtime/backend.h): split-K "flash-decoding".
+ *
+ * The step reads every key and value of the sequence once and does little arithmetic per byte
+ * (4 d flops per key and query row against 4 d bytes of bf16 K and V), so it is bound by memory
+ * bandwidth. Two kernels on the calling thread's stream:
+ *
+ *   burst_dec_split<T, D>: grid (splits, Hkv, row chunks). One block takes one kv head g, one
+ *     range of keys (a split: whole tiles of BK keys) and one chunk of 16 query rows of that
+ *     head's group: the rows are (query i, head h) pairs, r = i * group + (h - g * group), so the
+ *     t queries of all the group's heads share every K/V byte the block reads (t * group <= 16,
+ *     the usual case, is one chunk: K/V are read once). K/V tiles stream through shared memory
+ *     with cp.async, STAGES deep (16-byte copies, the next tiles in flight while one computes);
+ *     a tile inside one cache block (every tile when block_len is a multiple of BK) costs one
+ *     block-table read, others one per key row. Each of the block's warps takes 16 keys of a
+ *     tile and runs the forward's tensor-core step on them (burst_tc<T, D> traits: S = Q K^T
+ *     with the 16 rows as the m16 tile, online softmax in log2 units, O += P V), keeping its
+ *     own (m, l, O); at the end the warps are merged in shared memory and the block writes its
+ *     rows' normalised partial O and partial lse (log2 units) to the scratch.
+ *   burst_dec_combine: one warp per (query, head) row: merges the splits' partials (log-sum-exp
+ *     weights) and then merges the result into (o_acc, lse_acc) with the fp64 weights of the
+ *     forward's fused merge (burst_merge_row in burst_cuda_mma.cuh): lse in natural log units,
+ *     o_acc overwritten where lse_acc is -inf. Every row of a call with nkeys > 0 sees key 0.
+ *
+ * Head-dim classes 64, 128 and 256 only (the caller's d <= class: Q and K/V columns past d are
+ * zero-filled in shared memory, never read from or written to the caller's memory); the three
+ * dtypes (fp32 as 3xTF32, burst_cuda_tf32.cuh). Nine instances of the split kernel in all.
+ * Masking by local key index: row (i, h) sees keys j < min(nkeys, tail + i + 1); tiles past the
+ * last key any row sees are not read.
+ */
+#include <limits.h>
+
+#include "burst_cuda_tf32.cuh"
+
+/* ---- configuration by dtype and class ----------------------------------------------------------- */
+
+template <typename T, int D> struct burst_dec_cfg {
+    using TC = burst_tc<T, D>;
+    using E = typename TC::E;
+    static constexpr int W = TC::W;           /* elements per shared-memory tile row */
+    static constexpr int CH = 16 / sizeof(E); /* elements per 16-byte copy */
+    /* warps per block, each taking 16 keys of a tile: 2 for fp32 at D = 256 (where 64-key fp32
+     * tiles of K and V would not fit twice in shared memory), else 4 */
+    static constexpr int NW = (sizeof(E) == 4 && D > 128) ? 2 : 4;
+    static constexpr int NT = 32 * NW, BK = 16 * NW;
+    static constexpr size_t STAGE = (size_t)2 * BK * W * sizeof(E); /* K and V of one tile */
+    static constexpr int STAGES = STAGE <= 40 * 1024 ? 3 : 2;
+    static constexpr int OLD = D + 4; /* floats per row of the warps' merge buffer */
+    static constexpr size_t SMEM = STAGES * STAGE + (size_t)16 * W * sizeof(E);
+    static_assert((size_t)NW * 16 * (OLD + 2) * sizeof(float) <= STAGES * STAGE,
+                  "the merge buffer fits in the tile stages");
+};
+
+/* ---- the split kernel ---------------------------------------------------------------------------- */
+
+/* The pool block of the tile of keys [j0, j0 + BK) when the whole tile lies in one cache block
+ * (every tile when block_len is a multiple of BK), else -1 (the loader then reads the table per
+ * key row). The kernel reads it one tile ahead of the tile's loads, so that the table read is
+ * not waited for between two tiles. */
+template <int BK>
+__device__ __forceinline__ int burst_dec_tile_block(const struct burst_cuda_decode &a, int j0)
+{
+    const int b0 = j0 / a.block_len;
+    return (j0 + BK - 1) / a.block_len == b0 ? __ldg(a.blocks + b0) : -1;
+}
+
+/* cp.async the K and V rows of tile keys [j0, j0 + BK) of kv head g into sk, sv; keys at or past
+ * kend and the class's columns past d are zero-filled (nothing outside the caller's rows is
+ * read). blk: burst_dec_tile_block of the tile. Thread layout as burst_tc_load: one 16-byte
+ * column chunk per thread, every RS-th row. */
+template <typename T, int D>
+__device__ __forceinline__ void
+burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>::E *sv,
+               const struct burst_cuda_decode &a, int j0, int blk, int kend, int g)
+{
+    using C = burst_dec_cfg<T, D>;
+    using E = typename C::E;
+    constexpr int NC = D / C::CH, NS = burst_pow2_ceil(NC), RS = C::NT / NS;
+    static_assert(NS <= C::NT && C::BK % RS == 0, "a pass covers whole rows");
+    const int ch = (int)threadIdx.x % NS, rr = (int)threadIdx.x / NS;
+    if (ch >= NC)
+        return;
+    const E *kp = (const E *)a.k_pool, *vp = (const E *)a.v_pool;
+    const bool col = ch * C::CH < a.d;
+    const int bl = a.block_len;
+    const int64_t row = (int64_t)a.hkv * a.d; /* elements between two keys of a block */
+    const int64_t head = (int64_t)g * a.d + ch * C::CH;
+    /* the whole tile inside one cache block: key j is row j - b0 bl of pool block blk */
+    const bool one = blk >= 0;
+    const int64_t base0 = one ? ((int64_t)blk - j0 / bl) * bl : 0;
+#pragma unroll
+    for (int i = 0; i < C::BK / RS; i++) {
+        const int r = rr + i * RS, j = j0 + r;
+        const bool ok = col && j < kend;
+        int64_t off = 0;
+        if (ok) {
+            const int64_t slot = one ? base0 + j : (int64_t)__ldg(a.blocks + j / bl) * bl + j % bl;
+            off = slot * row + head;
+        }
+        burst_cp16(sk + C::TC::off(r, ch * C::CH), ok ? kp + off : kp, ok ? 16 : 0);
+        burst_cp16(sv + C::TC::off(r, ch * C::CH), ok ? vp + off : vp, ok ? 16 : 0);
+    }
+}
+
+/* The chunk's 16 query rows into the swizzled tile sq, plain loads (q may have any strides and
+ * alignment); rows past the group's t * group and columns past d are zero. */
+template <typename T, int D>
+__device__ __forceinline__ void burst_dec_load_q(typename burst_dec_cfg<T, D>::E *sq,
+                                                 const struct burst_cuda_decode &a, int g, int z)
+{
+    using C = burst_dec_cfg<T, D>;
+    using E = typename C::E;
+    const int rows = a.t * a.group;
+    for (int e = threadIdx.x; e < 16 * D; e += C::NT) {
+        const int r = e / D, c = e % D, rr = z * 16 + r;
+        E x = burst_from_f<E>(0.0f);
+        if (rr < rows && c < a.d) {
+            const int i = rr / a.group, h = g * a.group + rr % a.group;
+            x = ((const E *)a.q)[(int64_t)i * a.q_stride_i + (int64_t)h * a.q_stride_h + c];
+        }
+        sq[C::TC::off(r, c)] = x;
+    }
+}
+
+/* O += P V for one warp's 16 keys: P from the S accumulators (C layout = A layout), V rows of
+ * the warp's keys (vt: their first row). fp32 (TC::FRESH) sums through fresh accumulators. */
+template <typename TC, int D>
+__device__ __forceinline__ void burst_dec_pv(float (&o)[D / 8][4], const float (&sc)[2][4],
+                                             const typename TC::E *vt, int lane)
+{
+    typename TC::A pf[1];
+    TC::cta(pf[0], sc[0], sc[1]);
+    if (TC::FRESH) {
+        burst_tc_acc_fresh<TC, 1, D / 16>(o, pf, vt, 0, lane);
+    } else {
+#pragma unroll
+        for (int n2 = 0; n2 < D / 16; n2++) {
+            typename TC::B bf;
+            TC::ldbt(bf, vt, 0, n2 * 16, lane);
+            TC::mma(o[2 * n2], pf[0], bf, 0);
+            TC::mma(o[2 * n2 + 1], pf[0], bf, 1);
+        }
+    }
+}
+
+/* One warp's online-softmax step over its 16 keys of a tile (the forward's, one m16 row tile):
+ * S = Q K^T, cap, mask, running max m and sum l in log2 units (two rows per lane: rq, rq + 8),
+ * O rescaled, O += P V. ke[u]: the row's end of allowed keys; wmin: the warp's smallest. */
+template <typename T, int D>
+__device__ __forceinline__ void
+burst_dec_warp_tile(const struct burst_cuda_decode &a, const typename burst_dec_cfg<T, D>::E *sq,
+                    const typename burst_dec_cfg<T, D>::E *kt,
+                    const typename burst_dec_cfg<T, D>::E *vt, int jw, const int (&ke)[2], int wmin,
+                    float (&m)[2], float (&l)[2], float (&o)[D / 8][4], int lane)
+{
+    using TC = typename burst_dec_cfg<T, D>::TC;
+    const int cq = 2 * (lane & 3);
+    const float sl2 = a.scale * BURST_LOG2E;
+    float sc[2][4] = {}, ss[2][4] = {}; /* ss: TC::mma2's small terms */
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        typename TC::A qa;
+        TC::lda(qa, sq, 0, kk * 16, lane);
+        typename TC::B bf;
+        TC::ldb(bf, kt, 0, kk * 16, lane);
+        TC::mma2(sc[0], ss[0], qa, bf, 0);
+        TC::mma2(sc[1], ss[1], qa, bf, 1);
+    }
+    burst_tc_add_small<TC, 2>(sc, ss);
+    if (a.cap_in != 0.0f) { /* soft-capping: the step's constants, burst_dcap_score */
+        struct burst_cuda_step cs;
+        cs.cap_in = a.cap_in;
+        cs.cap_out = a.cap_out;
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[n][e] = burst_dcap_score(cs, sc[n][e]);
+    }
+    if (jw + 16 > wmin) /* some row of the warp does not see all 16 keys */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (jw + n * 8 + cq + (e & 1) >= ke[e >> 1])
+                    sc[n][e] = -CUDART_INF_F;
+    float alpha[2], muse[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        float mx =
+            fmaxf(fmaxf(sc[0][2 * u], sc[0][2 * u + 1]), fmaxf(sc[1][2 * u], sc[1][2 * u + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(m[u], mx * sl2);
+        muse[u] = mnew == -CUDART_INF_F ? 0.0f : mnew;
+        alpha[u] = burst_ex2(m[u] - muse[u]);
+        m[u] = mnew;
+        l[u] *= alpha[u];
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = burst_ex2(fmaf(sc[n][e], sl2, -muse[e >> 1]));
+            sc[n][e] = p;
+            l[e >> 1] += p;
+        }
+    burst_dec_pv<TC, D>(o, sc, vt, lane);
+}
+
+/* The block's end: the warps' (m, l, O) merged in shared memory (cm: reused tile stages), the
+ * chunk's rows written to the scratch as normalised O and lse in log2 units (-inf and O = 0 for
+ * a row that saw no key here). */
+template <typename T, int D>
+__device__ __forceinline__ void
+burst_dec_block_out(const struct burst_cuda_decode &a, float *cm, const float (&m)[2],
+                    const float (&l)[2], const float (&o)[D / 8][4], int g, int z, int split)
+{
+    using C = burst_dec_cfg<T, D>;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    float *so = cm, *sm = cm + C::NW * 16 * C::OLD, *sl = sm + C::NW * 16;
+    if ((lane & 3) == 0)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            sm[warp * 16 + rq + 8 * u] = m[u];
+            sl[warp * 16 + rq + 8 * u] = l[u];
+        }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            *(float2 *)(so + (warp * 16 + rq + 8 * u) * C::OLD + n * 8 + cq) =
+                make_float2(o[n][2 * u], o[n][2 * u + 1]);
+    __syncthreads();
+    const int rows = a.t * a.group;
+    for (int e = threadIdx.x; e < 16 * D; e += C::NT) {
+        const int r = e / D, c = e % D, rr = z * 16 + r;
+        if (rr >= rows || c >= a.d)
+            continue;
+        float mm = -CUDART_INF_F;
+#pragma unroll
+        for (int w = 0; w < C::NW; w++)
+            mm = fmaxf(mm, sm[w * 16 + r]);
+        const int i = rr / a.group, h = g * a.group + rr % a.group;
+        const int64_t slot = ((int64_t)i * a.hq + h) * a.nsplit + split;
+        float os = 0.0f, ls = 0.0f;
+        if (mm != -CUDART_INF_F) {
+#pragma unroll
+            for (int w = 0; w < C::NW; w++) {
+                const float wt = burst_ex2(sm[w * 16 + r] - mm); /* -inf: 0 */
+                ls += wt * sl[w * 16 + r];
+                os += wt * so[(w * 16 + r) * C::OLD + c];
+            }
+            os /= ls;
+        }
+        a.o_part[slot * a.d + c] = os;
+        if (c == 0)
+            a.lse_part[slot] = mm == -CUDART_INF_F ? -CUDART_INF_F : mm + __log2f(ls);
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
+    burst_dec_split(struct burst_cuda_decode a)
+{
+    using C = burst_dec_cfg<T, D>;
+    using E = typename C::E;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    E *stages = (E *)smraw, *sq = stages + C::STAGES * 2 * C::BK * C::W;
+    const int split = blockIdx.x, g = blockIdx.y, z = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rq = lane >> 2;
+    const int rows = a.t * a.group;
+
+    /* this lane's rows rq, rq + 8 of the chunk: the end of their allowed keys (rows past the
+     * group's are never stored: no mask) */
+    int ke[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int rr = z * 16 + rq + 8 * u;
+        ke[u] = rr < rows ? min(a.nkeys, a.tail + rr / a.group + 1) : INT_MAX;
+    }
+    int wmin = min(ke[0], ke[1]);
+    for (int s = 1; s < 32; s <<= 1)
+        wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, s));
+    /* keys of this split that some row of the chunk sees */
+    const int last = min(rows - 1, z * 16 + 15) / a.group;
+    const int kend = min(a.nkeys, a.tail + last + 1);
+    const int kb = split * a.split_keys;
+    const int ke_blk = min(kend, kb + a.split_keys);
+    const int ntile = ke_blk > kb ? (ke_blk - kb + C::BK - 1) / C::BK : 0;
+
+    burst_dec_load_q<T, D>(sq, a, g, z);
+#pragma unroll
+    for (int s = 0; s < C::STAGES - 1; s++) {
+        if (s < ntile)
+            burst_dec_load<T, D>(stages + s * 2 * C::BK * C::W, stages + (s * 2 + 1) * C::BK * C::W,
+                                 a, kb + s * C::BK, burst_dec_tile_block<C::BK>(a, kb + s * C::BK),
+                                 ke_blk, g);
+        burst_cp_commit();
+    }
+    /* the table entry of the next tile to load, read one iteration ahead */
+    int blk_next =
+        C::STAGES - 1 < ntile ? burst_dec_tile_block<C::BK>(a, kb + (C::STAGES - 1) * C::BK) : -1;
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
+
+    for (int it = 0; it < ntile; it++) {
+        burst_cp_wait<C::STAGES - 2>(); /* tile it has landed (this thread's copies) */
+        __syncthreads();                /* ... everyone's; and stage it - 1 is free */
+        const int nx = it + C::STAGES - 1, sx = nx % C::STAGES;
+        if (nx < ntile) {
+            burst_dec_load<T, D>(stages + sx * 2 * C::BK * C::W,
+                                 stages + (sx * 2 + 1) * C::BK * C::W, a, kb + nx * C::BK, blk_next,
+                                 ke_blk, g);
+            blk_next = nx + 1 < ntile ? burst_dec_tile_block<C::BK>(a, kb + (nx + 1) * C::BK) : -1;
+        }
+        burst_cp_commit();
+        const int st = it % C::STAGES, jw = kb + it * C::BK + warp * 16;
+        if (jw < ke_blk) {
+            const E *kt = stages + st * 2 * C::BK * C::W + warp * 16 * C::W;
+            const E *vt = stages + (st * 2 + 1) * C::BK * C::W + warp * 16 * C::W;
+            burst_dec_warp_tile<T, D>(a, sq, kt, vt, jw, ke, wmin, m, l, o, lane);
+        }
+    }
+    burst_cp_wait<0>();
+    __syncthreads(); /* the stages become the merge buffer */
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+    }
+    burst_dec_block_out<T, D>(a, (float *)smraw, m, l, o, g, z, split);
+}
+
+/* ---- the combine kernel ----------------------------------------------------------------------- */
+
+/* One warp per row (i, h): the splits' partials merged (weights 2^(lse_s - max)), then the
+ * result merged into (o_acc, lse_acc) as burst_merge_row does (fp64 weights, natural log). */
+__global__ void __launch_bounds__(128) burst_dec_combine(struct burst_cuda_decode a)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5); /* i * hq + h */
+    if (row >= (int64_t)a.t * a.hq)
+        return;
+    const int i = (int)(row / a.hq), h = (int)(row % a.hq);
+    const float *lp = a.lse_part + row * a.nsplit;
+    float mx = -CUDART_INF_F;
+    for (int s = lane; s < a.nsplit; s += 32)
+        mx = fmaxf(mx, lp[s]);
+    for (int k = 1; k < 32; k <<= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    if (mx == -CUDART_INF_F) /* no allowed key: untouched */
+        return;
+    float sum = 0.0f;
+    for (int s = lane; s < a.nsplit; s += 32)
+        sum += burst_ex2(lp[s] - mx);
+    for (int k = 1; k < 32; k <<= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    float acc[8] = {};
+    const float *op = a.o_part + row * a.nsplit * a.d;
+    for (int s = 0; s < a.nsplit; s++) {
+        const float w = burst_ex2(lp[s] - mx);
+        if (w == 0.0f) /* a split with no key for this row: its partial is never read */
+            continue;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (lane + 32 * k < a.d)
+                acc[k] = fmaf(w, op[(int64_t)s * a.d + lane + 32 * k], acc[k]);
+    }
+    float *lse = a.lse_acc + (int64_t)h * a.t + i;
+    const double lr = ((double)mx + log2((double)sum)) * 0.69314718055994530942;
+    const double lo = (double)*lse;
+    double ln, co, cn;
+    if (lo == -(double)CUDART_INF) {
+        ln = lr;
+        co = 0.0;
+        cn = 1.0 / (double)sum;
+    } else {
+        ln = fmax(lo, lr) + log1p(exp(-fabs(lo - lr)));
+        co = exp(lo - ln);
+        cn = exp(lr - ln) / (double)sum;
+    }
+    float *orow = a.o_acc + row * a.d;
+    const float fco = (float)co, fcn = (float)cn;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int c = lane + 32 * k;
+        if (c < a.d) {
+            float x = fcn * acc[k];
+            if (co != 0.0)
+                x = fmaf(fco, orow[c], x);
+            orow[c] = x;
+        }
+    }
+    __syncwarp();
+    if (lane == 0)
+        *lse = (float)ln;
+}
+
+/* ---- host side --------------------------------------------------------------------------------- */
+
+/* f(integral_constant class) for the decode classes 64, 128, 256. */
+template <typename F> static auto burst_dec_by_class(int d, F &&f)
+{
+    if (d <= 64)
+        return f(burst_dc<64>{});
+    if (d <= 128)
+        return f(burst_dc<128>{});
+    return f(burst_dc<256>{});
+}
+
+template <typename F> static auto burst_dec_by_type(int dtype, F &&f)
+{
+    if (dtype == BURST_CUDA_F16)
+        return f((__half *)0);
+    if (dtype == BURST_CUDA_BF16)
+        return f((__nv_bfloat16 *)0);
+    return f((float *)0);
+}
+
+template <typename T, int D>
+static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t smem_optin)
+{
+    using C = burst_dec_cfg<T, D>;
+    if (C::SMEM > smem_optin)
+        return -1;
+    int per_sm = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, burst_dec_split<T, D>, C::NT,
+                                                      C::SMEM) != cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
+    const int rows = a->t * a->group, chunks = (rows + 15) / 16;
+    if (a->hkv > 65535 || chunks > 65535) /* the grid's y and z extents */
+        return -1;
+    const int kmax = a->nkeys < a->tail + a->t ? a->nkeys : a->tail + a->t; /* keys any row sees */
+    const int ntiles = (kmax + C::BK - 1) / C::BK;
+    /* one full wave of equal blocks: splits * Hkv * chunks ~ SMs * blocks per SM */
+    const long target = (long)num_sms * per_sm;
+    long splits = (target + (long)a->hkv * chunks - 1) / ((long)a->hkv * chunks);
+    splits = splits < 1 ? 1 : splits > ntiles ? ntiles : splits;
+    const int per = (int)((ntiles + splits - 1) / splits); /* tiles per split */
+    a->split_keys = per * C::BK;
+    a->nsplit = (ntiles + per - 1) / per;
+    a->chunks = chunks;
+    return 0;
+}
+
+extern "C" int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin)
+{
+    return burst_dec_by_type(a->dtype, [&](auto tp) {
+        using T = std::remove_pointer_t<decltype(tp)>;
+        return burst_dec_by_class(a->d, [&](auto c) {
+            return burst_dec_plan_run<T, decltype(c)::value>(a, num_sms, smem_optin);
+        });
+    });
+}
+
+extern "C" int burst_cuda_launch_decode(const struct burst_cuda_decode *a)
+{
+    int e = burst_dec_by_type(a->dtype, [&](auto tp) {
+        using T = std::remove_pointer_t<decltype(tp)>;
+        return burst_dec_by_class(a->d, [&](auto c) {
+            constexpr int D = decltype(c)::value;
+            using C = burst_dec_cfg<T, D>;
+            burst_dec_split<T, D>
+                <<<dim3((unsigned)a->nsplit, (unsigned)a->hkv, (unsigned)a->chunks), C::NT, C::SMEM,
+                   cudaStreamPerThread>>>(*a);
+            return (int)cudaGetLastError();
+        });
+    });
+    if (e != cudaSuccess)
+        return e;
+    const int64_t rows = (int64_t)a->t * a->hq;
+    burst_dec_combine<<<(unsigned)((rows + 3) / 4), 128, 0, cudaStreamPerThread>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+template <typename T, int D> static cudaError_t burst_dec_attr()
+{
+    return burst_smem_limit(burst_dec_split<T, D>, burst_dec_cfg<T, D>::SMEM);
+}
+
+extern "C" int burst_cuda_decode_init(void)
+{
+    cudaError_t e = cudaSuccess;
+    auto each = [&](auto tp) {
+        using T = std::remove_pointer_t<decltype(tp)>;
+        if (e == cudaSuccess)
+            e = burst_dec_attr<T, 64>();
+        if (e == cudaSuccess)
+            e = burst_dec_attr<T, 128>();
+        if (e == cudaSuccess)
+            e = burst_dec_attr<T, 256>();
+        return 0;
+    };
+    each((__half *)0);
+    each((__nv_bfloat16 *)0);
+    each((float *)0);
+    return (int)e;
+}
