@@ -276,7 +276,9 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     using E = typename C::E;
     extern __shared__ __align__(16) unsigned char smraw[];
     E *stages = (E *)smraw, *sq = stages + C::STAGES * 2 * C::BK * C::W;
-    const int split = blockIdx.x, g = blockIdx.y, z = blockIdx.z;
+    /* the kv head varies fastest over the grid: blocks that run together read neighbouring
+     * heads of the same keys, whole rows of the pool's [block_len, Hkv, d] layout */
+    const int g = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rq = lane >> 2;
     const int rows = a.t * a.group;
 
@@ -445,7 +447,7 @@ static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t s
         per_sm = 1;
     }
     const int rows = a->t * a->group, chunks = (rows + 15) / 16;
-    if (a->hkv > 65535 || chunks > 65535) /* the grid's y and z extents */
+    if (chunks > 65535) /* the grid's z extent */
         return -1;
     const int kmax = a->nkeys < a->tail + a->t ? a->nkeys : a->tail + a->t; /* keys any row sees */
     const int ntiles = (kmax + C::BK - 1) / C::BK;
@@ -456,6 +458,8 @@ static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t s
     const int per = (int)((ntiles + splits - 1) / splits); /* tiles per split */
     a->split_keys = per * C::BK;
     a->nsplit = (ntiles + per - 1) / per;
+    if (a->nsplit > 65535) /* the grid's y extent */
+        return -1;
     a->chunks = chunks;
     return 0;
 }
@@ -478,7 +482,7 @@ extern "C" int burst_cuda_launch_decode(const struct burst_cuda_decode *a)
             constexpr int D = decltype(c)::value;
             using C = burst_dec_cfg<T, D>;
             burst_dec_split<T, D>
-                <<<dim3((unsigned)a->nsplit, (unsigned)a->hkv, (unsigned)a->chunks), C::NT, C::SMEM,
+                <<<dim3((unsigned)a->hkv, (unsigned)a->nsplit, (unsigned)a->chunks), C::NT, C::SMEM,
                    cudaStreamPerThread>>>(*a);
             return (int)cudaGetLastError();
         });
