@@ -89,17 +89,24 @@ burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>
     /* the whole tile inside one cache block: key j is row j - b0 bl of pool block blk */
     const bool one = blk >= 0;
     const int64_t base0 = one ? ((int64_t)blk - j0 / bl) * bl : 0;
+    /* every row's pool slot first, then the copies: the table reads of a tile spanning several
+     * cache blocks are in flight together instead of one per copy (the copies' asm statements
+     * order the memory accesses around them) */
+    int64_t off[C::BK / RS];
 #pragma unroll
     for (int i = 0; i < C::BK / RS; i++) {
-        const int r = rr + i * RS, j = j0 + r;
-        const bool ok = col && j < kend;
-        int64_t off = 0;
-        if (ok) {
-            const int64_t slot = one ? base0 + j : (int64_t)__ldg(a.blocks + j / bl) * bl + j % bl;
-            off = slot * row + head;
-        }
-        burst_cp16(sk + C::TC::off(r, ch * C::CH), ok ? kp + off : kp, ok ? 16 : 0);
-        burst_cp16(sv + C::TC::off(r, ch * C::CH), ok ? vp + off : vp, ok ? 16 : 0);
+        const int j = j0 + rr + i * RS;
+        off[i] = -1;
+        if (col && j < kend)
+            off[i] = (one ? base0 + j : (int64_t)__ldg(a.blocks + j / bl) * bl + j % bl) * row +
+                     head;
+    }
+#pragma unroll
+    for (int i = 0; i < C::BK / RS; i++) {
+        const int r = rr + i * RS;
+        const bool ok = off[i] >= 0;
+        burst_cp16(sk + C::TC::off(r, ch * C::CH), ok ? kp + off[i] : kp, ok ? 16 : 0);
+        burst_cp16(sv + C::TC::off(r, ch * C::CH), ok ? vp + off[i] : vp, ok ? 16 : 0);
     }
 }
 
