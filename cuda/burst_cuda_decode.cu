@@ -380,14 +380,31 @@ __global__ void __launch_bounds__(128) burst_dec_combine(struct burst_cuda_decod
         sum += __shfl_xor_sync(0xffffffffu, sum, k);
     float acc[8] = {};
     const float *op = a.o_part + row * a.nsplit * a.d;
-    for (int s = 0; s < a.nsplit; s++) {
-        const float w = burst_ex2(lp[s] - mx);
-        if (w == 0.0f) /* a split with no key for this row: its partial is never read */
-            continue;
+    /* 32 splits at a time: lane s0 + j holds split s0 + j's weight, every lane reads it by a
+     * shuffle, and eight splits' partials are loaded before they are summed (their loads in
+     * flight together). A split with no key for this row (weight 0) has a partial that was never
+     * written: it is selected away, not multiplied. */
+    for (int s0 = 0; s0 < a.nsplit; s0 += 32) {
+        const float wl = s0 + lane < a.nsplit ? burst_ex2(lp[s0 + lane] - mx) : 0.0f;
+        const int ns = a.nsplit - s0 < 32 ? a.nsplit - s0 : 32;
+        for (int j0 = 0; j0 < ns; j0 += 8) {
+            float x[8][8];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (lane + 32 * k < a.d)
-                acc[k] = fmaf(w, op[(int64_t)s * a.d + lane + 32 * k], acc[k]);
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    x[j][k] = j0 + j < ns && lane + 32 * k < a.d
+                                  ? op[(int64_t)(s0 + j0 + j) * a.d + lane + 32 * k]
+                                  : 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float w = __shfl_sync(0xffffffffu, wl, (j0 + j) & 31);
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (w != 0.0f)
+                        acc[k] = fmaf(w, x[j][k], acc[k]);
+            }
+        }
     }
     float *lse = a.lse_acc + (int64_t)h * a.t + i;
     const double lr = ((double)mx + log2((double)sum)) * 0.69314718055994530942;
