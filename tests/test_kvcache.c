@@ -20,7 +20,8 @@
  * message naming the argument, leave every shard length and free block count as they were,
  * and leave the communicator usable (the case continues and must still match the reference).
  * Also: parameters that differ between ranks (BURST_ERR_PLAN_MISMATCH), invalid parameters,
- * and a cache that fills exactly.
+ * a cache that fills exactly, and a bad tensor on one rank only (that rank fails naming it, its
+ * peer returns BURST_ERR_PEER_FAILED instead of waiting, nothing is committed).
  * BURST_TEST_BACKEND selects the backend (tensors through burst_context_alloc / memcpy).
  */
 #include <setjmp.h>
@@ -579,15 +580,69 @@ static void bad_params(void **state)
                      BURST_ERR_INVALID_ARG);
 }
 
+/* One rank passes a q of the wrong shape to a decode: it fails naming q, its peers return
+ * BURST_ERR_PEER_FAILED well within the timeout instead of waiting, and nothing is committed. */
+struct one_bad {
+    struct kv_run run;
+    burst_status_t st[2];
+    int64_t len_after[2];
+    double ms[2];
+};
+
+static void one_bad_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct one_bad *ob = arg;
+    const struct kv_case *c = ob->run.c;
+    struct burst_kvcache_params p = case_params(c);
+    struct burst_kvcache *kc = NULL;
+    ob->st[rank] = BURST_ERR_INTERNAL;
+    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK)
+        return;
+    struct dec_io io;
+    if (prefill_chunk(&ob->run, kc, rank, 0, 8) == 0 && dec_io_make(c, &io, 1, 2) == 0) {
+        if (rank == 1)
+            io.q.t.shape[2] = c->hq + 1; /* q with one head too many */
+        double t0 = harness_now_ms();
+        ob->st[rank] = burst_decode(kc, 1, io.ids, &io.q.t, &io.k.t, &io.v.t, &io.o.t, NULL);
+        ob->ms[rank] = harness_now_ms() - t0;
+        if (rank == 1 && !harness_contains(burst_last_error(), "q->shape[2]"))
+            ob->st[rank] = BURST_ERR_INTERNAL;
+        ob->len_after[rank] = burst_kvcache_len(kc, 0);
+        dec_io_free(&io);
+    }
+    burst_kvcache_destroy(kc);
+}
+
+static void one_rank_bad(void **state)
+{
+    (void)state;
+    struct one_bad *ob = calloc(1, sizeof *ob);
+    assert_non_null(ob);
+    ob->run.c = &fill_case;
+    stream_make(&fill_case, &ob->run.s[0], 0, harness_seed());
+    assert_int_equal(harness_run_ranks(2, 60000, one_bad_rank, ob), 0);
+    for (int r = 0; r < 2; r++)
+        if (ob->run.rec[r].fails)
+            printf("one_rank_bad rank %d: %s\n", r, ob->run.rec[r].msg);
+    assert_int_equal(ob->st[1], BURST_ERR_INVALID_ARG);
+    assert_int_equal(ob->st[0], BURST_ERR_PEER_FAILED);
+    assert_true(ob->ms[0] < 30000.0);
+    assert_int_equal(ob->len_after[0], 8);
+    assert_int_equal(ob->len_after[1], 8);
+    free(ob->run.s[0].q);
+    free(ob);
+}
+
 int main(void)
 {
     const size_t n = sizeof cases / sizeof cases[0];
-    struct CMUnitTest tests[sizeof cases / sizeof cases[0] + 3];
+    struct CMUnitTest tests[sizeof cases / sizeof cases[0] + 4];
     for (size_t i = 0; i < n; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL, (void *)&cases[i]};
     tests[n] = (struct CMUnitTest)cmocka_unit_test(fills_exactly);
     tests[n + 1] = (struct CMUnitTest)cmocka_unit_test(params_mismatch);
     tests[n + 2] = (struct CMUnitTest)cmocka_unit_test(bad_params);
+    tests[n + 3] = (struct CMUnitTest)cmocka_unit_test(one_rank_bad);
     printf("test_kvcache seed %llu\n", (unsigned long long)harness_seed());
     const int rc = cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);
     harness_fini();
