@@ -12,7 +12,7 @@
 #include "plan_internal.h"
 #include "step_check.h"
 
-/* One fwd_step per block: query i at position tail + i, key j at position j, causal. */
+/* One fwd_step per block (backends without decode_step, and BURST_DECODE_STEP=0): query i at position tail + i, key j at position j, causal. */
 static burst_status_t attend_blocks(struct burst_kvcache *c, int seq, const struct burst_tensor *q,
                                     int64_t nkeys, int64_t tail, float *o_acc, float *lse_acc)
 {
@@ -53,7 +53,7 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
     const struct burst_backend_ops *ops = c->ctx->ops;
     if (nkeys == 0)
         return BURST_OK; /* no key here: the rows stay (0, -inf) */
-    if (BURST_OPS_HAS(ops, decode_step)) {
+    if (BURST_OPS_HAS(ops, decode_step) && burst_set_long(&c->ctx->set, BURST_SET_DECODE_STEP)) {
         struct burst_decode_args a = {
             .q = q,
             .k_pool = c->k_pool,
