@@ -48,8 +48,8 @@
 #            decode step with t = 1 and t = 4, fp32 and bf16, GQA, as threads and as processes;
 #            the report names prefill, decode (median, p99), local and merge times and tokens/s;
 #            --json reports them; --decode without --prefill, --prefill or --spec without
-#            --decode, a prompt too short to shard and flags an inference job does not take
-#            are usage errors naming them
+#            --decode, a prompt too short to shard, caches larger than the machine's memory and
+#            flags an inference job does not take are usage errors naming them
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -478,6 +478,8 @@ case_kv() {
     expect_usage "kv window" "--decode runs one causal inference job" --threads --prefill 64 \
         --decode 2 --window 4,0
     expect_usage "kv spec 0" "--spec" --threads --prefill 64 --decode 2 --spec 0
+    expect_usage "kv too large" "do not fit this machine's memory" --threads --prefill 64 \
+        --decode 1073741824 --spec 1048576 --heads 64 --head-dim 256
 }
 
 case "$WHAT" in

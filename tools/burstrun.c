@@ -1168,6 +1168,17 @@ static void check_inference(const struct opts *o, struct job_params *p)
         die_usage("--prefill %lld is too short: the prompt is sharded over -n %d ranks in layout "
                   "%s (needs at least %lld tokens)",
                   (long long)p->kv_prefill, p->ranks, layout_names[p->layout], (long long)min);
+    const int64_t total = p->kv_prefill + p->kv_decode * p->kv_spec; /* < 2^51: no overflow */
+    const double cache = 2.0 * (double)job_kv_capacity(p) * 64 * p->kv_heads * p->head_dim *
+                         (double)burst_dtype_size(p->dtype) * p->ranks;
+    if (total > ((int64_t)1 << 40) || job_kv_capacity(p) > INT32_MAX ||
+        cache > (double)job_memory_limit())
+        die_usage("--prefill %lld --decode %lld --spec %lld --batch %lld: the caches of the %d "
+                  "ranks (%.3g bytes for %lld tokens per sequence) do not fit this machine's "
+                  "memory (%.3g bytes)",
+                  (long long)p->kv_prefill, (long long)p->kv_decode, (long long)p->kv_spec,
+                  (long long)p->batch, p->ranks, cache, (long long)total,
+                  (double)job_memory_limit());
     p->causal = 1;
     p->run_bwd = 0;
     p->seq_len = p->kv_prefill;
