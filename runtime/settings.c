@@ -66,6 +66,9 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
          "(comparison)"),
     BOOL(BWD_FINAL, CTX, 1, 0,
          "0: a one-rank backward accumulates dK, dV in fp32 scratch and casts (comparison)"),
+    BOOL(DECODE_STEP, CTX, 1, 0,
+         "0: the key/value cache attends with one fwd_step per block even where the backend "
+         "has decode_step (comparison)"),
     BOOL(STEP_SYNC, CTX, 0, 0,
          "1: synchronise the host after every ring step's kernel, timing steps on its clock "
          "(comparison)"),

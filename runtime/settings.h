@@ -38,6 +38,7 @@ enum burst_setting_id {
     BURST_SET_SPEED_ROUNDS,
     BURST_SET_FWD_FINAL,
     BURST_SET_BWD_FINAL,
+    BURST_SET_DECODE_STEP,
     BURST_SET_STEP_SYNC,
     /* logging (burst/log.h; read at the first message, checked at context and communicator
      * create) */

@@ -44,6 +44,12 @@
 #            lengths); random:K draws the same lengths for the same seed; bad values (a length
 #            of 0, -1, not a number, random:0, lengths not summing to --seq, more documents than
 #            tokens) are usage errors naming --docs
+#   kv       inference jobs (--prefill, --decode, --batch, --spec): --check passes on every
+#            decode step with t = 1 and t = 4, fp32 and bf16, GQA, as threads and as processes;
+#            the report names prefill, decode (median, p99), local and merge times and tokens/s;
+#            --json reports them; --decode without --prefill, --prefill or --spec without
+#            --decode, a prompt too short to shard, caches larger than the machine's memory and
+#            flags an inference job does not take are usage errors naming them
 # BURST_TEST_TIME_SCALE (default 1; sanitizer builds set 3) multiplies the time limits.
 set -u
 BR=$1
@@ -436,7 +442,40 @@ case_sinkcap() {
         --sinks --fwd-only
 }
 
+case_kv() {
+    for mode in --threads ""; do
+        [ -n "$mode" ] || [ $PROCS = 1 ] || continue
+        m="kv${mode:- processes}"
+        expect 0 "$m t1" $mode -n 3 --heads 4 --kv-heads 1 --head-dim 32 --prefill 300 \
+            --decode 70 --batch 2 --check --seed $SEED
+        grep -q "^check     pass: 140 rows" "$TMP/out" || fail "$m t1: $(tail -n 4 "$TMP/out")"
+        for w in "^prefill .* TFLOP/s" "^decode    median .* p99 .* tokens/s" "^  local   median" \
+            "^  merge   median"; do
+            grep -q "$w" "$TMP/out" || fail "$m t1: no line matching '$w'"
+        done
+        expect 0 "$m spec bf16" $mode -n 2 --heads 4 --kv-heads 2 --head-dim 64 --dtype bf16 \
+            --prefill 130 --decode 20 --spec 4 --check --seed $SEED
+        grep -q "^check     pass" "$TMP/out" || fail "$m spec: $(tail -n 4 "$TMP/out")"
+    done
+    expect 0 "kv json" --threads -n 2 --heads 2 --head-dim 16 --prefill 64 --decode 5 --spec 2 \
+        --check --json --seed $SEED
+    for w in '"mode": "inference"' '"step_ms_median": ' '"step_ms_p99": ' '"local_ms_median": ' \
+        '"merge_ms_median": ' '"tokens_per_s": ' '"prefill_tflops": ' '"check": "pass"'; do
+        grep -q "$w" "$TMP/out" || fail "kv json: no $w: $(head -c 300 "$TMP/out")"
+    done
+    expect_usage "kv decode alone" "--decode 5 needs --prefill" --threads --decode 5
+    expect_usage "kv prefill alone" "--prefill needs --decode" --threads --prefill 64
+    expect_usage "kv spec alone" "--spec needs --decode" --threads --spec 2
+    expect_usage "kv short prompt" "--prefill 7 is too short" --threads -n 4 --prefill 7 --decode 2
+    expect_usage "kv window" "--decode runs one causal inference job" --threads --prefill 64 \
+        --decode 2 --window 4,0
+    expect_usage "kv spec 0" "--spec" --threads --prefill 64 --decode 2 --spec 0
+    expect_usage "kv too large" "do not fit this machine's memory" --threads --prefill 64 \
+        --decode 1073741824 --spec 1048576 --heads 64 --head-dim 256
+}
+
 case "$WHAT" in
+kv) case_kv ;;
 docs) case_docs ;;
 report) case_report ;;
 sinkcap) case_sinkcap ;;

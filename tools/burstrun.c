@@ -76,7 +76,17 @@ static void usage(FILE *f)
         "  --softcap C            logit soft-capping: scores become C tanh(score / C), C > 0\n"
         "                         (default off)\n"
         "  --sinks                attention sinks: one logit per query head, U(-1, 5) from\n"
-        "                         the seed; --check then also checks the sinks' gradient\n");
+        "                         the seed; --check then also checks the sinks' gradient\n"
+        "inference (the sharded key/value cache):\n"
+        "  --prefill N            an inference job: each of --batch sequences gets a prompt of\n"
+        "                         N tokens (causal ring prefill into the cache), then\n"
+        "  --decode STEPS         decode calls, each attending the new tokens to every rank's\n"
+        "                         shard of the cache and merging the partial results; reports\n"
+        "                         prefill time and TFLOP/s, decode step latency (median, p99;\n"
+        "                         local attention and merge apart) and tokens/s; --check\n"
+        "                         compares sampled rows of every step with the fp64 reference\n"
+        "  --spec T               new tokens per sequence and decode call (speculative\n"
+        "                         decoding; default 1)\n");
     fprintf(
         f,
         "run:\n"
@@ -864,6 +874,21 @@ static void opt_kill_step(struct parse_state *s, const char *name, const char *v
 
 /* ---- soft-capping and sinks ---- */
 
+static void opt_prefill(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->kv_prefill = parse_int(name, val, 1, (int64_t)1 << 40);
+}
+
+static void opt_decode(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->kv_decode = parse_int(name, val, 1, 1 << 30);
+}
+
+static void opt_spec(struct parse_state *s, const char *name, const char *val)
+{
+    s->p->kv_spec = parse_int(name, val, 1, 1 << 20);
+}
+
 static void opt_softcap(struct parse_state *s, const char *name, const char *val)
 {
     char *end;
@@ -959,6 +984,10 @@ static const struct burstrun_flag burstrun_flags[] = {
     /* soft-capping and sinks */
     VALUED("--softcap", opt_softcap),
     FLAG_P("--sinks", sinks, 1),
+    /* inference: the key/value cache */
+    VALUED("--prefill", opt_prefill),
+    VALUED("--decode", opt_decode),
+    VALUED("--spec", opt_spec),
 };
 
 /* The defaults of every flag (parse_args makes the default job causal and checked). */
@@ -987,6 +1016,7 @@ static void opts_default(struct opts *o, int argc)
     o->fabric = "shm";
     o->kill.rank = -1;
     o->kill.phase = 'F';
+    p->kv_spec = 1;
 #ifndef BURST_HAVE_FABRIC
     o->threads = 1; /* built without libfabric: threads are the only mode */
 #endif
@@ -1112,6 +1142,48 @@ static void check_problem(const struct opts *o, struct job_params *p)
         die_usage("%s", msg);
 }
 
+/* An inference job (--prefill, --decode): the flags it takes; it is causal, forward only, and
+ * sized like an attention job over the prompt. */
+static void check_inference(const struct opts *o, struct job_params *p)
+{
+    if (!p->kv_decode) {
+        if (p->kv_prefill || p->kv_spec != 1)
+            die_usage("--%s needs --decode STEPS (an inference job: --prefill N --decode STEPS)",
+                      p->kv_prefill ? "prefill" : "spec");
+        return;
+    }
+    if (!p->kv_prefill)
+        die_usage("--decode %lld needs --prefill N (the prompt that fills the cache first)",
+                  (long long)p->kv_decode);
+    if (sweep_points(o) > 1 || o->csv || p->sinks || p->softcap > 0 || p->num_docs ||
+        p->docs_random || p->window_left >= 0 || p->window_right >= 0 ||
+        p->weights_mode != JOB_WEIGHTS_EVEN || p->mismatch_rank >= 0 || o->kill.rank >= 0)
+        die_usage("--decode runs one causal inference job: not with sweeps, --csv, --sinks, "
+                  "--softcap, --docs, --window, --weights or the test flags");
+    if (p->batch > 65536)
+        die_usage("--batch %lld: an inference job takes at most 65536 sequences",
+                  (long long)p->batch);
+    int64_t min = p->layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)p->ranks : p->ranks;
+    if (p->kv_prefill < min)
+        die_usage("--prefill %lld is too short: the prompt is sharded over -n %d ranks in layout "
+                  "%s (needs at least %lld tokens)",
+                  (long long)p->kv_prefill, p->ranks, layout_names[p->layout], (long long)min);
+    const int64_t total = p->kv_prefill + p->kv_decode * p->kv_spec; /* < 2^51: no overflow */
+    const double cache = 2.0 * (double)job_kv_capacity(p) * 64 * p->kv_heads * p->head_dim *
+                         (double)burst_dtype_size(p->dtype) * p->ranks;
+    if (total > ((int64_t)1 << 40) || job_kv_capacity(p) > INT32_MAX ||
+        cache > (double)job_memory_limit())
+        die_usage("--prefill %lld --decode %lld --spec %lld --batch %lld: the caches of the %d "
+                  "ranks (%.3g bytes for %lld tokens per sequence) do not fit this machine's "
+                  "memory (%.3g bytes)",
+                  (long long)p->kv_prefill, (long long)p->kv_decode, (long long)p->kv_spec,
+                  (long long)p->batch, p->ranks, cache, (long long)total,
+                  (double)job_memory_limit());
+    p->causal = 1;
+    p->run_bwd = 0;
+    p->seq_len = p->kv_prefill;
+}
+
 /* The flags' consistency with each other, naming the flags involved. */
 static void check_flags(struct parse_state *s)
 {
@@ -1212,6 +1284,7 @@ static void check_flags(struct parse_state *s)
         die_usage("--kv-heads %d must divide --heads %d", p->kv_heads, p->q_heads);
     if (p->sinks && p->q_heads > JOB_MAX_SINKS)
         die_usage("--sinks takes at most %d query heads (--heads %d)", JOB_MAX_SINKS, p->q_heads);
+    check_inference(o, p);
     check_env();
     /* every point of a sweep (one point without one): nothing is allocated before all pass */
     for (int i = 0; i < sweep_points(o); i++) {
@@ -1729,6 +1802,17 @@ static int self_exe(char *buf, size_t cap)
 /* The job's table or JSON on stdout; EXIT_CHECK_FAILED when a requested check failed, else 0. */
 static int report(const struct opts *o, const struct job_result *r)
 {
+    if (o->jp.kv_decode > 0) { /* an inference job (tools/job_kv.h) */
+        if (o->json) {
+            printf("{");
+            meta_json_fields(stdout, 1);
+            printf(", ");
+        }
+        int failed = job_kv_print(stdout, &o->jp, r, o->json);
+        if (o->json)
+            printf("}\n");
+        return failed ? EXIT_CHECK_FAILED : 0;
+    }
     struct summary s;
     summarise(&o->jp, r, &s);
     if (o->json)

@@ -766,9 +766,25 @@ static const char *ctx_name(const void *arg, int rank)
     return burst_context_backend(((struct burst_context *const *)arg)[rank]);
 }
 
+/* An inference job with ranks as threads (tools/job_kv.h). */
+static int kv_run(const struct job_params *p, struct burst_context *const *ctxs,
+                  struct job_result *r)
+{
+    backends_str(p, ctx_name, ctxs, r->backend, sizeof(r->backend));
+    snprintf(r->rank_mode, sizeof(r->rank_mode), "threads");
+    snprintf(r->fabric, sizeof(r->fabric), "none");
+    r->hosts = 1;
+    r->num_threads = burst_context_num_threads(ctxs[0]);
+    job_kv_threads(p, ctxs, &r->kv);
+    job_set_msg(r, r->kv.status, "%s", r->kv.message);
+    return r->status;
+}
+
 int job_run(const struct job_params *p, struct burst_context *const *ctxs, struct job_result *r)
 {
     memset(r, 0, sizeof(*r));
+    if (p->kv_decode > 0)
+        return kv_run(p, ctxs, r);
     struct job j;
     memset(&j, 0, sizeof(j));
     j.p = p;
@@ -1121,6 +1137,13 @@ int job_worker_main(int fd)
     }
     snprintf(slot->fabric, sizeof(slot->fabric), "%s", burst_comm_fabric(comm));
     slot->hosts = burst_comm_hosts(comm);
+    if (h->p.kv_decode > 0) { /* an inference job (tools/job_kv.h) */
+        rc = job_kv_rank(&h->p, j.ctx, comm, rank, &slot->kv);
+        snprintf(slot->message, sizeof(slot->message), "%s", slot->kv.message);
+        slot->secondary = slot->kv.secondary;
+        rc = rc == JOB_OK ? JOB_OK : slot->secondary ? JOB_EPEER : rc;
+        goto out;
+    }
 
     /* the shards: measured now (every rank gets the same lengths), or from the parameters */
     int64_t *arena_lens = (int64_t *)(void *)((char *)arena + h->off_lens);
@@ -1220,6 +1243,15 @@ int job_arena_collect(void *arena, struct job_result *r)
                             slots[rk].message[0] ? slots[rk].message : "(no message)");
     if (r->status)
         goto out;
+    if (p->kv_decode > 0) { /* an inference job: rank 0's measurements */
+        r->kv = slots[0].kv;
+        backends_str(p, slot_name, slots, r->backend, sizeof(r->backend));
+        snprintf(r->rank_mode, sizeof(r->rank_mode), "processes");
+        snprintf(r->fabric, sizeof(r->fabric), "%s", slots[0].fabric);
+        r->hosts = slots[0].hosts;
+        r->num_threads = slots[0].num_threads;
+        goto out;
+    }
     r->shard_lens = calloc((size_t)G, sizeof(int64_t));
     if (!r->shard_lens) {
         job_set_msg(r, JOB_EFAIL, "out of memory");

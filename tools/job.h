@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "burst/burst.h"
+#include "job_kv.h"
 
 /* Backward reference refused above this many multiply-adds, counted as B * N^2 * Hq * d. */
 #define JOB_BWD_CHECK_LIMIT 4e9
@@ -77,6 +78,12 @@ struct job_params {
     /* soft-capping and attention sinks (burstrun --softcap, --sinks) */
     float softcap; /* plan.softcap: 0 = off */
     int sinks;     /* nonzero: the _sinks calls with job_sinks' logits */
+    /* an inference job instead (burstrun --prefill, --decode, --spec; tools/job_kv.h): a
+     * prompt of kv_prefill tokens per sequence (batch sequences), then kv_decode decode calls
+     * of kv_spec tokens each; kv_decode 0 = an attention job */
+    int64_t kv_prefill;
+    int64_t kv_decode;
+    int64_t kv_spec;
 };
 
 /* Per-rank statistics of the last call of each phase. */
@@ -147,6 +154,8 @@ struct job_result {
                             burst_plan_rank_speed) */
     double *shard_speeds; /* [ranks] the speeds that sized the shards (burst_plan_shard_speed),
                              in rank_speeds' allocation, or NULL */
+
+    struct job_kv_result kv; /* an inference job's (job_params.kv_decode > 0) */
 
     int checked_fwd_rows; /* query rows compared (per batch and head); 0 = forward not checked */
     int checked_bwd;
@@ -236,10 +245,11 @@ struct job_slot {
     double wall_s, cpu_s; /* timed iterations: wall time and process cpu time */
     uint64_t peak_rss;
     struct job_rank_stats st;
+    struct job_kv_result kv; /* an inference job's */
 };
 
 #define JOB_ARENA_MAGIC 0x42525354u /* "BRST" */
-#define JOB_ARENA_VERSION 3u
+#define JOB_ARENA_VERSION 4u
 
 /* The arena's first bytes. The worker is the same executable as the launcher, so the layout
  * is shared by construction; magic, version and size are still checked. */

@@ -52,6 +52,7 @@ enum burst_msg_kind {
     BURST_MSG_ACC = 4,    /* backward travelling accumulator */
     BURST_MSG_PING = 5,   /* burst_comm_pingpong (transport/tp_pingpong.c) */
     BURST_MSG_SINKS = 6,  /* backward: each rank's part of the sinks' gradient */
+    BURST_MSG_CACHE = 7,  /* key/value cache: handshake, queries, partial results */
 };
 static inline uint64_t burst_tag(uint32_t seq, enum burst_msg_kind kind, int step)
 {

@@ -30,6 +30,7 @@
 #include "burst/comm.h"
 #include "burst/plan.h"
 #include "burst/layout.h"
+#include "burst/kvcache.h"
 #include "burst/log.h"
 
 #endif /* BURST_BURST_H */

@@ -419,6 +419,7 @@ const struct burst_backend_ops burst_cpu_backend_ops = {
     .fill = burst_cpu_fill,
     .accumulate = burst_cpu_accumulate,
     .fwd_step = burst_cpu_fwd_step,
+    .decode_step = burst_cpu_decode_step,
     .bwd_delta = burst_cpu_bwd_delta,
     .bwd_step = burst_cpu_bwd_step,
     .sync = NULL,

@@ -227,6 +227,8 @@ static inline void burst_cpu_row_run(const int64_t *kb, const int64_t *ke, int64
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa);
 
 burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args);
+/* cpu_decode.c: decode_step, split over the keys (backend.h, burst_decode_args). */
+burst_status_t burst_cpu_decode_step(void *be, const struct burst_decode_args *args);
 burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args);
 burst_status_t burst_cpu_bwd_delta(void *be, const struct burst_tensor *dout,
                                    const struct burst_tensor *o, float *delta);
