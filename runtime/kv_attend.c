@@ -116,11 +116,12 @@ burst_status_t burst_kv_write_out(struct burst_kvcache *c, const char *who, cons
     const struct burst_backend_ops *ops = c->ctx->ops;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim;
     const size_t on = (size_t)(B * t * hq * d), ln = (size_t)(B * hq * t);
-    float *dev = ops->alloc(c->ctx->be, on * sizeof(float));
-    if (!dev)
-        return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", who,
-                           on * sizeof(float));
-    burst_status_t st = burst_kv_from_host(c, dev, o_host, on * sizeof(float));
+    void *work = NULL;
+    burst_status_t st = burst_kv_work(c, 1, on * sizeof(float), who, &work);
+    if (st != BURST_OK)
+        return st;
+    float *dev = work;
+    st = burst_kv_from_host(c, dev, o_host, on * sizeof(float));
     if (st == BURST_OK) {
         struct burst_tensor src = burst_tensor_contiguous(dev, BURST_DTYPE_FP32, B, t, hq, d);
         st = ops->copy(c->ctx->be, o, &src);
@@ -129,6 +130,5 @@ burst_status_t burst_kv_write_out(struct burst_kvcache *c, const char *who, cons
         st = burst_kv_from_host(c, lse, lse_host, ln * sizeof(float));
     if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
         st = ops->sync(c->ctx->be);
-    ops->free(c->ctx->be, dev);
     return st;
 }

@@ -173,10 +173,25 @@ static burst_status_t dec_merge(struct dec_call *w)
     return st;
 }
 
-static burst_status_t dec_alloc(struct dec_call *w)
+/* One rank: its partials are the result, copied from the running O and lse in backend memory
+ * to the caller's o (converted to its dtype) and lse, with no host round trip. */
+static burst_status_t dec_write_own(struct dec_call *w, const struct burst_tensor *o, float *lse)
 {
     struct burst_kvcache *c = w->c;
     const struct burst_backend_ops *ops = c->ctx->ops;
+    struct burst_tensor src = burst_tensor_contiguous(w->o_acc, BURST_DTYPE_FP32, w->B, w->t,
+                                                      c->p.q_heads, c->p.head_dim);
+    burst_status_t st = ops->copy(c->ctx->be, o, &src);
+    if (st == BURST_OK && lse)
+        st = burst_kv_from_host(c, lse, w->lse_acc, w->ln * sizeof(float)); /* either way */
+    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
+        st = ops->sync(c->ctx->be);
+    return st;
+}
+
+static burst_status_t dec_alloc(struct dec_call *w)
+{
+    struct burst_kvcache *c = w->c;
     w->on = (size_t)(w->B * w->t * c->p.q_heads * c->p.head_dim);
     w->ln = (size_t)(w->B * c->p.q_heads * w->t);
     const size_t per = w->on + w->ln;
@@ -186,20 +201,23 @@ static burst_status_t dec_alloc(struct dec_call *w)
     w->mine = malloc(per * sizeof(float));
     w->all = malloc(per * (size_t)c->size * sizeof(float));
     w->o_host = malloc(per * sizeof(float));
-    w->o_acc = ops->alloc(c->ctx->be, w->on * sizeof(float));
-    w->lse_acc = ops->alloc(c->ctx->be, w->ln * sizeof(float));
-    if (!w->owner || !w->mine || !w->all || !w->o_host || !w->o_acc || !w->lse_acc)
+    if (!w->owner || !w->mine || !w->all || !w->o_host)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%zu floats per rank)", who,
                            per * (size_t)(c->size + 2));
     w->lse_host = w->o_host + w->on;
+    /* the running O and lse in the cache's work memory, lse from a 256-byte boundary */
+    const size_t o_bytes = (w->on * sizeof(float) + 255) / 256 * 256;
+    void *acc = NULL;
+    burst_status_t st = burst_kv_work(c, 0, o_bytes + w->ln * sizeof(float), who, &acc);
+    if (st != BURST_OK)
+        return st;
+    w->o_acc = acc;
+    w->lse_acc = (float *)(void *)((unsigned char *)acc + o_bytes);
     return BURST_OK;
 }
 
 static void dec_free(struct dec_call *w)
 {
-    const struct burst_backend_ops *ops = w->c->ctx->ops;
-    ops->free(w->c->ctx->be, w->o_acc);
-    ops->free(w->c->ctx->be, w->lse_acc);
     free(w->owner);
     free(w->mine);
     free(w->all);
@@ -236,11 +254,13 @@ burst_status_t burst_decode(struct burst_kvcache *c, int64_t batch, const int *s
     if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, sync))
         st = c->ctx->ops->sync(c->ctx->be);
     double t2 = burst_now();
-    if (st == BURST_OK)
+    if (st == BURST_OK && c->size > 1)
         st = dec_merge(&w);
     double t3 = burst_now();
-    if (st == BURST_OK)
+    if (st == BURST_OK && c->size > 1)
         st = burst_kv_write_out(c, who, w.o_host, w.lse_host, batch, w.t, o, lse);
+    else if (st == BURST_OK)
+        st = dec_write_own(&w, o, lse);
     for (int64_t b = 0; b < batch; b++) {
         if (st == BURST_OK)
             burst_kv_commit(c, w.owner[b], seq_ids[b], w.t);

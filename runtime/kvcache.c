@@ -189,12 +189,34 @@ burst_status_t burst_kvcache_create(struct burst_context *ctx, struct burst_comm
     return BURST_OK;
 }
 
+burst_status_t burst_kv_work(struct burst_kvcache *c, int slot, size_t bytes, const char *who,
+                             void **p)
+{
+    *p = c->work[slot];
+    if (c->work_bytes[slot] >= bytes && c->work[slot])
+        return BURST_OK;
+    const struct burst_backend_ops *ops = c->ctx->ops;
+    burst_status_t st = BURST_OPS_HAS(ops, sync) ? ops->sync(c->ctx->be) : BURST_OK;
+    if (st != BURST_OK)
+        return st;
+    ops->free(c->ctx->be, c->work[slot]);
+    c->work_bytes[slot] = 0;
+    c->work[slot] = *p = ops->alloc(c->ctx->be, bytes);
+    if (!c->work[slot])
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of backend memory",
+                           who, bytes);
+    c->work_bytes[slot] = bytes;
+    return BURST_OK;
+}
+
 void burst_kvcache_destroy(struct burst_kvcache *c)
 {
     if (!c)
         return;
     burst_plan_destroy(c->plan);
     if (c->ctx) {
+        c->ctx->ops->free(c->ctx->be, c->work[0]);
+        c->ctx->ops->free(c->ctx->be, c->work[1]);
         c->ctx->ops->free(c->ctx->be, c->k_pool);
         c->ctx->ops->free(c->ctx->be, c->v_pool);
         c->ctx->ops->free(c->ctx->be, c->tables_dev);

@@ -42,7 +42,17 @@ struct burst_kvcache {
      * the cache's layout, kept for the next chunk of the same length */
     struct burst_plan *plan;
     int64_t plan_len;
+    /* backend memory kept between calls (grown on demand, freed with the cache): [0] decode's
+     * running O and lse, [1] burst_kv_write_out's fp32 output */
+    void *work[2];
+    size_t work_bytes[2];
 };
+
+/* *p = backend memory of at least `bytes` in work slot `slot` (0 or 1), kept for later calls;
+ * its contents are undefined. Growing waits for queued work first (it may use the old buffer).
+ * BURST_ERR_NO_MEMORY naming who on exhaustion. */
+burst_status_t burst_kv_work(struct burst_kvcache *c, int slot, size_t bytes, const char *who,
+                             void **p);
 
 /* Blocks a shard of len keys occupies. */
 static inline int64_t burst_kv_blocks_for(const struct burst_kvcache *c, int64_t len)
