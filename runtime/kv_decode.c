@@ -182,8 +182,12 @@ static burst_status_t dec_write_own(struct dec_call *w, const struct burst_tenso
     struct burst_tensor src = burst_tensor_contiguous(w->o_acc, BURST_DTYPE_FP32, w->B, w->t,
                                                       c->p.q_heads, c->p.head_dim);
     burst_status_t st = ops->copy(c->ctx->be, o, &src);
-    if (st == BURST_OK && lse)
-        st = burst_kv_from_host(c, lse, w->lse_acc, w->ln * sizeof(float)); /* either way */
+    if (st == BURST_OK && lse) { /* [B, Hq, t] as fp32 rows of one element, queued like o */
+        const int64_t B = w->B, hq = c->p.q_heads, t = w->t;
+        struct burst_tensor ls = burst_tensor_contiguous(w->lse_acc, BURST_DTYPE_FP32, B, hq, t, 1);
+        struct burst_tensor ld = burst_tensor_contiguous(lse, BURST_DTYPE_FP32, B, hq, t, 1);
+        st = ops->copy(c->ctx->be, &ld, &ls);
+    }
     if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
         st = ops->sync(c->ctx->be);
     return st;
