@@ -29,6 +29,30 @@ static int owner_of(const struct burst_kvcache *c, int seq)
     return best;
 }
 
+/* Entry b of check_seqs; claimed: blocks the batch's earlier sequences take on each rank
+ * (several sequences may have the same owner). */
+static burst_status_t check_seq(const struct burst_kvcache *c, const int *ids, int64_t b, int64_t t,
+                                int64_t *claimed)
+{
+    if (ids[b] < 0 || ids[b] >= c->p.max_seqs)
+        return burst_error(BURST_ERR_INVALID_ARG, "%s: seq_ids[%lld] = %d is out of range 0..%d",
+                           who, (long long)b, ids[b], c->p.max_seqs - 1);
+    for (int64_t e = 0; e < b; e++)
+        if (ids[e] == ids[b])
+            return burst_error(BURST_ERR_INVALID_ARG,
+                               "%s: seq_ids[%lld] = %d repeats seq_ids[%lld]", who, (long long)b,
+                               ids[b], (long long)e);
+    if (burst_kvcache_len(c, ids[b]) == 0)
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: seq_ids[%lld] = %d has no cached tokens: prefill it first", who,
+                           (long long)b, ids[b]);
+    char what[64];
+    snprintf(what, sizeof what, "t = %lld for seq_ids[%lld] = %d", (long long)t, (long long)b,
+             ids[b]);
+    const int r = owner_of(c, ids[b]);
+    return burst_kv_check_fit(c, who, what, r, ids[b], t, claimed + r);
+}
+
 /* Checks every rank decides alike from replicated state: nothing is aborted on failure. */
 static burst_status_t check_seqs(const struct burst_kvcache *c, int64_t B, const int *ids,
                                  int64_t t)
@@ -38,28 +62,14 @@ static burst_status_t check_seqs(const struct burst_kvcache *c, int64_t B, const
                            who, (long long)B, c->p.max_seqs);
     if (!ids)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: seq_ids is NULL", who);
-    for (int64_t b = 0; b < B; b++) {
-        if (ids[b] < 0 || ids[b] >= c->p.max_seqs)
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: seq_ids[%lld] = %d is out of range 0..%d", who, (long long)b,
-                               ids[b], c->p.max_seqs - 1);
-        for (int64_t e = 0; e < b; e++)
-            if (ids[e] == ids[b])
-                return burst_error(BURST_ERR_INVALID_ARG,
-                                   "%s: seq_ids[%lld] = %d repeats seq_ids[%lld]", who,
-                                   (long long)b, ids[b], (long long)e);
-        if (burst_kvcache_len(c, ids[b]) == 0)
-            return burst_error(BURST_ERR_INVALID_ARG,
-                               "%s: seq_ids[%lld] = %d has no cached tokens: prefill it first", who,
-                               (long long)b, ids[b]);
-        char what[64];
-        snprintf(what, sizeof what, "t = %lld for seq_ids[%lld] = %d", (long long)t, (long long)b,
-                 ids[b]);
-        burst_status_t st = burst_kv_check_fit(c, who, what, owner_of(c, ids[b]), ids[b], t);
-        if (st != BURST_OK)
-            return st;
-    }
-    return BURST_OK;
+    int64_t *claimed = calloc((size_t)c->size, sizeof(int64_t));
+    if (!claimed)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    burst_status_t st = BURST_OK;
+    for (int64_t b = 0; st == BURST_OK && b < B; b++)
+        st = check_seq(c, ids, b, t, claimed);
+    free(claimed);
+    return st;
 }
 
 /* Checks of this rank's tensors (a failure aborts the communicator). */

@@ -12,6 +12,7 @@
  * Then each rank appends its shard's K/V rows; they are committed once all that succeeded.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,9 @@ static burst_status_t check_chunk(struct pre_call *w, int seq, int64_t chunk)
                                "cache's layout (needs >= %d tokens)",
                                who, (long long)chunk, c->size,
                                c->p.layout == BURST_LAYOUT_ZIGZAG ? 2 * c->size : c->size);
-        if ((st = burst_kv_check_fit(c, who, "chunk_len", r, seq, w->lens[r])) != BURST_OK)
+        char what[48];
+        snprintf(what, sizeof what, "chunk_len = %lld", (long long)chunk);
+        if ((st = burst_kv_check_fit(c, who, what, r, seq, w->lens[r], NULL)) != BURST_OK)
             return st;
         if (w->lens[r] > w->n_max)
             w->n_max = w->lens[r];

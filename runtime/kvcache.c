@@ -302,17 +302,32 @@ int64_t burst_kv_need(const struct burst_kvcache *c, int r, int seq, int64_t add
 }
 
 burst_status_t burst_kv_check_fit(const struct burst_kvcache *c, const char *who, const char *what,
-                                  int r, int seq, int64_t add)
+                                  int r, int seq, int64_t add, int64_t *claimed)
 {
-    int64_t need = burst_kv_need(c, r, seq, add), left = burst_kvcache_free_blocks(c, r);
-    if (need <= left)
-        return BURST_OK;
+    const int64_t len = burst_kvcache_shard_len(c, seq, r);
+    const int64_t room = c->p.capacity_blocks * c->p.block_len - len; /* no overflow: create */
+    const int64_t left = burst_kvcache_free_blocks(c, r) - (claimed ? *claimed : 0);
+    if (add <= room) { /* len + add cannot overflow now */
+        const int64_t need = burst_kv_need(c, r, seq, add);
+        if (need <= left) {
+            if (claimed)
+                *claimed += need;
+            return BURST_OK;
+        }
+        return burst_error(BURST_ERR_INVALID_ARG,
+                           "%s: %s: %lld new tokens of sequence %d on rank %d need %lld blocks of "
+                           "%lld tokens; rank %d has %lld of %lld free (capacity_blocks)%s",
+                           who, what, (long long)add, seq, r, (long long)need,
+                           (long long)c->p.block_len, r, (long long)left,
+                           (long long)c->p.capacity_blocks,
+                           claimed && *claimed ? " after the call's earlier sequences" : "");
+    }
     return burst_error(BURST_ERR_INVALID_ARG,
-                       "%s: %s: %lld new tokens of sequence %d on rank %d need %lld blocks of "
-                       "%lld tokens; rank %d has %lld of %lld free (capacity_blocks)",
-                       who, what, (long long)add, seq, r, (long long)need,
-                       (long long)c->p.block_len, r, (long long)left,
-                       (long long)c->p.capacity_blocks);
+                       "%s: %s: %lld new tokens of sequence %d on rank %d need more blocks of "
+                       "%lld tokens than the cache has; rank %d has %lld of %lld free "
+                       "(capacity_blocks)",
+                       who, what, (long long)add, seq, r, (long long)c->p.block_len, r,
+                       (long long)left, (long long)c->p.capacity_blocks);
 }
 
 const int32_t *burst_kv_table_dev(const struct burst_kvcache *c, int seq)

@@ -63,10 +63,12 @@ static inline int64_t burst_kv_blocks_for(const struct burst_kvcache *c, int64_t
 /* Blocks rank r must add to hold `add` more keys of sequence seq. */
 int64_t burst_kv_need(const struct burst_kvcache *c, int r, int seq, int64_t add);
 
-/* BURST_OK when rank r can take `add` more keys of sequence seq, else BURST_ERR_INVALID_ARG
- * naming who, `what` (the argument that asked for them), the rank, blocks needed and free. */
+/* BURST_OK when rank r can take `add` (>= 0, any size) more keys of sequence seq besides the
+ * `*claimed` blocks earlier entries of the same call take there, and adds its blocks to
+ * *claimed (claimed NULL: none); else BURST_ERR_INVALID_ARG naming who, `what` (the argument
+ * that asked for them, with its value), the rank, blocks needed and free. */
 burst_status_t burst_kv_check_fit(const struct burst_kvcache *c, const char *who, const char *what,
-                                  int r, int seq, int64_t add);
+                                  int r, int seq, int64_t add, int64_t *claimed);
 
 /* This rank: take the blocks for `add` more keys of seq (checked to fit) and write the new
  * block table to backend memory. */

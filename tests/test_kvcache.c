@@ -532,6 +532,61 @@ static void fills_exactly(void **state)
     assert_true(ok);
 }
 
+/* One rank, blocks of one token, three blocks: two one-token prompts leave one block free, so a
+ * decode of both sequences together (one token each, both stored on the one rank) is refused,
+ * counting the first sequence's block against the second, and leaves the cache as it was. */
+static const struct kv_case shared_case = {"shared_owner", 1, F32, 4, 1, 16, 1, 3, NAT, 2,
+                                           {{1}, {1}},     1, 1,   0};
+
+static void shared_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct kv_run *run = arg;
+    struct burst_kvcache_params p = case_params(&shared_case);
+    struct burst_kvcache *kc = NULL;
+    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK) {
+        rec_fail(&run->rec[rank], "rank %d: create: %s", rank, burst_last_error());
+        return;
+    }
+    struct dec_io io;
+    memset(&io, 0, sizeof io);
+    if (prefill_chunk(run, kc, rank, 0, 1) == 0 && prefill_chunk(run, kc, rank, 1, 1) == 0 &&
+        dec_io_make(&shared_case, &io, 2, 1) == 0) {
+        struct snap before, after;
+        snapshot(kc, 1, &before);
+        expect_bad(run, kc, rank,
+                   burst_decode(kc, 2, io.ids, &io.q.t, &io.k.t, &io.v.t, &io.o.t, NULL),
+                   "decode of two sequences into one free block", "earlier sequences");
+        /* a chunk length past any capacity, too large for the block arithmetic */
+        struct burst_tensor none = {0};
+        expect_bad(run, kc, rank,
+                   burst_prefill(kc, 0, INT64_MAX - 10, &none, &none, &none, &none, NULL),
+                   "prefill of INT64_MAX - 10 tokens", "chunk_len = 9223372036854775797");
+        snapshot(kc, 1, &after);
+        if (memcmp(&before, &after, sizeof before) != 0)
+            rec_fail(&run->rec[rank], "rank %d: a refused call changed the cache", rank);
+    }
+    dec_io_free(&io);
+    burst_kvcache_destroy(kc);
+}
+
+static void shared_owner(void **state)
+{
+    (void)state;
+    struct kv_run *run = calloc(1, sizeof *run);
+    assert_non_null(run);
+    run->c = &shared_case;
+    for (int s = 0; s < 2; s++)
+        stream_make(&shared_case, &run->s[s], s, harness_seed());
+    assert_int_equal(harness_run_ranks(1, 60000, shared_rank, run), 0);
+    if (run->rec[0].fails)
+        printf("shared_owner: %s\n", run->rec[0].msg);
+    const int ok = !run->rec[0].fails;
+    for (int s = 0; s < 2; s++)
+        free(run->s[s].q);
+    free(run);
+    assert_true(ok);
+}
+
 /* Rank 1 asks for another block_len: every rank fails naming the field. */
 static void mismatch_rank(int rank, struct burst_comm *comm, void *arg)
 {
@@ -636,13 +691,14 @@ static void one_rank_bad(void **state)
 int main(void)
 {
     const size_t n = sizeof cases / sizeof cases[0];
-    struct CMUnitTest tests[sizeof cases / sizeof cases[0] + 4];
+    struct CMUnitTest tests[sizeof cases / sizeof cases[0] + 5];
     for (size_t i = 0; i < n; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL, (void *)&cases[i]};
     tests[n] = (struct CMUnitTest)cmocka_unit_test(fills_exactly);
     tests[n + 1] = (struct CMUnitTest)cmocka_unit_test(params_mismatch);
     tests[n + 2] = (struct CMUnitTest)cmocka_unit_test(bad_params);
     tests[n + 3] = (struct CMUnitTest)cmocka_unit_test(one_rank_bad);
+    tests[n + 4] = (struct CMUnitTest)cmocka_unit_test(shared_owner);
     printf("test_kvcache seed %llu\n", (unsigned long long)harness_seed());
     const int rc = cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);
     harness_fini();
