@@ -79,8 +79,8 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
 void burst_kv_merge(int parts, const float *const *part_o, const float *const *part_lse,
                     int64_t rows, int64_t hq, int64_t d, float *o_out, float *lse_out)
 {
-    double *acc = malloc((size_t)d * sizeof(double) + 1);
-    for (int64_t i = 0; acc && i < rows; i++)
+    double acc[256]; /* d <= 256 (the cache's head_dim) */
+    for (int64_t i = 0; i < rows; i++)
         for (int64_t h = 0; h < hq; h++) {
             const size_t li = (size_t)(h * rows + i), oi = (size_t)((i * hq + h) * d);
             double m = -INFINITY;
@@ -106,7 +106,6 @@ void burst_kv_merge(int parts, const float *const *part_o, const float *const *p
                 o_out[oi + (size_t)x] = (float)(acc[x] / sum);
             lse_out[li] = (float)(m + log(sum));
         }
-    free(acc);
 }
 
 burst_status_t burst_kv_write_out(struct burst_kvcache *c, const char *who, const float *o_host,

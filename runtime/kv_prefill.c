@@ -143,14 +143,16 @@ static burst_status_t gather_queries(struct pre_call *w, const struct burst_tens
     const size_t bytes = (size_t)(w->n_max * hq * d) * burst_dtype_size(c->p.dtype);
     unsigned char *host = malloc(bytes * (size_t)(c->size + 1));
     if (!host)
-        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%zu bytes)", who, bytes);
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%zu bytes)", who,
+                           bytes * (size_t)(c->size + 1));
+    const size_t mine = (size_t)(w->n * hq * d) * burst_dtype_size(c->p.dtype);
+    memset(host + mine, 0, bytes - mine); /* the rows past this rank's n travel too */
     /* this rank's rows, packed, through the slot of qall that receives them anyway */
     unsigned char *slot = (unsigned char *)w->qall + (size_t)c->rank * bytes;
     struct burst_tensor packed = burst_tensor_contiguous(slot, c->p.dtype, 1, w->n, hq, d);
     burst_status_t st = c->ctx->ops->copy(c->ctx->be, &packed, q);
     if (st == BURST_OK)
-        st =
-            burst_kv_to_host(c, host, slot, (size_t)(w->n * hq * d) * burst_dtype_size(c->p.dtype));
+        st = burst_kv_to_host(c, host, slot, mine);
     if (st == BURST_OK)
         st = burst_comm_allgather(c->comm, burst_tag(++c->comm->seq, BURST_MSG_CACHE, 0), host,
                                   host + bytes, bytes);

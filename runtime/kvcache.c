@@ -147,8 +147,12 @@ burst_status_t burst_kvcache_create(struct burst_context *ctx, struct burst_comm
 {
     static const char *who = "burst_kvcache_create";
     burst_error_clear();
-    if (!cache_p)
-        return burst_error(BURST_ERR_INVALID_ARG, "%s: cache_p is NULL", who);
+    if (!cache_p) { /* a local error: peers must not wait in the handshake */
+        burst_status_t st = burst_error(BURST_ERR_INVALID_ARG, "%s: cache_p is NULL", who);
+        if (comm)
+            burst_comm_abort(comm, st);
+        return st;
+    }
     *cache_p = NULL;
     if (!ctx || !comm || !params) {
         burst_status_t st = burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", who,

@@ -101,7 +101,7 @@ burst_status_t burst_kv_from_host(struct burst_kvcache *c, void *dst, const void
 
 /* Merge `parts` partial results of rows x Hq rows into out: o parts [part][rows][Hq][d] and lse
  * parts [part][Hq][rows] (fp32, lse -inf = no key), in part order, into o_out [rows][Hq][d] and
- * lse_out [Hq][rows] (fp32). part_o / part_lse give each part's arrays. */
+ * lse_out [Hq][rows] (fp32). part_o / part_lse give each part's arrays; d <= 256. */
 void burst_kv_merge(int parts, const float *const *part_o, const float *const *part_lse,
                     int64_t rows, int64_t hq, int64_t d, float *o_out, float *lse_out);
 

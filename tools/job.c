@@ -1056,6 +1056,34 @@ static burst_status_t join_outliving_launcher(struct burst_comm **comm_p)
     return st;
 }
 
+/* --weights auto in a rank process: the shard lengths measured now (every rank gets the same),
+ * left in j->lens_in and, by rank 0, in the arena. JOB_OK, or the rank's exit status with the
+ * slot's message set. */
+static int worker_measured_lens(const struct job_arena_hdr *h, int rank, struct burst_comm *comm,
+                                struct job *j, struct job_slot *slot, int64_t *arena_lens)
+{
+    const int G = h->p.ranks;
+    int64_t *lens = calloc((size_t)G, sizeof(int64_t));
+    double *speeds = calloc(2 * (size_t)G, sizeof(double));
+    burst_status_t st = lens && speeds ? job_measure_lens(&h->p, rank, comm, j->ctx, lens, speeds,
+                                                          slot->message, sizeof(slot->message))
+                                       : BURST_ERR_NO_MEMORY;
+    if (st == BURST_OK && rank == 0) {
+        memcpy(arena_lens, lens, sizeof(int64_t) * (size_t)G);
+        __atomic_store_n(&slot->lens_set, 1, __ATOMIC_RELEASE);
+    }
+    if (st == BURST_OK) {
+        slot->speed = speeds[rank];
+        slot->shard_speed = speeds[G + rank];
+    }
+    j->lens_in = lens;
+    free(speeds);
+    if (st == BURST_OK)
+        return JOB_OK;
+    slot->secondary = st == BURST_ERR_PEER_FAILED || st == BURST_ERR_COMM_FAILED;
+    return slot->secondary ? JOB_EPEER : JOB_EFAIL;
+}
+
 int job_worker_main(int fd)
 {
     struct stat sb;
@@ -1147,29 +1175,10 @@ int job_worker_main(int fd)
 
     /* the shards: measured now (every rank gets the same lengths), or from the parameters */
     int64_t *arena_lens = (int64_t *)(void *)((char *)arena + h->off_lens);
-    if (h->p.weights_mode == JOB_WEIGHTS_MEASURED) {
-        int G = h->p.ranks;
-        int64_t *lens = calloc((size_t)G, sizeof(int64_t));
-        double *speeds = calloc(2 * (size_t)G, sizeof(double));
-        st = lens && speeds ? job_measure_lens(&h->p, rank, comm, j.ctx, lens, speeds,
-                                               slot->message, sizeof(slot->message))
-                            : BURST_ERR_NO_MEMORY;
-        if (st == BURST_OK && rank == 0) {
-            memcpy(arena_lens, lens, sizeof(int64_t) * (size_t)G);
-            __atomic_store_n(&slot->lens_set, 1, __ATOMIC_RELEASE);
-        }
-        if (st == BURST_OK) {
-            slot->speed = speeds[rank];
-            slot->shard_speed = speeds[G + rank];
-        }
-        j.lens_in = lens;
-        free(speeds);
-        if (st != BURST_OK) {
-            slot->secondary = st == BURST_ERR_PEER_FAILED || st == BURST_ERR_COMM_FAILED;
-            rc = slot->secondary ? JOB_EPEER : JOB_EFAIL;
-            goto out;
-        }
-    }
+    if (h->p.weights_mode == JOB_WEIGHTS_MEASURED &&
+        (rc = worker_measured_lens(h, rank, comm, &j, slot, arena_lens)) != JOB_OK)
+        goto out;
+    rc = JOB_EFAIL;
     int geo = job_geometry(&j, tmp);
     free((void *)j.lens_in);
     j.lens_in = NULL;

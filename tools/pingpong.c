@@ -139,8 +139,8 @@ static int free_port(void)
 /* The variables of rank `rank` (in the child). */
 static void rank_env(const struct pingpong_opts *po, int rank, int port, const char *key)
 {
-    static const char *const drop[] = {"BURST_RANK", "BURST_SIZE", "BURST_BOOTSTRAP",
-                                       "SLURM_PROCID", "SLURM_NTASKS"};
+    static const char *const drop[] = {"BURST_RANK",   "BURST_SIZE",   "BURST_BOOTSTRAP",
+                                       "SLURM_PROCID", "SLURM_NTASKS", "BURST_RENDEZVOUS_UP"};
     char v[64];
     for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
         unsetenv(drop[i]);

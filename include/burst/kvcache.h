@@ -42,8 +42,15 @@
  * transport, the device) leaves the cache's contents as they were too: new rows are committed
  * only when the call succeeds.
  *
+ * A failure after the exchanges (a device or memory error while this rank writes its output
+ * or its new rows) may leave this rank's view of the shards unlike its peers', which returned
+ * BURST_OK: after any failed prefill or decode other than the shared errors above, destroy the
+ * cache on every rank (and, when the communicator was aborted, the communicator).
+ *
  * Thread-safety: a cache belongs to one rank; its calls must not run concurrently with each
  * other or with other collective calls on the same communicator.
+ *
+ * Everything in this header is new in API 0.5 (BURST_API_VERSION 0.5).
  */
 #ifndef BURST_KVCACHE_H
 #define BURST_KVCACHE_H
@@ -85,7 +92,7 @@ struct burst_kvcache_params {
 };
 
 /* Defaults: block_len 64, zigzag layout, fp32, scale 1/sqrt(d); max_seqs, capacity_blocks and
- * the sizes are 0 and must be set. */
+ * the sizes are 0 and must be set. Thread-safe. */
 BURST_API struct burst_kvcache_params burst_kvcache_params_default(void);
 
 /*
@@ -102,20 +109,22 @@ BURST_API burst_status_t burst_kvcache_create(struct burst_context *ctx, struct 
 /* Free this rank's cache; NULL accepted. Not collective. */
 BURST_API void burst_kvcache_destroy(struct burst_kvcache *cache);
 
-/* Tokens cached for sequence seq over all ranks, or -1 when seq is out of range. */
+/* Tokens cached for sequence seq over all ranks, or -1 when seq is out of range or cache is
+ * NULL. */
 BURST_API int64_t burst_kvcache_len(const struct burst_kvcache *cache, int seq);
 
 /* Tokens of sequence seq that rank `rank` holds (every rank knows every rank's), or -1 when
- * seq or rank is out of range. */
+ * seq or rank is out of range or cache is NULL. */
 BURST_API int64_t burst_kvcache_shard_len(const struct burst_kvcache *cache, int seq, int rank);
 
-/* Blocks of rank `rank`'s pool not used by any sequence, or -1 when rank is out of range. */
+/* Blocks of rank `rank`'s pool not used by any sequence, or -1 when rank is out of range or
+ * cache is NULL. */
 BURST_API int64_t burst_kvcache_free_blocks(const struct burst_kvcache *cache, int rank);
 
 /* Rows of a prefill chunk of chunk_len tokens that THIS rank passes (its layout shard), or -1
  * when the layout cannot shard chunk_len tokens over the ranks (fewer than G, or than 2G for
  * zigzag). Local row i of the chunk is the sequence's token burst_kvcache_len(seq) + p, where
- * p = burst_layout_position(layout, chunk_len, G, rank, i). */
+ * p = burst_layout_position(layout, chunk_len, G, rank, i). -1 too for a NULL cache. */
 BURST_API int64_t burst_kvcache_chunk_len(const struct burst_kvcache *cache, int64_t chunk_len);
 
 /*
@@ -165,13 +174,18 @@ BURST_API burst_status_t burst_decode(struct burst_kvcache *cache, int64_t batch
 
 /* What the last prefill or decode call did on this rank. */
 struct burst_kvcache_stats {
-    double total_s;       /* wall time of the call */
-    double ring_s;        /* prefill: the ring forward of the chunk against itself; decode: 0 */
-    double local_s;       /* attention of the new queries over this rank's cached shard */
-    double merge_s;       /* the exchange of partial results and their log-sum-exp merge */
-    uint64_t merge_bytes; /* bytes this rank sent for the merge (decode: independent of the
-                             context length) */
-    int fallback;         /* 1 when the backend has no decode_step: one step kernel per block */
+    double total_s; /* wall time of the call */
+    double ring_s;  /* prefill: the ring forward of the chunk against itself; decode: 0 */
+    double local_s; /* attention of the new queries over this rank's cached shard */
+    double merge_s; /* the exchange of partial results and their log-sum-exp merge */
+    /* bytes this rank sent for the merge: decode, its partial results to each peer
+     * (independent of the context length); prefill, its partials padded to the largest shard
+     * of the chunk, to each peer (the chunk's queries, gathered before, not counted) */
+    uint64_t merge_bytes;
+    /* 1 when some sequence's shard was attended with one step kernel per cache block: the
+     * backend has no decode_step, or its decode_step declined the call (e.g. more new queries
+     * than it takes: cpu 16, cuda 64; most prefill chunks), or BURST_DECODE_STEP=0 */
+    int fallback;
 };
 
 /* Statistics of this rank's last prefill (prefill nonzero) or decode (prefill 0) call that
