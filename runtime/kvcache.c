@@ -185,7 +185,8 @@ burst_status_t burst_kvcache_create(struct burst_context *ctx, struct burst_comm
         return st;
     }
     if ((st = handshake(c, who)) != BURST_OK) {
-        burst_comm_abort(comm, st);
+        if (st != BURST_ERR_PLAN_MISMATCH) /* every rank sees a mismatch: comm stays usable */
+            burst_comm_abort(comm, st);
         burst_kvcache_destroy(c);
         return st;
     }

@@ -598,6 +598,13 @@ static void mismatch_rank(int rank, struct burst_comm *comm, void *arg)
     if (st[rank] == BURST_ERR_PLAN_MISMATCH && !harness_contains(burst_last_error(), "block_len"))
         st[rank] = BURST_ERR_INTERNAL;
     burst_kvcache_destroy(kc);
+    /* a mismatch is a shared error: the communicator still serves a matching cache */
+    kc = NULL;
+    p = case_params(&fill_case);
+    if (st[rank] == BURST_ERR_PLAN_MISMATCH &&
+        burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK)
+        st[rank] = BURST_ERR_COMM_FAILED;
+    burst_kvcache_destroy(kc);
 }
 
 static void params_mismatch(void **state)

@@ -97,7 +97,8 @@ BURST_API struct burst_kvcache_params burst_kvcache_params_default(void);
 
 /*
  * Create this rank's cache, empty. COLLECTIVE over comm: the ranks compare their parameters
- * and every rank fails with BURST_ERR_PLAN_MISMATCH naming the first differing rank and field.
+ * and every rank fails with BURST_ERR_PLAN_MISMATCH naming the first differing rank and field
+ * (the communicator stays usable).
  * Allocates the pools in ctx's backend memory (BURST_ERR_NO_MEMORY or
  * BURST_ERR_DEVICE_MEMORY when they do not fit). Validation errors name the field and value.
  * ctx and comm must outlive the cache.
