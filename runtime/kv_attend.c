@@ -12,7 +12,8 @@
 #include "plan_internal.h"
 #include "step_check.h"
 
-/* One fwd_step per block (backends without decode_step, and BURST_DECODE_STEP=0): query i at position tail + i, key j at position j, causal. */
+/* One fwd_step per block (backends without decode_step, and BURST_DECODE_STEP=0): query i at
+ * position tail + i, key j at position j, causal. */
 static burst_status_t attend_blocks(struct burst_kvcache *c, int seq, const struct burst_tensor *q,
                                     int64_t nkeys, int64_t tail, float *o_acc, float *lse_acc)
 {

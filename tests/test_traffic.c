@@ -17,9 +17,10 @@
  *
  * Two-level ring (ranks_per_node = L): the blocks a rank holds and forwards come from
  * burst_sched_step2 (runtime/schedule.h). The ring runs burst_ring_steps2 steps, at least the
- * steps the two-level order needs (a window may make that more than the flat ring's). Per step, the bytes posted
- * are the blocks the schedule sends (local send at any step, inter-node send at a round's first
- * step) plus the accumulator it hands on (acc_to; slot S: final_to); forward messages per step
+ * steps the two-level order needs (a window may make that more than the flat ring's). Per step,
+ * the bytes posted are the blocks the schedule sends (local send at any step, inter-node send
+ * at a round's first step) plus the accumulator it hands on (acc_to; slot S: final_to); forward
+ * messages per step
  * = local + inter-node sends of the schedule; steps - 1 block messages per rank. Totals: every
  * rank's bytes equal the flat ring's formula for the same step count when shards are even, and
  * the bytes of all ranks together equal it always.

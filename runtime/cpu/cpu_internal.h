@@ -7,8 +7,8 @@
  *     variants stay bf16, packed as pairs: cpu_tile_dpbf16.h); scores are kept transposed,
  *     St[key][query], so softmax statistics are vertical vector operations;
  *   - each kernel exists once per instruction-set variant (cpu_simd.h): "avx512amx",
- *     "avx512bf16", "avx512", "avx2" (x86-64 GCC/clang, chosen at run time), "neon" (aarch64) and "base"
- *     (portable C / GNU vectors). BURST_CPU_ISA names one to force it (burst_cpu_pick_isa).
+ *     "avx512bf16", "avx512", "avx2" (x86-64 GCC/clang, chosen at run time), "neon" (aarch64)
+ *     and "base" (portable C / GNU vectors). BURST_CPU_ISA names one to force it (burst_cpu_pick_isa).
  */
 #ifndef BURST_CPU_INTERNAL_H
 #define BURST_CPU_INTERNAL_H
