@@ -20,10 +20,9 @@
  * steps the two-level order needs (a window may make that more than the flat ring's). Per step,
  * the bytes posted are the blocks the schedule sends (local send at any step, inter-node send
  * at a round's first step) plus the accumulator it hands on (acc_to; slot S: final_to); forward
- * messages per step
- * = local + inter-node sends of the schedule; steps - 1 block messages per rank. Totals: every
- * rank's bytes equal the flat ring's formula for the same step count when shards are even, and
- * the bytes of all ranks together equal it always.
+ * messages per step = local + inter-node sends of the schedule; steps - 1 block messages per
+ * rank. Totals: every rank's bytes equal the flat ring's formula for the same step count when
+ * shards are even, and the bytes of all ranks together equal it always.
  *
  * burst_comm_pingpong between two ranks of three: the bytes come back, the time is positive.
  */
