@@ -13,7 +13,8 @@
  *   m' = max(m, colmax St), alpha = 2^(m - m'), P = 2^(St - m'), l = alpha l + colsum P
  *   O  = alpha O + P^T V   [R x d]
  * (with m' = -inf treated as 0 so rows without a key stay exactly 0). The item's partial
- * (O unnormalised, m in natural units, l) goes to its slot of the job's partials.
+ * (O unnormalised, m in natural units, l) goes to its slot of the job's partials. The next
+ * tile's K and V rows are prefetched while a tile computes.
  */
 #include "cpu_simd.h"
 #include "cpu_tile.h"
@@ -21,6 +22,8 @@
 #undef decode_item
 #undef decode_load_kv
 #undef decode_softmax
+#undef decode_prefetch
+#define decode_prefetch KFN(decode_prefetch)
 #define decode_item KFN(decode_item)
 #define decode_load_kv KFN(decode_load_kv)
 #define decode_softmax KFN(decode_softmax)
@@ -43,6 +46,19 @@ KATTR void decode_load_kv(const struct decode_job *j, struct decode_scratch *sc,
     if (jn > cnt) {
         memset(sc->k + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
         memset(sc->v + cnt * d, 0, sizeof(float) * (size_t)((jn - cnt) * d));
+    }
+}
+
+/* Ask the cpu to start loading the K and V rows of keys [j0, j0 + cnt) of kv head g. */
+KATTR void decode_prefetch(const struct decode_job *j, int64_t g, int64_t j0, int64_t cnt)
+{
+    const struct burst_decode_args *a = j->a;
+    const int64_t bl = a->block_len;
+    for (int64_t key = j0; key < j0 + cnt; key++) {
+        const size_t row = (size_t)a->blocks_host[key / bl] * (size_t)bl + (size_t)(key % bl);
+        const size_t off = ((row * (size_t)a->hkv + (size_t)g) * (size_t)j->d) * j->esz;
+        burst_cpu_prefetch((const char *)a->k_pool + off, j->esz, 0, 0, 1, j->d, 0);
+        burst_cpu_prefetch((const char *)a->v_pool + off, j->esz, 0, 0, 1, j->d, 0);
     }
 }
 
@@ -112,6 +128,8 @@ KENTRY void decode_item(void *ctx, int64_t item, void *scratch)
         const int64_t cnt = burst_cpu_min64(DECODE_BT, k1 - j0);
         const int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
         decode_load_kv(j, &sc, g, j0, cnt, jn);
+        if (j0 + DECODE_BT < k1) /* the next tile on its way while this one computes */
+            decode_prefetch(j, g, j0 + DECODE_BT, burst_cpu_min64(DECODE_BT, k1 - j0 - DECODE_BT));
         gemm(jn, Rp, d, sc.k, d, 1, sc.qt, Rp, sc.s, Rp, BURST_CPU_STORE, NULL);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, Rp, 0, Rp, jn, a->softcap * 1.4426950408889634f);
