@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # .ci/check_words.sh [DIR] - the project's files speak of the product alone: no tracked text file
 # of DIR (default: this checkout) cites an issue or pull-request number ("issue #12", "PR #7",
-# "(#123)"), speaks of work sessions, or names the folders and tools of the machines the work
-# was done on (a ".device" folder, "../shared", "the device tool"). Comments and documents say
-# what the code is, not how it came to be.
+# "(#123)") or speaks of the work sessions that wrote it. Comments and documents say what the
+# code is, not how it came to be.
 # Prints each hit as FILE:LINE: TEXT and exits 1 on any. Tested by tests/words_check.sh (which,
 # like this file, must spell the patterns out and so is not scanned).
 set -uo pipefail
@@ -15,9 +14,6 @@ patterns=(
     '(^|[[:space:]])#[0-9]{2,}([^[:alnum:]]|$)'                           # see #123
     '\bwork(ing)?[[:space:]-]+sessions?\b'
     '\b(this|that|the last|a previous|the next)[[:space:]]+session\b'
-    '(^|[^[:alnum:]_>])\.device(/|`|$)' # the folder (a C member .device = is fine)
-    '\.\./shared\b'
-    '\bdevice[[:space:]]+tool\b'
 )
 args=()
 for p in "${patterns[@]}"; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/words_check.sh CHECK [SOURCE] - .ci/check_words.sh on a scratch repository: ordinary code
-# and prose pass (a C member .device, #include, "no longer read"); a line citing an issue or pull
-# request, a work session or the work machines' folders and tools is refused and named. Then the
+# and prose pass (#include, an anchor, "no longer read"); a line citing an issue or pull request
+# or a work session is refused and named. Then the
 # check on SOURCE (this checkout) where it is a git checkout.
 # Exit 77 (SKIP) without git (a machine that got the sources as an archive).
 set -u
@@ -16,8 +16,7 @@ Section 2 of the paper; step #1 of 4; see [the map](MAP.md#layers).'
 "$CHECK" "$TMP/r" >"$TMP/out" 2>&1 || fail "good lines refused: $(cat "$TMP/out")"
 
 for bad in 'fixed by issue #12' 'see PR #7' 'the merge (#123)' 'as discussed in #456' \
-    'written in a work session' 'this session measured it' 'copy it to ../shared/x' \
-    'results under .device/' 'run it with the device tool'; do
+    'written in a work session' 'this session measured it'; do
     repo 'a.c=int x;' "docs/MAP.md=first line
 then $bad"
     "$CHECK" "$TMP/r" >"$TMP/out" 2>&1 && fail "not refused: $bad"
