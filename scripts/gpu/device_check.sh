@@ -2,23 +2,23 @@
 # scripts/gpu/device_check.sh [SRC] - build and check the CUDA backend on a GPU machine, then benchmark.
 #
 # Builds SRC (default: this checkout) into /tmp/burst-cuda-build with only the GPU's own targets
-# (BURST_ARCHS, default 90,90a), runs the cuda tests, compute-sanitizer memcheck and racecheck
-# on small cases (every head-dim class on both code paths), and (BURST_BENCH=1)
+# (BURST_BENCH_ARCHS, default 90,90a), runs the cuda tests, compute-sanitizer memcheck and racecheck
+# on small cases (every head-dim class on both code paths), and (BURST_BENCH_CUDA=1)
 # tools/burstbench_cuda.py. Logs go to $OUT (or /tmp/out); a short table is printed last. Run it
 # from the repo root on a machine with an NVIDIA GPU, nvcc, meson, ninja and cmocka:
 #   bash scripts/gpu/device_check.sh
-STEP_TIMEOUT=${BURST_STEP_TIMEOUT:-300} # a hung kernel ends there
+STEP_TIMEOUT=${BURST_BENCH_STEP_TIMEOUT:-300} # a hung kernel ends there
 source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-cuda-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 step setup meson setup "$b" "$src" -Dvulkan=disabled -Dfabric=disabled -Dmpi=disabled \
-    -Dcuda=enabled "-Dnvcc_archs=${BURST_ARCHS:-90,90a}" \
+    -Dcuda=enabled "-Dnvcc_archs=${BURST_BENCH_ARCHS:-90,90a}" \
     -Dnvcc_args=-lineinfo
 step build ninja -C "$b"
 step probe "$b/tools/burstrun" --probe
 step test_fallback "$b/tests/test_cuda" fallback
 BURST_TEST_BACKEND=cuda step test_cuda "$b/tests/test_cuda"
-# on Hopper with sm_90a built (BURST_ARCHS=90,90a) the default run above takes the wgmma kernels:
+# on Hopper with sm_90a built (BURST_BENCH_ARCHS=90,90a) the default run above takes the wgmma kernels:
 # check the sm_80 kernels and the wgmma forward with the sm_80 backward
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test_cuda"
@@ -27,11 +27,11 @@ BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test
 BURST_TEST_BACKEND=cuda BURST_CUDA_DQ_ATOMIC=0 step test_cuda_dqsplit "$b/tests/test_cuda"
 # fp32 runs 3xTF32 on the tensor cores by default: check the SIMT fp32 kernels too
 BURST_TEST_BACKEND=cuda BURST_CUDA_FP32=simt step test_cuda_simt32 "$b/tests/test_cuda"
-if [ "${BURST_RING:-0}" = 1 ]; then
+if [ "${BURST_BENCH_RING_TESTS:-0}" = 1 ]; then
     BURST_TEST_BACKEND=cuda step test_attention_cuda "$b/tests/test_attention"
 fi
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
+if [ "${BURST_BENCH_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
     export BURST_TEST_BACKEND=cuda
     BURST_TEST_FILTER='*d64*' step memcheck "$cs" --tool memcheck --error-exitcode 9 \
         "$b/tests/test_cuda"
@@ -57,14 +57,14 @@ if [ "${BURST_SANITIZE:-1}" = 1 ] && [ -x "$cs" ]; then
         --error-exitcode 9 "$b/tests/test_cuda"
     unset BURST_TEST_BACKEND
 fi
-if [ "${BURST_BENCH:-0}" = 1 ]; then
+if [ "${BURST_BENCH_CUDA:-0}" = 1 ]; then
     step bench python3 "$src/tools/burstbench_cuda.py" --exe "$b/tools/burstbench_cuda" \
         --csv "$out/burstbench_cuda.csv" --svg "$out/burstbench_cuda.svg" ${BURST_BENCH_ARGS:-}
     tail -n 40 "$out/bench.log"
 fi
-if [ -n "${BURST_BENCH2:-}" ]; then # a second sweep, printed only
+if [ -n "${BURST_BENCH_CUDA2:-}" ]; then # a second sweep, printed only
     python3 "$src/tools/burstbench_cuda.py" --exe "$b/tools/burstbench_cuda" \
-        --csv /tmp/bench2.csv --svg /tmp/bench2.svg $BURST_BENCH2 2>&1 | tail -n 20
+        --csv /tmp/bench2.csv --svg /tmp/bench2.svg $BURST_BENCH_CUDA2 2>&1 | tail -n 20
 fi
 if [ -n "${BURST_BENCH_SM80:-}" ]; then # the sm_80 kernels on the same GPU, for comparison
     BURST_CUDA_WGMMA=0 "$b/tools/burstbench_cuda" --csv /tmp/sm80.csv $BURST_BENCH_SM80

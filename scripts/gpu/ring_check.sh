@@ -2,7 +2,7 @@
 # scripts/gpu/ring_check.sh [SRC] - build burst on a GPU machine, check the GPU ring, then benchmark it
 # beside PyTorch's context_parallel (tools/burstbench_ring.py).
 #
-# Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_ARCHS, default
+# Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_BENCH_ARCHS, default
 # 90,90a; libfabric and MPI where installed), runs the gpu suite's ring tests
 # (test_attention / test_determinism / test_groups / test_traffic on cuda ranks that are threads:
 # device-to-device blocks, head groups, the device step timeline;
@@ -17,11 +17,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 nvidia-smi topo -m >"$out/topo.txt" 2>&1
 if [ ! -d "$b" ]; then
     step setup meson setup "$b" "$src" -Dvulkan=disabled -Dcuda=enabled -Dwerror=false \
-        "-Dnvcc_archs=${BURST_ARCHS:-90,90a}" || { cat "$out/setup.log" | tail -n 30; exit 1; }
+        "-Dnvcc_archs=${BURST_BENCH_ARCHS:-90,90a}" || { cat "$out/setup.log" | tail -n 30; exit 1; }
 fi
 step build ninja -C "$b" tools/burstrun tests/test_attention tests/test_determinism \
     tests/test_staging tests/test_groups tests/test_traffic || { tail -n 30 "$out/build.log"; exit 1; }
-if [ "${BURST_RING_TESTS:-1}" = 1 ]; then
+if [ "${BURST_BENCH_RING_TESTS:-1}" = 1 ]; then
     step test_staging "$b/tests/test_staging"
     BURST_TEST_BACKEND=cuda step attention_cuda "$b/tests/test_attention"
     BURST_TEST_BACKEND=cuda step determinism_cuda "$b/tests/test_determinism"

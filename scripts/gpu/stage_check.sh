@@ -18,7 +18,7 @@ b=/tmp/burst-ring-build
 mkdir -p "$out"
 if [ ! -d "$b" ]; then
     meson setup "$b" "$src" -Dvulkan=disabled -Dcuda=enabled -Dwerror=false \
-        "-Dnvcc_archs=${BURST_ARCHS:-90a}" >"$out/setup.log" 2>&1 || { tail -n 30 "$out/setup.log"; exit 1; }
+        "-Dnvcc_archs=${BURST_BENCH_ARCHS:-90a}" >"$out/setup.log" 2>&1 || { tail -n 30 "$out/setup.log"; exit 1; }
 fi
 ninja -C "$b" tools/burstrun >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 br="$b/tools/burstrun"

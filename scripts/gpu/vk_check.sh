@@ -6,7 +6,7 @@
 # BURST_BENCH_VK="<burstbench_vk.py arguments>", the benchmark beside PyTorch SDPA (several
 # argument sets separated by ';' run one after the other). Builds SRC (default: this checkout)
 # into /tmp/burst-vk-build; logs and CSV go to $OUT (or /tmp/out); a short summary is printed
-# last (BURST_VK_VARIANTS, below: kernel times under several settings). Run from the repo root
+# last (BURST_BENCH_VK_VARIANTS, below: kernel times under several settings). Run from the repo root
 # on a machine with a Vulkan GPU driver, glslang, meson, ninja and cmocka, e.g.:
 #   BURST_BENCH_VK='--seq 16384 --heads 32 --head-dim 128 --dtype fp32 --paths tiled,subgroup \
 #       --fwd-only --warmup 2 --iters 5' bash scripts/gpu/vk_check.sh
@@ -21,7 +21,7 @@ if [ ! -d "$b" ]; then
 fi
 step build ninja -C "$b" tools/burstrun tests/test_vulkan tests/test_attention ||
     { tail -n 30 "$out/build.log"; exit 1; }
-if [ "${BURST_VK_TESTS:-1}" = 1 ]; then
+if [ "${BURST_BENCH_VK_TESTS:-1}" = 1 ]; then
     export BURST_TEST_BACKEND=vulkan
     step test_vulkan "$b/tests/test_vulkan"
     BURST_VK_CMQ=0 step test_vulkan_cmq0 "$b/tests/test_vulkan"
@@ -56,14 +56,14 @@ if [ -n "${BURST_BENCH_VK:-}" ]; then
         summary+=("bench $n rc=$?")
     done
 fi
-# BURST_VK_VARIANTS="A=1 B=2;C=3" (with BURST_VK_VARIANT_ARGS, burstrun arguments): one
+# BURST_BENCH_VK_VARIANTS="A=1 B=2;C=3" (with BURST_BENCH_VK_VARIANT_ARGS, burstrun arguments): one
 # profiled burstrun per ';'-separated set of environment settings, the fastest dispatch of
 # each kernel printed per set (kernel tiles and switches compared in one command)
-if [ -n "${BURST_VK_VARIANTS:-}" ]; then
-    IFS=';' read -ra vars <<<"$BURST_VK_VARIANTS"
+if [ -n "${BURST_BENCH_VK_VARIANTS:-}" ]; then
+    IFS=';' read -ra vars <<<"$BURST_BENCH_VK_VARIANTS"
     for v in "${vars[@]}"; do
         env $v BURST_VK_PROFILE=1 BURST_LOG=warn,vulkan=info "$b/tools/burstrun" --threads -n 1 --backend vulkan \
-            ${BURST_VK_VARIANT_ARGS:-} >"$out/variant.log" 2>&1
+            ${BURST_BENCH_VK_VARIANT_ARGS:-} >"$out/variant.log" 2>&1
         echo "== variant [$v] rc=$?: $(sed -n 's/^.*vulkan: profile: *\([a-z_]*\) .*fastest \([0-9.]*\) ms.*/\1 \2/p' \
             "$out/variant.log" | grep -v "copy\|fill\|cm_layout" | tr '\n' ' ')"
         grep -h "Register Count" "$out/variant.log" | grep "cmq" | sed 's/Binary Size.*Local Memory Size=/local /; s/ Shared Memory.*//' | cut -c1-170
