@@ -11,6 +11,7 @@
 #include "kvcache_internal.h"
 #include "plan_internal.h"
 #include "step_check.h"
+#include "tensor_check.h"
 
 /* One fwd_step per block (backends without decode_step, and BURST_DECODE_STEP=0): query i at
  * position tail + i, key j at position j, causal. */
@@ -75,6 +76,28 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
     }
     *fallback = 1;
     return attend_blocks(c, seq, q, nkeys, tail, o_acc, lse_acc);
+}
+
+burst_status_t burst_kv_check_overlap(const char *who, const struct burst_tensor *q,
+                                      const struct burst_tensor *k, const struct burst_tensor *v,
+                                      const struct burst_tensor *o, const float *lse,
+                                      int64_t lse_count)
+{
+    const struct burst_tensor *ins[4] = {q, k, v, o};
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 3; i++)
+        if (burst_tensor_ranges_overlap(o, ins[i]))
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: output o overlaps input %s", who,
+                               names[i]);
+    if (!lse)
+        return BURST_OK;
+    struct burst_tensor l =
+        burst_tensor_contiguous((void *)lse, BURST_DTYPE_FP32, 1, lse_count, 1, 1);
+    for (int i = 0; i < 4; i++)
+        if (burst_tensor_ranges_overlap(&l, ins[i]))
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: output lse overlaps %s %s", who,
+                               i < 3 ? "input" : "output", names[i]);
+    return BURST_OK;
 }
 
 void burst_kv_merge(int parts, const float *const *part_o, const float *const *part_lse,

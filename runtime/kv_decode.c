@@ -88,12 +88,8 @@ static burst_status_t check_tensors(const struct burst_kvcache *c, int64_t B,
         (st = burst_tensor_check(who, "v", v, p->dtype, B, t, p->kv_heads, p->head_dim, 0)) ||
         (st = burst_tensor_check(who, "o", o, p->dtype, B, t, p->q_heads, p->head_dim, 1)))
         return st;
-    const struct burst_tensor *ins[3] = {q, k, v};
-    static const char *names[3] = {"q", "k", "v"};
-    for (int i = 0; i < 3; i++)
-        if (burst_tensor_ranges_overlap(o, ins[i]))
-            return burst_error(BURST_ERR_INVALID_ARG, "%s: output o overlaps input %s", who,
-                               names[i]);
+    if ((st = burst_kv_check_overlap(who, q, k, v, o, lse, B * p->q_heads * t)) != BURST_OK)
+        return st;
     static const char *const mem_names[5] = {"q", "k", "v", "o", "lse"};
     const void *const mem[5] = {q->data, k->data, v->data, o->data,
                                 lse ? (const void *)lse : q->data};

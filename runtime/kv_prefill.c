@@ -73,7 +73,8 @@ static burst_status_t check_tensors(const struct pre_call *w, const struct burst
     if ((st = burst_tensor_check(who, "q", q, p->dtype, 1, w->n, p->q_heads, p->head_dim, 0)) ||
         (st = burst_tensor_check(who, "k", k, p->dtype, 1, w->n, p->kv_heads, p->head_dim, 0)) ||
         (st = burst_tensor_check(who, "v", v, p->dtype, 1, w->n, p->kv_heads, p->head_dim, 0)) ||
-        (st = burst_tensor_check(who, "o", o, p->dtype, 1, w->n, p->q_heads, p->head_dim, 1)))
+        (st = burst_tensor_check(who, "o", o, p->dtype, 1, w->n, p->q_heads, p->head_dim, 1)) ||
+        (st = burst_kv_check_overlap(who, q, k, v, o, lse, p->q_heads * w->n)))
         return st;
     static const char *const mem_names[5] = {"q", "k", "v", "o", "lse"};
     const void *const mem[5] = {q->data, k->data, v->data, o->data,

@@ -99,6 +99,13 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
 burst_status_t burst_kv_to_host(struct burst_kvcache *c, void *dst, const void *src, size_t n);
 burst_status_t burst_kv_from_host(struct burst_kvcache *c, void *dst, const void *src, size_t n);
 
+/* The outputs overlap no input: o none of q, k, v, and lse (lse_count floats; NULL = none) none
+ * of q, k, v, o. BURST_ERR_INVALID_ARG naming who and the two. */
+burst_status_t burst_kv_check_overlap(const char *who, const struct burst_tensor *q,
+                                      const struct burst_tensor *k, const struct burst_tensor *v,
+                                      const struct burst_tensor *o, const float *lse,
+                                      int64_t lse_count);
+
 /* Merge `parts` partial results of rows x Hq rows into out: o parts [part][rows][Hq][d] and lse
  * parts [part][Hq][rows] (fp32, lse -inf = no key), in part order, into o_out [rows][Hq][d] and
  * lse_out [Hq][rows] (fp32). part_o / part_lse give each part's arrays; d <= 256. */

@@ -564,6 +564,11 @@ static void shared_rank(int rank, struct burst_comm *comm, void *arg)
         snapshot(kc, 1, &after);
         if (memcmp(&before, &after, sizeof before) != 0)
             rec_fail(&run->rec[rank], "rank %d: a refused call changed the cache", rank);
+        /* a local error, last (it aborts the communicator): lse inside o */
+        expect_bad(
+            run, kc, rank,
+            burst_decode(kc, 2, io.ids, &io.q.t, &io.k.t, &io.v.t, &io.o.t, (float *)io.o.t.data),
+            "decode with lse inside o", "lse overlaps output o");
     }
     dec_io_free(&io);
     burst_kvcache_destroy(kc);
