@@ -21,8 +21,8 @@
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
  *                         so they are deterministic)
  *   burst_cuda_decode.cu  one decode step over a paged key/value cache (op decode_step): split-K
- *                         flash-decoding on mma.sync, then a kernel combining the splits and
- *                         merging into the running (O, lse)
+ *                         flash-decoding on mma.sync in one kernel, whose last block per row
+ *                         chunk combines the splits into the running (O, lse) or the output
  *   burst_cuda_scratch.c  per-thread device scratch of an instance (the decode step's splits)
  *   burst_cuda_peer.c     device-to-device copies between the ranks of one process (the ring's
  *                         device-resident transfers: events, a copy stream per device, peer access)
@@ -155,14 +155,20 @@ struct burst_cuda_decode {
     int block_len, nkeys, tail; /* nkeys + 64 < 2^31 (checked by the backend) */
     float scale;
     float cap_in, cap_out; /* soft-cap constants as burst_cuda_step's; cap_in = 0: off */
-    float *o_acc;          /* [1, t, hq, d] fp32 running output */
+    float *o_acc;          /* [1, t, hq, d] fp32 running output (when o_out is NULL) */
     float *lse_acc;        /* [1, hq, t] fp32 running lse (natural log) */
+    /* the result written instead of merged (o_out not NULL): o_out [1, t, hq, d] in dtype with
+     * element strides below, lse_out [1, hq, t] natural log (NULL: not written) */
+    void *o_out;
+    int64_t o_stride_i, o_stride_h;
+    float *lse_out;
     /* the plan (burst_cuda_decode_plan): key splits, keys per split (whole tiles), chunks of 16
      * rows per kv head */
     int nsplit, split_keys, chunks;
     /* scratch of burst_cuda_decode_scratch_bytes: partial O [t * hq][nsplit][d] and partial
      * lse [t * hq][nsplit] (log2 units) of every split */
     float *o_part, *lse_part;
+    unsigned *arrived; /* [hkv * chunks] zero-filled counters (burst_cuda_scratch_counters) */
 };
 /* Queries per decode step the kernels take (more: the backend declines, the engine falls back). */
 #define BURST_CUDA_DECODE_TMAX 64
@@ -176,7 +182,7 @@ static inline size_t burst_cuda_decode_scratch_bytes(const struct burst_cuda_dec
     const size_t slots = (size_t)a->t * (size_t)a->hq * (size_t)a->nsplit;
     return (slots * (size_t)a->d + 3) / 4 * 16 + slots * sizeof(float);
 }
-/* Launch the split kernel and the combine kernel (asynchronous on cudaStreamPerThread). */
+/* Launch the step's kernel (asynchronous on cudaStreamPerThread). */
 int burst_cuda_launch_decode(const struct burst_cuda_decode *a);
 /* Raise the split kernels' dynamic shared-memory limits (once per device, at create). */
 int burst_cuda_decode_init(void);
@@ -283,6 +289,11 @@ struct burst_cuda_backend {
  * with 0xff bytes (NaN): kernels must write every element they read. A thread that ends must
  * have synchronised its stream (sync()) first. burst_cuda_scratch.c */
 burst_status_t burst_cuda_scratch_get(struct burst_cuda_backend *cb, size_t bytes, void **p_ptr);
+/* The calling thread's arrival counters, at least n of them, *p_ctr: kept apart from the scratch
+ * above and grown like it, but filled with zeros, and every kernel that counts on one returns it
+ * to zero before it ends (the decode step's last block of each row chunk, burst_cuda_decode.cu). */
+burst_status_t burst_cuda_scratch_counters(struct burst_cuda_backend *cb, size_t n,
+                                           unsigned **p_ctr);
 /* Free every thread's scratch (the instance's end; no op in flight). */
 void burst_cuda_scratch_fini(struct burst_cuda_backend *cb);
 

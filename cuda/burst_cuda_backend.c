@@ -710,9 +710,25 @@ static burst_status_t burst_cuda_decode_check(const struct burst_decode_args *a)
     if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
         return burst_error(BURST_ERR_INVALID_ARG, "%s: softcap = %g (must be finite and >= 0)", op,
                            (double)a->softcap);
-    if (!a->o_acc || !a->lse_acc)
+    if (a->o_out) {
+        const struct burst_tensor *o = a->o_out;
+        if (a->nkeys < 1)
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: o_out with nkeys = %lld (needs >= 1)",
+                               op, (long long)a->nkeys);
+        if ((st = burst_step_check_view(op, "o_out", o)) != BURST_OK)
+            return st;
+        for (int i = 0; i < 4; i++)
+            if (o->shape[i] != sh[i])
+                return burst_error(BURST_ERR_INVALID_ARG,
+                                   "%s: o_out->shape[%d] = %lld differs from q's %lld", op, i,
+                                   (long long)o->shape[i], (long long)sh[i]);
+        if (o->dtype != a->q->dtype)
+            return burst_error(BURST_ERR_INVALID_ARG, "%s: o_out's dtype %s differs from q's %s",
+                               op, burst_dtype_name(o->dtype), burst_dtype_name(a->q->dtype));
+    } else if (!a->o_acc || !a->lse_acc) {
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL", op,
                            a->o_acc ? "lse_acc" : "o_acc");
+    }
     if (a->nkeys > 0 && (!a->k_pool || !a->v_pool || !a->blocks || !a->blocks_host))
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL (nkeys = %lld)", op,
                            !a->k_pool   ? "k_pool"
@@ -771,6 +787,12 @@ static burst_status_t burst_cuda_decode_step(void *be, const struct burst_decode
     }
     k.o_acc = args->o_acc;
     k.lse_acc = args->lse_acc;
+    if (args->o_out) {
+        k.o_out = args->o_out->data;
+        k.o_stride_i = args->o_out->stride[1];
+        k.o_stride_h = args->o_out->stride[2];
+        k.lse_out = args->lse_out;
+    }
     if ((st = burst_cuda_enter(cb, "decode_step")) != BURST_OK)
         return st;
     if (burst_cuda_decode_plan(&k, cb->caps.sms, cb->caps.smem_block_optin) != 0)
@@ -781,6 +803,9 @@ static burst_status_t burst_cuda_decode_step(void *be, const struct burst_decode
         return st;
     k.o_part = scratch;
     k.lse_part = (float *)((char *)scratch + bytes) - (size_t)k.t * k.hq * k.nsplit;
+    if ((st = burst_cuda_scratch_counters(cb, (size_t)k.hkv * (size_t)k.chunks, &k.arrived)) !=
+        BURST_OK)
+        return st;
     return burst_cuda_status(burst_cuda_launch_decode(&k), "decode_step: launch");
 }
 

@@ -4,24 +4,29 @@
  *
  * The step reads every key and value of the sequence once and does little arithmetic per byte
  * (4 d flops per key and query row against 4 d bytes of bf16 K and V), so it is bound by memory
- * bandwidth. Two kernels on the calling thread's stream:
+ * bandwidth. One kernel on the calling thread's stream, burst_dec_split<T, D>, grid (Hkv,
+ * splits, row chunks):
  *
- *   burst_dec_split<T, D>: grid (splits, Hkv, row chunks). One block takes one kv head g, one
- *     range of keys (a split: whole tiles of BK keys) and one chunk of 16 query rows of that
- *     head's group: the rows are (query i, head h) pairs, r = i * group + (h - g * group), so the
- *     t queries of all the group's heads share every K/V byte the block reads (t * group <= 16,
- *     the usual case, is one chunk: K/V are read once). K/V tiles stream through shared memory
- *     with cp.async, STAGES deep (16-byte copies, the next tiles in flight while one computes);
- *     a tile inside one cache block (every tile when block_len is a multiple of BK) costs one
- *     block-table read, others one per key row. Each of the block's warps takes 16 keys of a
- *     tile and runs the forward's tensor-core step on them (burst_tc<T, D> traits: S = Q K^T
- *     with the 16 rows as the m16 tile, online softmax in log2 units, O += P V), keeping its
- *     own (m, l, O); at the end the warps are merged in shared memory and the block writes its
- *     rows' normalised partial O and partial lse (log2 units) to the scratch.
- *   burst_dec_combine: one warp per (query, head) row: merges the splits' partials (log-sum-exp
- *     weights) and then merges the result into (o_acc, lse_acc) with the fp64 weights of the
- *     forward's fused merge (burst_merge_row in burst_cuda_mma.cuh): lse in natural log units,
- *     o_acc overwritten where lse_acc is -inf. Every row of a call with nkeys > 0 sees key 0.
+ *   Each block takes one kv head g, one range of keys (a split: whole tiles of BK keys) and one
+ *     chunk of 16 query rows of that head's group: the rows are (query i, head h) pairs,
+ *     r = i * group + (h - g * group), so the t queries of all the group's heads share every K/V
+ *     byte the block reads (t * group <= 16, the usual case, is one chunk: K/V are read once).
+ *     K/V tiles stream through shared memory with cp.async, STAGES deep (16-byte copies, the next
+ *     tiles in flight while one computes; the first ones are issued before the queries are
+ *     loaded); a tile inside one cache block (every tile when block_len is a multiple of BK)
+ *     costs one block-table read, others one per key row. Each of the block's warps takes 16 keys
+ *     of a tile and runs the forward's tensor-core step on them (the query fragments kept in
+ *     registers for 16-bit operands up to d = 128; burst_tc<T, D> traits:
+ *     S = Q K^T with the 16 rows as the m16 tile, online softmax in log2 units, O += P V),
+ *     keeping its own (m, l, O); at the end the warps are merged in shared memory and the block
+ *     writes its rows' normalised partial O and partial lse (log2 units) to the scratch.
+ *   The last block of a (kv head, chunk) to finish (a counter per pair, counted after a memory
+ *     fence and returned to zero by that block) combines the splits' partials of the chunk's rows
+ *     (log-sum-exp weights) and either writes the result in the caller's dtype to o_out / lse_out
+ *     (a call that sees every key: no accumulator, no second pass) or merges it into
+ *     (o_acc, lse_acc) with the fp64 weights of the forward's fused merge (burst_merge_weights in
+ *     burst_cuda_mma.cuh): lse in natural log units, o_acc overwritten where lse_acc is -inf.
+ *     Every row of a call with nkeys > 0 sees key 0.
  *
  * Head-dim classes 64, 128 and 256 only (the caller's d <= class: Q and K/V columns past d are
  * zero-filled in shared memory, never read from or written to the caller's memory); the three
@@ -47,6 +52,10 @@ template <typename T, int D> struct burst_dec_cfg {
     static constexpr size_t STAGE = (size_t)2 * BK * W * sizeof(E); /* K and V of one tile */
     static constexpr int STAGES = STAGE <= 40 * 1024 ? 3 : 2;
     static constexpr int OLD = D + 4; /* floats per row of the warps' merge buffer */
+    /* the query fragments stay in registers for 16-bit operands up to d = 128; otherwise they
+     * are read from the query tile for every tile of keys */
+    static constexpr bool QREG = sizeof(E) == 2 && D <= 128;
+    static constexpr int NQF = QREG ? D / 16 : 1;
     static constexpr size_t SMEM = STAGES * STAGE + (size_t)16 * W * sizeof(E);
     static_assert((size_t)NW * 16 * (OLD + 2) * sizeof(float) <= STAGES * STAGE,
                   "the merge buffer fits in the tile stages");
@@ -157,18 +166,23 @@ __device__ __forceinline__ void burst_dec_pv(float (&o)[D / 8][4], const float (
 template <typename T, int D>
 __device__ __forceinline__ void
 burst_dec_warp_tile(const struct burst_cuda_decode &a, const typename burst_dec_cfg<T, D>::E *sq,
+                    const typename burst_dec_cfg<T, D>::TC::A (&qf)[burst_dec_cfg<T, D>::NQF],
                     const typename burst_dec_cfg<T, D>::E *kt,
                     const typename burst_dec_cfg<T, D>::E *vt, int jw, const int (&ke)[2], int wmin,
                     float (&m)[2], float (&l)[2], float (&o)[D / 8][4], int lane)
 {
-    using TC = typename burst_dec_cfg<T, D>::TC;
+    using C = burst_dec_cfg<T, D>;
+    using TC = typename C::TC;
     const int cq = 2 * (lane & 3);
     const float sl2 = a.scale * BURST_LOG2E;
     float sc[2][4] = {}, ss[2][4] = {}; /* ss: TC::mma2's small terms */
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         typename TC::A qa;
-        TC::lda(qa, sq, 0, kk * 16, lane);
+        if constexpr (C::QREG)
+            qa = qf[kk];
+        else
+            TC::lda(qa, sq, 0, kk * 16, lane);
         typename TC::B bf;
         TC::ldb(bf, kt, 0, kk * 16, lane);
         TC::mma2(sc[0], ss[0], qa, bf, 0);
@@ -275,6 +289,143 @@ burst_dec_block_out(const struct burst_cuda_decode &a, float *cm, const float (&
     }
 }
 
+/* ---- the combine, by the last block of a (kv head, row chunk) ------------------------------------ */
+
+/* Whether this block is the last of its (kv head g, chunk z) to finish. Every thread's partials
+ * are fenced before the count, and the last block returns the counter to zero for the next call
+ * on the stream. */
+__device__ __forceinline__ bool burst_dec_last(const struct burst_cuda_decode &a, int g, int z,
+                                               int *last)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *c = a.arrived + (int64_t)g * a.chunks + z;
+        *last = atomicAdd(c, 1u) == (unsigned)a.nsplit - 1;
+        if (*last)
+            *c = 0u;
+    }
+    __syncthreads();
+    return *last != 0;
+}
+
+/* Row rr of chunks of kv head g: its query i and head h. */
+__device__ __forceinline__ void burst_dec_row(const struct burst_cuda_decode &a, int g, int rr,
+                                              int *i, int *h)
+{
+    *i = rr / a.group;
+    *h = g * a.group + rr % a.group;
+}
+
+/* Per row of the chunk (a warp each): the largest split lse mx, and the coefficients of the
+ * result: O = cn * sum_s 2^(lse_s - mx) O_s (+ co * o_acc when merging). The row's lse is
+ * written here (lse_out, or lse_acc merged by burst_merge_weights: fp64, natural log). A row
+ * with no key anywhere: mx = -inf; merged rows stay untouched, written rows get O = 0, -inf. */
+template <int NW>
+__device__ __forceinline__ void burst_dec_coeffs(const struct burst_cuda_decode &a, const float *sw,
+                                                 float *rm, float *rco, float *rcn, int g, int z,
+                                                 int nr)
+{
+    const int ns = a.nsplit, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < nr; r += NW) {
+        float mx = -CUDART_INF_F, sum = 0.0f;
+        for (int s = lane; s < ns; s += 32)
+            mx = fmaxf(mx, sw[r * ns + s]);
+        for (int k = 1; k < 32; k <<= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+        if (mx != -CUDART_INF_F)
+            for (int s = lane; s < ns; s += 32)
+                sum += burst_ex2(sw[r * ns + s] - mx);
+        for (int k = 1; k < 32; k <<= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, k);
+        if (lane != 0)
+            continue;
+        int i, h;
+        burst_dec_row(a, g, z * 16 + r, &i, &h);
+        const int64_t li = (int64_t)h * a.t + i;
+        double co = a.o_out ? 0.0 : 1.0, cn = 0.0;
+        if (mx != -CUDART_INF_F) {
+            double ln;
+            burst_merge_weights(a.o_out ? -(double)CUDART_INF : (double)a.lse_acc[li], mx, sum,
+                                &ln, &co, &cn);
+            if (!a.o_out)
+                a.lse_acc[li] = (float)ln;
+            else if (a.lse_out)
+                a.lse_out[li] = (float)ln;
+        } else if (a.o_out && a.lse_out) {
+            a.lse_out[li] = -CUDART_INF_F;
+        }
+        rm[r] = mx;
+        rco[r] = (float)co;
+        rcn[r] = (float)cn;
+    }
+}
+
+/* The last block's work: the nr rows of chunk z of kv head g, each summed over the splits'
+ * partials (read from L2: other blocks wrote them), four columns per thread with 16 splits'
+ * loads in flight together, then written to o_out in T or merged into o_acc. sw: shared memory
+ * of 16 * nsplit + 48 floats (burst_dec_plan_run keeps nsplit within the tile stages). */
+template <typename T, int D>
+__device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, int g, int z)
+{
+    using C = burst_dec_cfg<T, D>;
+    const int ns = a.nsplit, nr = min(16, a.t * a.group - z * 16);
+    float *rm = sw + 16 * ns, *rco = rm + 16, *rcn = rco + 16;
+    for (int e = threadIdx.x; e < nr * ns; e += C::NT) {
+        int i, h;
+        burst_dec_row(a, g, z * 16 + e / ns, &i, &h);
+        sw[e] = __ldcg(a.lse_part + ((int64_t)i * a.hq + h) * ns + e % ns);
+    }
+    __syncthreads();
+    burst_dec_coeffs<C::NW>(a, sw, rm, rco, rcn, g, z, nr);
+    __syncthreads();
+    const int nq = a.d / 4;
+    for (int e = threadIdx.x; e < nr * nq; e += C::NT) {
+        const int r = e / nq, c = e % nq * 4;
+        const float mx = rm[r];
+        if (mx == -CUDART_INF_F && !a.o_out)
+            continue; /* no key: the running row stays */
+        int i, h;
+        burst_dec_row(a, g, z * 16 + r, &i, &h);
+        const int64_t row = (int64_t)i * a.hq + h;
+        const float *op = a.o_part + row * ns * a.d + c;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s0 = 0; mx != -CUDART_INF_F && s0 < ns; s0 += 16) {
+            float4 x[16];
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                x[j] = s0 + j < ns ? __ldcg((const float4 *)(op + (int64_t)(s0 + j) * a.d))
+                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                /* a split with no key for the row has weight 0: selected away, not multiplied */
+                const float w = s0 + j < ns ? burst_ex2(sw[r * ns + s0 + j] - mx) : 0.0f;
+                if (w != 0.0f) {
+                    acc[0] = fmaf(w, x[j].x, acc[0]);
+                    acc[1] = fmaf(w, x[j].y, acc[1]);
+                    acc[2] = fmaf(w, x[j].z, acc[2]);
+                    acc[3] = fmaf(w, x[j].w, acc[3]);
+                }
+            }
+        }
+        if (a.o_out) {
+            T *out = (T *)a.o_out + (int64_t)i * a.o_stride_i + (int64_t)h * a.o_stride_h + c;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                out[k] = burst_from_f<T>(rcn[r] * acc[k]);
+        } else {
+            float *orow = a.o_acc + row * a.d + c;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float x = rcn[r] * acc[k];
+                if (rco[r] != 0.0f)
+                    x = fmaf(rco[r], orow[k], x);
+                orow[k] = x;
+            }
+        }
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     burst_dec_split(struct burst_cuda_decode a)
@@ -307,7 +458,6 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     const int ke_blk = min(kend, kb + a.split_keys);
     const int ntile = ke_blk > kb ? (ke_blk - kb + C::BK - 1) / C::BK : 0;
 
-    burst_dec_load_q<T, D>(sq, a, g, z);
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; s++) {
         if (s < ntile)
@@ -315,6 +465,14 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
                                  a, kb + s * C::BK, burst_dec_tile_block<C::BK>(a, kb + s * C::BK),
                                  ke_blk, g);
         burst_cp_commit();
+    }
+    burst_dec_load_q<T, D>(sq, a, g, z); /* while the first tiles are in flight */
+    typename C::TC::A qf[C::NQF];
+    if constexpr (C::QREG) {
+        __syncthreads(); /* the query tile is complete */
+#pragma unroll
+        for (int kk = 0; kk < C::NQF; kk++)
+            C::TC::lda(qf[kk], sq, 0, kk * 16, lane);
     }
     /* the table entry of the next tile to load, read one iteration ahead */
     int blk_next =
@@ -341,7 +499,7 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
         if (jw < ke_blk) {
             const E *kt = stages + st * 2 * C::BK * C::W + warp * 16 * C::W;
             const E *vt = stages + (st * 2 + 1) * C::BK * C::W + warp * 16 * C::W;
-            burst_dec_warp_tile<T, D>(a, sq, kt, vt, jw, ke, wmin, m, l, o, lane);
+            burst_dec_warp_tile<T, D>(a, sq, qf, kt, vt, jw, ke, wmin, m, l, o, lane);
         }
     }
     burst_cp_wait<0>();
@@ -352,88 +510,10 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
     }
     burst_dec_block_out<T, D>(a, (float *)smraw, m, l, o, g, z, split);
-}
-
-/* ---- the combine kernel ----------------------------------------------------------------------- */
-
-/* One warp per row (i, h): the splits' partials merged (weights 2^(lse_s - max)), then the
- * result merged into (o_acc, lse_acc) as burst_merge_row does (fp64 weights, natural log). */
-__global__ void __launch_bounds__(128) burst_dec_combine(struct burst_cuda_decode a)
-{
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5); /* i * hq + h */
-    if (row >= (int64_t)a.t * a.hq)
-        return;
-    const int i = (int)(row / a.hq), h = (int)(row % a.hq);
-    const float *lp = a.lse_part + row * a.nsplit;
-    float mx = -CUDART_INF_F;
-    for (int s = lane; s < a.nsplit; s += 32)
-        mx = fmaxf(mx, lp[s]);
-    for (int k = 1; k < 32; k <<= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-    if (mx == -CUDART_INF_F) /* no allowed key: untouched */
-        return;
-    float sum = 0.0f;
-    for (int s = lane; s < a.nsplit; s += 32)
-        sum += burst_ex2(lp[s] - mx);
-    for (int k = 1; k < 32; k <<= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, k);
-    float acc[8] = {};
-    const float *op = a.o_part + row * a.nsplit * a.d;
-    /* 32 splits at a time: lane s0 + j holds split s0 + j's weight, every lane reads it by a
-     * shuffle, and eight splits' partials are loaded before they are summed (their loads in
-     * flight together). A split with no key for this row (weight 0) has a partial that was never
-     * written: it is selected away, not multiplied. */
-    for (int s0 = 0; s0 < a.nsplit; s0 += 32) {
-        const float wl = s0 + lane < a.nsplit ? burst_ex2(lp[s0 + lane] - mx) : 0.0f;
-        const int ns = a.nsplit - s0 < 32 ? a.nsplit - s0 : 32;
-        for (int j0 = 0; j0 < ns; j0 += 8) {
-            float x[8][8];
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    x[j][k] = j0 + j < ns && lane + 32 * k < a.d
-                                  ? op[(int64_t)(s0 + j0 + j) * a.d + lane + 32 * k]
-                                  : 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float w = __shfl_sync(0xffffffffu, wl, (j0 + j) & 31);
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    if (w != 0.0f)
-                        acc[k] = fmaf(w, x[j][k], acc[k]);
-            }
-        }
-    }
-    float *lse = a.lse_acc + (int64_t)h * a.t + i;
-    const double lr = ((double)mx + log2((double)sum)) * 0.69314718055994530942;
-    const double lo = (double)*lse;
-    double ln, co, cn;
-    if (lo == -(double)CUDART_INF) {
-        ln = lr;
-        co = 0.0;
-        cn = 1.0 / (double)sum;
-    } else {
-        ln = fmax(lo, lr) + log1p(exp(-fabs(lo - lr)));
-        co = exp(lo - ln);
-        cn = exp(lr - ln) / (double)sum;
-    }
-    float *orow = a.o_acc + row * a.d;
-    const float fco = (float)co, fcn = (float)cn;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const int c = lane + 32 * k;
-        if (c < a.d) {
-            float x = fcn * acc[k];
-            if (co != 0.0)
-                x = fmaf(fco, orow[c], x);
-            orow[c] = x;
-        }
-    }
-    __syncwarp();
-    if (lane == 0)
-        *lse = (float)ln;
+    /* the flag in the query tile, unused by now (a static shared variable would move the
+     * dynamic tiles off their 128-byte alignment) */
+    if (burst_dec_last(a, g, z, (int *)(void *)sq))
+        burst_dec_combine<T, D>(a, (float *)smraw, g, z);
 }
 
 /* ---- host side --------------------------------------------------------------------------------- */
@@ -478,6 +558,9 @@ static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t s
     /* one full wave of equal blocks: splits * Hkv * chunks ~ SMs * blocks per SM */
     const long target = (long)num_sms * per_sm;
     long splits = (target + (long)a->hkv * chunks - 1) / ((long)a->hkv * chunks);
+    /* the combine's weights (16 rows x nsplit floats) fit in the tile stages */
+    const long smax = ((long)(C::STAGES * C::STAGE / sizeof(float)) - 48) / 16;
+    splits = splits > smax ? smax : splits;
     splits = splits < 1 ? 1 : splits > ntiles ? ntiles : splits;
     const int per = (int)((ntiles + splits - 1) / splits); /* tiles per split */
     a->split_keys = per * C::BK;
@@ -511,11 +594,7 @@ extern "C" int burst_cuda_launch_decode(const struct burst_cuda_decode *a)
             return (int)cudaGetLastError();
         });
     });
-    if (e != cudaSuccess)
-        return e;
-    const int64_t rows = (int64_t)a->t * a->hq;
-    burst_dec_combine<<<(unsigned)((rows + 3) / 4), 128, 0, cudaStreamPerThread>>>(*a);
-    return (int)cudaGetLastError();
+    return e;
 }
 
 template <typename T, int D> static cudaError_t burst_dec_attr()

@@ -337,6 +337,24 @@ __device__ __forceinline__ void burst_final_kv_empty(const struct burst_cuda_ste
     }
 }
 
+/* The fp64 weights of merging a part (running max m and sum l in log2 units: its lse
+ * lr = (m + log2 l) ln 2) into a running row whose lse is lo (natural log; -inf: empty): the
+ * merged lse *ln and the factors of the running O (*co) and of the part's unnormalised O (*cn). */
+__device__ __forceinline__ void burst_merge_weights(double lo, float m, float l, double *ln,
+                                                    double *co, double *cn)
+{
+    const double lr = ((double)m + log2((double)l)) * 0.69314718055994530942;
+    if (lo == -(double)CUDART_INF) {
+        *ln = lr;
+        *co = 0.0;
+        *cn = 1.0 / (double)l;
+    } else {
+        *ln = fmax(lo, lr) + log1p(exp(-fabs(lo - lr)));
+        *co = exp(lo - *ln);
+        *cn = exp(lr - *ln) / (double)l;
+    }
+}
+
 /*
  * The fused merge of one query row's partial result into the running (o_acc, lse_acc), as the
  * four threads of a quad hold it in the mma C layout: m = the row's running maximum (log2 units,
@@ -358,17 +376,8 @@ __device__ __forceinline__ void burst_merge_row(const struct burst_cuda_step &s,
     if (l == 0.0f)
         return;
     float *lse = s.lse_acc + (b * s.hq + h) * s.nq + i;
-    const double lr = ((double)m + log2((double)l)) * 0.69314718055994530942;
-    double lo = (double)*lse, ln, co, cn;
-    if (lo == -(double)CUDART_INF) {
-        ln = lr;
-        co = 0.0;
-        cn = 1.0 / (double)l;
-    } else {
-        ln = fmax(lo, lr) + log1p(exp(-fabs(lo - lr)));
-        co = exp(lo - ln);
-        cn = exp(lr - ln) / (double)l;
-    }
+    double ln, co, cn;
+    burst_merge_weights((double)*lse, m, l, &ln, &co, &cn);
     float *orow = s.o_acc + ((b * s.nq + i) * s.hq + h) * s.d;
     const float fco = (float)co, fcn = (float)cn;
 #pragma unroll

@@ -105,6 +105,17 @@ struct burst_decode_args {
     float softcap;  /* as in burst_fwd_args (only with BURST_BE_SOFTCAP) */
     float *o_acc;   /* [1, t, Hq, d] fp32 contiguous, running output */
     float *lse_acc; /* [1, Hq, t] fp32 contiguous, running log-sum-exp */
+    /*
+     * Optional, for a call whose keys are all the keys its queries attend (a cache on one rank;
+     * nkeys >= 1):
+     * o_out not NULL asks for the result itself instead of a merge into (o_acc, lse_acc), which
+     * are then unused and may be NULL. o_out [1, t, Hq, d] in q's dtype with any strides,
+     * lse_out [1, Hq, t] fp32 contiguous (NULL: not written); a row with no allowed key gets
+     * O = 0 and lse = -inf. A backend that does not write results directly returns
+     * BURST_ERR_UNSUPPORTED for such a call, having queued nothing and set no message.
+     */
+    const struct burst_tensor *o_out;
+    float *lse_out;
 };
 
 /* burst_backend_ops.features */

@@ -48,6 +48,27 @@ static burst_status_t attend_blocks(struct burst_kvcache *c, int seq, const stru
     return st;
 }
 
+/* decode_step's arguments for the queries q of seq over its first nkeys keys on this rank. */
+static struct burst_decode_args decode_args(struct burst_kvcache *c, int seq,
+                                            const struct burst_tensor *q, int64_t nkeys,
+                                            int64_t tail, float *o_acc, float *lse_acc)
+{
+    return (struct burst_decode_args){
+        .q = q,
+        .k_pool = c->k_pool,
+        .v_pool = c->v_pool,
+        .block_len = c->p.block_len,
+        .hkv = c->p.kv_heads,
+        .blocks = burst_kv_table_dev(c, seq),
+        .blocks_host = c->seqs[seq].blocks,
+        .nkeys = nkeys,
+        .tail = tail,
+        .scale = c->scale,
+        .o_acc = o_acc,
+        .lse_acc = lse_acc,
+    };
+}
+
 burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct burst_tensor *q,
                                int64_t nkeys, int64_t tail, float *o_acc, float *lse_acc,
                                int *fallback)
@@ -56,26 +77,55 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
     if (nkeys == 0)
         return BURST_OK; /* no key here: the rows stay (0, -inf) */
     if (BURST_OPS_HAS(ops, decode_step) && burst_set_long(&c->ctx->set, BURST_SET_DECODE_STEP)) {
-        struct burst_decode_args a = {
-            .q = q,
-            .k_pool = c->k_pool,
-            .v_pool = c->v_pool,
-            .block_len = c->p.block_len,
-            .hkv = c->p.kv_heads,
-            .blocks = burst_kv_table_dev(c, seq),
-            .blocks_host = c->seqs[seq].blocks,
-            .nkeys = nkeys,
-            .tail = tail,
-            .scale = c->scale,
-            .o_acc = o_acc,
-            .lse_acc = lse_acc,
-        };
+        struct burst_decode_args a = decode_args(c, seq, q, nkeys, tail, o_acc, lse_acc);
         burst_status_t st = ops->decode_step(c->ctx->be, &a);
         if (st != BURST_ERR_UNSUPPORTED)
             return st;
     }
     *fallback = 1;
     return attend_blocks(c, seq, q, nkeys, tail, o_acc, lse_acc);
+}
+
+burst_status_t burst_kv_copy_out(struct burst_kvcache *c, const float *o_acc, const float *lse_acc,
+                                 int64_t B, int64_t t, const struct burst_tensor *o, float *lse)
+{
+    const struct burst_backend_ops *ops = c->ctx->ops;
+    const int64_t hq = c->p.q_heads;
+    struct burst_tensor src =
+        burst_tensor_contiguous((void *)o_acc, BURST_DTYPE_FP32, B, t, hq, c->p.head_dim);
+    burst_status_t st = ops->copy(c->ctx->be, o, &src);
+    if (st == BURST_OK && lse) { /* [B, Hq, t] as fp32 rows of one element, queued like o */
+        struct burst_tensor ls =
+            burst_tensor_contiguous((void *)lse_acc, BURST_DTYPE_FP32, B, hq, t, 1);
+        struct burst_tensor ld = burst_tensor_contiguous(lse, BURST_DTYPE_FP32, B, hq, t, 1);
+        st = ops->copy(c->ctx->be, &ld, &ls);
+    }
+    return st;
+}
+
+burst_status_t burst_kv_attend_out(struct burst_kvcache *c, int seq, const struct burst_tensor *q,
+                                   int64_t nkeys, int64_t tail, const struct burst_tensor *o,
+                                   float *lse, float *o_acc, float *lse_acc, int *fallback)
+{
+    const struct burst_backend_ops *ops = c->ctx->ops;
+    const int64_t t = q->shape[1], hq = c->p.q_heads;
+    if (nkeys > 0 && BURST_OPS_HAS(ops, decode_step) &&
+        burst_set_long(&c->ctx->set, BURST_SET_DECODE_STEP)) {
+        struct burst_decode_args a = decode_args(c, seq, q, nkeys, tail, NULL, NULL);
+        a.o_out = o;
+        a.lse_out = lse;
+        burst_status_t st = ops->decode_step(c->ctx->be, &a);
+        if (st != BURST_ERR_UNSUPPORTED)
+            return st;
+    }
+    burst_status_t st = ops->fill(c->ctx->be, o_acc, (size_t)(t * hq * c->p.head_dim), 0.0f);
+    if (st == BURST_OK)
+        st = ops->fill(c->ctx->be, lse_acc, (size_t)(hq * t), -INFINITY);
+    if (st == BURST_OK)
+        st = burst_kv_attend(c, seq, q, nkeys, tail, o_acc, lse_acc, fallback);
+    if (st == BURST_OK)
+        st = burst_kv_copy_out(c, o_acc, lse_acc, 1, t, o, lse);
+    return st;
 }
 
 burst_status_t burst_kv_check_overlap(const char *who, const struct burst_tensor *q,

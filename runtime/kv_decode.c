@@ -5,7 +5,9 @@
  * Each rank attends the new queries to its shard (the new rows appended first on the rank that
  * stores them), giving a partial (O, lse) per query row; one allgather of those partials,
  * G x B x t x Hq x (d + 1) floats, and a log-sum-exp merge in rank order give every rank the
- * same output. The new rows are committed only once everything succeeded.
+ * same output. On one rank there is nothing to merge: the attention writes the caller's o and lse
+ * itself (decode_step's o_out, where the backend has it), and the call waits for it once. The new
+ * rows are committed only once everything succeeded.
  */
 #include <math.h>
 #include <stdio.h>
@@ -120,15 +122,20 @@ struct dec_call {
     uint64_t merge_bytes;
 };
 
-/* Append the new rows this rank stores and attend every sequence's queries to the shard. */
+/* Append the new rows this rank stores and attend every sequence's queries to the shard: into
+ * the running (o_acc, lse_acc), or, on one rank (o not NULL), straight into the caller's o, lse. */
 static burst_status_t dec_local(struct dec_call *w, const struct burst_tensor *q,
-                                const struct burst_tensor *k, const struct burst_tensor *v)
+                                const struct burst_tensor *k, const struct burst_tensor *v,
+                                const struct burst_tensor *o, float *lse)
 {
     struct burst_kvcache *c = w->c;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, t = w->t;
-    burst_status_t st = c->ctx->ops->fill(c->ctx->be, w->o_acc, w->on, 0.0f);
-    if (st == BURST_OK)
-        st = c->ctx->ops->fill(c->ctx->be, w->lse_acc, w->ln, -INFINITY);
+    burst_status_t st = BURST_OK;
+    if (!o) {
+        st = c->ctx->ops->fill(c->ctx->be, w->o_acc, w->on, 0.0f);
+        if (st == BURST_OK)
+            st = c->ctx->ops->fill(c->ctx->be, w->lse_acc, w->ln, -INFINITY);
+    }
     for (int64_t b = 0; st == BURST_OK && b < w->B; b++) {
         const int seq = w->ids[b];
         const int64_t len = c->seqs[seq].len;
@@ -143,9 +150,14 @@ static burst_status_t dec_local(struct dec_call *w, const struct burst_tensor *q
             nkeys = len + t;
         }
         struct burst_tensor qb = entry(q, b);
-        if (st == BURST_OK)
-            st = burst_kv_attend(c, seq, &qb, nkeys, len, w->o_acc + b * t * hq * d,
-                                 w->lse_acc + b * hq * t, &w->fallback);
+        float *oa = w->o_acc + b * t * hq * d, *la = w->lse_acc + b * hq * t;
+        if (st == BURST_OK && o) {
+            struct burst_tensor ob = entry(o, b);
+            st = burst_kv_attend_out(c, seq, &qb, nkeys, len, &ob, lse ? lse + b * hq * t : NULL,
+                                     oa, la, &w->fallback);
+        } else if (st == BURST_OK) {
+            st = burst_kv_attend(c, seq, &qb, nkeys, len, oa, la, &w->fallback);
+        }
     }
     return st;
 }
@@ -179,26 +191,6 @@ static burst_status_t dec_merge(struct dec_call *w)
     return st;
 }
 
-/* One rank: its partials are the result, copied from the running O and lse in backend memory
- * to the caller's o (converted to its dtype) and lse, with no host round trip. */
-static burst_status_t dec_write_own(struct dec_call *w, const struct burst_tensor *o, float *lse)
-{
-    struct burst_kvcache *c = w->c;
-    const struct burst_backend_ops *ops = c->ctx->ops;
-    struct burst_tensor src = burst_tensor_contiguous(w->o_acc, BURST_DTYPE_FP32, w->B, w->t,
-                                                      c->p.q_heads, c->p.head_dim);
-    burst_status_t st = ops->copy(c->ctx->be, o, &src);
-    if (st == BURST_OK && lse) { /* [B, Hq, t] as fp32 rows of one element, queued like o */
-        const int64_t B = w->B, hq = c->p.q_heads, t = w->t;
-        struct burst_tensor ls = burst_tensor_contiguous(w->lse_acc, BURST_DTYPE_FP32, B, hq, t, 1);
-        struct burst_tensor ld = burst_tensor_contiguous(lse, BURST_DTYPE_FP32, B, hq, t, 1);
-        st = ops->copy(c->ctx->be, &ld, &ls);
-    }
-    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-        st = ops->sync(c->ctx->be);
-    return st;
-}
-
 static burst_status_t dec_alloc(struct dec_call *w)
 {
     struct burst_kvcache *c = w->c;
@@ -208,13 +200,17 @@ static burst_status_t dec_alloc(struct dec_call *w)
     w->owner = malloc((size_t)w->B * sizeof(int));
     for (int64_t b = 0; w->owner && b < w->B; b++)
         w->owner[b] = -1; /* nothing reserved yet */
-    w->mine = malloc(per * sizeof(float));
-    w->all = malloc(per * (size_t)c->size * sizeof(float));
-    w->o_host = malloc(per * sizeof(float));
-    if (!w->owner || !w->mine || !w->all || !w->o_host)
-        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%zu floats per rank)", who,
-                           per * (size_t)(c->size + 2));
-    w->lse_host = w->o_host + w->on;
+    if (!w->owner)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    if (c->size > 1) { /* the host side of the merge */
+        w->mine = malloc(per * sizeof(float));
+        w->all = malloc(per * (size_t)c->size * sizeof(float));
+        w->o_host = malloc(per * sizeof(float));
+        if (!w->mine || !w->all || !w->o_host)
+            return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%zu floats per rank)", who,
+                               per * (size_t)(c->size + 2));
+        w->lse_host = w->o_host + w->on;
+    }
     /* the running O and lse in the cache's work memory, lse from a 256-byte boundary */
     const size_t o_bytes = (w->on * sizeof(float) + 255) / 256 * 256;
     void *acc = NULL;
@@ -258,19 +254,19 @@ burst_status_t burst_decode(struct burst_kvcache *c, int64_t batch, const int *s
     st = dec_alloc(&w);
     for (int64_t b = 0; st == BURST_OK && b < batch; b++)
         w.owner[b] = owner_of(c, seq_ids[b]);
+    /* one rank: the local results are the output, written by the attention itself */
+    const int one = c->size == 1;
     double t1 = burst_now();
     if (st == BURST_OK)
-        st = dec_local(&w, q, k, v);
+        st = dec_local(&w, q, k, v, one ? o : NULL, one ? lse : NULL);
     if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, sync))
         st = c->ctx->ops->sync(c->ctx->be);
     double t2 = burst_now();
-    if (st == BURST_OK && c->size > 1)
+    if (st == BURST_OK && !one)
         st = dec_merge(&w);
     double t3 = burst_now();
-    if (st == BURST_OK && c->size > 1)
+    if (st == BURST_OK && !one)
         st = burst_kv_write_out(c, who, w.o_host, w.lse_host, batch, w.t, o, lse);
-    else if (st == BURST_OK)
-        st = dec_write_own(&w, o, lse);
     for (int64_t b = 0; b < batch; b++) {
         if (st == BURST_OK)
             burst_kv_commit(c, w.owner[b], seq_ids[b], w.t);

@@ -95,6 +95,19 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
                                int64_t nkeys, int64_t tail, float *o_acc, float *lse_acc,
                                int *fallback);
 
+/* The same attention when these keys are all the keys the queries attend (one rank): the
+ * result written to o ([1, t, Hq, d], q's dtype, any strides) and lse ([1, Hq, t]; NULL: not
+ * written). decode_step writes it directly where the backend can; otherwise the running o_acc,
+ * lse_acc (the sizes above, backend memory) are reset, attended into and copied out. */
+burst_status_t burst_kv_attend_out(struct burst_kvcache *c, int seq, const struct burst_tensor *q,
+                                   int64_t nkeys, int64_t tail, const struct burst_tensor *o,
+                                   float *lse, float *o_acc, float *lse_acc, int *fallback);
+
+/* Copy fp32 results in backend memory, o_acc [B, t, Hq, d] and lse_acc [B, Hq, t], to the
+ * caller's o (its dtype, any strides) and lse (NULL: not written), queued on the backend. */
+burst_status_t burst_kv_copy_out(struct burst_kvcache *c, const float *o_acc, const float *lse_acc,
+                                 int64_t B, int64_t t, const struct burst_tensor *o, float *lse);
+
 /* Copies between backend memory and host memory (the backend's memcpy where it has one). */
 burst_status_t burst_kv_to_host(struct burst_kvcache *c, void *dst, const void *src, size_t n);
 burst_status_t burst_kv_from_host(struct burst_kvcache *c, void *dst, const void *src, size_t n);

@@ -910,6 +910,7 @@ struct dec_problem {
     void *kdev, *vdev, *tdev;
     float *o0, *l0;  /* the accumulators before the step (host) */
     double *ow, *lw; /* expected after it */
+    double *of, *lf; /* expected from fresh accumulators: the step's own result */
 };
 
 /* Key j of the sequence, element (g, c), from the host pool as a double. */
@@ -1072,7 +1073,8 @@ static void dec_make(struct burst_context *ctx, struct dec_problem *p, const str
         p->l0[r] = lkeep[r] == -INFINITY ? -INFINITY
                                          : (float)(p->lw[r] + harness_rng_uniform(st, -1.5, 1.5));
     free(lkeep);
-    free(p->ow), free(p->lw);
+    p->of = p->ow;
+    p->lf = p->lw;
     dec_expect(p);
 }
 
@@ -1083,7 +1085,7 @@ static void dec_free(struct burst_context *ctx, struct dec_problem *p)
     burst_context_free(ctx, p->vdev);
     burst_context_free(ctx, p->tdev);
     free(p->table), free(p->kpool), free(p->vpool), free(p->qhost), free(p->o0), free(p->l0),
-        free(p->ow), free(p->lw);
+        free(p->ow), free(p->lw), free(p->of), free(p->lf);
 }
 
 static struct burst_decode_args dec_args(const struct dec_problem *p, float *o_acc, float *lse_acc)
@@ -1165,6 +1167,60 @@ static int dec_run(struct burst_context *ctx, const struct dec_problem *p, int p
     return ok;
 }
 
+/* The step writing its result directly (o_out in the dtype with gaps between heads and rows,
+ * lse_out, both poisoned with a guard after them; no accumulators): o (as floats) and l. 1 = ran
+ * and every gap and guard element is still poison. */
+static int dec_run_out(struct burst_context *ctx, const struct dec_problem *p, float *o, float *l,
+                       burst_status_t *st_p)
+{
+    const struct dec_case *c = &p->c;
+    const size_t guard = 64;
+    struct burst_tensor ov = burst_tensor_contiguous(NULL, c->dt, 1, c->t, c->hq, c->d);
+    ov.stride[2] = c->d + 8;
+    ov.stride[1] = c->hq * ov.stride[2] + 8;
+    ov.stride[0] = c->t * ov.stride[1];
+    const size_t oel = (size_t)ov.stride[0] + guard;
+    void *oh = malloc(oel * p->es);
+    float *lh = malloc((p->nrows + guard) * 4);
+    assert_true(oh && lh);
+    harness_poison(c->dt, oh, oel);
+    harness_poison(F32, lh, p->nrows + guard);
+    void *od = NULL;
+    assert_int_equal(burst_context_alloc(ctx, oel * p->es, &od), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, od, oh, oel * p->es), BURST_OK);
+    float *ld = op_upload(ctx, lh, p->nrows + guard);
+    ov.data = od;
+    struct burst_decode_args a = dec_args(p, NULL, NULL);
+    a.o_out = &ov;
+    a.lse_out = ld;
+    *st_p = ctx->ops->decode_step(ctx->be, &a);
+    assert_int_equal(ctx->ops->sync(ctx->be), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, oh, od, oel * p->es), BURST_OK);
+    op_download(ctx, lh, ld, p->nrows + guard);
+    size_t written = 0;
+    for (int i = 0; i < c->t; i++)
+        for (int h = 0; h < c->hq; h++)
+            for (int cc = 0; cc < c->d; cc++) {
+                const size_t e = (size_t)(i * ov.stride[1] + h * ov.stride[2] + cc);
+                o[((size_t)i * c->hq + h) * c->d + cc] = (float)harness_load(c->dt, oh, e);
+                written += !harness_is_poison(c->dt, oh, e);
+            }
+    size_t untouched = 0;
+    for (size_t e = 0; e < oel; e++)
+        untouched += harness_is_poison(c->dt, oh, e);
+    for (size_t e = 0; e < guard; e++)
+        untouched -= !harness_is_poison(F32, lh + p->nrows, e);
+    memcpy(l, lh, p->nrows * 4);
+    const int ok = written == p->no && untouched == oel - p->no;
+    if (!ok)
+        printf("    decode_step o_out: %zu of %zu outputs written, a gap or guard written\n",
+               written, p->no);
+    burst_context_free(ctx, od);
+    burst_context_free(ctx, ld);
+    free(oh), free(lh);
+    return ok;
+}
+
 /* got against the fp64 expectation: |O - O_ref| <= otol (V is in [-1, 1]), |lse - lse_ref| <=
  * ltol; rows the expectation leaves unchanged (no key) bit for bit. */
 static int dec_close(const char *what, const struct dec_problem *p, const float *o, const float *l,
@@ -1228,6 +1284,18 @@ static int dec_check(struct burst_context *ctx, const struct dec_case *c, uint64
         fb = fabs((double)o1[e] - (double)o2[e]) <= 2 * otol;
     for (size_t r = 0; fb && r < p.nrows; r++)
         fb = l1[r] == l2[r] || fabs((double)l1[r] - (double)l2[r]) <= ltol + ltol_fb;
+    /* the result written directly (a call over every key): the fresh expectation, plus the
+     * rounding of O to the dtype (u |O| <= u); no key is refused */
+    burst_status_t s4;
+    const int direct = dec_run_out(ctx, &p, o3, l3, &s4);
+    if (c->nkeys == 0) {
+        ok = ok && s4 == BURST_ERR_INVALID_ARG;
+    } else {
+        double *ow = p.ow, *lw = p.lw;
+        p.ow = p.of, p.lw = p.lf;
+        ok = ok && direct && s4 == BURST_OK && dec_close("o_out", &p, o3, l3, otol + u, ltol);
+        p.ow = ow, p.lw = lw;
+    }
     printf("[%s] decode %s: %s t=%d hq=%d hkv=%d d=%d block_len=%lld nkeys=%lld tail=%lld%s%s "
            "(status %d)%s\n",
            ok && fb ? "ok" : "FAIL", c->name,
@@ -1301,12 +1369,13 @@ static void test_decode_bad(void **state)
     struct {
         const char *msg;
         int what;
-    } bad[] = {{"hkv = 3", 0},        {"block_len = 0", 1}, {"tail = 41", 2},
-               {"head dim = 264", 3}, {"o_acc is NULL", 4}, {"blocks_host[1] = -5", 5},
-               {"scale = -1", 6},     {"softcap = -2", 7},  {"q->shape = [2", 8}};
+    } bad[] = {{"hkv = 3", 0},        {"block_len = 0", 1},        {"tail = 41", 2},
+               {"head dim = 264", 3}, {"o_acc is NULL", 4},        {"blocks_host[1] = -5", 5},
+               {"scale = -1", 6},     {"softcap = -2", 7},         {"q->shape = [2", 8},
+               {"o_out's dtype", 9},  {"o_out->shape[3] = 32", 10}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         struct burst_decode_args b = a;
-        struct burst_tensor q = p.q;
+        struct burst_tensor q = p.q, ob = p.q; /* refused before anything is written */
         int32_t table[3] = {0, -5, 1};
         b.q = &q;
         switch (bad[i].what) {
@@ -1318,6 +1387,8 @@ static void test_decode_bad(void **state)
         case 5: b.blocks_host = table; break;
         case 6: b.scale = -1.0f; break;
         case 7: b.softcap = -2.0f; break;
+        case 9: ob.dtype = F32, b.o_out = &ob; break;
+        case 10: ob.shape[3] = 32, b.o_out = &ob; break;
         default: q.shape[0] = 2; break;
         }
         burst_status_t r = cu->decode_step(ctx->be, &b);

@@ -130,6 +130,8 @@ static void decode_fold(void *ctx, int64_t row, void *scratch)
 burst_status_t burst_cpu_decode_step(void *be, const struct burst_decode_args *args)
 {
     struct burst_cpu_backend *cpu = be;
+    if (args && args->o_out)
+        return BURST_ERR_UNSUPPORTED; /* results through the running (o_acc, lse_acc) only */
     if (!args || !args->q || !args->o_acc || !args->lse_acc || !args->blocks_host)
         return burst_error(BURST_ERR_INVALID_ARG, "cpu decode_step: an argument is NULL");
     struct decode_job j = {
