@@ -52,6 +52,13 @@ static void json_num(double x)
         printf("null");
 }
 
+/* A further member of a JSON object: `, "name": x` (null when x is not finite). */
+static void json_field(const char *name, double x)
+{
+    printf(", \"%s\": ", name);
+    json_num(x);
+}
+
 /* A job's figures beside its times: work, TFLOP/s, and the check per tensor. */
 struct summary {
     double fwd_flops, pairs;
@@ -174,34 +181,22 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
     printf(", \"softcap\": %.9g, \"sinks\": %s", (double)p->softcap, p->sinks ? "true" : "false");
     printf(", \"bwd\": \"%s\", \"bwd_requested\": \"%s\"",
            p->run_bwd ? burstrun_bwd_names[r->bwd_used] : "none", burstrun_bwd_names[p->bwd]);
-    printf(", \"cpu_share\": ");
-    json_num(r->cpu_share);
+    json_field("cpu_share", r->cpu_share);
     printf(", \"seed\": %" PRIu64 ", \"warmup\": %d, \"iters\": %d", p->seed, p->warmup,
            r->iters_done);
     printf(", \"allowed_pairs\": %.0f, \"flops_fwd\": %.6g", s->pairs, s->fwd_flops);
     printf(", \"default_job\": %s", o->default_job ? "true" : "false");
-    printf(", \"fwd_ms\": ");
-    json_num(r->fwd_s * 1e3);
-    printf(", \"fwd_ms_min\": ");
-    json_num(r->fwd_min_s * 1e3);
-    printf(", \"fwd_ms_max\": ");
-    json_num(r->fwd_max_s * 1e3);
-    printf(", \"bwd_ms\": ");
-    json_num(p->run_bwd ? r->bwd_s * 1e3 : NAN);
-    printf(", \"bwd_ms_min\": ");
-    json_num(p->run_bwd ? r->bwd_min_s * 1e3 : NAN);
-    printf(", \"bwd_ms_max\": ");
-    json_num(p->run_bwd ? r->bwd_max_s * 1e3 : NAN);
-    printf(", \"tflops_fwd\": ");
-    json_num(s->tf_fwd);
-    printf(", \"tflops_bwd\": ");
-    json_num(p->run_bwd ? s->tf_bwd : NAN);
-    printf(", \"tflops_fwd_bwd\": ");
-    json_num(p->run_bwd ? s->tf_fb : NAN);
-    printf(", \"tflops_fwd_per_rank\": ");
-    json_num(s->tf_fwd / p->ranks);
-    printf(", \"tflops_fwd_bwd_per_rank\": ");
-    json_num(p->run_bwd ? s->tf_fb / p->ranks : NAN);
+    json_field("fwd_ms", r->fwd_s * 1e3);
+    json_field("fwd_ms_min", r->fwd_min_s * 1e3);
+    json_field("fwd_ms_max", r->fwd_max_s * 1e3);
+    json_field("bwd_ms", p->run_bwd ? r->bwd_s * 1e3 : NAN);
+    json_field("bwd_ms_min", p->run_bwd ? r->bwd_min_s * 1e3 : NAN);
+    json_field("bwd_ms_max", p->run_bwd ? r->bwd_max_s * 1e3 : NAN);
+    json_field("tflops_fwd", s->tf_fwd);
+    json_field("tflops_bwd", p->run_bwd ? s->tf_bwd : NAN);
+    json_field("tflops_fwd_bwd", p->run_bwd ? s->tf_fb : NAN);
+    json_field("tflops_fwd_per_rank", s->tf_fwd / p->ranks);
+    json_field("tflops_fwd_bwd_per_rank", p->run_bwd ? s->tf_fb / p->ranks : NAN);
     printf(", \"bytes_fwd_per_rank\": %" PRIu64 ", \"bytes_bwd_per_rank\": %" PRIu64, r->bytes_fwd,
            r->bytes_bwd);
     printf(", \"msgs_fwd_per_rank\": %" PRIu64 ", \"msgs_bwd_per_rank\": %" PRIu64, r->msgs_fwd,
@@ -210,16 +205,14 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
            r->scratch_fwd, r->scratch_bwd);
     printf(", \"overlap\": {\"fwd\": ");
     json_num(job_overlap(r, 0));
-    printf(", \"bwd\": ");
-    json_num(p->run_bwd ? job_overlap(r, 1) : NAN);
+    json_field("bwd", p->run_bwd ? job_overlap(r, 1) : NAN);
     printf("}");
     for (int ph = 0; ph < 1 + p->run_bwd; ph++) {
         double c, w;
         per_step(p, r, ph, &c, &w);
         printf(", \"%s_step_ms\": {\"compute\": ", ph ? "bwd" : "fwd");
         json_num(c * 1e3);
-        printf(", \"wait\": ");
-        json_num(w * 1e3);
+        json_field("wait", w * 1e3);
         printf("}");
     }
     if (r->rank_stats) {
@@ -231,10 +224,8 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
                     ph ? &r->rank_stats[rk].bwd : &r->rank_stats[rk].fwd;
                 printf(", \"%s\": {\"steps\": %d, \"compute_ms\": ", ph ? "bwd" : "fwd", st->steps);
                 json_num(st->compute_s * 1e3);
-                printf(", \"wait_ms\": ");
-                json_num(st->wait_s * 1e3);
-                printf(", \"total_ms\": ");
-                json_num(st->total_s * 1e3);
+                json_field("wait_ms", st->wait_s * 1e3);
+                json_field("total_ms", st->total_s * 1e3);
                 printf("}");
             }
             printf("}");
@@ -268,12 +259,9 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
     }
     printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, r->peak_rss,
            r->caller_bytes);
-    printf(", \"max_abs_err\": ");
-    json_num(checked ? s->max_abs : NAN);
-    printf(", \"max_rel_err\": ");
-    json_num(checked ? s->max_rel : NAN);
-    printf(", \"tolerance\": ");
-    json_num(checked ? job_tolerance(p->dtype) : NAN);
+    json_field("max_abs_err", checked ? s->max_abs : NAN);
+    json_field("max_rel_err", checked ? s->max_rel : NAN);
+    json_field("tolerance", checked ? job_tolerance(p->dtype) : NAN);
     printf(", \"check_scope\": \"%s\"", !checked         ? "none"
                                         : r->checked_bwd ? "fwd+bwd"
                                                          : "fwd-sampled-rows");
@@ -286,8 +274,7 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
             printf("%s\"%s\": {\"max_abs\": ", first ? "" : ", ",
                    job_tensor_name((enum job_tensor)t));
             json_num(r->err[t].nonfinite ? INFINITY : r->err[t].max_abs);
-            printf(", \"rel\": ");
-            json_num(job_err_rel(&r->err[t], (enum job_tensor)t));
+            json_field("rel", job_err_rel(&r->err[t], (enum job_tensor)t));
             printf(", \"nonfinite\": %lld}", (long long)r->err[t].nonfinite);
             first = 0;
         }
