@@ -1,10 +1,13 @@
 /*
- * tools/burstrun.c - run one distributed attention job and report time, TFLOP/s, traffic, memory
- * and (with --check) the error against the fp64 reference. See usage() for everything.
+ * tools/burstrun.c - burstrun's entry point: run one distributed attention job (or a sweep of
+ * them) and report time, TFLOP/s, traffic, memory and (with --check) the error against the fp64
+ * reference. Here: its flags (one table, burstrun_flags, with a handler per flag) and how a job
+ * runs, as rank processes, threads, a sweep or ranks under mpirun. What it prints of a finished
+ * job is tools/burstrun_report.c; --help, --version, --info and --probe are
+ * tools/burstrun_help.c (burstrun_usage has every flag).
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
