@@ -13,7 +13,9 @@ trap 'rm -f "$tracked"' EXIT
 git ls-files | awk -F/ '{ p = ""; for (i = 1; i <= NF; i++) { p = p (i > 1 ? "/" : "") $i; print p } }' |
     sort -u >"$tracked"
 status=0
-while IFS= read -r md; do
+# every broken link, one line each (the loop's own exit status does not count: a file without
+# links ends its grep with 1)
+broken=$(while IFS= read -r md; do
     base=$(dirname "$md")
     # each link target on each line: the part between "](" and the next ")"
     grep -no '](\([^)( ]*\))' "$md" | while IFS= read -r hit; do
@@ -27,6 +29,10 @@ while IFS= read -r md; do
             echo "$md:$line: $target"
         fi
     done
-done < <(git ls-files '*.md') | grep . && status=1
+done < <(git ls-files '*.md'))
+if [ -n "$broken" ]; then
+    printf '%s\n' "$broken"
+    status=1
+fi
 [ $status = 0 ] || echo "check_links: the links above name no file of this repository" >&2
 exit $status

@@ -205,6 +205,18 @@ static struct burst_kvcache_params case_params(const struct kv_case *c)
     return p;
 }
 
+/* The run's cache on this rank, or NULL (recorded as the rank's failure). */
+static struct burst_kvcache *cache_create(struct kv_run *run, struct burst_comm *comm, int rank)
+{
+    struct burst_kvcache_params p = case_params(run->c);
+    struct burst_kvcache *kc = NULL;
+    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK) {
+        rec_fail(&run->rec[rank], "rank %d: create: %s", rank, burst_last_error());
+        return NULL;
+    }
+    return kc;
+}
+
 /* ---- prefill and decode of one rank ---- */
 
 static int prefill_chunk(struct kv_run *run, struct burst_kvcache *kc, int rank, int s, int64_t len)
@@ -348,6 +360,17 @@ static void snapshot(struct burst_kvcache *kc, int G, struct snap *s)
     }
 }
 
+/* A failure of the rank when the cache is no longer as `before` (snapshot) says: `what`, a
+ * refused call, changed it. */
+static void expect_unchanged(struct kv_run *run, struct burst_kvcache *kc, int rank,
+                             const struct snap *before, const char *what)
+{
+    struct snap after;
+    snapshot(kc, run->c->ranks, &after);
+    if (memcmp(before, &after, sizeof after) != 0)
+        rec_fail(&run->rec[rank], "rank %d: %s changed the cache", rank, what);
+}
+
 static void expect_bad(struct kv_run *run, struct burst_kvcache *kc, int rank, burst_status_t st,
                        const char *what, const char *needle)
 {
@@ -363,7 +386,7 @@ static void expect_bad(struct kv_run *run, struct burst_kvcache *kc, int rank, b
 static void bad_inputs(struct kv_run *run, struct burst_kvcache *kc, int rank)
 {
     const struct kv_case *c = run->c;
-    struct snap before, after;
+    struct snap before;
     snapshot(kc, c->ranks, &before);
     struct dec_io io;
     const int64_t big = c->capacity * c->block_len + 1; /* more than any rank can take */
@@ -403,21 +426,67 @@ static void bad_inputs(struct kv_run *run, struct burst_kvcache *kc, int rank)
                "prefill larger than the cache", "capacity_blocks");
     expect_bad(run, kc, rank, burst_prefill(kc, 0, 1, &none, &none, &none, &none, NULL),
                "prefill of a chunk too short to shard", "chunk_len = 1");
-    snapshot(kc, c->ranks, &after);
-    if (memcmp(&before, &after, sizeof before) != 0)
-        rec_fail(&run->rec[rank], "rank %d: a refused call changed the cache", rank);
+    expect_unchanged(run, kc, rank, &before, "a refused call");
 }
 
+/* ---- a run: the case's streams, its ranks, their verdict ---- */
+
+/* A run of case c, its streams drawn from the test's seed. */
+static struct kv_run *run_new(const struct kv_case *c)
+{
+    struct kv_run *run = calloc(1, sizeof *run);
+    assert_non_null(run);
+    run->c = c;
+    for (int s = 0; s < c->nseq; s++)
+        stream_make(c, &run->s[s], s, harness_seed());
+    return run;
+}
+
+static void run_free(struct kv_run *run)
+{
+    for (int s = 0; s < run->c->nseq; s++)
+        free(run->s[s].q);
+    free(run);
+}
+
+/* Whether every rank passed: no failure, every value finite, within the tolerance. A rank that
+ * did not pass is printed (every rank with BURST_TEST_VERBOSE). */
+static int run_ok(const struct kv_run *run)
+{
+    const struct kv_case *c = run->c;
+    int ok = 1;
+    for (int r = 0; r < c->ranks; r++) {
+        const struct rank_rec *rec = &run->rec[r];
+        if (rec->fails || rec->nonfinite || rec->worst > 1.0 || rec->worst_lse > 1.0 ||
+            getenv("BURST_TEST_VERBOSE")) {
+            printf("%s seed %llu rank %d: worst o %.3g lse %.3g (1 = tolerance), nonfinite %lld, "
+                   "%d failures%s%s\n",
+                   c->name, (unsigned long long)harness_seed(), r, rec->worst, rec->worst_lse,
+                   (long long)rec->nonfinite, rec->fails, rec->fails ? ": " : "", rec->msg);
+        }
+        ok &= !rec->fails && !rec->nonfinite && rec->worst <= 1.0 && rec->worst_lse <= 1.0;
+    }
+    return ok;
+}
+
+/* Case c's ranks, each running fn on a shared run of c: whether they all passed (run_ok). */
+static int run_ranks(const struct kv_case *c, harness_rank_fn fn)
+{
+    struct kv_run *run = run_new(c);
+    assert_int_equal(harness_run_ranks(c->ranks, 60000, fn, run), 0);
+    const int ok = run_ok(run);
+    run_free(run);
+    return ok;
+}
+
+/* Prefill the case's chunks, run its bad inputs, then its decode steps. */
 static void rank_fn(int rank, struct burst_comm *comm, void *arg)
 {
     struct kv_run *run = arg;
     const struct kv_case *c = run->c;
-    struct burst_kvcache_params p = case_params(c);
-    struct burst_kvcache *kc = NULL;
-    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK) {
-        rec_fail(&run->rec[rank], "rank %d: create: %s", rank, burst_last_error());
+    struct burst_kvcache *kc = cache_create(run, comm, rank);
+    if (!kc)
         return;
-    }
     for (int ch = 0; ch < MAX_CHUNKS; ch++)
         for (int s = 0; s < c->nseq; s++)
             if (c->chunks[s][ch] > 0 && prefill_chunk(run, kc, rank, s, c->chunks[s][ch]))
@@ -433,30 +502,7 @@ out:
 
 static void run_case(void **state)
 {
-    const struct kv_case *c = *state;
-    struct kv_run *run = calloc(1, sizeof *run);
-    assert_non_null(run);
-    run->c = c;
-    const uint64_t seed = harness_seed();
-    for (int s = 0; s < c->nseq; s++)
-        stream_make(c, &run->s[s], s, seed);
-    assert_int_equal(harness_run_ranks(c->ranks, 60000, rank_fn, run), 0);
-    int ok = 1;
-    for (int r = 0; r < c->ranks; r++) {
-        const struct rank_rec *rec = &run->rec[r];
-        if (rec->fails || rec->nonfinite || rec->worst > 1.0 || rec->worst_lse > 1.0 ||
-            getenv("BURST_TEST_VERBOSE")) {
-            printf("%s seed %llu rank %d: worst o %.3g lse %.3g (1 = tolerance), nonfinite %lld, "
-                   "%d failures%s%s\n",
-                   c->name, (unsigned long long)seed, r, rec->worst, rec->worst_lse,
-                   (long long)rec->nonfinite, rec->fails, rec->fails ? ": " : "", rec->msg);
-        }
-        ok &= !rec->fails && !rec->nonfinite && rec->worst <= 1.0 && rec->worst_lse <= 1.0;
-    }
-    for (int s = 0; s < c->nseq; s++)
-        free(run->s[s].q);
-    free(run);
-    assert_true(ok);
+    assert_true(run_ranks(*state, rank_fn));
 }
 
 #define F32 BURST_DTYPE_FP32
@@ -480,12 +526,9 @@ static void fill_rank(int rank, struct burst_comm *comm, void *arg)
 {
     struct kv_run *run = arg;
     const struct kv_case *c = run->c;
-    struct burst_kvcache_params p = case_params(c);
-    struct burst_kvcache *kc = NULL;
-    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK) {
-        rec_fail(&run->rec[rank], "rank %d: create: %s", rank, burst_last_error());
+    struct burst_kvcache *kc = cache_create(run, comm, rank);
+    if (!kc)
         return;
-    }
     if (prefill_chunk(run, kc, rank, 0, 8) == 0) {
         for (int i = 0; i < c->steps; i++)
             if (decode_step(run, kc, rank))
@@ -494,7 +537,7 @@ static void fill_rank(int rank, struct burst_comm *comm, void *arg)
             if (burst_kvcache_free_blocks(kc, r) != 0)
                 rec_fail(&run->rec[rank], "rank %d: rank %d has %lld free blocks, expected 0", rank,
                          r, (long long)burst_kvcache_free_blocks(kc, r));
-        struct snap before, after;
+        struct snap before;
         snapshot(kc, c->ranks, &before);
         struct dec_io io;
         if (dec_io_make(c, &io, 1, 1) == 0)
@@ -502,9 +545,7 @@ static void fill_rank(int rank, struct burst_comm *comm, void *arg)
                        burst_decode(kc, 1, io.ids, &io.q.t, &io.k.t, &io.v.t, &io.o.t, NULL),
                        "decode into a full cache", "0 of 3 free");
         dec_io_free(&io);
-        snapshot(kc, c->ranks, &after);
-        if (memcmp(&before, &after, sizeof before) != 0)
-            rec_fail(&run->rec[rank], "rank %d: the refused decode changed the cache", rank);
+        expect_unchanged(run, kc, rank, &before, "the refused decode");
         /* reset frees the blocks on every rank */
         burst_kvcache_reset(kc, 0);
         if (burst_kvcache_len(kc, 0) != 0 || burst_kvcache_free_blocks(kc, 1 - rank) != 3)
@@ -516,20 +557,7 @@ static void fill_rank(int rank, struct burst_comm *comm, void *arg)
 static void fills_exactly(void **state)
 {
     (void)state;
-    struct kv_run *run = calloc(1, sizeof *run);
-    assert_non_null(run);
-    run->c = &fill_case;
-    stream_make(&fill_case, &run->s[0], 0, harness_seed());
-    assert_int_equal(harness_run_ranks(2, 60000, fill_rank, run), 0);
-    int ok = 1;
-    for (int r = 0; r < 2; r++) {
-        if (run->rec[r].fails)
-            printf("fills_exactly rank %d: %s\n", r, run->rec[r].msg);
-        ok &= !run->rec[r].fails && run->rec[r].worst <= 1.0 && !run->rec[r].nonfinite;
-    }
-    free(run->s[0].q);
-    free(run);
-    assert_true(ok);
+    assert_true(run_ranks(&fill_case, fill_rank));
 }
 
 /* One rank, blocks of one token, three blocks: two one-token prompts leave one block free, so a
@@ -541,17 +569,14 @@ static const struct kv_case shared_case = {"shared_owner", 1, F32, 4, 1, 16, 1, 
 static void shared_rank(int rank, struct burst_comm *comm, void *arg)
 {
     struct kv_run *run = arg;
-    struct burst_kvcache_params p = case_params(&shared_case);
-    struct burst_kvcache *kc = NULL;
-    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK) {
-        rec_fail(&run->rec[rank], "rank %d: create: %s", rank, burst_last_error());
+    struct burst_kvcache *kc = cache_create(run, comm, rank);
+    if (!kc)
         return;
-    }
     struct dec_io io;
     memset(&io, 0, sizeof io);
     if (prefill_chunk(run, kc, rank, 0, 1) == 0 && prefill_chunk(run, kc, rank, 1, 1) == 0 &&
         dec_io_make(&shared_case, &io, 2, 1) == 0) {
-        struct snap before, after;
+        struct snap before;
         snapshot(kc, 1, &before);
         expect_bad(run, kc, rank,
                    burst_decode(kc, 2, io.ids, &io.q.t, &io.k.t, &io.v.t, &io.o.t, NULL),
@@ -561,9 +586,7 @@ static void shared_rank(int rank, struct burst_comm *comm, void *arg)
         expect_bad(run, kc, rank,
                    burst_prefill(kc, 0, INT64_MAX - 10, &none, &none, &none, &none, NULL),
                    "prefill of INT64_MAX - 10 tokens", "chunk_len = 9223372036854775797");
-        snapshot(kc, 1, &after);
-        if (memcmp(&before, &after, sizeof before) != 0)
-            rec_fail(&run->rec[rank], "rank %d: a refused call changed the cache", rank);
+        expect_unchanged(run, kc, rank, &before, "a refused call");
         /* a local error, last (it aborts the communicator): lse inside o */
         expect_bad(
             run, kc, rank,
@@ -577,19 +600,7 @@ static void shared_rank(int rank, struct burst_comm *comm, void *arg)
 static void shared_owner(void **state)
 {
     (void)state;
-    struct kv_run *run = calloc(1, sizeof *run);
-    assert_non_null(run);
-    run->c = &shared_case;
-    for (int s = 0; s < 2; s++)
-        stream_make(&shared_case, &run->s[s], s, harness_seed());
-    assert_int_equal(harness_run_ranks(1, 60000, shared_rank, run), 0);
-    if (run->rec[0].fails)
-        printf("shared_owner: %s\n", run->rec[0].msg);
-    const int ok = !run->rec[0].fails;
-    for (int s = 0; s < 2; s++)
-        free(run->s[s].q);
-    free(run);
-    assert_true(ok);
+    assert_true(run_ranks(&shared_case, shared_rank));
 }
 
 /* Rank 1 asks for another block_len: every rank fails naming the field. */
@@ -650,7 +661,7 @@ static void bad_params(void **state)
 /* One rank passes a q of the wrong shape to a decode: it fails naming q, its peers return
  * BURST_ERR_PEER_FAILED well within the timeout instead of waiting, and nothing is committed. */
 struct one_bad {
-    struct kv_run run;
+    struct kv_run *run;
     burst_status_t st[2];
     int64_t len_after[2];
     double ms[2];
@@ -659,14 +670,13 @@ struct one_bad {
 static void one_bad_rank(int rank, struct burst_comm *comm, void *arg)
 {
     struct one_bad *ob = arg;
-    const struct kv_case *c = ob->run.c;
-    struct burst_kvcache_params p = case_params(c);
-    struct burst_kvcache *kc = NULL;
+    const struct kv_case *c = ob->run->c;
     ob->st[rank] = BURST_ERR_INTERNAL;
-    if (burst_kvcache_create(harness_context(), comm, &p, &kc) != BURST_OK)
+    struct burst_kvcache *kc = cache_create(ob->run, comm, rank);
+    if (!kc)
         return;
     struct dec_io io;
-    if (prefill_chunk(&ob->run, kc, rank, 0, 8) == 0 && dec_io_make(c, &io, 1, 2) == 0) {
+    if (prefill_chunk(ob->run, kc, rank, 0, 8) == 0 && dec_io_make(c, &io, 1, 2) == 0) {
         if (rank == 1)
             io.q.t.shape[2] = c->hq + 1; /* q with one head too many */
         double t0 = harness_now_ms();
@@ -685,18 +695,17 @@ static void one_rank_bad(void **state)
     (void)state;
     struct one_bad *ob = calloc(1, sizeof *ob);
     assert_non_null(ob);
-    ob->run.c = &fill_case;
-    stream_make(&fill_case, &ob->run.s[0], 0, harness_seed());
+    ob->run = run_new(&fill_case);
     assert_int_equal(harness_run_ranks(2, 60000, one_bad_rank, ob), 0);
     for (int r = 0; r < 2; r++)
-        if (ob->run.rec[r].fails)
-            printf("one_rank_bad rank %d: %s\n", r, ob->run.rec[r].msg);
+        if (ob->run->rec[r].fails)
+            printf("one_rank_bad rank %d: %s\n", r, ob->run->rec[r].msg);
     assert_int_equal(ob->st[1], BURST_ERR_INVALID_ARG);
     assert_int_equal(ob->st[0], BURST_ERR_PEER_FAILED);
     assert_true(ob->ms[0] < 30000.0);
     assert_int_equal(ob->len_after[0], 8);
     assert_int_equal(ob->len_after[1], 8);
-    free(ob->run.s[0].q);
+    run_free(ob->run);
     free(ob);
 }
 

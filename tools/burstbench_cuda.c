@@ -30,21 +30,7 @@
 #include <time.h>
 
 #include "burst/burst.h"
-
-#define MAX_LIST 16
-
-static int parse_list(const char *s, long *v)
-{
-    int n = 0;
-    while (s && *s && n < MAX_LIST) {
-        char *end;
-        v[n++] = strtol(s, &end, 10);
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',')
-            return -1;
-    }
-    return n;
-}
+#include "bench_util.h"
 
 static double now_s(void)
 {
@@ -85,23 +71,6 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Value i of a host tensor of dtype dt (fp16 / bf16 decoded exactly). */
-static double host_val(burst_dtype_t dt, const void *h, size_t i)
-{
-    if (dt == BURST_DTYPE_FP32)
-        return ((const float *)h)[i];
-    const uint16_t v = ((const uint16_t *)h)[i];
-    if (dt == BURST_DTYPE_BF16) {
-        const uint32_t b = (uint32_t)v << 16;
-        float x;
-        memcpy(&x, &b, 4);
-        return x;
-    }
-    const int e = (v >> 10) & 31, m = v & 1023;
-    const double a = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
-    return v & 0x8000u ? -a : a;
-}
-
 /* Max |O - ref| / max |ref| over 16 rows (b, h, i) spread over [B, N, H, d] O, with ref the
  * fp64 attention of the host inputs (scale 1 / sqrt(d), scores soft-capped by cap > 0, key j
  * allowed when !causal or j <= i). */
@@ -121,7 +90,7 @@ static double check_rows(burst_dtype_t dt, const void *q, const void *k, const v
             const size_t krow = (size_t)(((b * N + j) * H + h) * d);
             double x = 0;
             for (long c = 0; c < d; c++)
-                x += host_val(dt, q, qrow + c) * host_val(dt, k, krow + c);
+                x += bench_host_val(dt, q, qrow + c) * bench_host_val(dt, k, krow + c);
             p[j] = x / sqrt((double)d);
             if (cap > 0)
                 p[j] = cap * tanh(p[j] / cap);
@@ -132,9 +101,9 @@ static double check_rows(burst_dtype_t dt, const void *q, const void *k, const v
         for (long c = 0; c < d; c++) {
             double ref = 0;
             for (long j = 0; j < je; j++)
-                ref += p[j] * host_val(dt, v, (size_t)(((b * N + j) * H + h) * d + c));
+                ref += p[j] * bench_host_val(dt, v, (size_t)(((b * N + j) * H + h) * d + c));
             ref /= sum;
-            const double e = fabs(host_val(dt, o, qrow + c) - ref);
+            const double e = fabs(bench_host_val(dt, o, qrow + c) - ref);
             err = e > err ? e : err;
             mag = fabs(ref) > mag ? fabs(ref) : mag;
         }
@@ -187,7 +156,7 @@ static void *dev_tensor(struct burst_context *ctx, burst_dtype_t dt, size_t coun
 }
 
 struct bench_opts {
-    long seqs[MAX_LIST], dims[MAX_LIST];
+    long seqs[BENCH_MAX_LIST], dims[BENCH_MAX_LIST];
     int nseq, ndim, nmask, ndt, iters;
     int masks[2];
     burst_dtype_t dts[3];
@@ -212,9 +181,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
         if (!strcmp(a, "--seqs") && v)
-            nseq = parse_list(v, seqs);
+            nseq = bench_parse_list(v, seqs);
         else if (!strcmp(a, "--dims") && v)
-            ndim = parse_list(v, dims);
+            ndim = bench_parse_list(v, dims);
         else if (!strcmp(a, "--heads") && v)
             heads = atol(v);
         else if (!strcmp(a, "--width") && v)

@@ -32,22 +32,8 @@
 #include <cuda_runtime_api.h>
 
 #include "burst/burst.h"
+#include "bench_util.h"
 #include "context_internal.h"
-
-#define MAX_LIST 16
-
-static int parse_list(const char *s, long *v)
-{
-    int n = 0;
-    while (s && *s && n < MAX_LIST) {
-        char *end;
-        v[n++] = strtol(s, &end, 10);
-        if (end == s || (*end && *end != ','))
-            return -1;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
 
 static int cuda_ok(cudaError_t e, const char *what)
 {
@@ -208,23 +194,6 @@ static struct burst_decode_args case_args(struct bench_case *c)
     return a;
 }
 
-static double load_el(burst_dtype_t dt, const void *p, size_t i)
-{
-    if (dt == BURST_DTYPE_FP32)
-        return ((const float *)p)[i];
-    uint16_t w = ((const uint16_t *)p)[i];
-    uint32_t u;
-    float f;
-    if (dt == BURST_DTYPE_BF16) {
-        u = (uint32_t)w << 16;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    const int ex = (w >> 10) & 0x1f, man = w & 0x3ff;
-    const double v = ex == 0 ? ldexp(man, -24) : ldexp(1024 + man, ex - 25);
-    return (w & 0x8000) ? -v : v;
-}
-
 /* max |O - ref| / max |ref| over the rows of heads 0 and hq - 1 (fp64 on the host). */
 static double check_case(struct bench_case *c)
 {
@@ -257,8 +226,8 @@ static double check_case(struct bench_case *c)
                 const size_t kr = ((size_t)c->table[j / c->bl] * c->bl + j % c->bl) * c->hkv + g;
                 double x = 0;
                 for (long e = 0; e < c->d; e++)
-                    x += load_el(c->dt, c->qh, ((size_t)i * c->hq + h) * c->d + e) *
-                         load_el(c->dt, kh, kr * c->d + e);
+                    x += bench_host_val(c->dt, c->qh, ((size_t)i * c->hq + h) * c->d + e) *
+                         bench_host_val(c->dt, kh, kr * c->d + e);
                 s[j] = x * a.scale;
                 m = s[j] > m ? s[j] : m;
             }
@@ -269,7 +238,7 @@ static double check_case(struct bench_case *c)
                 const double p = exp(s[j] - m);
                 sum += p;
                 for (long e = 0; e < c->d; e++)
-                    ref[e] += p * load_el(c->dt, vh, kr * c->d + e);
+                    ref[e] += p * bench_host_val(c->dt, vh, kr * c->d + e);
             }
             for (long e = 0; e < c->d; e++) {
                 const double r = ref[e] / sum, x = o[((size_t)i * c->hq + h) * c->d + e];
@@ -319,8 +288,8 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
-    long ctxs[MAX_LIST] = {8192, 32768, 131072, 262144, 524288, 1048576}, ts[MAX_LIST] = {1, 4},
-         bls[MAX_LIST] = {256, 16};
+    long ctxs[BENCH_MAX_LIST] = {8192, 32768, 131072, 262144, 524288, 1048576},
+         ts[BENCH_MAX_LIST] = {1, 4}, bls[BENCH_MAX_LIST] = {256, 16};
     int nctx = 6, nt = 2, nbl = 2, iters = 50, warmup = 5;
     long hq = 32, hkv = 8, d = 128, check_max = 131072;
     burst_dtype_t dt = BURST_DTYPE_BF16;
@@ -331,11 +300,11 @@ int main(int argc, char **argv)
             return usage();
         i++;
         if (!strcmp(a, "--ctx"))
-            nctx = parse_list(v, ctxs);
+            nctx = bench_parse_list(v, ctxs);
         else if (!strcmp(a, "--t"))
-            nt = parse_list(v, ts);
+            nt = bench_parse_list(v, ts);
         else if (!strcmp(a, "--block-lens"))
-            nbl = parse_list(v, bls);
+            nbl = bench_parse_list(v, bls);
         else if (!strcmp(a, "--hq"))
             hq = atol(v);
         else if (!strcmp(a, "--hkv"))

@@ -1,10 +1,13 @@
 /*
- * tools/burstrun.c - run one distributed attention job and report time, TFLOP/s, traffic, memory
- * and (with --check) the error against the fp64 reference. See usage() for everything.
+ * tools/burstrun.c - burstrun's entry point: run one distributed attention job (or a sweep of
+ * them) and report time, TFLOP/s, traffic, memory and (with --check) the error against the fp64
+ * reference. Here: its flags (one table, burstrun_flags, with a handler per flag) and how a job
+ * runs, as rank processes, threads, a sweep or ranks under mpirun. What it prints of a finished
+ * job is tools/burstrun_report.c; --help, --version, --info and --probe are
+ * tools/burstrun_help.c (burstrun_usage has every flag).
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,245 +28,11 @@
 #include "pingpong.h"
 #include "probe_net.h"
 #include "sweep.h"
+#include "burstrun_help.h"
 #include "burstrun_meta.h"
-
-#define EXIT_CHECK_FAILED 1
-#define EXIT_USAGE 2
-#define EXIT_RUNTIME 3
+#include "burstrun_report.h"
 
 static const char *const prog = "burstrun";
-
-static void usage_output(FILE *f);
-
-/* --help: every flag and what the report means. */
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "usage: burstrun [options]\n"
-        "\n"
-        "Run exact distributed attention (BurstAttention) over G ranks, time it, and optionally\n"
-        "check it against a plain fp64 reference. Ranks are processes on this host joined\n"
-        "through libfabric (default; shm unless --fabric says otherwise), or with --threads\n"
-        "threads of this process joined by an in-process ring. Both compute the same global\n"
-        "problem from the seed. With no arguments (or only --json, --csv, --verbose, --hash,\n"
-        "--seed, which change the output, not the job) it runs a small self-checking causal job:\n"
-        "  burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout zigzag --check\n"
-        "\n"
-        "problem:\n"
-        "  -n, --ranks G          ranks in the ring (default 4)\n"
-        "  --seq N                global sequence length (default 2048); a list a,b,c or a\n"
-        "                         range start:end:xF (x2: doubling) or start:end:+S sweeps it\n"
-        "  --batch B              batch size (default 1)\n"
-        "  --heads H              query heads Hq (default 4)\n"
-        "  --kv-heads H           key/value heads Hkv, dividing Hq (default: Hq)\n"
-        "  --ranks-per-node L     two-level ring: L consecutive ranks per node, dividing G\n"
-        "                         (default 0: the flat ring)\n"
-        "  --head-dim D           head dimension, a multiple of 8 in 8..256 (default 64); a\n"
-        "                         list 64,128 sweeps it\n"
-        "  --dtype T              fp32 | fp16 | bf16 (default fp32); a list fp16,bf16 sweeps it\n"
-        "                         A sweep runs one job per point (dtypes, then head dims, then\n"
-        "                         lengths) and prints one row per job as it finishes\n"
-        "  --causal               causal mask (default off when any argument is given)\n"
-        "  --layout L             natural | zigzag | striped (default zigzag)\n"
-        "  --window L,R           sliding window in global positions: key j is allowed for\n"
-        "                         query i iff i-L <= j <= i+R; -1 = unbounded (default -1,-1)\n"
-        "  --bwd P                backward pattern burst | ring | auto (default burst)\n"
-        "  --docs L1,L2,...       packed documents of these lengths (>= 1, summing to --seq):\n"
-        "                         a query attends only keys of its own document; random:K =\n"
-        "                         K documents of random lengths drawn from the seed (default:\n"
-        "                         one document)\n"
-        "  --softcap C            logit soft-capping: scores become C tanh(score / C), C > 0\n"
-        "                         (default off)\n"
-        "  --sinks                attention sinks: one logit per query head, U(-1, 5) from\n"
-        "                         the seed; --check then also checks the sinks' gradient\n"
-        "inference (the sharded key/value cache):\n"
-        "  --prefill N            an inference job: each of --batch sequences gets a prompt of\n"
-        "                         N tokens (causal ring prefill into the cache), then\n"
-        "  --decode STEPS         decode calls, each attending the new tokens to every rank's\n"
-        "                         shard of the cache and merging the partial results; reports\n"
-        "                         prefill time and TFLOP/s, decode step latency (median, p99;\n"
-        "                         local attention and merge apart) and tokens/s; --check\n"
-        "                         compares sampled rows of every step with the fp64 reference\n"
-        "  --spec T               new tokens per sequence and decode call (speculative\n"
-        "                         decoding; default 1)\n");
-    fprintf(
-        f,
-        "run:\n"
-        "  --backend NAME         cpu | vulkan | cuda | auto, as built (default auto;\n"
-        "                         BURST_BACKEND overrides auto)\n"
-        "  --backends A,B,...     one backend per rank, in rank order (a heterogeneous ring,\n"
-        "                         e.g. cuda,vulkan,cpu); a shorter list repeats (cpu,vulkan\n"
-        "                         with -n 4: cpu,vulkan,cpu,vulkan), a longer one is refused\n"
-        "  --weights W0,W1,...    shards sized by weight: rank i gets about N*Wi/sum(W) tokens\n"
-        "                         (one weight > 0 per rank); auto = by each rank's speed,\n"
-        "                         measured by a short local attention step on its own backend\n"
-        "                         (the JSON then has rank_speeds and ideal_fwd_ms = the work\n"
-        "                         over the sum of the speeds); default: equal shards\n"
-        "  --device D[,D...]      GPU backends: device index or name substring, or one per rank\n"
-        "                         (cycling: --device 0,1 puts ranks 0,2,.. on GPU 0 and 1,3,..\n"
-        "                         on GPU 1); default BURST_DEVICE, else device 0\n"
-        "  --threads              ranks are threads of this process (in-process ring) instead\n"
-        "                         of processes\n"
-        "  --fabric F             auto | shm | tcp | verbs | efa (default shm; auto = shm on\n"
-        "                         one host); rank processes only\n"
-        "  --hosts LIST           run across hosts through mpirun: \"h1:4,h2:4\" (slots per host)\n"
-        "  --hostfile F           the same from an Open MPI hostfile (\"host slots=N\" lines)\n"
-        "  --bind-to B            none | core | numa: the CPUs of each rank process\n"
-        "                         (default none): core = a block of about cores / G of the\n"
-        "                         CPUs burstrun may use, numa = NUMA node (rank mod nodes);\n"
-        "                         each rank's CPUs are reported on stderr; under --hosts\n"
-        "                         passed to mpirun (with --report-bindings)\n"
-        "  --mpirun-args \"ARGS\"   more arguments for mpirun under --hosts / --hostfile\n"
-        "                         (split at spaces, no quoting)\n"
-        "  --launcher L           auto | mpi | pmix: where the ranks of --hosts / --hostfile\n"
-        "                         take their rank, size and fabric-address exchange: mpi =\n"
-        "                         MPI_COMM_WORLD, pmix = the launcher's PMIx server (PMIx_Get,\n"
-        "                         PMIx_Fence); auto = mpi (default)\n"
-        "  --iface NAME           network interface or address for tcp / verbs (tcp default:\n"
-        "                         127.0.0.1)\n"
-        "  --timeout S            longest wait for a peer, seconds, 1..86400 (default:\n"
-        "                         BURST_TIMEOUT_MS or 120)\n"
-        "  --num-threads T        compute threads: of the shared context with --threads\n"
-        "                         (default all cores), of each rank process otherwise\n"
-        "                         (default cores / G, at least 1); or BURST_NUM_THREADS.\n"
-        "                         A list T0,T1,... gives each rank its own (repeating like\n"
-        "                         --backends; with --threads each rank then has its own\n"
-        "                         context): ranks of unequal speed on one machine\n"
-        "  --deterministic        plan.deterministic = 1: bitwise-reproducible results\n"
-        "  --workspace W          plan.workspace_limit: most library scratch per rank, in MiB\n"
-        "                         (the ring runs once per group of heads to stay within it);\n"
-        "                         'auto' (default: tensors + scratch within 1.2x of the\n"
-        "                         tensors + two travelling blocks, at least 1 GiB)\n"
-        "                         or 'unlimited' (one ring per call, the most memory)\n"
-        "  --iters K              timed iterations, the median is reported (default 5)\n"
-        "  --warmup W             untimed iterations first (default 1)\n"
-        "  --fwd-only             run the forward only\n"
-        "  --seed S               seed of the random inputs (default: from the clock, printed)\n"
-        "check:\n");
-    usage_output(f);
-}
-
-/* usage(): the check and output flags, and the notes. */
-static void usage_output(FILE *f)
-{
-    fprintf(
-        f,
-        "  --check                compare with the fp64 reference of tools/ref.c after the\n"
-        "                         timed runs: O and lse of every row and dQ, dK, dV, when the\n"
-        "                         reference costs B*N^2*Hq*d <= %.0e multiply-adds; above that\n"
-        "                         --check is refused (exit 2): use --check-fwd-only (with\n"
-        "                         --fwd-only, --check checks sampled rows at any size)\n"
-        "  --check-fwd-only       compare O and lse on %d sampled rows (spread over the\n"
-        "                         sequence, plus the first and last row of every rank), at any\n"
-        "                         size; the backward is not checked\n"
-        "                         Error = max |burst - ref| / max |ref| per tensor (lse: divided\n"
-        "                         by max(max |ref|, 1)); passes when every tensor is within\n"
-        "                         fp32 1e-4, fp16 1.95e-3, bf16 1.56e-2. The reference sees the\n"
-        "                         inputs already rounded to the dtype; outputs and gradients are\n"
-        "                         rounded once to the dtype (up to 1 unit of roundoff u: fp16\n"
-        "                         2^-11, bf16 2^-8), so the half-type bounds are 4 u\n"
-        "output:\n"
-        "  --json                 print one JSON object on stdout instead of the table:\n"
-        "                         schema_version, timestamp, host, commit, features, devices,\n"
-        "                         the job's members (times: median, _min, _max), or a sweep's\n"
-        "                         in \"results\"; on a failure an \"error\" member with the\n"
-        "                         exit code and message (usage errors too)\n"
-        "  --csv FILE             also write one CSV row per job to FILE (- = stdout), after a\n"
-        "                         line of column names\n"
-        "  --hash                 add output_hash: FNV-1a 64 of the bytes of O, lse, dQ, dK, dV\n"
-        "                         (equal hashes = bitwise equal results, e.g. --threads against\n"
-        "                         processes with --deterministic)\n"
-        "  --verbose              per-rank compute / wait / total time of each phase, and the\n"
-        "                         launch (rendezvous, fabric) on stderr\n"
-        "  --info                 print every BURST_* setting with its current value and exit\n"
-        "                         (with --json: one JSON object)\n"
-        "  --probe                list every backend's devices, capabilities and chosen tiles,\n"
-        "                         and the transports: libfabric's version and the providers\n"
-        "                         that serve burst, the network interfaces, MPI (built with,\n"
-        "                         mpirun, library); then exit (with --json: one JSON object)\n"
-        "  --pingpong             instead of a job: round trips between 2 rank processes over\n"
-        "                         the transport (--fabric, --iface, --timeout; --iters: round\n"
-        "                         trips per size, default 256 MiB / size within 10..10000),\n"
-        "                         64 B to 4 MiB, with fi_pingpong's columns (bytes, #sent, #ack,\n"
-        "                         total, time, MB/sec, usec/xfer, Mxfers/sec); --json: one object\n"
-        "  -h, --help             this text\n"
-        "  -V, --version          versions of burstrun and of the loaded library, the commit\n"
-        "                         and the optional parts each was built with\n",
-        JOB_BWD_CHECK_LIMIT, JOB_FWD_SAMPLE_ROWS);
-    fprintf(
-        f,
-        "\n"
-        "Reported: forward and backward wall time (median over --iters; with rank processes an\n"
-        "iteration's time is the slowest rank's call), TFLOP/s by the field's convention with\n"
-        "the exact count of allowed (query, key) pairs: forward = 4*B*Hq*d*pairs (pairs = N^2\n"
-        "without mask, ~N^2/2 causal), backward = 2.5x, fwd+bwd = 3.5x forward; \"TFLOP/s\" is\n"
-        "the whole ring, \"/rank\" divides by G. Bytes and messages sent per rank (maximum over\n"
-        "ranks, from burst_plan_stats), library scratch per rank, and the peak resident memory\n"
-        "(getrusage; of the largest rank process with processes) after the timed runs and before\n"
-        "the check, which includes the global test tensors.\n"
-        "\"compute\" and \"wait\" per step: burst_plan_stats compute_s and wait_s of the last "
-        "call,\n"
-        "divided by its ring steps, mean over ranks. \"overlap\" = sum compute_s / (sum compute_s\n"
-        "+ sum wait_s) over ranks: the fraction of communication hidden behind compute (a step\n"
-        "whose transfer, posted as its compute starts, outlasts a compute c by w exposes w of\n"
-        "c + w); 1 = fully hidden; \"-\" (null) without communication.\n"
-        "\"cpu share\" = cpu time / (wall time x compute threads) over the timed runs, summed\n"
-        "over rank processes: well below 100%% means other processes took the cores (or threads\n"
-        "idled); with --threads the rank threads compute too, so it may exceed 100%%.\n"
-        "\n"
-        "A rank process that dies (or Ctrl-C) stops the whole job: the others are told through\n"
-        "the rendezvous, get %d ms to exit, then SIGKILL; burstrun names the rank and how it\n"
-        "died. Rank output is printed with a \"[rank i] \" prefix; a progress line shows on a\n"
-        "terminal's stderr for jobs longer than 2 s.\n"
-        "\n"
-        "Across hosts: --hosts h1:4,h2:4 (Open MPI's --host syntax) or --hostfile F (Open MPI\n"
-        "hostfile: \"host slots=N\" lines) runs the ranks through mpirun; -n defaults to the slot\n"
-        "count and --fabric to auto (shm inside a host, the network between hosts). The hosts\n"
-        "need the same burstrun path and libburst, Open MPI (passwordless ssh from here), and a\n"
-        "network fabric; rank 0 prints the job's table. BURST_* settings travel with the job.\n"
-        "\n"
-        "Exit status: 0 all requested checks passed (or none requested), 1 a check failed,\n"
-        "2 usage error (bad flag or value, or parameters the library rejects), 3 runtime\n"
-        "failure (e.g. a rank died), 128 + signal when interrupted (130 for Ctrl-C).\n",
-        LAUNCH_GRACE_MS);
-}
-
-/* --info: the versions, every BURST_* setting with its current value (the library's table,
- * runtime/settings.c) and what backend "auto" resolves to; --info --json: one JSON object. */
-static void info(int json)
-{
-    char *report;
-    burst_status_t st = burst_settings_report(json, &report);
-    if (st != BURST_OK) {
-        fprintf(stderr, "%s: --info: %s: %s\n", prog, burst_status_str(st), burst_last_error());
-        exit(EXIT_RUNTIME);
-    }
-    struct burst_context *ctx = NULL;
-    burst_status_t cst = burst_context_create(NULL, &ctx);
-    if (json) {
-        printf("{\"burstrun\": \"%s\", \"library\": \"%s\", \"settings\": %s, \"auto\": ",
-               BURST_VERSION_STRING, burst_version_string(), report);
-        if (cst == BURST_OK)
-            printf("{\"backend\": \"%s\", \"threads\": %d}}\n", burst_context_backend(ctx),
-                   burst_context_num_threads(ctx));
-        else
-            printf("{\"error\": \"%s\"}}\n", burst_status_str(cst));
-    } else {
-        printf("burstrun %s, library %s\n", BURST_VERSION_STRING, burst_version_string());
-        printf("settings (environment; each is read when a context or communicator is created):\n"
-               "  name                    scope    type / range               doc\n%s",
-               report);
-        if (cst == BURST_OK)
-            printf("backend \"auto\" resolves to: %s, %d compute threads\n",
-                   burst_context_backend(ctx), burst_context_num_threads(ctx));
-        else
-            printf("backend \"auto\": %s: %s\n", burst_status_str(cst), burst_last_error());
-    }
-    if (cst == BURST_OK)
-        burst_context_destroy(ctx);
-    burst_free(report);
-}
 
 /* --json is among the arguments: a usage error is also one JSON object on stdout. */
 static int g_json_errors;
@@ -370,10 +139,6 @@ struct opts {
 
 static const char *const fabric_names[] = {"auto", "shm", "tcp", "verbs", "efa"};
 static const char *const phase_names[] = {"fwd", "bwd"};
-
-static const char *const dtype_names[] = {"fp32", "fp16", "bf16"};
-static const char *const layout_names[] = {"natural", "zigzag", "striped"};
-static const char *const bwd_names[] = {"burst", "ring", "auto"};
 
 /* --hosts "h1:4,h2,h3:2": the slot count (an entry without ":N" gives 1). */
 static int parse_hosts(const char *v)
@@ -534,21 +299,13 @@ typedef void (*opt_handler)(struct parse_state *s, const char *name, const char 
 
 static void opt_help(struct parse_state *s, const char *name, const char *val)
 {
-    usage(stdout);
+    burstrun_usage(stdout);
     exit(0);
 }
 
 static void opt_version(struct parse_state *s, const char *name, const char *val)
 {
-    printf("burstrun %s (library %s)\n", BURST_VERSION_STRING, burst_version_string());
-    printf("commit   %s\n", meta_commit());
-    printf("library features: %s\n", burst_build_features());
-#ifdef BURST_HAVE_MPI
-    printf("burstrun features: mpi (--hosts, --hostfile)%s\n",
-           launch_pmix_available() ? " pmix (--launcher pmix)" : "");
-#else
-    printf("burstrun features: none (no mpi: --hosts, --hostfile refused)\n");
-#endif
+    burstrun_version(stdout);
     exit(0);
 }
 
@@ -639,7 +396,7 @@ static void opt_dtype(struct parse_state *s, const char *name, const char *val)
     for (int e = 0; e < n; e++) {
         char ent[16];
         job_list_entry(val, e, ent, sizeof(ent));
-        s->o->dtypes[e] = parse_choice(name, ent, dtype_names, 3);
+        s->o->dtypes[e] = parse_choice(name, ent, burstrun_dtype_names, 3);
     }
     s->o->ndtype = n;
     s->p->dtype = (burst_dtype_t)s->o->dtypes[0];
@@ -654,12 +411,12 @@ static void opt_csv(struct parse_state *s, const char *name, const char *val)
 
 static void opt_layout(struct parse_state *s, const char *name, const char *val)
 {
-    s->p->layout = (burst_layout_t)parse_choice(name, val, layout_names, 3);
+    s->p->layout = (burst_layout_t)parse_choice(name, val, burstrun_layout_names, 3);
 }
 
 static void opt_bwd(struct parse_state *s, const char *name, const char *val)
 {
-    s->p->bwd = (burst_bwd_pattern_t)parse_choice(name, val, bwd_names, 3);
+    s->p->bwd = (burst_bwd_pattern_t)parse_choice(name, val, burstrun_bwd_names, 3);
 }
 
 static void opt_window(struct parse_state *s, const char *name, const char *val)
@@ -1107,7 +864,8 @@ static void check_problem(const struct opts *o, struct job_params *p)
         int64_t min = (p->layout == BURST_LAYOUT_ZIGZAG ? 2 : 1) * (int64_t)p->ranks;
         if (p->seq_len < min)
             die_usage("--seq %lld is too short for --weights with -n %d and layout %s (needs %lld)",
-                      (long long)p->seq_len, p->ranks, layout_names[p->layout], (long long)min);
+                      (long long)p->seq_len, p->ranks, burstrun_layout_names[p->layout],
+                      (long long)min);
     }
     if (p->head_dim % 8 || p->head_dim > 256)
         die_usage("bad value for --head-dim: '%d' (expected a multiple of 8 in 8..256)",
@@ -1115,7 +873,8 @@ static void check_problem(const struct opts *o, struct job_params *p)
     int64_t min_seq = p->layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)p->ranks : p->ranks;
     if (p->seq_len < min_seq)
         die_usage("--seq %lld is too short: need at least %lld tokens for -n %d with layout %s",
-                  (long long)p->seq_len, (long long)min_seq, p->ranks, layout_names[p->layout]);
+                  (long long)p->seq_len, (long long)min_seq, p->ranks,
+                  burstrun_layout_names[p->layout]);
     int affordable = job_bwd_ref_cost(p) <= JOB_BWD_CHECK_LIMIT;
     if (o->check_fwd_only) {
         p->check_fwd = 1;
@@ -1167,7 +926,8 @@ static void check_inference(const struct opts *o, struct job_params *p)
     if (p->kv_prefill < min)
         die_usage("--prefill %lld is too short: the prompt is sharded over -n %d ranks in layout "
                   "%s (needs at least %lld tokens)",
-                  (long long)p->kv_prefill, p->ranks, layout_names[p->layout], (long long)min);
+                  (long long)p->kv_prefill, p->ranks, burstrun_layout_names[p->layout],
+                  (long long)min);
     const int64_t total = p->kv_prefill + p->kv_decode * p->kv_spec; /* < 2^51: no overflow */
     const double cache = 2.0 * (double)job_kv_capacity(p) * 64 * p->kv_heads * p->head_dim *
                          (double)burst_dtype_size(p->dtype) * p->ranks;
@@ -1309,482 +1069,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
         o->jp.causal = 1;
         o->check = 1;
     }
-    if (o->info) {
-        info(o->json);
-        exit(0);
-    }
+    if (o->info)
+        exit(burstrun_info(o->json) ? EXIT_RUNTIME : 0);
     check_flags(&s);
-}
-
-/* ---- output ---- */
-
-static const char *human_bytes(double x, char *buf, size_t n)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (x >= 1024.0 && u < 4) {
-        x /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", x, unit[u]);
-    return buf;
-}
-
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
-static void json_num(double x)
-{
-    if (isfinite(x))
-        printf("%.6g", x);
-    else
-        printf("null");
-}
-
-struct summary {
-    double fwd_flops, pairs;
-    double tf_fwd, tf_bwd, tf_fb;
-    double max_abs, max_rel;
-    const char *check; /* pass / fail / skipped */
-    int tensor_ok[JOB_NTENSORS];
-    int tensor_checked[JOB_NTENSORS];
-};
-
-static void summarise(const struct job_params *p, const struct job_result *r, struct summary *s)
-{
-    memset(s, 0, sizeof(*s));
-    s->pairs = job_pairs(p);
-    s->fwd_flops = job_fwd_flops(p);
-    s->tf_fwd = r->fwd_s > 0 ? s->fwd_flops / r->fwd_s / 1e12 : 0;
-    s->tf_bwd = r->bwd_s > 0 ? 2.5 * s->fwd_flops / r->bwd_s / 1e12 : 0;
-    s->tf_fb = p->run_bwd && r->fwd_s + r->bwd_s > 0
-                   ? 3.5 * s->fwd_flops / (r->fwd_s + r->bwd_s) / 1e12
-                   : 0;
-    s->check = "skipped";
-    if (!r->checked_fwd_rows)
-        return;
-    int ok = 1;
-    for (int t = 0; t < JOB_NTENSORS; t++) {
-        s->tensor_checked[t] =
-            t == JOB_DSINKS ? p->sinks && r->checked_bwd : t <= JOB_LSE || r->checked_bwd;
-        if (!s->tensor_checked[t])
-            continue;
-        double rel = job_err_rel(&r->err[t], (enum job_tensor)t);
-        double abs_err = r->err[t].nonfinite ? INFINITY : r->err[t].max_abs;
-        s->max_abs = abs_err > s->max_abs ? abs_err : s->max_abs;
-        s->max_rel = rel > s->max_rel ? rel : s->max_rel;
-        s->tensor_ok[t] = rel <= job_tolerance(p->dtype);
-        ok &= s->tensor_ok[t];
-    }
-    s->check = ok ? "pass" : "fail";
-}
-
-/* Mean over ranks of compute_s / steps and wait_s / steps of the last call of a phase. */
-static void per_step(const struct job_params *p, const struct job_result *r, int phase,
-                     double *compute_p, double *wait_p)
-{
-    double c = 0.0, w = 0.0;
-    int n = 0;
-    for (int rk = 0; r->rank_stats && rk < p->ranks; rk++) {
-        const struct burst_phase_stats *st =
-            phase ? &r->rank_stats[rk].bwd : &r->rank_stats[rk].fwd;
-        if (st->steps > 0) {
-            c += st->compute_s / st->steps;
-            w += st->wait_s / st->steps;
-            n++;
-        }
-    }
-    *compute_p = n ? c / n : NAN;
-    *wait_p = n ? w / n : NAN;
-}
-
-/* The forward's ideal time on ranks of the measured speeds: total work (allowed query/key pairs
- * times batch and query heads, the unit of the speeds) over the sum of the speeds. NAN without
- * measured speeds. */
-static double ideal_fwd_s(const struct job_params *p, const struct job_result *r)
-{
-    double sum = 0.0;
-    for (int rk = 0; r->rank_speeds && rk < p->ranks; rk++)
-        sum += r->rank_speeds[rk];
-    if (!(sum > 0.0))
-        return NAN;
-    return job_pairs(p) * (double)p->batch * p->q_heads / sum;
-}
-
-/* The job's members of --json (without braces): problem, timings, statistics, check. */
-/* "docs": the documents of a packed job (--docs): their count, how they were chosen, and
- * their lengths (up to 64 of them) or a summary (min, max, mean) */
-static void print_json_docs(const struct job_params *p)
-{
-    if (p->num_docs <= 0)
-        return;
-    int64_t min = p->doc_lens[0], max = p->doc_lens[0];
-    for (int64_t t = 1; t < p->num_docs; t++) {
-        min = p->doc_lens[t] < min ? p->doc_lens[t] : min;
-        max = p->doc_lens[t] > max ? p->doc_lens[t] : max;
-    }
-    printf(", \"docs\": {\"count\": %lld, \"mode\": \"%s\", \"min\": %lld, \"max\": %lld, "
-           "\"mean\": %.6g",
-           (long long)p->num_docs, p->docs_random ? "random" : "given", (long long)min,
-           (long long)max, (double)p->seq_len / (double)p->num_docs);
-    if (p->num_docs <= 64) {
-        printf(", \"lens\": [");
-        for (int64_t t = 0; t < p->num_docs; t++)
-            printf("%s%lld", t ? ", " : "", (long long)p->doc_lens[t]);
-        printf("]");
-    }
-    printf("}");
-}
-
-static void print_json_job(const struct opts *o, const struct job_params *p,
-                           const struct job_result *r, const struct summary *s)
-{
-    int checked = r->checked_fwd_rows > 0;
-    printf("\"version\": ");
-    json_str(burst_version_string());
-    printf(", \"backend\": ");
-    json_str(r->backend);
-    printf(", \"ranks\": %d, \"threads\": %d, \"rank_mode\": ", p->ranks, r->num_threads);
-    json_str(r->rank_mode);
-    printf(", \"fabric\": ");
-    json_str(r->fabric);
-    printf(", \"transfers\": ");
-    json_str(r->transfers);
-    printf(", \"head_groups\": %d", r->head_groups);
-    printf(", \"hosts\": %d", r->hosts);
-    printf(", \"batch\": %lld, \"seq\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d",
-           (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim);
-    printf(", \"dtype\": \"%s\", \"causal\": %s, \"layout\": \"%s\"", dtype_names[p->dtype],
-           p->causal ? "true" : "false", layout_names[p->layout]);
-    printf(", \"window\": [%lld, %lld]", (long long)p->window_left, (long long)p->window_right);
-    printf(", \"softcap\": %.9g, \"sinks\": %s", (double)p->softcap, p->sinks ? "true" : "false");
-    printf(", \"bwd\": \"%s\", \"bwd_requested\": \"%s\"",
-           p->run_bwd ? bwd_names[r->bwd_used] : "none", bwd_names[p->bwd]);
-    printf(", \"cpu_share\": ");
-    json_num(r->cpu_share);
-    printf(", \"seed\": %" PRIu64 ", \"warmup\": %d, \"iters\": %d", p->seed, p->warmup,
-           r->iters_done);
-    printf(", \"allowed_pairs\": %.0f, \"flops_fwd\": %.6g", s->pairs, s->fwd_flops);
-    printf(", \"default_job\": %s", o->default_job ? "true" : "false");
-    printf(", \"fwd_ms\": ");
-    json_num(r->fwd_s * 1e3);
-    printf(", \"fwd_ms_min\": ");
-    json_num(r->fwd_min_s * 1e3);
-    printf(", \"fwd_ms_max\": ");
-    json_num(r->fwd_max_s * 1e3);
-    printf(", \"bwd_ms\": ");
-    json_num(p->run_bwd ? r->bwd_s * 1e3 : NAN);
-    printf(", \"bwd_ms_min\": ");
-    json_num(p->run_bwd ? r->bwd_min_s * 1e3 : NAN);
-    printf(", \"bwd_ms_max\": ");
-    json_num(p->run_bwd ? r->bwd_max_s * 1e3 : NAN);
-    printf(", \"tflops_fwd\": ");
-    json_num(s->tf_fwd);
-    printf(", \"tflops_bwd\": ");
-    json_num(p->run_bwd ? s->tf_bwd : NAN);
-    printf(", \"tflops_fwd_bwd\": ");
-    json_num(p->run_bwd ? s->tf_fb : NAN);
-    printf(", \"tflops_fwd_per_rank\": ");
-    json_num(s->tf_fwd / p->ranks);
-    printf(", \"tflops_fwd_bwd_per_rank\": ");
-    json_num(p->run_bwd ? s->tf_fb / p->ranks : NAN);
-    printf(", \"bytes_fwd_per_rank\": %" PRIu64 ", \"bytes_bwd_per_rank\": %" PRIu64, r->bytes_fwd,
-           r->bytes_bwd);
-    printf(", \"msgs_fwd_per_rank\": %" PRIu64 ", \"msgs_bwd_per_rank\": %" PRIu64, r->msgs_fwd,
-           r->msgs_bwd);
-    printf(", \"scratch_fwd_per_rank\": %" PRIu64 ", \"scratch_bwd_per_rank\": %" PRIu64,
-           r->scratch_fwd, r->scratch_bwd);
-    printf(", \"overlap\": {\"fwd\": ");
-    json_num(job_overlap(r, 0));
-    printf(", \"bwd\": ");
-    json_num(p->run_bwd ? job_overlap(r, 1) : NAN);
-    printf("}");
-    for (int ph = 0; ph < 1 + p->run_bwd; ph++) {
-        double c, w;
-        per_step(p, r, ph, &c, &w);
-        printf(", \"%s_step_ms\": {\"compute\": ", ph ? "bwd" : "fwd");
-        json_num(c * 1e3);
-        printf(", \"wait\": ");
-        json_num(w * 1e3);
-        printf("}");
-    }
-    if (r->rank_stats) {
-        printf(", \"per_rank\": [");
-        for (int rk = 0; rk < p->ranks; rk++) {
-            printf("%s{\"rank\": %d", rk ? ", " : "", rk);
-            for (int ph = 0; ph < 1 + p->run_bwd; ph++) {
-                const struct burst_phase_stats *st =
-                    ph ? &r->rank_stats[rk].bwd : &r->rank_stats[rk].fwd;
-                printf(", \"%s\": {\"steps\": %d, \"compute_ms\": ", ph ? "bwd" : "fwd", st->steps);
-                json_num(st->compute_s * 1e3);
-                printf(", \"wait_ms\": ");
-                json_num(st->wait_s * 1e3);
-                printf(", \"total_ms\": ");
-                json_num(st->total_s * 1e3);
-                printf("}");
-            }
-            printf("}");
-        }
-        printf("]");
-    }
-    if (p->want_hash)
-        printf(", \"output_hash\": \"%016" PRIx64 "\"", r->output_hash);
-    static const char *const wmodes[] = {"even", "given", "auto"};
-    printf(", \"weights\": \"%s\"", wmodes[p->weights_mode]);
-    print_json_docs(p);
-    if (r->shard_lens) {
-        printf(", \"shard_lens\": [");
-        for (int rk = 0; rk < p->ranks; rk++)
-            printf("%s%lld", rk ? ", " : "", (long long)r->shard_lens[rk]);
-        printf("]");
-    }
-    if (r->rank_speeds) {
-        printf(", \"rank_speeds\": [");
-        for (int rk = 0; rk < p->ranks; rk++) {
-            printf("%s", rk ? ", " : "");
-            json_num(r->rank_speeds[rk]);
-        }
-        printf("], \"shard_speeds\": [");
-        for (int rk = 0; rk < p->ranks; rk++) {
-            printf("%s", rk ? ", " : "");
-            json_num(r->shard_speeds ? r->shard_speeds[rk] : 0.0);
-        }
-        printf("], \"ideal_fwd_ms\": ");
-        json_num(ideal_fwd_s(p, r) * 1e3);
-    }
-    printf(", \"peak_rss_bytes\": %" PRIu64 ", \"job_tensor_bytes\": %" PRIu64, r->peak_rss,
-           r->caller_bytes);
-    printf(", \"max_abs_err\": ");
-    json_num(checked ? s->max_abs : NAN);
-    printf(", \"max_rel_err\": ");
-    json_num(checked ? s->max_rel : NAN);
-    printf(", \"tolerance\": ");
-    json_num(checked ? job_tolerance(p->dtype) : NAN);
-    printf(", \"check_scope\": \"%s\"", !checked         ? "none"
-                                        : r->checked_bwd ? "fwd+bwd"
-                                                         : "fwd-sampled-rows");
-    if (checked) {
-        printf(", \"errors\": {");
-        int first = 1;
-        for (int t = 0; t < JOB_NTENSORS; t++) {
-            if (!s->tensor_checked[t])
-                continue;
-            printf("%s\"%s\": {\"max_abs\": ", first ? "" : ", ",
-                   job_tensor_name((enum job_tensor)t));
-            json_num(r->err[t].nonfinite ? INFINITY : r->err[t].max_abs);
-            printf(", \"rel\": ");
-            json_num(job_err_rel(&r->err[t], (enum job_tensor)t));
-            printf(", \"nonfinite\": %lld}", (long long)r->err[t].nonfinite);
-            first = 0;
-        }
-        printf("}");
-    }
-    printf(", \"check\": \"%s\"", s->check);
-}
-
-/* --json's error member: burstrun's exit status and why. */
-static void json_error(int code, const char *msg)
-{
-    printf(", \"error\": {\"exit_code\": %d, \"message\": ", code);
-    meta_json_str(stdout, msg);
-    printf("}");
-}
-
-#define CHECK_FAILED_MSG "the check against the fp64 reference failed"
-
-/* The one JSON object of a job: the metadata, the job's members, and an error member when the
- * check failed. */
-static void print_json(const struct opts *o, const struct job_result *r, const struct summary *s)
-{
-    printf("{");
-    meta_json_fields(stdout, 1);
-    printf(", ");
-    print_json_job(o, &o->jp, r, s);
-    if (!strcmp(s->check, "fail"))
-        json_error(EXIT_CHECK_FAILED, CHECK_FAILED_MSG);
-    printf("}\n");
-}
-
-/* The report's line of a packed job's documents (the first 16 lengths). */
-static void print_text_docs(const struct job_params *p)
-{
-    if (p->num_docs <= 0)
-        return;
-    printf("docs     %lld document(s)%s:", (long long)p->num_docs,
-           p->docs_random ? " of random lengths" : "");
-    for (int64_t t = 0; t < p->num_docs && t < 16; t++)
-        printf(" %lld", (long long)p->doc_lens[t]);
-    printf("%s\n", p->num_docs > 16 ? " ..." : "");
-}
-
-/* "compute / wait" ms per step and the overlap cell of one phase. */
-static void step_cells(const struct job_params *p, const struct job_result *r, int phase, char *cw,
-                       size_t cwn, char *ov, size_t ovn)
-{
-    double c, w;
-    per_step(p, r, phase, &c, &w);
-    if (isfinite(c))
-        snprintf(cw, cwn, "%.3f / %.3f", c * 1e3, w * 1e3);
-    else
-        snprintf(cw, cwn, "-");
-    double x = job_overlap(r, phase);
-    if (isfinite(x))
-        snprintf(ov, ovn, "%.1f%%", 100.0 * x);
-    else
-        snprintf(ov, ovn, "-");
-}
-
-static void print_table(const struct opts *o, const struct job_result *r, const struct summary *s)
-{
-    const struct job_params *p = &o->jp;
-    char b1[32], b2[32], b3[32];
-    if (o->threads)
-        printf("burstrun %s: %d rank%s as threads of one process, backend %s (%d compute "
-               "threads), seed %" PRIu64 "%s\n",
-               burst_version_string(), p->ranks, p->ranks > 1 ? "s" : "", r->backend,
-               r->num_threads, p->seed, o->seed_given ? "" : " (from the clock)");
-    else
-        printf("burstrun %s: %d rank process%s on %d host%s, fabric %s, backend %s (%d compute "
-               "threads each), seed %" PRIu64 "%s\n",
-               burst_version_string(), p->ranks, p->ranks > 1 ? "es" : "", r->hosts,
-               r->hosts > 1 ? "s" : "", r->fabric, r->backend, r->num_threads, p->seed,
-               o->seed_given ? "" : " (from the clock)");
-    if (g_launch_used[0])
-        printf("ranks joined through %s\n", g_launch_used);
-    if (strcmp(r->transfers, "host") != 0 && r->transfers[0])
-        printf(
-            "blocks travel %s\n",
-            !strcmp(r->transfers, "device") ? "device to device (no host hop)"
-            : !strcmp(r->transfers, "device+staged")
-                ? "device to device inside a host, through page-locked host staging between hosts"
-                : "through page-locked host staging");
-    if (r->head_groups > 1)
-        printf("each call runs the ring once per group of heads: %d groups (--workspace)\n",
-               r->head_groups);
-    if (o->default_job)
-        printf("default job: burstrun -n 4 --seq 2048 --heads 4 --head-dim 64 --causal --layout "
-               "zigzag --check\n");
-    char win[80];
-    if (p->window_left < 0 && p->window_right < 0)
-        snprintf(win, sizeof(win), "none");
-    else
-        snprintf(win, sizeof(win), "%lld,%lld", (long long)p->window_left,
-                 (long long)p->window_right);
-    printf("problem  B=%lld N=%lld Hq=%d Hkv=%d d=%d %s, %s, layout %s, window %s, bwd %s\n",
-           (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim,
-           dtype_names[p->dtype], p->causal ? "causal" : "non-causal", layout_names[p->layout], win,
-           p->run_bwd ? bwd_names[r->bwd_used] : "not run");
-    print_text_docs(p);
-    if (p->softcap > 0.0f || p->sinks) {
-        char cap[32] = "off";
-        if (p->softcap > 0.0f)
-            snprintf(cap, sizeof(cap), "%g", (double)p->softcap);
-        printf("         softcap %s, sinks %s\n", cap,
-               p->sinks ? "one per query head (from the seed)" : "none");
-    }
-    if (p->weights_mode != JOB_WEIGHTS_EVEN && r->shard_lens) {
-        printf("shards   %s:",
-               p->weights_mode == JOB_WEIGHTS_MEASURED ? "by measured speed" : "by --weights");
-        for (int rk = 0; rk < p->ranks && rk < 16; rk++)
-            printf(" %lld", (long long)r->shard_lens[rk]);
-        printf("%s", p->ranks > 16 ? " ..." : "");
-        if (r->rank_speeds)
-            printf("; ideal forward %.3f ms (work / sum of rank speeds)", ideal_fwd_s(p, r) * 1e3);
-        printf("\n");
-        if (r->rank_speeds && r->shard_speeds) { /* the two rounds of runtime/speed.h */
-            printf("speeds   rows x keys x heads / s, full load:");
-            for (int rk = 0; rk < p->ranks && rk < 16; rk++)
-                printf(" %.3g", r->rank_speeds[rk]);
-            printf("; on the shard (sized it):");
-            for (int rk = 0; rk < p->ranks && rk < 16; rk++)
-                printf(" %.3g", r->shard_speeds[rk]);
-            printf("%s\n", p->ranks > 16 ? " ..." : "");
-        }
-    }
-    double n2 = (double)p->seq_len * (double)p->seq_len;
-    printf("work     allowed pairs %.0f (%.2f%% of N^2); forward %.4g GFLOP, fwd+bwd %.4g GFLOP\n",
-           s->pairs, 100.0 * s->pairs / n2, s->fwd_flops / 1e9, 3.5 * s->fwd_flops / 1e9);
-    printf("timing   %d warm-up + %d timed iterations; median (min) wall time of the ring; "
-           "cpu share %.0f%%\n\n",
-           p->warmup, r->iters_done, 100.0 * r->cpu_share);
-
-    printf("%-9s %22s %9s %12s %13s %6s %6s %13s %9s %20s %7s\n", "phase", "time ms (min)",
-           "TFLOP/s", "TFLOP/s/rank", "sent/rank", "msgs", "steps", "scratch/rank", "wait ms",
-           "step compute/wait", "overlap");
-    char t[48], cw[48], ov[16];
-    step_cells(p, r, 0, cw, sizeof(cw), ov, sizeof(ov));
-    snprintf(t, sizeof(t), "%.3f (%.3f)", r->fwd_s * 1e3, r->fwd_min_s * 1e3);
-    printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f %20s %7s\n", "forward", t,
-           s->tf_fwd, s->tf_fwd / p->ranks, human_bytes((double)r->bytes_fwd, b1, sizeof(b1)),
-           r->msgs_fwd, r->steps_fwd, human_bytes((double)r->scratch_fwd, b2, sizeof(b2)),
-           r->wait_fwd_s * 1e3, cw, ov);
-    if (p->run_bwd) {
-        step_cells(p, r, 1, cw, sizeof(cw), ov, sizeof(ov));
-        snprintf(t, sizeof(t), "%.3f (%.3f)", r->bwd_s * 1e3, r->bwd_min_s * 1e3);
-        printf("%-9s %22s %9.4f %12.4f %13s %6" PRIu64 " %6d %13s %9.3f %20s %7s\n", "backward", t,
-               s->tf_bwd, s->tf_bwd / p->ranks, human_bytes((double)r->bytes_bwd, b1, sizeof(b1)),
-               r->msgs_bwd, r->steps_bwd, human_bytes((double)r->scratch_bwd, b2, sizeof(b2)),
-               r->wait_bwd_s * 1e3, cw, ov);
-        snprintf(t, sizeof(t), "%.3f", (r->fwd_s + r->bwd_s) * 1e3);
-        printf("%-9s %22s %9.4f %12.4f %13s\n", "fwd+bwd", t, s->tf_fb, s->tf_fb / p->ranks,
-               human_bytes((double)(r->bytes_fwd + r->bytes_bwd), b1, sizeof(b1)));
-    }
-    printf("\nmemory   peak RSS %s%s (the job's global tensors: %s%s)\n",
-           human_bytes((double)r->peak_rss, b1, sizeof(b1)),
-           o->threads ? "" : " of the largest rank process",
-           human_bytes((double)r->caller_bytes, b3, sizeof(b3)),
-           o->threads      ? ""
-           : o->mpi_worker ? ", a private copy in every rank process"
-                           : ", shared by the ranks");
-    if (o->verbose && r->rank_stats) {
-        printf("\nper rank (last call)     %-32s %s\n", "forward: compute / wait / total ms",
-               p->run_bwd ? "backward: compute / wait / total ms" : "");
-        for (int rk = 0; rk < p->ranks; rk++) {
-            const struct burst_phase_stats *f = &r->rank_stats[rk].fwd, *b = &r->rank_stats[rk].bwd;
-            printf("  rank %-5d steps %-4d %9.3f / %8.3f / %8.3f", rk, f->steps, f->compute_s * 1e3,
-                   f->wait_s * 1e3, f->total_s * 1e3);
-            if (p->run_bwd)
-                printf("    %9.3f / %8.3f / %8.3f", b->compute_s * 1e3, b->wait_s * 1e3,
-                       b->total_s * 1e3);
-            printf("\n");
-        }
-    }
-    if (p->want_hash)
-        printf("hash     output FNV-1a %016" PRIx64 "\n", r->output_hash);
-
-    if (!r->checked_fwd_rows) {
-        printf("check    skipped (pass --check or --check-fwd-only)\n");
-        return;
-    }
-    printf("check    fp64 reference: forward on %d of %lld rows, backward %s; tolerance %.0e "
-           "of max |ref|\n",
-           r->checked_fwd_rows, (long long)p->seq_len, r->checked_bwd ? "in full" : "not checked",
-           job_tolerance(p->dtype));
-    printf("         %-6s %12s %12s %12s\n", "tensor", "max abs err", "max |ref|", "rel err");
-    for (int i = 0; i < JOB_NTENSORS; i++) {
-        if (!s->tensor_checked[i])
-            continue;
-        const struct job_err *e = &r->err[i];
-        printf("         %-6s %12.3e %12.3e %12.3e  %s", job_tensor_name((enum job_tensor)i),
-               e->max_abs, e->max_ref, job_err_rel(e, (enum job_tensor)i),
-               s->tensor_ok[i] ? "ok" : "FAIL");
-        if (e->nonfinite)
-            printf(" (%lld non-finite values)", (long long)e->nonfinite);
-        printf("\n");
-    }
-    printf("result   %s\n", strcmp(s->check, "pass") == 0 ? "PASS" : "FAIL");
 }
 
 /* This program's path (rank processes and mpirun start it again); 0, or -1 with a message. */
@@ -1799,98 +1086,23 @@ static int self_exe(char *buf, size_t cap)
     return 0;
 }
 
-/* The job's table or JSON on stdout; EXIT_CHECK_FAILED when a requested check failed, else 0. */
-static int report(const struct opts *o, const struct job_result *r)
-{
-    if (o->jp.kv_decode > 0) { /* an inference job (tools/job_kv.h) */
-        if (o->json) {
-            printf("{");
-            meta_json_fields(stdout, 1);
-            printf(", ");
-        }
-        int failed = job_kv_print(stdout, &o->jp, r, o->json);
-        if (o->json)
-            printf("}\n");
-        return failed ? EXIT_CHECK_FAILED : 0;
-    }
-    struct summary s;
-    summarise(&o->jp, r, &s);
-    if (o->json)
-        print_json(o, r, &s);
-    else
-        print_table(o, r, &s);
-    return strcmp(s.check, "fail") == 0 ? EXIT_CHECK_FAILED : 0;
-}
+/* ---- running jobs ---- */
 
-/* ---- the header, sweep rows and --csv ---- */
-
-/* The table's header, printed before any job runs: versions, features, host, time, seed, ranks
- * and every backend's devices, each line after "# ". */
-static void print_header(const struct opts *o)
+/* What the report (tools/burstrun_report.h) shows of the options. */
+static struct report_opts report_opts_of(const struct opts *o)
 {
-    char host[256], ts[64];
-    meta_host(host, sizeof(host));
-    meta_timestamp(ts, sizeof(ts));
-    printf("# burstrun %s (library %s), commit %s, features: %s\n", BURST_VERSION_STRING,
-           burst_version_string(), meta_commit(), meta_features());
-    printf("# host %s, %s, seed %" PRIu64 "%s\n", host, ts, o->jp.seed,
-           o->seed_given ? "" : " (from the clock)");
-    printf("# %d rank%s as %s, backend %s\n", o->jp.ranks, o->jp.ranks > 1 ? "s" : "",
-           o->threads ? "threads of one process" : "processes", o->backend);
-    meta_devices_text(stdout, "# ");
-    fflush(stdout);
-}
-
-/* A sweep's constant problem and the columns of its rows. */
-static void print_sweep_columns(const struct opts *o)
-{
-    const struct job_params *p = &o->jp;
-    printf("# problem B=%lld Hq=%d Hkv=%d, %s, layout %s, bwd %s; %d warm-up + %d timed "
-           "iterations, times in ms: median (min, max) of the ring\n#\n",
-           (long long)p->batch, p->q_heads, p->kv_heads, p->causal ? "causal" : "non-causal",
-           layout_names[p->layout], p->run_bwd ? bwd_names[p->bwd] : "not run", p->warmup,
-           p->iters);
-    printf("# %9s %5s %4s %10s %10s %10s %9s %10s %10s %10s %9s %9s %7s\n", "seq", "dtype", "d",
-           "fwd", "(min", "max)", "TFLOP/s", "bwd", "(min", "max)", "TFLOP/s", "f+b TF/s", "check");
-    fflush(stdout);
-}
-
-/* One row of a sweep, as soon as its job finished. */
-static void print_row(const struct job_params *p, const struct job_result *r,
-                      const struct summary *s)
-{
-    printf("  %9lld %5s %4d %10.3f %10.3f %10.3f %9.4f", (long long)p->seq_len,
-           dtype_names[p->dtype], p->head_dim, r->fwd_s * 1e3, r->fwd_min_s * 1e3,
-           r->fwd_max_s * 1e3, s->tf_fwd);
-    if (p->run_bwd)
-        printf(" %10.3f %10.3f %10.3f %9.4f %9.4f", r->bwd_s * 1e3, r->bwd_min_s * 1e3,
-               r->bwd_max_s * 1e3, s->tf_bwd, s->tf_fb);
-    else
-        printf(" %10s %10s %10s %9s %9s", "-", "-", "-", "-", "-");
-    printf(" %7s\n", s->check);
-    fflush(stdout);
-}
-
-/* --csv: the header line (before the first row), then one row per job. */
-static void csv_row(const struct opts *o, const struct job_params *p, const struct job_result *r,
-                    const struct summary *s, int first)
-{
-    FILE *f = o->csv_f;
-    if (first)
-        fprintf(f, "seq,dtype,head_dim,batch,heads,kv_heads,ranks,rank_mode,backend,fabric,"
-                   "causal,layout,bwd,iters,fwd_ms,fwd_ms_min,fwd_ms_max,bwd_ms,bwd_ms_min,"
-                   "bwd_ms_max,tflops_fwd,tflops_bwd,tflops_fwd_bwd,check\n");
-    fprintf(f, "%lld,%s,%d,%lld,%d,%d,%d,%s,\"%s\",%s,%d,%s,%s,%d,%.6g,%.6g,%.6g,",
-            (long long)p->seq_len, dtype_names[p->dtype], p->head_dim, (long long)p->batch,
-            p->q_heads, p->kv_heads, p->ranks, r->rank_mode, r->backend, r->fabric, p->causal,
-            layout_names[p->layout], p->run_bwd ? bwd_names[r->bwd_used] : "none", r->iters_done,
-            r->fwd_s * 1e3, r->fwd_min_s * 1e3, r->fwd_max_s * 1e3);
-    if (p->run_bwd)
-        fprintf(f, "%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%s\n", r->bwd_s * 1e3, r->bwd_min_s * 1e3,
-                r->bwd_max_s * 1e3, s->tf_fwd, s->tf_bwd, s->tf_fb, s->check);
-    else
-        fprintf(f, ",,,%.6g,,,%s\n", s->tf_fwd, s->check);
-    fflush(f);
+    struct report_opts ro = {
+        .json = o->json,
+        .threads = o->threads,
+        .mpi_worker = o->mpi_worker,
+        .seed_given = o->seed_given,
+        .default_job = o->default_job,
+        .verbose = o->verbose,
+        .backend = o->backend,
+        .launch_used = g_launch_used,
+        .csv = o->csv_f,
+    };
+    return ro;
 }
 
 static int run_job(struct opts *o, struct job_result *r);
@@ -1899,21 +1111,16 @@ static int run_job(struct opts *o, struct job_result *r);
  * failure --json still prints one object, with the error member. */
 static int run_single(struct opts *o, struct job_result *r)
 {
+    struct report_opts ro = report_opts_of(o);
     if (!o->json)
-        print_header(o);
+        report_header(&ro, &o->jp);
     int rc = run_job(o, r);
     if (rc == 0) {
-        rc = report(o, r);
-        if (o->csv_f) {
-            struct summary s;
-            summarise(&o->jp, r, &s);
-            csv_row(o, &o->jp, r, &s, 1);
-        }
+        rc = report_job(&ro, &o->jp, r);
+        if (o->csv_f)
+            report_csv_row(o->csv_f, &o->jp, r, 1);
     } else if (o->json) {
-        printf("{");
-        meta_json_fields(stdout, 1);
-        json_error(rc, r->message);
-        printf("}\n");
+        report_json_failure(rc, r->message);
     }
     return rc;
 }
@@ -1924,14 +1131,8 @@ static int run_sweep(struct opts *o, struct job_result *r)
 {
     int rc = 0, n = sweep_points(o);
     struct job_params base = o->jp;
-    if (o->json) {
-        printf("{");
-        meta_json_fields(stdout, 1);
-        printf(", \"results\": [");
-    } else {
-        print_header(o);
-        print_sweep_columns(o);
-    }
+    struct report_opts ro = report_opts_of(o);
+    report_sweep_begin(&ro, &o->jp);
     for (int i = 0; i < n && (rc == 0 || rc == EXIT_CHECK_FAILED); i++) {
         o->jp = base;
         sweep_point(o, i, &o->jp);
@@ -1943,26 +1144,10 @@ static int run_sweep(struct opts *o, struct job_result *r)
             rc = jrc;
             break;
         }
-        struct summary s;
-        summarise(&o->jp, r, &s);
-        if (o->json) {
-            printf("%s{", i ? ", " : "");
-            print_json_job(o, &o->jp, r, &s);
-            printf("}");
-            fflush(stdout);
-        } else {
-            print_row(&o->jp, r, &s);
-        }
-        if (o->csv_f)
-            csv_row(o, &o->jp, r, &s, i == 0);
-        rc = !strcmp(s.check, "fail") ? EXIT_CHECK_FAILED : rc;
+        if (report_sweep_point(&ro, &o->jp, r, i) != 0)
+            rc = EXIT_CHECK_FAILED;
     }
-    if (o->json) {
-        printf("]");
-        if (rc)
-            json_error(rc, rc == EXIT_CHECK_FAILED ? CHECK_FAILED_MSG : r->message);
-        printf("}\n");
-    }
+    report_sweep_end(&ro, rc, r->message);
     o->jp = base;
     return rc;
 }
@@ -2164,7 +1349,8 @@ static int mpi_rank_main(int argc, char **argv)
     } else if (rank == 0) {
         struct job_result *r = calloc(1, sizeof(*r));
         if (r && job_arena_collect(arena, r) == JOB_OK) {
-            if (report(&o, r) != 0)
+            struct report_opts ro = report_opts_of(&o);
+            if (report_job(&ro, &o.jp, r) != 0)
                 rc = EXIT_CHECK_FAILED;
         } else {
             fprintf(stderr, "%s: %s\n", prog, r ? r->message : "out of memory");
@@ -2269,34 +1455,6 @@ static int run_jobs(struct opts *o)
     return rc;
 }
 
-/* --probe: every backend's devices (burst_probe), then the transports (tools/probe_net.h). */
-static int run_probe(const struct opts *o)
-{
-    struct burst_context_params cp = burst_context_params_default();
-    cp.num_threads = o->num_threads;
-    char *report;
-    burst_status_t st = burst_probe(&cp, o->json, &report);
-    if (st != BURST_OK) {
-        fprintf(stderr, "%s: --probe: %s: %s\n", prog, burst_status_str(st), burst_last_error());
-        return EXIT_RUNTIME;
-    }
-    size_t len = strlen(report);
-    while (o->json && len && report[len - 1] == '\n')
-        len--;
-    if (o->json && len && report[len - 1] == '}') /* the object's end: one more member */
-        report[len - 1] = '\0';
-    fputs(report, stdout);
-    burst_free(report);
-    if (o->json) { /* burst_probe's object, and the transports as one more member */
-        printf(", \"transports\": ");
-        probe_net_json(stdout);
-        printf("}\n");
-    } else {
-        probe_net_text(stdout);
-    }
-    return 0;
-}
-
 static int run(int argc, char **argv);
 
 /* SIGPIPE is ignored (a reader that goes away must not kill burstrun silently, before it has
@@ -2331,7 +1489,7 @@ static int run(int argc, char **argv)
     if (o.hosts || o.hostfile)
         return run_mpirun(&o, argc, argv);
     if (o.probe)
-        return run_probe(&o);
+        return burstrun_probe(o.num_threads, o.json) ? EXIT_RUNTIME : 0;
     if (o.pingpong) {
         struct pingpong_opts po = {o.fabric, o.iface, o.timeout_s, o.iters_given ? o.jp.iters : 0,
                                    o.json};

@@ -766,18 +766,111 @@ static const char *ctx_name(const void *arg, int rank)
     return burst_context_backend(((struct burst_context *const *)arg)[rank]);
 }
 
-/* An inference job with ranks as threads (tools/job_kv.h). */
-static int kv_run(const struct job_params *p, struct burst_context *const *ctxs,
-                  struct job_result *r)
+/* What a job with ranks as threads reports of its setting: backends, mode, one host. */
+static void threads_result_init(const struct job_params *p, struct burst_context *const *ctxs,
+                                struct job_result *r)
 {
     backends_str(p, ctx_name, ctxs, r->backend, sizeof(r->backend));
     snprintf(r->rank_mode, sizeof(r->rank_mode), "threads");
     snprintf(r->fabric, sizeof(r->fabric), "none");
     r->hosts = 1;
     r->num_threads = burst_context_num_threads(ctxs[0]);
+}
+
+/* An inference job with ranks as threads (tools/job_kv.h). */
+static int kv_run(const struct job_params *p, struct burst_context *const *ctxs,
+                  struct job_result *r)
+{
+    threads_result_init(p, ctxs, r);
     job_kv_threads(p, ctxs, &r->kv);
     job_set_msg(r, r->kv.status, "%s", r->kv.message);
     return r->status;
+}
+
+/* The whole sequence's q, k, v, o (and their gradients with backward), every rank's lse and
+ * the sink gradients, filled with each rank's inputs; r->caller_bytes is their size. -1 (the
+ * message in r) when memory runs out; what was allocated is freed by free_tensors. */
+static int alloc_tensors(struct job *j, struct job_result *r)
+{
+    const struct job_params *p = j->p;
+    int G = p->ranks;
+    uint64_t tot = 0;
+    size_t qel = (size_t)p->batch * (size_t)p->seq_len * (size_t)p->q_heads * (size_t)p->head_dim;
+    size_t kel = (size_t)p->batch * (size_t)p->seq_len * (size_t)p->kv_heads * (size_t)p->head_dim;
+    if (!(j->q = alloc_tensor(r, qel, j->esz, &tot)) ||
+        !(j->k = alloc_tensor(r, kel, j->esz, &tot)) ||
+        !(j->v = alloc_tensor(r, kel, j->esz, &tot)) ||
+        !(j->o = alloc_tensor(r, qel, j->esz, &tot)))
+        return -1;
+    if (p->run_bwd) {
+        if (!(j->dout = alloc_tensor(r, qel, j->esz, &tot)) ||
+            !(j->dq = alloc_tensor(r, qel, j->esz, &tot)) ||
+            !(j->dk = alloc_tensor(r, kel, j->esz, &tot)) ||
+            !(j->dv = alloc_tensor(r, kel, j->esz, &tot)))
+            return -1;
+    }
+    for (int rk = 0; rk < G; rk++) {
+        size_t n = (size_t)p->batch * (size_t)p->q_heads * (size_t)j->lens[rk];
+        if (!(j->lse[rk] = alloc_tensor(r, n, sizeof(float), &tot)))
+            return -1;
+    }
+    if (p->sinks && p->run_bwd &&
+        !(j->dsinks = alloc_tensor(r, (size_t)G * (size_t)p->q_heads, sizeof(float), &tot)))
+        return -1;
+    r->caller_bytes = tot;
+    for (int rk = 0; rk < G; rk++)
+        job_fill_rank_inputs(j, rk);
+    return 0;
+}
+
+/* Frees what alloc_tensors allocated (each pointer may be NULL). */
+static void free_tensors(struct job *j)
+{
+    if (j->lse)
+        for (int rk = 0; rk < j->p->ranks; rk++)
+            free(j->lse[rk]);
+    free(j->dsinks);
+    free(j->q);
+    free(j->k);
+    free(j->v);
+    free(j->o);
+    free(j->dout);
+    free(j->dq);
+    free(j->dk);
+    free(j->dv);
+}
+
+/* Runs rank_thread for every rank over j's local world and waits for them all. rr[rk] gets
+ * rank rk's slice of times (total_iters forward times, then as many backward). Returns how many
+ * threads started; when fewer than all, those that did are let through their barriers failed. */
+static int run_rank_threads(struct job *j, pthread_t *th, struct rank_run *rr, double *times,
+                            int total_iters)
+{
+    int G = j->p->ranks, started = 0;
+    for (int rk = 0; rk < G; rk++) {
+        rr[rk].j = j;
+        rr[rk].rank = rk;
+        rr[rk].threads = 1;
+        rr[rk].progress = &rr[rk].iter_count;
+        rr[rk].t_fwd = times + (size_t)2 * (size_t)rk * (size_t)total_iters;
+        rr[rk].t_bwd = rr[rk].t_fwd + total_iters;
+        if (pthread_create(&th[rk], NULL, rank_thread, &rr[rk]) != 0)
+            break;
+        started++;
+    }
+    if (started < G) {
+        /* ranks already started wait for the others in sync_ranks; let them through failed */
+        pthread_mutex_lock(&j->mu);
+        j->live = started;
+        j->round_flags |= FLAG_FAIL;
+        if (started > 0 && j->arrived >= j->live)
+            sync_release(j);
+        pthread_mutex_unlock(&j->mu);
+    }
+    wait_ranks(rr, started, total_iters);
+    for (int rk = 0; rk < started; rk++)
+        pthread_join(th[rk], NULL);
+    return started;
 }
 
 int job_run(const struct job_params *p, struct burst_context *const *ctxs, struct job_result *r)
@@ -789,21 +882,13 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
     memset(&j, 0, sizeof(j));
     j.p = p;
     j.ctxs = ctxs;
-    struct burst_context *ctx = ctxs[0];
-    backends_str(p, ctx_name, ctxs, r->backend, sizeof(r->backend));
-    snprintf(r->rank_mode, sizeof(r->rank_mode), "threads");
-    snprintf(r->fabric, sizeof(r->fabric), "none");
-    r->hosts = 1;
-    r->num_threads = burst_context_num_threads(ctx);
+    threads_result_init(p, ctxs, r);
     int G = p->ranks;
-    int64_t N = p->seq_len;
     int total_iters = p->warmup + p->iters;
     pthread_t *th = NULL;
     struct rank_run *rr = NULL;
     struct job_rank_stats *st = NULL;
     double *times = NULL;
-    int started = 0;
-    uint64_t tot = 0;
 
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv, NULL);
@@ -832,63 +917,16 @@ int job_run(const struct job_params *p, struct burst_context *const *ctxs, struc
     if (job_geometry(&j, r) != 0)
         goto out;
     memcpy(r->shard_lens, j.lens, sizeof(int64_t) * (size_t)G);
-
-    /* tensors */
-    size_t qel = (size_t)p->batch * (size_t)N * (size_t)p->q_heads * (size_t)p->head_dim;
-    size_t kel = (size_t)p->batch * (size_t)N * (size_t)p->kv_heads * (size_t)p->head_dim;
-    if (!(j.q = alloc_tensor(r, qel, j.esz, &tot)) || !(j.k = alloc_tensor(r, kel, j.esz, &tot)) ||
-        !(j.v = alloc_tensor(r, kel, j.esz, &tot)) || !(j.o = alloc_tensor(r, qel, j.esz, &tot)))
+    if (alloc_tensors(&j, r) != 0)
         goto out;
-    if (p->run_bwd) {
-        if (!(j.dout = alloc_tensor(r, qel, j.esz, &tot)) ||
-            !(j.dq = alloc_tensor(r, qel, j.esz, &tot)) ||
-            !(j.dk = alloc_tensor(r, kel, j.esz, &tot)) ||
-            !(j.dv = alloc_tensor(r, kel, j.esz, &tot)))
-            goto out;
-    }
-    for (int rk = 0; rk < G; rk++) {
-        size_t n = (size_t)p->batch * (size_t)p->q_heads * (size_t)j.lens[rk];
-        if (!(j.lse[rk] = alloc_tensor(r, n, sizeof(float), &tot)))
-            goto out;
-    }
-    if (p->sinks && p->run_bwd &&
-        !(j.dsinks = alloc_tensor(r, (size_t)G * (size_t)p->q_heads, sizeof(float), &tot)))
-        goto out;
-    r->caller_bytes = tot;
-    for (int rk = 0; rk < G; rk++)
-        job_fill_rank_inputs(&j, rk);
 
-    /* ranks */
     burst_status_t bst = burst_local_world_create(G, &j.world);
     if (bst != BURST_OK) {
         job_set_msg(r, JOB_EFAIL, "burst_local_world_create(%d) failed: %s: %s", G,
                     burst_status_str(bst), burst_last_error());
         goto out;
     }
-    for (int rk = 0; rk < G; rk++) {
-        rr[rk].j = &j;
-        rr[rk].rank = rk;
-        rr[rk].threads = 1;
-        rr[rk].progress = &rr[rk].iter_count;
-        rr[rk].t_fwd = times + (size_t)2 * (size_t)rk * (size_t)total_iters;
-        rr[rk].t_bwd = rr[rk].t_fwd + total_iters;
-        if (pthread_create(&th[rk], NULL, rank_thread, &rr[rk]) != 0)
-            break;
-        started++;
-    }
-    if (started < G) {
-        /* ranks already started wait for the others in sync_ranks; let them through failed */
-        pthread_mutex_lock(&j.mu);
-        j.live = started;
-        j.round_flags |= FLAG_FAIL;
-        if (started > 0 && j.arrived >= j.live)
-            sync_release(&j);
-        pthread_mutex_unlock(&j.mu);
-    }
-    wait_ranks(rr, started, total_iters);
-    for (int rk = 0; rk < started; rk++)
-        pthread_join(th[rk], NULL);
-    if (started < G) {
+    if (run_rank_threads(&j, th, rr, times, total_iters) < G) {
         job_set_msg(r, JOB_EFAIL, "could not start %d rank threads", G);
         goto out;
     }
@@ -915,18 +953,7 @@ out:
     free(st);
     free(times);
     burst_local_world_destroy(j.world);
-    if (j.lse)
-        for (int rk = 0; rk < G; rk++)
-            free(j.lse[rk]);
-    free(j.dsinks);
-    free(j.q);
-    free(j.k);
-    free(j.v);
-    free(j.o);
-    free(j.dout);
-    free(j.dq);
-    free(j.dk);
-    free(j.dv);
+    free_tensors(&j);
     job_geometry_free(&j);
     pthread_cond_destroy(&j.cv);
     pthread_mutex_destroy(&j.mu);

@@ -3,8 +3,8 @@
  *
  * A rank started by a launcher that runs a PMIx server (Open MPI 4's mpirun, prterun, Slurm's
  * srun --mpi=pmix) finds PMIX_RANK and PMIX_NAMESPACE in its environment. With `--launcher pmix`
- * (tools/burstrun.c picks the launch environment; README "Under Open MPI's mpirun" gives the
- * precedence) burstrun's rank side takes from PMIx:
+ * (tools/burstrun.c picks the launch environment; docs/BURSTRUN.md gives the precedence)
+ * burstrun's rank side takes from PMIx:
  *   - its rank (PMIx_Init's process) and the job's size (PMIx_Get of PMIX_JOB_SIZE),
  *   - the bootstrap exchange of fabric addresses: launch_pmix_allgather is the library's
  *     burst_comm_params.oob_allgather (bootstrap "mpi", the program's allgather), through

@@ -14,7 +14,8 @@
 #   PREFIX/include/vulkan/...              Vulkan headers >= 1.4.304
 # The binaries need nothing but the Linux kernel, so PREFIX can be copied to another machine.
 # Then: meson setup build -Dglslang=PREFIX/bin/glslang -Dvulkan_headers=PREFIX/include
-# (README, "Vulkan shader toolchain"). Needs dpkg-dev, cmake, ninja-build, g++ and python3.
+# (docs/BACKENDS.md, "Vulkan shader toolchain"). Needs dpkg-dev, cmake, ninja-build, g++ and
+# python3.
 # Does nothing for a part PREFIX already has.
 set -euo pipefail
 prefix=$(realpath -m "${1:-.toolchain}")

@@ -76,7 +76,7 @@ BURST_API int burst_context_num_threads(const struct burst_context *ctx);
 /*
  * Memory the context's backend computes on, zeroed: host memory for cpu; for GPU backends,
  * memory the device reads directly and the host can also address (see the backend's notes in
- * README.md). Tensors in such memory avoid staging copies. *ptr_p receives NULL and
+ * docs/BACKENDS.md). Tensors in such memory avoid staging copies. *ptr_p receives NULL and
  * BURST_ERR_NO_MEMORY is returned on exhaustion; bytes == 0 is BURST_ERR_INVALID_ARG.
  * Thread-safe. Free with burst_context_free() on the same context.
  */
