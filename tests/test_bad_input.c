@@ -579,10 +579,10 @@ static void env_malformed(void **state)
         unsetenv("BURST_SIZE");
         unsetenv("BURST_RANK");
         unsetenv("BURST_TIMEOUT_MS");
+        /* a cpu setting is read by the cpu backend's create (auto may pick a GPU backend,
+         * which does not read it) */
         setenv("BURST_NUM_THREADS", bad_ints[i], 1);
         xp.backend = "cpu";
-        env_expect("BURST_NUM_THREADS", bad_ints[i], burst_context_create(&xp, &ctx));
-        xp.backend = "auto";
         env_expect("BURST_NUM_THREADS", bad_ints[i], burst_context_create(&xp, &ctx));
         unsetenv("BURST_NUM_THREADS");
         assert_ptr_equal(c, SENTINEL);
