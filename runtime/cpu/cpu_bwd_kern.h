@@ -78,16 +78,22 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
         pack_row_pairs(sc->dov, a->dout, b, i0, rows, BR / 2, h);
     }
 #endif
-    for (int64_t i = 0; i < rows; i++) {
-        if (!dp) {
+    /* Q and dO row-major, then transposed a block of 16 rows at a time, so that each block's
+     * columns are whole cache lines of Qt and dOt */
+    for (int64_t i0b = 0; i0b < rows && !dp; i0b += 16) {
+        int64_t n = burst_cpu_min64(16, rows - i0b);
+        for (int64_t i = i0b; i < i0b + n; i++) {
             load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
             load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d,
                      1.0f);
         }
-        for (int64_t c = 0; c < d && !dp; c++) {
-            sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
-            sc->dot[c * BR + i] = sc->don[i * d + c];
-        }
+        for (int64_t c = 0; c < d; c++)
+            for (int64_t i = i0b; i < i0b + n; i++) {
+                sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
+                sc->dot[c * BR + i] = sc->don[i * d + c];
+            }
+    }
+    for (int64_t i = 0; i < rows; i++) {
         float lse = a->lse[(b * job->dim.hq + h) * nq + i0 + i];
         /* a row without any key (lse = -inf) gets P = 0 */
         sc->lse2[i] = lse == -(float)INFINITY ? (float)INFINITY : lse * 1.4426950408889634f;
@@ -223,7 +229,7 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     if (cap > 0.0f)
         cap_tile(sc->s, BR, ra, rb, jn, cap);
     if (!full)
-        mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
+        mask_tile(sc->s, BR, ra, rb, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
     if (cap > 0.0f && want_ds) {
         bwd_product(dp, jn, BR, ra, rb, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
         bwd_capped_ds(sc, jn, BR, ra, rb, cap, a->scale);
