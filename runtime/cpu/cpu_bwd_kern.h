@@ -10,12 +10,16 @@
  *   dPt = V dOt
  *   dSt = tau Pt (dPt - D)
  *   dV[J] += Pt dO,  dK[J] += dSt Q,  dQ[tile] += dSt^T K   (added straight into the outputs)
- * Every output element receives its contributions in one fixed order: dQ rows over K tiles in
- * increasing J; dK/dV rows over (head of the group, Q tile) in increasing order. The three
- * schedules below all keep that order and compute a pair with the same code, so their results
- * are bitwise identical and independent of the thread count:
+ * A Q tile's K tiles run from its first allowed key in steps of BC, each clipped to the end of
+ * a document (burst_cpu_ktile_end). Every output element receives its contributions in one fixed
+ * order: dQ rows over those K tiles in increasing order; dK/dV rows over (head of the group,
+ * Q tile) in increasing order. A key row's dK/dV term from one Q tile is a sum over the tile's
+ * rows that does not depend on which K tile holds the key (rows without the key add exact
+ * zeros), so bwd_item_kv may take K tiles on the fixed grid of BC. The three schedules below
+ * keep that order and compute a pair with the same code, so their results are bitwise
+ * identical and independent of the thread count:
  *   bwd_item_group  (b, g): every pair of the group, dQ, dK and dV at once
- *   bwd_item_kv     (b, g, J): the pairs of one K tile, dK and dV only
+ *   bwd_item_kv     (b, g, J): the Q tiles of K tile J = [J BC, (J + 1) BC), dK and dV only
  *   bwd_item_q      (b, h, Q tile): the pairs of one Q tile, dQ only
  * In the avx512bf16 and avx512amx variants with bf16 Q, K, V and dO all five products run on
  * bf16 dot products (cpu_tile_dpbf16.h): St and dPt from the inputs' own bits, the dV, dK and dQ
@@ -210,26 +214,28 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     const int64_t d = job->dim.d, BR = job->br;
     const int64_t hq = job->dim.hq, hkv = job->dim.hkv, g = h / job->dim.group;
     const int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
-    const int full = cnt == BURST_CPU_BWD_BC && j0 >= r->kbmax && j0 + cnt <= r->kemin;
+    /* every row allows every key, and no padding key to mask */
+    const int full = cnt == jn && j0 >= r->kbmax && j0 + cnt <= r->kemin;
     const int want_ds = want_dq || (want_dkv && a->dk);
 
     const int dp = bwd_dp(a);
     const float cap = a->softcap * 1.4426950408889634f; /* in the log2 units of St */
     /* the rows with a key in the tile, whole vectors of them (as in the forward): the others
      * add nothing to any gradient (dp: every row) */
-    int64_t ra = 0, rb = BR;
-    if (!full && !dp) {
+    int64_t ra = 0, rb = rows;
+    if (!full && !dp)
         burst_cpu_row_run(sc->kb, sc->ke, rows, j0, j0 + cnt, &ra, &rb);
-        ra = ra / VL * VL;
-        rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
-    }
+    if (dp)
+        rb = BR;
+    ra = ra / VL * VL;
+    rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
     const int64_t rr = burst_cpu_min64(rb, rows) - ra; /* real rows of the run */
     bwd_product(dp, jn, BR, ra, rb, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
     if (cap > 0.0f)
         cap_tile(sc->s, BR, ra, rb, jn, cap);
     if (!full)
-        mask_tile(sc->s, BR, ra, rb, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
+        mask_tile(sc->s, BR, ra, rb, cnt, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
     if (cap > 0.0f && want_ds) {
         bwd_product(dp, jn, BR, ra, rb, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
         bwd_capped_ds(sc, jn, BR, ra, rb, cap, a->scale);
@@ -313,13 +319,14 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
             if (r.kmin >= r.kmax)
                 continue;
             bwd_load_q(job, &sc, b, h, i0, rows);
-            for (int64_t jt = r.kmin / BC; jt * BC < r.kmax; jt++) {
-                int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+            for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
+                j1 = burst_cpu_ktile_end(&a->kpos, a->mask, j0, BC, r.kmax);
+                int64_t cnt = j1 - j0;
                 if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
                     continue;
                 bwd_load_k(job, &sc, b, g, j0, cnt,
                            (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
-                bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 1);
+                bwd_prefetch_k(job, b, g, j1, r.kmax, 1);
                 bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, a->dq != NULL, 1);
             }
         }
@@ -370,12 +377,13 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
     if (r.kmin >= r.kmax)
         return;
     bwd_load_q(job, &sc, b, h, i0, rows);
-    for (int64_t jt = r.kmin / BC; jt * BC < r.kmax; jt++) {
-        int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+    for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
+        j1 = burst_cpu_ktile_end(&a->kpos, a->mask, j0, BC, r.kmax);
+        int64_t cnt = j1 - j0;
         if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
             continue;
         bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
-        bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 0);
+        bwd_prefetch_k(job, b, g, j1, r.kmax, 0);
         bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, 1, 0);
     }
 }

@@ -202,34 +202,37 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         sc.l[i] = 0.0f;
     }
 
-    for (int64_t j0 = r.kmin; j0 < r.kmax; j0 += BC) {
-        int64_t cnt = burst_cpu_min64(BC, r.kmax - j0);
+    for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
+        j1 = burst_cpu_ktile_end(&a->kpos, a->mask, j0, BC, r.kmax);
+        int64_t cnt = j1 - j0;
         int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
-        int full = cnt == BC && j0 >= r.kbmax && j0 + BC <= r.kemin;
-        if (!full && !burst_cpu_any_allowed(sc.kb, sc.ke, rows, j0, j0 + cnt))
+        /* every row allows every key, and no padding key to mask */
+        int full = cnt == jn && j0 >= r.kbmax && j1 <= r.kemin;
+        if (!full && !burst_cpu_any_allowed(sc.kb, sc.ke, rows, j0, j1))
             continue;
 
         fwd_load_kv(&sc, a, b, j0, cnt, jn, g, dp);
 
-        if (j0 + BC < r.kmax) { /* next tile on its way while this one computes */
-            int64_t nn = burst_cpu_min64(BC, r.kmax - j0 - BC);
-            burst_cpu_prefetch_view(a->k, b, j0 + BC, nn, g);
-            burst_cpu_prefetch_view(a->v, b, j0 + BC, nn, g);
+        if (j1 < r.kmax) { /* next tile on its way while this one computes */
+            int64_t nn = burst_cpu_min64(BC, r.kmax - j1);
+            burst_cpu_prefetch_view(a->k, b, j1, nn, g);
+            burst_cpu_prefetch_view(a->v, b, j1, nn, g);
         }
         /* the queries with a key in the tile: a run of rows, both ends of the rows' intervals
          * increasing with the row (a document boundary inside the Q tile leaves the rows past
          * it out of the earlier document's key tiles); whole vectors of rows */
-        int64_t ra = 0, rb = BR;
-        if (!full && !dp) {
-            burst_cpu_row_run(sc.kb, sc.ke, rows, j0, j0 + cnt, &ra, &rb);
-            ra = ra / VL * VL;
-            rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
-        }
+        int64_t ra = 0, rb = rows;
+        if (!full && !dp)
+            burst_cpu_row_run(sc.kb, sc.ke, rows, j0, j1, &ra, &rb);
+        if (dp)
+            rb = BR;
+        ra = ra / VL * VL;
+        rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
         fwd_scores(&sc, jn, d, BR, ra, rb, qmul, dp);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, BR, ra, rb, jn, a->softcap * 1.4426950408889634f);
         if (!full)
-            mask_tile(sc.s, BR, ra, rb, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
+            mask_tile(sc.s, BR, ra, rb, cnt, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 
         fwd_softmax(&sc, jn, BR, ra, rb, dp);
         fwd_pv(&sc, jn, d, BR, ra, rb, dp);

@@ -197,6 +197,23 @@ static inline struct burst_cpu_rows burst_cpu_intervals(const struct burst_posma
     return r;
 }
 
+/* End of the K tile that starts at local key j0: j0 + bc, clipped to kmax and, with documents,
+ * to the end of the document holding key j0. A tile then holds one document's keys, so the rows
+ * that need it are that document's rows only, and a document's tiles start at its first key
+ * (a Q tile that straddles documents computes no pair across a boundary). Without documents the
+ * tiles are steps of bc from j0. */
+static inline int64_t burst_cpu_ktile_end(const struct burst_posmap *kpos, struct burst_mask mask,
+                                          int64_t j0, int64_t bc, int64_t kmax)
+{
+    int64_t j1 = burst_cpu_min64(j0 + bc, kmax);
+    if (mask.docs && mask.ndocs > 1) {
+        int64_t db, de;
+        burst_mask_doc(mask, burst_posmap_pos(kpos, j0), &db, &de);
+        j1 = burst_cpu_min64(j1, burst_posmap_count_le(kpos, de - 1));
+    }
+    return j1;
+}
+
 /* Does any row of the tile allow a key of [j0, j1)? */
 static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, int64_t rows,
                                         int64_t j0, int64_t j1)
