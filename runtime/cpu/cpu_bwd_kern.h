@@ -222,13 +222,9 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     const float cap = a->softcap * 1.4426950408889634f; /* in the log2 units of St */
     /* the rows with a key in the tile, whole vectors of them (as in the forward): the others
      * add nothing to any gradient (dp: every row) */
-    int64_t ra = 0, rb = rows;
-    if (!full && !dp)
-        burst_cpu_row_run(sc->kb, sc->ke, rows, j0, j0 + cnt, &ra, &rb);
-    if (dp)
-        rb = BR;
-    ra = ra / VL * VL;
-    rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
+    int64_t ra = 0, rb = BR;
+    if (!dp)
+        burst_cpu_row_span(sc->kb, sc->ke, rows, j0, j0 + cnt, VL, BR, &ra, &rb);
     const int64_t rr = burst_cpu_min64(rb, rows) - ra; /* real rows of the run */
     bwd_product(dp, jn, BR, ra, rb, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
@@ -320,7 +316,8 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
                 continue;
             bwd_load_q(job, &sc, b, h, i0, rows);
             for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
-                j1 = burst_cpu_ktile_end(&a->kpos, a->mask, j0, BC, r.kmax);
+                j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
+                                          BURST_CPU_MR, VL, !bwd_dp(a));
                 int64_t cnt = j1 - j0;
                 if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
                     continue;
@@ -378,7 +375,8 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
         return;
     bwd_load_q(job, &sc, b, h, i0, rows);
     for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
-        j1 = burst_cpu_ktile_end(&a->kpos, a->mask, j0, BC, r.kmax);
+        j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
+                                  BURST_CPU_MR, VL, !bwd_dp(a));
         int64_t cnt = j1 - j0;
         if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
             continue;

@@ -70,8 +70,11 @@ KATTR void fwd_load_q(struct burst_cpu_fwd_scratch *sc, const struct burst_tenso
      * times slower */
     for (int64_t i = 0; i < rows; i += 16) {
         int64_t n = burst_cpu_min64(16, rows - i);
-        for (int64_t r = 0; r < n; r++)
+        for (int64_t r = 0; r < n; r++) {
+            if (i + r + 16 < rows) /* the next block on its way */
+                burst_cpu_prefetch_view(q, b, i0 + i + r + 16, 1, h);
             load_row(sc->o + r * d, burst_cpu_row(q, b, i0 + i + r, h), q->dtype, d, mul);
+        }
         for (int64_t c = 0; c < d; c++)
             for (int64_t r = 0; r < n; r++)
                 sc->qt[c * BR + i + r] = sc->o[r * d + c];
@@ -203,7 +206,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     }
 
     for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
-        j1 = burst_cpu_ktile_end(&a->kpos, a->mask, j0, BC, r.kmax);
+        j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
+                                  BURST_CPU_MR, VL, !dp);
         int64_t cnt = j1 - j0;
         int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
         /* every row allows every key, and no padding key to mask */
@@ -221,13 +225,9 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         /* the queries with a key in the tile: a run of rows, both ends of the rows' intervals
          * increasing with the row (a document boundary inside the Q tile leaves the rows past
          * it out of the earlier document's key tiles); whole vectors of rows */
-        int64_t ra = 0, rb = rows;
-        if (!full && !dp)
-            burst_cpu_row_run(sc.kb, sc.ke, rows, j0, j1, &ra, &rb);
-        if (dp)
-            rb = BR;
-        ra = ra / VL * VL;
-        rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
+        int64_t ra = 0, rb = BR;
+        if (!dp)
+            burst_cpu_row_span(sc.kb, sc.ke, rows, j0, j1, VL, BR, &ra, &rb);
         fwd_scores(&sc, jn, d, BR, ra, rb, qmul, dp);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, BR, ra, rb, jn, a->softcap * 1.4426950408889634f);
@@ -241,6 +241,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     /* fused merge into the running (o_acc, lse_acc) */
     const float *lse_row = a->lse_acc + (b * hq + h) * nq + i0;
     for (int64_t i = 0; i < rows; i++) {
+        if (i + 8 < rows) /* a later row of o_acc on its way */
+            burst_cpu_prefetch(a->o_acc + ((b * nq + i0 + i + 8) * hq + h) * d, 4, 0, 0, 1, d, 1);
         /* l == 0 exactly when the row has no allowed key in this block (every allowed key
          * contributes 2^0 = 1 at the row maximum): leave the row untouched. A NaN or inf input
          * makes l NaN, which falls through and propagates instead of masquerading as masked. */
