@@ -87,6 +87,10 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
     for (int64_t i0b = 0; i0b < rows && !dp; i0b += 16) {
         int64_t n = burst_cpu_min64(16, rows - i0b);
         for (int64_t i = i0b; i < i0b + n; i++) {
+            if (i + 16 < rows) { /* the next block on its way */
+                burst_cpu_prefetch_view(a->q, b, i0 + i + 16, 1, h);
+                burst_cpu_prefetch_view(a->dout, b, i0 + i + 16, 1, h);
+            }
             load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
             load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d,
                      1.0f);
@@ -140,17 +144,17 @@ KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
     }
 }
 
-/* C [jn x BR] = A B^T of a K-side tile A (jn x d) and a Q-side tile B (BR x d): on bf16 dot
- * products of ah and bp, times mul, when dp; else in fp32 from af and the transposed bt, whose
- * scale is already in bt (mul is then unused). */
+/* Columns [ra, rb) of C [jn x BR] = A B^T of a K-side tile A (jn x d) and a Q-side tile B
+ * (BR x d): on bf16 dot products of ah and bp, times mul, when dp; else in fp32 from af and the
+ * transposed bt, whose scale is already in bt (mul is then unused). */
 KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t ra, int64_t rb, int64_t d,
                        const uint16_t *ah, const uint32_t *bp, const float *af, const float *bt,
                        float *c, float mul)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(jn, BR, d / 2, (const uint32_t *)(const void *)ah, d / 2, 1, bp, BR, c, BR,
-                BURST_CPU_STORE, mul, NULL);
+        gemm_dp(jn, rb - ra, d / 2, (const uint32_t *)(const void *)ah, d / 2, 1, bp + ra, BR,
+                c + ra, BR, BURST_CPU_STORE, mul, NULL);
         return;
     }
 #endif
@@ -221,10 +225,10 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     const int dp = bwd_dp(a);
     const float cap = a->softcap * 1.4426950408889634f; /* in the log2 units of St */
     /* the rows with a key in the tile, whole vectors of them (as in the forward): the others
-     * add nothing to any gradient (dp: every row) */
-    int64_t ra = 0, rb = BR;
-    if (!dp)
-        burst_cpu_row_span(sc->kb, sc->ke, rows, j0, j0 + cnt, VL, BR, &ra, &rb);
+     * add nothing to any gradient (dp: their P and dS are set to 0, and the products over the
+     * tile's rows take every row) */
+    int64_t ra, rb;
+    burst_cpu_row_span(sc->kb, sc->ke, rows, j0, j0 + cnt, VL, BR, &ra, &rb);
     const int64_t rr = burst_cpu_min64(rb, rows) - ra; /* real rows of the run */
     bwd_product(dp, jn, BR, ra, rb, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
@@ -258,6 +262,13 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     float *dq = want_dq ? a->dq + ((b * job->dim.nq + i0) * hq + h) * d : NULL;
 #ifdef BURST_CPU_DPBF16
     if (dp) {
+        for (int64_t j = 0; j < jn && (ra > 0 || rb < BR); j++) {
+            float *rows_of[2] = {sc->s + j * BR, want_ds ? sc->ds + j * BR : NULL};
+            for (int k = 0; k < 2 && rows_of[k]; k++) {
+                memset(rows_of[k], 0, sizeof(float) * (size_t)ra);
+                memset(rows_of[k] + rb, 0, sizeof(float) * (size_t)(BR - rb));
+            }
+        }
         bwd_grads_dp(sc, BR, d, rows, cnt, jn, dv, dk, dq, hkv * d, hq * d);
         return;
     }

@@ -107,14 +107,14 @@ KATTR void fwd_load_kv(struct burst_cpu_fwd_scratch *sc, const struct burst_fwd_
 }
 
 /* St = K Qt [jn x BR], in log2 units (Qt pre-scaled by mul, or mul applied after the bf16 dot
- * products), for the queries [ra, rb) (multiples of VL; the whole tile when dp). */
+ * products), for the queries [ra, rb) (a multiple of VL of them). */
 KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR,
                       int64_t ra, int64_t rb, float mul, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(jn, BR, d / 2, (const uint32_t *)(const void *)sc->kh, d / 2, 1, sc->qp, BR, sc->s,
-                BR, BURST_CPU_STORE, mul, NULL);
+        gemm_dp(jn, rb - ra, d / 2, (const uint32_t *)(const void *)sc->kh, d / 2, 1, sc->qp + ra,
+                BR, sc->s + ra, BR, BURST_CPU_STORE, mul, NULL);
         return;
     }
 #endif
@@ -158,15 +158,14 @@ KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR,
 }
 
 /* O = alpha O + P^T V over the jn keys of the tile: P in sc->s (key-major), or (dp) its bf16
- * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products; queries [ra, rb) (dp: all,
- * the others' alpha being 1 and P 0). */
+ * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products; queries [ra, rb). */
 KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR, int64_t ra,
                   int64_t rb, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(BR, d, jn / 2, sc->pp, 1, BR, sc->vp, d, sc->o, d, BURST_CPU_SCALE, 1.0f,
-                sc->alpha);
+        gemm_dp(rb - ra, d, jn / 2, sc->pp + ra, 1, BR, sc->vp, d, sc->o + ra * d, d,
+                BURST_CPU_SCALE, 1.0f, sc->alpha + ra);
         return;
     }
 #endif
@@ -207,7 +206,7 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
 
     for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
         j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
-                                  BURST_CPU_MR, VL, !dp);
+                                  BURST_CPU_MR, VL, 1);
         int64_t cnt = j1 - j0;
         int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
         /* every row allows every key, and no padding key to mask */
@@ -225,9 +224,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         /* the queries with a key in the tile: a run of rows, both ends of the rows' intervals
          * increasing with the row (a document boundary inside the Q tile leaves the rows past
          * it out of the earlier document's key tiles); whole vectors of rows */
-        int64_t ra = 0, rb = BR;
-        if (!dp)
-            burst_cpu_row_span(sc.kb, sc.ke, rows, j0, j1, VL, BR, &ra, &rb);
+        int64_t ra, rb;
+        burst_cpu_row_span(sc.kb, sc.ke, rows, j0, j1, VL, BR, &ra, &rb);
         fwd_scores(&sc, jn, d, BR, ra, rb, qmul, dp);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, BR, ra, rb, jn, a->softcap * 1.4426950408889634f);
