@@ -176,9 +176,26 @@ static inline struct burst_cpu_rows burst_cpu_intervals(const struct burst_posma
                                                         int64_t *kb, int64_t *ke)
 {
     struct burst_cpu_rows r = {INT64_MAX, 0, 0, INT64_MAX};
+    /* burst_mask_keys of the window alone, clipped to the keys of the row's document: the
+     * same interval (burst_posmap_count_le is nondecreasing), with the document's search and
+     * key bounds done once per document instead of once per row */
+    struct burst_mask window = mask;
+    window.docs = NULL;
+    window.ndocs = 0;
+    const int with_docs = mask.docs && mask.ndocs > 1;
+    int64_t db = 0, de = 0, dlo = 0, dhi = 0; /* the last row's document and its keys */
     for (int64_t i = 0; i < rows; i++) {
-        int64_t lo, hi;
-        burst_mask_keys(kpos, mask, burst_posmap_pos(qpos, i0 + i), &lo, &hi);
+        int64_t lo, hi, pos = burst_posmap_pos(qpos, i0 + i);
+        burst_mask_keys(kpos, window, pos, &lo, &hi);
+        if (with_docs) {
+            if (pos < db || pos >= de) {
+                burst_mask_doc(mask, pos, &db, &de);
+                dlo = burst_posmap_count_le(kpos, db - 1);
+                dhi = burst_posmap_count_le(kpos, de - 1);
+            }
+            lo = burst_cpu_max64(lo, dlo);
+            hi = burst_cpu_min64(hi, dhi);
+        }
         lo = burst_cpu_max64(lo, 0);
         hi = burst_cpu_min64(hi, nk);
         if (hi < lo)
