@@ -10,12 +10,16 @@
  *   dPt = V dOt
  *   dSt = tau Pt (dPt - D)
  *   dV[J] += Pt dO,  dK[J] += dSt Q,  dQ[tile] += dSt^T K   (added straight into the outputs)
- * Every output element receives its contributions in one fixed order: dQ rows over K tiles in
- * increasing J; dK/dV rows over (head of the group, Q tile) in increasing order. The three
- * schedules below all keep that order and compute a pair with the same code, so their results
- * are bitwise identical and independent of the thread count:
+ * A Q tile's K tiles run from its first allowed key in steps of BC, each clipped to the end of
+ * a document (burst_cpu_ktile_end). Every output element receives its contributions in one fixed
+ * order: dQ rows over those K tiles in increasing order; dK/dV rows over (head of the group,
+ * Q tile) in increasing order. A key row's dK/dV term from one Q tile is a sum over the tile's
+ * rows that does not depend on which K tile holds the key (rows without the key add exact
+ * zeros), so bwd_item_kv may take K tiles on the fixed grid of BC. The three schedules below
+ * keep that order and compute a pair with the same code, so their results are bitwise
+ * identical and independent of the thread count:
  *   bwd_item_group  (b, g): every pair of the group, dQ, dK and dV at once
- *   bwd_item_kv     (b, g, J): the pairs of one K tile, dK and dV only
+ *   bwd_item_kv     (b, g, J): the Q tiles of K tile J = [J BC, (J + 1) BC), dK and dV only
  *   bwd_item_q      (b, h, Q tile): the pairs of one Q tile, dQ only
  * In the avx512bf16 and avx512amx variants with bf16 Q, K, V and dO all five products run on
  * bf16 dot products (cpu_tile_dpbf16.h): St and dPt from the inputs' own bits, the dV, dK and dQ
@@ -78,16 +82,26 @@ KATTR void bwd_load_q(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
         pack_row_pairs(sc->dov, a->dout, b, i0, rows, BR / 2, h);
     }
 #endif
-    for (int64_t i = 0; i < rows; i++) {
-        if (!dp) {
+    /* Q and dO row-major, then transposed a block of 16 rows at a time, so that each block's
+     * columns are whole cache lines of Qt and dOt */
+    for (int64_t i0b = 0; i0b < rows && !dp; i0b += 16) {
+        int64_t n = burst_cpu_min64(16, rows - i0b);
+        for (int64_t i = i0b; i < i0b + n; i++) {
+            if (i + 16 < rows) { /* the next block on its way */
+                burst_cpu_prefetch_view(a->q, b, i0 + i + 16, 1, h);
+                burst_cpu_prefetch_view(a->dout, b, i0 + i + 16, 1, h);
+            }
             load_row(sc->qn + i * d, burst_cpu_row(a->q, b, i0 + i, h), a->q->dtype, d, 1.0f);
             load_row(sc->don + i * d, burst_cpu_row(a->dout, b, i0 + i, h), a->dout->dtype, d,
                      1.0f);
         }
-        for (int64_t c = 0; c < d && !dp; c++) {
-            sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
-            sc->dot[c * BR + i] = sc->don[i * d + c];
-        }
+        for (int64_t c = 0; c < d; c++)
+            for (int64_t i = i0b; i < i0b + n; i++) {
+                sc->qt[c * BR + i] = sc->qn[i * d + c] * qmul;
+                sc->dot[c * BR + i] = sc->don[i * d + c];
+            }
+    }
+    for (int64_t i = 0; i < rows; i++) {
         float lse = a->lse[(b * job->dim.hq + h) * nq + i0 + i];
         /* a row without any key (lse = -inf) gets P = 0 */
         sc->lse2[i] = lse == -(float)INFINITY ? (float)INFINITY : lse * 1.4426950408889634f;
@@ -130,17 +144,17 @@ KATTR void bwd_load_k(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_
     }
 }
 
-/* C [jn x BR] = A B^T of a K-side tile A (jn x d) and a Q-side tile B (BR x d): on bf16 dot
- * products of ah and bp, times mul, when dp; else in fp32 from af and the transposed bt, whose
- * scale is already in bt (mul is then unused). */
+/* Columns [ra, rb) of C [jn x BR] = A B^T of a K-side tile A (jn x d) and a Q-side tile B
+ * (BR x d): on bf16 dot products of ah and bp, times mul, when dp; else in fp32 from af and the
+ * transposed bt, whose scale is already in bt (mul is then unused). */
 KATTR void bwd_product(int dp, int64_t jn, int64_t BR, int64_t ra, int64_t rb, int64_t d,
                        const uint16_t *ah, const uint32_t *bp, const float *af, const float *bt,
                        float *c, float mul)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(jn, BR, d / 2, (const uint32_t *)(const void *)ah, d / 2, 1, bp, BR, c, BR,
-                BURST_CPU_STORE, mul, NULL);
+        gemm_dp(jn, rb - ra, d / 2, (const uint32_t *)(const void *)ah, d / 2, 1, bp + ra, BR,
+                c + ra, BR, BURST_CPU_STORE, mul, NULL);
         return;
     }
 #endif
@@ -204,26 +218,24 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     const int64_t d = job->dim.d, BR = job->br;
     const int64_t hq = job->dim.hq, hkv = job->dim.hkv, g = h / job->dim.group;
     const int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
-    const int full = cnt == BURST_CPU_BWD_BC && j0 >= r->kbmax && j0 + cnt <= r->kemin;
+    /* every row allows every key, and no padding key to mask */
+    const int full = cnt == jn && j0 >= r->kbmax && j0 + cnt <= r->kemin;
     const int want_ds = want_dq || (want_dkv && a->dk);
 
     const int dp = bwd_dp(a);
     const float cap = a->softcap * 1.4426950408889634f; /* in the log2 units of St */
     /* the rows with a key in the tile, whole vectors of them (as in the forward): the others
-     * add nothing to any gradient (dp: every row) */
-    int64_t ra = 0, rb = BR;
-    if (!full && !dp) {
-        burst_cpu_row_run(sc->kb, sc->ke, rows, j0, j0 + cnt, &ra, &rb);
-        ra = ra / VL * VL;
-        rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
-    }
+     * add nothing to any gradient (dp: their P and dS are set to 0, and the products over the
+     * tile's rows take every row) */
+    int64_t ra, rb;
+    burst_cpu_row_span(sc->kb, sc->ke, rows, j0, j0 + cnt, VL, BR, &ra, &rb);
     const int64_t rr = burst_cpu_min64(rb, rows) - ra; /* real rows of the run */
     bwd_product(dp, jn, BR, ra, rb, d, sc->kh, sc->qp, sc->k, sc->qt, sc->s,
                 a->scale * 1.4426950408889634f);
     if (cap > 0.0f)
         cap_tile(sc->s, BR, ra, rb, jn, cap);
     if (!full)
-        mask_tile(sc->s, BR, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
+        mask_tile(sc->s, BR, ra, rb, cnt, jn, j0, sc->kb, sc->ke, sc->kbf, sc->kef);
     if (cap > 0.0f && want_ds) {
         bwd_product(dp, jn, BR, ra, rb, d, sc->vh, sc->dop, sc->v, sc->dot, sc->ds, 1.0f);
         bwd_capped_ds(sc, jn, BR, ra, rb, cap, a->scale);
@@ -250,6 +262,13 @@ KATTR void bwd_pair(const struct burst_cpu_bwd_job *job, struct burst_cpu_bwd_sc
     float *dq = want_dq ? a->dq + ((b * job->dim.nq + i0) * hq + h) * d : NULL;
 #ifdef BURST_CPU_DPBF16
     if (dp) {
+        for (int64_t j = 0; j < jn && (ra > 0 || rb < BR); j++) {
+            float *rows_of[2] = {sc->s + j * BR, want_ds ? sc->ds + j * BR : NULL};
+            for (int k = 0; k < 2 && rows_of[k]; k++) {
+                memset(rows_of[k], 0, sizeof(float) * (size_t)ra);
+                memset(rows_of[k] + rb, 0, sizeof(float) * (size_t)(BR - rb));
+            }
+        }
         bwd_grads_dp(sc, BR, d, rows, cnt, jn, dv, dk, dq, hkv * d, hq * d);
         return;
     }
@@ -307,13 +326,15 @@ KENTRY void bwd_item_group(void *ctx, int64_t item, void *scratch)
             if (r.kmin >= r.kmax)
                 continue;
             bwd_load_q(job, &sc, b, h, i0, rows);
-            for (int64_t jt = r.kmin / BC; jt * BC < r.kmax; jt++) {
-                int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+            for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
+                j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
+                                          BURST_CPU_MR, VL, !bwd_dp(a));
+                int64_t cnt = j1 - j0;
                 if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
                     continue;
                 bwd_load_k(job, &sc, b, g, j0, cnt,
                            (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
-                bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 1);
+                bwd_prefetch_k(job, b, g, j1, r.kmax, 1);
                 bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, a->dq != NULL, 1);
             }
         }
@@ -364,12 +385,14 @@ KENTRY void bwd_item_q(void *ctx, int64_t item, void *scratch)
     if (r.kmin >= r.kmax)
         return;
     bwd_load_q(job, &sc, b, h, i0, rows);
-    for (int64_t jt = r.kmin / BC; jt * BC < r.kmax; jt++) {
-        int64_t j0 = jt * BC, cnt = burst_cpu_min64(BC, job->dim.nk - j0);
+    for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
+        j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
+                                  BURST_CPU_MR, VL, !bwd_dp(a));
+        int64_t cnt = j1 - j0;
         if (!bwd_pair_live(&sc, &r, rows, j0, cnt))
             continue;
         bwd_load_k(job, &sc, b, g, j0, cnt, (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR);
-        bwd_prefetch_k(job, b, g, j0 + BC, r.kmax, 0);
+        bwd_prefetch_k(job, b, g, j1, r.kmax, 0);
         bwd_pair(job, &sc, &r, b, h, i0, rows, j0, cnt, 1, 0);
     }
 }

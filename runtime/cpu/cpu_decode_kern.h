@@ -134,7 +134,7 @@ KENTRY void decode_item(void *ctx, int64_t item, void *scratch)
         if (a->softcap > 0.0f)
             cap_tile(sc.s, Rp, 0, Rp, jn, a->softcap * 1.4426950408889634f);
         if (jn > cnt || j0 + cnt > all)
-            mask_tile(sc.s, Rp, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
+            mask_tile(sc.s, Rp, 0, Rp, cnt, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
         decode_softmax(&sc, jn, Rp);
         gemm(R, d, jn, sc.s, 1, Rp, sc.v, d, sc.o, d, BURST_CPU_SCALE, sc.alpha);
     }

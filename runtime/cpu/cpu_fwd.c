@@ -20,7 +20,6 @@ struct burst_cpu_fwd_scratch {
     float *k, *v;                     /* [BC][d] */
     float *s;                         /* [BC][BR] scores, then probabilities */
     float *m, *l, *alpha, *kbf, *kef; /* [BR] */
-    float *tmp;                       /* [d] */
     int64_t *kb, *ke;                 /* [BR] */
     uint32_t *qp;                     /* [d/2][BR] bf16 pairs of Q (avx512bf16 only) */
     uint16_t *kh;                     /* [BC][d]   bf16 K tile (avx512bf16 only) */
@@ -31,8 +30,8 @@ struct burst_cpu_fwd_scratch {
 static size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_FWD_BC_DP; /* the larger of the two */
-    return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + d + 4 * BR + d * BR / 2 +
-                    BC * d / 2 + BC * d / 2 + BC * BR / 2);
+    return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + 4 * BR + d * BR / 2 + BC * d / 2 +
+                    BC * d / 2 + BC * BR / 2);
 }
 
 static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d, int64_t BR)
@@ -50,7 +49,6 @@ static struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t 
     s.alpha = p, p += BR;
     s.kbf = p, p += BR;
     s.kef = p, p += BR;
-    s.tmp = p, p += d;
     s.kb = (int64_t *)(void *)p; /* offset is a multiple of 8 floats: aligned */
     s.ke = s.kb + BR;
     s.qp = (uint32_t *)(void *)(s.ke + BR);

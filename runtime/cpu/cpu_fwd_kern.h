@@ -52,7 +52,8 @@ KATTR int fwd_dp(const struct burst_fwd_args *a)
 #endif
 }
 
-/* The Q tile: Qt = mul Q^T in fp32 (zero columns past rows), or Q's bf16 pairs (dp). */
+/* The Q tile: Qt = mul Q^T in fp32 (zero columns past rows), or Q's bf16 pairs (dp); sc->o is
+ * left holding scratch values. */
 KATTR void fwd_load_q(struct burst_cpu_fwd_scratch *sc, const struct burst_tensor *q, int64_t b,
                       int64_t i0, int64_t rows, int64_t h, int64_t d, int64_t BR, float mul, int dp)
 {
@@ -63,10 +64,20 @@ KATTR void fwd_load_q(struct burst_cpu_fwd_scratch *sc, const struct burst_tenso
     }
 #endif
     (void)dp;
-    for (int64_t i = 0; i < rows; i++) {
-        load_row(sc->tmp, burst_cpu_row(q, b, i0 + i, h), q->dtype, d, mul);
+    /* through sc->o (the caller clears it afterwards) in blocks of 16 rows, so that each
+     * block's transposed columns are whole cache lines of Qt: storing a row's d values as
+     * they load, one per column, keeps d lines BR floats apart in flight and is several
+     * times slower */
+    for (int64_t i = 0; i < rows; i += 16) {
+        int64_t n = burst_cpu_min64(16, rows - i);
+        for (int64_t r = 0; r < n; r++) {
+            if (i + r + 16 < rows) /* the next block on its way */
+                burst_cpu_prefetch_view(q, b, i0 + i + r + 16, 1, h);
+            load_row(sc->o + r * d, burst_cpu_row(q, b, i0 + i + r, h), q->dtype, d, mul);
+        }
         for (int64_t c = 0; c < d; c++)
-            sc->qt[c * BR + i] = sc->tmp[c];
+            for (int64_t r = 0; r < n; r++)
+                sc->qt[c * BR + i + r] = sc->o[r * d + c];
     }
     for (int64_t c = 0; c < d && rows < BR; c++)
         memset(sc->qt + c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
@@ -96,14 +107,14 @@ KATTR void fwd_load_kv(struct burst_cpu_fwd_scratch *sc, const struct burst_fwd_
 }
 
 /* St = K Qt [jn x BR], in log2 units (Qt pre-scaled by mul, or mul applied after the bf16 dot
- * products), for the queries [ra, rb) (multiples of VL; the whole tile when dp). */
+ * products), for the queries [ra, rb) (a multiple of VL of them). */
 KATTR void fwd_scores(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR,
                       int64_t ra, int64_t rb, float mul, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(jn, BR, d / 2, (const uint32_t *)(const void *)sc->kh, d / 2, 1, sc->qp, BR, sc->s,
-                BR, BURST_CPU_STORE, mul, NULL);
+        gemm_dp(jn, rb - ra, d / 2, (const uint32_t *)(const void *)sc->kh, d / 2, 1, sc->qp + ra,
+                BR, sc->s + ra, BR, BURST_CPU_STORE, mul, NULL);
         return;
     }
 #endif
@@ -147,15 +158,14 @@ KATTR void fwd_softmax(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t BR,
 }
 
 /* O = alpha O + P^T V over the jn keys of the tile: P in sc->s (key-major), or (dp) its bf16
- * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products; queries [ra, rb) (dp: all,
- * the others' alpha being 1 and P 0). */
+ * pairs of adjacent keys in sc->pp, multiplied on bf16 dot products; queries [ra, rb). */
 KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64_t BR, int64_t ra,
                   int64_t rb, int dp)
 {
 #ifdef BURST_CPU_DPBF16
     if (dp) {
-        gemm_dp(BR, d, jn / 2, sc->pp, 1, BR, sc->vp, d, sc->o, d, BURST_CPU_SCALE, 1.0f,
-                sc->alpha);
+        gemm_dp(rb - ra, d, jn / 2, sc->pp + ra, 1, BR, sc->vp, d, sc->o + ra * d, d,
+                BURST_CPU_SCALE, 1.0f, sc->alpha + ra);
         return;
     }
 #endif
@@ -194,34 +204,33 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         sc.l[i] = 0.0f;
     }
 
-    for (int64_t j0 = r.kmin; j0 < r.kmax; j0 += BC) {
-        int64_t cnt = burst_cpu_min64(BC, r.kmax - j0);
+    for (int64_t j0 = r.kmin, j1; j0 < r.kmax; j0 = j1) {
+        j1 = burst_cpu_ktile_next(&a->kpos, a->mask, sc.kb, sc.ke, rows, j0, BC, r.kmax,
+                                  BURST_CPU_MR, VL, 1);
+        int64_t cnt = j1 - j0;
         int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
-        int full = cnt == BC && j0 >= r.kbmax && j0 + BC <= r.kemin;
-        if (!full && !burst_cpu_any_allowed(sc.kb, sc.ke, rows, j0, j0 + cnt))
+        /* every row allows every key, and no padding key to mask */
+        int full = cnt == jn && j0 >= r.kbmax && j1 <= r.kemin;
+        if (!full && !burst_cpu_any_allowed(sc.kb, sc.ke, rows, j0, j1))
             continue;
 
         fwd_load_kv(&sc, a, b, j0, cnt, jn, g, dp);
 
-        if (j0 + BC < r.kmax) { /* next tile on its way while this one computes */
-            int64_t nn = burst_cpu_min64(BC, r.kmax - j0 - BC);
-            burst_cpu_prefetch_view(a->k, b, j0 + BC, nn, g);
-            burst_cpu_prefetch_view(a->v, b, j0 + BC, nn, g);
+        if (j1 < r.kmax) { /* next tile on its way while this one computes */
+            int64_t nn = burst_cpu_min64(BC, r.kmax - j1);
+            burst_cpu_prefetch_view(a->k, b, j1, nn, g);
+            burst_cpu_prefetch_view(a->v, b, j1, nn, g);
         }
         /* the queries with a key in the tile: a run of rows, both ends of the rows' intervals
          * increasing with the row (a document boundary inside the Q tile leaves the rows past
          * it out of the earlier document's key tiles); whole vectors of rows */
-        int64_t ra = 0, rb = BR;
-        if (!full && !dp) {
-            burst_cpu_row_run(sc.kb, sc.ke, rows, j0, j0 + cnt, &ra, &rb);
-            ra = ra / VL * VL;
-            rb = burst_cpu_min64(BR, (rb + VL - 1) / VL * VL);
-        }
+        int64_t ra, rb;
+        burst_cpu_row_span(sc.kb, sc.ke, rows, j0, j1, VL, BR, &ra, &rb);
         fwd_scores(&sc, jn, d, BR, ra, rb, qmul, dp);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, BR, ra, rb, jn, a->softcap * 1.4426950408889634f);
         if (!full)
-            mask_tile(sc.s, BR, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
+            mask_tile(sc.s, BR, ra, rb, cnt, jn, j0, sc.kb, sc.ke, sc.kbf, sc.kef);
 
         fwd_softmax(&sc, jn, BR, ra, rb, dp);
         fwd_pv(&sc, jn, d, BR, ra, rb, dp);
@@ -230,6 +239,8 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     /* fused merge into the running (o_acc, lse_acc) */
     const float *lse_row = a->lse_acc + (b * hq + h) * nq + i0;
     for (int64_t i = 0; i < rows; i++) {
+        if (i + 8 < rows) /* a later row of o_acc on its way */
+            burst_cpu_prefetch(a->o_acc + ((b * nq + i0 + i + 8) * hq + h) * d, 4, 0, 0, 1, d, 1);
         /* l == 0 exactly when the row has no allowed key in this block (every allowed key
          * contributes 2^0 = 1 at the row maximum): leave the row untouched. A NaN or inf input
          * makes l NaN, which falls through and propagates instead of masquerading as masked. */

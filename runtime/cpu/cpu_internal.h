@@ -176,9 +176,26 @@ static inline struct burst_cpu_rows burst_cpu_intervals(const struct burst_posma
                                                         int64_t *kb, int64_t *ke)
 {
     struct burst_cpu_rows r = {INT64_MAX, 0, 0, INT64_MAX};
+    /* burst_mask_keys of the window alone, clipped to the keys of the row's document: the
+     * same interval (burst_posmap_count_le is nondecreasing), with the document's search and
+     * key bounds done once per document instead of once per row */
+    struct burst_mask window = mask;
+    window.docs = NULL;
+    window.ndocs = 0;
+    const int with_docs = mask.docs && mask.ndocs > 1;
+    int64_t db = 0, de = 0, dlo = 0, dhi = 0; /* the last row's document and its keys */
     for (int64_t i = 0; i < rows; i++) {
-        int64_t lo, hi;
-        burst_mask_keys(kpos, mask, burst_posmap_pos(qpos, i0 + i), &lo, &hi);
+        int64_t lo, hi, pos = burst_posmap_pos(qpos, i0 + i);
+        burst_mask_keys(kpos, window, pos, &lo, &hi);
+        if (with_docs) {
+            if (pos < db || pos >= de) {
+                burst_mask_doc(mask, pos, &db, &de);
+                dlo = burst_posmap_count_le(kpos, db - 1);
+                dhi = burst_posmap_count_le(kpos, de - 1);
+            }
+            lo = burst_cpu_max64(lo, dlo);
+            hi = burst_cpu_min64(hi, dhi);
+        }
         lo = burst_cpu_max64(lo, 0);
         hi = burst_cpu_min64(hi, nk);
         if (hi < lo)
@@ -197,6 +214,23 @@ static inline struct burst_cpu_rows burst_cpu_intervals(const struct burst_posma
     return r;
 }
 
+/* End of the K tile that starts at local key j0: j0 + bc, clipped to kmax and, with documents,
+ * to the end of the document holding key j0. A tile then holds one document's keys, so the rows
+ * that need it are that document's rows only, and a document's tiles start at its first key
+ * (a Q tile that straddles documents computes no pair across a boundary). Without documents the
+ * tiles are steps of bc from j0. */
+static inline int64_t burst_cpu_ktile_end(const struct burst_posmap *kpos, struct burst_mask mask,
+                                          int64_t j0, int64_t bc, int64_t kmax)
+{
+    int64_t j1 = burst_cpu_min64(j0 + bc, kmax);
+    if (mask.docs && mask.ndocs > 1) {
+        int64_t db, de;
+        burst_mask_doc(mask, burst_posmap_pos(kpos, j0), &db, &de);
+        j1 = burst_cpu_min64(j1, burst_posmap_count_le(kpos, de - 1));
+    }
+    return j1;
+}
+
 /* Does any row of the tile allow a key of [j0, j1)? */
 static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, int64_t rows,
                                         int64_t j0, int64_t j1)
@@ -210,17 +244,64 @@ static inline int burst_cpu_any_allowed(const int64_t *kb, const int64_t *ke, in
 /* The rows [*ra, *rb) of the tile with a key of [j0, j1) (rows < `rows`; empty: ra == rb): the
  * rows' intervals have nondecreasing ends, so those rows are a run, from the first whose interval
  * ends past j0 to the last that starts before j1 (rows with empty intervals inside it are masked
- * by the caller). */
+ * by the caller). Binary searches over the rows. */
 static inline void burst_cpu_row_run(const int64_t *kb, const int64_t *ke, int64_t rows, int64_t j0,
                                      int64_t j1, int64_t *ra, int64_t *rb)
 {
-    int64_t a = 0, b = rows;
-    while (a < rows && ke[a] <= j0)
-        a++;
-    while (b > a && kb[b - 1] >= j1)
-        b--;
+    int64_t lo = 0, hi = rows; /* first row with ke > j0 */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ke[mid] <= j0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *ra = lo;
+    hi = rows; /* first row at or past ra with kb >= j1 */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (kb[mid] < j1)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *rb = lo;
+}
+
+/* The rows a kernel computes for the tile [j0, j1): the run of burst_cpu_row_run from its first
+ * row, rounded up to whole vectors of vl rows, moved down where that would pass br (a multiple
+ * of vl). The extra rows are masked or padding. */
+static inline void burst_cpu_row_span(const int64_t *kb, const int64_t *ke, int64_t rows,
+                                      int64_t j0, int64_t j1, int64_t vl, int64_t br, int64_t *ra,
+                                      int64_t *rb)
+{
+    int64_t a, b;
+    burst_cpu_row_run(kb, ke, rows, j0, j1, &a, &b);
+    int64_t n = (b - a + vl - 1) / vl * vl;
+    if (a + n > br)
+        a = br - n;
     *ra = a;
-    *rb = b;
+    *rb = a + n;
+}
+
+/* The next K tile [j0, *j1) of a Q tile whose rows allow keys [kmin, kmax) (burst_cpu_rows):
+ * burst_cpu_ktile_end's, halved (at a multiple of mr) when the rows that need its second half
+ * start at least vl rows after those that need its first: on a causal diagonal the first half's
+ * rows would otherwise compute the second half's masked keys. With split 0 (kernels that
+ * compute every row of a tile) the tile is not halved. */
+static inline int64_t burst_cpu_ktile_next(const struct burst_posmap *kpos, struct burst_mask mask,
+                                           const int64_t *kb, const int64_t *ke, int64_t rows,
+                                           int64_t j0, int64_t bc, int64_t kmax, int64_t mr,
+                                           int64_t vl, int split)
+{
+    int64_t j1 = burst_cpu_ktile_end(kpos, mask, j0, bc, kmax);
+    int64_t mid = j0 + ((j1 - j0) / 2 + mr - 1) / mr * mr;
+    if (!split || mid >= j1)
+        return j1;
+    int64_t a0, b0, a1, b1;
+    burst_cpu_row_run(kb, ke, rows, j0, mid, &a0, &b0);
+    burst_cpu_row_run(kb, ke, rows, mid, j1, &a1, &b1);
+    return a0 < b0 && a1 >= a0 + vl ? mid : j1;
 }
 
 /* fp32 lanes of a variant's vectors (cpu_fwd.c; 0 when this target does not build it). */

@@ -120,15 +120,17 @@ KATTR void load_row(float *dst, const void *src, burst_dtype_t dt, int64_t d, fl
 #undef mask_tile
 #define mask_tile KFN(mask_tile)
 
-/* St[j][i] = -inf (j < jn, i < br) where key j0 + j is outside [kb[i], ke[i]); kbf/kef are br
- * floats of scratch. */
-KATTR void mask_tile(float *St, int64_t br, int64_t jn, int64_t j0, const int64_t *kb,
-                     const int64_t *ke, float *kbf, float *kef)
+/* St[j][i] = -inf (j < jn, ra <= i < rb) where key j0 + j is outside [kb[i], ke[i]) or is a
+ * padding key (j >= cnt: the keys past the tile may be allowed keys of the next tile); ra and
+ * rb are multiples of VL (rows outside them are left as they are); kbf/kef are br floats of
+ * scratch. */
+KATTR void mask_tile(float *St, int64_t br, int64_t ra, int64_t rb, int64_t cnt, int64_t jn,
+                     int64_t j0, const int64_t *kb, const int64_t *ke, float *kbf, float *kef)
 {
-    for (int64_t i = 0; i < br; i++) {
+    for (int64_t i = ra; i < rb; i++) {
         /* relative bounds, clamped so they stay exact in fp32 */
         int64_t lo = burst_cpu_min64(burst_cpu_max64(kb[i] - j0, -1), jn + 1);
-        int64_t hi = burst_cpu_min64(burst_cpu_max64(ke[i] - j0, -1), jn + 1);
+        int64_t hi = burst_cpu_min64(burst_cpu_max64(ke[i] - j0, -1), cnt);
         kbf[i] = (float)lo;
         kef[i] = (float)hi;
     }
@@ -136,7 +138,7 @@ KATTR void mask_tile(float *St, int64_t br, int64_t jn, int64_t j0, const int64_
     for (int64_t j = 0; j < jn; j++) {
         vf jf = vf_set1((float)j);
         float *s = St + j * br;
-        for (int64_t i = 0; i < br; i += VL)
+        for (int64_t i = ra; i < rb; i += VL)
             vf_store(s + i,
                      vf_in_range(vf_load(s + i), jf, vf_load(kbf + i), vf_load(kef + i), ninf));
     }

@@ -135,10 +135,15 @@ KATTR void pack_q_pairs(uint32_t *qp, const struct burst_tensor *q, int64_t b, i
                         int64_t rows, int64_t h, int64_t br)
 {
     const int64_t d2 = q->shape[3] / 2;
-    for (int64_t i = 0; i < rows; i++) {
-        const uint16_t *s = burst_cpu_row(q, b, i0 + i, h);
+    /* a block of 16 rows at a time, so that each block's stores fill whole cache lines of qp */
+    for (int64_t i = 0; i < rows; i += 16) {
+        const int64_t n = burst_cpu_min64(16, rows - i);
+        const uint16_t *s[16];
+        for (int64_t r = 0; r < n; r++)
+            s[r] = burst_cpu_row(q, b, i0 + i + r, h);
         for (int64_t p = 0; p < d2; p++)
-            qp[p * br + i] = (uint32_t)s[2 * p] | (uint32_t)s[2 * p + 1] << 16;
+            for (int64_t r = 0; r < n; r++)
+                qp[p * br + i + r] = (uint32_t)s[r][2 * p] | (uint32_t)s[r][2 * p + 1] << 16;
     }
     for (int64_t p = 0; p < d2 && rows < br; p++)
         memset(qp + p * br + rows, 0, sizeof(uint32_t) * (size_t)(br - rows));
