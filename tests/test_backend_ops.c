@@ -67,6 +67,11 @@ static void test_required(void **state)
     expect_missing(&t, "attn.fwd_step", "a table ending before attn.fwd_step");
     t.size = 0;
     expect_missing(&t, "size", "size 0");
+    /* an optional member of a layer the size stops inside is absent, though set */
+    t.size = offsetof(struct burst_backend_ops, attn.decode_step);
+    assert_false(BURST_OPS_HAS(&t, attn.decode_step));
+    t.size = sizeof t;
+    assert_true(BURST_OPS_HAS(&t, attn.decode_step));
 }
 
 /* the members a backend's own flags make necessary */
