@@ -12,15 +12,25 @@
  *     engine's burst_step_check, runtime/step_check.h, for the step ops); fp32
  *     scratch buffers (running O, accumulators) are contiguous [B, n, H, d]; per-row fp32
  *     arrays (lse, D) are contiguous [B, H, n].
- *   - ops may run asynchronously on a device; sync() waits for all work issued by the calling
+ *   - ops may run asynchronously on a device; stream.sync waits for all work issued by the calling
  *     thread. Ops issued by one thread run in the order it issued them (cuda: one stream per
  *     thread; vulkan and cpu: synchronous), so the engine synchronises only before work from
  *     outside that order (a transfer, the host) touches the memory. The cpu backend is
  *     synchronous.
- * The table is in layers (sections below): core, memory, elementwise helpers, attention, stream
- * and timing, transfers. Optional members may be NULL. The table starts with its own size: the
- * engine tests every optional member with BURST_OPS_HAS before it uses it. The table is private
- * to the library (every backend is built with it), so its members may be reordered.
+ * The table is in layers, each a sub-struct of struct burst_backend_ops, so a backend fills and
+ * the engine calls one concern at a time:
+ *   core   (struct burst_backend_core)   lifecycle (create, destroy), features, threads, probe;
+ *   mem    (struct burst_backend_mem)    allocation, host access and staging of its memory;
+ *   elem   (struct burst_backend_elem)   elementwise helpers on that memory (copy, fill,
+ *                                        accumulate);
+ *   attn   (struct burst_backend_attn)   the attention kernels: ring steps, one-step calls, decode;
+ *   stream (struct burst_backend_stream) ordering (sync) and the device timeline;
+ * and, beside them, devcopy: the device copies the transports use (transport/tp_devops.h).
+ * Members are named through their layer (ops->mem.alloc, ops->attn.fwd_step). Each layer's
+ * comment says which of its members are optional; optional members may be NULL. The table
+ * starts with its own size: the engine tests every optional member with BURST_OPS_HAS (which
+ * takes the layered name, BURST_OPS_HAS(ops, attn.decode_step)) before it uses it. The table is
+ * private to the library (every backend is built with it), so its members may be reordered.
  */
 #ifndef BURST_RUNTIME_BACKEND_H
 #define BURST_RUNTIME_BACKEND_H
@@ -118,14 +128,16 @@ struct burst_decode_args {
     float *lse_out;
 };
 
-/* burst_backend_ops.features */
+/* burst_backend_core.features */
 #define BURST_BE_DOCS 1u    /* masks with documents (burst_mask.docs) */
 #define BURST_BE_SOFTCAP 2u /* soft-capped scores (burst_fwd_args.softcap) */
 
-struct burst_backend_ops {
-    /* ---- core: what the backend is, its instance, what it says about devices without one ---- */
-    size_t size;      /* sizeof(struct burst_backend_ops) */
-    const char *name; /* "cpu" */
+/*
+ * core: what the backend is, its instance, and what it says about devices without one.
+ * Required: create, destroy. Optional: num_threads (NULL: one thread), probe (NULL: burst_probe
+ * names the backend only).
+ */
+struct burst_backend_core {
     /* What the step kernels handle beyond plain masked attention (BURST_BE_* bits): a plan
      * needing a feature that a rank's backend lacks is refused, naming backend and feature. */
     unsigned features;
@@ -142,8 +154,15 @@ struct burst_backend_ops {
      * Never fails: an unusable backend says why in "reason".
      */
     void (*probe)(const struct burst_context_params *params, struct burst_sb *out, int json);
+};
 
-    /* ---- memory: what the backend computes on, and how the host reaches it ---- */
+/*
+ * memory: what the backend computes on, and how the host reaches it.
+ * Required: alloc, free. Required when transfers are staged (device_memory set, or
+ * stage_transfers returning 1): memcpy, host_alloc, host_free. Optional: alloc_scratch,
+ * check_memory, stage_transfers; device_memory is a flag (0 for host-addressable memory).
+ */
+struct burst_backend_mem {
     /* Memory the backend computes on (host memory for cpu). NULL on exhaustion. Zeroed. */
     void *(*alloc)(void *be, size_t bytes);
     void (*free)(void *be, void *ptr); /* NULL accepted */
@@ -186,8 +205,13 @@ struct burst_backend_ops {
      * slowly) or processes (which cannot).
      */
     int (*stage_transfers)(void *be, int in_process);
+};
 
-    /* ---- elementwise helpers on that memory ---- */
+/*
+ * elementwise helpers on the backend's memory: conversions, initialisation and accumulation of
+ * the engine's scratch and the caller's tensors. All required.
+ */
+struct burst_backend_elem {
     /* dst = src elementwise, converting dtypes; equal shapes; any strides (stride[3] == 1). */
     burst_status_t (*copy)(void *be, const struct burst_tensor *dst,
                            const struct burst_tensor *src);
@@ -196,8 +220,14 @@ struct burst_backend_ops {
     /* dst[i] += (float)src[i] for i < count; src has dtype src_dtype. */
     burst_status_t (*accumulate)(void *be, float *dst, const void *src, burst_dtype_t src_dtype,
                                  size_t count);
+};
 
-    /* ---- attention: the steps of the ring, and the one-rank calls in one step ---- */
+/*
+ * attention: the steps of the ring, and the one-rank calls in one step.
+ * Required: fwd_step, bwd_delta, bwd_step. Optional (faster paths the engine falls back from):
+ * fwd_final, bwd_final, decode_step.
+ */
+struct burst_backend_attn {
     burst_status_t (*fwd_step)(void *be, const struct burst_fwd_args *args);
     /* delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d] (fp32). */
     burst_status_t (*bwd_delta)(void *be, const struct burst_tensor *dout,
@@ -223,7 +253,6 @@ struct burst_backend_ops {
      */
     burst_status_t (*bwd_final)(void *be, const struct burst_bwd_args *args,
                                 const struct burst_tensor *dk, const struct burst_tensor *dv);
-
     /*
      * Optional: one decode step over a paged cache (struct burst_decode_args above), in one
      * launch however many blocks the sequence has. BURST_ERR_UNSUPPORTED, having queued
@@ -231,8 +260,15 @@ struct burst_backend_ops {
      * fwd_step per block.
      */
     burst_status_t (*decode_step)(void *be, const struct burst_decode_args *args);
+};
 
-    /* ---- stream and timing: the order of the calling thread's work, and a device timeline ---- */
+/*
+ * stream and timing: the order of the calling thread's work, and a device timeline.
+ * All optional: sync is NULL when ops are synchronous; time_mark NULL means no device timeline
+ * (the engine times steps on the host), and with time_mark set, time_elapsed and time_release
+ * are required.
+ */
+struct burst_backend_stream {
     /* Wait for the calling thread's outstanding work (NULL when ops are synchronous). */
     burst_status_t (*sync)(void *be);
     /*
@@ -244,7 +280,17 @@ struct burst_backend_ops {
     burst_status_t (*time_mark)(void *be, void **mark_p);
     burst_status_t (*time_elapsed)(void *be, void *from, void *to, double *seconds_p);
     void (*time_release)(void *be, void *mark);
+};
 
+/* The whole table: the backend's name and its layers. */
+struct burst_backend_ops {
+    size_t size;      /* sizeof(struct burst_backend_ops) */
+    const char *name; /* "cpu" */
+    struct burst_backend_core core;
+    struct burst_backend_mem mem;
+    struct burst_backend_elem elem;
+    struct burst_backend_attn attn;
+    struct burst_backend_stream stream;
     /* ---- transfers: device copies, IPC, sharing for the transports (tp_devops.h) ---- */
     /*
      * Optional (device_memory backends): device-to-device copies between ranks of one process
@@ -260,17 +306,19 @@ struct burst_backend_ops {
     const struct burst_tp_devops *devcopy;
 };
 
-/* Does ops provide the optional member m? Its table is recent enough to hold m (its size covers
- * m) and m is set (a function, a table, or a nonzero flag). */
+/* Does ops provide the optional member m, named through its layer (core.probe, mem.memcpy,
+ * attn.decode_step)? Its table is recent enough to hold m (its size covers m) and m is set (a
+ * function, a table, or a nonzero flag). */
 #define BURST_OPS_HAS(ops, m)                                                                      \
     ((ops)->size >= offsetof(struct burst_backend_ops, m) + sizeof((ops)->m) && (ops)->m)
 
-/* The first member that ops must have and lacks, by name ("create", "memcpy", ...), or NULL
- * when the table is whole: every backend has the core, memory, elementwise and step ops; one
- * whose transfers are staged (device_memory, stage_transfers) has memcpy, host_alloc and
- * host_free, which the engine then calls without asking; one with time_mark has time_elapsed
- * and time_release. burst_context_create refuses a backend whose table is not whole
- * (BURST_ERR_INTERNAL naming backend and member). */
+/* The first member that ops must have and lacks, by its layered name ("core.create",
+ * "mem.memcpy", ...; "size" or "name" for the table itself), or NULL when the table is whole:
+ * every backend has the required members of core, mem, elem and attn; one whose transfers are
+ * staged (mem.device_memory, mem.stage_transfers) has mem.memcpy, mem.host_alloc and
+ * mem.host_free, which the engine then calls without asking; one with stream.time_mark has
+ * stream.time_elapsed and stream.time_release. burst_context_create refuses a backend whose
+ * table is not whole (BURST_ERR_INTERNAL naming backend and member). */
 const char *burst_backend_ops_missing(const struct burst_backend_ops *ops);
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */

@@ -53,24 +53,24 @@ const char *burst_backend_ops_missing(const struct burst_backend_ops *ops)
     if (!ops || ops->size < offsetof(struct burst_backend_ops, name) + sizeof ops->name)
         return "size";
     OPS_NEED(ops, name);
-    OPS_NEED(ops, create);
-    OPS_NEED(ops, destroy);
-    OPS_NEED(ops, alloc);
-    OPS_NEED(ops, free);
-    OPS_NEED(ops, copy);
-    OPS_NEED(ops, fill);
-    OPS_NEED(ops, accumulate);
-    OPS_NEED(ops, fwd_step);
-    OPS_NEED(ops, bwd_delta);
-    OPS_NEED(ops, bwd_step);
-    if (BURST_OPS_HAS(ops, device_memory) || BURST_OPS_HAS(ops, stage_transfers)) {
-        OPS_NEED(ops, memcpy);
-        OPS_NEED(ops, host_alloc);
-        OPS_NEED(ops, host_free);
+    OPS_NEED(ops, core.create);
+    OPS_NEED(ops, core.destroy);
+    OPS_NEED(ops, mem.alloc);
+    OPS_NEED(ops, mem.free);
+    OPS_NEED(ops, elem.copy);
+    OPS_NEED(ops, elem.fill);
+    OPS_NEED(ops, elem.accumulate);
+    OPS_NEED(ops, attn.fwd_step);
+    OPS_NEED(ops, attn.bwd_delta);
+    OPS_NEED(ops, attn.bwd_step);
+    if (BURST_OPS_HAS(ops, mem.device_memory) || BURST_OPS_HAS(ops, mem.stage_transfers)) {
+        OPS_NEED(ops, mem.memcpy);
+        OPS_NEED(ops, mem.host_alloc);
+        OPS_NEED(ops, mem.host_free);
     }
-    if (BURST_OPS_HAS(ops, time_mark)) {
-        OPS_NEED(ops, time_elapsed);
-        OPS_NEED(ops, time_release);
+    if (BURST_OPS_HAS(ops, stream.time_mark)) {
+        OPS_NEED(ops, stream.time_elapsed);
+        OPS_NEED(ops, stream.time_release);
     }
     return NULL;
 }
@@ -87,7 +87,7 @@ static burst_status_t try_backend(const struct burst_backend_ops *ops,
     struct burst_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return burst_error(BURST_ERR_NO_MEMORY, "burst_context_create: out of memory");
-    burst_status_t st = ops->create(p, &ctx->be);
+    burst_status_t st = ops->core.create(p, &ctx->be);
     if (st != BURST_OK) {
         free(ctx);
         return st;
@@ -97,7 +97,7 @@ static burst_status_t try_backend(const struct burst_backend_ops *ops,
     *ctx_p = ctx;
     burst_log(BURST_LOG_INFO, BURST_SUB_RUNTIME, -1, "context on backend %s (%s), %d thread(s)",
               ops->name, strcmp(p->backend, "auto") == 0 ? "auto" : "asked for",
-              BURST_OPS_HAS(ops, num_threads) ? ops->num_threads(ctx->be) : 1);
+              BURST_OPS_HAS(ops, core.num_threads) ? ops->core.num_threads(ctx->be) : 1);
     return BURST_OK;
 }
 
@@ -177,7 +177,7 @@ void burst_context_destroy(struct burst_context *ctx)
 {
     if (!ctx)
         return;
-    ctx->ops->destroy(ctx->be);
+    ctx->ops->core.destroy(ctx->be);
     free(ctx);
 }
 
@@ -188,16 +188,16 @@ const char *burst_context_backend(const struct burst_context *ctx)
 
 int burst_context_device_memory(const struct burst_context *ctx)
 {
-    return ctx && BURST_OPS_HAS(ctx->ops, device_memory);
+    return ctx && BURST_OPS_HAS(ctx->ops, mem.device_memory);
 }
 
 burst_status_t burst_context_check_memory(const struct burst_context *ctx, const char *who, int n,
                                           const char *const *names, const void *const *ptrs)
 {
-    if (!BURST_OPS_HAS(ctx->ops, check_memory))
+    if (!BURST_OPS_HAS(ctx->ops, mem.check_memory))
         return BURST_OK;
     for (int i = 0; i < n; i++) {
-        burst_status_t st = ctx->ops->check_memory(ctx->be, who, names[i], ptrs[i]);
+        burst_status_t st = ctx->ops->mem.check_memory(ctx->be, who, names[i], ptrs[i]);
         if (st != BURST_OK)
             return st;
     }
@@ -206,7 +206,7 @@ burst_status_t burst_context_check_memory(const struct burst_context *ctx, const
 
 int burst_context_num_threads(const struct burst_context *ctx)
 {
-    return ctx && ctx->ops->num_threads ? ctx->ops->num_threads(ctx->be) : 1;
+    return ctx && ctx->ops->core.num_threads ? ctx->ops->core.num_threads(ctx->be) : 1;
 }
 
 burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void **ptr_p)
@@ -220,7 +220,7 @@ burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void
         return burst_error(BURST_ERR_INVALID_ARG, "%s: ctx is NULL", who);
     if (bytes == 0)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: bytes = 0 must be > 0", who);
-    *ptr_p = burst_fault_alloc() ? NULL : ctx->ops->alloc(ctx->be, bytes);
+    *ptr_p = burst_fault_alloc() ? NULL : ctx->ops->mem.alloc(ctx->be, bytes);
     if (!*ptr_p)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: %s backend could not allocate %zu bytes", who,
                            ctx->ops->name, bytes);
@@ -230,7 +230,7 @@ burst_status_t burst_context_alloc(struct burst_context *ctx, size_t bytes, void
 void burst_context_free(struct burst_context *ctx, void *ptr)
 {
     if (ctx && ptr)
-        ctx->ops->free(ctx->be, ptr);
+        ctx->ops->mem.free(ctx->be, ptr);
 }
 
 burst_status_t burst_context_memcpy(struct burst_context *ctx, void *dst, const void *src,
@@ -245,8 +245,8 @@ burst_status_t burst_context_memcpy(struct burst_context *ctx, void *dst, const 
     if (!dst || !src)
         return burst_error(BURST_ERR_INVALID_ARG, "%s: %s is NULL (bytes = %zu)", who,
                            !dst ? "dst" : "src", bytes);
-    if (BURST_OPS_HAS(ctx->ops, memcpy))
-        return ctx->ops->memcpy(ctx->be, dst, src, bytes);
+    if (BURST_OPS_HAS(ctx->ops, mem.memcpy))
+        return ctx->ops->mem.memcpy(ctx->be, dst, src, bytes);
     memmove(dst, src, bytes);
     return BURST_OK;
 }
@@ -274,8 +274,8 @@ burst_status_t burst_probe(const struct burst_context_params *params, int json, 
             burst_sb_printf(&sb, ", ");
         if (!json)
             burst_sb_printf(&sb, "backend %s\n", ops->name);
-        if (BURST_OPS_HAS(ops, probe)) {
-            ops->probe(&p, &sb, json);
+        if (BURST_OPS_HAS(ops, core.probe)) {
+            ops->core.probe(&p, &sb, json);
         } else if (json) {
             burst_sb_printf(&sb, "{\"backend\": ");
             burst_sb_json_str(&sb, ops->name);

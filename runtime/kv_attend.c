@@ -43,7 +43,7 @@ static burst_status_t attend_blocks(struct burst_kvcache *c, int seq, const stru
         struct burst_step_dims dim;
         st = burst_step_check("burst_kvcache: step", a.q, a.k, a.v, NULL, &dim);
         if (st == BURST_OK)
-            st = ops->fwd_step(c->ctx->be, &a);
+            st = ops->attn.fwd_step(c->ctx->be, &a);
     }
     return st;
 }
@@ -76,9 +76,10 @@ burst_status_t burst_kv_attend(struct burst_kvcache *c, int seq, const struct bu
     const struct burst_backend_ops *ops = c->ctx->ops;
     if (nkeys == 0)
         return BURST_OK; /* no key here: the rows stay (0, -inf) */
-    if (BURST_OPS_HAS(ops, decode_step) && burst_set_long(&c->ctx->set, BURST_SET_DECODE_STEP)) {
+    if (BURST_OPS_HAS(ops, attn.decode_step) &&
+        burst_set_long(&c->ctx->set, BURST_SET_DECODE_STEP)) {
         struct burst_decode_args a = decode_args(c, seq, q, nkeys, tail, o_acc, lse_acc);
-        burst_status_t st = ops->decode_step(c->ctx->be, &a);
+        burst_status_t st = ops->attn.decode_step(c->ctx->be, &a);
         if (st != BURST_ERR_UNSUPPORTED)
             return st;
     }
@@ -93,12 +94,12 @@ burst_status_t burst_kv_copy_out(struct burst_kvcache *c, const float *o_acc, co
     const int64_t hq = c->p.q_heads;
     struct burst_tensor src =
         burst_tensor_contiguous((void *)o_acc, BURST_DTYPE_FP32, B, t, hq, c->p.head_dim);
-    burst_status_t st = ops->copy(c->ctx->be, o, &src);
+    burst_status_t st = ops->elem.copy(c->ctx->be, o, &src);
     if (st == BURST_OK && lse) { /* [B, Hq, t] as fp32 rows of one element, queued like o */
         struct burst_tensor ls =
             burst_tensor_contiguous((void *)lse_acc, BURST_DTYPE_FP32, B, hq, t, 1);
         struct burst_tensor ld = burst_tensor_contiguous(lse, BURST_DTYPE_FP32, B, hq, t, 1);
-        st = ops->copy(c->ctx->be, &ld, &ls);
+        st = ops->elem.copy(c->ctx->be, &ld, &ls);
     }
     return st;
 }
@@ -109,18 +110,18 @@ burst_status_t burst_kv_attend_out(struct burst_kvcache *c, int seq, const struc
 {
     const struct burst_backend_ops *ops = c->ctx->ops;
     const int64_t t = q->shape[1], hq = c->p.q_heads;
-    if (nkeys > 0 && BURST_OPS_HAS(ops, decode_step) &&
+    if (nkeys > 0 && BURST_OPS_HAS(ops, attn.decode_step) &&
         burst_set_long(&c->ctx->set, BURST_SET_DECODE_STEP)) {
         struct burst_decode_args a = decode_args(c, seq, q, nkeys, tail, NULL, NULL);
         a.o_out = o;
         a.lse_out = lse;
-        burst_status_t st = ops->decode_step(c->ctx->be, &a);
+        burst_status_t st = ops->attn.decode_step(c->ctx->be, &a);
         if (st != BURST_ERR_UNSUPPORTED)
             return st;
     }
-    burst_status_t st = ops->fill(c->ctx->be, o_acc, (size_t)(t * hq * c->p.head_dim), 0.0f);
+    burst_status_t st = ops->elem.fill(c->ctx->be, o_acc, (size_t)(t * hq * c->p.head_dim), 0.0f);
     if (st == BURST_OK)
-        st = ops->fill(c->ctx->be, lse_acc, (size_t)(hq * t), -INFINITY);
+        st = ops->elem.fill(c->ctx->be, lse_acc, (size_t)(hq * t), -INFINITY);
     if (st == BURST_OK)
         st = burst_kv_attend(c, seq, q, nkeys, tail, o_acc, lse_acc, fallback);
     if (st == BURST_OK)
@@ -197,11 +198,11 @@ burst_status_t burst_kv_write_out(struct burst_kvcache *c, const char *who, cons
     st = burst_kv_from_host(c, dev, o_host, on * sizeof(float));
     if (st == BURST_OK) {
         struct burst_tensor src = burst_tensor_contiguous(dev, BURST_DTYPE_FP32, B, t, hq, d);
-        st = ops->copy(c->ctx->be, o, &src);
+        st = ops->elem.copy(c->ctx->be, o, &src);
     }
     if (st == BURST_OK && lse)
         st = burst_kv_from_host(c, lse, lse_host, ln * sizeof(float));
-    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-        st = ops->sync(c->ctx->be);
+    if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
+        st = ops->stream.sync(c->ctx->be);
     return st;
 }

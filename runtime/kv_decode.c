@@ -132,9 +132,9 @@ static burst_status_t dec_local(struct dec_call *w, const struct burst_tensor *q
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, t = w->t;
     burst_status_t st = BURST_OK;
     if (!o) {
-        st = c->ctx->ops->fill(c->ctx->be, w->o_acc, w->on, 0.0f);
+        st = c->ctx->ops->elem.fill(c->ctx->be, w->o_acc, w->on, 0.0f);
         if (st == BURST_OK)
-            st = c->ctx->ops->fill(c->ctx->be, w->lse_acc, w->ln, -INFINITY);
+            st = c->ctx->ops->elem.fill(c->ctx->be, w->lse_acc, w->ln, -INFINITY);
     }
     for (int64_t b = 0; st == BURST_OK && b < w->B; b++) {
         const int seq = w->ids[b];
@@ -259,8 +259,8 @@ burst_status_t burst_decode(struct burst_kvcache *c, int64_t batch, const int *s
     double t1 = burst_now();
     if (st == BURST_OK)
         st = dec_local(&w, q, k, v, one ? o : NULL, one ? lse : NULL);
-    if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, sync))
-        st = c->ctx->ops->sync(c->ctx->be);
+    if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, stream.sync))
+        st = c->ctx->ops->stream.sync(c->ctx->be);
     double t2 = burst_now();
     if (st == BURST_OK && !one)
         st = dec_merge(&w);

@@ -111,10 +111,10 @@ static burst_status_t pre_alloc(struct pre_call *w)
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, G = c->size;
     w->per = (size_t)(w->n_max * hq * (d + 1));
     const size_t mine = (size_t)(w->n * hq * (d + 1));
-    w->lse_self = ops->alloc(c->ctx->be, (size_t)(hq * w->n) * sizeof(float));
-    w->part = ops->alloc(c->ctx->be, (size_t)G * w->per * sizeof(float));
+    w->lse_self = ops->mem.alloc(c->ctx->be, (size_t)(hq * w->n) * sizeof(float));
+    w->part = ops->mem.alloc(c->ctx->be, (size_t)G * w->per * sizeof(float));
     w->qall =
-        ops->alloc(c->ctx->be, (size_t)(G * w->n_max * hq * d) * burst_dtype_size(c->p.dtype));
+        ops->mem.alloc(c->ctx->be, (size_t)(G * w->n_max * hq * d) * burst_dtype_size(c->p.dtype));
     w->send = malloc(2 * (size_t)G * w->per * sizeof(float));
     w->self_o = malloc(2 * mine * sizeof(float));
     if (!w->lse_self || !w->part || !w->qall || !w->send || !w->self_o)
@@ -128,9 +128,9 @@ static burst_status_t pre_alloc(struct pre_call *w)
 static void pre_free(struct pre_call *w)
 {
     const struct burst_backend_ops *ops = w->c->ctx->ops;
-    ops->free(w->c->ctx->be, w->lse_self);
-    ops->free(w->c->ctx->be, w->part);
-    ops->free(w->c->ctx->be, w->qall);
+    ops->mem.free(w->c->ctx->be, w->lse_self);
+    ops->mem.free(w->c->ctx->be, w->part);
+    ops->mem.free(w->c->ctx->be, w->qall);
     free(w->send);
     free(w->self_o);
     free(w->lens);
@@ -151,7 +151,7 @@ static burst_status_t gather_queries(struct pre_call *w, const struct burst_tens
     /* this rank's rows, packed, through the slot of qall that receives them anyway */
     unsigned char *slot = (unsigned char *)w->qall + (size_t)c->rank * bytes;
     struct burst_tensor packed = burst_tensor_contiguous(slot, c->p.dtype, 1, w->n, hq, d);
-    burst_status_t st = c->ctx->ops->copy(c->ctx->be, &packed, q);
+    burst_status_t st = c->ctx->ops->elem.copy(c->ctx->be, &packed, q);
     if (st == BURST_OK)
         st = burst_kv_to_host(c, host, slot, mine);
     if (st == BURST_OK)
@@ -171,11 +171,11 @@ static burst_status_t attend_cache(struct pre_call *w, int *fallback)
     const struct burst_backend_ops *ops = c->ctx->ops;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, len = c->seqs[w->seq].len;
     const size_t qbytes = (size_t)(w->n_max * hq * d) * burst_dtype_size(c->p.dtype);
-    burst_status_t st = ops->fill(c->ctx->be, w->part, (size_t)c->size * w->per, -INFINITY);
+    burst_status_t st = ops->elem.fill(c->ctx->be, w->part, (size_t)c->size * w->per, -INFINITY);
     for (int s = 0; st == BURST_OK && s < c->size; s++) {
         float *o_acc = w->part + (size_t)s * w->per;
         float *lse_acc = o_acc + (size_t)(w->lens[s] * hq * d);
-        st = ops->fill(c->ctx->be, o_acc, (size_t)(w->lens[s] * hq * d), 0.0f);
+        st = ops->elem.fill(c->ctx->be, o_acc, (size_t)(w->lens[s] * hq * d), 0.0f);
         struct burst_tensor qs = burst_tensor_contiguous(
             (unsigned char *)w->qall + (size_t)s * qbytes, c->p.dtype, 1, w->lens[s], hq, d);
         if (st == BURST_OK)
@@ -222,16 +222,16 @@ static burst_status_t merge_rows(struct pre_call *w, const struct burst_tensor *
     const struct burst_backend_ops *ops = c->ctx->ops;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, n = w->n;
     const size_t on = (size_t)(n * hq * d);
-    float *o32 = ops->alloc(c->ctx->be, on * sizeof(float));
+    float *o32 = ops->mem.alloc(c->ctx->be, on * sizeof(float));
     if (!o32)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
     struct burst_tensor dst = burst_tensor_contiguous(o32, BURST_DTYPE_FP32, 1, n, hq, d);
-    burst_status_t st = ops->copy(c->ctx->be, &dst, o);
+    burst_status_t st = ops->elem.copy(c->ctx->be, &dst, o);
     if (st == BURST_OK)
         st = burst_kv_to_host(c, w->self_o, o32, on * sizeof(float));
     if (st == BURST_OK)
         st = burst_kv_to_host(c, w->self_o + on, w->lse_self, (size_t)(hq * n) * sizeof(float));
-    ops->free(c->ctx->be, o32);
+    ops->mem.free(c->ctx->be, o32);
     const float **po = malloc(2 * (size_t)(c->size + 1) * sizeof(float *));
     if (st == BURST_OK && !po)
         st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
@@ -331,8 +331,8 @@ burst_status_t burst_prefill(struct burst_kvcache *c, int seq, int64_t chunk_len
         st = burst_kv_write_rows(c, seq, 0, at, k);
     if (st == BURST_OK)
         st = burst_kv_write_rows(c, seq, 1, at, v);
-    if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, sync))
-        st = c->ctx->ops->sync(c->ctx->be);
+    if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, stream.sync))
+        st = c->ctx->ops->stream.sync(c->ctx->be);
     for (int r = 0; st == BURST_OK && r < c->size; r++)
         burst_kv_commit(c, r, seq, w.lens[r]);
     if (st != BURST_OK && seq >= 0 && seq < c->p.max_seqs)

@@ -107,15 +107,15 @@ static burst_status_t alloc_pools(struct burst_kvcache *c, const char *who)
 {
     const struct burst_backend_ops *ops = c->ctx->ops;
     const size_t pool = (size_t)c->p.capacity_blocks * (size_t)c->p.block_len * c->row_bytes;
-    c->k_pool = ops->alloc(c->ctx->be, pool);
-    c->v_pool = c->k_pool ? ops->alloc(c->ctx->be, pool) : NULL;
+    c->k_pool = ops->mem.alloc(c->ctx->be, pool);
+    c->v_pool = c->k_pool ? ops->mem.alloc(c->ctx->be, pool) : NULL;
     if (!c->v_pool)
         return burst_error(BURST_ERR_NO_MEMORY,
                            "%s: cannot allocate two pools of %zu bytes (capacity_blocks = %lld)",
                            who, pool, (long long)c->p.capacity_blocks);
-    if (ops->device_memory) {
+    if (ops->mem.device_memory) {
         size_t tb = (size_t)c->p.max_seqs * (size_t)c->p.capacity_blocks * sizeof(int32_t);
-        c->tables_dev = ops->alloc(c->ctx->be, tb);
+        c->tables_dev = ops->mem.alloc(c->ctx->be, tb);
         if (!c->tables_dev)
             return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate the block tables", who);
     }
@@ -201,12 +201,12 @@ burst_status_t burst_kv_work(struct burst_kvcache *c, int slot, size_t bytes, co
     if (c->work_bytes[slot] >= bytes && c->work[slot])
         return BURST_OK;
     const struct burst_backend_ops *ops = c->ctx->ops;
-    burst_status_t st = BURST_OPS_HAS(ops, sync) ? ops->sync(c->ctx->be) : BURST_OK;
+    burst_status_t st = BURST_OPS_HAS(ops, stream.sync) ? ops->stream.sync(c->ctx->be) : BURST_OK;
     if (st != BURST_OK)
         return st;
-    ops->free(c->ctx->be, c->work[slot]);
+    ops->mem.free(c->ctx->be, c->work[slot]);
     c->work_bytes[slot] = 0;
-    c->work[slot] = *p = ops->alloc(c->ctx->be, bytes);
+    c->work[slot] = *p = ops->mem.alloc(c->ctx->be, bytes);
     if (!c->work[slot])
         return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of backend memory",
                            who, bytes);
@@ -220,11 +220,11 @@ void burst_kvcache_destroy(struct burst_kvcache *c)
         return;
     burst_plan_destroy(c->plan);
     if (c->ctx) {
-        c->ctx->ops->free(c->ctx->be, c->work[0]);
-        c->ctx->ops->free(c->ctx->be, c->work[1]);
-        c->ctx->ops->free(c->ctx->be, c->k_pool);
-        c->ctx->ops->free(c->ctx->be, c->v_pool);
-        c->ctx->ops->free(c->ctx->be, c->tables_dev);
+        c->ctx->ops->mem.free(c->ctx->be, c->work[0]);
+        c->ctx->ops->mem.free(c->ctx->be, c->work[1]);
+        c->ctx->ops->mem.free(c->ctx->be, c->k_pool);
+        c->ctx->ops->mem.free(c->ctx->be, c->v_pool);
+        c->ctx->ops->mem.free(c->ctx->be, c->tables_dev);
     }
     for (int s = 0; c->seqs && s < c->p.max_seqs; s++)
         free(c->seqs[s].blocks);
@@ -393,7 +393,7 @@ burst_status_t burst_kv_write_rows(struct burst_kvcache *c, int seq, int which, 
         s.data = (unsigned char *)src->data +
                  (size_t)(i * src->stride[1]) * burst_dtype_size(src->dtype);
         s.shape[1] = seg;
-        st = ops->copy(c->ctx->be, &dst, &s);
+        st = ops->elem.copy(c->ctx->be, &dst, &s);
         i += seg;
     }
     return st;
@@ -402,11 +402,11 @@ burst_status_t burst_kv_write_rows(struct burst_kvcache *c, int seq, int which, 
 burst_status_t burst_kv_to_host(struct burst_kvcache *c, void *dst, const void *src, size_t n)
 {
     const struct burst_backend_ops *ops = c->ctx->ops;
-    burst_status_t st = BURST_OPS_HAS(ops, sync) ? ops->sync(c->ctx->be) : BURST_OK;
+    burst_status_t st = BURST_OPS_HAS(ops, stream.sync) ? ops->stream.sync(c->ctx->be) : BURST_OK;
     if (st != BURST_OK || n == 0)
         return st;
-    if (BURST_OPS_HAS(ops, memcpy))
-        return ops->memcpy(c->ctx->be, dst, src, n);
+    if (BURST_OPS_HAS(ops, mem.memcpy))
+        return ops->mem.memcpy(c->ctx->be, dst, src, n);
     memcpy(dst, src, n);
     return BURST_OK;
 }

@@ -181,15 +181,15 @@ static burst_status_t plan_setup(struct burst_plan *plan, const char *who,
 static burst_status_t plan_docs_device(struct burst_plan *plan, const char *who)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (!plan->docs || !ops->device_memory)
+    if (!plan->docs || !ops->mem.device_memory)
         return BURST_OK;
     const size_t bytes = (size_t)(plan->mask.ndocs + 1) * sizeof(int64_t);
-    plan->docs_dev = ops->alloc(plan->ctx->be, bytes);
+    plan->docs_dev = ops->mem.alloc(plan->ctx->be, bytes);
     if (!plan->docs_dev)
         return burst_error(BURST_ERR_NO_MEMORY,
                            "%s: out of device memory for the table of %lld documents", who,
                            (long long)plan->mask.ndocs);
-    burst_status_t st = ops->memcpy(plan->ctx->be, plan->docs_dev, plan->docs, bytes);
+    burst_status_t st = ops->mem.memcpy(plan->ctx->be, plan->docs_dev, plan->docs, bytes);
     plan->mask.docs_dev = plan->docs_dev;
     return st;
 }
@@ -232,11 +232,11 @@ burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in,
 static burst_status_t check_backend_features(const char *who, const struct burst_plan_params *p,
                                              const struct burst_backend_ops *ops)
 {
-    if (p->doc_lens && p->num_docs > 1 && !(ops->features & BURST_BE_DOCS))
+    if (p->doc_lens && p->num_docs > 1 && !(ops->core.features & BURST_BE_DOCS))
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: params->num_docs = %lld: backend %s does not run documents", who,
                            (long long)p->num_docs, ops->name);
-    if (p->softcap > 0.0f && !(ops->features & BURST_BE_SOFTCAP))
+    if (p->softcap > 0.0f && !(ops->core.features & BURST_BE_SOFTCAP))
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: params->softcap = %g: backend %s does not run soft-capping", who,
                            (double)p->softcap, ops->name);
@@ -348,7 +348,7 @@ void burst_plan_destroy(struct burst_plan *plan)
     burst_shards_fini(&plan->shards);
     free(plan->docs);
     if (plan->docs_dev)
-        plan->ctx->ops->free(plan->ctx->be, plan->docs_dev);
+        plan->ctx->ops->mem.free(plan->ctx->be, plan->docs_dev);
     free(plan->speeds);
     free(plan->shared);
     free(plan);

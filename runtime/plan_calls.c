@@ -74,13 +74,13 @@ burst_status_t burst_call_end(struct burst_plan *plan, burst_phase_t phase,
     struct burst_phase_stats *stats = &plan->stats[phase];
     stats->scratch_bytes = sc->bytes;
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (st != BURST_OK && BURST_OPS_HAS(ops, sync)) {
+    if (st != BURST_OK && BURST_OPS_HAS(ops, stream.sync)) {
         /* a failed call may leave device work queued (the device step timeline and head groups
          * sync only at the end): let it finish before the scratch is handed back, keeping the
          * message of the failure */
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", burst_last_error());
-        (void)ops->sync(plan->ctx->be);
+        (void)ops->stream.sync(plan->ctx->be);
         burst_error(st, "%s", msg);
     }
     burst_scratch_free(sc);

@@ -96,7 +96,7 @@ static uint64_t fnv1a(uint64_t hash, uint64_t x)
 static int64_t direct_key(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (!BURST_OPS_HAS(ops, device_memory) || !BURST_OPS_HAS(ops, devcopy) ||
+    if (!BURST_OPS_HAS(ops, mem.device_memory) || !BURST_OPS_HAS(ops, devcopy) ||
         !burst_comm_moves_device(plan->comm) ||
         !burst_set_long(&plan->ctx->set, BURST_SET_DEVICE_DIRECT))
         return 0;

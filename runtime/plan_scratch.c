@@ -25,7 +25,7 @@ void burst_scratch_trim(struct burst_plan *plan)
     for (int i = 0; i < BURST_SCRATCH_BUFS; i++) {
         struct burst_kept *k = &plan->kept[i];
         if (k->ptr && !k->busy) {
-            ctx->ops->free(ctx->be, k->ptr);
+            ctx->ops->mem.free(ctx->be, k->ptr);
             k->ptr = NULL;
             k->size = 0;
         }
@@ -48,12 +48,12 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
     }
     if (best >= 0) { /* reuse, zeroed like a fresh allocation, before any transfer may land */
         struct burst_kept *k = &plan->kept[best];
-        burst_status_t st = ctx->ops->fill(ctx->be, k->ptr, need / sizeof(float), 0.0f);
+        burst_status_t st = ctx->ops->elem.fill(ctx->be, k->ptr, need / sizeof(float), 0.0f);
         /* a peer's transfer may write the buffer from outside this thread's queue of device
          * work, so the zeros must have landed first; one rank has no transfers, and its own
          * ops run in the order it queues them (backend.h), so it does not wait here */
-        if (st == BURST_OK && BURST_OPS_HAS(ctx->ops, sync) && plan->size > 1)
-            st = ctx->ops->sync(ctx->be);
+        if (st == BURST_OK && BURST_OPS_HAS(ctx->ops, stream.sync) && plan->size > 1)
+            st = ctx->ops->stream.sync(ctx->be);
         if (st != BURST_OK)
             return st;
     } else {
@@ -65,8 +65,9 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
         if (empty < 0)
             return burst_error(BURST_ERR_INTERNAL, "%s: more than %d scratch buffers", who,
                                BURST_SCRATCH_BUFS);
-        void *(*alloc)(void *, size_t) =
-            BURST_OPS_HAS(ctx->ops, alloc_scratch) ? ctx->ops->alloc_scratch : ctx->ops->alloc;
+        void *(*alloc)(void *, size_t) = BURST_OPS_HAS(ctx->ops, mem.alloc_scratch)
+                                             ? ctx->ops->mem.alloc_scratch
+                                             : ctx->ops->mem.alloc;
         void *p = burst_fault_alloc() ? NULL : alloc(ctx->be, need);
         if (!p)
             return burst_error(BURST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", who,

@@ -158,21 +158,21 @@ static struct bundle bundle_views(const struct bwd_call *c, unsigned char *ptr, 
 static burst_status_t pack_bundle(const struct bwd_call *c, const struct bundle *dst,
                                   const struct bundle *src, int64_t n)
 {
-    burst_status_t st = c->ops->copy(c->be, &dst->t0, &src->t0);
+    burst_status_t st = c->ops->elem.copy(c->be, &dst->t0, &src->t0);
     if (st == BURST_OK)
-        st = c->ops->copy(c->be, &dst->t1, &src->t1);
+        st = c->ops->elem.copy(c->be, &dst->t1, &src->t1);
     if (st == BURST_OK && c->burst) { /* lse and D: [B, Hq, n] fp32 each */
         int64_t rows = c->B * c->Hq * n;
         struct burst_tensor ld = burst_view(dst->lse, BURST_DTYPE_FP32, 1, 1, 1, rows);
         struct burst_tensor dd = burst_view(dst->delta, BURST_DTYPE_FP32, 1, 1, 1, rows);
         struct burst_tensor ls = burst_view(src->lse, BURST_DTYPE_FP32, 1, 1, 1, rows);
         struct burst_tensor ds = burst_view(src->delta, BURST_DTYPE_FP32, 1, 1, 1, rows);
-        st = c->ops->copy(c->be, &ld, &ls);
+        st = c->ops->elem.copy(c->be, &ld, &ls);
         if (st == BURST_OK)
-            st = c->ops->copy(c->be, &dd, &ds);
+            st = c->ops->elem.copy(c->be, &dd, &ds);
     }
-    if (st == BURST_OK && BURST_OPS_HAS(c->ops, sync))
-        st = c->ops->sync(c->be);
+    if (st == BURST_OK && BURST_OPS_HAS(c->ops, stream.sync))
+        st = c->ops->stream.sync(c->be);
     return st;
 }
 
@@ -200,9 +200,9 @@ static burst_status_t wire_acc(const struct bwd_call *c, float *acc, unsigned ch
     }
     struct burst_tensor src = burst_view(acc, BURST_DTYPE_FP32, 1, 1, 1, (int64_t)count);
     struct burst_tensor dst = burst_view(out, c->plan->acc_dtype, 1, 1, 1, (int64_t)count);
-    burst_status_t st = c->ops->copy(c->be, &dst, &src);
-    if (st == BURST_OK && BURST_OPS_HAS(c->ops, sync))
-        st = c->ops->sync(c->be);
+    burst_status_t st = c->ops->elem.copy(c->be, &dst, &src);
+    if (st == BURST_OK && BURST_OPS_HAS(c->ops, stream.sync))
+        st = c->ops->stream.sync(c->be);
     *wire_p = out;
     return st;
 }
@@ -306,7 +306,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
         /* Where this step's gradients go. */
         float *gq = b->dq_loc, *gk = b->dkv_loc, *gv = b->dkv_loc ? b->dkv_loc + kvelems : NULL;
         if (st == BURST_OK && r > 0) {
-            st = c->ops->fill(c->be, b->part[pc], acc_elems(c, nb), 0.0f);
+            st = c->ops->elem.fill(c->be, b->part[pc], acc_elems(c, nb), 0.0f);
             if (c->burst) {
                 gq = b->part[pc];
             } else {
@@ -338,7 +338,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 st = BURST_ERR_UNSUPPORTED;
             if (st == BURST_ERR_UNSUPPORTED && c->final && !b->dkv_loc) { /* dK, dV to outputs */
                 a.dk = a.dv = NULL;
-                st = c->ops->bwd_final(c->be, &a, dk, dv);
+                st = c->ops->attn.bwd_final(c->be, &a, dk, dv);
                 if (st == BURST_ERR_UNSUPPORTED) { /* declined, nothing queued: accumulate */
                     st = burst_scratch_alloc(c->sc, "burst_attention_backward",
                                              2 * kvelems * sizeof(float), (void **)&b->dkv_loc);
@@ -350,7 +350,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 }
             }
             if (st == BURST_ERR_UNSUPPORTED)
-                st = c->ops->bwd_step(c->be, &a);
+                st = c->ops->attn.bwd_step(c->be, &a);
             burst_blocks_start(&b->blk); /* the next bundle and the accumulator move meanwhile */
             burst_xfer_start(plan, &b->ra);
             st = burst_tl_kernel_end(tl, r, st);
@@ -359,8 +359,8 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
         double tw = burst_now();
         burst_status_t w1 = burst_xfer_wait(plan, &b->ra);
         if (st == BURST_OK && w1 == BURST_OK && s.acc_from >= 0)
-            st = c->ops->accumulate(c->be, b->part[pc], b->acc_in, plan->acc_dtype,
-                                    acc_elems(c, nb));
+            st = c->ops->elem.accumulate(c->be, b->part[pc], b->acc_in, plan->acc_dtype,
+                                         acc_elems(c, nb));
         burst_status_t w2 = burst_blocks_wait(&b->blk, &s), w3 = burst_xfer_wait(plan, &b->sa);
         burst_tl_wait(tl, r, burst_now() - tw);
         if (st == BURST_OK)
@@ -387,8 +387,8 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
             if (st == BURST_OK)
                 st = w1 ? w1 : w2;
             if (st == BURST_OK)
-                st = c->ops->accumulate(c->be, c->burst ? b->dq_loc : b->dkv_loc, b->acc_in,
-                                        plan->acc_dtype, acc_elems(c, n));
+                st = c->ops->elem.accumulate(c->be, c->burst ? b->dq_loc : b->dkv_loc, b->acc_in,
+                                             plan->acc_dtype, acc_elems(c, n));
         }
     }
     return st;
@@ -404,9 +404,9 @@ static burst_status_t bwd_group_begin(const struct bwd_call *c, struct bwd_bufs 
     const int64_t n = c->plan->n, Hq = c->plan->p.q_heads;
     burst_status_t st = BURST_OK;
     if (g > 0) {
-        st = c->ops->fill(c->be, b->dq_loc, (size_t)(c->B * n * c->Hq * c->d), 0.0f);
+        st = c->ops->elem.fill(c->be, b->dq_loc, (size_t)(c->B * n * c->Hq * c->d), 0.0f);
         if (st == BURST_OK && b->dkv_loc)
-            st = c->ops->fill(c->be, b->dkv_loc, 2 * (size_t)(c->B * n * c->Hkv * c->d), 0.0f);
+            st = c->ops->elem.fill(c->be, b->dkv_loc, 2 * (size_t)(c->B * n * c->Hkv * c->d), 0.0f);
     }
     *lse_p = lse;
     if (st == BURST_OK && b->lse) {
@@ -418,11 +418,11 @@ static burst_status_t bwd_group_begin(const struct bwd_call *c, struct bwd_bufs 
             .stride = {Hq * n, n, 1, 1},
         };
         struct burst_tensor dst = burst_view(b->lse, BURST_DTYPE_FP32, c->B, hg->nq, n, 1);
-        st = c->ops->copy(c->be, &dst, &src);
+        st = c->ops->elem.copy(c->be, &dst, &src);
         *lse_p = b->lse;
     }
     if (st == BURST_OK)
-        st = c->ops->bwd_delta(c->be, dog, og, b->delta);
+        st = c->ops->attn.bwd_delta(c->be, dog, og, b->delta);
     return st;
 }
 
@@ -461,7 +461,7 @@ static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
 
     struct bwd_call c = bwd_call_make(plan, plan->gkv);
     struct burst_scratch sc = {.plan = plan};
-    c.final = plan->size == 1 && plan->steps == 1 && BURST_OPS_HAS(c.ops, bwd_final) &&
+    c.final = plan->size == 1 && plan->steps == 1 && BURST_OPS_HAS(c.ops, attn.bwd_final) &&
               burst_set_long(&plan->ctx->set, BURST_SET_BWD_FINAL);
     c.sc = &sc;
     struct bwd_bufs b = {0};
@@ -508,19 +508,19 @@ static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
             const size_t kvelems = (size_t)(c.B * n * c.Hkv * c.d);
             struct burst_tensor dqg = burst_heads(dq, hg.q0, hg.nq);
             struct burst_tensor gq = burst_view(b.dq_loc, BURST_DTYPE_FP32, c.B, n, c.Hq, c.d);
-            st = c.ops->copy(c.be, &dqg, &gq);
+            st = c.ops->elem.copy(c.be, &dqg, &gq);
             if (st == BURST_OK && b.dkv_loc) { /* else bwd_final wrote dK and dV */
                 struct burst_tensor gk =
                     burst_view(b.dkv_loc, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
                 struct burst_tensor gv =
                     burst_view(b.dkv_loc + kvelems, BURST_DTYPE_FP32, c.B, n, c.Hkv, c.d);
-                st = c.ops->copy(c.be, &dkg, &gk);
+                st = c.ops->elem.copy(c.be, &dkg, &gk);
                 if (st == BURST_OK)
-                    st = c.ops->copy(c.be, &dvg, &gv);
+                    st = c.ops->elem.copy(c.be, &dvg, &gv);
             }
             /* the next group's work queues behind these copies: only the last one waits */
-            if (st == BURST_OK && BURST_OPS_HAS(c.ops, sync) && g == plan->hgroups - 1)
-                st = c.ops->sync(c.be);
+            if (st == BURST_OK && BURST_OPS_HAS(c.ops, stream.sync) && g == plan->hgroups - 1)
+                st = c.ops->stream.sync(c.be);
         }
     }
     if (b.blk.plan)

@@ -66,11 +66,11 @@ static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
     struct burst_tensor pk = burst_view(dst, p->dtype, p->batch, n, h, p->head_dim);
     struct burst_tensor pv =
         burst_view(dst + kv_bytes(f->c, n) / 2, p->dtype, p->batch, n, h, p->head_dim);
-    burst_status_t st = ops->copy(be, &pk, f->k);
+    burst_status_t st = ops->elem.copy(be, &pk, f->k);
     if (st == BURST_OK)
-        st = ops->copy(be, &pv, f->v);
-    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-        st = ops->sync(be);
+        st = ops->elem.copy(be, &pv, f->v);
+    if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
+        st = ops->stream.sync(be);
     return st;
 }
 
@@ -154,7 +154,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
             struct burst_step_dims dim; /* the step's one check (step_check.h) */
             st = burst_step_check("burst_attention_forward: step", a.q, a.k, a.v, NULL, &dim);
             if (st == BURST_OK)
-                st = be_ops->fwd_step(be, &a);
+                st = be_ops->attn.fwd_step(be, &a);
             burst_blocks_start(blk); /* the next block moves while this one computes */
             st = burst_tl_kernel_end(tl, r, st);
             stats->steps_computed++;
@@ -177,7 +177,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
                                 const struct burst_tensor *v, struct burst_tensor *o, float *lse)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (plan->size != 1 || plan->steps != 1 || !BURST_OPS_HAS(ops, fwd_final) ||
+    if (plan->size != 1 || plan->steps != 1 || !BURST_OPS_HAS(ops, attn.fwd_final) ||
         !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL))
         return BURST_ERR_UNSUPPORTED;
     struct burst_sched_step s;
@@ -203,7 +203,7 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     if (st == BURST_OK)
         st = burst_tl_kernel_begin(tl);
     if (st == BURST_OK) {
-        st = ops->fwd_final(plan->ctx->be, &a, o, lse);
+        st = ops->attn.fwd_final(plan->ctx->be, &a, o, lse);
         if (st == BURST_ERR_UNSUPPORTED)
             return st; /* nothing queued; the timeline releases its half-made mark */
         st = burst_tl_kernel_end(tl, 0, st);
@@ -212,8 +212,8 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
     stats->steps = 1;
     if (st == BURST_OK)
         burst_fault_step(plan->rank, 0, 0, -1);
-    if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-        st = ops->sync(plan->ctx->be);
+    if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
+        st = ops->stream.sync(plan->ctx->be);
     return st;
 }
 
@@ -270,10 +270,10 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
         fc.hkv = hg.nkv;
         if (g > 0) { /* the next group: a fresh ring under its own tags, accumulators reset */
             burst_blocks_restart(&blk, burst_call_next_seq(plan));
-            st = be_ops->fill(be, o_acc, (size_t)(B * n * hg.nq * d), 0.0f);
+            st = be_ops->elem.fill(be, o_acc, (size_t)(B * n * hg.nq * d), 0.0f);
         }
         if (st == BURST_OK && !with_sinks)
-            st = be_ops->fill(be, lse_acc, (size_t)(B * hg.nq * n), -INFINITY);
+            st = be_ops->elem.fill(be, lse_acc, (size_t)(B * hg.nq * n), -INFINITY);
         else if (st == BURST_OK) /* each row's denominator starts with its head's sink */
             st = burst_sinks_init_lse(plan, &hg, sinks, lse_acc);
         burst_tl_break(&tl);
@@ -294,12 +294,12 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
                 .shape = {B, hg.nq, n, 1},
                 .stride = {Hq * n, n, 1, 1},
             };
-            st = be_ops->copy(be, &og, &oa);
+            st = be_ops->elem.copy(be, &og, &oa);
             if (st == BURST_OK)
-                st = be_ops->copy(be, &lo, &la);
+                st = be_ops->elem.copy(be, &lo, &la);
             /* the next group's work queues behind these copies: only the last one waits */
-            if (st == BURST_OK && BURST_OPS_HAS(be_ops, sync) && g == plan->hgroups - 1)
-                st = be_ops->sync(be);
+            if (st == BURST_OK && BURST_OPS_HAS(be_ops, stream.sync) && g == plan->hgroups - 1)
+                st = be_ops->stream.sync(be);
         }
     }
     burst_tl_finish(&tl, st);

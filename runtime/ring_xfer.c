@@ -19,9 +19,9 @@ static int direct_peer(const struct burst_plan *plan, int peer)
 int burst_xfer_staged(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (!BURST_OPS_HAS(ops, device_memory) &&
-        !(BURST_OPS_HAS(ops, stage_transfers) &&
-          ops->stage_transfers(plan->ctx->be, burst_comm_in_process(plan->comm))))
+    if (!BURST_OPS_HAS(ops, mem.device_memory) &&
+        !(BURST_OPS_HAS(ops, mem.stage_transfers) &&
+          ops->mem.stage_transfers(plan->ctx->be, burst_comm_in_process(plan->comm))))
         return 0;
     if (!plan->direct && !plan->any_shared)
         return 1;
@@ -61,8 +61,8 @@ static burst_status_t stage_get(struct burst_plan *plan, size_t len, int *idx_p)
             return burst_error(BURST_ERR_INTERNAL, "ring: more than %d staged transfers at once",
                                BURST_STAGE_BUFS);
         if (pool[empty].ptr)
-            ops->host_free(plan->ctx->be, pool[empty].ptr);
-        pool[empty].ptr = burst_fault_alloc() ? NULL : ops->host_alloc(plan->ctx->be, len);
+            ops->mem.host_free(plan->ctx->be, pool[empty].ptr);
+        pool[empty].ptr = burst_fault_alloc() ? NULL : ops->mem.host_alloc(plan->ctx->be, len);
         pool[empty].size = pool[empty].ptr ? len : 0;
         if (!pool[empty].ptr)
             return burst_error(BURST_ERR_NO_MEMORY, "ring: %zu bytes of page-locked staging memory",
@@ -87,7 +87,8 @@ static void stage_put(struct burst_plan *plan, struct burst_xfer *x)
 static const struct burst_tp_devops *stage_copies(const struct burst_plan *plan)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    return BURST_OPS_HAS(ops, device_memory) && BURST_OPS_HAS(ops, devcopy) && ops->devcopy->copy
+    return BURST_OPS_HAS(ops, mem.device_memory) && BURST_OPS_HAS(ops, devcopy) &&
+                   ops->devcopy->copy
                ? ops->devcopy
                : NULL;
 }
@@ -144,8 +145,9 @@ static void send_flush(struct burst_plan *plan, struct burst_xfer *x, const void
         if (x->used && dc)
             st = dc->wait(plan->ctx->be, x->copy[i]);
         else if (x->used)
-            st = plan->ctx->ops->memcpy(plan->ctx->be, h + i * x->chunk,
-                                        (const unsigned char *)src + i * x->chunk, chunk_len(x, i));
+            st = plan->ctx->ops->mem.memcpy(plan->ctx->be, h + i * x->chunk,
+                                            (const unsigned char *)src + i * x->chunk,
+                                            chunk_len(x, i));
         if (st == BURST_OK)
             st = burst_comm_isend(plan->comm, x->peer, chunk_tag(x->tag, i), h + i * x->chunk,
                                   chunk_len(x, i), &x->creq[i]);
@@ -178,7 +180,7 @@ static void recv_progress(struct burst_plan *plan, struct burst_xfer *x)
             st = dc->copy(plan->ctx->be, d + off, h + off, chunk_len(x, i), x->mark, NULL,
                           &x->copy[i]);
         else
-            st = plan->ctx->ops->memcpy(plan->ctx->be, d + off, h + off, chunk_len(x, i));
+            st = plan->ctx->ops->mem.memcpy(plan->ctx->be, d + off, h + off, chunk_len(x, i));
         if (st != BURST_OK)
             chunk_fail(x, st);
     }
@@ -283,7 +285,7 @@ burst_status_t burst_xfer_isend(struct burst_plan *plan, int peer, uint64_t tag,
         return st;
     x->used = 1;
     void *h = plan->stage[x->stage].ptr;
-    st = plan->ctx->ops->memcpy(plan->ctx->be, h, buf, len);
+    st = plan->ctx->ops->mem.memcpy(plan->ctx->be, h, buf, len);
     if (st == BURST_OK)
         st = burst_comm_isend(plan->comm, peer, tag, h, len, &x->req);
     if (st != BURST_OK)
@@ -328,7 +330,7 @@ burst_status_t burst_xfer_wait(struct burst_plan *plan, struct burst_xfer *x)
         return chunks_wait(plan, x);
     burst_status_t st = burst_comm_wait(plan->comm, &x->req);
     if (st == BURST_OK && x->used && x->dev)
-        st = plan->ctx->ops->memcpy(plan->ctx->be, x->dev, plan->stage[x->stage].ptr, x->len);
+        st = plan->ctx->ops->mem.memcpy(plan->ctx->be, x->dev, plan->stage[x->stage].ptr, x->len);
     stage_put(plan, x);
     x->dev = NULL;
     return st;
@@ -338,7 +340,7 @@ void burst_xfer_pool_free(struct burst_plan *plan)
 {
     for (int i = 0; i < BURST_STAGE_BUFS; i++)
         if (plan->stage[i].ptr) {
-            plan->ctx->ops->host_free(plan->ctx->be, plan->stage[i].ptr);
+            plan->ctx->ops->mem.host_free(plan->ctx->be, plan->stage[i].ptr);
             plan->stage[i].ptr = NULL;
             plan->stage[i].size = 0;
         }

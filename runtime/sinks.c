@@ -33,8 +33,8 @@ burst_status_t burst_sinks_init_lse(const struct burst_plan *plan, const struct 
     burst_status_t st = BURST_OK;
     for (int64_t b = 0; st == BURST_OK && b < plan->p.batch; b++)
         for (int64_t h = 0; st == BURST_OK && h < hg->nq; h++)
-            st = ops->fill(plan->ctx->be, lse_acc + (b * hg->nq + h) * n, (size_t)n,
-                           sinks[hg->q0 + h]);
+            st = ops->elem.fill(plan->ctx->be, lse_acc + (b * hg->nq + h) * n, (size_t)n,
+                                sinks[hg->q0 + h]);
     return st;
 }
 
@@ -42,8 +42,8 @@ burst_status_t burst_sinks_init_lse(const struct burst_plan *plan, const struct 
 static burst_status_t to_host(struct burst_plan *plan, float *dst, const float *src, size_t count)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
-    if (BURST_OPS_HAS(ops, memcpy))
-        return ops->memcpy(plan->ctx->be, dst, src, count * sizeof(float));
+    if (BURST_OPS_HAS(ops, mem.memcpy))
+        return ops->mem.memcpy(plan->ctx->be, dst, src, count * sizeof(float));
     memcpy(dst, src, count * sizeof(float));
     return BURST_OK;
 }
@@ -57,8 +57,8 @@ burst_status_t burst_sinks_grad_local(struct burst_plan *plan, const struct burs
     const int64_t n = plan->n, B = plan->p.batch;
     const size_t count = (size_t)(B * hg->nq * n);
     burst_status_t st = BURST_OK;
-    if (BURST_OPS_HAS(ops, sync))
-        st = ops->sync(plan->ctx->be);
+    if (BURST_OPS_HAS(ops, stream.sync))
+        st = ops->stream.sync(plan->ctx->be);
     float *hl = malloc(2 * count * sizeof(float) + 1);
     if (st == BURST_OK && !hl)
         st = burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%zu bytes)", who,

@@ -56,11 +56,11 @@ static burst_status_t measure(struct burst_context *ctx, const struct burst_plan
     while (st == BURST_OK && n < kmax) {
         for (int w = 0; st == BURST_OK && w < 2; w++) { /* untimed once, then timed */
             double tw = burst_now();
-            st = ops->fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
+            st = ops->elem.fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
             if (st == BURST_OK)
-                st = ops->fwd_step(ctx->be, &a);
-            if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-                st = ops->sync(ctx->be);
+                st = ops->attn.fwd_step(ctx->be, &a);
+            if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
+                st = ops->stream.sync(ctx->be);
             if (w == 1 && burst_now() - tw >= BURST_SPEED_STEP_S)
                 goto sized;
         }
@@ -75,11 +75,11 @@ sized:;
     for (int it = 0; st == BURST_OK && it <= BURST_SPEED_MAX_REPS; it++) {
         if (it == 1)
             t0 = burst_now();
-        st = ops->fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
+        st = ops->elem.fill(ctx->be, lse, (size_t)(nq * hq), -INFINITY);
         if (st == BURST_OK)
-            st = ops->fwd_step(ctx->be, &a);
-        if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-            st = ops->sync(ctx->be);
+            st = ops->attn.fwd_step(ctx->be, &a);
+        if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
+            st = ops->stream.sync(ctx->be);
         if (it >= 1) {
             reps = it;
             elapsed = burst_now() - t0;

@@ -10,8 +10,8 @@ void burst_tl_begin(struct burst_timeline *tl, struct burst_plan *plan, burst_ph
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
     *tl = (struct burst_timeline){.plan = plan, .phase = phase};
-    tl->device = BURST_OPS_HAS(ops, time_mark) && BURST_OPS_HAS(ops, time_elapsed) &&
-                 BURST_OPS_HAS(ops, time_release) && plan->direct && !plan->staged &&
+    tl->device = BURST_OPS_HAS(ops, stream.time_mark) && BURST_OPS_HAS(ops, stream.time_elapsed) &&
+                 BURST_OPS_HAS(ops, stream.time_release) && plan->direct && !plan->staged &&
                  !burst_set_long(&plan->ctx->set, BURST_SET_STEP_SYNC);
 }
 
@@ -37,7 +37,7 @@ burst_status_t burst_tl_kernel_begin(struct burst_timeline *tl)
     struct tl_mark *m = &tl->marks[tl->nmarks];
     *m = (struct tl_mark){.prev = tl->prev, .prev_step = tl->prev_step};
     const struct burst_backend_ops *ops = tl->plan->ctx->ops;
-    burst_status_t st = ops->time_mark(tl->plan->ctx->be, &m->start);
+    burst_status_t st = ops->stream.time_mark(tl->plan->ctx->be, &m->start);
     tl->nmarks++; /* released by finish, even half made */
     return st;
 }
@@ -47,14 +47,14 @@ burst_status_t burst_tl_kernel_end(struct burst_timeline *tl, int step, burst_st
     const struct burst_backend_ops *ops = tl->plan->ctx->ops;
     void *be = tl->plan->ctx->be;
     if (!tl->device) {
-        if (st == BURST_OK && BURST_OPS_HAS(ops, sync))
-            st = ops->sync(be);
+        if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
+            st = ops->stream.sync(be);
         burst_call_compute(tl->plan, tl->phase, step, burst_now() - tl->t);
         return st;
     }
     struct tl_mark *m = &tl->marks[tl->nmarks - 1];
     m->step = step;
-    burst_status_t sm = ops->time_mark(be, &m->end);
+    burst_status_t sm = ops->stream.time_mark(be, &m->end);
     tl->prev = m->end;
     tl->prev_step = step;
     return st != BURST_OK ? st : sm;
@@ -74,16 +74,16 @@ void burst_tl_finish(struct burst_timeline *tl, burst_status_t st)
         const struct tl_mark *m = &tl->marks[i];
         double kernel = 0.0, gap = 0.0;
         if (st == BURST_OK && m->start && m->end &&
-            ops->time_elapsed(be, m->start, m->end, &kernel) == BURST_OK) {
-            if (m->prev && ops->time_elapsed(be, m->prev, m->start, &gap) != BURST_OK)
+            ops->stream.time_elapsed(be, m->start, m->end, &kernel) == BURST_OK) {
+            if (m->prev && ops->stream.time_elapsed(be, m->prev, m->start, &gap) != BURST_OK)
                 gap = 0.0;
             burst_call_compute(tl->plan, tl->phase, m->step, kernel);
             burst_call_wait(tl->plan, tl->phase, m->prev_step, gap);
         }
     }
     for (int i = 0; i < tl->nmarks; i++) {
-        ops->time_release(be, tl->marks[i].start);
-        ops->time_release(be, tl->marks[i].end);
+        ops->stream.time_release(be, tl->marks[i].start);
+        ops->stream.time_release(be, tl->marks[i].end);
     }
     free(tl->marks);
     tl->marks = NULL;

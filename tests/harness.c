@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "context_internal.h" /* ops->device_memory */
+#include "context_internal.h" /* ops->mem.device_memory */
 #include "ref.h"
 
 /* ---- seeds and random numbers ---- */
@@ -727,7 +727,7 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
         struct burst_context *rc = harness_rank_context(c->backends, r);
         if (!rc)
             goto fail;
-        if (rc->ops->device_memory) { /* the uploads below use one context */
+        if (rc->ops->mem.device_memory) { /* the uploads below use one context */
             fprintf(stderr,
                     "harness: backends=%s: device-memory backends in mixed rings are "
                     "not supported by the harness: SKIP\n",
@@ -735,7 +735,7 @@ struct harness_problem *harness_problem_create(const struct harness_case *c)
             exit(77);
         }
     }
-    if (!c->backends && ctx && ctx->ops->device_memory) {
+    if (!c->backends && ctx && ctx->ops->mem.device_memory) {
         p->on_device = 1;
         p->lse_dev = calloc((size_t)G, sizeof *p->lse_dev);
         if (!p->lse_dev)

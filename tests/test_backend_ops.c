@@ -1,9 +1,10 @@
 /*
  * tests/test_backend_ops.c - the backend table (runtime/backend.h): every backend of this build
  * has a whole table (burst_backend_ops_missing is NULL), and a table lacking a member it needs
- * is named by that member: the core, memory, elementwise and step ops of every backend; memcpy,
- * host_alloc and host_free of one whose transfers are staged; time_elapsed and time_release of
- * one with time_mark; a size that stops before a needed member counts as lacking it.
+ * is named by that member, through its layer ("mem.fill"): the required members of the core,
+ * mem, elem and attn layers of every backend; mem.memcpy, mem.host_alloc and mem.host_free of
+ * one whose transfers are staged; stream.time_elapsed and stream.time_release of one with
+ * stream.time_mark; a size that stops before a needed member counts as lacking it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,21 +52,26 @@ static void test_required(void **state)
 {
     (void)state;
     CLEARED(name);
-    CLEARED(create);
-    CLEARED(destroy);
-    CLEARED(alloc);
-    CLEARED(free);
-    CLEARED(copy);
-    CLEARED(fill);
-    CLEARED(accumulate);
-    CLEARED(fwd_step);
-    CLEARED(bwd_delta);
-    CLEARED(bwd_step);
+    CLEARED(core.create);
+    CLEARED(core.destroy);
+    CLEARED(mem.alloc);
+    CLEARED(mem.free);
+    CLEARED(elem.copy);
+    CLEARED(elem.fill);
+    CLEARED(elem.accumulate);
+    CLEARED(attn.fwd_step);
+    CLEARED(attn.bwd_delta);
+    CLEARED(attn.bwd_step);
     struct burst_backend_ops t = burst_cpu_backend_ops;
-    t.size = offsetof(struct burst_backend_ops, fwd_step); /* an older, shorter table */
-    expect_missing(&t, "fwd_step", "a table ending before fwd_step");
+    t.size = offsetof(struct burst_backend_ops, attn.fwd_step); /* an older, shorter table */
+    expect_missing(&t, "attn.fwd_step", "a table ending before attn.fwd_step");
     t.size = 0;
     expect_missing(&t, "size", "size 0");
+    /* an optional member of a layer the size stops inside is absent, though set */
+    t.size = offsetof(struct burst_backend_ops, attn.decode_step);
+    assert_false(BURST_OPS_HAS(&t, attn.decode_step));
+    t.size = sizeof t;
+    assert_true(BURST_OPS_HAS(&t, attn.decode_step));
 }
 
 /* the members a backend's own flags make necessary */
@@ -116,25 +122,27 @@ static void test_conditional(void **state)
 {
     (void)state;
     struct burst_backend_ops t = burst_cpu_backend_ops;
-    t.device_memory = 0, t.stage_transfers = NULL, t.memcpy = NULL, t.host_alloc = NULL;
-    t.host_free = NULL, t.time_mark = NULL, t.time_elapsed = NULL, t.time_release = NULL;
+    t.mem.device_memory = 0, t.mem.stage_transfers = NULL, t.mem.memcpy = NULL,
+    t.mem.host_alloc = NULL;
+    t.mem.host_free = NULL, t.stream.time_mark = NULL, t.stream.time_elapsed = NULL,
+    t.stream.time_release = NULL;
     expect_missing(&t, NULL, "host memory, no staging, no timeline");
-    t.device_memory = 1;
-    expect_missing(&t, "memcpy", "device memory without memcpy");
-    t.memcpy = fake_memcpy;
-    expect_missing(&t, "host_alloc", "device memory without host_alloc");
-    t.host_alloc = fake_host_alloc;
-    expect_missing(&t, "host_free", "device memory without host_free");
-    t.host_free = fake_host_free;
+    t.mem.device_memory = 1;
+    expect_missing(&t, "mem.memcpy", "device memory without memcpy");
+    t.mem.memcpy = fake_memcpy;
+    expect_missing(&t, "mem.host_alloc", "device memory without host_alloc");
+    t.mem.host_alloc = fake_host_alloc;
+    expect_missing(&t, "mem.host_free", "device memory without host_free");
+    t.mem.host_free = fake_host_free;
     expect_missing(&t, NULL, "device memory with its staging ops");
-    t.device_memory = 0, t.stage_transfers = fake_stage, t.memcpy = NULL;
-    expect_missing(&t, "memcpy", "staged transfers without memcpy");
-    t.memcpy = fake_memcpy;
-    t.time_mark = fake_mark;
-    expect_missing(&t, "time_elapsed", "time_mark without time_elapsed");
-    t.time_elapsed = fake_elapsed;
-    expect_missing(&t, "time_release", "time_mark without time_release");
-    t.time_release = fake_release;
+    t.mem.device_memory = 0, t.mem.stage_transfers = fake_stage, t.mem.memcpy = NULL;
+    expect_missing(&t, "mem.memcpy", "staged transfers without memcpy");
+    t.mem.memcpy = fake_memcpy;
+    t.stream.time_mark = fake_mark;
+    expect_missing(&t, "stream.time_elapsed", "time_mark without time_elapsed");
+    t.stream.time_elapsed = fake_elapsed;
+    expect_missing(&t, "stream.time_release", "time_mark without time_release");
+    t.stream.time_release = fake_release;
     expect_missing(&t, NULL, "a whole timeline");
 }
 

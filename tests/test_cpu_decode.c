@@ -154,7 +154,7 @@ static burst_status_t run_decode(void *be, const struct dcase *c, const struct d
                                   .softcap = c->softcap,
                                   .o_acc = o,
                                   .lse_acc = lse};
-    return burst_cpu_backend_ops.decode_step(be, &a);
+    return burst_cpu_backend_ops.attn.decode_step(be, &a);
 }
 
 /* The largest error of (o, lse) against the fp64 reference (INFINITY for a NaN). */
@@ -255,12 +255,12 @@ int main(void)
     struct burst_context_params p1 = burst_context_params_default(), p3 = p1;
     p1.num_threads = 1, p3.num_threads = 3;
     void *be1 = NULL, *be3 = NULL;
-    burst_status_t st = burst_cpu_backend_ops.create(&p1, &be1);
+    burst_status_t st = burst_cpu_backend_ops.core.create(&p1, &be1);
     if (st == BURST_ERR_UNSUPPORTED) {
         printf("test_cpu_decode: %s: skipped\n", burst_last_error());
         return 77;
     }
-    if (st != BURST_OK || burst_cpu_backend_ops.create(&p3, &be3) != BURST_OK) {
+    if (st != BURST_OK || burst_cpu_backend_ops.core.create(&p3, &be3) != BURST_OK) {
         printf("test_cpu_decode: cpu backend: %s\n", burst_last_error());
         return 1;
     }
@@ -308,8 +308,8 @@ int main(void)
                        .softcap = 0.0f,
                        .prior = 1};
     failed |= one_case(be1, be3, &nk), cases++;
-    burst_cpu_backend_ops.destroy(be1);
-    burst_cpu_backend_ops.destroy(be3);
+    burst_cpu_backend_ops.core.destroy(be1);
+    burst_cpu_backend_ops.core.destroy(be3);
     printf("test_cpu_decode: %d cases, largest error %.3g, %s\n", cases, max_err,
            failed ? "FAILED" : "ok");
     return failed;

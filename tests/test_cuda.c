@@ -492,7 +492,7 @@ static void test_ops(void **state)
     assert_non_null(ctx);
     const struct burst_backend_ops *cu = ctx->ops, *cpu = &burst_cpu_backend_ops;
     void *cpu_be = NULL;
-    assert_int_equal(cpu->create(NULL, &cpu_be), BURST_OK);
+    assert_int_equal(cpu->core.create(NULL, &cpu_be), BURST_OK);
     int failed = 0;
     for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++) {
         const struct op_case *c = &op_cases[ci];
@@ -528,10 +528,10 @@ static void test_ops(void **state)
                                     .softcap = c->softcap,
                                     .o_acc = o1,
                                     .lse_acc = l1};
-        assert_int_equal(cpu->fwd_step(cpu_be, &fa), BURST_OK);
+        assert_int_equal(cpu->attn.fwd_step(cpu_be, &fa), BURST_OK);
         fa.q = &q.dev, fa.k = &k.dev, fa.v = &v.dev, fa.o_acc = od, fa.lse_acc = ld;
-        assert_int_equal(cu->fwd_step(ctx->be, &fa), BURST_OK);
-        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        assert_int_equal(cu->attn.fwd_step(ctx->be, &fa), BURST_OK);
+        assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
         op_download(ctx, o2, od, no);
         op_download(ctx, l2, ld, nl);
         const double tol = c->dt == F32 ? 2e-5 : c->dt == F16 ? 4e-3 : 2e-2;
@@ -572,11 +572,11 @@ static void test_ops(void **state)
                                     .dq = g1,
                                     .dk = g1 + no,
                                     .dv = g1 + no + nkv};
-        assert_int_equal(cpu->bwd_step(cpu_be, &ba), BURST_OK);
+        assert_int_equal(cpu->attn.bwd_step(cpu_be, &ba), BURST_OK);
         ba.q = &q.dev, ba.k = &k.dev, ba.v = &v.dev, ba.dout = &dout.dev, ba.lse = lsed;
         ba.delta = dld, ba.dq = gd, ba.dk = gd + no, ba.dv = gd + no + nkv;
-        assert_int_equal(cu->bwd_step(ctx->be, &ba), BURST_OK);
-        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        assert_int_equal(cu->attn.bwd_step(ctx->be, &ba), BURST_OK);
+        assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
         float *g2 = malloc((no + 2 * nkv) * 4);
         assert_non_null(g2);
         op_download(ctx, g2, gd, no + 2 * nkv);
@@ -600,7 +600,7 @@ static void test_ops(void **state)
         free(o0), free(l0), free(o1), free(l1), free(o2), free(l2), free(dl), free(g0), free(g1),
             free(g2);
     }
-    cpu->destroy(cpu_be);
+    cpu->core.destroy(cpu_be);
     assert_int_equal(failed, 0);
 }
 
@@ -683,8 +683,8 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
         if (final_declined(c)) {
             ba.dq = dq2;
             ba.dk = ba.dv = NULL;
-            burst_status_t r = cu->bwd_final(ctx->be, &ba, &g[0], &g[1]);
-            assert_int_equal(cu->sync(ctx->be), BURST_OK);
+            burst_status_t r = cu->attn.bwd_final(ctx->be, &ba, &g[0], &g[1]);
+            assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
             op_download(ctx, dqg, dq2, nqe);
             assert_int_equal(burst_context_memcpy(ctx, got[0], gd[0], kbytes), BURST_OK);
             assert_int_equal(burst_context_memcpy(ctx, got[1], gd[1], kbytes), BURST_OK);
@@ -697,16 +697,16 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
             burst_context_free(ctx, dq2);
             break;
         }
-        assert_int_equal(cu->bwd_step(ctx->be, &ba), BURST_OK);
+        assert_int_equal(cu->attn.bwd_step(ctx->be, &ba), BURST_OK);
         struct burst_tensor ak = burst_tensor_contiguous(acc + nqe, F32, 1, c->nk, c->hkv, c->d);
         struct burst_tensor av =
             burst_tensor_contiguous(acc + nqe + nke, F32, 1, c->nk, c->hkv, c->d);
-        assert_int_equal(cu->copy(ctx->be, &w[0], &ak), BURST_OK);
-        assert_int_equal(cu->copy(ctx->be, &w[1], &av), BURST_OK);
+        assert_int_equal(cu->elem.copy(ctx->be, &w[0], &ak), BURST_OK);
+        assert_int_equal(cu->elem.copy(ctx->be, &w[1], &av), BURST_OK);
         ba.dq = dq2;
         ba.dk = ba.dv = NULL;
-        burst_status_t r = cu->bwd_final(ctx->be, &ba, &g[0], &g[1]);
-        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        burst_status_t r = cu->attn.bwd_final(ctx->be, &ba, &g[0], &g[1]);
+        assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
         op_download(ctx, dqw, acc, nqe);
         op_download(ctx, dqg, dq2, nqe);
         for (int t = 0; t < 2; t++) {
@@ -754,7 +754,7 @@ static void test_final(void **state)
     struct burst_context *ctx = harness_context();
     assert_non_null(ctx);
     const struct burst_backend_ops *cu = ctx->ops;
-    assert_non_null(cu->fwd_final);
+    assert_non_null(cu->attn.fwd_final);
     int failed = 0, ran = 0;
     for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++) {
         const struct op_case *c = &op_cases[ci];
@@ -792,8 +792,8 @@ static void test_final(void **state)
                                     .mask = op_mask(ctx, c),
                                     .scale = 0.3f,
                                     .softcap = c->softcap};
-        burst_status_t r = cu->fwd_final(ctx->be, &fa, &o, ld);
-        assert_int_equal(cu->sync(ctx->be), BURST_OK);
+        burst_status_t r = cu->attn.fwd_final(ctx->be, &fa, &o, ld);
+        assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
         assert_int_equal(burst_context_memcpy(ctx, got, od, obytes), BURST_OK);
         op_download(ctx, lgot, ld, nl);
         int ok;
@@ -805,9 +805,9 @@ static void test_final(void **state)
             fa.o_acc = oacc;
             fa.lse_acc = lacc;
             struct burst_tensor oa = burst_tensor_contiguous(oacc, F32, 1, c->nq, c->hq, c->d);
-            assert_int_equal(cu->fwd_step(ctx->be, &fa), BURST_OK);
-            assert_int_equal(cu->copy(ctx->be, &w, &oa), BURST_OK);
-            assert_int_equal(cu->sync(ctx->be), BURST_OK);
+            assert_int_equal(cu->attn.fwd_step(ctx->be, &fa), BURST_OK);
+            assert_int_equal(cu->elem.copy(ctx->be, &w, &oa), BURST_OK);
+            assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
             assert_int_equal(burst_context_memcpy(ctx, want, wd, obytes), BURST_OK);
             op_download(ctx, lwant, lacc, nl);
             ok =
@@ -1125,7 +1125,7 @@ static int dec_run(struct burst_context *ctx, const struct dec_problem *p, int p
     burst_status_t st = BURST_OK;
     if (!per_block) {
         struct burst_decode_args a = dec_args(p, od, ld);
-        st = cu->decode_step(ctx->be, &a);
+        st = cu->attn.decode_step(ctx->be, &a);
     } else {
         const struct dec_case *c = &p->c;
         for (int64_t b = 0; b < p->nblocks && st == BURST_OK; b++) {
@@ -1146,11 +1146,11 @@ static int dec_run(struct burst_context *ctx, const struct dec_problem *p, int p
                                         .softcap = c->softcap,
                                         .o_acc = od,
                                         .lse_acc = ld};
-            st = cu->fwd_step(ctx->be, &fa);
+            st = cu->attn.fwd_step(ctx->be, &fa);
         }
     }
     *st_p = st;
-    assert_int_equal(cu->sync(ctx->be), BURST_OK);
+    assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
     op_download(ctx, oh, od, p->no + guard);
     op_download(ctx, lh, ld, p->nrows + guard);
     int ok = 1;
@@ -1193,8 +1193,8 @@ static int dec_run_out(struct burst_context *ctx, const struct dec_problem *p, f
     struct burst_decode_args a = dec_args(p, NULL, NULL);
     a.o_out = &ov;
     a.lse_out = ld;
-    *st_p = ctx->ops->decode_step(ctx->be, &a);
-    assert_int_equal(ctx->ops->sync(ctx->be), BURST_OK);
+    *st_p = ctx->ops->attn.decode_step(ctx->be, &a);
+    assert_int_equal(ctx->ops->stream.sync(ctx->be), BURST_OK);
     assert_int_equal(burst_context_memcpy(ctx, oh, od, oel * p->es), BURST_OK);
     op_download(ctx, lh, ld, p->nrows + guard);
     size_t written = 0;
@@ -1315,7 +1315,7 @@ static void dec_cases(int random)
 {
     struct burst_context *ctx = harness_context();
     assert_non_null(ctx);
-    assert_true(BURST_OPS_HAS(ctx->ops, decode_step));
+    assert_true(BURST_OPS_HAS(ctx->ops, attn.decode_step));
     const char *e = getenv("BURST_CUDA_KERNEL");
     if (e && strcmp(e, "simt") == 0) { /* no tensor cores: declined, the engine falls back */
         printf("BURST_CUDA_KERNEL=simt: decode_step declines; skipped\n");
@@ -1358,10 +1358,10 @@ static void test_decode_bad(void **state)
     dec_make(ctx, &p, &c, &st);
     float *od = op_upload(ctx, p.o0, p.no), *ld = op_upload(ctx, p.l0, p.nrows);
     struct burst_decode_args a = dec_args(&p, od, ld);
-    assert_int_equal(cu->decode_step(ctx->be, &a), BURST_ERR_UNSUPPORTED); /* t = 65 */
+    assert_int_equal(cu->attn.decode_step(ctx->be, &a), BURST_ERR_UNSUPPORTED); /* t = 65 */
     float *o = malloc(p.no * 4), *l = malloc(p.nrows * 4);
     assert_true(o && l);
-    assert_int_equal(cu->sync(ctx->be), BURST_OK);
+    assert_int_equal(cu->stream.sync(ctx->be), BURST_OK);
     op_download(ctx, o, od, p.no);
     op_download(ctx, l, ld, p.nrows);
     assert_memory_equal(o, p.o0, p.no * 4);
@@ -1391,7 +1391,7 @@ static void test_decode_bad(void **state)
         case 10: ob.shape[3] = 32, b.o_out = &ob; break;
         default: q.shape[0] = 2; break;
         }
-        burst_status_t r = cu->decode_step(ctx->be, &b);
+        burst_status_t r = cu->attn.decode_step(ctx->be, &b);
         printf("bad %s: %s: %s\n", bad[i].msg, burst_status_str(r), burst_last_error());
         assert_int_equal(r, BURST_ERR_INVALID_ARG);
         assert_true(harness_contains(burst_last_error(), bad[i].msg));
@@ -1470,7 +1470,7 @@ static void test_oom_and_bad_input(void **state)
     struct burst_fwd_args fa = {.q = &t, .k = &t, .v = &t, .scale = 1.0f, .o_acc = o, .lse_acc = l};
     fa.qpos.nruns = fa.kpos.nruns = 1;
     fa.mask.left = fa.mask.right = INF;
-    assert_int_equal(ctx->ops->fwd_step(ctx->be, &fa), BURST_ERR_INVALID_ARG);
+    assert_int_equal(ctx->ops->attn.fwd_step(ctx->be, &fa), BURST_ERR_INVALID_ARG);
     assert_true(harness_contains(burst_last_error(), "head dim = 264"));
     /* tensors in plain host memory */
     assert_int_equal(burst_context_device_memory(ctx), 1);

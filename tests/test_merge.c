@@ -40,7 +40,7 @@ static int setup(void **state)
 {
     (void)state;
     struct burst_context_params cp = burst_context_params_default();
-    if (burst_cpu_backend_ops.create(&cp, &be) != BURST_OK) {
+    if (burst_cpu_backend_ops.core.create(&cp, &be) != BURST_OK) {
         fprintf(stderr, "cpu backend: %s\n", burst_last_error());
         return -1;
     }
@@ -50,7 +50,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    burst_cpu_backend_ops.destroy(be);
+    burst_cpu_backend_ops.core.destroy(be);
     return 0;
 }
 
@@ -109,7 +109,7 @@ static void fwd(const struct rows *q, const struct rows *k, const struct rows *v
     struct burst_tensor qt = rows_tensor(q), kt = rows_tensor(k), vt = rows_tensor(v);
     struct burst_fwd_args a = {&qt,  &kt, &vt,  rows_posmap(q), rows_posmap(k),
                                mask, tau, 0.0f, o_acc,          lse_acc};
-    assert_int_equal(burst_cpu_backend_ops.fwd_step(be, &a), BURST_OK);
+    assert_int_equal(burst_cpu_backend_ops.attn.fwd_step(be, &a), BURST_OK);
 }
 
 static void acc_init(float *o, float *lse)
@@ -392,11 +392,11 @@ static void test_masked_rows(void **state)
     struct burst_tensor ot = burst_tensor_contiguous(o, dt, B, NQ, HQ, D);
     struct burst_tensor dot = rows_tensor(&dout), qt = rows_tensor(&q), kt = rows_tensor(&k),
                         vt = rows_tensor(&v);
-    assert_int_equal(burst_cpu_backend_ops.bwd_delta(be, &dot, &ot, delta), BURST_OK);
+    assert_int_equal(burst_cpu_backend_ops.attn.bwd_delta(be, &dot, &ot, delta), BURST_OK);
     struct burst_bwd_args a = {
         &qt, &kt,  &vt, &dot, l,  delta, rows_posmap(&q), rows_posmap(&k), causal,
         tau, 0.0f, dq,  dk,   dv, 0};
-    assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a), BURST_OK);
+    assert_int_equal(burst_cpu_backend_ops.attn.bwd_step(be, &a), BURST_OK);
 
     /* fp64 gradients of this single-block problem */
     double *gq = calloc(no, 8), *gk = calloc(nk, 8), *gv = calloc(nk, 8);
@@ -460,7 +460,7 @@ static void test_masked_rows(void **state)
     struct burst_bwd_args a2 = {
         &qt, &kft, &vft, &dot, l,   delta, rows_posmap(&q), rows_posmap(&kf), causal,
         tau, 0.0f, dq2,  dk2,  dv2, 0};
-    assert_int_equal(burst_cpu_backend_ops.bwd_step(be, &a2), BURST_OK);
+    assert_int_equal(burst_cpu_backend_ops.attn.bwd_step(be, &a2), BURST_OK);
     assert_memory_equal(dq2, dq, no * 4);
     for (size_t i = 0; i < nk; i++)
         assert_true(dk2[i] == 0.0f && dv2[i] == 0.0f);

@@ -691,21 +691,21 @@ int main(void)
 {
     assert_non_null(harness_context());
     staged_ops = *harness_context()->ops;
-    staged_ops.device_memory = 1;
-    staged_ops.memcpy = fake_memcpy;
-    staged_ops.host_alloc = fake_host_alloc;
-    staged_ops.host_free = fake_host_free;
+    staged_ops.mem.device_memory = 1;
+    staged_ops.mem.memcpy = fake_memcpy;
+    staged_ops.mem.host_alloc = fake_host_alloc;
+    staged_ops.mem.host_free = fake_host_free;
     direct_ops = staged_ops;
     direct_ops.devcopy = &fake_devcopy;
     copier_ops = staged_ops;
     copier_ops.devcopy = &copier_devcopy;
     exporter_ops = *harness_context()->ops; /* host-addressable, staged (as vulkan on a GPU) */
-    exporter_ops.alloc = export_alloc;
-    exporter_ops.free = export_free;
-    exporter_ops.memcpy = fake_memcpy;
-    exporter_ops.host_alloc = fake_host_alloc;
-    exporter_ops.host_free = fake_host_free;
-    exporter_ops.stage_transfers = stage_always;
+    exporter_ops.mem.alloc = export_alloc;
+    exporter_ops.mem.free = export_free;
+    exporter_ops.mem.memcpy = fake_memcpy;
+    exporter_ops.mem.host_alloc = fake_host_alloc;
+    exporter_ops.mem.host_free = fake_host_free;
+    exporter_ops.mem.stage_transfers = stage_always;
     exporter_ops.devcopy = &exporter_devcopy;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flat3_burst),

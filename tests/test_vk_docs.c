@@ -243,14 +243,14 @@ static void run_case(void **state)
                                        .softcap = c->softcap,
                                        .o_acc = o[r],
                                        .lse_acc = lse[r]};
-            assert_int_equal(burst_vk_backend_ops.fwd_step(be, &a), BURST_OK);
+            assert_int_equal(burst_vk_backend_ops.attn.fwd_step(be, &a), BURST_OK);
         }
     /* backward with the final lse */
     for (int r = 0; r < c->g; r++) {
         int64_t len = burst_posmap_len(&pm[r]);
         struct burst_tensor ot =
             burst_tensor_contiguous(o[r], BURST_DTYPE_FP32, B, len, c->hq, c->d);
-        assert_int_equal(burst_vk_backend_ops.bwd_delta(be, &tdo[r], &ot, delta[r]), BURST_OK);
+        assert_int_equal(burst_vk_backend_ops.attn.bwd_delta(be, &tdo[r], &ot, delta[r]), BURST_OK);
     }
     for (int r = 0; r < c->g; r++)
         for (int s = 0; s < c->g; s++) {
@@ -269,7 +269,7 @@ static void run_case(void **state)
                                        .dk = dk[s],
                                        .dv = dv[s],
                                        .deterministic = c->det};
-            assert_int_equal(burst_vk_backend_ops.bwd_step(be, &a), BURST_OK);
+            assert_int_equal(burst_vk_backend_ops.attn.bwd_step(be, &a), BURST_OK);
         }
 
     /* compare; lse against its own scale plus 1 (it may be near 0) */
@@ -378,7 +378,7 @@ int main(void)
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     struct burst_context_params cp = burst_context_params_default();
     cp.backend = "vulkan"; /* by name: lavapipe too */
-    if (burst_vk_backend_ops.create(&cp, &be) != BURST_OK) {
+    if (burst_vk_backend_ops.core.create(&cp, &be) != BURST_OK) {
         printf("no Vulkan device: %s\n", burst_last_error());
         return 77;
     }
@@ -386,6 +386,6 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL, (void *)&cases[i]};
     int rc = cmocka_run_group_tests_name("vk_docs", tests, NULL, NULL);
-    burst_vk_backend_ops.destroy(be);
+    burst_vk_backend_ops.core.destroy(be);
     return rc;
 }

@@ -189,7 +189,7 @@ static void view_make(struct view *v, void *be, int owned, burst_dtype_t dt, con
     size_t bytes = (size_t)v->nelem * esize(dt);
     v->be = be;
     v->owned = owned;
-    v->base = owned ? ops->alloc(be, bytes) : malloc(bytes);
+    v->base = owned ? ops->mem.alloc(be, bytes) : malloc(bytes);
     assert_non_null(v->base);
     for (int64_t i = 0; i < v->nelem; i++)
         put_bits(dt, v->base, i, POISON32);
@@ -203,7 +203,7 @@ static void view_make(struct view *v, void *be, int owned, burst_dtype_t dt, con
 static void view_free(struct view *v)
 {
     if (v->owned)
-        ops->free(v->be, v->base);
+        ops->mem.free(v->be, v->base);
     else
         free(v->base);
 }
@@ -241,7 +241,7 @@ static int check_copy(void *be, const char *what, const struct layout *l, burst_
     int64_t n = view_count(&s);
     for (int64_t i = 0; i < n; i++)
         put_bits(sd, s.base, view_off(&s, i), gen_src(sd, (uint64_t)i + salt));
-    burst_status_t st = ops->copy(be, &d.t, &s.t);
+    burst_status_t st = ops->elem.copy(be, &d.t, &s.t);
     if (st != BURST_OK)
         fail_msg("%s: copy %s %s -> %s failed: %s", what, l->name, dt_name(sd), dt_name(dd),
                  burst_last_error());
@@ -352,12 +352,12 @@ static void copy_looped(void **state)
 static void check_fill(void *be, const char *what, size_t count, uint32_t value, int owned)
 {
     size_t bytes = (count + 3) * 4;
-    uint32_t *buf = owned ? ops->alloc(be, bytes) : malloc(bytes);
+    uint32_t *buf = owned ? ops->mem.alloc(be, bytes) : malloc(bytes);
     assert_non_null(buf);
     for (size_t i = 0; i < count + 3; i++)
         buf[i] = POISON32;
     float v = burst_cpu_bits_f32(value);
-    assert_int_equal(ops->fill(be, (float *)(void *)(buf + 1), count, v), BURST_OK);
+    assert_int_equal(ops->elem.fill(be, (float *)(void *)(buf + 1), count, v), BURST_OK);
     size_t bad = 0;
     for (size_t i = 0; i < count + 3; i++) {
         uint32_t want = i >= 1 && i <= count ? value : POISON32;
@@ -366,7 +366,7 @@ static void check_fill(void *be, const char *what, size_t count, uint32_t value,
                         buf[i]);
     }
     if (owned)
-        ops->free(be, buf);
+        ops->mem.free(be, buf);
     else
         free(buf);
     assert_int_equal(bad, 0);
@@ -433,8 +433,8 @@ static int check_acc(void *be, const char *what, burst_dtype_t sd, size_t count,
                      int src_owned, uint64_t salt)
 {
     size_t es = esize(sd);
-    uint32_t *dst = dst_owned ? ops->alloc(be, (count + 2) * 4) : malloc((count + 2) * 4);
-    unsigned char *src = src_owned ? ops->alloc(be, count * es) : malloc(count * es);
+    uint32_t *dst = dst_owned ? ops->mem.alloc(be, (count + 2) * 4) : malloc((count + 2) * 4);
+    unsigned char *src = src_owned ? ops->mem.alloc(be, count * es) : malloc(count * es);
     uint32_t *want = malloc(count * 4);
     assert_true(dst && src && want);
     dst[0] = dst[count + 1] = POISON32;
@@ -449,7 +449,8 @@ static int check_acc(void *be, const char *what, burst_dtype_t sd, size_t count,
                                       : burst_cpu_bf16_to_f32((uint16_t)s);
         want[i] = burst_cpu_f32_bits(x);
     }
-    assert_int_equal(ops->accumulate(be, (float *)(void *)(dst + 1), src, sd, count), BURST_OK);
+    assert_int_equal(ops->elem.accumulate(be, (float *)(void *)(dst + 1), src, sd, count),
+                     BURST_OK);
     int bad = 0;
     for (size_t i = 0; i < count; i++) {
         uint32_t got = dst[i + 1];
@@ -466,11 +467,11 @@ static int check_acc(void *be, const char *what, burst_dtype_t sd, size_t count,
     if ((dst[0] != POISON32 || dst[count + 1] != POISON32) && bad++ < 5)
         print_error("%s: accumulate %s wrote outside [0, %zu)\n", what, dt_name(sd), count);
     if (dst_owned)
-        ops->free(be, dst);
+        ops->mem.free(be, dst);
     else
         free(dst);
     if (src_owned)
-        ops->free(be, src);
+        ops->mem.free(be, src);
     else
         free(src);
     free(want);
@@ -519,7 +520,7 @@ static void host_only_stays_on_cpu(void **state)
     (void)state;
     setenv("BURST_VK_ELEM", "gpu", 1);
     void *be = NULL;
-    assert_int_equal(ops->create(NULL, &be), BURST_OK);
+    assert_int_equal(ops->core.create(NULL, &be), BURST_OK);
     struct burst_vk_backend *vb = be;
     /* a device with cooperative matrices builds its layout query's pipeline at creation */
     const size_t npipes0 = vb->npipes;
@@ -529,22 +530,22 @@ static void host_only_stays_on_cpu(void **state)
     check_fill(be, "gpu, host", 99, 0x3f800000u, 0);
     assert_int_equal(check_acc(be, "gpu, both host", BURST_DTYPE_FP16, 999, 0, 0, 2), 0);
     /* overlapping copy: one buffer, dst the rows after src's first (the loop's order) */
-    float *buf = ops->alloc(be, 64 * 4);
+    float *buf = ops->mem.alloc(be, 64 * 4);
     assert_non_null(buf);
     for (int i = 0; i < 64; i++)
         buf[i] = (float)i;
     struct burst_tensor s = {buf, BURST_DTYPE_FP32, {1, 4, 1, 8}, {32, 8, 8, 1}};
     struct burst_tensor d = s;
     d.data = buf + 8;
-    assert_int_equal(ops->copy(be, &d, &s), BURST_OK);
+    assert_int_equal(ops->elem.copy(be, &d, &s), BURST_OK);
     for (int i = 0; i < 40; i++)
         assert_true(buf[i] == (float)(i % 8));
-    ops->free(be, buf);
+    ops->mem.free(be, buf);
     assert_int_equal((int)vb->npipes, (int)npipes0); /* no shader was needed */
 
     /* caller memory too large to stage (2^21 + 1 rows of 1 KiB > lavapipe's 2 GiB largest
      * allocation; broadcast views keep the real memory small): the loop does it */
-    float *row = ops->alloc(be, 256 * 4), *host = malloc(256 * 4);
+    float *row = ops->mem.alloc(be, 256 * 4), *host = malloc(256 * 4);
     assert_true(row && host);
     for (int i = 0; i < 256; i++)
         host[i] = (float)i - 100.5f;
@@ -553,13 +554,13 @@ static void host_only_stays_on_cpu(void **state)
     struct burst_tensor rd = hs;
     rd.data = row;
     if (vb->caps.max_alloc && vb->caps.max_alloc < (uint64_t)rows * 1024) {
-        assert_int_equal(ops->copy(be, &rd, &hs), BURST_OK);
+        assert_int_equal(ops->elem.copy(be, &rd, &hs), BURST_OK);
         for (int i = 0; i < 256; i++)
             assert_true(row[i] == (float)i - 100.5f);
     }
-    ops->free(be, row);
+    ops->mem.free(be, row);
     free(host);
-    ops->destroy(be);
+    ops->core.destroy(be);
 }
 
 /* ---- bad arguments ------------------------------------------------------------------------- */
@@ -575,52 +576,52 @@ static void bad_arguments(void **state)
 {
     (void)state;
     void *bes[2] = {be_gpu, be_cpu};
-    float *buf = ops->alloc(be_gpu, 4096);
+    float *buf = ops->mem.alloc(be_gpu, 4096);
     assert_non_null(buf);
     for (int k = 0; k < 2; k++) {
         void *be = bes[k];
         struct burst_tensor s = {buf, BURST_DTYPE_FP32, {1, 4, 2, 8}, {64, 16, 8, 1}};
         struct burst_tensor d = s;
         d.data = buf + 512;
-        expect_error(ops->copy(be, NULL, &s), BURST_ERR_INVALID_ARG, "dst or src");
+        expect_error(ops->elem.copy(be, NULL, &s), BURST_ERR_INVALID_ARG, "dst or src");
         d.dtype = (burst_dtype_t)7;
-        expect_error(ops->copy(be, &d, &s), BURST_ERR_INVALID_ARG, "bad dtype (dst 7, src 0)");
+        expect_error(ops->elem.copy(be, &d, &s), BURST_ERR_INVALID_ARG, "bad dtype (dst 7, src 0)");
         d.dtype = BURST_DTYPE_FP16;
         d.shape[2] = 3;
-        expect_error(ops->copy(be, &d, &s), BURST_ERR_INVALID_ARG,
+        expect_error(ops->elem.copy(be, &d, &s), BURST_ERR_INVALID_ARG,
                      "shape[2] differs (dst 3, src 2)");
         d.shape[2] = 2;
         d.stride[3] = 2;
-        expect_error(ops->copy(be, &d, &s), BURST_ERR_INVALID_ARG,
+        expect_error(ops->elem.copy(be, &d, &s), BURST_ERR_INVALID_ARG,
                      "stride[3] must be 1 (dst 2, src 1)");
         d.stride[3] = 1;
         s.stride[0] = INT64_MAX / 2;
         s.shape[0] = d.shape[0] = 3;
-        expect_error(ops->copy(be, &d, &s), BURST_ERR_INVALID_ARG, "src spans more than 2^63");
+        expect_error(ops->elem.copy(be, &d, &s), BURST_ERR_INVALID_ARG, "src spans more than 2^63");
         s.stride[0] = 64;
         d.stride[1] = -(INT64_MAX / 3);
-        expect_error(ops->copy(be, &d, &s), BURST_ERR_INVALID_ARG, "dst spans more than 2^63");
-        expect_error(ops->fill(be, NULL, 5, 0.0f), BURST_ERR_INVALID_ARG,
+        expect_error(ops->elem.copy(be, &d, &s), BURST_ERR_INVALID_ARG, "dst spans more than 2^63");
+        expect_error(ops->elem.fill(be, NULL, 5, 0.0f), BURST_ERR_INVALID_ARG,
                      "dst is NULL (count = 5)");
-        expect_error(ops->fill(be, buf, (size_t)1 << 62, 0.0f), BURST_ERR_INVALID_ARG,
+        expect_error(ops->elem.fill(be, buf, (size_t)1 << 62, 0.0f), BURST_ERR_INVALID_ARG,
                      "count = 4611686018427387904 exceeds");
-        expect_error(ops->accumulate(be, buf, NULL, BURST_DTYPE_FP32, 3), BURST_ERR_INVALID_ARG,
-                     "dst or src is NULL");
-        expect_error(ops->accumulate(be, buf, buf + 8, (burst_dtype_t)9, 3), BURST_ERR_INVALID_ARG,
-                     "src_dtype = 9 is unknown");
-        expect_error(ops->accumulate(be, buf, buf + 8, BURST_DTYPE_BF16, (size_t)1 << 62),
+        expect_error(ops->elem.accumulate(be, buf, NULL, BURST_DTYPE_FP32, 3),
+                     BURST_ERR_INVALID_ARG, "dst or src is NULL");
+        expect_error(ops->elem.accumulate(be, buf, buf + 8, (burst_dtype_t)9, 3),
+                     BURST_ERR_INVALID_ARG, "src_dtype = 9 is unknown");
+        expect_error(ops->elem.accumulate(be, buf, buf + 8, BURST_DTYPE_BF16, (size_t)1 << 62),
                      BURST_ERR_INVALID_ARG, "count = 4611686018427387904 exceeds");
         /* empty views and counts are fine */
         d = s;
         d.shape[1] = s.shape[1] = 0;
-        assert_int_equal(ops->copy(be, &d, &s), BURST_OK);
-        assert_int_equal(ops->fill(be, NULL, 0, 1.0f), BURST_OK);
+        assert_int_equal(ops->elem.copy(be, &d, &s), BURST_OK);
+        assert_int_equal(ops->elem.fill(be, NULL, 0, 1.0f), BURST_OK);
     }
-    ops->free(be_gpu, buf);
+    ops->mem.free(be_gpu, buf);
 
     setenv("BURST_VK_ELEM", "bogus", 1);
     void *be = NULL;
-    expect_error(ops->create(NULL, &be), BURST_ERR_INVALID_ARG,
+    expect_error(ops->core.create(NULL, &be), BURST_ERR_INVALID_ARG,
                  "BURST_VK_ELEM = \"bogus\" is not one of gpu, cpu, auto");
     assert_null(be);
     setenv("BURST_VK_ELEM", "gpu", 1);
@@ -636,7 +637,7 @@ static void *create(const char *elem, const char *groups)
     else
         unsetenv("BURST_VK_ELEM_GROUPS");
     void *be = NULL;
-    burst_status_t st = ops->create(NULL, &be);
+    burst_status_t st = ops->core.create(NULL, &be);
     if (st == BURST_ERR_NO_DEVICE) {
         printf("no Vulkan device: %s\n", burst_last_error());
         exit(77);
@@ -669,8 +670,8 @@ int main(void)
         cmocka_unit_test(bad_arguments),
     };
     int rc = cmocka_run_group_tests_name("vk_elem", tests, NULL, NULL);
-    ops->destroy(be_gpu);
-    ops->destroy(be_grid);
-    ops->destroy(be_cpu);
+    ops->core.destroy(be_gpu);
+    ops->core.destroy(be_grid);
+    ops->core.destroy(be_cpu);
     return rc;
 }

@@ -210,24 +210,24 @@ static void unsupported_head_dim(void **state)
 {
     (void)state;
     void *be = NULL;
-    assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
+    assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
     struct fwd_problem p;
     fwd_problem_init(&p, 264);
-    burst_status_t st = burst_vk_backend_ops.fwd_step(be, &p.a);
+    burst_status_t st = burst_vk_backend_ops.attn.fwd_step(be, &p.a);
     assert_int_equal(st, BURST_ERR_UNSUPPORTED);
     assert_true(harness_contains(burst_last_error(), "head dim = 264"));
     fwd_problem_fini(&p);
 
     fwd_problem_init(&p, 64); /* works: the same call path succeeds */
-    assert_int_equal(burst_vk_backend_ops.fwd_step(be, &p.a), BURST_OK);
+    assert_int_equal(burst_vk_backend_ops.attn.fwd_step(be, &p.a), BURST_OK);
     fwd_problem_fini(&p);
 
     /* allocations beyond the device: NULL, nothing crashes, the instance stays usable */
-    assert_null(burst_vk_backend_ops.alloc(be, (size_t)1 << 62));
-    void *ok = burst_vk_backend_ops.alloc(be, 4096);
+    assert_null(burst_vk_backend_ops.mem.alloc(be, (size_t)1 << 62));
+    void *ok = burst_vk_backend_ops.mem.alloc(be, 4096);
     assert_non_null(ok);
-    burst_vk_backend_ops.free(be, ok);
-    burst_vk_backend_ops.destroy(be);
+    burst_vk_backend_ops.mem.free(be, ok);
+    burst_vk_backend_ops.core.destroy(be);
 }
 
 static void small_shared_memory(void **state)
@@ -235,28 +235,28 @@ static void small_shared_memory(void **state)
     (void)state;
     setenv("BURST_VK_MAX_SHARED", "4096", 1); /* read at create */
     void *be = NULL;
-    burst_status_t st = burst_vk_backend_ops.create(NULL, &be);
+    burst_status_t st = burst_vk_backend_ops.core.create(NULL, &be);
     unsetenv("BURST_VK_MAX_SHARED");
     assert_int_equal(st, BURST_OK);
     struct fwd_problem p;
     fwd_problem_init(&p, 256); /* K and V tiles of one row of 256 floats need 2 KiB... */
-    st = burst_vk_backend_ops.fwd_step(be, &p.a);
+    st = burst_vk_backend_ops.attn.fwd_step(be, &p.a);
     fwd_problem_fini(&p);
     if (st == BURST_OK) { /* ...which fits: then 4096 B must still refuse nothing smaller */
-        burst_vk_backend_ops.destroy(be);
+        burst_vk_backend_ops.core.destroy(be);
         setenv("BURST_VK_MAX_SHARED", "1024", 1);
-        st = burst_vk_backend_ops.create(NULL, &be);
+        st = burst_vk_backend_ops.core.create(NULL, &be);
         unsetenv("BURST_VK_MAX_SHARED");
         assert_int_equal(st, BURST_OK);
         fwd_problem_init(&p, 256);
-        st = burst_vk_backend_ops.fwd_step(be, &p.a);
+        st = burst_vk_backend_ops.attn.fwd_step(be, &p.a);
         fwd_problem_fini(&p);
     }
     assert_int_equal(st, BURST_ERR_UNSUPPORTED);
     if (!harness_contains(burst_last_error(), "head dim = 256") ||
         !harness_contains(burst_last_error(), "shared memory"))
         fail_msg("message does not name the head dim and shared memory: %s", burst_last_error());
-    burst_vk_backend_ops.destroy(be);
+    burst_vk_backend_ops.core.destroy(be);
 }
 
 static void context_alloc_huge(void **state)
@@ -345,16 +345,16 @@ static void tile_cache(void **state)
     snprintf(rt_old, sizeof rt_old, "%s", rt ? rt : "");
     setenv("BURST_VK_RT", "0", 1);
     void *be = NULL;
-    assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
+    assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
     if (rt)
         setenv("BURST_VK_RT", rt_old, 1);
     else
         unsetenv("BURST_VK_RT");
     struct fwd_problem p;
     fwd_problem_init(&p, 128);
-    assert_int_equal(burst_vk_backend_ops.fwd_step(be, &p.a), BURST_OK);
+    assert_int_equal(burst_vk_backend_ops.attn.fwd_step(be, &p.a), BURST_OK);
     fwd_problem_fini(&p);
-    burst_vk_backend_ops.destroy(be);
+    burst_vk_backend_ops.core.destroy(be);
 
     /* corrupt (checksum), stale (another uuid), truncated, garbage, invalid tile: ignored */
     char bad[5][512];
@@ -374,8 +374,8 @@ static void tile_cache(void **state)
         if (!strstr(json, "\"source\": \"rule\""))
             fail_msg("bad cache file %d was used:\n%s\n%s", i, bad[i], json);
         burst_free(json);
-        assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
-        burst_vk_backend_ops.destroy(be);
+        assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
+        burst_vk_backend_ops.core.destroy(be);
     }
     remove(path);
 }
@@ -418,8 +418,8 @@ static void tile_cache_special(void **state)
         alarm(60);
         json = probe_json();
         void *be = NULL;
-        assert_int_equal(burst_vk_backend_ops.create(NULL, &be), BURST_OK);
-        burst_vk_backend_ops.destroy(be);
+        assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
+        burst_vk_backend_ops.core.destroy(be);
         alarm(0);
         if (!strstr(json, "\"source\": \"rule\""))
             fail_msg("special file %d at the cache path was used:\n%s", i, json);
@@ -465,10 +465,10 @@ static int run_autotune(void)
 {
     setenv("BURST_VK_AUTOTUNE", "64", 1); /* one class: all three take many minutes on lavapipe */
     void *be = NULL;
-    if (burst_vk_backend_ops.create(NULL, &be) == BURST_ERR_NO_DEVICE)
+    if (burst_vk_backend_ops.core.create(NULL, &be) == BURST_ERR_NO_DEVICE)
         return 77;
     unsetenv("BURST_VK_AUTOTUNE");
-    burst_vk_backend_ops.destroy(be);
+    burst_vk_backend_ops.core.destroy(be);
     char *json = NULL;
     if (burst_probe(NULL, 1, &json) != BURST_OK || !strstr(json, "\"source\": \"cache\"")) {
         fprintf(stderr, "autotune: no cache was written / loaded:\n%s\n", json ? json : "");

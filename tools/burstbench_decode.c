@@ -210,8 +210,8 @@ static double check_case(struct bench_case *c)
         lse[i] = -INFINITY;
     if (!cuda_ok(cudaMemcpy(c->lse, lse, (size_t)c->t * c->hq * 4, cudaMemcpyHostToDevice),
                  "lse") ||
-        c->ctx->ops->decode_step(c->ctx->be, &a) != BURST_OK ||
-        c->ctx->ops->sync(c->ctx->be) != BURST_OK ||
+        c->ctx->ops->attn.decode_step(c->ctx->be, &a) != BURST_OK ||
+        c->ctx->ops->stream.sync(c->ctx->be) != BURST_OK ||
         !cuda_ok(cudaMemcpy(o, c->o, no * 4, cudaMemcpyDeviceToHost), "o") ||
         !cuda_ok(cudaMemcpy(kh, c->kp, pool * c->es, cudaMemcpyDeviceToHost), "K") ||
         !cuda_ok(cudaMemcpy(vh, c->vp, pool * c->es, cudaMemcpyDeviceToHost), "V"))
@@ -262,10 +262,10 @@ static double time_case(struct bench_case *c, int iters, int warmup)
         return -1;
     burst_status_t st = BURST_OK;
     for (int r = 0; r < warmup && st == BURST_OK; r++)
-        st = ops->decode_step(c->ctx->be, &a);
+        st = ops->attn.decode_step(c->ctx->be, &a);
     cudaEventRecord(e0, cudaStreamPerThread);
     for (int r = 0; r < iters && st == BURST_OK; r++)
-        st = ops->decode_step(c->ctx->be, &a);
+        st = ops->attn.decode_step(c->ctx->be, &a);
     cudaEventRecord(e1, cudaStreamPerThread);
     float ms = 0;
     const int ok = st == BURST_OK && cuda_ok(cudaEventSynchronize(e1), "sync") &&

@@ -409,19 +409,34 @@ static void burst_cpu_probe(const struct burst_context_params *params, struct bu
 const struct burst_backend_ops burst_cpu_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "cpu",
-    .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
-    .create = burst_cpu_create,
-    .destroy = burst_cpu_destroy,
-    .num_threads = burst_cpu_num_threads,
-    .alloc = burst_cpu_alloc,
-    .free = burst_cpu_free,
-    .copy = burst_cpu_copy,
-    .fill = burst_cpu_fill,
-    .accumulate = burst_cpu_accumulate,
-    .fwd_step = burst_cpu_fwd_step,
-    .decode_step = burst_cpu_decode_step,
-    .bwd_delta = burst_cpu_bwd_delta,
-    .bwd_step = burst_cpu_bwd_step,
-    .sync = NULL,
-    .probe = burst_cpu_probe,
+    .core =
+        {
+            .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
+            .create = burst_cpu_create,
+            .destroy = burst_cpu_destroy,
+            .num_threads = burst_cpu_num_threads,
+            .probe = burst_cpu_probe,
+        },
+    .mem =
+        {
+            .alloc = burst_cpu_alloc,
+            .free = burst_cpu_free,
+        },
+    .elem =
+        {
+            .copy = burst_cpu_copy,
+            .fill = burst_cpu_fill,
+            .accumulate = burst_cpu_accumulate,
+        },
+    .attn =
+        {
+            .fwd_step = burst_cpu_fwd_step,
+            .bwd_delta = burst_cpu_bwd_delta,
+            .bwd_step = burst_cpu_bwd_step,
+            .decode_step = burst_cpu_decode_step,
+        },
+    .stream =
+        {
+            .sync = NULL,
+        },
 };

@@ -468,25 +468,40 @@ static void burst_vk_host_free(void *bev, void *ptr)
 const struct burst_backend_ops burst_vk_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "vulkan",
-    .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
-    .create = burst_vk_create,
-    .destroy = burst_vk_destroy,
-    .num_threads = burst_vk_num_threads,
-    .alloc = burst_vk_alloc,
-    .free = burst_vk_free,
-    .copy = burst_vk_copy,
-    .fill = burst_vk_fill,
-    .accumulate = burst_vk_accumulate,
-    .fwd_step = burst_vk_fwd_step,
-    .bwd_delta = burst_vk_bwd_delta,
-    .bwd_step = burst_vk_bwd_step,
-    .sync = NULL,
-    .probe = burst_vk_probe,
-    .device_memory = 0,
-    .memcpy = burst_vk_memcpy,
-    .host_alloc = burst_vk_host_alloc,
-    .host_free = burst_vk_host_free,
+    .core =
+        {
+            .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
+            .create = burst_vk_create,
+            .destroy = burst_vk_destroy,
+            .num_threads = burst_vk_num_threads,
+            .probe = burst_vk_probe,
+        },
+    .mem =
+        {
+            .alloc = burst_vk_alloc,
+            .free = burst_vk_free,
+            .alloc_scratch = burst_vk_alloc_scratch,
+            .device_memory = 0,
+            .memcpy = burst_vk_memcpy,
+            .host_alloc = burst_vk_host_alloc,
+            .host_free = burst_vk_host_free,
+            .stage_transfers = burst_vk_stage_transfers,
+        },
+    .elem =
+        {
+            .copy = burst_vk_copy,
+            .fill = burst_vk_fill,
+            .accumulate = burst_vk_accumulate,
+        },
+    .attn =
+        {
+            .fwd_step = burst_vk_fwd_step,
+            .bwd_delta = burst_vk_bwd_delta,
+            .bwd_step = burst_vk_bwd_step,
+        },
+    .stream =
+        {
+            .sync = NULL,
+        },
     .devcopy = &burst_vk_devshare, /* shared with a cuda rank on the same GPU: vk_share.c */
-    .alloc_scratch = burst_vk_alloc_scratch,
-    .stage_transfers = burst_vk_stage_transfers,
 };
