@@ -1,5 +1,5 @@
 # tests/ci_check_lib.sh - sourced by the tests of CI's checks (tests/links_check.sh,
-# tests/map_check.sh): a scratch folder, failure counting and scratch git repositories.
+# tests/map_check.sh, tests/words_check.sh): a scratch folder, failure counting and scratch git repositories.
 #     . "$(dirname "$0")/ci_check_lib.sh"
 
 TMP=$(mktemp -d)
