@@ -20,7 +20,7 @@
 #include "burst_cuda.h"
 #include "error.h"
 
-/* One device buffer of an entry: its memory, its size and the byte it is filled with. */
+/* One device buffer of an entry: its memory and its size. */
 struct burst_cuda_buf {
     void *ptr;
     size_t bytes;

@@ -121,8 +121,10 @@ struct burst_decode_args {
      * o_out not NULL asks for the result itself instead of a merge into (o_acc, lse_acc), which
      * are then unused and may be NULL. o_out [1, t, Hq, d] in q's dtype with any strides,
      * lse_out [1, Hq, t] fp32 contiguous (NULL: not written); a row with no allowed key gets
-     * O = 0 and lse = -inf. A backend that does not write results directly returns
-     * BURST_ERR_UNSUPPORTED for such a call, having queued nothing and set no message.
+     * O = 0 and lse = -inf; o_out and lse_out overlap neither q nor the pools (the kernels
+     * read those while the outputs are written). A backend that does not write results
+     * directly returns BURST_ERR_UNSUPPORTED for such a call, having queued nothing and set no
+     * message.
      */
     const struct burst_tensor *o_out;
     float *lse_out;

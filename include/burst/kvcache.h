@@ -166,7 +166,8 @@ BURST_API burst_status_t burst_prefill(struct burst_kvcache *cache, int seq, int
  * On success the t new K/V rows of each sequence join the shard of the rank chosen as the top
  * of this header says. Errors before any change: batch outside 1..max_seqs, seq_ids NULL, an id
  * out of range or repeated, a sequence with nothing cached, t larger than the blocks left on
- * the rank that would store the new rows.
+ * the rank that would store the new rows. On one rank the attention writes o and lse entry by
+ * entry: a failure after those checks (a device error) can leave earlier entries written.
  */
 BURST_API burst_status_t burst_decode(struct burst_kvcache *cache, int64_t batch,
                                       const int *seq_ids, const struct burst_tensor *q,

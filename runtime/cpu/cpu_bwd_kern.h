@@ -11,7 +11,7 @@
  *   dSt = tau Pt (dPt - D)
  *   dV[J] += Pt dO,  dK[J] += dSt Q,  dQ[tile] += dSt^T K   (added straight into the outputs)
  * A Q tile's K tiles run from its first allowed key in steps of BC, each clipped to the end of
- * a document (burst_cpu_ktile_end). Every output element receives its contributions in one fixed
+ * a document and halved on a causal diagonal (burst_cpu_ktile_next). Every output element receives its contributions in one fixed
  * order: dQ rows over those K tiles in increasing order; dK/dV rows over (head of the group,
  * Q tile) in increasing order. A key row's dK/dV term from one Q tile is a sum over the tile's
  * rows that does not depend on which K tile holds the key (rows without the key add exact

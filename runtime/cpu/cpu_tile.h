@@ -121,9 +121,9 @@ KATTR void load_row(float *dst, const void *src, burst_dtype_t dt, int64_t d, fl
 #define mask_tile KFN(mask_tile)
 
 /* St[j][i] = -inf (j < jn, ra <= i < rb) where key j0 + j is outside [kb[i], ke[i]) or is a
- * padding key (j >= cnt: the keys past the tile may be allowed keys of the next tile); ra and
- * rb are multiples of VL (rows outside them are left as they are); kbf/kef are br floats of
- * scratch. */
+ * padding key (j >= cnt: the keys past the tile may be allowed keys of the next tile); rb - ra
+ * is a multiple of VL (rows outside them are left as they are; the loads are unaligned);
+ * kbf/kef are br floats of scratch. */
 KATTR void mask_tile(float *St, int64_t br, int64_t ra, int64_t rb, int64_t cnt, int64_t jn,
                      int64_t j0, const int64_t *kb, const int64_t *ke, float *kbf, float *kef)
 {
