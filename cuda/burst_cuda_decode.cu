@@ -302,8 +302,10 @@ __device__ __forceinline__ bool burst_dec_last(const struct burst_cuda_decode &a
     if (threadIdx.x == 0) {
         unsigned *c = a.arrived + (int64_t)g * a.chunks + z;
         *last = atomicAdd(c, 1u) == (unsigned)a.nsplit - 1;
-        if (*last)
+        if (*last) {
+            __threadfence(); /* the other blocks' partials are read after this (acquire) */
             *c = 0u;
+        }
     }
     __syncthreads();
     return *last != 0;
