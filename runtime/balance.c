@@ -4,6 +4,7 @@
 
 #include "balance.h"
 #include "error.h"
+#include "posmap.h"
 
 burst_status_t burst_docs_table(const char *who, const struct burst_plan_params *p,
                                 int64_t **docs_p)
@@ -66,6 +67,57 @@ static int64_t nearest(const int64_t *w, int64_t lo, int64_t hi, double target)
     return a;
 }
 
+/* Prefix sums of the work: wq[b] = allowed pairs of query positions < b, wk[b] = those of key
+ * positions < b (each key counted once per query that may attend it). wk must hold n + 1. */
+static void work_prefix(struct burst_mask mask, int64_t n, int64_t *wq, int64_t *wk)
+{
+    for (int64_t b = 0; b <= n; b++)
+        wk[b] = 0;
+    wq[0] = 0;
+    for (int64_t pos = 0; pos < n; pos++) {
+        int64_t lo, hi;
+        burst_mask_span(mask, pos, &lo, &hi);
+        lo = lo > 0 ? lo : 0;
+        hi = hi < n - 1 ? hi : n - 1;
+        wq[pos + 1] = wq[pos] + (hi >= lo ? hi - lo + 1 : 0);
+        if (hi >= lo) { /* keys [lo, hi] gain this query: a difference array in wk[1..n] */
+            wk[lo + 1]++;
+            if (hi + 2 <= n)
+                wk[hi + 2]--;
+        }
+    }
+    for (int64_t b = 1; b <= n; b++) /* per-key counts, then their prefix sums */
+        wk[b] += wk[b - 1];
+    for (int64_t b = 1; b <= n; b++)
+        wk[b] += wk[b - 1];
+}
+
+/* The outer chunks [lo, *a) and [*z, hi) of one rank, with inner chunks between them (each
+ * >= 1 position), that take the fraction share of the query work in [lo, hi) to within qtol
+ * (or as near as they can), and among those cuts the one nearest that share of the key work. */
+static void cut_pair(const int64_t *wq, const int64_t *wk, int64_t lo, int64_t hi, int inner,
+                     double share, double qtol, int64_t *a_p, int64_t *z_p)
+{
+    const double tq = share * (double)(wq[hi] - wq[lo]), tk = share * (double)(wk[hi] - wk[lo]);
+    double best_q = INFINITY, best_k = INFINITY;
+    for (int64_t a = lo + 1; a + inner < hi; a++) {
+        const double front = (double)(wq[a] - wq[lo]);
+        if (front > tq + qtol && best_q < INFINITY)
+            break;
+        /* z: the back chunk's query work nearest tq - front */
+        int64_t z = nearest(wq, a + inner, hi - 1, (double)wq[hi] - (tq - front));
+        double qerr = fabs(front + (double)(wq[hi] - wq[z]) - tq);
+        double kerr = fabs((double)(wk[a] - wk[lo]) + (double)(wk[hi] - wk[z]) - tk);
+        int better = qerr <= qtol ? best_q > qtol || kerr < best_k : qerr < best_q;
+        if (better) {
+            best_q = qerr;
+            best_k = kerr;
+            *a_p = a;
+            *z_p = z;
+        }
+    }
+}
+
 burst_status_t burst_balance_chunks(const char *who, struct burst_mask mask, int64_t n, int ranks,
                                     const double *weights, int64_t *bounds)
 {
@@ -84,22 +136,28 @@ burst_status_t burst_balance_chunks(const char *who, struct burst_mask mask, int
                            "%s: seq_len = %lld is too short for %d ranks in this layout (needs "
                            ">= %d so that no chunk is empty)",
                            who, (long long)n, ranks, chunks);
-    int64_t *w = malloc(sizeof(int64_t) * (size_t)(n + 1)); /* w[b]: work of positions < b */
-    if (!w)
+    int64_t *wq = malloc(sizeof(int64_t) * (size_t)(2 * (n + 1)));
+    if (!wq)
         return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (seq_len = %lld)", who,
                            (long long)n);
-    w[0] = 0;
+    int64_t *wk = wq + n + 1;
+    work_prefix(mask, n, wq, wk);
+    double qtol = 0.0; /* half the largest work of one position */
     for (int64_t pos = 0; pos < n; pos++)
-        w[pos + 1] = w[pos] + pos_pairs(mask, n, pos);
-    double cum = 0.0;
+        qtol = fmax(qtol, 0.5 * (double)(wq[pos + 1] - wq[pos]));
     bounds[0] = 0;
     bounds[chunks] = n;
-    for (int c = 1; c < chunks; c++) {
-        const int owner = c - 1 < ranks ? c - 1 : chunks - c; /* of chunk c - 1 */
-        cum += 0.5 * (weights ? weights[owner] : 1.0) / sum;
-        bounds[c] = nearest(w, bounds[c - 1] + 1, n - (chunks - c), cum * (double)w[n]);
+    double left = sum;                    /* the weight of ranks >= r */
+    for (int r = 0; r < ranks - 1; r++) { /* rank r: chunks r and 2G-1-r, from the outside in */
+        const double x = weights ? weights[r] : 1.0;
+        cut_pair(wq, wk, bounds[r], bounds[chunks - r], chunks - 2 - 2 * r, x / left, qtol,
+                 &bounds[r + 1], &bounds[chunks - 1 - r]);
+        left -= x;
     }
-    free(w);
+    /* the last rank's two chunks meet where its query work is halved */
+    const int64_t lo = bounds[ranks - 1], hi = bounds[ranks + 1];
+    bounds[ranks] = nearest(wq, lo + 1, hi - 1, 0.5 * (double)(wq[lo] + wq[hi]));
+    free(wq);
     return BURST_OK;
 }
 

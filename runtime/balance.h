@@ -5,14 +5,21 @@
  * With documents (burst_plan_params.doc_lens, more than one) the allowed pairs of a query
  * position form a sawtooth (causal) or a staircase (full attention within each document), so
  * the even zigzag of one long sequence no longer balances the work. The zigzag layout then cuts
- * the sequence into its 2G chunks at quantiles of the work: w(p) is the number of keys the mask
- * allows query position p (documents, causal, window), W(b) = sum_{p < b} w(p), and the chunk
- * boundaries b_1 < ... < b_{2G-1} are the positions whose W is nearest the targets. Rank i keeps
- * chunks i and 2G-1-i (its share of the work is weights[i] / sum weights, split equally over
- * its two chunks; equal weights without shard_weights), so a rank still holds at most two runs
- * of increasing positions and the ring engine, the posmaps and the kernels are unchanged; only
- * the shards are uneven. Each boundary misses its target by at most max_p w(p) / 2 (rounded to
- * the nearest position), so a rank's work is within 2 max_p w(p) of its share.
+ * the sequence into its 2G chunks by the work of each position, counted two ways: wq(p), the
+ * keys the mask allows query position p (documents, causal, window), is the forward's work and
+ * that of the ring backward, whose steps run where the queries live; wk(p), the queries that may
+ * attend key position p, is the burst backward's, whose steps run where the keys live. Rank i
+ * keeps chunks i and 2G-1-i (its share of the work is weights[i] / sum weights; equal weights
+ * without shard_weights), so a rank still holds at most two runs of increasing positions and
+ * the ring engine, the posmaps and the kernels are unchanged; only the shards are uneven. The
+ * cuts go from the outside in: rank i, given the boundaries of ranks < i, takes its share of
+ * the work left between them (weights[i] over the weights of ranks >= i) through a front cut
+ * b_{i+1} and a back cut b_{2G-1-i} whose wq is within max_p wq(p) / 2 of that share, and among
+ * those pairs the one whose wk is nearest its share of the key work left; the last rank takes
+ * the middle. A rank's query work is then within (1 + H_{G-1}) max_p wq(p) / 2 of its share
+ * (H: harmonic number; ALGORITHM.md section 5). The key work is as near as those cuts allow:
+ * with two ranks and documents of a few hundred tokens both are balanced; with many ranks and
+ * few documents the key work can stay uneven.
  * Natural and striped keep their token split with documents (ALGORITHM.md section 5).
  */
 #ifndef BURST_RUNTIME_BALANCE_H

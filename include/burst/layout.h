@@ -102,10 +102,11 @@ BURST_API burst_status_t burst_layout_unpermute_lens(burst_layout_t layout, int 
  * before creating it. They follow every plan parameter that moves tokens: layout, seq_len,
  * shard_lens, shard_weights, and with packed documents (doc_lens, num_docs > 1) the mask
  * (causal, window_left, window_right) and the documents: with documents, zigzag cuts its 2G
- * chunks at quantiles of the allowed (query, key) pairs instead of token counts, so that every
- * rank gets the same share of the work (shard_weights: its weight's share), each chunk holding
- * >= 1 token; rank i still holds chunk i then chunk 2G-1-i, and a rank's shard length is no
- * longer a function of the token counts alone. Natural and striped keep their token split with
+ * chunks by the allowed (query, key) pairs instead of token counts, so that every rank gets the
+ * same share of the work (shard_weights: its weight's share), counted at its queries and, as
+ * far as that allows, at its keys, each chunk holding >= 1 token; rank i still holds chunk i
+ * then chunk 2G-1-i, and a rank's shard length is no longer a function of the token counts
+ * alone. Natural and striped keep their token split with
  * documents. Shards measured by measure_speed are known only to the plan: refused here (use
  * burst_plan_shard_len and burst_plan_position). params is validated as burst_plan_create
  * validates it (errors name the field). Since API 0.5.

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -290,9 +291,12 @@ static void burst_cpu_elem_item(void *ctx, int64_t item, void *scratch)
     size_t i1 =
         i0 + (size_t)BURST_CPU_CHUNK < job->count ? i0 + (size_t)BURST_CPU_CHUNK : job->count;
     float *restrict dst = job->dst;
-    if (!job->src) {
+    const float value = job->value; /* a local: the stores below cannot change it */
+    if (!job->src && value == 0.0f && !signbit(value)) {
+        memset(dst + i0, 0, (i1 - i0) * sizeof(float));
+    } else if (!job->src) {
         for (size_t i = i0; i < i1; i++)
-            dst[i] = job->value;
+            dst[i] = value;
     } else if (job->dtype == BURST_DTYPE_FP32) {
         const float *restrict src = job->src;
         for (size_t i = i0; i < i1; i++)
