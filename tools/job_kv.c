@@ -133,24 +133,27 @@ static int prefill_all(struct kv_rank *k)
         goto out;
     }
     double total = 0;
-    /* with --warmup, sequence 0 is prefilled once untimed and forgotten (burst_kvcache_reset on
-     * every rank), so that the timed prefills do not pay the first call's setup */
-    for (int s = p->warmup > 0 ? -1 : 0; s < p->batch; s++) {
-        const int seq = s < 0 ? 0 : s;
+    for (int s = 0; s < p->batch; s++) {
         for (int64_t i = 0; i < n; i++) {
             int64_t pos;
             burst_layout_position(p->layout, p->kv_prefill, p->ranks, k->rank, i, &pos);
-            put(p, &q, seq, 0, pos, i), put(p, &kk, seq, 1, pos, i), put(p, &v, seq, 2, pos, i);
+            put(p, &q, s, 0, pos, i), put(p, &kk, s, 1, pos, i), put(p, &v, s, 2, pos, i);
         }
         burst_context_memcpy(k->ctx, q.t.data, q.host, q.bytes);
         burst_context_memcpy(k->ctx, kk.t.data, kk.host, kk.bytes);
         burst_context_memcpy(k->ctx, v.t.data, v.host, v.bytes);
-        double t0 = job_now();
-        burst_status_t st = burst_prefill(k->kc, seq, p->kv_prefill, &q.t, &kk.t, &v.t, &o.t, NULL);
-        if (s >= 0)
-            total += job_now() - t0;
-        else if (st == BURST_OK)
-            st = burst_kvcache_reset(k->kc, seq);
+        burst_status_t st = BURST_OK;
+        /* with --warmup, sequence 0 is prefilled once untimed and forgotten (reset on every
+         * rank), so that the timed prefills do not pay the first call's setup */
+        if (s == 0 && p->warmup > 0) {
+            st = burst_prefill(k->kc, s, p->kv_prefill, &q.t, &kk.t, &v.t, &o.t, NULL);
+            if (st == BURST_OK)
+                st = burst_kvcache_reset(k->kc, s);
+        }
+        const double t0 = job_now();
+        if (st == BURST_OK)
+            st = burst_prefill(k->kc, s, p->kv_prefill, &q.t, &kk.t, &v.t, &o.t, NULL);
+        total += job_now() - t0;
         if (st != BURST_OK) {
             k->res->secondary = st == BURST_ERR_PEER_FAILED || st == BURST_ERR_COMM_FAILED;
             set_msg(k->res, JOB_EFAIL, "rank %d: burst_prefill: %s", k->rank, burst_last_error());
