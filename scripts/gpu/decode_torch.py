@@ -51,6 +51,14 @@ def burst_rows(args):
     return rows, r.returncode
 
 
+def torch_qkv(torch, args, n, t):
+    """A [1, Hq, t, d] query and [1, Hkv, n, d] keys and values on the GPU, in args.dtype."""
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    return (torch.randn(1, args.hq, t, args.d, device="cuda", dtype=dt),
+            torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt),
+            torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt))
+
+
 def torch_rows(args, peak):
     try:
         import torch
@@ -59,14 +67,11 @@ def torch_rows(args, peak):
     except ImportError as e:
         print(f"PyTorch not available ({e}): burst only")
         return []
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    es = torch.finfo(dt).bits // 8
+    es = {"bf16": 2, "fp16": 2, "fp32": 4}[args.dtype]
     rows = []
     for n in (int(x) for x in args.ctx.split(",")):
         for t in (int(x) for x in args.t.split(",")):
-            q = torch.randn(1, args.hq, t, args.d, device="cuda", dtype=dt)
-            k = torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt)
-            v = torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt)
+            q, k, v = torch_qkv(torch, args, n, t)
             rep = args.hq // args.hkv
             variants = [("torch_gqa", None, k, v, {"enable_gqa": True}, 1)]
             kr = vr = None
@@ -129,13 +134,10 @@ def torch_sync_rows(args):
         import torch.nn.functional as F
     except ImportError:
         return []
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     rows = []
     for n in (int(x) for x in args.api_ctx.split(",")):
         for t in (int(x) for x in args.t.split(",")):
-            q = torch.randn(1, args.hq, t, args.d, device="cuda", dtype=dt)
-            k = torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt)
-            v = torch.randn(1, args.hkv, n, args.d, device="cuda", dtype=dt)
+            q, k, v = torch_qkv(torch, args, n, t)
             ts = []
             for it in range(args.api_steps + 10):
                 t0 = time.perf_counter()
