@@ -18,6 +18,8 @@
  *                         not deterministic) on Hopper's warpgroup tensor cores (wgmma),
  *                         compiled for sm_90a only and present when BURST_CUDA_SM90A is defined
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
+ *   burst_cuda_bwd_sm90_wide.cu  the Hopper backward of the wide classes (192, 256): the two
+ *                         warpgroups of a block split dK and dV by tensor, dQ by float atomics
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
  *                         so they are deterministic)
  *   burst_cuda_decode.cu  one decode step over a paged key/value cache (op decode_step): split-K
@@ -72,9 +74,9 @@ static inline int burst_cuda_dclass(int64_t d)
 {
     return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
 }
-/* The widest class whose Hopper backward runs wgmma alone: wider classes run their dK/dV on
- * wgmma in column blocks (BURST_CUDA_WG_DKDV_COLS) and their dQ inside those blocks by float
- * atomics (BURST_CUDA_WG_DQ_ATOMIC) or else on the sm_80 kernel. */
+/* The widest class of the Hopper backward whose warpgroups each own 64 keys of dK and dV
+ * (burst_cuda_bwd_sm90.cu); wider classes run burst_cuda_bwd_sm90_wide.cu, whose deterministic
+ * plans take dQ from the sm_80 kernel. */
 #define BURST_CUDA_WG_BWD_MAX 128
 /* Key rows per tile of the Hopper forward for class D: as many as 3 stages of K and V and the
  * 128-row Q tile fit in shared memory, 128 at most. */
@@ -128,17 +130,22 @@ int burst_cuda_launch_delta(const struct burst_cuda_view *dout, const struct bur
                             float *delta);
 /* Raise the dynamic shared-memory limit of the kernels that need it (once per device). */
 int burst_cuda_kernels_init(void);
-/* The Hopper kernels (burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu; only where
+/* The Hopper kernels (burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90*.cu; only where
  * BURST_CUDA_SM90A is defined): the launchers, their shared-memory setup (a cudaError_t: fails
- * on a device their sm_90a code cannot run on) and the forward's shared memory for head dim d
- * (its class). */
+ * on a device their sm_90a code cannot run on) and their shared memory for head dim d (its
+ * class). burst_cuda_launch_bwd_sm90 hands the wide classes to burst_cuda_launch_bwd_sm90_wide,
+ * and burst_cuda_sm90_init sets up both files' kernels. */
 int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
-/* The sm_80 dQ kernel alone (burst_cuda_bwd.cu), for the Hopper backward's widest classes. */
-int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s);
+int burst_cuda_launch_bwd_sm90_wide(const struct burst_cuda_step *s);
 int burst_cuda_sm90_init(void);
+int burst_cuda_sm90_wide_init(void);
 size_t burst_cuda_sm90_smem(int d);
 size_t burst_cuda_sm90_bwd_smem(int d);
+size_t burst_cuda_sm90_wide_smem(int d);
+/* The sm_80 dQ kernel alone (burst_cuda_bwd.cu), for the deterministic plans of the Hopper
+ * backward's wide classes. */
+int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s);
 
 /*
  * One decode step as the kernels see it (burst_cuda_decode.cu; the backend checks the arguments
@@ -237,17 +244,8 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * dK and dV (and computing S^T, dP^T over the whole d): 1 up to D = 128, 2 above */
 #define BURST_CUDA_MMA_DKDV_SPLIT(D) ((D) <= 128 ? 1 : 2)
 /* Hopper backward: query rows of the dK/dV kernel's streamed tiles (48 above D = 64, where 64
- * made the kernel spill at D = 128; 32 at D = 256, so that K, V and three stages fit) */
-#define BURST_CUDA_WG_DKDV_BQ(D) ((D) > 192 ? 32 : (D) > 64 ? 48 : 64)
-/* Hopper backward: the classes whose dK/dV kernel also adds dQ with atomics where the plan
- * allows it (not deterministic): the classes without column blocks. Above D = 128 each column
- * block would recompute S^T and dP^T for its share of dQ too, with the query tiles cut to 32
- * rows so that the dS, P and staging tiles fit: more work than the separate dQ kernel's. */
-#define BURST_CUDA_WG_DQ_ATOMIC(D) ((D) <= BURST_CUDA_WG_BWD_MAX)
-/* Hopper backward: columns of dK and dV one block of the dK/dV kernel accumulates, whole 64-column
- * panels; above D = 128 the D / cols blocks of a key tile each compute S^T and dP^T over the
- * whole d (the accumulators of all D columns would not fit the registers) */
-#define BURST_CUDA_WG_DKDV_COLS(D) ((D) <= 128 ? (D) : (D) == 192 ? 64 : 128)
+ * made the kernel spill at D = 128); the wide classes' kernel: 64 keys x 64 query rows */
+#define BURST_CUDA_WG_DKDV_BQ(D) ((D) > BURST_CUDA_WG_BWD_MAX ? 64 : (D) > 64 ? 48 : 64)
 /* fp32 inputs on the sm_80 kernels (3xTF32, burst_cuda_tf32.cuh), so that the fp32 tiles fit
  * shared memory and the split operands the registers: forward key rows per tile (64 query rows
  * per block); backward rows of the streamed tiles and dK/dV column blocks (64 columns each above

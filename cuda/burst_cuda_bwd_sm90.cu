@@ -4,12 +4,11 @@
  * Same contract and the same two kernels as burst_cuda_bwd.cu (each output element has one
  * writer, no float atomics: the deterministic backward), and one more for plans that are not
  * deterministic: the dK/dV kernel with dQ added by float atomics (DQ below), which saves the dQ
- * kernel's recomputation of S and dP (7 matrix products per tile pair -> 5).
+ * kernel's recomputation of S and dP (7 matrix products per tile pair -> 5). These kernels serve
+ * the classes up to BURST_CUDA_WG_BWD_MAX; the wider ones run burst_cuda_bwd_sm90_wide.cu.
  *   - dK/dV: a block owns 128 keys of a kv head (2 warpgroups x 64) and loops over the heads of
- *     its group and the query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys; above
- *     d = 128 a block accumulates one column block of dK and dV (BURST_CUDA_WG_DKDV_COLS: 64 of
- *     192, 128 of 256), so that its accumulators fit the registers, and dQ runs the sm_80 dQ
- *     kernel (burst_cuda_bwd.cu). Per tile: S^T = K Q^T and dP^T = V dO^T
+ *     its group and the query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys. Per tile:
+ *     S^T = K Q^T and dP^T = V dO^T
  *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
  *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
  *     B = the dO / Q tile read transposed);
@@ -218,11 +217,11 @@ template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
     return BURST_CUDA_WG_DKDV_BQ(D);
 }
 
-/* Rows of dQ^T (d) a DQ block computes: its DH columns in whole 64-column panels (the panels'
+/* Rows of dQ^T (d) a DQ block computes: its D columns in whole 64-column panels (the panels'
  * columns past the class are zero in shared memory: classes 32 and 96 compute 64 and 128). */
 template <int D> __host__ __device__ constexpr int burst_wg_dq_width()
 {
-    return (BURST_CUDA_WG_DKDV_COLS(D) + 63) / 64 * 64;
+    return (D + 63) / 64 * 64;
 }
 
 /* fp32 elements per row of the dQ staging tile: burst_wg_dq_width, padded by 16 bytes so that
@@ -256,7 +255,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
-    constexpr int DH = BURST_CUDA_WG_DKDV_COLS(D); /* columns of dK, dV: [c0, c0 + DH) */
+    constexpr int DH = D; /* columns of dK, dV */
+    static_assert(D <= BURST_CUDA_WG_BWD_MAX, "the wide classes run burst_ww_bwd");
     constexpr int KBYTES = BC * burst_wg_panels<D>() * 128,
                   QBYTES = BQ * burst_wg_panels<D>() * 128;
     constexpr int SBYTES = BQ * BC * 2;
@@ -287,8 +287,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     burst_dqueries(s, j0, &imin, &unused);
     burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
     if (imin >= imax) { /* no query sees these keys */
-        if (blockIdx.y == 0)
-            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
+        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
         return;
     }
     const int64_t ifirst = imin / BQ * BQ;
@@ -370,16 +369,15 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
     const uint32_t dvd = burst_wg_dlo(sv + wg * 64 * 128, 16);
     const uint32_t dq0 = burst_wg_dlo(sqo, 16);          /* Q as B, K-major */
     const uint32_t do0 = burst_wg_dlo(sqo + QBYTES, 16); /* dO as B, K-major */
-    /* Q and dO as B, MN-major, from this block's first column c0 (a panel boundary) */
-    const int c0 = (int)blockIdx.y * DH;
-    const uint32_t dqt0 = burst_wg_dlo(sqo + c0 / 64 * BQ * 128, BQ * 128);
-    const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES + c0 / 64 * BQ * 128, BQ * 128);
+    /* Q and dO as B, MN-major */
+    const uint32_t dqt0 = burst_wg_dlo(sqo, BQ * 128);
+    const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES, BQ * 128);
     /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wg of a dS tile), K^T as
-     * A of dQ^T (MN-major: the 64 d of panel c0 / 64 + dm), dS^T as B of dQ^T (K-major, query
+     * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query
      * rows n0..) */
     const int dm = DQW > 64 ? wg : 0, n0 = DQW > 64 ? 0 : wg * NQ;
     const uint32_t dsa0 = burst_wg_dlo(sds + wg * BQ * 128, BQ * 128);
-    const uint32_t dkt = burst_wg_dlo(sk + (c0 / 64 + dm) * BC * 128, BC * 128);
+    const uint32_t dkt = burst_wg_dlo(sk + dm * BC * 128, BC * 128);
     const uint32_t dsb0 = burst_wg_dlo(sds + n0 * 128, 16);
     const uint32_t dpa = dsa0 + 2 * (SBYTES >> 4); /* P^T as A of dV, like dS^T */
     constexpr uint32_t DSBUF = SBYTES >> 4;
@@ -425,7 +423,8 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
                         const int e = 2 * u + c;
-                        const float x = burst_dcap_score(s, sc[4 * n + e]), t = burst_dcap_tanh(s, x);
+                        const float x = burst_dcap_score(s, sc[4 * n + e]),
+                                    t = burst_dcap_tanh(s, x);
                         const float p =
                             ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(x, sl2, -r.x)) : 0.0f;
                         sc[4 * n + e] = p;
@@ -466,7 +465,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             burst_stmatrix_t4(t + kk * 16 * 128, r);
         }
     };
-    /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = c0 + dm 64 +
+    /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = dm 64 +
      * 16 warp + rq (+ 8), queries n0 + 8 n + cq (+ 1)) go to the staging tile; after the warpgroup's
      * barrier, each thread adds 4 consecutive d of rows n0 + tw / 16 + 8 k with one vector float
      * atomic (rows past nq and the class's columns past d are not added). The next tile's stores
@@ -486,11 +485,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         int64_t h, i0;
         tile_at(it, &h, &i0);
         const int r = n0 + (tw >> 4), c4 = dm * 64 + (tw & 15) * 4;
-        float *dst = s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d + c0 + c4;
+        float *dst = s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d + c4;
         const int64_t step8 = 8 * s.hq * s.d;
 #pragma unroll
         for (int k = 0; k < NQ / 8; k++)
-            if (i0 + r + 8 * k < s.nq && c0 + c4 < s.d) /* d, a multiple of 8: whole float4s */
+            if (i0 + r + 8 * k < s.nq && c4 < s.d) /* d, a multiple of 8: whole float4s */
                 atomicAdd((float4 *)(dst + k * step8),
                           *(const float4 *)&sdq[(r + 8 * k) * DQS + c4]);
     };
@@ -563,19 +562,19 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         const int64_t j = key0 + 8 * u;
         if (j >= s.nk)
             continue;
-        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d + c0;
+        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
         if (s.dk_out.data) {
 #pragma unroll
             for (int n = 0; n < DH / 8; n++)
-                if (c0 + n * 8 < s.d) /* the class's columns past d are not the caller's */
-                    burst_final_kv_pair(s, b, j, g, c0 + n * 8 + cq, dk[4 * n + 2 * u],
+                if (n * 8 < s.d) /* the class's columns past d are not the caller's */
+                    burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[4 * n + 2 * u],
                                         dk[4 * n + 2 * u + 1], dv[4 * n + 2 * u],
                                         dv[4 * n + 2 * u + 1]);
             continue;
         }
 #pragma unroll
         for (int n = 0; n < DH / 8; n++) {
-            if (c0 + n * 8 >= s.d)
+            if (n * 8 >= s.d)
                 break;
             if (s.dk) {
                 float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
@@ -596,41 +595,33 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
-/* The dK/dV kernel with dQ by atomics: the classes of BURST_CUDA_WG_DQ_ATOMIC. */
-template <int D> constexpr bool burst_wg_has_dq()
-{
-    return BURST_CUDA_WG_DQ_ATOMIC(D);
-}
-
 template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
 {
-    const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool fused = burst_wg_has_dq<D>() && s->dq && s->dq_atomic && kv;
-    if (kv) {
-        int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
-        const dim3 grid((unsigned)blocks, D / BURST_CUDA_WG_DKDV_COLS(D)); /* column blocks */
-        if constexpr (burst_wg_has_dq<D>())
-            if (fused) {
+    if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
+        return burst_cuda_launch_bwd_sm90_wide(s);
+    } else {
+        const bool kv = s->dk || s->dv || s->dk_out.data;
+        const bool fused = s->dq && s->dq_atomic && kv;
+        if (kv) {
+            const int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
+            if (fused)
                 burst_wg_dkdv<T, D, true>
-                    <<<grid, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(*s);
-                return cudaGetLastError();
-            }
-        burst_wg_dkdv<T, D, false>
-            <<<grid, 256, burst_wg_dkdv_smem<D, false>(), cudaStreamPerThread>>>(*s);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess)
-            return e;
-    }
-    if (s->dq && !fused) {
-        if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
-            return burst_cuda_launch_dq_mma(s);
-        } else {
-            int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
+                    <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(
+                        *s);
+            else
+                burst_wg_dkdv<T, D, false><<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(),
+                                             cudaStreamPerThread>>>(*s);
+            const cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess || fused)
+                return e;
+        }
+        if (s->dq) {
+            const int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
             burst_wg_dq<T, D>
                 <<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
         }
+        return cudaGetLastError();
     }
-    return cudaGetLastError();
 }
 
 template <typename T> static int burst_wg_bwd_dims(const struct burst_cuda_step *s)
@@ -646,19 +637,21 @@ extern "C" int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
 {
-    cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, false>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)burst_wg_dkdv_smem<D, false>());
-    if constexpr (burst_wg_has_dq<D>())
+    if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
+        return cudaSuccess; /* burst_cuda_sm90_wide_init */
+    } else {
+        cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, false>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)burst_wg_dkdv_smem<D, false>());
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, true>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)burst_wg_dkdv_smem<D, true>());
-    if constexpr (D <= BURST_CUDA_WG_BWD_MAX)
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(burst_wg_dq<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)burst_wg_dq_smem<D>());
-    return e;
+        return e;
+    }
 }
 
 template <typename T> static cudaError_t burst_wg_bwd_attr_all()
@@ -668,9 +661,12 @@ template <typename T> static cudaError_t burst_wg_bwd_attr_all()
 
 template <int D> static size_t burst_wg_bwd_smem1()
 {
-    const size_t a = D <= BURST_CUDA_WG_BWD_MAX ? burst_wg_dq_smem<D>() : 0;
-    const size_t b = burst_wg_dkdv_smem<D, burst_wg_has_dq<D>()>();
-    return a > b ? a : b;
+    if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
+        return burst_cuda_sm90_wide_smem(D);
+    } else {
+        const size_t a = burst_wg_dq_smem<D>(), b = burst_wg_dkdv_smem<D, true>();
+        return a > b ? a : b;
+    }
 }
 
 extern "C" size_t burst_cuda_sm90_bwd_smem(int d)
@@ -683,5 +679,7 @@ extern "C" int burst_cuda_sm90_bwd_init(void)
     cudaError_t e = burst_wg_bwd_attr_all<__half>();
     if (e == cudaSuccess)
         e = burst_wg_bwd_attr_all<__nv_bfloat16>();
+    if (e == cudaSuccess)
+        e = (cudaError_t)burst_cuda_sm90_wide_init();
     return e;
 }

@@ -8,11 +8,11 @@
  *   - wgmma (sm_90a path): compute capability 9.0, a build holding sm_90a code (nvcc_archs has
  *     90a), every class's shared memory within the opt-in limit, BURST_CUDA_WGMMA not 0. The
  *     forward runs 2 warpgroups x 64 query rows against BURST_CUDA_WG_FWD_BC(D) key rows per
- *     tile in 3 cp.async stages; the backward (BURST_CUDA_WGMMA=fwd keeps the sm_80 one) dK/dV per 128 keys x
- *     BURST_CUDA_WG_DKDV_BQ(D) query rows in column blocks of BURST_CUDA_WG_DKDV_COLS(D),
- *     which also adds dQ with float atomics in the classes of BURST_CUDA_WG_DQ_ATOMIC (up to
- *     128) unless the plan is deterministic (or BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query
- *     rows x 64-key tiles (above BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
+ *     tile in 3 cp.async stages; the backward (BURST_CUDA_WGMMA=fwd keeps the sm_80 one) dK/dV
+ *     per 128 keys x BURST_CUDA_WG_DKDV_BQ(D) query rows (above BURST_CUDA_WG_BWD_MAX: 64 keys,
+ *     the warpgroups splitting dK from dV), which also adds dQ with float atomics unless the
+ *     plan is deterministic (or BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key
+ *     tiles (above BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
@@ -159,11 +159,10 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
     int dqk = BURST_CUDA_SIMT_BC(dc), split = 1, atom = 0;
     const char *dqn = burst_cuda_kind_name(bk);
     if (bk == BURST_CUDA_FWD_WGMMA) {
-        atom = BURST_CUDA_WG_DQ_ATOMIC(dc) && burst_cuda_dq_atomic_env();
+        atom = burst_cuda_dq_atomic_env();
         kv = 128, qr = BURST_CUDA_WG_DKDV_BQ(dc), dqr = 128, dqk = 64;
-        split = dc / BURST_CUDA_WG_DKDV_COLS(dc);
-        if (dc > BURST_CUDA_WG_BWD_MAX) /* the separate dQ kernel on mma.sync */
-            dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
+        if (dc > BURST_CUDA_WG_BWD_MAX) /* 64 keys; the deterministic dQ kernel on mma.sync */
+            kv = 64, dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
     } else if (bk == BURST_CUDA_FWD_MMA) {
         kv = BURST_CUDA_MMA_BR, qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
         dqk = BURST_CUDA_MMA_BWD_ROWS(dc), split = BURST_CUDA_MMA_DKDV_SPLIT(dc);

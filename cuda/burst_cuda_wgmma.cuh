@@ -141,8 +141,9 @@ template <int N> __device__ __forceinline__ void burst_wg_pin(float *r)
 }
 
 /* ---- wgmma.mma_async m64nNk16 with fp32 accumulators: N = 32, 48, 64, 96 or 128 with A from shared
- * memory (the S tiles), N = 32, 64, 96, 128, 192 or 256 with A from registers (one head-dim
- * class wide: the O, dQ, dK, dV products) ---- */
+ * memory (the S tiles and the narrow classes' products), 192 or 256 (the dK, dV products of the
+ * wide classes); N = 32, 64, 96, 128, 192 or 256 with A from registers (one head-dim class wide:
+ * the O, dQ, dK, dV products) ---- */
 
 #define BURST_WG_A8(d, i)                                                                          \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
@@ -247,6 +248,11 @@ BURST_WG_SS(__nv_bfloat16, 96, "bf16", BURST_WG_R48, BURST_WG_A48, "48", "49", "
 BURST_WG_SS(__half, 128, "f16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
 BURST_WG_SS(__nv_bfloat16, 64, "bf16", BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
 BURST_WG_SS(__nv_bfloat16, 128, "bf16", BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
+BURST_WG_SS(__half, 192, "f16", BURST_WG_R96, BURST_WG_A96, "96", "97", "98", "99", "100")
+BURST_WG_SS(__nv_bfloat16, 192, "bf16", BURST_WG_R96, BURST_WG_A96, "96", "97", "98", "99", "100")
+BURST_WG_SS(__half, 256, "f16", BURST_WG_R128, BURST_WG_A128, "128", "129", "130", "131", "132")
+BURST_WG_SS(__nv_bfloat16, 256, "bf16", BURST_WG_R128, BURST_WG_A128, "128", "129", "130", "131",
+            "132")
 BURST_WG_RS(__half, 32, "f16", BURST_WG_R16, BURST_WG_A16, "16", "17", "18", "19", "20", "21")
 BURST_WG_RS(__nv_bfloat16, 32, "bf16", BURST_WG_R16, BURST_WG_A16, "16", "17", "18", "19", "20",
             "21")
@@ -298,16 +304,18 @@ __device__ __forceinline__ void burst_wg_pack(unsigned (*p)[4], const float *acc
  * slice in 32 bits (an address in shared memory never carries into the LBO field), so that the
  * compiler keeps them in uniform registers where the kernel's base addresses are warp-uniform. */
 
-/* Issue acc = A B^T (one commit group): A = 64 rows of a panel tile of AROWS rows, B = a panel
- * tile of N rows, both [rows][D] (K-major, the reduction over d); da, db their descriptors. The
+/* Issue acc = A B^T (one commit group): A = 64 rows of a panel tile of AROWS rows, B = N rows of
+ * a panel tile of BROWS rows, both [rows][D] (K-major, the reduction over d); da, db their
+ * descriptors (db at the B tile's row where the N rows start). The
  * k-th 16-column slice is panel k / 4, byte 32 (k % 4) (descriptor units: 16 bytes). */
-template <typename T, int D, int N, int AROWS>
+template <typename T, int D, int N, int AROWS, int BROWS = N>
 __device__ __forceinline__ void burst_wg_abt(float *acc, uint32_t da, uint32_t db)
 {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         burst_wg_ss<T, N>(acc, burst_wg_dhi(da + (((kk >> 2) * AROWS * 128 + (kk & 3) * 32) >> 4)),
-                          burst_wg_dhi(db + (((kk >> 2) * N * 128 + (kk & 3) * 32) >> 4)), kk > 0);
+                          burst_wg_dhi(db + (((kk >> 2) * BROWS * 128 + (kk & 3) * 32) >> 4)),
+                          kk > 0);
     burst_wg_commit();
 }
 
