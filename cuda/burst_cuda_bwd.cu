@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
                 for (int n = 0; n < KR / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        sc[n][e] *= (dp[n][e] - dl[e >> 1]) *
-                                    burst_dcap_slope(s, sc[n][e], l2[e >> 1]);
+                        sc[n][e] *=
+                            (dp[n][e] - dl[e >> 1]) * burst_dcap_slope(s, sc[n][e], l2[e >> 1]);
             else
 #pragma unroll
                 for (int n = 0; n < KR / 8; n++)
@@ -227,18 +227,70 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
+/* DQ: the tile of dS^T, [64 keys][QR queries] in T, swizzled as a tile of class QR */
+template <int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
+{
+    return MMA_BC * burst_tile_w<QR>();
+}
+
+/* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk (16-bit
+ * classes, the DQ form of burst_mma_dkdv): warp w takes query rows 16 (w % RW) (RW = QR / 16
+ * warps per column group) and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in
+ * 32-column chunks of 16 accumulators (16 columns where DW is not a multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red4).
+ * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
+template <typename TC, int D, int QR, int DH>
+__device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
+                                                 const typename TC::E *sds,
+                                                 const typename TC::E *sk, int64_t b, int64_t h,
+                                                 int64_t i0, int c0, int warp, int lane)
+{
+    constexpr int RW = QR / 16, DW = DH / (4 / RW);
+    static_assert(DW % 16 == 0, "whole 16-column B fragments");
+    const int m0 = 16 * (warp % RW), cw = c0 + (warp / RW) * DW;
+    typename TC::A af[MMA_BC / 16];
+#pragma unroll
+    for (int kk = 0; kk < MMA_BC / 16; kk++)
+        burst_ldm_x4_t(af[kk].r, sds + burst_swz<QR>(kk * 16 + (lane & 7) + ((lane >> 4) & 1) * 8,
+                                                     m0 + ((lane >> 3) & 1) * 8));
+    const int rq = lane >> 2;
+    constexpr int CN = DW % 32 == 0 ? 4 : 2; /* n8 tiles of a chunk */
+#pragma unroll
+    for (int c = 0; c < DW; c += 8 * CN) {
+        float q[CN][4];
+#pragma unroll
+        for (int n = 0; n < CN; n++)
+            q[n][0] = q[n][1] = q[n][2] = q[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < MMA_BC / 16; kk++)
+#pragma unroll
+            for (int n2 = 0; n2 < CN / 2; n2++) {
+                typename TC::B bf;
+                TC::ldbt(bf, sk, kk * 16, cw + c + n2 * 16, lane);
+                TC::mma(q[2 * n2], af[kk], bf, 0);
+                TC::mma(q[2 * n2 + 1], af[kk], bf, 1);
+            }
+#pragma unroll
+        for (int n = 0; n < CN; n++)
+            burst_dq_red4(s, b, h, i0 + m0 + rq, cw + c + n * 8, q[n], lane);
+    }
+}
+
 /* A block accumulates D / DKDV_SPLIT columns of dK and dV (DKDV_SPLIT blocks per key tile,
  * blockIdx.y, each computing S^T and dP^T over the whole d: the accumulators of the widest
- * classes would not fit the registers of one). */
-template <typename T, int D>
+ * classes would not fit the registers of one). DQ (16-bit classes, plans that are not
+ * deterministic): the block also adds dQ = tau dS K for its columns with float atomics
+ * (burst_mma_dq_add, dS^T through shared memory), and no dQ kernel recomputes S and dP. */
+template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step s)
 {
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
     constexpr int W = TC::W, DH = D / TC::DKDV_SPLIT, QR = TC::BWD_ROWS;
+    static_assert(!DQ || !TC::FRESH, "the fused dQ is for 16-bit operands");
     extern __shared__ __align__(16) unsigned char smraw[];
     E *sk = (E *)smraw, *sv = sk + MMA_BC * W, *sq = sv + MMA_BC * W, *sdo = sq + 2 * QR * W;
-    struct burst_qrows *rows = (struct burst_qrows *)(sdo + 2 * QR * W);
+    E *sds = sdo + 2 * QR * W; /* DQ: dS^T */
+    struct burst_qrows *rows = (struct burst_qrows *)(sds + (DQ ? burst_mma_ds_elems<QR>() : 0));
     const int c0 = (int)blockIdx.y * DH; /* this block's columns of dK, dV: [c0, c0 + DH) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nk + MMA_BC - 1) / MMA_BC;
@@ -356,6 +408,13 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     dp[n][e] = sc[n][e] * (dp[n][e] - rw->dl[n * 8 + cq + (e & 1)]);
+        if constexpr (DQ) /* dS^T -> sds, rounded to T as the A operands are */
+#pragma unroll
+            for (int n = 0; n < QR / 8; n++)
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+                    *(unsigned *)(sds + burst_swz<QR>(warp * 16 + rq + 8 * u, n * 8 + cq)) =
+                        burst_mma<T>::pack(dp[n][2 * u], dp[n][2 * u + 1]);
         /* dV += P^T dO and dK += dS^T Q: A from the C tiles, B across the tiles' rows */
         if (TC::FRESH) {
             typename TC::A af[QR / 16];
@@ -384,6 +443,11 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
                     TC::mma(dk[2 * n2 + 1], da, bq, 1);
                 }
             }
+        }
+        if constexpr (DQ) {
+            __syncthreads(); /* every warp's keys of dS^T */
+            burst_mma_dq_add<TC, D, QR, DH>(s, sds, sk, b, g * s.group + it / ntq,
+                                            ifirst + (it % ntq) * QR, c0, warp, lane);
         }
         __syncthreads();
     }
@@ -421,21 +485,36 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     }
 }
 
-template <typename T, int D> static size_t burst_mma_dkdv_smem()
+template <typename T, int D, bool DQ> static size_t burst_mma_dkdv_smem()
 {
     using TC = burst_tc<T, D>;
     return (size_t)(2 * MMA_BC + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E) +
+           (DQ ? burst_mma_ds_elems<TC::BWD_ROWS>() * sizeof(T) : 0) +
            2 * sizeof(struct burst_qrows);
+}
+
+/* The dK/dV kernel adds dQ itself (DQ) for 16-bit operands where the plan allows float atomics. */
+template <typename T> constexpr bool burst_mma_has_dq()
+{
+    return !burst_tc<T, 64>::FRESH;
 }
 
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
-    if (s->dk || s->dv || s->dk_out.data) {
+    const bool kv = s->dk || s->dv || s->dk_out.data;
+    const bool fused = burst_mma_has_dq<T>() && s->dq && s->dq_atomic && kv;
+    if (kv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
         const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
-        burst_mma_dkdv<T, D><<<grid, 128, burst_mma_dkdv_smem<T, D>(), cudaStreamPerThread>>>(*s);
+        if constexpr (burst_mma_has_dq<T>())
+            if (fused)
+                burst_mma_dkdv<T, D, true>
+                    <<<grid, 128, burst_mma_dkdv_smem<T, D, true>(), cudaStreamPerThread>>>(*s);
+        if (!fused)
+            burst_mma_dkdv<T, D, false>
+                <<<grid, 128, burst_mma_dkdv_smem<T, D, false>(), cudaStreamPerThread>>>(*s);
         cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess)
+        if (e != cudaSuccess || fused)
             return e;
     }
     if (s->dq) {
@@ -472,7 +551,11 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
-    cudaError_t e = burst_smem_limit(burst_mma_dkdv<T, D>, burst_mma_dkdv_smem<T, D>());
+    cudaError_t e =
+        burst_smem_limit(burst_mma_dkdv<T, D, false>, burst_mma_dkdv_smem<T, D, false>());
+    if constexpr (burst_mma_has_dq<T>())
+        if (e == cudaSuccess)
+            e = burst_smem_limit(burst_mma_dkdv<T, D, true>, burst_mma_dkdv_smem<T, D, true>());
     if (e == cudaSuccess)
         e = burst_smem_limit(burst_mma_dq<T, D>, burst_mma_dq_smem<T, D>());
     return e;
@@ -552,7 +635,8 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
 
 template <typename T, int D> static size_t burst_mma_bwd_smem1()
 {
-    const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D>();
+    const size_t a = burst_mma_dq_smem<T, D>(),
+                 b = burst_mma_dkdv_smem<T, D, burst_mma_has_dq<T>()>();
     return a > b ? a : b;
 }
 

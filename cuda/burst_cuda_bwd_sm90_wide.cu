@@ -222,25 +222,14 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
                                             kk > 0);
         burst_wg_commit();
     };
-    /* s.dq += tau q: rows (queries) 16 warp + rq (+ 8) of tile `it`, columns 64 c + 8 n + cq */
+    /* s.dq += tau q: rows (queries) 16 warp + rq (+ 8) of tile `it`, columns 64 c + 8 n.. */
     auto dq_add = [&](const float *q, int c, int it) {
         int64_t h, i0;
         tile_at(it, &h, &i0);
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int64_t i = i0 + warp * 16 + rq + 8 * u;
-            if (i >= s.nq)
-                continue;
-            float *row = s.dq + ((b * s.nq + i) * s.hq + h) * s.d;
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-                if (c * 64 + n * 8 < s.d) /* the class's columns past d are not the caller's */
-                    atomicAdd(
-                        (float2 *)(row + c * 64 + n * 8 + cq),
-                        make_float2(s.scale * q[4 * n + 2 * u], s.scale * q[4 * n + 2 * u + 1]));
-        }
+        for (int n = 0; n < 8; n++)
+            burst_dq_red4(s, b, h, i0 + warp * 16 + rq, c * 64 + n * 8, q + 4 * n, lane);
     };
-
     for (int it = 0; it < total; it++) {
         const int st = it & 1;
         tile_begin(it, st);
