@@ -20,8 +20,8 @@
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
  *   burst_cuda_bwd_sm90_wide.cu  the Hopper backward of the wide classes (192, 256): the two
  *                         warpgroups of a block split dK and dV by tensor, dQ by float atomics
- *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; no float atomics,
- *                         so they are deterministic)
+ *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; the 16-bit dK/dV
+ *                         kernel adds dQ by float atomics where the plan is not deterministic)
  *   burst_cuda_decode.cu  one decode step over a paged key/value cache (op decode_step): split-K
  *                         flash-decoding on mma.sync in one kernel, whose last block per row
  *                         chunk combines the splits into the running (O, lse) or the output
@@ -207,8 +207,9 @@ int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
 /* Can this device run the Hopper forward: built with sm_90a, compute capability 9.0, enough
  * shared memory for every class, and neither BURST_CUDA_WGMMA=0 nor BURST_CUDA_KERNEL=simt set? */
 int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
-/* May the Hopper backward add dQ with float atomics when a plan is not deterministic? Yes unless
- * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
+/* May the tensor-core backward (Hopper, and sm_80 for fp16 / bf16) add dQ with float atomics
+ * when a plan is not deterministic? Yes unless BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own
+ * kernel). */
 int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */

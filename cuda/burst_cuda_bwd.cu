@@ -2,8 +2,9 @@
  * cuda/burst_cuda_bwd.cu - the backward step: a dK/dV kernel (one block per key tile of a kv
  * head, looping over the heads of its group and the query tiles that may see it) followed by a
  * dQ kernel (one block per query tile, looping over key tiles). Each output element has one
- * writer, which adds its sum to the fp32 accumulator: no float atomics, so the backward is
- * deterministic whatever the plan asks (params->deterministic costs nothing here).
+ * writer, which adds its sum to the fp32 accumulator: no float atomics, a deterministic backward.
+ * For plans that are not deterministic the 16-bit dK/dV kernel also adds dQ with float atomics
+ * (its DQ form) and no dQ kernel runs.
  *
  * Two variants of each kernel, chosen like the forward's:
  *   - tensor cores (sm_80+, one instance per head-dim class as in the forward, written over the

@@ -16,7 +16,8 @@
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
- *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, dQ per 64 query
+ *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, which also adds dQ
+ *     with float atomics for fp16 / bf16 plans that are not deterministic, else dQ per 64 query
  *     rows x as many keys;
  *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
  *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
@@ -164,6 +165,7 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
         if (dc > BURST_CUDA_WG_BWD_MAX) /* 64 keys; the deterministic dQ kernel on mma.sync */
             kv = 64, dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
     } else if (bk == BURST_CUDA_FWD_MMA) {
+        atom = burst_cuda_dq_atomic_env();
         kv = BURST_CUDA_MMA_BR, qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
         dqk = BURST_CUDA_MMA_BWD_ROWS(dc), split = BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }

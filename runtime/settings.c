@@ -129,7 +129,7 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
     CHOICE(CUDA_WGMMA, CU, 1, "0,1,fwd", "1", 0,
            "Hopper: 1 wgmma kernels, 0 the sm_80 kernels, fwd the wgmma forward only"),
     BOOL(CUDA_DQ_ATOMIC, CU, 1, 0,
-         "0: the Hopper backward keeps its separate dQ kernel for non-deterministic plans"),
+         "0: the tensor-core backward keeps its separate dQ kernel for non-deterministic plans"),
     BOOL(IPC_STATS, CU, 0, 0,
          "1: log the cuda IPC export and import counts (info) at context destroy"),
 
