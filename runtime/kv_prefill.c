@@ -104,7 +104,10 @@ static burst_status_t chunk_plan(struct pre_call *w)
     return st;
 }
 
-static burst_status_t pre_alloc(struct pre_call *w)
+/* The call's buffers: the ring forward's lse, and where the sequence has cached keys the
+ * exchange of with_cache (every rank's queries, the partials of every shard on the device and
+ * on the host), which a first chunk does not allocate. */
+static burst_status_t pre_alloc(struct pre_call *w, int cached)
 {
     struct burst_kvcache *c = w->c;
     const struct burst_backend_ops *ops = c->ctx->ops;
@@ -112,6 +115,10 @@ static burst_status_t pre_alloc(struct pre_call *w)
     w->per = (size_t)(w->n_max * hq * (d + 1));
     const size_t mine = (size_t)(w->n * hq * (d + 1));
     w->lse_self = ops->mem.alloc(c->ctx->be, (size_t)(hq * w->n) * sizeof(float));
+    if (!cached) /* the first chunk: no cached keys, only the ring forward */
+        return w->lse_self ? BURST_OK
+                           : burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%lld floats)",
+                                         who, (long long)(hq * w->n));
     w->part = ops->mem.alloc(c->ctx->be, (size_t)G * w->per * sizeof(float));
     w->qall =
         ops->mem.alloc(c->ctx->be, (size_t)(G * w->n_max * hq * d) * burst_dtype_size(c->p.dtype));
@@ -314,10 +321,10 @@ burst_status_t burst_prefill(struct burst_kvcache *c, int seq, int64_t chunk_len
     }
     if (st == BURST_OK)
         st = check_tensors(&w, q, k, v, o, lse);
-    if (st == BURST_OK)
-        st = pre_alloc(&w);
-    struct burst_kvcache_stats s = {0};
     const int cached = st == BURST_OK && burst_kvcache_len(c, seq) > 0;
+    if (st == BURST_OK)
+        st = pre_alloc(&w, cached);
+    struct burst_kvcache_stats s = {0};
     double t1 = burst_now();
     if (st == BURST_OK)
         st = self_part(&w, q, k, v, o, lse, cached);
