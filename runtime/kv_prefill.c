@@ -104,18 +104,21 @@ static burst_status_t chunk_plan(struct pre_call *w)
     return st;
 }
 
-/* The call's buffers: the ring forward's lse, and where the sequence has cached keys the
- * exchange of with_cache (every rank's queries, the partials of every shard on the device and
- * on the host), which a first chunk does not allocate. */
-static burst_status_t pre_alloc(struct pre_call *w, int cached)
+/* The call's buffers: the ring forward's lse (a first chunk whose caller wants lse writes the
+ * caller's), and where the sequence has cached keys the exchange of with_cache (every rank's
+ * queries, the partials of every shard on the device and on the host), which a first chunk
+ * does not allocate. */
+static burst_status_t pre_alloc(struct pre_call *w, int cached, const float *lse)
 {
     struct burst_kvcache *c = w->c;
     const struct burst_backend_ops *ops = c->ctx->ops;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, G = c->size;
     w->per = (size_t)(w->n_max * hq * (d + 1));
     const size_t mine = (size_t)(w->n * hq * (d + 1));
+    if (!cached && lse) /* the first chunk: only the ring forward, into the caller's lse */
+        return BURST_OK;
     w->lse_self = ops->mem.alloc(c->ctx->be, (size_t)(hq * w->n) * sizeof(float));
-    if (!cached) /* the first chunk: no cached keys, only the ring forward */
+    if (!cached)
         return w->lse_self ? BURST_OK
                            : burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory (%lld floats)",
                                          who, (long long)(hq * w->n));
@@ -280,7 +283,8 @@ static burst_status_t with_cache(struct pre_call *w, const struct burst_tensor *
     return st;
 }
 
-/* The ring forward into o and lse_self; with nothing cached its lse is the result. */
+/* The ring forward into o and lse_self; with nothing cached its lse is the result, written
+ * straight to the caller's lse where one is wanted. */
 static burst_status_t self_part(struct pre_call *w, const struct burst_tensor *q,
                                 const struct burst_tensor *k, const struct burst_tensor *v,
                                 struct burst_tensor *o, float *lse, int cached)
@@ -288,16 +292,7 @@ static burst_status_t self_part(struct pre_call *w, const struct burst_tensor *q
     struct burst_kvcache *c = w->c;
     burst_status_t st = chunk_plan(w);
     if (st == BURST_OK)
-        st = burst_attention_forward(c->plan, q, k, v, o, w->lse_self);
-    if (st == BURST_OK && !cached && lse) {
-        const size_t bytes = (size_t)(c->p.q_heads * w->n) * sizeof(float);
-        float *h = malloc(bytes);
-        st = h ? burst_kv_to_host(c, h, w->lse_self, bytes)
-               : burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
-        if (st == BURST_OK)
-            st = burst_kv_from_host(c, lse, h, bytes);
-        free(h);
-    }
+        st = burst_attention_forward(c->plan, q, k, v, o, !cached && lse ? lse : w->lse_self);
     return st;
 }
 
@@ -323,7 +318,7 @@ burst_status_t burst_prefill(struct burst_kvcache *c, int seq, int64_t chunk_len
         st = check_tensors(&w, q, k, v, o, lse);
     const int cached = st == BURST_OK && burst_kvcache_len(c, seq) > 0;
     if (st == BURST_OK)
-        st = pre_alloc(&w, cached);
+        st = pre_alloc(&w, cached, lse);
     struct burst_kvcache_stats s = {0};
     double t1 = burst_now();
     if (st == BURST_OK)
