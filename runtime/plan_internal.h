@@ -46,8 +46,9 @@ struct burst_plan {
         double compute_s, wait_s;
     } * step_time[3]; /* [steps + 1] per phase */
     /* Backend memory of the calls' scratch (burst_scratch_alloc), kept between calls so that a
-     * call in the steady state allocates nothing: best fit, zeroed on reuse; idle buffers are
-     * dropped when a new one is needed and on burst_plan_trim. */
+     * call in the steady state allocates nothing: best fit, zeroed on reuse (except for
+     * burst_scratch_alloc_raw); idle buffers are dropped when a new one is needed and on
+     * burst_plan_trim. */
 #define BURST_SCRATCH_BUFS 16
     struct burst_kept {
         void *ptr;
@@ -111,6 +112,10 @@ struct burst_scratch {
 };
 burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
                                    void **ptr_p);
+/* The same for a buffer the call writes wholly before it reads any of it (travelling blocks,
+ * received or filled accumulators): a reused buffer keeps its old contents, not zeroed. */
+burst_status_t burst_scratch_alloc_raw(struct burst_scratch *s, const char *who, size_t bytes,
+                                       void **ptr_p);
 void burst_scratch_free(struct burst_scratch *s);
 /* Free the plan's idle kept scratch buffers (all of them between calls). */
 void burst_scratch_trim(struct burst_plan *plan);

@@ -31,7 +31,7 @@ burst_status_t burst_blocks_init(struct burst_blocks *b, struct burst_plan *plan
     b->nbuf = buffers(plan);
     for (int i = 0; i < b->nbuf; i++) {
         burst_status_t st =
-            burst_scratch_alloc(sc, who, bytes(bytes_arg, plan->n_max), (void **)&b->buf[i]);
+            burst_scratch_alloc_raw(sc, who, bytes(bytes_arg, plan->n_max), (void **)&b->buf[i]);
         if (st != BURST_OK)
             return st;
     }

@@ -96,26 +96,30 @@ static uint64_t bwd_alloc(const struct bwd_call *c, int64_t n, uint32_t seq,
                  kvelems = (size_t)(c->B * n * c->Hkv * c->d);
     const size_t rows = (size_t)(c->B * c->Hq * n), amax = acc_elems(c, plan->n_max);
     const int grouped = c->Hkv<plan->p.kv_heads, moves = plan->steps> 1;
+    /* raw: written whole before it is read (D, the gathered lse, partials filled at their
+     * step, received or converted accumulators); the local accumulators start at zero */
     const struct {
         size_t bytes;
-        int want;
+        int want, raw;
         void **ptr;
     } list[] = {
-        {qelems * sizeof(float), 1, (void **)&b->dq_loc},
-        {2 * kvelems * sizeof(float), !(sc && c->final), (void **)&b->dkv_loc},
-        {rows * sizeof(float), 1, (void **)&b->delta},
-        {rows * sizeof(float), grouped, (void **)&b->lse},
-        {amax * sizeof(float), moves, (void **)&b->part[0]},
-        {amax * sizeof(float), moves, (void **)&b->part[1]},
-        {amax * c->as, moves, (void **)&b->acc_in},
-        {amax * c->as, moves && plan->acc_dtype != BURST_DTYPE_FP32, (void **)&b->acc_out},
+        {qelems * sizeof(float), 1, 0, (void **)&b->dq_loc},
+        {2 * kvelems * sizeof(float), !(sc && c->final), 0, (void **)&b->dkv_loc},
+        {rows * sizeof(float), 1, 1, (void **)&b->delta},
+        {rows * sizeof(float), grouped, 1, (void **)&b->lse},
+        {amax * sizeof(float), moves, 1, (void **)&b->part[0]},
+        {amax * sizeof(float), moves, 1, (void **)&b->part[1]},
+        {amax * c->as, moves, 1, (void **)&b->acc_in},
+        {amax * c->as, moves && plan->acc_dtype != BURST_DTYPE_FP32, 1, (void **)&b->acc_out},
     };
     uint64_t total = burst_blocks_scratch_bytes(plan, bundle_bytes(c, plan->n_max));
     burst_status_t st = BURST_OK;
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
         if (list[i].want) {
             total += list[i].bytes;
-            if (sc && st == BURST_OK)
+            if (sc && st == BURST_OK && list[i].raw)
+                st = burst_scratch_alloc_raw(sc, who, list[i].bytes, list[i].ptr);
+            else if (sc && st == BURST_OK)
                 st = burst_scratch_alloc(sc, who, list[i].bytes, list[i].ptr);
         }
     if (sc && st == BURST_OK)

@@ -256,7 +256,8 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
     }
     st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * n * gq * d), (void **)&o_acc);
     if (st == BURST_OK)
-        st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * gq * n), (void **)&lse_acc);
+        st = burst_scratch_alloc_raw(&sc, who, sizeof(float) * (size_t)(B * gq * n),
+                                     (void **)&lse_acc); /* filled per group below */
     if (st == BURST_OK)
         st = burst_blocks_init(&blk, plan, &sc, who, BURST_SCHED_FWD, BURST_MSG_KV, seq, kv_bytes,
                                &fc);
