@@ -118,6 +118,14 @@ struct burst_tensor burst_heads(const struct burst_tensor *t, int64_t h0, int64_
     return v;
 }
 
+struct burst_tensor burst_rows(const struct burst_tensor *t, int64_t r0, int64_t n)
+{
+    struct burst_tensor v = *t;
+    v.data = (unsigned char *)t->data + (size_t)(r0 * t->stride[1]) * burst_dtype_size(t->dtype);
+    v.shape[1] = n;
+    return v;
+}
+
 struct burst_hgroup burst_plan_hgroup(const struct burst_plan *plan, int g)
 {
     const int64_t rep = plan->p.q_heads / plan->p.kv_heads, kv0 = g * plan->gkv;

@@ -58,10 +58,14 @@ static int take_free(const struct burst_blocks *b)
     return -1;
 }
 
+/* Rows of the block held at `step` that travel (burst_plan_span). */
 static int64_t block_len(const struct burst_blocks *b, int step)
 {
     const struct burst_plan *p = b->plan;
-    return p->shards.lens[burst_sched_block(b->pattern, p->size, p->local, p->rank, step)];
+    int64_t lo, hi;
+    burst_plan_span(p, b->pattern == BURST_SCHED_BWD_BURST,
+                    burst_sched_block(b->pattern, p->size, p->local, p->rank, step), &lo, &hi);
+    return hi - lo;
 }
 
 burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sched_step *s, int step,
