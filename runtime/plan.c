@@ -64,6 +64,37 @@ static void plan_groups(struct burst_plan *plan)
     plan->workspace = call_scratch(plan, plan->n, gkv);
 }
 
+/* With documents and a ring: the rows of each block that travel (burst_plan_span). */
+static burst_status_t plan_spans(struct burst_plan *plan, const char *who)
+{
+    free(plan->span);
+    plan->span = NULL;
+    if (!plan->mask.docs || plan->mask.ndocs <= 1 || plan->size < 2)
+        return BURST_OK;
+    plan->span = malloc(4 * (size_t)plan->size * sizeof(int64_t));
+    if (!plan->span)
+        return burst_error(BURST_ERR_NO_MEMORY, "%s: out of memory", who);
+    const struct burst_mask keys = burst_mask_swap(plan->mask);
+    for (int j = 0; j < plan->size; j++) {
+        int64_t *sp = plan->span + 4 * (size_t)j;
+        burst_block_span(&plan->shards, keys, j, &sp[0], &sp[1]);
+        burst_block_span(&plan->shards, plan->mask, j, &sp[2], &sp[3]);
+    }
+    return BURST_OK;
+}
+
+void burst_plan_span(const struct burst_plan *plan, int queries, int block, int64_t *lo,
+                     int64_t *hi)
+{
+    if (!plan->span) {
+        *lo = 0;
+        *hi = plan->shards.lens[block];
+        return;
+    }
+    *lo = plan->span[4 * (size_t)block + (queries ? 2 : 0)];
+    *hi = plan->span[4 * (size_t)block + (queries ? 3 : 1)];
+}
+
 /* Everything that follows from the shards: positions, step count, head groups, traffic/time
  * slots. */
 static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
@@ -78,6 +109,8 @@ static burst_status_t plan_derive(struct burst_plan *plan, const char *who)
             if (plan->shards.lens[r] > plan->n_max)
                 plan->n_max = plan->shards.lens[r];
         plan->steps = burst_ring_steps2(&plan->shards, plan->mask, plan->local);
+        if (plan_spans(plan, who) != BURST_OK)
+            return BURST_ERR_NO_MEMORY;
         plan_groups(plan);
     }
     for (int ph = 0; ph < 3; ph++) {
@@ -349,6 +382,7 @@ void burst_plan_destroy(struct burst_plan *plan)
     free(plan->docs);
     if (plan->docs_dev)
         plan->ctx->ops->mem.free(plan->ctx->be, plan->docs_dev);
+    free(plan->span);
     free(plan->speeds);
     free(plan->shared);
     free(plan);

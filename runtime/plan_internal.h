@@ -26,6 +26,8 @@ struct burst_plan {
     int local;               /* ranks per node of the two-level ring (size: the flat ring) */
     int64_t n;               /* local tokens */
     int64_t n_max;           /* largest shard: sizes the travelling buffers */
+    int64_t *span;           /* [4 size] with documents: per block its travelling rows as keys
+                              * [lo, hi) then as queries (burst_plan_span); NULL: all rows */
     burst_bwd_pattern_t bwd; /* resolved pattern */
     burst_dtype_t acc_dtype; /* dtype of travelling accumulators on the wire */
     double *speeds;          /* [size] measured speeds (measure_speed: round 1), else zeros */
@@ -46,8 +48,9 @@ struct burst_plan {
         double compute_s, wait_s;
     } * step_time[3]; /* [steps + 1] per phase */
     /* Backend memory of the calls' scratch (burst_scratch_alloc), kept between calls so that a
-     * call in the steady state allocates nothing: best fit, zeroed on reuse; idle buffers are
-     * dropped when a new one is needed and on burst_plan_trim. */
+     * call in the steady state allocates nothing: best fit, zeroed on reuse (except for
+     * burst_scratch_alloc_raw); idle buffers are dropped when a new one is needed and on
+     * burst_plan_trim. */
 #define BURST_SCRATCH_BUFS 16
     struct burst_kept {
         void *ptr;
@@ -91,12 +94,20 @@ struct burst_hgroup burst_plan_hgroup(const struct burst_plan *plan, int g);
 
 /* Heads [h0, h0 + h) of t (a strided view of the same memory). */
 struct burst_tensor burst_heads(const struct burst_tensor *t, int64_t h0, int64_t h);
+/* View of rows [r0, r0 + n) (dimension 1) of t. */
+struct burst_tensor burst_rows(const struct burst_tensor *t, int64_t r0, int64_t n);
 
 /* Scratch bytes (burst_scratch_alloc's sum) of a forward / backward call on n local tokens
  * whose head groups hold gkv K/V heads: ring_fwd.c, ring_bwd.c, next to the allocations they
  * count. */
 uint64_t burst_fwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv);
 uint64_t burst_bwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv);
+
+/* Local rows [*lo, *hi) of block `block` that travel on the ring, of its keys (K/V: forward and
+ * ring backward) or of its queries (queries: the burst backward's bundle): with documents the
+ * rows some other rank pairs with (burst_block_span), else all of them. */
+void burst_plan_span(const struct burst_plan *plan, int queries, int block, int64_t *lo,
+                     int64_t *hi);
 
 /* The tag sequence of the next head group of a collective call (every rank draws alike). */
 uint32_t burst_call_next_seq(struct burst_plan *plan);
@@ -111,6 +122,10 @@ struct burst_scratch {
 };
 burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
                                    void **ptr_p);
+/* The same for a buffer the call writes wholly before it reads any of it (travelling blocks,
+ * received or filled accumulators): a reused buffer keeps its old contents, not zeroed. */
+burst_status_t burst_scratch_alloc_raw(struct burst_scratch *s, const char *who, size_t bytes,
+                                       void **ptr_p);
 void burst_scratch_free(struct burst_scratch *s);
 /* Free the plan's idle kept scratch buffers (all of them between calls). */
 void burst_scratch_trim(struct burst_plan *plan);

@@ -1,6 +1,6 @@
 /*
- * runtime/plan_scratch.c - the plan's kept scratch (best fit, zeroed on reuse, trimmed) and the
- * views the engine takes of tensors and head groups.
+ * runtime/plan_scratch.c - the plan's kept scratch (best fit, zeroed on reuse unless the call
+ * writes it whole first, trimmed) and the views the engine takes of tensors and head groups.
  */
 #include <math.h>
 #include <stddef.h>
@@ -32,7 +32,8 @@ void burst_scratch_trim(struct burst_plan *plan)
     }
 }
 
-burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
+/* A kept buffer of at least `bytes` (zeroed when `zero`), else a new one. */
+static burst_status_t scratch_take(struct burst_scratch *s, const char *who, size_t bytes, int zero,
                                    void **ptr_p)
 {
     struct burst_plan *plan = s->plan;
@@ -46,7 +47,8 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
         if (!k->busy && k->ptr && k->size >= need && (best < 0 || k->size < plan->kept[best].size))
             best = i;
     }
-    if (best >= 0) { /* reuse, zeroed like a fresh allocation, before any transfer may land */
+    if (best >= 0 && zero) { /* reuse, zeroed like a fresh allocation, before any transfer may
+                              * land */
         struct burst_kept *k = &plan->kept[best];
         burst_status_t st = ctx->ops->elem.fill(ctx->be, k->ptr, need / sizeof(float), 0.0f);
         /* a peer's transfer may write the buffer from outside this thread's queue of device
@@ -56,7 +58,7 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
             st = ctx->ops->stream.sync(ctx->be);
         if (st != BURST_OK)
             return st;
-    } else {
+    } else if (best < 0) {
         /* a new buffer: the idle ones are too small for this call, drop them first */
         burst_scratch_trim(plan);
         for (int i = 0; i < BURST_SCRATCH_BUFS && empty < 0; i++)
@@ -83,6 +85,18 @@ burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, siz
     return BURST_OK;
 }
 
+burst_status_t burst_scratch_alloc(struct burst_scratch *s, const char *who, size_t bytes,
+                                   void **ptr_p)
+{
+    return scratch_take(s, who, bytes, 1, ptr_p);
+}
+
+burst_status_t burst_scratch_alloc_raw(struct burst_scratch *s, const char *who, size_t bytes,
+                                       void **ptr_p)
+{
+    return scratch_take(s, who, bytes, 0, ptr_p);
+}
+
 void burst_scratch_free(struct burst_scratch *s)
 {
     for (int i = 0; i < s->count; i++)
@@ -101,6 +115,14 @@ struct burst_tensor burst_heads(const struct burst_tensor *t, int64_t h0, int64_
     struct burst_tensor v = *t;
     v.data = (unsigned char *)t->data + (size_t)(h0 * t->stride[2]) * burst_dtype_size(t->dtype);
     v.shape[2] = h;
+    return v;
+}
+
+struct burst_tensor burst_rows(const struct burst_tensor *t, int64_t r0, int64_t n)
+{
+    struct burst_tensor v = *t;
+    v.data = (unsigned char *)t->data + (size_t)(r0 * t->stride[1]) * burst_dtype_size(t->dtype);
+    v.shape[1] = n;
     return v;
 }
 

@@ -59,6 +59,26 @@ static inline int64_t burst_posmap_pos(const struct burst_posmap *m, int64_t i)
     return m->run[r].global0 + (i - m->run[r].local0) * m->run[r].stride;
 }
 
+/* The positions of local rows [lo, hi) of m, as rows 0 .. hi - lo - 1. */
+static inline struct burst_posmap burst_posmap_slice(const struct burst_posmap *m, int64_t lo,
+                                                     int64_t hi)
+{
+    struct burst_posmap out = {0};
+    for (int r = 0; r < m->nruns; r++) {
+        int64_t a = m->run[r].local0, b = a + m->run[r].len;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a >= b)
+            continue;
+        out.run[out.nruns].local0 = a - lo;
+        out.run[out.nruns].len = b - a;
+        out.run[out.nruns].global0 = m->run[r].global0 + (a - m->run[r].local0) * m->run[r].stride;
+        out.run[out.nruns].stride = m->run[r].stride;
+        out.nruns++;
+    }
+    return out;
+}
+
 /* Number of local rows whose position is <= x. */
 static inline int64_t burst_posmap_count_le(const struct burst_posmap *m, int64_t x)
 {

@@ -31,7 +31,7 @@ burst_status_t burst_blocks_init(struct burst_blocks *b, struct burst_plan *plan
     b->nbuf = buffers(plan);
     for (int i = 0; i < b->nbuf; i++) {
         burst_status_t st =
-            burst_scratch_alloc(sc, who, bytes(bytes_arg, plan->n_max), (void **)&b->buf[i]);
+            burst_scratch_alloc_raw(sc, who, bytes(bytes_arg, plan->n_max), (void **)&b->buf[i]);
         if (st != BURST_OK)
             return st;
     }
@@ -58,10 +58,14 @@ static int take_free(const struct burst_blocks *b)
     return -1;
 }
 
+/* Rows of the block held at `step` that travel (burst_plan_span). */
 static int64_t block_len(const struct burst_blocks *b, int step)
 {
     const struct burst_plan *p = b->plan;
-    return p->shards.lens[burst_sched_block(b->pattern, p->size, p->local, p->rank, step)];
+    int64_t lo, hi;
+    burst_plan_span(p, b->pattern == BURST_SCHED_BWD_BURST,
+                    burst_sched_block(b->pattern, p->size, p->local, p->rank, step), &lo, &hi);
+    return hi - lo;
 }
 
 burst_status_t burst_blocks_post(struct burst_blocks *b, const struct burst_sched_step *s, int step,

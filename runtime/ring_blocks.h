@@ -15,7 +15,8 @@
 #include "plan_internal.h"
 #include "ring_xfer.h"
 
-/* Copy this rank's own block into `dst` (a packed buffer) for sending. */
+/* Copy this rank's own block (its travelling rows, burst_plan_span) into `dst` (a packed buffer)
+ * for sending. */
 typedef burst_status_t (*burst_blocks_pack_fn)(void *arg, unsigned char *dst);
 
 struct burst_blocks {
@@ -23,7 +24,7 @@ struct burst_blocks {
     enum burst_sched_pattern pattern;
     enum burst_msg_kind kind;
     uint32_t seq;
-    size_t (*bytes)(const void *arg, int64_t n); /* packed size of a block of n tokens */
+    size_t (*bytes)(const void *arg, int64_t n); /* packed size of a block of n travelling rows */
     const void *bytes_arg;
     unsigned char *buf[4];
     int nbuf;

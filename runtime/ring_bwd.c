@@ -10,6 +10,8 @@
  * previous holder finished (received during this step) and sends the sum on at step r+1. The
  * owner's own contribution (step 0) never travels; after the last step every chain goes straight
  * to its owner. Accumulators are fp32 on the wire unless the plan asks for the input dtype.
+ * With documents a block and its accumulator carry only the block's rows that some other rank
+ * pairs with (burst_plan_span); the owner adds the returned sum into those rows of its own.
  * With head groups (plan.h workspace_limit) the whole ring runs once per group on that group's
  * heads. A group's outputs are written only after all its steps succeeded. A one-rank call whose
  * backend has bwd_final (backend.h) writes dK and dV from its kernel, with no accumulators
@@ -96,26 +98,30 @@ static uint64_t bwd_alloc(const struct bwd_call *c, int64_t n, uint32_t seq,
                  kvelems = (size_t)(c->B * n * c->Hkv * c->d);
     const size_t rows = (size_t)(c->B * c->Hq * n), amax = acc_elems(c, plan->n_max);
     const int grouped = c->Hkv<plan->p.kv_heads, moves = plan->steps> 1;
+    /* raw: written whole before it is read (D, the gathered lse, partials filled at their
+     * step, received or converted accumulators); the local accumulators start at zero */
     const struct {
         size_t bytes;
-        int want;
+        int want, raw;
         void **ptr;
     } list[] = {
-        {qelems * sizeof(float), 1, (void **)&b->dq_loc},
-        {2 * kvelems * sizeof(float), !(sc && c->final), (void **)&b->dkv_loc},
-        {rows * sizeof(float), 1, (void **)&b->delta},
-        {rows * sizeof(float), grouped, (void **)&b->lse},
-        {amax * sizeof(float), moves, (void **)&b->part[0]},
-        {amax * sizeof(float), moves, (void **)&b->part[1]},
-        {amax * c->as, moves, (void **)&b->acc_in},
-        {amax * c->as, moves && plan->acc_dtype != BURST_DTYPE_FP32, (void **)&b->acc_out},
+        {qelems * sizeof(float), 1, 0, (void **)&b->dq_loc},
+        {2 * kvelems * sizeof(float), !(sc && c->final), 0, (void **)&b->dkv_loc},
+        {rows * sizeof(float), 1, 1, (void **)&b->delta},
+        {rows * sizeof(float), grouped, 1, (void **)&b->lse},
+        {amax * sizeof(float), moves, 1, (void **)&b->part[0]},
+        {amax * sizeof(float), moves, 1, (void **)&b->part[1]},
+        {amax * c->as, moves, 1, (void **)&b->acc_in},
+        {amax * c->as, moves && plan->acc_dtype != BURST_DTYPE_FP32, 1, (void **)&b->acc_out},
     };
     uint64_t total = burst_blocks_scratch_bytes(plan, bundle_bytes(c, plan->n_max));
     burst_status_t st = BURST_OK;
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
         if (list[i].want) {
             total += list[i].bytes;
-            if (sc && st == BURST_OK)
+            if (sc && st == BURST_OK && list[i].raw)
+                st = burst_scratch_alloc_raw(sc, who, list[i].bytes, list[i].ptr);
+            else if (sc && st == BURST_OK)
                 st = burst_scratch_alloc(sc, who, list[i].bytes, list[i].ptr);
         }
     if (sc && st == BURST_OK)
@@ -155,18 +161,26 @@ static struct bundle bundle_views(const struct bwd_call *c, unsigned char *ptr, 
     return b;
 }
 
+/* Pack rows [lo, lo + m) of bundle src (of n rows) into dst (of m rows). */
 static burst_status_t pack_bundle(const struct bwd_call *c, const struct bundle *dst,
-                                  const struct bundle *src, int64_t n)
+                                  const struct bundle *src, int64_t n, int64_t lo, int64_t m)
 {
-    burst_status_t st = c->ops->elem.copy(c->be, &dst->t0, &src->t0);
+    struct burst_tensor s0 = burst_rows(&src->t0, lo, m), s1 = burst_rows(&src->t1, lo, m);
+    burst_status_t st = c->ops->elem.copy(c->be, &dst->t0, &s0);
     if (st == BURST_OK)
-        st = c->ops->elem.copy(c->be, &dst->t1, &src->t1);
-    if (st == BURST_OK && c->burst) { /* lse and D: [B, Hq, n] fp32 each */
-        int64_t rows = c->B * c->Hq * n;
-        struct burst_tensor ld = burst_view(dst->lse, BURST_DTYPE_FP32, 1, 1, 1, rows);
-        struct burst_tensor dd = burst_view(dst->delta, BURST_DTYPE_FP32, 1, 1, 1, rows);
-        struct burst_tensor ls = burst_view(src->lse, BURST_DTYPE_FP32, 1, 1, 1, rows);
-        struct burst_tensor ds = burst_view(src->delta, BURST_DTYPE_FP32, 1, 1, 1, rows);
+        st = c->ops->elem.copy(c->be, &dst->t1, &s1);
+    if (st == BURST_OK && c->burst) { /* lse and D: [B, Hq, n] fp32 each, as B Hq rows of m */
+        const int64_t rows = m == n ? 1 : c->B * c->Hq, len = m == n ? c->B * c->Hq * n : m;
+        struct burst_tensor ld = burst_view(dst->lse, BURST_DTYPE_FP32, 1, rows, 1, len);
+        struct burst_tensor dd = burst_view(dst->delta, BURST_DTYPE_FP32, 1, rows, 1, len);
+        struct burst_tensor ls = {
+            .data = src->lse + lo,
+            .dtype = BURST_DTYPE_FP32,
+            .shape = {1, rows, 1, len},
+            .stride = {rows * n, n, len, 1},
+        };
+        struct burst_tensor ds = ls;
+        ds.data = src->delta + lo;
         st = c->ops->elem.copy(c->be, &ld, &ls);
         if (st == BURST_OK)
             st = c->ops->elem.copy(c->be, &dd, &ds);
@@ -181,12 +195,33 @@ struct own_pack {
     const struct bundle *own;
 };
 
-/* Pack this rank's own bundle (the caller's strided tensors) into a message buffer. */
+/* Pack the travelling rows (burst_plan_span) of this rank's own bundle (the caller's strided
+ * tensors) into a message buffer. */
 static burst_status_t pack_own(void *arg, unsigned char *dst)
 {
     const struct own_pack *op = arg;
-    struct bundle packed = bundle_views(op->c, dst, op->c->plan->n);
-    return pack_bundle(op->c, &packed, op->own, op->c->plan->n);
+    const struct burst_plan *plan = op->c->plan;
+    int64_t lo, hi;
+    burst_plan_span(plan, op->c->burst, plan->rank, &lo, &hi);
+    struct bundle packed = bundle_views(op->c, dst, hi - lo);
+    return pack_bundle(op->c, &packed, op->own, plan->n, lo, hi - lo);
+}
+
+/* Add the accumulator of this rank's travelling rows [lo, lo + m), received in acc (wire dtype),
+ * into its own fp32 accumulators (dQ, or dK then dV; n rows each). */
+static burst_status_t acc_home(const struct bwd_call *c, float *own, const unsigned char *acc,
+                               int64_t n, int64_t lo, int64_t m)
+{
+    const struct burst_plan *plan = c->plan;
+    const int64_t h = c->burst ? c->Hq : c->Hkv, parts = c->burst ? 1 : 2;
+    if (lo == 0 && m == n) /* every row: one pass */
+        return c->ops->elem.accumulate(c->be, own, acc, plan->acc_dtype, acc_elems(c, n));
+    burst_status_t st = BURST_OK;
+    for (int64_t t = 0; t < parts * c->B && st == BURST_OK; t++) /* (dK | dV, batch) row runs */
+        st = c->ops->elem.accumulate(c->be, own + (t * n + lo) * h * c->d,
+                                     acc + (size_t)(t * m * h * c->d) * c->as, plan->acc_dtype,
+                                     (size_t)(m * h * c->d));
+    return st;
 }
 
 /* Buffer to put on the wire for fp32 accumulator acc of `count` elements (converted if the wire
@@ -280,14 +315,25 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                           &s);
         burst_fault_step(plan->rank, 1, group, r);
         comm->count = &plan->step_traffic[BURST_PHASE_BWD][r];
-        const int64_t nb = plan->shards.lens[s.block];
+        int64_t lo, hi; /* the held block's travelling rows */
+        burst_plan_span(plan, c->burst, s.block, &lo, &hi);
+        const int64_t nb = hi - lo;
         const int pc = r & 1; /* partial computed at this step; 1 - pc was finished at r - 1 */
         unsigned char *cur = burst_blocks_current(&b->blk);
         struct bundle held = cur ? bundle_views(c, cur, nb) : own;
+        struct burst_posmap qpos = burst_shards_posmap(&plan->shards, s.q_rank),
+                            kpos = burst_shards_posmap(&plan->shards, s.kv_rank);
+        if (cur && c->burst)
+            qpos = burst_posmap_slice(&qpos, lo, hi);
+        else if (cur)
+            kpos = burst_posmap_slice(&kpos, lo, hi);
         st = burst_blocks_post(&b->blk, &s, r, pack_own, &op);
         if (st == BURST_OK && s.acc_to >= 0) { /* the accumulator finished at step r - 1 */
-            int64_t np =
-                plan->shards.lens[burst_sched_block(pat, (int)G, plan->local, plan->rank, r - 1)];
+            int64_t plo, phi;
+            burst_plan_span(plan, c->burst,
+                            burst_sched_block(pat, (int)G, plan->local, plan->rank, r - 1), &plo,
+                            &phi);
+            const int64_t np = phi - plo;
             const void *wire;
             st = wire_acc(c, b->part[1 - pc], b->acc_out, acc_elems(c, np), &wire);
             if (st == BURST_OK)
@@ -322,8 +368,8 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
                 .delta = c->burst ? held.delta : b->delta,
                 .k = c->burst ? k : &held.t0,
                 .v = c->burst ? v : &held.t1,
-                .qpos = burst_shards_posmap(&plan->shards, s.q_rank),
-                .kpos = burst_shards_posmap(&plan->shards, s.kv_rank),
+                .qpos = qpos,
+                .kpos = kpos,
                 .mask = plan->mask,
                 .scale = plan->scale,
                 .softcap = plan->p.softcap,
@@ -373,8 +419,10 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
         if (st == BURST_OK && (s.final_to >= 0 || s.final_from >= 0)) {
             comm->count = &plan->step_traffic[BURST_PHASE_BWD][plan->steps];
             const void *wire = NULL;
+            int64_t olo, ohi; /* this rank's own travelling rows */
+            burst_plan_span(plan, c->burst, plan->rank, &olo, &ohi);
             st = burst_xfer_irecv(plan, s.final_from, burst_tag(seq, BURST_MSG_ACC, plan->steps),
-                                  b->acc_in, acc_elems(c, n) * c->as, &b->ra);
+                                  b->acc_in, acc_elems(c, ohi - olo) * c->as, &b->ra);
             if (st == BURST_OK)
                 st = wire_acc(c, b->part[pc], b->acc_out, acc_elems(c, nb), &wire);
             if (st == BURST_OK)
@@ -387,8 +435,7 @@ static burst_status_t bwd_ring(const struct bwd_call *c, struct bwd_bufs *b, uin
             if (st == BURST_OK)
                 st = w1 ? w1 : w2;
             if (st == BURST_OK)
-                st = c->ops->elem.accumulate(c->be, c->burst ? b->dq_loc : b->dkv_loc, b->acc_in,
-                                             plan->acc_dtype, acc_elems(c, n));
+                st = acc_home(c, c->burst ? b->dq_loc : b->dkv_loc, b->acc_in, n, olo, ohi - olo);
         }
     }
     return st;

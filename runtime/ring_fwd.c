@@ -1,7 +1,8 @@
 /*
  * runtime/ring_fwd.c - the forward ring: K/V blocks travel, queries stay, partials merge.
  *
- * Step r of rank i (runtime/schedule.h): hold the K/V block of rank i - r; post the receive of
+ * Step r of rank i (runtime/schedule.h): hold the K/V block of rank i - r (from step 1 on, with
+ * documents, only its rows some other rank needs: burst_plan_span); post the receive of
  * the next block into the spare buffer and the send of the held block to rank i + 1; run the
  * fused step kernel (attention + log-sum-exp merge into the running fp32 O and lse) while the
  * transfer is in flight; wait; swap buffers. Step 0 computes straight from the caller's K/V and
@@ -54,7 +55,8 @@ struct fwd_pack {
     const struct burst_tensor *k, *v; /* the group's heads */
 };
 
-/* Pack this rank's (possibly strided) K, V into a K/V message. */
+/* Pack the travelling rows (burst_plan_span) of this rank's (possibly strided) K, V into a K/V
+ * message. */
 static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
 {
     const struct fwd_pack *f = arg;
@@ -62,13 +64,17 @@ static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
     const struct burst_plan_params *p = &plan->p;
     const struct burst_backend_ops *ops = plan->ctx->ops;
     void *be = plan->ctx->be;
-    const int64_t n = plan->n, h = f->c->hkv;
-    struct burst_tensor pk = burst_view(dst, p->dtype, p->batch, n, h, p->head_dim);
+    const int64_t h = f->c->hkv;
+    int64_t lo, hi;
+    burst_plan_span(plan, 0, plan->rank, &lo, &hi);
+    const int64_t m = hi - lo;
+    struct burst_tensor pk = burst_view(dst, p->dtype, p->batch, m, h, p->head_dim);
     struct burst_tensor pv =
-        burst_view(dst + kv_bytes(f->c, n) / 2, p->dtype, p->batch, n, h, p->head_dim);
-    burst_status_t st = ops->elem.copy(be, &pk, f->k);
+        burst_view(dst + kv_bytes(f->c, m) / 2, p->dtype, p->batch, m, h, p->head_dim);
+    struct burst_tensor sk = burst_rows(f->k, lo, m), sv = burst_rows(f->v, lo, m);
+    burst_status_t st = ops->elem.copy(be, &pk, &sk);
     if (st == BURST_OK)
-        st = ops->elem.copy(be, &pv, f->v);
+        st = ops->elem.copy(be, &pv, &sv);
     if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
         st = ops->stream.sync(be);
     return st;
@@ -130,12 +136,16 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                           plan->steps, &s);
         burst_fault_step(plan->rank, 0, group, r);
         plan->comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
-        const int64_t nb = plan->shards.lens[s.block];
         unsigned char *cur = burst_blocks_current(blk);
         struct burst_tensor kb = *pk->k, vb = *pk->v;
-        if (cur) {
+        struct burst_posmap kpos = burst_shards_posmap(&plan->shards, s.block);
+        if (cur) { /* a received block: its travelling rows */
+            int64_t lo, hi;
+            burst_plan_span(plan, 0, s.block, &lo, &hi);
+            const int64_t nb = hi - lo;
             kb = burst_view(cur, p->dtype, B, nb, h, d);
             vb = burst_view(cur + (size_t)(B * nb * h * d) * es, p->dtype, B, nb, h, d);
+            kpos = burst_posmap_slice(&kpos, lo, hi);
         }
         st = burst_blocks_post(blk, &s, r, fwd_pack_own, pk);
         if (st == BURST_OK && s.compute && (st = burst_tl_kernel_begin(tl)) == BURST_OK) {
@@ -144,7 +154,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                 .k = &kb,
                 .v = &vb,
                 .qpos = plan->pos,
-                .kpos = burst_shards_posmap(&plan->shards, s.block),
+                .kpos = kpos,
                 .mask = plan->mask,
                 .scale = plan->scale,
                 .softcap = plan->p.softcap,
@@ -256,7 +266,8 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
     }
     st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * n * gq * d), (void **)&o_acc);
     if (st == BURST_OK)
-        st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * gq * n), (void **)&lse_acc);
+        st = burst_scratch_alloc_raw(&sc, who, sizeof(float) * (size_t)(B * gq * n),
+                                     (void **)&lse_acc); /* filled per group below */
     if (st == BURST_OK)
         st = burst_blocks_init(&blk, plan, &sc, who, BURST_SCHED_FWD, BURST_MSG_KV, seq, kv_bytes,
                                &fc);

@@ -344,6 +344,59 @@ int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int
     return 0;
 }
 
+struct burst_mask burst_mask_swap(struct burst_mask mask)
+{
+    int64_t t = mask.left;
+    mask.left = mask.right;
+    mask.right = t;
+    return mask;
+}
+
+/* Does [lo, hi] (clipped to the sequence) hold a position that rank j does not? */
+static int others_in(const struct burst_shards *s, const struct burst_posmap *m, int64_t lo,
+                     int64_t hi)
+{
+    lo = lo > 0 ? lo : 0;
+    hi = hi < s->seq_len - 1 ? hi : s->seq_len - 1;
+    return lo <= hi &&
+           hi - lo + 1 > burst_posmap_count_le(m, hi) - burst_posmap_count_le(m, lo - 1);
+}
+
+void burst_block_span(const struct burst_shards *s, struct burst_mask mask, int j, int64_t *lo,
+                      int64_t *hi)
+{
+    const struct burst_posmap *m = &s->maps[j];
+    int64_t a = s->lens[j], b = 0; /* the union [a, b) of local rows */
+    for (int r = 0; r < m->nruns; r++) {
+        const int64_t g0 = m->run[r].global0, st = m->run[r].stride, l0 = m->run[r].local0;
+        if (m->run[r].len == 0)
+            continue;
+        const int64_t last = g0 + (m->run[r].len - 1) * st;
+        for (int64_t qa = g0, seen = 0; qa <= last; seen++) {
+            int64_t db = -BURST_POS_INF, de = BURST_POS_INF, qb = last;
+            if (seen < RUN_DOCS_MAX) { /* past that many documents: the rest of the run whole */
+                burst_mask_doc(mask, qa, &db, &de);
+                const int64_t end = last < de - 1 ? last : de - 1;
+                qb = qa + (end - qa) / st * st;
+            }
+            int64_t plo = mask.left >= BURST_POS_INF ? -BURST_POS_INF : qa - mask.left;
+            int64_t phi = mask.right >= BURST_POS_INF ? BURST_POS_INF : qb + mask.right;
+            if (others_in(s, m, plo > db ? plo : db, phi < de - 1 ? phi : de - 1)) {
+                const int64_t ia = l0 + (qa - g0) / st, ib = l0 + (qb - g0) / st + 1;
+                a = ia < a ? ia : a;
+                b = ib > b ? ib : b;
+            }
+            qa = qb + st;
+        }
+    }
+    if (a >= b) { /* no other rank needs a row: the first travels */
+        a = 0;
+        b = s->lens[j] > 0 ? 1 : 0;
+    }
+    *lo = a;
+    *hi = b;
+}
+
 static int wrap(int x, int g)
 {
     return ((x % g) + g) % g;

@@ -83,6 +83,19 @@ struct burst_mask burst_mask_make(int causal, int64_t window_left, int64_t windo
  * element is masked). */
 int burst_block_needed(const struct burst_shards *s, struct burst_mask mask, int qrank, int krank);
 
+/* The local rows [*lo, *hi) of rank j that a pair with a row of another rank may involve, j's
+ * rows on the query side of mask (swap the mask's sides, burst_mask_swap, for j's rows as
+ * keys). Per document, a run's rows [a, b] there pair only with positions of the document in
+ * [a - left, b + right]; the rows are taken whole when that interval holds a position of another
+ * rank (conservative: a superset of the rows some pair involves; past 4096 documents a run's
+ * remaining rows are taken whole). The union's enclosing interval, never empty: a block no other
+ * rank needs keeps its first row. */
+void burst_block_span(const struct burst_shards *s, struct burst_mask mask, int j, int64_t *lo,
+                      int64_t *hi);
+
+/* mask with its sides swapped: the queries that may attend a key, as the keys of a query. */
+struct burst_mask burst_mask_swap(struct burst_mask mask);
+
 /* Ring steps a call needs: 1 + the largest r such that some rank a needs block (a - r). */
 int burst_ring_steps(const struct burst_shards *s, struct burst_mask mask);
 

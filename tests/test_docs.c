@@ -5,6 +5,10 @@
  *              document lengths of 1, of 2, below the ring size, one long and many short,
  *              random; ring sizes 1..8, every layout, both backward patterns, causal and not,
  *              windows, GQA, fp32 and bf16, padded heads and two-level rings now and then.
+ *   spans      the rows of a block that travel (burst_block_span): every row that pairs with a
+ *              row of another rank, as key and as query, over random documents, layouts, ring
+ *              sizes and masks; exactly those rows' enclosing interval for causal masks on
+ *              natural and zigzag shards.
  *   skipping   documents that follow the shards: a rank computes only the blocks that share a
  *              document with its rows (statistics' steps_computed), and the ring stops after the
  *              last step any rank needs (steps), with results still exact.
@@ -182,6 +186,94 @@ static void test_skipping(void **state)
         struct harness_case c = skip_case("docs_short_long", 2, 1, bwd, two, 2);
         check_skipping(&c, 3, need, needed_by);
     }
+}
+
+/* ---- travelling rows ---- */
+
+/* Check the travelling rows of every rank of shards s under mask (burst_block_span): as keys and
+ * as queries, every row that pairs with a row of another rank lies in the span; with `tight`,
+ * the span's first and last rows each pair with one (the enclosing interval is exact), unless no
+ * row does (the span is then the first row). Returns the spans' rows summed over both sides. */
+static int64_t check_spans(const struct burst_shards *s, struct burst_mask mask, int tight)
+{
+    int64_t total = 0;
+    const struct burst_mask swapped = burst_mask_swap(mask);
+    for (int side = 0; side < 2; side++) /* 0: j's rows as keys, 1: as queries */
+        for (int j = 0; j < s->ranks; j++) {
+            const struct burst_posmap mj = burst_shards_posmap(s, j);
+            int64_t lo, hi, first = -1, last = -1;
+            burst_block_span(s, side ? mask : swapped, j, &lo, &hi);
+            assert_true(0 <= lo && lo < hi && hi <= s->lens[j]);
+            for (int64_t i = 0; i < s->lens[j]; i++) {
+                const int64_t p = burst_posmap_pos(&mj, i);
+                int pairs = 0;
+                for (int a = 0; a < s->ranks && !pairs; a++) {
+                    const struct burst_posmap ma = burst_shards_posmap(s, a);
+                    for (int64_t x = 0; a != j && x < s->lens[a] && !pairs; x++) {
+                        const int64_t o = burst_posmap_pos(&ma, x);
+                        pairs =
+                            side ? burst_mask_allows(mask, p, o) : burst_mask_allows(mask, o, p);
+                    }
+                }
+                if (!pairs)
+                    continue;
+                if (i < lo || i >= hi)
+                    fail_msg("rank %d row %lld (position %lld) pairs with another rank as %s but "
+                             "its span is [%lld, %lld)",
+                             j, (long long)i, (long long)p, side ? "query" : "key", (long long)lo,
+                             (long long)hi);
+                first = first < 0 ? i : first;
+                last = i;
+            }
+            if (tight && first >= 0) {
+                assert_int_equal(lo, first);
+                assert_int_equal(hi, last + 1);
+            }
+            total += hi - lo;
+        }
+    return total;
+}
+
+/* Spans over random documents: every layout, ring sizes 2..8, causal and not, windows; exact
+ * (tight) for causal masks without a window on runs of stride 1 (natural, zigzag). Over the
+ * causal zigzag problems the travelling rows are a fraction of the shards'. */
+static void test_spans(void **state)
+{
+    (void)state;
+    static const int64_t wins[][2] = {{-1, -1}, {5, -1}, {-1, 3}};
+    uint64_t st = harness_seed() ^ 0x7370616eu;
+    int64_t lens[MAX_DOCS], travel = 0, rows = 0;
+    for (int g = 2; g <= 8; g++)
+        for (int layout = 0; layout < 3; layout++)
+            for (int rep = 0; rep < 12; rep++) {
+                const int64_t n = 4 * (int64_t)g + 20 + rep * 7;
+                struct burst_plan_params pp = burst_plan_params_default();
+                pp.seq_len = n;
+                pp.q_heads = pp.kv_heads = 1;
+                pp.head_dim = 32;
+                pp.causal = rep % 4 != 3;
+                pp.window_left = wins[rep % 3][0];
+                pp.window_right = pp.causal ? -1 : wins[rep % 3][1];
+                pp.layout = (burst_layout_t)layout;
+                pp.doc_lens = lens;
+                pp.num_docs = make_docs(rep % 6, n, g, &st, lens);
+                int64_t *docs = NULL;
+                assert_int_equal(burst_docs_table("test", &pp, &docs), BURST_OK);
+                struct burst_mask mask = burst_params_mask(&pp, docs);
+                struct burst_shards s;
+                assert_int_equal(burst_plan_shards_for(&s, "test", &pp, mask, g, NULL), BURST_OK);
+                const int tight = pp.causal && pp.window_left < 0 && layout != BURST_LAYOUT_STRIPED;
+                const int64_t t = check_spans(&s, mask, tight);
+                if (pp.causal && layout == BURST_LAYOUT_ZIGZAG) {
+                    travel += t;
+                    rows += 2 * n;
+                }
+                burst_shards_fini(&s);
+                free(docs);
+            }
+    printf("spans: causal zigzag blocks travel with %.3f of their rows\n",
+           (double)travel / (double)rows);
+    assert_true(travel < rows);
 }
 
 /* ---- balance ---- */
@@ -413,9 +505,8 @@ int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cases),
-        cmocka_unit_test(test_skipping),
-        cmocka_unit_test(test_balance),
+        cmocka_unit_test(test_cases),          cmocka_unit_test(test_skipping),
+        cmocka_unit_test(test_spans),          cmocka_unit_test(test_balance),
         cmocka_unit_test(test_layout_helpers),
     };
     int rc = cmocka_run_group_tests_name("docs", tests, NULL, NULL);
