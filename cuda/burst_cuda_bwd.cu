@@ -237,8 +237,9 @@ template <int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
 /* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk (16-bit
  * classes, the DQ form of burst_mma_dkdv): warp w takes query rows 16 (w % RW) (RW = QR / 16
  * warps per column group) and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in
- * 32-column chunks of 16 accumulators (16 columns where DW is not a multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red4).
- * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
+ * 32-column chunks of 16 accumulators (16 columns where DW is not a multiple of 32), each added
+ * to s.dq by float atomics straight from them (burst_dq_red4). A = dS, read from the [key][query]
+ * tile by ldmatrix.trans; B = K across its rows. */
 template <typename TC, int D, int QR, int DH>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
                                                  const typename TC::E *sds,
@@ -500,10 +501,16 @@ template <typename T> constexpr bool burst_mma_has_dq()
     return !burst_tc<T, 64>::FRESH;
 }
 
+/* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
+ * memory (8 KiB more than the plain one: classes 96 and 128 on 99 KiB devices such as sm_86 /
+ * sm_89); that class then keeps the separate dQ kernel on every device. */
+template <typename T, int D> static int burst_mma_dq_unfit = 0;
+
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
     const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool fused = burst_mma_has_dq<T>() && s->dq && s->dq_atomic && kv;
+    const bool fused =
+        burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D> && s->dq && s->dq_atomic && kv;
     if (kv) {
         int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
         const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
@@ -554,9 +561,17 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
     cudaError_t e =
         burst_smem_limit(burst_mma_dkdv<T, D, false>, burst_mma_dkdv_smem<T, D, false>());
-    if constexpr (burst_mma_has_dq<T>())
+    if constexpr (burst_mma_has_dq<T>()) {
+        int dev = 0, optin = 0;
         if (e == cudaSuccess)
+            e = cudaGetDevice(&dev);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e == cudaSuccess && burst_mma_dkdv_smem<T, D, true>() > (size_t)optin)
+            burst_mma_dq_unfit<T, D> = 1;
+        else if (e == cudaSuccess)
             e = burst_smem_limit(burst_mma_dkdv<T, D, true>, burst_mma_dkdv_smem<T, D, true>());
+    }
     if (e == cudaSuccess)
         e = burst_smem_limit(burst_mma_dq<T, D>, burst_mma_dq_smem<T, D>());
     return e;
@@ -636,8 +651,7 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
 
 template <typename T, int D> static size_t burst_mma_bwd_smem1()
 {
-    const size_t a = burst_mma_dq_smem<T, D>(),
-                 b = burst_mma_dkdv_smem<T, D, burst_mma_has_dq<T>()>();
+    const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D, false>();
     return a > b ? a : b;
 }
 

@@ -314,13 +314,25 @@ __device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &
 }
 
 /* s.dq += tau q for one 8-column C tile (q0, q1: row g, columns 2t, 2t + 1; q2, q3: row g + 8)
- * of query rows i and i + 8 of head h, columns col8 .. col8 + 7, with one 16-byte float atomic per
- * lane: lanes t and t ^ 1 swap a pair, so that an even lane adds 4 consecutive columns of row g and
- * an odd lane those of row g + 8 (rows at or past nq are not added; d, a multiple of 8, holds all
- * 8 columns or none). Every lane of the warp calls it (the swap is a shuffle). */
+ * of query rows i and i + 8 of head h, columns col8 .. col8 + 7 (rows at or past nq are not
+ * added; d, a multiple of 8, holds all 8 columns or none). On sm_90+ with one 16-byte float
+ * atomic per lane: lanes t and t ^ 1 swap a pair, so that an even lane adds 4 consecutive columns
+ * of row g and an odd lane those of row g + 8; below sm_90 (no vector float atomics) with four
+ * scalar ones. Every lane of the warp calls it (the swap is a shuffle). */
 __device__ __forceinline__ void burst_dq_red4(const struct burst_cuda_step &s, int64_t b, int64_t h,
                                               int64_t i, int col8, const float *q, int lane)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if (col8 >= s.d)
+        return;
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+        if (i + 8 * u < s.nq) {
+            float *dst = s.dq + ((b * s.nq + i + 8 * u) * s.hq + h) * s.d + col8 + 2 * (lane & 3);
+            atomicAdd(dst, s.scale * q[2 * u]);
+            atomicAdd(dst + 1, s.scale * q[2 * u + 1]);
+        }
+#else
     const bool odd = lane & 1;
     const float x = __shfl_xor_sync(~0u, odd ? q[0] : q[2], 1);
     const float y = __shfl_xor_sync(~0u, odd ? q[1] : q[3], 1);
@@ -331,6 +343,7 @@ __device__ __forceinline__ void burst_dq_red4(const struct burst_cuda_step &s, i
     const float4 v = odd ? make_float4(x, y, q[2], q[3]) : make_float4(q[0], q[1], x, y);
     atomicAdd((float4 *)dst,
               make_float4(s.scale * v.x, s.scale * v.y, s.scale * v.z, s.scale * v.w));
+#endif
 }
 
 /* The final dK, dV of a key row (s.dk_out set), from one thread's pairs: the values an fp32
