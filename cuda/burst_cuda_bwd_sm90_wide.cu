@@ -15,9 +15,11 @@
  *     dS^T tile read MN-major, B = the dO / Q tile read MN-major);
  *   - plans that are not deterministic: dQ += tau dS K in 64-column chunks (alternating between the
  *     warpgroups; A = the dS tile read K-major, B = the K tile read MN-major), added to s.dq with
- *     float2 atomics straight from the accumulators, so that no dQ kernel recomputes S and dP.
- *     Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after this one.
- * Every pair thus costs the five products of the textbook backward. The streamed Q / dO tiles are
+ *     16-byte float atomics straight from the accumulators (burst_dq_red4), so that no dQ kernel
+ *     recomputes S and dP. Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after
+ *     this one.
+ * A pair of a plan that is not deterministic thus costs the five products of the textbook
+ * backward. The streamed Q / dO tiles are
  * double-buffered: tile it + 1 is copied while tile it is computed (the copy is issued after the
  * barrier that ends every product of tile it - 1, which read that buffer). P and dS are rounded
  * to the input dtype as A operands, as in the other kernels (tests/harness.h bounds this).
