@@ -203,12 +203,6 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
 
 /* ---- dK and dV -------------------------------------------------------------------------------- */
 
-/* Per query row of a streamed tile: lse (log2 units), D, and its allowed keys [kb, ke). */
-struct burst_wg_qrow {
-    float l2, dl;
-    int kb, ke;
-};
-
 /* Query rows per streamed tile of the dK/dV kernel (BURST_CUDA_WG_DKDV_BQ): 48 above d = 64,
  * where 64 made the kernel spill at d = 128 (dK, dV, S^T, dP^T and the previous tile's P^T,
  * dS^T live at once: 255 registers and ~230 bytes of local memory per thread). */
@@ -312,20 +306,9 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
      * issued one tile before the values are stored to shared memory, so that no warp waits on
      * them while the others wait at the next barrier. */
     auto row_scalars = [&](int it) {
-        struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX}; /* P = 0 on every key */
-        int64_t h, i;
-        tile_at(it, &h, &i);
-        i += threadIdx.x;
-        if (threadIdx.x < BQ && i < s.nq) {
-            int64_t kb = 0, ke = 0;
-            burst_dkeys(s, i, &kb, &ke);
-            const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-            r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-            r.dl = s.delta[(b * s.hq + h) * s.nq + i];
-            r.kb = (int)kb;
-            r.ke = (int)ke;
-        }
-        return r;
+        int64_t h, i0;
+        tile_at(it, &h, &i0);
+        return burst_wg_row<BQ>(s, b, h, i0);
     };
     burst_wg_loader<T, D, BQ, NT> lq, lo;
     /* issue the copies of query tile `it` into stage st and store its row scalars r */

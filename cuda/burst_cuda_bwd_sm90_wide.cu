@@ -32,19 +32,13 @@
 #define WW_BC 64 /* keys of a block */
 #define WW_BQ 64 /* query rows of a streamed tile */
 
-/* Per query row of a streamed tile: lse (log2 units), D, and its allowed keys [kb, ke). */
-struct burst_ww_qrow {
-    float l2, dl;
-    int kb, ke;
-};
-
 /* K and V, WW_NS stages of Q and dO, the P^T and dS^T tiles, the row scalars. No alignment slack:
  * the shared memory is declared __align__(1024) and the kernel traps otherwise (at D = 256 the
  * slack would not fit 227 KiB beside the toolchain's 1 KiB padding of the static part). */
 template <int D> constexpr size_t burst_ww_smem()
 {
     return (size_t)(2 * WW_BC + WW_NS * 2 * WW_BQ) * burst_wg_panels<D>() * 128 + 2 * WW_BQ * 128 +
-           WW_NS * WW_BQ * sizeof(struct burst_ww_qrow);
+           WW_NS * WW_BQ * sizeof(struct burst_wg_qrow);
 }
 
 template <typename T, int D, bool DQ>
@@ -61,7 +55,7 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
         __trap();
     unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
     unsigned char *sp = sqo + WW_NS * 2 * QBYTES, *sds = sp + SBYTES;
-    struct burst_ww_qrow *rows = (struct burst_ww_qrow *)(sds + SBYTES);
+    struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sds + SBYTES);
     __shared__ int s_full[WW_NS][2]; /* per stage: its tile sees all 64 keys (warps 0, 1) */
     const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31;
@@ -86,24 +80,13 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
     };
     /* the row scalars of query tile `it` (threads < BQ: one row each), loaded one tile early */
     auto row_scalars = [&](int it) {
-        struct burst_ww_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX}; /* P = 0 on every key */
-        int64_t h, i;
-        tile_at(it, &h, &i);
-        i += threadIdx.x;
-        if (threadIdx.x < BQ && i < s.nq) {
-            int64_t kb = 0, ke = 0;
-            burst_dkeys(s, i, &kb, &ke);
-            const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-            r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-            r.dl = s.delta[(b * s.hq + h) * s.nq + i];
-            r.kb = (int)kb;
-            r.ke = (int)ke;
-        }
-        return r;
+        int64_t h, i0;
+        tile_at(it, &h, &i0);
+        return burst_wg_row<BQ>(s, b, h, i0);
     };
     burst_wg_loader<T, D, BQ, NT> lq, lo;
     /* issue the copies of query tile `it` into stage st and store its row scalars r */
-    auto issue = [&](int it, int st, const struct burst_ww_qrow &r) {
+    auto issue = [&](int it, int st, const struct burst_wg_qrow &r) {
         int64_t h, i0;
         tile_at(it, &h, &i0);
         unsigned char *dst = sqo + st * 2 * QBYTES;
@@ -128,7 +111,7 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
         lk.load(sv, j0, s.nk);
     }
     issue(0, 0, row_scalars(0));
-    struct burst_ww_qrow rnext = row_scalars(total > 1 ? 1 : 0); /* of the next tile issued */
+    struct burst_wg_qrow rnext = row_scalars(total > 1 ? 1 : 0); /* of the next tile issued */
 
     float acc[D / 2]; /* warpgroup 0: dV, 1: dK; key rows x all D columns */
 #pragma unroll
@@ -162,7 +145,7 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
     };
     /* P^T in sc and dS^T in dp; column = query row wg HQ + 8 n + cq (+ 1) of the tile */
     auto dsoft = [&](int st) {
-        const struct burst_ww_qrow *rw = rows + st * BQ + wg * HQ;
+        const struct burst_wg_qrow *rw = rows + st * BQ + wg * HQ;
         unsigned ok = ~0u; /* the mask as bits 4 n + e, all set where the tile sees all keys */
         if (!(s_full[st][0] && s_full[st][1])) {
             ok = 0;

@@ -30,6 +30,8 @@
 #ifndef BURST_CUDA_WGMMA_CUH
 #define BURST_CUDA_WGMMA_CUH
 
+#include <limits.h>
+
 #include "burst_cuda_mma.cuh"
 
 /* 64-element panels of a [rows][D] tile of head-dim class D: D / 64 rounded up (the columns of
@@ -282,6 +284,35 @@ __device__ __forceinline__ void burst_stmatrix_t4(const void *row, const unsigne
                      burst_smem_addr(row)),
                  "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                  : "memory");
+}
+
+/* ---- the backward's query rows ---------------------------------------------------------------- */
+
+/* Per query row of a streamed tile of the dK/dV kernels: lse (log2 units), D, and its allowed
+ * keys [kb, ke). */
+struct burst_wg_qrow {
+    float l2, dl;
+    int kb, ke;
+};
+
+/* The scalars of row i0 + threadIdx.x of head h (threads < ROWS: one row each); rows past nq,
+ * and other threads, get lse = -inf (so P = 0 on every key) and D = 0. */
+template <int ROWS>
+__device__ __forceinline__ struct burst_wg_qrow burst_wg_row(const struct burst_cuda_step &s,
+                                                             int64_t b, int64_t h, int64_t i0)
+{
+    struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX};
+    const int64_t i = i0 + threadIdx.x;
+    if (threadIdx.x < ROWS && i < s.nq) {
+        int64_t kb = 0, ke = 0;
+        burst_dkeys(s, i, &kb, &ke);
+        const float lse = s.lse[(b * s.hq + h) * s.nq + i];
+        r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+        r.dl = s.delta[(b * s.hq + h) * s.nq + i];
+        r.kb = (int)kb;
+        r.ke = (int)ke;
+    }
+    return r;
 }
 
 /* ---- the products of the attention kernels ------------------------------------------------------- */
