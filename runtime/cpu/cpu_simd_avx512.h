@@ -88,14 +88,16 @@ KATTR vf vf_zero_if_neginf(vf a)
     return _mm512_maskz_mov_ps((__mmask16)~m, a);
 }
 
+/* 2^x = 2^r 2^f with r = round(x) (by the magic-number addition) and f in [-0.5, 0.5]; 2^r is
+ * applied by VSCALEFPS, masked to 0 for x < -126 (and -inf, whose f is NaN). x is clamped only
+ * from above (min returns x itself for NaN, which then runs through to the result). */
 KATTR vf vf_exp2(vf x)
 {
-    __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    vf x0 = x;
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-126.0f)), _mm512_set1_ps(127.0f));
-    vf t = _mm512_add_ps(x, _mm512_set1_ps(BURST_CPU_EXP2_MAGIC));
-    vf f = _mm512_sub_ps(x, _mm512_sub_ps(t, _mm512_set1_ps(BURST_CPU_EXP2_MAGIC)));
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+    x = _mm512_min_ps(_mm512_set1_ps(127.0f), x);
+    vf r = _mm512_sub_ps(_mm512_add_ps(x, _mm512_set1_ps(BURST_CPU_EXP2_MAGIC)),
+                         _mm512_set1_ps(BURST_CPU_EXP2_MAGIC));
+    vf f = _mm512_sub_ps(x, r);
     vf p = _mm512_set1_ps(BURST_CPU_EXP2_P0);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(BURST_CPU_EXP2_P1));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(BURST_CPU_EXP2_P2));
@@ -103,9 +105,7 @@ KATTR vf vf_exp2(vf x)
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(BURST_CPU_EXP2_P4));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(BURST_CPU_EXP2_P5));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23);
-    vf r = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
-    return _mm512_mask_blend_ps(nan, _mm512_maskz_mov_ps((__mmask16)~zero, r), x0);
+    return _mm512_maskz_scalef_ps(live, p, r);
 }
 
 KATTR vf vf_load_f16(const uint16_t *p)

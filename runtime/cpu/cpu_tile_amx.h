@@ -9,7 +9,8 @@
  * with the rounding of AVX512_BF16 (products exact, fp32 sums, subnormal inputs as zero). Per
  * block of 16 rows of C:
  *   - the rows' pairs are copied into a zero-padded panel ap[16][K2 rounded up to 16]: rows of A
- *     are contiguous (ak = 1, a masked load) or strided (ak > 1, a gather of 16 pairs);
+ *     are contiguous (ak = 1, a masked load), or strided with adjacent rows (am = 1, ak > 1: 16
+ *     x 16 blocks transposed in registers), or strided otherwise (a gather of 16 pairs);
  *   - for every 32 columns, two C tiles accumulate over the panel's 16-pair chunks; B's chunks
  *     are loaded straight from B with its row stride, the last partial chunk from a zero-padded
  *     copy (its padding pairs must be finite zeros: NaN * 0 would poison the sums);
@@ -24,9 +25,11 @@
 #undef gemm_dp
 #undef amx_cfg
 #undef amx_panel
+#undef amx_t16
 #define gemm_dp KFN(gemm_dp)
 #define amx_cfg KFN(amx_cfg)
 #define amx_panel KFN(amx_panel)
+#define amx_t16 KFN(amx_t16)
 
 #define BURST_CPU_AMX_K2MAX 128 /* pairs of a row of the A panel */
 #define BURST_CPU_AMX_FENCE() __asm__ volatile("" ::: "memory")
@@ -38,10 +41,56 @@ struct amx_cfg {
     uint8_t rows[16];
 };
 
-/* ap[r][0 .. K2p) = pairs (A[(r) am + p ak], p < K2) of rows r < rows, zeros elsewhere. */
+/* r[0 .. 16) := its 16 x 16 transpose (32-bit elements): pairs within 128-bit lanes, then
+ * quadruples, then the lanes themselves. */
+KATTR void amx_t16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* u[4 m + c], lane L: rows 4 m .. 4 m + 3 of column 4 L + c */
+    for (int m = 0; m < 16; m += 4) {
+        r[m] = _mm512_unpacklo_epi64(t[m], t[m + 2]);
+        r[m + 1] = _mm512_unpackhi_epi64(t[m], t[m + 2]);
+        r[m + 2] = _mm512_unpacklo_epi64(t[m + 1], t[m + 3]);
+        r[m + 3] = _mm512_unpackhi_epi64(t[m + 1], t[m + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+        __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+        __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+        __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+        t[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        t[4 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        t[8 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+        t[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
+/* ap[r][0 .. K2p) = pairs (A[(r) am + p ak], p < K2) of rows r < rows, zeros elsewhere. Rows of
+ * adjacent elements (am = 1: P^T, dS^T) are read as 16 x 16 blocks and transposed in registers;
+ * other strided rows are gathered. */
 KATTR void amx_panel(uint32_t *ap, int64_t K2p, int rows, int64_t K2, const uint32_t *A, int64_t am,
                      int64_t ak)
 {
+    if (am == 1 && ak > 1) {
+        const __mmask16 rm = (__mmask16)((1u << rows) - 1u);
+        for (int64_t k0 = 0; k0 < K2p; k0 += 16) {
+            const int64_t kr = burst_cpu_min64(16, K2 - k0);
+            __m512i r[16];
+            for (int p = 0; p < 16; p++)
+                r[p] = p < kr ? _mm512_maskz_loadu_epi32(rm, (const void *)(A + (k0 + p) * ak))
+                              : _mm512_setzero_si512();
+            amx_t16(r);
+            for (int q = 0; q < 16; q++)
+                _mm512_storeu_si512((void *)(ap + q * K2p + k0), r[q]);
+        }
+        return;
+    }
     const __m512i idx =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32((int)ak));

@@ -186,9 +186,11 @@ KATTR void pack_row_pairs(uint32_t *vp, const struct burst_tensor *x, int64_t b,
 /* The pairs (bf16(lo[n]), bf16(hi[n])) of two fp32 vectors, rounded to nearest even. */
 KATTR __m512i pair_bf16(vf lo, vf hi)
 {
-    __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
-    __m512i u = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
-    return _mm512_or_si512(l, _mm512_slli_epi32(u, 16));
+    /* one conversion of both (lo's 16 values below hi's), then one interleaving permute */
+    const __m512i inter =
+        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(inter, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
 
 /* dst[r][0 .. n) = bf16(src[r][0 .. n)) for r < m: rows of n (a multiple of VL) values. */
