@@ -179,10 +179,14 @@ struct burst_cuda_decode {
 };
 /* Queries per decode step the kernels take (more: the backend declines, the engine falls back). */
 #define BURST_CUDA_DECODE_TMAX 64
+/* The decode kernels: one per dtype (fp16, bf16, fp32) and head-dim class (64, 128, 256). */
+#define BURST_CUDA_DECODE_KERNELS 9
 /* Choose the splits of a decode step for a device of num_sms multiprocessors (one wave of equal
- * blocks); -1 when the kernel cannot run it: its shared memory exceeds smem_optin, or more kv
- * heads or row chunks than a grid holds (the backend declines). */
-int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin);
+ * blocks of the step's kernel, per_sm[kernel] of them resident per multiprocessor: the table of
+ * burst_cuda_decode_init); -1 when the kernel cannot run it: its shared memory exceeds
+ * smem_optin, or more kv heads or row chunks than a grid holds (the backend declines). */
+int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin,
+                           const int per_sm[BURST_CUDA_DECODE_KERNELS]);
 /* Bytes of scratch a planned step needs (o_part then lse_part, each 16-byte aligned). */
 static inline size_t burst_cuda_decode_scratch_bytes(const struct burst_cuda_decode *a)
 {
@@ -191,8 +195,9 @@ static inline size_t burst_cuda_decode_scratch_bytes(const struct burst_cuda_dec
 }
 /* Launch the step's kernel (asynchronous on cudaStreamPerThread). */
 int burst_cuda_launch_decode(const struct burst_cuda_decode *a);
-/* Raise the split kernels' dynamic shared-memory limits (once per device, at create). */
-int burst_cuda_decode_init(void);
+/* Raise the split kernels' dynamic shared-memory limits and record how many blocks of each are
+ * resident per multiprocessor in per_sm (once per device, at create; read by every step's plan). */
+int burst_cuda_decode_init(int per_sm[BURST_CUDA_DECODE_KERNELS]);
 
 /* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */
 struct burst_cuda_caps {
@@ -275,6 +280,7 @@ struct burst_cuda_backend {
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
     int tf32;      /* burst_cuda_tf32_env(): fp32 inputs on the tensor cores (3xTF32) */
     int decode;    /* the decode step's kernels are set up (burst_cuda_decode_init) */
+    int decode_per_sm[BURST_CUDA_DECODE_KERNELS]; /* their resident blocks per multiprocessor */
     char name[256];
     unsigned char uuid[16];             /* cudaDeviceProp.uuid (share_device) */
     struct burst_cuda_share *share;     /* imported memory of other backends: burst_cuda_share.c */

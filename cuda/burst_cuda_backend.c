@@ -147,7 +147,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
         st = burst_cuda_status((cudaError_t)burst_cuda_kernels_init(), "create: kernel setup");
     /* the decode step's kernels, where their setup succeeds (else decode_step declines) */
     if (st == BURST_OK) {
-        cb->decode = burst_cuda_decode_init() == cudaSuccess;
+        cb->decode = burst_cuda_decode_init(cb->decode_per_sm) == cudaSuccess;
         if (!cb->decode)
             (void)cudaGetLastError();
     }
@@ -795,7 +795,7 @@ static burst_status_t burst_cuda_decode_step(void *be, const struct burst_decode
     }
     if ((st = burst_cuda_enter(cb, "decode_step")) != BURST_OK)
         return st;
-    if (burst_cuda_decode_plan(&k, cb->caps.sms, cb->caps.smem_block_optin) != 0)
+    if (burst_cuda_decode_plan(&k, cb->caps.sms, cb->caps.smem_block_optin, cb->decode_per_sm) != 0)
         return BURST_ERR_UNSUPPORTED;
     void *scratch = NULL;
     const size_t bytes = burst_cuda_decode_scratch_bytes(&k);

@@ -539,19 +539,21 @@ template <typename F> static auto burst_dec_by_type(int dtype, F &&f)
     return f((float *)0);
 }
 
+/* The index of kernel <T, D> in the tables of BURST_CUDA_DECODE_KERNELS entries. */
+template <typename T, int D> static constexpr int burst_dec_index()
+{
+    const int t = std::is_same<T, __half>::value ? 0 : 1 + !std::is_same<T, __nv_bfloat16>::value;
+    return 3 * t + (D <= 64 ? 0 : 1 + (D > 128));
+}
+
 template <typename T, int D>
-static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t smem_optin)
+static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t smem_optin,
+                              const int *per_sm_tab)
 {
     using C = burst_dec_cfg<T, D>;
     if (C::SMEM > smem_optin)
         return -1;
-    int per_sm = 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, burst_dec_split<T, D>, C::NT,
-                                                      C::SMEM) != cudaSuccess ||
-        per_sm < 1) {
-        (void)cudaGetLastError();
-        per_sm = 1;
-    }
+    const int per_sm = per_sm_tab[burst_dec_index<T, D>()];
     const int rows = a->t * a->group, chunks = (rows + 15) / 16;
     if (chunks > 65535) /* the grid's z extent */
         return -1;
@@ -573,12 +575,13 @@ static int burst_dec_plan_run(struct burst_cuda_decode *a, int num_sms, size_t s
     return 0;
 }
 
-extern "C" int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin)
+extern "C" int burst_cuda_decode_plan(struct burst_cuda_decode *a, int num_sms, size_t smem_optin,
+                                      const int per_sm[BURST_CUDA_DECODE_KERNELS])
 {
     return burst_dec_by_type(a->dtype, [&](auto tp) {
         using T = std::remove_pointer_t<decltype(tp)>;
         return burst_dec_by_class(a->d, [&](auto c) {
-            return burst_dec_plan_run<T, decltype(c)::value>(a, num_sms, smem_optin);
+            return burst_dec_plan_run<T, decltype(c)::value>(a, num_sms, smem_optin, per_sm);
         });
     });
 }
@@ -599,22 +602,36 @@ extern "C" int burst_cuda_launch_decode(const struct burst_cuda_decode *a)
     return e;
 }
 
-template <typename T, int D> static cudaError_t burst_dec_attr()
+/* Kernel <T, D>'s shared-memory limit, and its resident blocks per multiprocessor into per_sm
+ * (1 where the device cannot say: the plan then sizes a wave as one block per multiprocessor). */
+template <typename T, int D> static cudaError_t burst_dec_attr(int *per_sm)
 {
-    return burst_smem_limit(burst_dec_split<T, D>, burst_dec_cfg<T, D>::SMEM);
+    using C = burst_dec_cfg<T, D>;
+    int *n = per_sm + burst_dec_index<T, D>();
+    *n = 1;
+    cudaError_t e = burst_smem_limit(burst_dec_split<T, D>, C::SMEM);
+    if (e == cudaSuccess) {
+        const cudaError_t q =
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, burst_dec_split<T, D>, C::NT, C::SMEM);
+        if (q != cudaSuccess || *n < 1) {
+            (void)cudaGetLastError();
+            *n = 1;
+        }
+    }
+    return e;
 }
 
-extern "C" int burst_cuda_decode_init(void)
+extern "C" int burst_cuda_decode_init(int per_sm[BURST_CUDA_DECODE_KERNELS])
 {
     cudaError_t e = cudaSuccess;
     auto each = [&](auto tp) {
         using T = std::remove_pointer_t<decltype(tp)>;
         if (e == cudaSuccess)
-            e = burst_dec_attr<T, 64>();
+            e = burst_dec_attr<T, 64>(per_sm);
         if (e == cudaSuccess)
-            e = burst_dec_attr<T, 128>();
+            e = burst_dec_attr<T, 128>(per_sm);
         if (e == cudaSuccess)
-            e = burst_dec_attr<T, 256>();
+            e = burst_dec_attr<T, 256>(per_sm);
         return 0;
     };
     each((__half *)0);
