@@ -9,6 +9,8 @@
  *              row of another rank, as key and as query, over random documents, layouts, ring
  *              sizes and masks; exactly those rows' enclosing interval for causal masks on
  *              natural and zigzag shards.
+ *   many docs  runs of a shard meeting more documents than the schedule tests one by one (4096):
+ *              blocks and spans still cover every pair, against the truth and end to end.
  *   skipping   documents that follow the shards: a rank computes only the blocks that share a
  *              document with its rows (statistics' steps_computed), and the ring stops after the
  *              last step any rank needs (steps), with results still exact.
@@ -276,6 +278,99 @@ static void test_spans(void **state)
     assert_true(travel < rows);
 }
 
+/* ---- more documents than a run's test steps through ---- */
+
+/* n tokens as documents of length 1, except one of long_len tokens from position at; returns
+ * the count. lens holds n entries. */
+static int64_t many_docs(int64_t n, int64_t at, int64_t long_len, int64_t *lens)
+{
+    int64_t count = 0;
+    for (int64_t pos = 0; pos < n; count++) {
+        lens[count] = pos == at ? long_len : 1;
+        pos += lens[count];
+    }
+    return count;
+}
+
+/* The schedule over shards s under mask against the truth, each query's allowed interval
+ * (burst_mask_span) tested against the positions of every rank: a block some pair needs is
+ * never skipped, and every row that pairs with another rank's row travels (burst_block_span). */
+static void check_many(const struct burst_shards *s, struct burst_mask mask)
+{
+    const int64_t n = s->seq_len;
+    const struct burst_mask swapped = burst_mask_swap(mask);
+    for (int a = 0; a < s->ranks; a++) {
+        const struct burst_posmap ma = burst_shards_posmap(s, a);
+        int64_t span[2][2];
+        burst_block_span(s, swapped, a, &span[0][0], &span[0][1]); /* a's rows as keys */
+        burst_block_span(s, mask, a, &span[1][0], &span[1][1]);    /* ... as queries */
+        for (int b = 0; b < s->ranks; b++) {
+            const struct burst_posmap mb = burst_shards_posmap(s, b);
+            int needed = 0;
+            for (int64_t i = 0; i < s->lens[a]; i++)
+                for (int side = 0; side < 2; side++) {
+                    int64_t lo, hi;
+                    burst_mask_span(side ? mask : swapped, burst_posmap_pos(&ma, i), &lo, &hi);
+                    lo = lo > 0 ? lo : 0;
+                    hi = hi < n - 1 ? hi : n - 1;
+                    if (lo > hi || b == a ||
+                        burst_posmap_count_le(&mb, hi) == burst_posmap_count_le(&mb, lo - 1))
+                        continue; /* no position of b in the interval */
+                    needed |= side;
+                    if (i < span[side][0] || i >= span[side][1])
+                        fail_msg("rank %d row %lld pairs with rank %d as %s outside [%lld, %lld)",
+                                 a, (long long)i, b, side ? "query" : "key",
+                                 (long long)span[side][0], (long long)span[side][1]);
+                }
+            if (needed && !burst_block_needed(s, mask, a, b))
+                fail_msg("rank %d's queries need rank %d's keys; the block is skipped", a, b);
+        }
+    }
+}
+
+/* Runs of a shard meeting more documents than the schedule steps through per run (4096): past
+ * them its block tests and spans answer as without documents, which must stay a superset. On
+ * 2 and 3 ranks, every layout, causal and not, with a window: thousands of one-token documents
+ * around one long document across a shard boundary, checked against the truth; then the ring
+ * end to end on two ranks against the fp64 reference, both backward patterns. */
+static void test_many_docs(void **state)
+{
+    (void)state;
+    const int64_t n = 9000;
+    int64_t *lens = malloc((size_t)n * sizeof *lens);
+    assert_non_null(lens);
+    for (int g = 2; g <= 3; g++)
+        for (int layout = 0; layout < 3; layout++)
+            for (int m = 0; m < 3; m++) {
+                struct burst_plan_params pp = burst_plan_params_default();
+                pp.seq_len = n;
+                pp.q_heads = pp.kv_heads = 1;
+                pp.head_dim = 32;
+                pp.causal = m != 1;
+                pp.window_left = m == 2 ? 40 : -1;
+                pp.layout = (burst_layout_t)layout;
+                pp.doc_lens = lens;
+                pp.num_docs = many_docs(n, n / g - 300, 600, lens);
+                int64_t *docs = NULL;
+                assert_int_equal(burst_docs_table("test", &pp, &docs), BURST_OK);
+                struct burst_mask mask = burst_params_mask(&pp, docs);
+                struct burst_shards s;
+                assert_int_equal(burst_plan_shards_for(&s, "test", &pp, mask, g, NULL), BURST_OK);
+                check_many(&s, mask);
+                burst_shards_fini(&s);
+                free(docs);
+            }
+    for (int bwd = 0; bwd < 2; bwd++) {
+        struct harness_case c = skip_case("many_docs", 1, 1, bwd, lens, 0);
+        c.ranks = 2;
+        c.seq_len = n;
+        c.q_heads = 1;
+        c.num_docs = many_docs(n, n / 2 - 300, 600, lens);
+        assert_true(harness_check_case(&c, 0));
+    }
+    free(lens);
+}
+
 /* ---- balance ---- */
 
 /* max / mean of the ranks' allowed pairs for shards s under mask over n positions, counted at
@@ -505,9 +600,9 @@ int main(void)
 {
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cases),          cmocka_unit_test(test_skipping),
-        cmocka_unit_test(test_spans),          cmocka_unit_test(test_balance),
-        cmocka_unit_test(test_layout_helpers),
+        cmocka_unit_test(test_cases),   cmocka_unit_test(test_skipping),
+        cmocka_unit_test(test_spans),   cmocka_unit_test(test_many_docs),
+        cmocka_unit_test(test_balance), cmocka_unit_test(test_layout_helpers),
     };
     int rc = cmocka_run_group_tests_name("docs", tests, NULL, NULL);
     harness_fini();
