@@ -196,7 +196,8 @@ static inline size_t burst_cuda_decode_scratch_bytes(const struct burst_cuda_dec
 /* Launch the step's kernel (asynchronous on cudaStreamPerThread). */
 int burst_cuda_launch_decode(const struct burst_cuda_decode *a);
 /* Raise the split kernels' dynamic shared-memory limits and record how many blocks of each are
- * resident per multiprocessor in per_sm (once per device, at create; read by every step's plan). */
+ * resident per multiprocessor in per_sm (once per backend, at create; read by every step's
+ * plan). */
 int burst_cuda_decode_init(int per_sm[BURST_CUDA_DECODE_KERNELS]);
 
 /* Device facts the kernel choice depends on (filled from cudaGetDeviceProperties). */

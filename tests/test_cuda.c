@@ -879,7 +879,7 @@ static const struct dec_case dec_fixed[] = {
     {"fp16_d128_17_keys_t16", F16, 128, 8, 2, 16, 16, 17, 1, 0.0f, 1},
     {"fp32_d80_70_keys_t16_bl48", F32, 80, 8, 2, 16, 48, 70, 54, 0.0f, 0},
     {"bf16_d256_tile_edge_t3", BF16, 256, 8, 2, 3, 64, 130, 127, 0.0f, 0},
-    /* chunks of at most 8 rows (the key-major kernels): a whole n8 tile, part of one, soft-cap */
+    /* 8 and 6 rows of one 16-row chunk (group 8, t = 1; group 2, t = 3); a soft-cap at t = 2 */
     {"bf16_d128_group8_t1", BF16, 128, 16, 2, 1, 16, 2500, 2499, 0.0f, 0},
     {"bf16_d96_group2_t3", BF16, 96, 4, 2, 3, 48, 1000, 997, 0.0f, 1},
     {"fp16_d64_softcap_t2", F16, 64, 8, 2, 2, 64, 900, 898, 3.0f, 1},

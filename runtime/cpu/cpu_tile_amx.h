@@ -50,7 +50,7 @@ KATTR void amx_t16(__m512i r[16])
         t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
     }
-    /* u[4 m + c], lane L: rows 4 m .. 4 m + 3 of column 4 L + c */
+    /* r[m + c], lane L: rows m .. m + 3 of column 4 L + c */
     for (int m = 0; m < 16; m += 4) {
         r[m] = _mm512_unpacklo_epi64(t[m], t[m + 2]);
         r[m + 1] = _mm512_unpackhi_epi64(t[m], t[m + 2]);
