@@ -999,33 +999,6 @@ void harness_outputs_free(struct harness_outputs *s)
 
 /* ---- reference and error bounds ---- */
 
-/* Does query i attend key j: the band, and one document (doc: each position's document, NULL
- * without documents)? */
-static int harness_allowed(const struct harness_case *c, const int64_t *doc, int64_t i, int64_t j)
-{
-    return (c->window_left < 0 || j >= i - c->window_left) &&
-           (c->window_right < 0 || j <= i + c->window_right) && (!c->causal || j <= i) &&
-           (!doc || doc[i] == doc[j]);
-}
-
-/* Each position's document for c's documents over n positions (malloc'd), NULL without them;
- * *failed on an allocation failure. */
-static int64_t *harness_doc_ids(const struct harness_case *c, int64_t n, int *failed)
-{
-    *failed = 0;
-    if (!c->doc_lens || c->num_docs < 1)
-        return NULL;
-    int64_t *doc = malloc((size_t)(n > 0 ? n : 1) * sizeof *doc);
-    if (!doc) {
-        *failed = 1;
-        return NULL;
-    }
-    for (int64_t t = 0, pos = 0; t < c->num_docs; t++)
-        for (int64_t x = 0; x < c->doc_lens[t] && pos < n; x++)
-            doc[pos++] = t;
-    return doc;
-}
-
 /*
  * The derived terms of harness.h, elementwise in fp64 (accumulated into zeroed arrays):
  *   cq[i] = tau sum_j P_ij (|dO_i|.|v_j| + w_i) |k_j|     (magnitude of what dS cancels, for dQ)
@@ -1076,10 +1049,10 @@ static double harness_score(const struct harness_problem *p, double s, double *f
     return c * t;
 }
 
-static void harness_bounds(struct harness_problem *p, const int64_t *doc, double *cq, double *ck,
-                           double *dd_dq, double *dd_dk, double *a_dq, double *a_dk, double *a_dv,
-                           double *e_o, int mma, double us, double *m_dq, double *m_dk,
-                           double *m_dv)
+static void harness_bounds(struct harness_problem *p, const struct ref_problem *rp,
+                           const int64_t *doc, double *cq, double *ck, double *dd_dq, double *dd_dk,
+                           double *a_dq, double *a_dk, double *a_dv, double *e_o, int mma,
+                           double us, double *m_dq, double *m_dk, double *m_dv)
 {
     const double u = harness_unit_roundoff(p->c.dtype);
     const double hsub = p->c.dtype == BURST_DTYPE_FP16 ? 0x1p-25 : 0.0;
@@ -1103,7 +1076,7 @@ static void harness_bounds(struct harness_problem *p, const int64_t *doc, double
                 wd = w;
                 if (mma) { /* P rounded for the matrix units: mo_ic, see above */
                     for (int64_t j = 0; j < N; j++) {
-                        if (!harness_allowed(&p->c, doc, i, j))
+                        if (!ref_allowed(rp, doc, i, j))
                             continue;
                         const size_t ko = (size_t)(((b * N + j) * Hkv + h / group) * d);
                         double s = 0;
@@ -1119,7 +1092,7 @@ static void harness_bounds(struct harness_problem *p, const int64_t *doc, double
                     }
                 }
                 for (int64_t j = 0; j < N; j++) {
-                    if (!harness_allowed(&p->c, doc, i, j))
+                    if (!ref_allowed(rp, doc, i, j))
                         continue;
                     const size_t ko = (size_t)(((b * N + j) * Hkv + h / group) * d);
                     double s = 0, dp = 0, adp = 0, aqk = 0;
@@ -1241,15 +1214,14 @@ static int harness_reference(struct harness_problem *p)
         /* the cpu's bf16 kernels may round P and dS alike (avx512bf16 dot products) */
         const int mma = (p->c.dtype != BURST_DTYPE_FP32 && gpu) || p->c.dtype == BURST_DTYPE_BF16;
         const double us = p->c.dtype == BURST_DTYPE_FP32 && tf32 ? 0x1p-21 : 0x1p-24;
-        int nodoc = 0;
-        int64_t *doc = harness_doc_ids(&p->c, p->N, &nodoc);
-        if (nodoc) {
+        int64_t *doc = ref_doc_ids(&rp);
+        if (rp.doc_lens && rp.num_docs > 1 && !doc) {
             for (int i = 0; i < 11; i++)
                 free(a[i]);
             return -1;
         }
-        harness_bounds(p, doc, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, us, a[8], a[9],
-                       a[10]);
+        harness_bounds(p, &rp, doc, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], mma, us, a[8],
+                       a[9], a[10]);
         free(doc);
         for (size_t i = 0; i < nq; i++) /* every dtype: the kernels compute scores in fp32 */
             p->extra[H_O][i] = a[7][i];

@@ -11,9 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Document index of every position (NULL without documents; also when out of memory, which the
- * callers report as NaN outputs through ref_docs_failed). */
-static int64_t *ref_doc_ids(const struct ref_problem *p)
+int64_t *ref_doc_ids(const struct ref_problem *p)
 {
     if (!p->doc_lens || p->num_docs <= 1)
         return NULL;
@@ -34,7 +32,7 @@ static int ref_docs_failed(const struct ref_problem *p, const int64_t *doc)
     return p->doc_lens && p->num_docs > 1 && !doc;
 }
 
-static int ref_allowed(const struct ref_problem *p, const int64_t *doc, int64_t i, int64_t j)
+int ref_allowed(const struct ref_problem *p, const int64_t *doc, int64_t i, int64_t j)
 {
     if (doc && doc[i] != doc[j])
         return 0;

@@ -33,6 +33,13 @@ struct ref_problem {
     const double *sinks; /* [Hq] sink logits, or NULL */
 };
 
+/* Document index of every position, malloc'd (NULL without documents, and when out of memory:
+ * p->doc_lens && p->num_docs > 1 && !result). */
+int64_t *ref_doc_ids(const struct ref_problem *p);
+
+/* Whether position i may attend position j (the rule above; doc from ref_doc_ids). */
+int ref_allowed(const struct ref_problem *p, const int64_t *doc, int64_t i, int64_t j);
+
 void ref_forward(const struct ref_problem *p, const double *q, const double *k, const double *v,
                  double *o, double *lse);
 
