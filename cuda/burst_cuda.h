@@ -220,6 +220,10 @@ int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
+/* Key rows of the sm_80 dK/dV blocks of head dim d's class for fp16 / bf16 on a device of `optin`
+ * bytes of shared memory per block: BURST_CUDA_MMA_DKDV_KEYS where dQ is added by atomics
+ * (dq_atomic) and that form fits, else 64. */
+int burst_cuda_mma_dkdv_keys(int d, int dq_atomic, size_t optin);
 /* Do fp32 inputs run on the tensor cores (3xTF32)? 1 unless BURST_CUDA_FP32 is set: 0 for
  * "simt", -1 for any other non-empty value (the backend's create refuses it). */
 int burst_cuda_tf32_env(void);
@@ -234,15 +238,19 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 
 /* Tile sizes of the kernels by head-dim class D (the kernels and the probe read the same rules;
  * query rows x key rows). */
-#define BURST_CUDA_MMA_BR 64 /* sm_80 backward: query rows of a dQ block, keys of a dK/dV block */
-#define BURST_CUDA_MMA_BC 64 /* sm_80 dK/dV kernel: key rows of a block */
-#define BURST_CUDA_MMA_WARPS 4
+#define BURST_CUDA_MMA_BR 64 /* sm_80 backward: query rows of a dQ block */
+/* sm_80 dK/dV kernel: key rows of a block, 16 per warp. Its form that adds dQ by float atomics
+ * (fp16 / bf16, plans that are not deterministic): 128 keys (8 warps, one block per
+ * multiprocessor) at classes 96 and 128, so that each streamed Q / dO tile and each dQ atomic
+ * serves 128 keys, 64 at the others; the form without dQ: 64 keys. */
+#define BURST_CUDA_MMA_DKDV_KEYS(D) ((D) > 64 && (D) <= 128 ? 128 : 64)
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
 #define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)
-/* sm_80 forward: key rows of a streamed, double-buffered K / V tile: 64, 32 above D = 128 (so that
- * two blocks fit a multiprocessor's shared memory: 72 KiB at D = 192, 96 KiB at D = 256) */
-#define BURST_CUDA_MMA_FWD_BC(D) ((D) <= 128 ? 64 : 32)
+/* sm_80 forward: key rows of a streamed, double-buffered K / V tile: 64; 32 at D = 96 (where the
+ * scores of 64 keys beside the O accumulators of 32 rows spill registers) and above D = 128 (so
+ * that two blocks fit a multiprocessor's shared memory: 72 KiB at D = 192, 96 KiB at D = 256) */
+#define BURST_CUDA_MMA_FWD_BC(D) ((D) <= 64 || (D) == 128 ? 64 : 32)
 /* sm_80 backward: rows of the streamed, double-buffered tiles (K / V of the dQ kernel, Q / dO of
  * the dK/dV kernel): 64 up to D = 128, 32 above (two blocks per multiprocessor at D = 192; at
  * D = 256 two stages of 64 rows would not fit an A100's 163 KiB of shared memory per block) */

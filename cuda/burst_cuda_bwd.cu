@@ -8,10 +8,11 @@
  *
  * Two variants of each kernel, chosen like the forward's:
  *   - tensor cores (sm_80+, one instance per head-dim class as in the forward, written over the
- *     operand traits burst_tc<T, D>): 4 warps x 16 rows, TC::BWD_ROWS-row tiles of the streamed
- *     operand in shared memory (cp.async, double buffered), TC::DKDV_SPLIT dK/dV blocks per key
- *     tile, each accumulating D / DKDV_SPLIT columns, S, dP, dV, dK, dQ as mma.sync products with
- *     fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles (32 at D = 256),
+ *     operand traits burst_tc<T, D>): warps of 16 rows (dK/dV: 8 warps over 128 keys, or 4 over
+ *     64, BURST_CUDA_MMA_DKDV_KEYS; dQ: 4 warps over 64 queries), TC::BWD_ROWS-row tiles of the
+ *     streamed operand in shared memory (cp.async, double buffered), TC::DKDV_SPLIT dK/dV blocks
+ *     per key tile, each accumulating D / DKDV_SPLIT columns, S, dP, dV, dK, dQ as mma.sync
+ *     products with fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles (32 at D = 256),
  *     2 column blocks above D = 128, P and dS rounded to the input dtype as the A operand of the
  *     dV / dK / dQ products (tests/harness.h bounds this). fp32 (burst_cuda_tf32.cuh): 3xTF32 on
  *     m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile by tile in fresh accumulators;
@@ -228,30 +229,30 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
-/* DQ: the tile of dS^T, [64 keys][QR queries] in T, swizzled as a tile of class QR */
-template <int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
+/* DQ: the tile of dS^T, [KB keys][QR queries] in T, swizzled as a tile of class QR */
+template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
 {
-    return MMA_BC * burst_tile_w<QR>();
+    return KB * burst_tile_w<QR>();
 }
 
-/* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk (16-bit
- * classes, the DQ form of burst_mma_dkdv): warp w takes query rows 16 (w % RW) (RW = QR / 16
- * warps per column group) and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in
- * 32-column chunks of 16 accumulators (16 columns where DW is not a multiple of 32), each added
- * to s.dq by float atomics straight from them (burst_dq_red4). A = dS, read from the [key][query]
- * tile by ldmatrix.trans; B = K across its rows. */
-template <typename TC, int D, int QR, int DH>
+/* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk of KB
+ * keys (16-bit classes, the DQ form of burst_mma_dkdv): of the KB / 16 warps, warp w takes query
+ * rows 16 (w % RW) (RW = QR / 16 warps per column group) and the columns [c0 + cg DW, + DW) of its
+ * column group cg = w / RW, in 32-column chunks of 16 accumulators (16 columns where DW is not a
+ * multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red4).
+ * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
+template <typename TC, int D, int QR, int DH, int KB>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
                                                  const typename TC::E *sds,
                                                  const typename TC::E *sk, int64_t b, int64_t h,
                                                  int64_t i0, int c0, int warp, int lane)
 {
-    constexpr int RW = QR / 16, DW = DH / (4 / RW);
+    constexpr int RW = QR / 16, DW = DH / (KB / 16 / RW);
     static_assert(DW % 16 == 0, "whole 16-column B fragments");
     const int m0 = 16 * (warp % RW), cw = c0 + (warp / RW) * DW;
-    typename TC::A af[MMA_BC / 16];
+    typename TC::A af[KB / 16];
 #pragma unroll
-    for (int kk = 0; kk < MMA_BC / 16; kk++)
+    for (int kk = 0; kk < KB / 16; kk++)
         burst_ldm_x4_t(af[kk].r, sds + burst_swz<QR>(kk * 16 + (lane & 7) + ((lane >> 4) & 1) * 8,
                                                      m0 + ((lane >> 3) & 1) * 8));
     const int rq = lane >> 2;
@@ -263,7 +264,7 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
         for (int n = 0; n < CN; n++)
             q[n][0] = q[n][1] = q[n][2] = q[n][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < MMA_BC / 16; kk++)
+        for (int kk = 0; kk < KB / 16; kk++)
 #pragma unroll
             for (int n2 = 0; n2 < CN / 2; n2++) {
                 typename TC::B bf;
@@ -277,37 +278,39 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
     }
 }
 
-/* A block accumulates D / DKDV_SPLIT columns of dK and dV (DKDV_SPLIT blocks per key tile,
- * blockIdx.y, each computing S^T and dP^T over the whole d: the accumulators of the widest
- * classes would not fit the registers of one). DQ (16-bit classes, plans that are not
- * deterministic): the block also adds dQ = tau dS K for its columns with float atomics
- * (burst_mma_dq_add, dS^T through shared memory), and no dQ kernel recomputes S and dP. */
-template <typename T, int D, bool DQ>
-__global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step s)
+/* A block of KB / 16 warps (16 keys each) accumulates D / DKDV_SPLIT columns of dK and dV of KB
+ * keys (DKDV_SPLIT blocks per key tile, blockIdx.y, each computing S^T and dP^T over the whole d:
+ * the accumulators of the widest classes would not fit the registers of one). DQ (16-bit
+ * classes, plans that are not deterministic): the block also adds dQ = tau dS K for its columns
+ * with float atomics (burst_mma_dq_add, dS^T through shared memory), and no dQ kernel recomputes
+ * S and dP. */
+template <typename T, int D, bool DQ, int KB>
+__global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_step s)
 {
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
-    constexpr int W = TC::W, DH = D / TC::DKDV_SPLIT, QR = TC::BWD_ROWS;
+    constexpr int W = TC::W, DH = D / TC::DKDV_SPLIT, QR = TC::BWD_ROWS, NT = KB * 2;
     static_assert(!DQ || !TC::FRESH, "the fused dQ is for 16-bit operands");
     extern __shared__ __align__(16) unsigned char smraw[];
-    E *sk = (E *)smraw, *sv = sk + MMA_BC * W, *sq = sv + MMA_BC * W, *sdo = sq + 2 * QR * W;
+    E *sk = (E *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
     E *sds = sdo + 2 * QR * W; /* DQ: dS^T */
-    struct burst_qrows *rows = (struct burst_qrows *)(sds + (DQ ? burst_mma_ds_elems<QR>() : 0));
+    struct burst_qrows *rows =
+        (struct burst_qrows *)(sds + (DQ ? burst_mma_ds_elems<KB, QR>() : 0));
     const int c0 = (int)blockIdx.y * DH; /* this block's columns of dK, dV: [c0, c0 + DH) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t tiles = (s.nk + MMA_BC - 1) / MMA_BC;
+    const int64_t tiles = (s.nk + KB - 1) / KB;
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
-    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * MMA_BC;
+    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * KB;
     const float sl2 = s.scale * BURST_LOG2E;
 
     int64_t lo = 0, hi = 0;
-    if (threadIdx.x < MMA_BC && j0 + threadIdx.x < s.nk)
+    if (threadIdx.x < KB && j0 + threadIdx.x < s.nk)
         burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
     int64_t imin, imax;
     burst_block_range(lo, hi, &imin, &imax);
     if (imin >= imax) { /* no query sees these keys */
         if (blockIdx.y == 0)
-            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)MMA_BC, s.nk));
+            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)KB, s.nk));
         return;
     }
     const int64_t ifirst = imin / QR * QR;
@@ -316,8 +319,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     /* query tile `it` of the flattened (head of the group, query tile) loop into stage st */
     auto issue = [&](int64_t it, int st) {
         const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * QR;
-        burst_tc_load<TC, D, QR>(sq + st * QR * W, s.q, b, i0, s.nq, h);
-        burst_tc_load<TC, D, QR>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
+        burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
+        burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
         burst_cp_commit();
         if (threadIdx.x < QR) {
             const int64_t i = i0 + threadIdx.x;
@@ -336,8 +339,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         }
     };
 
-    burst_tc_load<TC, D, MMA_BC>(sk, s.k, b, j0, s.nk, g);
-    burst_tc_load<TC, D, MMA_BC>(sv, s.v, b, j0, s.nk, g);
+    burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
+    burst_tc_load<TC, D, KB, NT>(sv, s.v, b, j0, s.nk, g);
     issue(0, 0);
 
     float dk[DH / 8][4], dv[DH / 8][4];
@@ -448,7 +451,7 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
         }
         if constexpr (DQ) {
             __syncthreads(); /* every warp's keys of dS^T */
-            burst_mma_dq_add<TC, D, QR, DH>(s, sds, sk, b, g * s.group + it / ntq,
+            burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + it / ntq,
                                             ifirst + (it % ntq) * QR, c0, warp, lane);
         }
         __syncthreads();
@@ -487,11 +490,11 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dkdv(struct burst_cuda_step 
     }
 }
 
-template <typename T, int D, bool DQ> static size_t burst_mma_dkdv_smem()
+template <typename T, int D, bool DQ, int KB> static constexpr size_t burst_mma_dkdv_smem()
 {
     using TC = burst_tc<T, D>;
-    return (size_t)(2 * MMA_BC + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E) +
-           (DQ ? burst_mma_ds_elems<TC::BWD_ROWS>() * sizeof(T) : 0) +
+    return (size_t)(2 * KB + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E) +
+           (DQ ? burst_mma_ds_elems<KB, TC::BWD_ROWS>() * sizeof(T) : 0) +
            2 * sizeof(struct burst_qrows);
 }
 
@@ -501,10 +504,29 @@ template <typename T> constexpr bool burst_mma_has_dq()
     return !burst_tc<T, 64>::FRESH;
 }
 
+/* Key rows of the dK/dV blocks of class D: BURST_CUDA_MMA_DKDV_KEYS for the DQ form, 64 for the
+ * other (the deterministic plans' and fp32's). */
+template <typename T, int D, bool DQ> constexpr int burst_mma_keys()
+{
+    return DQ ? BURST_CUDA_MMA_DKDV_KEYS(D) : 64;
+}
+
 /* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
- * memory (8 KiB more than the plain one: classes 96 and 128 on 99 KiB devices such as sm_86 /
- * sm_89); that class then keeps the separate dQ kernel on every device. */
+ * memory (classes 96 and 128 on 99 KiB devices such as sm_86 / sm_89); that class then keeps the
+ * separate dQ kernel on that device. */
 template <typename T, int D> static int burst_mma_dq_unfit = 0;
+
+/* The dK/dV kernel with dQ inside or not, in blocks of burst_mma_keys keys. */
+template <typename T, int D, bool DQ>
+static cudaError_t burst_mma_dkdv_launch(const struct burst_cuda_step *s)
+{
+    constexpr int KB = burst_mma_keys<T, D, DQ>();
+    const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
+    const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
+    burst_mma_dkdv<T, D, DQ, KB>
+        <<<grid, 2 * KB, burst_mma_dkdv_smem<T, D, DQ, KB>(), cudaStreamPerThread>>>(*s);
+    return cudaGetLastError();
+}
 
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
@@ -512,16 +534,11 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
     const bool fused =
         burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D> && s->dq && s->dq_atomic && kv;
     if (kv) {
-        int64_t blocks = s->batch * s->hkv * ((s->nk + MMA_BC - 1) / MMA_BC);
-        const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
+        cudaError_t e;
         if constexpr (burst_mma_has_dq<T>())
-            if (fused)
-                burst_mma_dkdv<T, D, true>
-                    <<<grid, 128, burst_mma_dkdv_smem<T, D, true>(), cudaStreamPerThread>>>(*s);
-        if (!fused)
-            burst_mma_dkdv<T, D, false>
-                <<<grid, 128, burst_mma_dkdv_smem<T, D, false>(), cudaStreamPerThread>>>(*s);
-        cudaError_t e = cudaGetLastError();
+            e = fused ? burst_mma_dkdv_launch<T, D, true>(s) : burst_mma_dkdv_launch<T, D, false>(s);
+        else
+            e = burst_mma_dkdv_launch<T, D, false>(s);
         if (e != cudaSuccess || fused)
             return e;
     }
@@ -559,18 +576,21 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
-    cudaError_t e =
-        burst_smem_limit(burst_mma_dkdv<T, D, false>, burst_mma_dkdv_smem<T, D, false>());
+    constexpr int KB = burst_mma_keys<T, D, false>();
+    cudaError_t e = burst_smem_limit(burst_mma_dkdv<T, D, false, KB>,
+                                     burst_mma_dkdv_smem<T, D, false, KB>());
     if constexpr (burst_mma_has_dq<T>()) {
+        constexpr int KQ = burst_mma_keys<T, D, true>();
         int dev = 0, optin = 0;
         if (e == cudaSuccess)
             e = cudaGetDevice(&dev);
         if (e == cudaSuccess)
             e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (e == cudaSuccess && burst_mma_dkdv_smem<T, D, true>() > (size_t)optin)
+        if (e == cudaSuccess && burst_mma_dkdv_smem<T, D, true, KQ>() > (size_t)optin)
             burst_mma_dq_unfit<T, D> = 1;
         else if (e == cudaSuccess)
-            e = burst_smem_limit(burst_mma_dkdv<T, D, true>, burst_mma_dkdv_smem<T, D, true>());
+            e = burst_smem_limit(burst_mma_dkdv<T, D, true, KQ>,
+                                 burst_mma_dkdv_smem<T, D, true, KQ>());
     }
     if (e == cudaSuccess)
         e = burst_smem_limit(burst_mma_dq<T, D>, burst_mma_dq_smem<T, D>());
@@ -651,7 +671,9 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
 
 template <typename T, int D> static size_t burst_mma_bwd_smem1()
 {
-    const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D, false>();
+    /* without the DQ form, which runs only where it fits (burst_mma_dq_unfit) */
+    constexpr int KB = burst_mma_keys<T, D, false>();
+    const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D, false, KB>();
     return a > b ? a : b;
 }
 
@@ -661,6 +683,16 @@ extern "C" size_t burst_cuda_mma_bwd_smem(int d, int dtype)
         constexpr int D = decltype(c)::value;
         return dtype == BURST_CUDA_F32 ? burst_mma_bwd_smem1<float, D>()
                                        : burst_mma_bwd_smem1<__half, D>();
+    });
+}
+
+extern "C" int burst_cuda_mma_dkdv_keys(int d, int dq_atomic, size_t optin)
+{
+    return burst_by_class(d, [&](auto c) {
+        constexpr int D = decltype(c)::value, KQ = burst_mma_keys<__half, D, true>();
+        return dq_atomic && burst_mma_dkdv_smem<__half, D, true, KQ>() <= optin
+                   ? KQ
+                   : burst_mma_keys<__half, D, false>();
     });
 }
 

@@ -88,7 +88,6 @@ __device__ __forceinline__ float burst_ex2(float x)
 }
 
 #define MMA_BR BURST_CUDA_MMA_BR
-#define MMA_BC BURST_CUDA_MMA_BC
 
 /* Elements per row of a [rows][D] tile of head-dim class D in shared memory: D rounded up to a
  * multiple of 64, so that the XOR swizzle of its 16-byte chunks stays inside the row (the columns
@@ -218,17 +217,17 @@ __host__ __device__ constexpr int burst_pow2_ceil(int n)
 }
 
 /* Issue the cp.async loads of rows [r0, r0 + ROWS) of head h of v into a tile of traits TC and
- * class D, by the block's 128 threads. Rows at or past `valid` and the class's columns past the
+ * class D, by the block's NT threads. Rows at or past `valid` and the class's columns past the
  * view's head dim (v.shape[3]) are zero-filled: nothing outside the caller's rows is read.
  * Each thread owns one 16-byte column chunk (of a power-of-two count of slots per row, the slots
  * past the class's width idle) and every RS-th row from its first: its source address is computed
  * once and advanced by a row stride, its shared-memory offsets are constants apart. */
-template <typename TC, int D, int ROWS>
+template <typename TC, int D, int ROWS, int NT = 128>
 __device__ __forceinline__ void burst_tc_load(typename TC::E *sh, const struct burst_cuda_view &v,
                                               int64_t b, int64_t r0, int64_t valid, int64_t h)
 {
     using E = typename TC::E;
-    constexpr int CH = TC::CH, NC = D / CH, NS = burst_pow2_ceil(NC), NT = MMA_BR * 2;
+    constexpr int CH = TC::CH, NC = D / CH, NS = burst_pow2_ceil(NC);
     static_assert(NS <= NT && ROWS % (NT / NS) == 0, "a pass covers whole rows");
     constexpr int RS = NT / NS; /* rows per pass */
     const int ch = (int)threadIdx.x % NS, rr = (int)threadIdx.x / NS;

@@ -166,7 +166,8 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
             kv = 64, dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
     } else if (bk == BURST_CUDA_FWD_MMA) {
         atom = burst_cuda_dq_atomic_env();
-        kv = BURST_CUDA_MMA_BR, qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
+        kv = burst_cuda_mma_dkdv_keys(dc, atom, caps->smem_block_optin);
+        qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
         dqk = BURST_CUDA_MMA_BWD_ROWS(dc), split = BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }
     if (json) {
