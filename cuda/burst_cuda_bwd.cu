@@ -314,11 +314,13 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
         return;
     }
     const int64_t ifirst = imin / QR * QR;
-    const int64_t ntq = (imax - ifirst + QR - 1) / QR, total = ntq * s.group;
+    /* the loop runs over (head hh of the group, query tile r) pairs, r fastest: tiles of at most
+     * 2^31 rows in all (the backend sends nq < 2^31 only) */
+    const int ntq = (int)((imax - ifirst + QR - 1) / QR), total = ntq * (int)s.group;
 
-    /* query tile `it` of the flattened (head of the group, query tile) loop into stage st */
-    auto issue = [&](int64_t it, int st) {
-        const int64_t h = g * s.group + it / ntq, i0 = ifirst + (it % ntq) * QR;
+    /* query tile r of head hh of the group into stage st */
+    auto issue = [&](int hh, int r, int st) {
+        const int64_t h = g * s.group + hh, i0 = ifirst + (int64_t)r * QR;
         burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
         burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
         burst_cp_commit();
@@ -341,7 +343,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
     burst_tc_load<TC, D, KB, NT>(sv, s.v, b, j0, s.nk, g);
-    issue(0, 0);
+    issue(0, 0, 0);
 
     float dk[DH / 8][4], dv[DH / 8][4];
 #pragma unroll
@@ -352,10 +354,12 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     const int key0 = (int)j0 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
 
-    for (int64_t it = 0; it < total; it++) {
-        const int st = (int)(it & 1);
+    int hc = 0, rc = 0; /* tile it: query tile rc of head hc of the group */
+    for (int it = 0; it < total; it++) {
+        const int st = it & 1;
+        const int hn = rc + 1 == ntq ? hc + 1 : hc, rn = rc + 1 == ntq ? 0 : rc + 1; /* it + 1 */
         if (it + 1 < total) {
-            issue(it + 1, st ^ 1);
+            issue(hn, rn, st ^ 1);
             burst_cp_wait<1>();
         } else {
             burst_cp_wait<0>();
@@ -451,10 +455,12 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
         }
         if constexpr (DQ) {
             __syncthreads(); /* every warp's keys of dS^T */
-            burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + it / ntq,
-                                            ifirst + (it % ntq) * QR, c0, warp, lane);
+            burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + hc,
+                                                ifirst + (int64_t)rc * QR, c0, warp, lane);
         }
         __syncthreads();
+        hc = hn;
+        rc = rn;
     }
 #pragma unroll
     for (int u = 0; u < 2; u++) {
