@@ -17,8 +17,9 @@
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
  *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, which also adds dQ
- *     with float atomics for fp16 / bf16 plans that are not deterministic, else dQ per 64 query
- *     rows x as many keys;
+ *     with float atomics for fp16 / bf16 plans that are not deterministic (then per
+ *     BURST_CUDA_MMA_DKDV_KEYS(D) keys where that fits), else dQ per 64 query rows x as many
+ *     keys;
  *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
  *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
  *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
