@@ -220,10 +220,10 @@ int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
-/* Key rows of the sm_80 dK/dV blocks of head dim d's class for fp16 / bf16 on a device of `optin`
- * bytes of shared memory per block: BURST_CUDA_MMA_DKDV_KEYS where dQ is added by atomics
- * (dq_atomic) and that form fits, else 64. */
-int burst_cuda_mma_dkdv_keys(int d, int dq_atomic, size_t optin);
+/* Does the sm_80 dK/dV kernel's form that adds dQ by float atomics (fp16 / bf16, of head dim d's
+ * class, BURST_CUDA_MMA_DKDV_KEYS keys) fit a device of `optin` bytes of shared memory per block?
+ * Where it does not, the class adds dQ in its own kernel. */
+int burst_cuda_mma_dq_fits(int d, size_t optin);
 /* Do fp32 inputs run on the tensor cores (3xTF32)? 1 unless BURST_CUDA_FP32 is set: 0 for
  * "simt", -1 for any other non-empty value (the backend's create refuses it). */
 int burst_cuda_tf32_env(void);
@@ -238,7 +238,8 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 
 /* Tile sizes of the kernels by head-dim class D (the kernels and the probe read the same rules;
  * query rows x key rows). */
-#define BURST_CUDA_MMA_BR 64 /* sm_80 backward: query rows of a dQ block */
+/* sm_80 backward: query rows of a dQ block, and the most rows of a dK/dV block's query tile */
+#define BURST_CUDA_MMA_BR 64
 /* sm_80 dK/dV kernel: key rows of a block, 16 per warp. Its form that adds dQ by float atomics
  * (fp16 / bf16, plans that are not deterministic): 128 keys (8 warps, one block per
  * multiprocessor) at classes 96 and 128, so that each streamed Q / dO tile and each dQ atomic

@@ -12,10 +12,11 @@
  *     64, BURST_CUDA_MMA_DKDV_KEYS; dQ: 4 warps over 64 queries), TC::BWD_ROWS-row tiles of the
  *     streamed operand in shared memory (cp.async, double buffered), TC::DKDV_SPLIT dK/dV blocks
  *     per key tile, each accumulating D / DKDV_SPLIT columns, S, dP, dV, dK, dQ as mma.sync
- *     products with fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles (32 at D = 256),
- *     2 column blocks above D = 128, P and dS rounded to the input dtype as the A operand of the
- *     dV / dK / dQ products (tests/harness.h bounds this). fp32 (burst_cuda_tf32.cuh): 3xTF32 on
- *     m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile by tile in fresh accumulators;
+ *     products with fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles
+ *     (32 above D = 128), 2 column blocks above D = 128, P and dS rounded to the input dtype as
+ *     the A operand of the dV / dK / dQ products (tests/harness.h bounds this). fp32
+ *     (burst_cuda_tf32.cuh): 3xTF32 on m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile by
+ *     tile in fresh accumulators;
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
  */
 #include "burst_cuda_tf32.cuh"
@@ -291,6 +292,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     using E = typename TC::E;
     constexpr int W = TC::W, DH = D / TC::DKDV_SPLIT, QR = TC::BWD_ROWS, NT = KB * 2;
     static_assert(!DQ || !TC::FRESH, "the fused dQ is for 16-bit operands");
+    static_assert(QR <= MMA_BR, "burst_qrows holds the rows of a query tile");
     extern __shared__ __align__(16) unsigned char smraw[];
     E *sk = (E *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
     E *sds = sdo + 2 * QR * W; /* DQ: dS^T */
@@ -314,8 +316,8 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
         return;
     }
     const int64_t ifirst = imin / QR * QR;
-    /* the loop runs over (head hh of the group, query tile r) pairs, r fastest: tiles of at most
-     * 2^31 rows in all (the backend sends nq < 2^31 only) */
+    /* the loop runs over (head hh of the group, query tile r) pairs, r fastest; ntq * group
+     * < 2^31: Q's nq x hq rows fit device memory */
     const int ntq = (int)((imax - ifirst + QR - 1) / QR), total = ntq * (int)s.group;
 
     /* query tile r of head hh of the group into stage st */
@@ -518,8 +520,8 @@ template <typename T, int D, bool DQ> constexpr int burst_mma_keys()
 }
 
 /* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
- * memory (classes 96 and 128 on 99 KiB devices such as sm_86 / sm_89); that class then keeps the
- * separate dQ kernel on that device. */
+ * memory (classes 96, 128 and 192 on 99 KiB devices such as sm_86 / sm_89); that class then keeps
+ * the separate dQ kernel on every device of the process. */
 template <typename T, int D> static int burst_mma_dq_unfit = 0;
 
 /* The dK/dV kernel with dQ inside or not, in blocks of burst_mma_keys keys. */
@@ -542,7 +544,8 @@ template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cud
     if (kv) {
         cudaError_t e;
         if constexpr (burst_mma_has_dq<T>())
-            e = fused ? burst_mma_dkdv_launch<T, D, true>(s) : burst_mma_dkdv_launch<T, D, false>(s);
+            e = fused ? burst_mma_dkdv_launch<T, D, true>(s)
+                      : burst_mma_dkdv_launch<T, D, false>(s);
         else
             e = burst_mma_dkdv_launch<T, D, false>(s);
         if (e != cudaSuccess || fused)
@@ -583,8 +586,8 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
     constexpr int KB = burst_mma_keys<T, D, false>();
-    cudaError_t e = burst_smem_limit(burst_mma_dkdv<T, D, false, KB>,
-                                     burst_mma_dkdv_smem<T, D, false, KB>());
+    cudaError_t e =
+        burst_smem_limit(burst_mma_dkdv<T, D, false, KB>, burst_mma_dkdv_smem<T, D, false, KB>());
     if constexpr (burst_mma_has_dq<T>()) {
         constexpr int KQ = burst_mma_keys<T, D, true>();
         int dev = 0, optin = 0;
@@ -692,13 +695,11 @@ extern "C" size_t burst_cuda_mma_bwd_smem(int d, int dtype)
     });
 }
 
-extern "C" int burst_cuda_mma_dkdv_keys(int d, int dq_atomic, size_t optin)
+extern "C" int burst_cuda_mma_dq_fits(int d, size_t optin)
 {
     return burst_by_class(d, [&](auto c) {
         constexpr int D = decltype(c)::value, KQ = burst_mma_keys<__half, D, true>();
-        return dq_atomic && burst_mma_dkdv_smem<__half, D, true, KQ>() <= optin
-                   ? KQ
-                   : burst_mma_keys<__half, D, false>();
+        return burst_mma_dkdv_smem<__half, D, true, KQ>() <= optin;
     });
 }
 

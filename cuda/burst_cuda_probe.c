@@ -166,8 +166,8 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
         if (dc > BURST_CUDA_WG_BWD_MAX) /* 64 keys; the deterministic dQ kernel on mma.sync */
             kv = 64, dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
     } else if (bk == BURST_CUDA_FWD_MMA) {
-        atom = burst_cuda_dq_atomic_env();
-        kv = burst_cuda_mma_dkdv_keys(dc, atom, caps->smem_block_optin);
+        atom = burst_cuda_dq_atomic_env() && burst_cuda_mma_dq_fits(dc, caps->smem_block_optin);
+        kv = atom ? BURST_CUDA_MMA_DKDV_KEYS(dc) : 64;
         qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
         dqk = BURST_CUDA_MMA_BWD_ROWS(dc), split = BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }
