@@ -241,10 +241,10 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 /* sm_80 backward: query rows of a dQ block, and the most rows of a dK/dV block's query tile */
 #define BURST_CUDA_MMA_BR 64
 /* sm_80 dK/dV kernel: key rows of a block, 16 per warp. Its form that adds dQ by float atomics
- * (fp16 / bf16, plans that are not deterministic): 128 keys (8 warps, one block per
+ * (DQ: fp16 / bf16, plans that are not deterministic): 128 keys (8 warps, one block per
  * multiprocessor) at classes 96 and 128, so that each streamed Q / dO tile and each dQ atomic
  * serves 128 keys, 64 at the others; the form without dQ: 64 keys. */
-#define BURST_CUDA_MMA_DKDV_KEYS(D) ((D) > 64 && (D) <= 128 ? 128 : 64)
+#define BURST_CUDA_MMA_DKDV_KEYS(D, DQ) ((DQ) && (D) > 64 && (D) <= 128 ? 128 : 64)
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
 #define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)

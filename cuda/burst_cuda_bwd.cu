@@ -512,11 +512,16 @@ template <typename T> constexpr bool burst_mma_has_dq()
     return !burst_tc<T, 64>::FRESH;
 }
 
-/* Key rows of the dK/dV blocks of class D: BURST_CUDA_MMA_DKDV_KEYS for the DQ form, 64 for the
- * other (the deterministic plans' and fp32's). */
+/* Key rows of the dK/dV blocks of class D, with dQ inside or not (BURST_CUDA_MMA_DKDV_KEYS). */
 template <typename T, int D, bool DQ> constexpr int burst_mma_keys()
 {
-    return DQ ? BURST_CUDA_MMA_DKDV_KEYS(D) : 64;
+    return BURST_CUDA_MMA_DKDV_KEYS(D, DQ);
+}
+
+/* Does the DQ form of class D fit a device of `optin` bytes of shared memory per block? */
+template <typename T, int D> static bool burst_mma_dq_fits(size_t optin)
+{
+    return burst_mma_dkdv_smem<T, D, true, burst_mma_keys<T, D, true>()>() <= optin;
 }
 
 /* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
@@ -595,7 +600,7 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
             e = cudaGetDevice(&dev);
         if (e == cudaSuccess)
             e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (e == cudaSuccess && burst_mma_dkdv_smem<T, D, true, KQ>() > (size_t)optin)
+        if (e == cudaSuccess && !burst_mma_dq_fits<T, D>((size_t)optin))
             burst_mma_dq_unfit<T, D> = 1;
         else if (e == cudaSuccess)
             e = burst_smem_limit(burst_mma_dkdv<T, D, true, KQ>,
@@ -697,10 +702,8 @@ extern "C" size_t burst_cuda_mma_bwd_smem(int d, int dtype)
 
 extern "C" int burst_cuda_mma_dq_fits(int d, size_t optin)
 {
-    return burst_by_class(d, [&](auto c) {
-        constexpr int D = decltype(c)::value, KQ = burst_mma_keys<__half, D, true>();
-        return burst_mma_dkdv_smem<__half, D, true, KQ>() <= optin;
-    });
+    return burst_by_class(
+        d, [&](auto c) { return (int)burst_mma_dq_fits<__half, decltype(c)::value>(optin); });
 }
 
 extern "C" int burst_cuda_bwd_init(void)

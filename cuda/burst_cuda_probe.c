@@ -18,7 +18,7 @@
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
  *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows, which also adds dQ
  *     with float atomics for fp16 / bf16 plans that are not deterministic (then per
- *     BURST_CUDA_MMA_DKDV_KEYS(D) keys where that fits), else dQ per 64 query rows x as many
+ *     BURST_CUDA_MMA_DKDV_KEYS(D, 1) keys where that fits), else dQ per 64 query rows x as many
  *     keys;
  *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
  *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
@@ -167,7 +167,7 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
             kv = 64, dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
     } else if (bk == BURST_CUDA_FWD_MMA) {
         atom = burst_cuda_dq_atomic_env() && burst_cuda_mma_dq_fits(dc, caps->smem_block_optin);
-        kv = atom ? BURST_CUDA_MMA_DKDV_KEYS(dc) : 64;
+        kv = BURST_CUDA_MMA_DKDV_KEYS(dc, atom);
         qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
         dqk = BURST_CUDA_MMA_BWD_ROWS(dc), split = BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }
