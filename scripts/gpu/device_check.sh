@@ -12,7 +12,7 @@ source "$(dirname "$0")/check_lib.sh" "$@"
 b=/tmp/burst-cuda-build
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 step setup meson setup "$b" "$src" -Dvulkan=disabled -Dfabric=disabled -Dmpi=disabled \
-    -Dcuda=enabled "-Dnvcc_archs=${BURST_BENCH_ARCHS:-90,90a}" \
+    -Dcuda=enabled "-Dnvcc_archs=${BURST_BENCH_ARCHS:-90a}" \
     -Dnvcc_args=-lineinfo
 step build ninja -C "$b"
 step probe "$b/tools/burstrun" --probe
