@@ -240,7 +240,7 @@ template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
  * keys (16-bit classes, the DQ form of burst_mma_dkdv): of the KB / 16 warps, warp w takes query
  * rows 16 (w % RW) (RW = QR / 16 warps per column group) and the columns [c0 + cg DW, + DW) of its
  * column group cg = w / RW, in 32-column chunks of 16 accumulators (16 columns where DW is not a
- * multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red4).
+ * multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red).
  * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
 template <typename TC, int D, int QR, int DH, int KB>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
@@ -252,11 +252,12 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
     static_assert(DW % 16 == 0, "whole 16-column B fragments");
     const int m0 = 16 * (warp % RW), cw = c0 + (warp / RW) * DW;
     typename TC::A af[KB / 16];
+    const unsigned la =
+        burst_swz_lane<QR>((lane & 7) + ((lane >> 4) & 1) * 8, ((lane >> 3) & 1) * 8);
 #pragma unroll
     for (int kk = 0; kk < KB / 16; kk++)
-        burst_ldm_x4_t(af[kk].r, sds + burst_swz<QR>(kk * 16 + (lane & 7) + ((lane >> 4) & 1) * 8,
-                                                     m0 + ((lane >> 3) & 1) * 8));
-    const int rq = lane >> 2;
+        burst_ldm_x4_t(af[kk].r, burst_swz_at<QR>(sds, la, kk * 16, m0));
+    const struct burst_dq_rows rows = burst_dq_at(s, b, h, i0 + m0 + (lane >> 2), lane);
     constexpr int CN = DW % 32 == 0 ? 4 : 2; /* n8 tiles of a chunk */
 #pragma unroll
     for (int c = 0; c < DW; c += 8 * CN) {
@@ -275,7 +276,7 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
             }
 #pragma unroll
         for (int n = 0; n < CN; n++)
-            burst_dq_red4(s, b, h, i0 + m0 + rq, cw + c + n * 8, q[n], lane);
+            burst_dq_red(s, rows, cw + c + n * 8, q[n]);
     }
 }
 

@@ -15,7 +15,7 @@
  *     dS^T tile read MN-major, B = the dO / Q tile read MN-major);
  *   - plans that are not deterministic: dQ += tau dS K in 64-column chunks (alternating between the
  *     warpgroups; A = the dS tile read K-major, B = the K tile read MN-major), added to s.dq with
- *     16-byte float atomics straight from the accumulators (burst_dq_red4), so that no dQ kernel
+ *     16-byte float atomics straight from the accumulators (burst_dq_red), so that no dQ kernel
  *     recomputes S and dP. Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after
  *     this one.
  * A pair of a plan that is not deterministic thus costs the five products of the textbook
@@ -211,9 +211,10 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
     auto dq_add = [&](const float *q, int c, int it) {
         int64_t h, i0;
         tile_at(it, &h, &i0);
+        const struct burst_dq_rows rows = burst_dq_at(s, b, h, i0 + warp * 16 + rq, lane);
 #pragma unroll
         for (int n = 0; n < 8; n++)
-            burst_dq_red4(s, b, h, i0 + warp * 16 + rq, c * 64 + n * 8, q + 4 * n, lane);
+            burst_dq_red(s, rows, c * 64 + n * 8, q + 4 * n);
     };
     for (int it = 0; it < total; it++) {
         const int st = it & 1;

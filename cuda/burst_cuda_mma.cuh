@@ -37,17 +37,18 @@ template <int N> __device__ __forceinline__ void burst_cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void burst_ldm_x4(unsigned *r, const void *p)
+/* ldmatrix x4 (.trans) at shared-memory byte address a (this lane's row) */
+__device__ __forceinline__ void burst_ldm_x4(unsigned *r, unsigned a)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(burst_smem_addr(p)));
+                 : "r"(a));
 }
-__device__ __forceinline__ void burst_ldm_x4_t(unsigned *r, const void *p)
+__device__ __forceinline__ void burst_ldm_x4_t(unsigned *r, unsigned a)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(burst_smem_addr(p)));
+                 : "r"(a));
 }
 
 template <typename T> struct burst_mma;
@@ -104,6 +105,26 @@ template <int D> __device__ __forceinline__ int burst_swz(int row, int col)
 }
 
 /*
+ * The address of one lane's ldmatrix row in a swizzled tile, in two parts: row rl + rc, column
+ * cl + cc, where rl and cl (0 or 8) are the lane's and rc (a multiple of 8) and cc (a multiple of
+ * 16) are the same for the whole warp. The chunk index is then (cl / 8 ^ (rl & 7)) ^ (cc / 8 & 7)
+ * plus cc / 8 & ~7: cl / 8 and the even cc / 8 share no bit, and rc leaves row & 7 alone. So the
+ * lane's byte offset (burst_swz_lane) is computed once per kernel, and each access adds an XOR
+ * by a constant of bits 4-6 and constants (burst_swz_at) instead of redoing the swizzle.
+ */
+template <int D> __device__ __forceinline__ unsigned burst_swz_lane(int rl, int cl)
+{
+    return 2u * (unsigned)burst_swz<D>(rl, cl);
+}
+/* Shared-memory byte address of (rl + rc, cl + cc) of the tile at t, from lane = burst_swz_lane */
+template <int D>
+__device__ __forceinline__ unsigned burst_swz_at(const void *t, unsigned lane, int rc, int cc)
+{
+    return burst_smem_addr(t) + (lane ^ (unsigned)((cc & 0x38) << 1)) +
+           2u * (unsigned)(rc * burst_tile_w<D>() + (cc & ~0x3f));
+}
+
+/*
  * Operand traits of the tensor-core kernels (burst_cuda_fwd.cu, burst_cuda_bwd.cu) for element
  * type T and head-dim class D: the shared-memory tile layout, the fragments of one k16 step of an
  * m16 x n16 product and the product itself. Every product of those kernels takes one of two forms:
@@ -135,20 +156,24 @@ template <typename T, int D> struct burst_tc {
     {
         return burst_swz<D>(row, col);
     }
-    /* rows [row0, row0 + 16) x columns [k0, k0 + 16) as the A operand */
+    /* rows [row0, row0 + 16) x columns [k0, k0 + 16) as the A operand (row0, k0: multiples
+     * of 16, as for ldb and ldbt) */
     static __device__ __forceinline__ void lda(A &a, const E *t, int row0, int k0, int lane)
     {
-        burst_ldm_x4(a.r, t + off(row0 + (lane & 15), k0 + (lane >> 4) * 8));
+        const unsigned l = burst_swz_lane<D>(lane & 15, (lane >> 4) * 8);
+        burst_ldm_x4(a.r, burst_swz_at<D>(t, l, row0, k0));
     }
     /* rows [n0, n0 + 16) x columns [k0, k0 + 16) as the B operand of A B^T */
     static __device__ __forceinline__ void ldb(B &b, const E *t, int n0, int k0, int lane)
     {
-        burst_ldm_x4(b.r, t + off(n0 + (lane >> 4) * 8 + (lane & 7), k0 + ((lane >> 3) & 1) * 8));
+        const unsigned l = burst_swz_lane<D>((lane >> 4) * 8 + (lane & 7), ((lane >> 3) & 1) * 8);
+        burst_ldm_x4(b.r, burst_swz_at<D>(t, l, n0, k0));
     }
     /* rows [k0, k0 + 16) x columns [n0, n0 + 16) as the B operand of A B */
     static __device__ __forceinline__ void ldbt(B &b, const E *t, int k0, int n0, int lane)
     {
-        burst_ldm_x4_t(b.r, t + off(k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8));
+        const unsigned l = burst_swz_lane<D>((lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8);
+        burst_ldm_x4_t(b.r, burst_swz_at<D>(t, l, k0, n0));
     }
     /* two adjacent C tiles (columns 16 kk .. 16 kk + 15) as the A operand, rounded to T */
     static __device__ __forceinline__ void cta(A &a, const float *c0, const float *c1)
@@ -312,35 +337,56 @@ __device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &
         s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
 }
 
-/* s.dq += tau q for one 8-column C tile (q0, q1: row g, columns 2t, 2t + 1; q2, q3: row g + 8)
- * of query rows i and i + 8 of head h, columns col8 .. col8 + 7 (rows at or past nq are not
- * added; d, a multiple of 8, holds all 8 columns or none). On sm_90+ with one 16-byte float
- * atomic per lane: lanes t and t ^ 1 swap a pair, so that an even lane adds 4 consecutive columns
- * of row g and an odd lane those of row g + 8; below sm_90 (no vector float atomics) with four
- * scalar ones. Every lane of the warp calls it (the swap is a shuffle). */
-__device__ __forceinline__ void burst_dq_red4(const struct burst_cuda_step &s, int64_t b, int64_t h,
-                                              int64_t i, int col8, const float *q, int lane)
+/* This lane's rows of s.dq for the dQ atomics of one m16 C tile whose rows are query rows i and
+ * i + 8 of head h, found once per tile so that each column tile's atomics (burst_dq_red) only add
+ * their column; null for a row at or past nq. Below sm_90: r0, r1 = columns 2t, 2t + 1 (t =
+ * lane % 4) of rows i and i + 8. On sm_90+: r0 = columns 4 (t / 2) .. of row i (even lanes) or
+ * i + 8 (odd lanes), r1 unused. */
+struct burst_dq_rows {
+    float *r0, *r1;
+};
+__device__ __forceinline__ struct burst_dq_rows
+burst_dq_at(const struct burst_cuda_step &s, int64_t b, int64_t h, int64_t i, int lane)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    float *p = s.dq + ((b * s.nq + i) * s.hq + h) * s.d + 2 * (lane & 3);
+    return {i < s.nq ? p : nullptr, i + 8 < s.nq ? p + 8 * s.hq * s.d : nullptr};
+#else
+    const int64_t r = (lane & 1) ? i + 8 : i;
+    float *p = s.dq + ((b * s.nq + r) * s.hq + h) * s.d + 4 * ((lane & 3) >> 1);
+    return {r < s.nq ? p : nullptr, nullptr};
+#endif
+}
+
+/* s.dq += tau q for one 8-column C tile (q0, q1: row g, columns 2t, 2t + 1; q2, q3: row g + 8)
+ * at columns col8 .. col8 + 7 of the rows r (burst_dq_at; d, a multiple of 8, holds all 8 columns
+ * or none). On sm_90+ one 16-byte float atomic per lane: lanes t and t ^ 1 swap a pair, so that
+ * an even lane adds 4 consecutive columns of row g and an odd lane those of row g + 8; below sm_90
+ * (no vector float atomics) four scalar ones. Every lane of the warp calls it (the swap is a
+ * shuffle). */
+__device__ __forceinline__ void burst_dq_red(const struct burst_cuda_step &s,
+                                             const struct burst_dq_rows &r, int col8,
+                                             const float *q)
+{
     if (col8 >= s.d)
         return;
-#pragma unroll
-    for (int u = 0; u < 2; u++)
-        if (i + 8 * u < s.nq) {
-            float *dst = s.dq + ((b * s.nq + i + 8 * u) * s.hq + h) * s.d + col8 + 2 * (lane & 3);
-            atomicAdd(dst, s.scale * q[2 * u]);
-            atomicAdd(dst + 1, s.scale * q[2 * u + 1]);
-        }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if (r.r0) {
+        atomicAdd(r.r0 + col8, s.scale * q[0]);
+        atomicAdd(r.r0 + col8 + 1, s.scale * q[1]);
+    }
+    if (r.r1) {
+        atomicAdd(r.r1 + col8, s.scale * q[2]);
+        atomicAdd(r.r1 + col8 + 1, s.scale * q[3]);
+    }
 #else
-    const bool odd = lane & 1;
+    const bool odd = threadIdx.x & 1;
     const float x = __shfl_xor_sync(~0u, odd ? q[0] : q[2], 1);
     const float y = __shfl_xor_sync(~0u, odd ? q[1] : q[3], 1);
-    const int64_t r = odd ? i + 8 : i;
-    if (r >= s.nq || col8 >= s.d)
+    if (!r.r0)
         return;
-    float *dst = s.dq + ((b * s.nq + r) * s.hq + h) * s.d + col8 + 4 * ((lane & 3) >> 1);
     const float4 v = odd ? make_float4(x, y, q[2], q[3]) : make_float4(q[0], q[1], x, y);
-    atomicAdd((float4 *)dst,
+    atomicAdd((float4 *)(r.r0 + col8),
               make_float4(s.scale * v.x, s.scale * v.y, s.scale * v.z, s.scale * v.w));
 #endif
 }
