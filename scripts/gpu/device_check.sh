@@ -2,7 +2,7 @@
 # scripts/gpu/device_check.sh [SRC] - build and check the CUDA backend on a GPU machine, then benchmark.
 #
 # Builds SRC (default: this checkout) into /tmp/burst-cuda-build with only the GPU's own targets
-# (BURST_BENCH_ARCHS, default 90,90a), runs the cuda tests, compute-sanitizer memcheck and racecheck
+# (BURST_BENCH_ARCHS, default 90a), runs the cuda tests, compute-sanitizer memcheck and racecheck
 # on small cases (every head-dim class on both code paths), and (BURST_BENCH_CUDA=1)
 # tools/burstbench_cuda.py. Logs go to $OUT (or /tmp/out); a short table is printed last. Run it
 # from the repo root on a machine with an NVIDIA GPU, nvcc, meson, ninja and cmocka:
@@ -18,7 +18,7 @@ step build ninja -C "$b"
 step probe "$b/tools/burstrun" --probe
 step test_fallback "$b/tests/test_cuda" fallback
 BURST_TEST_BACKEND=cuda step test_cuda "$b/tests/test_cuda"
-# on Hopper with sm_90a built (BURST_BENCH_ARCHS=90,90a) the default run above takes the wgmma kernels:
+# on Hopper with sm_90a built (BURST_BENCH_ARCHS=90a) the default run above takes the wgmma kernels:
 # check the sm_80 kernels and the wgmma forward with the sm_80 backward
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=0 step test_cuda_sm80 "$b/tests/test_cuda"
 BURST_TEST_BACKEND=cuda BURST_CUDA_WGMMA=fwd step test_cuda_wgfwd "$b/tests/test_cuda"

@@ -3,7 +3,7 @@
 # beside PyTorch's context_parallel (tools/burstbench_ring.py).
 #
 # Builds SRC (default: this checkout) into /tmp/burst-ring-build (cuda for BURST_BENCH_ARCHS, default
-# 90,90a; libfabric and MPI where installed), runs the gpu suite's ring tests
+# 90a; libfabric and MPI where installed), runs the gpu suite's ring tests
 # (test_attention / test_determinism / test_groups / test_traffic on cuda ranks that are threads:
 # device-to-device blocks, head groups, the device step timeline;
 # tests/burstrun_gpu.sh: one rank per GPU, staged vs device bitwise, faults), then, with
