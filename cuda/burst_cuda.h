@@ -248,11 +248,11 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
 #define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)
-/* sm_80 forward: key rows of a streamed, double-buffered K / V tile: 64 up to D = 64, 32 above:
- * at D = 96 and 128 a block then takes 64 KiB of shared memory, so that two fit an A100's
- * multiprocessor (164 KiB; 96 KiB with 64 keys), and the scores of 32 keys beside the O
- * accumulators of 32 rows stay in registers; above D = 128 72 KiB (D = 192, two on an A100)
- * and 96 KiB (D = 256: two on Hopper, one on an A100) */
+/* sm_80 forward: key rows of a streamed, double-buffered K / V tile: 64 up to D = 64, 32 above.
+ * At D = 96 and 128 a block then takes 64 KiB of shared memory, so that two fit an A100's
+ * 164 KiB per multiprocessor (with 64 keys a block would take 96 KiB: one), and at D = 96 the
+ * scores of 64 keys beside 32 rows of O accumulators would also spill registers; D = 192:
+ * 72 KiB (two on an A100), D = 256: 96 KiB (two on Hopper, one on an A100) */
 #define BURST_CUDA_MMA_FWD_BC(D) ((D) <= 64 ? 64 : 32)
 /* sm_80 backward: rows of the streamed, double-buffered tiles (K / V of the dQ kernel, Q / dO of
  * the dK/dV kernel): 64 up to D = 128, 32 above (two blocks per multiprocessor at D = 192; at

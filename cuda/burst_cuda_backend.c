@@ -125,7 +125,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     if (pr.major < 8)
         return burst_error(BURST_ERR_NO_DEVICE,
                            "cuda create: device %d (%s) has compute capability %d.%d; the kernels "
-                           "are built for 8.0 (sm_80) and 9.0 (sm_90, sm_90a)",
+                           "need 8.0 or newer (built for nvcc_archs: sm_80 and sm_90a by default)",
                            dev, pr.name, pr.major, pr.minor);
     struct burst_cuda_backend *cb = calloc(1, sizeof *cb);
     if (!cb)

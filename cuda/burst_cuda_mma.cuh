@@ -362,8 +362,8 @@ burst_dq_at(const struct burst_cuda_step &s, int64_t b, int64_t h, int64_t i, in
  * at columns col8 .. col8 + 7 of the rows r (burst_dq_at; d, a multiple of 8, holds all 8 columns
  * or none). On sm_90+ one 16-byte float atomic per lane: lanes t and t ^ 1 swap a pair, so that
  * an even lane adds 4 consecutive columns of row g and an odd lane those of row g + 8; below sm_90
- * (no vector float atomics) four scalar ones. Every lane of the warp calls it (the swap is a
- * shuffle). */
+ * (no vector float atomics) four scalar ones. Every lane of the warp calls it with the same col8
+ * (the swap is a shuffle; the blocks are one-dimensional, so the lane's parity is the thread's). */
 __device__ __forceinline__ void burst_dq_red(const struct burst_cuda_step &s,
                                              const struct burst_dq_rows &r, int col8,
                                              const float *q)
