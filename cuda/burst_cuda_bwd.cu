@@ -513,16 +513,10 @@ template <typename T> constexpr bool burst_mma_has_dq()
     return !burst_tc<T, 64>::FRESH;
 }
 
-/* Key rows of the dK/dV blocks of class D, with dQ inside or not (BURST_CUDA_MMA_DKDV_KEYS). */
-template <typename T, int D, bool DQ> constexpr int burst_mma_keys()
-{
-    return BURST_CUDA_MMA_DKDV_KEYS(D, DQ);
-}
-
 /* Does the DQ form of class D fit a device of `optin` bytes of shared memory per block? */
 template <typename T, int D> static bool burst_mma_dq_fits(size_t optin)
 {
-    return burst_mma_dkdv_smem<T, D, true, burst_mma_keys<T, D, true>()>() <= optin;
+    return burst_mma_dkdv_smem<T, D, true, BURST_CUDA_MMA_DKDV_KEYS(D, true)>() <= optin;
 }
 
 /* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
@@ -530,11 +524,11 @@ template <typename T, int D> static bool burst_mma_dq_fits(size_t optin)
  * the separate dQ kernel on every device of the process. */
 template <typename T, int D> static int burst_mma_dq_unfit = 0;
 
-/* The dK/dV kernel with dQ inside or not, in blocks of burst_mma_keys keys. */
+/* The dK/dV kernel with dQ inside or not, in blocks of BURST_CUDA_MMA_DKDV_KEYS keys. */
 template <typename T, int D, bool DQ>
 static cudaError_t burst_mma_dkdv_launch(const struct burst_cuda_step *s)
 {
-    constexpr int KB = burst_mma_keys<T, D, DQ>();
+    constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, DQ);
     const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
     const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
     burst_mma_dkdv<T, D, DQ, KB>
@@ -591,11 +585,11 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
-    constexpr int KB = burst_mma_keys<T, D, false>();
+    constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, false);
     cudaError_t e =
         burst_smem_limit(burst_mma_dkdv<T, D, false, KB>, burst_mma_dkdv_smem<T, D, false, KB>());
     if constexpr (burst_mma_has_dq<T>()) {
-        constexpr int KQ = burst_mma_keys<T, D, true>();
+        constexpr int KQ = BURST_CUDA_MMA_DKDV_KEYS(D, true);
         int dev = 0, optin = 0;
         if (e == cudaSuccess)
             e = cudaGetDevice(&dev);
@@ -687,7 +681,7 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
 template <typename T, int D> static size_t burst_mma_bwd_smem1()
 {
     /* without the DQ form, which runs only where it fits (burst_mma_dq_unfit) */
-    constexpr int KB = burst_mma_keys<T, D, false>();
+    constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, false);
     const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D, false, KB>();
     return a > b ? a : b;
 }
