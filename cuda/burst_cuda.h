@@ -221,8 +221,9 @@ int burst_cuda_dq_atomic_env(void);
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
 /* Does the sm_80 dK/dV kernel's form that adds dQ by float atomics (fp16 / bf16, of head dim d's
- * class, BURST_CUDA_MMA_DKDV_KEYS keys) fit a device of `optin` bytes of shared memory per block?
- * Where it does not, the class adds dQ in its own kernel. */
+ * class: BURST_CUDA_MMA_DKDV_KEYS keys, or BURST_CUDA_MMA_KV2_KEYS above D = 128) fit a device of
+ * `optin` bytes of shared memory per block? Where it does not, the class runs the 64-key dK/dV
+ * kernel without dQ and adds dQ in its own kernel. */
 int burst_cuda_mma_dq_fits(int d, size_t optin);
 /* Do fp32 inputs run on the tensor cores (3xTF32)? 1 unless BURST_CUDA_FP32 is set: 0 for
  * "simt", -1 for any other non-empty value (the backend's create refuses it). */
@@ -240,11 +241,17 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * query rows x key rows). */
 /* sm_80 backward: query rows of a dQ block, and the most rows of a dK/dV block's query tile */
 #define BURST_CUDA_MMA_BR 64
-/* sm_80 dK/dV kernel: key rows of a block, 16 per warp. Its form that adds dQ by float atomics
- * (DQ: fp16 / bf16, plans that are not deterministic): 128 keys (8 warps, one block per
- * multiprocessor) at classes 96 and 128, so that each streamed Q / dO tile and each dQ atomic
- * serves 128 keys, 64 at the others; the form without dQ: 64 keys. */
+/* sm_80 dK/dV kernel up to D = 128 (and fp32, and where BURST_CUDA_MMA_KV2's does not fit): key
+ * rows of a block, 16 per warp. Its form that adds dQ by float atomics (DQ: fp16 / bf16, plans
+ * that are not deterministic): 128 keys (8 warps, one block per multiprocessor) at classes 96 and
+ * 128, so that each streamed Q / dO tile and each dQ atomic serves 128 keys, 64 at the others;
+ * the form without dQ: 64 keys. */
 #define BURST_CUDA_MMA_DKDV_KEYS(D, DQ) ((DQ) && (D) > 64 && (D) <= 128 ? 128 : 64)
+/* sm_80 dK/dV kernel of fp16 / bf16 above D = 128 (burst_mma_kv2: 8 warps in two-dimensional
+ * tiles, where one block holds the whole d instead of BURST_CUDA_MMA_DKDV_SPLIT blocks each
+ * computing the scores): key rows of a block */
+#define BURST_CUDA_MMA_KV2(D) ((D) > 128)
+#define BURST_CUDA_MMA_KV2_KEYS 64
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
 #define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)
@@ -258,8 +265,9 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * the dK/dV kernel): 64 up to D = 128, 32 above (two blocks per multiprocessor at D = 192; at
  * D = 256 two stages of 64 rows would not fit an A100's 163 KiB of shared memory per block) */
 #define BURST_CUDA_MMA_BWD_ROWS(D) ((D) > 128 ? 32 : 64)
-/* sm_80 backward: blocks per key tile of the dK/dV kernel, each accumulating D / split columns of
- * dK and dV (and computing S^T, dP^T over the whole d): 1 up to D = 128, 2 above */
+/* sm_80 backward: blocks per key tile of the 64-key dK/dV kernel (fp16 / bf16 above D = 128 only
+ * where BURST_CUDA_MMA_KV2's does not fit), each accumulating D / split columns of dK and dV (and
+ * computing S^T, dP^T over the whole d): 1 up to D = 128, 2 above */
 #define BURST_CUDA_MMA_DKDV_SPLIT(D) ((D) <= 128 ? 1 : 2)
 /* Hopper backward: query rows of the dK/dV kernel's streamed tiles (48 above D = 64, where 64
  * made the kernel spill at D = 128); the wide classes' kernel: 64 keys x 64 query rows */

@@ -237,18 +237,18 @@ template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
 }
 
 /* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk of KB
- * keys (16-bit classes, the DQ form of burst_mma_dkdv): of the KB / 16 warps, warp w takes query
- * rows 16 (w % RW) (RW = QR / 16 warps per column group) and the columns [c0 + cg DW, + DW) of its
- * column group cg = w / RW, in 32-column chunks of 16 accumulators (16 columns where DW is not a
+ * keys (16-bit classes, the DQ forms of burst_mma_dkdv and burst_mma_kv2): of the NW warps (KB / 16
+ * in burst_mma_dkdv), warp w takes query rows 16 (w % RW) (RW = QR / 16 warps per column group)
+ * and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in 32-column chunks of 16 accumulators (16 columns where DW is not a
  * multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red).
  * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
-template <typename TC, int D, int QR, int DH, int KB>
+template <typename TC, int D, int QR, int DH, int KB, int NW = KB / 16>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
                                                  const typename TC::E *sds,
                                                  const typename TC::E *sk, int64_t b, int64_t h,
                                                  int64_t i0, int c0, int warp, int lane)
 {
-    constexpr int RW = QR / 16, DW = DH / (KB / 16 / RW);
+    constexpr int RW = QR / 16, DW = DH / (NW / RW);
     static_assert(DW % 16 == 0, "whole 16-column B fragments");
     const int m0 = 16 * (warp % RW), cw = c0 + (warp / RW) * DW;
     typename TC::A af[KB / 16];
@@ -499,6 +499,285 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     }
 }
 
+/* ---- tensor cores, fp16 / bf16: dK and dV in two-dimensional warp tiles -------------------- */
+
+/*
+ * Tiles of the 16-bit dK/dV kernel of the classes above 128 (burst_mma_kv2): a block of NW = 8
+ * warps holds KB = BURST_CUDA_MMA_KV2_KEYS keys and streams query tiles of
+ * QR = BURST_CUDA_MMA_BWD_ROWS(D) rows. Each phase of a step lays the warps out over its own product:
+ *   - S^T = K Q^T and dP^T = V dO^T (KB x QR): SK x SQ warps of MS keys x NS queries;
+ *   - dV += P^T dO and dK += dS^T Q (KB x D): VK x VC warps of MV keys x DV columns, P^T and dS^T
+ *     read back from shared memory, where the first phase left them rounded to T;
+ *   - dQ += dS K (QR x D, the DQ form): burst_mma_dq_add's layout.
+ * So no block recomputes another's scores (burst_mma_dkdv splits these classes' columns over two
+ * blocks, each computing S^T and dP^T whole), and every fragment read from shared memory feeds
+ * two or more row or column tiles of its product.
+ */
+template <int D> struct burst_kv2 {
+    static constexpr int NW = 8, KB = BURST_CUDA_MMA_KV2_KEYS, QR = BURST_CUDA_MMA_BWD_ROWS(D);
+    static constexpr int SK = 4, SQ = NW / SK, MS = KB / SK, NS = QR / SQ;
+    static constexpr int VK = KB / 32, VC = NW / VK, MV = KB / VK, DV = D / VC;
+    static_assert(MS % 16 == 0 && NS % 16 == 0 && MV % 16 == 0 && DV % 16 == 0, "whole tiles");
+};
+
+/* c[m][n] = rows [a0 + 16 m, + 16) of tile a times rows [b0 + 8 n, + 8) of tile b, transposed
+ * (C = A B^T over the class's D columns; both [rows][D] tiles of traits TC). */
+template <typename TC, int D, int MM, int NN>
+__device__ __forceinline__ void burst_tc_abt(float (&c)[MM / 16][NN / 8][4],
+                                             const typename TC::E *a, int a0,
+                                             const typename TC::E *b, int b0, int lane)
+{
+#pragma unroll
+    for (int m = 0; m < MM / 16; m++)
+#pragma unroll
+        for (int n = 0; n < NN / 8; n++)
+            c[m][n][0] = c[m][n][1] = c[m][n][2] = c[m][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        typename TC::A x[MM / 16];
+#pragma unroll
+        for (int m = 0; m < MM / 16; m++)
+            TC::lda(x[m], a, a0 + 16 * m, kk * 16, lane);
+#pragma unroll
+        for (int n2 = 0; n2 < NN / 16; n2++) {
+            typename TC::B y;
+            TC::ldb(y, b, b0 + 16 * n2, kk * 16, lane);
+#pragma unroll
+            for (int m = 0; m < MM / 16; m++) {
+                TC::mma(c[m][2 * n2], x[m], y, 0);
+                TC::mma(c[m][2 * n2 + 1], x[m], y, 1);
+            }
+        }
+    }
+}
+
+/* acc[m][n] += rows [a0 + 16 m, + 16) of the [keys][queries] tile a (class QR) times columns
+ * [c0 + 8 n, + 8) of the [queries][D] tile b (C = A B, k = the query). */
+template <typename T, int D, int QR, int MM, int NN>
+__device__ __forceinline__ void burst_tc_ab(float (&acc)[MM / 16][NN / 8][4], const T *a, int a0,
+                                            const T *b, int c0, int lane)
+{
+    using TC = burst_tc<T, D>;
+    const unsigned la = burst_swz_lane<QR>(lane & 15, (lane >> 4) * 8); /* as TC::lda */
+#pragma unroll
+    for (int kk = 0; kk < QR / 16; kk++) {
+        typename TC::A x[MM / 16];
+#pragma unroll
+        for (int m = 0; m < MM / 16; m++)
+            burst_ldm_x4(x[m].r, burst_swz_at<QR>(a, la, a0 + 16 * m, kk * 16));
+#pragma unroll
+        for (int n2 = 0; n2 < NN / 16; n2++) {
+            typename TC::B y;
+            TC::ldbt(y, b, kk * 16, c0 + 16 * n2, lane);
+#pragma unroll
+            for (int m = 0; m < MM / 16; m++) {
+                TC::mma(acc[m][2 * n2], x[m], y, 0);
+                TC::mma(acc[m][2 * n2 + 1], x[m], y, 1);
+            }
+        }
+    }
+}
+
+/* The C tiles c (MM keys from k0 x NN queries from q0) into the [KB][QR] tile t of class QR,
+ * rounded to T: each lane's pairs of adjacent queries as one 32-bit word. */
+template <typename T, int QR, int MM, int NN>
+__device__ __forceinline__ void burst_tc_store_t(T *t, const float (&c)[MM / 16][NN / 8][4], int k0,
+                                                 int q0, int lane)
+{
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+#pragma unroll
+    for (int m = 0; m < MM / 16; m++)
+#pragma unroll
+        for (int n = 0; n < NN / 8; n++)
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                *(unsigned *)(t + burst_swz<QR>(k0 + 16 * m + rq + 8 * u, q0 + 8 * n + cq)) =
+                    burst_mma<T>::pack(c[m][n][2 * u], c[m][n][2 * u + 1]);
+}
+
+/* P^T and dS^T of one warp's MS keys x NS queries (scores sc, dP^T dp) of the step whose row
+ * scalars are rw: P = 2^(S tau log2e - lse log2e) on allowed pairs, else 0 (the mask in a branch
+ * of its own, where some query of the warp's does not see all of its keys); dS = P (dP - D),
+ * times the cap's derivative where soft-capping. P replaces sc, dS replaces dp. */
+template <int MS, int NS>
+__device__ __forceinline__ void
+burst_kv2_softmax(const struct burst_cuda_step &s, const struct burst_qrows *rw,
+                  float (&sc)[MS / 16][NS / 8][4], float (&dp)[MS / 16][NS / 8][4], int key0,
+                  int q0, int lane)
+{
+    const float sl2 = s.scale * BURST_LOG2E;
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    int qb = 0, qe = INT_MAX;
+    if (lane < NS) {
+        qb = rw->kb[q0 + lane];
+        qe = rw->ke[q0 + lane];
+    }
+    for (int m = 1; m < 32; m <<= 1) {
+        qb = max(qb, __shfl_xor_sync(0xffffffffu, qb, m));
+        qe = min(qe, __shfl_xor_sync(0xffffffffu, qe, m));
+    }
+    const bool cap = s.cap_in != 0.0f, whole = key0 >= qb && key0 + MS <= qe;
+#pragma unroll
+    for (int m = 0; m < MS / 16; m++)
+#pragma unroll
+        for (int n = 0; n < NS / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = q0 + n * 8 + cq + (e & 1), key = key0 + 16 * m + rq + 8 * (e >> 1);
+                float x = sc[m][n][e];
+                if (cap) /* soft-capping: a branch of its own, the same for the block */
+                    x = burst_dcap_score(s, x);
+                float p = burst_ex2(fmaf(x, sl2, -rw->l2[qi]));
+                if (!whole && !(key >= rw->kb[qi] && key < rw->ke[qi]))
+                    p = 0.0f;
+                float ds = p * (dp[m][n][e] - rw->dl[qi]);
+                if (cap) /* times the cap's derivative, found from P */
+                    ds *= burst_dcap_slope(s, p, rw->l2[qi]);
+                sc[m][n][e] = p;
+                dp[m][n][e] = ds;
+            }
+}
+
+/* dK and dV of KB keys of K/V head g (one block per key tile), for fp16 / bf16 (burst_kv2's
+ * tiles): per step, a query tile of QR rows of one head of the group, Q and dO double buffered by
+ * cp.async; two barriers per step (after the tile lands, after P^T and dS^T are stored). DQ
+ * (plans that are not deterministic): the block also adds dQ = tau dS K with float atomics
+ * (burst_mma_dq_add), and no dQ kernel recomputes S and dP. */
+template <typename T, int D, bool DQ>
+__global__ void __launch_bounds__(256, 1) burst_mma_kv2(struct burst_cuda_step s)
+{
+    using TC = burst_tc<T, D>;
+    using K2 = burst_kv2<D>;
+    constexpr int W = TC::W, KB = K2::KB, QR = K2::QR, NT = 32 * K2::NW;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    T *sk = (T *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
+    T *sp = sdo + 2 * QR * W, *sds = sp + burst_mma_ds_elems<KB, QR>(); /* P^T, dS^T */
+    struct burst_qrows *rows = (struct burst_qrows *)(sds + burst_mma_ds_elems<KB, QR>());
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tiles = (s.nk + KB - 1) / KB;
+    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
+    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * KB;
+
+    int64_t lo = 0, hi = 0;
+    if (threadIdx.x < KB && j0 + threadIdx.x < s.nk)
+        burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
+    int64_t imin, imax;
+    burst_block_range(lo, hi, &imin, &imax);
+    if (imin >= imax) { /* no query sees these keys */
+        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)KB, s.nk));
+        return;
+    }
+    const int64_t ifirst = imin / QR * QR;
+    /* (head hh of the group, query tile r) pairs, r fastest; ntq * group < 2^31 */
+    const int ntq = (int)((imax - ifirst + QR - 1) / QR), total = ntq * (int)s.group;
+
+    auto issue = [&](int hh, int r, int st) {
+        const int64_t h = g * s.group + hh, i0 = ifirst + (int64_t)r * QR;
+        burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
+        burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
+        burst_cp_commit();
+        if (threadIdx.x < QR) {
+            const int64_t i = i0 + threadIdx.x;
+            int64_t kb = 0, ke = 0;
+            float l2 = CUDART_INF_F, dl = 0.0f;
+            if (i < s.nq) {
+                burst_dkeys(s, i, &kb, &ke);
+                float lse = s.lse[(b * s.hq + h) * s.nq + i];
+                l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+                dl = s.delta[(b * s.hq + h) * s.nq + i];
+            }
+            rows[st].l2[threadIdx.x] = l2;
+            rows[st].dl[threadIdx.x] = dl;
+            rows[st].kb[threadIdx.x] = (int)kb;
+            rows[st].ke[threadIdx.x] = (int)ke;
+        }
+    };
+
+    burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
+    burst_tc_load<TC, D, KB, NT>(sv, s.v, b, j0, s.nk, g);
+    issue(0, 0, 0);
+
+    /* this warp's tiles: S^T / dP^T keys [ks, + MS) x queries [qs, + NS); dK / dV keys
+     * [kv, + MV) x columns [cv, + DV) (block-local) */
+    const int ks = (warp % K2::SK) * K2::MS, qs = (warp / K2::SK) * K2::NS;
+    const int kv = (warp % K2::VK) * K2::MV, cv = (warp / K2::VK) * K2::DV;
+    float dk[K2::MV / 16][K2::DV / 8][4], dv[K2::MV / 16][K2::DV / 8][4];
+#pragma unroll
+    for (int m = 0; m < K2::MV / 16; m++)
+#pragma unroll
+        for (int n = 0; n < K2::DV / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dk[m][n][e] = dv[m][n][e] = 0.0f;
+
+    int hc = 0, rc = 0; /* step it: query tile rc of head hc of the group */
+    for (int it = 0; it < total; it++) {
+        const int st = it & 1;
+        burst_cp_wait<0>();
+        __syncthreads(); /* stage st landed; every warp is done with step it - 1 */
+        const int hn = rc + 1 == ntq ? hc + 1 : hc, rn = rc + 1 == ntq ? 0 : rc + 1;
+        if (it + 1 < total)
+            issue(hn, rn, st ^ 1);
+        const T *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
+        {
+            float sc[K2::MS / 16][K2::NS / 8][4], dp[K2::MS / 16][K2::NS / 8][4];
+            burst_tc_abt<TC, D, K2::MS, K2::NS>(sc, sk, ks, qt, qs, lane);
+            burst_tc_abt<TC, D, K2::MS, K2::NS>(dp, sv, ks, ot, qs, lane);
+            burst_kv2_softmax<K2::MS, K2::NS>(s, &rows[st], sc, dp, (int)j0 + ks, qs, lane);
+            burst_tc_store_t<T, QR, K2::MS, K2::NS>(sp, sc, ks, qs, lane);
+            burst_tc_store_t<T, QR, K2::MS, K2::NS>(sds, dp, ks, qs, lane);
+        }
+        __syncthreads(); /* P^T and dS^T of every warp */
+        burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dv, sp, kv, ot, cv, lane);
+        burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dk, sds, kv, qt, cv, lane);
+        if constexpr (DQ)
+            burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(s, sds, sk, b, g * s.group + hc,
+                                                       ifirst + (int64_t)rc * QR, 0, warp, lane);
+        hc = hn;
+        rc = rn;
+    }
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+#pragma unroll
+    for (int m = 0; m < K2::MV / 16; m++)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int64_t j = j0 + kv + 16 * m + rq + 8 * u;
+            if (j >= s.nk)
+                continue;
+            const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
+#pragma unroll
+            for (int n = 0; n < K2::DV / 8; n++) {
+                const int c = cv + n * 8 + cq;
+                if (cv + n * 8 >= s.d) /* the class's columns past d are not the caller's */
+                    break;
+                if (s.dk_out.data) {
+                    burst_final_kv_pair(s, b, j, g, c, dk[m][n][2 * u], dk[m][n][2 * u + 1],
+                                        dv[m][n][2 * u], dv[m][n][2 * u + 1]);
+                    continue;
+                }
+                if (s.dk) {
+                    float2 *p2 = (float2 *)(s.dk + off + c), x = *p2;
+                    x.x = fmaf(s.scale, dk[m][n][2 * u], x.x);
+                    x.y = fmaf(s.scale, dk[m][n][2 * u + 1], x.y);
+                    *p2 = x;
+                }
+                if (s.dv) {
+                    float2 *p2 = (float2 *)(s.dv + off + c), x = *p2;
+                    x.x += dv[m][n][2 * u];
+                    x.y += dv[m][n][2 * u + 1];
+                    *p2 = x;
+                }
+            }
+        }
+}
+
+template <typename T, int D> static constexpr size_t burst_mma_kv2_smem()
+{
+    using K2 = burst_kv2<D>;
+    return (size_t)(2 * K2::KB + 4 * K2::QR) * burst_tile_w<D>() * sizeof(T) +
+           2 * burst_mma_ds_elems<K2::KB, K2::QR>() * sizeof(T) + 2 * sizeof(struct burst_qrows);
+}
+
 template <typename T, int D, bool DQ, int KB> static constexpr size_t burst_mma_dkdv_smem()
 {
     using TC = burst_tc<T, D>;
@@ -513,37 +792,59 @@ template <typename T> constexpr bool burst_mma_has_dq()
     return !burst_tc<T, 64>::FRESH;
 }
 
-/* Does the DQ form of class D fit a device of `optin` bytes of shared memory per block? */
+/* The dK/dV kernel of fp16 / bf16 classes above 128 (BURST_CUDA_MMA_KV2): burst_mma_kv2. */
+template <typename T, int D> constexpr bool burst_mma_is_kv2()
+{
+    return burst_mma_has_dq<T>() && BURST_CUDA_MMA_KV2(D);
+}
+
+/* Does the DQ form of class D (burst_mma_kv2's, above 128) fit a device of `optin` bytes of shared
+ * memory per block? */
 template <typename T, int D> static bool burst_mma_dq_fits(size_t optin)
 {
-    return burst_mma_dkdv_smem<T, D, true, BURST_CUDA_MMA_DKDV_KEYS(D, true)>() <= optin;
+    if constexpr (BURST_CUDA_MMA_KV2(D))
+        return burst_mma_kv2_smem<T, D>() <= optin;
+    else
+        return burst_mma_dkdv_smem<T, D, true, BURST_CUDA_MMA_DKDV_KEYS(D, true)>() <= optin;
 }
 
 /* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
- * memory (classes 96, 128 and 192 on 99 KiB devices such as sm_86 / sm_89); that class then keeps
- * the separate dQ kernel on every device of the process. */
+ * memory (classes 96 and up on 99 KiB devices such as sm_86 / sm_89); that class then runs
+ * burst_mma_dkdv without dQ and the separate dQ kernel on every device of the process. */
 template <typename T, int D> static int burst_mma_dq_unfit = 0;
 
-/* The dK/dV kernel with dQ inside or not, in blocks of BURST_CUDA_MMA_DKDV_KEYS keys. */
-template <typename T, int D, bool DQ>
+/* The dK/dV kernel with dQ inside or not: burst_mma_dkdv in blocks of BURST_CUDA_MMA_DKDV_KEYS
+ * keys, or burst_mma_kv2 (KV2). */
+template <typename T, int D, bool DQ, bool KV2 = false>
 static cudaError_t burst_mma_dkdv_launch(const struct burst_cuda_step *s)
 {
-    constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, DQ);
-    const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
-    const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
-    burst_mma_dkdv<T, D, DQ, KB>
-        <<<grid, 2 * KB, burst_mma_dkdv_smem<T, D, DQ, KB>(), cudaStreamPerThread>>>(*s);
+    if constexpr (KV2) {
+        constexpr int KB = burst_kv2<D>::KB;
+        const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
+        burst_mma_kv2<T, D, DQ><<<(unsigned)blocks, 32 * burst_kv2<D>::NW,
+                                  burst_mma_kv2_smem<T, D>(), cudaStreamPerThread>>>(*s);
+    } else {
+        constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, DQ);
+        const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
+        const dim3 grid((unsigned)blocks, burst_tc<T, D>::DKDV_SPLIT);
+        burst_mma_dkdv<T, D, DQ, KB>
+            <<<grid, 2 * KB, burst_mma_dkdv_smem<T, D, DQ, KB>(), cudaStreamPerThread>>>(*s);
+    }
     return cudaGetLastError();
 }
 
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
     const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool fused =
-        burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D> && s->dq && s->dq_atomic && kv;
+    const bool fits = burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D>;
+    const bool fused = fits && s->dq && s->dq_atomic && kv;
     if (kv) {
         cudaError_t e;
-        if constexpr (burst_mma_has_dq<T>())
+        if constexpr (burst_mma_is_kv2<T, D>())
+            e = !fits   ? burst_mma_dkdv_launch<T, D, false>(s)
+                : fused ? burst_mma_dkdv_launch<T, D, true, true>(s)
+                        : burst_mma_dkdv_launch<T, D, false, true>(s);
+        else if constexpr (burst_mma_has_dq<T>())
             e = fused ? burst_mma_dkdv_launch<T, D, true>(s)
                       : burst_mma_dkdv_launch<T, D, false>(s);
         else
@@ -583,13 +884,27 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
                           [&](auto c) { return burst_bwd_mma_run<T, decltype(c)::value>(s); });
 }
 
+/* The DQ form of class D (its dK/dV kernel's form without dQ too for burst_mma_kv2), where it fits */
+template <typename T, int D> static cudaError_t burst_bwd_mma_attr_dq()
+{
+    if constexpr (burst_mma_is_kv2<T, D>()) {
+        cudaError_t e = burst_smem_limit(burst_mma_kv2<T, D, true>, burst_mma_kv2_smem<T, D>());
+        if (e == cudaSuccess)
+            e = burst_smem_limit(burst_mma_kv2<T, D, false>, burst_mma_kv2_smem<T, D>());
+        return e;
+    } else {
+        constexpr int KQ = BURST_CUDA_MMA_DKDV_KEYS(D, true);
+        return burst_smem_limit(burst_mma_dkdv<T, D, true, KQ>,
+                                burst_mma_dkdv_smem<T, D, true, KQ>());
+    }
+}
+
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
 {
     constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, false);
     cudaError_t e =
         burst_smem_limit(burst_mma_dkdv<T, D, false, KB>, burst_mma_dkdv_smem<T, D, false, KB>());
     if constexpr (burst_mma_has_dq<T>()) {
-        constexpr int KQ = BURST_CUDA_MMA_DKDV_KEYS(D, true);
         int dev = 0, optin = 0;
         if (e == cudaSuccess)
             e = cudaGetDevice(&dev);
@@ -598,8 +913,7 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
         if (e == cudaSuccess && !burst_mma_dq_fits<T, D>((size_t)optin))
             burst_mma_dq_unfit<T, D> = 1;
         else if (e == cudaSuccess)
-            e = burst_smem_limit(burst_mma_dkdv<T, D, true, KQ>,
-                                 burst_mma_dkdv_smem<T, D, true, KQ>());
+            e = burst_bwd_mma_attr_dq<T, D>();
     }
     if (e == cudaSuccess)
         e = burst_smem_limit(burst_mma_dq<T, D>, burst_mma_dq_smem<T, D>());

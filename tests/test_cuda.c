@@ -117,6 +117,11 @@ static const struct harness_case cases[] = {
     {CASE("cls_fp16_d248_causal", 200), .head_dim = 248, .dtype = F16, .causal = 1},
     {CASE("cls_bf16_d256_causal_long", 700), .q_heads = 1, .kv_heads = 1, .head_dim = 256,
      .dtype = BF16, .causal = 1},
+    /* deterministic plans: dK/dV without dQ, then the dQ kernel */
+    {CASE("det_cls_fp16_d192_causal", 330), .head_dim = 192, .dtype = F16, .causal = 1,
+     .deterministic = 1},
+    {CASE("det_cls_bf16_d72_gqa2", 200), .q_heads = 4, .kv_heads = 2, .head_dim = 72, .dtype = BF16,
+     .deterministic = 1},
     {CASE("cls_fp16_d256_large_scores", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
      .head_dim = 256, .dtype = F16, .causal = 1},
     /* fp32 on the tensor cores (3xTF32): every head-dim class, the boundaries, several key
@@ -153,6 +158,8 @@ static const struct harness_case cases[] = {
 /* rerun bitwise */
 static const struct harness_case det[] = {
     {CASE("det_bf16_d128", 200), .head_dim = 128, .dtype = BF16, .causal = 1, .deterministic = 1},
+    {CASE("det_fp16_d256", 150), .q_heads = 2, .kv_heads = 1, .head_dim = 256, .dtype = F16,
+     .window_left = 40, .deterministic = 1},
     {CASE("det_fp32_gqa", 150), .q_heads = 4, .kv_heads = 1, .window_left = 30, .deterministic = 1},
 };
 #if defined(__clang__)
