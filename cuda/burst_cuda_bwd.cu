@@ -16,7 +16,10 @@
  *     (32 above D = 128), 2 column blocks above D = 128, P and dS rounded to the input dtype as
  *     the A operand of the dV / dK / dQ products (tests/harness.h bounds this). fp32
  *     (burst_cuda_tf32.cuh): 3xTF32 on m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile by
- *     tile in fresh accumulators;
+ *     tile in fresh accumulators. Above D = 128, fp16 / bf16 take the dK/dV kernel
+ *     burst_mma_kv2 instead, where its shared memory fits: one block of 8 warps per 64 keys over
+ *     the whole d, each phase of a step (S^T and dP^T; dV and dK; dQ) in its own layout of
+ *     two-dimensional warp tiles, P^T and dS^T passing through shared memory;
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
  */
 #include "burst_cuda_tf32.cuh"
