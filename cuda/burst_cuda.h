@@ -252,6 +252,10 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * computing the scores): key rows of a block */
 #define BURST_CUDA_MMA_KV2(D) ((D) > 128)
 #define BURST_CUDA_MMA_KV2_KEYS 64
+/* ... and rows of its streamed, double-buffered Q / dO tiles: 64 at D = 192 (162 KiB of shared
+ * memory, within an A100's 163 KiB per block), 32 at D = 256 (144 KiB; 64 rows would take
+ * 192 KiB) */
+#define BURST_CUDA_MMA_KV2_ROWS(D) ((D) <= 192 ? 64 : 32)
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
 #define BURST_CUDA_MMA_FWD_BR(D) ((D) <= 128 ? 128 : 64)

@@ -507,7 +507,8 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
 /*
  * Tiles of the 16-bit dK/dV kernel of the classes above 128 (burst_mma_kv2): a block of NW = 8
  * warps holds KB = BURST_CUDA_MMA_KV2_KEYS keys and streams query tiles of
- * QR = BURST_CUDA_MMA_BWD_ROWS(D) rows. Each phase of a step lays the warps out over its own product:
+ * QR = BURST_CUDA_MMA_KV2_ROWS(D) rows. Each phase of a step lays the warps out over its own
+ * product:
  *   - S^T = K Q^T and dP^T = V dO^T (KB x QR): SK x SQ warps of MS keys x NS queries;
  *   - dV += P^T dO and dK += dS^T Q (KB x D): VK x VC warps of MV keys x DV columns, P^T and dS^T
  *     read back from shared memory, where the first phase left them rounded to T;
@@ -517,7 +518,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
  * two or more row or column tiles of its product.
  */
 template <int D> struct burst_kv2 {
-    static constexpr int NW = 8, KB = BURST_CUDA_MMA_KV2_KEYS, QR = BURST_CUDA_MMA_BWD_ROWS(D);
+    static constexpr int NW = 8, KB = BURST_CUDA_MMA_KV2_KEYS, QR = BURST_CUDA_MMA_KV2_ROWS(D);
     static constexpr int SK = 4, SQ = NW / SK, MS = KB / SK, NS = QR / SQ;
     static constexpr int VK = KB / 32, VC = NW / VK, MV = KB / VK, DV = D / VC;
     static_assert(MS % 16 == 0 && NS % 16 == 0 && MV % 16 == 0 && DV % 16 == 0, "whole tiles");

@@ -16,10 +16,11 @@
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
- *     blocks splitting the columns; fp16 / bf16 above 128: one block of 8 warps, where it fits)
- *     x BURST_CUDA_MMA_BWD_ROWS(D) query rows, which also adds dQ with float atomics for
- *     fp16 / bf16 plans that are not deterministic (then per BURST_CUDA_MMA_DKDV_KEYS(D, 1) keys
- *     where that fits), else dQ per 64 query rows x as many keys;
+ *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows (fp16 / bf16 above
+ *     128: one block of 8 warps x BURST_CUDA_MMA_KV2_ROWS(D) query rows, where it fits), which
+ *     also adds dQ with float atomics for fp16 / bf16 plans that are not deterministic (then per
+ *     BURST_CUDA_MMA_DKDV_KEYS(D, 1) keys up to 128, where that fits), else dQ per 64 query rows
+ *     x as many keys;
  *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
  *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
  *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
@@ -171,8 +172,9 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
         atom = burst_cuda_dq_atomic_env() && fits;
         kv = BURST_CUDA_MMA_KV2(dc) && fits ? BURST_CUDA_MMA_KV2_KEYS
                                             : BURST_CUDA_MMA_DKDV_KEYS(dc, atom);
-        qr = BURST_CUDA_MMA_BWD_ROWS(dc), dqr = BURST_CUDA_MMA_BR;
-        dqk = BURST_CUDA_MMA_BWD_ROWS(dc);
+        qr = BURST_CUDA_MMA_KV2(dc) && fits ? BURST_CUDA_MMA_KV2_ROWS(dc)
+                                            : BURST_CUDA_MMA_BWD_ROWS(dc);
+        dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc);
         split = BURST_CUDA_MMA_KV2(dc) && fits ? 1 : BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }
     if (json) {
