@@ -207,6 +207,9 @@ struct burst_cuda_caps {
     size_t smem_block_optin; /* largest dynamic shared memory a block may ask for */
 };
 
+/* The opt-in shared memory per block the kernel choice assumes of a device that allows `device`
+ * bytes: at most BURST_CUDA_MAX_SHARED where that is set (tests), else `device`. */
+size_t burst_cuda_optin(size_t device);
 /* Can this device run the tensor-core kernels (sm_80+, enough shared memory for the widest
  * class)? BURST_CUDA_KERNEL=simt turns them off (kill switch); burst_cuda_probe.c. */
 int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
@@ -253,8 +256,8 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 #define BURST_CUDA_MMA_KV2(D) ((D) > 128)
 #define BURST_CUDA_MMA_KV2_KEYS 64
 /* ... and rows of its streamed, double-buffered Q / dO tiles: 64 at D = 192 (162 KiB of shared
- * memory, within an A100's 163 KiB per block), 32 at D = 256 (144 KiB; 64 rows would take
- * 192 KiB) */
+ * memory, within an A100's 163 KiB per block), 32 at D = 256 (146 KiB; 64 rows would take
+ * 210 KiB) */
 #define BURST_CUDA_MMA_KV2_ROWS(D) ((D) <= 192 ? 64 : 32)
 /* sm_80 forward: query rows of a block, 32 per warp up to D = 128 (each K/V fragment feeds two
  * row tiles), 16 above (where 32 rows of O accumulators would not fit the registers) */
@@ -266,8 +269,8 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * 72 KiB (two on an A100), D = 256: 96 KiB (two on Hopper, one on an A100) */
 #define BURST_CUDA_MMA_FWD_BC(D) ((D) <= 64 ? 64 : 32)
 /* sm_80 backward: rows of the streamed, double-buffered tiles (K / V of the dQ kernel, Q / dO of
- * the dK/dV kernel): 64 up to D = 128, 32 above (two blocks per multiprocessor at D = 192; at
- * D = 256 two stages of 64 rows would not fit an A100's 163 KiB of shared memory per block) */
+ * the dK/dV kernel burst_mma_dkdv): 64 up to D = 128, 32 above (at D = 256 two stages of 64 rows
+ * of the dK/dV kernel would not fit an A100's 163 KiB of shared memory per block) */
 #define BURST_CUDA_MMA_BWD_ROWS(D) ((D) > 128 ? 32 : 64)
 /* sm_80 backward: blocks per key tile of the 64-key dK/dV kernel (fp16 / bf16 above D = 128 only
  * where BURST_CUDA_MMA_KV2's does not fit), each accumulating D / split columns of dK and dV (and

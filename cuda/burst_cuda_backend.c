@@ -135,7 +135,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.cc_major = pr.major;
     cb->caps.cc_minor = pr.minor;
     cb->caps.sms = pr.multiProcessorCount;
-    cb->caps.smem_block_optin = pr.sharedMemPerBlockOptin;
+    cb->caps.smem_block_optin = burst_cuda_optin(pr.sharedMemPerBlockOptin);
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
     cb->tf32 = burst_cuda_tf32_env();

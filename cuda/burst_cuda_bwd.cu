@@ -14,12 +14,12 @@
  *     per key tile, each accumulating D / DKDV_SPLIT columns, S, dP, dV, dK, dQ as mma.sync
  *     products with fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles
  *     (32 above D = 128), 2 column blocks above D = 128, P and dS rounded to the input dtype as
- *     the A operand of the dV / dK / dQ products (tests/harness.h bounds this). fp32
- *     (burst_cuda_tf32.cuh): 3xTF32 on m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile by
- *     tile in fresh accumulators. Above D = 128, fp16 / bf16 take the dK/dV kernel
- *     burst_mma_kv2 instead, where its shared memory fits: one block of 8 warps per 64 keys over
- *     the whole d, each phase of a step (S^T and dP^T; dV and dK; dQ) in its own layout of
- *     two-dimensional warp tiles, P^T and dS^T passing through shared memory;
+ *     the A operand of the dV / dK / dQ products (tests/harness.h bounds this); above D = 128
+ *     the dK/dV kernel is burst_mma_kv2 instead, where its shared memory fits: one block of 8
+ *     warps per 64 keys over the whole d, each phase of a step (S^T and dP^T; dV and dK; dQ) in
+ *     its own layout of two-dimensional warp tiles, P^T and dS^T passing through shared memory.
+ *     fp32 (burst_cuda_tf32.cuh): 3xTF32 on m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed
+ *     tile by tile in fresh accumulators;
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
  */
 #include "burst_cuda_tf32.cuh"
@@ -233,7 +233,58 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
-/* DQ: the tile of dS^T, [KB keys][QR queries] in T, swizzled as a tile of class QR */
+/* The scalars of query rows [i0, i0 + QR) of head h into r, one row per thread below QR: lse in
+ * log2 units (+inf for a row with no key: P = 0), D = rowsum(dO * O), the allowed keys [kb, ke);
+ * rows past nq see no key. */
+template <int QR>
+__device__ __forceinline__ void burst_qrows_fill(struct burst_qrows *r,
+                                                 const struct burst_cuda_step &s, int64_t b,
+                                                 int64_t h, int64_t i0)
+{
+    if (threadIdx.x >= QR)
+        return;
+    const int64_t i = i0 + threadIdx.x;
+    int64_t kb = 0, ke = 0;
+    float l2 = CUDART_INF_F, dl = 0.0f;
+    if (i < s.nq) {
+        burst_dkeys(s, i, &kb, &ke);
+        float lse = s.lse[(b * s.hq + h) * s.nq + i];
+        l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+        dl = s.delta[(b * s.hq + h) * s.nq + i];
+    }
+    r->l2[threadIdx.x] = l2;
+    r->dl[threadIdx.x] = dl;
+    r->kb[threadIdx.x] = (int)kb;
+    r->ke[threadIdx.x] = (int)ke;
+}
+
+/* One thread's dK, dV of key row j, columns col and col + 1 (< d), into the fp32 accumulators
+ * (dK scaled by tau) or, where s.dk_out is set, the final outputs (burst_final_kv_pair). */
+__device__ __forceinline__ void burst_kv_out_pair(const struct burst_cuda_step &s, int64_t b,
+                                                  int64_t j, int64_t g, int col, float dk0,
+                                                  float dk1, float dv0, float dv1)
+{
+    if (s.dk_out.data) {
+        burst_final_kv_pair(s, b, j, g, col, dk0, dk1, dv0, dv1);
+        return;
+    }
+    const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d + col;
+    if (s.dk) {
+        float2 *p2 = (float2 *)(s.dk + off), x = *p2;
+        x.x = fmaf(s.scale, dk0, x.x);
+        x.y = fmaf(s.scale, dk1, x.y);
+        *p2 = x;
+    }
+    if (s.dv) {
+        float2 *p2 = (float2 *)(s.dv + off), x = *p2;
+        x.x += dv0;
+        x.y += dv1;
+        *p2 = x;
+    }
+}
+
+/* A [KB keys][QR queries] tile in T, swizzled as a tile of class QR: dS^T (the DQ form of
+ * burst_mma_dkdv; burst_mma_kv2) and P^T (burst_mma_kv2) */
 template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
 {
     return KB * burst_tile_w<QR>();
@@ -242,8 +293,8 @@ template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
 /* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk of KB
  * keys (16-bit classes, the DQ forms of burst_mma_dkdv and burst_mma_kv2): of the NW warps (KB / 16
  * in burst_mma_dkdv), warp w takes query rows 16 (w % RW) (RW = QR / 16 warps per column group)
- * and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in 32-column chunks of 16 accumulators (16 columns where DW is not a
- * multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red).
+ * and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in 32-column chunks of 16
+ * accumulators (16 columns where DW is not a multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red).
  * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
 template <typename TC, int D, int QR, int DH, int KB, int NW = KB / 16>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
@@ -252,6 +303,7 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
                                                  int64_t i0, int c0, int warp, int lane)
 {
     constexpr int RW = QR / 16, DW = DH / (NW / RW);
+    static_assert(NW % RW == 0, "whole column groups");
     static_assert(DW % 16 == 0, "whole 16-column B fragments");
     const int m0 = 16 * (warp % RW), cw = c0 + (warp / RW) * DW;
     typename TC::A af[KB / 16];
@@ -330,21 +382,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
         burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
         burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
         burst_cp_commit();
-        if (threadIdx.x < QR) {
-            const int64_t i = i0 + threadIdx.x;
-            int64_t kb = 0, ke = 0;
-            float l2 = CUDART_INF_F, dl = 0.0f;
-            if (i < s.nq) {
-                burst_dkeys(s, i, &kb, &ke);
-                float lse = s.lse[(b * s.hq + h) * s.nq + i];
-                l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-                dl = s.delta[(b * s.hq + h) * s.nq + i];
-            }
-            rows[st].l2[threadIdx.x] = l2;
-            rows[st].dl[threadIdx.x] = dl;
-            rows[st].kb[threadIdx.x] = (int)kb;
-            rows[st].ke[threadIdx.x] = (int)ke;
-        }
+        burst_qrows_fill<QR>(&rows[st], s, b, h, i0);
     };
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
@@ -473,31 +511,12 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
         const int64_t j = key0 + 8 * u;
         if (j >= s.nk)
             continue;
-        const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d + c0;
-        if (s.dk_out.data) {
-#pragma unroll
-            for (int n = 0; n < DH / 8; n++)
-                if (c0 + n * 8 < s.d) /* the class's columns past d are not the caller's */
-                    burst_final_kv_pair(s, b, j, g, c0 + n * 8 + cq, dk[n][2 * u], dk[n][2 * u + 1],
-                                        dv[n][2 * u], dv[n][2 * u + 1]);
-            continue;
-        }
 #pragma unroll
         for (int n = 0; n < DH / 8; n++) {
-            if (c0 + n * 8 >= s.d)
+            if (c0 + n * 8 >= s.d) /* the class's columns past d are not the caller's */
                 break;
-            if (s.dk) {
-                float2 *p2 = (float2 *)(s.dk + off + n * 8 + cq), x = *p2;
-                x.x = fmaf(s.scale, dk[n][2 * u], x.x);
-                x.y = fmaf(s.scale, dk[n][2 * u + 1], x.y);
-                *p2 = x;
-            }
-            if (s.dv) {
-                float2 *p2 = (float2 *)(s.dv + off + n * 8 + cq), x = *p2;
-                x.x += dv[n][2 * u];
-                x.y += dv[n][2 * u + 1];
-                *p2 = x;
-            }
+            burst_kv_out_pair(s, b, j, g, c0 + n * 8 + cq, dk[n][2 * u], dk[n][2 * u + 1],
+                              dv[n][2 * u], dv[n][2 * u + 1]);
         }
     }
 }
@@ -648,11 +667,13 @@ burst_kv2_softmax(const struct burst_cuda_step &s, const struct burst_qrows *rw,
  * (plans that are not deterministic): the block also adds dQ = tau dS K with float atomics
  * (burst_mma_dq_add), and no dQ kernel recomputes S and dP. */
 template <typename T, int D, bool DQ>
-__global__ void __launch_bounds__(256, 1) burst_mma_kv2(struct burst_cuda_step s)
+__global__ void __launch_bounds__(32 * burst_kv2<D>::NW, 1) burst_mma_kv2(struct burst_cuda_step s)
 {
     using TC = burst_tc<T, D>;
     using K2 = burst_kv2<D>;
     constexpr int W = TC::W, KB = K2::KB, QR = K2::QR, NT = 32 * K2::NW;
+    static_assert(!TC::FRESH, "16-bit operands");
+    static_assert(QR <= MMA_BR, "burst_qrows holds the rows of a query tile");
     extern __shared__ __align__(16) unsigned char smraw[];
     T *sk = (T *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
     T *sp = sdo + 2 * QR * W, *sds = sp + burst_mma_ds_elems<KB, QR>(); /* P^T, dS^T */
@@ -680,21 +701,7 @@ __global__ void __launch_bounds__(256, 1) burst_mma_kv2(struct burst_cuda_step s
         burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
         burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
         burst_cp_commit();
-        if (threadIdx.x < QR) {
-            const int64_t i = i0 + threadIdx.x;
-            int64_t kb = 0, ke = 0;
-            float l2 = CUDART_INF_F, dl = 0.0f;
-            if (i < s.nq) {
-                burst_dkeys(s, i, &kb, &ke);
-                float lse = s.lse[(b * s.hq + h) * s.nq + i];
-                l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-                dl = s.delta[(b * s.hq + h) * s.nq + i];
-            }
-            rows[st].l2[threadIdx.x] = l2;
-            rows[st].dl[threadIdx.x] = dl;
-            rows[st].kb[threadIdx.x] = (int)kb;
-            rows[st].ke[threadIdx.x] = (int)ke;
-        }
+        burst_qrows_fill<QR>(&rows[st], s, b, h, i0);
     };
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
@@ -748,29 +755,12 @@ __global__ void __launch_bounds__(256, 1) burst_mma_kv2(struct burst_cuda_step s
             const int64_t j = j0 + kv + 16 * m + rq + 8 * u;
             if (j >= s.nk)
                 continue;
-            const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
 #pragma unroll
             for (int n = 0; n < K2::DV / 8; n++) {
-                const int c = cv + n * 8 + cq;
                 if (cv + n * 8 >= s.d) /* the class's columns past d are not the caller's */
                     break;
-                if (s.dk_out.data) {
-                    burst_final_kv_pair(s, b, j, g, c, dk[m][n][2 * u], dk[m][n][2 * u + 1],
-                                        dv[m][n][2 * u], dv[m][n][2 * u + 1]);
-                    continue;
-                }
-                if (s.dk) {
-                    float2 *p2 = (float2 *)(s.dk + off + c), x = *p2;
-                    x.x = fmaf(s.scale, dk[m][n][2 * u], x.x);
-                    x.y = fmaf(s.scale, dk[m][n][2 * u + 1], x.y);
-                    *p2 = x;
-                }
-                if (s.dv) {
-                    float2 *p2 = (float2 *)(s.dv + off + c), x = *p2;
-                    x.x += dv[m][n][2 * u];
-                    x.y += dv[m][n][2 * u + 1];
-                    *p2 = x;
-                }
+                burst_kv_out_pair(s, b, j, g, cv + n * 8 + cq, dk[m][n][2 * u], dk[m][n][2 * u + 1],
+                                  dv[m][n][2 * u], dv[m][n][2 * u + 1]);
             }
         }
 }
@@ -813,8 +803,10 @@ template <typename T, int D> static bool burst_mma_dq_fits(size_t optin)
 }
 
 /* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
- * memory (classes 96 and up on 99 KiB devices such as sm_86 / sm_89); that class then runs
- * burst_mma_dkdv without dQ and the separate dQ kernel on every device of the process. */
+ * memory (classes 96, 128 and 192 on 99 KiB devices such as sm_86 / sm_89, where class 256 does
+ * not fit the mma.sync kernels at all); that class then runs burst_mma_dkdv without dQ and the
+ * separate dQ kernel on every device of the process (in a process that also drives a larger
+ * device, `burstrun --probe` reports that device's own choice). */
 template <typename T, int D> static int burst_mma_dq_unfit = 0;
 
 /* The dK/dV kernel with dQ inside or not: burst_mma_dkdv in blocks of BURST_CUDA_MMA_DKDV_KEYS
@@ -840,14 +832,14 @@ static cudaError_t burst_mma_dkdv_launch(const struct burst_cuda_step *s)
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
     const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool fits = burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D>;
-    const bool fused = fits && s->dq && s->dq_atomic && kv;
+    const bool dq_fits = burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D>;
+    const bool fused = dq_fits && s->dq && s->dq_atomic && kv;
     if (kv) {
         cudaError_t e;
         if constexpr (burst_mma_is_kv2<T, D>())
-            e = !fits   ? burst_mma_dkdv_launch<T, D, false>(s)
-                : fused ? burst_mma_dkdv_launch<T, D, true, true>(s)
-                        : burst_mma_dkdv_launch<T, D, false, true>(s);
+            e = !dq_fits ? burst_mma_dkdv_launch<T, D, false>(s)
+                : fused  ? burst_mma_dkdv_launch<T, D, true, true>(s)
+                         : burst_mma_dkdv_launch<T, D, false, true>(s);
         else if constexpr (burst_mma_has_dq<T>())
             e = fused ? burst_mma_dkdv_launch<T, D, true>(s)
                       : burst_mma_dkdv_launch<T, D, false>(s);
@@ -888,7 +880,7 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
                           [&](auto c) { return burst_bwd_mma_run<T, decltype(c)::value>(s); });
 }
 
-/* The DQ form of class D (its dK/dV kernel's form without dQ too for burst_mma_kv2), where it fits */
+/* The DQ form of class D (for burst_mma_kv2 also its form without dQ), where it fits */
 template <typename T, int D> static cudaError_t burst_bwd_mma_attr_dq()
 {
     if constexpr (burst_mma_is_kv2<T, D>()) {
@@ -909,12 +901,10 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
     cudaError_t e =
         burst_smem_limit(burst_mma_dkdv<T, D, false, KB>, burst_mma_dkdv_smem<T, D, false, KB>());
     if constexpr (burst_mma_has_dq<T>()) {
-        int dev = 0, optin = 0;
+        size_t optin = 0;
         if (e == cudaSuccess)
-            e = cudaGetDevice(&dev);
-        if (e == cudaSuccess)
-            e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (e == cudaSuccess && !burst_mma_dq_fits<T, D>((size_t)optin))
+            e = burst_device_optin(&optin);
+        if (e == cudaSuccess && !burst_mma_dq_fits<T, D>(optin))
             burst_mma_dq_unfit<T, D> = 1;
         else if (e == cudaSuccess)
             e = burst_bwd_mma_attr_dq<T, D>();

@@ -51,16 +51,27 @@ template <typename F> static cudaError_t burst_each_class(F &&f)
     return e;
 }
 
-/* Raise kernel f's dynamic shared-memory limit to `bytes` where the current device allows that
- * much; elsewhere leave it: a class whose tiles do not fit the device is never chosen for it
- * (burst_cuda_class_kind, burst_cuda_f32_kind), and asking would fail the backend's setup. */
-template <typename K> static cudaError_t burst_smem_limit(K *f, size_t bytes)
+/* The current device's opt-in shared memory per block as the kernel choice sees it
+ * (burst_cuda_optin: capped by BURST_CUDA_MAX_SHARED). */
+static inline cudaError_t burst_device_optin(size_t *optin)
 {
-    int dev = 0, optin = 0;
+    int dev = 0, v = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e != cudaSuccess || bytes > (size_t)optin)
+        e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    *optin = e == cudaSuccess ? burst_cuda_optin((size_t)v) : 0;
+    return e;
+}
+
+/* Raise kernel f's dynamic shared-memory limit to `bytes` where the current device allows that
+ * much (burst_device_optin); elsewhere leave it: a class whose tiles do not fit the device is
+ * never chosen for it (burst_cuda_class_kind, burst_cuda_f32_kind), and asking would fail the
+ * backend's setup. */
+template <typename K> static cudaError_t burst_smem_limit(K *f, size_t bytes)
+{
+    size_t optin = 0;
+    cudaError_t e = burst_device_optin(&optin);
+    if (e != cudaSuccess || bytes > optin)
         return e;
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }

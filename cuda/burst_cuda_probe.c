@@ -86,6 +86,12 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
            caps->smem_block_optin >= need;
 }
 
+size_t burst_cuda_optin(size_t device)
+{
+    const long cap = burst_cuda_setting(BURST_SET_CUDA_MAX_SHARED);
+    return cap > 0 && (size_t)cap < device ? (size_t)cap : device;
+}
+
 int burst_cuda_dq_atomic_env(void)
 {
     return burst_cuda_setting(BURST_SET_CUDA_DQ_ATOMIC) != 0;
@@ -233,7 +239,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess)
             continue;
         struct burst_cuda_caps caps = {p.major, p.minor, p.multiProcessorCount,
-                                       p.sharedMemPerBlockOptin};
+                                       burst_cuda_optin(p.sharedMemPerBlockOptin)};
         int usable = p.major >= 8, mma = usable && burst_cuda_mma_usable(&caps);
         int wg = mma && burst_cuda_wgmma_usable(&caps) && burst_cuda_probe_sm90(i);
         int wg_bwd = wg && burst_cuda_setting(BURST_SET_CUDA_WGMMA) != 2; /* "fwd" */

@@ -130,6 +130,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
            "Hopper: 1 wgmma kernels, 0 the sm_80 kernels, fwd the wgmma forward only"),
     BOOL(CUDA_DQ_ATOMIC, CU, 1, 0,
          "0: the tensor-core backward keeps its separate dQ kernel for non-deterministic plans"),
+    INT(CUDA_MAX_SHARED, CU, 0, 0, INT_MAX, "the device's", 0,
+        "tests: choose kernels as if a block could have at most this many bytes of shared memory"),
     BOOL(IPC_STATS, CU, 0, 0,
          "1: log the cuda IPC export and import counts (info) at context destroy"),
 
