@@ -294,8 +294,9 @@ template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
  * keys (16-bit classes, the DQ forms of burst_mma_dkdv and burst_mma_kv2): of the NW warps (KB / 16
  * in burst_mma_dkdv), warp w takes query rows 16 (w % RW) (RW = QR / 16 warps per column group)
  * and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in 32-column chunks of 16
- * accumulators (16 columns where DW is not a multiple of 32), each added to s.dq by float atomics straight from them (burst_dq_red).
- * A = dS, read from the [key][query] tile by ldmatrix.trans; B = K across its rows. */
+ * accumulators (16 columns where DW is not a multiple of 32), each added to s.dq by float atomics
+ * straight from them (burst_dq_red). A = dS, read from the [key][query] tile by ldmatrix.trans;
+ * B = K across its rows. */
 template <typename TC, int D, int QR, int DH, int KB, int NW = KB / 16>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
                                                  const typename TC::E *sds,
