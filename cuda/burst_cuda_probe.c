@@ -175,13 +175,12 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
     } else if (bk == BURST_CUDA_FWD_MMA) {
         /* above 128 the 8-warp kernel, whole columns, where it fits (also without dQ) */
         const int fits = burst_cuda_mma_dq_fits(dc, caps->smem_block_optin);
+        const int two = BURST_CUDA_MMA_KV2(dc) && fits;
         atom = burst_cuda_dq_atomic_env() && fits;
-        kv = BURST_CUDA_MMA_KV2(dc) && fits ? BURST_CUDA_MMA_KV2_KEYS
-                                            : BURST_CUDA_MMA_DKDV_KEYS(dc, atom);
-        qr = BURST_CUDA_MMA_KV2(dc) && fits ? BURST_CUDA_MMA_KV2_ROWS(dc)
-                                            : BURST_CUDA_MMA_BWD_ROWS(dc);
+        kv = two ? BURST_CUDA_MMA_KV2_KEYS : BURST_CUDA_MMA_DKDV_KEYS(dc, atom);
+        qr = two ? BURST_CUDA_MMA_KV2_ROWS(dc) : BURST_CUDA_MMA_BWD_ROWS(dc);
         dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc);
-        split = BURST_CUDA_MMA_KV2(dc) && fits ? 1 : BURST_CUDA_MMA_DKDV_SPLIT(dc);
+        split = two ? 1 : BURST_CUDA_MMA_DKDV_SPLIT(dc);
     }
     if (json) {
         burst_sb_printf(out,
