@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "context_internal.h" /* ops->mem.device_memory */
+#include "cpu/cpu_internal.h" /* burst_cpu_isa_forced_is_auto */
 #include "ref.h"
 
 /* ---- seeds and random numbers ---- */
@@ -234,6 +235,11 @@ static void harness_ctx_init(void)
     struct burst_context_params cp = burst_context_params_default();
     const char *be = getenv("BURST_TEST_BACKEND");
     cp.backend = be && *be ? be : "cpu";
+    if (strcmp(cp.backend, "cpu") == 0 && burst_cpu_isa_forced_is_auto()) {
+        fprintf(stderr, "harness: BURST_CPU_ISA names this cpu's default kernels, which the "
+                        "unforced run tests: SKIP\n");
+        exit(77);
+    }
     burst_status_t st = burst_context_create(&cp, &harness_ctx);
     if (st == BURST_ERR_NO_DEVICE) { /* a GPU backend's test on a machine without that device */
         fprintf(stderr, "harness: backend %s: no device here (%s): SKIP\n", cp.backend,

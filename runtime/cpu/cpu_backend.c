@@ -104,6 +104,26 @@ static unsigned burst_cpu_isa_mask(void)
     return m;
 }
 
+/* The best variant of mask m (burst_cpu_isa_mask): its highest bit. */
+static enum burst_cpu_isa burst_cpu_isa_best(unsigned m)
+{
+    int best = BURST_CPU_ISA_BASE;
+    for (int i = 0; i < BURST_CPU_ISA_COUNT; i++)
+        if (m & (1u << i))
+            best = i;
+    return (enum burst_cpu_isa)best;
+}
+
+int burst_cpu_isa_forced_is_auto(void)
+{
+    const char *env = NULL;
+    if (burst_setting_get("burst_cpu_isa_forced_is_auto", BURST_SET_CPU_ISA, NULL, &env) !=
+            BURST_OK ||
+        !env || strcmp(env, "auto") == 0)
+        return 0;
+    return strcmp(env, burst_cpu_isa_names[burst_cpu_isa_best(burst_cpu_isa_mask())]) == 0;
+}
+
 /* The kernel variant: BURST_CPU_ISA's, else the best this cpu runs (the highest bit). */
 static burst_status_t burst_cpu_pick_isa(enum burst_cpu_isa *isa_p)
 {
@@ -113,11 +133,7 @@ static burst_status_t burst_cpu_pick_isa(enum burst_cpu_isa *isa_p)
     if (st != BURST_OK)
         return st;
     if (!env || strcmp(env, "auto") == 0) {
-        int best = BURST_CPU_ISA_BASE;
-        for (int i = 0; i < BURST_CPU_ISA_COUNT; i++)
-            if (m & (1u << i))
-                best = i;
-        *isa_p = (enum burst_cpu_isa)best;
+        *isa_p = burst_cpu_isa_best(m);
         return BURST_OK;
     }
     for (int i = 0; i < BURST_CPU_ISA_COUNT; i++) {

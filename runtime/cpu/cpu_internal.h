@@ -304,6 +304,10 @@ static inline int64_t burst_cpu_ktile_next(const struct burst_posmap *kpos, stru
     return a0 < b0 && a1 >= a0 + vl ? mid : j1;
 }
 
+/* 1 when BURST_CPU_ISA names a variant and it is the one "auto" takes on this cpu (the tests of
+ * forced variants skip such a run: the unforced one covers it). */
+int burst_cpu_isa_forced_is_auto(void);
+
 /* fp32 lanes of a variant's vectors (cpu_fwd.c; 0 when this target does not build it). */
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa);
 
