@@ -223,11 +223,12 @@ int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
-/* Does the sm_80 dK/dV kernel's form that adds dQ by float atomics (fp16 / bf16, of head dim d's
- * class: BURST_CUDA_MMA_DKDV_KEYS keys, or BURST_CUDA_MMA_KV2_KEYS above D = 128) fit a device of
- * `optin` bytes of shared memory per block? Where it does not, the class runs the 64-key dK/dV
- * kernel without dQ and adds dQ in its own kernel. */
-int burst_cuda_mma_dq_fits(int d, size_t optin);
+/* Does the large sm_80 dK/dV kernel of head dim d's class and dtype (enum burst_cuda_dtype) fit a
+ * device of `optin` bytes of shared memory per block: the 8-warp kernel in two-dimensional tiles
+ * where the class has it (BURST_CUDA_MMA_KV2, BURST_CUDA_TF32_KV2), else for fp16 / bf16 the form
+ * that adds dQ by float atomics (BURST_CUDA_MMA_DKDV_KEYS keys)? Where it does not, the class runs
+ * the 64-key dK/dV kernel without dQ and adds dQ in its own kernel. */
+int burst_cuda_mma_big_fits(int d, int dtype, size_t optin);
 /* Do fp32 inputs run on the tensor cores (3xTF32)? 1 unless BURST_CUDA_FP32 is set: 0 for
  * "simt", -1 for any other non-empty value (the backend's create refuses it). */
 int burst_cuda_tf32_env(void);
@@ -284,6 +285,14 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * per block); backward rows of the streamed tiles and dK/dV column blocks (64 columns each above
  * D = 64, 48 at D = 96). */
 #define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 192 ? 32 : 16)
+/* fp32 dK/dV in burst_mma_kv2's two-dimensional tiles above D = 32 (at 32 the 64-key kernel is
+ * faster): 32-row Q / dO tiles; 64 keys in 8 warps up to D = 128 (152 KiB of shared memory at
+ * 128, within an A100's 163 KiB per block), 32 keys in 4 warps above (158 KiB at D = 192;
+ * 206 KiB at 256, which only Hopper's 227 KiB hold). The rows and column blocks below are those
+ * of burst_mma_dkdv, which runs at D = 32 and where kv2's tiles do not fit. */
+#define BURST_CUDA_TF32_KV2(D) ((D) > 32)
+#define BURST_CUDA_TF32_KV2_KEYS(D) ((D) <= 128 ? 64 : 32)
+#define BURST_CUDA_TF32_KV2_ROWS 32
 #define BURST_CUDA_TF32_BWD_ROWS(D) ((D) <= 128 ? 32 : 16)
 #define BURST_CUDA_TF32_DKDV_SPLIT(D) ((D) <= 64 ? 1 : (D) == 96 ? 2 : (D) / 64)
 #define BURST_CUDA_SIMT_BR 32

@@ -3,8 +3,8 @@
  * head, looping over the heads of its group and the query tiles that may see it) followed by a
  * dQ kernel (one block per query tile, looping over key tiles). Each output element has one
  * writer, which adds its sum to the fp32 accumulator: no float atomics, a deterministic backward.
- * For plans that are not deterministic the 16-bit dK/dV kernel also adds dQ with float atomics
- * (its DQ form) and no dQ kernel runs.
+ * For plans that are not deterministic the dK/dV kernel also adds dQ with float atomics (its DQ
+ * form: every 16-bit class, fp32 classes 64, 128, 192 and 256) and no dQ kernel runs.
  *
  * Two variants of each kernel, chosen like the forward's:
  *   - tensor cores (sm_80+, one instance per head-dim class as in the forward, written over the
@@ -14,12 +14,13 @@
  *     per key tile, each accumulating D / DKDV_SPLIT columns, S, dP, dV, dK, dQ as mma.sync
  *     products with fp32 accumulators. fp16/bf16 (burst_cuda_mma.cuh): m16n8k16, 64-row tiles
  *     (32 above D = 128), 2 column blocks above D = 128, P and dS rounded to the input dtype as
- *     the A operand of the dV / dK / dQ products (tests/harness.h bounds this); above D = 128
- *     the dK/dV kernel is burst_mma_kv2 instead, where its shared memory fits: one block of 8
- *     warps per 64 keys over the whole d, each phase of a step (S^T and dP^T; dV and dK; dQ) in
- *     its own layout of two-dimensional warp tiles, P^T and dS^T passing through shared memory.
- *     fp32 (burst_cuda_tf32.cuh): 3xTF32 on m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed
- *     tile by tile in fresh accumulators;
+ *     the A operand of the dV / dK / dQ products (tests/harness.h bounds this). fp32
+ *     (burst_cuda_tf32.cuh): 3xTF32 on m16n8k8, BURST_CUDA_TF32_* tiles, dQ, dK, dV summed tile
+ *     by tile in fresh accumulators. The dK/dV kernel of 16-bit classes above 128 and fp32
+ *     classes above 32 is burst_mma_kv2 instead, where its shared memory fits: one block per 64
+ *     keys (8 warps; fp32 above 128: 32 keys, 4 warps) over the whole d, each phase of a step
+ *     (S^T and dP^T; dV and dK; dQ) in its own layout of two-dimensional warp tiles, P^T and dS^T
+ *     passing through shared memory;
  *   - SIMT fp32 (burst_cuda_simt.cuh) for everything else.
  */
 #include "burst_cuda_tf32.cuh"
@@ -283,11 +284,12 @@ __device__ __forceinline__ void burst_kv_out_pair(const struct burst_cuda_step &
     }
 }
 
-/* A [KB keys][QR queries] tile in T, swizzled as a tile of class QR: dS^T (the DQ form of
- * burst_mma_dkdv; burst_mma_kv2) and P^T (burst_mma_kv2) */
-template <int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
+/* Elements of a [KB keys][QR queries] tile laid out as a tile of class QR (16-bit: swizzled;
+ * fp32: padded rows): dS^T (the DQ form of burst_mma_dkdv; burst_mma_kv2) and P^T
+ * (burst_mma_kv2) */
+template <typename T, int KB, int QR> __host__ __device__ constexpr int burst_mma_ds_elems()
 {
-    return KB * burst_tile_w<QR>();
+    return KB * burst_tc<T, QR>::W;
 }
 
 /* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk of KB
@@ -308,11 +310,9 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
     static_assert(DW % 16 == 0, "whole 16-column B fragments");
     const int m0 = 16 * (warp % RW), cw = c0 + (warp / RW) * DW;
     typename TC::A af[KB / 16];
-    const unsigned la =
-        burst_swz_lane<QR>((lane & 7) + ((lane >> 4) & 1) * 8, ((lane >> 3) & 1) * 8);
 #pragma unroll
     for (int kk = 0; kk < KB / 16; kk++)
-        burst_ldm_x4_t(af[kk].r, burst_swz_at<QR>(sds, la, kk * 16, m0));
+        burst_tc<typename TC::E, QR>::ldact(af[kk], sds, kk * 16, m0, lane);
     const struct burst_dq_rows rows = burst_dq_at(s, b, h, i0 + m0 + (lane >> 2), lane);
     constexpr int CN = DW % 32 == 0 ? 4 : 2; /* n8 tiles of a chunk */
 #pragma unroll
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     E *sk = (E *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
     E *sds = sdo + 2 * QR * W; /* DQ: dS^T */
     struct burst_qrows *rows =
-        (struct burst_qrows *)(sds + (DQ ? burst_mma_ds_elems<KB, QR>() : 0));
+        (struct burst_qrows *)(sds + (DQ ? burst_mma_ds_elems<T, KB, QR>() : 0));
     const int c0 = (int)blockIdx.y * DH; /* this block's columns of dK, dV: [c0, c0 + DH) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nk + KB - 1) / KB;
@@ -522,40 +522,52 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     }
 }
 
-/* ---- tensor cores, fp16 / bf16: dK and dV in two-dimensional warp tiles -------------------- */
+/* ---- tensor cores: dK and dV in two-dimensional warp tiles ------------------------------------ */
 
 /*
- * Tiles of the 16-bit dK/dV kernel of the classes above 128 (burst_mma_kv2): a block of NW = 8
- * warps holds KB = BURST_CUDA_MMA_KV2_KEYS keys and streams query tiles of
- * QR = BURST_CUDA_MMA_KV2_ROWS(D) rows. Each phase of a step lays the warps out over its own
- * product:
+ * Tiles of the dK/dV kernel burst_mma_kv2 (fp16 / bf16 above D = 128, fp32 above 32): a block
+ * of NW = KB / 8 warps holds KB keys (BURST_CUDA_MMA_KV2_KEYS, BURST_CUDA_TF32_KV2_KEYS) and
+ * streams query tiles of QR rows (BURST_CUDA_MMA_KV2_ROWS, BURST_CUDA_TF32_KV2_ROWS). Each phase
+ * of a step lays the warps out over its own product:
  *   - S^T = K Q^T and dP^T = V dO^T (KB x QR): SK x SQ warps of MS keys x NS queries;
  *   - dV += P^T dO and dK += dS^T Q (KB x D): VK x VC warps of MV keys x DV columns, P^T and dS^T
- *     read back from shared memory, where the first phase left them rounded to T;
- *   - dQ += dS K (QR x D, the DQ form): burst_mma_dq_add's layout.
- * So no block recomputes another's scores (burst_mma_dkdv splits these classes' columns over two
+ *     read back from shared memory, where the first phase left them (rounded to T for 16-bit
+ *     operands, fp32 for fp32);
+ *   - dQ += dS K (QR x D, the DQ form): burst_mma_dq_add's layout, where its column groups are
+ *     whole 16-column fragments (DQ_OK).
+ * So no block recomputes another's scores (burst_mma_dkdv splits the wide classes' columns over
  * blocks, each computing S^T and dP^T whole), and every fragment read from shared memory feeds
  * two or more row or column tiles of its product.
  */
-template <int D> struct burst_kv2 {
-    static constexpr int NW = 8, KB = BURST_CUDA_MMA_KV2_KEYS, QR = BURST_CUDA_MMA_KV2_ROWS(D);
-    static constexpr int SK = 4, SQ = NW / SK, MS = KB / SK, NS = QR / SQ;
-    static constexpr int VK = KB / 32, VC = NW / VK, MV = KB / VK, DV = D / VC;
+template <typename T, int D> struct burst_kv2 {
+    static constexpr bool F32 = burst_tc<T, D>::FRESH;
+    static constexpr int KB = F32 ? BURST_CUDA_TF32_KV2_KEYS(D) : BURST_CUDA_MMA_KV2_KEYS;
+    static constexpr int NW = KB / 8; /* 8 warps, 4 for fp32's 32-key blocks */
+    static constexpr int QR = F32 ? BURST_CUDA_TF32_KV2_ROWS : BURST_CUDA_MMA_KV2_ROWS(D);
+    static constexpr int SK = NW / 2, SQ = NW / SK, MS = KB / SK, NS = QR / SQ;
+    /* 32-key warp tiles where the columns fall in whole 16-column fragments, else 16 keys */
+    static constexpr int VK = D % 64 == 0 ? KB / 32 : KB / 16, VC = NW / VK, MV = KB / VK;
+    static constexpr int DV = D / VC;
+    static constexpr bool DQ_OK = D / (NW / (QR / 16)) % 16 == 0;
     static_assert(MS % 16 == 0 && NS % 16 == 0 && MV % 16 == 0 && DV % 16 == 0, "whole tiles");
 };
 
 /* c[m][n] = rows [a0 + 16 m, + 16) of tile a times rows [b0 + 8 n, + 8) of tile b, transposed
- * (C = A B^T over the class's D columns; both [rows][D] tiles of traits TC). */
+ * (C = A B^T over the class's D columns; both [rows][D] tiles of traits TC; fp32 adds
+ * TC::mma2's small terms at the end). */
 template <typename TC, int D, int MM, int NN>
 __device__ __forceinline__ void burst_tc_abt(float (&c)[MM / 16][NN / 8][4],
                                              const typename TC::E *a, int a0,
                                              const typename TC::E *b, int b0, int lane)
 {
+    float cs[MM / 16][NN / 8][4]; /* small terms (none for 16-bit operands) */
 #pragma unroll
     for (int m = 0; m < MM / 16; m++)
 #pragma unroll
         for (int n = 0; n < NN / 8; n++)
-            c[m][n][0] = c[m][n][1] = c[m][n][2] = c[m][n][3] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                c[m][n][e] = cs[m][n][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         typename TC::A x[MM / 16];
@@ -568,45 +580,80 @@ __device__ __forceinline__ void burst_tc_abt(float (&c)[MM / 16][NN / 8][4],
             TC::ldb(y, b, b0 + 16 * n2, kk * 16, lane);
 #pragma unroll
             for (int m = 0; m < MM / 16; m++) {
-                TC::mma(c[m][2 * n2], x[m], y, 0);
-                TC::mma(c[m][2 * n2 + 1], x[m], y, 1);
+                TC::mma2(c[m][2 * n2], cs[m][2 * n2], x[m], y, 0);
+                TC::mma2(c[m][2 * n2 + 1], cs[m][2 * n2 + 1], x[m], y, 1);
             }
         }
     }
+#pragma unroll
+    for (int m = 0; m < MM / 16; m++)
+        burst_tc_add_small<TC, NN / 8>(c[m], cs[m]);
 }
 
 /* acc[m][n] += rows [a0 + 16 m, + 16) of the [keys][queries] tile a (class QR) times columns
- * [c0 + 8 n, + 8) of the [queries][D] tile b (C = A B, k = the query). */
+ * [c0 + 8 n, + 8) of the [queries][D] tile b (C = A B, k = the query). fp32 (TC::FRESH): the
+ * step's sum in fresh accumulators, 16 columns at a time, added to acc in ordinary fp32. */
 template <typename T, int D, int QR, int MM, int NN>
-__device__ __forceinline__ void burst_tc_ab(float (&acc)[MM / 16][NN / 8][4], const T *a, int a0,
-                                            const T *b, int c0, int lane)
+__device__ __forceinline__ void burst_tc_ab(float (&acc)[MM / 16][NN / 8][4],
+                                            const typename burst_tc<T, D>::E *a, int a0,
+                                            const typename burst_tc<T, D>::E *b, int c0, int lane)
 {
     using TC = burst_tc<T, D>;
-    const unsigned la = burst_swz_lane<QR>(lane & 15, (lane >> 4) * 8); /* as TC::lda */
+    using TQ = burst_tc<T, QR>;
+    if constexpr (TC::FRESH) {
+        typename TC::A x[QR / 16][MM / 16];
 #pragma unroll
-    for (int kk = 0; kk < QR / 16; kk++) {
-        typename TC::A x[MM / 16];
+        for (int kk = 0; kk < QR / 16; kk++)
 #pragma unroll
-        for (int m = 0; m < MM / 16; m++)
-            burst_ldm_x4(x[m].r, burst_swz_at<QR>(a, la, a0 + 16 * m, kk * 16));
+            for (int m = 0; m < MM / 16; m++)
+                TQ::ldac(x[kk][m], a, a0 + 16 * m, kk * 16, lane);
 #pragma unroll
         for (int n2 = 0; n2 < NN / 16; n2++) {
-            typename TC::B y;
-            TC::ldbt(y, b, kk * 16, c0 + 16 * n2, lane);
+            float f[MM / 16][2][4] = {};
 #pragma unroll
-            for (int m = 0; m < MM / 16; m++) {
-                TC::mma(acc[m][2 * n2], x[m], y, 0);
-                TC::mma(acc[m][2 * n2 + 1], x[m], y, 1);
+            for (int kk = 0; kk < QR / 16; kk++) {
+                typename TC::B y;
+                TC::ldbt(y, b, kk * 16, c0 + 16 * n2, lane);
+#pragma unroll
+                for (int m = 0; m < MM / 16; m++) {
+                    TC::mma(f[m][0], x[kk][m], y, 0);
+                    TC::mma(f[m][1], x[kk][m], y, 1);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < MM / 16; m++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    acc[m][2 * n2][e] += f[m][0][e];
+                    acc[m][2 * n2 + 1][e] += f[m][1][e];
+                }
+        }
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < QR / 16; kk++) {
+            typename TC::A x[MM / 16];
+#pragma unroll
+            for (int m = 0; m < MM / 16; m++)
+                TQ::ldac(x[m], a, a0 + 16 * m, kk * 16, lane);
+#pragma unroll
+            for (int n2 = 0; n2 < NN / 16; n2++) {
+                typename TC::B y;
+                TC::ldbt(y, b, kk * 16, c0 + 16 * n2, lane);
+#pragma unroll
+                for (int m = 0; m < MM / 16; m++) {
+                    TC::mma(acc[m][2 * n2], x[m], y, 0);
+                    TC::mma(acc[m][2 * n2 + 1], x[m], y, 1);
+                }
             }
         }
     }
 }
 
-/* The C tiles c (MM keys from k0 x NN queries from q0) into the [KB][QR] tile t of class QR,
- * rounded to T: each lane's pairs of adjacent queries as one 32-bit word. */
-template <typename T, int QR, int MM, int NN>
-__device__ __forceinline__ void burst_tc_store_t(T *t, const float (&c)[MM / 16][NN / 8][4], int k0,
-                                                 int q0, int lane)
+/* The C tiles c (MM keys from k0 x NN queries from q0) into the [KB][QR] tile t of class QR
+ * (TQ::st2: each lane's pairs of adjacent queries). */
+template <typename TQ, int MM, int NN>
+__device__ __forceinline__ void
+burst_tc_store_t(typename TQ::E *t, const float (&c)[MM / 16][NN / 8][4], int k0, int q0, int lane)
 {
     const int rq = lane >> 2, cq = 2 * (lane & 3);
 #pragma unroll
@@ -615,8 +662,8 @@ __device__ __forceinline__ void burst_tc_store_t(T *t, const float (&c)[MM / 16]
         for (int n = 0; n < NN / 8; n++)
 #pragma unroll
             for (int u = 0; u < 2; u++)
-                *(unsigned *)(t + burst_swz<QR>(k0 + 16 * m + rq + 8 * u, q0 + 8 * n + cq)) =
-                    burst_mma<T>::pack(c[m][n][2 * u], c[m][n][2 * u + 1]);
+                TQ::st2(t, k0 + 16 * m + rq + 8 * u, q0 + 8 * n + cq, c[m][n][2 * u],
+                        c[m][n][2 * u + 1]);
 }
 
 /* P^T and dS^T of one warp's MS keys x NS queries (scores sc, dP^T dp) of the step whose row
@@ -662,23 +709,26 @@ burst_kv2_softmax(const struct burst_cuda_step &s, const struct burst_qrows *rw,
             }
 }
 
-/* dK and dV of KB keys of K/V head g (one block per key tile), for fp16 / bf16 (burst_kv2's
- * tiles): per step, a query tile of QR rows of one head of the group, Q and dO double buffered by
- * cp.async; two barriers per step (after the tile lands, after P^T and dS^T are stored). DQ
- * (plans that are not deterministic): the block also adds dQ = tau dS K with float atomics
- * (burst_mma_dq_add), and no dQ kernel recomputes S and dP. */
+/* dK and dV of KB keys of K/V head g (one block per key tile, burst_kv2's tiles): per step, a
+ * query tile of QR rows of one head of the group, Q and dO double buffered by cp.async; two
+ * barriers per step (after the tile lands, after P^T and dS^T are stored). DQ (plans that are not
+ * deterministic): the block also adds dQ = tau dS K with float atomics (burst_mma_dq_add), and no
+ * dQ kernel recomputes S and dP. */
 template <typename T, int D, bool DQ>
-__global__ void __launch_bounds__(32 * burst_kv2<D>::NW, 1) burst_mma_kv2(struct burst_cuda_step s)
+__global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
+    burst_mma_kv2(struct burst_cuda_step s)
 {
     using TC = burst_tc<T, D>;
-    using K2 = burst_kv2<D>;
+    using TQ = burst_tc<T, burst_kv2<T, D>::QR>;
+    using E = typename TC::E;
+    using K2 = burst_kv2<T, D>;
     constexpr int W = TC::W, KB = K2::KB, QR = K2::QR, NT = 32 * K2::NW;
-    static_assert(!TC::FRESH, "16-bit operands");
+    static_assert(!DQ || K2::DQ_OK, "dQ in whole 16-column fragments");
     static_assert(QR <= MMA_BR, "burst_qrows holds the rows of a query tile");
     extern __shared__ __align__(16) unsigned char smraw[];
-    T *sk = (T *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
-    T *sp = sdo + 2 * QR * W, *sds = sp + burst_mma_ds_elems<KB, QR>(); /* P^T, dS^T */
-    struct burst_qrows *rows = (struct burst_qrows *)(sds + burst_mma_ds_elems<KB, QR>());
+    E *sk = (E *)smraw, *sv = sk + KB * W, *sq = sv + KB * W, *sdo = sq + 2 * QR * W;
+    E *sp = sdo + 2 * QR * W, *sds = sp + burst_mma_ds_elems<T, KB, QR>(); /* P^T, dS^T */
+    struct burst_qrows *rows = (struct burst_qrows *)(sds + burst_mma_ds_elems<T, KB, QR>());
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t tiles = (s.nk + KB - 1) / KB;
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
@@ -730,14 +780,14 @@ __global__ void __launch_bounds__(32 * burst_kv2<D>::NW, 1) burst_mma_kv2(struct
         const int hn = rc + 1 == ntq ? hc + 1 : hc, rn = rc + 1 == ntq ? 0 : rc + 1;
         if (it + 1 < total)
             issue(hn, rn, st ^ 1);
-        const T *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
+        const E *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         {
             float sc[K2::MS / 16][K2::NS / 8][4], dp[K2::MS / 16][K2::NS / 8][4];
             burst_tc_abt<TC, D, K2::MS, K2::NS>(sc, sk, ks, qt, qs, lane);
             burst_tc_abt<TC, D, K2::MS, K2::NS>(dp, sv, ks, ot, qs, lane);
             burst_kv2_softmax<K2::MS, K2::NS>(s, &rows[st], sc, dp, (int)j0 + ks, qs, lane);
-            burst_tc_store_t<T, QR, K2::MS, K2::NS>(sp, sc, ks, qs, lane);
-            burst_tc_store_t<T, QR, K2::MS, K2::NS>(sds, dp, ks, qs, lane);
+            burst_tc_store_t<TQ, K2::MS, K2::NS>(sp, sc, ks, qs, lane);
+            burst_tc_store_t<TQ, K2::MS, K2::NS>(sds, dp, ks, qs, lane);
         }
         __syncthreads(); /* P^T and dS^T of every warp */
         burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dv, sp, kv, ot, cv, lane);
@@ -768,47 +818,58 @@ __global__ void __launch_bounds__(32 * burst_kv2<D>::NW, 1) burst_mma_kv2(struct
 
 template <typename T, int D> static constexpr size_t burst_mma_kv2_smem()
 {
-    using K2 = burst_kv2<D>;
-    return (size_t)(2 * K2::KB + 4 * K2::QR) * burst_tile_w<D>() * sizeof(T) +
-           2 * burst_mma_ds_elems<K2::KB, K2::QR>() * sizeof(T) + 2 * sizeof(struct burst_qrows);
+    using K2 = burst_kv2<T, D>;
+    using E = typename burst_tc<T, D>::E;
+    return ((size_t)(2 * K2::KB + 4 * K2::QR) * burst_tc<T, D>::W +
+            2 * burst_mma_ds_elems<T, K2::KB, K2::QR>()) *
+               sizeof(E) +
+           2 * sizeof(struct burst_qrows);
 }
 
 template <typename T, int D, bool DQ, int KB> static constexpr size_t burst_mma_dkdv_smem()
 {
     using TC = burst_tc<T, D>;
     return (size_t)(2 * KB + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E) +
-           (DQ ? burst_mma_ds_elems<KB, TC::BWD_ROWS>() * sizeof(T) : 0) +
+           (DQ ? burst_mma_ds_elems<T, KB, TC::BWD_ROWS>() * sizeof(T) : 0) +
            2 * sizeof(struct burst_qrows);
 }
 
-/* The dK/dV kernel adds dQ itself (DQ) for 16-bit operands where the plan allows float atomics. */
-template <typename T> constexpr bool burst_mma_has_dq()
-{
-    return !burst_tc<T, 64>::FRESH;
-}
-
-/* The dK/dV kernel of fp16 / bf16 classes above 128 (BURST_CUDA_MMA_KV2): burst_mma_kv2. */
+/* The dK/dV kernel of class D: burst_mma_kv2 (fp16 / bf16 above 128: BURST_CUDA_MMA_KV2; fp32:
+ * BURST_CUDA_TF32_KV2), else burst_mma_dkdv. */
 template <typename T, int D> constexpr bool burst_mma_is_kv2()
 {
-    return burst_mma_has_dq<T>() && BURST_CUDA_MMA_KV2(D);
+    return burst_tc<T, D>::FRESH ? BURST_CUDA_TF32_KV2(D) : BURST_CUDA_MMA_KV2(D);
 }
 
-/* Does the DQ form of class D (burst_mma_kv2's, above 128) fit a device of `optin` bytes of shared
- * memory per block? */
-template <typename T, int D> static bool burst_mma_dq_fits(size_t optin)
+/* Has class D a dK/dV kernel that adds dQ itself by float atomics (DQ, plans that are not
+ * deterministic)? fp16 / bf16: always; fp32: burst_mma_kv2's, where its dQ column groups are
+ * whole fragments. */
+template <typename T, int D> constexpr bool burst_mma_has_dq()
 {
-    if constexpr (BURST_CUDA_MMA_KV2(D))
-        return burst_mma_kv2_smem<T, D>() <= optin;
+    if constexpr (burst_mma_is_kv2<T, D>())
+        return burst_kv2<T, D>::DQ_OK;
     else
-        return burst_mma_dkdv_smem<T, D, true, BURST_CUDA_MMA_DKDV_KEYS(D, true)>() <= optin;
+        return !burst_tc<T, D>::FRESH;
 }
 
-/* Set by burst_bwd_mma_attr where the DQ form of class D does not fit a device's opt-in shared
- * memory (classes 96, 128 and 192 on 99 KiB devices such as sm_86 / sm_89, where class 256 does
- * not fit the mma.sync kernels at all); that class then runs burst_mma_dkdv without dQ and the
- * separate dQ kernel on every device of the process (in a process that also drives a larger
- * device, `burstrun --probe` reports that device's own choice). */
-template <typename T, int D> static int burst_mma_dq_unfit = 0;
+/* Does the large dK/dV kernel of class D (burst_mma_kv2, else burst_mma_dkdv's DQ form) fit a
+ * device of `optin` bytes of shared memory per block? */
+template <typename T, int D> static bool burst_mma_big_fits(size_t optin)
+{
+    if constexpr (burst_mma_is_kv2<T, D>())
+        return burst_mma_kv2_smem<T, D>() <= optin;
+    else if constexpr (burst_mma_has_dq<T, D>())
+        return burst_mma_dkdv_smem<T, D, true, BURST_CUDA_MMA_DKDV_KEYS(D, true)>() <= optin;
+    else
+        return true;
+}
+
+/* Set by burst_bwd_mma_attr where the large dK/dV kernel of class D does not fit a device's opt-in
+ * shared memory (on 99 KiB devices such as sm_86 / sm_89: 16-bit classes 96 to 192, fp32 class
+ * 128; class 256 does not fit the mma.sync kernels at all); that class then runs burst_mma_dkdv
+ * without dQ and the separate dQ kernel on every device of the process (in a process that also
+ * drives a larger device, `burstrun --probe` reports that device's own choice). */
+template <typename T, int D> static int burst_mma_big_unfit = 0;
 
 /* The dK/dV kernel with dQ inside or not: burst_mma_dkdv in blocks of BURST_CUDA_MMA_DKDV_KEYS
  * keys, or burst_mma_kv2 (KV2). */
@@ -816,10 +877,11 @@ template <typename T, int D, bool DQ, bool KV2 = false>
 static cudaError_t burst_mma_dkdv_launch(const struct burst_cuda_step *s)
 {
     if constexpr (KV2) {
-        constexpr int KB = burst_kv2<D>::KB;
-        const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
-        burst_mma_kv2<T, D, DQ><<<(unsigned)blocks, 32 * burst_kv2<D>::NW,
-                                  burst_mma_kv2_smem<T, D>(), cudaStreamPerThread>>>(*s);
+        using K2 = burst_kv2<T, D>;
+        const int64_t blocks = s->batch * s->hkv * ((s->nk + K2::KB - 1) / K2::KB);
+        burst_mma_kv2<T, D, DQ>
+            <<<(unsigned)blocks, 32 * K2::NW, burst_mma_kv2_smem<T, D>(), cudaStreamPerThread>>>(
+                *s);
     } else {
         constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, DQ);
         const int64_t blocks = s->batch * s->hkv * ((s->nk + KB - 1) / KB);
@@ -833,19 +895,24 @@ static cudaError_t burst_mma_dkdv_launch(const struct burst_cuda_step *s)
 template <typename T, int D> static int burst_bwd_mma_run(const struct burst_cuda_step *s)
 {
     const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool dq_fits = burst_mma_has_dq<T>() && !burst_mma_dq_unfit<T, D>;
-    const bool fused = dq_fits && s->dq && s->dq_atomic && kv;
+    const bool big = !burst_mma_big_unfit<T, D>;
+    const bool fused = burst_mma_has_dq<T, D>() && big && s->dq && s->dq_atomic && kv;
     if (kv) {
         cudaError_t e;
-        if constexpr (burst_mma_is_kv2<T, D>())
-            e = !dq_fits ? burst_mma_dkdv_launch<T, D, false>(s)
-                : fused  ? burst_mma_dkdv_launch<T, D, true, true>(s)
-                         : burst_mma_dkdv_launch<T, D, false, true>(s);
-        else if constexpr (burst_mma_has_dq<T>())
+        if constexpr (burst_mma_is_kv2<T, D>()) {
+            if (!big)
+                e = burst_mma_dkdv_launch<T, D, false>(s);
+            else if constexpr (burst_mma_has_dq<T, D>())
+                e = fused ? burst_mma_dkdv_launch<T, D, true, true>(s)
+                          : burst_mma_dkdv_launch<T, D, false, true>(s);
+            else
+                e = burst_mma_dkdv_launch<T, D, false, true>(s);
+        } else if constexpr (burst_mma_has_dq<T, D>()) {
             e = fused ? burst_mma_dkdv_launch<T, D, true>(s)
                       : burst_mma_dkdv_launch<T, D, false>(s);
-        else
+        } else {
             e = burst_mma_dkdv_launch<T, D, false>(s);
+        }
         if (e != cudaSuccess || fused)
             return e;
     }
@@ -881,18 +948,23 @@ template <typename T> static int burst_bwd_mma(const struct burst_cuda_step *s)
                           [&](auto c) { return burst_bwd_mma_run<T, decltype(c)::value>(s); });
 }
 
-/* The DQ form of class D (for burst_mma_kv2 also its form without dQ), where it fits */
-template <typename T, int D> static cudaError_t burst_bwd_mma_attr_dq()
+/* The large dK/dV kernel of class D: burst_mma_kv2 (both forms where it has DQ), else
+ * burst_mma_dkdv's DQ form */
+template <typename T, int D> static cudaError_t burst_bwd_mma_attr_big()
 {
     if constexpr (burst_mma_is_kv2<T, D>()) {
-        cudaError_t e = burst_smem_limit(burst_mma_kv2<T, D, true>, burst_mma_kv2_smem<T, D>());
-        if (e == cudaSuccess)
-            e = burst_smem_limit(burst_mma_kv2<T, D, false>, burst_mma_kv2_smem<T, D>());
+        constexpr size_t smem = burst_mma_kv2_smem<T, D>();
+        cudaError_t e = burst_smem_limit(burst_mma_kv2<T, D, false>, smem);
+        if constexpr (burst_mma_has_dq<T, D>())
+            if (e == cudaSuccess)
+                e = burst_smem_limit(burst_mma_kv2<T, D, true>, smem);
         return e;
-    } else {
+    } else if constexpr (burst_mma_has_dq<T, D>()) {
         constexpr int KQ = BURST_CUDA_MMA_DKDV_KEYS(D, true);
         return burst_smem_limit(burst_mma_dkdv<T, D, true, KQ>,
                                 burst_mma_dkdv_smem<T, D, true, KQ>());
+    } else {
+        return cudaSuccess;
     }
 }
 
@@ -901,15 +973,13 @@ template <typename T, int D> static cudaError_t burst_bwd_mma_attr()
     constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, false);
     cudaError_t e =
         burst_smem_limit(burst_mma_dkdv<T, D, false, KB>, burst_mma_dkdv_smem<T, D, false, KB>());
-    if constexpr (burst_mma_has_dq<T>()) {
-        size_t optin = 0;
-        if (e == cudaSuccess)
-            e = burst_device_optin(&optin);
-        if (e == cudaSuccess && !burst_mma_dq_fits<T, D>(optin))
-            burst_mma_dq_unfit<T, D> = 1;
-        else if (e == cudaSuccess)
-            e = burst_bwd_mma_attr_dq<T, D>();
-    }
+    size_t optin = 0;
+    if (e == cudaSuccess)
+        e = burst_device_optin(&optin);
+    if (e == cudaSuccess && !burst_mma_big_fits<T, D>(optin))
+        burst_mma_big_unfit<T, D> = 1;
+    else if (e == cudaSuccess)
+        e = burst_bwd_mma_attr_big<T, D>();
     if (e == cudaSuccess)
         e = burst_smem_limit(burst_mma_dq<T, D>, burst_mma_dq_smem<T, D>());
     return e;
@@ -989,7 +1059,7 @@ template <typename T> static cudaError_t burst_bwd_attr_all()
 
 template <typename T, int D> static size_t burst_mma_bwd_smem1()
 {
-    /* without the DQ form, which runs only where it fits (burst_mma_dq_unfit) */
+    /* without the large dK/dV kernel, which runs only where it fits (burst_mma_big_unfit) */
     constexpr int KB = BURST_CUDA_MMA_DKDV_KEYS(D, false);
     const size_t a = burst_mma_dq_smem<T, D>(), b = burst_mma_dkdv_smem<T, D, false, KB>();
     return a > b ? a : b;
@@ -1004,10 +1074,13 @@ extern "C" size_t burst_cuda_mma_bwd_smem(int d, int dtype)
     });
 }
 
-extern "C" int burst_cuda_mma_dq_fits(int d, size_t optin)
+extern "C" int burst_cuda_mma_big_fits(int d, int dtype, size_t optin)
 {
-    return burst_by_class(
-        d, [&](auto c) { return (int)burst_mma_dq_fits<__half, decltype(c)::value>(optin); });
+    return burst_by_class(d, [&](auto c) {
+        constexpr int D = decltype(c)::value;
+        return (int)(dtype == BURST_CUDA_F32 ? burst_mma_big_fits<float, D>(optin)
+                                             : burst_mma_big_fits<__half, D>(optin));
+    });
 }
 
 extern "C" int burst_cuda_bwd_init(void)

@@ -135,6 +135,18 @@ __device__ __forceinline__ unsigned burst_swz_at(const void *t, unsigned lane, i
  * This one is fp16 / bf16: swizzled tiles, ldmatrix, one mma.sync m16n8k16 per n8 tile; the fp32
  * traits (3xTF32) are in burst_cuda_tf32.cuh.
  */
+/* The fragments of one k16 step of an m16 x n16 product, the same for every class of an element
+ * type (so a kernel may load an operand from a tile of one class and multiply it with traits of
+ * another): here fp16 / bf16, four 32-bit registers each; fp32's are in burst_cuda_tf32.cuh. */
+template <typename T> struct burst_tc_frag {
+    struct A {
+        unsigned r[4];
+    };
+    struct B {
+        unsigned r[4];
+    };
+};
+
 template <typename T, int D> struct burst_tc {
     using E = T;                                /* element of the shared-memory tiles */
     static constexpr int W = burst_tile_w<D>(); /* elements per tile row */
@@ -146,15 +158,16 @@ template <typename T, int D> struct burst_tc {
     static constexpr int DKDV_SPLIT = BURST_CUDA_MMA_DKDV_SPLIT(D);
     /* split accumulation (burst_cuda_tf32.cuh): none for 16-bit operands */
     static constexpr bool FRESH = false, SPLIT_S = false;
-    struct A {
-        unsigned r[4];
-    };
-    struct B {
-        unsigned r[4];
-    };
+    using A = typename burst_tc_frag<T>::A;
+    using B = typename burst_tc_frag<T>::B;
     static __device__ __forceinline__ int off(int row, int col)
     {
         return burst_swz<D>(row, col);
+    }
+    /* (row, col) and (row, col + 1) <- x, y rounded to T (col even) */
+    static __device__ __forceinline__ void st2(E *t, int row, int col, float x, float y)
+    {
+        *(unsigned *)(t + off(row, col)) = burst_mma<T>::pack(x, y);
     }
     /* rows [row0, row0 + 16) x columns [k0, k0 + 16) as the A operand (row0, k0: multiples
      * of 16, as for ldb and ldbt) */
@@ -162,6 +175,20 @@ template <typename T, int D> struct burst_tc {
     {
         const unsigned l = burst_swz_lane<D>(lane & 15, (lane >> 4) * 8);
         burst_ldm_x4(a.r, burst_swz_at<D>(t, l, row0, k0));
+    }
+    /* the A operand of C += A B from a tile of stored C values (P^T, dS^T), in the order of k
+     * that cta gives and ldbt expects: here lda's */
+    static __device__ __forceinline__ void ldac(A &a, const E *t, int row0, int k0, int lane)
+    {
+        lda(a, t, row0, k0, lane);
+    }
+    /* ... and from rows [k0, k0 + 16) x columns [m0, m0 + 16) transposed (A[i][k] =
+     * t[k0 + k][m0 + i]) */
+    static __device__ __forceinline__ void ldact(A &a, const E *t, int k0, int m0, int lane)
+    {
+        const unsigned l =
+            burst_swz_lane<D>((lane & 7) + ((lane >> 4) & 1) * 8, ((lane >> 3) & 1) * 8);
+        burst_ldm_x4_t(a.r, burst_swz_at<D>(t, l, k0, m0));
     }
     /* rows [n0, n0 + 16) x columns [k0, k0 + 16) as the B operand of A B^T */
     static __device__ __forceinline__ void ldb(B &b, const E *t, int n0, int k0, int lane)

@@ -154,8 +154,13 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
     const char *f32n = f32 ? "mma 3xtf32" : "simt";
     const int f32br = f32 ? 64 : BURST_CUDA_SIMT_BR;
     const int f32bc = f32 ? BURST_CUDA_TF32_FWD_BC(dc) : BURST_CUDA_SIMT_BC(dc);
-    const int f32r = f32 ? BURST_CUDA_TF32_BWD_ROWS(dc) : BURST_CUDA_SIMT_BC(dc);
-    const int f32s = f32 ? BURST_CUDA_TF32_DKDV_SPLIT(dc) : 1;
+    /* fp32 dK/dV: the 8-warp kernel, whole columns, where the class has it and it fits */
+    const int f32two = f32 && BURST_CUDA_TF32_KV2(dc) &&
+                       burst_cuda_mma_big_fits(dc, BURST_CUDA_F32, caps->smem_block_optin);
+    const int f32r = f32two ? BURST_CUDA_TF32_KV2_ROWS
+                     : f32  ? BURST_CUDA_TF32_BWD_ROWS(dc)
+                            : BURST_CUDA_SIMT_BC(dc);
+    const int f32s = f32 && !f32two ? BURST_CUDA_TF32_DKDV_SPLIT(dc) : 1;
     const int fk = burst_cuda_class_kind(caps, mma, wg, dc, 0);
     const int bk = burst_cuda_class_kind(caps, mma, wg_bwd, dc, 1);
     const int lo = dc == 32 ? 8 : dc == 192 ? 136 : dc == 256 ? 200 : dc - 24;
@@ -174,7 +179,7 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
             kv = 64, dqr = BURST_CUDA_MMA_BR, dqk = BURST_CUDA_MMA_BWD_ROWS(dc), dqn = "mma";
     } else if (bk == BURST_CUDA_FWD_MMA) {
         /* above 128 the 8-warp kernel, whole columns, where it fits (also without dQ) */
-        const int fits = burst_cuda_mma_dq_fits(dc, caps->smem_block_optin);
+        const int fits = burst_cuda_mma_big_fits(dc, BURST_CUDA_F16, caps->smem_block_optin);
         const int two = BURST_CUDA_MMA_KV2(dc) && fits;
         atom = burst_cuda_dq_atomic_env() && fits;
         kv = two ? BURST_CUDA_MMA_KV2_KEYS : BURST_CUDA_MMA_DKDV_KEYS(dc, atom);

@@ -49,6 +49,16 @@ __device__ __forceinline__ void burst_mma_tf32(float *c, const unsigned *a, cons
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* one k16 step = two k8 steps s, each split into hi and lo */
+template <> struct burst_tc_frag<float> {
+    struct A {
+        unsigned h[2][4], l[2][4];
+    };
+    struct B {
+        unsigned h[2][2][2], l[2][2][2]; /* [n8 tile][k8 step][register] */
+    };
+};
+
 template <int D> struct burst_tc<float, D> {
     using E = float;
     static constexpr int W = D + 4, CH = 4;
@@ -61,16 +71,15 @@ template <int D> struct burst_tc<float, D> {
      * SPLIT_S: the products over the head dim (S, dP) keep the small terms in their own
      * accumulator (mma2), so that only the hi x hi chain runs at the magnitude of the result. */
     static constexpr bool FRESH = true, SPLIT_S = true;
-    /* one k16 step = two k8 steps s, each split into hi and lo */
-    struct A {
-        unsigned h[2][4], l[2][4];
-    };
-    struct B {
-        unsigned h[2][2][2], l[2][2][2]; /* [n8 tile][k8 step][register] */
-    };
+    using A = burst_tc_frag<float>::A;
+    using B = burst_tc_frag<float>::B;
     static __device__ __forceinline__ int off(int row, int col)
     {
         return row * W + col;
+    }
+    static __device__ __forceinline__ void st2(E *t, int row, int col, float x, float y)
+    {
+        *(float2 *)(t + off(row, col)) = make_float2(x, y);
     }
     static __device__ __forceinline__ void lda(A &a, const E *t, int row0, int k0, int lane)
     {
@@ -81,6 +90,34 @@ template <int D> struct burst_tc<float, D> {
             burst_tf32_split(p[8 * s + 8 * W], a.h[s][1], a.l[s][1]);
             burst_tf32_split(p[8 * s + 4], a.h[s][2], a.l[s][2]);
             burst_tf32_split(p[8 * s + 8 * W + 4], a.h[s][3], a.l[s][3]);
+        }
+    }
+    /* rows [row0, row0 + 16) x columns [k0, k0 + 16) as the A operand in cta's order of k (slot
+     * t of k8 step s is column 8 s + 2 t, slot t + 4 column 8 s + 2 t + 1), the order ldbt reads
+     * B in: A of C += A B from a tile of stored C values */
+    static __device__ __forceinline__ void ldac(A &a, const E *t, int row0, int k0, int lane)
+    {
+        const E *p = t + (row0 + (lane >> 2)) * W + k0 + 2 * (lane & 3);
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const float2 u = *(const float2 *)(p + 8 * s), v = *(const float2 *)(p + 8 * s + 8 * W);
+            burst_tf32_split(u.x, a.h[s][0], a.l[s][0]);
+            burst_tf32_split(v.x, a.h[s][1], a.l[s][1]);
+            burst_tf32_split(u.y, a.h[s][2], a.l[s][2]);
+            burst_tf32_split(v.y, a.h[s][3], a.l[s][3]);
+        }
+    }
+    /* rows [k0, k0 + 16) x columns [m0, m0 + 16) transposed (A[i][k] = t[k0 + k][m0 + i]) as
+     * the A operand in cta's order of k */
+    static __device__ __forceinline__ void ldact(A &a, const E *t, int k0, int m0, int lane)
+    {
+        const E *p = t + (k0 + 2 * (lane & 3)) * W + m0 + (lane >> 2);
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            burst_tf32_split(p[8 * s * W], a.h[s][0], a.l[s][0]);
+            burst_tf32_split(p[8 * s * W + 8], a.h[s][1], a.l[s][1]);
+            burst_tf32_split(p[(8 * s + 1) * W], a.h[s][2], a.l[s][2]);
+            burst_tf32_split(p[(8 * s + 1) * W + 8], a.h[s][3], a.l[s][3]);
         }
     }
     static __device__ __forceinline__ void ldb(B &b, const E *t, int n0, int k0, int lane)

@@ -140,6 +140,8 @@ static const struct harness_case cases[] = {
     {CASE("tf32_d248_window", 140), .q_heads = 1, .kv_heads = 1, .head_dim = 248, .window_left = 30,
      .window_right = 30},
     {CASE("tf32_d128_long_causal_2ranks", 700), .ranks = 2, .head_dim = 128, .causal = 1},
+    {CASE("tf32_d120_gqa2_window", 260), .q_heads = 4, .kv_heads = 2, .head_dim = 120,
+     .window_left = 70, .window_right = 5},
     {CASE("tf32_d64_large_scores", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4, .causal = 1},
     {CASE("one_token", 1), .causal = 1},
     {CASE("tiny_scale", 40), .softmax_scale = 1e-3f},
@@ -168,6 +170,7 @@ static const struct harness_case det[] = {
     {CASE("det_fp16_d256", 150), .q_heads = 2, .kv_heads = 1, .head_dim = 256, .dtype = F16,
      .window_left = 40, .deterministic = 1},
     {CASE("det_fp32_gqa", 150), .q_heads = 4, .kv_heads = 1, .window_left = 30, .deterministic = 1},
+    {CASE("det_fp32_d128", 150), .head_dim = 128, .causal = 1, .deterministic = 1},
 };
 #if defined(__clang__)
 #pragma clang diagnostic pop
