@@ -90,16 +90,8 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     float l2[2], dl[2];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + warp * 16 + rq + 8 * u;
-        kb[u] = ke[u] = 0;
-        l2[u] = CUDART_INF_F;
-        dl[u] = 0.0f;
-        if (i < s.nq) {
-            burst_dkeys(s, i, &kb[u], &ke[u]);
-            float lse = s.lse[(b * s.hq + h) * s.nq + i];
-            l2[u] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-            dl[u] = s.delta[(b * s.hq + h) * s.nq + i];
-        }
+        const struct burst_brow r = burst_brow_at(s, b, h, i0 + warp * 16 + rq + 8 * u);
+        kb[u] = r.kb, ke[u] = r.ke, l2[u] = r.l2, dl[u] = r.dl;
     }
     /* the warp's rows: union [ub, ue) of their key ranges, intersection [wb, we) (local
      * indices: the backend sends nk < 2^31 only) */
@@ -244,19 +236,11 @@ __device__ __forceinline__ void burst_qrows_fill(struct burst_qrows *r,
 {
     if (threadIdx.x >= QR)
         return;
-    const int64_t i = i0 + threadIdx.x;
-    int64_t kb = 0, ke = 0;
-    float l2 = CUDART_INF_F, dl = 0.0f;
-    if (i < s.nq) {
-        burst_dkeys(s, i, &kb, &ke);
-        float lse = s.lse[(b * s.hq + h) * s.nq + i];
-        l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-        dl = s.delta[(b * s.hq + h) * s.nq + i];
-    }
-    r->l2[threadIdx.x] = l2;
-    r->dl[threadIdx.x] = dl;
-    r->kb[threadIdx.x] = (int)kb;
-    r->ke[threadIdx.x] = (int)ke;
+    const struct burst_brow x = burst_brow_at(s, b, h, i0 + threadIdx.x);
+    r->l2[threadIdx.x] = x.l2;
+    r->dl[threadIdx.x] = x.dl;
+    r->kb[threadIdx.x] = (int)x.kb;
+    r->ke[threadIdx.x] = (int)x.ke;
 }
 
 /* One thread's dK, dV of key row j, columns col and col + 1 (< d), into the fp32 accumulators
@@ -282,6 +266,53 @@ __device__ __forceinline__ void burst_kv_out_pair(const struct burst_cuda_step &
         x.y += dv1;
         *p2 = x;
     }
+}
+
+/* The steps of a dK/dV block: ntq query tiles of QR rows from ifirst per head of the group, total
+ * = ntq * group steps (head hh, tile r), r fastest; ntq * group < 2^31 (Q's nq x hq rows fit
+ * device memory). */
+struct burst_kv_steps {
+    int64_t ifirst;
+    int ntq, total;
+};
+
+/* The steps of the block of keys [j0, j0 + KB) of K/V head g (every thread of the block calls
+ * it): false where no query sees those keys, after their final outputs are written (by the block
+ * that `writes`). */
+template <int KB, int QR>
+__device__ __forceinline__ bool burst_kv_steps_of(const struct burst_cuda_step &s, int64_t b,
+                                                  int64_t g, int64_t j0, bool writes,
+                                                  struct burst_kv_steps *ks)
+{
+    int64_t lo = 0, hi = 0;
+    if (threadIdx.x < KB && j0 + threadIdx.x < s.nk)
+        burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
+    int64_t imin, imax;
+    burst_block_range(lo, hi, &imin, &imax);
+    if (imin >= imax) {
+        if (writes)
+            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)KB, s.nk));
+        return false;
+    }
+    ks->ifirst = imin / QR * QR;
+    ks->ntq = (int)((imax - ks->ifirst + QR - 1) / QR);
+    ks->total = ks->ntq * (int)s.group;
+    return true;
+}
+
+/* Issue the cp.async loads of query tile r of head hh of the group into stage st of the Q and dO
+ * tiles (of traits TC, class D, by the block's NT threads) and fill its row scalars. */
+template <typename TC, int D, int QR, int NT>
+__device__ __forceinline__ void
+burst_kv_issue(typename TC::E *sq, typename TC::E *sdo, struct burst_qrows *rows,
+               const struct burst_cuda_step &s, int64_t b, int64_t g,
+               const struct burst_kv_steps &ks, int hh, int r, int st)
+{
+    const int64_t h = g * s.group + hh, i0 = ks.ifirst + (int64_t)r * QR;
+    burst_tc_load<TC, D, QR, NT>(sq + st * QR * TC::W, s.q, b, i0, s.nq, h);
+    burst_tc_load<TC, D, QR, NT>(sdo + st * QR * TC::W, s.dout, b, i0, s.nq, h);
+    burst_cp_commit();
+    burst_qrows_fill<QR>(&rows[st], s, b, h, i0);
 }
 
 /* Elements of a [KB keys][QR queries] tile laid out as a tile of class QR (16-bit: swizzled;
@@ -362,28 +393,12 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * KB;
     const float sl2 = s.scale * BURST_LOG2E;
 
-    int64_t lo = 0, hi = 0;
-    if (threadIdx.x < KB && j0 + threadIdx.x < s.nk)
-        burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
-    int64_t imin, imax;
-    burst_block_range(lo, hi, &imin, &imax);
-    if (imin >= imax) { /* no query sees these keys */
-        if (blockIdx.y == 0)
-            burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)KB, s.nk));
+    struct burst_kv_steps steps;
+    if (!burst_kv_steps_of<KB, QR>(s, b, g, j0, blockIdx.y == 0, &steps))
         return;
-    }
-    const int64_t ifirst = imin / QR * QR;
-    /* the loop runs over (head hh of the group, query tile r) pairs, r fastest; ntq * group
-     * < 2^31: Q's nq x hq rows fit device memory */
-    const int ntq = (int)((imax - ifirst + QR - 1) / QR), total = ntq * (int)s.group;
-
-    /* query tile r of head hh of the group into stage st */
+    const int ntq = steps.ntq, total = steps.total;
     auto issue = [&](int hh, int r, int st) {
-        const int64_t h = g * s.group + hh, i0 = ifirst + (int64_t)r * QR;
-        burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
-        burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
-        burst_cp_commit();
-        burst_qrows_fill<QR>(&rows[st], s, b, h, i0);
+        burst_kv_issue<TC, D, QR, NT>(sq, sdo, rows, s, b, g, steps, hh, r, st);
     };
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
@@ -501,7 +516,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
         if constexpr (DQ) {
             __syncthreads(); /* every warp's keys of dS^T */
             burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + hc,
-                                                ifirst + (int64_t)rc * QR, c0, warp, lane);
+                                                steps.ifirst + (int64_t)rc * QR, c0, warp, lane);
         }
         __syncthreads();
         hc = hn;
@@ -734,25 +749,12 @@ __global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
     const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
     const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * KB;
 
-    int64_t lo = 0, hi = 0;
-    if (threadIdx.x < KB && j0 + threadIdx.x < s.nk)
-        burst_dqueries(s, j0 + threadIdx.x, &lo, &hi);
-    int64_t imin, imax;
-    burst_block_range(lo, hi, &imin, &imax);
-    if (imin >= imax) { /* no query sees these keys */
-        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)KB, s.nk));
+    struct burst_kv_steps steps;
+    if (!burst_kv_steps_of<KB, QR>(s, b, g, j0, true, &steps))
         return;
-    }
-    const int64_t ifirst = imin / QR * QR;
-    /* (head hh of the group, query tile r) pairs, r fastest; ntq * group < 2^31 */
-    const int ntq = (int)((imax - ifirst + QR - 1) / QR), total = ntq * (int)s.group;
-
+    const int ntq = steps.ntq, total = steps.total;
     auto issue = [&](int hh, int r, int st) {
-        const int64_t h = g * s.group + hh, i0 = ifirst + (int64_t)r * QR;
-        burst_tc_load<TC, D, QR, NT>(sq + st * QR * W, s.q, b, i0, s.nq, h);
-        burst_tc_load<TC, D, QR, NT>(sdo + st * QR * W, s.dout, b, i0, s.nq, h);
-        burst_cp_commit();
-        burst_qrows_fill<QR>(&rows[st], s, b, h, i0);
+        burst_kv_issue<TC, D, QR, NT>(sq, sdo, rows, s, b, g, steps, hh, r, st);
     };
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
@@ -793,8 +795,8 @@ __global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
         burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dv, sp, kv, ot, cv, lane);
         burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dk, sds, kv, qt, cv, lane);
         if constexpr (DQ)
-            burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(s, sds, sk, b, g * s.group + hc,
-                                                       ifirst + (int64_t)rc * QR, 0, warp, lane);
+            burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(
+                s, sds, sk, b, g * s.group + hc, steps.ifirst + (int64_t)rc * QR, 0, warp, lane);
         hc = hn;
         rc = rn;
     }

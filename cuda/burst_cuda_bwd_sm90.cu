@@ -65,18 +65,11 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
     float l2[2], dl[2];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
-        int64_t b64 = 0, e64 = 0;
-        l2[u] = CUDART_INF_F;
-        dl[u] = 0.0f;
-        if (i < s.nq) {
-            burst_dkeys(s, i, &b64, &e64);
-            const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-            l2[u] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-            dl[u] = s.delta[(b * s.hq + h) * s.nq + i];
-        }
-        kb[u] = (int)b64;
-        ke[u] = (int)e64;
+        const struct burst_brow r = burst_brow_at(s, b, h, i0 + wg * 64 + warp * 16 + rq + 8 * u);
+        l2[u] = r.l2;
+        dl[u] = r.dl;
+        kb[u] = (int)r.kb;
+        ke[u] = (int)r.ke;
     }
     if (threadIdx.x < 2) {
         s_rng[threadIdx.x][0] = 0;

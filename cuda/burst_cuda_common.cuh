@@ -194,6 +194,26 @@ __device__ __forceinline__ void burst_dkeys(const struct burst_cuda_step &s, int
     *ke = e;
 }
 
+/* The backward's scalars of local query row i of head h: lse in log2 units (+inf for a row with no
+ * key: P = 0), D = rowsum(dO * O) and the allowed keys [kb, ke); a row at or past nq sees no key
+ * (+inf, 0, [0, 0)). */
+struct burst_brow {
+    float l2, dl;
+    int64_t kb, ke;
+};
+__device__ __forceinline__ struct burst_brow burst_brow_at(const struct burst_cuda_step &s,
+                                                           int64_t b, int64_t h, int64_t i)
+{
+    struct burst_brow r = {CUDART_INF_F, 0.0f, 0, 0};
+    if (i < s.nq) {
+        burst_dkeys(s, i, &r.kb, &r.ke);
+        const float lse = s.lse[(b * s.hq + h) * s.nq + i];
+        r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+        r.dl = s.delta[(b * s.hq + h) * s.nq + i];
+    }
+    return r;
+}
+
 /* Allowed local query interval of local key row j: queries whose interval contains j. Because
  * both position maps increase and the mask is a band within documents, this is one interval too:
  * the queries of j's document with position in [kp - right, kp + left]. */
@@ -240,7 +260,8 @@ __device__ __forceinline__ float burst_dcap_tanh(const struct burst_cuda_step &s
 /* d(tau r') / d(tau r) = 1 - tanh^2 from a backward's P = 2^(tau r' log2 e - l2) and its row's l2
  * (lse log2 e): tanh = (log2 P + l2) / (C log2 e), clamped to [-1, 1] so that P = 0 (a masked or
  * underflowed pair, whose dS is 0 whatever the slope) gives a finite slope. */
-__device__ __forceinline__ float burst_dcap_slope(const struct burst_cuda_step &s, float p, float l2)
+__device__ __forceinline__ float burst_dcap_slope(const struct burst_cuda_step &s, float p,
+                                                  float l2)
 {
     float lg;
     asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(lg) : "f"(p));

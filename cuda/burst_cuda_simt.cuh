@@ -27,7 +27,7 @@
 template <int D> struct burst_simt_cfg {
     static constexpr int R = D > 128 ? 4 : 8; /* rows per warp */
     static constexpr int ROWS = BURST_SIMT_WARPS * R;
-    static constexpr int LD = D + 1; /* padded shared row */
+    static constexpr int LD = D + 1;   /* padded shared row */
     static constexpr int CPL = D / 32; /* columns per lane */
 };
 
@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(128) burst_simt_fwd(struct burst_cuda_step s)
         for (int u = 0; u < C::CPL; u++) {
             const int c = lane + 32 * u;
             if (c < d)
-                orow[c] = co == 0.0 ? (float)cn * o[r][u]
-                                    : fmaf((float)co, orow[c], (float)cn * o[r][u]);
+                orow[c] =
+                    co == 0.0 ? (float)cn * o[r][u] : fmaf((float)co, orow[c], (float)cn * o[r][u]);
         }
         __syncwarp();
         if (lane == 0)
@@ -264,19 +264,11 @@ __global__ void __launch_bounds__(128) burst_simt_dkdv(struct burst_cuda_step s)
             burst_simt_load<T>(sq, C::LD, s.q, b, i0, 32, s.nq, h, d, 1.0f);
             burst_simt_load<T>(sdo, C::LD, s.dout, b, i0, 32, s.nq, h, d, 1.0f);
             if (threadIdx.x < 32) {
-                const int64_t i = i0 + threadIdx.x;
-                int64_t kb = 0, ke = 0;
-                float l2 = CUDART_INF_F, dl = 0.0f;
-                if (i < s.nq) {
-                    burst_dkeys(s, i, &kb, &ke);
-                    float lse = s.lse[(b * s.hq + h) * s.nq + i];
-                    l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-                    dl = s.delta[(b * s.hq + h) * s.nq + i];
-                }
-                skb[threadIdx.x] = kb;
-                ske[threadIdx.x] = ke;
-                slse[threadIdx.x] = l2;
-                sdl[threadIdx.x] = dl;
+                const struct burst_brow r = burst_brow_at(s, b, h, i0 + threadIdx.x);
+                skb[threadIdx.x] = r.kb;
+                ske[threadIdx.x] = r.ke;
+                slse[threadIdx.x] = r.l2;
+                sdl[threadIdx.x] = r.dl;
             }
             __syncthreads();
             /* lane = query row i0 + lane */
@@ -391,16 +383,8 @@ __global__ void __launch_bounds__(128) burst_simt_dq(struct burst_cuda_step s)
     float l2[C::R], dl[C::R], dq[C::R][C::CPL];
 #pragma unroll
     for (int r = 0; r < C::R; r++) {
-        const int64_t i = i0 + warp * C::R + r;
-        kb[r] = ke[r] = 0;
-        l2[r] = CUDART_INF_F;
-        dl[r] = 0.0f;
-        if (i < s.nq) {
-            burst_dkeys(s, i, &kb[r], &ke[r]);
-            float lse = s.lse[(b * s.hq + h) * s.nq + i];
-            l2[r] = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-            dl[r] = s.delta[(b * s.hq + h) * s.nq + i];
-        }
+        const struct burst_brow x = burst_brow_at(s, b, h, i0 + warp * C::R + r);
+        kb[r] = x.kb, ke[r] = x.ke, l2[r] = x.l2, dl[r] = x.dl;
 #pragma unroll
         for (int u = 0; u < C::CPL; u++)
             dq[r][u] = 0.0f;

@@ -304,13 +304,11 @@ __device__ __forceinline__ struct burst_wg_qrow burst_wg_row(const struct burst_
     struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX};
     const int64_t i = i0 + threadIdx.x;
     if (threadIdx.x < ROWS && i < s.nq) {
-        int64_t kb = 0, ke = 0;
-        burst_dkeys(s, i, &kb, &ke);
-        const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-        r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
-        r.dl = s.delta[(b * s.hq + h) * s.nq + i];
-        r.kb = (int)kb;
-        r.ke = (int)ke;
+        const struct burst_brow x = burst_brow_at(s, b, h, i);
+        r.l2 = x.l2;
+        r.dl = x.dl;
+        r.kb = (int)x.kb;
+        r.ke = (int)x.ke;
     }
     return r;
 }
