@@ -20,8 +20,9 @@
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
  *   burst_cuda_bwd_sm90_wide.cu  the Hopper backward of the wide classes (192, 256): the two
  *                         warpgroups of a block split dK and dV by tensor, dQ by float atomics
- *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; the 16-bit dK/dV
- *                         kernel adds dQ by float atomics where the plan is not deterministic)
+ *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; the dK/dV kernel
+ *                         adds dQ by float atomics where the plan is not deterministic: every
+ *                         16-bit class, fp32 classes 64, 128, 192 and 256)
  *   burst_cuda_decode.cu  one decode step over a paged key/value cache (op decode_step): split-K
  *                         flash-decoding on mma.sync in one kernel, whose last block per row
  *                         chunk combines the splits into the running (O, lse) or the output
@@ -216,18 +217,18 @@ int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
 /* Can this device run the Hopper forward: built with sm_90a, compute capability 9.0, enough
  * shared memory for every class, and neither BURST_CUDA_WGMMA=0 nor BURST_CUDA_KERNEL=simt set? */
 int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
-/* May the tensor-core backward (Hopper, and sm_80 for fp16 / bf16) add dQ with float atomics
- * when a plan is not deterministic? Yes unless BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own
- * kernel). */
+/* May the tensor-core backward (Hopper; sm_80 for fp16 / bf16, and 3xTF32 at classes 64, 128, 192
+ * and 256) add dQ with float atomics when a plan is not deterministic? Yes unless
+ * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
 int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
 /* Does the large sm_80 dK/dV kernel of head dim d's class and dtype (enum burst_cuda_dtype) fit a
- * device of `optin` bytes of shared memory per block: the 8-warp kernel in two-dimensional tiles
- * where the class has it (BURST_CUDA_MMA_KV2, BURST_CUDA_TF32_KV2), else for fp16 / bf16 the form
- * that adds dQ by float atomics (BURST_CUDA_MMA_DKDV_KEYS keys)? Where it does not, the class runs
- * the 64-key dK/dV kernel without dQ and adds dQ in its own kernel. */
+ * device of `optin` bytes of shared memory per block: burst_mma_kv2 (8 warps; fp32 above 128: 4)
+ * in two-dimensional tiles where the class has it (BURST_CUDA_MMA_KV2, BURST_CUDA_TF32_KV2), else
+ * for fp16 / bf16 the form that adds dQ by float atomics (BURST_CUDA_MMA_DKDV_KEYS keys)? Where it
+ * does not, the class runs the 64-key dK/dV kernel without dQ and adds dQ in its own kernel. */
 int burst_cuda_mma_big_fits(int d, int dtype, size_t optin);
 /* Do fp32 inputs run on the tensor cores (3xTF32)? 1 unless BURST_CUDA_FP32 is set: 0 for
  * "simt", -1 for any other non-empty value (the backend's create refuses it). */
@@ -245,7 +246,7 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * query rows x key rows). */
 /* sm_80 backward: query rows of a dQ block, and the most rows of a dK/dV block's query tile */
 #define BURST_CUDA_MMA_BR 64
-/* sm_80 dK/dV kernel up to D = 128 (and fp32, and where BURST_CUDA_MMA_KV2's does not fit): key
+/* sm_80 dK/dV kernel up to D = 128 (fp32: at D = 32; and where burst_mma_kv2 does not fit): key
  * rows of a block, 16 per warp. Its form that adds dQ by float atomics (DQ: fp16 / bf16, plans
  * that are not deterministic): 128 keys (8 warps, one block per multiprocessor) at classes 96 and
  * 128, so that each streamed Q / dO tile and each dQ atomic serves 128 keys, 64 at the others;
@@ -285,14 +286,17 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * per block); backward rows of the streamed tiles and dK/dV column blocks (64 columns each above
  * D = 64, 48 at D = 96). */
 #define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 192 ? 32 : 16)
-/* fp32 dK/dV in burst_mma_kv2's two-dimensional tiles above D = 32 (at 32 the 64-key kernel is
- * faster): 32-row Q / dO tiles; 64 keys in 8 warps up to D = 128 (152 KiB of shared memory at
+/* fp32 dK/dV in burst_mma_kv2's two-dimensional tiles above D = 32 (D = 32 keeps the 64-key
+ * kernel): 32-row Q / dO tiles; 64 keys in 8 warps up to D = 128 (152 KiB of shared memory at
  * 128, within an A100's 163 KiB per block), 32 keys in 4 warps above (158 KiB at D = 192;
  * 206 KiB at 256, which only Hopper's 227 KiB hold). The rows and column blocks below are those
  * of burst_mma_dkdv, which runs at D = 32 and where kv2's tiles do not fit. */
 #define BURST_CUDA_TF32_KV2(D) ((D) > 32)
 #define BURST_CUDA_TF32_KV2_KEYS(D) ((D) <= 128 ? 64 : 32)
 #define BURST_CUDA_TF32_KV2_ROWS 32
+/* ... and adds dQ by float atomics (plans that are not deterministic) where its dQ column groups
+ * are whole 16-column fragments: every class but 96 */
+#define BURST_CUDA_TF32_KV2_DQ(D) (BURST_CUDA_TF32_KV2(D) && (D) != 96)
 #define BURST_CUDA_TF32_BWD_ROWS(D) ((D) <= 128 ? 32 : 16)
 #define BURST_CUDA_TF32_DKDV_SPLIT(D) ((D) <= 64 ? 1 : (D) == 96 ? 2 : (D) / 64)
 #define BURST_CUDA_SIMT_BR 32

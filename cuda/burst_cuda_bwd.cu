@@ -324,12 +324,12 @@ template <typename T, int KB, int QR> __host__ __device__ constexpr int burst_mm
 }
 
 /* dQ += tau dS K for query tile i0 of head h, from the block's dS^T tile sds and K tile sk of KB
- * keys (16-bit classes, the DQ forms of burst_mma_dkdv and burst_mma_kv2): of the NW warps (KB / 16
- * in burst_mma_dkdv), warp w takes query rows 16 (w % RW) (RW = QR / 16 warps per column group)
- * and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in 32-column chunks of 16
- * accumulators (16 columns where DW is not a multiple of 32), each added to s.dq by float atomics
- * straight from them (burst_dq_red). A = dS, read from the [key][query] tile by ldmatrix.trans;
- * B = K across its rows. */
+ * keys (the DQ forms of the 16-bit burst_mma_dkdv and of burst_mma_kv2 where K2::DQ_OK): of the
+ * NW warps (KB / 16 in burst_mma_dkdv), warp w takes query rows 16 (w % RW) (RW = QR / 16 warps
+ * per column group) and the columns [c0 + cg DW, + DW) of its column group cg = w / RW, in
+ * 32-column chunks of 16 accumulators (16 columns where DW is not a multiple of 32), each added
+ * to s.dq by float atomics straight from them (burst_dq_red). A = dS, read from the [key][query]
+ * tile by ldact (ldmatrix.trans for 16-bit operands); B = K across its rows. */
 template <typename TC, int D, int QR, int DH, int KB, int NW = KB / 16>
 __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s,
                                                  const typename TC::E *sds,
@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
     }
 }
 
-/* ---- tensor cores: dK and dV in two-dimensional warp tiles ------------------------------------ */
+/* ---- tensor cores: dK and dV in two-dimensional warp tiles --------------------------------- */
 
 /*
  * Tiles of the dK/dV kernel burst_mma_kv2 (fp16 / bf16 above D = 128, fp32 above 32): a block
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_st
  * two or more row or column tiles of its product.
  */
 template <typename T, int D> struct burst_kv2 {
-    static constexpr bool F32 = burst_tc<T, D>::FRESH;
+    static constexpr bool F32 = std::is_same<T, float>::value;
     static constexpr int KB = F32 ? BURST_CUDA_TF32_KV2_KEYS(D) : BURST_CUDA_MMA_KV2_KEYS;
     static constexpr int NW = KB / 8; /* 8 warps, 4 for fp32's 32-key blocks */
     static constexpr int QR = F32 ? BURST_CUDA_TF32_KV2_ROWS : BURST_CUDA_MMA_KV2_ROWS(D);
@@ -565,6 +565,7 @@ template <typename T, int D> struct burst_kv2 {
     static constexpr int DV = D / VC;
     static constexpr bool DQ_OK = D / (NW / (QR / 16)) % 16 == 0;
     static_assert(MS % 16 == 0 && NS % 16 == 0 && MV % 16 == 0 && DV % 16 == 0, "whole tiles");
+    static_assert(!F32 || DQ_OK == BURST_CUDA_TF32_KV2_DQ(D), "the probe reads the same rule");
 };
 
 /* c[m][n] = rows [a0 + 16 m, + 16) of tile a times rows [b0 + 8 n, + 8) of tile b, transposed
@@ -867,10 +868,12 @@ template <typename T, int D> static bool burst_mma_big_fits(size_t optin)
 }
 
 /* Set by burst_bwd_mma_attr where the large dK/dV kernel of class D does not fit a device's opt-in
- * shared memory (on 99 KiB devices such as sm_86 / sm_89: 16-bit classes 96 to 192, fp32 class
- * 128; class 256 does not fit the mma.sync kernels at all); that class then runs burst_mma_dkdv
- * without dQ and the separate dQ kernel on every device of the process (in a process that also
- * drives a larger device, `burstrun --probe` reports that device's own choice). */
+ * shared memory: on 99 KiB devices such as sm_86 / sm_89, 16-bit classes 96 to 192 (class 256
+ * does not fit the mma.sync kernels at all); fp32 classes only under limits between those of
+ * real devices (BURST_CUDA_MAX_SHARED), as where the fp32 mma.sync kernels fit at all on 99, 163
+ * and 227 KiB devices, so does kv2. That class then runs burst_mma_dkdv without dQ and the
+ * separate dQ kernel on every device of the process (in a process that also drives a larger
+ * device, `burstrun --probe` reports that device's own choice). */
 template <typename T, int D> static int burst_mma_big_unfit = 0;
 
 /* The dK/dV kernel with dQ inside or not: burst_mma_dkdv in blocks of BURST_CUDA_MMA_DKDV_KEYS

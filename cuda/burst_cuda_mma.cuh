@@ -124,17 +124,6 @@ __device__ __forceinline__ unsigned burst_swz_at(const void *t, unsigned lane, i
            2u * (unsigned)(rc * burst_tile_w<D>() + (cc & ~0x3f));
 }
 
-/*
- * Operand traits of the tensor-core kernels (burst_cuda_fwd.cu, burst_cuda_bwd.cu) for element
- * type T and head-dim class D: the shared-memory tile layout, the fragments of one k16 step of an
- * m16 x n16 product and the product itself. Every product of those kernels takes one of two forms:
- *   - C += A B^T with A and B both [rows][d] tiles (S = Q K^T, dP = dO V^T, S^T = K Q^T, ...):
- *     lda (16 rows of A) and ldb (16 rows of B: two n8 tiles), k = the head dim;
- *   - C += A B with A the probabilities or dS in registers (two adjacent C tiles, cta) and B a
- *     [rows][d] tile read across its rows (ldbt), k = the tile's row.
- * This one is fp16 / bf16: swizzled tiles, ldmatrix, one mma.sync m16n8k16 per n8 tile; the fp32
- * traits (3xTF32) are in burst_cuda_tf32.cuh.
- */
 /* The fragments of one k16 step of an m16 x n16 product, the same for every class of an element
  * type (so a kernel may load an operand from a tile of one class and multiply it with traits of
  * another): here fp16 / bf16, four 32-bit registers each; fp32's are in burst_cuda_tf32.cuh. */
@@ -147,6 +136,18 @@ template <typename T> struct burst_tc_frag {
     };
 };
 
+/*
+ * Operand traits of the tensor-core kernels (burst_cuda_fwd.cu, burst_cuda_bwd.cu) for element
+ * type T and head-dim class D: the shared-memory tile layout, the fragments of one k16 step of an
+ * m16 x n16 product and the product itself. Every product of those kernels takes one of two forms:
+ *   - C += A B^T with A and B both [rows][d] tiles (S = Q K^T, dP = dO V^T, S^T = K Q^T, ...):
+ *     lda (16 rows of A) and ldb (16 rows of B: two n8 tiles), k = the head dim;
+ *   - C += A B with A the probabilities or dS in registers (two adjacent C tiles, cta), or
+ *     stored by st2 in a tile of the class of the k extent (ldac; transposed: ldact), and B a
+ *     [rows][d] tile read across its rows (ldbt), k = the tile's row.
+ * This one is fp16 / bf16: swizzled tiles, ldmatrix, one mma.sync m16n8k16 per n8 tile; the fp32
+ * traits (3xTF32) are in burst_cuda_tf32.cuh.
+ */
 template <typename T, int D> struct burst_tc {
     using E = T;                                /* element of the shared-memory tiles */
     static constexpr int W = burst_tile_w<D>(); /* elements per tile row */

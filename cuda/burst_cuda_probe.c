@@ -17,12 +17,15 @@
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
  *     blocks splitting the columns) x BURST_CUDA_MMA_BWD_ROWS(D) query rows (fp16 / bf16 above
- *     128: one block of 8 warps x BURST_CUDA_MMA_KV2_ROWS(D) query rows, where it fits), which
- *     also adds dQ with float atomics for fp16 / bf16 plans that are not deterministic (then per
- *     BURST_CUDA_MMA_DKDV_KEYS(D, 1) keys up to 128, where that fits), else dQ per 64 query rows
- *     x as many keys;
+ *     128: burst_mma_kv2, one block of 8 warps x BURST_CUDA_MMA_KV2_ROWS(D) query rows, where it
+ *     fits), which also adds dQ with float atomics for plans that are not deterministic (then
+ *     per BURST_CUDA_MMA_DKDV_KEYS(D, 1) keys up to 128, where that fits), else dQ per 64 query
+ *     rows x as many keys;
  *   - fp32 runs the mma.sync kernels with 3xTF32 operands (burst_cuda_tf32.cuh; tiles
- *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory;
+ *     BURST_CUDA_TF32_*) where the class's fp32 tiles fit the opt-in shared memory; its dK/dV
+ *     kernel above D = 32 is burst_mma_kv2 (BURST_CUDA_TF32_KV2_KEYS(D) keys x
+ *     BURST_CUDA_TF32_KV2_ROWS query rows, where it fits), adding dQ with float atomics at
+ *     classes 64, 128, 192 and 256 for plans that are not deterministic;
  *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
  *     (which the backend refuses), BURST_CUDA_KERNEL=simt, or fp32 with BURST_CUDA_FP32=simt.
  * Deterministic plans never use float atomics (bitwise-identical reruns).
@@ -145,22 +148,43 @@ static int burst_cuda_probe_sm90(int i)
 #endif
 }
 
+/* The fp32 kernels of class dc: 3xTF32 on mma.sync or SIMT, forward tile, backward dK/dV keys x
+ * query rows in `split` column blocks, dQ by float atomics inside dK/dV (plans that are not
+ * deterministic) or not. */
+struct burst_cuda_f32_tiles {
+    const char *name;
+    int br, bc, kv, qr, split, atom;
+};
+
+static struct burst_cuda_f32_tiles burst_cuda_probe_f32(const struct burst_cuda_caps *caps, int mma,
+                                                        int dc)
+{
+    struct burst_cuda_f32_tiles t = {"simt",
+                                     BURST_CUDA_SIMT_BR,
+                                     BURST_CUDA_SIMT_BC(dc),
+                                     BURST_CUDA_SIMT_BR,
+                                     BURST_CUDA_SIMT_BC(dc),
+                                     1,
+                                     0};
+    if (burst_cuda_f32_kind(caps, mma, burst_cuda_tf32_env() > 0, dc) != BURST_CUDA_FWD_MMA)
+        return t;
+    t.name = "mma 3xtf32", t.br = 64, t.bc = BURST_CUDA_TF32_FWD_BC(dc);
+    /* dK/dV: burst_mma_kv2, whole columns, where the class has it and it fits */
+    if (BURST_CUDA_TF32_KV2(dc) &&
+        burst_cuda_mma_big_fits(dc, BURST_CUDA_F32, caps->smem_block_optin)) {
+        t.kv = BURST_CUDA_TF32_KV2_KEYS(dc), t.qr = BURST_CUDA_TF32_KV2_ROWS;
+        t.atom = BURST_CUDA_TF32_KV2_DQ(dc) && burst_cuda_dq_atomic_env();
+    } else {
+        t.kv = 64, t.qr = BURST_CUDA_TF32_BWD_ROWS(dc), t.split = BURST_CUDA_TF32_DKDV_SPLIT(dc);
+    }
+    return t;
+}
+
 /* One class's kernels and tiles: JSON object or a text line. */
 static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda_caps *caps,
                                    int mma, int wg, int wg_bwd, int dc, int first, int json)
 {
-    const int f32 =
-        burst_cuda_f32_kind(caps, mma, burst_cuda_tf32_env() > 0, dc) == BURST_CUDA_FWD_MMA;
-    const char *f32n = f32 ? "mma 3xtf32" : "simt";
-    const int f32br = f32 ? 64 : BURST_CUDA_SIMT_BR;
-    const int f32bc = f32 ? BURST_CUDA_TF32_FWD_BC(dc) : BURST_CUDA_SIMT_BC(dc);
-    /* fp32 dK/dV: the 8-warp kernel, whole columns, where the class has it and it fits */
-    const int f32two = f32 && BURST_CUDA_TF32_KV2(dc) &&
-                       burst_cuda_mma_big_fits(dc, BURST_CUDA_F32, caps->smem_block_optin);
-    const int f32r = f32two ? BURST_CUDA_TF32_KV2_ROWS
-                     : f32  ? BURST_CUDA_TF32_BWD_ROWS(dc)
-                            : BURST_CUDA_SIMT_BC(dc);
-    const int f32s = f32 && !f32two ? BURST_CUDA_TF32_DKDV_SPLIT(dc) : 1;
+    const struct burst_cuda_f32_tiles f = burst_cuda_probe_f32(caps, mma, dc);
     const int fk = burst_cuda_class_kind(caps, mma, wg, dc, 0);
     const int bk = burst_cuda_class_kind(caps, mma, wg_bwd, dc, 1);
     const int lo = dc == 32 ? 8 : dc == 192 ? 136 : dc == 256 ? 200 : dc - 24;
@@ -194,21 +218,24 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
                         "\"kv_rows\": %d, \"q_rows\": %d, \"column_blocks\": %d, \"dq_kernel\": "
                         "\"%s\", \"dq_rows\": %d, \"dq_kv_rows\": %d, \"dq_atomic\": %s}, "
                         "\"fp32\": {\"kernel\": \"%s\", \"fwd_br\": %d, \"fwd_bc\": %d, "
-                        "\"bwd_rows\": %d, \"column_blocks\": %d}}",
+                        "\"kv_rows\": %d, \"bwd_rows\": %d, \"column_blocks\": %d, "
+                        "\"dq_atomic\": %s}}",
                         first ? "" : ", ", lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst,
                         burst_cuda_kind_name(bk), kv, qr, split, dqn, dqr, dqk,
-                        atom ? "true" : "false", f32n, f32br, f32bc, f32r, f32s);
+                        atom ? "true" : "false", f.name, f.br, f.bc, f.kv, f.qr, f.split,
+                        f.atom ? "true" : "false");
         return;
     }
     burst_sb_printf(out,
                     "    class %3d (d %3d..%3d): forward %-5s %3dx%-3d %d stage%s; backward dK/dV "
                     "%-5s %dx%d in %d column block%s, dQ %s %dx%d%s\n"
-                    "              fp32: %s, forward %dx%d, backward %d-row tiles in %d column "
-                    "block%s\n",
+                    "              fp32: %s, forward %dx%d, backward dK/dV %dx%d in %d column "
+                    "block%s%s\n",
                     dc, lo, dc, burst_cuda_kind_name(fk), fbr, fbc, fst, fst > 1 ? "s" : "",
                     burst_cuda_kind_name(bk), kv, qr, split, split > 1 ? "s" : "", dqn, dqr, dqk,
-                    atom ? " (inside dK/dV by float atomics unless deterministic)" : "", f32n,
-                    f32br, f32bc, f32r, f32s, f32s > 1 ? "s" : "");
+                    atom ? " (inside dK/dV by float atomics unless deterministic)" : "", f.name,
+                    f.br, f.bc, f.kv, f.qr, f.split, f.split > 1 ? "s" : "",
+                    f.atom ? ", dQ inside by float atomics unless deterministic" : "");
 }
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);

@@ -11,8 +11,10 @@
  * Operands are split when their fragment is loaded, so the tiles stay plain fp32.
  *
  * Tiles are [rows][D + 4] floats: with D a multiple of 32 the 4-float pad puts the 32 addresses of
- * every fragment load in distinct banks (row r, column c is bank (4 r + c) mod 32; the B operand
- * read across rows takes rows 2t, 2t + 1 of column g, bank 8 t + g). Copies stay 16-byte aligned.
+ * every scalar fragment load in distinct banks (row r, column c is bank (4 r + c) mod 32; the B
+ * operand read across rows takes rows 2t, 2t + 1 of column g, bank 8 t + g, as does ldact). The
+ * 64-bit accesses of ldac and st2 (column pairs 2t, 2t + 1 of rows g) meet 2-way bank conflicts
+ * (banks 4 g + 2 t of each half warp). Copies stay 16-byte aligned.
  *
  * Fragments (PTX ISA, mma.m16n8k8 .tf32; g = lane / 4, t = lane % 4): A a0..a3 = rows {g, g+8}
  * x cols {t, t+4} (a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4)); B b0, b1 = rows

@@ -129,7 +129,9 @@ int harness_is_poison(burst_dtype_t dtype, const void *base, size_t i);
 
 /* One context for the whole test process, created on first use: backend BURST_TEST_BACKEND
  * (default cpu). A backend with no device here ends the test program with exit status 77
- * (meson: SKIP), so GPU variants of the tests skip on machines without that GPU. */
+ * (meson: SKIP), so GPU variants of the tests skip on machines without that GPU; so does a run
+ * of a forced cpu kernel variant (BURST_TEST_ISA_VARIANT set, as meson's *_isa_<variant> tests
+ * do) where BURST_CPU_ISA names the variant this cpu takes anyway: the unforced run tests it. */
 struct burst_context *harness_context(void);
 /* Destroy the shared contexts (harness_context(), harness_backend_context()) now. Programs that
  * do not end through harness_run_cases() call it before returning from main: NVIDIA's Vulkan

@@ -137,6 +137,8 @@ static const struct harness_case cases[] = {
     {CASE("tf32_d192_causal", 230), .q_heads = 1, .kv_heads = 1, .head_dim = 192, .causal = 1},
     {CASE("tf32_d200_zigzag", 128), .q_heads = 1, .kv_heads = 1, .head_dim = 200, .causal = 1,
      .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("tf32_d176_gqa2_window", 160), .q_heads = 4, .kv_heads = 2, .head_dim = 176,
+     .window_left = 40, .window_right = 40},
     {CASE("tf32_d248_window", 140), .q_heads = 1, .kv_heads = 1, .head_dim = 248, .window_left = 30,
      .window_right = 30},
     {CASE("tf32_d128_long_causal_2ranks", 700), .ranks = 2, .head_dim = 128, .causal = 1},

@@ -28,6 +28,8 @@ BURST_TEST_BACKEND=cuda BURST_CUDA_DQ_ATOMIC=0 step test_cuda_dqsplit "$b/tests/
 # the kernels of a device with 99 KiB of shared memory per block (sm_86 / sm_89): the 64-key dK/dV
 # kernel and the separate dQ kernel where the others do not fit, SIMT for the classes they miss
 BURST_TEST_BACKEND=cuda BURST_CUDA_MAX_SHARED=101376 step test_cuda_99k "$b/tests/test_cuda" kernels
+# ...and of 150 KiB: the fp32 classes 128 and 192 on the 64-key dK/dV kernel and the dQ kernel
+BURST_TEST_BACKEND=cuda BURST_CUDA_MAX_SHARED=153600 step test_cuda_150k "$b/tests/test_cuda" kernels
 # fp32 runs 3xTF32 on the tensor cores by default: check the SIMT fp32 kernels too
 BURST_TEST_BACKEND=cuda BURST_CUDA_FP32=simt step test_cuda_simt32 "$b/tests/test_cuda"
 if [ "${BURST_BENCH_RING_TESTS:-0}" = 1 ]; then
