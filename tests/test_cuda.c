@@ -25,9 +25,10 @@
  *       t past the kernels' limit declined with nothing written;
  *     - bitwise-identical reruns; device out of memory -> BURST_ERR_NO_MEMORY and the context
  *       still works; bad head dim, malformed BURST_CUDA_FP32 -> BURST_ERR_INVALID_ARG naming it.
- *   test_cuda kernels    (suite 'gpu', BURST_CUDA_MAX_SHARED=101376: the kernels of a device
- *                        with 99 KiB of shared memory per block) the harness cases, the reruns
- *                        and the op-level checks.
+ *   test_cuda kernels    (suite 'gpu' with BURST_CUDA_MAX_SHARED=101376, the kernels of a
+ *                        device with 99 KiB of shared memory per block, and =153600, the
+ *                        fallback dK/dV kernel of fp32 classes 128 and 192) the harness cases,
+ *                        the reruns and the op-level checks.
  */
 #include <setjmp.h>
 #include <stdarg.h>
