@@ -224,6 +224,7 @@ int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
+
 /* Does the large sm_80 dK/dV kernel of head dim d's class and dtype (enum burst_cuda_dtype) fit a
  * device of `optin` bytes of shared memory per block: burst_mma_kv2 (8 warps; fp32 above 128: 4)
  * in two-dimensional tiles where the class has it (BURST_CUDA_MMA_KV2, BURST_CUDA_TF32_KV2), else
@@ -282,10 +283,15 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * made the kernel spill at D = 128); the wide classes' kernel: 64 keys x 64 query rows */
 #define BURST_CUDA_WG_DKDV_BQ(D) ((D) > BURST_CUDA_WG_BWD_MAX ? 64 : (D) > 64 ? 48 : 64)
 /* fp32 inputs on the sm_80 kernels (3xTF32, burst_cuda_tf32.cuh), so that the fp32 tiles fit
- * shared memory and the split operands the registers: forward key rows per tile (64 query rows
- * per block); backward rows of the streamed tiles and dK/dV column blocks (64 columns each above
- * D = 64, 48 at D = 96). */
-#define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 192 ? 32 : 16)
+ * shared memory and the split operands the registers. Forward: key rows per double-buffered tile
+ * and warps per block (16 query rows each). Up to D = 128, 4 warps (99 KiB at D = 128: two
+ * blocks per Hopper multiprocessor); above, 8 warps share each K / V tile of 16 keys (147 KiB at
+ * D = 192, within an A100's 163 KiB per block; 195 KiB at 256, as the class's dK/dV kernels:
+ * Hopper only). */
+#define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 128 ? 32 : 16)
+#define BURST_CUDA_TF32_FWD_WARPS(D) ((D) <= 128 ? 4 : 8)
+/* Backward: rows of the streamed tiles and dK/dV column blocks (64 columns each above D = 64, 48
+ * at D = 96). */
 /* fp32 dK/dV in burst_mma_kv2's two-dimensional tiles above D = 32 (D = 32 keeps the 64-key
  * kernel): 32-row Q / dO tiles; 64 keys in 8 warps up to D = 128 (152 KiB of shared memory at
  * 128, within an A100's 163 KiB per block), 32 keys in 4 warps above (158 KiB at D = 192;

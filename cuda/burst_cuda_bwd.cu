@@ -731,8 +731,7 @@ burst_kv2_softmax(const struct burst_cuda_step &s, const struct burst_qrows *rw,
  * deterministic): the block also adds dQ = tau dS K with float atomics (burst_mma_dq_add), and no
  * dQ kernel recomputes S and dP. */
 template <typename T, int D, bool DQ>
-__global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
-    burst_mma_kv2(struct burst_cuda_step s)
+__device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step &s)
 {
     using TC = burst_tc<T, D>;
     using TQ = burst_tc<T, burst_kv2<T, D>::QR>;
@@ -819,7 +818,7 @@ __global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
         }
 }
 
-template <typename T, int D> static constexpr size_t burst_mma_kv2_smem()
+template <typename T, int D> __host__ __device__ constexpr size_t burst_mma_kv2_smem()
 {
     using K2 = burst_kv2<T, D>;
     using E = typename burst_tc<T, D>::E;
@@ -827,6 +826,15 @@ template <typename T, int D> static constexpr size_t burst_mma_kv2_smem()
             2 * burst_mma_ds_elems<T, K2::KB, K2::QR>()) *
                sizeof(E) +
            2 * sizeof(struct burst_qrows);
+}
+
+/* The kernel: the body where its shared memory fits this compilation pass's devices (fp32 class
+ * 256 runs on Hopper only: burst_arch_unfit). */
+template <typename T, int D, bool DQ>
+__global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
+    burst_mma_kv2(struct burst_cuda_step s)
+{
+    BURST_UNFIT_KERNEL((burst_mma_kv2_smem<T, D>()), (burst_mma_kv2_body<T, D, DQ>(s)));
 }
 
 template <typename T, int D, bool DQ, int KB> static constexpr size_t burst_mma_dkdv_smem()

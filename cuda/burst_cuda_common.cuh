@@ -76,7 +76,36 @@ template <typename K> static cudaError_t burst_smem_limit(K *f, size_t bytes)
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+/* The most shared memory per block of an sm_8x device (sm_80, sm_87; sm_86, sm_89: 99 KiB). */
+constexpr size_t burst_sm8x_smem = 163 * 1024;
+
+/* Does a block of `bytes` of dynamic shared memory exceed every device this compilation pass can
+ * run on? Code compiled for sm_8x runs on sm_8x alone (the build embeds no PTX). Such a kernel
+ * instance gets a body that traps (BURST_UNFIT_KERNEL) instead of its code, which would cost
+ * compile time for nothing: the host never launches a kernel whose shared memory is above the
+ * device's opt-in limit. */
+__host__ __device__ constexpr bool burst_arch_unfit(size_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    return bytes > burst_sm8x_smem;
+#else
+    (void)bytes;
+    return false;
+#endif
+}
+
+/* A kernel's body: `body` (a statement depending on the kernel's template arguments) where its
+ * `bytes` of shared memory fit this pass's devices, else a trap. */
+#define BURST_UNFIT_KERNEL(bytes, body)                                                            \
+    do {                                                                                           \
+        if constexpr (burst_arch_unfit(bytes))                                                     \
+            __trap();                                                                              \
+        else                                                                                       \
+            body;                                                                                  \
+    } while (0)
+
 #define BURST_LOG2E 1.4426950408889634f
+#define BURST_LOG2E_D 1.4426950408889634074
 
 __device__ __forceinline__ float burst_ld(const void *p, int dtype, int64_t i)
 {
@@ -196,7 +225,7 @@ __device__ __forceinline__ void burst_dkeys(const struct burst_cuda_step &s, int
 
 /* The backward's scalars of local query row i of head h: lse in log2 units (+inf for a row with no
  * key: P = 0), D = rowsum(dO * O) and the allowed keys [kb, ke); a row at or past nq sees no key
- * (+inf, 0, [0, 0)). */
+ * (+inf, 0, [0, 0)). lse goes to log2 units in double: one rounding instead of two. */
 struct burst_brow {
     float l2, dl;
     int64_t kb, ke;
@@ -208,7 +237,7 @@ __device__ __forceinline__ struct burst_brow burst_brow_at(const struct burst_cu
     if (i < s.nq) {
         burst_dkeys(s, i, &r.kb, &r.ke);
         const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-        r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : lse * BURST_LOG2E;
+        r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : (float)((double)lse * BURST_LOG2E_D);
         r.dl = s.delta[(b * s.hq + h) * s.nq + i];
     }
     return r;

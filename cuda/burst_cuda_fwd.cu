@@ -5,14 +5,15 @@
  *   - burst_mma_fwd<T, D>: the tensor cores on sm_80+, one instance per head-dim class D (the
  *     caller's d <= D: the loads zero-fill the columns past d, the stores skip them), with the
  *     operand traits burst_tc<T, D>: fp16 / bf16 (burst_cuda_mma.cuh) and fp32 as 3xTF32
- *     (burst_cuda_tf32.cuh). A block of 4 warps owns 64 MR query rows (16 MR per warp: for
- *     16-bit inputs MR = 2 up to D = 128, else 1, where the O accumulators of 32 rows would not
- *     fit the registers); K/V tiles stream through shared memory with cp.async double buffering
- *     (the next tile loads while this one computes). S = Q K^T and O += P V run on the tensor
- *     cores with fp32 accumulation. P is rounded to the 16-bit input dtype for the P V product
- *     (as every FlashAttention kernel does; tests/harness.h states the bound this adds), and
- *     split like every fp32 operand under 3xTF32. The softmax keeps per-row max / sum in fp32
- *     registers in log2 units.
+ *     (burst_cuda_tf32.cuh). A block of NW warps owns 16 MR NW query rows (16 MR per warp:
+ *     for 16-bit inputs MR = 2 up to D = 128, else 1, where the O accumulators of 32 rows would
+ *     not fit the registers; NW = 4, and 8 for fp32 above D = 128, whose K/V tiles of 16 keys
+ *     then feed twice the warps); K/V tiles stream through shared memory with cp.async double
+ *     buffering (the next tile loads while this one computes). S = Q K^T and O += P V run on
+ *     the tensor cores with fp32 accumulation. P is rounded to the 16-bit input dtype for the
+ *     P V product (as every FlashAttention kernel does; tests/harness.h states the bound this
+ *     adds), and split like every fp32 operand under 3xTF32. The softmax keeps per-row max /
+ *     sum in fp32 registers in log2 units.
  *   - burst_simt_fwd<T, D> (burst_cuda_simt.cuh): everything else.
  * Both skip key tiles outside the union of their rows' allowed intervals, skip tiles a warp's
  * rows cannot see, and leave rows with no allowed key bit-for-bit unchanged (with s.o_out, the
@@ -59,14 +60,24 @@ __device__ __forceinline__ void burst_fwd_pv(float (&o)[MR][D / 8][4],
     }
 }
 
-/* MR = m16 row tiles per warp: a block owns 4 * 16 * MR query rows; every K/V fragment loaded
- * from shared memory feeds MR products (MR = 2 halves the shared-memory traffic per flop). */
+/* Shared memory of the forward of class D: the block's query rows and two stages of K and V
+ * tiles. */
+template <typename T, int D> __host__ __device__ constexpr size_t burst_mma_fwd_smem()
+{
+    using TC = burst_tc<T, D>;
+    return (size_t)(16 * TC::FWD_MR * TC::FWD_NW + 4 * TC::FWD_BC) * TC::W * sizeof(typename TC::E);
+}
+
+/* NW warps of MR m16 row tiles each: a block owns NW * 16 * MR query rows; every K/V fragment
+ * loaded from shared memory feeds MR products (MR = 2 halves the shared-memory traffic per
+ * flop), and every K/V tile loaded feeds NW warps. */
 template <typename T, int D>
-__global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s)
+__device__ __forceinline__ void burst_mma_fwd_body(const struct burst_cuda_step &s)
 {
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
-    constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, BR = 64 * MR, W = TC::W;
+    constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, NW = TC::FWD_NW, BR = 16 * MR * NW;
+    constexpr int W = TC::W, NT = 32 * NW;
     extern __shared__ __align__(16) unsigned char smraw[];
     E *sq = (E *)smraw, *sk = sq + BR * W, *sv = sk + 2 * BC * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -77,10 +88,10 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     const float sl2 = s.scale * BURST_LOG2E;
 
     int64_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
-    if (threadIdx.x < BR && i0 + threadIdx.x < s.nq) /* BR = 64: half the threads */
+    if (threadIdx.x < BR && i0 + threadIdx.x < s.nq) /* MR = 1: half the threads */
         burst_dkeys(s, i0 + threadIdx.x, &lo, &hi);
-    if (MR > 1 && i0 + 128 + threadIdx.x < s.nq && threadIdx.x + 128 < BR)
-        burst_dkeys(s, i0 + 128 + threadIdx.x, &lo2, &hi2);
+    if (MR > 2 && i0 + NT + threadIdx.x < s.nq && threadIdx.x + NT < BR)
+        burst_dkeys(s, i0 + NT + threadIdx.x, &lo2, &hi2);
     if (lo2 < hi2) {
         if (lo >= hi) {
             lo = lo2;
@@ -124,9 +135,9 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
 
     const int64_t jfirst = kmin / BC * BC;
-    burst_tc_load<TC, D, BR>(sq, s.q, b, i0, s.nq, h);
-    burst_tc_load<TC, D, BC>(sk, s.k, b, jfirst, s.nk, g);
-    burst_tc_load<TC, D, BC>(sv, s.v, b, jfirst, s.nk, g);
+    burst_tc_load<TC, D, BR, NT>(sq, s.q, b, i0, s.nq, h);
+    burst_tc_load<TC, D, BC, NT>(sk, s.k, b, jfirst, s.nk, g);
+    burst_tc_load<TC, D, BC, NT>(sv, s.v, b, jfirst, s.nk, g);
     burst_cp_commit();
 
     float o[MR][D / 8][4];
@@ -145,8 +156,8 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     int stage = 0;
     for (int64_t j0 = jfirst; j0 < kmax; j0 += BC, stage ^= 1) {
         if (j0 + BC < kmax) {
-            burst_tc_load<TC, D, BC>(sk + (stage ^ 1) * BC * W, s.k, b, j0 + BC, s.nk, g);
-            burst_tc_load<TC, D, BC>(sv + (stage ^ 1) * BC * W, s.v, b, j0 + BC, s.nk, g);
+            burst_tc_load<TC, D, BC, NT>(sk + (stage ^ 1) * BC * W, s.k, b, j0 + BC, s.nk, g);
+            burst_tc_load<TC, D, BC, NT>(sv + (stage ^ 1) * BC * W, s.v, b, j0 + BC, s.nk, g);
             burst_cp_commit();
             burst_cp_wait<1>();
         } else {
@@ -266,10 +277,13 @@ __global__ void __launch_bounds__(128, 2) burst_mma_fwd(struct burst_cuda_step s
     }
 }
 
-template <typename T, int D> static size_t burst_mma_fwd_smem()
+/* The kernel: the body where its shared memory fits this compilation pass's devices (fp32 class
+ * 256 runs on Hopper only: burst_arch_unfit). */
+template <typename T, int D>
+__global__ void __launch_bounds__(32 * burst_tc<T, D>::FWD_NW, burst_tc<T, D>::FWD_NW == 4 ? 2 : 1)
+    burst_mma_fwd(struct burst_cuda_step s)
 {
-    using TC = burst_tc<T, D>;
-    return (size_t)(64 * TC::FWD_MR + 4 * TC::FWD_BC) * TC::W * sizeof(typename TC::E);
+    BURST_UNFIT_KERNEL((burst_mma_fwd_smem<T, D>()), (burst_mma_fwd_body<T, D>(s)));
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
@@ -294,10 +308,10 @@ template <typename T> static int burst_fwd_simt(const struct burst_cuda_step *s)
 
 template <typename T, int D> static int burst_fwd_mma_run(const struct burst_cuda_step *s)
 {
-    constexpr int BR = 64 * burst_tc<T, D>::FWD_MR;
+    constexpr int NW = burst_tc<T, D>::FWD_NW, BR = 16 * burst_tc<T, D>::FWD_MR * NW;
     int64_t blocks = s->batch * s->hq * ((s->nq + BR - 1) / BR);
     burst_mma_fwd<T, D>
-        <<<(unsigned)blocks, 128, burst_mma_fwd_smem<T, D>(), cudaStreamPerThread>>>(*s);
+        <<<(unsigned)blocks, 32 * NW, burst_mma_fwd_smem<T, D>(), cudaStreamPerThread>>>(*s);
     return cudaGetLastError();
 }
 

@@ -152,9 +152,10 @@ template <typename T, int D> struct burst_tc {
     using E = T;                                /* element of the shared-memory tiles */
     static constexpr int W = burst_tile_w<D>(); /* elements per tile row */
     static constexpr int CH = 8;                /* elements per 16-byte copy */
-    /* tiles: forward query rows per warp (m16 tiles) and key rows; backward streamed rows and
-     * dK/dV column blocks (burst_cuda.h) */
+    /* tiles: forward query rows per warp (m16 tiles), key rows and warps per block; backward
+     * streamed rows and dK/dV column blocks (burst_cuda.h) */
     static constexpr int FWD_MR = BURST_CUDA_MMA_FWD_BR(D) / 64, FWD_BC = BURST_CUDA_MMA_FWD_BC(D);
+    static constexpr int FWD_NW = 4;
     static constexpr int BWD_ROWS = BURST_CUDA_MMA_BWD_ROWS(D);
     static constexpr int DKDV_SPLIT = BURST_CUDA_MMA_DKDV_SPLIT(D);
     /* split accumulation (burst_cuda_tf32.cuh): none for 16-bit operands */

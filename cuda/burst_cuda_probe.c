@@ -168,7 +168,8 @@ static struct burst_cuda_f32_tiles burst_cuda_probe_f32(const struct burst_cuda_
                                      0};
     if (burst_cuda_f32_kind(caps, mma, burst_cuda_tf32_env() > 0, dc) != BURST_CUDA_FWD_MMA)
         return t;
-    t.name = "mma 3xtf32", t.br = 64, t.bc = BURST_CUDA_TF32_FWD_BC(dc);
+    t.name = "mma 3xtf32", t.br = 16 * BURST_CUDA_TF32_FWD_WARPS(dc);
+    t.bc = BURST_CUDA_TF32_FWD_BC(dc);
     /* dK/dV: burst_mma_kv2, whole columns, where the class has it and it fits */
     if (BURST_CUDA_TF32_KV2(dc) &&
         burst_cuda_mma_big_fits(dc, BURST_CUDA_F32, caps->smem_block_optin)) {

@@ -65,6 +65,7 @@ template <int D> struct burst_tc<float, D> {
     using E = float;
     static constexpr int W = D + 4, CH = 4;
     static constexpr int FWD_MR = 1, FWD_BC = BURST_CUDA_TF32_FWD_BC(D);
+    static constexpr int FWD_NW = BURST_CUDA_TF32_FWD_WARPS(D);
     static constexpr int BWD_ROWS = BURST_CUDA_TF32_BWD_ROWS(D);
     static constexpr int DKDV_SPLIT = BURST_CUDA_TF32_DKDV_SPLIT(D);
     /* The matrix unit truncates as it accumulates, so a long chain of accumulation drifts
