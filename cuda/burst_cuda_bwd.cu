@@ -623,27 +623,9 @@ __device__ __forceinline__ void burst_tc_ab(float (&acc)[MM / 16][NN / 8][4],
 #pragma unroll
             for (int m = 0; m < MM / 16; m++)
                 TQ::ldac(x[kk][m], a, a0 + 16 * m, kk * 16, lane);
-#pragma unroll
-        for (int n2 = 0; n2 < NN / 16; n2++) {
-            float f[MM / 16][2][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < QR / 16; kk++) {
-                typename TC::B y;
-                TC::ldbt(y, b, kk * 16, c0 + 16 * n2, lane);
-#pragma unroll
-                for (int m = 0; m < MM / 16; m++) {
-                    TC::mma(f[m][0], x[kk][m], y, 0);
-                    TC::mma(f[m][1], x[kk][m], y, 1);
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < MM / 16; m++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    acc[m][2 * n2][e] += f[m][0][e];
-                    acc[m][2 * n2 + 1][e] += f[m][1][e];
-                }
-        }
+        burst_tc_acc_fresh_by<TC, QR / 16, NN / 16, MM / 16>(
+            [&](int kk, int m) -> const typename TC::A & { return x[kk][m]; },
+            [&](int m) -> float(&)[NN / 8][4] { return acc[m]; }, b, c0, lane);
     } else {
 #pragma unroll
         for (int kk = 0; kk < QR / 16; kk++) {

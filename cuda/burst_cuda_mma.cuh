@@ -224,32 +224,48 @@ template <typename T, int D> struct burst_tc {
     }
 };
 
-/* acc[2 n2 + h] (h = 0, 1; n2 < NN) += sum over kk < NK of a[kk] times the B operand of rows
- * [16 kk, 16 kk + 16) x columns [c0 + 16 n2, + 16) of tile t (C += A B, ldbt), each pair of n8
- * column tiles summed over every kk in fresh zeroed accumulators and added to acc in ordinary
- * fp32: the form of TC::FRESH (burst_cuda_tf32.cuh), where a long chain of accumulation in the
- * matrix unit, which truncates, would drift. */
+/* For each of NM row tiles m: acc(m)[2 n2 + h] (h = 0, 1; n2 < NN) += sum over kk < NK of
+ * a(kk, m) times the B operand of rows [16 kk, 16 kk + 16) x columns [c0 + 16 n2, + 16) of tile t
+ * (C += A B, ldbt; each B fragment loaded once for the NM row tiles), each pair of n8 column
+ * tiles summed over every kk in fresh zeroed accumulators and added to acc in ordinary fp32: the
+ * form of TC::FRESH (burst_cuda_tf32.cuh), where a long chain of accumulation in the matrix unit,
+ * which truncates, would drift. a(kk, m) returns an A fragment, acc(m) a float[2 NN][4]. */
+template <typename TC, int NK, int NN, int NM, typename FA, typename FC>
+__device__ __forceinline__ void burst_tc_acc_fresh_by(FA &&a, FC &&acc, const typename TC::E *t,
+                                                      int c0, int lane)
+{
+#pragma unroll
+    for (int n2 = 0; n2 < NN; n2++) {
+        float f[NM][2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++) {
+            typename TC::B b;
+            TC::ldbt(b, t, kk * 16, c0 + n2 * 16, lane);
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                TC::mma(f[m][0], a(kk, m), b, 0);
+                TC::mma(f[m][1], a(kk, m), b, 1);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                acc(m)[2 * n2][e] += f[m][0][e];
+                acc(m)[2 * n2 + 1][e] += f[m][1][e];
+            }
+    }
+}
+
+/* The same for one row tile: A fragments a[kk], accumulators acc. */
 template <typename TC, int NK, int NN>
 __device__ __forceinline__ void burst_tc_acc_fresh(float (&acc)[2 * NN][4],
                                                    const typename TC::A (&a)[NK],
                                                    const typename TC::E *t, int c0, int lane)
 {
-#pragma unroll
-    for (int n2 = 0; n2 < NN; n2++) {
-        float f[2][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < NK; kk++) {
-            typename TC::B b;
-            TC::ldbt(b, t, kk * 16, c0 + n2 * 16, lane);
-            TC::mma(f[0], a[kk], b, 0);
-            TC::mma(f[1], a[kk], b, 1);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            acc[2 * n2][e] += f[0][e];
-            acc[2 * n2 + 1][e] += f[1][e];
-        }
-    }
+    burst_tc_acc_fresh_by<TC, NK, NN, 1>(
+        [&](int kk, int) -> const typename TC::A & { return a[kk]; },
+        [&](int) -> float(&)[2 * NN][4] { return acc; }, t, c0, lane);
 }
 
 /* c += cs where TC::SPLIT_S kept the small terms of a product apart (TC::mma2); N C tiles. */
