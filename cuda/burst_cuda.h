@@ -290,8 +290,6 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
  * Hopper only). */
 #define BURST_CUDA_TF32_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 128 ? 32 : 16)
 #define BURST_CUDA_TF32_FWD_WARPS(D) ((D) <= 128 ? 4 : 8)
-/* Backward: rows of the streamed tiles and dK/dV column blocks (64 columns each above D = 64, 48
- * at D = 96). */
 /* fp32 dK/dV in burst_mma_kv2's two-dimensional tiles above D = 32 (D = 32 keeps the 64-key
  * kernel): 32-row Q / dO tiles; 64 keys in 8 warps up to D = 128 (152 KiB of shared memory at
  * 128, within an A100's 163 KiB per block), 32 keys in 4 warps above (158 KiB at D = 192;
@@ -303,6 +301,8 @@ int burst_cuda_class_kind(const struct burst_cuda_caps *caps, int mma, int wg, i
 /* ... and adds dQ by float atomics (plans that are not deterministic) where its dQ column groups
  * are whole 16-column fragments: every class but 96 */
 #define BURST_CUDA_TF32_KV2_DQ(D) (BURST_CUDA_TF32_KV2(D) && (D) != 96)
+/* fp32 backward: rows of the streamed tiles (burst_mma_dkdv, burst_mma_dq) and dK/dV column
+ * blocks of burst_mma_dkdv (64 columns each above D = 64, 48 at D = 96). */
 #define BURST_CUDA_TF32_BWD_ROWS(D) ((D) <= 128 ? 32 : 16)
 #define BURST_CUDA_TF32_DKDV_SPLIT(D) ((D) <= 64 ? 1 : (D) == 96 ? 2 : (D) / 64)
 #define BURST_CUDA_SIMT_BR 32

@@ -63,7 +63,7 @@ __device__ __forceinline__ void burst_tc_scores2(float (&s)[NB / 8][4], float (&
 /* ---- tensor cores: dQ ---------------------------------------------------------------------------- */
 
 template <typename T, int D>
-__global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
+__device__ __forceinline__ void burst_mma_dq_body(const struct burst_cuda_step &s)
 {
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
@@ -212,10 +212,18 @@ __global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
     }
 }
 
-template <typename T, int D> static size_t burst_mma_dq_smem()
+template <typename T, int D> __host__ __device__ constexpr size_t burst_mma_dq_smem()
 {
     using TC = burst_tc<T, D>;
     return (size_t)(2 * MMA_BR + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E);
+}
+
+/* The kernel: the body where its shared memory fits this compilation pass's devices
+ * (burst_arch_unfit). */
+template <typename T, int D>
+__global__ void __launch_bounds__(128, 1) burst_mma_dq(struct burst_cuda_step s)
+{
+    BURST_UNFIT_KERNEL((burst_mma_dq_smem<T, D>()), (burst_mma_dq_body<T, D>(s)));
 }
 
 /* ---- tensor cores: dK and dV ------------------------------------------------------------------ */
@@ -374,7 +382,7 @@ __device__ __forceinline__ void burst_mma_dq_add(const struct burst_cuda_step &s
  * with float atomics (burst_mma_dq_add, dS^T through shared memory), and no dQ kernel recomputes
  * S and dP. */
 template <typename T, int D, bool DQ, int KB>
-__global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_step s)
+__device__ __forceinline__ void burst_mma_dkdv_body(const struct burst_cuda_step &s)
 {
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
@@ -810,8 +818,8 @@ template <typename T, int D> __host__ __device__ constexpr size_t burst_mma_kv2_
            2 * sizeof(struct burst_qrows);
 }
 
-/* The kernel: the body where its shared memory fits this compilation pass's devices (fp32 class
- * 256 runs on Hopper only: burst_arch_unfit). */
+/* The kernel: the body where its shared memory fits this compilation pass's devices
+ * (burst_arch_unfit). */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
     burst_mma_kv2(struct burst_cuda_step s)
@@ -819,12 +827,22 @@ __global__ void __launch_bounds__(32 * burst_kv2<T, D>::NW, 1)
     BURST_UNFIT_KERNEL((burst_mma_kv2_smem<T, D>()), (burst_mma_kv2_body<T, D, DQ>(s)));
 }
 
-template <typename T, int D, bool DQ, int KB> static constexpr size_t burst_mma_dkdv_smem()
+template <typename T, int D, bool DQ, int KB>
+__host__ __device__ constexpr size_t burst_mma_dkdv_smem()
 {
     using TC = burst_tc<T, D>;
     return (size_t)(2 * KB + 4 * TC::BWD_ROWS) * TC::W * sizeof(typename TC::E) +
            (DQ ? burst_mma_ds_elems<T, KB, TC::BWD_ROWS>() * sizeof(T) : 0) +
            2 * sizeof(struct burst_qrows);
+}
+
+/* The kernel: the body where its shared memory fits this compilation pass's devices
+ * (burst_arch_unfit). */
+template <typename T, int D, bool DQ, int KB>
+__global__ void __launch_bounds__(KB * 2, 1) burst_mma_dkdv(struct burst_cuda_step s)
+{
+    BURST_UNFIT_KERNEL((burst_mma_dkdv_smem<T, D, DQ, KB>()),
+                       (burst_mma_dkdv_body<T, D, DQ, KB>(s)));
 }
 
 /* The dK/dV kernel of class D: burst_mma_kv2 (fp16 / bf16 above 128: BURST_CUDA_MMA_KV2; fp32:

@@ -80,10 +80,11 @@ template <typename K> static cudaError_t burst_smem_limit(K *f, size_t bytes)
 constexpr size_t burst_sm8x_smem = 163 * 1024;
 
 /* Does a block of `bytes` of dynamic shared memory exceed every device this compilation pass can
- * run on? Code compiled for sm_8x runs on sm_8x alone (the build embeds no PTX). Such a kernel
- * instance gets a body that traps (BURST_UNFIT_KERNEL) instead of its code, which would cost
- * compile time for nothing: the host never launches a kernel whose shared memory is above the
- * device's opt-in limit. */
+ * run on? Code compiled for sm_8x runs on sm_8x alone (the build embeds no PTX: cuda/meson.build
+ * refuses PTX targets). The mma.sync kernels (burst_cuda_fwd.cu, burst_cuda_bwd.cu) wrap their
+ * bodies in BURST_UNFIT_KERNEL, so that such an instance compiles to a trap instead of code that
+ * would cost compile time for nothing: the host never launches a kernel whose shared memory is
+ * above the device's opt-in limit. */
 __host__ __device__ constexpr bool burst_arch_unfit(size_t bytes)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900

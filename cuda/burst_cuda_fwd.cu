@@ -78,6 +78,7 @@ __device__ __forceinline__ void burst_mma_fwd_body(const struct burst_cuda_step 
     using E = typename TC::E;
     constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, NW = TC::FWD_NW, BR = 16 * MR * NW;
     constexpr int W = TC::W, NT = 32 * NW;
+    static_assert(BR <= 2 * NT, "the block's rows are found in two passes of its threads");
     extern __shared__ __align__(16) unsigned char smraw[];
     E *sq = (E *)smraw, *sk = sq + BR * W, *sv = sk + 2 * BC * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
