@@ -224,7 +224,6 @@ int burst_cuda_dq_atomic_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
-
 /* Does the large sm_80 dK/dV kernel of head dim d's class and dtype (enum burst_cuda_dtype) fit a
  * device of `optin` bytes of shared memory per block: burst_mma_kv2 (8 warps; fp32 above 128: 4)
  * in two-dimensional tiles where the class has it (BURST_CUDA_MMA_KV2, BURST_CUDA_TF32_KV2), else
