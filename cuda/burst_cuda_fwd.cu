@@ -60,12 +60,21 @@ __device__ __forceinline__ void burst_fwd_pv(float (&o)[MR][D / 8][4],
     }
 }
 
+/* Query rows of a forward block of class D: FWD_NW warps of FWD_MR m16 row tiles, at most one
+ * row per thread (the block finds its rows' key ranges in one pass). */
+template <typename T, int D> __host__ __device__ constexpr int burst_mma_fwd_rows()
+{
+    using TC = burst_tc<T, D>;
+    static_assert(TC::FWD_MR <= 2, "one row per thread");
+    return 16 * TC::FWD_MR * TC::FWD_NW;
+}
+
 /* Shared memory of the forward of class D: the block's query rows and two stages of K and V
  * tiles. */
 template <typename T, int D> __host__ __device__ constexpr size_t burst_mma_fwd_smem()
 {
     using TC = burst_tc<T, D>;
-    return (size_t)(16 * TC::FWD_MR * TC::FWD_NW + 4 * TC::FWD_BC) * TC::W * sizeof(typename TC::E);
+    return (size_t)(burst_mma_fwd_rows<T, D>() + 4 * TC::FWD_BC) * TC::W * sizeof(typename TC::E);
 }
 
 /* NW warps of MR m16 row tiles each: a block owns NW * 16 * MR query rows; every K/V fragment
@@ -76,9 +85,8 @@ __device__ __forceinline__ void burst_mma_fwd_body(const struct burst_cuda_step 
 {
     using TC = burst_tc<T, D>;
     using E = typename TC::E;
-    constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, NW = TC::FWD_NW, BR = 16 * MR * NW;
-    constexpr int W = TC::W, NT = 32 * NW;
-    static_assert(BR <= 2 * NT, "the block's rows are found in two passes of its threads");
+    constexpr int MR = TC::FWD_MR, BC = TC::FWD_BC, NT = 32 * TC::FWD_NW;
+    constexpr int BR = burst_mma_fwd_rows<T, D>(), W = TC::W;
     extern __shared__ __align__(16) unsigned char smraw[];
     E *sq = (E *)smraw, *sk = sq + BR * W, *sv = sk + 2 * BC * W;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -88,20 +96,9 @@ __device__ __forceinline__ void burst_mma_fwd_body(const struct burst_cuda_step 
     const int64_t g = h / s.group, i0 = t * BR;
     const float sl2 = s.scale * BURST_LOG2E;
 
-    int64_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
+    int64_t lo = 0, hi = 0;
     if (threadIdx.x < BR && i0 + threadIdx.x < s.nq) /* MR = 1: half the threads */
         burst_dkeys(s, i0 + threadIdx.x, &lo, &hi);
-    if (MR > 2 && i0 + NT + threadIdx.x < s.nq && threadIdx.x + NT < BR)
-        burst_dkeys(s, i0 + NT + threadIdx.x, &lo2, &hi2);
-    if (lo2 < hi2) {
-        if (lo >= hi) {
-            lo = lo2;
-            hi = hi2;
-        } else {
-            lo = lo < lo2 ? lo : lo2;
-            hi = hi > hi2 ? hi : hi2;
-        }
-    }
     int64_t kmin, kmax;
     burst_block_range(lo, hi, &kmin, &kmax);
     if (kmin >= kmax) { /* no key for any row of the block */
@@ -309,10 +306,10 @@ template <typename T> static int burst_fwd_simt(const struct burst_cuda_step *s)
 
 template <typename T, int D> static int burst_fwd_mma_run(const struct burst_cuda_step *s)
 {
-    constexpr int NW = burst_tc<T, D>::FWD_NW, BR = 16 * burst_tc<T, D>::FWD_MR * NW;
+    constexpr int BR = burst_mma_fwd_rows<T, D>();
     int64_t blocks = s->batch * s->hq * ((s->nq + BR - 1) / BR);
-    burst_mma_fwd<T, D>
-        <<<(unsigned)blocks, 32 * NW, burst_mma_fwd_smem<T, D>(), cudaStreamPerThread>>>(*s);
+    burst_mma_fwd<T, D><<<(unsigned)blocks, 32 * burst_tc<T, D>::FWD_NW, burst_mma_fwd_smem<T, D>(),
+                          cudaStreamPerThread>>>(*s);
     return cudaGetLastError();
 }
 
