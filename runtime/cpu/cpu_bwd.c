@@ -14,66 +14,8 @@
 
 #include "cpu_convert.h"
 #include "cpu_internal.h"
+#include "cpu_items.h"
 #include "error.h"
-
-/* Per-thread scratch of one backward item (floats unless noted). */
-struct burst_cpu_bwd_scratch {
-    float *qt, *dot;               /* [d][BR]  Q^T pre-scaled, dO^T */
-    float *qn, *don;               /* [BR][d]  Q, dO */
-    float *k, *v;                  /* [BC][d] */
-    float *s, *ds;                 /* [BC][BR] scores -> P; dP -> dS */
-    float *lse2, *dlt, *kbf, *kef; /* [BR] */
-    int64_t *kb, *ke;              /* [BR] */
-    uint32_t *qp, *dop;            /* [d/2][BR] bf16 pairs of Q, dO (avx512bf16 only) */
-    uint16_t *kh, *vh;             /* [BC][d]   bf16 K, V tiles (avx512bf16 only) */
-    /* avx512bf16 only, bf16 pairs (uint32) of values adjacent along the reduction: */
-    uint32_t *qv, *dov; /* [BR/2][d]  of adjacent Q rows, dO rows */
-    uint32_t *kv;       /* [BC/2][d]  of adjacent K rows */
-    uint16_t *ph, *dsh; /* [BC][BR]   P and dS rounded (pairs along a row) */
-    uint32_t *dsp;      /* [BC/2][BR] of adjacent dS rows */
-};
-
-static size_t burst_cpu_bwd_scratch_floats(int64_t d, int64_t BR)
-{
-    const int64_t BC = BURST_CPU_BWD_BC;
-    return (size_t)(4 * BR * d + 2 * BC * d + 2 * BC * BR + 4 * BR + 4 * BR + d * BR + BC * d +
-                    BR * d + BC * d / 2 + 3 * BC * BR / 2);
-}
-
-static struct burst_cpu_bwd_scratch burst_cpu_bwd_layout(void *scratch, int64_t d, int64_t BR)
-{
-    const int64_t BC = BURST_CPU_BWD_BC;
-    struct burst_cpu_bwd_scratch s;
-    float *p = scratch;
-    s.qt = p, p += BR * d;
-    s.dot = p, p += BR * d;
-    s.qn = p, p += BR * d;
-    s.don = p, p += BR * d;
-    s.k = p, p += BC * d;
-    s.v = p, p += BC * d;
-    s.s = p, p += BC * BR;
-    s.ds = p, p += BC * BR;
-    s.lse2 = p, p += BR;
-    s.dlt = p, p += BR;
-    s.kbf = p, p += BR;
-    s.kef = p, p += BR;
-    s.kb = (int64_t *)(void *)p; /* offset is a multiple of 8 floats: aligned */
-    s.ke = s.kb + BR;
-    s.qp = (uint32_t *)(void *)(s.ke + BR);
-    s.dop = s.qp + d / 2 * BR;
-    s.kh = (uint16_t *)(void *)(s.dop + d / 2 * BR);
-    s.vh = s.kh + BC * d;
-    s.qv = (uint32_t *)(void *)(s.vh + BC * d);
-    s.dov = s.qv + BR / 2 * d;
-    s.kv = s.dov + BR / 2 * d;
-    s.ph = (uint16_t *)(void *)(s.kv + BC / 2 * d);
-    s.dsh = s.ph + BC * BR;
-    s.dsp = (uint32_t *)(void *)(s.dsh + BC * BR);
-    return s;
-}
-
-#define BURST_CPU_KERN "cpu_bwd_kern.h"
-#include "cpu_variants.h"
 
 /* The backward work items of each variant built here (NULL: not built for this target). */
 struct burst_cpu_bwd_items {
@@ -81,7 +23,7 @@ struct burst_cpu_bwd_items {
 };
 #define BURST_CPU_BWD_ITEMS(v)                                                                     \
     {                                                                                              \
-        bwd_item_group_##v, bwd_item_kv_##v, bwd_item_q_##v                                        \
+        burst_cpu_bwd_group_##v, burst_cpu_bwd_kv_##v, burst_cpu_bwd_q_##v                         \
     }
 static const struct burst_cpu_bwd_items burst_cpu_bwd_items[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_BASE] = BURST_CPU_BWD_ITEMS(base),

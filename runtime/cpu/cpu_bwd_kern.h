@@ -1,6 +1,6 @@
 /*
- * runtime/cpu/cpu_bwd_kern.h - the backward work items (TEMPLATE, included by cpu_bwd.c once
- * per variant through cpu_variants.h).
+ * runtime/cpu/cpu_bwd_kern.h - the backward work items (TEMPLATE, compiled once per variant in an
+ * object of its own, cpu_items.h; cpu_bwd.c runs them).
  *
  * The unit of work is a pair (Q tile of BR rows of head h, K tile J of BC rows of kv head g):
  *   St  = K Qt                   (Qt pre-scaled by tau log2 e; log2 units, key-major)
@@ -49,9 +49,9 @@
 #define bwd_product KFN(bwd_product)
 #define bwd_prefetch_k KFN(bwd_prefetch_k)
 #define bwd_pair_live KFN(bwd_pair_live)
-#define bwd_item_group KFN(bwd_item_group)
-#define bwd_item_kv KFN(bwd_item_kv)
-#define bwd_item_q KFN(bwd_item_q)
+#define bwd_item_group KFN(burst_cpu_bwd_group)
+#define bwd_item_kv KFN(burst_cpu_bwd_kv)
+#define bwd_item_q KFN(burst_cpu_bwd_q)
 
 /* Are the products taken on bf16 dot products (avx512bf16 or avx512amx, bf16 Q, K, V, dO)? */
 KATTR int bwd_dp(const struct burst_bwd_args *a)

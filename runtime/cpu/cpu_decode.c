@@ -18,87 +18,30 @@
 
 #include "cpu_convert.h"
 #include "cpu_internal.h"
+#include "cpu_items.h"
 #include "error.h"
 
-/* Keys per tile (a multiple of BURST_CPU_MR and of 16). */
-#define DECODE_BT 96
 /* Keys per work item at least (whole tiles), and at most this many items per kv head (longer
  * runs for longer contexts, which bounds the partials' memory). */
-#define DECODE_KPI (4 * DECODE_BT)
+#define DECODE_KPI (4 * BURST_CPU_DECODE_BT)
 #define DECODE_MAX_CHUNKS 256
 /* Most new queries per sequence a call takes here (more: BURST_ERR_UNSUPPORTED, the engine
  * then runs the tiled fwd_step per block, as for a prefill chunk against the cache). */
 #define DECODE_MAX_ROWS 16
 
-struct decode_job {
-    const struct burst_decode_args *a;
-    int64_t t, hq, d, group, rows; /* rows: t * group, the query rows of one kv head */
-    int64_t kend;                  /* keys past it are seen by no query: min(nkeys, tail + t) */
-    int64_t kpi, chunks;           /* keys per item, items per kv head */
-    size_t esz;
-    float *part; /* [hkv][chunks][rows][d + 2]: o (unnormalised), m, l */
-};
-
-/* Per-thread scratch of one decode item (floats unless noted); Rp: rows rounded up to 16. */
-struct decode_scratch {
-    int64_t *kb, *ke;                 /* [Rp] allowed keys of each row */
-    float *qt;                        /* [d][Rp] Q^T, pre-scaled */
-    float *o;                         /* [Rp][d] unnormalised output */
-    float *k, *v;                     /* [BT][d] */
-    float *s;                         /* [BT][Rp] (+ MR) scores, then probabilities */
-    float *m, *l, *alpha, *kbf, *kef; /* [Rp] */
-    float *tmp;                       /* [d] */
-};
-
-static int64_t decode_rp(int64_t rows)
-{
-    return (rows + 15) / 16 * 16;
-}
-
-static size_t decode_scratch_floats(int64_t d, int64_t rows)
-{
-    const int64_t Rp = decode_rp(rows);
-    return (size_t)(4 * Rp + 2 * Rp * d + 2 * DECODE_BT * d + DECODE_BT * Rp + BURST_CPU_MR +
-                    5 * Rp + d);
-}
-
-static struct decode_scratch decode_layout(void *scratch, int64_t d, int64_t rows)
-{
-    const int64_t Rp = decode_rp(rows);
-    struct decode_scratch s;
-    s.kb = scratch;
-    s.ke = s.kb + Rp;
-    float *p = (float *)(void *)(s.ke + Rp);
-    s.qt = p, p += Rp * d;
-    s.o = p, p += Rp * d;
-    s.k = p, p += DECODE_BT * d;
-    s.v = p, p += DECODE_BT * d;
-    s.s = p, p += DECODE_BT * Rp + BURST_CPU_MR;
-    s.m = p, p += Rp;
-    s.l = p, p += Rp;
-    s.alpha = p, p += Rp;
-    s.kbf = p, p += Rp;
-    s.kef = p, p += Rp;
-    s.tmp = p;
-    return s;
-}
-
-#define BURST_CPU_KERN "cpu_decode_kern.h"
-#include "cpu_variants.h"
-
 /* The decode work item of each variant built here. */
 static const burst_cpu_task_fn decode_items[BURST_CPU_ISA_COUNT] = {
-    [BURST_CPU_ISA_BASE] = decode_item_base,
+    [BURST_CPU_ISA_BASE] = burst_cpu_decode_item_base,
 #if BURST_CPU_HAVE_X86_VARIANTS
-    [BURST_CPU_ISA_AVX2] = decode_item_avx2,
-    [BURST_CPU_ISA_AVX512] = decode_item_avx512,
-    [BURST_CPU_ISA_AVX512BF16] = decode_item_avx512bf16,
+    [BURST_CPU_ISA_AVX2] = burst_cpu_decode_item_avx2,
+    [BURST_CPU_ISA_AVX512] = burst_cpu_decode_item_avx512,
+    [BURST_CPU_ISA_AVX512BF16] = burst_cpu_decode_item_avx512bf16,
 #endif
 #if BURST_CPU_HAVE_AMX_VARIANT
-    [BURST_CPU_ISA_AVX512AMX] = decode_item_avx512amx,
+    [BURST_CPU_ISA_AVX512AMX] = burst_cpu_decode_item_avx512amx,
 #endif
 #if BURST_CPU_HAVE_NEON_VARIANT
-    [BURST_CPU_ISA_NEON] = decode_item_neon,
+    [BURST_CPU_ISA_NEON] = burst_cpu_decode_item_neon,
 #endif
 };
 
@@ -107,7 +50,7 @@ static const burst_cpu_task_fn decode_items[BURST_CPU_ISA_COUNT] = {
 static void decode_fold(void *ctx, int64_t row, void *scratch)
 {
     (void)scratch;
-    const struct decode_job *j = ctx;
+    const struct burst_cpu_decode_job *j = ctx;
     const struct burst_decode_args *a = j->a;
     const int64_t d = j->d, i = row / j->hq, h = row % j->hq, g = h / j->group;
     const int64_t r = i * j->group + h % j->group;
@@ -134,7 +77,7 @@ burst_status_t burst_cpu_decode_step(void *be, const struct burst_decode_args *a
         return BURST_ERR_UNSUPPORTED; /* results through the running (o_acc, lse_acc) only */
     if (!args || !args->q || !args->o_acc || !args->lse_acc || !args->blocks_host)
         return burst_error(BURST_ERR_INVALID_ARG, "cpu decode_step: an argument is NULL");
-    struct decode_job j = {
+    struct burst_cpu_decode_job j = {
         .a = args, .t = args->q->shape[1], .hq = args->q->shape[2], .d = args->q->shape[3]};
     if (j.t > DECODE_MAX_ROWS)
         return BURST_ERR_UNSUPPORTED; /* many queries: the tiled fwd_step kernels do better */
@@ -147,7 +90,7 @@ burst_status_t burst_cpu_decode_step(void *be, const struct burst_decode_args *a
     j.kpi = DECODE_KPI;
     if ((j.kend + j.kpi - 1) / j.kpi > DECODE_MAX_CHUNKS) {
         const int64_t per = (j.kend + DECODE_MAX_CHUNKS - 1) / DECODE_MAX_CHUNKS;
-        j.kpi = (per + DECODE_BT - 1) / DECODE_BT * DECODE_BT;
+        j.kpi = (per + BURST_CPU_DECODE_BT - 1) / BURST_CPU_DECODE_BT * BURST_CPU_DECODE_BT;
     }
     j.chunks = (j.kend + j.kpi - 1) / j.kpi;
     const int64_t items = args->hkv * j.chunks;
@@ -156,7 +99,7 @@ burst_status_t burst_cpu_decode_step(void *be, const struct burst_decode_args *a
     if (!j.part)
         return burst_error(BURST_ERR_NO_MEMORY, "cpu decode_step: out of memory (%zu bytes)",
                            floats * sizeof(float));
-    const size_t scratch = sizeof(float) * decode_scratch_floats(j.d, j.rows);
+    const size_t scratch = sizeof(float) * burst_cpu_decode_scratch_floats(j.d, j.rows);
     burst_cpu_task_fn fn = decode_items[burst_cpu_call_isa(cpu->isa, j.d)];
     burst_status_t st = burst_cpu_pool_run(cpu->pool, items, scratch, fn, &j);
     if (st == BURST_OK)

@@ -1,11 +1,11 @@
 /*
- * runtime/cpu/cpu_decode_kern.h - the decode work item (TEMPLATE, included by cpu_decode.c once
- * per variant through cpu_variants.h).
+ * runtime/cpu/cpu_decode_kern.h - the decode work item (TEMPLATE, compiled once per variant in an
+ * object of its own, cpu_items.h; cpu_decode.c runs it).
  *
  * One item = (kv head g, run of keys). Its R = t x group query rows (row r = i * group + hh for
  * query i of head g * group + hh, so the rows that see a key form a suffix) are loaded once,
  * transposed and pre-scaled by tau * log2(e) (Qt[c][r], R padded to whole vectors with zero
- * columns); K/V tiles of DECODE_BT keys of head g are gathered from the paged pools into fp32
+ * columns); K/V tiles of BURST_CPU_DECODE_BT keys of head g are gathered from the paged pools into fp32
  * rows and stream through as in the forward:
  *   St = K Qt              [BT x Rp], scores in log2 units, key-major
  *   soft-capping           St = c tanh(St / c) when the call has a cap
@@ -24,13 +24,13 @@
 #undef decode_softmax
 #undef decode_prefetch
 #define decode_prefetch KFN(decode_prefetch)
-#define decode_item KFN(decode_item)
+#define decode_item KFN(burst_cpu_decode_item)
 #define decode_load_kv KFN(decode_load_kv)
 #define decode_softmax KFN(decode_softmax)
 
 /* Keys [j0, j0 + cnt) of kv head g as fp32 rows of k and v, zero padded to jn rows. */
-KATTR void decode_load_kv(const struct decode_job *j, struct decode_scratch *sc, int64_t g,
-                          int64_t j0, int64_t cnt, int64_t jn)
+KATTR void decode_load_kv(const struct burst_cpu_decode_job *j, struct burst_cpu_decode_scratch *sc,
+                          int64_t g, int64_t j0, int64_t cnt, int64_t jn)
 {
     const struct burst_decode_args *a = j->a;
     const int64_t d = j->d, bl = a->block_len;
@@ -50,7 +50,7 @@ KATTR void decode_load_kv(const struct decode_job *j, struct decode_scratch *sc,
 }
 
 /* Ask the cpu to start loading the K and V rows of keys [j0, j0 + cnt) of kv head g. */
-KATTR void decode_prefetch(const struct decode_job *j, int64_t g, int64_t j0, int64_t cnt)
+KATTR void decode_prefetch(const struct burst_cpu_decode_job *j, int64_t g, int64_t j0, int64_t cnt)
 {
     const struct burst_decode_args *a = j->a;
     const int64_t bl = a->block_len;
@@ -63,7 +63,7 @@ KATTR void decode_prefetch(const struct decode_job *j, int64_t g, int64_t j0, in
 }
 
 /* The online softmax of the tile's scores St [jn x Rp] (P in place of St): m, alpha, l per row. */
-KATTR void decode_softmax(struct decode_scratch *sc, int64_t jn, int64_t Rp)
+KATTR void decode_softmax(struct burst_cpu_decode_scratch *sc, int64_t jn, int64_t Rp)
 {
     for (int64_t i = 0; i < Rp; i += VL) {
         vf mx = vf_set1(-(float)INFINITY);
@@ -91,13 +91,13 @@ KATTR void decode_softmax(struct decode_scratch *sc, int64_t jn, int64_t Rp)
 
 KENTRY void decode_item(void *ctx, int64_t item, void *scratch)
 {
-    const struct decode_job *j = ctx;
+    const struct burst_cpu_decode_job *j = ctx;
     const struct burst_decode_args *a = j->a;
     const struct burst_tensor *q = a->q;
     const int64_t d = j->d, R = j->rows, Rp = (R + VL - 1) / VL * VL;
     const int64_t g = item / j->chunks, k0 = item % j->chunks * j->kpi;
     const int64_t k1 = burst_cpu_min64(k0 + j->kpi, j->kend);
-    struct decode_scratch sc = decode_layout(scratch, d, R);
+    struct burst_cpu_decode_scratch sc = burst_cpu_decode_layout(scratch, d, R);
 
     const float qmul = a->scale * 1.4426950408889634f;
     for (int64_t r = 0; r < R; r++) {
@@ -116,7 +116,8 @@ KENTRY void decode_item(void *ctx, int64_t item, void *scratch)
     for (int64_t r = R; r < Rp; r++)
         sc.kb[r] = sc.ke[r] = 0;
     memset(sc.o, 0, sizeof(float) * (size_t)(R * d));
-    memset(sc.s + DECODE_BT * Rp, 0, sizeof(float) * BURST_CPU_MR); /* read past by gemm */
+    memset(sc.s + BURST_CPU_DECODE_BT * Rp, 0,
+           sizeof(float) * BURST_CPU_MR); /* read past by gemm */
     for (int64_t r = 0; r < Rp; r++) {
         sc.m[r] = -(float)INFINITY;
         sc.l[r] = 0.0f;
@@ -124,12 +125,13 @@ KENTRY void decode_item(void *ctx, int64_t item, void *scratch)
     /* every row sees the keys before min(tail + 1, kend): tiles inside that need no mask */
     const int64_t all = burst_cpu_min64(a->tail + 1, j->kend);
 
-    for (int64_t j0 = k0; j0 < k1; j0 += DECODE_BT) {
-        const int64_t cnt = burst_cpu_min64(DECODE_BT, k1 - j0);
+    for (int64_t j0 = k0; j0 < k1; j0 += BURST_CPU_DECODE_BT) {
+        const int64_t cnt = burst_cpu_min64(BURST_CPU_DECODE_BT, k1 - j0);
         const int64_t jn = (cnt + BURST_CPU_MR - 1) / BURST_CPU_MR * BURST_CPU_MR;
         decode_load_kv(j, &sc, g, j0, cnt, jn);
-        if (j0 + DECODE_BT < k1) /* the next tile on its way while this one computes */
-            decode_prefetch(j, g, j0 + DECODE_BT, burst_cpu_min64(DECODE_BT, k1 - j0 - DECODE_BT));
+        if (j0 + BURST_CPU_DECODE_BT < k1) /* the next tile on its way while this one computes */
+            decode_prefetch(j, g, j0 + BURST_CPU_DECODE_BT,
+                            burst_cpu_min64(BURST_CPU_DECODE_BT, k1 - j0 - BURST_CPU_DECODE_BT));
         gemm(jn, Rp, d, sc.k, d, 1, sc.qt, Rp, sc.s, Rp, BURST_CPU_STORE, NULL);
         if (a->softcap > 0.0f)
             cap_tile(sc.s, Rp, 0, Rp, jn, a->softcap * 1.4426950408889634f);

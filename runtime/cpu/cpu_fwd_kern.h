@@ -1,6 +1,6 @@
 /*
- * runtime/cpu/cpu_fwd_kern.h - the forward work item (TEMPLATE, included by cpu_fwd.c once per
- * variant through cpu_variants.h).
+ * runtime/cpu/cpu_fwd_kern.h - the forward work item (TEMPLATE, compiled once per variant in an
+ * object of its own, cpu_items.h; cpu_fwd.c runs it).
  *
  * One item = (batch b, query head h, Q tile of BR rows). Q is loaded once, transposed and
  * pre-scaled by tau * log2(e) (Qt[c][i]); K/V tiles of BC rows stream through:
@@ -20,12 +20,14 @@
 
 #undef fwd_item
 #undef fwd_lanes
-#define fwd_item KFN(fwd_item)
-#define fwd_lanes KFN(fwd_lanes)
+#define fwd_item KFN(burst_cpu_fwd_item)
+#define fwd_lanes KFN(burst_cpu_fwd_lanes)
 
-enum {
-    fwd_lanes = VL
-}; /* the variant's fp32 lanes (burst_cpu_isa_lanes) */
+/* the variant's fp32 lanes (burst_cpu_isa_lanes) */
+int fwd_lanes(void)
+{
+    return VL;
+}
 
 #undef fwd_dp
 #undef fwd_load_q

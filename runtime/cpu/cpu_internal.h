@@ -51,6 +51,14 @@
 #define BURST_CPU_HAVE_NEON_VARIANT 0
 #endif
 
+/* 1 when this compiler and target build variant v (a BURST_CPU_V_* value). */
+#define BURST_CPU_BUILDS(v)                                                                        \
+    ((v) == BURST_CPU_V_BASE ||                                                                    \
+     (BURST_CPU_HAVE_X86_VARIANTS &&                                                               \
+      ((v) == BURST_CPU_V_AVX2 || (v) == BURST_CPU_V_AVX512 || (v) == BURST_CPU_V_AVX512BF16)) ||  \
+     (BURST_CPU_HAVE_AMX_VARIANT && (v) == BURST_CPU_V_AVX512AMX) ||                               \
+     (BURST_CPU_HAVE_NEON_VARIANT && (v) == BURST_CPU_V_NEON))
+
 enum burst_cpu_isa {
     BURST_CPU_ISA_BASE = BURST_CPU_V_BASE,
     BURST_CPU_ISA_AVX2 = BURST_CPU_V_AVX2,

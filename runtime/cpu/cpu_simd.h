@@ -2,11 +2,12 @@
  * runtime/cpu/cpu_simd.h - the vector abstraction the cpu kernels are written in (TEMPLATE).
  *
  * Not an ordinary header: it is included once per instruction-set variant, with
- * BURST_CPU_VARIANT defined to one of the BURST_CPU_V_* values of cpu_internal.h (through
- * cpu_variants.h). Each inclusion defines, for that variant:
+ * BURST_CPU_VARIANT defined to one of the BURST_CPU_V_* values of cpu_internal.h (by the kernel
+ * objects, cpu_kern.c.in; a translation unit may include it for several variants, each
+ * inclusion replacing the previous one's macros). Each inclusion defines, for that variant:
  *   vf          a vector of VL floats
  *   KATTR       attributes of every inline kernel helper of the variant (target ISA, inlining)
- *   KENTRY      attributes of the variant's entry points (work-item functions)
+ *   KENTRY      attributes of the variant's entry points (the work items, cpu_items.h)
  *   KFN(name)   the name with the variant's suffix (name_avx512 / name_avx2 / name_neon / ...)
  *   vf_*        inline operations on vf
  * Variants (one file each):

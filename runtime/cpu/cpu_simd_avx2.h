@@ -9,7 +9,7 @@
 #define VL 8
 #define KFN(name) KFN_(name, avx2)
 #define KATTR static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-#define KENTRY static __attribute__((target("avx2,fma,f16c")))
+#define KENTRY __attribute__((target("avx2,fma,f16c")))
 
 typedef __m256 vf;
 typedef __m256i vi;

@@ -24,7 +24,7 @@
 #define BURST_CPU_TARGET "avx512f,avx512bw,avx512dq,avx512vl,fma,f16c"
 #endif
 #define KATTR static inline __attribute__((always_inline, target(BURST_CPU_TARGET)))
-#define KENTRY static __attribute__((target(BURST_CPU_TARGET)))
+#define KENTRY __attribute__((target(BURST_CPU_TARGET)))
 
 typedef __m512 vf;
 typedef __m512i vi;

@@ -5,7 +5,7 @@
  * variant (see cpu_simd.h for what each variant defines).
  */
 #define KFN(name) KFN_(name, base)
-#define KENTRY static
+#define KENTRY
 #if defined(__GNUC__)
 #define KATTR static inline __attribute__((always_inline))
 #else

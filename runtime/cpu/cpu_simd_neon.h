@@ -12,7 +12,7 @@
 #define VL 4
 #define KFN(name) KFN_(name, neon)
 #define KATTR static inline __attribute__((always_inline))
-#define KENTRY static
+#define KENTRY
 
 typedef float32x4_t vf;
 typedef uint32x4_t vi;
