@@ -85,7 +85,8 @@ results)
     # (3) head groups (--workspace 1: one K/V head per group) over the provider: the check
     # passes, the JSON says 4 groups, the hash equals the unsplit job's; bad values are refused
     W="-n 2 --causal --seq 2048 --heads 4 --head-dim 32 --fabric $PROV --seed $SEED --json"
-    "$BR" $W --workspace 1 --check >"$TMP/ws" 2>&1 || fail "--workspace 1 --check exited $?"
+    "$BR" $W --workspace 1 --check --iters 1 --warmup 0 >"$TMP/ws" 2>&1 ||
+        fail "--workspace 1 --check exited $?"
     grep -qF '"head_groups": 4' "$TMP/ws" || fail "--workspace 1: not 4 head groups"
     grep -qF '"check": "pass"' "$TMP/ws" || fail "--workspace 1: check did not pass"
     h1=$("$BR" $W --workspace 1 --deterministic --hash --iters 1 --warmup 0 | grep -o '"output_hash": "[0-9a-f]*"')
@@ -186,7 +187,7 @@ faults)
         set -- $k
         t=$(now_ms)
         touch "$TMP/stamp"
-        "$BR" -n 4 --seq 4096 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" \
+        "$BR" -n 4 --seq 2048 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" \
             --test-kill-rank $1 --test-kill-phase $2 --test-kill-iter $3 --test-kill-delay $4 \
             --verbose >"$TMP/out" 2>"$TMP/err"
         rc=$?
@@ -299,8 +300,8 @@ faults)
         check_leftovers "SIGKILL of burstrun in the join ($at)" "$TMP/err"
     done
     touch "$TMP/stamp"
-    { "$BR" -n 4 --seq 1024 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" --verbose \
-        2>"$TMP/err"; echo $? >"$TMP/rc"; } | true
+    { "$BR" -n 4 $SMALL --fabric "$PROV" --timeout $TO --verbose 2>"$TMP/err"; echo $? >"$TMP/rc"; } |
+        true
     rc=$(cat "$TMP/rc")
     [ "$rc" = 3 ] || fail "stdout closed: exit $rc, expected 3"
     grep -q "writing to stdout failed" "$TMP/err" || fail "stdout closed: not reported"

@@ -1038,8 +1038,9 @@ static int case_mpi(int G)
  */
 static void case_fault(int G, int victim, char phase, int delay_ms, int step)
 {
-    /* Big enough that one forward / backward lasts well over delay_ms on two cores. */
-    struct prob p = {G, 1, 2048 * G, 4, 4, 64, harness_seed() + 99, 0};
+    /* A kill after delay_ms: big enough that one forward / backward lasts well over delay_ms on
+     * two cores. A kill at a ring step: small, since the fault does not depend on timing. */
+    struct prob p = {G, 1, (step < -1 ? 2048 : 256) * G, 4, 4, 64, harness_seed() + 99, 0};
     struct snapshot before;
     snap(&before);
     struct job j;
