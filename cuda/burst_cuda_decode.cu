@@ -14,7 +14,7 @@
  *     K/V tiles stream through shared memory with cp.async, STAGES deep (16-byte copies, the next
  *     tiles in flight while one computes; the first ones are issued before the queries are
  *     loaded); a tile inside one cache block (every tile when block_len is a multiple of BK)
- *     costs one block-table read, others one per key row. Each of the block's warps takes 16 keys
+ *     costs one block-table read, others one per key row, read one tile ahead. Each of the block's warps takes 16 keys
  *     of a tile and runs the forward's tensor-core step on them (the query fragments kept in
  *     registers for 16-bit operands up to d = 128; burst_tc<T, D> traits:
  *     S = Q K^T with the 16 rows as the m16 tile, online softmax in log2 units, O += P V),
@@ -57,65 +57,78 @@ template <typename T, int D> struct burst_dec_cfg {
     static constexpr bool QREG = sizeof(E) == 2 && D <= 128;
     static constexpr int NQF = QREG ? D / 16 : 1;
     static constexpr size_t SMEM = STAGES * STAGE + (size_t)16 * W * sizeof(E);
+    /* the loader's threads: one 16-byte column chunk each (NC chunks per row, rounded up to NS),
+     * every RS-th row of a tile, RPT rows per thread */
+    static constexpr int NC = D / CH, NS = burst_pow2_ceil(NC), RS = NT / NS, RPT = BK / RS;
     static_assert((size_t)NW * 16 * (OLD + 2) * sizeof(float) <= STAGES * STAGE,
                   "the merge buffer fits in the tile stages");
 };
 
 /* ---- the split kernel ---------------------------------------------------------------------------- */
 
-/* The pool block of the tile of keys [j0, j0 + BK) when the whole tile lies in one cache block
- * (every tile when block_len is a multiple of BK), else -1 (the loader then reads the table per
- * key row). The kernel reads it one tile ahead of the tile's loads, so that the table read is
- * not waited for between two tiles. */
-template <int BK>
-__device__ __forceinline__ int burst_dec_tile_block(const struct burst_cuda_decode &a, int j0)
+/* Key j's cache block (j / block_len) and row in it (j % block_len): shifts where block_len is
+ * a power of two (sh = its log2, else -1), the usual case. */
+__device__ __forceinline__ int burst_dec_blk(const struct burst_cuda_decode &a, int sh, int j)
 {
-    const int b0 = j0 / a.block_len;
-    return (j0 + BK - 1) / a.block_len == b0 ? __ldg(a.blocks + b0) : -1;
+    return sh >= 0 ? j >> sh : j / a.block_len;
+}
+__device__ __forceinline__ int burst_dec_row(const struct burst_cuda_decode &a, int sh, int j)
+{
+    return sh >= 0 ? j & (a.block_len - 1) : j % a.block_len;
+}
+
+/* The pool blocks of this thread's rows of the tile of keys [j0, j0 + BK) (burst_dec_load's
+ * layout: rows rr + i RS): one table read when the whole tile lies in one cache block (every
+ * tile when block_len is a multiple of BK), else one per row below kend. The kernel reads them
+ * one tile ahead of the tile's loads, so that no table read is waited for between two tiles. */
+template <typename T, int D>
+__device__ __forceinline__ void burst_dec_slots(int (&slot)[burst_dec_cfg<T, D>::RPT],
+                                                const struct burst_cuda_decode &a, int j0, int kend,
+                                                int sh)
+{
+    using C = burst_dec_cfg<T, D>;
+    const int rr = (int)threadIdx.x / C::NS, b0 = burst_dec_blk(a, sh, j0);
+    if (burst_dec_blk(a, sh, j0 + C::BK - 1) == b0) {
+        const int x = __ldg(a.blocks + b0);
+#pragma unroll
+        for (int i = 0; i < C::RPT; i++)
+            slot[i] = x;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < C::RPT; i++) {
+        const int j = j0 + rr + i * C::RS;
+        slot[i] = j < kend ? __ldg(a.blocks + burst_dec_blk(a, sh, j)) : 0;
+    }
 }
 
 /* cp.async the K and V rows of tile keys [j0, j0 + BK) of kv head g into sk, sv; keys at or past
  * kend and the class's columns past d are zero-filled (nothing outside the caller's rows is
- * read). blk: burst_dec_tile_block of the tile. Thread layout as burst_tc_load: one 16-byte
- * column chunk per thread, every RS-th row. */
+ * read). slot: burst_dec_slots of the tile. Thread layout as burst_tc_load: one 16-byte column
+ * chunk per thread, every RS-th row. */
 template <typename T, int D>
 __device__ __forceinline__ void
 burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>::E *sv,
-               const struct burst_cuda_decode &a, int j0, int blk, int kend, int g)
+               const struct burst_cuda_decode &a, int j0,
+               const int (&slot)[burst_dec_cfg<T, D>::RPT], int kend, int sh, int g)
 {
     using C = burst_dec_cfg<T, D>;
     using E = typename C::E;
-    constexpr int NC = D / C::CH, NS = burst_pow2_ceil(NC), RS = C::NT / NS;
-    static_assert(NS <= C::NT && C::BK % RS == 0, "a pass covers whole rows");
-    const int ch = (int)threadIdx.x % NS, rr = (int)threadIdx.x / NS;
-    if (ch >= NC)
+    static_assert(C::NS <= C::NT && C::BK % C::RS == 0, "a pass covers whole rows");
+    const int ch = (int)threadIdx.x % C::NS, rr = (int)threadIdx.x / C::NS;
+    if (ch >= C::NC)
         return;
     const E *kp = (const E *)a.k_pool, *vp = (const E *)a.v_pool;
     const bool col = ch * C::CH < a.d;
-    const int bl = a.block_len;
     const int64_t row = (int64_t)a.hkv * a.d; /* elements between two keys of a block */
     const int64_t head = (int64_t)g * a.d + ch * C::CH;
-    /* the whole tile inside one cache block: key j is row j - b0 bl of pool block blk */
-    const bool one = blk >= 0;
-    const int64_t base0 = one ? ((int64_t)blk - j0 / bl) * bl : 0;
-    /* every row's pool slot first, then the copies: the table reads of a tile spanning several
-     * cache blocks are in flight together instead of one per copy (the copies' asm statements
-     * order the memory accesses around them) */
-    int64_t off[C::BK / RS];
 #pragma unroll
-    for (int i = 0; i < C::BK / RS; i++) {
-        const int j = j0 + rr + i * RS;
-        off[i] = -1;
-        if (col && j < kend)
-            off[i] = (one ? base0 + j : (int64_t)__ldg(a.blocks + j / bl) * bl + j % bl) * row +
-                     head;
-    }
-#pragma unroll
-    for (int i = 0; i < C::BK / RS; i++) {
-        const int r = rr + i * RS;
-        const bool ok = off[i] >= 0;
-        burst_cp16(sk + C::TC::off(r, ch * C::CH), ok ? kp + off[i] : kp, ok ? 16 : 0);
-        burst_cp16(sv + C::TC::off(r, ch * C::CH), ok ? vp + off[i] : vp, ok ? 16 : 0);
+    for (int i = 0; i < C::RPT; i++) {
+        const int r = rr + i * C::RS, j = j0 + r;
+        const bool ok = col && j < kend;
+        const int64_t off = ((int64_t)slot[i] * a.block_len + burst_dec_row(a, sh, j)) * row + head;
+        burst_cp16(sk + C::TC::off(r, ch * C::CH), ok ? kp + off : kp, ok ? 16 : 0);
+        burst_cp16(sv + C::TC::off(r, ch * C::CH), ok ? vp + off : vp, ok ? 16 : 0);
     }
 }
 
@@ -348,8 +361,8 @@ __device__ __forceinline__ void burst_dec_coeffs(const struct burst_cuda_decode 
         double co = a.o_out ? 0.0 : 1.0, cn = 0.0;
         if (mx != -CUDART_INF_F) {
             double ln;
-            burst_merge_weights(a.o_out ? -(double)CUDART_INF : (double)a.lse_acc[li], mx, sum,
-                                &ln, &co, &cn);
+            burst_merge_weights(a.o_out ? -(double)CUDART_INF : (double)a.lse_acc[li], mx, sum, &ln,
+                                &co, &cn);
             if (!a.o_out)
                 a.lse_acc[li] = (float)ln;
             else if (a.lse_out)
@@ -460,12 +473,15 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     const int ke_blk = min(kend, kb + a.split_keys);
     const int ntile = ke_blk > kb ? (ke_blk - kb + C::BK - 1) / C::BK : 0;
 
+    const int bl = a.block_len, sh = (bl & (bl - 1)) == 0 ? __ffs(bl) - 1 : -1;
+    int slot[C::RPT];
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; s++) {
-        if (s < ntile)
+        if (s < ntile) {
+            burst_dec_slots<T, D>(slot, a, kb + s * C::BK, ke_blk, sh);
             burst_dec_load<T, D>(stages + s * 2 * C::BK * C::W, stages + (s * 2 + 1) * C::BK * C::W,
-                                 a, kb + s * C::BK, burst_dec_tile_block<C::BK>(a, kb + s * C::BK),
-                                 ke_blk, g);
+                                 a, kb + s * C::BK, slot, ke_blk, sh, g);
+        }
         burst_cp_commit();
     }
     burst_dec_load_q<T, D>(sq, a, g, z); /* while the first tiles are in flight */
@@ -476,9 +492,9 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
         for (int kk = 0; kk < C::NQF; kk++)
             C::TC::lda(qf[kk], sq, 0, kk * 16, lane);
     }
-    /* the table entry of the next tile to load, read one iteration ahead */
-    int blk_next =
-        C::STAGES - 1 < ntile ? burst_dec_tile_block<C::BK>(a, kb + (C::STAGES - 1) * C::BK) : -1;
+    /* the table entries of the next tile to load, read one iteration ahead */
+    if (C::STAGES - 1 < ntile)
+        burst_dec_slots<T, D>(slot, a, kb + (C::STAGES - 1) * C::BK, ke_blk, sh);
 
     float o[D / 8][4];
 #pragma unroll
@@ -492,9 +508,10 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
         const int nx = it + C::STAGES - 1, sx = nx % C::STAGES;
         if (nx < ntile) {
             burst_dec_load<T, D>(stages + sx * 2 * C::BK * C::W,
-                                 stages + (sx * 2 + 1) * C::BK * C::W, a, kb + nx * C::BK, blk_next,
-                                 ke_blk, g);
-            blk_next = nx + 1 < ntile ? burst_dec_tile_block<C::BK>(a, kb + (nx + 1) * C::BK) : -1;
+                                 stages + (sx * 2 + 1) * C::BK * C::W, a, kb + nx * C::BK, slot,
+                                 ke_blk, sh, g);
+            if (nx + 1 < ntile)
+                burst_dec_slots<T, D>(slot, a, kb + (nx + 1) * C::BK, ke_blk, sh);
         }
         burst_cp_commit();
         const int st = it % C::STAGES, jw = kb + it * C::BK + warp * 16;
