@@ -14,9 +14,9 @@
  *     K/V tiles stream through shared memory with cp.async, STAGES deep (16-byte copies, the next
  *     tiles in flight while one computes; the first ones are issued before the queries are
  *     loaded); a tile inside one cache block (every tile when block_len is a multiple of BK)
- *     costs one block-table read, others one per key row, read one tile ahead. Each of the block's warps takes 16 keys
- *     of a tile and runs the forward's tensor-core step on them (the query fragments kept in
- *     registers for 16-bit operands up to d = 128; burst_tc<T, D> traits:
+ *     costs one block-table read, others one per key row, read one tile ahead. Each of the
+ *     block's warps takes 16 keys of a tile and runs the forward's tensor-core step on them (the
+ *     query fragments kept in registers for 16-bit operands up to d = 128; burst_tc<T, D> traits:
  *     S = Q K^T with the 16 rows as the m16 tile, online softmax in log2 units, O += P V),
  *     keeping its own (m, l, O); at the end the warps are merged in shared memory and the block
  *     writes its rows' normalised partial O and partial lse (log2 units) to the scratch.
