@@ -16,6 +16,9 @@
  * 'slow' (argument --slow): the cartesian product of G x layout x causal x window x pattern x
  * dtype, cycling head dim, GQA ratio, batch, wire precision and (every other case) the
  * two-level split L through the cases.
+ *
+ * '--every K': every K-th case of the table only (a forced data path whose combination with the
+ * others runs the whole table elsewhere).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +28,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness_table.h"
@@ -245,6 +249,18 @@ int main(int argc, char **argv)
         const struct CMUnitTest slow[] = {cmocka_unit_test(test_sweep)};
         return cmocka_run_group_tests_name("attention_sweep", slow, NULL, NULL);
     }
-    return harness_run_cases("attention", unit_cases, sizeof unit_cases / sizeof *unit_cases,
-                             harness_case_test, NULL, 0);
+    const size_t n = sizeof unit_cases / sizeof *unit_cases;
+    if (argc > 2 && strcmp(argv[1], "--every") == 0) {
+        const int k = atoi(argv[2]);
+        static struct harness_case some[sizeof unit_cases / sizeof *unit_cases];
+        size_t m = 0;
+        for (size_t i = 0; k > 0 && i < n; i += (size_t)k)
+            some[m++] = unit_cases[i];
+        if (m == 0) {
+            fprintf(stderr, "test_attention: --every '%s' is not a positive count\n", argv[2]);
+            return 2;
+        }
+        return harness_run_cases("attention", some, m, harness_case_test, NULL, 0);
+    }
+    return harness_run_cases("attention", unit_cases, n, harness_case_test, NULL, 0);
 }

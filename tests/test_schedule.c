@@ -620,7 +620,8 @@ static void check_config(burst_layout_t layout, int G, int64_t N, const int64_t 
     check_config_docs(layout, G, N, lens, ms, NULL, 0);
 }
 
-/* The L values simulated for G: every divisor up to G = 40; a few for the large G. */
+/* The L values simulated for G: every divisor up to G = 40; a few for the large G (at 1024 one
+ * node size of 32: L = 1 and L = G, one rank per node and one node, run at every smaller G). */
 static void set_locals(int G, int slow)
 {
     locals_G = G;
@@ -631,13 +632,13 @@ static void set_locals(int G, int slow)
                 locals[nlocals++] = L;
         return;
     }
-    static const int l64[] = {1, 2, 4, 8, 16, 64}, l1024[] = {1, 32, 1024};
+    static const int l64[] = {1, 2, 4, 8, 16, 64}, l1024[] = {32};
     const int *ls = NULL;
     int n = 0;
     if (G == 64)
         ls = l64, n = 6;
     else if (G == 1024 && slow)
-        ls = l1024, n = 3;
+        ls = l1024, n = 1;
     else if (G == 128 && slow)
         ls = l64, n = 5; /* 1..16 */
     for (int k = 0; k < n; k++)
