@@ -182,12 +182,14 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
     ;;
 faults)
     TO=$((20 * ${BURST_TEST_TIME_SCALE:-1}))
-    # (3) a rank killed just before its backward, while the others are in theirs
-    for k in "2 bwd 1 0" "1 fwd 0 100"; do
+    # (3) a rank killed just before its backward, while the others are in theirs, and one killed
+    # 100 ms into its forward (a long job there, which the kill cuts short: the forward must
+    # outlast the delay on a fast machine)
+    for k in "2 bwd 1 0 2048" "1 fwd 0 100 4096"; do
         set -- $k
         t=$(now_ms)
         touch "$TMP/stamp"
-        "$BR" -n 4 --seq 2048 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" \
+        "$BR" -n 4 --seq $5 --iters 2 --fabric "$PROV" --timeout $TO --seed "$SEED" \
             --test-kill-rank $1 --test-kill-phase $2 --test-kill-iter $3 --test-kill-delay $4 \
             --verbose >"$TMP/out" 2>"$TMP/err"
         rc=$?

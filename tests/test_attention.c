@@ -17,8 +17,8 @@
  * dtype, cycling head dim, GQA ratio, batch, wire precision and (every other case) the
  * two-level split L through the cases.
  *
- * '--every K': every K-th case of the table only (a forced data path whose combination with the
- * others runs the whole table elsewhere).
+ * '--every K [FIRST]': every K-th case of the table only, from case FIRST (default 0): for a
+ * forced data path whose combination with the others runs the whole table elsewhere.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -251,10 +251,10 @@ int main(int argc, char **argv)
     }
     const size_t n = sizeof unit_cases / sizeof *unit_cases;
     if (argc > 2 && strcmp(argv[1], "--every") == 0) {
-        const int k = atoi(argv[2]);
+        const int k = atoi(argv[2]), first = argc > 3 ? atoi(argv[3]) : 0;
         static struct harness_case some[sizeof unit_cases / sizeof *unit_cases];
         size_t m = 0;
-        for (size_t i = 0; k > 0 && i < n; i += (size_t)k)
+        for (size_t i = first > 0 ? (size_t)first : 0; k > 0 && i < n; i += (size_t)k)
             some[m++] = unit_cases[i];
         if (m == 0) {
             fprintf(stderr, "test_attention: --every '%s' is not a positive count\n", argv[2]);

@@ -5,8 +5,8 @@
  * One item = (kv head g, run of keys). Its R = t x group query rows (row r = i * group + hh for
  * query i of head g * group + hh, so the rows that see a key form a suffix) are loaded once,
  * transposed and pre-scaled by tau * log2(e) (Qt[c][r], R padded to whole vectors with zero
- * columns); K/V tiles of BURST_CPU_DECODE_BT keys of head g are gathered from the paged pools into fp32
- * rows and stream through as in the forward:
+ * columns); K/V tiles of BURST_CPU_DECODE_BT keys of head g are gathered from the paged pools
+ * into fp32 rows and stream through as in the forward:
  *   St = K Qt              [BT x Rp], scores in log2 units, key-major
  *   soft-capping           St = c tanh(St / c) when the call has a cap
  *   mask partial tiles     St = -inf for keys past each row's last allowed key

@@ -14,8 +14,7 @@
 #include "cpu_items.h"
 #include "error.h"
 
-/* The forward work item and the vector width of each variant built here (NULL: not built for
- * this target). */
+/* The forward work item of each variant built here (NULL: not built for this target). */
 static const burst_cpu_task_fn burst_cpu_fwd_items[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_BASE] = burst_cpu_fwd_item_base,
 #if BURST_CPU_HAVE_X86_VARIANTS
@@ -30,25 +29,24 @@ static const burst_cpu_task_fn burst_cpu_fwd_items[BURST_CPU_ISA_COUNT] = {
     [BURST_CPU_ISA_NEON] = burst_cpu_fwd_item_neon,
 #endif
 };
-static int (*const burst_cpu_lanes[BURST_CPU_ISA_COUNT])(void) = {
-    [BURST_CPU_ISA_BASE] = burst_cpu_fwd_lanes_base,
-#if BURST_CPU_HAVE_X86_VARIANTS
-    [BURST_CPU_ISA_AVX2] = burst_cpu_fwd_lanes_avx2,
-    [BURST_CPU_ISA_AVX512] = burst_cpu_fwd_lanes_avx512,
-    [BURST_CPU_ISA_AVX512BF16] = burst_cpu_fwd_lanes_avx512bf16,
-#endif
-#if BURST_CPU_HAVE_AMX_VARIANT
-    [BURST_CPU_ISA_AVX512AMX] = burst_cpu_fwd_lanes_avx512amx,
-#endif
-#if BURST_CPU_HAVE_NEON_VARIANT
-    [BURST_CPU_ISA_NEON] = burst_cpu_fwd_lanes_neon,
-#endif
-};
 
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa)
 {
-    return isa >= 0 && isa < BURST_CPU_ISA_COUNT && burst_cpu_lanes[isa] ? burst_cpu_lanes[isa]()
-                                                                         : 0;
+    switch (isa) {
+    case BURST_CPU_ISA_BASE: return burst_cpu_fwd_lanes_base;
+#if BURST_CPU_HAVE_X86_VARIANTS
+    case BURST_CPU_ISA_AVX2: return burst_cpu_fwd_lanes_avx2;
+    case BURST_CPU_ISA_AVX512: return burst_cpu_fwd_lanes_avx512;
+    case BURST_CPU_ISA_AVX512BF16: return burst_cpu_fwd_lanes_avx512bf16;
+#endif
+#if BURST_CPU_HAVE_AMX_VARIANT
+    case BURST_CPU_ISA_AVX512AMX: return burst_cpu_fwd_lanes_avx512amx;
+#endif
+#if BURST_CPU_HAVE_NEON_VARIANT
+    case BURST_CPU_ISA_NEON: return burst_cpu_fwd_lanes_neon;
+#endif
+    default: return 0;
+    }
 }
 
 burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)

@@ -23,11 +23,7 @@
 #define fwd_item KFN(burst_cpu_fwd_item)
 #define fwd_lanes KFN(burst_cpu_fwd_lanes)
 
-/* the variant's fp32 lanes (burst_cpu_isa_lanes) */
-int fwd_lanes(void)
-{
-    return VL;
-}
+const int fwd_lanes = VL; /* the variant's fp32 lanes (burst_cpu_isa_lanes) */
 
 #undef fwd_dp
 #undef fwd_load_q

@@ -27,7 +27,7 @@
 
 #define BURST_CPU_ITEMS_OF(v)                                                                      \
     void burst_cpu_fwd_item_##v(void *ctx, int64_t item, void *scratch);                           \
-    int burst_cpu_fwd_lanes_##v(void);                                                             \
+    extern const int burst_cpu_fwd_lanes_##v;                                                      \
     void burst_cpu_bwd_group_##v(void *ctx, int64_t item, void *scratch);                          \
     void burst_cpu_bwd_kv_##v(void *ctx, int64_t item, void *scratch);                             \
     void burst_cpu_bwd_q_##v(void *ctx, int64_t item, void *scratch);                              \
