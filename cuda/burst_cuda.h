@@ -79,9 +79,11 @@ static inline int burst_cuda_dclass(int64_t d)
  * (burst_cuda_bwd_sm90.cu); wider classes run burst_cuda_bwd_sm90_wide.cu, whose deterministic
  * plans take dQ from the sm_80 kernel. */
 #define BURST_CUDA_WG_BWD_MAX 128
-/* Key rows per tile of the Hopper forward for class D: as many as 3 stages of K and V and the
- * 128-row Q tile fit in shared memory, 128 at most. */
-#define BURST_CUDA_WG_FWD_BC(D) ((D) <= 64 ? 64 : (D) <= 128 ? 128 : (D) <= 192 ? 64 : 48)
+/* The Hopper forward for class D: consumer warpgroups of 64 query rows each (3 where the head
+ * dim leaves their registers room for 128-key score tiles, else 2) and key rows per tile (as
+ * many as 3 stages of K and V beside the Q tile fit in shared memory, 128 at most). */
+#define BURST_CUDA_WG_FWD_WGS(D) ((D) <= 64 ? 3 : 2)
+#define BURST_CUDA_WG_FWD_BC(D) ((D) <= 128 ? 128 : (D) <= 192 ? 64 : 48)
 
 /* Kernel variant of a step, chosen by the backend (burst_cuda_kind). */
 enum burst_cuda_fwd_kind {

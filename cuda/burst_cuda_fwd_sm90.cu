@@ -8,30 +8,35 @@
  * bit-for-bit unchanged (written 0 / -inf with s.o_out: burst_final_row). The softmax needs
  * scale > 0, which plan creation guarantees.
  *
- * A block is NWG warpgroups of 64 query rows each (BR = 64 NWG rows) sharing K/V tiles of BC
- * keys (BURST_CUDA_WG_FWD_BC: as many as three stages of the class allow), which stream
- * through shared memory in NS = 3 stages filled by cp.async (one tile ahead).
- * Per key tile j a warpgroup
+ * A block is warp-specialized: warpgroup 0 is the producer, warpgroups 1 .. NC the consumers,
+ * each of 64 query rows (NC = BURST_CUDA_WG_FWD_WGS(D), BR = 64 NC rows). One producer thread
+ * moves every tile with the tensor memory accelerator (burst_cuda_tma.cuh): the block's Q tile
+ * once, then K and V tiles of BC keys (BURST_CUDA_WG_FWD_BC) into NS = 3 stages of shared memory,
+ * each K and V completing on an mbarrier of its own, a stage refilled once every consumer warp
+ * has arrived on its `free` barrier. The producer keeps 24 registers per thread and gives the
+ * rest to the consumers (setmaxnreg). The consumers never meet at a block barrier, so their
+ * products and softmaxes drift apart and fill each other's gaps. Per key tile j a consumer
  *   1. issues S_j = Q K_j^T (d / 16 wgmma, A = its Q rows and B = K_j from shared memory),
  *   2. issues O += P_{j-1} V_{j-1} for the previous tile (BC / 16 wgmma, A = P in registers),
  *   3. waits for S_j only, and runs the online softmax on it (in log2 units, fp32) while the
  *      tensor cores still work on step 2,
- *   4. waits for step 2, rescales O by the new maximum and packs P_j to the input dtype,
- * so the softmax of one tile overlaps the P V product of the one before. Three stages make this
- * safe with one barrier per tile: tile j + 1 is loaded into the stage that tile j - 2 used, whose
- * P V every warpgroup finished before that barrier.
+ *   4. waits for step 2, frees the stage of tile j - 1, rescales O by the new maximum and packs
+ *      P_j to the input dtype,
+ * so the softmax of one tile overlaps the P V product of the one before.
  * Layouts, descriptors and ordering: burst_cuda_wgmma.cuh.
  */
 #include <limits.h>
 
+#include "burst_cuda_tma.cuh"
 #include "burst_cuda_wgmma.cuh"
 
 #define WG_NS 3
 
-template <int D, int BC, int NWG> constexpr size_t burst_wg_fwd_smem()
+template <int D, int BC, int NC> constexpr size_t burst_wg_fwd_smem()
 {
-    /* Q, NS stages of K and V (panel tiles), and 1 KiB to align the panels on 1024 bytes */
-    return (size_t)(64 * NWG + WG_NS * 2 * BC) * burst_wg_panels<D>() * 128 + 1024;
+    /* Q (64 NC rows), NS stages of K and V (panel tiles), and 1 KiB to align the panels on
+     * 1024 bytes */
+    return (size_t)(64 * NC + WG_NS * 2 * BC) * burst_wg_panels<D>() * 128 + 1024;
 }
 
 /* The online softmax of one S tile in place (the accumulator layout of burst_cuda_wgmma.cuh).
@@ -77,10 +82,9 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
 /* Softmax of the tile at key j0 (its scores soft-capped first when the step has a cap): masked only
  * where the warpgroup's rows do not all see it. */
 template <int BC>
-__device__ __forceinline__ void burst_wg_softmax_at(float *sc, int j0, int wb, int we,
-                                                    const int *kb, const int *ke, int cq, float sl2,
-                                                    const struct burst_cuda_step &s, float *m,
-                                                    float *l, float *alpha)
+__device__ __forceinline__ void
+burst_wg_softmax_at(float *sc, int j0, int wb, int we, const int *kb, const int *ke, int cq,
+                    float sl2, const struct burst_cuda_step &s, float *m, float *l, float *alpha)
 {
     if (s.cap_in != 0.0f) /* soft-capping: the same branch for the whole block */
 #pragma unroll
@@ -95,15 +99,61 @@ __device__ __forceinline__ void burst_wg_softmax_at(float *sc, int j0, int wb, i
     }
 }
 
-template <typename T, int D, int BC, int NWG>
-__global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_step s)
+/* The tensor maps of a step's Q, K and V views (burst_tma_map_view). */
+struct burst_wg_maps {
+    CUtensorMap q, k, v;
+};
+
+/* The forward's barriers: Q landed; K, V of a stage landed; a stage free again. */
+struct burst_wg_fwd_bars {
+    uint64_t q, k[WG_NS], v[WG_NS], freed[WG_NS];
+};
+
+/* The producer thread: the block's Q tile (BR = 64 NC rows from i0, head h) into sq, then the
+ * nt tiles of BC keys from jfirst (kv head g) into the stages at skv, each stage once its
+ * previous tile is freed by every consumer warp. */
+template <int D, int BC, int NC>
+__device__ __forceinline__ void
+burst_wg_fwd_produce(const struct burst_wg_maps &maps, unsigned char *sq, unsigned char *skv,
+                     struct burst_wg_fwd_bars &bar, int b, int h, int g, int i0, int jfirst, int nt)
+{
+    constexpr int P = burst_wg_panels<D>(), KBYTES = BC * P * 128;
+    burst_tma_prefetch_map(&maps.k);
+    burst_tma_prefetch_map(&maps.v);
+    burst_mbar_expect(&bar.q, 64 * NC * P * 128);
+#pragma unroll
+    for (int pn = 0; pn < P; pn++)
+        burst_tma_load(sq + pn * 64 * NC * 128, &maps.q, &bar.q, 64 * pn, h, i0, b);
+    for (int j = 0, st = 0; j < nt; j++, st = st == WG_NS - 1 ? 0 : st + 1) {
+        if (j >= WG_NS) /* the stage's tile j - NS is done with */
+            burst_mbar_wait(&bar.freed[st], (j / WG_NS + 1) & 1);
+        const int r0 = jfirst + j * BC;
+        unsigned char *kt = skv + st * 2 * KBYTES;
+        burst_mbar_expect(&bar.k[st], KBYTES);
+#pragma unroll
+        for (int pn = 0; pn < P; pn++)
+            burst_tma_load(kt + pn * BC * 128, &maps.k, &bar.k[st], 64 * pn, g, r0, b);
+        burst_mbar_expect(&bar.v[st], KBYTES);
+#pragma unroll
+        for (int pn = 0; pn < P; pn++)
+            burst_tma_load(kt + KBYTES + pn * BC * 128, &maps.v, &bar.v[st], 64 * pn, g, r0, b);
+    }
+}
+
+template <typename T, int D, int BC, int NC>
+__global__ void __launch_bounds__(128 * (NC + 1), 1)
+    burst_wg_fwd(const __grid_constant__ struct burst_cuda_step s,
+                 const __grid_constant__ struct burst_wg_maps maps)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BR = 64 * NWG, NT = 128 * NWG;
-    constexpr int QBYTES = BR * burst_wg_panels<D>() * 128,
-                  KBYTES = BC * burst_wg_panels<D>() * 128;
+    constexpr int BR = 64 * NC, P = burst_wg_panels<D>();
+    /* registers per thread: the producer keeps 24, the consumers share the rest of the block's
+     * launch allocation (65536 / threads, both a multiple of 8) */
+    constexpr int CREGS = (65536 / (128 * (NC + 1)) / 8 * 8 * (NC + 1) - 24) / NC / 8 * 8;
+    constexpr int QBYTES = BR * P * 128, KBYTES = BC * P * 128;
     extern __shared__ __align__(1024) unsigned char smraw[];
-    __shared__ int s_rng[NWG][2]; /* per warpgroup: the keys all its rows see, [wb, we) */
+    __shared__ int s_rng[NC][2]; /* per consumer warpgroup: the keys all its rows see, [wb, we) */
+    __shared__ struct burst_wg_fwd_bars bar;
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
     const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -125,42 +175,49 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
         burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
         return;
     }
+    const int64_t jfirst = kmin / BC * BC;
+    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
+    if (threadIdx.x == 0) {
+        burst_mbar_init(&bar.q, 1);
+        for (int st = 0; st < WG_NS; st++) {
+            burst_mbar_init(&bar.k[st], 1);
+            burst_mbar_init(&bar.v[st], 1);
+            burst_mbar_init(&bar.freed[st], 4 * NC); /* one arrival per consumer warp */
+        }
+        burst_mbar_init_fence();
+    }
+    if (threadIdx.x < NC) {
+        s_rng[threadIdx.x][0] = 0;
+        s_rng[threadIdx.x][1] = INT_MAX;
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* the producer: one thread issues every load */
+        burst_regs_dec<24>();
+        if (threadIdx.x == 0)
+            burst_wg_fwd_produce<D, BC, NC>(maps, sq, skv, bar, (int)b, (int)h, (int)g, (int)i0,
+                                            (int)jfirst, nt);
+        return;
+    }
+    burst_regs_inc<CREGS>();
+    const int wc = wg - 1; /* consumer warpgroup: query rows i0 + 64 wc .. + 63 */
 
     /* this thread's two rows (accumulator layout): r = 16 warp + rq + 8 u of its warpgroup */
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     int kb[2], ke[2]; /* local indices: the backend sends nk < 2^31 only */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = i0 + wc * 64 + warp * 16 + rq + 8 * u;
         int64_t b64 = 0, e64 = 0;
         if (i < s.nq)
             burst_dkeys(s, i, &b64, &e64);
         kb[u] = (int)b64;
         ke[u] = (int)e64;
     }
-    if (threadIdx.x < NWG) {
-        s_rng[threadIdx.x][0] = 0;
-        s_rng[threadIdx.x][1] = INT_MAX;
-    }
-    __syncthreads();
-    atomicMax(&s_rng[wg][0], max(kb[0], kb[1]));
-    atomicMin(&s_rng[wg][1], min(ke[0], ke[1]));
-    __syncthreads();
-    const int wb = s_rng[wg][0], we = s_rng[wg][1];
-
-    const int64_t jfirst = kmin / BC * BC;
-    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
-    burst_wg_loader<T, D, BC, NT> lk, lv;
-    lk.init(s.k, b, g, s.d);
-    lv.init(s.v, b, g, s.d);
-    {
-        burst_wg_loader<T, D, BR, NT> lq;
-        lq.init(s.q, b, h, s.d);
-        lq.load(sq, i0, s.nq);
-    }
-    lk.load(skv, jfirst, s.nk);
-    lv.load(skv + KBYTES, jfirst, s.nk);
-    burst_cp_commit();
+    atomicMax(&s_rng[wc][0], max(kb[0], kb[1]));
+    atomicMin(&s_rng[wc][1], min(ke[0], ke[1]));
+    burst_bar_sync(1 + wc, 128);
+    const int wb = s_rng[wc][0], we = s_rng[wc][1];
 
     float o[D / 2];
 #pragma unroll
@@ -169,29 +226,14 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f}, alpha[2];
     float sc[BC / 2];
     unsigned p[BC / 16][4]; /* P of the previous tile, as A fragments */
-    const uint32_t dq = burst_wg_dlo(sq + wg * 64 * 128, 16);
+    const uint32_t dq = burst_wg_dlo(sq + wc * 64 * 128, 16);
     const uint32_t dk0 = burst_wg_dlo(skv, 16);
     const uint32_t dv0 = burst_wg_dlo(skv + KBYTES, BC * 128);
     constexpr uint32_t DSTAGE = 2 * KBYTES >> 4; /* one stage, in descriptor units */
-
-    /* Tile j (in stage st): wait for its copies, publish them, prefetch tile j + 1 into the stage
-     * of tile j - 2 (whose P V every warpgroup finished before this barrier), issue S_j. Tile 0
-     * is peeled off the loop: a wgmma under an `if (j > 0)` gets serialised by the compiler. */
-    auto tile_begin = [&](int j, int st) {
-        burst_cp_wait<0>();        /* tile j has landed (this thread's copies) */
-        burst_fence_proxy_async(); /* ... and is visible to the tensor cores */
-        __syncthreads();           /* everyone's copies; everyone past tile j - 1 */
-        if (j + 1 < nt) {
-            unsigned char *nx = skv + (st == WG_NS - 1 ? 0 : st + 1) * 2 * KBYTES;
-            const int64_t r0 = jfirst + (int64_t)(j + 1) * BC;
-            lk.load(nx, r0, s.nk);
-            lv.load(nx + KBYTES, r0, s.nk);
-            burst_cp_commit();
-        }
-        burst_wg_fence();
-        burst_wg_abt<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
-    };
-    tile_begin(0, 0);
+    burst_mbar_wait(&bar.q, 0);
+    burst_mbar_wait(&bar.k[0], 0);
+    burst_wg_fence();
+    burst_wg_abt<T, D, BC, BR>(sc, dq, dk0);
     burst_wg_wait<0>();
     burst_wg_pin<BC / 2>(sc);
     burst_wg_softmax_at<BC>(sc, (int)jfirst, wb, we, kb, ke, cq, sl2, s, m, l, alpha);
@@ -199,13 +241,18 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     int prev = 0; /* stage of the previous tile */
     for (int j = 1; j < nt; j++) {
         const int st = prev == WG_NS - 1 ? 0 : prev + 1;
-        tile_begin(j, st);
+        burst_mbar_wait(&bar.k[st], (j / WG_NS) & 1);
+        burst_mbar_wait(&bar.v[prev], ((j - 1) / WG_NS) & 1);
+        burst_wg_fence();
+        burst_wg_abt<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
         burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
         burst_wg_wait<1>(); /* S_j done; P_{j-1} V_{j-1} may still run */
         burst_wg_pin<BC / 2>(sc);
-        burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, s,
-                                m, l, alpha);
+        burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, s, m,
+                                l, alpha);
         burst_wg_wait<0>();
+        if (lane == 0) /* this warp is done with the stage of tile j - 1 */
+            burst_mbar_arrive(&bar.freed[prev]);
         burst_wg_pin<D / 2>(o);
 #pragma unroll
         for (int n = 0; n < D / 2; n++)
@@ -213,6 +260,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
         burst_wg_pack<T, BC>(p, sc);
         prev = st;
     }
+    burst_mbar_wait(&bar.v[prev], ((nt - 1) / WG_NS) & 1);
     burst_wg_fence();
     burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
     burst_wg_wait<0>();
@@ -222,7 +270,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
     for (int u = 0; u < 2; u++) {
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
-        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = i0 + wc * 64 + warp * 16 + rq + 8 * u;
         if (i < s.nq)
             burst_merge_row<D>(s, b, h, i, m[u], l[u], o, u, cq, lane);
     }
@@ -233,10 +281,19 @@ __global__ void __launch_bounds__(128 * NWG, 1) burst_wg_fwd(struct burst_cuda_s
 
 template <typename T, int D> static int burst_wg_fwd_run(const struct burst_cuda_step *s)
 {
-    constexpr int NWG = 2, BC = BURST_CUDA_WG_FWD_BC(D);
-    int64_t blocks = s->batch * s->hq * ((s->nq + 64 * NWG - 1) / (64 * NWG));
-    burst_wg_fwd<T, D, BC, NWG>
-        <<<(unsigned)blocks, 128 * NWG, burst_wg_fwd_smem<D, BC, NWG>(), cudaStreamPerThread>>>(*s);
+    constexpr int BC = BURST_CUDA_WG_FWD_BC(D), NC = BURST_CUDA_WG_FWD_WGS(D);
+    struct burst_wg_maps maps;
+    int e = burst_tma_map_view(&maps.q, &s->q, 64 * NC);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&maps.k, &s->k, BC);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&maps.v, &s->v, BC);
+    if (e != cudaSuccess)
+        return e;
+    const int64_t blocks = s->batch * s->hq * ((s->nq + 64 * NC - 1) / (64 * NC));
+    burst_wg_fwd<T, D, BC, NC>
+        <<<(unsigned)blocks, 128 * (NC + 1), burst_wg_fwd_smem<D, BC, NC>(), cudaStreamPerThread>>>(
+            *s, maps);
     return cudaGetLastError();
 }
 
@@ -253,10 +310,10 @@ extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_wg_attr1()
 {
-    constexpr int BC = BURST_CUDA_WG_FWD_BC(D);
-    return cudaFuncSetAttribute(burst_wg_fwd<T, D, BC, 2>,
+    constexpr int BC = BURST_CUDA_WG_FWD_BC(D), NC = BURST_CUDA_WG_FWD_WGS(D);
+    return cudaFuncSetAttribute(burst_wg_fwd<T, D, BC, NC>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)burst_wg_fwd_smem<D, BC, 2>());
+                                (int)burst_wg_fwd_smem<D, BC, NC>());
 }
 
 template <typename T> static cudaError_t burst_wg_attr()
@@ -280,6 +337,6 @@ extern "C" size_t burst_cuda_sm90_smem(int d)
 {
     return burst_by_class(d, [](auto c) {
         constexpr int D = decltype(c)::value;
-        return burst_wg_fwd_smem<D, BURST_CUDA_WG_FWD_BC(D), 2>();
+        return burst_wg_fwd_smem<D, BURST_CUDA_WG_FWD_BC(D), BURST_CUDA_WG_FWD_WGS(D)>();
     });
 }

@@ -7,12 +7,13 @@
  * The rule, per head-dim class (burst_cuda_dclass: 32, 64, 96, 128, 192, 256) for fp16 / bf16:
  *   - wgmma (sm_90a path): compute capability 9.0, a build holding sm_90a code (nvcc_archs has
  *     90a), every class's shared memory within the opt-in limit, BURST_CUDA_WGMMA not 0. The
- *     forward runs 2 warpgroups x 64 query rows against BURST_CUDA_WG_FWD_BC(D) key rows per
- *     tile in 3 cp.async stages; the backward (BURST_CUDA_WGMMA=fwd keeps the sm_80 one) dK/dV
- *     per 128 keys x BURST_CUDA_WG_DKDV_BQ(D) query rows (above BURST_CUDA_WG_BWD_MAX: 64 keys,
- *     the warpgroups splitting dK from dV), which also adds dQ with float atomics unless the
- *     plan is deterministic (or BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key
- *     tiles (above BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
+ *     forward runs BURST_CUDA_WG_FWD_WGS(D) warpgroups x 64 query rows against
+ *     BURST_CUDA_WG_FWD_BC(D) key rows per tile in 3 stages filled by TMA; the backward
+ *     (BURST_CUDA_WGMMA=fwd keeps the sm_80 one) dK/dV per 128 keys x BURST_CUDA_WG_DKDV_BQ(D)
+ *     query rows (above BURST_CUDA_WG_BWD_MAX: 64 keys, the warpgroups splitting dK from dV),
+ *     which also adds dQ with float atomics unless the plan is deterministic (or
+ *     BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key tiles (above
+ *     BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)
@@ -191,7 +192,7 @@ static void burst_cuda_probe_class(struct burst_sb *out, const struct burst_cuda
     const int lo = dc == 32 ? 8 : dc == 192 ? 136 : dc == 256 ? 200 : dc - 24;
     int fbr = BURST_CUDA_SIMT_BR, fbc = BURST_CUDA_SIMT_BC(dc), fst = 1;
     if (fk == BURST_CUDA_FWD_WGMMA)
-        fbr = 128, fbc = BURST_CUDA_WG_FWD_BC(dc), fst = 3;
+        fbr = 64 * BURST_CUDA_WG_FWD_WGS(dc), fbc = BURST_CUDA_WG_FWD_BC(dc), fst = 3;
     else if (fk == BURST_CUDA_FWD_MMA)
         fbr = BURST_CUDA_MMA_FWD_BR(dc), fbc = BURST_CUDA_MMA_FWD_BC(dc), fst = 2;
     int kv = BURST_CUDA_SIMT_BR, qr = BURST_CUDA_SIMT_BC(dc), dqr = BURST_CUDA_SIMT_BR;

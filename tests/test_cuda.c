@@ -92,13 +92,15 @@ static const struct harness_case cases[] = {
      .causal = 1},
     {CASE("mma_large_scores_fp16_window", 96), .softmax_scale = 1.0f, .amp = 4.0, .grid = 4,
      .dtype = F16, .window_left = 20, .window_right = 3},
-    /* long enough for the Hopper forward's 3-stage ring of 128-key tiles to wrap (sm_90) */
+    /* long enough for the Hopper forward's 3 stages of 128-key tiles to be refilled (sm_90) */
     {CASE("long_bf16_d128_causal", 1100), .head_dim = 128, .dtype = BF16, .causal = 1},
     {CASE("long_fp16_d64_gqa4", 900), .q_heads = 8, .kv_heads = 2, .dtype = F16},
     {CASE("long_bf16_d128_window", 1200), .head_dim = 128, .dtype = BF16, .window_left = 300,
      .window_right = 50},
     {CASE("long_fp16_d128_zigzag_3ranks", 1536), .ranks = 3, .head_dim = 128, .dtype = F16,
      .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("long_bf16_d32_gqa2_window", 1000), .q_heads = 4, .kv_heads = 2, .head_dim = 32,
+     .dtype = BF16, .window_left = 700, .window_right = 30},
     /* every head-dim class of the tensor-core kernels (32, 64, 96, 128, 192, 256) and d just past
      * a class boundary (40, 72, 136, 200) or inside one (24, 80, 88, 160, 248), where the class's
      * columns past d must be neither read nor written (poisoned padding between heads) */
