@@ -101,7 +101,7 @@ burst_wg_softmax_at(float *sc, int j0, int wb, int we, const int *kb, const int 
 
 /* The tensor maps of a step's Q, K and V views (burst_tma_map_view). */
 struct burst_wg_maps {
-    CUtensorMap q, k, v;
+    struct burst_tma_map q, k, v;
 };
 
 /* The forward's barriers: Q landed; K, V of a stage landed; a stage free again. */
@@ -118,12 +118,12 @@ burst_wg_fwd_produce(const struct burst_wg_maps &maps, unsigned char *sq, unsign
                      struct burst_wg_fwd_bars &bar, int b, int h, int g, int i0, int jfirst, int nt)
 {
     constexpr int P = burst_wg_panels<D>(), KBYTES = BC * P * 128;
-    burst_tma_prefetch_map(&maps.k);
-    burst_tma_prefetch_map(&maps.v);
+    burst_tma_prefetch_map(&maps.k.map);
+    burst_tma_prefetch_map(&maps.v.map);
     burst_mbar_expect(&bar.q, 64 * NC * P * 128);
 #pragma unroll
     for (int pn = 0; pn < P; pn++)
-        burst_tma_load(sq + pn * 64 * NC * 128, &maps.q, &bar.q, 64 * pn, h, i0, b);
+        burst_tma_load(sq + pn * 64 * NC * 128, maps.q, &bar.q, 64 * pn, h, i0, b);
     for (int j = 0, st = 0; j < nt; j++, st = st == WG_NS - 1 ? 0 : st + 1) {
         if (j >= WG_NS) /* the stage's tile j - NS is done with */
             burst_mbar_wait(&bar.freed[st], (j / WG_NS + 1) & 1);
@@ -132,11 +132,11 @@ burst_wg_fwd_produce(const struct burst_wg_maps &maps, unsigned char *sq, unsign
         burst_mbar_expect(&bar.k[st], KBYTES);
 #pragma unroll
         for (int pn = 0; pn < P; pn++)
-            burst_tma_load(kt + pn * BC * 128, &maps.k, &bar.k[st], 64 * pn, g, r0, b);
+            burst_tma_load(kt + pn * BC * 128, maps.k, &bar.k[st], 64 * pn, g, r0, b);
         burst_mbar_expect(&bar.v[st], KBYTES);
 #pragma unroll
         for (int pn = 0; pn < P; pn++)
-            burst_tma_load(kt + KBYTES + pn * BC * 128, &maps.v, &bar.v[st], 64 * pn, g, r0, b);
+            burst_tma_load(kt + KBYTES + pn * BC * 128, maps.v, &bar.v[st], 64 * pn, g, r0, b);
     }
 }
 

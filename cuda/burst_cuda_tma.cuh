@@ -2,14 +2,15 @@
  * cuda/burst_cuda_tma.cuh - Hopper (sm_90a) asynchronous tile movement for the warp-specialized
  * kernels: shared-memory barriers (mbarrier) with transaction counts, tensor-memory-accelerator
  * (TMA) loads of [B, n, H, d] views into the 128-byte swizzled panel tiles of
- * burst_cuda_wgmma.cuh, named barriers between warpgroups and the register reallocation between
- * a producer warpgroup and its consumers.
+ * burst_cuda_wgmma.cuh, named barriers and the register reallocation between a producer
+ * warpgroup and its consumers.
  *
  * A TMA load is described by a tensor map (CUtensorMap, 128 bytes, made on the host by
  * burst_tma_map_view and passed to the kernel as a __grid_constant__ parameter): the view as a
- * 4-dimensional tensor (d, H, n, B), innermost first, and a box of 64 columns x 1 head x ROWS
- * rows x 1 batch, written to shared memory with the 128-byte swizzle (16-byte chunk c of row r at
- * chunk c ^ (r & 7), from a 1024-byte aligned address): exactly one panel of a panel tile. Rows
+ * 4-dimensional tensor (d and the head, row and batch dimensions by stride), and a box of
+ * 64 columns x ROWS rows (one head, one batch), written to shared memory with the 128-byte
+ * swizzle (16-byte chunk c of row r at chunk c ^ (r & 7), from a 1024-byte aligned address):
+ * exactly one panel of a panel tile. Rows
  * and columns outside the view (past n, past d) arrive as zeros and are never read from global
  * memory, so the class's padding never touches the caller's tensors. A load completes on an
  * mbarrier: the waiter sees the bytes once the barrier's phase completes.
@@ -26,7 +27,7 @@
 
 #include "burst_cuda_mma.cuh"
 
-/* ---- mbarrier ------------------------------------------------------------------------------------ */
+/* ---- mbarrier -------------------------------------------------------------------------------- */
 
 __device__ __forceinline__ void burst_mbar_init(uint64_t *bar, unsigned count)
 {
@@ -65,16 +66,30 @@ __device__ __forceinline__ void burst_mbar_wait(uint64_t *bar, unsigned parity)
     while (!done);
 }
 
-/* ---- TMA ------------------------------------------------------------------------------------------ */
+/* ---- TMA ------------------------------------------------------------------------------------- */
 
-/* Load the box at (col, h, row, b) of the tensor map at `map` into shared memory at dst
- * (1024-byte aligned), completing `bytes` (the whole box, zeros included) on bar. */
-__device__ __forceinline__ void burst_tma_load(void *dst, const CUtensorMap *map, uint64_t *bar,
-                                               int col, int h, int row, int b)
+/* A tensor map of a [B, n, H, d] view and where a box's coordinates go in it: its dimensions
+ * are the column, then the head, row and batch dimensions ordered by stride (so that each
+ * stride holds the one before it, however the caller lays the view out: [B, n, H, d],
+ * [B, H, n, d], [n, B, H, d], ...), at[0], at[1], at[2] (1 .. 3) those of the head, the row and
+ * the batch. */
+struct burst_tma_map {
+    CUtensorMap map;
+    int at[3];
+};
+
+/* Load the box at (col, h, row, b) of map m into shared memory at dst (1024-byte aligned),
+ * completing its bytes (the whole box, zeros included) on bar. */
+__device__ __forceinline__ void burst_tma_load(void *dst, const struct burst_tma_map &m,
+                                               uint64_t *bar, int col, int h, int row, int b)
 {
+    const int c1 = m.at[0] == 1 ? h : m.at[1] == 1 ? row : b;
+    const int c2 = m.at[0] == 2 ? h : m.at[1] == 2 ? row : b;
+    const int c3 = m.at[0] == 3 ? h : m.at[1] == 3 ? row : b;
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(burst_smem_addr(dst)),
-                 "l"((uint64_t)map), "r"(col), "r"(h), "r"(row), "r"(b), "r"(burst_smem_addr(bar))
+                 "l"((uint64_t)&m.map), "r"(col), "r"(c1), "r"(c2), "r"(c3),
+                 "r"(burst_smem_addr(bar))
                  : "memory");
 }
 __device__ __forceinline__ void burst_tma_prefetch_map(const CUtensorMap *map)
@@ -82,7 +97,7 @@ __device__ __forceinline__ void burst_tma_prefetch_map(const CUtensorMap *map)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
 
-/* ---- warpgroups ------------------------------------------------------------------------------------ */
+/* ---- warpgroups ------------------------------------------------------------------------------ */
 
 /* Wait at named barrier `id` (1 .. 15; 0 is __syncthreads) until n threads have. */
 __device__ __forceinline__ void burst_bar_sync(int id, int n)
@@ -99,14 +114,15 @@ template <int N> __device__ __forceinline__ void burst_regs_inc()
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-/* ---- tensor maps (host) ------------------------------------------------------------------------------ */
+/* ---- tensor maps (host) ---------------------------------------------------------------------- */
 
-/* The tensor map of view v (fp16 / bf16, d contiguous, data and row strides 16-byte aligned:
- * what the backend's choice of a tensor-core kernel checks) with boxes of 64 columns x `rows`
- * rows (<= 256), 128-byte swizzle, zero fill. cuTensorMapEncodeTiled is a driver function,
- * reached through the runtime once per process (the build links no driver library). Returns a
- * cudaError_t. */
-static inline int burst_tma_map_view(CUtensorMap *map, const struct burst_cuda_view *v, int rows)
+/* The tensor map of view v (fp16 / bf16, d contiguous, data and strides 16-byte aligned: what
+ * the backend's choice of a tensor-core kernel checks) with boxes of 64 columns x `rows` rows
+ * (<= 256), 128-byte swizzle, zero fill. A dimension of extent 1 is placed last, whatever its
+ * stride. cuTensorMapEncodeTiled is a driver function, reached through the runtime once per
+ * process (the build links no driver library). Returns a cudaError_t. */
+static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst_cuda_view *v,
+                                     int rows)
 {
     static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = nullptr;
@@ -119,13 +135,32 @@ static inline int burst_tma_map_view(CUtensorMap *map, const struct burst_cuda_v
     }();
     if (!encode)
         return cudaErrorNotSupported;
-    const cuuint64_t dims[4] = {(cuuint64_t)v->shape[3], (cuuint64_t)v->shape[2],
-                                (cuuint64_t)v->shape[1], (cuuint64_t)v->shape[0]};
-    const cuuint64_t strides[3] = {(cuuint64_t)v->stride[2] * 2, (cuuint64_t)v->stride[1] * 2,
-                                   (cuuint64_t)v->stride[0] * 2}; /* bytes, dims 1..3 */
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, one[4] = {1, 1, 1, 1};
+    /* head, row, batch: extents and strides (elements); extent 1 takes a stride past the rest */
+    const int64_t ext[3] = {v->shape[2], v->shape[1], v->shape[0]};
+    int64_t str[3] = {v->stride[2], v->stride[1], v->stride[0]}, span = v->shape[3];
+    for (int k = 0; k < 3; k++)
+        if (ext[k] > 1 && str[k] * ext[k] > span)
+            span = str[k] * ext[k];
+    for (int k = 0; k < 3; k++)
+        if (ext[k] == 1)
+            str[k] = span;
+    int ord[3] = {0, 1, 2}; /* by stride, stable */
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0 && str[ord[j]] < str[ord[j - 1]]; j--) {
+            const int t = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = t;
+        }
+    cuuint64_t dims[4] = {(cuuint64_t)v->shape[3]}, strides[3];
+    cuuint32_t box[4] = {64}, one[4] = {1, 1, 1, 1};
+    for (int k = 0; k < 3; k++) {
+        dims[1 + k] = (cuuint64_t)ext[ord[k]];
+        strides[k] = (cuuint64_t)str[ord[k]] * 2; /* bytes */
+        box[1 + k] = ord[k] == 1 ? (cuuint32_t)rows : 1;
+        m->at[ord[k]] = 1 + k;
+    }
     const CUresult r =
-        encode(map,
+        encode(&m->map,
                v->dtype == BURST_CUDA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                4, (void *)v->data, dims, strides, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,

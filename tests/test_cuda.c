@@ -231,7 +231,8 @@ struct op_case {
     int64_t nq, nk;
     struct burst_posmap qpos, kpos;
     struct burst_mask mask;
-    float softcap; /* 0 = off */
+    float softcap;   /* 0 = off */
+    int heads_major; /* the device's q, k, v, dO laid out [H, n, d] (row stride d, head n d) */
 };
 
 #define INF BURST_POS_INF
@@ -249,7 +250,8 @@ static const struct op_case op_cases[] = {
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
      {INF, -1, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"stride3_causal_bf16",
      BF16,
      128,
@@ -260,7 +262,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 130, 1, 3}}},
      {1, {{0, 100, 0, 3}}},
      {INF, 0, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"stride3_strict_fp16_d64",
      F16,
      64,
@@ -271,7 +274,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 150, 2, 3}}},
      {1, {{0, 150, 2, 3}}},
      {INF, -1, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"window_two_runs_bf16_d64",
      BF16,
      64,
@@ -282,7 +286,8 @@ static const struct op_case op_cases[] = {
      {2, {{0, 100, 0, 1}, {100, 100, 500, 1}}},
      {1, {{0, 120, 60, 1}}},
      {40, 3, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     /* causal, the keys after most queries: the first 128-row tile sees no key at all (a block
      * of the forward that returns before its tile loop) */
     {"late_keys_causal_bf16_d128",
@@ -295,7 +300,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
      {INF, 0, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     /* causal, the keys after every query: key tiles that no query sees (a block of the dK/dV
      * kernel that returns before its loop) */
     {"early_queries_causal_fp16_d64",
@@ -308,7 +314,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 100, 0, 1}}},
      {1, {{0, 300, 0, 1}}},
      {INF, 0, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     /* classes other than 64 / 128, with d inside the class: the padding columns stay untouched */
     {"stride3_causal_bf16_d40",
      BF16,
@@ -320,7 +327,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 170, 1, 3}}},
      {1, {{0, 140, 0, 3}}},
      {INF, 0, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"two_runs_window_fp16_d200",
      F16,
      200,
@@ -331,7 +339,8 @@ static const struct op_case op_cases[] = {
      {2, {{0, 75, 0, 1}, {75, 75, 300, 1}}},
      {1, {{0, 130, 40, 1}}},
      {60, 5, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"late_keys_causal_bf16_d96",
      BF16,
      96,
@@ -342,7 +351,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 300, 0, 1}}},
      {1, {{0, 100, 250, 1}}},
      {INF, 0, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"window_fp32_d136",
      F32,
      136,
@@ -353,7 +363,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 50, 30, 1}}},
      {1, {{0, 70, 0, 1}}},
      {10, 10, NULL, 0, NULL},
-     0.0f},
+     0.0f,
+     0},
     /* packed documents (lengths 1, 2 and longer; boundaries inside both runs of q and inside a
      * tile) and soft-capped scores, on every kernel family */
     {"docs_two_runs_causal_bf16",
@@ -366,7 +377,8 @@ static const struct op_case op_cases[] = {
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
      {INF, 0, op_docs, 7, NULL},
-     0.0f},
+     0.0f,
+     0},
     {"docs_softcap_window_fp16_d128",
      F16,
      128,
@@ -377,7 +389,8 @@ static const struct op_case op_cases[] = {
      {2, {{0, 35, 0, 1}, {35, 35, 200, 1}}},
      {1, {{0, 90, 20, 1}}},
      {60, 8, op_docs, 7, NULL},
-     5.0f},
+     5.0f,
+     0},
     {"softcap_causal_bf16_d96",
      BF16,
      96,
@@ -388,7 +401,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 100, 30, 1}}},
      {1, {{0, 130, 0, 1}}},
      {INF, 0, NULL, 0, NULL},
-     2.0f},
+     2.0f,
+     0},
     {"softcap_docs_stride3_fp32_d32",
      F32,
      32,
@@ -399,7 +413,8 @@ static const struct op_case op_cases[] = {
      {1, {{0, 100, 1, 3}}},
      {1, {{0, 100, 0, 3}}},
      {INF, 0, op_docs, 7, NULL},
-     3.0f},
+     3.0f,
+     0},
     {"softcap_full_fp16_d256",
      F16,
      256,
@@ -410,7 +425,34 @@ static const struct op_case op_cases[] = {
      {1, {{0, 60, 0, 1}}},
      {1, {{0, 80, 0, 1}}},
      {INF, INF, NULL, 0, NULL},
-     30.0f},
+     30.0f,
+     0},
+    /* tensors laid out head by head, as PyTorch's [B, H, n, d] (the Hopper forward's tensor
+     * maps order the dimensions by stride) */
+    {"heads_major_causal_bf16_d128",
+     BF16,
+     128,
+     4,
+     2,
+     300,
+     280,
+     {1, {{0, 300, 0, 1}}},
+     {1, {{0, 280, 20, 1}}},
+     {INF, 0, NULL, 0, NULL},
+     0.0f,
+     1},
+    {"heads_major_window_fp16_d64",
+     F16,
+     64,
+     6,
+     3,
+     260,
+     260,
+     {1, {{0, 260, 0, 1}}},
+     {1, {{0, 260, 0, 1}}},
+     {50, 9, NULL, 0, NULL},
+     0.0f,
+     1},
 };
 
 /* The case's mask with its document table in device memory (a plan keeps one; here one copy
@@ -436,26 +478,37 @@ static float op_rand(uint64_t *st)
     return (float)harness_rng_uniform(st, -1.0, 1.0);
 }
 
-/* A [1, n, H, d] tensor of dtype dt with random (rounded) values, host and device copies. */
+/* A [1, n, H, d] tensor of dtype dt with random (rounded) values, host and device copies; with
+ * hmaj the device copy is laid out head by head ([H, n, d] in memory). */
 struct op_tensor {
     struct burst_tensor host, dev;
     size_t bytes;
 };
 
 static void op_tensor_make(struct burst_context *ctx, struct op_tensor *t, burst_dtype_t dt,
-                           int64_t n, int64_t h, int64_t d, uint64_t *st, double amp)
+                           int64_t n, int64_t h, int64_t d, uint64_t *st, double amp, int hmaj)
 {
-    size_t count = (size_t)(n * h * d);
-    t->bytes = count * burst_dtype_size(dt);
-    void *hp = malloc(t->bytes);
+    size_t count = (size_t)(n * h * d), es = burst_dtype_size(dt);
+    t->bytes = count * es;
+    unsigned char *hp = malloc(t->bytes), *up = hmaj ? malloc(t->bytes) : hp;
     void *dp = NULL;
-    assert_non_null(hp);
+    assert_true(hp && up);
     for (size_t i = 0; i < count; i++)
         harness_store(dt, hp, i, amp * op_rand(st));
+    for (int64_t i = 0; hmaj && i < n; i++)
+        for (int64_t hh = 0; hh < h; hh++)
+            memcpy(up + (size_t)((hh * n + i) * d) * es, hp + (size_t)((i * h + hh) * d) * es,
+                   (size_t)d * es);
     assert_int_equal(burst_context_alloc(ctx, t->bytes, &dp), BURST_OK);
-    assert_int_equal(burst_context_memcpy(ctx, dp, hp, t->bytes), BURST_OK);
+    assert_int_equal(burst_context_memcpy(ctx, dp, up, t->bytes), BURST_OK);
+    if (up != hp)
+        free(up);
     t->host = burst_tensor_contiguous(hp, dt, 1, n, h, d);
     t->dev = burst_tensor_contiguous(dp, dt, 1, n, h, d);
+    if (hmaj) {
+        t->dev.stride[1] = d;
+        t->dev.stride[2] = n * d;
+    }
 }
 
 static float *op_upload(struct burst_context *ctx, const float *h, size_t count)
@@ -520,10 +573,10 @@ static void test_ops(void **state)
         const struct op_case *c = &op_cases[ci];
         uint64_t st = harness_seed() ^ (0x9e37u * (ci + 1));
         struct op_tensor q, k, v, dout;
-        op_tensor_make(ctx, &q, c->dt, c->nq, c->hq, c->d, &st, 2.0);
-        op_tensor_make(ctx, &k, c->dt, c->nk, c->hkv, c->d, &st, 2.0);
-        op_tensor_make(ctx, &v, c->dt, c->nk, c->hkv, c->d, &st, 1.0);
-        op_tensor_make(ctx, &dout, c->dt, c->nq, c->hq, c->d, &st, 1.0);
+        op_tensor_make(ctx, &q, c->dt, c->nq, c->hq, c->d, &st, 2.0, c->heads_major);
+        op_tensor_make(ctx, &k, c->dt, c->nk, c->hkv, c->d, &st, 2.0, c->heads_major);
+        op_tensor_make(ctx, &v, c->dt, c->nk, c->hkv, c->d, &st, 1.0, c->heads_major);
+        op_tensor_make(ctx, &dout, c->dt, c->nq, c->hq, c->d, &st, 1.0, c->heads_major);
         const size_t no = (size_t)(c->nq * c->hq * c->d), nl = (size_t)(c->nq * c->hq);
         const size_t nkv = (size_t)(c->nk * c->hkv * c->d);
         /* running values: some rows already merged, some empty (-inf) */
@@ -656,7 +709,7 @@ static int check_bwd_final(struct burst_context *ctx, const struct op_case *c,
 {
     const struct burst_backend_ops *cu = ctx->ops;
     struct op_tensor dout;
-    op_tensor_make(ctx, &dout, c->dt, c->nq, c->hq, c->d, st, 1.0);
+    op_tensor_make(ctx, &dout, c->dt, c->nq, c->hq, c->d, st, 1.0, c->heads_major);
     const size_t es = burst_dtype_size(c->dt), nl = (size_t)(c->nq * c->hq);
     const size_t nqe = (size_t)(c->nq * c->hq * c->d), nke = (size_t)(c->nk * c->hkv * c->d);
     const struct burst_tensor shape = final_view(NULL, c->dt, c->nk, c->hkv, c->d);
@@ -782,9 +835,9 @@ static void test_final(void **state)
         const struct op_case *c = &op_cases[ci];
         uint64_t st = harness_seed() ^ (0x51u * (ci + 1));
         struct op_tensor q, k, v;
-        op_tensor_make(ctx, &q, c->dt, c->nq, c->hq, c->d, &st, 2.0);
-        op_tensor_make(ctx, &k, c->dt, c->nk, c->hkv, c->d, &st, 2.0);
-        op_tensor_make(ctx, &v, c->dt, c->nk, c->hkv, c->d, &st, 1.0);
+        op_tensor_make(ctx, &q, c->dt, c->nq, c->hq, c->d, &st, 2.0, c->heads_major);
+        op_tensor_make(ctx, &k, c->dt, c->nk, c->hkv, c->d, &st, 2.0, c->heads_major);
+        op_tensor_make(ctx, &v, c->dt, c->nk, c->hkv, c->d, &st, 1.0, c->heads_major);
         const size_t es = burst_dtype_size(c->dt), nl = (size_t)(c->nq * c->hq);
         const size_t no = (size_t)(c->nq * c->hq * c->d);
         struct burst_tensor shape = final_view(NULL, c->dt, c->nq, c->hq, c->d);
