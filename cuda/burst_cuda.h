@@ -137,7 +137,9 @@ int burst_cuda_kernels_init(void);
  * BURST_CUDA_SM90A is defined): the launchers, their shared-memory setup (a cudaError_t: fails
  * on a device their sm_90a code cannot run on) and their shared memory for head dim d (its
  * class). burst_cuda_launch_bwd_sm90 hands the wide classes to burst_cuda_launch_bwd_sm90_wide,
- * and burst_cuda_sm90_init sets up both files' kernels. */
+ * and burst_cuda_sm90_init sets up both files' kernels. burst_cuda_launch_fwd_sm90 returns
+ * cudaErrorNotSupported, launching nothing, where the driver describes a view by no tensor map
+ * (burst_cuda_tma.cuh); burst_cuda_launch_fwd then runs the mma.sync forward. */
 int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90_wide(const struct burst_cuda_step *s);

@@ -13,7 +13,7 @@
  * moves every tile with the tensor memory accelerator (burst_cuda_tma.cuh): the block's Q tile
  * once, then K and V tiles of BC keys (BURST_CUDA_WG_FWD_BC) into NS = 3 stages of shared memory,
  * each K and V completing on an mbarrier of its own, a stage refilled once every consumer warp
- * has arrived on its `free` barrier. The producer keeps 24 registers per thread and gives the
+ * has arrived on its `freed` barrier. The producer keeps 24 registers per thread and gives the
  * rest to the consumers (setmaxnreg). The consumers never meet at a block barrier, so their
  * products and softmaxes drift apart and fill each other's gaps. Per key tile j a consumer
  *   1. issues S_j = Q K_j^T (d / 16 wgmma, A = its Q rows and B = K_j from shared memory),
@@ -140,68 +140,18 @@ burst_wg_fwd_produce(const struct burst_wg_maps &maps, unsigned char *sq, unsign
     }
 }
 
+/* Consumer warpgroup wc (query rows i0 + 64 wc .. + 63 of head h) over the nt key tiles from
+ * jfirst, as the file's comment describes; rng: its [wb, we) in shared memory, to be reduced by
+ * its threads (the block's thread 0 .. NC - 1 set it to [0, INT_MAX)). */
 template <typename T, int D, int BC, int NC>
-__global__ void __launch_bounds__(128 * (NC + 1), 1)
-    burst_wg_fwd(const __grid_constant__ struct burst_cuda_step s,
-                 const __grid_constant__ struct burst_wg_maps maps)
+__device__ __forceinline__ void
+burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigned char *skv,
+                     struct burst_wg_fwd_bars &bar, int *rng, int wc, int64_t b, int64_t h,
+                     int64_t i0, int64_t jfirst, int nt)
 {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BR = 64 * NC, P = burst_wg_panels<D>();
-    /* registers per thread: the producer keeps 24, the consumers share the rest of the block's
-     * launch allocation (65536 / threads, both a multiple of 8) */
-    constexpr int CREGS = (65536 / (128 * (NC + 1)) / 8 * 8 * (NC + 1) - 24) / NC / 8 * 8;
-    constexpr int QBYTES = BR * P * 128, KBYTES = BC * P * 128;
-    extern __shared__ __align__(1024) unsigned char smraw[];
-    __shared__ int s_rng[NC][2]; /* per consumer warpgroup: the keys all its rows see, [wb, we) */
-    __shared__ struct burst_wg_fwd_bars bar;
-    unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
-    unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
-    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int64_t tiles = (s.nq + BR - 1) / BR;
-    const int64_t t = tiles - 1 - blockIdx.x % tiles; /* heaviest (causal) tiles first */
-    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
-    const int64_t g = h / s.group, i0 = t * BR;
+    constexpr int BR = 64 * NC, KBYTES = BC * burst_wg_panels<D>() * 128;
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const float sl2 = s.scale * BURST_LOG2E;
-
-    /* The block's keys: both position maps increase and the mask is a band, so every row's
-     * interval lies in [start of the first row's, end of the last row's). Computed alike by
-     * every thread from the parameters, so the compiler can see the tile loop is uniform (a
-     * wgmma under a branch it cannot prove uniform gets serialised). Tiles a warpgroup does
-     * not see are computed anyway, fully masked: at most one per block on a causal diagonal. */
-    int64_t kmin, kmax, unused;
-    burst_dkeys(s, i0, &kmin, &unused);
-    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
-    if (kmin >= kmax) { /* no key for any row of the block */
-        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
-        return;
-    }
-    const int64_t jfirst = kmin / BC * BC;
-    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
-    if (threadIdx.x == 0) {
-        burst_mbar_init(&bar.q, 1);
-        for (int st = 0; st < WG_NS; st++) {
-            burst_mbar_init(&bar.k[st], 1);
-            burst_mbar_init(&bar.v[st], 1);
-            burst_mbar_init(&bar.freed[st], 4 * NC); /* one arrival per consumer warp */
-        }
-        burst_mbar_init_fence();
-    }
-    if (threadIdx.x < NC) {
-        s_rng[threadIdx.x][0] = 0;
-        s_rng[threadIdx.x][1] = INT_MAX;
-    }
-    __syncthreads();
-
-    if (wg == 0) { /* the producer: one thread issues every load */
-        burst_regs_dec<24>();
-        if (threadIdx.x == 0)
-            burst_wg_fwd_produce<D, BC, NC>(maps, sq, skv, bar, (int)b, (int)h, (int)g, (int)i0,
-                                            (int)jfirst, nt);
-        return;
-    }
-    burst_regs_inc<CREGS>();
-    const int wc = wg - 1; /* consumer warpgroup: query rows i0 + 64 wc .. + 63 */
-
     /* this thread's two rows (accumulator layout): r = 16 warp + rq + 8 u of its warpgroup */
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     int kb[2], ke[2]; /* local indices: the backend sends nk < 2^31 only */
@@ -214,10 +164,10 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         kb[u] = (int)b64;
         ke[u] = (int)e64;
     }
-    atomicMax(&s_rng[wc][0], max(kb[0], kb[1]));
-    atomicMin(&s_rng[wc][1], min(ke[0], ke[1]));
-    burst_bar_sync(1 + wc, 128);
-    const int wb = s_rng[wc][0], we = s_rng[wc][1];
+    atomicMax(&rng[0], max(kb[0], kb[1]));
+    atomicMin(&rng[1], min(ke[0], ke[1]));
+    burst_wg_bar(wc);
+    const int wb = rng[0], we = rng[1];
 
     float o[D / 2];
 #pragma unroll
@@ -274,6 +224,73 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         if (i < s.nq)
             burst_merge_row<D>(s, b, h, i, m[u], l[u], o, u, cq, lane);
     }
+}
+
+template <typename T, int D, int BC, int NC>
+__global__ void __launch_bounds__(128 * (NC + 1), 1)
+    burst_wg_fwd(const __grid_constant__ struct burst_cuda_step s,
+                 const __grid_constant__ struct burst_wg_maps maps)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BR = 64 * NC, P = burst_wg_panels<D>();
+    /* registers per thread: a block is launched with LREGS each (65536 over its threads,
+     * rounded down to a multiple of 8); the producer keeps 24 and the consumers share the
+     * rest, CREGS each (a multiple of 8) */
+    constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
+    constexpr int CREGS = (LREGS * (NC + 1) - 24) / NC / 8 * 8;
+    static_assert(24 + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
+    constexpr int QBYTES = BR * P * 128, KBYTES = BC * P * 128;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    __shared__ int s_rng[NC][2]; /* per consumer warpgroup: the keys all its rows see, [wb, we) */
+    __shared__ struct burst_wg_fwd_bars bar;
+    unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
+    unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
+    const int wg = burst_wg_index();
+    const int64_t tiles = (s.nq + BR - 1) / BR;
+    const int64_t t = tiles - 1 - blockIdx.x % tiles; /* heaviest (causal) tiles first */
+    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
+    const int64_t g = h / s.group, i0 = t * BR;
+
+    /* The block's keys: both position maps increase and the mask is a band, so every row's
+     * interval lies in [start of the first row's, end of the last row's). Computed alike by
+     * every thread from the parameters, so the compiler can see the tile loop is uniform (a
+     * wgmma under a branch it cannot prove uniform gets serialised). Tiles a warpgroup does
+     * not see are computed anyway, fully masked: those of the later warpgroups' rows on a
+     * causal diagonal, one or two tiles. */
+    int64_t kmin, kmax, unused;
+    burst_dkeys(s, i0, &kmin, &unused);
+    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
+    if (kmin >= kmax) { /* no key for any row of the block */
+        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
+        return;
+    }
+    const int64_t jfirst = kmin / BC * BC;
+    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
+    if (threadIdx.x == 0) {
+        burst_mbar_init(&bar.q, 1);
+        for (int st = 0; st < WG_NS; st++) {
+            burst_mbar_init(&bar.k[st], 1);
+            burst_mbar_init(&bar.v[st], 1);
+            burst_mbar_init(&bar.freed[st], 4 * NC); /* one arrival per consumer warp */
+        }
+        burst_mbar_init_fence();
+    }
+    if (threadIdx.x < NC) {
+        s_rng[threadIdx.x][0] = 0;
+        s_rng[threadIdx.x][1] = INT_MAX;
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* the producer: one thread issues every load */
+        burst_regs_dec<24>();
+        if (threadIdx.x == 0)
+            burst_wg_fwd_produce<D, BC, NC>(maps, sq, skv, bar, (int)b, (int)h, (int)g, (int)i0,
+                                            (int)jfirst, nt);
+        return;
+    }
+    burst_regs_inc<CREGS>();
+    burst_wg_fwd_consume<T, D, BC, NC>(s, sq, skv, bar, s_rng[wg - 1], wg - 1, b, h, i0, jfirst,
+                                       nt);
 #endif
 }
 

@@ -2,18 +2,18 @@
  * cuda/burst_cuda_tma.cuh - Hopper (sm_90a) asynchronous tile movement for the warp-specialized
  * kernels: shared-memory barriers (mbarrier) with transaction counts, tensor-memory-accelerator
  * (TMA) loads of [B, n, H, d] views into the 128-byte swizzled panel tiles of
- * burst_cuda_wgmma.cuh, named barriers and the register reallocation between a producer
- * warpgroup and its consumers.
+ * burst_cuda_wgmma.cuh, and the register reallocation between a producer warpgroup and its
+ * consumers.
  *
  * A TMA load is described by a tensor map (CUtensorMap, 128 bytes, made on the host by
  * burst_tma_map_view and passed to the kernel as a __grid_constant__ parameter): the view as a
  * 4-dimensional tensor (d and the head, row and batch dimensions by stride), and a box of
  * 64 columns x ROWS rows (one head, one batch), written to shared memory with the 128-byte
  * swizzle (16-byte chunk c of row r at chunk c ^ (r & 7), from a 1024-byte aligned address):
- * exactly one panel of a panel tile. Rows
- * and columns outside the view (past n, past d) arrive as zeros and are never read from global
- * memory, so the class's padding never touches the caller's tensors. A load completes on an
- * mbarrier: the waiter sees the bytes once the barrier's phase completes.
+ * exactly one panel of a panel tile. Rows and columns outside the view (past n, past d) arrive
+ * as zeros and are never read from global memory, so the class's padding never touches the
+ * caller's tensors. A load completes on an mbarrier: the waiter sees the bytes, with no proxy
+ * fence, once the barrier's phase completes.
  *
  * Phases: a barrier initialised for N arrivals completes its k-th phase (k = 0, 1, ...) when N
  * arrivals and every expected transaction byte of that phase have come; a waiter of the k-th
@@ -99,11 +99,6 @@ __device__ __forceinline__ void burst_tma_prefetch_map(const CUtensorMap *map)
 
 /* ---- warpgroups ------------------------------------------------------------------------------ */
 
-/* Wait at named barrier `id` (1 .. 15; 0 is __syncthreads) until n threads have. */
-__device__ __forceinline__ void burst_bar_sync(int id, int n)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
 /* The registers per thread of this warpgroup (every warp of it executes the same one). */
 template <int N> __device__ __forceinline__ void burst_regs_dec()
 {
@@ -120,16 +115,22 @@ template <int N> __device__ __forceinline__ void burst_regs_inc()
  * the backend's choice of a tensor-core kernel checks) with boxes of 64 columns x `rows` rows
  * (<= 256), 128-byte swizzle, zero fill. A dimension of extent 1 is placed last, whatever its
  * stride. cuTensorMapEncodeTiled is a driver function, reached through the runtime once per
- * process (the build links no driver library). Returns a cudaError_t. */
+ * process (the build links no driver library). Returns a cudaError_t: cudaErrorNotSupported
+ * where the driver offers no encoder or refuses the view. */
 static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst_cuda_view *v,
                                      int rows)
 {
     static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = nullptr;
         cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
+#if CUDART_VERSION >= 12050
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                               cudaEnableDefault, &q);
+#else
+        const cudaError_t e =
+            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess)
             fn = nullptr;
         return (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }();
@@ -166,7 +167,7 @@ static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst
                4, (void *)v->data, dims, strides, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
 }
 
 #endif /* BURST_CUDA_TMA_CUH */

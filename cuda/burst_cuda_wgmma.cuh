@@ -25,7 +25,9 @@
  *     imm-trans-b = 1): stride between 8-key groups (SBO) 1024 bytes, between 64-column groups of
  *     d (LBO) one panel, rows * 128 bytes; the k-th 16-key slice starts at byte 2048 k.
  * Ordering: shared memory written by ordinary stores or cp.async is read by wgmma through the
- * async proxy, so every writer executes fence.proxy.async before the barrier that publishes it.
+ * async proxy, so every writer executes fence.proxy.async before the barrier that publishes it;
+ * tiles written by TMA (burst_cuda_tma.cuh) are already in the async proxy, published by the
+ * mbarrier their bytes complete.
  */
 #ifndef BURST_CUDA_WGMMA_CUH
 #define BURST_CUDA_WGMMA_CUH
@@ -35,7 +37,7 @@
 #include "burst_cuda_mma.cuh"
 
 /* 64-element panels of a [rows][D] tile of head-dim class D: D / 64 rounded up (the columns of
- * the last panel past D are never loaded nor read). */
+ * the last panel past D are never read: cp.async leaves them alone, TMA writes zeros there). */
 template <int D> __host__ __device__ constexpr int burst_wg_panels()
 {
     return (D + 63) / 64;
