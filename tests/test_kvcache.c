@@ -8,7 +8,8 @@
  * sequences at once (batch = every sequence, of different lengths). The reference is causal
  * attention over the whole stream (tools/ref.h): prefill and decode rows must equal its rows at
  * their positions. Outputs are poisoned before each call; every rank checks its own outputs
- * (decode: every rank receives every row).
+ * (decode: every rank receives every row) and, after each decode call, where the new rows went:
+ * to the rank that held the fewest of the sequence's keys, the lowest such rank.
  *
  * TOLERANCE (element x, reference r, S = max |v| of the stream):
  *   fp32: |x - r| <= 1e-5 |r| + 2e-5 S  (fp32 kernels, fp64 merge);
@@ -299,6 +300,38 @@ static void dec_io_free(struct dec_io *io)
     free(io->lse_h);
 }
 
+/* Every rank's shard lengths and free blocks. */
+struct snap {
+    int64_t len[8][MAX_SEQS], free_blocks[8];
+};
+
+static void snapshot(struct burst_kvcache *kc, int G, struct snap *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int r = 0; r < G; r++) {
+        for (int q = 0; q < MAX_SEQS; q++)
+            s->len[r][q] = burst_kvcache_shard_len(kc, q, r);
+        s->free_blocks[r] = burst_kvcache_free_blocks(kc, r);
+    }
+}
+
+/* The t tokens a decode call gave sequence b went to the rank that held the fewest of its keys
+ * before the call (`before`), the lowest such rank; the other shards did not change. */
+static void placement_check(struct burst_kvcache *kc, int G, const struct snap *before, int b,
+                            int64_t t, struct rank_rec *rec, int rank)
+{
+    int to = 0;
+    for (int r = 1; r < G; r++)
+        if (before->len[r][b] < before->len[to][b])
+            to = r;
+    for (int r = 0; r < G; r++) {
+        const int64_t want = before->len[r][b] + (r == to ? t : 0);
+        if (burst_kvcache_shard_len(kc, b, r) != want)
+            rec_fail(rec, "rank %d: seq %d: shard of rank %d holds %lld tokens, not %lld", rank, b,
+                     r, (long long)burst_kvcache_shard_len(kc, b, r), (long long)want);
+    }
+}
+
 static int decode_step(struct kv_run *run, struct burst_kvcache *kc, int rank)
 {
     const struct kv_case *c = run->c;
@@ -321,6 +354,8 @@ static int decode_step(struct kv_run *run, struct burst_kvcache *kc, int rank)
     }
     harness_poison(c->dtype, io.o.host, (size_t)(B * t * c->hq * c->d));
     dt_up(&io.q), dt_up(&io.k), dt_up(&io.v), dt_up(&io.o);
+    struct snap before;
+    snapshot(kc, c->ranks, &before);
     if (burst_decode(kc, B, io.ids, &io.q.t, &io.k.t, &io.v.t, &io.o.t, io.lse) != BURST_OK) {
         rec_fail(rec, "rank %d: decode: %s", rank, burst_last_error());
         goto out;
@@ -337,6 +372,7 @@ static int decode_step(struct kv_run *run, struct burst_kvcache *kc, int rank)
         if (burst_kvcache_len(kc, b) != L[b] + t)
             rec_fail(rec, "rank %d: seq %d has %lld tokens after decoding %lld on %lld", rank, b,
                      (long long)burst_kvcache_len(kc, b), (long long)t, (long long)L[b]);
+        placement_check(kc, c->ranks, &before, b, t, rec, rank);
     }
     rc = 0;
 out:
@@ -345,20 +381,6 @@ out:
 }
 
 /* ---- bad inputs: every rank alike, the cache unchanged, the ring usable ---- */
-
-struct snap {
-    int64_t len[8][MAX_SEQS], free_blocks[8];
-};
-
-static void snapshot(struct burst_kvcache *kc, int G, struct snap *s)
-{
-    memset(s, 0, sizeof *s);
-    for (int r = 0; r < G; r++) {
-        for (int q = 0; q < MAX_SEQS; q++)
-            s->len[r][q] = burst_kvcache_shard_len(kc, q, r);
-        s->free_blocks[r] = burst_kvcache_free_blocks(kc, r);
-    }
-}
 
 /* A failure of the rank when the cache is no longer as `before` (snapshot) says: `what`, a
  * refused call, changed it. */
