@@ -11,7 +11,8 @@
 #           bad --weights / --backends values are usage errors (exit 2)
 #   vulkan  (suite 'vulkan') cpu and vulkan (lavapipe) ranks in one ring, as rank processes and
 #           as threads, uneven and measured shards: --check passes, and processes equal threads
-#           bitwise (--deterministic --hash)
+#           bitwise (--deterministic --hash); an inference job (--prefill, --decode) on a vulkan
+#           and a cpu rank process passes its check
 #   gpu     (suite 'gpu') cuda and vulkan ranks on one GPU as threads: --check passes with the
 #           blocks going device to device through vulkan memory imported by cuda ("transfers":
 #           "device"), both orders, both backward patterns, uneven shards; a cuda, vulkan, cpu
@@ -160,6 +161,10 @@ vulkan)
         --deterministic --hash --json
     [ -n "$(hash_of vk_p)" ] && [ "$(hash_of vk_p)" = "$(hash_of vk_t)" ] ||
         fail "cpu+vulkan: processes and threads differ: $(hash_of vk_p) vs $(hash_of vk_t)"
+    run vk_kv 0 -n 2 --fabric "$PROV" --backends vulkan,cpu --heads 4 --kv-heads 2 \
+        --head-dim 32 --prefill 100 --decode 6 --spec 2 --check --json --seed "$SEED"
+    has vk_kv '"backend": "vulkan,cpu"'
+    has vk_kv '"check": "pass"'
     ;;
 gpu)
     if ! "$BR" --threads -n 1 --backend cuda $SMALL >"$TMP/cu" 2>&1; then

@@ -6,7 +6,8 @@
 #            --threads (--deterministic --hash: FNV-1a of O, lse, dQ, dK, dV) for G = 2, 3, 4, 8;
 #            head groups (--workspace 1) pass the check and equal the unsplit job bitwise;
 #            bad --workspace values are usage errors; the default job with --json is the default
-#            job; --pingpong reports fi_pingpong's columns over the provider; --bind-to core |
+#            job; an inference job (--prefill, --decode) passes its check over the provider;
+#            --pingpong reports fi_pingpong's columns over the provider; --bind-to core |
 #            numa reports each rank's CPUs, and the rank processes run there (/proc; under
 #            taskset -c 0: CPU 0 for every rank); bad values are usage errors
 #   faults   a rank SIGKILLed before its backward, one 100 ms into its forward, and Ctrl-C
@@ -106,7 +107,13 @@ results)
             grep -qF "$key" "$TMP/dj" || fail "the default job with --json lacks $key"
         done
     fi
-    # (5) --pingpong: fi_pingpong's columns, one row per size from 64 B to 4 MiB, over the
+    # (5) an inference job over the provider: prefill into the sharded key/value cache, then
+    # decode steps of two tokens for two sequences, every row checked
+    "$BR" -n 3 --heads 4 --kv-heads 1 --head-dim 32 --prefill 200 --decode 20 --batch 2 --spec 2 \
+        --check --fabric "$PROV" --seed "$SEED" >"$TMP/kv" 2>&1 ||
+        { cat "$TMP/kv"; fail "inference job over $PROV exited $?"; }
+    grep -q "^check     pass: 80 rows" "$TMP/kv" || fail "inference job over $PROV: $(tail -n 4 "$TMP/kv")"
+    # (6) --pingpong: fi_pingpong's columns, one row per size from 64 B to 4 MiB, over the
     # provider; --json: the metadata and 9 rows; refused with --threads and -n 3
     IF=
     [ "$PROV" = tcp ] && IF="--iface 127.0.0.1"
@@ -129,7 +136,7 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
         "$BR" --pingpong $bad >/dev/null 2>"$TMP/err"
         [ $? -eq 2 ] && grep -q -- "--pingpong" "$TMP/err" || fail "--pingpong $bad is not a usage error"
     done
-    # (6) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
+    # (7) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
     # rank gets CPU 0 alone (burstrun's own CPUs are split); bad values and --threads refused
     for how in core numa; do
         "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 ||
