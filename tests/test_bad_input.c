@@ -1518,6 +1518,7 @@ enum sinks_bad {
 
 struct sinks_state {
     enum sinks_bad kind;
+    int bad_rank;               /* the one rank whose sinks are bad; -1: every rank's */
     pthread_barrier_t fwd_done; /* every rank's good forward is over before a bad backward */
     burst_status_t st[MR_G];
     double ms[MR_G];
@@ -1535,8 +1536,9 @@ static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
         bad[s->kind == SB_FWD_NAN ? 1 : 0] = NAN;
     if (s->kind == SB_FWD_INF)
         bad[0] = -INFINITY;
-    const float *sk = s->kind == SB_FWD_NULL || s->kind == SB_BWD_NULL ? NULL : bad;
-    const int64_t ns = s->kind == SB_FWD_LEN ? 3 : s->kind == SB_BWD_LEN ? 1 : HQ;
+    const int mine = s->bad_rank < 0 || s->bad_rank == rank; /* this rank's sinks are bad */
+    const float *sk = !mine ? good : s->kind == SB_FWD_NULL || s->kind == SB_BWD_NULL ? NULL : bad;
+    const int64_t ns = !mine ? HQ : s->kind == SB_FWD_LEN ? 3 : s->kind == SB_BWD_LEN ? 1 : HQ;
     struct mr_tensors t;
     mr_tensors_init(&t);
     struct burst_plan *plan = NULL;
@@ -1555,7 +1557,7 @@ static void sinks_rank(int rank, struct burst_comm *comm, void *arg)
     else if (st == BURST_OK)
         st = burst_attention_backward_sinks(plan, &t.tq, &t.tk, &t.tv, &t.to, t.out.lse, &t.tdo, sk,
                                             ns, &t.tdq, &t.tdk, &t.tdv,
-                                            s->kind == SB_BWD_DSINKS ? NULL : t.out.dsinks);
+                                            mine && s->kind == SB_BWD_DSINKS ? NULL : t.out.dsinks);
     s->st[rank] = st;
     s->ms[rank] = harness_now_ms() - t0;
     snprintf(s->msg[rank], sizeof s->msg[rank], "%s", burst_last_error());
@@ -1574,6 +1576,7 @@ static void sinks_bad_inputs(void **state)
         struct sinks_state s;
         memset(&s, 0, sizeof s);
         s.kind = (enum sinks_bad)kind;
+        s.bad_rank = -1;
         assert_int_equal(pthread_barrier_init(&s.fwd_done, NULL, MR_G), 0);
         assert_int_equal(harness_run_ranks(MR_G, TIMEOUT_MS, sinks_rank, &s), 0);
         pthread_barrier_destroy(&s.fwd_done);
@@ -1600,6 +1603,7 @@ static void sinks_mixed_backward(void **state)
     struct sinks_state s;
     memset(&s, 0, sizeof s);
     s.kind = SB_BWD_MIXED;
+    s.bad_rank = -1;
     assert_int_equal(pthread_barrier_init(&s.fwd_done, NULL, MR_G), 0);
     assert_int_equal(harness_run_ranks(MR_G, TIMEOUT_MS, sinks_rank, &s), 0);
     pthread_barrier_destroy(&s.fwd_done);
@@ -1609,6 +1613,41 @@ static void sinks_mixed_backward(void **state)
         assert_int_not_equal(s.st[r], BURST_OK);
         assert_true(s.ms[r] < (2 * TIMEOUT_MS + 2000) * harness_time_scale());
         assert_true(s.untouched[r]);
+    }
+}
+
+/* Bad sinks on one rank only (NaN in the forward, the wrong length in the backward, no dsinks):
+ * that rank fails naming the argument, its peers return BURST_ERR_PEER_FAILED within the
+ * communicator's timeout instead of waiting, and no rank's outputs are written. */
+static void sinks_one_rank(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sinks_bad kind;
+        const char *name, *value;
+    } bad[] = {{SB_FWD_NAN, "sinks[1]", "nan"},
+               {SB_BWD_LEN, "num_sinks", "1"},
+               {SB_BWD_DSINKS, "dsinks", "NULL"}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        struct sinks_state s;
+        memset(&s, 0, sizeof s);
+        s.kind = bad[k].kind;
+        s.bad_rank = 1 + (int)k % (MR_G - 1);
+        assert_int_equal(pthread_barrier_init(&s.fwd_done, NULL, MR_G), 0);
+        assert_int_equal(harness_run_ranks(MR_G, TIMEOUT_MS, sinks_rank, &s), 0);
+        pthread_barrier_destroy(&s.fwd_done);
+        for (int r = 0; r < MR_G; r++) {
+            printf("sinks on rank %d only, case %zu, rank %d: status %d after %.0f ms: %s\n",
+                   s.bad_rank, k, r, (int)s.st[r], s.ms[r], s.msg[r]);
+            if (r == s.bad_rank)
+                assert_true(s.st[r] == BURST_ERR_INVALID_ARG &&
+                            harness_contains(s.msg[r], bad[k].name) &&
+                            harness_contains(s.msg[r], bad[k].value));
+            else
+                assert_int_equal(s.st[r], BURST_ERR_PEER_FAILED);
+            assert_true(s.ms[r] < (TIMEOUT_MS + 1000) * harness_time_scale());
+            assert_true(s.untouched[r]);
+        }
     }
 }
 
@@ -1875,6 +1914,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(mr_mismatch_softcap),
         cmocka_unit_test(sinks_bad_inputs),
         cmocka_unit_test(sinks_mixed_backward),
+        cmocka_unit_test(sinks_one_rank),
         cmocka_unit_test(mr_ranks_per_node_not_divisor),
         cmocka_unit_test(mr_ranks_per_node_above_ring),
         cmocka_unit_test(mr_bad_plan_one_rank),
