@@ -109,16 +109,18 @@ results)
     fi
     # (5) an inference job over the provider: prefill into the sharded key/value cache, then
     # decode steps of two tokens for two sequences, every row checked
+    rc=0
     "$BR" -n 3 --heads 4 --kv-heads 1 --head-dim 32 --prefill 200 --decode 20 --batch 2 --spec 2 \
-        --check --fabric "$PROV" --seed "$SEED" >"$TMP/kv" 2>&1 ||
-        { cat "$TMP/kv"; fail "inference job over $PROV exited $?"; }
+        --check --fabric "$PROV" --seed "$SEED" >"$TMP/kv" 2>&1 || rc=$?
+    [ $rc -eq 0 ] || { cat "$TMP/kv"; fail "inference job over $PROV exited $rc"; }
     grep -q "^check     pass: 80 rows" "$TMP/kv" || fail "inference job over $PROV: $(tail -n 4 "$TMP/kv")"
     # (6) --pingpong: fi_pingpong's columns, one row per size from 64 B to 4 MiB, over the
     # provider; --json: the metadata and 9 rows; refused with --threads and -n 3
     IF=
     [ "$PROV" = tcp ] && IF="--iface 127.0.0.1"
-    "$BR" --pingpong --fabric "$PROV" $IF --iters 20 >"$TMP/pp" 2>&1 ||
-        { cat "$TMP/pp"; fail "--pingpong exited $?"; }
+    rc=0
+    "$BR" --pingpong --fabric "$PROV" $IF --iters 20 >"$TMP/pp" 2>&1 || rc=$?
+    [ $rc -eq 0 ] || { cat "$TMP/pp"; fail "--pingpong exited $rc"; }
     grep -q "^bytes *#sent *#ack *total *time *MB/sec *usec/xfer *Mxfers/sec$" "$TMP/pp" ||
         fail "--pingpong: no fi_pingpong header: $(cat "$TMP/pp")"
     [ "$(grep -cE '^[0-9]+[km]? +20 +=20 +[0-9]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$TMP/pp")" = 9 ] ||
@@ -139,8 +141,9 @@ assert rows[-1]["bytes"] == 4 << 20 and all(r["sent"] == 10 and r["time_s"] > 0 
     # (7) --bind-to: every rank's CPUs reported, the check passes; under taskset -c 0 every
     # rank gets CPU 0 alone (burstrun's own CPUs are split); bad values and --threads refused
     for how in core numa; do
-        "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 ||
-            { cat "$TMP/out"; fail "--bind-to $how exited $?"; }
+        rc=0
+        "$BR" -n 2 --check $SMALL --fabric "$PROV" --bind-to $how >"$TMP/out" 2>&1 || rc=$?
+        [ $rc -eq 0 ] || { cat "$TMP/out"; fail "--bind-to $how exited $rc"; }
         for r in 0 1; do
             grep -q "^burstrun: --bind-to $how: rank $r: .*cpus [0-9]" "$TMP/out" ||
                 fail "--bind-to $how: no report of rank $r"

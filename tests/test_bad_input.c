@@ -1500,8 +1500,8 @@ static void mr_mismatch_softcap(void **state)
     mismatch(9, "softcap", 2);
 }
 
-/* ---- sinks: bad sinks on every rank; each rank fails by itself, naming the argument, with its
- * outputs (o, lse; dq, dk, dv, dsinks) untouched ---- */
+/* ---- sinks: bad sinks on every rank (each rank fails by itself, naming the argument) or on
+ * one (its peers: BURST_ERR_PEER_FAILED), outputs (o, lse; dq, dk, dv, dsinks) untouched ---- */
 
 enum sinks_bad {
     SB_FWD_NULL,   /* forward: sinks NULL */
