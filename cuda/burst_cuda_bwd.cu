@@ -1035,8 +1035,12 @@ extern "C" int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, 
 {
     (void)num_sms;
 #ifdef BURST_CUDA_SM90A
-    if (kind == BURST_CUDA_FWD_WGMMA)
-        return burst_cuda_launch_bwd_sm90(s);
+    if (kind == BURST_CUDA_FWD_WGMMA) {
+        const int e = burst_cuda_launch_bwd_sm90(s);
+        if (e != cudaErrorNotSupported) /* else views no tensor map describes: mma.sync */
+            return e;
+        kind = BURST_CUDA_FWD_MMA;
+    }
 #endif
     if (kind == BURST_CUDA_FWD_MMA) /* fp32: 3xTF32 */
         return s->q.dtype == BURST_CUDA_F16    ? burst_bwd_mma<__half>(s)

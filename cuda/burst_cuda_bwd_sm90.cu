@@ -3,25 +3,28 @@
  * sm_90a only, like burst_cuda_fwd_sm90.cu; chosen with it, BURST_CUDA_WGMMA=0 turns both off).
  * Same contract and the same two kernels as burst_cuda_bwd.cu (each output element has one
  * writer, no float atomics: the deterministic backward), and one more for plans that are not
- * deterministic: the dK/dV kernel with dQ added by float atomics (DQ below), which saves the dQ
- * kernel's recomputation of S and dP (7 matrix products per tile pair -> 5). These kernels serve
- * the classes up to BURST_CUDA_WG_BWD_MAX; the wider ones run burst_cuda_bwd_sm90_wide.cu.
- *   - dK/dV: a block owns 128 keys of a kv head (2 warpgroups x 64) and loops over the heads of
- *     its group and the query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys. Per tile:
- *     S^T = K Q^T and dP^T = V dO^T
- *     (A = its K / V rows, B = the Q / dO tile, both from shared memory), P^T from the saved lse,
- *     dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q (A = P^T / dS^T in registers,
- *     B = the dO / Q tile read transposed);
- *   - dK/dV/dQ (DQ): the dK/dV kernel that also adds dQ (below);
+ * deterministic: the dK/dV kernel that also adds dQ, by reductions whose order varies (DQ
+ * below), which saves the dQ kernel's recomputation of S and dP (7 matrix products per tile pair
+ * -> 5). These kernels serve the classes up to BURST_CUDA_WG_BWD_MAX; the wider ones run
+ * burst_cuda_bwd_sm90_wide.cu.
+ *   - dK/dV: a block owns 128 keys of a kv head and loops over the heads of its group and the
+ *     query tiles (BURST_CUDA_WG_DKDV_BQ rows) that may see its keys. It is warp-specialized
+ *     like the forward: a producer warpgroup moves the Q and dO tiles by TMA into mbarrier
+ *     stages and computes their row scalars, two consumer warpgroups of 64 keys each compute,
+ *     per tile: S^T = K Q^T and dP^T = V dO^T (A = its K / V rows, B = the Q / dO tile, both
+ *     from shared memory), P^T from the saved lse, dS^T = P^T (dP^T - D), then dV += P^T dO and
+ *     dK += dS^T Q (A = P^T / dS^T, B = the dO / Q tile read transposed);
+ *   - dK/dV/dQ (DQ): the dK/dV kernel that also adds dQ (burst_wg_dkdv's comment);
  *   - dQ: a block owns 128 query rows of a head (2 warpgroups x 64) and loops over 64-key tiles:
- *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed).
- * The streamed tiles go through 3 cp.async stages, one tile ahead, and each tile's elementwise
- * work overlaps the previous tile's register-A products, as in the forward (whose comment
- * explains the stage rule). P and dS are rounded to the input dtype as A operands, as in the
- * sm_80 kernels (tests/harness.h bounds this).
+ *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed). Its key tiles go
+ *     through 3 cp.async stages, one tile ahead.
+ * In both, each tile's elementwise work overlaps the previous tile's P / dS products, as in the
+ * forward. P and dS are rounded to the input dtype as A operands, as in the sm_80 kernels
+ * (tests/harness.h bounds this).
  */
 #include <limits.h>
 
+#include "burst_cuda_tma.cuh"
 #include "burst_cuda_wgmma.cuh"
 
 #define WB_NS 3    /* stages of the streamed tiles */
@@ -197,8 +200,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
 /* ---- dK and dV -------------------------------------------------------------------------------- */
 
 /* Query rows per streamed tile of the dK/dV kernel (BURST_CUDA_WG_DKDV_BQ): 48 above d = 64,
- * where 64 made the kernel spill at d = 128 (dK, dV, S^T, dP^T and the previous tile's P^T,
- * dS^T live at once: 255 registers and ~230 bytes of local memory per thread). */
+ * where 64 leaves too few registers at d = 128 (dK, dV, S^T, dP^T and dQ^T live at once). */
 template <int D> __host__ __device__ constexpr int burst_wg_dkdv_bq()
 {
     return BURST_CUDA_WG_DKDV_BQ(D);
@@ -218,10 +220,11 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
     return burst_wg_dq_width<D>() + 4;
 }
 
-/* With DQ, three more [BQ][128] tiles: dS (query rows x keys, double-buffered) and P, and the fp32
- * dQ staging tile [BQ][D + 4]. No alignment slack: the kernel's shared memory is declared
- * __align__(1024) (the toolchain pads the static part to 1 KiB; the kernel traps otherwise), and
- * at D = 256 the slack would not fit beside that padding in 227 KiB. */
+/* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows) and of their row scalars;
+ * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and the fp32 dQ staging tile
+ * [BQ][D + 4]. No alignment slack: the kernel's shared memory is declared __align__(1024) (the
+ * toolchain pads the static part to 1 KiB; the kernel traps otherwise), and at D = 128 the
+ * slack would not fit beside that padding in 227 KiB. */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     constexpr int BQ = burst_wg_dkdv_bq<D>();
@@ -230,59 +233,33 @@ template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
            (DQ ? BQ * burst_wg_dq_stride<D>() * 4 : 0);
 }
 
-/* DQ: also dQ += tau dS K of every query tile, added to s.dq with float atomics (plans that are
- * not deterministic: the order of the additions varies; no dQ kernel is launched then). dS and P
- * (rounded to T) go through shared memory, where dK += dS^T Q and dV += P^T dO read them (which
- * frees the registers the dQ^T accumulators need), and the two warpgroups split dQ^T = K^T dS^T:
- * the 64-row halves of 128 rows (classes 96, 128: 64 x BQ each), the halves of the tile's
- * queries at 64 rows (classes 32, 64: 64 x BQ / 2 each). Each warpgroup stores its part to a
- * staging tile of fp32 query rows, from which 4-wide vector atomics add whole rows. */
-template <typename T, int D, bool DQ>
-__global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s)
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), NT = 256;
-    constexpr int DH = D; /* columns of dK, dV */
-    static_assert(D <= BURST_CUDA_WG_BWD_MAX, "the wide classes run burst_ww_bwd");
-    constexpr int KBYTES = BC * burst_wg_panels<D>() * 128,
-                  QBYTES = BQ * burst_wg_panels<D>() * 128;
-    constexpr int SBYTES = BQ * BC * 2;
-    constexpr int DQW = burst_wg_dq_width<D>(); /* DQ: rows of dQ^T */
-    static_assert(!DQ || DQW == 64 || DQW == 128, "the dQ split of DQ: 64 or 128 rows");
-    constexpr int NQ = DQW > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
-    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4;
-    extern __shared__ __align__(1024) unsigned char smraw[];
-    unsigned char *sk = smraw; /* __align__(1024): the panels' swizzle pattern repeats there */
-    if (burst_smem_addr(smraw) & 1023u)
-        __trap();
-    unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
-    unsigned char *sds = sqo + WB_NS * 2 * QBYTES;       /* DQ: dS tiles 0 and 1, then P */
-    struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sds + (DQ ? 3 * SBYTES : 0));
-    float *sdq = (float *)(rows + WB_NS * BQ); /* DQ: the dQ staging tile */
-    constexpr int DQS = burst_wg_dq_stride<D>();
-    __shared__ int s_full[WB_NS][2]; /* per stage: its tile sees all 128 keys (warps 0, 1) */
-    static_assert(BQ <= 64, "the row scalars of a tile are in warps 0 and 1");
-    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3;
-    const int lane = threadIdx.x & 31;
-    const int64_t tiles = (s.nk + BC - 1) / BC;
-    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
-    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
-    const float sl2 = s.scale * BURST_LOG2E;
+/* Named barriers of the dK/dV kernel (0 is __syncthreads, 1 and 2 burst_wg_bar's): both
+ * consumer warpgroups (the dS exchange); the dQ staging tile free / full (the consumers and the
+ * dQ warp). */
+#define WB_BAR_PAIR 3
+#define WB_BAR_DQ_EMPTY 4
+#define WB_BAR_DQ_FULL 5
 
-    /* the block's queries, uniform: first key's first query to last key's end */
-    int64_t imin, imax, unused;
-    burst_dqueries(s, j0, &imin, &unused);
-    burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
-    if (imin >= imax) { /* no query sees these keys */
-        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
-        return;
-    }
-    const int64_t ifirst = imin / BQ * BQ;
-    const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
-    /* tile `it` is query tile it % ntq of head g group + it / ntq; the quotient from a float
-     * reciprocal (exact to one for it < 2^24), corrected, instead of an integer division */
-    const float rntq = 1.0f / (float)ntq;
-    auto tile_at = [&](int it, int64_t *h, int64_t *i0) {
+/* The tensor maps of a backward step's Q, dO, K and V views (burst_tma_map_view). */
+struct burst_wb_maps {
+    struct burst_tma_map q, o, k, v;
+};
+
+/* The dK/dV kernel's barriers: K and V landed; a stage's Q, dO and row scalars landed; a stage
+ * free again. */
+struct burst_wb_bars {
+    uint64_t kv, full[WB_NS], freed[WB_NS];
+};
+
+/* The query tiles a dK/dV block visits: tile it is query tile it % ntq (BQ rows from ifirst) of
+ * head g group + it / ntq. The quotient comes from a float reciprocal (exact to one for
+ * it < 2^24), corrected, instead of an integer division. */
+struct burst_wb_qtiles {
+    int64_t h0, ifirst;
+    int ntq, bq;
+    float rntq;
+    __device__ __forceinline__ void at(int it, int64_t *h, int64_t *i0) const
+    {
         int hh = __float2int_rz((float)it * rntq), r = it - hh * ntq;
         if (r < 0) {
             hh--;
@@ -291,124 +268,149 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             hh++;
             r -= ntq;
         }
-        *h = g * s.group + hh;
-        *i0 = ifirst + (int64_t)r * BQ;
-    };
-
-    /* The row scalars of query tile `it` (threads < BQ: one row each). Their global loads are
-     * issued one tile before the values are stored to shared memory, so that no warp waits on
-     * them while the others wait at the next barrier. */
-    auto row_scalars = [&](int it) {
-        int64_t h, i0;
-        tile_at(it, &h, &i0);
-        return burst_wg_row<BQ>(s, b, h, i0);
-    };
-    burst_wg_loader<T, D, BQ, NT> lq, lo;
-    /* issue the copies of query tile `it` into stage st and store its row scalars r */
-    auto issue = [&](int it, int st, const struct burst_wg_qrow &r) {
-        int64_t h, i0;
-        tile_at(it, &h, &i0);
-        unsigned char *dst = sqo + st * 2 * QBYTES;
-        lq.init(s.q, b, h, s.d);
-        lq.load(dst, i0, s.nq);
-        lo.init(s.dout, b, h, s.d);
-        lo.load(dst + QBYTES, i0, s.nq);
-        burst_cp_commit();
-        if (threadIdx.x < BQ)
-            rows[st * BQ + threadIdx.x] = r;
-        if (threadIdx.x < 64) { /* warps 0 and 1 hold the rows: is every key allowed? */
-            const int kbm = __reduce_max_sync(~0u, r.kb), kem = __reduce_min_sync(~0u, r.ke);
-            if (lane == 0)
-                s_full[st][warp] = kbm <= j0 && kem >= j0 + BC;
-        }
-    };
-    {
-        burst_wg_loader<T, D, BC, NT> lk;
-        lk.init(s.k, b, g, s.d);
-        lk.load(sk, j0, s.nk);
-        lk.init(s.v, b, g, s.d);
-        lk.load(sv, j0, s.nk);
+        *h = h0 + hh;
+        *i0 = ifirst + (int64_t)r * bq;
     }
-    issue(0, 0, row_scalars(0));
-    struct burst_wg_qrow rnext = row_scalars(total > 1 ? 1 : 0); /* of the next tile issued */
+};
 
-    float dk[DH / 2], dv[DH / 2];
-#pragma unroll
-    for (int n = 0; n < DH / 2; n++)
-        dk[n] = dv[n] = 0.0f;
-    float sc[BQ / 2], dp[BQ / 2], dqa[DQ ? NQ / 2 : 1];
-    unsigned pa[DQ ? 1 : BQ / 16][4], da[DQ ? 1 : BQ / 16][4];
-    const int rq = lane >> 2, cq = 2 * (lane & 3);
-    const int key0 = (int)j0 + wg * 64 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
-    /* descriptors (low words, burst_wg_dlo) */
-    const uint32_t dkd = burst_wg_dlo(sk + wg * 64 * 128, 16);
-    const uint32_t dvd = burst_wg_dlo(sv + wg * 64 * 128, 16);
-    const uint32_t dq0 = burst_wg_dlo(sqo, 16);          /* Q as B, K-major */
-    const uint32_t do0 = burst_wg_dlo(sqo + QBYTES, 16); /* dO as B, K-major */
-    /* Q and dO as B, MN-major */
-    const uint32_t dqt0 = burst_wg_dlo(sqo, BQ * 128);
-    const uint32_t dot0 = burst_wg_dlo(sqo + QBYTES, BQ * 128);
-    /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wg of a dS tile), K^T as
-     * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query
-     * rows n0..) */
-    const int dm = DQW > 64 ? wg : 0, n0 = DQW > 64 ? 0 : wg * NQ;
-    const uint32_t dsa0 = burst_wg_dlo(sds + wg * BQ * 128, BQ * 128);
-    const uint32_t dkt = burst_wg_dlo(sk + dm * BC * 128, BC * 128);
-    const uint32_t dsb0 = burst_wg_dlo(sds + n0 * 128, 16);
-    const uint32_t dpa = dsa0 + 2 * (SBYTES >> 4); /* P^T as A of dV, like dS^T */
-    constexpr uint32_t DSBUF = SBYTES >> 4;
+/* Where a dK/dV block's tiles are in shared memory. */
+struct burst_wb_tiles {
+    unsigned char *sk, *sv, *sqo; /* K, V; stage st: Q at sqo + st 2 QBYTES, then dO */
+    unsigned char *sds;           /* DQ: dS tiles 0 and 1, then P */
+    struct burst_wg_qrow *rows;   /* stage st: rows + st BQ */
+    float *sdq;                   /* DQ: the dQ staging tile */
+    int *full;                    /* stage st: its tile sees all 128 keys */
+};
 
-    auto tile_begin = [&](int it, int st) {
-        burst_cp_wait<0>();
-        burst_fence_proxy_async();
-        __syncthreads();
-        if (it + 1 < total) {
-            issue(it + 1, st == WB_NS - 1 ? 0 : st + 1, rnext);
-            if (it + 2 < total)
-                rnext = row_scalars(it + 2);
+/* Producer warp 0, one thread: K and V of kv head g from key j0 once, then the total query
+ * tiles' Q and dO into the stages, each stage once its previous tile is freed. */
+template <int D, int BQ>
+__device__ __forceinline__ void
+burst_wb_load(const struct burst_wb_maps &maps, const struct burst_wb_tiles &t,
+              struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int b, int g, int j0,
+              int total)
+{
+    constexpr int P = burst_wg_panels<D>(), KBYTES = 128 * P * 128, QBYTES = BQ * P * 128;
+    burst_tma_prefetch_map(&maps.q.map);
+    burst_tma_prefetch_map(&maps.o.map);
+    burst_mbar_expect(&bar.kv, 2 * KBYTES);
+#pragma unroll
+    for (int pn = 0; pn < P; pn++) {
+        burst_tma_load(t.sk + pn * 128 * 128, maps.k, &bar.kv, 64 * pn, g, j0, b);
+        burst_tma_load(t.sv + pn * 128 * 128, maps.v, &bar.kv, 64 * pn, g, j0, b);
+    }
+    for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
+        if (it >= WB_NS) /* the stage's tile it - NS is done with */
+            burst_mbar_wait(&bar.freed[st], (it / WB_NS + 1) & 1);
+        int64_t h, i0;
+        qt.at(it, &h, &i0);
+        unsigned char *dst = t.sqo + st * 2 * QBYTES;
+        burst_mbar_expect(&bar.full[st], 2 * QBYTES);
+#pragma unroll
+        for (int pn = 0; pn < P; pn++) {
+            burst_tma_load(dst + pn * BQ * 128, maps.q, &bar.full[st], 64 * pn, (int)h, (int)i0, b);
+            burst_tma_load(dst + QBYTES + pn * BQ * 128, maps.o, &bar.full[st], 64 * pn, (int)h,
+                           (int)i0, b);
         }
-        burst_wg_fence();
-        burst_wg_abt<T, D, BQ, BC>(sc, dkd, dq0 + st * DSTAGE);
-        burst_wg_abt<T, D, BQ, BC>(dp, dvd, do0 + st * DSTAGE);
-    };
-    /* P^T and dS^T; column = query row of the tile */
-    auto dsoft = [&](int st) {
-        const struct burst_wg_qrow *rw = rows + st * BQ;
-        /* the mask as bits (4 n + e), all set where the tile sees all 128 keys; computed before
-         * lse and D are read, so that the key ranges and lse, D are not live together */
-        unsigned ok = ~0u;
-        if (!(s_full[st][0] && s_full[st][1])) {
-            ok = 0;
+    }
+}
+
+/* Producer warp 1: the row scalars of each query tile (lse in log2 units, D, allowed keys; two
+ * rows per lane) into its stage, and whether every row sees all 128 keys from j0; one arrival
+ * on the stage's `full` barrier once the warp has stored them. */
+template <int BQ>
+__device__ __forceinline__ void
+burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
+              struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int64_t b, int j0,
+              int total)
+{
+    static_assert(BQ <= 64, "two rows per lane");
+    const int lane = threadIdx.x & 31;
+    for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
+        if (it >= WB_NS)
+            burst_mbar_wait(&bar.freed[st], (it / WB_NS + 1) & 1);
+        int64_t h, i0;
+        qt.at(it, &h, &i0);
+        int kbm = 0, kem = INT_MAX;
 #pragma unroll
-            for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int2 kr = *(const int2 *)&rw[n * 8 + cq + c].kb; /* kb, ke */
-#pragma unroll
-                    for (int u = 0; u < 2; u++)
-                        if (key0 + 8 * u >= kr.x && key0 + 8 * u < kr.y)
-                            ok |= 1u << (4 * n + 2 * u + c);
-                }
+        for (int u = 0; u < 2; u++) {
+            const int r = lane + 32 * u;
+            if (r >= BQ)
+                break;
+            struct burst_wg_qrow q = {CUDART_INF_F, 0.0f, 0, INT_MAX};
+            if (i0 + r < s.nq) {
+                const struct burst_brow x = burst_brow_at(s, b, h, i0 + r);
+                q.l2 = x.l2;
+                q.dl = x.dl;
+                q.kb = (int)x.kb;
+                q.ke = (int)x.ke;
+            }
+            t.rows[st * BQ + r] = q;
+            kbm = max(kbm, q.kb);
+            kem = min(kem, q.ke);
         }
-        if (s.cap_in != 0.0f) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
-#pragma unroll
-            for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
-#pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const int e = 2 * u + c;
-                        const float x = burst_dcap_score(s, sc[4 * n + e]),
-                                    t = burst_dcap_tanh(s, x);
-                        const float p =
-                            ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(x, sl2, -r.x)) : 0.0f;
-                        sc[4 * n + e] = p;
-                        dp[4 * n + e] = p * (dp[4 * n + e] - r.y) * fmaf(-t, t, 1.0f);
-                    }
-                }
-            return;
+        kbm = __reduce_max_sync(~0u, kbm);
+        kem = __reduce_min_sync(~0u, kem);
+        if (lane == 0) {
+            t.full[st] = kbm <= j0 && kem >= j0 + 128;
+            burst_mbar_arrive(&bar.full[st]); /* releases the warp's stores (__reduce: synced) */
         }
+    }
+}
+
+/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ (fp32 rows), add
+ * each row to s.dq with one bulk reduction (cp.reduce.async.bulk .add.f32, 4 d bytes), then free
+ * the staging tile once the reductions have read it. */
+template <int D, int BQ>
+__device__ __forceinline__ void
+burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
+                  const struct burst_wb_qtiles &qt, int64_t b, int total)
+{
+    const int lane = threadIdx.x & 31;
+    burst_named_arrive(WB_BAR_DQ_EMPTY, 288); /* the staging tile starts free */
+    for (int it = 0; it < total; it++) {
+        burst_named_sync(WB_BAR_DQ_FULL, 288);
+        int64_t h, i0;
+        qt.at(it, &h, &i0);
+        for (int r = lane; r < BQ; r += 32)
+            if (i0 + r < s.nq)
+                burst_bulk_add_f32(s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d,
+                                   t.sdq + r * burst_wg_dq_stride<D>(), (unsigned)s.d * 4);
+        burst_bulk_commit();
+        burst_bulk_wait_read<0>();
+        if (it + 1 < total)
+            burst_named_arrive(WB_BAR_DQ_EMPTY, 288);
+    }
+    burst_bulk_wait<0>(); /* the additions done before the block ends */
+}
+
+/* P^T and dS^T of the tile in stage st in place (sc: S^T -> P^T, dp: dP^T -> dS^T; column =
+ * query row of the tile) for this thread's keys key0, key0 + 8. */
+template <int BQ>
+__device__ __forceinline__ void burst_wb_dsoft(const struct burst_cuda_step &s,
+                                               const struct burst_wb_tiles &t, int st, int key0,
+                                               float *sc, float *dp)
+{
+    const struct burst_wg_qrow *rw = t.rows + st * BQ;
+    const int cq = 2 * (threadIdx.x & 3);
+    const float sl2 = s.scale * BURST_LOG2E;
+    /* the mask as bits (4 n + e), all set where the tile sees all 128 keys; computed before
+     * lse and D are read, so that the key ranges and lse, D are not live together */
+    unsigned ok = ~0u;
+    if (!t.full[st]) {
+        ok = 0;
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int2 kr = *(const int2 *)&rw[n * 8 + cq + c].kb; /* kb, ke */
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+                    if (key0 + 8 * u >= kr.x && key0 + 8 * u < kr.y)
+                        ok |= 1u << (4 * n + 2 * u + c);
+            }
+    }
+    if (s.cap_in != 0.0f) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
 #pragma unroll
         for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
@@ -417,122 +419,83 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
 #pragma unroll
                 for (int u = 0; u < 2; u++) {
                     const int e = 2 * u + c;
-                    const float p =
-                        ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(sc[4 * n + e], sl2, -r.x)) : 0.0f;
+                    const float x = burst_dcap_score(s, sc[4 * n + e]), th = burst_dcap_tanh(s, x);
+                    const float p = ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(x, sl2, -r.x)) : 0.0f;
                     sc[4 * n + e] = p;
-                    dp[4 * n + e] = p * (dp[4 * n + e] - r.y);
+                    dp[4 * n + e] = p * (dp[4 * n + e] - r.y) * fmaf(-th, th, 1.0f);
                 }
             }
-    };
-    /* DQ: x^T (P^T in sc or dS^T in dp) -> tile `buf` (2: P), [query row][key] panels, in T:
-     * per 16 queries one stmatrix of the four 8 x 8 blocks (queries 8 n.., keys 16 warp + 8 u..)
-     * in burst_wg_pack's order; lane 8 m + i gives query row 8 (2 kk + m / 2) + i, 16-byte chunk
-     * 2 warp + m % 2 of this warpgroup's key panel, swizzled */
-    auto store_t = [&](const float *x, int buf) {
-        const int m = lane >> 3, i = lane & 7;
-        unsigned char *t = sds + buf * SBYTES + wg * BQ * 128 + (m >> 1) * 8 * 128 + i * 128 +
-                           (((warp * 2 + (m & 1)) ^ i) << 4);
+        return;
+    }
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            unsigned r[4];
+    for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
-            for (int k = 0; k < 4; k++)
-                r[k] = burst_mma<T>::pack(x[8 * kk + 2 * k], x[8 * kk + 2 * k + 1]);
-            burst_stmatrix_t4(t + kk * 16 * 128, r);
-        }
-    };
-    /* DQ: s.dq += tau dQ^T of query tile `it`. This thread's accumulators (d = dm 64 +
-     * 16 warp + rq (+ 8), queries n0 + 8 n + cq (+ 1)) go to the staging tile; after the warpgroup's
-     * barrier, each thread adds 4 consecutive d of rows n0 + tw / 16 + 8 k with one vector float
-     * atomic (rows past nq and the class's columns past d are not added). The next tile's stores
-     * come after the block barrier of tile_begin, so no thread still reads the staging tile then. */
-    const int tw = threadIdx.x & 127;
-    auto red_dq = [&](int it) {
-        float *srow = sdq + n0 * DQS + dm * 64 + warp * 16 + rq;
+        for (int c = 0; c < 2; c++) {
+            const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
 #pragma unroll
-        for (int n = 0; n < NQ / 8; n++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                float *x = srow + (n * 8 + cq + c) * DQS;
-                x[0] = s.scale * dqa[4 * n + c];
-                x[8] = s.scale * dqa[4 * n + 2 + c];
+            for (int u = 0; u < 2; u++) {
+                const int e = 2 * u + c;
+                const float p =
+                    ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(sc[4 * n + e], sl2, -r.x)) : 0.0f;
+                sc[4 * n + e] = p;
+                dp[4 * n + e] = p * (dp[4 * n + e] - r.y);
             }
-        burst_wg_bar(wg);
-        int64_t h, i0;
-        tile_at(it, &h, &i0);
-        const int r = n0 + (tw >> 4), c4 = dm * 64 + (tw & 15) * 4;
-        float *dst = s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d + c4;
-        const int64_t step8 = 8 * s.hq * s.d;
-#pragma unroll
-        for (int k = 0; k < NQ / 8; k++)
-            if (i0 + r + 8 * k < s.nq && c4 < s.d) /* d, a multiple of 8: whole float4s */
-                atomicAdd((float4 *)(dst + k * step8),
-                          *(const float4 *)&sdq[(r + 8 * k) * DQS + c4]);
-    };
-    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): dV += P^T dO and
-     * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
-    auto prev_products = [&](int st, int buf) {
-        if constexpr (DQ) {
-            burst_wg_mn<T, DH, BQ>(dv, dpa, dot0 + st * DSTAGE);
-            burst_wg_mn<T, DH, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
-            burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
-        } else {
-            burst_wg_pv<T, DH, BQ>(dv, pa, dot0 + st * DSTAGE);
-            burst_wg_pv<T, DH, BQ>(dk, da, dqt0 + st * DSTAGE);
         }
-    };
-    tile_begin(0, 0);
-    burst_wg_wait<0>();
-    burst_wg_pin<BQ / 2>(sc);
-    burst_wg_pin<BQ / 2>(dp);
-    dsoft(0);
-    if constexpr (DQ) {
-        store_t(sc, 2);
-        store_t(dp, 0);
-        burst_fence_proxy_async(); /* published by the next barrier */
-    } else {
-        burst_wg_pack<T, BQ>(pa, sc);
-        burst_wg_pack<T, BQ>(da, dp);
-    }
-    int prev = 0, pb = 0; /* the previous tile's stage and dS tile */
-    for (int it = 1; it < total; it++) {
-        const int st = prev == WB_NS - 1 ? 0 : prev + 1;
-        tile_begin(it, st);
-        prev_products(prev, pb);
-        burst_wg_wait<DQ ? 3 : 2>(); /* S^T, dP^T done; the previous tile's products may run */
-        burst_wg_pin<BQ / 2>(sc);
-        burst_wg_pin<BQ / 2>(dp);
-        dsoft(st);
-        burst_wg_wait<0>();
-        burst_wg_pin<DH / 2>(dv);
-        burst_wg_pin<DH / 2>(dk);
-        if constexpr (DQ) {
-            burst_wg_pin<NQ / 2>(dqa);
-            red_dq(it - 1);
-            /* the other warpgroup may still read dS tile pb; it finished with pb ^ 1 (two tiles
-             * old) before the last barrier. P is this warpgroup's alone. */
-            pb ^= 1;
-            store_t(sc, 2);
-            store_t(dp, pb);
-            burst_fence_proxy_async();
-        } else {
-            burst_wg_pack<T, BQ>(pa, sc);
-            burst_wg_pack<T, BQ>(da, dp);
-        }
-        prev = st;
-    }
-    if constexpr (DQ)
-        __syncthreads(); /* the last dS tile, written by both warpgroups */
-    burst_wg_fence();
-    prev_products(prev, pb);
-    burst_wg_wait<0>();
-    burst_wg_pin<DH / 2>(dv);
-    burst_wg_pin<DH / 2>(dk);
-    if constexpr (DQ) {
-        burst_wg_pin<NQ / 2>(dqa);
-        red_dq(total - 1);
-    }
+}
 
+/* DQ: x^T (P^T in sc or dS^T in dp) -> tile `buf` (2: P), [query row][key] panels, in T: per 16
+ * queries one stmatrix of the four 8 x 8 blocks (queries 8 n.., keys 16 warp + 8 u..) in
+ * burst_wg_pack's order; lane 8 m + i gives query row 8 (2 kk + m / 2) + i, 16-byte chunk
+ * 2 warp + m % 2 of consumer warpgroup wc's key panel, swizzled. */
+template <typename T, int BQ>
+__device__ __forceinline__ void burst_wb_store_t(unsigned char *sds, int wc, const float *x,
+                                                 int buf)
+{
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, m = lane >> 3, i = lane & 7;
+    unsigned char *t = sds + buf * BQ * 128 * 2 + wc * BQ * 128 + (m >> 1) * 8 * 128 + i * 128 +
+                       (((warp * 2 + (m & 1)) ^ i) << 4);
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++) {
+        unsigned r[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            r[k] = burst_mma<T>::pack(x[8 * kk + 2 * k], x[8 * kk + 2 * k + 1]);
+        burst_stmatrix_t4(t + kk * 16 * 128, r);
+    }
+}
+
+/* DQ: this thread's tau dQ^T accumulators (d = dm 64 + 16 warp + rq (+ 8), queries
+ * n0 + 8 n + cq (+ 1)) into the staging tile once the dQ warp has freed it, then hand the tile
+ * to that warp. */
+template <int D, int NQ>
+__device__ __forceinline__ void burst_wb_stage_dq(float *sdq, int dm, int n0, float scale,
+                                                  const float *dqa)
+{
+    constexpr int DQS = burst_wg_dq_stride<D>();
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int rq = lane >> 2, cq = 2 * (lane & 3);
+    burst_named_sync(WB_BAR_DQ_EMPTY, 288);
+    float *srow = sdq + n0 * DQS + dm * 64 + warp * 16 + rq;
+#pragma unroll
+    for (int n = 0; n < NQ / 8; n++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            float *x = srow + (n * 8 + cq + c) * DQS;
+            x[0] = scale * dqa[4 * n + c];
+            x[8] = scale * dqa[4 * n + 2 + c];
+        }
+    burst_fence_proxy_async(); /* the bulk reductions read the tile through the async proxy */
+    burst_named_arrive(WB_BAR_DQ_FULL, 288);
+}
+
+/* This thread's dK (times tau) and dV rows, keys key0 and key0 + 8, added to the fp32
+ * accumulators or written final (s.dk_out) in the dtype. */
+template <int D>
+__device__ __forceinline__ void burst_wb_store_kv(const struct burst_cuda_step &s, int64_t b,
+                                                  int64_t g, int64_t key0, const float *dk,
+                                                  const float *dv)
+{
+    const int cq = 2 * (threadIdx.x & 3);
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         const int64_t j = key0 + 8 * u;
@@ -541,7 +504,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
         const int64_t off = ((b * s.nk + j) * s.hkv + g) * s.d;
         if (s.dk_out.data) {
 #pragma unroll
-            for (int n = 0; n < DH / 8; n++)
+            for (int n = 0; n < D / 8; n++)
                 if (n * 8 < s.d) /* the class's columns past d are not the caller's */
                     burst_final_kv_pair(s, b, j, g, n * 8 + cq, dk[4 * n + 2 * u],
                                         dk[4 * n + 2 * u + 1], dv[4 * n + 2 * u],
@@ -549,7 +512,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             continue;
         }
 #pragma unroll
-        for (int n = 0; n < DH / 8; n++) {
+        for (int n = 0; n < D / 8; n++) {
             if (n * 8 >= s.d)
                 break;
             if (s.dk) {
@@ -566,6 +529,190 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dkdv(struct burst_cuda_step s
             }
         }
     }
+}
+
+/* Consumer warpgroup wc: keys j0 + 64 wc .. + 63 of kv head g over the block's total query
+ * tiles, as the kernel's comment describes. */
+template <typename T, int D, bool DQ>
+__device__ __forceinline__ void
+burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
+                 struct burst_wb_bars &bar, int wc, int64_t b, int64_t g, int64_t j0, int total)
+{
+    constexpr int BQ = burst_wg_dkdv_bq<D>(), QBYTES = BQ * burst_wg_panels<D>() * 128;
+    constexpr int DQW = burst_wg_dq_width<D>(); /* DQ: rows of dQ^T */
+    static_assert(!DQ || DQW == 64 || DQW == 128, "the dQ split of DQ: 64 or 128 rows");
+    constexpr int NQ = DQW > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
+    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = BQ * 128 * 2 >> 4;
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int key0 = (int)j0 + wc * 64 + warp * 16 + (lane >> 2); /* and key0 + 8 */
+
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int n = 0; n < D / 2; n++)
+        dk[n] = dv[n] = 0.0f;
+    float sc[BQ / 2], dp[BQ / 2], dqa[DQ ? NQ / 2 : 1];
+    unsigned pa[DQ ? 1 : BQ / 16][4], da[DQ ? 1 : BQ / 16][4];
+    /* descriptors (low words, burst_wg_dlo): K, V rows of this warpgroup as A; Q, dO as B,
+     * K-major (S^T, dP^T) and MN-major (dK, dV) */
+    const uint32_t dkd = burst_wg_dlo(t.sk + wc * 64 * 128, 16);
+    const uint32_t dvd = burst_wg_dlo(t.sv + wc * 64 * 128, 16);
+    const uint32_t dq0 = burst_wg_dlo(t.sqo, 16), do0 = burst_wg_dlo(t.sqo + QBYTES, 16);
+    const uint32_t dqt0 = burst_wg_dlo(t.sqo, BQ * 128);
+    const uint32_t dot0 = burst_wg_dlo(t.sqo + QBYTES, BQ * 128);
+    /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wc of a dS tile), K^T as
+     * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query rows
+     * n0..); P^T as A of dV, like dS^T */
+    const int dm = DQW > 64 ? wc : 0, n0 = DQW > 64 ? 0 : wc * NQ;
+    const uint32_t dsa0 = burst_wg_dlo(t.sds + wc * BQ * 128, BQ * 128);
+    const uint32_t dkt = burst_wg_dlo(t.sk + dm * 128 * 128, 128 * 128);
+    const uint32_t dsb0 = burst_wg_dlo(t.sds + n0 * 128, 16);
+    const uint32_t dpa = dsa0 + 2 * DSBUF;
+
+    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): dV += P^T dO and
+     * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
+    auto products = [&](int st, int buf) {
+        if constexpr (DQ) {
+            burst_wg_mn<T, D, BQ>(dv, dpa, dot0 + st * DSTAGE);
+            burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
+            burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
+        } else {
+            burst_wg_pv<T, D, BQ>(dv, pa, dot0 + st * DSTAGE);
+            burst_wg_pv<T, D, BQ>(dk, da, dqt0 + st * DSTAGE);
+        }
+    };
+    /* wait for the products of the previous tile (stage prev), free its stage, stage its dQ */
+    auto finish = [&](int prev) {
+        burst_wg_wait<0>();
+        burst_wg_pin<D / 2>(dv);
+        burst_wg_pin<D / 2>(dk);
+        if (lane == 0) /* this warp is done with the stage */
+            burst_mbar_arrive(&bar.freed[prev]);
+        if constexpr (DQ) {
+            burst_wg_pin<NQ / 2>(dqa);
+            burst_wb_stage_dq<D, NQ>(t.sdq, dm, n0, s.scale, dqa);
+        }
+    };
+    burst_mbar_wait(&bar.kv, 0);
+    int prev = 0, pb = 0; /* the previous tile's stage and dS tile */
+    for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
+        burst_mbar_wait(&bar.full[st], (it / WB_NS) & 1);
+        burst_wg_fence();
+        burst_wg_abt<T, D, BQ, 128>(sc, dkd, dq0 + st * DSTAGE);
+        burst_wg_abt<T, D, BQ, 128>(dp, dvd, do0 + st * DSTAGE);
+        if (it > 0) {
+            products(prev, pb);
+            burst_wg_wait<DQ ? 3 : 2>(); /* S^T, dP^T done; the previous products may run */
+        } else {
+            burst_wg_wait<0>();
+        }
+        burst_wg_pin<BQ / 2>(sc);
+        burst_wg_pin<BQ / 2>(dp);
+        burst_wb_dsoft<BQ>(s, t, st, key0, sc, dp);
+        if (it > 0)
+            finish(prev);
+        if constexpr (DQ) {
+            /* the other warpgroup may still read dS tile pb ^ 1 only before the last pair
+             * barrier; P is this warpgroup's alone */
+            pb ^= it > 0;
+            burst_wb_store_t<T, BQ>(t.sds, wc, sc, 2);
+            burst_wb_store_t<T, BQ>(t.sds, wc, dp, pb);
+            burst_fence_proxy_async();
+            burst_named_sync(WB_BAR_PAIR, 256); /* both halves of dS^T written */
+        } else {
+            burst_wg_pack<T, BQ>(pa, sc);
+            burst_wg_pack<T, BQ>(da, dp);
+        }
+        prev = st;
+    }
+    burst_wg_fence();
+    products(prev, pb);
+    finish(prev);
+    burst_wb_store_kv<D>(s, b, g, key0, dk, dv);
+}
+
+/* The dK/dV kernel: a block owns 128 keys of a kv head g and visits the query tiles (BQ rows) of
+ * the heads of its group that may see them. Warp-specialized, like the forward: warpgroup 0
+ * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warp 1
+ * computes the row scalars of each tile, warp 2 adds the staged dQ of each tile to s.dq with DQ)
+ * and keeps 24 registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile a
+ * consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
+ * dK += dS^T Q (and dQ^T = K^T dS^T), computes P^T and dS^T while those run, waits, frees the
+ * previous stage and stages its dQ, and stores this tile's P^T, dS^T (DQ: to shared memory,
+ * where the other warpgroup's dQ^T reads dS^T after the pair barrier; else packed in
+ * registers). */
+template <typename T, int D, bool DQ>
+__global__ void __launch_bounds__(384, 1)
+    burst_wg_dkdv(const __grid_constant__ struct burst_cuda_step s,
+                  const __grid_constant__ struct burst_wb_maps maps)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), P = burst_wg_panels<D>();
+    static_assert(D <= BURST_CUDA_WG_BWD_MAX, "the wide classes run burst_ww_bwd");
+    constexpr int KBYTES = BC * P * 128, QBYTES = BQ * P * 128, SBYTES = BQ * BC * 2;
+    /* registers per thread: the producer keeps PREGS, the consumers share the rest (CREGS each,
+     * 240 at PREGS = 24); 56 keep the row scalars' code out of local memory, but leave the
+     * consumers of class 128 too few */
+    constexpr int PREGS = D > 96 ? 24 : 56;
+    constexpr int LREGS = 65536 / 384 / 8 * 8, CREGS = (3 * LREGS - PREGS) / 2 / 8 * 8;
+    static_assert(PREGS + 2 * CREGS <= 3 * LREGS, "the reallocation fits the launch's");
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    __shared__ struct burst_wb_bars bar;
+    __shared__ int s_full[WB_NS];
+    if (burst_smem_addr(smraw) & 1023u) /* the panels' swizzle pattern repeats at 1024 bytes */
+        __trap();
+    struct burst_wb_tiles tl;
+    tl.sk = smraw;
+    tl.sv = tl.sk + KBYTES;
+    tl.sqo = tl.sv + KBYTES;
+    tl.sds = tl.sqo + WB_NS * 2 * QBYTES;
+    tl.rows = (struct burst_wg_qrow *)(tl.sds + (DQ ? 3 * SBYTES : 0));
+    tl.sdq = (float *)(tl.rows + WB_NS * BQ);
+    tl.full = s_full;
+    const int wg = burst_wg_index();
+    const int64_t tiles = (s.nk + BC - 1) / BC;
+    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
+    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
+
+    /* the block's queries, uniform: first key's first query to last key's end */
+    int64_t imin, imax, unused;
+    burst_dqueries(s, j0, &imin, &unused);
+    burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
+    if (imin >= imax) { /* no query sees these keys */
+        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
+        return;
+    }
+    struct burst_wb_qtiles qt;
+    qt.h0 = g * s.group;
+    qt.ifirst = imin / BQ * BQ;
+    qt.ntq = (int)((imax - qt.ifirst + BQ - 1) / BQ);
+    qt.bq = BQ;
+    qt.rntq = 1.0f / (float)qt.ntq;
+    const int total = qt.ntq * (int)s.group;
+    if (threadIdx.x == 0) {
+        burst_mbar_init(&bar.kv, 1);
+        for (int st = 0; st < WB_NS; st++) {
+            burst_mbar_init(&bar.full[st], 2);  /* the loads' arrival and the row warp's */
+            burst_mbar_init(&bar.freed[st], 8); /* one arrival per consumer warp */
+        }
+        burst_mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        burst_regs_dec<PREGS>();
+        const int warp = threadIdx.x >> 5;
+        if (warp == 0) {
+            if (threadIdx.x == 0)
+                burst_wb_load<D, BQ>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
+        } else if (warp == 1) {
+            burst_wb_rows<BQ>(s, tl, bar, qt, b, (int)j0, total);
+        } else if (DQ && warp == 2) {
+            burst_wb_store_dq<D, BQ>(s, tl, qt, b, total);
+        }
+        return;
+    }
+    burst_regs_inc<CREGS>();
+    burst_wb_consume<T, D, DQ>(s, tl, bar, wg - 1, b, g, j0, total);
 #endif
 }
 
@@ -579,15 +726,26 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
         const bool kv = s->dk || s->dv || s->dk_out.data;
         const bool fused = s->dq && s->dq_atomic && kv;
         if (kv) {
+            constexpr int BQ = burst_wg_dkdv_bq<D>();
+            struct burst_wb_maps maps;
+            int e = burst_tma_map_view(&maps.q, &s->q, BQ);
+            if (e == cudaSuccess)
+                e = burst_tma_map_view(&maps.o, &s->dout, BQ);
+            if (e == cudaSuccess)
+                e = burst_tma_map_view(&maps.k, &s->k, 128);
+            if (e == cudaSuccess)
+                e = burst_tma_map_view(&maps.v, &s->v, 128);
+            if (e != cudaSuccess) /* cudaErrorNotSupported: the caller runs mma.sync */
+                return e;
             const int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
             if (fused)
                 burst_wg_dkdv<T, D, true>
-                    <<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(
-                        *s);
+                    <<<(unsigned)blocks, 384, burst_wg_dkdv_smem<D, true>(), cudaStreamPerThread>>>(
+                        *s, maps);
             else
-                burst_wg_dkdv<T, D, false><<<(unsigned)blocks, 256, burst_wg_dkdv_smem<D, false>(),
-                                             cudaStreamPerThread>>>(*s);
-            const cudaError_t e = cudaGetLastError();
+                burst_wg_dkdv<T, D, false><<<(unsigned)blocks, 384, burst_wg_dkdv_smem<D, false>(),
+                                             cudaStreamPerThread>>>(*s, maps);
+            e = cudaGetLastError();
             if (e != cudaSuccess || fused)
                 return e;
         }

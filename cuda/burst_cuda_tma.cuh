@@ -97,6 +97,46 @@ __device__ __forceinline__ void burst_tma_prefetch_map(const CUtensorMap *map)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
 
+/* ---- bulk reductions -------------------------------------------------------------------------- */
+
+/* Add `bytes` (a multiple of 16) of fp32 values from shared memory at src to global memory at dst
+ * (both 16-byte aligned), element by element atomically, in the thread's current bulk group.
+ * The source is read through the async proxy: its writers fence (burst_fence_proxy_async) first. */
+__device__ __forceinline__ void burst_bulk_add_f32(float *dst, const void *src, unsigned bytes)
+{
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+        "r"(burst_smem_addr(src)), "r"(bytes)
+        : "memory");
+}
+/* Close the thread's current bulk group. */
+__device__ __forceinline__ void burst_bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* Wait until at most N of the thread's bulk groups still read their sources. */
+template <int N> __device__ __forceinline__ void burst_bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/* Wait until at most N of the thread's bulk groups are still incomplete. */
+template <int N> __device__ __forceinline__ void burst_bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* ---- named barriers -------------------------------------------------------------------------- */
+
+/* Named barrier `id` of n threads (a multiple of 32): wait for all n, or arrive without waiting. */
+__device__ __forceinline__ void burst_named_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void burst_named_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 /* ---- warpgroups ------------------------------------------------------------------------------ */
 
 /* The registers per thread of this warpgroup (every warp of it executes the same one). */
