@@ -592,36 +592,47 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
             burst_wb_stage_dq<D, NQ>(t.sdq, dm, n0, s.scale, dqa);
         }
     };
-    burst_mbar_wait(&bar.kv, 0);
-    int prev = 0, pb = 0; /* the previous tile's stage and dS tile */
-    for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
+    /* issue S^T and dP^T of the tile in stage st once it has landed */
+    auto scores = [&](int it, int st) {
         burst_mbar_wait(&bar.full[st], (it / WB_NS) & 1);
         burst_wg_fence();
         burst_wg_abt<T, D, BQ, 128>(sc, dkd, dq0 + st * DSTAGE);
         burst_wg_abt<T, D, BQ, 128>(dp, dvd, do0 + st * DSTAGE);
-        if (it > 0) {
-            products(prev, pb);
-            burst_wg_wait<DQ ? 3 : 2>(); /* S^T, dP^T done; the previous products may run */
-        } else {
-            burst_wg_wait<0>();
-        }
-        burst_wg_pin<BQ / 2>(sc);
-        burst_wg_pin<BQ / 2>(dp);
-        burst_wb_dsoft<BQ>(s, t, st, key0, sc, dp);
-        if (it > 0)
-            finish(prev);
+    };
+    /* keep P^T and dS^T for the products (DQ: in dS tile buf, where the other warpgroup's dQ^T
+     * reads dS^T after the pair barrier; P is this warpgroup's alone) */
+    auto keep = [&](int buf) {
         if constexpr (DQ) {
-            /* the other warpgroup may still read dS tile pb ^ 1 only before the last pair
-             * barrier; P is this warpgroup's alone */
-            pb ^= it > 0;
             burst_wb_store_t<T, BQ>(t.sds, wc, sc, 2);
-            burst_wb_store_t<T, BQ>(t.sds, wc, dp, pb);
+            burst_wb_store_t<T, BQ>(t.sds, wc, dp, buf);
             burst_fence_proxy_async();
             burst_named_sync(WB_BAR_PAIR, 256); /* both halves of dS^T written */
         } else {
             burst_wg_pack<T, BQ>(pa, sc);
             burst_wg_pack<T, BQ>(da, dp);
         }
+    };
+    /* The first tile apart: a wgmma under a branch the compiler cannot prove uniform (it > 0
+     * inside the loop) gets serialised. */
+    burst_mbar_wait(&bar.kv, 0);
+    scores(0, 0);
+    burst_wg_wait<0>();
+    burst_wg_pin<BQ / 2>(sc);
+    burst_wg_pin<BQ / 2>(dp);
+    burst_wb_dsoft<BQ>(s, t, 0, key0, sc, dp);
+    keep(0);
+    int prev = 0, pb = 0; /* the previous tile's stage and dS tile */
+    for (int it = 1, st = 1 % WB_NS; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
+        scores(it, st);
+        products(prev, pb);
+        burst_wg_wait<DQ ? 3 : 2>(); /* S^T, dP^T done; the previous products may run */
+        burst_wg_pin<BQ / 2>(sc);
+        burst_wg_pin<BQ / 2>(dp);
+        burst_wb_dsoft<BQ>(s, t, st, key0, sc, dp);
+        finish(prev);
+        /* the other warpgroup read dS tile pb ^ 1 (two tiles old) before the last pair barrier */
+        pb ^= 1;
+        keep(pb);
         prev = st;
     }
     burst_wg_fence();
