@@ -327,33 +327,34 @@ burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
     static_assert(BQ <= 64, "two rows per lane");
     const int lane = threadIdx.x & 31;
     for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
-        if (it >= WB_NS)
-            burst_mbar_wait(&bar.freed[st], (it / WB_NS + 1) & 1);
+        /* computed before the stage is free, so that their loads overlap the wait */
         int64_t h, i0;
         qt.at(it, &h, &i0);
+        struct burst_wg_qrow q[2];
         int kbm = 0, kem = INT_MAX;
 #pragma unroll
         for (int u = 0; u < 2; u++) {
+            q[u] = {CUDART_INF_F, 0.0f, 0, INT_MAX};
             const int r = lane + 32 * u;
-            if (r >= BQ)
-                break;
-            struct burst_wg_qrow q = {CUDART_INF_F, 0.0f, 0, INT_MAX};
-            if (i0 + r < s.nq) {
+            if (r < BQ && i0 + r < s.nq) {
                 const struct burst_brow x = burst_brow_at(s, b, h, i0 + r);
-                q.l2 = x.l2;
-                q.dl = x.dl;
-                q.kb = (int)x.kb;
-                q.ke = (int)x.ke;
+                q[u] = {x.l2, x.dl, (int)x.kb, (int)x.ke};
             }
-            t.rows[st * BQ + r] = q;
-            kbm = max(kbm, q.kb);
-            kem = min(kem, q.ke);
+            kbm = max(kbm, q[u].kb);
+            kem = min(kem, q[u].ke);
         }
         kbm = __reduce_max_sync(~0u, kbm);
         kem = __reduce_min_sync(~0u, kem);
+        if (it >= WB_NS)
+            burst_mbar_wait(&bar.freed[st], (it / WB_NS + 1) & 1);
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (lane + 32 * u < BQ)
+                t.rows[st * BQ + lane + 32 * u] = q[u];
+        __syncwarp(); /* the warp's stores before lane 0's arrival */
         if (lane == 0) {
             t.full[st] = kbm <= j0 && kem >= j0 + 128;
-            burst_mbar_arrive(&bar.full[st]); /* releases the warp's stores (__reduce: synced) */
+            burst_mbar_arrive(&bar.full[st]);
         }
     }
 }
@@ -585,6 +586,7 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         burst_wg_wait<0>();
         burst_wg_pin<D / 2>(dv);
         burst_wg_pin<D / 2>(dk);
+        __syncwarp();  /* the warp's reads of the stage's row scalars before lane 0's arrival */
         if (lane == 0) /* this warp is done with the stage */
             burst_mbar_arrive(&bar.freed[prev]);
         if constexpr (DQ) {
