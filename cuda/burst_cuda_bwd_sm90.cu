@@ -316,8 +316,8 @@ burst_wb_load(const struct burst_wb_maps &maps, const struct burst_wb_tiles &t,
 }
 
 /* Producer warp 1: the row scalars of each query tile (lse in log2 units, D, allowed keys; two
- * rows per lane) into its stage, and whether every row sees all 128 keys from j0; one arrival
- * on the stage's `full` barrier once the warp has stored them. */
+ * rows per lane) into its stage, and whether every row sees all 128 keys from j0; each lane
+ * arrives on the stage's `full` barrier once it has stored its rows. */
 template <int BQ>
 __device__ __forceinline__ void
 burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
@@ -351,11 +351,9 @@ burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
         for (int u = 0; u < 2; u++)
             if (lane + 32 * u < BQ)
                 t.rows[st * BQ + lane + 32 * u] = q[u];
-        __syncwarp(); /* the warp's stores before lane 0's arrival */
-        if (lane == 0) {
+        if (lane == 0)
             t.full[st] = kbm <= j0 && kem >= j0 + 128;
-            burst_mbar_arrive(&bar.full[st]);
-        }
+        burst_mbar_arrive(&bar.full[st]); /* each lane's stores, released by its own arrival */
     }
 }
 
@@ -586,9 +584,7 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         burst_wg_wait<0>();
         burst_wg_pin<D / 2>(dv);
         burst_wg_pin<D / 2>(dk);
-        __syncwarp();  /* the warp's reads of the stage's row scalars before lane 0's arrival */
-        if (lane == 0) /* this warp is done with the stage */
-            burst_mbar_arrive(&bar.freed[prev]);
+        burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
         if constexpr (DQ) {
             burst_wg_pin<NQ / 2>(dqa);
             burst_wb_stage_dq<D, NQ>(t.sdq, dm, n0, s.scale, dqa);
@@ -662,10 +658,10 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), P = burst_wg_panels<D>();
     static_assert(D <= BURST_CUDA_WG_BWD_MAX, "the wide classes run burst_ww_bwd");
     constexpr int KBYTES = BC * P * 128, QBYTES = BQ * P * 128, SBYTES = BQ * BC * 2;
-    /* registers per thread: the producer keeps PREGS, the consumers share the rest (CREGS each,
-     * 240 at PREGS = 24); 56 keep the row scalars' code out of local memory, but leave the
-     * consumers of class 128 too few */
-    constexpr int PREGS = D > 96 ? 24 : 56;
+    /* registers per thread: the producer keeps PREGS, the consumers share the rest (CREGS each:
+     * 232 at PREGS = 40, 224 at 56). 56 keep the row scalars' code out of local memory but
+     * leave the consumers of class 128 too few; 40 spill a little there, in the producer. */
+    constexpr int PREGS = D > 96 ? 40 : 56;
     constexpr int LREGS = 65536 / 384 / 8 * 8, CREGS = (3 * LREGS - PREGS) / 2 / 8 * 8;
     static_assert(PREGS + 2 * CREGS <= 3 * LREGS, "the reallocation fits the launch's");
     extern __shared__ __align__(1024) unsigned char smraw[];
@@ -704,8 +700,8 @@ __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) {
         burst_mbar_init(&bar.kv, 1);
         for (int st = 0; st < WB_NS; st++) {
-            burst_mbar_init(&bar.full[st], 2);  /* the loads' arrival and the row warp's */
-            burst_mbar_init(&bar.freed[st], 8); /* one arrival per consumer warp */
+            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, the row warp's lanes' */
+            burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
         }
         burst_mbar_init_fence();
     }
