@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
     constexpr int CREGS = (LREGS * (NC + 1) - 24) / NC / 8 * 8;
     static_assert(24 + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
-    constexpr int QBYTES = BR * P * 128, KBYTES = BC * P * 128;
+    constexpr int QBYTES = BR * P * 128;
     extern __shared__ __align__(1024) unsigned char smraw[];
     __shared__ int s_rng[NC][2]; /* per consumer warpgroup: the keys all its rows see, [wb, we) */
     __shared__ struct burst_wg_fwd_bars bar;
