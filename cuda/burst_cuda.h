@@ -14,10 +14,11 @@
  *   burst_cuda_mma.cuh, burst_cuda_tf32.cuh  the mma.sync kernels' building blocks and operand
  *                         traits: 16-bit operands, and fp32 operands split into two tf32 halves
  *   burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu  the forward and the backward (dK/dV and
- *                         dQ kernels; dQ inside the dK/dV kernel with float atomics when the plan is
- *                         not deterministic) on Hopper's warpgroup tensor cores (wgmma),
+ *                         dQ kernels; dQ inside the dK/dV kernel by bulk reductions when the plan
+ *                         is not deterministic) on Hopper's warpgroup tensor cores (wgmma),
  *                         compiled for sm_90a only and present when BURST_CUDA_SM90A is defined
- *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh
+ *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh and
+ *                         burst_cuda_tma.cuh
  *   burst_cuda_bwd_sm90_wide.cu  the Hopper backward of the wide classes (192, 256): the two
  *                         warpgroups of a block split dK and dV by tensor, dQ by float atomics
  *   burst_cuda_bwd.cu     backward step kernels (dK/dV kernel and dQ kernel; the dK/dV kernel
@@ -137,9 +138,11 @@ int burst_cuda_kernels_init(void);
  * BURST_CUDA_SM90A is defined): the launchers, their shared-memory setup (a cudaError_t: fails
  * on a device their sm_90a code cannot run on) and their shared memory for head dim d (its
  * class). burst_cuda_launch_bwd_sm90 hands the wide classes to burst_cuda_launch_bwd_sm90_wide,
- * and burst_cuda_sm90_init sets up both files' kernels. burst_cuda_launch_fwd_sm90 returns
- * cudaErrorNotSupported, launching nothing, where the driver describes a view by no tensor map
- * (burst_cuda_tma.cuh); burst_cuda_launch_fwd then runs the mma.sync forward. */
+ * and burst_cuda_sm90_init sets up both files' kernels. burst_cuda_launch_fwd_sm90 and
+ * burst_cuda_launch_bwd_sm90 return BURST_CUDA_NO_TMA, launching nothing, where the driver
+ * describes a view by no tensor map (burst_cuda_tma.cuh); burst_cuda_launch_fwd and
+ * burst_cuda_launch_bwd then run the mma.sync kernels. */
+#define BURST_CUDA_NO_TMA (-1) /* not a cudaError_t */
 int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90_wide(const struct burst_cuda_step *s);

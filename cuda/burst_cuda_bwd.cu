@@ -1037,7 +1037,7 @@ extern "C" int burst_cuda_launch_bwd(const struct burst_cuda_step *s, int kind, 
 #ifdef BURST_CUDA_SM90A
     if (kind == BURST_CUDA_FWD_WGMMA) {
         const int e = burst_cuda_launch_bwd_sm90(s);
-        if (e != cudaErrorNotSupported) /* else views no tensor map describes: mma.sync */
+        if (e != BURST_CUDA_NO_TMA) /* else views no tensor map describes: mma.sync */
             return e;
         kind = BURST_CUDA_FWD_MMA;
     }

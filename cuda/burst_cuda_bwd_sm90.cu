@@ -223,8 +223,7 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
 /* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows) and of their row scalars;
  * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and the fp32 dQ staging tile
  * [BQ][D + 4]. No alignment slack: the kernel's shared memory is declared __align__(1024) (the
- * toolchain pads the static part to 1 KiB; the kernel traps otherwise), and at D = 128 the
- * slack would not fit beside that padding in 227 KiB. */
+ * toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     constexpr int BQ = burst_wg_dkdv_bq<D>();
@@ -233,9 +232,9 @@ template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
            (DQ ? BQ * burst_wg_dq_stride<D>() * 4 : 0);
 }
 
-/* Named barriers of the dK/dV kernel (0 is __syncthreads, 1 and 2 burst_wg_bar's): both
- * consumer warpgroups (the dS exchange); the dQ staging tile free / full (the consumers and the
- * dQ warp). */
+/* Named barriers of the dK/dV kernel (0 is __syncthreads; 1 + wg are burst_wg_bar's in the other
+ * kernels): both consumer warpgroups (the dS exchange); the dQ staging tile free / full (the
+ * consumers and the dQ warp). */
 #define WB_BAR_PAIR 3
 #define WB_BAR_DQ_EMPTY 4
 #define WB_BAR_DQ_FULL 5
@@ -293,6 +292,8 @@ burst_wb_load(const struct burst_wb_maps &maps, const struct burst_wb_tiles &t,
     constexpr int P = burst_wg_panels<D>(), KBYTES = 128 * P * 128, QBYTES = BQ * P * 128;
     burst_tma_prefetch_map(&maps.q.map);
     burst_tma_prefetch_map(&maps.o.map);
+    burst_tma_prefetch_map(&maps.k.map);
+    burst_tma_prefetch_map(&maps.v.map);
     burst_mbar_expect(&bar.kv, 2 * KBYTES);
 #pragma unroll
     for (int pn = 0; pn < P; pn++) {
@@ -377,6 +378,7 @@ burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_tiles &
                                    t.sdq + r * burst_wg_dq_stride<D>(), (unsigned)s.d * 4);
         burst_bulk_commit();
         burst_bulk_wait_read<0>();
+        __syncwarp(); /* converged for the aligned barrier instructions */
         if (it + 1 < total)
             burst_named_arrive(WB_BAR_DQ_EMPTY, 288);
     }
@@ -643,7 +645,7 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
  * the heads of its group that may see them. Warp-specialized, like the forward: warpgroup 0
  * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warp 1
  * computes the row scalars of each tile, warp 2 adds the staged dQ of each tile to s.dq with DQ)
- * and keeps 24 registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile a
+ * and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile a
  * consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
  * dK += dS^T Q (and dQ^T = K^T dS^T), computes P^T and dS^T while those run, waits, frees the
  * previous stage and stages its dQ, and stores this tile's P^T, dS^T (DQ: to shared memory,
@@ -744,7 +746,7 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
                 e = burst_tma_map_view(&maps.k, &s->k, 128);
             if (e == cudaSuccess)
                 e = burst_tma_map_view(&maps.v, &s->v, 128);
-            if (e != cudaSuccess) /* cudaErrorNotSupported: the caller runs mma.sync */
+            if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
                 return e;
             const int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
             if (fused)

@@ -2,8 +2,9 @@
  * cuda/burst_cuda_tma.cuh - Hopper (sm_90a) asynchronous tile movement for the warp-specialized
  * kernels: shared-memory barriers (mbarrier) with transaction counts, tensor-memory-accelerator
  * (TMA) loads of [B, n, H, d] views into the 128-byte swizzled panel tiles of
- * burst_cuda_wgmma.cuh, and the register reallocation between a producer warpgroup and its
- * consumers.
+ * burst_cuda_wgmma.cuh, bulk reductions of fp32 rows from shared into global memory, named
+ * barriers of some of a block's warps, and the register reallocation between a producer
+ * warpgroup and its consumers.
  *
  * A TMA load is described by a tensor map (CUtensorMap, 128 bytes, made on the host by
  * burst_tma_map_view and passed to the kernel as a __grid_constant__ parameter): the view as a
@@ -155,7 +156,7 @@ template <int N> __device__ __forceinline__ void burst_regs_inc()
  * the backend's choice of a tensor-core kernel checks) with boxes of 64 columns x `rows` rows
  * (<= 256), 128-byte swizzle, zero fill. A dimension of extent 1 is placed last, whatever its
  * stride. cuTensorMapEncodeTiled is a driver function, reached through the runtime once per
- * process (the build links no driver library). Returns a cudaError_t: cudaErrorNotSupported
+ * process (the build links no driver library). Returns cudaSuccess, or BURST_CUDA_NO_TMA
  * where the driver offers no encoder or refuses the view. */
 static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst_cuda_view *v,
                                      int rows)
@@ -175,7 +176,7 @@ static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst
         return (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }();
     if (!encode)
-        return cudaErrorNotSupported;
+        return BURST_CUDA_NO_TMA;
     /* head, row, batch: extents and strides (elements); extent 1 takes a stride past the rest */
     const int64_t ext[3] = {v->shape[2], v->shape[1], v->shape[0]};
     int64_t str[3] = {v->stride[2], v->stride[1], v->stride[0]}, span = v->shape[3];
@@ -207,7 +208,7 @@ static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst
                4, (void *)v->data, dims, strides, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+    return r == CUDA_SUCCESS ? cudaSuccess : BURST_CUDA_NO_TMA;
 }
 
 #endif /* BURST_CUDA_TMA_CUH */
