@@ -114,6 +114,9 @@ struct burst_cuda_step {
     /* backward: nonzero lets dQ be added with float atomics (a plan that is not deterministic;
      * the Hopper backward then computes dQ inside its dK/dV kernel) */
     int dq_atomic;
+    /* burst_cuda_tma_env() at context creation: 0 = the Hopper launchers find no tensor map for
+     * any view (BURST_CUDA_NO_TMA), which tests the mma.sync fallback */
+    int tma;
     /* forward, the call's only step (backend op fwd_final; the mma and wgmma kernels): data set
      * = write the normalised output here in its dtype (f16 / bf16, rows 4-byte aligned) and the
      * final lse to lse_acc, instead of merging into o_acc / lse_acc */
@@ -228,6 +231,7 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
  * and 256) add dQ with float atomics when a plan is not deterministic? Yes unless
  * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */
 int burst_cuda_dq_atomic_env(void);
+int burst_cuda_tma_env(void);
 /* Largest shared memory of the sm_80 tensor-core kernels for head dim d (its class) and inputs of
  * dtype (enum burst_cuda_dtype; fp16 and bf16 share their tiles, fp32 runs 3xTF32). */
 size_t burst_cuda_mma_smem(int d, int dtype);
@@ -330,6 +334,7 @@ struct burst_cuda_backend {
     int wgmma;     /* Hopper forward usable (and its shared-memory limits raised) */
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
+    int tma;       /* burst_cuda_tma_env() */
     int tf32;      /* burst_cuda_tf32_env(): fp32 inputs on the tensor cores (3xTF32) */
     int decode;    /* the decode step's kernels are set up (burst_cuda_decode_init) */
     int decode_per_sm[BURST_CUDA_DECODE_KERNELS]; /* their resident blocks per multiprocessor */

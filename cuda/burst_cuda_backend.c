@@ -138,6 +138,7 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
     cb->caps.smem_block_optin = burst_cuda_optin(pr.sharedMemPerBlockOptin);
     cb->mma = burst_cuda_mma_usable(&cb->caps);
     cb->dq_atomic = burst_cuda_dq_atomic_env();
+    cb->tma = burst_cuda_tma_env();
     cb->tf32 = burst_cuda_tf32_env();
     snprintf(cb->name, sizeof cb->name, "%s", pr.name);
     memcpy(cb->uuid, pr.uuid.bytes, sizeof cb->uuid);
@@ -574,6 +575,7 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.mask = a->mask;
     s.scale = a->scale;
     s.softcap = a->softcap;
+    s.tma = cb->tma;
     burst_cuda_cap_set(&s);
     return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
@@ -654,6 +656,7 @@ static burst_status_t burst_cuda_bwd(struct burst_cuda_backend *cb, const struct
     s.delta = a->delta;
     s.dq = a->dq;
     s.dq_atomic = cb->dq_atomic && !a->deterministic;
+    s.tma = cb->tma;
     return burst_cuda_run(cb, op, burst_cuda_launch_bwd, &s, 1);
 }
 

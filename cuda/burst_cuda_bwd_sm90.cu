@@ -738,6 +738,8 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
         const bool fused = s->dq && s->dq_atomic && kv;
         if (kv) {
             constexpr int BQ = burst_wg_dkdv_bq<D>();
+            if (!s->tma)
+                return BURST_CUDA_NO_TMA;
             struct burst_wb_maps maps;
             int e = burst_tma_map_view(&maps.q, &s->q, BQ);
             if (e == cudaSuccess)

@@ -299,6 +299,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 template <typename T, int D> static int burst_wg_fwd_run(const struct burst_cuda_step *s)
 {
     constexpr int BC = BURST_CUDA_WG_FWD_BC(D), NC = BURST_CUDA_WG_FWD_WGS(D);
+    if (!s->tma)
+        return BURST_CUDA_NO_TMA;
     struct burst_wg_maps maps;
     int e = burst_tma_map_view(&maps.q, &s->q, 64 * NC);
     if (e == cudaSuccess)

@@ -101,6 +101,11 @@ int burst_cuda_dq_atomic_env(void)
     return burst_cuda_setting(BURST_SET_CUDA_DQ_ATOMIC) != 0;
 }
 
+int burst_cuda_tma_env(void)
+{
+    return burst_cuda_setting(BURST_SET_CUDA_TMA) != 0;
+}
+
 int burst_cuda_tf32_env(void)
 {
     long v;

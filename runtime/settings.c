@@ -132,6 +132,9 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
          "0: the tensor-core backward keeps its separate dQ kernel for non-deterministic plans"),
     INT(CUDA_MAX_SHARED, CU, 0, 0, INT_MAX, "the device's", 0,
         "tests: choose kernels as if a block could have at most this many bytes of shared memory"),
+    BOOL(CUDA_TMA, CU, 1, 0,
+         "tests: 0 lets no tensor map describe a view, so the Hopper kernels' mma.sync fallback "
+         "runs"),
     BOOL(IPC_STATS, CU, 0, 0,
          "1: log the cuda IPC export and import counts (info) at context destroy"),
 

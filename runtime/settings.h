@@ -76,6 +76,7 @@ enum burst_setting_id {
     BURST_SET_CUDA_WGMMA,
     BURST_SET_CUDA_DQ_ATOMIC,
     BURST_SET_CUDA_MAX_SHARED,
+    BURST_SET_CUDA_TMA,
     BURST_SET_IPC_STATS,
     /* communicator */
     BURST_SET_TIMEOUT_MS,
