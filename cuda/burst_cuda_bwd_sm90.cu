@@ -222,7 +222,7 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
 
 /* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows) and of their row scalars;
  * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and the fp32 dQ staging tile
- * [BQ][D + 4]. No alignment slack: the kernel's shared memory is declared __align__(1024) (the
+ * [BQ][burst_wg_dq_stride]. No alignment slack: the kernel's shared memory is declared __align__(1024) (the
  * toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
