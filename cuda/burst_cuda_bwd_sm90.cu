@@ -222,8 +222,8 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
 
 /* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows) and of their row scalars;
  * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and the fp32 dQ staging tile
- * [BQ][burst_wg_dq_stride]. No alignment slack: the kernel's shared memory is declared __align__(1024) (the
- * toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
+ * [BQ][burst_wg_dq_stride]. No alignment slack: the kernel's shared memory is declared
+ * __align__(1024) (the toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     constexpr int BQ = burst_wg_dkdv_bq<D>();
@@ -335,12 +335,7 @@ burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
         int kbm = 0, kem = INT_MAX;
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            q[u] = {CUDART_INF_F, 0.0f, 0, INT_MAX};
-            const int r = lane + 32 * u;
-            if (r < BQ && i0 + r < s.nq) {
-                const struct burst_brow x = burst_brow_at(s, b, h, i0 + r);
-                q[u] = {x.l2, x.dl, (int)x.kb, (int)x.ke};
-            }
+            q[u] = burst_wg_row<BQ>(s, b, h, i0, lane + 32 * u);
             kbm = max(kbm, q[u].kb);
             kem = min(kem, q[u].ke);
         }
@@ -444,27 +439,6 @@ __device__ __forceinline__ void burst_wb_dsoft(const struct burst_cuda_step &s,
         }
 }
 
-/* DQ: x^T (P^T in sc or dS^T in dp) -> tile `buf` (2: P), [query row][key] panels, in T: per 16
- * queries one stmatrix of the four 8 x 8 blocks (queries 8 n.., keys 16 warp + 8 u..) in
- * burst_wg_pack's order; lane 8 m + i gives query row 8 (2 kk + m / 2) + i, 16-byte chunk
- * 2 warp + m % 2 of consumer warpgroup wc's key panel, swizzled. */
-template <typename T, int BQ>
-__device__ __forceinline__ void burst_wb_store_t(unsigned char *sds, int wc, const float *x,
-                                                 int buf)
-{
-    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, m = lane >> 3, i = lane & 7;
-    unsigned char *t = sds + buf * BQ * 128 * 2 + wc * BQ * 128 + (m >> 1) * 8 * 128 + i * 128 +
-                       (((warp * 2 + (m & 1)) ^ i) << 4);
-#pragma unroll
-    for (int kk = 0; kk < BQ / 16; kk++) {
-        unsigned r[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            r[k] = burst_mma<T>::pack(x[8 * kk + 2 * k], x[8 * kk + 2 * k + 1]);
-        burst_stmatrix_t4(t + kk * 16 * 128, r);
-    }
-}
-
 /* DQ: this thread's tau dQ^T accumulators (d = dm 64 + 16 warp + rq (+ 8), queries
  * n0 + 8 n + cq (+ 1)) into the staging tile once the dQ warp has freed it, then hand the tile
  * to that warp. */
@@ -543,7 +517,8 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     constexpr int DQW = burst_wg_dq_width<D>(); /* DQ: rows of dQ^T */
     static_assert(!DQ || DQW == 64 || DQW == 128, "the dQ split of DQ: 64 or 128 rows");
     constexpr int NQ = DQW > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
-    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = BQ * 128 * 2 >> 4;
+    constexpr int SBYTES = BQ * 128 * 2;       /* DQ: a dS or P tile */
+    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = SBYTES >> 4;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int key0 = (int)j0 + wc * 64 + warp * 16 + (lane >> 2); /* and key0 + 8 */
 
@@ -603,8 +578,10 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
      * reads dS^T after the pair barrier; P is this warpgroup's alone) */
     auto keep = [&](int buf) {
         if constexpr (DQ) {
-            burst_wb_store_t<T, BQ>(t.sds, wc, sc, 2);
-            burst_wb_store_t<T, BQ>(t.sds, wc, dp, buf);
+            /* [query row][key] tiles of BQ rows, this warpgroup's key panel */
+            unsigned char *panel = t.sds + wc * BQ * 128;
+            burst_wg_store_t<T, BQ>(panel + 2 * SBYTES, sc);
+            burst_wg_store_t<T, BQ>(panel + buf * SBYTES, dp);
             burst_fence_proxy_async();
             burst_named_sync(WB_BAR_PAIR, 256); /* both halves of dS^T written */
         } else {

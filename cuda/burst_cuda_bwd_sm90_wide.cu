@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
     auto row_scalars = [&](int it) {
         int64_t h, i0;
         tile_at(it, &h, &i0);
-        return burst_wg_row<BQ>(s, b, h, i0);
+        return burst_wg_row<BQ>(s, b, h, i0, (int)threadIdx.x);
     };
     burst_wg_loader<T, D, BQ, NT> lq, lo;
     /* issue the copies of query tile `it` into stage st and store its row scalars r */
@@ -181,22 +181,10 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
                 }
             }
     };
-    /* x^T (keys x this warpgroup's queries) -> tile t as [query][key] rows of 64 keys, in T: per
-     * 16 queries one stmatrix of the four 8 x 8 blocks (queries 8 n.., keys 16 warp + 8 u..);
-     * lane 8 m + i gives query row wg HQ + 8 (2 kk + m / 2) + i, 16-byte chunk 2 warp + m % 2,
-     * swizzled */
+    /* x^T (keys x this warpgroup's queries) -> tile t as [query][key] rows of 64 keys, this
+     * warpgroup's HQ query rows from wg HQ */
     auto store_t = [&](const float *x, unsigned char *tile) {
-        const int m = lane >> 3, i = lane & 7;
-        unsigned char *p =
-            tile + (wg * HQ + (m >> 1) * 8 + i) * 128 + (((warp * 2 + (m & 1)) ^ i) << 4);
-#pragma unroll
-        for (int kk = 0; kk < HQ / 16; kk++) {
-            unsigned r[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                r[k] = burst_mma<T>::pack(x[8 * kk + 2 * k], x[8 * kk + 2 * k + 1]);
-            burst_stmatrix_t4(p + kk * 16 * 128, r);
-        }
+        burst_wg_store_t<T, HQ>(tile + wg * HQ * 128, x);
     };
     /* dQ chunk c (columns 64 c..) of the tile: issue q = dS K[:, chunk] (one commit group) */
     auto dq_issue = [&](float *q, int c) {

@@ -297,15 +297,15 @@ struct burst_wg_qrow {
     int kb, ke;
 };
 
-/* The scalars of row i0 + threadIdx.x of head h (threads < ROWS: one row each); rows past nq,
- * and other threads, get lse = -inf (so P = 0 on every key) and D = 0. */
+/* The scalars of row i0 + k of head h (k < ROWS, a row of the tile); rows past nq, and k past
+ * the tile, get l2 = +inf (so P = 0 on every key), D = 0 and every key. */
 template <int ROWS>
-__device__ __forceinline__ struct burst_wg_qrow burst_wg_row(const struct burst_cuda_step &s,
-                                                             int64_t b, int64_t h, int64_t i0)
+__device__ __forceinline__ struct burst_wg_qrow
+burst_wg_row(const struct burst_cuda_step &s, int64_t b, int64_t h, int64_t i0, int k)
 {
     struct burst_wg_qrow r = {CUDART_INF_F, 0.0f, 0, INT_MAX};
-    const int64_t i = i0 + threadIdx.x;
-    if (threadIdx.x < ROWS && i < s.nq) {
+    const int64_t i = i0 + k;
+    if (k < ROWS && i < s.nq) {
         const struct burst_brow x = burst_brow_at(s, b, h, i);
         r.l2 = x.l2;
         r.dl = x.dl;
@@ -313,6 +313,26 @@ __device__ __forceinline__ struct burst_wg_qrow burst_wg_row(const struct burst_
         r.ke = (int)x.ke;
     }
     return r;
+}
+
+/* x^T -> a [query row][key] tile of 16-bit T in 128-byte rows (one 64-key panel, swizzled), from
+ * `rows` (its first query row): x is a warpgroup's 64 keys x N queries accumulator (keys 16 warp
+ * + 8 u.., queries 8 n..); per 16 queries one stmatrix of its four 8 x 8 blocks in
+ * burst_wg_pack's order, lane 8 m + i giving query row 8 (2 kk + m / 2) + i, 16-byte chunk
+ * 2 warp + m % 2. */
+template <typename T, int N>
+__device__ __forceinline__ void burst_wg_store_t(unsigned char *rows, const float *x)
+{
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, m = lane >> 3, i = lane & 7;
+    unsigned char *p = rows + ((m >> 1) * 8 + i) * 128 + (((warp * 2 + (m & 1)) ^ i) << 4);
+#pragma unroll
+    for (int kk = 0; kk < N / 16; kk++) {
+        unsigned r[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            r[k] = burst_mma<T>::pack(x[8 * kk + 2 * k], x[8 * kk + 2 * k + 1]);
+        burst_stmatrix_t4(p + kk * 16 * 128, r);
+    }
 }
 
 /* ---- the products of the attention kernels ------------------------------------------------------- */
