@@ -278,10 +278,18 @@ __device__ __forceinline__ void burst_kv_out_pair(const struct burst_cuda_step &
 
 /* The steps of a dK/dV block: ntq query tiles of QR rows from ifirst per head of the group, total
  * = ntq * group steps (head hh, tile r), r fastest; ntq * group < 2^31 (Q's nq x hq rows fit
- * device memory). */
+ * device memory). Step r visits tile (r + rot) mod ntq: each block starts at the tile of its own
+ * first key, so that blocks running together add their dQ to different rows rather than all to
+ * the same ones (with a full mask every block would otherwise start at tile 0). */
 struct burst_kv_steps {
     int64_t ifirst;
-    int ntq, total;
+    int ntq, total, rot;
+    /* the first query row of step tile r */
+    __device__ __forceinline__ int64_t row0(int r, int qr) const
+    {
+        r += rot;
+        return ifirst + (int64_t)(r >= ntq ? r - ntq : r) * qr;
+    }
 };
 
 /* The steps of the block of keys [j0, j0 + KB) of K/V head g (every thread of the block calls
@@ -305,6 +313,7 @@ __device__ __forceinline__ bool burst_kv_steps_of(const struct burst_cuda_step &
     ks->ifirst = imin / QR * QR;
     ks->ntq = (int)((imax - ks->ifirst + QR - 1) / QR);
     ks->total = ks->ntq * (int)s.group;
+    ks->rot = (int)min(max(j0 - ks->ifirst, (int64_t)0) / QR, (int64_t)ks->ntq - 1);
     return true;
 }
 
@@ -316,7 +325,7 @@ burst_kv_issue(typename TC::E *sq, typename TC::E *sdo, struct burst_qrows *rows
                const struct burst_cuda_step &s, int64_t b, int64_t g,
                const struct burst_kv_steps &ks, int hh, int r, int st)
 {
-    const int64_t h = g * s.group + hh, i0 = ks.ifirst + (int64_t)r * QR;
+    const int64_t h = g * s.group + hh, i0 = ks.row0(r, QR);
     burst_tc_load<TC, D, QR, NT>(sq + st * QR * TC::W, s.q, b, i0, s.nq, h);
     burst_tc_load<TC, D, QR, NT>(sdo + st * QR * TC::W, s.dout, b, i0, s.nq, h);
     burst_cp_commit();
@@ -523,8 +532,8 @@ __device__ __forceinline__ void burst_mma_dkdv_body(const struct burst_cuda_step
         }
         if constexpr (DQ) {
             __syncthreads(); /* every warp's keys of dS^T */
-            burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + hc,
-                                                steps.ifirst + (int64_t)rc * QR, c0, warp, lane);
+            burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + hc, steps.row0(rc, QR),
+                                                c0, warp, lane);
         }
         __syncthreads();
         hc = hn;
@@ -785,8 +794,8 @@ __device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step 
         burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dv, sp, kv, ot, cv, lane);
         burst_tc_ab<T, D, QR, K2::MV, K2::DV>(dk, sds, kv, qt, cv, lane);
         if constexpr (DQ)
-            burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(
-                s, sds, sk, b, g * s.group + hc, steps.ifirst + (int64_t)rc * QR, 0, warp, lane);
+            burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(s, sds, sk, b, g * s.group + hc,
+                                                       steps.row0(rc, QR), 0, warp, lane);
         hc = hn;
         rc = rn;
     }

@@ -250,12 +250,14 @@ struct burst_wb_bars {
     uint64_t kv, full[WB_NS], freed[WB_NS];
 };
 
-/* The query tiles a dK/dV block visits: tile it is query tile it % ntq (BQ rows from ifirst) of
- * head g group + it / ntq. The quotient comes from a float reciprocal (exact to one for
- * it < 2^24), corrected, instead of an integer division. */
+/* The query tiles a dK/dV block visits: tile it is query tile (it % ntq + rot) mod ntq (BQ rows
+ * from ifirst) of head g group + it / ntq. rot starts each head at the tile of the block's first
+ * key, so that blocks running together add their dQ to different rows (with a full mask they
+ * would otherwise all start at tile 0). The quotient comes from a float reciprocal (exact to one
+ * for it < 2^24), corrected, instead of an integer division. */
 struct burst_wb_qtiles {
     int64_t h0, ifirst;
-    int ntq, bq;
+    int ntq, bq, rot;
     float rntq;
     __device__ __forceinline__ void at(int it, int64_t *h, int64_t *i0) const
     {
@@ -267,8 +269,9 @@ struct burst_wb_qtiles {
             hh++;
             r -= ntq;
         }
+        r += rot;
         *h = h0 + hh;
-        *i0 = ifirst + (int64_t)r * bq;
+        *i0 = ifirst + (int64_t)(r >= ntq ? r - ntq : r) * bq;
     }
 };
 
@@ -674,6 +677,7 @@ __global__ void __launch_bounds__(384, 1)
     qt.ifirst = imin / BQ * BQ;
     qt.ntq = (int)((imax - qt.ifirst + BQ - 1) / BQ);
     qt.bq = BQ;
+    qt.rot = (int)min(max(j0 - qt.ifirst, (int64_t)0) / BQ, (int64_t)qt.ntq - 1);
     qt.rntq = 1.0f / (float)qt.ntq;
     const int total = qt.ntq * (int)s.group;
     if (threadIdx.x == 0) {
