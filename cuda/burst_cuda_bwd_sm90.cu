@@ -319,18 +319,20 @@ burst_wb_load(const struct burst_wb_maps &maps, const struct burst_wb_tiles &t,
     }
 }
 
-/* Producer warp 1: the row scalars of each query tile (lse in log2 units, D, allowed keys; two
- * rows per lane) into its stage, and whether every row sees all 128 keys from j0; each lane
- * arrives on the stage's `full` barrier once it has stored its rows. */
+/* Producer warps 1 and 3 (w = 0, 1), every other tile from w: the row scalars of each query
+ * tile (lse in log2 units, D, allowed keys; two rows per lane) into its stage, and whether every
+ * row sees all 128 keys from j0; each lane arrives on the stage's `full` barrier once it has
+ * stored its rows. Two warps give each tile's loads two tiles' time. */
 template <int BQ>
 __device__ __forceinline__ void
 burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
               struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int64_t b, int j0,
-              int total)
+              int total, int w)
 {
     static_assert(BQ <= 64, "two rows per lane");
+    static_assert(WB_NS == 3, "the stage of tile it + 2");
     const int lane = threadIdx.x & 31;
-    for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
+    for (int it = w, st = w; it < total; it += 2, st = st == 0 ? 2 : st - 1) {
         /* computed before the stage is free, so that their loads overlap the wait */
         int64_t h, i0;
         qt.at(it, &h, &i0);
@@ -623,9 +625,9 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
 
 /* The dK/dV kernel: a block owns 128 keys of a kv head g and visits the query tiles (BQ rows) of
  * the heads of its group that may see them. Warp-specialized, like the forward: warpgroup 0
- * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warp 1
- * computes the row scalars of each tile, warp 2 adds the staged dQ of each tile to s.dq with DQ)
- * and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile a
+ * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warps 1
+ * and 3 compute the row scalars of every other tile, warp 2 adds the staged dQ of each tile to
+ * s.dq with DQ) and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile a
  * consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
  * dK += dS^T Q (and dQ^T = K^T dS^T), computes P^T and dS^T while those run, waits, frees the
  * previous stage and stages its dQ, and stores this tile's P^T, dS^T (DQ: to shared memory,
@@ -683,7 +685,7 @@ __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) {
         burst_mbar_init(&bar.kv, 1);
         for (int st = 0; st < WB_NS; st++) {
-            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, the row warp's lanes' */
+            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, a row warp's lanes' */
             burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
         }
         burst_mbar_init_fence();
@@ -696,8 +698,8 @@ __global__ void __launch_bounds__(384, 1)
         if (warp == 0) {
             if (threadIdx.x == 0)
                 burst_wb_load<D, BQ>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
-        } else if (warp == 1) {
-            burst_wb_rows<BQ>(s, tl, bar, qt, b, (int)j0, total);
+        } else if (warp & 1) {
+            burst_wb_rows<BQ>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
         } else if (DQ && warp == 2) {
             burst_wb_store_dq<D, BQ>(s, tl, qt, b, total);
         }
