@@ -221,7 +221,7 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
 }
 
 /* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows) and of their row scalars;
- * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and the fp32 dQ staging tile
+ * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and two fp32 dQ staging tiles
  * [BQ][burst_wg_dq_stride]. No alignment slack: the kernel's shared memory is declared
  * __align__(1024) (the toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
@@ -229,15 +229,15 @@ template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
     constexpr int BQ = burst_wg_dkdv_bq<D>();
     return (size_t)(2 * 128 + WB_NS * 2 * BQ) * burst_wg_panels<D>() * 128 +
            (DQ ? 3 * BQ * 128 * 2 : 0) + WB_NS * BQ * sizeof(struct burst_wg_qrow) +
-           (DQ ? BQ * burst_wg_dq_stride<D>() * 4 : 0);
+           (DQ ? 2 * BQ * burst_wg_dq_stride<D>() * 4 : 0);
 }
 
 /* Named barriers of the dK/dV kernel (0 is __syncthreads; 1 + wg are burst_wg_bar's in the other
- * kernels): both consumer warpgroups (the dS exchange); the dQ staging tile free / full (the
- * consumers and the dQ warp). */
+ * kernels): both consumer warpgroups (the dS exchange); dQ staging tile k free (EMPTY + k) and
+ * full (FULL + k), k = 0, 1 (the consumers and the dQ warp). */
 #define WB_BAR_PAIR 3
 #define WB_BAR_DQ_EMPTY 4
-#define WB_BAR_DQ_FULL 5
+#define WB_BAR_DQ_FULL 6
 
 /* The tensor maps of a backward step's Q, dO, K and V views (burst_tma_map_view). */
 struct burst_wb_maps {
@@ -280,7 +280,7 @@ struct burst_wb_tiles {
     unsigned char *sk, *sv, *sqo; /* K, V; stage st: Q at sqo + st 2 QBYTES, then dO */
     unsigned char *sds;           /* DQ: dS tiles 0 and 1, then P */
     struct burst_wg_qrow *rows;   /* stage st: rows + st BQ */
-    float *sdq;                   /* DQ: the dQ staging tile */
+    float *sdq;                   /* DQ: dQ staging tile k at sdq + k BQ burst_wg_dq_stride */
     int *full;                    /* stage st: its tile sees all 128 keys */
 };
 
@@ -358,29 +358,35 @@ burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
     }
 }
 
-/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ (fp32 rows), add
- * each row to s.dq with one bulk reduction (cp.reduce.async.bulk .add.f32, 4 d bytes), then free
- * the staging tile once the reductions have read it. */
+/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ (fp32 rows) in
+ * staging tile it & 1, add each row to s.dq with one bulk reduction (cp.reduce.async.bulk
+ * .add.f32, 4 d bytes); free each staging tile once its reductions have read it, which they do
+ * while the consumers fill the other one. */
 template <int D, int BQ>
 __device__ __forceinline__ void
 burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
                   const struct burst_wb_qtiles &qt, int64_t b, int total)
 {
+    constexpr int DQS = burst_wg_dq_stride<D>();
     const int lane = threadIdx.x & 31;
-    burst_named_arrive(WB_BAR_DQ_EMPTY, 288); /* the staging tile starts free */
+    burst_named_arrive(WB_BAR_DQ_EMPTY, 288); /* both staging tiles start free */
+    if (total > 1)
+        burst_named_arrive(WB_BAR_DQ_EMPTY + 1, 288);
     for (int it = 0; it < total; it++) {
-        burst_named_sync(WB_BAR_DQ_FULL, 288);
+        const int k = it & 1;
+        burst_named_sync(WB_BAR_DQ_FULL + k, 288);
         int64_t h, i0;
         qt.at(it, &h, &i0);
+        const float *src = t.sdq + k * BQ * DQS;
         for (int r = lane; r < BQ; r += 32)
             if (i0 + r < s.nq)
-                burst_bulk_add_f32(s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d,
-                                   t.sdq + r * burst_wg_dq_stride<D>(), (unsigned)s.d * 4);
+                burst_bulk_add_f32(s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d, src + r * DQS,
+                                   (unsigned)s.d * 4);
         burst_bulk_commit();
-        burst_bulk_wait_read<0>();
-        __syncwarp(); /* converged for the aligned barrier instructions */
-        if (it + 1 < total)
-            burst_named_arrive(WB_BAR_DQ_EMPTY, 288);
+        burst_bulk_wait_read<1>(); /* tile it - 1's reductions have read staging tile k ^ 1 */
+        __syncwarp();              /* converged for the aligned barrier instructions */
+        if (it >= 1 && it + 1 < total)
+            burst_named_arrive(WB_BAR_DQ_EMPTY + (k ^ 1), 288); /* for tile it + 1 */
     }
     burst_bulk_wait<0>(); /* the additions done before the block ends */
 }
@@ -445,17 +451,17 @@ __device__ __forceinline__ void burst_wb_dsoft(const struct burst_cuda_step &s,
 }
 
 /* DQ: this thread's tau dQ^T accumulators (d = dm 64 + 16 warp + rq (+ 8), queries
- * n0 + 8 n + cq (+ 1)) into the staging tile once the dQ warp has freed it, then hand the tile
- * to that warp. */
-template <int D, int NQ>
-__device__ __forceinline__ void burst_wb_stage_dq(float *sdq, int dm, int n0, float scale,
+ * n0 + 8 n + cq (+ 1)) into staging tile k once the dQ warp has freed it, then hand the tile to
+ * that warp. */
+template <int D, int BQ, int NQ>
+__device__ __forceinline__ void burst_wb_stage_dq(float *sdq, int k, int dm, int n0, float scale,
                                                   const float *dqa)
 {
     constexpr int DQS = burst_wg_dq_stride<D>();
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int rq = lane >> 2, cq = 2 * (lane & 3);
-    burst_named_sync(WB_BAR_DQ_EMPTY, 288);
-    float *srow = sdq + n0 * DQS + dm * 64 + warp * 16 + rq;
+    burst_named_sync(WB_BAR_DQ_EMPTY + k, 288);
+    float *srow = sdq + k * BQ * DQS + n0 * DQS + dm * 64 + warp * 16 + rq;
 #pragma unroll
     for (int n = 0; n < NQ / 8; n++)
 #pragma unroll
@@ -465,7 +471,7 @@ __device__ __forceinline__ void burst_wb_stage_dq(float *sdq, int dm, int n0, fl
             x[8] = scale * dqa[4 * n + 2 + c];
         }
     burst_fence_proxy_async(); /* the bulk reductions read the tile through the async proxy */
-    burst_named_arrive(WB_BAR_DQ_FULL, 288);
+    burst_named_arrive(WB_BAR_DQ_FULL + k, 288);
 }
 
 /* This thread's dK (times tau) and dV rows, keys key0 and key0 + 8, added to the fp32
@@ -561,7 +567,9 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
             burst_wg_pv<T, D, BQ>(dk, da, dqt0 + st * DSTAGE);
         }
     };
-    /* wait for the products of the previous tile (stage prev), free its stage, stage its dQ */
+    /* wait for the products of the previous tile (stage prev), free its stage, stage its dQ
+     * (staging tiles 0 and 1 in turn: dqk) */
+    int dqk = 0;
     auto finish = [&](int prev) {
         burst_wg_wait<0>();
         burst_wg_pin<D / 2>(dv);
@@ -569,7 +577,8 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
         if constexpr (DQ) {
             burst_wg_pin<NQ / 2>(dqa);
-            burst_wb_stage_dq<D, NQ>(t.sdq, dm, n0, s.scale, dqa);
+            burst_wb_stage_dq<D, BQ, NQ>(t.sdq, dqk, dm, n0, s.scale, dqa);
+            dqk ^= 1;
         }
     };
     /* issue S^T and dP^T of the tile in stage st once it has landed */
