@@ -17,7 +17,7 @@
  *
  * Build against an installed burst (README.md, "Using the library"):
  *   cc -std=c11 embed.c $(pkg-config --cflags --libs burst) -pthread -o embed
- * or with CMake: find_package(burst 0.5 REQUIRED) and target_link_libraries(embed PRIVATE
+ * or with CMake: find_package(burst 0.6 REQUIRED) and target_link_libraries(embed PRIVATE
  * burst::burst Threads::Threads m).
  */
 #include <burst/burst.h>

@@ -192,6 +192,14 @@ void burst_fault_join(int rank)
             sleep_ms(specs[i].ms);
 }
 
+void burst_fault_decode(int rank)
+{
+    ensure();
+    for (int i = 0; i < nspecs; i++)
+        if (specs[i].action == A_SLOW && specs[i].rank == rank && specs[i].is_bwd != 1)
+            sleep_ms(specs[i].ms);
+}
+
 void burst_fault_call(int rank, int is_bwd)
 {
     ensure();

@@ -38,8 +38,9 @@
  * A step in which R sends nothing leaves a message fault unused.
  *
  *   slow:rank=R,ms=M[,phase=fwd|bwd]
- *       R sleeps M ms at the start of every ring step (of the phase, or of both): a slow rank.
- *       Results stay correct; peers wait (within their timeout).
+ *       R sleeps M ms at the start of every ring step (of the phase, or of both) and, unless
+ *       phase=bwd, before each burst_decode's local attention: a slow rank. Results stay
+ *       correct; peers wait (within their timeout).
  *
  *   join:rank=R,ms=M
  *       R sleeps M ms in burst_comm_create over libfabric once its endpoints exist (its shm
@@ -69,6 +70,9 @@ void burst_fault_step(int rank, int is_bwd, int group, int step);
 
 /* Called by a fabric communicator's create once its endpoints exist (join:). */
 void burst_fault_join(int rank);
+
+/* Called by burst_decode before the local attention of a step: slow: of rank, but phase=bwd. */
+void burst_fault_decode(int rank);
 
 /* Called at the start of every ring call: counts calls for `call=`, disarms message faults. */
 void burst_fault_call(int rank, int is_bwd);

@@ -4,8 +4,9 @@
  *
  * Each rank attends the new queries to its shard (the new rows appended first on the rank that
  * stores them), giving a partial (O, lse) per query row; one allgather of those partials,
- * G x B x t x Hq x (d + 1) floats, and a log-sum-exp merge in rank order give every rank the
- * same output. On one rank there is nothing to merge: the attention writes the caller's o and lse
+ * G x (B x t x Hq x (d + 1) + 1) floats, and a log-sum-exp merge in rank order give every rank
+ * the same output. The extra float carries the rank's local attention time: the slowest rank's
+ * less this rank's is the part of the merge spent waiting for it (merge_wait_s). On one rank there is nothing to merge: the attention writes the caller's o and lse
  * itself (decode_step's o_out, where the backend has it), and the call waits for it once. The new
  * rows are committed only once everything succeeded.
  */
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fault.h"
 #include "kvcache_internal.h"
 #include "plan_internal.h"
 #include "tensor_check.h"
@@ -118,6 +120,7 @@ struct dec_call {
     float *mine, *all;      /* host: this rank's partials, every rank's */
     float *o_host, *lse_host;
     size_t on, ln; /* floats of o and lse partials */
+    size_t per;    /* floats of one rank's message: on + ln, then its local time */
     int fallback;  /* the fwd_step fallback ran */
     uint64_t merge_bytes;
 };
@@ -162,12 +165,14 @@ static burst_status_t dec_local(struct dec_call *w, const struct burst_tensor *q
     return st;
 }
 
-/* The allgather of the partials and their merge into o_host, lse_host. */
-static burst_status_t dec_merge(struct dec_call *w)
+/* The allgather of the partials (and of each rank's local time, local_s here) and their merge
+ * into o_host, lse_host; *wait_s = the largest local time less this rank's. */
+static burst_status_t dec_merge(struct dec_call *w, double local_s, double *wait_s)
 {
     struct burst_kvcache *c = w->c;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, t = w->t;
-    const size_t per = w->on + w->ln;
+    const size_t per = w->per;
+    w->mine[per - 1] = (float)local_s;
     burst_status_t st = burst_kv_to_host(c, w->mine, w->o_acc, w->on * sizeof(float));
     if (st == BURST_OK)
         st = burst_kv_to_host(c, w->mine + w->on, w->lse_acc, w->ln * sizeof(float));
@@ -187,6 +192,10 @@ static burst_status_t dec_merge(struct dec_call *w)
                        w->lse_host + b * hq * t);
     }
     free(po);
+    double slowest = local_s;
+    for (int r = 0; st == BURST_OK && r < c->size; r++)
+        slowest = fmax(slowest, (double)w->all[(size_t)r * per + per - 1]);
+    *wait_s = slowest - local_s;
     w->merge_bytes = (uint64_t)(c->size - 1) * per * sizeof(float);
     return st;
 }
@@ -196,7 +205,7 @@ static burst_status_t dec_alloc(struct dec_call *w)
     struct burst_kvcache *c = w->c;
     w->on = (size_t)(w->B * w->t * c->p.q_heads * c->p.head_dim);
     w->ln = (size_t)(w->B * c->p.q_heads * w->t);
-    const size_t per = w->on + w->ln;
+    const size_t per = w->per = w->on + w->ln + 1;
     w->owner = malloc((size_t)w->B * sizeof(int));
     for (int64_t b = 0; w->owner && b < w->B; b++)
         w->owner[b] = -1; /* nothing reserved yet */
@@ -257,13 +266,14 @@ burst_status_t burst_decode(struct burst_kvcache *c, int64_t batch, const int *s
     /* one rank: the local results are the output, written by the attention itself */
     const int one = c->size == 1;
     double t1 = burst_now();
+    burst_fault_decode(c->rank);
     if (st == BURST_OK)
         st = dec_local(&w, q, k, v, one ? o : NULL, one ? lse : NULL);
     if (st == BURST_OK && BURST_OPS_HAS(c->ctx->ops, stream.sync))
         st = c->ctx->ops->stream.sync(c->ctx->be);
-    double t2 = burst_now();
+    double t2 = burst_now(), wait = 0.0;
     if (st == BURST_OK && !one)
-        st = dec_merge(&w);
+        st = dec_merge(&w, t2 - t1, &wait);
     double t3 = burst_now();
     if (st == BURST_OK && !one)
         st = burst_kv_write_out(c, who, w.o_host, w.lse_host, batch, w.t, o, lse);
@@ -282,6 +292,7 @@ burst_status_t burst_decode(struct burst_kvcache *c, int64_t batch, const int *s
     }
     stats.local_s = t2 - t1;
     stats.merge_s = t3 - t2;
+    stats.merge_wait_s = fmin(wait, stats.merge_s);
     stats.total_s = burst_now() - t0;
     c->stats[0] = stats;
     return BURST_OK;

@@ -460,9 +460,21 @@ case_kv() {
     expect 0 "kv json" --threads -n 2 --heads 2 --head-dim 16 --prefill 64 --decode 5 --spec 2 \
         --check --json --seed $SEED
     for w in '"mode": "inference"' '"step_ms_median": ' '"step_ms_p99": ' '"local_ms_median": ' \
-        '"merge_ms_median": ' '"tokens_per_s": ' '"prefill_tflops": ' '"check": "pass"'; do
+        '"merge_ms_median": ' '"merge_wait_ms_median": ' '"merge_exchange_ms_median": ' \
+        '"tokens_per_s": ' '"prefill_tflops": ' '"check": "pass"'; do
         grep -q "$w" "$TMP/out" || fail "kv json: no $w: $(head -c 300 "$TMP/out")"
     done
+    # a slow rank 1: rank 0's report puts its delay in the merge's wait, not in the exchange
+    BURST_FAULT=slow:rank=1,ms=30,phase=fwd "$BR" --threads -n 2 --heads 2 --head-dim 16 \
+        --prefill 64 --decode 4 --json --seed $SEED >"$TMP/out" 2>&1 ||
+        fail "kv slow: exit $?: $(tail -n 3 "$TMP/out")"
+    wait_ms=$(sed -n 's/.*"merge_wait_ms_median": \([0-9.e+-]*\).*/\1/p' "$TMP/out")
+    awk -v w="${wait_ms:-0}" 'BEGIN { exit !(w >= 25) }' ||
+        fail "kv slow: merge_wait_ms_median '$wait_ms' below rank 1's 30 ms delay"
+    "$BR" --threads -n 2 --heads 2 --head-dim 16 --prefill 64 --decode 2 --seed $SEED \
+        >"$TMP/out" 2>&1 || fail "kv table: exit $?"
+    grep -q "^  merge   median .* waiting for the slowest rank" "$TMP/out" ||
+        fail "kv: no merge wait in the table: $(tail -n 3 "$TMP/out")"
     expect_usage "kv decode alone" "--decode 5 needs --prefill" --threads --decode 5
     expect_usage "kv prefill alone" "--prefill needs --decode" --threads --prefill 64
     expect_usage "kv spec alone" "--spec needs --decode" --threads --spec 2

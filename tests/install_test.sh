@@ -117,7 +117,7 @@ if command -v cmake >/dev/null 2>&1; then
 cmake_minimum_required(VERSION 3.13)
 project(embed C)
 find_package(Threads REQUIRED)
-find_package(burst 0.5 REQUIRED)
+find_package(burst 0.6 REQUIRED)
 add_executable(embed ../embed.c)
 set_property(TARGET embed PROPERTY C_STANDARD 11)
 target_link_libraries(embed PRIVATE burst::burst Threads::Threads m)

@@ -23,6 +23,8 @@
  * Also: parameters that differ between ranks (BURST_ERR_PLAN_MISMATCH), invalid parameters,
  * a cache that fills exactly, and a bad tensor on one rank only (that rank fails naming it, its
  * peer returns BURST_ERR_PEER_FAILED instead of waiting, nothing is committed).
+ * Every decode's statistics: the merge's bytes, and its wait for the slowest rank within
+ * [0, merge_s]; with one rank made slow (BURST_FAULT slow), the others' wait covers its delay.
  * BURST_TEST_BACKEND selects the backend (tensors through burst_context_alloc / memcpy).
  */
 #include <setjmp.h>
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "harness.h"
 #include "ref.h"
 
@@ -332,6 +335,28 @@ static void placement_check(struct burst_kvcache *kc, int G, const struct snap *
     }
 }
 
+/* The last decode's statistics: the bytes of the merge's allgather ((G - 1) messages of
+ * B t Hq (d + 1) floats and the local time), its wait for the slowest rank within [0, merge_s]
+ * and none on one rank. */
+static void stats_check(struct burst_kvcache *kc, const struct kv_case *c, int64_t B,
+                        struct rank_rec *rec, int rank)
+{
+    struct burst_kvcache_stats s;
+    if (burst_kvcache_stats(kc, 0, &s) != BURST_OK) {
+        rec_fail(rec, "rank %d: stats: %s", rank, burst_last_error());
+        return;
+    }
+    const uint64_t bytes =
+        (uint64_t)(c->ranks - 1) * (uint64_t)(B * c->t * c->hq * (c->d + 1) + 1) * 4;
+    if (s.merge_bytes != bytes)
+        rec_fail(rec, "rank %d: merge_bytes %llu, not %llu", rank,
+                 (unsigned long long)s.merge_bytes, (unsigned long long)bytes);
+    if (!(s.merge_wait_s >= 0.0 && s.merge_wait_s <= s.merge_s) ||
+        (c->ranks == 1 && s.merge_wait_s != 0.0))
+        rec_fail(rec, "rank %d: merge_wait_s %g outside [0, merge_s %g] (G = %d)", rank,
+                 s.merge_wait_s, s.merge_s, c->ranks);
+}
+
 static int decode_step(struct kv_run *run, struct burst_kvcache *kc, int rank)
 {
     const struct kv_case *c = run->c;
@@ -374,6 +399,7 @@ static int decode_step(struct kv_run *run, struct burst_kvcache *kc, int rank)
                      (long long)burst_kvcache_len(kc, b), (long long)t, (long long)L[b]);
         placement_check(kc, c->ranks, &before, b, t, rec, rank);
     }
+    stats_check(kc, c, B, rec, rank);
     rc = 0;
 out:
     dec_io_free(&io);
@@ -625,6 +651,45 @@ static void shared_owner(void **state)
     assert_true(run_ranks(&shared_case, shared_rank));
 }
 
+/* G = 2, rank 1 slowed by SLOW_MS before each decode step's local attention (BURST_FAULT slow):
+ * rank 0's merge_wait_s is rank 1's local time less its own, so at least SLOW_MS less its own;
+ * rank 1 is the slowest and waits for no one (its local time, sent as a float, may round up by
+ * a relative 2^-24: 1e-6 s of slack); the outputs still match the reference. */
+#define SLOW_MS 40
+static const struct kv_case slow_case = {
+    "slow_rank_wait", 2, F32, 4, 1, 16, 4, 8, ZZ, 1, {{8}}, 3, 1, 0};
+
+static void slow_rank(int rank, struct burst_comm *comm, void *arg)
+{
+    struct kv_run *run = arg;
+    struct rank_rec *rec = &run->rec[rank];
+    struct burst_kvcache *kc = cache_create(run, comm, rank);
+    if (!kc)
+        return;
+    if (prefill_chunk(run, kc, rank, 0, 8) == 0)
+        for (int i = 0; i < slow_case.steps && decode_step(run, kc, rank) == 0; i++) {
+            struct burst_kvcache_stats s;
+            burst_kvcache_stats(kc, 0, &s);
+            if (rank == 0 && s.merge_wait_s < SLOW_MS * 1e-3 - s.local_s - 1e-6)
+                rec_fail(rec, "rank 0: step %d: merge_wait_s %g, local_s %g: rank 1 slept %d ms", i,
+                         s.merge_wait_s, s.local_s, SLOW_MS);
+            if (rank == 1 && s.merge_wait_s > 1e-6)
+                rec_fail(rec, "rank 1 (the slowest): step %d: merge_wait_s %g", i, s.merge_wait_s);
+        }
+    burst_kvcache_destroy(kc);
+}
+
+static void slow_rank_wait(void **state)
+{
+    (void)state;
+    char spec[64];
+    snprintf(spec, sizeof spec, "slow:rank=1,ms=%d,phase=fwd", SLOW_MS);
+    assert_int_equal(burst_fault_set(spec), 0);
+    const int ok = run_ranks(&slow_case, slow_rank);
+    burst_fault_set(NULL);
+    assert_true(ok);
+}
+
 /* Rank 1 asks for another block_len: every rank fails naming the field. */
 static void mismatch_rank(int rank, struct burst_comm *comm, void *arg)
 {
@@ -734,7 +799,7 @@ static void one_rank_bad(void **state)
 int main(void)
 {
     const size_t n = sizeof cases / sizeof cases[0];
-    struct CMUnitTest tests[sizeof cases / sizeof cases[0] + 5];
+    struct CMUnitTest tests[sizeof cases / sizeof cases[0] + 6];
     for (size_t i = 0; i < n; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL, (void *)&cases[i]};
     tests[n] = (struct CMUnitTest)cmocka_unit_test(fills_exactly);
@@ -742,6 +807,7 @@ int main(void)
     tests[n + 2] = (struct CMUnitTest)cmocka_unit_test(bad_params);
     tests[n + 3] = (struct CMUnitTest)cmocka_unit_test(one_rank_bad);
     tests[n + 4] = (struct CMUnitTest)cmocka_unit_test(shared_owner);
+    tests[n + 5] = (struct CMUnitTest)cmocka_unit_test(slow_rank_wait);
     printf("test_kvcache seed %llu\n", (unsigned long long)harness_seed());
     const int rc = cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);
     harness_fini();

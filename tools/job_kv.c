@@ -266,7 +266,7 @@ static int decode_all(struct kv_rank *k)
     const int64_t B = p->batch, t = p->kv_spec, S = p->kv_decode;
     struct kv_buf q = {0}, kk = {0}, v = {0}, o = {0};
     int *ids = malloc(sizeof(int) * (size_t)B);
-    double *tm = malloc(sizeof(double) * 3 * (size_t)(S + 1));
+    double *tm = malloc(sizeof(double) * 5 * (size_t)(S + 1));
     int rc = -1, ok = 1;
     if (!ids || !tm || buf_alloc(k->ctx, &q, p->dtype, B, t, p->q_heads, p->head_dim) ||
         buf_alloc(k->ctx, &kk, p->dtype, B, t, p->kv_heads, p->head_dim) ||
@@ -299,6 +299,8 @@ static int decode_all(struct kv_rank *k)
         burst_kvcache_stats(k->kc, 0, &ks);
         tm[S + step] = ks.local_s;
         tm[2 * S + step] = ks.merge_s;
+        tm[3 * S + step] = ks.merge_wait_s;
+        tm[4 * S + step] = ks.merge_s - ks.merge_wait_s; /* the exchange and merge proper */
         k->res->merge_bytes = ks.merge_bytes;
         k->res->fallback = ks.fallback;
         if (p->check_fwd && k->rank == 0) {
@@ -310,6 +312,8 @@ static int decode_all(struct kv_rank *k)
     k->res->step_med_s = quantile(tm, (int)S, 0.5);
     k->res->local_med_s = quantile(tm + S, (int)S, 0.5);
     k->res->merge_med_s = quantile(tm + 2 * S, (int)S, 0.5);
+    k->res->wait_med_s = quantile(tm + 3 * S, (int)S, 0.5);
+    k->res->exchange_med_s = quantile(tm + 4 * S, (int)S, 0.5);
     k->res->tokens_per_s = (double)(B * t) / k->res->step_med_s;
     rc = 0;
     k->res->check_failed = !ok;
@@ -428,13 +432,15 @@ int job_kv_print(FILE *f, const struct job_params *p, const struct job_result *r
                 "%lld, \"spec\": %lld, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
                 "\"dtype\": \"%s\", \"capacity_blocks\": %lld, \"prefill_ms\": %.6g, "
                 "\"prefill_tflops\": %.6g, \"step_ms_median\": %.6g, \"step_ms_p99\": %.6g, "
-                "\"local_ms_median\": %.6g, \"merge_ms_median\": %.6g, \"tokens_per_s\": %.6g, "
+                "\"local_ms_median\": %.6g, \"merge_ms_median\": %.6g, \"merge_wait_ms_median\": "
+                "%.6g, \"merge_exchange_ms_median\": %.6g, \"tokens_per_s\": %.6g, "
                 "\"merge_bytes_per_step\": %llu, \"decode_kernel\": \"%s\", \"check\": \"%s\"",
                 p->ranks, r->rank_mode, r->fabric, r->backend, (long long)p->batch,
                 (long long)p->kv_prefill, (long long)p->kv_decode, (long long)p->kv_spec,
                 p->q_heads, p->kv_heads, p->head_dim, burst_dtype_name(p->dtype),
                 (long long)k->capacity_blocks, k->prefill_s * 1e3, tflops, k->step_med_s * 1e3,
-                k->step_p99_s * 1e3, k->local_med_s * 1e3, k->merge_med_s * 1e3, k->tokens_per_s,
+                k->step_p99_s * 1e3, k->local_med_s * 1e3, k->merge_med_s * 1e3,
+                k->wait_med_s * 1e3, k->exchange_med_s * 1e3, k->tokens_per_s,
                 (unsigned long long)k->merge_bytes,
                 k->fallback ? "fwd_step per block" : "decode_step", check_word(p, k));
         if (p->check_fwd)
@@ -455,8 +461,11 @@ int job_kv_print(FILE *f, const struct job_params *p, const struct job_result *r
             k->step_med_s * 1e3, k->step_p99_s * 1e3, k->tokens_per_s);
     fprintf(f, "  local   median %.3f ms (attention over the rank's shard: %s)\n",
             k->local_med_s * 1e3, k->fallback ? "fwd_step per block" : "decode_step");
-    fprintf(f, "  merge   median %.3f ms (%llu bytes sent per step and rank)\n",
-            k->merge_med_s * 1e3, (unsigned long long)k->merge_bytes);
+    fprintf(f,
+            "  merge   median %.3f ms: waiting for the slowest rank %.3f, exchange and merge %.3f "
+            "(%llu bytes sent per step and rank)\n",
+            k->merge_med_s * 1e3, k->wait_med_s * 1e3, k->exchange_med_s * 1e3,
+            (unsigned long long)k->merge_bytes);
     if (p->check_fwd)
         fprintf(f, "check     %s: %d rows, max relative error %.3g (tolerance %.3g)\n",
                 check_word(p, k), k->checked_rows, k->max_rel, job_tolerance(p->dtype));

@@ -30,6 +30,9 @@ struct job_kv_result {
     double prefill_s;              /* every sequence's prefill */
     double step_med_s, step_p99_s; /* decode step latency over the steps */
     double local_med_s, merge_med_s;
+    /* medians of the merge's wait for the slowest rank and of the rest (the exchange and merge
+     * proper: merge less wait, step by step) */
+    double wait_med_s, exchange_med_s;
     double tokens_per_s;  /* B x t / step_med_s */
     uint64_t merge_bytes; /* sent by this rank per step for the merge */
     int fallback;         /* the backend ran one step kernel per block (no decode_step) */
