@@ -382,10 +382,15 @@ burst_status_t burst_kv_write_rows(struct burst_kvcache *c, int seq, int which, 
     const int64_t bl = c->p.block_len, rows = src->shape[1];
     unsigned char *pool = which ? c->v_pool : c->k_pool;
     burst_status_t st = BURST_OK;
+    const int32_t *blocks = c->seqs[seq].blocks;
     for (int64_t i = 0; st == BURST_OK && i < rows;) {
         const int64_t j = at + i, row = j % bl;
-        const int64_t seg = rows - i < bl - row ? rows - i : bl - row;
-        const int32_t blk = c->seqs[seq].blocks[j / bl];
+        int64_t seg = rows - i < bl - row ? rows - i : bl - row;
+        const int32_t blk = blocks[j / bl];
+        /* blocks that follow blk in the pool as in the sequence extend the copy (a fresh
+         * cache hands a chunk consecutive blocks: one copy for the whole chunk) */
+        while (i + seg < rows && blocks[(j + seg) / bl] == blk + (j + seg) / bl - j / bl)
+            seg += rows - i - seg < bl ? rows - i - seg : bl;
         struct burst_tensor dst =
             burst_tensor_contiguous(pool + ((size_t)blk * (size_t)bl + (size_t)row) * c->row_bytes,
                                     c->p.dtype, 1, seg, c->p.kv_heads, c->p.head_dim);

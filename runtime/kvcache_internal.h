@@ -83,7 +83,8 @@ void burst_kv_rollback(struct burst_kvcache *c, int seq);
 const int32_t *burst_kv_table_dev(const struct burst_kvcache *c, int seq);
 
 /* Copy `rows` token rows of src (a [1, rows, Hkv, d] view in backend memory) into the pools of
- * seq (k or v: which = 0 / 1) from local key `at` on, across block boundaries. */
+ * seq (k or v: which = 0 / 1) from local key `at` on, across block boundaries: one copy per run
+ * of blocks that are consecutive in the pool. */
 burst_status_t burst_kv_write_rows(struct burst_kvcache *c, int seq, int which, int64_t at,
                                    const struct burst_tensor *src);
 
