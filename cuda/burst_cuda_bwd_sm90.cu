@@ -252,9 +252,9 @@ struct burst_wb_bars {
 
 /* The query tiles a dK/dV block visits: tile it is query tile (it % ntq + rot) mod ntq (BQ rows
  * from ifirst) of head g group + it / ntq. rot starts each head at the tile of the block's first
- * key, so that blocks running together add their dQ to different rows (with a full mask they
- * would otherwise all start at tile 0). The quotient comes from a float reciprocal (exact to one
- * for it < 2^24), corrected, instead of an integer division. */
+ * key (mod ntq), so that blocks running together add their dQ to different rows (with a full
+ * mask they would otherwise all start at tile 0). The quotient comes from a float reciprocal
+ * (exact to one for it < 2^24), corrected, instead of an integer division. */
 struct burst_wb_qtiles {
     int64_t h0, ifirst;
     int ntq, bq, rot;
@@ -634,14 +634,13 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
 
 /* The dK/dV kernel: a block owns 128 keys of a kv head g and visits the query tiles (BQ rows) of
  * the heads of its group that may see them. Warp-specialized, like the forward: warpgroup 0
- * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warps 1
- * and 3 compute the row scalars of every other tile, warp 2 adds the staged dQ of each tile to
- * s.dq with DQ) and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile a
- * consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
+ * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warps 1 and
+ * 3 compute the row scalars of every other tile, warp 2 adds the staged dQ of each tile to s.dq
+ * with DQ) and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile
+ * a consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
  * dK += dS^T Q (and dQ^T = K^T dS^T), computes P^T and dS^T while those run, waits, frees the
- * previous stage and stages its dQ, and stores this tile's P^T, dS^T (DQ: to shared memory,
- * where the other warpgroup's dQ^T reads dS^T after the pair barrier; else packed in
- * registers). */
+ * previous stage and stages its dQ, and stores this tile's P^T, dS^T (DQ: to shared memory, where
+ * the other warpgroup's dQ^T reads dS^T after the pair barrier; else packed in registers). */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(384, 1)
     burst_wg_dkdv(const __grid_constant__ struct burst_cuda_step s,
@@ -688,7 +687,7 @@ __global__ void __launch_bounds__(384, 1)
     qt.ifirst = imin / BQ * BQ;
     qt.ntq = (int)((imax - qt.ifirst + BQ - 1) / BQ);
     qt.bq = BQ;
-    qt.rot = (int)min(max(j0 - qt.ifirst, (int64_t)0) / BQ, (int64_t)qt.ntq - 1);
+    qt.rot = (int)(max(j0 - qt.ifirst, (int64_t)0) / BQ % qt.ntq);
     qt.rntq = 1.0f / (float)qt.ntq;
     const int total = qt.ntq * (int)s.group;
     if (threadIdx.x == 0) {
@@ -779,6 +778,8 @@ template <typename T, int D> static cudaError_t burst_wg_bwd_attr()
     if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
         return cudaSuccess; /* burst_cuda_sm90_wide_init */
     } else {
+        static_assert(burst_wg_dkdv_smem<D, true>() + 1024 <= 232448,
+                      "the dK/dV kernel, with its static 1 KiB, fits Hopper's 227 KiB per block");
         cudaError_t e = cudaFuncSetAttribute(burst_wg_dkdv<T, D, false>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)burst_wg_dkdv_smem<D, false>());

@@ -74,9 +74,9 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
     }
     const int64_t ifirst = imin / BQ * BQ;
     const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
-    /* each head's tiles from the one of the block's first key, wrapping: blocks running together
-     * add their dQ to different rows */
-    const int rot = (int)min(max(j0 - ifirst, (int64_t)0) / BQ, (int64_t)ntq - 1);
+    /* each head's tiles from the one of the block's first key (mod ntq), wrapping: blocks
+     * running together add their dQ to different rows */
+    const int rot = (int)(max(j0 - ifirst, (int64_t)0) / BQ % ntq);
     auto tile_at = [&](int it, int64_t *h, int64_t *i0) {
         const int r = it % ntq + rot;
         *h = g * s.group + it / ntq;
