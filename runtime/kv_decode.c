@@ -6,9 +6,10 @@
  * stores them), giving a partial (O, lse) per query row; one allgather of those partials,
  * G x (B x t x Hq x (d + 1) + 1) floats, and a log-sum-exp merge in rank order give every rank
  * the same output. The extra float carries the rank's local attention time: the slowest rank's
- * less this rank's is the part of the merge spent waiting for it (merge_wait_s). On one rank there is nothing to merge: the attention writes the caller's o and lse
- * itself (decode_step's o_out, where the backend has it), and the call waits for it once. The new
- * rows are committed only once everything succeeded.
+ * less this rank's is the part of the merge spent waiting for it (merge_wait_s). On one rank
+ * there is nothing to merge: the attention writes the caller's o and lse itself (decode_step's
+ * o_out, where the backend has it), and the call waits for it once. The new rows are committed
+ * only once everything succeeded.
  */
 #include <math.h>
 #include <stdio.h>
@@ -172,6 +173,7 @@ static burst_status_t dec_merge(struct dec_call *w, double local_s, double *wait
     struct burst_kvcache *c = w->c;
     const int64_t hq = c->p.q_heads, d = c->p.head_dim, t = w->t;
     const size_t per = w->per;
+    local_s = (double)(float)local_s; /* as the peers see it: the slowest rank waits 0 */
     w->mine[per - 1] = (float)local_s;
     burst_status_t st = burst_kv_to_host(c, w->mine, w->o_acc, w->on * sizeof(float));
     if (st == BURST_OK)

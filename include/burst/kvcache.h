@@ -182,9 +182,12 @@ struct burst_kvcache_stats {
     double merge_s; /* the exchange of partial results and their log-sum-exp merge */
     /* since API 0.6. Decode: the part of merge_s spent waiting for the slowest rank, taken as
      * the largest local_s among the ranks less this rank's (each rank sends its local_s with
-     * its partials; the ranks enter a step together, having left the previous step's merge
-     * together). merge_s - merge_wait_s is the exchange and merge proper, which does not grow
-     * with the context; merge_wait_s is 0 on the slowest rank and on one rank. Prefill: 0. */
+     * its partials), at most merge_s. That assumes the ranks entered the step together, as
+     * they do when they left the previous step's merge together; a rank that entered late
+     * (uneven work of its own between steps) waited less than that, and the figure counts its
+     * late start as waiting. merge_s - merge_wait_s is the exchange and merge proper, which
+     * does not grow with the context; merge_wait_s is 0 on the slowest rank and on one rank.
+     * Prefill: 0. */
     double merge_wait_s;
     /* bytes this rank sent for the merge: decode, its partial results to each peer
      * (independent of the context length); prefill, its partials padded to the largest shard
