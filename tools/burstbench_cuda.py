@@ -6,7 +6,8 @@ sweep, once per code path (--paths: "default" = what the backend picks, wgmma on
 "sm80" = the mma.sync kernels an A100 runs, BURST_CUDA_WGMMA=0), then PyTorch's
 scaled_dot_product_attention on the same sizes, same GPU: FLASH_ATTENTION and CUDNN_ATTENTION
 for fp16 / bf16, EFFICIENT_ATTENTION for fp32. Prints TFLOP/s and the ratios of each burst path
-to FA2 and cuDNN (fp32: to EFFICIENT). Writes one CSV with every row and an SVG plot. PyTorch is
+to FA2 and cuDNN (fp32: to EFFICIENT), then the same for the backward alone (forward+backward
+time less the forward's). Writes one CSV with every row and an SVG plot. PyTorch is
 only a peer here (never a dependency of burst).
 
   python3 tools/burstbench_cuda.py --exe build/tools/burstbench_cuda \
@@ -167,6 +168,36 @@ def print_accuracy(args, rows):
     print(f"wrote {path}")
 
 
+def bwd_tflops(r):
+    """The backward alone: forward+backward time less the forward's, 2.5x the forward's FLOPs
+    (docs/BENCHMARKS.md, conventions); nan where a time is missing."""
+    if not r:
+        return float("nan")
+    f, fb, ft = r["fwd_ms"], r["fwdbwd_ms"], r["fwd_tflops"]
+    return 2.5 * ft * f / (fb - f) if fb == fb and f == f and fb > f else float("nan")
+
+
+def print_backward(sizes, impls, by):
+    """The backward alone of every implementation, beside FA2's (or EFFICIENT's) and cuDNN's."""
+    print()
+    print("TFLOP/s of the backward alone (forward+backward time less the forward's); ratios to FA2"
+          " and cuDNN")
+    head = f"{'dtype':5} {'N':>6} {'d':>4} {'H':>3} {'causal':>6} |"
+    for i in impls:
+        head += f" {i:>12} {'/FA2':>5} {'/cuDNN':>6} |"
+    print(head + f" {'FA2 (EFF)':>9} {'cuDNN':>7}")
+    for s in sizes:
+        key = s[:4]
+        fa = bwd_tflops(by.get(("torch_fa2",) + key) or by.get(("torch_eff",) + key))
+        cu = bwd_tflops(by.get(("torch_cudnn",) + key))
+        line = f"{s[0]:5} {s[1]:>6} {s[2]:>4} {s[4]:>3} {('yes' if s[3] else 'no'):>6} |"
+        for i in impls:
+            b = bwd_tflops(by.get((i,) + key))
+            line += f" {b:12.1f} {b / fa if fa == fa else float('nan'):5.2f}"
+            line += f" {b / cu if cu == cu else float('nan'):6.2f} |"
+        print(line + f" {fa:9.1f} {cu:7.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", required=True)
@@ -255,6 +286,7 @@ def main():
         line += (f" {g(fa, 'fwd_tflops'):5.1f} / {g(fa, 'fwdbwd_tflops'):5.1f}"
                  f" {g(cu, 'fwd_tflops'):5.1f} / {g(cu, 'fwdbwd_tflops'):5.1f}")
         print(line)
+    print_backward(sizes, impls, by)
     try:
         import matplotlib
         matplotlib.use("Agg")
