@@ -279,8 +279,8 @@ __device__ __forceinline__ void burst_kv_out_pair(const struct burst_cuda_step &
 /* The steps of a dK/dV block: ntq query tiles of QR rows from ifirst per head of the group, total
  * = ntq * group steps (head hh, tile r), r fastest; ntq * group < 2^31 (Q's nq x hq rows fit
  * device memory). Step r visits tile (r + rot) mod ntq: each block starts at the tile of its own
- * first key (mod ntq), so that blocks running together add their dQ to different rows rather than all to
- * the same ones (with a full mask every block would otherwise start at tile 0). */
+ * first key (mod ntq), so that blocks running together add their dQ to different rows rather
+ * than all to the same ones (with a full mask every block would otherwise start at tile 0). */
 struct burst_kv_steps {
     int64_t ifirst;
     int ntq, total, rot;
