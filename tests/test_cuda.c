@@ -58,6 +58,8 @@
 /* documents: lengths 1 and 2 among long ones (1100 and 300 tokens) */
 static const int64_t cuda_docs[6] = {1, 2, 300, 129, 600, 68};
 static const int64_t cuda_docs_short[4] = {2, 1, 150, 147};
+/* uneven shards: a step's 800 keys (7 key blocks) against 300 queries (7 query tiles of 48) */
+static const int64_t cuda_lens_uneven[2] = {300, 800};
 
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
@@ -99,6 +101,8 @@ static const struct harness_case cases[] = {
      .window_right = 50},
     {CASE("long_fp16_d128_zigzag_3ranks", 1536), .ranks = 3, .head_dim = 128, .dtype = F16,
      .causal = 1, .layout = BURST_LAYOUT_ZIGZAG},
+    {CASE("uneven_bf16_d128_full_2ranks", 1100), .ranks = 2, .head_dim = 128, .dtype = BF16,
+     .shard_lens = cuda_lens_uneven},
     {CASE("long_bf16_d32_gqa2_window", 1000), .q_heads = 4, .kv_heads = 2, .head_dim = 32,
      .dtype = BF16, .window_left = 700, .window_right = 30},
     /* every head-dim class of the tensor-core kernels (32, 64, 96, 128, 192, 256) and d just past
