@@ -7,8 +7,9 @@
  *                        backend, burst_probe must say why cuda is unavailable. Exit 77 in a
  *                        build without the cuda backend.
  *   test_cuda            (suite 'gpu', BURST_TEST_BACKEND=cuda; exit 77 without a GPU):
- *     - single-rank harness cases (G = 1: the ring's staging of device memory is not needed)
- *       for every mask, dtype, GQA ratio and head dims 8..256 against the fp64 reference;
+ *     - harness cases, mostly of one rank, some of 2 or 3 ranks (blocks device to device;
+ *       uneven shards among them), for every mask, dtype, GQA ratio and head dims 8..256
+ *       against the fp64 reference;
  *     - op level, cuda against the cpu backend on identical inputs: fwd_step and bwd_step with
  *       position maps of two runs and of stride 3, causal, strictly causal (right = -1) and
  *       windowed masks, running (O, lse) that already hold values and rows with no allowed key
