@@ -278,17 +278,14 @@ __device__ __forceinline__ void burst_kv_out_pair(const struct burst_cuda_step &
 
 /* The steps of a dK/dV block: ntq query tiles of QR rows from ifirst per head of the group, total
  * = ntq * group steps (head hh, tile r), r fastest; ntq * group < 2^31 (Q's nq x hq rows fit
- * device memory). Step r visits tile (r + rot) mod ntq: each block starts at the tile of its own
- * first key (mod ntq), so that blocks running together add their dQ to different rows rather
- * than all to the same ones (with a full mask every block would otherwise start at tile 0). */
+ * device memory). Step r visits tile burst_dtile_at(r, rot, ntq). */
 struct burst_kv_steps {
     int64_t ifirst;
     int ntq, total, rot;
     /* the first query row of step tile r */
     __device__ __forceinline__ int64_t row0(int r, int qr) const
     {
-        r += rot;
-        return ifirst + (int64_t)(r >= ntq ? r - ntq : r) * qr;
+        return ifirst + (int64_t)burst_dtile_at(r, rot, ntq) * qr;
     }
 };
 
@@ -313,7 +310,7 @@ __device__ __forceinline__ bool burst_kv_steps_of(const struct burst_cuda_step &
     ks->ifirst = imin / QR * QR;
     ks->ntq = (int)((imax - ks->ifirst + QR - 1) / QR);
     ks->total = ks->ntq * (int)s.group;
-    ks->rot = (int)(max(j0 - ks->ifirst, (int64_t)0) / QR % ks->ntq);
+    ks->rot = burst_dtile_rot(j0, ks->ifirst, QR, ks->ntq);
     return true;
 }
 

@@ -250,10 +250,8 @@ struct burst_wb_bars {
     uint64_t kv, full[WB_NS], freed[WB_NS];
 };
 
-/* The query tiles a dK/dV block visits: tile it is query tile (it % ntq + rot) mod ntq (BQ rows
- * from ifirst) of head g group + it / ntq. rot starts each head at the tile of the block's first
- * key (mod ntq), so that blocks running together add their dQ to different rows (with a full
- * mask they would otherwise all start at tile 0). The quotient comes from a float reciprocal
+/* The query tiles a dK/dV block visits: tile it is query tile burst_dtile_at(it % ntq, rot, ntq)
+ * (BQ rows from ifirst) of head g group + it / ntq. The quotient comes from a float reciprocal
  * (exact to one for it < 2^24), corrected, instead of an integer division. */
 struct burst_wb_qtiles {
     int64_t h0, ifirst;
@@ -269,9 +267,8 @@ struct burst_wb_qtiles {
             hh++;
             r -= ntq;
         }
-        r += rot;
         *h = h0 + hh;
-        *i0 = ifirst + (int64_t)(r >= ntq ? r - ntq : r) * bq;
+        *i0 = ifirst + (int64_t)burst_dtile_at(r, rot, ntq) * bq;
     }
 };
 
@@ -330,9 +327,9 @@ burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
               int total, int w)
 {
     static_assert(BQ <= 64, "two rows per lane");
-    static_assert(WB_NS == 3, "the stage of tile it + 2");
+    static_assert(WB_NS >= 2, "the stage of tile it + 2");
     const int lane = threadIdx.x & 31;
-    for (int it = w, st = w; it < total; it += 2, st = st == 0 ? 2 : st - 1) {
+    for (int it = w, st = w; it < total; it += 2, st = st + 2 >= WB_NS ? st + 2 - WB_NS : st + 2) {
         /* computed before the stage is free, so that their loads overlap the wait */
         int64_t h, i0;
         qt.at(it, &h, &i0);
@@ -687,7 +684,7 @@ __global__ void __launch_bounds__(384, 1)
     qt.ifirst = imin / BQ * BQ;
     qt.ntq = (int)((imax - qt.ifirst + BQ - 1) / BQ);
     qt.bq = BQ;
-    qt.rot = (int)(max(j0 - qt.ifirst, (int64_t)0) / BQ % qt.ntq);
+    qt.rot = burst_dtile_rot(j0, qt.ifirst, BQ, qt.ntq);
     qt.rntq = 1.0f / (float)qt.ntq;
     const int total = qt.ntq * (int)s.group;
     if (threadIdx.x == 0) {

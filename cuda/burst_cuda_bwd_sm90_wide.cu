@@ -74,13 +74,10 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
     }
     const int64_t ifirst = imin / BQ * BQ;
     const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
-    /* each head's tiles from the one of the block's first key (mod ntq), wrapping: blocks
-     * running together add their dQ to different rows */
-    const int rot = (int)(max(j0 - ifirst, (int64_t)0) / BQ % ntq);
+    const int rot = burst_dtile_rot(j0, ifirst, BQ, ntq);
     auto tile_at = [&](int it, int64_t *h, int64_t *i0) {
-        const int r = it % ntq + rot;
         *h = g * s.group + it / ntq;
-        *i0 = ifirst + (int64_t)(r >= ntq ? r - ntq : r) * BQ;
+        *i0 = ifirst + (int64_t)burst_dtile_at(it % ntq, rot, ntq) * BQ;
     };
     /* the row scalars of query tile `it` (threads < BQ: one row each), loaded one tile early */
     auto row_scalars = [&](int it) {

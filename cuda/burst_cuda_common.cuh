@@ -265,6 +265,21 @@ __device__ __forceinline__ void burst_dqueries(const struct burst_cuda_step &s, 
     *ie = e;
 }
 
+/* The order of a dK/dV block's query tiles (ntq tiles of qr rows from ifirst, per head): the
+ * block with keys from j0 starts at the tile of its first key, mod ntq, and wraps, so that the
+ * blocks running together add their dQ to different rows (with a full mask they would all start
+ * at tile 0 otherwise). burst_dtile_rot gives the first tile, burst_dtile_at the tile of step r
+ * (0 <= r < ntq). */
+__device__ __forceinline__ int burst_dtile_rot(int64_t j0, int64_t ifirst, int qr, int ntq)
+{
+    return (int)((j0 > ifirst ? j0 - ifirst : 0) / qr % ntq);
+}
+__device__ __forceinline__ int burst_dtile_at(int r, int rot, int ntq)
+{
+    r += rot;
+    return r >= ntq ? r - ntq : r;
+}
+
 /* ---- logit soft-capping (burst_cuda_step.softcap > 0) ----
  * The kernels hold raw scores r = q.k and apply tau in the exponent, so the cap is applied to r:
  * r' = (C / tau) tanh(r tau / C), whose scaled score tau r' = C tanh(tau r / C). tanh(x) =

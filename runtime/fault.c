@@ -192,11 +192,17 @@ void burst_fault_join(int rank)
             sleep_ms(specs[i].ms);
 }
 
+/* Spec sp slows phase is_bwd (0 / 1) of its rank: slow:, of that phase or of both. */
+static int slows(const struct spec *sp, int is_bwd)
+{
+    return sp->action == A_SLOW && (sp->is_bwd < 0 || sp->is_bwd == is_bwd);
+}
+
 void burst_fault_decode(int rank)
 {
     ensure();
     for (int i = 0; i < nspecs; i++)
-        if (specs[i].action == A_SLOW && specs[i].rank == rank && specs[i].is_bwd != 1)
+        if (specs[i].rank == rank && slows(&specs[i], 0))
             sleep_ms(specs[i].ms);
 }
 
@@ -217,7 +223,7 @@ void burst_fault_step(int rank, int is_bwd, int group, int step)
         if (rank != sp->rank)
             continue;
         if (sp->action == A_SLOW) {
-            if (sp->is_bwd < 0 || sp->is_bwd == (is_bwd != 0))
+            if (slows(sp, is_bwd != 0))
                 sleep_ms(sp->ms);
             continue;
         }
