@@ -14,7 +14,7 @@
  *   burst_cuda_mma.cuh, burst_cuda_tf32.cuh  the mma.sync kernels' building blocks and operand
  *                         traits: 16-bit operands, and fp32 operands split into two tf32 halves
  *   burst_cuda_fwd_sm90.cu, burst_cuda_bwd_sm90.cu  the forward and the backward (dK/dV and
- *                         dQ kernels; dQ inside the dK/dV kernel by bulk reductions when the plan
+ *                         dQ kernels; dQ inside the dK/dV kernel by TMA reductions when the plan
  *                         is not deterministic) on Hopper's warpgroup tensor cores (wgmma),
  *                         compiled for sm_90a only and present when BURST_CUDA_SM90A is defined
  *                         (nvcc_archs holds 90a); building blocks in burst_cuda_wgmma.cuh and

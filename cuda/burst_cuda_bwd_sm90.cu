@@ -213,23 +213,24 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_width()
     return (D + 63) / 64 * 64;
 }
 
-/* fp32 elements per row of the dQ staging tile: burst_wg_dq_width, padded by 16 bytes so that
- * the accumulator stores of a warp (8 d x 4 rows) fall in distinct banks */
-template <int D> __host__ __device__ constexpr int burst_wg_dq_stride()
+/* fp32 elements of a dQ staging tile: BQ query rows x burst_wg_dq_width, in panels of 32 columns
+ * ([BQ][32], 128-byte swizzled rows: the boxes of burst_tma_map_dq) */
+template <int D> __host__ __device__ constexpr int burst_wg_dq_tile()
 {
-    return burst_wg_dq_width<D>() + 4;
+    return burst_wg_dkdv_bq<D>() * burst_wg_dq_width<D>();
 }
 
-/* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows) and of their row scalars;
- * with DQ three more [BQ][128] tiles, dS (double-buffered) and P, and two fp32 dQ staging tiles
- * [BQ][burst_wg_dq_stride]. No alignment slack: the kernel's shared memory is declared
+/* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows); with DQ three more
+ * [BQ][128] tiles, dS (double-buffered) and P, and two fp32 dQ staging tiles (burst_wg_dq_tile,
+ * 1024-byte aligned as the panel tiles before them); then the stages' row scalars. No alignment
+ * slack: the kernel's shared memory is declared
  * __align__(1024) (the toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
 template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     constexpr int BQ = burst_wg_dkdv_bq<D>();
     return (size_t)(2 * 128 + WB_NS * 2 * BQ) * burst_wg_panels<D>() * 128 +
-           (DQ ? 3 * BQ * 128 * 2 : 0) + WB_NS * BQ * sizeof(struct burst_wg_qrow) +
-           (DQ ? 2 * BQ * burst_wg_dq_stride<D>() * 4 : 0);
+           (DQ ? 3 * BQ * 128 * 2 + 2 * burst_wg_dq_tile<D>() * 4 : 0) +
+           WB_NS * BQ * sizeof(struct burst_wg_qrow);
 }
 
 /* Named barriers of the dK/dV kernel (0 is __syncthreads; 1 + wg are burst_wg_bar's in the other
@@ -239,9 +240,10 @@ template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 #define WB_BAR_DQ_EMPTY 4
 #define WB_BAR_DQ_FULL 6
 
-/* The tensor maps of a backward step's Q, dO, K and V views (burst_tma_map_view). */
+/* The tensor maps of a backward step's Q, dO, K and V views (burst_tma_map_view) and, with DQ,
+ * of its dQ accumulator (burst_tma_map_dq). */
 struct burst_wb_maps {
-    struct burst_tma_map q, o, k, v;
+    struct burst_tma_map q, o, k, v, dq;
 };
 
 /* The dK/dV kernel's barriers: K and V landed; a stage's Q, dO and row scalars landed; a stage
@@ -277,7 +279,7 @@ struct burst_wb_tiles {
     unsigned char *sk, *sv, *sqo; /* K, V; stage st: Q at sqo + st 2 QBYTES, then dO */
     unsigned char *sds;           /* DQ: dS tiles 0 and 1, then P */
     struct burst_wg_qrow *rows;   /* stage st: rows + st BQ */
-    float *sdq;                   /* DQ: dQ staging tile k at sdq + k BQ burst_wg_dq_stride */
+    float *sdq;                   /* DQ: dQ staging tile k at sdq + k burst_wg_dq_tile */
     int *full;                    /* stage st: its tile sees all 128 keys */
 };
 
@@ -355,17 +357,20 @@ burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
     }
 }
 
-/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ (fp32 rows) in
- * staging tile it & 1, add each row to s.dq with one bulk reduction (cp.reduce.async.bulk
- * .add.f32, 4 d bytes); free each staging tile once its reductions have read it, which they do
- * while the consumers fill the other one. */
+/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ (fp32) in staging
+ * tile it & 1, lane 0 adds it to s.dq with one tensor reduction per 32 columns of d
+ * (cp.reduce.async.bulk.tensor .add: rows past nq and columns past d are not written); each
+ * staging tile is freed once its reductions have read it, which they do while the consumers
+ * fill the other one. */
 template <int D, int BQ>
 __device__ __forceinline__ void
-burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
-                  const struct burst_wb_qtiles &qt, int64_t b, int total)
+burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_maps &maps,
+                  const struct burst_wb_tiles &t, const struct burst_wb_qtiles &qt, int64_t b,
+                  int total)
 {
-    constexpr int DQS = burst_wg_dq_stride<D>();
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, panels = (int)(s.d + 31) / 32;
+    if (lane == 0)
+        burst_tma_prefetch_map(&maps.dq.map);
     burst_named_arrive(WB_BAR_DQ_EMPTY, 288); /* both staging tiles start free */
     if (total > 1)
         burst_named_arrive(WB_BAR_DQ_EMPTY + 1, 288);
@@ -374,11 +379,10 @@ burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_tiles &
         burst_named_sync(WB_BAR_DQ_FULL + k, 288);
         int64_t h, i0;
         qt.at(it, &h, &i0);
-        const float *src = t.sdq + k * BQ * DQS;
-        for (int r = lane; r < BQ; r += 32)
-            if (i0 + r < s.nq)
-                burst_bulk_add_f32(s.dq + ((b * s.nq + i0 + r) * s.hq + h) * s.d, src + r * DQS,
-                                   (unsigned)s.d * 4);
+        const float *src = t.sdq + k * burst_wg_dq_tile<D>();
+        if (lane == 0)
+            for (int p = 0; p < panels; p++)
+                burst_tma_add(maps.dq, src + p * BQ * 32, 32 * p, (int)h, (int)i0, (int)b);
         burst_bulk_commit();
         burst_bulk_wait_read<1>(); /* tile it - 1's reductions have read staging tile k ^ 1 */
         __syncwarp();              /* converged for the aligned barrier instructions */
@@ -449,23 +453,26 @@ __device__ __forceinline__ void burst_wb_dsoft(const struct burst_cuda_step &s,
 
 /* DQ: this thread's tau dQ^T accumulators (d = dm 64 + 16 warp + rq (+ 8), queries
  * n0 + 8 n + cq (+ 1)) into staging tile k once the dQ warp has freed it, then hand the tile to
- * that warp. */
+ * that warp. Column d of query row r is in panel d / 32, 16-byte chunk (d % 32 / 4) ^ (r % 8):
+ * a warp's stores (4 rows x 2 chunks per store) meet 32 distinct banks. */
 template <int D, int BQ, int NQ>
 __device__ __forceinline__ void burst_wb_stage_dq(float *sdq, int k, int dm, int n0, float scale,
                                                   const float *dqa)
 {
-    constexpr int DQS = burst_wg_dq_stride<D>();
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int rq = lane >> 2, cq = 2 * (lane & 3);
+    const int d0 = dm * 64 + warp * 16 + rq; /* and d0 + 8: the same panel, the next chunk */
     burst_named_sync(WB_BAR_DQ_EMPTY + k, 288);
-    float *srow = sdq + k * BQ * DQS + n0 * DQS + dm * 64 + warp * 16 + rq;
+    float *panel = sdq + k * burst_wg_dq_tile<D>() + (d0 >> 5) * BQ * 32;
+    const int chunk = (d0 & 31) >> 2, e = d0 & 3;
 #pragma unroll
     for (int n = 0; n < NQ / 8; n++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            float *x = srow + (n * 8 + cq + c) * DQS;
-            x[0] = scale * dqa[4 * n + c];
-            x[8] = scale * dqa[4 * n + 2 + c];
+            const int r = n0 + n * 8 + cq + c;
+            float *row = panel + r * 32 + e;
+            row[(chunk ^ (r & 7)) << 2] = scale * dqa[4 * n + c];
+            row[((chunk + 2) ^ (r & 7)) << 2] = scale * dqa[4 * n + 2 + c];
         }
     burst_fence_proxy_async(); /* the bulk reductions read the tile through the async proxy */
     burst_named_arrive(WB_BAR_DQ_FULL + k, 288);
@@ -663,8 +670,9 @@ __global__ void __launch_bounds__(384, 1)
     tl.sv = tl.sk + KBYTES;
     tl.sqo = tl.sv + KBYTES;
     tl.sds = tl.sqo + WB_NS * 2 * QBYTES;
-    tl.rows = (struct burst_wg_qrow *)(tl.sds + (DQ ? 3 * SBYTES : 0));
-    tl.sdq = (float *)(tl.rows + WB_NS * BQ);
+    tl.sdq = (float *)(tl.sds + 3 * SBYTES);
+    tl.rows =
+        (struct burst_wg_qrow *)(tl.sds + (DQ ? 3 * SBYTES + 2 * burst_wg_dq_tile<D>() * 4 : 0));
     tl.full = s_full;
     const int wg = burst_wg_index();
     const int64_t tiles = (s.nk + BC - 1) / BC;
@@ -706,7 +714,7 @@ __global__ void __launch_bounds__(384, 1)
         } else if (warp & 1) {
             burst_wb_rows<BQ>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
         } else if (DQ && warp == 2) {
-            burst_wb_store_dq<D, BQ>(s, tl, qt, b, total);
+            burst_wb_store_dq<D, BQ>(s, maps, tl, qt, b, total);
         }
         return;
     }
@@ -736,6 +744,8 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
                 e = burst_tma_map_view(&maps.k, &s->k, 128);
             if (e == cudaSuccess)
                 e = burst_tma_map_view(&maps.v, &s->v, 128);
+            if (e == cudaSuccess && fused)
+                e = burst_tma_map_dq(&maps.dq, s->dq, s->batch, s->nq, s->hq, s->d, BQ);
             if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
                 return e;
             const int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);

@@ -2,7 +2,7 @@
  * cuda/burst_cuda_tma.cuh - Hopper (sm_90a) asynchronous tile movement for the warp-specialized
  * kernels: shared-memory barriers (mbarrier) with transaction counts, tensor-memory-accelerator
  * (TMA) loads of [B, n, H, d] views into the 128-byte swizzled panel tiles of
- * burst_cuda_wgmma.cuh, bulk reductions of fp32 rows from shared into global memory, named
+ * burst_cuda_wgmma.cuh, TMA reductions of fp32 tiles from shared into global memory, named
  * barriers of some of a block's warps, and the register reallocation between a producer
  * warpgroup and its consumers.
  *
@@ -100,15 +100,21 @@ __device__ __forceinline__ void burst_tma_prefetch_map(const CUtensorMap *map)
 
 /* ---- bulk reductions -------------------------------------------------------------------------- */
 
-/* Add `bytes` (a multiple of 16) of fp32 values from shared memory at src to global memory at dst
- * (both 16-byte aligned), element by element atomically, in the thread's current bulk group.
- * The source is read through the async proxy: its writers fence (burst_fence_proxy_async) first. */
-__device__ __forceinline__ void burst_bulk_add_f32(float *dst, const void *src, unsigned bytes)
+/* Add a box of fp32 values from shared memory at src (1024-byte aligned, 128-byte swizzled
+ * rows of 32 values: burst_tma_map_dq) to the tensor of map m at column col, head h, row `row`
+ * and batch b, element by element atomically, in the thread's current bulk group; elements
+ * outside the tensor (rows past n, columns past d) are not written. The source is read through
+ * the async proxy: its writers fence (burst_fence_proxy_async) first. */
+__device__ __forceinline__ void burst_tma_add(const struct burst_tma_map &m, const void *src,
+                                              int col, int h, int row, int b)
 {
-    asm volatile(
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-        "r"(burst_smem_addr(src)), "r"(bytes)
-        : "memory");
+    const int c1 = m.at[0] == 1 ? h : m.at[1] == 1 ? row : b;
+    const int c2 = m.at[0] == 2 ? h : m.at[1] == 2 ? row : b;
+    const int c3 = m.at[0] == 3 ? h : m.at[1] == 3 ? row : b;
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+                 " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"((uint64_t)&m.map),
+                 "r"(burst_smem_addr(src)), "r"(col), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
 }
 /* Close the thread's current bulk group. */
 __device__ __forceinline__ void burst_bulk_commit()
@@ -152,14 +158,9 @@ template <int N> __device__ __forceinline__ void burst_regs_inc()
 
 /* ---- tensor maps (host) ---------------------------------------------------------------------- */
 
-/* The tensor map of view v (fp16 / bf16, d contiguous, data and strides 16-byte aligned: what
- * the backend's choice of a tensor-core kernel checks) with boxes of 64 columns x `rows` rows
- * (<= 256), 128-byte swizzle, zero fill. A dimension of extent 1 is placed last, whatever its
- * stride. cuTensorMapEncodeTiled is a driver function, reached through the runtime once per
- * process (the build links no driver library). Returns cudaSuccess, or BURST_CUDA_NO_TMA
- * where the driver offers no encoder or refuses the view. */
-static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst_cuda_view *v,
-                                     int rows)
+/* cuTensorMapEncodeTiled, a driver function, reached through the runtime once per process (the
+ * build links no driver library); NULL where the driver offers none. */
+static inline PFN_cuTensorMapEncodeTiled_v12000 burst_tma_encoder()
 {
     static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = nullptr;
@@ -175,6 +176,18 @@ static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst
             fn = nullptr;
         return (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }();
+    return encode;
+}
+
+/* The tensor map of view v (fp16 / bf16, d contiguous, data and strides 16-byte aligned: what
+ * the backend's choice of a tensor-core kernel checks) with boxes of 64 columns x `rows` rows
+ * (<= 256), 128-byte swizzle, zero fill. A dimension of extent 1 is placed last, whatever its
+ * stride. Returns cudaSuccess, or BURST_CUDA_NO_TMA where the driver offers no encoder
+ * (burst_tma_encoder) or refuses the view. */
+static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst_cuda_view *v,
+                                     int rows)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = burst_tma_encoder();
     if (!encode)
         return BURST_CUDA_NO_TMA;
     /* head, row, batch: extents and strides (elements); extent 1 takes a stride past the rest */
@@ -208,6 +221,31 @@ static inline int burst_tma_map_view(struct burst_tma_map *m, const struct burst
                4, (void *)v->data, dims, strides, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : BURST_CUDA_NO_TMA;
+}
+
+/* The tensor map of the contiguous fp32 accumulator dq [batch, nq, hq, d] (16-byte aligned, d a
+ * multiple of 4) with boxes of 32 columns x `rows` rows (<= 256) of one head and batch, 128-byte
+ * swizzle: the destination of burst_tma_add, whose source is one 1024-byte aligned [rows][32]
+ * panel per box. Returns cudaSuccess, or BURST_CUDA_NO_TMA where the driver offers no encoder or
+ * refuses it. */
+static inline int burst_tma_map_dq(struct burst_tma_map *m, float *dq, int64_t batch, int64_t nq,
+                                   int64_t hq, int64_t d, int rows)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = burst_tma_encoder();
+    if (!encode)
+        return BURST_CUDA_NO_TMA;
+    const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)hq, (cuuint64_t)nq, (cuuint64_t)batch};
+    const cuuint64_t strides[3] = {(cuuint64_t)(d * 4), (cuuint64_t)(hq * d * 4),
+                                   (cuuint64_t)(nq * hq * d * 4)};
+    const cuuint32_t box[4] = {32, 1, (cuuint32_t)rows, 1}, one[4] = {1, 1, 1, 1};
+    m->at[0] = 1; /* head, row, batch */
+    m->at[1] = 2;
+    m->at[2] = 3;
+    const CUresult r =
+        encode(&m->map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)dq, dims, strides, box, one,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : BURST_CUDA_NO_TMA;
 }
 
