@@ -654,6 +654,8 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), P = burst_wg_panels<D>();
     static_assert(D <= BURST_CUDA_WG_BWD_MAX, "the wide classes run burst_ww_bwd");
     constexpr int KBYTES = BC * P * 128, QBYTES = BQ * P * 128, SBYTES = BQ * BC * 2;
+    static_assert(BQ % 8 == 0 && (2 * KBYTES + WB_NS * 2 * QBYTES + 3 * SBYTES) % 1024 == 0,
+                  "the dQ staging panels start on 1024-byte boundaries (their swizzle)");
     /* registers per thread: the producer keeps PREGS, the consumers share the rest (CREGS each:
      * 232 at PREGS = 40, 224 at 56). 56 keep the row scalars' code out of local memory but
      * leave the consumers of class 128 too few; 40 spill a little there, in the producer. */
@@ -670,7 +672,7 @@ __global__ void __launch_bounds__(384, 1)
     tl.sv = tl.sk + KBYTES;
     tl.sqo = tl.sv + KBYTES;
     tl.sds = tl.sqo + WB_NS * 2 * QBYTES;
-    tl.sdq = (float *)(tl.sds + 3 * SBYTES);
+    tl.sdq = DQ ? (float *)(tl.sds + 3 * SBYTES) : nullptr;
     tl.rows =
         (struct burst_wg_qrow *)(tl.sds + (DQ ? 3 * SBYTES + 2 * burst_wg_dq_tile<D>() * 4 : 0));
     tl.full = s_full;
@@ -731,12 +733,12 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
         return burst_cuda_launch_bwd_sm90_wide(s);
     } else {
         const bool kv = s->dk || s->dv || s->dk_out.data;
-        const bool fused = s->dq && s->dq_atomic && kv;
+        bool fused = s->dq && s->dq_atomic && kv;
         if (kv) {
             constexpr int BQ = burst_wg_dkdv_bq<D>();
             if (!s->tma)
                 return BURST_CUDA_NO_TMA;
-            struct burst_wb_maps maps;
+            struct burst_wb_maps maps = {};
             int e = burst_tma_map_view(&maps.q, &s->q, BQ);
             if (e == cudaSuccess)
                 e = burst_tma_map_view(&maps.o, &s->dout, BQ);
@@ -744,10 +746,12 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
                 e = burst_tma_map_view(&maps.k, &s->k, 128);
             if (e == cudaSuccess)
                 e = burst_tma_map_view(&maps.v, &s->v, 128);
-            if (e == cudaSuccess && fused)
-                e = burst_tma_map_dq(&maps.dq, s->dq, s->batch, s->nq, s->hq, s->d, BQ);
             if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
                 return e;
+            /* no tensor map of the dQ accumulator: dK/dV here, dQ by burst_wg_dq */
+            if (fused &&
+                burst_tma_map_dq(&maps.dq, s->dq, s->batch, s->nq, s->hq, s->d, BQ) != cudaSuccess)
+                fused = false;
             const int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
             if (fused)
                 burst_wg_dkdv<T, D, true>

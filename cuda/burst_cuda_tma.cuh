@@ -14,7 +14,9 @@
  * exactly one panel of a panel tile. Rows and columns outside the view (past n, past d) arrive
  * as zeros and are never read from global memory, so the class's padding never touches the
  * caller's tensors. A load completes on an mbarrier: the waiter sees the bytes, with no proxy
- * fence, once the barrier's phase completes.
+ * fence, once the barrier's phase completes. A TMA reduction goes the other way through a map
+ * of the fp32 dQ accumulator (burst_tma_map_dq): a [rows][32] swizzled panel added into it,
+ * elements outside it not written.
  *
  * Phases: a barrier initialised for N arrivals completes its k-th phase (k = 0, 1, ...) when N
  * arrivals and every expected transaction byte of that phase have come; a waiter of the k-th
@@ -98,7 +100,7 @@ __device__ __forceinline__ void burst_tma_prefetch_map(const CUtensorMap *map)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
 
-/* ---- bulk reductions -------------------------------------------------------------------------- */
+/* ---- TMA reductions and bulk groups ----------------------------------------------------------- */
 
 /* Add a box of fp32 values from shared memory at src (1024-byte aligned, 128-byte swizzled
  * rows of 32 values: burst_tma_map_dq) to the tensor of map m at column col, head h, row `row`
