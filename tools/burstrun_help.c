@@ -146,9 +146,10 @@ void burstrun_usage(FILE *f)
         "                         N tokens (causal ring prefill into the cache), then\n"
         "  --decode STEPS         decode calls, each attending the new tokens to every rank's\n"
         "                         shard of the cache and merging the partial results; reports\n"
-        "                         prefill time and TFLOP/s (after one untimed prefill with\n"
-        "                         --warmup), decode step latency (median, p99; local\n"
-        "                         attention and merge apart) and tokens/s; --check\n"
+        "                         prefill time and TFLOP/s (the median of --iters prefills\n"
+        "                         after one untimed one with --warmup), decode step latency\n"
+        "                         (median, p99; local attention and merge apart) and\n"
+        "                         tokens/s; --check\n"
         "                         compares sampled rows of every step with the fp64 reference\n"
         "  --spec T               new tokens per sequence and decode call (speculative\n"
         "                         decoding; default 1)\n");
