@@ -693,7 +693,6 @@ static void slow_rank_wait(void **state)
                          "merge_s %.9g)",
                          i, r, s->merge_wait_s, want, l0, l1, s->merge_s);
         }
-        assert_true(slow_stats[1][i].merge_wait_s == 0.0);
         if (slow_stats[0][i].merge_wait_s < SLOW_MS * 0.5e-3)
             fail_msg("step %d: rank 0 waited %g s for rank 1, which slept %d ms", i,
                      slow_stats[0][i].merge_wait_s, SLOW_MS);

@@ -140,7 +140,7 @@ static burst_status_t prefill_seq(struct kv_rank *k, int s, struct kv_buf *q, st
                                   struct kv_buf *v, struct kv_buf *o, double *secs)
 {
     const struct job_params *p = k->p;
-    const int reps = p->iters > 0 ? p->iters : 1;
+    const int reps = p->iters; /* >= 1 */
     double tm[64];
     const int kept = reps < 64 ? reps : 64;
     burst_status_t st = BURST_OK;
