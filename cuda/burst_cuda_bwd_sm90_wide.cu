@@ -213,15 +213,17 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         if constexpr (DQ)
             dq_issue(ca, buf);
     };
-    /* wait for products(st, buf) of tile it, free the stage, add the dQ chunks */
+    /* wait for products(st, buf) of tile it, free the stage once the dV / dK product has read it,
+     * add the dQ chunks */
     auto finish = [&](int it, int st, int buf) {
-        burst_wg_wait<0>();
+        burst_wg_wait<DQ ? 1 : 0>();
         burst_wg_pin<D / 2>(acc);
         burst_mbar_arrive(&bar.freed[st]); /* this thread is done with the stage */
         if constexpr (DQ) {
+            burst_wg_wait<0>();
             dq_add(ca, it);
-            if (PN == 4 || cb < PN) {
-                burst_wg_fence(); /* q was read by the atomics */
+            if (PN == 4 || cb < PN) { /* a constant where both warpgroups have a second chunk */
+                burst_wg_fence();     /* q was read by the atomics */
                 dq_issue(cb, buf);
                 burst_wg_wait<0>();
                 dq_add(cb, it);
@@ -263,8 +265,9 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BC = WW_BC, BQ = WW_BQ, PN = burst_wg_panels<D>();
     constexpr int KBYTES = BC * PN * 128, QBYTES = BQ * PN * 128;
-    /* registers per thread: the producer PREGS, each consumer CREGS (232) */
-    constexpr int PREGS = 40;
+    /* registers per thread: the producer PREGS, each consumer CREGS (232 at D = 256, where its
+     * accumulators need them, 224 at 192, where 40 would make the row warps spill) */
+    constexpr int PREGS = D > 192 ? 40 : 56;
     constexpr int LREGS = 65536 / 384 / 8 * 8, CREGS = (3 * LREGS - PREGS) / 2 / 8 * 8;
     static_assert(PREGS + 2 * CREGS <= 3 * LREGS, "the reallocation fits the launch's");
     extern __shared__ __align__(1024) unsigned char smraw[];

@@ -53,7 +53,7 @@ struct burst_wb_qtiles {
 /* Where a dK/dV block's tiles are in shared memory. */
 struct burst_wb_tiles {
     unsigned char *sk, *sv, *sqo; /* K, V; stage st: Q at sqo + st 2 QBYTES, then dO */
-    unsigned char *sds;           /* DQ: dS tiles 0 and 1, then P */
+    unsigned char *sds;           /* the kernel's P^T / dS^T tiles (its layout) */
     struct burst_wg_qrow *rows;   /* stage st: rows + st BQ */
     float *sdq;                   /* DQ: dQ staging tile k at sdq + k burst_wg_dq_tile */
     int *full;                    /* stage st: its tile sees all of the block's keys */
