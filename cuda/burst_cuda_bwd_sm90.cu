@@ -25,9 +25,10 @@
 #include <limits.h>
 
 #include "burst_cuda_tma.cuh"
+#include "burst_cuda_wb.cuh"
 #include "burst_cuda_wgmma.cuh"
 
-#define WB_NS 3    /* stages of the streamed tiles */
+#define WB_NS 3    /* stages of the streamed tiles (at most WB_NS_MAX) */
 #define WB_ROWS 64 /* rows of a streamed tile */
 
 /* ---- dQ --------------------------------------------------------------------------------------- */
@@ -239,123 +240,6 @@ template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 #define WB_BAR_PAIR 3
 #define WB_BAR_DQ_EMPTY 4
 #define WB_BAR_DQ_FULL 6
-
-/* The tensor maps of a backward step's Q, dO, K and V views (burst_tma_map_view) and, with DQ,
- * of its dQ accumulator (burst_tma_map_dq). */
-struct burst_wb_maps {
-    struct burst_tma_map q, o, k, v, dq;
-};
-
-/* The dK/dV kernel's barriers: K and V landed; a stage's Q, dO and row scalars landed; a stage
- * free again. */
-struct burst_wb_bars {
-    uint64_t kv, full[WB_NS], freed[WB_NS];
-};
-
-/* The query tiles a dK/dV block visits: tile it is query tile burst_dtile_at(it % ntq, rot, ntq)
- * (BQ rows from ifirst) of head g group + it / ntq. The quotient comes from a float reciprocal
- * (exact to one for it < 2^24), corrected, instead of an integer division. */
-struct burst_wb_qtiles {
-    int64_t h0, ifirst;
-    int ntq, bq, rot;
-    float rntq;
-    __device__ __forceinline__ void at(int it, int64_t *h, int64_t *i0) const
-    {
-        int hh = __float2int_rz((float)it * rntq), r = it - hh * ntq;
-        if (r < 0) {
-            hh--;
-            r += ntq;
-        } else if (r >= ntq) {
-            hh++;
-            r -= ntq;
-        }
-        *h = h0 + hh;
-        *i0 = ifirst + (int64_t)burst_dtile_at(r, rot, ntq) * bq;
-    }
-};
-
-/* Where a dK/dV block's tiles are in shared memory. */
-struct burst_wb_tiles {
-    unsigned char *sk, *sv, *sqo; /* K, V; stage st: Q at sqo + st 2 QBYTES, then dO */
-    unsigned char *sds;           /* DQ: dS tiles 0 and 1, then P */
-    struct burst_wg_qrow *rows;   /* stage st: rows + st BQ */
-    float *sdq;                   /* DQ: dQ staging tile k at sdq + k burst_wg_dq_tile */
-    int *full;                    /* stage st: its tile sees all 128 keys */
-};
-
-/* Producer warp 0, one thread: K and V of kv head g from key j0 once, then the total query
- * tiles' Q and dO into the stages, each stage once its previous tile is freed. */
-template <int D, int BQ>
-__device__ __forceinline__ void
-burst_wb_load(const struct burst_wb_maps &maps, const struct burst_wb_tiles &t,
-              struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int b, int g, int j0,
-              int total)
-{
-    constexpr int P = burst_wg_panels<D>(), KBYTES = 128 * P * 128, QBYTES = BQ * P * 128;
-    burst_tma_prefetch_map(&maps.q.map);
-    burst_tma_prefetch_map(&maps.o.map);
-    burst_tma_prefetch_map(&maps.k.map);
-    burst_tma_prefetch_map(&maps.v.map);
-    burst_mbar_expect(&bar.kv, 2 * KBYTES);
-#pragma unroll
-    for (int pn = 0; pn < P; pn++) {
-        burst_tma_load(t.sk + pn * 128 * 128, maps.k, &bar.kv, 64 * pn, g, j0, b);
-        burst_tma_load(t.sv + pn * 128 * 128, maps.v, &bar.kv, 64 * pn, g, j0, b);
-    }
-    for (int it = 0, st = 0; it < total; it++, st = st == WB_NS - 1 ? 0 : st + 1) {
-        if (it >= WB_NS) /* the stage's tile it - NS is done with */
-            burst_mbar_wait(&bar.freed[st], (it / WB_NS + 1) & 1);
-        int64_t h, i0;
-        qt.at(it, &h, &i0);
-        unsigned char *dst = t.sqo + st * 2 * QBYTES;
-        burst_mbar_expect(&bar.full[st], 2 * QBYTES);
-#pragma unroll
-        for (int pn = 0; pn < P; pn++) {
-            burst_tma_load(dst + pn * BQ * 128, maps.q, &bar.full[st], 64 * pn, (int)h, (int)i0, b);
-            burst_tma_load(dst + QBYTES + pn * BQ * 128, maps.o, &bar.full[st], 64 * pn, (int)h,
-                           (int)i0, b);
-        }
-    }
-}
-
-/* Producer warps 1 and 3 (w = 0, 1), every other tile from w: the row scalars of each query
- * tile (lse in log2 units, D, allowed keys; two rows per lane) into its stage, and whether every
- * row sees all 128 keys from j0; each lane arrives on the stage's `full` barrier once it has
- * stored its rows. Two warps give each tile's loads two tiles' time. */
-template <int BQ>
-__device__ __forceinline__ void
-burst_wb_rows(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
-              struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int64_t b, int j0,
-              int total, int w)
-{
-    static_assert(BQ <= 64, "two rows per lane");
-    static_assert(WB_NS >= 2, "the stage of tile it + 2");
-    const int lane = threadIdx.x & 31;
-    for (int it = w, st = w; it < total; it += 2, st = st + 2 >= WB_NS ? st + 2 - WB_NS : st + 2) {
-        /* computed before the stage is free, so that their loads overlap the wait */
-        int64_t h, i0;
-        qt.at(it, &h, &i0);
-        struct burst_wg_qrow q[2];
-        int kbm = 0, kem = INT_MAX;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            q[u] = burst_wg_row<BQ>(s, b, h, i0, lane + 32 * u);
-            kbm = max(kbm, q[u].kb);
-            kem = min(kem, q[u].ke);
-        }
-        kbm = __reduce_max_sync(~0u, kbm);
-        kem = __reduce_min_sync(~0u, kem);
-        if (it >= WB_NS)
-            burst_mbar_wait(&bar.freed[st], (it / WB_NS + 1) & 1);
-#pragma unroll
-        for (int u = 0; u < 2; u++)
-            if (lane + 32 * u < BQ)
-                t.rows[st * BQ + lane + 32 * u] = q[u];
-        if (lane == 0)
-            t.full[st] = kbm <= j0 && kem >= j0 + 128;
-        burst_mbar_arrive(&bar.full[st]); /* each lane's stores, released by its own arrival */
-    }
-}
 
 /* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ (fp32) in staging
  * tile it & 1, lane 0 adds it to s.dq with one tensor reduction per 32 columns of d
@@ -712,9 +596,9 @@ __global__ void __launch_bounds__(384, 1)
         const int warp = threadIdx.x >> 5;
         if (warp == 0) {
             if (threadIdx.x == 0)
-                burst_wb_load<D, BQ>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
+                burst_wb_load<D, BQ, BC, WB_NS>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
         } else if (warp & 1) {
-            burst_wb_rows<BQ>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
+            burst_wb_rows<BQ, BC, WB_NS>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
         } else if (DQ && warp == 2) {
             burst_wb_store_dq<D, BQ>(s, maps, tl, qt, b, total);
         }

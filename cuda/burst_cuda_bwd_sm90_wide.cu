@@ -4,13 +4,17 @@
  * launches it). Same contract as the other backward kernels.
  *
  * At these widths a warpgroup cannot hold dK and dV of its 64 keys in registers (64 x 256 x 2
- * fp32 values over 128 threads: 256 registers each), so the two warpgroups of a block split the
- * work by tensor instead of by keys. A block owns 64 keys of a kv head and loops over the heads of
- * its group and the 64-row query tiles that may see its keys; per tile:
- *   - S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries), the warpgroups taking 32 queries each
- *     (A = the K / V tile, B = their query rows, both from shared memory);
+ * fp32 values over 128 threads: 256 registers each), so the two consumer warpgroups of a block
+ * split the work by tensor instead of by keys. A block owns 64 keys of a kv head and loops over
+ * the heads of its group and the 64-row query tiles that may see its keys. It is warp-specialized
+ * like the kernel of the narrower classes (burst_cuda_wb.cuh): a producer warpgroup loads K and V
+ * once and each tile's Q and dO by TMA into two mbarrier stages and computes the tiles' row
+ * scalars; per tile the consumers compute
+ *   - S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries), each warpgroup 32 of the queries
+ *     (A = the K / V tile, B = its query rows, both from shared memory);
  *   - P^T and dS^T = P^T (dP^T - D) from the saved lse and D, rounded to the input dtype and stored
- *     transposed to shared memory as [query][key] tiles, where both warpgroups read them;
+ *     transposed to shared memory as [query][key] tiles (two buffers, one per tile in turn), where
+ *     both warpgroups read them after a barrier of the two;
  *   - warpgroup 0: dV += P^T dO, warpgroup 1: dK += dS^T Q, each over all D columns (A = the P^T /
  *     dS^T tile read MN-major, B = the dO / Q tile read MN-major);
  *   - plans that are not deterministic: dQ += tau dS K in 64-column chunks (alternating between the
@@ -18,228 +22,87 @@
  *     16-byte float atomics straight from the accumulators (burst_dq_red), so that no dQ kernel
  *     recomputes S and dP. Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after
  *     this one.
- * A pair of a plan that is not deterministic thus costs the five products of the textbook
- * backward. The streamed Q / dO tiles are
- * double-buffered: tile it + 1 is copied while tile it is computed (the copy is issued after the
- * barrier that ends every product of tile it - 1, which read that buffer). P and dS are rounded
- * to the input dtype as A operands, as in the other kernels (tests/harness.h bounds this).
+ * The warpgroups meet once per tile, at the barrier after which both halves of P^T and dS^T are
+ * stored; a consumer does not overlap one tile's products with the next tile's scores (at
+ * D = 256 the registers that would take make the compiler spill accumulators and serialise the
+ * products). A pair of a plan that is not deterministic costs the five products of the textbook
+ * backward. P and dS are rounded to the input dtype as A operands, as in the other
+ * kernels (tests/harness.h bounds this).
  */
 #include <limits.h>
 
+#include "burst_cuda_tma.cuh"
+#include "burst_cuda_wb.cuh"
 #include "burst_cuda_wgmma.cuh"
 
-#define WW_NS 2  /* buffers of the streamed Q / dO tiles */
-#define WW_BC 64 /* keys of a block */
-#define WW_BQ 64 /* query rows of a streamed tile */
+#define WW_NS 2       /* stages of the streamed Q / dO tiles */
+#define WW_BC 64      /* keys of a block */
+#define WW_BQ 64      /* query rows of a streamed tile */
+#define WW_BAR_PAIR 3 /* named barrier of the two consumer warpgroups (P^T and dS^T stored) */
 
-/* K and V, WW_NS stages of Q and dO, the P^T and dS^T tiles, the row scalars. No alignment slack:
- * the shared memory is declared __align__(1024) and the kernel traps otherwise (at D = 256 the
- * slack would not fit 227 KiB beside the toolchain's 1 KiB padding of the static part). */
+/* K and V, WW_NS stages of Q and dO, two buffers of the P^T and dS^T tiles, the stages' row
+ * scalars. No alignment slack: the shared memory is declared __align__(1024) and the kernel
+ * traps otherwise (at D = 256 the kernel takes all of 227 KiB with the toolchain's 1 KiB padding
+ * of the static part). */
 template <int D> constexpr size_t burst_ww_smem()
 {
-    return (size_t)(2 * WW_BC + WW_NS * 2 * WW_BQ) * burst_wg_panels<D>() * 128 + 2 * WW_BQ * 128 +
-           WW_NS * WW_BQ * sizeof(struct burst_wg_qrow);
+    return (size_t)(2 * WW_BC + WW_NS * 2 * WW_BQ) * burst_wg_panels<D>() * 128 +
+           2 * 2 * WW_BQ * 128 + WW_NS * WW_BQ * sizeof(struct burst_wg_qrow);
 }
 
-template <typename T, int D, bool DQ>
-__global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
+/* P^T in sc and dS^T in dp (in place; column = query row wc HQ + 8 n + cq (+ 1) of the tile in
+ * stage st) for this thread's keys key0, key0 + 8. */
+template <int HQ>
+__device__ __forceinline__ void burst_ww_dsoft(const struct burst_cuda_step &s,
+                                               const struct burst_wb_tiles &t, int st, int wc,
+                                               int key0, float *sc, float *dp)
 {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BC = WW_BC, BQ = WW_BQ, NT = 256, PN = burst_wg_panels<D>();
-    constexpr int KBYTES = BC * PN * 128, QBYTES = BQ * PN * 128, SBYTES = BQ * 128;
-    constexpr int HQ = BQ / 2; /* queries of S^T per warpgroup */
-    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4;
-    extern __shared__ __align__(1024) unsigned char smraw[];
-    unsigned char *sk = smraw; /* __align__(1024): the panels' swizzle pattern repeats there */
-    if (burst_smem_addr(smraw) & 1023u)
-        __trap();
-    unsigned char *sv = sk + KBYTES, *sqo = sv + KBYTES; /* stage st: Q, then dO */
-    unsigned char *sp = sqo + WW_NS * 2 * QBYTES, *sds = sp + SBYTES;
-    struct burst_wg_qrow *rows = (struct burst_wg_qrow *)(sds + SBYTES);
-    __shared__ int s_full[WW_NS][2]; /* per stage: its tile sees all 64 keys (warps 0, 1) */
-    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3;
-    const int lane = threadIdx.x & 31;
-    const int64_t tiles = (s.nk + BC - 1) / BC;
-    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
-    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
+    const struct burst_wg_qrow *rw = t.rows + st * WW_BQ + wc * HQ;
+    const int cq = 2 * (threadIdx.x & 3);
     const float sl2 = s.scale * BURST_LOG2E;
-
-    /* the block's queries, uniform: first key's first query to last key's end */
-    int64_t imin, imax, unused;
-    burst_dqueries(s, j0, &imin, &unused);
-    burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
-    if (imin >= imax) { /* no query sees these keys */
-        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
-        return;
-    }
-    const int64_t ifirst = imin / BQ * BQ;
-    const int ntq = (int)((imax - ifirst + BQ - 1) / BQ), total = ntq * (int)s.group;
-    const int rot = burst_dtile_rot(j0, ifirst, BQ, ntq);
-    auto tile_at = [&](int it, int64_t *h, int64_t *i0) {
-        *h = g * s.group + it / ntq;
-        *i0 = ifirst + (int64_t)burst_dtile_at(it % ntq, rot, ntq) * BQ;
-    };
-    /* the row scalars of query tile `it` (threads < BQ: one row each), loaded one tile early */
-    auto row_scalars = [&](int it) {
-        int64_t h, i0;
-        tile_at(it, &h, &i0);
-        return burst_wg_row<BQ>(s, b, h, i0, (int)threadIdx.x);
-    };
-    burst_wg_loader<T, D, BQ, NT> lq, lo;
-    /* issue the copies of query tile `it` into stage st and store its row scalars r */
-    auto issue = [&](int it, int st, const struct burst_wg_qrow &r) {
-        int64_t h, i0;
-        tile_at(it, &h, &i0);
-        unsigned char *dst = sqo + st * 2 * QBYTES;
-        lq.init(s.q, b, h, s.d);
-        lq.load(dst, i0, s.nq);
-        lo.init(s.dout, b, h, s.d);
-        lo.load(dst + QBYTES, i0, s.nq);
-        burst_cp_commit();
-        if (threadIdx.x < BQ)
-            rows[st * BQ + threadIdx.x] = r;
-        if (threadIdx.x < 64) { /* warps 0 and 1 hold the rows: is every key allowed? */
-            const int kbm = __reduce_max_sync(~0u, r.kb), kem = __reduce_min_sync(~0u, r.ke);
-            if (lane == 0)
-                s_full[st][warp] = kbm <= j0 && kem >= j0 + BC;
-        }
-    };
-    {
-        burst_wg_loader<T, D, BC, NT> lk;
-        lk.init(s.k, b, g, s.d);
-        lk.load(sk, j0, s.nk);
-        lk.init(s.v, b, g, s.d);
-        lk.load(sv, j0, s.nk);
-    }
-    issue(0, 0, row_scalars(0));
-    struct burst_wg_qrow rnext = row_scalars(total > 1 ? 1 : 0); /* of the next tile issued */
-
-    float acc[D / 2]; /* warpgroup 0: dV, 1: dK; key rows x all D columns */
-#pragma unroll
-    for (int n = 0; n < D / 2; n++)
-        acc[n] = 0.0f;
-    float sc[HQ / 2], dp[HQ / 2];
-    const int rq = lane >> 2, cq = 2 * (lane & 3);
-    const int key0 = (int)j0 + warp * 16 + rq; /* this thread's keys: key0, key0 + 8 */
-    /* descriptors (low words, burst_wg_dlo) */
-    const uint32_t dkd = burst_wg_dlo(sk, 16), dvd = burst_wg_dlo(sv, 16); /* A, K-major */
-    const uint32_t dqh = burst_wg_dlo(sqo + wg * HQ * 128, 16); /* B: this wg's queries */
-    const uint32_t doh = burst_wg_dlo(sqo + QBYTES + wg * HQ * 128, 16);
-    /* the dV / dK product: A = P^T or dS^T, B = dO or Q, both MN-major */
-    const uint32_t dxa = burst_wg_dlo(wg == 0 ? sp : sds, BQ * 128);
-    const uint32_t dxb = burst_wg_dlo(sqo + (wg == 0 ? QBYTES : 0), BQ * 128);
-    const uint32_t dsk = burst_wg_dlo(sds, 16);      /* dS as A of dQ, K-major */
-    const uint32_t dkt = burst_wg_dlo(sk, BC * 128); /* K as B of dQ, MN-major */
-
-    auto tile_begin = [&](int it, int st) {
-        burst_cp_wait<0>();
-        burst_fence_proxy_async();
-        __syncthreads();
-        if (it + 1 < total) {
-            issue(it + 1, st ^ 1, rnext);
-            if (it + 2 < total)
-                rnext = row_scalars(it + 2);
-        }
-        burst_wg_fence();
-        burst_wg_abt<T, D, HQ, BC, BQ>(sc, dkd, dqh + st * DSTAGE);
-        burst_wg_abt<T, D, HQ, BC, BQ>(dp, dvd, doh + st * DSTAGE);
-    };
-    /* P^T in sc and dS^T in dp; column = query row wg HQ + 8 n + cq (+ 1) of the tile */
-    auto dsoft = [&](int st) {
-        const struct burst_wg_qrow *rw = rows + st * BQ + wg * HQ;
-        unsigned ok = ~0u; /* the mask as bits 4 n + e, all set where the tile sees all keys */
-        if (!(s_full[st][0] && s_full[st][1])) {
-            ok = 0;
-#pragma unroll
-            for (int n = 0; n < HQ / 8; n++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int2 kr = *(const int2 *)&rw[n * 8 + cq + c].kb; /* kb, ke */
-#pragma unroll
-                    for (int u = 0; u < 2; u++)
-                        if (key0 + 8 * u >= kr.x && key0 + 8 * u < kr.y)
-                            ok |= 1u << (4 * n + 2 * u + c);
-                }
-        }
-        const bool cap = s.cap_in != 0.0f;
+    unsigned ok = ~0u; /* the mask as bits 4 n + e, all set where the tile sees all keys */
+    if (!t.full[st]) {
+        ok = 0;
 #pragma unroll
         for (int n = 0; n < HQ / 8; n++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
+                const int2 kr = *(const int2 *)&rw[n * 8 + cq + c].kb; /* kb, ke */
 #pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int e = 2 * u + c;
-                    float x = sc[4 * n + e], slope = 1.0f;
-                    if (cap) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
-                        x = burst_dcap_score(s, x);
-                        const float th = burst_dcap_tanh(s, x);
-                        slope = fmaf(-th, th, 1.0f);
-                    }
-                    const float p = ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(x, sl2, -r.x)) : 0.0f;
-                    sc[4 * n + e] = p;
-                    dp[4 * n + e] = p * (dp[4 * n + e] - r.y) * slope;
+                for (int u = 0; u < 2; u++)
+                    if (key0 + 8 * u >= kr.x && key0 + 8 * u < kr.y)
+                        ok |= 1u << (4 * n + 2 * u + c);
+            }
+    }
+    const bool cap = s.cap_in != 0.0f;
+#pragma unroll
+    for (int n = 0; n < HQ / 8; n++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const float2 r = *(const float2 *)&rw[n * 8 + cq + c]; /* l2, dl */
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int e = 2 * u + c;
+                float x = sc[4 * n + e], slope = 1.0f;
+                if (cap) { /* soft-capped scores, dS times the cap's derivative 1 - tanh^2 */
+                    x = burst_dcap_score(s, x);
+                    const float th = burst_dcap_tanh(s, x);
+                    slope = fmaf(-th, th, 1.0f);
                 }
-            }
-    };
-    /* x^T (keys x this warpgroup's queries) -> tile t as [query][key] rows of 64 keys, this
-     * warpgroup's HQ query rows from wg HQ */
-    auto store_t = [&](const float *x, unsigned char *tile) {
-        burst_wg_store_t<T, HQ>(tile + wg * HQ * 128, x);
-    };
-    /* dQ chunk c (columns 64 c..) of the tile: issue q = dS K[:, chunk] (one commit group) */
-    auto dq_issue = [&](float *q, int c) {
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++)
-            burst_wg_ssop<T, 64, 0, 1>::run(q, burst_wg_dhi(dsk + kk * 2),
-                                            burst_wg_dhi(dkt + ((c * BC * 128 + kk * 2048) >> 4)),
-                                            kk > 0);
-        burst_wg_commit();
-    };
-    /* s.dq += tau q: rows (queries) 16 warp + rq (+ 8) of tile `it`, columns 64 c + 8 n.. */
-    auto dq_add = [&](const float *q, int c, int it) {
-        int64_t h, i0;
-        tile_at(it, &h, &i0);
-        const struct burst_dq_rows rows = burst_dq_at(s, b, h, i0 + warp * 16 + rq, lane);
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-            burst_dq_red(s, rows, c * 64 + n * 8, q + 4 * n);
-    };
-    for (int it = 0; it < total; it++) {
-        const int st = it & 1;
-        tile_begin(it, st);
-        burst_wg_wait<0>();
-        burst_wg_pin<HQ / 2>(sc);
-        burst_wg_pin<HQ / 2>(dp);
-        dsoft(st);
-        store_t(sc, sp);
-        store_t(dp, sds);
-        burst_fence_proxy_async();
-        __syncthreads(); /* both halves of P^T and dS^T */
-        burst_wg_fence();
-        burst_wg_mn<T, D, BQ>(acc, dxa, dxb + st * DSTAGE);
-        if constexpr (DQ) {
-            float qa[32], qb[32];
-            const int ca = wg, cb = wg + 2; /* chunks wg, wg + 2 (PN = 3: one for warpgroup 1) */
-            dq_issue(qa, ca);
-            if (cb < PN) {
-                dq_issue(qb, cb);
-                burst_wg_wait<1>();
-            } else {
-                burst_wg_wait<0>();
-            }
-            burst_wg_pin<32>(qa);
-            dq_add(qa, ca, it);
-            if (cb < PN) {
-                burst_wg_wait<0>();
-                burst_wg_pin<32>(qb);
-                dq_add(qb, cb, it);
+                const float p = ok >> (4 * n + e) & 1 ? burst_ex2(fmaf(x, sl2, -r.x)) : 0.0f;
+                sc[4 * n + e] = p;
+                dp[4 * n + e] = p * (dp[4 * n + e] - r.y) * slope;
             }
         }
-        burst_wg_wait<0>();
-        burst_wg_pin<D / 2>(acc);
-    }
+}
 
+/* This thread's rows of the accumulator (warpgroup 0: dV, 1: dK times tau), keys key0 and
+ * key0 + 8, added to the fp32 accumulators or written final (s.dk_out) in the dtype. */
+template <int D>
+__device__ __forceinline__ void burst_ww_store(const struct burst_cuda_step &s, int wc, int64_t b,
+                                               int64_t g, int64_t key0, const float *acc)
+{
+    const int cq = 2 * (threadIdx.x & 3);
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         const int64_t j = key0 + 8 * u;
@@ -251,7 +114,7 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
                 if (n * 8 >= s.d) /* the class's columns past d are not the caller's */
                     break;
                 const float x = acc[4 * n + 2 * u], y = acc[4 * n + 2 * u + 1];
-                if (wg == 0) /* the values an fp32 accumulator starting at 0 would hold */
+                if (wc == 0) /* the values an fp32 accumulator starting at 0 would hold */
                     burst_final_pair(s.dv_out, b, j, g, n * 8 + cq, 0.0f + x, 0.0f + y);
                 else
                     burst_final_pair(s.dk_out, b, j, g, n * 8 + cq, fmaf(s.scale, x, 0.0f),
@@ -259,7 +122,7 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
             }
             continue;
         }
-        float *dst = wg == 0 ? s.dv : s.dk;
+        float *dst = wc == 0 ? s.dv : s.dk;
         if (!dst)
             continue;
         dst += ((b * s.nk + j) * s.hkv + g) * s.d;
@@ -268,12 +131,202 @@ __global__ void __launch_bounds__(256, 1) burst_ww_bwd(struct burst_cuda_step s)
             if (n * 8 >= s.d)
                 break;
             float2 *p2 = (float2 *)(dst + n * 8 + cq), x = *p2;
-            x.x = wg == 0 ? x.x + acc[4 * n + 2 * u] : fmaf(s.scale, acc[4 * n + 2 * u], x.x);
+            x.x = wc == 0 ? x.x + acc[4 * n + 2 * u] : fmaf(s.scale, acc[4 * n + 2 * u], x.x);
             x.y =
-                wg == 0 ? x.y + acc[4 * n + 2 * u + 1] : fmaf(s.scale, acc[4 * n + 2 * u + 1], x.y);
+                wc == 0 ? x.y + acc[4 * n + 2 * u + 1] : fmaf(s.scale, acc[4 * n + 2 * u + 1], x.y);
             *p2 = x;
         }
     }
+}
+
+/* Consumer warpgroup wc (0: dV, 1: dK) of the block's total query tiles, as the file's comment
+ * describes. */
+template <typename T, int D, bool DQ>
+__device__ __forceinline__ void
+burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
+                 struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int wc, int64_t b,
+                 int64_t g, int64_t j0, int total)
+{
+    constexpr int BC = WW_BC, BQ = WW_BQ, PN = burst_wg_panels<D>();
+    constexpr int QBYTES = BQ * PN * 128, SBYTES = BQ * 128;
+    constexpr int HQ = BQ / 2; /* queries of S^T per warpgroup */
+    constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = SBYTES >> 4;
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, rq = lane >> 2;
+    const int key0 = (int)j0 + warp * 16 + rq;            /* this thread's keys: key0, key0 + 8 */
+    unsigned char *sp = t.sds, *sds = t.sds + 2 * SBYTES; /* two buffers each */
+
+    float acc[D / 2]; /* warpgroup 0: dV, 1: dK; key rows x all D columns */
+#pragma unroll
+    for (int n = 0; n < D / 2; n++)
+        acc[n] = 0.0f;
+    float sc[HQ / 2], dp[HQ / 2], q[DQ ? 32 : 1];
+    /* descriptors (low words, burst_wg_dlo) */
+    const uint32_t dkd = burst_wg_dlo(t.sk, 16), dvd = burst_wg_dlo(t.sv, 16); /* A, K-major */
+    const uint32_t dqh = burst_wg_dlo(t.sqo + wc * HQ * 128, 16); /* B: this wg's queries */
+    const uint32_t doh = burst_wg_dlo(t.sqo + QBYTES + wc * HQ * 128, 16);
+    /* the dV / dK product: A = P^T or dS^T, B = dO or Q, both MN-major */
+    const uint32_t dxa = burst_wg_dlo(wc == 0 ? sp : sds, BQ * 128);
+    const uint32_t dxb = burst_wg_dlo(t.sqo + (wc == 0 ? QBYTES : 0), BQ * 128);
+    const uint32_t dsk = burst_wg_dlo(sds, 16);        /* dS as A of dQ, K-major */
+    const uint32_t dkt = burst_wg_dlo(t.sk, BC * 128); /* K as B of dQ, MN-major */
+    const int ca = wc, cb = wc + 2; /* this warpgroup's dQ chunks (cb where < PN) */
+
+    /* issue S^T and dP^T of tile it (stage st) once it has landed */
+    auto scores = [&](int it, int st) {
+        burst_mbar_wait(&bar.full[st], (it / WW_NS) & 1);
+        burst_wg_fence();
+        burst_wg_abt<T, D, HQ, BC, BQ>(sc, dkd, dqh + st * DSTAGE);
+        burst_wg_abt<T, D, HQ, BC, BQ>(dp, dvd, doh + st * DSTAGE);
+    };
+    /* P^T and dS^T of tile it (stage st) into buffer buf, then the pair barrier */
+    auto keep = [&](int st, int buf) {
+        burst_wg_pin<HQ / 2>(sc);
+        burst_wg_pin<HQ / 2>(dp);
+        burst_ww_dsoft<HQ>(s, t, st, wc, key0, sc, dp);
+        burst_wg_store_t<T, HQ>(sp + buf * SBYTES + wc * HQ * 128, sc);
+        burst_wg_store_t<T, HQ>(sds + buf * SBYTES + wc * HQ * 128, dp);
+        burst_fence_proxy_async();
+        burst_named_sync(WW_BAR_PAIR, 256); /* both halves of P^T and dS^T stored */
+    };
+    /* dQ chunk c (columns 64 c..) of the tile in buffer buf: issue q = dS K[:, chunk] */
+    auto dq_issue = [&](int c, int buf) {
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++)
+            burst_wg_ssop<T, 64, 0, 1>::run(q, burst_wg_dhi(dsk + buf * DSBUF + kk * 2),
+                                            burst_wg_dhi(dkt + ((c * BC * 128 + kk * 2048) >> 4)),
+                                            kk > 0);
+        burst_wg_commit();
+    };
+    /* s.dq += tau q: rows (queries) 16 warp + rq (+ 8) of tile it, columns 64 c + 8 n.. */
+    auto dq_add = [&](int c, int it) {
+        burst_wg_pin<32>(q);
+        int64_t h, i0;
+        qt.at(it, &h, &i0);
+        const struct burst_dq_rows r = burst_dq_at(s, b, h, i0 + warp * 16 + rq, lane);
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            burst_dq_red(s, r, c * 64 + n * 8, q + 4 * n);
+    };
+    /* issue tile it's dV / dK product and first dQ chunk (stage st, buffer buf) */
+    auto products = [&](int st, int buf) {
+        burst_wg_mn<T, D, BQ>(acc, dxa + buf * DSBUF, dxb + st * DSTAGE);
+        if constexpr (DQ)
+            dq_issue(ca, buf);
+    };
+    /* wait for products(st, buf) of tile it, free the stage once the dV / dK product has read it,
+     * add the dQ chunks */
+    auto finish = [&](int it, int st, int buf) {
+        burst_wg_wait<DQ ? 1 : 0>();
+        burst_wg_pin<D / 2>(acc);
+        burst_mbar_arrive(&bar.freed[st]); /* this thread is done with the stage */
+        if constexpr (DQ) {
+            burst_wg_wait<0>();
+            dq_add(ca, it);
+            if (PN == 4 || cb < PN) { /* a constant where both warpgroups have a second chunk */
+                burst_wg_fence();     /* q was read by the atomics */
+                dq_issue(cb, buf);
+                burst_wg_wait<0>();
+                dq_add(cb, it);
+            }
+        }
+    };
+
+    /* The first tile apart: a wgmma under a branch the compiler cannot prove uniform gets
+     * serialised. */
+    burst_mbar_wait(&bar.kv, 0);
+    scores(0, 0);
+    burst_wg_wait<0>();
+    keep(0, 0);
+    int prev = 0;
+    for (int it = 1; it < total; it++) {
+        const int st = it & 1, pb = prev; /* stage and buffer: it % 2 */
+        burst_wg_fence();
+        products(pb, pb);
+        finish(it - 1, pb, pb);
+        scores(it, st);
+        burst_wg_wait<0>();
+        keep(st, st);
+        prev = st;
+    }
+    burst_wg_fence();
+    products(prev, prev);
+    finish(total - 1, prev, prev);
+    burst_ww_store<D>(s, wc, b, g, key0, acc);
+}
+
+/* The kernel: a block owns 64 keys of kv head g. Warpgroup 0 produces (warp 0 loads K and V once
+ * and the Q and dO tiles into WW_NS stages by TMA, warps 1 and 3 compute the row scalars of every
+ * other tile) and keeps PREGS registers per thread; warpgroups 1 and 2 consume (dV and dK). */
+template <typename T, int D, bool DQ>
+__global__ void __launch_bounds__(384, 1)
+    burst_ww_bwd(const __grid_constant__ struct burst_cuda_step s,
+                 const __grid_constant__ struct burst_wb_maps maps)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BC = WW_BC, BQ = WW_BQ, PN = burst_wg_panels<D>();
+    constexpr int KBYTES = BC * PN * 128, QBYTES = BQ * PN * 128;
+    /* registers per thread: the producer PREGS, each consumer CREGS (232 at D = 256, where its
+     * accumulators need them, 224 at 192, where 40 would make the row warps spill) */
+    constexpr int PREGS = D > 192 ? 40 : 56;
+    constexpr int LREGS = 65536 / 384 / 8 * 8, CREGS = (3 * LREGS - PREGS) / 2 / 8 * 8;
+    static_assert(PREGS + 2 * CREGS <= 3 * LREGS, "the reallocation fits the launch's");
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    __shared__ struct burst_wb_bars bar;
+    __shared__ int s_full[WW_NS];
+    if (burst_smem_addr(smraw) & 1023u) /* the panels' swizzle pattern repeats at 1024 bytes */
+        __trap();
+    struct burst_wb_tiles tl;
+    tl.sk = smraw;
+    tl.sv = tl.sk + KBYTES;
+    tl.sqo = tl.sv + KBYTES;
+    tl.sds = tl.sqo + WW_NS * 2 * QBYTES; /* P^T buffers 0, 1, then dS^T buffers 0, 1 */
+    tl.sdq = nullptr;
+    tl.rows = (struct burst_wg_qrow *)(tl.sds + 4 * BQ * 128);
+    tl.full = s_full;
+    const int wg = burst_wg_index();
+    const int64_t tiles = (s.nk + BC - 1) / BC;
+    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
+    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
+
+    /* the block's queries, uniform: first key's first query to last key's end */
+    int64_t imin, imax, unused;
+    burst_dqueries(s, j0, &imin, &unused);
+    burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
+    if (imin >= imax) { /* no query sees these keys */
+        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
+        return;
+    }
+    struct burst_wb_qtiles qt;
+    qt.h0 = g * s.group;
+    qt.ifirst = imin / BQ * BQ;
+    qt.ntq = (int)((imax - qt.ifirst + BQ - 1) / BQ);
+    qt.bq = BQ;
+    qt.rot = burst_dtile_rot(j0, qt.ifirst, BQ, qt.ntq);
+    qt.rntq = 1.0f / (float)qt.ntq;
+    const int total = qt.ntq * (int)s.group;
+    if (threadIdx.x == 0) {
+        burst_mbar_init(&bar.kv, 1);
+        for (int st = 0; st < WW_NS; st++) {
+            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, a row warp's lanes' */
+            burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
+        }
+        burst_mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        burst_regs_dec<PREGS>();
+        const int warp = threadIdx.x >> 5;
+        if (warp == 0) {
+            if (threadIdx.x == 0)
+                burst_wb_load<D, BQ, BC, WW_NS>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
+        } else if (warp & 1) {
+            burst_wb_rows<BQ, BC, WW_NS>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
+        }
+        return;
+    }
+    burst_regs_inc<CREGS>();
+    burst_ww_consume<T, D, DQ>(s, tl, bar, qt, wg - 1, b, g, j0, total);
 #endif
 }
 
@@ -282,14 +335,26 @@ template <typename T, int D> static int burst_ww_run(const struct burst_cuda_ste
     const bool kv = s->dk || s->dv || s->dk_out.data;
     const bool fused = s->dq && s->dq_atomic && kv;
     if (kv) {
+        if (!s->tma)
+            return BURST_CUDA_NO_TMA;
+        struct burst_wb_maps maps = {};
+        int e = burst_tma_map_view(&maps.q, &s->q, WW_BQ);
+        if (e == cudaSuccess)
+            e = burst_tma_map_view(&maps.o, &s->dout, WW_BQ);
+        if (e == cudaSuccess)
+            e = burst_tma_map_view(&maps.k, &s->k, WW_BC);
+        if (e == cudaSuccess)
+            e = burst_tma_map_view(&maps.v, &s->v, WW_BC);
+        if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
+            return e;
         const int64_t blocks = s->batch * s->hkv * ((s->nk + WW_BC - 1) / WW_BC);
         if (fused)
             burst_ww_bwd<T, D, true>
-                <<<(unsigned)blocks, 256, burst_ww_smem<D>(), cudaStreamPerThread>>>(*s);
+                <<<(unsigned)blocks, 384, burst_ww_smem<D>(), cudaStreamPerThread>>>(*s, maps);
         else
             burst_ww_bwd<T, D, false>
-                <<<(unsigned)blocks, 256, burst_ww_smem<D>(), cudaStreamPerThread>>>(*s);
-        const cudaError_t e = cudaGetLastError();
+                <<<(unsigned)blocks, 384, burst_ww_smem<D>(), cudaStreamPerThread>>>(*s, maps);
+        e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
     }
@@ -311,6 +376,8 @@ extern "C" int burst_cuda_launch_bwd_sm90_wide(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_ww_attr()
 {
+    static_assert(burst_ww_smem<D>() + 1024 <= 232448,
+                  "the kernel, with its static 1 KiB, fits Hopper's 227 KiB per block");
     cudaError_t e =
         cudaFuncSetAttribute(burst_ww_bwd<T, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)burst_ww_smem<D>());
