@@ -18,7 +18,7 @@
  *   - dQ: a block owns 128 query rows of a head (2 consumer warpgroups x 64) and loops over
  *     64-key tiles: S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed). A
  *     producer thread loads its key tiles by TMA into 3 mbarrier stages.
- * In both, each tile's elementwise work overlaps the previous tile's P / dS products, as in the
+ * In each, a tile's elementwise work overlaps the previous tile's P / dS products, as in the
  * forward. P and dS are rounded to the input dtype as A operands, as in the sm_80 kernels
  * (tests/harness.h bounds this).
  */
