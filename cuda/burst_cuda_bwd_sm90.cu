@@ -15,10 +15,10 @@
  *     from shared memory), P^T from the saved lse, dS^T = P^T (dP^T - D), then dV += P^T dO and
  *     dK += dS^T Q (A = P^T / dS^T, B = the dO / Q tile read transposed);
  *   - dK/dV/dQ (DQ): the dK/dV kernel that also adds dQ (burst_wg_dkdv's comment);
- *   - dQ: a block owns 128 query rows of a head (2 warpgroups x 64) and loops over 64-key tiles:
- *     S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed). Its key tiles go
- *     through 3 cp.async stages, one tile ahead.
- * In both, each tile's elementwise work overlaps the previous tile's P / dS products, as in the
+ *   - dQ: a block owns 128 query rows of a head (2 consumer warpgroups x 64) and loops over
+ *     64-key tiles: S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K (K read transposed). A
+ *     producer thread loads its key tiles by TMA into 3 mbarrier stages.
+ * In each, a tile's elementwise work overlaps the previous tile's P / dS products, as in the
  * forward. P and dS are rounded to the input dtype as A operands, as in the sm_80 kernels
  * (tests/harness.h bounds this).
  */
@@ -33,73 +33,85 @@
 
 /* ---- dQ --------------------------------------------------------------------------------------- */
 
+/* Q and dO (128 rows each), WB_NS stages of K and V tiles (WB_ROWS rows). No alignment slack: the
+ * shared memory is declared __align__(1024) and the kernel traps otherwise. */
 template <int D> constexpr size_t burst_wg_dq_smem()
 {
-    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * burst_wg_panels<D>() * 128 + 1024;
+    return (size_t)(2 * 128 + WB_NS * 2 * WB_ROWS) * burst_wg_panels<D>() * 128;
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
+/* The dQ kernel's tensor maps: Q and dO with 128-row boxes, K and V with WB_ROWS-row ones. */
+struct burst_wq_maps {
+    struct burst_tma_map q, o, k, v;
+};
+
+/* Its barriers: Q and dO landed; a stage's K and V landed; a stage free again. */
+struct burst_wq_bars {
+    uint64_t qo, full[WB_NS], freed[WB_NS];
+};
+
+/* Producer thread: Q and dO of head h from row i0 once, then the nt key tiles from jfirst (K and
+ * V of kv head g) into the stages, each stage once the consumers have freed its previous tile. */
+template <int D>
+__device__ __forceinline__ void burst_wq_load(const struct burst_wq_maps &maps, unsigned char *sq,
+                                              unsigned char *sdo, unsigned char *skv,
+                                              struct burst_wq_bars &bar, int b, int h, int g,
+                                              int i0, int jfirst, int nt)
 {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BR = 128, BC = WB_ROWS, NT = 256;
-    constexpr int QBYTES = BR * burst_wg_panels<D>() * 128,
-                  KBYTES = BC * burst_wg_panels<D>() * 128;
+    constexpr int P = burst_wg_panels<D>(), BC = WB_ROWS;
+    constexpr int QBYTES = 128 * P * 128, KBYTES = BC * P * 128;
+    burst_tma_prefetch_map(&maps.q.map);
+    burst_tma_prefetch_map(&maps.o.map);
+    burst_tma_prefetch_map(&maps.k.map);
+    burst_tma_prefetch_map(&maps.v.map);
+    burst_mbar_expect(&bar.qo, 2 * QBYTES);
+#pragma unroll
+    for (int pn = 0; pn < P; pn++) {
+        burst_tma_load(sq + pn * 128 * 128, maps.q, &bar.qo, 64 * pn, h, i0, b);
+        burst_tma_load(sdo + pn * 128 * 128, maps.o, &bar.qo, 64 * pn, h, i0, b);
+    }
+    for (int j = 0, st = 0; j < nt; j++, st = st == WB_NS - 1 ? 0 : st + 1) {
+        if (j >= WB_NS) /* the stage's tile j - NS is done with */
+            burst_mbar_wait(&bar.freed[st], (j / WB_NS + 1) & 1);
+        unsigned char *dst = skv + st * 2 * KBYTES;
+        burst_mbar_expect(&bar.full[st], 2 * KBYTES);
+#pragma unroll
+        for (int pn = 0; pn < P; pn++) {
+            burst_tma_load(dst + pn * BC * 128, maps.k, &bar.full[st], 64 * pn, g, jfirst + j * BC,
+                           b);
+            burst_tma_load(dst + KBYTES + pn * BC * 128, maps.v, &bar.full[st], 64 * pn, g,
+                           jfirst + j * BC, b);
+        }
+    }
+}
+
+/* Consumer warpgroup wc: query rows i0 + 64 wc .. + 63 of head h over the nt key tiles from
+ * jfirst, as the kernel's comment describes; wb, we: the keys every one of its rows may see. */
+template <typename T, int D>
+__device__ __forceinline__ void
+burst_wq_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigned char *sdo,
+                 unsigned char *skv, struct burst_wq_bars &bar, int wc, int64_t b, int64_t h,
+                 int64_t i0, int64_t jfirst, int nt, int *rng)
+{
+    constexpr int BC = WB_ROWS, KBYTES = BC * burst_wg_panels<D>() * 128;
     constexpr uint32_t DSTAGE = 2 * KBYTES >> 4;
-    extern __shared__ __align__(1024) unsigned char smraw[];
-    __shared__ int s_rng[2][2];
-    unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
-    unsigned char *sdo = sq + QBYTES, *skv = sdo + QBYTES;
-    const int wg = burst_wg_index(), warp = (threadIdx.x >> 5) & 3;
-    const int lane = threadIdx.x & 31;
-    const int64_t tiles = (s.nq + BR - 1) / BR;
-    const int64_t t = tiles - 1 - blockIdx.x % tiles;
-    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
-    const int64_t g = h / s.group, i0 = t * BR;
-    const float sl2 = s.scale * BURST_LOG2E;
-
-    int64_t kmin, kmax, unused; /* uniform, as in the forward */
-    burst_dkeys(s, i0, &kmin, &unused);
-    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
-    if (kmin >= kmax)
-        return;
-
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int rq = lane >> 2, cq = 2 * (lane & 3);
+    const float sl2 = s.scale * BURST_LOG2E;
     int kb[2], ke[2];
     float l2[2], dl[2];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const struct burst_brow r = burst_brow_at(s, b, h, i0 + wg * 64 + warp * 16 + rq + 8 * u);
+        const struct burst_brow r = burst_brow_at(s, b, h, i0 + wc * 64 + warp * 16 + rq + 8 * u);
         l2[u] = r.l2;
         dl[u] = r.dl;
         kb[u] = (int)r.kb;
         ke[u] = (int)r.ke;
     }
-    if (threadIdx.x < 2) {
-        s_rng[threadIdx.x][0] = 0;
-        s_rng[threadIdx.x][1] = INT_MAX;
-    }
-    __syncthreads();
-    atomicMax(&s_rng[wg][0], max(kb[0], kb[1]));
-    atomicMin(&s_rng[wg][1], min(ke[0], ke[1]));
-    __syncthreads();
-    const int wb = s_rng[wg][0], we = s_rng[wg][1];
-
-    const int64_t jfirst = kmin / BC * BC;
-    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
-    burst_wg_loader<T, D, BC, NT> lk, lv;
-    lk.init(s.k, b, g, s.d);
-    lv.init(s.v, b, g, s.d);
-    {
-        burst_wg_loader<T, D, BR, NT> lq;
-        lq.init(s.q, b, h, s.d);
-        lq.load(sq, i0, s.nq);
-        lq.init(s.dout, b, h, s.d);
-        lq.load(sdo, i0, s.nq);
-    }
-    lk.load(skv, jfirst, s.nk);
-    lv.load(skv + KBYTES, jfirst, s.nk);
-    burst_cp_commit();
+    atomicMax(&rng[0], max(kb[0], kb[1]));
+    atomicMin(&rng[1], min(ke[0], ke[1]));
+    burst_named_sync(1 + wc, 128); /* the warpgroup's key range */
+    const int wb = rng[0], we = rng[1];
 
     float dq[D / 2];
 #pragma unroll
@@ -107,26 +119,18 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
         dq[n] = 0.0f;
     float sc[BC / 2], dp[BC / 2];
     unsigned ds[BC / 16][4];
-    const uint32_t dqd = burst_wg_dlo(sq + wg * 64 * 128, 16);
-    const uint32_t dod = burst_wg_dlo(sdo + wg * 64 * 128, 16);
+    const uint32_t dqd = burst_wg_dlo(sq + wc * 64 * 128, 16);
+    const uint32_t dod = burst_wg_dlo(sdo + wc * 64 * 128, 16);
     const uint32_t dk0 = burst_wg_dlo(skv, 16);          /* K as B, K-major */
     const uint32_t dv0 = burst_wg_dlo(skv + KBYTES, 16); /* V as B, K-major */
     const uint32_t dkt0 = burst_wg_dlo(skv, BC * 128);   /* K as B, MN-major */
 
+    /* issue S and dP of key tile j (stage st) once it has landed */
     auto tile_begin = [&](int j, int st) {
-        burst_cp_wait<0>();
-        burst_fence_proxy_async();
-        __syncthreads();
-        if (j + 1 < nt) {
-            unsigned char *nx = skv + (st == WB_NS - 1 ? 0 : st + 1) * 2 * KBYTES;
-            const int64_t r0 = jfirst + (int64_t)(j + 1) * BC;
-            lk.load(nx, r0, s.nk);
-            lv.load(nx + KBYTES, r0, s.nk);
-            burst_cp_commit();
-        }
+        burst_mbar_wait(&bar.full[st], (j / WB_NS) & 1);
         burst_wg_fence();
-        burst_wg_abt<T, D, BC, BR>(sc, dqd, dk0 + st * DSTAGE);
-        burst_wg_abt<T, D, BC, BR>(dp, dod, dv0 + st * DSTAGE);
+        burst_wg_abt<T, D, BC, 128>(sc, dqd, dk0 + st * DSTAGE);
+        burst_wg_abt<T, D, BC, 128>(dp, dod, dv0 + st * DSTAGE);
     };
     /* dS = P (dP - D) with P = 2^(S tau log2e - lse log2e) on allowed pairs */
     auto dsoft = [&](int64_t j0) {
@@ -154,6 +158,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
                 sc[4 * n + e] = p * (dp[4 * n + e] - dl[u]);
             }
     };
+    burst_mbar_wait(&bar.qo, 0);
     tile_begin(0, 0);
     burst_wg_wait<0>();
     burst_wg_pin<BC / 2>(sc);
@@ -171,6 +176,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
         dsoft(jfirst + (int64_t)j * BC);
         burst_wg_wait<0>();
         burst_wg_pin<D / 2>(dq);
+        burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
         burst_wg_pack<T, BC>(ds, sc);
         prev = st;
     }
@@ -181,7 +187,7 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
 
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + wg * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = i0 + wc * 64 + warp * 16 + rq + 8 * u;
         if (i >= s.nq)
             continue;
         float *row = s.dq + ((b * s.nq + i) * s.hq + h) * s.d;
@@ -195,6 +201,66 @@ __global__ void __launch_bounds__(256, 1) burst_wg_dq(struct burst_cuda_step s)
             *p2 = x;
         }
     }
+}
+
+/* The dQ kernel: a block owns 128 query rows of a head h and loops over the 64-key tiles that
+ * they may see. Warp-specialized: thread 0 of warpgroup 0 loads Q and dO once and K and V tiles
+ * into WB_NS stages by TMA (the warpgroup keeps 24 registers per thread); warpgroups 1 and 2
+ * consume, 64 query rows each, per tile S = Q K^T, dP = dO V^T, dS = P (dP - D), then
+ * dQ += dS K (K read transposed), the next tile's S and dP issued before that product is
+ * waited for. */
+template <typename T, int D>
+__global__ void __launch_bounds__(384, 1)
+    burst_wg_dq(const __grid_constant__ struct burst_cuda_step s,
+                const __grid_constant__ struct burst_wq_maps maps)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BR = 128, BC = WB_ROWS, QBYTES = BR * burst_wg_panels<D>() * 128;
+    constexpr int PREGS = 24;
+    constexpr int LREGS = 65536 / 384 / 8 * 8, CREGS = (3 * LREGS - PREGS) / 2 / 8 * 8;
+    static_assert(PREGS + 2 * CREGS <= 3 * LREGS, "the reallocation fits the launch's");
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    __shared__ struct burst_wq_bars bar;
+    __shared__ int s_rng[2][2];
+    if (burst_smem_addr(smraw) & 1023u) /* the panels' swizzle pattern repeats at 1024 bytes */
+        __trap();
+    unsigned char *sq = smraw, *sdo = sq + QBYTES, *skv = sdo + QBYTES;
+    const int wg = burst_wg_index();
+    const int64_t tiles = (s.nq + BR - 1) / BR;
+    const int64_t t = tiles - 1 - blockIdx.x % tiles;
+    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
+    const int64_t g = h / s.group, i0 = t * BR;
+
+    int64_t kmin, kmax, unused; /* uniform, as in the forward */
+    burst_dkeys(s, i0, &kmin, &unused);
+    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
+    if (kmin >= kmax)
+        return;
+    const int64_t jfirst = kmin / BC * BC;
+    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
+    if (threadIdx.x == 0) {
+        burst_mbar_init(&bar.qo, 1);
+        for (int st = 0; st < WB_NS; st++) {
+            burst_mbar_init(&bar.full[st], 1);
+            burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
+        }
+        burst_mbar_init_fence();
+    }
+    if (threadIdx.x < 2) {
+        s_rng[threadIdx.x][0] = 0;
+        s_rng[threadIdx.x][1] = INT_MAX;
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        burst_regs_dec<PREGS>();
+        if (threadIdx.x == 0)
+            burst_wq_load<D>(maps, sq, sdo, skv, bar, (int)b, (int)h, (int)g, (int)i0, (int)jfirst,
+                             nt);
+        return;
+    }
+    burst_regs_inc<CREGS>();
+    burst_wq_consume<T, D>(s, sq, sdo, skv, bar, wg - 1, b, h, i0, jfirst, nt, s_rng[wg - 1]);
 #endif
 }
 
@@ -611,6 +677,38 @@ __global__ void __launch_bounds__(384, 1)
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
+/* The dK/dV kernel's tensor maps (Q and dO with BQ-row boxes, K and V with 128-row ones) and,
+ * where *fused, the dQ accumulator's; without that one *fused is cleared (dQ by burst_wg_dq). */
+template <int D>
+static int burst_wb_maps_make(const struct burst_cuda_step *s, struct burst_wb_maps *m, bool *fused)
+{
+    constexpr int BQ = burst_wg_dkdv_bq<D>();
+    int e = burst_tma_map_view(&m->q, &s->q, BQ);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&m->o, &s->dout, BQ);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&m->k, &s->k, 128);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&m->v, &s->v, 128);
+    if (e == cudaSuccess && *fused &&
+        burst_tma_map_dq(&m->dq, s->dq, s->batch, s->nq, s->hq, s->d, BQ) != cudaSuccess)
+        *fused = false;
+    return e;
+}
+
+/* The dQ kernel's tensor maps (Q and dO with 128-row boxes, K and V with WB_ROWS-row ones). */
+static int burst_wq_maps_make(const struct burst_cuda_step *s, struct burst_wq_maps *m)
+{
+    int e = burst_tma_map_view(&m->q, &s->q, 128);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&m->o, &s->dout, 128);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&m->k, &s->k, WB_ROWS);
+    if (e == cudaSuccess)
+        e = burst_tma_map_view(&m->v, &s->v, WB_ROWS);
+    return e;
+}
+
 template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda_step *s)
 {
     if constexpr (D > BURST_CUDA_WG_BWD_MAX) {
@@ -618,24 +716,17 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
     } else {
         const bool kv = s->dk || s->dv || s->dk_out.data;
         bool fused = s->dq && s->dq_atomic && kv;
+        if (!s->tma)
+            return BURST_CUDA_NO_TMA;
+        /* every map first: a view the driver refuses launches nothing (the caller runs mma.sync) */
+        struct burst_wb_maps maps = {};
+        struct burst_wq_maps qmaps = {};
+        int e = kv ? burst_wb_maps_make<D>(s, &maps, &fused) : cudaSuccess;
+        if (e == cudaSuccess && s->dq && !fused)
+            e = burst_wq_maps_make(s, &qmaps);
+        if (e != cudaSuccess) /* BURST_CUDA_NO_TMA */
+            return e;
         if (kv) {
-            constexpr int BQ = burst_wg_dkdv_bq<D>();
-            if (!s->tma)
-                return BURST_CUDA_NO_TMA;
-            struct burst_wb_maps maps = {};
-            int e = burst_tma_map_view(&maps.q, &s->q, BQ);
-            if (e == cudaSuccess)
-                e = burst_tma_map_view(&maps.o, &s->dout, BQ);
-            if (e == cudaSuccess)
-                e = burst_tma_map_view(&maps.k, &s->k, 128);
-            if (e == cudaSuccess)
-                e = burst_tma_map_view(&maps.v, &s->v, 128);
-            if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
-                return e;
-            /* no tensor map of the dQ accumulator: dK/dV here, dQ by burst_wg_dq */
-            if (fused &&
-                burst_tma_map_dq(&maps.dq, s->dq, s->batch, s->nq, s->hq, s->d, BQ) != cudaSuccess)
-                fused = false;
             const int64_t blocks = s->batch * s->hkv * ((s->nk + 127) / 128);
             if (fused)
                 burst_wg_dkdv<T, D, true>
@@ -651,7 +742,7 @@ template <typename T, int D> static int burst_wg_bwd_run(const struct burst_cuda
         if (s->dq) {
             const int64_t blocks = s->batch * s->hq * ((s->nq + 127) / 128);
             burst_wg_dq<T, D>
-                <<<(unsigned)blocks, 256, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s);
+                <<<(unsigned)blocks, 384, burst_wg_dq_smem<D>(), cudaStreamPerThread>>>(*s, qmaps);
         }
         return cudaGetLastError();
     }
