@@ -15,7 +15,9 @@
  * each K and V completing on an mbarrier of its own, a stage refilled once every consumer warp
  * has arrived on its `freed` barrier. The producer keeps 24 registers per thread and gives the
  * rest to the consumers (setmaxnreg). The consumers never meet at a block barrier, so their
- * products and softmaxes drift apart and fill each other's gaps. Per key tile j a consumer
+ * products and softmaxes drift apart and fill each other's gaps; from class 128 up the two
+ * consumers also take turns to issue their products (two named barriers), which keeps one's
+ * softmax under the other's products. Per key tile j a consumer
  *   1. issues S_j = Q K_j^T (d / 16 wgmma, A = its Q rows and B = K_j from shared memory),
  *   2. issues O += P_{j-1} V_{j-1} for the previous tile (BC / 16 wgmma, A = P in registers),
  *   3. waits for S_j only, and runs the online softmax on it (in log2 units, fp32) while the
@@ -31,6 +33,7 @@
 #include "burst_cuda_wgmma.cuh"
 
 #define WG_NS 3
+#define WG_BAR_TURN 4 /* named barriers 4, 5: consumer warpgroup wc's turn to issue */
 
 template <int D, int BC, int NC> constexpr size_t burst_wg_fwd_smem()
 {
@@ -180,10 +183,29 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     const uint32_t dk0 = burst_wg_dlo(skv, 16);
     const uint32_t dv0 = burst_wg_dlo(skv + KBYTES, BC * 128);
     constexpr uint32_t DSTAGE = 2 * KBYTES >> 4; /* one stage, in descriptor units */
+    /* From class 128 up (two consumers) the consumers take turns to issue their products
+     * (warpgroup 0, 1, 0, ..), so that one warpgroup's softmax runs while the tensor cores work
+     * on the other's: each waits for its turn before it issues and passes the turn on after.
+     * Every warpgroup issues nt + 1 times; the last one's last pass is not made, so no barrier
+     * is left with an arrival at exit. Below class 128 the consumers issue freely. */
+    constexpr bool PP = NC == 2 && D >= 128;
+    auto turn = [&]() {
+        if constexpr (PP)
+            burst_named_sync(WG_BAR_TURN + wc, 256);
+    };
+    auto pass = [&](bool last) {
+        if constexpr (PP)
+            if (!last || wc != NC - 1)
+                burst_named_arrive(WG_BAR_TURN + (wc + 1) % NC, 256);
+    };
+    if (PP && wc == NC - 1) /* warpgroup 0 starts */
+        burst_named_arrive(WG_BAR_TURN, 256);
     burst_mbar_wait(&bar.q, 0);
     burst_mbar_wait(&bar.k[0], 0);
+    turn();
     burst_wg_fence();
     burst_wg_abt<T, D, BC, BR>(sc, dq, dk0);
+    pass(false);
     burst_wg_wait<0>();
     burst_wg_pin<BC / 2>(sc);
     burst_wg_softmax_at<BC>(sc, (int)jfirst, wb, we, kb, ke, cq, sl2, s, m, l, alpha);
@@ -193,9 +215,11 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
         const int st = prev == WG_NS - 1 ? 0 : prev + 1;
         burst_mbar_wait(&bar.k[st], (j / WG_NS) & 1);
         burst_mbar_wait(&bar.v[prev], ((j - 1) / WG_NS) & 1);
+        turn();
         burst_wg_fence();
         burst_wg_abt<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
         burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
+        pass(false);
         burst_wg_wait<1>(); /* S_j done; P_{j-1} V_{j-1} may still run */
         burst_wg_pin<BC / 2>(sc);
         burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, s, m,
@@ -211,8 +235,10 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
         prev = st;
     }
     burst_mbar_wait(&bar.v[prev], ((nt - 1) / WG_NS) & 1);
+    turn();
     burst_wg_fence();
     burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
+    pass(true);
     burst_wg_wait<0>();
     burst_wg_pin<D / 2>(o);
 
