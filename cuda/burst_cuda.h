@@ -146,7 +146,7 @@ int burst_cuda_kernels_init(void);
  * describes a view by no tensor map (burst_cuda_tma.cuh); burst_cuda_launch_fwd and
  * burst_cuda_launch_bwd then run the mma.sync kernels. */
 #define BURST_CUDA_NO_TMA (-1) /* not a cudaError_t */
-int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s);
+int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s, int num_sms);
 int burst_cuda_launch_bwd_sm90(const struct burst_cuda_step *s);
 int burst_cuda_launch_bwd_sm90_wide(const struct burst_cuda_step *s);
 int burst_cuda_sm90_init(void);

@@ -324,7 +324,7 @@ extern "C" int burst_cuda_launch_fwd(const struct burst_cuda_step *s, int kind, 
     (void)num_sms;
 #ifdef BURST_CUDA_SM90A
     if (kind == BURST_CUDA_FWD_WGMMA) {
-        const int e = burst_cuda_launch_fwd_sm90(s);
+        const int e = burst_cuda_launch_fwd_sm90(s, num_sms);
         if (e != BURST_CUDA_NO_TMA) /* else views no tensor map describes: mma.sync */
             return e;
         kind = BURST_CUDA_FWD_MMA;

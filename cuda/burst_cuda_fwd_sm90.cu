@@ -8,12 +8,15 @@
  * bit-for-bit unchanged (written 0 / -inf with s.o_out: burst_final_row). The softmax needs
  * scale > 0, which plan creation guarantees.
  *
- * A block is warp-specialized: warpgroup 0 is the producer, warpgroups 1 .. NC the consumers,
- * each of 64 query rows (NC = BURST_CUDA_WG_FWD_WGS(D), BR = 64 NC rows). One producer thread
- * moves every tile with the tensor memory accelerator (burst_cuda_tma.cuh): the block's Q tile
- * once, then K and V tiles of BC keys (BURST_CUDA_WG_FWD_BC) into NS = 3 stages of shared memory,
- * each K and V completing on an mbarrier of its own, a stage refilled once every consumer warp
- * has arrived on its `freed` barrier. The producer keeps 24 registers per thread and gives the
+ * A block is persistent (one per multiprocessor, running the items blockIdx.x, + gridDim.x, ..
+ * of BR query rows of a head) and warp-specialized: warpgroup 0 is the producer, warpgroups
+ * 1 .. NC the consumers, each of 64 query rows (NC = BURST_CUDA_WG_FWD_WGS(D), BR = 64 NC rows).
+ * One producer thread moves every tile with the tensor memory accelerator (burst_cuda_tma.cuh):
+ * an item's Q tile once the previous item's last S has read it, then K and V tiles of BC keys
+ * (BURST_CUDA_WG_FWD_BC) into NS = 3 stages of shared memory, each K and V completing on an
+ * mbarrier of its own, a stage refilled once every consumer warp has arrived on its `freed`
+ * barrier; so the next item's loads run under the last products and the row writes of the one
+ * before. The producer keeps 24 registers per thread and gives the
  * rest to the consumers (setmaxnreg). The consumers never meet at a block barrier, so their
  * products and softmaxes drift apart and fill each other's gaps; from class 128 up the two
  * consumers also take turns to issue their products (two named barriers), which keeps one's
@@ -107,70 +110,126 @@ struct burst_wg_maps {
     struct burst_tma_map q, k, v;
 };
 
-/* The forward's barriers: Q landed; K, V of a stage landed; a stage free again. */
+/* The forward's barriers: Q landed; Q free again (every consumer warp has its last S of the
+ * item); K, V of a stage landed; a stage free again. */
 struct burst_wg_fwd_bars {
-    uint64_t q, k[WG_NS], v[WG_NS], freed[WG_NS];
+    uint64_t q, qfree, k[WG_NS], v[WG_NS], freed[WG_NS];
 };
 
-/* The producer thread: the block's Q tile (BR = 64 NC rows from i0, head h) into sq, then the
- * nt tiles of BC keys from jfirst (kv head g) into the stages at skv, each stage once its
- * previous tile is freed by every consumer warp. */
+/* One work item of a block: BR = 64 NC query rows from i0 of head h (kv head g), batch b, and
+ * their nt key tiles of BC from jfirst; nt = 0 where no row has a key. Item w of a step's
+ * batch x hq x tiles: the tiles of a head run backwards (the heaviest causal tiles first).
+ * Computed alike by every thread from the parameters, so the compiler can see the tile loop is
+ * uniform (a wgmma under a branch it cannot prove uniform gets serialised). Both position maps
+ * increase and the mask is a band, so every row's interval lies in [start of the first row's,
+ * end of the last row's); tiles a warpgroup does not see are computed anyway, fully masked:
+ * those of the later warpgroups' rows on a causal diagonal, one or two tiles. */
+struct burst_wg_item {
+    int64_t b, h, g, i0, jfirst;
+    int nt;
+};
+template <int BC, int BR>
+__device__ __forceinline__ struct burst_wg_item burst_wg_item_at(const struct burst_cuda_step &s,
+                                                                 int64_t tiles, int64_t w)
+{
+    struct burst_wg_item it;
+    it.i0 = (tiles - 1 - w % tiles) * BR;
+    it.h = w / tiles % s.hq;
+    it.b = w / tiles / s.hq;
+    it.g = it.h / s.group;
+    int64_t kmin, kmax, unused;
+    burst_dkeys(s, it.i0, &kmin, &unused);
+    burst_dkeys(s, min(it.i0 + BR, s.nq) - 1, &unused, &kmax);
+    it.jfirst = kmin / BC * BC;
+    it.nt = kmin < kmax ? (int)((kmax - it.jfirst + BC - 1) / BC) : 0;
+    return it;
+}
+
+/* The producer thread: for each item of the block (blockIdx.x, + gridDim.x, ..) with keys, its
+ * Q tile into sq once the previous item's is free, then its nt tiles of BC keys into the stages
+ * at skv, each stage once its previous tile is freed by every consumer warp; c counts the tiles
+ * over all items (stage c % NS, round c / NS). */
 template <int D, int BC, int NC>
 __device__ __forceinline__ void
-burst_wg_fwd_produce(const struct burst_wg_maps &maps, unsigned char *sq, unsigned char *skv,
-                     struct burst_wg_fwd_bars &bar, int b, int h, int g, int i0, int jfirst, int nt)
+burst_wg_fwd_produce(const struct burst_cuda_step &s, const struct burst_wg_maps &maps,
+                     unsigned char *sq, unsigned char *skv, struct burst_wg_fwd_bars &bar,
+                     int64_t tiles, int64_t total)
 {
-    constexpr int P = burst_wg_panels<D>(), KBYTES = BC * P * 128;
+    constexpr int P = burst_wg_panels<D>(), KBYTES = BC * P * 128, BR = 64 * NC;
+    burst_tma_prefetch_map(&maps.q.map);
     burst_tma_prefetch_map(&maps.k.map);
     burst_tma_prefetch_map(&maps.v.map);
-    burst_mbar_expect(&bar.q, 64 * NC * P * 128);
-#pragma unroll
-    for (int pn = 0; pn < P; pn++)
-        burst_tma_load(sq + pn * 64 * NC * 128, maps.q, &bar.q, 64 * pn, h, i0, b);
-    for (int j = 0, st = 0; j < nt; j++, st = st == WG_NS - 1 ? 0 : st + 1) {
-        if (j >= WG_NS) /* the stage's tile j - NS is done with */
-            burst_mbar_wait(&bar.freed[st], (j / WG_NS + 1) & 1);
-        const int r0 = jfirst + j * BC;
-        unsigned char *kt = skv + st * 2 * KBYTES;
-        burst_mbar_expect(&bar.k[st], KBYTES);
-#pragma unroll
-        for (int pn = 0; pn < P; pn++)
-            burst_tma_load(kt + pn * BC * 128, maps.k, &bar.k[st], 64 * pn, g, r0, b);
-        burst_mbar_expect(&bar.v[st], KBYTES);
+    int64_t c = 0;
+    int qi = 0; /* items with keys so far */
+    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+        const struct burst_wg_item it = burst_wg_item_at<BC, BR>(s, tiles, w);
+        if (it.nt == 0)
+            continue;
+        if (qi > 0) /* the previous item's last S has read Q */
+            burst_mbar_wait(&bar.qfree, (qi - 1) & 1);
+        qi++;
+        burst_mbar_expect(&bar.q, BR * P * 128);
 #pragma unroll
         for (int pn = 0; pn < P; pn++)
-            burst_tma_load(kt + KBYTES + pn * BC * 128, maps.v, &bar.v[st], 64 * pn, g, r0, b);
+            burst_tma_load(sq + pn * BR * 128, maps.q, &bar.q, 64 * pn, (int)it.h, (int)it.i0,
+                           (int)it.b);
+        for (int j = 0; j < it.nt; j++, c++) {
+            const int st = (int)(c % WG_NS);
+            if (c >= WG_NS) /* the stage's tile c - NS is done with */
+                burst_mbar_wait(&bar.freed[st], (int)((c / WG_NS + 1) & 1));
+            const int r0 = (int)it.jfirst + j * BC;
+            unsigned char *kt = skv + st * 2 * KBYTES;
+            burst_mbar_expect(&bar.k[st], KBYTES);
+#pragma unroll
+            for (int pn = 0; pn < P; pn++)
+                burst_tma_load(kt + pn * BC * 128, maps.k, &bar.k[st], 64 * pn, (int)it.g, r0,
+                               (int)it.b);
+            burst_mbar_expect(&bar.v[st], KBYTES);
+#pragma unroll
+            for (int pn = 0; pn < P; pn++)
+                burst_tma_load(kt + KBYTES + pn * BC * 128, maps.v, &bar.v[st], 64 * pn, (int)it.g,
+                               r0, (int)it.b);
+        }
     }
 }
 
-/* Consumer warpgroup wc (query rows i0 + 64 wc .. + 63 of head h) over the nt key tiles from
- * jfirst, as the file's comment describes; rng: its [wb, we) in shared memory, to be reduced by
- * its threads (the block's thread 0 .. NC - 1 set it to [0, INT_MAX)). */
+/* Consumer warpgroup wc of item it (its query rows i0 + 64 wc .. + 63), as the file's comment
+ * describes: c counts the key tiles over the block's items as the producer does, qi the items
+ * with keys before this one; rng: four per-warp slots of [wb, we) in shared memory for this
+ * item's parity (two items in flight never share them). Every consumer warp arrives on
+ * bar.qfree once its last S of the item is done and on bar.freed of each stage it has read. */
 template <typename T, int D, int BC, int NC>
 __device__ __forceinline__ void
 burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigned char *skv,
-                     struct burst_wg_fwd_bars &bar, int *rng, int wc, int64_t b, int64_t h,
-                     int64_t i0, int64_t jfirst, int nt)
+                     struct burst_wg_fwd_bars &bar, int (*rng)[2], int wc,
+                     const struct burst_wg_item &it, int64_t &c, int qi)
 {
-    constexpr int BR = 64 * NC, KBYTES = BC * burst_wg_panels<D>() * 128;
-    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    constexpr int KBYTES = BC * burst_wg_panels<D>() * 128;
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, nt = it.nt;
+    const int64_t b = it.b, h = it.h;
     const float sl2 = s.scale * BURST_LOG2E;
     /* this thread's two rows (accumulator layout): r = 16 warp + rq + 8 u of its warpgroup */
     const int rq = lane >> 2, cq = 2 * (lane & 3);
     int kb[2], ke[2]; /* local indices: the backend sends nk < 2^31 only */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const int64_t i = i0 + wc * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
         int64_t b64 = 0, e64 = 0;
         if (i < s.nq)
             burst_dkeys(s, i, &b64, &e64);
         kb[u] = (int)b64;
         ke[u] = (int)e64;
     }
-    atomicMax(&rng[0], max(kb[0], kb[1]));
-    atomicMin(&rng[1], min(ke[0], ke[1]));
+    /* [wb, we): the keys every row of the warpgroup sees */
+    const int wmax = __reduce_max_sync(0xffffffffu, max(kb[0], kb[1]));
+    const int wmin = __reduce_min_sync(0xffffffffu, min(ke[0], ke[1]));
+    if (lane == 0) {
+        rng[warp][0] = wmax;
+        rng[warp][1] = wmin;
+    }
     burst_wg_bar(wc);
-    const int wb = rng[0], we = rng[1];
+    const int wb = max(max(rng[0][0], rng[1][0]), max(rng[2][0], rng[3][0]));
+    const int we = min(min(rng[0][1], rng[1][1]), min(rng[2][1], rng[3][1]));
 
     float o[D / 2];
 #pragma unroll
@@ -185,45 +244,52 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     constexpr uint32_t DSTAGE = 2 * KBYTES >> 4; /* one stage, in descriptor units */
     /* From class 128 up (two consumers) the consumers take turns to issue their products
      * (warpgroup 0, 1, 0, ..), so that one warpgroup's softmax runs while the tensor cores work
-     * on the other's: each waits for its turn before it issues and passes the turn on after.
-     * Every warpgroup issues nt + 1 times; the last one's last pass is not made, so no barrier
-     * is left with an arrival at exit. Below class 128 the consumers issue freely. */
+     * on the other's: each waits for its turn before it issues and passes the turn on after
+     * (burst_wg_fwd starts and ends the rounds). */
     constexpr bool PP = NC == 2 && D >= 128;
     auto turn = [&]() {
         if constexpr (PP)
             burst_named_sync(WG_BAR_TURN + wc, 256);
     };
-    auto pass = [&](bool last) {
+    auto pass = [&]() {
         if constexpr (PP)
-            if (!last || wc != NC - 1)
-                burst_named_arrive(WG_BAR_TURN + (wc + 1) % NC, 256);
+            burst_named_arrive(WG_BAR_TURN + (wc + 1) % NC, 256);
     };
-    if (PP && wc == NC - 1) /* warpgroup 0 starts */
-        burst_named_arrive(WG_BAR_TURN, 256);
-    burst_mbar_wait(&bar.q, 0);
-    burst_mbar_wait(&bar.k[0], 0);
+    /* this warp is done with Q (after the item's last S) */
+    auto qdone = [&]() {
+        if (lane == 0)
+            burst_mbar_arrive(&bar.qfree);
+    };
+    int st = (int)(c % WG_NS);
+    burst_mbar_wait(&bar.q, qi & 1);
+    burst_mbar_wait(&bar.k[st], (int)((c / WG_NS) & 1));
     turn();
     burst_wg_fence();
-    burst_wg_abt<T, D, BC, BR>(sc, dq, dk0);
-    pass(false);
+    burst_wg_abt<T, D, BC, 64 * NC>(sc, dq, dk0 + st * DSTAGE);
+    pass();
     burst_wg_wait<0>();
+    if (nt == 1)
+        qdone();
     burst_wg_pin<BC / 2>(sc);
-    burst_wg_softmax_at<BC>(sc, (int)jfirst, wb, we, kb, ke, cq, sl2, s, m, l, alpha);
+    burst_wg_softmax_at<BC>(sc, (int)it.jfirst, wb, we, kb, ke, cq, sl2, s, m, l, alpha);
     burst_wg_pack<T, BC>(p, sc);
-    int prev = 0; /* stage of the previous tile */
-    for (int j = 1; j < nt; j++) {
-        const int st = prev == WG_NS - 1 ? 0 : prev + 1;
-        burst_mbar_wait(&bar.k[st], (j / WG_NS) & 1);
-        burst_mbar_wait(&bar.v[prev], ((j - 1) / WG_NS) & 1);
+    int prev = st;       /* stage of the previous tile */
+    int64_t cprev = c++; /* and its count */
+    for (int j = 1; j < nt; j++, c++) {
+        st = (int)(c % WG_NS);
+        burst_mbar_wait(&bar.k[st], (int)((c / WG_NS) & 1));
+        burst_mbar_wait(&bar.v[prev], (int)((cprev / WG_NS) & 1));
         turn();
         burst_wg_fence();
-        burst_wg_abt<T, D, BC, BR>(sc, dq, dk0 + st * DSTAGE);
+        burst_wg_abt<T, D, BC, 64 * NC>(sc, dq, dk0 + st * DSTAGE);
         burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
-        pass(false);
+        pass();
         burst_wg_wait<1>(); /* S_j done; P_{j-1} V_{j-1} may still run */
+        if (j == nt - 1)
+            qdone();
         burst_wg_pin<BC / 2>(sc);
-        burst_wg_softmax_at<BC>(sc, (int)(jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, s, m,
-                                l, alpha);
+        burst_wg_softmax_at<BC>(sc, (int)(it.jfirst + (int64_t)j * BC), wb, we, kb, ke, cq, sl2, s,
+                                m, l, alpha);
         burst_wg_wait<0>();
         if (lane == 0) /* this warp is done with the stage of tile j - 1 */
             burst_mbar_arrive(&bar.freed[prev]);
@@ -233,96 +299,109 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
             o[n] *= alpha[(n >> 1) & 1];
         burst_wg_pack<T, BC>(p, sc);
         prev = st;
+        cprev = c;
     }
-    burst_mbar_wait(&bar.v[prev], ((nt - 1) / WG_NS) & 1);
+    burst_mbar_wait(&bar.v[prev], (int)((cprev / WG_NS) & 1));
     turn();
     burst_wg_fence();
     burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
-    pass(true);
+    pass();
     burst_wg_wait<0>();
+    if (lane == 0)
+        burst_mbar_arrive(&bar.freed[prev]);
     burst_wg_pin<D / 2>(o);
 
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
-        const int64_t i = i0 + wc * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
         if (i < s.nq)
             burst_merge_row<D>(s, b, h, i, m[u], l[u], o, u, cq, lane);
     }
 }
 
+/* burst_final_empty by the consumer threads of a block (its threads 128 ..). */
+template <int NC>
+__device__ __forceinline__ void burst_wg_final_empty(const struct burst_cuda_step &s, int64_t b,
+                                                     int64_t h, int64_t i0, int64_t i1)
+{
+    if (!s.o_out.data)
+        return;
+    const int64_t k = threadIdx.x - 128;
+    for (int64_t e = k; e < (i1 - i0) * s.d; e += 128 * NC)
+        burst_final_zero(s.o_out, burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d);
+    for (int64_t i = i0 + k; i < i1; i += 128 * NC)
+        s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
+}
+
+/* A block of the forward is persistent: it runs the items blockIdx.x, + gridDim.x, .. of the
+ * step (burst_wg_item_at), the producer loading the next item's Q and first tiles while the
+ * consumers finish the one before and write its rows. */
 template <typename T, int D, int BC, int NC>
 __global__ void __launch_bounds__(128 * (NC + 1), 1)
     burst_wg_fwd(const __grid_constant__ struct burst_cuda_step s,
                  const __grid_constant__ struct burst_wg_maps maps)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BR = 64 * NC, P = burst_wg_panels<D>();
+    constexpr int BR = 64 * NC;
     /* registers per thread: a block is launched with LREGS each (65536 over its threads,
      * rounded down to a multiple of 8); the producer keeps 24 and the consumers share the
      * rest, CREGS each (a multiple of 8) */
     constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
     constexpr int CREGS = (LREGS * (NC + 1) - 24) / NC / 8 * 8;
     static_assert(24 + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
-    constexpr int QBYTES = BR * P * 128;
+    constexpr int QBYTES = BR * burst_wg_panels<D>() * 128;
+    constexpr bool PP = NC == 2 && D >= 128; /* as burst_wg_fwd_consume */
     extern __shared__ __align__(1024) unsigned char smraw[];
-    __shared__ int s_rng[NC][2]; /* per consumer warpgroup: the keys all its rows see, [wb, we) */
+    __shared__ int s_rng[2][NC][4][2]; /* item parity, consumer, warp: [wb, we) */
     __shared__ struct burst_wg_fwd_bars bar;
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
     const int wg = burst_wg_index();
-    const int64_t tiles = (s.nq + BR - 1) / BR;
-    const int64_t t = tiles - 1 - blockIdx.x % tiles; /* heaviest (causal) tiles first */
-    const int64_t h = blockIdx.x / tiles % s.hq, b = blockIdx.x / tiles / s.hq;
-    const int64_t g = h / s.group, i0 = t * BR;
-
-    /* The block's keys: both position maps increase and the mask is a band, so every row's
-     * interval lies in [start of the first row's, end of the last row's). Computed alike by
-     * every thread from the parameters, so the compiler can see the tile loop is uniform (a
-     * wgmma under a branch it cannot prove uniform gets serialised). Tiles a warpgroup does
-     * not see are computed anyway, fully masked: those of the later warpgroups' rows on a
-     * causal diagonal, one or two tiles. */
-    int64_t kmin, kmax, unused;
-    burst_dkeys(s, i0, &kmin, &unused);
-    burst_dkeys(s, min(i0 + BR, s.nq) - 1, &unused, &kmax);
-    if (kmin >= kmax) { /* no key for any row of the block */
-        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
-        return;
-    }
-    const int64_t jfirst = kmin / BC * BC;
-    const int nt = (int)((kmax - jfirst + BC - 1) / BC);
+    const int64_t tiles = (s.nq + BR - 1) / BR, total = s.batch * s.hq * tiles;
     if (threadIdx.x == 0) {
         burst_mbar_init(&bar.q, 1);
+        burst_mbar_init(&bar.qfree, 4 * NC); /* one arrival per consumer warp */
         for (int st = 0; st < WG_NS; st++) {
             burst_mbar_init(&bar.k[st], 1);
             burst_mbar_init(&bar.v[st], 1);
-            burst_mbar_init(&bar.freed[st], 4 * NC); /* one arrival per consumer warp */
+            burst_mbar_init(&bar.freed[st], 4 * NC);
         }
         burst_mbar_init_fence();
-    }
-    if (threadIdx.x < NC) {
-        s_rng[threadIdx.x][0] = 0;
-        s_rng[threadIdx.x][1] = INT_MAX;
     }
     __syncthreads();
 
     if (wg == 0) { /* the producer: one thread issues every load */
         burst_regs_dec<24>();
         if (threadIdx.x == 0)
-            burst_wg_fwd_produce<D, BC, NC>(maps, sq, skv, bar, (int)b, (int)h, (int)g, (int)i0,
-                                            (int)jfirst, nt);
+            burst_wg_fwd_produce<D, BC, NC>(s, maps, sq, skv, bar, tiles, total);
         return;
     }
     burst_regs_inc<CREGS>();
-    burst_wg_fwd_consume<T, D, BC, NC>(s, sq, skv, bar, s_rng[wg - 1], wg - 1, b, h, i0, jfirst,
-                                       nt);
+    const int wc = wg - 1;
+    if (PP && wc == NC - 1) /* warpgroup 0 takes the first turn */
+        burst_named_arrive(WG_BAR_TURN, 256);
+    int64_t c = 0;
+    int qi = 0;
+    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+        const struct burst_wg_item it = burst_wg_item_at<BC, BR>(s, tiles, w);
+        if (it.nt == 0) { /* no key for any row of the item */
+            burst_wg_final_empty<NC>(s, it.b, it.h, it.i0, min(it.i0 + BR, s.nq));
+            continue;
+        }
+        burst_wg_fwd_consume<T, D, BC, NC>(s, sq, skv, bar, s_rng[qi & 1][wc], wc, it, c, qi);
+        qi++;
+    }
+    if (PP && wc == 0) /* the last turn passed to warpgroup 0, so no barrier is left pending */
+        burst_named_sync(WG_BAR_TURN, 256);
 #endif
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
 
-template <typename T, int D> static int burst_wg_fwd_run(const struct burst_cuda_step *s)
+template <typename T, int D>
+static int burst_wg_fwd_run(const struct burst_cuda_step *s, int num_sms)
 {
     constexpr int BC = BURST_CUDA_WG_FWD_BC(D), NC = BURST_CUDA_WG_FWD_WGS(D);
     if (!s->tma)
@@ -335,22 +414,24 @@ template <typename T, int D> static int burst_wg_fwd_run(const struct burst_cuda
         e = burst_tma_map_view(&maps.v, &s->v, BC);
     if (e != cudaSuccess)
         return e;
-    const int64_t blocks = s->batch * s->hq * ((s->nq + 64 * NC - 1) / (64 * NC));
+    const int64_t items = s->batch * s->hq * ((s->nq + 64 * NC - 1) / (64 * NC));
+    const int64_t blocks = items < num_sms ? items : num_sms; /* one per multiprocessor */
     burst_wg_fwd<T, D, BC, NC>
         <<<(unsigned)blocks, 128 * (NC + 1), burst_wg_fwd_smem<D, BC, NC>(), cudaStreamPerThread>>>(
             *s, maps);
     return cudaGetLastError();
 }
 
-template <typename T> static int burst_wg_fwd_dims(const struct burst_cuda_step *s)
+template <typename T> static int burst_wg_fwd_dims(const struct burst_cuda_step *s, int num_sms)
 {
-    return burst_by_class(s->d, [&](auto c) { return burst_wg_fwd_run<T, decltype(c)::value>(s); });
+    return burst_by_class(
+        s->d, [&](auto c) { return burst_wg_fwd_run<T, decltype(c)::value>(s, num_sms); });
 }
 
-extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s)
+extern "C" int burst_cuda_launch_fwd_sm90(const struct burst_cuda_step *s, int num_sms)
 {
-    return s->q.dtype == BURST_CUDA_F16 ? burst_wg_fwd_dims<__half>(s)
-                                        : burst_wg_fwd_dims<__nv_bfloat16>(s);
+    return s->q.dtype == BURST_CUDA_F16 ? burst_wg_fwd_dims<__half>(s, num_sms)
+                                        : burst_wg_fwd_dims<__nv_bfloat16>(s, num_sms);
 }
 
 template <typename T, int D> static cudaError_t burst_wg_attr1()
