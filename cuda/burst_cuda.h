@@ -125,6 +125,9 @@ struct burst_cuda_step {
      * = write the final dK (scale applied) and dV here in their dtype instead of adding into
      * dk / dv (which are NULL then) */
     struct burst_cuda_view dk_out, dv_out;
+    /* forward on Hopper: two counters of the thread's scratch (burst_cuda_scratch_counters),
+     * the next work item and the blocks done, zero before the kernel and left at zero */
+    unsigned *sched;
 };
 
 /* Launchers (asynchronous on cudaStreamPerThread). Return a cudaError_t as int. */

@@ -577,6 +577,8 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.softcap = a->softcap;
     s.tma = cb->tma;
     burst_cuda_cap_set(&s);
+    if ((st = burst_cuda_scratch_counters(cb, 2, &s.sched)) != BURST_OK)
+        return st;
     return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
 

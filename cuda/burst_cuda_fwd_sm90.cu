@@ -8,15 +8,16 @@
  * bit-for-bit unchanged (written 0 / -inf with s.o_out: burst_final_row). The softmax needs
  * scale > 0, which plan creation guarantees.
  *
- * A block is persistent (one per multiprocessor, running the items blockIdx.x, + gridDim.x, ..
- * of BR query rows of a head) and warp-specialized: warpgroup 0 is the producer, warpgroups
- * 1 .. NC the consumers, each of 64 query rows (NC = BURST_CUDA_WG_FWD_WGS(D), BR = 64 NC rows).
- * One producer thread moves every tile with the tensor memory accelerator (burst_cuda_tma.cuh):
- * an item's Q tile once the previous item's last S has read it, then K and V tiles of BC keys
- * (BURST_CUDA_WG_FWD_BC) into NS = 3 stages of shared memory, each K and V completing on an
- * mbarrier of its own, a stage refilled once every consumer warp has arrived on its `freed`
- * barrier; so the next item's loads run under the last products and the row writes of the one
- * before. The producer keeps 24 registers per thread and gives the
+ * A block is persistent (one per multiprocessor; it takes work items of BR query rows of a head
+ * from a counter of the step, so that the blocks stay busy to the end whatever the items cost)
+ * and warp-specialized: warpgroup 0 is the producer, warpgroups 1 .. NC the consumers, each of
+ * 64 query rows (NC = BURST_CUDA_WG_FWD_WGS(D), BR = 64 NC rows). One producer thread takes the
+ * items and moves every tile with the tensor memory accelerator (burst_cuda_tma.cuh): an item's
+ * first K and V tile, its Q tile once the previous item's last S has read it, then its other
+ * K and V tiles of BC keys (BURST_CUDA_WG_FWD_BC) into NS = 3 stages of shared memory, each K
+ * and V completing on an mbarrier of its own, a stage refilled once every consumer warp has
+ * arrived on its `freed` barrier; so the next item's loads run under the last products and the
+ * row writes of the one before. The producer keeps a few registers per thread and gives the
  * rest to the consumers (setmaxnreg). The consumers never meet at a block barrier, so their
  * products and softmaxes drift apart and fill each other's gaps; from class 128 up the two
  * consumers also take turns to issue their products (two named barriers), which keeps one's
@@ -111,9 +112,22 @@ struct burst_wg_maps {
 };
 
 /* The forward's barriers: Q landed; Q free again (every consumer warp has its last S of the
- * item); K, V of a stage landed; a stage free again. */
+ * item); K, V of a stage landed; a stage free again; an item index published in slot 0 / 1
+ * (item, by the producer) and read by every consumer warp (taken). */
 struct burst_wg_fwd_bars {
-    uint64_t q, qfree, k[WG_NS], v[WG_NS], freed[WG_NS];
+    uint64_t q, qfree, k[WG_NS], v[WG_NS], freed[WG_NS], item[2], taken[2];
+};
+
+/* A position in the ring of K / V stages: the stage and the parity of its round. */
+struct burst_wg_stage {
+    int st, ph;
+    __device__ __forceinline__ void next()
+    {
+        if (++st == WG_NS) {
+            st = 0;
+            ph ^= 1;
+        }
+    }
 };
 
 /* One work item of a block: BR = 64 NC query rows from i0 of head h (kv head g), batch b, and
@@ -124,85 +138,100 @@ struct burst_wg_fwd_bars {
  * increase and the mask is a band, so every row's interval lies in [start of the first row's,
  * end of the last row's); tiles a warpgroup does not see are computed anyway, fully masked:
  * those of the later warpgroups' rows on a causal diagonal, one or two tiles. */
-struct burst_wg_item {
-    int64_t b, h, g, i0, jfirst;
-    int nt;
+struct burst_wg_item { /* 32-bit: the TMA coordinates are, and the backend sends nk < 2^31 */
+    int b, h, g, i0, jfirst, nt;
 };
 template <int BC, int BR>
 __device__ __forceinline__ struct burst_wg_item burst_wg_item_at(const struct burst_cuda_step &s,
                                                                  int64_t tiles, int64_t w)
 {
     struct burst_wg_item it;
-    it.i0 = (tiles - 1 - w % tiles) * BR;
-    it.h = w / tiles % s.hq;
-    it.b = w / tiles / s.hq;
-    it.g = it.h / s.group;
+    it.i0 = (int)((tiles - 1 - w % tiles) * BR);
+    it.h = (int)(w / tiles % s.hq);
+    it.b = (int)(w / tiles / s.hq);
+    it.g = it.h / (int)s.group;
     int64_t kmin, kmax, unused;
     burst_dkeys(s, it.i0, &kmin, &unused);
-    burst_dkeys(s, min(it.i0 + BR, s.nq) - 1, &unused, &kmax);
-    it.jfirst = kmin / BC * BC;
+    burst_dkeys(s, min((int64_t)it.i0 + BR, s.nq) - 1, &unused, &kmax);
+    it.jfirst = (int)(kmin / BC * BC);
     it.nt = kmin < kmax ? (int)((kmax - it.jfirst + BC - 1) / BC) : 0;
     return it;
 }
 
-/* The producer thread: for each item of the block (blockIdx.x, + gridDim.x, ..) with keys, its
- * Q tile into sq once the previous item's is free, then its nt tiles of BC keys into the stages
- * at skv, each stage once its previous tile is freed by every consumer warp; c counts the tiles
- * over all items (stage c % NS, round c / NS). */
+/* The producer thread. Items come from the step's counter s.sched[0] (the block's first is
+ * blockIdx.x, then gridDim.x + the counter's old value), so that a block that finishes early
+ * takes the next item; each index is published to the consumers in slot k % 2 (the terminal
+ * one, >= total, too). For an item with keys: its first K / V tile into the stages, its Q
+ * tile into sq once the previous item's last S has read it, then its other tiles, each stage
+ * once its previous tile is freed by every consumer warp. The last block to finish leaves the
+ * counters at zero for the next launch. */
 template <int D, int BC, int NC>
 __device__ __forceinline__ void
 burst_wg_fwd_produce(const struct burst_cuda_step &s, const struct burst_wg_maps &maps,
                      unsigned char *sq, unsigned char *skv, struct burst_wg_fwd_bars &bar,
-                     int64_t tiles, int64_t total)
+                     int64_t *slot, int64_t tiles, int64_t total)
 {
     constexpr int P = burst_wg_panels<D>(), KBYTES = BC * P * 128, BR = 64 * NC;
     burst_tma_prefetch_map(&maps.q.map);
     burst_tma_prefetch_map(&maps.k.map);
     burst_tma_prefetch_map(&maps.v.map);
-    int64_t c = 0;
+    struct burst_wg_stage sg = {0, 0};
+    int c = 0;  /* tiles loaded */
     int qi = 0; /* items with keys so far */
-    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    int64_t w = blockIdx.x;
+    for (int k = 0;; k++) {
+        if (k >= 2) /* every consumer warp has read item k - 2's index */
+            burst_mbar_wait(&bar.taken[k & 1], ((k >> 1) - 1) & 1);
+        slot[k & 1] = w;
+        burst_mbar_arrive(&bar.item[k & 1]);
+        if (w >= total)
+            break;
         const struct burst_wg_item it = burst_wg_item_at<BC, BR>(s, tiles, w);
-        if (it.nt == 0)
-            continue;
-        if (qi > 0) /* the previous item's last S has read Q */
-            burst_mbar_wait(&bar.qfree, (qi - 1) & 1);
-        qi++;
-        burst_mbar_expect(&bar.q, BR * P * 128);
-#pragma unroll
-        for (int pn = 0; pn < P; pn++)
-            burst_tma_load(sq + pn * BR * 128, maps.q, &bar.q, 64 * pn, (int)it.h, (int)it.i0,
-                           (int)it.b);
-        for (int j = 0; j < it.nt; j++, c++) {
-            const int st = (int)(c % WG_NS);
+        for (int j = 0; j < it.nt; j++, c++, sg.next()) {
             if (c >= WG_NS) /* the stage's tile c - NS is done with */
-                burst_mbar_wait(&bar.freed[st], (int)((c / WG_NS + 1) & 1));
+                burst_mbar_wait(&bar.freed[sg.st], sg.ph ^ 1);
             const int r0 = (int)it.jfirst + j * BC;
-            unsigned char *kt = skv + st * 2 * KBYTES;
-            burst_mbar_expect(&bar.k[st], KBYTES);
+            unsigned char *kt = skv + sg.st * 2 * KBYTES;
+            burst_mbar_expect(&bar.k[sg.st], KBYTES);
 #pragma unroll
             for (int pn = 0; pn < P; pn++)
-                burst_tma_load(kt + pn * BC * 128, maps.k, &bar.k[st], 64 * pn, (int)it.g, r0,
+                burst_tma_load(kt + pn * BC * 128, maps.k, &bar.k[sg.st], 64 * pn, (int)it.g, r0,
                                (int)it.b);
-            burst_mbar_expect(&bar.v[st], KBYTES);
+            burst_mbar_expect(&bar.v[sg.st], KBYTES);
 #pragma unroll
             for (int pn = 0; pn < P; pn++)
-                burst_tma_load(kt + KBYTES + pn * BC * 128, maps.v, &bar.v[st], 64 * pn, (int)it.g,
-                               r0, (int)it.b);
+                burst_tma_load(kt + KBYTES + pn * BC * 128, maps.v, &bar.v[sg.st], 64 * pn,
+                               (int)it.g, r0, (int)it.b);
+            if (j == 0) {   /* Q after the first tile: the stages may already be free */
+                if (qi > 0) /* the previous item's last S has read Q */
+                    burst_mbar_wait(&bar.qfree, (qi - 1) & 1);
+                qi++;
+                burst_mbar_expect(&bar.q, BR * P * 128);
+#pragma unroll
+                for (int pn = 0; pn < P; pn++)
+                    burst_tma_load(sq + pn * BR * 128, maps.q, &bar.q, 64 * pn, (int)it.h,
+                                   (int)it.i0, (int)it.b);
+            }
         }
+        w = gridDim.x + (int64_t)atomicAdd(&s.sched[0], 1u);
+    }
+    __threadfence(); /* this block's last take of the counter before its count as done */
+    if (atomicAdd(&s.sched[1], 1u) == gridDim.x - 1) { /* every block has taken its last */
+        s.sched[0] = 0;
+        s.sched[1] = 0;
     }
 }
 
 /* Consumer warpgroup wc of item it (its query rows i0 + 64 wc .. + 63), as the file's comment
- * describes: c counts the key tiles over the block's items as the producer does, qi the items
- * with keys before this one; rng: four per-warp slots of [wb, we) in shared memory for this
+ * describes: sg is the stage of its first tile (the producer's order), qi the items with keys
+ * before this one; rng: four per-warp slots of [wb, we) in shared memory for this
  * item's parity (two items in flight never share them). Every consumer warp arrives on
  * bar.qfree once its last S of the item is done and on bar.freed of each stage it has read. */
 template <typename T, int D, int BC, int NC>
 __device__ __forceinline__ void
 burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigned char *skv,
                      struct burst_wg_fwd_bars &bar, int (*rng)[2], int wc,
-                     const struct burst_wg_item &it, int64_t &c, int qi)
+                     const struct burst_wg_item &it, struct burst_wg_stage &sg, int qi)
 {
     constexpr int KBYTES = BC * burst_wg_panels<D>() * 128;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, nt = it.nt;
@@ -260,12 +289,11 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
         if (lane == 0)
             burst_mbar_arrive(&bar.qfree);
     };
-    int st = (int)(c % WG_NS);
     burst_mbar_wait(&bar.q, qi & 1);
-    burst_mbar_wait(&bar.k[st], (int)((c / WG_NS) & 1));
+    burst_mbar_wait(&bar.k[sg.st], sg.ph);
     turn();
     burst_wg_fence();
-    burst_wg_abt<T, D, BC, 64 * NC>(sc, dq, dk0 + st * DSTAGE);
+    burst_wg_abt<T, D, BC, 64 * NC>(sc, dq, dk0 + sg.st * DSTAGE);
     pass();
     burst_wg_wait<0>();
     if (nt == 1)
@@ -273,16 +301,15 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     burst_wg_pin<BC / 2>(sc);
     burst_wg_softmax_at<BC>(sc, (int)it.jfirst, wb, we, kb, ke, cq, sl2, s, m, l, alpha);
     burst_wg_pack<T, BC>(p, sc);
-    int prev = st;       /* stage of the previous tile */
-    int64_t cprev = c++; /* and its count */
-    for (int j = 1; j < nt; j++, c++) {
-        st = (int)(c % WG_NS);
-        burst_mbar_wait(&bar.k[st], (int)((c / WG_NS) & 1));
-        burst_mbar_wait(&bar.v[prev], (int)((cprev / WG_NS) & 1));
+    struct burst_wg_stage prev = sg; /* stage of the previous tile */
+    sg.next();
+    for (int j = 1; j < nt; j++, sg.next()) {
+        burst_mbar_wait(&bar.k[sg.st], sg.ph);
+        burst_mbar_wait(&bar.v[prev.st], prev.ph);
         turn();
         burst_wg_fence();
-        burst_wg_abt<T, D, BC, 64 * NC>(sc, dq, dk0 + st * DSTAGE);
-        burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
+        burst_wg_abt<T, D, BC, 64 * NC>(sc, dq, dk0 + sg.st * DSTAGE);
+        burst_wg_pv<T, D, BC>(o, p, dv0 + prev.st * DSTAGE);
         pass();
         burst_wg_wait<1>(); /* S_j done; P_{j-1} V_{j-1} may still run */
         if (j == nt - 1)
@@ -292,23 +319,22 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
                                 m, l, alpha);
         burst_wg_wait<0>();
         if (lane == 0) /* this warp is done with the stage of tile j - 1 */
-            burst_mbar_arrive(&bar.freed[prev]);
+            burst_mbar_arrive(&bar.freed[prev.st]);
         burst_wg_pin<D / 2>(o);
 #pragma unroll
         for (int n = 0; n < D / 2; n++)
             o[n] *= alpha[(n >> 1) & 1];
         burst_wg_pack<T, BC>(p, sc);
-        prev = st;
-        cprev = c;
+        prev = sg;
     }
-    burst_mbar_wait(&bar.v[prev], (int)((cprev / WG_NS) & 1));
+    burst_mbar_wait(&bar.v[prev.st], prev.ph);
     turn();
     burst_wg_fence();
-    burst_wg_pv<T, D, BC>(o, p, dv0 + prev * DSTAGE);
+    burst_wg_pv<T, D, BC>(o, p, dv0 + prev.st * DSTAGE);
     pass();
     burst_wg_wait<0>();
     if (lane == 0)
-        burst_mbar_arrive(&bar.freed[prev]);
+        burst_mbar_arrive(&bar.freed[prev.st]);
     burst_wg_pin<D / 2>(o);
 
 #pragma unroll
@@ -335,9 +361,9 @@ __device__ __forceinline__ void burst_wg_final_empty(const struct burst_cuda_ste
         s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
 }
 
-/* A block of the forward is persistent: it runs the items blockIdx.x, + gridDim.x, .. of the
- * step (burst_wg_item_at), the producer loading the next item's Q and first tiles while the
- * consumers finish the one before and write its rows. */
+/* A block of the forward is persistent: it runs items of the step (burst_wg_item_at) as its
+ * producer takes them from the step's counter (burst_wg_fwd_produce), loading the next item's
+ * first tiles and Q while the consumers finish the one before and write its rows. */
 template <typename T, int D, int BC, int NC>
 __global__ void __launch_bounds__(128 * (NC + 1), 1)
     burst_wg_fwd(const __grid_constant__ struct burst_cuda_step s,
@@ -346,16 +372,18 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 64 * NC;
     /* registers per thread: a block is launched with LREGS each (65536 over its threads,
-     * rounded down to a multiple of 8); the producer keeps 24 and the consumers share the
-     * rest, CREGS each (a multiple of 8) */
+     * rounded down to a multiple of 8); the producer keeps PREGS, what taking the items needs,
+     * and the consumers share the rest, CREGS each (a multiple of 8) */
+    constexpr int PREGS = 40;
     constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
-    constexpr int CREGS = (LREGS * (NC + 1) - 24) / NC / 8 * 8;
-    static_assert(24 + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
+    constexpr int CREGS = (LREGS * (NC + 1) - PREGS) / NC / 8 * 8;
+    static_assert(PREGS + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
     constexpr int QBYTES = BR * burst_wg_panels<D>() * 128;
     constexpr bool PP = NC == 2 && D >= 128; /* as burst_wg_fwd_consume */
     extern __shared__ __align__(1024) unsigned char smraw[];
     __shared__ int s_rng[2][NC][4][2]; /* item parity, consumer, warp: [wb, we) */
     __shared__ struct burst_wg_fwd_bars bar;
+    __shared__ int64_t s_item[2]; /* the item indices the producer publishes */
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
     unsigned char *skv = sq + QBYTES; /* stage st: K at st * 2 KBYTES, V KBYTES after it */
     const int wg = burst_wg_index();
@@ -368,29 +396,40 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
             burst_mbar_init(&bar.v[st], 1);
             burst_mbar_init(&bar.freed[st], 4 * NC);
         }
+        for (int k = 0; k < 2; k++) {
+            burst_mbar_init(&bar.item[k], 1);
+            burst_mbar_init(&bar.taken[k], 4 * NC);
+        }
         burst_mbar_init_fence();
     }
     __syncthreads();
 
     if (wg == 0) { /* the producer: one thread issues every load */
-        burst_regs_dec<24>();
+        burst_regs_dec<PREGS>();
         if (threadIdx.x == 0)
-            burst_wg_fwd_produce<D, BC, NC>(s, maps, sq, skv, bar, tiles, total);
+            burst_wg_fwd_produce<D, BC, NC>(s, maps, sq, skv, bar, s_item, tiles, total);
         return;
     }
     burst_regs_inc<CREGS>();
     const int wc = wg - 1;
     if (PP && wc == NC - 1) /* warpgroup 0 takes the first turn */
         burst_named_arrive(WG_BAR_TURN, 256);
-    int64_t c = 0;
+    struct burst_wg_stage sg = {0, 0};
     int qi = 0;
-    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    for (int k = 0;; k++) {
+        burst_mbar_wait(&bar.item[k & 1], (k >> 1) & 1);
+        const int64_t w = s_item[k & 1];
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0) /* this warp has read the index */
+            burst_mbar_arrive(&bar.taken[k & 1]);
+        if (w >= total)
+            break;
         const struct burst_wg_item it = burst_wg_item_at<BC, BR>(s, tiles, w);
         if (it.nt == 0) { /* no key for any row of the item */
-            burst_wg_final_empty<NC>(s, it.b, it.h, it.i0, min(it.i0 + BR, s.nq));
+            burst_wg_final_empty<NC>(s, it.b, it.h, it.i0, min((int64_t)it.i0 + BR, s.nq));
             continue;
         }
-        burst_wg_fwd_consume<T, D, BC, NC>(s, sq, skv, bar, s_rng[qi & 1][wc], wc, it, c, qi);
+        burst_wg_fwd_consume<T, D, BC, NC>(s, sq, skv, bar, s_rng[qi & 1][wc], wc, it, sg, qi);
         qi++;
     }
     if (PP && wc == 0) /* the last turn passed to warpgroup 0, so no barrier is left pending */
