@@ -475,10 +475,14 @@ static burst_status_t burst_cuda_run(struct burst_cuda_backend *cb, const char *
     struct burst_cuda_step sd = *s;
     if ((st = burst_cuda_docs(op, &sd)) != BURST_OK)
         return st;
+    const int kind = burst_cuda_kind(cb, &sd, bwd);
+    /* the Hopper forward's item counters, on this device (entered above) */
+    if (kind == BURST_CUDA_FWD_WGMMA && !bwd &&
+        (st = burst_cuda_scratch_counters(cb, 2, &sd.sched)) != BURST_OK)
+        return st;
     char what[32];
     snprintf(what, sizeof what, "%s: launch", op + 5);
-    return burst_cuda_status((cudaError_t)launch(&sd, burst_cuda_kind(cb, &sd, bwd), cb->caps.sms),
-                             what);
+    return burst_cuda_status((cudaError_t)launch(&sd, kind, cb->caps.sms), what);
 }
 
 /* ---- ops ----------------------------------------------------------------------------------------- */
@@ -577,8 +581,6 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.softcap = a->softcap;
     s.tma = cb->tma;
     burst_cuda_cap_set(&s);
-    if ((st = burst_cuda_scratch_counters(cb, 2, &s.sched)) != BURST_OK)
-        return st;
     return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
 

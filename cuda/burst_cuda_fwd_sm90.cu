@@ -176,8 +176,8 @@ burst_wg_fwd_produce(const struct burst_cuda_step &s, const struct burst_wg_maps
     burst_tma_prefetch_map(&maps.k.map);
     burst_tma_prefetch_map(&maps.v.map);
     struct burst_wg_stage sg = {0, 0};
-    int c = 0;  /* tiles loaded */
-    int qi = 0; /* items with keys so far */
+    int64_t c = 0; /* tiles loaded */
+    int qi = 0;    /* items with keys so far */
     int64_t w = blockIdx.x;
     for (int k = 0;; k++) {
         if (k >= 2) /* every consumer warp has read item k - 2's index */
@@ -216,7 +216,8 @@ burst_wg_fwd_produce(const struct burst_cuda_step &s, const struct burst_wg_maps
         w = gridDim.x + (int64_t)atomicAdd(&s.sched[0], 1u);
     }
     __threadfence(); /* this block's last take of the counter before its count as done */
-    if (atomicAdd(&s.sched[1], 1u) == gridDim.x - 1) { /* every block has taken its last */
+    if (atomicAdd(&s.sched[1], 1u) == gridDim.x - 1) {
+        __threadfence(); /* every block has taken its last item: the counters back to zero */
         s.sched[0] = 0;
         s.sched[1] = 0;
     }
@@ -242,7 +243,7 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     int kb[2], ke[2]; /* local indices: the backend sends nk < 2^31 only */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        const int64_t i = it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = (int64_t)it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
         int64_t b64 = 0, e64 = 0;
         if (i < s.nq)
             burst_dkeys(s, i, &b64, &e64);
@@ -341,7 +342,7 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     for (int u = 0; u < 2; u++) {
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
-        const int64_t i = it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
+        const int64_t i = (int64_t)it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
         if (i < s.nq)
             burst_merge_row<D>(s, b, h, i, m[u], l[u], o, u, cq, lane);
     }
