@@ -8,9 +8,9 @@
  *
  * The scratch a plan keeps between calls (burst_plan_trim): a second forward and backward on the
  * same plan allocate nothing (every backend allocation is made to fail, burst_fault_set) and give
- * bitwise the results of the first (reused buffers are zeroed again: the backward reuses the
- * forward's accumulators); after burst_plan_trim the next call must allocate, fails with
- * BURST_ERR_NO_MEMORY and leaves its outputs untouched.
+ * bitwise the results of the first (reused buffers are zeroed again); after burst_plan_trim the
+ * next backward must allocate, fails with BURST_ERR_NO_MEMORY and leaves its outputs untouched
+ * (a one-rank forward on a backend with fwd_final allocates nothing).
  */
 #include <setjmp.h>
 #include <stdarg.h>
