@@ -13,7 +13,9 @@
  * products (cpu_tile_dpbf16.h: P rounded to bf16 for the second, l summed from the fp32 P).
  * (with m' = -inf treated as 0 so fully masked rows stay exactly 0). At the end of the block
  * the tile's (O / l, lse) is merged into (o_acc, lse_acc) with the log-sum-exp rule; rows with
- * no allowed key are not touched.
+ * no allowed key are not touched. fwd_final (job->o set) writes (O / l, lse) to the caller's o
+ * and lse instead, rounded as that merge into fresh accumulators and copy() would round them,
+ * and O = 0, lse = -inf for rows with no allowed key.
  */
 #include "cpu_simd.h"
 #include "cpu_tile.h"
