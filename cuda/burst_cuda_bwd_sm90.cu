@@ -627,35 +627,11 @@ __global__ void __launch_bounds__(384, 1)
         (struct burst_wg_qrow *)(tl.sds + (DQ ? 3 * SBYTES + 2 * burst_wg_dq_tile<D>() * 4 : 0));
     tl.full = s_full;
     const int wg = burst_wg_index();
-    const int64_t tiles = (s.nk + BC - 1) / BC;
-    const int64_t t = blockIdx.x % tiles, g = blockIdx.x / tiles % s.hkv;
-    const int64_t b = blockIdx.x / tiles / s.hkv, j0 = t * BC;
-
-    /* the block's queries, uniform: first key's first query to last key's end */
-    int64_t imin, imax, unused;
-    burst_dqueries(s, j0, &imin, &unused);
-    burst_dqueries(s, min(j0 + BC, s.nk) - 1, &unused, &imax);
-    if (imin >= imax) { /* no query sees these keys */
-        burst_final_kv_empty(s, b, g, j0, min(j0 + (int64_t)BC, s.nk));
-        return;
-    }
+    int64_t b, g, j0;
     struct burst_wb_qtiles qt;
-    qt.h0 = g * s.group;
-    qt.ifirst = imin / BQ * BQ;
-    qt.ntq = (int)((imax - qt.ifirst + BQ - 1) / BQ);
-    qt.bq = BQ;
-    qt.rot = burst_dtile_rot(j0, qt.ifirst, BQ, qt.ntq);
-    qt.rntq = 1.0f / (float)qt.ntq;
-    const int total = qt.ntq * (int)s.group;
-    if (threadIdx.x == 0) {
-        burst_mbar_init(&bar.kv, 1);
-        for (int st = 0; st < WB_NS; st++) {
-            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, a row warp's lanes' */
-            burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
-        }
-        burst_mbar_init_fence();
-    }
-    __syncthreads();
+    int total;
+    if (!burst_wb_block<BQ, BC, WB_NS>(s, bar, &b, &g, &j0, &qt, &total))
+        return;
 
     if (wg == 0) {
         burst_regs_dec<PREGS>();

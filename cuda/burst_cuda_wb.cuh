@@ -2,7 +2,7 @@
  * cuda/burst_cuda_wb.cuh - the producer side of the warp-specialized Hopper dK/dV kernels
  * (burst_cuda_bwd_sm90.cu, classes up to 128; burst_cuda_bwd_sm90_wide.cu, classes 192 and 256):
  * a block owns BC keys of a kv head and visits the query tiles (BQ rows) of its group's heads
- * that may see them; warp 0 of its producer warpgroup loads K and V once and each tile's Q and
+ * that may see them (burst_wb_block finds both); warp 0 of its producer warpgroup loads K and V once and each tile's Q and
  * dO by TMA into NS mbarrier stages, warps 1 and 3 compute each tile's row scalars (lse, D,
  * allowed keys) into its stage. sm_90a only.
  */
@@ -58,6 +58,48 @@ struct burst_wb_tiles {
     float *sdq;                   /* DQ: dQ staging tile k at sdq + k burst_wg_dq_tile */
     int *full;                    /* stage st: its tile sees all of the block's keys */
 };
+
+/* A dK/dV block's work, the same for every thread: its keys (BC from *j0 of kv head *g, batch
+ * *b, from blockIdx.x), its query tiles and their count over the group's heads (*total); the
+ * barriers initialised for NS stages and the block synchronised. False, with the keys' final dK
+ * and dV written as zero where the call writes them (burst_final_kv_empty), when no query sees
+ * the keys: the block has nothing more to do. */
+template <int BQ, int BC, int NS>
+__device__ __forceinline__ bool burst_wb_block(const struct burst_cuda_step &s,
+                                               struct burst_wb_bars &bar, int64_t *b, int64_t *g,
+                                               int64_t *j0, struct burst_wb_qtiles *qt, int *total)
+{
+    static_assert(NS <= WB_NS_MAX, "the barriers of NS stages");
+    const int64_t tiles = (s.nk + BC - 1) / BC;
+    *g = blockIdx.x / tiles % s.hkv;
+    *b = blockIdx.x / tiles / s.hkv;
+    *j0 = blockIdx.x % tiles * BC;
+    /* the block's queries, uniform: first key's first query to last key's end */
+    int64_t imin, imax, unused;
+    burst_dqueries(s, *j0, &imin, &unused);
+    burst_dqueries(s, min(*j0 + BC, s.nk) - 1, &unused, &imax);
+    if (imin >= imax) { /* no query sees these keys */
+        burst_final_kv_empty(s, *b, *g, *j0, min(*j0 + (int64_t)BC, s.nk));
+        return false;
+    }
+    qt->h0 = *g * s.group;
+    qt->ifirst = imin / BQ * BQ;
+    qt->ntq = (int)((imax - qt->ifirst + BQ - 1) / BQ);
+    qt->bq = BQ;
+    qt->rot = burst_dtile_rot(*j0, qt->ifirst, BQ, qt->ntq);
+    qt->rntq = 1.0f / (float)qt->ntq;
+    *total = qt->ntq * (int)s.group;
+    if (threadIdx.x == 0) {
+        burst_mbar_init(&bar.kv, 1);
+        for (int st = 0; st < NS; st++) {
+            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, a row warp's lanes' */
+            burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
+        }
+        burst_mbar_init_fence();
+    }
+    __syncthreads();
+    return true;
+}
 
 /* Producer warp 0, one thread: K and V (BC rows) of kv head g from key j0 once, then the total
  * query tiles' Q and dO into the NS stages, each stage once its previous tile is freed. */

@@ -11,7 +11,7 @@
  *     the cases are deterministic);
  *   - give the number of groups the limit implies, scratch within the limit (unless the limit is
  *     below one head per group), and scratch_bytes of the larger call equal to
- *     burst_plan_workspace_bytes (at most that on one rank, where a GPU kernel may write the
+ *     burst_plan_workspace_bytes (at most that on one rank, where a kernel may write the
  *     outputs itself);
  *   - send the same bytes, in `groups` times the messages.
  * Faults in a later group end every rank's call (BURST_ERR_TRANSPORT where the truncated message
@@ -87,7 +87,7 @@ static void check_groups(const struct harness_case *c, double frac, int mid_grou
                    (unsigned long long)x->stats[BURST_PHASE_BWD].traffic.msgs_sent,
                    (unsigned long long)y->stats[BURST_PHASE_BWD].traffic.msgs_sent);
             assert_int_equal(x->head_groups, want[l]);
-            /* the plan's bytes are what the calls allocate; on one rank a GPU kernel that
+            /* the plan's bytes are what the calls allocate; on one rank a kernel that
              * writes the outputs itself (fwd_final / bwd_final) needs less (plan.h) */
             const uint64_t used = larger(x->stats[BURST_PHASE_FWD].scratch_bytes,
                                          x->stats[BURST_PHASE_BWD].scratch_bytes);

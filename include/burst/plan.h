@@ -230,8 +230,8 @@ BURST_API burst_status_t burst_plan_workspace_estimate(const struct burst_plan_p
  * the softmax denominator of each row (scaled scores). Blocks until this rank's output is
  * complete. On any error the outputs are left untouched, except with head groups
  * (burst_plan_head_groups > 1): a failure then leaves the heads of the groups finished before
- * it written (the rest untouched); and on one rank, where a GPU kernel may write o and lse
- * itself (no accumulators; BURST_FWD_FINAL in README.md), a device fault reported after that
+ * it written (the rest untouched); and on one rank, where a kernel may write o and lse
+ * itself (no accumulators; BURST_FWD_FINAL in README.md), a device fault reported after a GPU
  * kernel can leave them partly written. Inputs are only read.
  *
  * Non-finite inputs (NaN, Inf) are not checked, and not contained to their row: the kernels work

@@ -451,6 +451,7 @@ const struct burst_backend_ops burst_cpu_backend_ops = {
     .attn =
         {
             .fwd_step = burst_cpu_fwd_step,
+            .fwd_final = burst_cpu_fwd_final,
             .bwd_delta = burst_cpu_bwd_delta,
             .bwd_step = burst_cpu_bwd_step,
             .decode_step = burst_cpu_decode_step,

@@ -49,20 +49,36 @@ int burst_cpu_isa_lanes(enum burst_cpu_isa isa)
     }
 }
 
-burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)
+/* fwd_step (o NULL: merged into args->o_acc, lse_acc) and fwd_final (written to o and lse). */
+static burst_status_t fwd_run(struct burst_cpu_backend *cpu, const struct burst_fwd_args *args,
+                              const struct burst_tensor *o, float *lse)
 {
-    struct burst_cpu_backend *cpu = be;
-    if (!args || !args->o_acc || !args->lse_acc)
-        return burst_error(BURST_ERR_INVALID_ARG, "cpu fwd_step: args, o_acc or lse_acc is NULL");
     struct burst_cpu_fwd_job job;
     burst_step_dims_of(args->q, args->k, &job.dim); /* checked by the engine (step_check.h) */
-    if (job.dim.nq == 0 || job.dim.nk == 0)
-        return BURST_OK;
     job.a = args;
+    job.o = o;
+    job.lse = lse;
     job.br = BURST_CPU_FWD_BR(job.dim.d);
     job.nqt = (job.dim.nq + job.br - 1) / job.br;
+    if (job.dim.nq == 0 || (job.dim.nk == 0 && !o))
+        return BURST_OK;
     int64_t items = job.dim.batch * job.dim.hq * job.nqt;
     size_t bytes = sizeof(float) * burst_cpu_fwd_scratch_floats(job.dim.d, job.br);
     burst_cpu_task_fn fn = burst_cpu_fwd_items[burst_cpu_call_isa(cpu->isa, job.dim.d)];
     return burst_cpu_pool_run(cpu->pool, items, bytes, fn, &job);
+}
+
+burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args)
+{
+    if (!args || !args->o_acc || !args->lse_acc)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu fwd_step: args, o_acc or lse_acc is NULL");
+    return fwd_run(be, args, NULL, NULL);
+}
+
+burst_status_t burst_cpu_fwd_final(void *be, const struct burst_fwd_args *args,
+                                   const struct burst_tensor *o, float *lse)
+{
+    if (!args || !o || !o->data || !lse)
+        return burst_error(BURST_ERR_INVALID_ARG, "cpu fwd_final: args, o or lse is NULL");
+    return fwd_run(be, args, o, lse);
 }

@@ -13,7 +13,9 @@
  * products (cpu_tile_dpbf16.h: P rounded to bf16 for the second, l summed from the fp32 P).
  * (with m' = -inf treated as 0 so fully masked rows stay exactly 0). At the end of the block
  * the tile's (O / l, lse) is merged into (o_acc, lse_acc) with the log-sum-exp rule; rows with
- * no allowed key are not touched.
+ * no allowed key are not touched. fwd_final (job->o set) writes (O / l, lse) to the caller's o
+ * and lse instead, rounded as that merge into fresh accumulators and copy() would round them,
+ * and O = 0, lse = -inf for rows with no allowed key.
  */
 #include "cpu_simd.h"
 #include "cpu_tile.h"
@@ -26,6 +28,7 @@
 const int fwd_lanes = VL; /* the variant's fp32 lanes (burst_cpu_isa_lanes) */
 
 #undef fwd_dp
+#undef fwd_final_rows
 #undef fwd_load_q
 #undef fwd_load_kv
 #undef fwd_scores
@@ -34,6 +37,7 @@ const int fwd_lanes = VL; /* the variant's fp32 lanes (burst_cpu_isa_lanes) */
 #define fwd_pv KFN(fwd_pv)
 #define fwd_softmax KFN(fwd_softmax)
 #define fwd_dp KFN(fwd_dp)
+#define fwd_final_rows KFN(fwd_final_rows)
 #define fwd_load_q KFN(fwd_load_q)
 #define fwd_load_kv KFN(fwd_load_kv)
 #define fwd_scores KFN(fwd_scores)
@@ -172,6 +176,44 @@ KATTR void fwd_pv(struct burst_cpu_fwd_scratch *sc, int64_t jn, int64_t d, int64
          sc->alpha + ra);
 }
 
+/* fwd_final: rows [i0, i0 + rows) of head h written to the caller's o (its dtype, any strides)
+ * and lse: O / l and m + log2 l, rounded as fwd_step into fresh accumulators (0, -inf) and
+ * copy() round them; O = 0 and lse = -inf where a row has no key (sc NULL: none has). */
+KATTR void fwd_final_rows(const struct burst_cpu_fwd_job *job,
+                          const struct burst_cpu_fwd_scratch *sc, int64_t b, int64_t h, int64_t i0,
+                          int64_t rows)
+{
+    const int64_t d = job->dim.d, nq = job->dim.nq;
+    const struct burst_tensor *o = job->o;
+    float *lse_row = job->lse + (b * job->dim.hq + h) * nq + i0;
+    float tmp[64]; /* a chunk of a half-precision row, in fp32 */
+    for (int64_t i = 0; i < rows; i++) {
+        void *orow = (void *)burst_cpu_row(o, b, i0 + i, h);
+        if (!sc || sc->l[i] == 0.0f) { /* as the accumulators' fill leaves it */
+            memset(orow, 0, (size_t)d * (o->dtype == BURST_DTYPE_FP32 ? 4 : 2));
+            lse_row[i] = -(float)INFINITY;
+            continue;
+        }
+        const float *ot = sc->o + i * d;
+        vf cn = vf_set1((float)(1.0 / (double)sc->l[i]));
+        if (o->dtype == BURST_DTYPE_FP32) {
+            for (int64_t c = 0; c < d; c += VL) /* d is a multiple of VL (burst_cpu_call_isa) */
+                vf_store((float *)orow + c, vf_mul(cn, vf_load(ot + c)));
+        } else {
+            for (int64_t c0 = 0; c0 < d; c0 += 64) {
+                const int64_t n = burst_cpu_min64(64, d - c0);
+                for (int64_t c = 0; c < n; c += VL)
+                    vf_store(tmp + c, vf_mul(cn, vf_load(ot + c0 + c)));
+                uint16_t *h16 = (uint16_t *)orow + c0;
+                for (int64_t c = 0; c < n; c++)
+                    h16[c] = o->dtype == BURST_DTYPE_FP16 ? burst_cpu_f32_to_f16(tmp[c])
+                                                          : burst_cpu_f32_to_bf16(tmp[c]);
+            }
+        }
+        lse_row[i] = (float)(((double)sc->m[i] + log2((double)sc->l[i])) * 0.69314718055994530942);
+    }
+}
+
 KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
 {
     const struct burst_cpu_fwd_job *job = ctx;
@@ -191,8 +233,11 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
     struct burst_cpu_fwd_scratch sc = burst_cpu_fwd_layout(scratch, d, BR);
     struct burst_cpu_rows r =
         burst_cpu_intervals(&a->qpos, &a->kpos, a->mask, nk, i0, rows, BR, sc.kb, sc.ke);
-    if (r.kmin >= r.kmax)
+    if (r.kmin >= r.kmax) {
+        if (job->o)
+            fwd_final_rows(job, NULL, b, h, i0, rows);
         return;
+    }
 
     const float qmul = a->scale * 1.4426950408889634f;
     fwd_load_q(&sc, a->q, b, i0, rows, h, d, BR, dp ? 1.0f : qmul, dp);
@@ -234,6 +279,10 @@ KENTRY void fwd_item(void *ctx, int64_t item, void *scratch)
         fwd_pv(&sc, jn, d, BR, ra, rb, dp);
     }
 
+    if (job->o) {
+        fwd_final_rows(job, &sc, b, h, i0, rows);
+        return;
+    }
     /* fused merge into the running (o_acc, lse_acc) */
     const float *lse_row = a->lse_acc + (b * hq + h) * nq + i0;
     for (int64_t i = 0; i < rows; i++) {

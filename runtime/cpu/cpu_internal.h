@@ -107,6 +107,10 @@ struct burst_cpu_fwd_job {
     struct burst_step_dims dim;
     int64_t br;  /* Q tile rows */
     int64_t nqt; /* Q tiles per (batch, head) */
+    /* fwd_final: the rows written normalised to o (q's dtype, any strides) and lse ([B, Hq, nq]);
+     * NULL: merged into a->o_acc, a->lse_acc (fwd_step) */
+    const struct burst_tensor *o;
+    float *lse;
 };
 
 /* Backward job context. */
@@ -320,6 +324,8 @@ int burst_cpu_isa_forced_is_auto(void);
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa);
 
 burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args);
+burst_status_t burst_cpu_fwd_final(void *be, const struct burst_fwd_args *args,
+                                   const struct burst_tensor *o, float *lse);
 /* cpu_decode.c: decode_step, split over the keys (backend.h, burst_decode_args). */
 burst_status_t burst_cpu_decode_step(void *be, const struct burst_decode_args *args);
 burst_status_t burst_cpu_bwd_step(void *be, const struct burst_bwd_args *args);
