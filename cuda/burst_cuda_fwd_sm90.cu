@@ -373,9 +373,12 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BR = 64 * NC;
     /* registers per thread: a block is launched with LREGS each (65536 over its threads,
-     * rounded down to a multiple of 8); the producer keeps PREGS, what taking the items needs,
-     * and the consumers share the rest, CREGS each (a multiple of 8) */
-    constexpr int PREGS = 40;
+     * rounded down to a multiple of 8); the producer keeps PREGS and the consumers share the
+     * rest, CREGS each (a multiple of 8). Three consumers get 160 whether the producer keeps 24
+     * or 32, and 32 spills less of its item code (152 would serialise their wgmma at class 64).
+     * Two consumers get 240 with 24, which classes 96 and 128 use; at 192 and 256 the producer
+     * keeps 40, spilling less, for 232 each. */
+    constexpr int PREGS = NC == 3 ? 32 : D <= 128 ? 24 : 40;
     constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
     constexpr int CREGS = (LREGS * (NC + 1) - PREGS) / NC / 8 * 8;
     static_assert(PREGS + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
