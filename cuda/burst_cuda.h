@@ -356,7 +356,8 @@ struct burst_cuda_backend {
 burst_status_t burst_cuda_scratch_get(struct burst_cuda_backend *cb, size_t bytes, void **p_ptr);
 /* The calling thread's arrival counters, at least n of them, *p_ctr: kept apart from the scratch
  * above and grown like it, but filled with zeros, and every kernel that counts on one returns it
- * to zero before it ends (the decode step's last block of each row chunk, burst_cuda_decode.cu). */
+ * to zero before it ends (the decode step's last block of each row chunk, burst_cuda_decode.cu;
+ * the Hopper forward's last block, burst_cuda_fwd_sm90.cu). */
 burst_status_t burst_cuda_scratch_counters(struct burst_cuda_backend *cb, size_t n,
                                            unsigned **p_ctr);
 /* Free every thread's scratch (the instance's end; no op in flight). */
