@@ -234,21 +234,41 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
-/* The scalars of query rows [i0, i0 + QR) of head h into r, one row per thread below QR: lse in
- * log2 units (+inf for a row with no key: P = 0), D = rowsum(dO * O), the allowed keys [kb, ke);
- * rows past nq see no key. */
+/* The scalars of query row i0 + threadIdx.x (< QR) of head h as read from global memory, held in
+ * the thread's registers while the step before computes (burst_qrows_load), then stored to the
+ * shared burst_qrows (burst_qrows_put): lse, D = rowsum(dO * O), the allowed keys [kb, ke); a
+ * row past nq sees no key (lse -inf: P = 0). So the loads' latency hides behind that step. */
+struct burst_qrow_ld {
+    float lse, dl;
+    int kb, ke;
+};
 template <int QR>
-__device__ __forceinline__ void burst_qrows_fill(struct burst_qrows *r,
-                                                 const struct burst_cuda_step &s, int64_t b,
-                                                 int64_t h, int64_t i0)
+__device__ __forceinline__ struct burst_qrow_ld burst_qrows_load(const struct burst_cuda_step &s,
+                                                                 int64_t b, int64_t h, int64_t i0)
+{
+    struct burst_qrow_ld x = {-CUDART_INF_F, 0.0f, 0, 0};
+    const int64_t i = i0 + threadIdx.x;
+    if (threadIdx.x < QR && i < s.nq) {
+        int64_t kb, ke;
+        burst_dkeys(s, i, &kb, &ke);
+        x.kb = (int)kb;
+        x.ke = (int)ke;
+        x.lse = s.lse[(b * s.hq + h) * s.nq + i];
+        x.dl = s.delta[(b * s.hq + h) * s.nq + i];
+    }
+    return x;
+}
+/* ... and into r, one row per thread below QR, lse in log2 units (as burst_brow_at) */
+template <int QR>
+__device__ __forceinline__ void burst_qrows_put(struct burst_qrows *r,
+                                                const struct burst_qrow_ld &x)
 {
     if (threadIdx.x >= QR)
         return;
-    const struct burst_brow x = burst_brow_at(s, b, h, i0 + threadIdx.x);
-    r->l2[threadIdx.x] = x.l2;
+    r->l2[threadIdx.x] = burst_lse_l2(x.lse);
     r->dl[threadIdx.x] = x.dl;
-    r->kb[threadIdx.x] = (int)x.kb;
-    r->ke[threadIdx.x] = (int)x.ke;
+    r->kb[threadIdx.x] = x.kb;
+    r->ke[threadIdx.x] = x.ke;
 }
 
 /* One thread's dK, dV of key row j, columns col and col + 1 (< d), into the fp32 accumulators
@@ -315,18 +335,18 @@ __device__ __forceinline__ bool burst_kv_steps_of(const struct burst_cuda_step &
 }
 
 /* Issue the cp.async loads of query tile r of head hh of the group into stage st of the Q and dO
- * tiles (of traits TC, class D, by the block's NT threads) and fill its row scalars. */
+ * tiles (of traits TC, class D, by the block's NT threads) and the loads of its row scalars,
+ * returned for burst_qrows_put once the stage's previous row scalars are read. */
 template <typename TC, int D, int QR, int NT>
-__device__ __forceinline__ void
-burst_kv_issue(typename TC::E *sq, typename TC::E *sdo, struct burst_qrows *rows,
-               const struct burst_cuda_step &s, int64_t b, int64_t g,
-               const struct burst_kv_steps &ks, int hh, int r, int st)
+__device__ __forceinline__ struct burst_qrow_ld
+burst_kv_issue(typename TC::E *sq, typename TC::E *sdo, const struct burst_cuda_step &s, int64_t b,
+               int64_t g, const struct burst_kv_steps &ks, int hh, int r, int st)
 {
     const int64_t h = g * s.group + hh, i0 = ks.row0(r, QR);
     burst_tc_load<TC, D, QR, NT>(sq + st * QR * TC::W, s.q, b, i0, s.nq, h);
     burst_tc_load<TC, D, QR, NT>(sdo + st * QR * TC::W, s.dout, b, i0, s.nq, h);
     burst_cp_commit();
-    burst_qrows_fill<QR>(&rows[st], s, b, h, i0);
+    return burst_qrows_load<QR>(s, b, h, i0);
 }
 
 /* Elements of a [KB keys][QR queries] tile laid out as a tile of class QR (16-bit: swizzled;
@@ -412,12 +432,12 @@ __device__ __forceinline__ void burst_mma_dkdv_body(const struct burst_cuda_step
         return;
     const int ntq = steps.ntq, total = steps.total;
     auto issue = [&](int hh, int r, int st) {
-        burst_kv_issue<TC, D, QR, NT>(sq, sdo, rows, s, b, g, steps, hh, r, st);
+        return burst_kv_issue<TC, D, QR, NT>(sq, sdo, s, b, g, steps, hh, r, st);
     };
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
     burst_tc_load<TC, D, KB, NT>(sv, s.v, b, j0, s.nk, g);
-    issue(0, 0, 0);
+    burst_qrows_put<QR>(&rows[0], issue(0, 0, 0));
 
     float dk[DH / 8][4], dv[DH / 8][4];
 #pragma unroll
@@ -432,8 +452,9 @@ __device__ __forceinline__ void burst_mma_dkdv_body(const struct burst_cuda_step
     for (int it = 0; it < total; it++) {
         const int st = it & 1;
         const int hn = rc + 1 == ntq ? hc + 1 : hc, rn = rc + 1 == ntq ? 0 : rc + 1; /* it + 1 */
+        struct burst_qrow_ld next = {};
         if (it + 1 < total) {
-            issue(hn, rn, st ^ 1);
+            next = issue(hn, rn, st ^ 1);
             burst_cp_wait<1>();
         } else {
             burst_cp_wait<0>();
@@ -532,6 +553,8 @@ __device__ __forceinline__ void burst_mma_dkdv_body(const struct burst_cuda_step
             burst_mma_dq_add<TC, D, QR, DH, KB>(s, sds, sk, b, g * s.group + hc, steps.row0(rc, QR),
                                                 c0, warp, lane);
         }
+        if (it + 1 < total) /* stage st ^ 1's rows were last read in step it - 1 */
+            burst_qrows_put<QR>(&rows[st ^ 1], next);
         __syncthreads();
         hc = hn;
         rc = rn;
@@ -750,12 +773,12 @@ __device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step 
         return;
     const int ntq = steps.ntq, total = steps.total;
     auto issue = [&](int hh, int r, int st) {
-        burst_kv_issue<TC, D, QR, NT>(sq, sdo, rows, s, b, g, steps, hh, r, st);
+        return burst_kv_issue<TC, D, QR, NT>(sq, sdo, s, b, g, steps, hh, r, st);
     };
 
     burst_tc_load<TC, D, KB, NT>(sk, s.k, b, j0, s.nk, g);
     burst_tc_load<TC, D, KB, NT>(sv, s.v, b, j0, s.nk, g);
-    issue(0, 0, 0);
+    burst_qrows_put<QR>(&rows[0], issue(0, 0, 0));
 
     /* this warp's tiles: S^T / dP^T keys [ks, + MS) x queries [qs, + NS); dK / dV keys
      * [kv, + MV) x columns [cv, + DV) (block-local) */
@@ -776,8 +799,9 @@ __device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step 
         burst_cp_wait<0>();
         __syncthreads(); /* stage st landed; every warp is done with step it - 1 */
         const int hn = rc + 1 == ntq ? hc + 1 : hc, rn = rc + 1 == ntq ? 0 : rc + 1;
+        struct burst_qrow_ld next = {};
         if (it + 1 < total)
-            issue(hn, rn, st ^ 1);
+            next = issue(hn, rn, st ^ 1);
         const E *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         {
             float sc[K2::MS / 16][K2::NS / 8][4], dp[K2::MS / 16][K2::NS / 8][4];
@@ -793,6 +817,8 @@ __device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step 
         if constexpr (DQ)
             burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(s, sds, sk, b, g * s.group + hc,
                                                        steps.row0(rc, QR), 0, warp, lane);
+        if (it + 1 < total) /* every warp passed this step's first barrier: step it - 1 is done */
+            burst_qrows_put<QR>(&rows[st ^ 1], next);
         hc = hn;
         rc = rn;
     }

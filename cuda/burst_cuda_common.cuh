@@ -231,6 +231,11 @@ struct burst_brow {
     float l2, dl;
     int64_t kb, ke;
 };
+/* lse (natural log) in log2 units, +inf for a row with no key */
+__device__ __forceinline__ float burst_lse_l2(float lse)
+{
+    return lse == -CUDART_INF_F ? CUDART_INF_F : (float)((double)lse * BURST_LOG2E_D);
+}
 __device__ __forceinline__ struct burst_brow burst_brow_at(const struct burst_cuda_step &s,
                                                            int64_t b, int64_t h, int64_t i)
 {
@@ -238,7 +243,7 @@ __device__ __forceinline__ struct burst_brow burst_brow_at(const struct burst_cu
     if (i < s.nq) {
         burst_dkeys(s, i, &r.kb, &r.ke);
         const float lse = s.lse[(b * s.hq + h) * s.nq + i];
-        r.l2 = lse == -CUDART_INF_F ? CUDART_INF_F : (float)((double)lse * BURST_LOG2E_D);
+        r.l2 = burst_lse_l2(lse);
         r.dl = s.delta[(b * s.hq + h) * s.nq + i];
     }
     return r;
