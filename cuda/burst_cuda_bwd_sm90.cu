@@ -526,9 +526,11 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     const uint32_t dsb0 = burst_wg_dlo(t.sds + n0 * 128, 16);
     const uint32_t dpa = dsa0 + 2 * DSBUF;
 
-    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): dV += P^T dO and
-     * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
+    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): with DQ first
+     * dQ^T = K^T dS^T, then dV += P^T dO and dK += dS^T Q (one commit group each) */
     auto products = [&](int st, int buf) {
+        if constexpr (DQ)
+            burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
         if constexpr (RS) {
             burst_wg_pv<T, D, BQ>(dv, pa, dot0 + st * DSTAGE);
             burst_wg_pv<T, D, BQ>(dk, da, dqt0 + st * DSTAGE);
@@ -536,22 +538,22 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
             burst_wg_mn<T, D, BQ>(dv, dpa, dot0 + st * DSTAGE);
             burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
         }
-        if constexpr (DQ)
-            burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
     };
-    /* wait for the products of the previous tile (stage prev), free its stage, stage its dQ
-     * (staging tiles 0 and 1 in turn: dqk) */
+    /* with DQ stage the previous tile's dQ (staging tiles 0 and 1 in turn: dqk) as soon as its
+     * product is done, while dV and dK still run; then wait for those and free the tile's
+     * stage (prev) */
     int dqk = 0;
     auto finish = [&](int prev) {
-        burst_wg_wait<0>();
-        burst_wg_pin<D / 2>(dv);
-        burst_wg_pin<D / 2>(dk);
-        burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
         if constexpr (DQ) {
+            burst_wg_wait<2>();
             burst_wg_pin<NQ / 2>(dqa);
             burst_wb_stage_dq<D, BQ, NQ>(t.sdq, dqk, dm, n0, s.scale, dqa);
             dqk ^= 1;
         }
+        burst_wg_wait<0>();
+        burst_wg_pin<D / 2>(dv);
+        burst_wg_pin<D / 2>(dk);
+        burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
     };
     /* issue S^T and dP^T of the tile in stage st once it has landed */
     auto scores = [&](int it, int st) {
@@ -612,11 +614,12 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
  * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warps 1 and
  * 3 compute the row scalars of every other tile, warp 2 adds the staged dQ of each tile to s.dq
  * with DQ) and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile
- * a consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
- * dK += dS^T Q (and dQ^T = K^T dS^T), computes P^T and dS^T while those run, waits, frees the
- * previous stage and stages its dQ, and keeps this tile's P^T, dS^T packed in registers (above
- * class 96 with DQ: in shared memory) and with DQ stores dS^T to shared memory, where the other
- * warpgroup's dQ^T reads it after the pair barrier. */
+ * a consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's (dQ^T = K^T dS^T,)
+ * dV += P^T dO and dK += dS^T Q, computes P^T and dS^T while those run, stages the previous
+ * tile's dQ once its product is done, waits for the others, frees the previous stage, and keeps
+ * this tile's P^T, dS^T packed in registers (above class 96 with DQ: in shared memory) and with
+ * DQ stores dS^T to shared memory, where the other warpgroup's dQ^T reads it after the pair
+ * barrier. */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(384, 1)
     burst_wg_dkdv(const __grid_constant__ struct burst_cuda_step s,
