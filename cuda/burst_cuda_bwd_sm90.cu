@@ -337,6 +337,7 @@ burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_maps &m
     const int lane = threadIdx.x & 31, panels = (int)(s.d + 31) / 32;
     if (lane == 0)
         burst_tma_prefetch_map(&maps.dq.map);
+    __syncwarp();                             /* converged for the aligned barrier instruction */
     burst_named_arrive(WB_BAR_DQ_EMPTY, 288); /* both staging tiles start free */
     if (total > 1)
         burst_named_arrive(WB_BAR_DQ_EMPTY + 1, 288);
