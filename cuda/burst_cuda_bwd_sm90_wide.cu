@@ -76,6 +76,7 @@ __device__ __forceinline__ void burst_ww_store_dq(const struct burst_cuda_step &
     const int lane = threadIdx.x & 31, panels = (int)(s.d + 31) / 32;
     if (lane == 0)
         burst_tma_prefetch_map(&maps.dq.map);
+    __syncwarp();                             /* converged for the aligned barrier instruction */
     burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* the staging tile starts free */
     for (int it = 0; it < total; it++) {
         burst_named_sync(WW_BAR_DQ_FULL, 288);
