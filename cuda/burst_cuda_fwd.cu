@@ -102,7 +102,7 @@ __device__ __forceinline__ void burst_mma_fwd_body(const struct burst_cuda_step 
     int64_t kmin, kmax;
     burst_block_range(lo, hi, &kmin, &kmax);
     if (kmin >= kmax) { /* no key for any row of the block */
-        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq));
+        burst_final_empty(s, b, h, i0, min(i0 + (int64_t)BR, s.nq), threadIdx.x, blockDim.x);
         return;
     }
 

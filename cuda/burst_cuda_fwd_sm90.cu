@@ -348,20 +348,6 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     }
 }
 
-/* burst_final_empty by the consumer threads of a block (its threads 128 ..). */
-template <int NC>
-__device__ __forceinline__ void burst_wg_final_empty(const struct burst_cuda_step &s, int64_t b,
-                                                     int64_t h, int64_t i0, int64_t i1)
-{
-    if (!s.o_out.data)
-        return;
-    const int64_t k = threadIdx.x - 128;
-    for (int64_t e = k; e < (i1 - i0) * s.d; e += 128 * NC)
-        burst_final_zero(s.o_out, burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d);
-    for (int64_t i = i0 + k; i < i1; i += 128 * NC)
-        s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
-}
-
 /* A block of the forward is persistent: it runs items of the step (burst_wg_item_at) as its
  * producer takes them from the step's counter (burst_wg_fwd_produce), loading the next item's
  * first tiles and Q while the consumers finish the one before and write its rows. */
@@ -429,8 +415,9 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         if (w >= total)
             break;
         const struct burst_wg_item it = burst_wg_item_at<BC, BR>(s, tiles, w);
-        if (it.nt == 0) { /* no key for any row of the item */
-            burst_wg_final_empty<NC>(s, it.b, it.h, it.i0, min((int64_t)it.i0 + BR, s.nq));
+        if (it.nt == 0) { /* no key for any row of the item: its rows by the consumer threads */
+            burst_final_empty(s, it.b, it.h, it.i0, min((int64_t)it.i0 + BR, s.nq),
+                              threadIdx.x - 128, 128 * NC);
             continue;
         }
         burst_wg_fwd_consume<T, D, BC, NC>(s, sq, skv, bar, s_rng[qi & 1][wc], wc, it, sg, qi);

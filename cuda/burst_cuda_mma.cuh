@@ -369,16 +369,16 @@ __device__ __forceinline__ void burst_final_row(const struct burst_cuda_step &s,
                       : (float)(((double)m + log2((double)l)) * 0.69314718055994530942);
 }
 
-/* s.o_out set: rows [i0, i1) of head h that see no key at all (a block that returns before its
- * tile loop): O = 0, lse = -inf, by every thread of the block. */
+/* s.o_out set: rows [i0, i1) of head h that see no key at all (a block that skips their tile
+ * loop): O = 0, lse = -inf, by n threads of the block, this one being number k of them. */
 __device__ __forceinline__ void burst_final_empty(const struct burst_cuda_step &s, int64_t b,
-                                                  int64_t h, int64_t i0, int64_t i1)
+                                                  int64_t h, int64_t i0, int64_t i1, int k, int n)
 {
     if (!s.o_out.data)
         return;
-    for (int64_t e = threadIdx.x; e < (i1 - i0) * s.d; e += blockDim.x)
+    for (int64_t e = k; e < (i1 - i0) * s.d; e += n)
         burst_final_zero(s.o_out, burst_off(s.o_out, b, i0 + e / s.d, h) + e % s.d);
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+    for (int64_t i = i0 + k; i < i1; i += n)
         s.lse_acc[(b * s.hq + h) * s.nq + i] = -CUDART_INF_F;
 }
 

@@ -2,9 +2,9 @@
  * cuda/burst_cuda_wb.cuh - the producer side of the warp-specialized Hopper dK/dV kernels
  * (burst_cuda_bwd_sm90.cu, classes up to 128; burst_cuda_bwd_sm90_wide.cu, classes 192 and 256):
  * a block owns BC keys of a kv head and visits the query tiles (BQ rows) of its group's heads
- * that may see them (burst_wb_block finds both); warp 0 of its producer warpgroup loads K and V once and each tile's Q and
- * dO by TMA into NS mbarrier stages, warps 1 and 3 compute each tile's row scalars (lse, D,
- * allowed keys) into its stage. sm_90a only.
+ * that may see them (burst_wb_block finds both); warp 0 of its producer warpgroup loads K and V
+ * once and each tile's Q and dO by TMA into NS mbarrier stages, warps 1 and 3 compute each
+ * tile's row scalars (lse, D, allowed keys) into its stage. sm_90a only.
  */
 #ifndef BURST_CUDA_WB_CUH
 #define BURST_CUDA_WB_CUH

@@ -51,6 +51,20 @@ check_leftovers() {
     done
 }
 
+# wait_gone PIDS: until none of these rank processes runs, at most 10 s (times the scale): a
+# rank that had unlinked its segment but not yet re-armed its death signal when the launcher
+# died leaves through its own exit path, which a loaded machine runs slowly
+wait_gone() {
+    for _i in $(seq $((100 * ${BURST_TEST_TIME_SCALE:-1}))); do
+        _alive=0
+        for _p in $1; do
+            rank_alive $_p && _alive=1
+        done
+        [ $_alive = 0 ] && return
+        sleep 0.1
+    done
+}
+
 need_fabric "$BR" "$PROV" $SMALL
 
 T0=$(now_ms)
@@ -269,7 +283,7 @@ faults)
     done
     kill -KILL $pid
     wait $pid
-    sleep 1 # the kernel delivers the ranks' death signals
+    wait_gone "$rp" # the kernel delivers the ranks' death signals
     check_leftovers "SIGKILL of burstrun" "$TMP/err"
     # burstrun SIGKILLed while its ranks join, at several points: as they start, as soon as
     # their shm segments exist, and 1 s later (rank 2 joins 3 s late: join fault, the others
@@ -301,14 +315,7 @@ faults)
         fi
         kill -KILL $pid
         wait $pid
-        for i in $(seq $((100 * sc))); do # rank 2 leaves after its delay
-            alive=0
-            for p in $rp; do
-                rank_alive $p && alive=1
-            done
-            [ $alive = 0 ] && break
-            sleep 0.1
-        done
+        wait_gone "$rp" # rank 2 leaves after its delay
         check_leftovers "SIGKILL of burstrun in the join ($at)" "$TMP/err"
     done
     touch "$TMP/stamp"
