@@ -19,12 +19,13 @@
  *     dS^T tile read MN-major, B = the dO / Q tile read MN-major);
  *   - plans that are not deterministic: dQ += tau dS K in 64-column chunks (alternating between the
  *     warpgroups; A = the dS tile read K-major, B = the K tile read MN-major), so that no dQ kernel
- *     recomputes S and dP. At class 192 the consumers stage the tile's tau dQ in shared memory
- *     and producer warp 2 adds it to s.dq by tensor reductions (cp.reduce.async.bulk.tensor, as
- *     the narrower classes' kernel does), off the consumers' path; class 256, whose shared memory
- *     holds no staging tile, adds it with 16-byte float atomics straight from the accumulators
- *     (burst_dq_red). Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after this
- *     one.
+ *     recomputes S and dP. The consumers stage the tile's tau dQ in shared memory and producer
+ *     warp 2 adds it to s.dq by tensor reductions (cp.reduce.async.bulk.tensor, as the narrower
+ *     classes' kernel does), off the consumers' path: class 192 in a staging tile of its own;
+ *     class 256, whose shared memory holds no such tile, in the tile's stage once the products
+ *     have read it (each warpgroup's chunks in the Q or dO tile its own product read, so that
+ *     neither waits for the other), and warp 2 frees the stage once the reductions have read it.
+ *     Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after this one.
  * The warpgroups meet once per tile, at the barrier after which both halves of P^T and dS^T are
  * stored; a consumer does not overlap one tile's products with the next tile's scores (at
  * D = 256 the registers that would take make the compiler spill accumulators and serialise the
@@ -42,54 +43,80 @@
 #define WW_BC 64          /* keys of a block */
 #define WW_BQ 64          /* query rows of a streamed tile */
 #define WW_BAR_PAIR 3     /* named barrier of the two consumer warpgroups (P^T and dS^T stored) */
-#define WW_BAR_DQ_EMPTY 4 /* the dQ staging tile free (the consumers and producer warp 2) */
-#define WW_BAR_DQ_FULL 5  /* the dQ staging tile written */
+#define WW_BAR_DQ_EMPTY 4 /* class 192: the dQ staging tile free (the consumers and warp 2) */
+#define WW_BAR_DQ_FULL 5  /* the dQ staging tile written (class 256: 5 + its stage) */
 
-/* Whether the DQ kernel of class D stages dQ for tensor reductions (else: float atomics). */
-template <int D> __host__ __device__ constexpr bool burst_ww_staged()
+/* Whether the DQ kernel of class D stages dQ in its Q / dO stage (else: in a tile of its own). */
+template <int D> __host__ __device__ constexpr bool burst_ww_instage()
 {
-    return D == 192;
+    return D == 256;
 }
 
-/* K and V, WW_NS stages of Q and dO, two buffers of the P^T and dS^T tiles, with DQ at a staged
- * class the fp32 dQ staging tile (WW_BQ rows x D columns, in panels of [WW_BQ][32], 128-byte
- * swizzled rows: the boxes of burst_tma_map_dq), then the stages' row scalars. No alignment
- * slack: the shared memory is declared __align__(1024) and the kernel traps otherwise (at
- * D = 256, and at 192 with the staging tile, the kernel takes all of 227 KiB with the
- * toolchain's 1 KiB padding of the static part). */
+/* Panel p (32 columns of d as [WW_BQ][32] fp32, 128-byte rows with their 16-byte chunks swizzled
+ * by row % 8: the boxes of burst_tma_map_dq) of the dQ staging tile of stage st: class 192's own
+ * tile; at class 256 the stage itself, chunk c (panels 2 c, 2 c + 1, computed by warpgroup c % 2)
+ * in the tile that warpgroup's product read (0: dO, 1: Q). */
+template <int D>
+__device__ __forceinline__ float *burst_ww_dq_panel(const struct burst_wb_tiles &t, int st, int p)
+{
+    if constexpr (burst_ww_instage<D>()) {
+        constexpr int QBYTES = WW_BQ * burst_wg_panels<D>() * 128, PBYTES = WW_BQ * 32 * 4;
+        const int c = p >> 1;
+        return (float *)(t.sqo + st * 2 * QBYTES + (c & 1 ? 0 : QBYTES) + (c >> 1) * 2 * PBYTES +
+                         (p & 1) * PBYTES);
+    } else {
+        return t.sdq + p * WW_BQ * 32;
+    }
+}
+
+/* K and V, WW_NS stages of Q and dO, two buffers of the P^T and dS^T tiles, with DQ at class
+ * 192 the fp32 dQ staging tile (WW_BQ rows x D columns, in the panels of burst_ww_dq_panel),
+ * then the stages' row scalars. No alignment slack: the shared memory is declared
+ * __align__(1024) and the kernel traps otherwise (at D = 256, and at 192 with the staging tile,
+ * the kernel takes all of 227 KiB with the toolchain's 1 KiB padding of the static part). */
 template <int D, bool DQ> constexpr size_t burst_ww_smem()
 {
     return (size_t)(2 * WW_BC + WW_NS * 2 * WW_BQ) * burst_wg_panels<D>() * 128 +
-           2 * 2 * WW_BQ * 128 + (DQ && burst_ww_staged<D>() ? WW_BQ * D * 4 : 0) +
+           2 * 2 * WW_BQ * 128 + (DQ && !burst_ww_instage<D>() ? WW_BQ * D * 4 : 0) +
            WW_NS * WW_BQ * sizeof(struct burst_wg_qrow);
 }
 
-/* Producer warp 2 (DQ, staged): once the consumers have staged query tile it's tau dQ, lane 0
- * adds it to s.dq with one tensor reduction per 32 columns of d (rows past nq and columns past d
- * are not written) and the staging tile is freed once the reductions have read it. */
-__device__ __forceinline__ void burst_ww_store_dq(const struct burst_cuda_step &s,
-                                                  const struct burst_wb_maps &maps,
-                                                  const struct burst_wb_tiles &t,
-                                                  const struct burst_wb_qtiles &qt, int64_t b,
-                                                  int total)
+/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ, lane 0 adds it
+ * to s.dq with one tensor reduction per 32 columns of d (rows past nq and columns past d are not
+ * written) and frees the staging tile (class 256: the tile's stage) once the reductions have read
+ * it. Class 256 alternates two FULL barriers by stage: the consumers' next arrival on one needs
+ * the stage reloaded, which needs this warp past its wait on it. */
+template <int D>
+__device__ __forceinline__ void
+burst_ww_store_dq(const struct burst_cuda_step &s, const struct burst_wb_maps &maps,
+                  const struct burst_wb_tiles &t, struct burst_wb_bars &bar,
+                  const struct burst_wb_qtiles &qt, int64_t b, int total)
 {
+    constexpr bool INSTAGE = burst_ww_instage<D>();
     const int lane = threadIdx.x & 31, panels = (int)(s.d + 31) / 32;
     if (lane == 0)
         burst_tma_prefetch_map(&maps.dq.map);
-    __syncwarp();                             /* converged for the aligned barrier instruction */
-    burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* the staging tile starts free */
+    __syncwarp(); /* converged for the aligned barrier instruction */
+    if constexpr (!INSTAGE)
+        burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* the staging tile starts free */
     for (int it = 0; it < total; it++) {
-        burst_named_sync(WW_BAR_DQ_FULL, 288);
+        const int st = it % WW_NS;
+        burst_named_sync(WW_BAR_DQ_FULL + (INSTAGE ? st : 0), 288);
         int64_t h, i0;
         qt.at(it, &h, &i0);
         if (lane == 0)
             for (int p = 0; p < panels; p++)
-                burst_tma_add(maps.dq, t.sdq + p * WW_BQ * 32, 32 * p, (int)h, (int)i0, (int)b);
+                burst_tma_add(maps.dq, burst_ww_dq_panel<D>(t, st, p), 32 * p, (int)h, (int)i0,
+                              (int)b);
         burst_bulk_commit();
         burst_bulk_wait_read<0>(); /* the reductions have read the staging tile */
         __syncwarp();              /* converged for the aligned barrier instruction */
-        if (it + 1 < total)
+        if constexpr (INSTAGE) {
+            if (lane == 0)
+                burst_mbar_arrive(&bar.freed[st]); /* its dQ read: the stage may be reloaded */
+        } else if (it + 1 < total) {
             burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* for tile it + 1 */
+        }
     }
     burst_bulk_wait<0>(); /* the additions done before the block ends */
 }
@@ -195,7 +222,7 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     constexpr int QBYTES = BQ * PN * 128, SBYTES = BQ * 128;
     constexpr int HQ = BQ / 2; /* queries of S^T per warpgroup */
     constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = SBYTES >> 4;
-    constexpr bool STAGED = DQ && burst_ww_staged<D>();
+    constexpr bool INSTAGE = DQ && burst_ww_instage<D>();
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, rq = lane >> 2;
     const int key0 = (int)j0 + warp * 16 + rq;            /* this thread's keys: key0, key0 + 8 */
     unsigned char *sp = t.sds, *sds = t.sds + 2 * SBYTES; /* two buffers each */
@@ -242,30 +269,21 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
                                             kk > 0);
         burst_wg_commit();
     };
-    /* s.dq += tau q: rows (queries) 16 warp + rq (+ 8) of tile it, columns 64 c + 8 n.. (staged:
-     * into the staging tile, element (row r, column x) in panel x / 32 at r * 32 + x % 32 with
-     * its 16-byte chunk swizzled by r % 8) */
-    auto dq_add = [&](int c, int it) {
+    /* tau q into the staging tile of stage st: rows (queries) 16 warp + rq (+ 8), columns
+     * 64 c + 8 n + cq (+ 1), element (row r, column x) in panel x / 32 at r * 32 + x % 32 with its
+     * 16-byte chunk swizzled by r % 8 */
+    auto dq_add = [&](int c, int st) {
         burst_wg_pin<32>(q);
-        if constexpr (STAGED) {
-            const int cq = 2 * (lane & 3);
+        const int cq = 2 * (lane & 3);
 #pragma unroll
-            for (int n = 0; n < 8; n++)
+        for (int n = 0; n < 8; n++)
 #pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int r = warp * 16 + rq + 8 * u, x = c * 64 + n * 8 + cq;
-                    float *row = t.sdq + (x >> 5) * BQ * 32 + r * 32;
-                    *(float2 *)(row + ((((x & 31) >> 2) ^ (r & 7)) << 2) + (x & 3)) =
-                        make_float2(s.scale * q[4 * n + 2 * u], s.scale * q[4 * n + 2 * u + 1]);
-                }
-        } else {
-            int64_t h, i0;
-            qt.at(it, &h, &i0);
-            const struct burst_dq_rows r = burst_dq_at(s, b, h, i0 + warp * 16 + rq, lane);
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-                burst_dq_red(s, r, c * 64 + n * 8, q + 4 * n);
-        }
+            for (int u = 0; u < 2; u++) {
+                const int r = warp * 16 + rq + 8 * u, x = c * 64 + n * 8 + cq;
+                float *row = burst_ww_dq_panel<D>(t, st, x >> 5) + r * 32;
+                *(float2 *)(row + ((((x & 31) >> 2) ^ (r & 7)) << 2) + (x & 3)) =
+                    make_float2(s.scale * q[4 * n + 2 * u], s.scale * q[4 * n + 2 * u + 1]);
+            }
     };
     /* issue tile it's dV / dK product and first dQ chunk (stage st, buffer buf) */
     auto products = [&](int st, int buf) {
@@ -273,28 +291,27 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         if constexpr (DQ)
             dq_issue(ca, buf);
     };
-    /* wait for products(st, buf) of tile it, free the stage once the dV / dK product has read it,
-     * add the dQ chunks (staged: once producer warp 2 has freed the staging tile, then passing
-     * it to that warp) */
-    auto finish = [&](int it, int st, int buf) {
+    /* wait for products(st, buf) of stage st, free the stage once the dV / dK product has read
+     * it (class 256 with DQ: with producer warp 2, once its reductions have read the dQ staged
+     * there), stage the dQ chunks (class 192: once warp 2 has freed the staging tile) and pass
+     * them to warp 2 */
+    auto finish = [&](int st, int buf) {
         burst_wg_wait<DQ ? 1 : 0>();
         burst_wg_pin<D / 2>(acc);
         burst_mbar_arrive(&bar.freed[st]); /* this thread is done with the stage */
         if constexpr (DQ) {
             burst_wg_wait<0>();
-            if constexpr (STAGED)
+            if constexpr (!INSTAGE)
                 burst_named_sync(WW_BAR_DQ_EMPTY, 288);
-            dq_add(ca, it);
+            dq_add(ca, st);
             if (PN == 4 || cb < PN) { /* a constant where both warpgroups have a second chunk */
-                burst_wg_fence();     /* q was read by the atomics or stores */
+                burst_wg_fence();     /* q was read by the stores */
                 dq_issue(cb, buf);
                 burst_wg_wait<0>();
-                dq_add(cb, it);
+                dq_add(cb, st);
             }
-            if constexpr (STAGED) {
-                burst_fence_proxy_async(); /* the reductions read it through the async proxy */
-                burst_named_arrive(WW_BAR_DQ_FULL, 288);
-            }
+            burst_fence_proxy_async(); /* the reductions read it through the async proxy */
+            burst_named_arrive(WW_BAR_DQ_FULL + (INSTAGE ? st : 0), 288);
         }
     };
 
@@ -309,7 +326,7 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         const int st = it & 1, pb = prev; /* stage and buffer: it % 2 */
         burst_wg_fence();
         products(pb, pb);
-        finish(it - 1, pb, pb);
+        finish(pb, pb);
         scores(it, st);
         burst_wg_wait<0>();
         keep(st, st);
@@ -317,13 +334,13 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     }
     burst_wg_fence();
     products(prev, prev);
-    finish(total - 1, prev, prev);
+    finish(prev, prev);
     burst_ww_store<D>(s, wc, b, g, key0, acc);
 }
 
 /* The kernel: a block owns 64 keys of kv head g. Warpgroup 0 produces (warp 0 loads K and V once
  * and the Q and dO tiles into WW_NS stages by TMA, warps 1 and 3 compute the row scalars of every
- * other tile, warp 2 adds the staged dQ of each tile to s.dq at a staged class with DQ) and keeps
+ * other tile, warp 2 adds the staged dQ of each tile to s.dq with DQ) and keeps
  * PREGS registers per thread; warpgroups 1 and 2 consume (dV and dK). */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(384, 1)
@@ -347,18 +364,20 @@ __global__ void __launch_bounds__(384, 1)
     tl.sk = smraw;
     tl.sv = tl.sk + KBYTES;
     tl.sqo = tl.sv + KBYTES;
-    constexpr bool STAGED = DQ && burst_ww_staged<D>();
+    constexpr bool OWNTILE = DQ && !burst_ww_instage<D>(); /* a dQ staging tile of its own */
     tl.sds = tl.sqo + WW_NS * 2 * QBYTES; /* P^T buffers 0, 1, then dS^T buffers 0, 1 */
     static_assert((2 * KBYTES + WW_NS * 2 * QBYTES + 4 * BQ * 128) % 1024 == 0,
                   "the dQ staging panels start on 1024-byte boundaries (their swizzle)");
-    tl.sdq = STAGED ? (float *)(tl.sds + 4 * BQ * 128) : nullptr;
-    tl.rows = (struct burst_wg_qrow *)(tl.sds + 4 * BQ * 128 + (STAGED ? BQ * D * 4 : 0));
+    tl.sdq = OWNTILE ? (float *)(tl.sds + 4 * BQ * 128) : nullptr;
+    tl.rows = (struct burst_wg_qrow *)(tl.sds + 4 * BQ * 128 + (OWNTILE ? BQ * D * 4 : 0));
     tl.full = s_full;
     const int wg = burst_wg_index();
     int64_t b, g, j0;
     struct burst_wb_qtiles qt;
     int total;
-    if (!burst_wb_block<BQ, BC, WW_NS>(s, bar, &b, &g, &j0, &qt, &total))
+    /* a stage is freed by every consumer thread and, at class 256 with DQ, by warp 2 */
+    constexpr int FREED = DQ && burst_ww_instage<D>() ? 257 : 256;
+    if (!burst_wb_block<BQ, BC, WW_NS, FREED>(s, bar, &b, &g, &j0, &qt, &total))
         return;
 
     if (wg == 0) {
@@ -369,8 +388,8 @@ __global__ void __launch_bounds__(384, 1)
                 burst_wb_load<D, BQ, BC, WW_NS>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
         } else if (warp & 1) {
             burst_wb_rows<BQ, BC, WW_NS>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
-        } else if constexpr (STAGED) {
-            burst_ww_store_dq(s, maps, tl, qt, b, total);
+        } else if constexpr (DQ) {
+            burst_ww_store_dq<D>(s, maps, tl, bar, qt, b, total);
         }
         return;
     }
@@ -397,7 +416,7 @@ template <typename T, int D> static int burst_ww_run(const struct burst_cuda_ste
         if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
             return e;
         /* a dQ accumulator no tensor map describes: dQ by the dQ kernel */
-        if (fused && burst_ww_staged<D>() &&
+        if (fused &&
             burst_tma_map_dq(&maps.dq, s->dq, s->batch, s->nq, s->hq, s->d, WW_BQ) != cudaSuccess)
             fused = false;
         const int64_t blocks = s->batch * s->hkv * ((s->nk + WW_BC - 1) / WW_BC);
