@@ -280,6 +280,22 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_width()
     return (D + 63) / 64 * 64;
 }
 
+/* With DQ, whether the consumers keep P^T and dS^T in registers as the A operands of dV and dK
+ * (classes up to 96, whose registers hold them beside the dQ^T accumulator; class 128's would
+ * serialise its wgmma): then only dS^T goes to shared memory, for the other warpgroup's dQ^T.
+ * Above, both are stored and dV and dK read them from shared memory. */
+template <int D> __host__ __device__ constexpr bool burst_wg_dkdv_rs()
+{
+    return D <= 96;
+}
+
+/* [BQ][128] 16-bit tiles of a DQ block: dS^T, double-buffered, and P^T where it is not kept in
+ * registers (burst_wg_dkdv_rs) */
+template <int D> __host__ __device__ constexpr int burst_wg_dkdv_stiles()
+{
+    return burst_wg_dkdv_rs<D>() ? 2 : 3;
+}
+
 /* fp32 elements of a dQ staging tile: BQ query rows x burst_wg_dq_width, in panels of 32 columns
  * ([BQ][32], 128-byte swizzled rows: the boxes of burst_tma_map_dq) */
 template <int D> __host__ __device__ constexpr int burst_wg_dq_tile()
@@ -287,8 +303,8 @@ template <int D> __host__ __device__ constexpr int burst_wg_dq_tile()
     return burst_wg_dkdv_bq<D>() * burst_wg_dq_width<D>();
 }
 
-/* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows); with DQ three more
- * [BQ][128] tiles, dS (double-buffered) and P, and two fp32 dQ staging tiles (burst_wg_dq_tile,
+/* K and V (128 rows each), WB_NS stages of Q and dO tiles (BQ rows); with DQ two or three more
+ * [BQ][128] tiles (burst_wg_dkdv_stiles), and two fp32 dQ staging tiles (burst_wg_dq_tile,
  * 1024-byte aligned as the panel tiles before them); then the stages' row scalars. No alignment
  * slack: the kernel's shared memory is declared
  * __align__(1024) (the toolchain pads the static part to 1 KiB; the kernel traps otherwise). */
@@ -296,7 +312,7 @@ template <int D, bool DQ> constexpr size_t burst_wg_dkdv_smem()
 {
     constexpr int BQ = burst_wg_dkdv_bq<D>();
     return (size_t)(2 * 128 + WB_NS * 2 * BQ) * burst_wg_panels<D>() * 128 +
-           (DQ ? 3 * BQ * 128 * 2 + 2 * burst_wg_dq_tile<D>() * 4 : 0) +
+           (DQ ? burst_wg_dkdv_stiles<D>() * BQ * 128 * 2 + 2 * burst_wg_dq_tile<D>() * 4 : 0) +
            WB_NS * BQ * sizeof(struct burst_wg_qrow);
 }
 
@@ -321,6 +337,7 @@ burst_wb_store_dq(const struct burst_cuda_step &s, const struct burst_wb_maps &m
     const int lane = threadIdx.x & 31, panels = (int)(s.d + 31) / 32;
     if (lane == 0)
         burst_tma_prefetch_map(&maps.dq.map);
+    __syncwarp();                             /* converged for the aligned barrier instruction */
     burst_named_arrive(WB_BAR_DQ_EMPTY, 288); /* both staging tiles start free */
     if (total > 1)
         burst_named_arrive(WB_BAR_DQ_EMPTY + 1, 288);
@@ -481,8 +498,9 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     constexpr int BQ = burst_wg_dkdv_bq<D>(), QBYTES = BQ * burst_wg_panels<D>() * 128;
     constexpr int DQW = burst_wg_dq_width<D>(); /* DQ: rows of dQ^T */
     static_assert(!DQ || DQW == 64 || DQW == 128, "the dQ split of DQ: 64 or 128 rows");
-    constexpr int NQ = DQW > 64 ? BQ : BQ / 2; /* query columns of a warpgroup's dQ^T */
-    constexpr int SBYTES = BQ * 128 * 2;       /* DQ: a dS or P tile */
+    constexpr int NQ = DQW > 64 ? BQ : BQ / 2;        /* query columns of a warpgroup's dQ^T */
+    constexpr int SBYTES = BQ * 128 * 2;              /* DQ: a dS or P tile */
+    constexpr bool RS = !DQ || burst_wg_dkdv_rs<D>(); /* P^T, dS^T as register operands */
     constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = SBYTES >> 4;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int key0 = (int)j0 + wc * 64 + warp * 16 + (lane >> 2); /* and key0 + 8 */
@@ -492,7 +510,7 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     for (int n = 0; n < D / 2; n++)
         dk[n] = dv[n] = 0.0f;
     float sc[BQ / 2], dp[BQ / 2], dqa[DQ ? NQ / 2 : 1];
-    unsigned pa[DQ ? 1 : BQ / 16][4], da[DQ ? 1 : BQ / 16][4];
+    unsigned pa[RS ? BQ / 16 : 1][4], da[RS ? BQ / 16 : 1][4];
     /* descriptors (low words, burst_wg_dlo): K, V rows of this warpgroup as A; Q, dO as B,
      * K-major (S^T, dP^T) and MN-major (dK, dV) */
     const uint32_t dkd = burst_wg_dlo(t.sk + wc * 64 * 128, 16);
@@ -500,40 +518,43 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     const uint32_t dq0 = burst_wg_dlo(t.sqo, 16), do0 = burst_wg_dlo(t.sqo + QBYTES, 16);
     const uint32_t dqt0 = burst_wg_dlo(t.sqo, BQ * 128);
     const uint32_t dot0 = burst_wg_dlo(t.sqo + QBYTES, BQ * 128);
-    /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wc of a dS tile), K^T as
-     * A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major, query rows
-     * n0..); P^T as A of dV, like dS^T */
+    /* DQ: dS^T as A of dK (MN-major: this warpgroup's 64 keys are panel wc of a dS tile; not
+     * with RS), K^T as A of dQ^T (MN-major: the 64 d of panel dm), dS^T as B of dQ^T (K-major,
+     * query rows n0..); P^T as A of dV, like dS^T (not with RS) */
     const int dm = DQW > 64 ? wc : 0, n0 = DQW > 64 ? 0 : wc * NQ;
     const uint32_t dsa0 = burst_wg_dlo(t.sds + wc * BQ * 128, BQ * 128);
     const uint32_t dkt = burst_wg_dlo(t.sk + dm * 128 * 128, 128 * 128);
     const uint32_t dsb0 = burst_wg_dlo(t.sds + n0 * 128, 16);
     const uint32_t dpa = dsa0 + 2 * DSBUF;
 
-    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): dV += P^T dO and
-     * dK += dS^T Q (one commit group each), with DQ also dQ^T = K^T dS^T (a third) */
+    /* Issue the products of the tile in stage `st` (dS tile `buf` with DQ): with DQ first
+     * dQ^T = K^T dS^T, then dV += P^T dO and dK += dS^T Q (one commit group each) */
     auto products = [&](int st, int buf) {
-        if constexpr (DQ) {
-            burst_wg_mn<T, D, BQ>(dv, dpa, dot0 + st * DSTAGE);
-            burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
+        if constexpr (DQ)
             burst_wg_atbt<T, NQ, BQ>(dqa, dkt, dsb0 + buf * DSBUF);
-        } else {
+        if constexpr (RS) {
             burst_wg_pv<T, D, BQ>(dv, pa, dot0 + st * DSTAGE);
             burst_wg_pv<T, D, BQ>(dk, da, dqt0 + st * DSTAGE);
+        } else {
+            burst_wg_mn<T, D, BQ>(dv, dpa, dot0 + st * DSTAGE);
+            burst_wg_mn<T, D, BQ>(dk, dsa0 + buf * DSBUF, dqt0 + st * DSTAGE);
         }
     };
-    /* wait for the products of the previous tile (stage prev), free its stage, stage its dQ
-     * (staging tiles 0 and 1 in turn: dqk) */
+    /* with DQ stage the previous tile's dQ (staging tiles 0 and 1 in turn: dqk) as soon as its
+     * product is done, while dV and dK still run; then wait for those and free the tile's
+     * stage (prev) */
     int dqk = 0;
     auto finish = [&](int prev) {
-        burst_wg_wait<0>();
-        burst_wg_pin<D / 2>(dv);
-        burst_wg_pin<D / 2>(dk);
-        burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
         if constexpr (DQ) {
+            burst_wg_wait<2>();
             burst_wg_pin<NQ / 2>(dqa);
             burst_wb_stage_dq<D, BQ, NQ>(t.sdq, dqk, dm, n0, s.scale, dqa);
             dqk ^= 1;
         }
+        burst_wg_wait<0>();
+        burst_wg_pin<D / 2>(dv);
+        burst_wg_pin<D / 2>(dk);
+        burst_mbar_arrive(&bar.freed[prev]); /* this thread is done with the stage */
     };
     /* issue S^T and dP^T of the tile in stage st once it has landed */
     auto scores = [&](int it, int st) {
@@ -542,19 +563,22 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         burst_wg_abt<T, D, BQ, 128>(sc, dkd, dq0 + st * DSTAGE);
         burst_wg_abt<T, D, BQ, 128>(dp, dvd, do0 + st * DSTAGE);
     };
-    /* keep P^T and dS^T for the products (DQ: in dS tile buf, where the other warpgroup's dQ^T
-     * reads dS^T after the pair barrier; P is this warpgroup's alone) */
+    /* keep P^T and dS^T for the products: packed in registers (RS) or in shared memory, and with
+     * DQ dS^T in dS tile buf, where the other warpgroup's dQ^T reads it after the pair barrier
+     * (P is this warpgroup's alone) */
     auto keep = [&](int buf) {
+        if constexpr (RS) {
+            burst_wg_pack<T, BQ>(pa, sc);
+            burst_wg_pack<T, BQ>(da, dp);
+        }
         if constexpr (DQ) {
             /* [query row][key] tiles of BQ rows, this warpgroup's key panel */
             unsigned char *panel = t.sds + wc * BQ * 128;
-            burst_wg_store_t<T, BQ>(panel + 2 * SBYTES, sc);
+            if constexpr (!RS)
+                burst_wg_store_t<T, BQ>(panel + 2 * SBYTES, sc);
             burst_wg_store_t<T, BQ>(panel + buf * SBYTES, dp);
             burst_fence_proxy_async();
             burst_named_sync(WB_BAR_PAIR, 256); /* both halves of dS^T written */
-        } else {
-            burst_wg_pack<T, BQ>(pa, sc);
-            burst_wg_pack<T, BQ>(da, dp);
         }
     };
     /* The first tile apart: a wgmma under a branch the compiler cannot prove uniform (it > 0
@@ -591,10 +615,12 @@ burst_wb_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
  * produces (warp 0 loads K and V once and the Q and dO tiles into WB_NS stages by TMA, warps 1 and
  * 3 compute the row scalars of every other tile, warp 2 adds the staged dQ of each tile to s.dq
  * with DQ) and keeps PREGS registers per thread; warpgroups 1 and 2 consume, 64 keys each. Per tile
- * a consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's dV += P^T dO,
- * dK += dS^T Q (and dQ^T = K^T dS^T), computes P^T and dS^T while those run, waits, frees the
- * previous stage and stages its dQ, and stores this tile's P^T, dS^T (DQ: to shared memory, where
- * the other warpgroup's dQ^T reads dS^T after the pair barrier; else packed in registers). */
+ * a consumer issues S^T = K Q^T and dP^T = V dO^T, then the previous tile's (dQ^T = K^T dS^T,)
+ * dV += P^T dO and dK += dS^T Q, computes P^T and dS^T while those run, stages the previous
+ * tile's dQ once its product is done, waits for the others, frees the previous stage, and keeps
+ * this tile's P^T, dS^T packed in registers (above class 96 with DQ: in shared memory) and with
+ * DQ stores dS^T to shared memory, where the other warpgroup's dQ^T reads it after the pair
+ * barrier. */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(384, 1)
     burst_wg_dkdv(const __grid_constant__ struct burst_cuda_step s,
@@ -604,7 +630,8 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int BC = 128, BQ = burst_wg_dkdv_bq<D>(), P = burst_wg_panels<D>();
     static_assert(D <= BURST_CUDA_WG_BWD_MAX, "the wide classes run burst_ww_bwd");
     constexpr int KBYTES = BC * P * 128, QBYTES = BQ * P * 128, SBYTES = BQ * BC * 2;
-    static_assert(BQ % 8 == 0 && (2 * KBYTES + WB_NS * 2 * QBYTES + 3 * SBYTES) % 1024 == 0,
+    constexpr int ST = burst_wg_dkdv_stiles<D>();
+    static_assert(BQ % 8 == 0 && (2 * KBYTES + WB_NS * 2 * QBYTES + ST * SBYTES) % 1024 == 0,
                   "the dQ staging panels start on 1024-byte boundaries (their swizzle)");
     /* registers per thread: the producer keeps PREGS, the consumers share the rest (CREGS each:
      * 232 at PREGS = 40, 224 at 56). 56 keep the row scalars' code out of local memory but
@@ -622,9 +649,9 @@ __global__ void __launch_bounds__(384, 1)
     tl.sv = tl.sk + KBYTES;
     tl.sqo = tl.sv + KBYTES;
     tl.sds = tl.sqo + WB_NS * 2 * QBYTES;
-    tl.sdq = DQ ? (float *)(tl.sds + 3 * SBYTES) : nullptr;
+    tl.sdq = DQ ? (float *)(tl.sds + ST * SBYTES) : nullptr;
     tl.rows =
-        (struct burst_wg_qrow *)(tl.sds + (DQ ? 3 * SBYTES + 2 * burst_wg_dq_tile<D>() * 4 : 0));
+        (struct burst_wg_qrow *)(tl.sds + (DQ ? ST * SBYTES + 2 * burst_wg_dq_tile<D>() * 4 : 0));
     tl.full = s_full;
     const int wg = burst_wg_index();
     int64_t b, g, j0;

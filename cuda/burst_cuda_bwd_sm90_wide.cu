@@ -18,10 +18,14 @@
  *   - warpgroup 0: dV += P^T dO, warpgroup 1: dK += dS^T Q, each over all D columns (A = the P^T /
  *     dS^T tile read MN-major, B = the dO / Q tile read MN-major);
  *   - plans that are not deterministic: dQ += tau dS K in 64-column chunks (alternating between the
- *     warpgroups; A = the dS tile read K-major, B = the K tile read MN-major), added to s.dq with
- *     16-byte float atomics straight from the accumulators (burst_dq_red), so that no dQ kernel
- *     recomputes S and dP. Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after
- *     this one.
+ *     warpgroups; A = the dS tile read K-major, B = the K tile read MN-major), so that no dQ kernel
+ *     recomputes S and dP. The consumers stage the tile's tau dQ in shared memory and producer
+ *     warp 2 adds it to s.dq by tensor reductions (cp.reduce.async.bulk.tensor, as the narrower
+ *     classes' kernel does), off the consumers' path: class 192 in a staging tile of its own;
+ *     class 256, whose shared memory holds no such tile, in the tile's stage once the products
+ *     have read it (each warpgroup's chunks in the Q or dO tile its own product read, so that
+ *     neither waits for the other), and warp 2 frees the stage once the reductions have read it.
+ *     Deterministic plans run the sm_80 dQ kernel (burst_cuda_bwd.cu) after this one.
  * The warpgroups meet once per tile, at the barrier after which both halves of P^T and dS^T are
  * stored; a consumer does not overlap one tile's products with the next tile's scores (at
  * D = 256 the registers that would take make the compiler spill accumulators and serialise the
@@ -35,19 +39,86 @@
 #include "burst_cuda_wb.cuh"
 #include "burst_cuda_wgmma.cuh"
 
-#define WW_NS 2       /* stages of the streamed Q / dO tiles */
-#define WW_BC 64      /* keys of a block */
-#define WW_BQ 64      /* query rows of a streamed tile */
-#define WW_BAR_PAIR 3 /* named barrier of the two consumer warpgroups (P^T and dS^T stored) */
+#define WW_NS 2           /* stages of the streamed Q / dO tiles */
+#define WW_BC 64          /* keys of a block */
+#define WW_BQ 64          /* query rows of a streamed tile */
+#define WW_BAR_PAIR 3     /* named barrier of the two consumer warpgroups (P^T and dS^T stored) */
+#define WW_BAR_DQ_EMPTY 4 /* class 192: the dQ staging tile free (the consumers and warp 2) */
+#define WW_BAR_DQ_FULL 5  /* the dQ staging tile written (class 256: 5 + its stage) */
 
-/* K and V, WW_NS stages of Q and dO, two buffers of the P^T and dS^T tiles, the stages' row
- * scalars. No alignment slack: the shared memory is declared __align__(1024) and the kernel
- * traps otherwise (at D = 256 the kernel takes all of 227 KiB with the toolchain's 1 KiB padding
- * of the static part). */
-template <int D> constexpr size_t burst_ww_smem()
+/* Whether the DQ kernel of class D stages dQ in its Q / dO stage (else: in a tile of its own). */
+template <int D> __host__ __device__ constexpr bool burst_ww_instage()
+{
+    return D == 256;
+}
+
+/* Panel p (32 columns of d as [WW_BQ][32] fp32, 128-byte rows with their 16-byte chunks swizzled
+ * by row % 8: the boxes of burst_tma_map_dq) of the dQ staging tile of stage st: class 192's own
+ * tile; at class 256 the stage itself, chunk c (panels 2 c, 2 c + 1, computed by warpgroup c % 2)
+ * in the tile that warpgroup's product read (0: dO, 1: Q). */
+template <int D>
+__device__ __forceinline__ float *burst_ww_dq_panel(const struct burst_wb_tiles &t, int st, int p)
+{
+    if constexpr (burst_ww_instage<D>()) {
+        constexpr int QBYTES = WW_BQ * burst_wg_panels<D>() * 128, PBYTES = WW_BQ * 32 * 4;
+        const int c = p >> 1;
+        return (float *)(t.sqo + st * 2 * QBYTES + (c & 1 ? 0 : QBYTES) + (c >> 1) * 2 * PBYTES +
+                         (p & 1) * PBYTES);
+    } else {
+        return t.sdq + p * WW_BQ * 32;
+    }
+}
+
+/* K and V, WW_NS stages of Q and dO, two buffers of the P^T and dS^T tiles, with DQ at class
+ * 192 the fp32 dQ staging tile (WW_BQ rows x D columns, in the panels of burst_ww_dq_panel),
+ * then the stages' row scalars. No alignment slack: the shared memory is declared
+ * __align__(1024) and the kernel traps otherwise (at D = 256, and at 192 with the staging tile,
+ * the kernel takes all of 227 KiB with the toolchain's 1 KiB padding of the static part). */
+template <int D, bool DQ> constexpr size_t burst_ww_smem()
 {
     return (size_t)(2 * WW_BC + WW_NS * 2 * WW_BQ) * burst_wg_panels<D>() * 128 +
-           2 * 2 * WW_BQ * 128 + WW_NS * WW_BQ * sizeof(struct burst_wg_qrow);
+           2 * 2 * WW_BQ * 128 + (DQ && !burst_ww_instage<D>() ? WW_BQ * D * 4 : 0) +
+           WW_NS * WW_BQ * sizeof(struct burst_wg_qrow);
+}
+
+/* Producer warp 2 (DQ): once the consumers have staged query tile it's tau dQ, lane 0 adds it
+ * to s.dq with one tensor reduction per 32 columns of d (rows past nq and columns past d are not
+ * written) and frees the staging tile (class 256: the tile's stage) once the reductions have read
+ * it. Class 256 alternates two FULL barriers by stage: the consumers' next arrival on one needs
+ * the stage reloaded, which needs this warp past its wait on it. */
+template <int D>
+__device__ __forceinline__ void
+burst_ww_store_dq(const struct burst_cuda_step &s, const struct burst_wb_maps &maps,
+                  const struct burst_wb_tiles &t, struct burst_wb_bars &bar,
+                  const struct burst_wb_qtiles &qt, int64_t b, int total)
+{
+    constexpr bool INSTAGE = burst_ww_instage<D>();
+    const int lane = threadIdx.x & 31, panels = (int)(s.d + 31) / 32;
+    if (lane == 0)
+        burst_tma_prefetch_map(&maps.dq.map);
+    __syncwarp(); /* converged for the aligned barrier instruction */
+    if constexpr (!INSTAGE)
+        burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* the staging tile starts free */
+    for (int it = 0; it < total; it++) {
+        const int st = it % WW_NS;
+        burst_named_sync(WW_BAR_DQ_FULL + (INSTAGE ? st : 0), 288);
+        int64_t h, i0;
+        qt.at(it, &h, &i0);
+        if (lane == 0)
+            for (int p = 0; p < panels; p++)
+                burst_tma_add(maps.dq, burst_ww_dq_panel<D>(t, st, p), 32 * p, (int)h, (int)i0,
+                              (int)b);
+        burst_bulk_commit();
+        burst_bulk_wait_read<0>(); /* the reductions have read the staging tile */
+        __syncwarp();              /* converged for the aligned barrier instruction */
+        if constexpr (INSTAGE) {
+            if (lane == 0)
+                burst_mbar_arrive(&bar.freed[st]); /* its dQ read: the stage may be reloaded */
+        } else if (it + 1 < total) {
+            burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* for tile it + 1 */
+        }
+    }
+    burst_bulk_wait<0>(); /* the additions done before the block ends */
 }
 
 /* P^T in sc and dS^T in dp (in place; column = query row wc HQ + 8 n + cq (+ 1) of the tile in
@@ -151,6 +222,7 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     constexpr int QBYTES = BQ * PN * 128, SBYTES = BQ * 128;
     constexpr int HQ = BQ / 2; /* queries of S^T per warpgroup */
     constexpr uint32_t DSTAGE = 2 * QBYTES >> 4, DSBUF = SBYTES >> 4;
+    constexpr bool INSTAGE = DQ && burst_ww_instage<D>();
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, rq = lane >> 2;
     const int key0 = (int)j0 + warp * 16 + rq;            /* this thread's keys: key0, key0 + 8 */
     unsigned char *sp = t.sds, *sds = t.sds + 2 * SBYTES; /* two buffers each */
@@ -197,15 +269,21 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
                                             kk > 0);
         burst_wg_commit();
     };
-    /* s.dq += tau q: rows (queries) 16 warp + rq (+ 8) of tile it, columns 64 c + 8 n.. */
-    auto dq_add = [&](int c, int it) {
+    /* tau q into the staging tile of stage st: rows (queries) 16 warp + rq (+ 8), columns
+     * 64 c + 8 n + cq (+ 1), element (row r, column x) in panel x / 32 at r * 32 + x % 32 with its
+     * 16-byte chunk swizzled by r % 8 */
+    auto dq_add = [&](int c, int st) {
         burst_wg_pin<32>(q);
-        int64_t h, i0;
-        qt.at(it, &h, &i0);
-        const struct burst_dq_rows r = burst_dq_at(s, b, h, i0 + warp * 16 + rq, lane);
+        const int cq = 2 * (lane & 3);
 #pragma unroll
         for (int n = 0; n < 8; n++)
-            burst_dq_red(s, r, c * 64 + n * 8, q + 4 * n);
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int r = warp * 16 + rq + 8 * u, x = c * 64 + n * 8 + cq;
+                float *row = burst_ww_dq_panel<D>(t, st, x >> 5) + r * 32;
+                *(float2 *)(row + ((((x & 31) >> 2) ^ (r & 7)) << 2) + (x & 3)) =
+                    make_float2(s.scale * q[4 * n + 2 * u], s.scale * q[4 * n + 2 * u + 1]);
+            }
     };
     /* issue tile it's dV / dK product and first dQ chunk (stage st, buffer buf) */
     auto products = [&](int st, int buf) {
@@ -213,21 +291,27 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         if constexpr (DQ)
             dq_issue(ca, buf);
     };
-    /* wait for products(st, buf) of tile it, free the stage once the dV / dK product has read it,
-     * add the dQ chunks */
-    auto finish = [&](int it, int st, int buf) {
+    /* wait for products(st, buf) of stage st, free the stage once the dV / dK product has read
+     * it (class 256 with DQ: with producer warp 2, once its reductions have read the dQ staged
+     * there), stage the dQ chunks (class 192: once warp 2 has freed the staging tile) and pass
+     * them to warp 2 */
+    auto finish = [&](int st, int buf) {
         burst_wg_wait<DQ ? 1 : 0>();
         burst_wg_pin<D / 2>(acc);
         burst_mbar_arrive(&bar.freed[st]); /* this thread is done with the stage */
         if constexpr (DQ) {
             burst_wg_wait<0>();
-            dq_add(ca, it);
+            if constexpr (!INSTAGE)
+                burst_named_sync(WW_BAR_DQ_EMPTY, 288);
+            dq_add(ca, st);
             if (PN == 4 || cb < PN) { /* a constant where both warpgroups have a second chunk */
-                burst_wg_fence();     /* q was read by the atomics */
+                burst_wg_fence();     /* q was read by the stores */
                 dq_issue(cb, buf);
                 burst_wg_wait<0>();
-                dq_add(cb, it);
+                dq_add(cb, st);
             }
+            burst_fence_proxy_async(); /* the reductions read it through the async proxy */
+            burst_named_arrive(WW_BAR_DQ_FULL + (INSTAGE ? st : 0), 288);
         }
     };
 
@@ -242,7 +326,7 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
         const int st = it & 1, pb = prev; /* stage and buffer: it % 2 */
         burst_wg_fence();
         products(pb, pb);
-        finish(it - 1, pb, pb);
+        finish(pb, pb);
         scores(it, st);
         burst_wg_wait<0>();
         keep(st, st);
@@ -250,13 +334,14 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     }
     burst_wg_fence();
     products(prev, prev);
-    finish(total - 1, prev, prev);
+    finish(prev, prev);
     burst_ww_store<D>(s, wc, b, g, key0, acc);
 }
 
 /* The kernel: a block owns 64 keys of kv head g. Warpgroup 0 produces (warp 0 loads K and V once
  * and the Q and dO tiles into WW_NS stages by TMA, warps 1 and 3 compute the row scalars of every
- * other tile) and keeps PREGS registers per thread; warpgroups 1 and 2 consume (dV and dK). */
+ * other tile, warp 2 adds the staged dQ of each tile to s.dq with DQ) and keeps
+ * PREGS registers per thread; warpgroups 1 and 2 consume (dV and dK). */
 template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(384, 1)
     burst_ww_bwd(const __grid_constant__ struct burst_cuda_step s,
@@ -279,15 +364,20 @@ __global__ void __launch_bounds__(384, 1)
     tl.sk = smraw;
     tl.sv = tl.sk + KBYTES;
     tl.sqo = tl.sv + KBYTES;
+    constexpr bool OWNTILE = DQ && !burst_ww_instage<D>(); /* a dQ staging tile of its own */
     tl.sds = tl.sqo + WW_NS * 2 * QBYTES; /* P^T buffers 0, 1, then dS^T buffers 0, 1 */
-    tl.sdq = nullptr;
-    tl.rows = (struct burst_wg_qrow *)(tl.sds + 4 * BQ * 128);
+    static_assert((2 * KBYTES + WW_NS * 2 * QBYTES + 4 * BQ * 128) % 1024 == 0,
+                  "the dQ staging panels start on 1024-byte boundaries (their swizzle)");
+    tl.sdq = OWNTILE ? (float *)(tl.sds + 4 * BQ * 128) : nullptr;
+    tl.rows = (struct burst_wg_qrow *)(tl.sds + 4 * BQ * 128 + (OWNTILE ? BQ * D * 4 : 0));
     tl.full = s_full;
     const int wg = burst_wg_index();
     int64_t b, g, j0;
     struct burst_wb_qtiles qt;
     int total;
-    if (!burst_wb_block<BQ, BC, WW_NS>(s, bar, &b, &g, &j0, &qt, &total))
+    /* a stage is freed by every consumer thread and, at class 256 with DQ, by warp 2 */
+    constexpr int FREED = DQ && burst_ww_instage<D>() ? 257 : 256;
+    if (!burst_wb_block<BQ, BC, WW_NS, FREED>(s, bar, &b, &g, &j0, &qt, &total))
         return;
 
     if (wg == 0) {
@@ -298,6 +388,8 @@ __global__ void __launch_bounds__(384, 1)
                 burst_wb_load<D, BQ, BC, WW_NS>(maps, tl, bar, qt, (int)b, (int)g, (int)j0, total);
         } else if (warp & 1) {
             burst_wb_rows<BQ, BC, WW_NS>(s, tl, bar, qt, b, (int)j0, total, warp >> 1);
+        } else if constexpr (DQ) {
+            burst_ww_store_dq<D>(s, maps, tl, bar, qt, b, total);
         }
         return;
     }
@@ -309,7 +401,7 @@ __global__ void __launch_bounds__(384, 1)
 template <typename T, int D> static int burst_ww_run(const struct burst_cuda_step *s)
 {
     const bool kv = s->dk || s->dv || s->dk_out.data;
-    const bool fused = s->dq && s->dq_atomic && kv;
+    bool fused = s->dq && s->dq_atomic && kv;
     if (kv) {
         if (!s->tma)
             return BURST_CUDA_NO_TMA;
@@ -323,13 +415,19 @@ template <typename T, int D> static int burst_ww_run(const struct burst_cuda_ste
             e = burst_tma_map_view(&maps.v, &s->v, WW_BC);
         if (e != cudaSuccess) /* BURST_CUDA_NO_TMA: the caller runs mma.sync */
             return e;
+        /* a dQ accumulator no tensor map describes: dQ by the dQ kernel */
+        if (fused &&
+            burst_tma_map_dq(&maps.dq, s->dq, s->batch, s->nq, s->hq, s->d, WW_BQ) != cudaSuccess)
+            fused = false;
         const int64_t blocks = s->batch * s->hkv * ((s->nk + WW_BC - 1) / WW_BC);
         if (fused)
             burst_ww_bwd<T, D, true>
-                <<<(unsigned)blocks, 384, burst_ww_smem<D>(), cudaStreamPerThread>>>(*s, maps);
+                <<<(unsigned)blocks, 384, burst_ww_smem<D, true>(), cudaStreamPerThread>>>(*s,
+                                                                                           maps);
         else
             burst_ww_bwd<T, D, false>
-                <<<(unsigned)blocks, 384, burst_ww_smem<D>(), cudaStreamPerThread>>>(*s, maps);
+                <<<(unsigned)blocks, 384, burst_ww_smem<D, false>(), cudaStreamPerThread>>>(*s,
+                                                                                            maps);
         e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -352,21 +450,22 @@ extern "C" int burst_cuda_launch_bwd_sm90_wide(const struct burst_cuda_step *s)
 
 template <typename T, int D> static cudaError_t burst_ww_attr()
 {
-    static_assert(burst_ww_smem<D>() + 1024 <= 232448,
+    static_assert(burst_ww_smem<D, true>() + 1024 <= 232448 &&
+                      burst_ww_smem<D, false>() + 1024 <= 232448,
                   "the kernel, with its static 1 KiB, fits Hopper's 227 KiB per block");
     cudaError_t e =
         cudaFuncSetAttribute(burst_ww_bwd<T, D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)burst_ww_smem<D>());
+                             (int)burst_ww_smem<D, false>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_ww_bwd<T, D, true>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)burst_ww_smem<D>());
+                                 (int)burst_ww_smem<D, true>());
     return e;
 }
 
 extern "C" size_t burst_cuda_sm90_wide_smem(int d)
 {
-    return burst_cuda_dclass(d) == 192 ? burst_ww_smem<192>() : burst_ww_smem<256>();
+    return burst_cuda_dclass(d) == 192 ? burst_ww_smem<192, true>() : burst_ww_smem<256, true>();
 }
 
 extern "C" int burst_cuda_sm90_wide_init(void)

@@ -11,9 +11,9 @@
  *     BURST_CUDA_WG_FWD_BC(D) key rows per tile in 3 stages filled by TMA; the backward
  *     (BURST_CUDA_WGMMA=fwd keeps the sm_80 one) dK/dV per 128 keys x BURST_CUDA_WG_DKDV_BQ(D)
  *     query rows (above BURST_CUDA_WG_BWD_MAX: 64 keys, the warpgroups splitting dK from dV),
- *     which also adds dQ with float atomics unless the plan is deterministic (or
- *     BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key tiles (above
- *     BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
+ *     which also adds dQ (staged in shared memory, by TMA tensor reductions) unless the plan is
+ *     deterministic (or BURST_CUDA_DQ_ATOMIC=0), else dQ per 128 query rows x 64-key tiles
+ *     (above BURST_CUDA_WG_BWD_MAX: the sm_80 dQ kernel);
  *   - mma.sync (sm_80 path, the A100 code): sm_80+ and the class's shared memory within the
  *     opt-in limit. Forward: 4 warps, BURST_CUDA_MMA_FWD_BR(D) query x BURST_CUDA_MMA_FWD_BC(D)
  *     key rows, K/V double buffered; backward dK/dV per 64 keys (BURST_CUDA_MMA_DKDV_SPLIT(D)

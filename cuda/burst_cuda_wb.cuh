@@ -61,10 +61,11 @@ struct burst_wb_tiles {
 
 /* A dK/dV block's work, the same for every thread: its keys (BC from *j0 of kv head *g, batch
  * *b, from blockIdx.x), its query tiles and their count over the group's heads (*total); the
- * barriers initialised for NS stages and the block synchronised. False, with the keys' final dK
+ * barriers initialised for NS stages (a stage freed by FREED arrivals: every consumer thread's,
+ * and one more where a producer warp also uses the stage) and the block synchronised. False, with the keys' final dK
  * and dV written as zero where the call writes them (burst_final_kv_empty), when no query sees
  * the keys: the block has nothing more to do. */
-template <int BQ, int BC, int NS>
+template <int BQ, int BC, int NS, int FREED = 256>
 __device__ __forceinline__ bool burst_wb_block(const struct burst_cuda_step &s,
                                                struct burst_wb_bars &bar, int64_t *b, int64_t *g,
                                                int64_t *j0, struct burst_wb_qtiles *qt, int *total)
@@ -92,8 +93,8 @@ __device__ __forceinline__ bool burst_wb_block(const struct burst_cuda_step &s,
     if (threadIdx.x == 0) {
         burst_mbar_init(&bar.kv, 1);
         for (int st = 0; st < NS; st++) {
-            burst_mbar_init(&bar.full[st], 33);   /* the loads' arrival, a row warp's lanes' */
-            burst_mbar_init(&bar.freed[st], 256); /* every consumer thread's */
+            burst_mbar_init(&bar.full[st], 33); /* the loads' arrival, a row warp's lanes' */
+            burst_mbar_init(&bar.freed[st], FREED);
         }
         burst_mbar_init_fence();
     }
