@@ -234,10 +234,11 @@ struct burst_qrows {
     int kb[MMA_BR], ke[MMA_BR];
 };
 
-/* The scalars of query row i0 + threadIdx.x (< QR) of head h as read from global memory, held in
- * the thread's registers while the step before computes (burst_qrows_load), then stored to the
- * shared burst_qrows (burst_qrows_put): lse, D = rowsum(dO * O), the allowed keys [kb, ke); a
- * row past nq sees no key (lse -inf: P = 0). So the loads' latency hides behind that step. */
+/* The scalars of query row i0 + threadIdx.x (< QR) of head h as read from global memory
+ * (burst_qrows_load), then stored to the shared burst_qrows (burst_qrows_put): lse,
+ * D = rowsum(dO * O), the allowed keys [kb, ke); a row past nq sees no key (lse -inf: P = 0).
+ * burst_mma_dkdv holds them in registers while the step before computes, so that the loads'
+ * latency hides behind it; burst_mma_kv2, whose step has no such room, stores them at once. */
 struct burst_qrow_ld {
     float lse, dl;
     int kb, ke;
@@ -799,9 +800,8 @@ __device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step 
         burst_cp_wait<0>();
         __syncthreads(); /* stage st landed; every warp is done with step it - 1 */
         const int hn = rc + 1 == ntq ? hc + 1 : hc, rn = rc + 1 == ntq ? 0 : rc + 1;
-        struct burst_qrow_ld next = {};
-        if (it + 1 < total)
-            next = issue(hn, rn, st ^ 1);
+        if (it + 1 < total) /* every warp passed the barrier above: step it - 1 is done */
+            burst_qrows_put<QR>(&rows[st ^ 1], issue(hn, rn, st ^ 1));
         const E *qt = sq + st * QR * W, *ot = sdo + st * QR * W;
         {
             float sc[K2::MS / 16][K2::NS / 8][4], dp[K2::MS / 16][K2::NS / 8][4];
@@ -817,8 +817,6 @@ __device__ __forceinline__ void burst_mma_kv2_body(const struct burst_cuda_step 
         if constexpr (DQ)
             burst_mma_dq_add<TC, D, QR, D, KB, K2::NW>(s, sds, sk, b, g * s.group + hc,
                                                        steps.row0(rc, QR), 0, warp, lane);
-        if (it + 1 < total) /* every warp passed this step's first barrier: step it - 1 is done */
-            burst_qrows_put<QR>(&rows[st ^ 1], next);
         hc = hn;
         rc = rn;
     }
