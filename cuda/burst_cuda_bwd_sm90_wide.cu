@@ -61,6 +61,8 @@ __device__ __forceinline__ float *burst_ww_dq_panel(const struct burst_wb_tiles 
 {
     if constexpr (burst_ww_instage<D>()) {
         constexpr int QBYTES = WW_BQ * burst_wg_panels<D>() * 128, PBYTES = WW_BQ * 32 * 4;
+        static_assert(4 * PBYTES == QBYTES && WW_NS == 2,
+                      "a Q or dO tile holds two 64-column fp32 chunks; barriers FULL + stage");
         const int c = p >> 1;
         return (float *)(t.sqo + st * 2 * QBYTES + (c & 1 ? 0 : QBYTES) + (c >> 1) * 2 * PBYTES +
                          (p & 1) * PBYTES);
@@ -114,6 +116,7 @@ burst_ww_store_dq(const struct burst_cuda_step &s, const struct burst_wb_maps &m
         if constexpr (INSTAGE) {
             if (lane == 0)
                 burst_mbar_arrive(&bar.freed[st]); /* its dQ read: the stage may be reloaded */
+            __syncwarp();                          /* converged for the next tile's barrier */
         } else if (it + 1 < total) {
             burst_named_arrive(WW_BAR_DQ_EMPTY, 288); /* for tile it + 1 */
         }
@@ -215,8 +218,7 @@ __device__ __forceinline__ void burst_ww_store(const struct burst_cuda_step &s, 
 template <typename T, int D, bool DQ>
 __device__ __forceinline__ void
 burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t,
-                 struct burst_wb_bars &bar, const struct burst_wb_qtiles &qt, int wc, int64_t b,
-                 int64_t g, int64_t j0, int total)
+                 struct burst_wb_bars &bar, int wc, int64_t b, int64_t g, int64_t j0, int total)
 {
     constexpr int BC = WW_BC, BQ = WW_BQ, PN = burst_wg_panels<D>();
     constexpr int QBYTES = BQ * PN * 128, SBYTES = BQ * 128;
@@ -298,7 +300,7 @@ burst_ww_consume(const struct burst_cuda_step &s, const struct burst_wb_tiles &t
     auto finish = [&](int st, int buf) {
         burst_wg_wait<DQ ? 1 : 0>();
         burst_wg_pin<D / 2>(acc);
-        burst_mbar_arrive(&bar.freed[st]); /* this thread is done with the stage */
+        burst_mbar_arrive(&bar.freed[st]); /* this thread's product has read the stage */
         if constexpr (DQ) {
             burst_wg_wait<0>();
             if constexpr (!INSTAGE)
@@ -394,7 +396,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
     burst_regs_inc<CREGS>();
-    burst_ww_consume<T, D, DQ>(s, tl, bar, qt, wg - 1, b, g, j0, total);
+    burst_ww_consume<T, D, DQ>(s, tl, bar, wg - 1, b, g, j0, total);
 #endif
 }
 

@@ -55,16 +55,16 @@ struct burst_wb_tiles {
     unsigned char *sk, *sv, *sqo; /* K, V; stage st: Q at sqo + st 2 QBYTES, then dO */
     unsigned char *sds;           /* the kernel's P^T / dS^T tiles (its layout) */
     struct burst_wg_qrow *rows;   /* stage st: rows + st BQ */
-    float *sdq;                   /* DQ: dQ staging tile k at sdq + k burst_wg_dq_tile */
+    float *sdq;                   /* DQ: the kernel's dQ staging tiles, if any (its layout) */
     int *full;                    /* stage st: its tile sees all of the block's keys */
 };
 
 /* A dK/dV block's work, the same for every thread: its keys (BC from *j0 of kv head *g, batch
  * *b, from blockIdx.x), its query tiles and their count over the group's heads (*total); the
  * barriers initialised for NS stages (a stage freed by FREED arrivals: every consumer thread's,
- * and one more where a producer warp also uses the stage) and the block synchronised. False, with the keys' final dK
- * and dV written as zero where the call writes them (burst_final_kv_empty), when no query sees
- * the keys: the block has nothing more to do. */
+ * and one more where a producer warp also uses the stage) and the block synchronised. False,
+ * with the keys' final dK and dV written as zero where the call writes them
+ * (burst_final_kv_empty), when no query sees the keys: the block has nothing more to do. */
 template <int BQ, int BC, int NS, int FREED = 256>
 __device__ __forceinline__ bool burst_wb_block(const struct burst_cuda_step &s,
                                                struct burst_wb_bars &bar, int64_t *b, int64_t *g,
