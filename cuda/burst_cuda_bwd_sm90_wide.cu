@@ -366,7 +366,8 @@ __global__ void __launch_bounds__(384, 1)
     tl.sk = smraw;
     tl.sv = tl.sk + KBYTES;
     tl.sqo = tl.sv + KBYTES;
-    constexpr bool OWNTILE = DQ && !burst_ww_instage<D>(); /* a dQ staging tile of its own */
+    constexpr bool INSTAGE = DQ && burst_ww_instage<D>(); /* dQ staged in the Q / dO stage */
+    constexpr bool OWNTILE = DQ && !INSTAGE;              /* a dQ staging tile of its own */
     tl.sds = tl.sqo + WW_NS * 2 * QBYTES; /* P^T buffers 0, 1, then dS^T buffers 0, 1 */
     static_assert((2 * KBYTES + WW_NS * 2 * QBYTES + 4 * BQ * 128) % 1024 == 0,
                   "the dQ staging panels start on 1024-byte boundaries (their swizzle)");
@@ -378,7 +379,7 @@ __global__ void __launch_bounds__(384, 1)
     struct burst_wb_qtiles qt;
     int total;
     /* a stage is freed by every consumer thread and, at class 256 with DQ, by warp 2 */
-    constexpr int FREED = DQ && burst_ww_instage<D>() ? 257 : 256;
+    constexpr int FREED = INSTAGE ? 257 : 256;
     if (!burst_wb_block<BQ, BC, WW_NS, FREED>(s, bar, &b, &g, &j0, &qt, &total))
         return;
 
