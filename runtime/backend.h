@@ -44,6 +44,12 @@
 #include "strbuf.h"
 #include "tp_devops.h"
 
+/* The e4m3 operands of an fp8 forward step, in backend memory (layouts: runtime/fp8.h). */
+struct burst_fp8_step {
+    const unsigned char *q;  /* quantized Q: e4m3 rows, then the scales (burst_fp8_q_bytes) */
+    const unsigned char *kv; /* the K/V block (burst_fp8_kv_layout of the step's k shape) */
+};
+
 /* One forward step: attention of q against the block (k, v), merged into (o_acc, lse_acc). */
 struct burst_fwd_args {
     const struct burst_tensor *q; /* [B, nq, Hq, d] */
@@ -63,6 +69,10 @@ struct burst_fwd_args {
      * no allowed key in this block must be left bit-for-bit unchanged. */
     float *o_acc;   /* [B, nq, Hq, d] fp32 contiguous */
     float *lse_acc; /* [B, Hq, nq] fp32 contiguous */
+    /* Optional (backends with BURST_BE_FP8): the step's e4m3 operands (runtime/fp8.h), for a
+     * plan with fp8_forward; q, k and v then give the step's shapes and the output dtype only
+     * (their data are not read). NULL: the products take q, k, v. */
+    const struct burst_fp8_step *fp8;
 };
 
 /* One backward step: gradients of the pair (q rows, k/v rows), ADDED into the accumulators. */
@@ -133,6 +143,7 @@ struct burst_decode_args {
 /* burst_backend_core.features */
 #define BURST_BE_DOCS 1u    /* masks with documents (burst_mask.docs) */
 #define BURST_BE_SOFTCAP 2u /* soft-capped scores (burst_fwd_args.softcap) */
+#define BURST_BE_FP8 4u     /* e4m3 products (burst_fwd_args.fp8; attn.fp8_quant_q, _kv) */
 
 /*
  * core: what the backend is, its instance, and what it says about devices without one.
@@ -143,6 +154,9 @@ struct burst_backend_core {
     /* What the step kernels handle beyond plain masked attention (BURST_BE_* bits): a plan
      * needing a feature that a rank's backend lacks is refused, naming backend and feature. */
     unsigned features;
+    /* Optional: the features of an instance, where they depend on its device (cuda: e4m3
+     * products from Hopper on); NULL: features. burst_backend_features asks. */
+    unsigned (*instance_features)(void *be);
     /* Create an instance, or BURST_ERR_NO_DEVICE (with a message) if unusable here. */
     burst_status_t (*create)(const struct burst_context_params *params, void **be_p);
     void (*destroy)(void *be);
@@ -262,6 +276,17 @@ struct burst_backend_attn {
      * fwd_step per block.
      */
     burst_status_t (*decode_step)(void *be, const struct burst_decode_args *args);
+    /*
+     * Required with BURST_BE_FP8: the quantizers of the fp8 forward (runtime/fp8.h: the
+     * scales, layouts and rounding, which burst_fp8_quant_q_host and _kv_host implement on the
+     * host). fp8_quant_q writes q's e4m3 rows and scales to dst (burst_fp8_q_bytes of its
+     * shape); fp8_quant_kv writes the K/V block of k, v (equal shapes) to dst
+     * (burst_fp8_kv_layout). Inputs fp16 or bf16 with any strides (stride[3] == 1); dst
+     * backend memory. Results equal the host quantizers' bit for bit.
+     */
+    burst_status_t (*fp8_quant_q)(void *be, const struct burst_tensor *q, void *dst);
+    burst_status_t (*fp8_quant_kv)(void *be, const struct burst_tensor *k,
+                                   const struct burst_tensor *v, void *dst);
 };
 
 /*
@@ -322,6 +347,13 @@ struct burst_backend_ops {
  * stream.time_elapsed and stream.time_release. burst_context_create refuses a backend whose
  * table is not whole (BURST_ERR_INTERNAL naming backend and member). */
 const char *burst_backend_ops_missing(const struct burst_backend_ops *ops);
+
+/* The BURST_BE_* features of instance be of ops (core.instance_features, else core.features). */
+static inline unsigned burst_backend_features(const struct burst_backend_ops *ops, void *be)
+{
+    return BURST_OPS_HAS(ops, core.instance_features) ? ops->core.instance_features(be)
+                                                      : ops->core.features;
+}
 
 /* Registered backends in priority order ("auto" takes the first whose create() succeeds). */
 extern const struct burst_backend_ops burst_cpu_backend_ops;

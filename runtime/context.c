@@ -63,6 +63,10 @@ const char *burst_backend_ops_missing(const struct burst_backend_ops *ops)
     OPS_NEED(ops, attn.fwd_step);
     OPS_NEED(ops, attn.bwd_delta);
     OPS_NEED(ops, attn.bwd_step);
+    if (ops->core.features & BURST_BE_FP8 || BURST_OPS_HAS(ops, core.instance_features)) {
+        OPS_NEED(ops, attn.fp8_quant_q);
+        OPS_NEED(ops, attn.fp8_quant_kv);
+    }
     if (BURST_OPS_HAS(ops, mem.device_memory) || BURST_OPS_HAS(ops, mem.stage_transfers)) {
         OPS_NEED(ops, mem.memcpy);
         OPS_NEED(ops, mem.host_alloc);

@@ -263,7 +263,7 @@ burst_status_t burst_plan_workspace_estimate(const struct burst_plan_params *in,
 
 /* The plan's features that this rank's backend must handle (BURST_BE_*). */
 static burst_status_t check_backend_features(const char *who, const struct burst_plan_params *p,
-                                             const struct burst_backend_ops *ops)
+                                             const struct burst_backend_ops *ops, void *be)
 {
     if (p->doc_lens && p->num_docs > 1 && !(ops->core.features & BURST_BE_DOCS))
         return burst_error(BURST_ERR_UNSUPPORTED,
@@ -273,6 +273,11 @@ static burst_status_t check_backend_features(const char *who, const struct burst
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: params->softcap = %g: backend %s does not run soft-capping", who,
                            (double)p->softcap, ops->name);
+    if (p->fp8_forward && !(burst_backend_features(ops, be) & BURST_BE_FP8))
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: params->fp8_forward = %d: backend %s has no fp8 (e4m3) products "
+                           "on this device",
+                           who, p->fp8_forward, ops->name);
     return BURST_OK;
 }
 
@@ -300,7 +305,7 @@ burst_status_t burst_plan_create(struct burst_context *ctx, struct burst_comm *c
     if (st == BURST_OK)
         st = check_ranks_per_node(who, params, comm->size);
     if (st == BURST_OK)
-        st = check_backend_features(who, params, ctx->ops);
+        st = check_backend_features(who, params, ctx->ops, ctx->be);
     if (st != BURST_OK) {
         if (st != BURST_ERR_COMM_FAILED)
             burst_comm_abort(comm, st); /* peers in the handshake must not wait for us */

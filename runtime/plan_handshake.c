@@ -32,6 +32,7 @@ enum {
     F_DTYPE,
     F_SCALE,
     F_SOFTCAP, /* the cap's float bits */
+    F_FP8,
     F_CAUSAL,
     F_WLEFT,
     F_WRIGHT,
@@ -66,6 +67,7 @@ static const char *const field_names[F_COUNT] = {
     "dtype",
     "softmax_scale",
     "softcap",
+    "fp8_forward",
     "causal",
     "window_left",
     "window_right",
@@ -240,6 +242,7 @@ static void encode(const struct burst_plan *plan, const struct burst_plan_params
     rec[F_ROUNDS] = p->measure_speed ? burst_speed_rounds(plan->ctx) : 0;
     rec[F_DOCS] = (int64_t)(dhash >> 1) | (dhash ? 1 : 0);
     rec[F_SOFTCAP] = cap_bits;
+    rec[F_FP8] = p->fp8_forward != 0;
     rec[F_DIRECT] = direct_key(plan);
     unsigned char uuid[16] = {0};
     rec[F_SHARE] = share_key(plan, uuid);

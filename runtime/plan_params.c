@@ -42,6 +42,7 @@ struct burst_plan_params burst_plan_params_default(void)
         .doc_lens = NULL,
         .num_docs = 0,
         .softcap = 0.0f,
+        .fp8_forward = 0,
     };
     return p;
 }
@@ -53,7 +54,8 @@ struct burst_plan_params burst_plan_params_copy(const struct burst_plan_params *
     struct burst_plan_params p = burst_plan_params_default();
     unsigned minor = in->api_version & 0xffffu;
     memcpy(&p, in,
-           minor >= 5   ? sizeof(p)
+           minor >= 7   ? sizeof(p)
+           : minor >= 5 ? offsetof(struct burst_plan_params, fp8_forward)
            : minor >= 3 ? offsetof(struct burst_plan_params, doc_lens)
            : minor == 2 ? offsetof(struct burst_plan_params, workspace_limit)
                         : offsetof(struct burst_plan_params, shard_weights));
@@ -118,6 +120,11 @@ burst_status_t burst_plan_params_validate(const char *who, const struct burst_pl
     NEED(isfinite(p->softcap) && p->softcap >= 0.0f, BURST_ERR_INVALID_ARG,
          "%s: params->softcap = %g must be finite and > 0 (or 0 for no cap)", who,
          (double)p->softcap);
+    NEED(!p->fp8_forward || p->dtype == BURST_DTYPE_FP16 || p->dtype == BURST_DTYPE_BF16,
+         BURST_ERR_UNSUPPORTED,
+         "%s: params->fp8_forward = %d with params->dtype = %s (fp8 products take fp16 or bf16 "
+         "inputs)",
+         who, p->fp8_forward, burst_dtype_name(p->dtype));
     NEED(p->doc_lens ? p->num_docs >= 1 : p->num_docs == 0, BURST_ERR_INVALID_ARG,
          "%s: params->num_docs = %lld %s", who, (long long)p->num_docs,
          p->doc_lens ? "must be >= 1 with params->doc_lens set"

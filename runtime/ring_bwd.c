@@ -494,6 +494,13 @@ static burst_status_t bwd_call(const char *who, struct burst_plan *plan,
     burst_status_t st = burst_call_entry(who, plan);
     if (st != BURST_OK)
         return st;
+    /* every rank's plan has the flag (the handshake compares it), so every rank refuses here and
+     * none waits: the communicator stays usable for the plan's forward calls */
+    if (plan->p.fp8_forward)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: the plan has fp8_forward = %d, whose forward has no backward "
+                           "(train with a plan without fp8_forward)",
+                           who, plan->p.fp8_forward);
     st = check_args(who, plan, q, k, v, o, lse, dout, dq, dk, dv);
     if (st == BURST_OK && s->with)
         st = burst_sinks_check(who, plan, s->sinks, s->num);

@@ -11,7 +11,8 @@
  * A one-rank call whose backend has fwd_final (backend.h) is one kernel that writes o and lse
  * itself, with no accumulators (BURST_FWD_FINAL=0: the accumulating path, for comparison).
  * With sinks (runtime/sinks.h) the running lse starts at each head's sink, always on the
- * accumulating path.
+ * accumulating path. With fp8_forward (runtime/fp8.h) each group's Q and this rank's K/V are
+ * quantized first, the steps take the e4m3 operands, and the blocks travel quantized.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "error.h"
 #include "fault.h"
+#include "fp8.h"
 #include "plan_internal.h"
 #include "step_check.h"
 #include "ring_blocks.h"
@@ -32,12 +34,25 @@ struct fwd_call {
     int64_t hkv; /* K/V heads of the group */
 };
 
-/* A K/V message: K then V of a block of n tokens, [B, n, hkv, d] each, in the plan's dtype. */
+/* A K/V message: K then V of a block of n tokens, [B, n, hkv, d] each, in the plan's dtype;
+ * with fp8_forward the quantized block (burst_fp8_kv_layout). */
 static size_t kv_bytes(const void *arg, int64_t n)
 {
     const struct fwd_call *c = arg;
     const struct burst_plan_params *p = &c->plan->p;
+    if (p->fp8_forward) {
+        struct burst_fp8_kv_layout l;
+        burst_fp8_kv_layout(p->batch, n, c->hkv, p->head_dim, &l);
+        return l.bytes;
+    }
     return 2 * (size_t)(p->batch * n * c->hkv * p->head_dim) * burst_dtype_size(p->dtype);
+}
+
+/* fp8_forward: bytes of the quantized Q of gq heads and of this rank's own K/V block. */
+static uint64_t fp8_bytes(const struct fwd_call *c, int64_t n, int64_t gq)
+{
+    const struct burst_plan_params *p = &c->plan->p;
+    return p->fp8_forward ? burst_fp8_q_bytes(p->batch, n, gq, p->head_dim) + kv_bytes(c, n) : 0;
 }
 
 uint64_t burst_fwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64_t gkv)
@@ -47,12 +62,13 @@ uint64_t burst_fwd_scratch_bytes(const struct burst_plan *plan, int64_t n, int64
     struct fwd_call c = {(struct burst_plan *)(uintptr_t)plan, gkv};
     /* o_acc [B, n, gq, d] and lse_acc [B, gq, n], fp32, then the blocks */
     return sizeof(float) * (uint64_t)(p->batch * n * gq) * (uint64_t)(p->head_dim + 1) +
-           burst_blocks_scratch_bytes(plan, kv_bytes(&c, plan->n_max));
+           fp8_bytes(&c, n, gq) + burst_blocks_scratch_bytes(plan, kv_bytes(&c, plan->n_max));
 }
 
 struct fwd_pack {
     const struct fwd_call *c;
     const struct burst_tensor *k, *v; /* the group's heads */
+    const unsigned char *q8, *kv8;    /* fp8_forward: quantized Q and own K/V of the group */
 };
 
 /* Pack the travelling rows (burst_plan_span) of this rank's (possibly strided) K, V into a K/V
@@ -72,9 +88,14 @@ static burst_status_t fwd_pack_own(void *arg, unsigned char *dst)
     struct burst_tensor pv =
         burst_view(dst + kv_bytes(f->c, m) / 2, p->dtype, p->batch, m, h, p->head_dim);
     struct burst_tensor sk = burst_rows(f->k, lo, m), sv = burst_rows(f->v, lo, m);
-    burst_status_t st = ops->elem.copy(be, &pk, &sk);
-    if (st == BURST_OK)
-        st = ops->elem.copy(be, &pv, &sv);
+    burst_status_t st;
+    if (p->fp8_forward) {
+        st = ops->attn.fp8_quant_kv(be, &sk, &sv, dst);
+    } else {
+        st = ops->elem.copy(be, &pk, &sk);
+        if (st == BURST_OK)
+            st = ops->elem.copy(be, &pv, &sv);
+    }
     if (st == BURST_OK && BURST_OPS_HAS(ops, stream.sync))
         st = ops->stream.sync(be);
     return st;
@@ -138,6 +159,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
         plan->comm->count = &plan->step_traffic[BURST_PHASE_FWD][r];
         unsigned char *cur = burst_blocks_current(blk);
         struct burst_tensor kb = *pk->k, vb = *pk->v;
+        struct burst_fp8_step f8 = {pk->q8, cur ? cur : pk->kv8};
         struct burst_posmap kpos = burst_shards_posmap(&plan->shards, s.block);
         if (cur) { /* a received block: its travelling rows */
             int64_t lo, hi;
@@ -158,6 +180,7 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
                 .mask = plan->mask,
                 .scale = plan->scale,
                 .softcap = plan->p.softcap,
+                .fp8 = p->fp8_forward ? &f8 : NULL,
                 .o_acc = o_acc,
                 .lse_acc = lse_acc,
             };
@@ -179,16 +202,41 @@ static burst_status_t fwd_ring(struct burst_plan *plan, int group, struct burst_
     return st;
 }
 
+/* fp8_forward: quantize q and this rank's k, v (one group's heads) into pk's q8 and kv8, scratch
+ * allocated at the first call. */
+static burst_status_t fp8_quantize(struct burst_plan *plan, struct burst_scratch *sc,
+                                   const char *who, const struct burst_tensor *q,
+                                   struct fwd_pack *pk)
+{
+    const struct burst_plan_params *p = &plan->p;
+    const struct burst_backend_ops *ops = plan->ctx->ops;
+    burst_status_t st = BURST_OK;
+    if (!pk->q8)
+        st = burst_scratch_alloc_raw(sc, who, fp8_bytes(pk->c, plan->n, q->shape[2]),
+                                     (void **)&pk->q8);
+    if (st != BURST_OK)
+        return st;
+    unsigned char *q8 = (unsigned char *)(uintptr_t)pk->q8;
+    pk->kv8 = q8 + burst_fp8_q_bytes(p->batch, plan->n, q->shape[2], p->head_dim);
+    st = ops->attn.fp8_quant_q(plan->ctx->be, q, q8);
+    if (st == BURST_OK)
+        st = ops->attn.fp8_quant_kv(plan->ctx->be, pk->k, pk->v,
+                                    (unsigned char *)(uintptr_t)pk->kv8);
+    return st;
+}
+
 /* A one-rank call in one kernel that writes o and lse itself (backend op fwd_final): no
  * accumulators, no fill, no cast, and no head groups, which only bound the scratch. Returns
  * BURST_ERR_UNSUPPORTED, having done nothing, where the backend or BURST_FWD_FINAL=0 declines. */
 static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *tl,
-                                const struct burst_tensor *q, const struct burst_tensor *k,
-                                const struct burst_tensor *v, struct burst_tensor *o, float *lse)
+                                struct burst_scratch *sc, const struct burst_tensor *q,
+                                const struct burst_tensor *k, const struct burst_tensor *v,
+                                struct burst_tensor *o, float *lse)
 {
     const struct burst_backend_ops *ops = plan->ctx->ops;
     if (plan->size != 1 || plan->steps != 1 || !BURST_OPS_HAS(ops, attn.fwd_final) ||
-        !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL))
+        !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL) ||
+        (plan->p.fp8_forward && plan->hgroups > 1)) /* quantized heads: within the scratch */
         return BURST_ERR_UNSUPPORTED;
     struct burst_sched_step s;
     burst_sched_step2(BURST_SCHED_FWD, &plan->shards, plan->mask, plan->local, plan->rank, 0, 1,
@@ -205,6 +253,16 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
         .scale = plan->scale,
         .softcap = plan->p.softcap,
     };
+    struct fwd_call fc = {plan, plan->p.kv_heads};
+    struct fwd_pack pk = {&fc, k, v, NULL, NULL};
+    struct burst_fp8_step f8;
+    if (plan->p.fp8_forward) {
+        burst_status_t st = fp8_quantize(plan, sc, "burst_attention_forward", q, &pk);
+        if (st != BURST_OK)
+            return st;
+        f8 = (struct burst_fp8_step){pk.q8, pk.kv8};
+        a.fp8 = &f8;
+    }
     burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
     struct burst_phase_stats *stats = &plan->stats[BURST_PHASE_FWD];
     struct burst_step_dims dim; /* the step's one check (step_check.h) */
@@ -255,11 +313,12 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
     const int64_t gq = plan->gkv * (Hq / p->kv_heads);
     struct fwd_call fc = {plan, plan->gkv};
     float *o_acc = NULL, *lse_acc = NULL;
+    const unsigned char *q8 = NULL; /* fp8_forward: scratch of the quantized operands */
     struct burst_blocks blk = {0};
     struct burst_timeline tl;
     burst_tl_begin(&tl, plan, BURST_PHASE_FWD);
     /* fwd_final writes o and lse itself, from no running state: not with sinks */
-    st = !with_sinks ? fwd_final(plan, &tl, q, k, v, o, lse) : BURST_ERR_UNSUPPORTED;
+    st = !with_sinks ? fwd_final(plan, &tl, &sc, q, k, v, o, lse) : BURST_ERR_UNSUPPORTED;
     if (st != BURST_ERR_UNSUPPORTED) {
         burst_tl_finish(&tl, st);
         return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
@@ -277,8 +336,10 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
         const struct burst_tensor qg = burst_heads(q, hg.q0, hg.nq),
                                   kg = burst_heads(k, hg.kv0, hg.nkv),
                                   vg = burst_heads(v, hg.kv0, hg.nkv);
-        struct fwd_pack pk = {&fc, &kg, &vg};
+        struct fwd_pack pk = {&fc, &kg, &vg, q8, NULL};
         fc.hkv = hg.nkv;
+        if (p->fp8_forward && (st = fp8_quantize(plan, &sc, who, &qg, &pk)) == BURST_OK)
+            q8 = pk.q8;
         if (g > 0) { /* the next group: a fresh ring under its own tags, accumulators reset */
             burst_blocks_restart(&blk, burst_call_next_seq(plan));
             st = be_ops->elem.fill(be, o_acc, (size_t)(B * n * hg.nq * d), 0.0f);

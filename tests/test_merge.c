@@ -107,8 +107,15 @@ static void fwd(const struct rows *q, const struct rows *k, const struct rows *v
                 struct burst_mask mask, float *o_acc, float *lse_acc)
 {
     struct burst_tensor qt = rows_tensor(q), kt = rows_tensor(k), vt = rows_tensor(v);
-    struct burst_fwd_args a = {&qt,  &kt, &vt,  rows_posmap(q), rows_posmap(k),
-                               mask, tau, 0.0f, o_acc,          lse_acc};
+    struct burst_fwd_args a = {.q = &qt,
+                               .k = &kt,
+                               .v = &vt,
+                               .qpos = rows_posmap(q),
+                               .kpos = rows_posmap(k),
+                               .mask = mask,
+                               .scale = tau,
+                               .o_acc = o_acc,
+                               .lse_acc = lse_acc};
     assert_int_equal(burst_cpu_backend_ops.attn.fwd_step(be, &a), BURST_OK);
 }
 

@@ -57,6 +57,12 @@ BURST_API uint16_t burst_fp32_to_fp16(float x);
 BURST_API float burst_fp16_to_fp32(uint16_t h);
 BURST_API uint16_t burst_fp32_to_bf16(float x);
 BURST_API float burst_bf16_to_fp32(uint16_t h);
+/* ... and e4m3 (OCP FP8 E4M3FN, the fp8 forward's element: 1 sign, 4 exponent bits of bias 7,
+ * 3 mantissa bits; largest finite 448, no infinities): fp32 -> e4m3 rounds to nearest even and
+ * saturates to +-448 (infinities too), NaN stays NaN (0x7f, 0xff); e4m3 -> fp32 is exact. Since
+ * API 0.7. Thread-safe. */
+BURST_API uint8_t burst_fp32_to_e4m3(float x);
+BURST_API float burst_e4m3_to_fp32(uint8_t b);
 
 #ifdef __cplusplus
 }

@@ -431,7 +431,7 @@ const struct burst_backend_ops burst_cpu_backend_ops = {
     .name = "cpu",
     .core =
         {
-            .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
+            .features = BURST_BE_DOCS | BURST_BE_SOFTCAP | BURST_BE_FP8,
             .create = burst_cpu_create,
             .destroy = burst_cpu_destroy,
             .num_threads = burst_cpu_num_threads,
@@ -455,6 +455,8 @@ const struct burst_backend_ops burst_cpu_backend_ops = {
             .bwd_delta = burst_cpu_bwd_delta,
             .bwd_step = burst_cpu_bwd_step,
             .decode_step = burst_cpu_decode_step,
+            .fp8_quant_q = burst_cpu_fp8_quant_q,
+            .fp8_quant_kv = burst_cpu_fp8_quant_kv,
         },
     .stream =
         {

@@ -53,6 +53,8 @@ int burst_cpu_isa_lanes(enum burst_cpu_isa isa)
 static burst_status_t fwd_run(struct burst_cpu_backend *cpu, const struct burst_fwd_args *args,
                               const struct burst_tensor *o, float *lse)
 {
+    if (args->fp8)
+        return burst_cpu_fp8_step(cpu, args, o, lse);
     struct burst_cpu_fwd_job job;
     burst_step_dims_of(args->q, args->k, &job.dim); /* checked by the engine (step_check.h) */
     job.a = args;

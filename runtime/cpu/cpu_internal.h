@@ -324,6 +324,13 @@ int burst_cpu_isa_forced_is_auto(void);
 int burst_cpu_isa_lanes(enum burst_cpu_isa isa);
 
 burst_status_t burst_cpu_fwd_step(void *be, const struct burst_fwd_args *args);
+/* The fp8 forward step (cpu_fp8.c): args->fp8's operands; o NULL merges into the accumulators,
+ * else fwd_final's writes. And its quantizers (runtime/fp8.h's host ones). */
+burst_status_t burst_cpu_fp8_step(struct burst_cpu_backend *cpu, const struct burst_fwd_args *a,
+                                  const struct burst_tensor *o, float *lse);
+burst_status_t burst_cpu_fp8_quant_q(void *be, const struct burst_tensor *q, void *dst);
+burst_status_t burst_cpu_fp8_quant_kv(void *be, const struct burst_tensor *k,
+                                      const struct burst_tensor *v, void *dst);
 burst_status_t burst_cpu_fwd_final(void *be, const struct burst_fwd_args *args,
                                    const struct burst_tensor *o, float *lse);
 /* cpu_decode.c: decode_step, split over the keys (backend.h, burst_decode_args). */
