@@ -59,8 +59,10 @@ struct burst_cpu_fwd_scratch {
 static inline size_t burst_cpu_fwd_scratch_floats(int64_t d, int64_t BR)
 {
     const int64_t BC = BURST_CPU_FWD_BC_DP; /* the larger of the two */
+    /* + 16: the bf16 dot-product kernel reads A rows in groups of 12 (gemm_dp), up to 11 past
+     * the last row of P's pairs (pp, the last region), whose values it then does not use */
     return (size_t)(2 * BR * d + 2 * BC * d + BC * BR + 5 * BR + 4 * BR + d * BR / 2 + BC * d / 2 +
-                    BC * d / 2 + BC * BR / 2);
+                    BC * d / 2 + BC * BR / 2 + 16);
 }
 
 static inline struct burst_cpu_fwd_scratch burst_cpu_fwd_layout(void *scratch, int64_t d,
