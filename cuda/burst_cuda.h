@@ -97,8 +97,19 @@ enum burst_cuda_fwd_kind {
 };
 
 /* One attention step as the kernels see it (shared by forward and backward). */
+/* The e4m3 operands of an fp8 forward step in device memory (runtime/fp8.h): Q and K rows of dp
+ * bytes, V^T [B, hkv, d, np], and their scales. */
+struct burst_cuda_f8 {
+    const void *q, *k, *vt;
+    const float *qs, *ks, *vs;
+    int64_t np;
+};
+
 struct burst_cuda_step {
     struct burst_cuda_view q, k, v, dout;
+    /* forward with f8.q set: the products take these e4m3 operands (burst_cuda_fwd_fp8.cu); q,
+     * k, v then give the shapes and the output dtype only */
+    struct burst_cuda_f8 f8;
     struct burst_posmap qpos, kpos;
     struct burst_mask mask; /* mask.docs: the document table in device memory (docs_dev) */
     float scale;
@@ -157,6 +168,16 @@ int burst_cuda_sm90_wide_init(void);
 size_t burst_cuda_sm90_smem(int d);
 size_t burst_cuda_sm90_bwd_smem(int d);
 size_t burst_cuda_sm90_wide_smem(int d);
+/* The fp8 forward (burst_cuda_fwd_fp8.cu, sm_90a): its launcher (s->f8 set; returns
+ * BURST_CUDA_NO_TMA where the driver maps no operand) and its shared-memory setup. */
+int burst_cuda_launch_fwd_fp8(const struct burst_cuda_step *s, int num_sms);
+int burst_cuda_fp8_init(void);
+/* The fp8 quantizers (burst_cuda_quant.cu, every target): rows of src in blocks of
+ * rows_per_scale to e4m3 rows of pitch dp at dst with a scale per block; v transposed to
+ * vt [B, H, d, np] with a scale per head (runtime/fp8.h has the layouts). */
+int burst_cuda_launch_fp8_rows(const struct burst_cuda_view *src, int rows_per_scale, void *dst,
+                               float *scales);
+int burst_cuda_launch_fp8_vt(const struct burst_cuda_view *v, void *vt, float *vscale, int64_t np);
 /* The sm_80 dQ kernel alone (burst_cuda_bwd.cu), for the deterministic plans of the Hopper
  * backward's wide classes. */
 int burst_cuda_launch_dq_mma(const struct burst_cuda_step *s);
@@ -338,6 +359,7 @@ struct burst_cuda_backend {
     int wgmma_bwd; /* ... and the Hopper backward (unless BURST_CUDA_WGMMA=fwd) */
     int dq_atomic; /* burst_cuda_dq_atomic_env(): plans that allow it may add dQ with atomics */
     int tma;       /* burst_cuda_tma_env() */
+    int fp8;       /* the fp8 forward is set up (Hopper, wgmma and tensor maps usable) */
     int tf32;      /* burst_cuda_tf32_env(): fp32 inputs on the tensor cores (3xTF32) */
     int decode;    /* the decode step's kernels are set up (burst_cuda_decode_init) */
     int decode_per_sm[BURST_CUDA_DECODE_KERNELS]; /* their resident blocks per multiprocessor */

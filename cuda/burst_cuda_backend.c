@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "burst_cuda.h"
 #include "error.h"
+#include "fp8.h"
 #include "settings.h"
 #include "step_check.h"
 
@@ -158,6 +159,10 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
         cb->wgmma = burst_cuda_sm90_init() == cudaSuccess;
         cb->wgmma_bwd = cb->wgmma && burst_set_long(&set, BURST_SET_CUDA_WGMMA) != 2; /* fwd */
         if (!cb->wgmma)
+            (void)cudaGetLastError();
+        /* the fp8 forward reads its operands through tensor maps only */
+        cb->fp8 = cb->wgmma && cb->tma && burst_cuda_fp8_init() == cudaSuccess;
+        if (cb->wgmma && !cb->fp8)
             (void)cudaGetLastError();
     }
 #endif
@@ -548,6 +553,40 @@ static int burst_cuda_final_fits(const struct burst_tensor *t, const struct burs
     return fits;
 }
 
+/* The fp8 forward step (a->fp8 set; s has the step's shapes and outputs): its operands' device
+ * pointers from their layouts, and the e4m3 kernel. Only where cb->fp8 (the plan asked the
+ * backend's features). */
+static burst_status_t burst_cuda_fwd_fp8(struct burst_cuda_backend *cb,
+                                         const struct burst_fwd_args *a, struct burst_cuda_step *s,
+                                         const char *op)
+{
+    if (!cb->fp8)
+        return burst_error(BURST_ERR_UNSUPPORTED, "%s: no fp8 forward on this device", op);
+    struct burst_fp8_kv_layout l;
+    burst_fp8_kv_layout(s->batch, s->nk, s->hkv, s->d, &l);
+    s->f8.q = a->fp8->q;
+    s->f8.qs = (const float *)(const void *)(a->fp8->q +
+                                             burst_fp8_q_scales_at(s->batch, s->nq, s->hq, s->d));
+    s->f8.k = a->fp8->kv + l.k;
+    s->f8.vt = a->fp8->kv + l.vt;
+    s->f8.ks = (const float *)(const void *)(a->fp8->kv + l.kscale);
+    s->f8.vs = (const float *)(const void *)(a->fp8->kv + l.vscale);
+    s->f8.np = l.np;
+    burst_status_t st = burst_cuda_enter(cb, op + 5);
+    struct burst_cuda_step sd = *s;
+    if (st == BURST_OK)
+        st = burst_cuda_docs(op, &sd);
+    if (st == BURST_OK)
+        st = burst_cuda_scratch_counters(cb, 2, &sd.sched);
+    if (st != BURST_OK)
+        return st;
+    const int e = burst_cuda_launch_fwd_fp8(&sd, cb->caps.sms);
+    if (e == BURST_CUDA_NO_TMA)
+        return burst_error(BURST_ERR_UNSUPPORTED,
+                           "%s: the driver maps no tensor of the fp8 operands (tensor maps)", op);
+    return burst_cuda_status((cudaError_t)e, "fwd_fp8: launch");
+}
+
 /* fwd_step (o NULL: merged into a->o_acc, lse_acc) and fwd_final (written to o and lse by the
  * tensor-core forwards, burst_final_row in burst_cuda_mma.cuh; the simt one, and outputs whose
  * column pairs are not aligned words, burst_cuda_final_fits, are declined: the engine
@@ -565,7 +604,7 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
         if ((st = burst_cuda_view_checked(op, "o", o, &s.o_out)) != BURST_OK)
             return st;
         if (!burst_cuda_final_fits(o, a->q) || empty ||
-            burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT)
+            (!a->fp8 && burst_cuda_kind(cb, &s, 0) == BURST_CUDA_FWD_SIMT))
             return BURST_ERR_UNSUPPORTED;
         s.lse_acc = lse;
     } else {
@@ -581,6 +620,8 @@ static burst_status_t burst_cuda_fwd(struct burst_cuda_backend *cb, const struct
     s.softcap = a->softcap;
     s.tma = cb->tma;
     burst_cuda_cap_set(&s);
+    if (a->fp8)
+        return burst_cuda_fwd_fp8(cb, a, &s, op);
     return burst_cuda_run(cb, op, burst_cuda_launch_fwd, &s, 0);
 }
 
@@ -597,6 +638,47 @@ static burst_status_t burst_cuda_fwd_final(void *be, const struct burst_fwd_args
     if (!a || !o || !o->data || !lse)
         return burst_error(BURST_ERR_INVALID_ARG, "cuda fwd_final: args, o or lse is NULL");
     return burst_cuda_fwd(be, a, o, lse, "cuda fwd_final");
+}
+
+/* fp8_quant_q: q's e4m3 rows and their scales at dst (runtime/fp8.h). */
+static burst_status_t burst_cuda_fp8_quant_q(void *be, const struct burst_tensor *q, void *dst)
+{
+    struct burst_cuda_backend *cb = be;
+    struct burst_cuda_view v;
+    burst_status_t st = burst_cuda_view_checked("cuda fp8_quant_q", "q", q, &v);
+    if (st == BURST_OK)
+        st = burst_cuda_enter(cb, "fp8_quant_q");
+    if (st != BURST_OK)
+        return st;
+    float *scales =
+        (float *)(void *)((unsigned char *)dst + burst_fp8_q_scales_at(q->shape[0], q->shape[1],
+                                                                       q->shape[2], q->shape[3]));
+    return burst_cuda_status(
+        (cudaError_t)burst_cuda_launch_fp8_rows(&v, BURST_FP8_QROWS, dst, scales),
+        "fp8_quant_q: launch");
+}
+
+/* fp8_quant_kv: the K/V block of k, v at dst (runtime/fp8.h). */
+static burst_status_t burst_cuda_fp8_quant_kv(void *be, const struct burst_tensor *k,
+                                              const struct burst_tensor *v, void *dst)
+{
+    struct burst_cuda_backend *cb = be;
+    struct burst_cuda_view kv, vv;
+    burst_status_t st = burst_cuda_view_checked("cuda fp8_quant_kv", "k", k, &kv);
+    if (st == BURST_OK)
+        st = burst_cuda_view_checked("cuda fp8_quant_kv", "v", v, &vv);
+    if (st == BURST_OK)
+        st = burst_cuda_enter(cb, "fp8_quant_kv");
+    if (st != BURST_OK)
+        return st;
+    struct burst_fp8_kv_layout l;
+    burst_fp8_kv_layout(k->shape[0], k->shape[1], k->shape[2], k->shape[3], &l);
+    unsigned char *m = dst;
+    int e =
+        burst_cuda_launch_fp8_rows(&kv, BURST_FP8_KEYS, m + l.k, (float *)(void *)(m + l.kscale));
+    if (e == cudaSuccess)
+        e = burst_cuda_launch_fp8_vt(&vv, m + l.vt, (float *)(void *)(m + l.vscale), l.np);
+    return burst_cuda_status((cudaError_t)e, "fp8_quant_kv: launch");
 }
 
 static burst_status_t burst_cuda_bwd_delta(void *be, const struct burst_tensor *dout,
@@ -818,12 +900,20 @@ static burst_status_t burst_cuda_decode_step(void *be, const struct burst_decode
 
 void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb *out, int json);
 
+/* core.instance_features: e4m3 products where the fp8 forward is set up (cb->fp8). */
+static unsigned burst_cuda_features(void *be)
+{
+    const struct burst_cuda_backend *cb = be;
+    return BURST_BE_DOCS | BURST_BE_SOFTCAP | (cb->fp8 ? BURST_BE_FP8 : 0u);
+}
+
 const struct burst_backend_ops burst_cuda_backend_ops = {
     .size = sizeof(struct burst_backend_ops),
     .name = "cuda",
     .core =
         {
             .features = BURST_BE_DOCS | BURST_BE_SOFTCAP,
+            .instance_features = burst_cuda_features,
             .create = burst_cuda_create,
             .destroy = burst_cuda_destroy,
             .num_threads = burst_cuda_num_threads,
@@ -853,6 +943,8 @@ const struct burst_backend_ops burst_cuda_backend_ops = {
             .fwd_final = burst_cuda_fwd_final,
             .bwd_final = burst_cuda_bwd_final,
             .decode_step = burst_cuda_decode_step,
+            .fp8_quant_q = burst_cuda_fp8_quant_q,
+            .fp8_quant_kv = burst_cuda_fp8_quant_kv,
         },
     .stream =
         {

@@ -34,7 +34,7 @@
 #include <limits.h>
 
 #include "burst_cuda_tma.cuh"
-#include "burst_cuda_wgmma.cuh"
+#include "burst_cuda_wg_fwd.cuh"
 
 #define WG_NS 3
 #define WG_BAR_TURN 4 /* named barriers 4, 5: consumer warpgroup wc's turn to issue */
@@ -44,66 +44,6 @@ template <int D, int BC, int NC> constexpr size_t burst_wg_fwd_smem()
     /* Q (64 NC rows), NS stages of K and V (panel tiles), and 1 KiB to align the panels on
      * 1024 bytes */
     return (size_t)(64 * NC + WG_NS * 2 * BC) * burst_wg_panels<D>() * 128 + 1024;
-}
-
-/* The online softmax of one S tile in place (the accumulator layout of burst_cuda_wgmma.cuh).
- * MASK: the tile is not wholly allowed for the warpgroup, so keys outside each row's [kb, ke)
- * become -inf (lo / hi: those bounds relative to this thread's first column; only tiles on a
- * mask's edge pay for the test). Then the new running maximum m (log2 units: the scale
- * sl2 > 0 is applied to the maximum, and fused into the exponent's FMA for each element),
- * P = exp2(S sl2 - m) left in sc, l updated, and alpha = the factor the running O must be
- * multiplied by. */
-template <int BC, bool MASK>
-__device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const int *hi, float sl2,
-                                                 float *m, float *l, float *alpha)
-{
-    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
-#pragma unroll
-    for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int u = e >> 1, col = n * 8 + (e & 1);
-            if (MASK && !(col >= lo[u] && col < hi[u]))
-                sc[4 * n + e] = -CUDART_INF_F;
-            mx[u] = fmaxf(mx[u], sc[4 * n + e]);
-        }
-    float muse[2];
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
-        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
-        const float mnew = fmaxf(m[u], mx[u] * sl2);
-        muse[u] = mnew == -CUDART_INF_F ? 0.0f : mnew;
-        alpha[u] = burst_ex2(m[u] - muse[u]);
-        m[u] = mnew;
-        l[u] *= alpha[u];
-    }
-#pragma unroll
-    for (int n = 0; n < BC / 2; n++) {
-        const float x = burst_ex2(fmaf(sc[n], sl2, -muse[(n >> 1) & 1]));
-        sc[n] = x;
-        l[(n >> 1) & 1] += x;
-    }
-}
-
-/* Softmax of the tile at key j0 (its scores soft-capped first when the step has a cap): masked only
- * where the warpgroup's rows do not all see it. */
-template <int BC>
-__device__ __forceinline__ void
-burst_wg_softmax_at(float *sc, int j0, int wb, int we, const int *kb, const int *ke, int cq,
-                    float sl2, const struct burst_cuda_step &s, float *m, float *l, float *alpha)
-{
-    if (s.cap_in != 0.0f) /* soft-capping: the same branch for the whole block */
-#pragma unroll
-        for (int n = 0; n < BC / 2; n++)
-            sc[n] = burst_dcap_score(s, sc[n]);
-    if (j0 >= wb && j0 + BC <= we) {
-        burst_wg_softmax<BC, false>(sc, kb, ke, sl2, m, l, alpha);
-    } else {
-        const int lo[2] = {kb[0] - j0 - cq, kb[1] - j0 - cq};
-        const int hi[2] = {ke[0] - j0 - cq, ke[1] - j0 - cq};
-        burst_wg_softmax<BC, true>(sc, lo, hi, sl2, m, l, alpha);
-    }
 }
 
 /* The tensor maps of a step's Q, K and V views (burst_tma_map_view). */
@@ -129,34 +69,6 @@ struct burst_wg_stage {
         }
     }
 };
-
-/* One work item of a block: BR = 64 NC query rows from i0 of head h (kv head g), batch b, and
- * their nt key tiles of BC from jfirst; nt = 0 where no row has a key. Item w of a step's
- * batch x hq x tiles: the tiles of a head run backwards (the heaviest causal tiles first).
- * Computed alike by every thread from the parameters, so the compiler can see the tile loop is
- * uniform (a wgmma under a branch it cannot prove uniform gets serialised). Both position maps
- * increase and the mask is a band, so every row's interval lies in [start of the first row's,
- * end of the last row's); tiles a warpgroup does not see are computed anyway, fully masked:
- * those of the later warpgroups' rows on a causal diagonal, one or two tiles. */
-struct burst_wg_item { /* 32-bit: the TMA coordinates are, and the backend sends nk < 2^31 */
-    int b, h, g, i0, jfirst, nt;
-};
-template <int BC, int BR>
-__device__ __forceinline__ struct burst_wg_item burst_wg_item_at(const struct burst_cuda_step &s,
-                                                                 int64_t tiles, int64_t w)
-{
-    struct burst_wg_item it;
-    it.i0 = (int)((tiles - 1 - w % tiles) * BR);
-    it.h = (int)(w / tiles % s.hq);
-    it.b = (int)(w / tiles / s.hq);
-    it.g = it.h / (int)s.group;
-    int64_t kmin, kmax, unused;
-    burst_dkeys(s, it.i0, &kmin, &unused);
-    burst_dkeys(s, min((int64_t)it.i0 + BR, s.nq) - 1, &unused, &kmax);
-    it.jfirst = (int)(kmin / BC * BC);
-    it.nt = kmin < kmax ? (int)((kmax - it.jfirst + BC - 1) / BC) : 0;
-    return it;
-}
 
 /* The producer thread. Items come from the step's counter s.sched[0] (the block's first is
  * blockIdx.x, then gridDim.x + the counter's old value), so that a block that finishes early

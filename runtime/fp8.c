@@ -66,7 +66,8 @@ size_t burst_fp8_q_scales_at(int64_t batch, int64_t n, int64_t h, int64_t d)
 size_t burst_fp8_q_bytes(int64_t batch, int64_t n, int64_t h, int64_t d)
 {
     const int64_t blocks = (n + BURST_FP8_QROWS - 1) / BURST_FP8_QROWS;
-    return burst_fp8_q_scales_at(batch, n, h, d) + sizeof(float) * (size_t)(batch * h * blocks);
+    return burst_fp8_q_scales_at(batch, n, h, d) +
+           up128(sizeof(float) * (size_t)(batch * h * blocks));
 }
 
 /* Element (b, i, hh, c) of t as fp32. */
@@ -80,26 +81,36 @@ static float at(const struct burst_tensor *t, int64_t b, int64_t i, int64_t hh, 
     }
 }
 
-/* The scale of rows [i0, i1) of head hh, batch b: amax / 448, or 1 for zeros. */
-static float rows_scale(const struct burst_tensor *t, int64_t b, int64_t hh, int64_t i0, int64_t i1)
+/* The largest magnitude of rows [i0, i1) of head hh, batch b. */
+static float rows_amax(const struct burst_tensor *t, int64_t b, int64_t hh, int64_t i0, int64_t i1)
 {
     float amax = 0.0f;
     for (int64_t i = i0; i < i1; i++)
         for (int64_t c = 0; c < t->shape[3]; c++)
             amax = fmaxf(amax, fabsf(at(t, b, i, hh, c)));
-    return amax > 0.0f ? amax / BURST_FP8_MAX : 1.0f;
+    return amax;
 }
 
-/* Rows [i0, i1) of head hh, batch b, divided by scale, as e4m3 rows of pitch dp of a
- * [B, n, H, dp] array at dst (zeros after d). */
+/* A block's scale, and the factor its values are multiplied by (runtime/fp8.h). */
+static float amax_scale(float amax)
+{
+    return amax > 0.0f ? amax / BURST_FP8_MAX : 1.0f;
+}
+static float amax_inv(float amax)
+{
+    return amax > 0.0f ? BURST_FP8_MAX / amax : 1.0f;
+}
+
+/* Rows [i0, i1) of head hh, batch b, times inv, as e4m3 rows of pitch dp of a [B, n, H, dp]
+ * array at dst (zeros after d). */
 static void quant_rows(const struct burst_tensor *t, int64_t b, int64_t hh, int64_t i0, int64_t i1,
-                       float scale, uint8_t *dst)
+                       float inv, uint8_t *dst)
 {
     const int64_t n = t->shape[1], h = t->shape[2], d = t->shape[3], dp = burst_fp8_dp(d);
     for (int64_t i = i0; i < i1; i++) {
         uint8_t *row = dst + ((b * n + i) * h + hh) * dp;
         for (int64_t c = 0; c < dp; c++)
-            row[c] = c < d ? burst_fp32_to_e4m3(at(t, b, i, hh, c) / scale) : 0;
+            row[c] = c < d ? burst_fp32_to_e4m3(at(t, b, i, hh, c) * inv) : 0;
     }
 }
 
@@ -113,9 +124,9 @@ void burst_fp8_quant_q_host(const struct burst_tensor *q, unsigned char *dst)
             for (int64_t t = 0; t < blocks; t++) {
                 const int64_t i0 = t * BURST_FP8_QROWS;
                 const int64_t i1 = i0 + BURST_FP8_QROWS < n ? i0 + BURST_FP8_QROWS : n;
-                const float s = rows_scale(q, b, hh, i0, i1);
-                scales[(b * h + hh) * blocks + t] = s;
-                quant_rows(q, b, hh, i0, i1, s, dst);
+                const float amax = rows_amax(q, b, hh, i0, i1);
+                scales[(b * h + hh) * blocks + t] = amax_scale(amax);
+                quant_rows(q, b, hh, i0, i1, amax_inv(amax), dst);
             }
 }
 
@@ -132,18 +143,18 @@ void burst_fp8_quant_kv_host(const struct burst_tensor *k, const struct burst_te
             for (int64_t t = 0; t < l.kblocks; t++) {
                 const int64_t i0 = t * BURST_FP8_KEYS;
                 const int64_t i1 = i0 + BURST_FP8_KEYS < n ? i0 + BURST_FP8_KEYS : n;
-                const float s = rows_scale(k, b, hh, i0, i1);
-                ks[(b * h + hh) * l.kblocks + t] = s;
-                quant_rows(k, b, hh, i0, i1, s, dst + l.k);
+                const float amax = rows_amax(k, b, hh, i0, i1);
+                ks[(b * h + hh) * l.kblocks + t] = amax_scale(amax);
+                quant_rows(k, b, hh, i0, i1, amax_inv(amax), dst + l.k);
             }
-            const float s = rows_scale(v, b, hh, 0, n);
-            vs[b * h + hh] = s;
+            const float amax = rows_amax(v, b, hh, 0, n), inv = amax_inv(amax);
+            vs[b * h + hh] = amax_scale(amax);
             uint8_t *rows = vt + (b * h + hh) * d * l.np; /* [d, np] of this head */
             memset(rows, 0, (size_t)(d * l.np));
             for (int64_t j = 0; j < n; j++) {
                 const int64_t col = j / 32 * 32 + burst_fp8_vt_col((int)(j % 32));
                 for (int64_t c = 0; c < d; c++)
-                    rows[c * l.np + col] = burst_fp32_to_e4m3(at(v, b, j, hh, c) / s);
+                    rows[c * l.np + col] = burst_fp32_to_e4m3(at(v, b, j, hh, c) * inv);
             }
         }
 }

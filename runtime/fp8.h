@@ -10,7 +10,8 @@
  *   - P: a fixed factor 2^BURST_FP8_P_SHIFT: the softmax computes P = exp2(s - m + 8) <= 256 in
  *     fp32, rounds it to e4m3 for P V, and sums the unrounded P for the denominator; the 2^8
  *     cancels between the two (the running maximum m is carried 8 lower).
- * Each scale is amax / 448 of its block (1 for a block of zeros), so the block's largest
+ * Each scale is amax / 448 of its block (1 for a block of zeros), and a value x is stored as
+ * e4m3(x * (448 / amax)) (x itself for zeros), both in fp32, so that the block's largest
  * magnitude maps to 448 and nothing saturates.
  *
  * Q of a step: e4m3 [B, n, H, dp] (dp = head_dim rounded up to 16 bytes, zeros after d) and
@@ -65,7 +66,7 @@ void burst_fp8_kv_layout(int64_t batch, int64_t n, int64_t h, int64_t d,
                          struct burst_fp8_kv_layout *l);
 
 /* Bytes of a quantized Q of [batch, n, h, d] (e4m3 rows, then the scales at a 128-byte
- * boundary: burst_fp8_q_scales_at). */
+ * boundary: burst_fp8_q_scales_at), a multiple of 128. */
 size_t burst_fp8_q_bytes(int64_t batch, int64_t n, int64_t h, int64_t d);
 size_t burst_fp8_q_scales_at(int64_t batch, int64_t n, int64_t h, int64_t d);
 

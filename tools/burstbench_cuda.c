@@ -19,8 +19,12 @@
  *   burstbench_cuda [--seqs 4096,16384] [--dims 64,128] [--masks full,causal]
  *                   [--dtypes bf16,fp16] [--heads 32 | --width 2048] [--batch 1] [--iters 5]
  *                   [--bwd-max-seq 16384] [--impl burst] [--csv FILE] [--save DIR]
- *                   [--softcap C]
+ *                   [--softcap C] [--fp8 1]
  * --softcap C soft-caps the scores (plan softcap, C * tanh(s / C)); the check applies it too.
+ * --fp8 1 runs the forward alone on e4m3 products (plan fp8_forward; the dtype column says
+ * e4m3 and the inputs are the dtype's); its check against the fp64 reference of the unquantized
+ * inputs allows 2^-2, a check for gross faults only (e4m3 rounds each input by up to 2^-4;
+ * tests/test_fp8.c checks the fp8 forward against a reference of the quantized inputs).
  */
 #include <math.h>
 #include <stdint.h>
@@ -163,6 +167,7 @@ struct bench_opts {
     long heads, batch, bwd_max, width;
     const char *csv, *impl, *save;
     double softcap;
+    int fp8;
 };
 
 /* The command line into *o (the defaults where a flag is absent): 0, or 2 after a message. */
@@ -200,6 +205,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             csv = v;
         else if (!strcmp(a, "--save") && v)
             save = v;
+        else if (!strcmp(a, "--fp8") && v)
+            o->fp8 = atoi(v) != 0;
         else if (!strcmp(a, "--softcap") && v) {
             char *end;
             o->softcap = strtod(v, &end);
@@ -261,6 +268,7 @@ static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FI
     pp.dtype = dt;
     pp.causal = causal;
     pp.softcap = (float)opt->softcap;
+    pp.fp8_forward = opt->fp8;
     /* the kernels' speed: one ring per call, never head groups (their memory
      * and time trade-off is tools/burstbench_ring.py's --workspace) */
     pp.workspace_limit = UINT64_MAX;
@@ -295,7 +303,7 @@ static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FI
         double tf[64], tb[64],
             fl = 4.0 * (double)batch * (double)heads * (double)d * (double)N * (double)N *
                  (causal ? 0.5 : 1.0);
-        int it = iters > 64 ? 64 : iters, do_bwd = N <= bwd_max;
+        int it = iters > 64 ? 64 : iters, do_bwd = N <= bwd_max && !opt->fp8;
         burst_status_t s2 = burst_attention_forward(plan, &tq, &tk, &tv, &to, lse);
         for (int r = 0; s2 == BURST_OK && r < it; r++) {
             double t0 = now_s();
@@ -316,9 +324,11 @@ static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FI
         double err = NAN;
         if (burst_context_memcpy(ctx, ho, o, cnt * burst_dtype_size(dt)) == BURST_OK)
             err = check_rows(dt, hq, hk, hv, ho, batch, N, heads, d, causal, opt->softcap);
-        const double bound = dt == BURST_DTYPE_BF16   ? 0x1p-7
+        const double bound = opt->fp8                 ? 0x1p-2
+                             : dt == BURST_DTYPE_BF16 ? 0x1p-7
                              : dt == BURST_DTYPE_FP16 ? 0x1p-10
                                                       : 1e-4;
+        const char *dname = opt->fp8 ? "e4m3" : burst_dtype_name(dt);
         int bad = !(err <= bound);
         if (save) {
             char tag[64];
@@ -333,12 +343,11 @@ static int bench_one(struct burst_context *ctx, const struct bench_opts *opt, FI
             bad |= save_inputs(save, tag, host, do_bwd ? 8 : 4, by) != 0;
         }
         failed += bad;
-        printf("%-6s %6ld %4ld %5ld %6s %10.3f %10.1f %12.3f %12.1f %9.2e%s\n",
-               burst_dtype_name(dt), N, d, heads, causal ? "yes" : "no", mf * 1e3, fl / mf * 1e-12,
-               mb * 1e3, 3.5 * fl / mb * 1e-12, err, bad ? " FAIL" : "");
-        fprintf(f, "%s,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f,%.3e\n", impl,
-                burst_dtype_name(dt), batch, heads, N, d, causal, mf * 1e3, fl / mf * 1e-12,
-                mb * 1e3, 3.5 * fl / mb * 1e-12, err);
+        printf("%-6s %6ld %4ld %5ld %6s %10.3f %10.1f %12.3f %12.1f %9.2e%s\n", dname, N, d, heads,
+               causal ? "yes" : "no", mf * 1e3, fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12,
+               err, bad ? " FAIL" : "");
+        fprintf(f, "%s,%s,%ld,%ld,%ld,%ld,%d,%.4f,%.2f,%.4f,%.2f,%.3e\n", impl, dname, batch, heads,
+                N, d, causal, mf * 1e3, fl / mf * 1e-12, mb * 1e3, 3.5 * fl / mb * 1e-12, err);
         fflush(stdout);
         fflush(f);
     }
