@@ -7,8 +7,8 @@
  * The kernel has the shape of the 16-bit Hopper forward (burst_cuda_fwd_sm90.cu, whose comment
  * describes it): persistent blocks taking items of 128 query rows from a counter, a producer
  * warpgroup moving Q, K and V^T tiles with the tensor memory accelerator into NS stages, two
- * consumer warpgroups of 64 rows taking turns to issue their products, and per key tile the
- * next S issued before the softmax of this one. What differs:
+ * consumer warpgroups of 64 rows, and per key tile the next S issued before the softmax of this
+ * one. What differs:
  *   - tiles are bytes: a [rows][D] e4m3 tile is D / 128 panels of 128-byte rows (the 16-bit
  *     layout of half the width), and each k32 slice of a product is 32 bytes of a row, so S
  *     takes D / 32 instructions;
@@ -18,6 +18,7 @@
  *   - key tiles are 128 keys, one K scale each: the softmax's factor is tau log2(e) s_q s_k per
  *     tile (s_q of the warpgroup's 64 rows), so the scales cost nothing per element, except
  *     under soft-capping, whose scores are scaled first;
+ *   - the two consumers issue their products as soon as each is ready, with no turns;
  *   - the softmax carries its maximum 8 lower, so that P <= 256 (runtime/fp8.h), packed to
  *     e4m3 for P V, and O is multiplied by s_v before the merge.
  * Head-dim classes 128 (d <= 128) and 256 (d <= 256): Q and K rows of dp bytes are read as rows
@@ -29,10 +30,9 @@
 #include "burst_cuda_tma.cuh"
 #include "burst_cuda_wg_fwd.cuh"
 
-#define F8_BC 128 /* keys per tile: one K scale (BURST_FP8_KEYS) */
-#define F8_NC 2   /* consumer warpgroups of 64 rows */
-#define F8_BR 128 /* query rows per item */
-#define F8_BAR_TURN 4
+#define F8_BC 128   /* keys per tile: one K scale (BURST_FP8_KEYS) */
+#define F8_NC 2     /* consumer warpgroups of 64 rows */
+#define F8_BR 128   /* query rows per item */
 #define F8_QROWS 64 /* BURST_FP8_QROWS */
 
 /* Stages: three at class 128 (112 KiB), two at 256 (160 KiB). */
@@ -270,18 +270,14 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
     const uint32_t dk0 = burst_wg_dlo(skv, 16);
     const uint32_t dv0 = burst_wg_dlo(skv + TBYTES, 16);
     constexpr uint32_t DSTAGE = 2 * TBYTES >> 4;
-    auto turn = [&]() { burst_named_sync(F8_BAR_TURN + wc, 256); };
-    auto pass = [&]() { burst_named_arrive(F8_BAR_TURN + (wc + 1) % F8_NC, 256); };
     auto qdone = [&]() {
         if (lane == 0)
             burst_mbar_arrive(&bar.qfree);
     };
     burst_mbar_wait(&bar.q, qi & 1);
     burst_mbar_wait(&bar.k[sg.st], sg.ph);
-    turn();
     burst_wg_fence();
     burst_f8_abt<D>(sc, dq, dk0 + sg.st * DSTAGE);
-    pass();
     burst_wg_wait<0>();
     if (nt == 1)
         qdone();
@@ -296,11 +292,9 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
         const float sk = maps.ks[kbase + j0 / F8_BC]; /* its latency under the waits */
         burst_mbar_wait(&bar.k[sg.st], sg.ph);
         burst_mbar_wait(&bar.v[prev.st], prev.ph);
-        turn();
         burst_wg_fence();
         burst_f8_abt<D>(sc, dq, dk0 + sg.st * DSTAGE);
         burst_f8_pv<D>(o, p, dv0 + prev.st * DSTAGE);
-        pass();
         burst_wg_wait<1>();
         if (j == nt - 1)
             qdone();
@@ -318,10 +312,8 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
         prev = sg;
     }
     burst_mbar_wait(&bar.v[prev.st], prev.ph);
-    turn();
     burst_wg_fence();
     burst_f8_pv<D>(o, p, dv0 + prev.st * DSTAGE);
-    pass();
     burst_wg_wait<0>();
     if (lane == 0)
         burst_mbar_arrive(&bar.freed[prev.st]);
@@ -382,8 +374,6 @@ __global__ void __launch_bounds__(128 * (F8_NC + 1), 1)
     }
     burst_regs_inc<CREGS>();
     const int wc = wg - 1;
-    if (wc == F8_NC - 1)
-        burst_named_arrive(F8_BAR_TURN, 256);
     struct burst_f8_stage<D> sg = {
         0, 0
     };
@@ -405,8 +395,6 @@ __global__ void __launch_bounds__(128 * (F8_NC + 1), 1)
         burst_f8_consume<D>(s, maps, sq, skv, bar, s_rng[qi & 1][wc], wc, it, sg, qi);
         qi++;
     }
-    if (wc == 0)
-        burst_named_sync(F8_BAR_TURN, 256);
 #endif
 }
 
