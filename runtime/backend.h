@@ -344,8 +344,10 @@ struct burst_backend_ops {
  * every backend has the required members of core, mem, elem and attn; one whose transfers are
  * staged (mem.device_memory, mem.stage_transfers) has mem.memcpy, mem.host_alloc and
  * mem.host_free, which the engine then calls without asking; one with stream.time_mark has
- * stream.time_elapsed and stream.time_release. burst_context_create refuses a backend whose
- * table is not whole (BURST_ERR_INTERNAL naming backend and member). */
+ * stream.time_elapsed and stream.time_release; one that may have BURST_BE_FP8 (in
+ * core.features, or with core.instance_features) has attn.fp8_quant_q and attn.fp8_quant_kv.
+ * burst_context_create refuses a backend whose table is not whole (BURST_ERR_INTERNAL naming
+ * backend and member). */
 const char *burst_backend_ops_missing(const struct burst_backend_ops *ops);
 
 /* The BURST_BE_* features of instance be of ops (core.instance_features, else core.features). */
