@@ -96,7 +96,6 @@ enum burst_cuda_fwd_kind {
                                  mma.sync above BURST_CUDA_WG_BWD_MAX) */
 };
 
-/* One attention step as the kernels see it (shared by forward and backward). */
 /* The e4m3 operands of an fp8 forward step in device memory (runtime/fp8.h): Q and K rows of dp
  * bytes, V^T [B, hkv, d, np], and their scales. */
 struct burst_cuda_f8 {
@@ -105,6 +104,7 @@ struct burst_cuda_f8 {
     int64_t np;
 };
 
+/* One attention step as the kernels see it (shared by forward and backward). */
 struct burst_cuda_step {
     struct burst_cuda_view q, k, v, dout;
     /* forward with f8.q set: the products take these e4m3 operands (burst_cuda_fwd_fp8.cu); q,

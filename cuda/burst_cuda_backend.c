@@ -580,7 +580,11 @@ static burst_status_t burst_cuda_fwd_fp8(struct burst_cuda_backend *cb,
         st = burst_cuda_scratch_counters(cb, 2, &sd.sched);
     if (st != BURST_OK)
         return st;
+#ifdef BURST_CUDA_SM90A
     const int e = burst_cuda_launch_fwd_fp8(&sd, cb->caps.sms);
+#else
+    const int e = BURST_CUDA_NO_TMA; /* not reached: cb->fp8 needs the sm_90a kernels */
+#endif
     if (e == BURST_CUDA_NO_TMA)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "%s: the driver maps no tensor of the fp8 operands (tensor maps)", op);

@@ -10,6 +10,7 @@
  *     write, one block per 128 keys through a [d][128] byte tile in shared memory; the slots'
  *     maxima to scales.
  */
+#include <cfloat>
 #include <cuda_fp8.h>
 
 #include "burst_cuda_common.cuh"
@@ -40,7 +41,7 @@ __device__ __forceinline__ float burst_f8_scale(float amax)
 }
 __device__ __forceinline__ float burst_f8_inv(float amax)
 {
-    return amax > 0.0f ? __fdiv_rn(448.0f, amax) : 1.0f;
+    return amax > 0.0f ? fminf(__fdiv_rn(448.0f, amax), FLT_MAX) : 1.0f;
 }
 
 __device__ __forceinline__ unsigned char burst_f8_byte(float x, float inv)

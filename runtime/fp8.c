@@ -4,6 +4,7 @@
  */
 #include "fp8.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -98,7 +99,7 @@ static float amax_scale(float amax)
 }
 static float amax_inv(float amax)
 {
-    return amax > 0.0f ? BURST_FP8_MAX / amax : 1.0f;
+    return amax > 0.0f ? fminf(BURST_FP8_MAX / amax, FLT_MAX) : 1.0f;
 }
 
 /* Rows [i0, i1) of head hh, batch b, times inv, as e4m3 rows of pitch dp of a [B, n, H, dp]

@@ -6,13 +6,14 @@
  * each quantized block with an fp32 scale of its own, so that x ~= scale * e4m3(x / scale):
  *   - Q: one scale per batch, query head and BURST_FP8_QROWS rows (from the shard's row 0);
  *   - K: one scale per batch, key head and BURST_FP8_KEYS keys (from the block's key 0);
- *   - V: one scale per batch and key head of a block;
+ *   - V: one scale per batch and key head of a block (a rank's shard, or with documents the
+ *     part of it that travels, quantized by itself);
  *   - P: a fixed factor 2^BURST_FP8_P_SHIFT: the softmax computes P = exp2(s - m + 8) <= 256 in
  *     fp32, rounds it to e4m3 for P V, and sums the unrounded P for the denominator; the 2^8
  *     cancels between the two (the running maximum m is carried 8 lower).
  * Each scale is amax / 448 of its block (1 for a block of zeros), and a value x is stored as
- * e4m3(x * (448 / amax)) (x itself for zeros), both in fp32, so that the block's largest
- * magnitude maps to 448 and nothing saturates.
+ * e4m3(x * min(448 / amax, FLT_MAX)) (x itself for zeros), all in fp32, so that the block's
+ * largest magnitude maps to 448 and nothing saturates (nor becomes NaN below amax ~ 1e-36).
  *
  * Q of a step: e4m3 [B, n, H, dp] (dp = head_dim rounded up to 16 bytes, zeros after d) and
  * the scales fp32 [B, H, ceil(n / BURST_FP8_QROWS)].

@@ -31,7 +31,7 @@ static burst_status_t plan_shards(struct burst_plan *plan, const char *who,
 static uint64_t call_scratch(const struct burst_plan *plan, int64_t n, int64_t gkv)
 {
     uint64_t f = burst_fwd_scratch_bytes(plan, n, gkv), b = burst_bwd_scratch_bytes(plan, n, gkv);
-    return f > b ? f : b;
+    return f > b || plan->p.fp8_forward ? f : b; /* an fp8 plan runs no backward */
 }
 
 /* Head groups within params.workspace_limit: the fewest groups whose calls' scratch fits, or

@@ -227,12 +227,14 @@ static burst_status_t fp8_quantize(struct burst_plan *plan, struct burst_scratch
 
 /* A one-rank call in one kernel that writes o and lse itself (backend op fwd_final): no
  * accumulators, no fill, no cast, and no head groups, which only bound the scratch. Returns
- * BURST_ERR_UNSUPPORTED, having done nothing, where the backend or BURST_FWD_FINAL=0 declines. */
+ * BURST_ERR_UNSUPPORTED where the backend or BURST_FWD_FINAL=0 declines, having done nothing
+ * but (fp8_forward, one head group) quantize the operands into pk's q8 and kv8, which the
+ * accumulating path then takes as its group's. pk: k and v with every head. */
 static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *tl,
                                 struct burst_scratch *sc, const struct burst_tensor *q,
-                                const struct burst_tensor *k, const struct burst_tensor *v,
-                                struct burst_tensor *o, float *lse)
+                                struct fwd_pack *pk, struct burst_tensor *o, float *lse)
 {
+    const struct burst_tensor *k = pk->k, *v = pk->v;
     const struct burst_backend_ops *ops = plan->ctx->ops;
     if (plan->size != 1 || plan->steps != 1 || !BURST_OPS_HAS(ops, attn.fwd_final) ||
         !burst_set_long(&plan->ctx->set, BURST_SET_FWD_FINAL) ||
@@ -253,14 +255,12 @@ static burst_status_t fwd_final(struct burst_plan *plan, struct burst_timeline *
         .scale = plan->scale,
         .softcap = plan->p.softcap,
     };
-    struct fwd_call fc = {plan, plan->p.kv_heads};
-    struct fwd_pack pk = {&fc, k, v, NULL, NULL};
     struct burst_fp8_step f8;
     if (plan->p.fp8_forward) {
-        burst_status_t st = fp8_quantize(plan, sc, "burst_attention_forward", q, &pk);
+        burst_status_t st = fp8_quantize(plan, sc, "burst_attention_forward", q, pk);
         if (st != BURST_OK)
             return st;
-        f8 = (struct burst_fp8_step){pk.q8, pk.kv8};
+        f8 = (struct burst_fp8_step){pk->q8, pk->kv8};
         a.fp8 = &f8;
     }
     burst_fault_step(plan->rank, 0, 0, 0); /* (again in fwd_ring if the backend declines) */
@@ -313,16 +313,20 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
     const int64_t gq = plan->gkv * (Hq / p->kv_heads);
     struct fwd_call fc = {plan, plan->gkv};
     float *o_acc = NULL, *lse_acc = NULL;
-    const unsigned char *q8 = NULL; /* fp8_forward: scratch of the quantized operands */
     struct burst_blocks blk = {0};
     struct burst_timeline tl;
     burst_tl_begin(&tl, plan, BURST_PHASE_FWD);
     /* fwd_final writes o and lse itself, from no running state: not with sinks */
-    st = !with_sinks ? fwd_final(plan, &tl, &sc, q, k, v, o, lse) : BURST_ERR_UNSUPPORTED;
+    struct fwd_call fc_all = {plan, p->kv_heads};
+    struct fwd_pack pk_all = {&fc_all, k, v, NULL, NULL};
+    st = !with_sinks ? fwd_final(plan, &tl, &sc, q, &pk_all, o, lse) : BURST_ERR_UNSUPPORTED;
     if (st != BURST_ERR_UNSUPPORTED) {
         burst_tl_finish(&tl, st);
         return burst_call_end(plan, BURST_PHASE_FWD, &sc, t0, st);
     }
+    /* fp8_forward: scratch of the quantized operands, already holding the one group's where
+     * fwd_final quantized them and declined */
+    const unsigned char *q8 = pk_all.q8;
     st = burst_scratch_alloc(&sc, who, sizeof(float) * (size_t)(B * n * gq * d), (void **)&o_acc);
     if (st == BURST_OK)
         st = burst_scratch_alloc_raw(&sc, who, sizeof(float) * (size_t)(B * gq * n),
@@ -336,11 +340,12 @@ static burst_status_t fwd_call(const char *who, struct burst_plan *plan,
         const struct burst_tensor qg = burst_heads(q, hg.q0, hg.nq),
                                   kg = burst_heads(k, hg.kv0, hg.nkv),
                                   vg = burst_heads(v, hg.kv0, hg.nkv);
-        struct fwd_pack pk = {&fc, &kg, &vg, q8, NULL};
+        struct fwd_pack pk = {&fc, &kg, &vg, q8, pk_all.kv8};
         fc.hkv = hg.nkv;
-        if (p->fp8_forward && (st = fp8_quantize(plan, &sc, who, &qg, &pk)) == BURST_OK)
+        if (p->fp8_forward && !pk_all.kv8 &&
+            (st = fp8_quantize(plan, &sc, who, &qg, &pk)) == BURST_OK)
             q8 = pk.q8;
-        if (g > 0) { /* the next group: a fresh ring under its own tags, accumulators reset */
+        if (st == BURST_OK && g > 0) { /* the next group: a fresh ring, accumulators reset */
             burst_blocks_restart(&blk, burst_call_next_seq(plan));
             st = be_ops->elem.fill(be, o_acc, (size_t)(B * n * hg.nq * d), 0.0f);
         }

@@ -144,16 +144,17 @@ struct burst_plan_params {
 
     /* ---- since API 0.7: read only when api_version's minor is >= 7 ---- */
 
-    /* Nonzero: the forward computes its two products on fp8 (e4m3) values, about twice the
+    /* Nonzero: the forward computes its two products on fp8 (e4m3) values, twice the
      * tensor-core rate of 16-bit ones where the device has them (Hopper). dtype must be fp16
      * or bf16 and stays the type of every caller tensor: each forward call quantizes Q, K and V
      * itself, with a scale per block: Q per 64 rows of a head, K per 128 keys of a head, V per
-     * head of a rank's shard, each scale the block's largest magnitude over 448 (e4m3's
-     * largest value). K and V travel the ring quantized, with their scales (half the bytes of
-     * a 16-bit ring). The softmax stays fp32; P is rounded to e4m3 at a fixed factor of 256
-     * for P V. Against an fp64 reference of the unquantized inputs expect errors about 10x
-     * those of a 16-bit forward (docs/ALGORITHM.md, section "fp8 forward", states the
-     * bounds the tests use). Forward only: the backward of such a plan is refused
+     * head of a travelling block (a rank's shard; with documents the part of it that travels),
+     * each scale the block's largest magnitude over 448 (e4m3's largest value). K and V travel
+     * the ring quantized, with their scales (half the bytes of a 16-bit ring). The softmax
+     * stays fp32; P is rounded to e4m3 at a fixed factor of 256 for P V. Against an fp64
+     * reference of the unquantized inputs expect errors of a few percent of O (about 5 % rms
+     * on random inputs, against 0.2 % for bf16; docs/ALGORITHM.md, section "fp8 forward",
+     * states the bounds the tests use). Forward only: the backward of such a plan is refused
      * (BURST_ERR_UNSUPPORTED); train with a 16-bit plan. A backend without e4m3 products
      * refuses the plan (vulkan; cuda on a device before Hopper). Ranks must pass equal values
      * (handshake field "fp8_forward"). 0 = off (default). */
