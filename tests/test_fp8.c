@@ -3,7 +3,8 @@
  *
  *   e4m3_*       the conversions: every code round-trips, random values round to the nearest
  *                code (ties to even), saturation and NaN;
- *   quantizers   the host quantizers' scales, values, V^T column order and padding;
+ *   quantizers   the host quantizers' scales, values, V^T column order and padding, and the
+ *                backend's quantizers (cuda on a GPU run) byte for byte against them;
  *   ring cases   G ranks (threads) on the shared context (BURST_TEST_BACKEND): O and lse of an
  *                fp8 forward against an fp64 reference of the quantized problem, with each
  *                rank's shard quantized as the engine quantizes it, and the error against the
@@ -34,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "context_internal.h"
 #include "fp8.h"
 #include "harness.h"
 
@@ -179,6 +182,105 @@ static void quantizers(void **state)
     free(m);
     free(k);
     free(v);
+}
+
+/* The backend's quantizers (the shared context's: cuda on a GPU run; on the cpu backend they are
+ * the host ones) against the host ones, byte for byte, on strided views (a head padded by 8
+ * elements) with a block of zeros and, in bf16, one of values near 1e-37 (the factor's cap).
+ * Skips where the backend has no e4m3 products. */
+static void quantizers_backend(void **state)
+{
+    (void)state;
+    struct burst_context *ctx = harness_context();
+    if (!(burst_backend_features(ctx->ops, ctx->be) & BURST_BE_FP8))
+        skip();
+    enum {
+        B = 2,
+        N = 300,
+        H = 3,
+        D = 72,
+        HS = D + 8
+    };
+    const size_t elems = (size_t)B * N * H * HS, bytes = 2 * elems;
+    uint64_t rng = harness_seed() ^ 0x51dull;
+    for (int dt = 0; dt < 2; dt++) {
+        const burst_dtype_t dtype = dt ? BURST_DTYPE_FP16 : BURST_DTYPE_BF16;
+        uint16_t *h[2] = {malloc(bytes), malloc(bytes)};
+        assert_true(h[0] && h[1]);
+        for (int t = 0; t < 2; t++) {
+            fill_random(h[t], elems, dtype, t ? 0.75 : 3.0, &rng);
+            for (int c = 0; c < D; c++) { /* K rows 128.. of head 1 zero, V head 2 tiny */
+                for (int i = 128; i < 256; i++)
+                    harness_store(dtype, h[t], (size_t)((0 * N + i) * H + 1) * HS + c, 0.0);
+                for (int i = 0; i < N; i++)
+                    harness_store(dtype, h[t], (size_t)((1 * N + i) * H + 2) * HS + c,
+                                  t ? 1e-37 * (c % 3) : 0.0);
+            }
+        }
+        struct burst_tensor tv[2];
+        void *dev[2] = {NULL, NULL};
+        for (int t = 0; t < 2; t++) {
+            dev[t] = h[t];
+            if (burst_context_device_memory(ctx)) {
+                assert_int_equal(burst_context_alloc(ctx, bytes, &dev[t]), BURST_OK);
+                assert_int_equal(burst_context_memcpy(ctx, dev[t], h[t], bytes), BURST_OK);
+            }
+            tv[t] = burst_tensor_contiguous(dev[t], dtype, B, N, H, D);
+            tv[t].stride[2] = HS;
+            tv[t].stride[1] = H * HS;
+            tv[t].stride[0] = (int64_t)N * H * HS;
+        }
+        struct burst_fp8_kv_layout l;
+        burst_fp8_kv_layout(B, N, H, D, &l);
+        const size_t qb = burst_fp8_q_bytes(B, N, H, D), mb = qb > l.bytes ? qb : l.bytes;
+        unsigned char *want = malloc(mb), *got = malloc(mb);
+        void *dst = NULL;
+        assert_true(want && got);
+        assert_int_equal(burst_context_alloc(ctx, mb, &dst), BURST_OK);
+        for (int which = 0; which < 2; which++) {
+            struct burst_tensor hv[2];
+            for (int t = 0; t < 2; t++) {
+                hv[t] = tv[t];
+                hv[t].data = h[t];
+            }
+            const size_t n = which ? l.bytes : qb;
+            memset(want, 0, n);
+            if (which)
+                burst_fp8_quant_kv_host(&hv[0], &hv[1], want);
+            else
+                burst_fp8_quant_q_host(&hv[0], want);
+            burst_status_t st = which ? ctx->ops->attn.fp8_quant_kv(ctx->be, &tv[0], &tv[1], dst)
+                                      : ctx->ops->attn.fp8_quant_q(ctx->be, &tv[0], dst);
+            assert_int_equal(st, BURST_OK);
+            if (BURST_OPS_HAS(ctx->ops, stream.sync))
+                assert_int_equal(ctx->ops->stream.sync(ctx->be), BURST_OK);
+            assert_int_equal(burst_context_memcpy(ctx, got, dst, n), BURST_OK);
+            /* the parts the layouts define (the bytes between parts are padding) */
+            const size_t parts[4][2] = {
+                {which ? l.k : 0,
+                 which ? (size_t)(B * N * H * l.dp) : (size_t)(B * N * H * burst_fp8_dp(D))},
+                {which ? l.vt : burst_fp8_q_scales_at(B, N, H, D),
+                 which ? (size_t)(B * H * D * l.np)
+                       : sizeof(float) *
+                             (size_t)(B * H * ((N + BURST_FP8_QROWS - 1) / BURST_FP8_QROWS))},
+                {l.kscale, which ? sizeof(float) * (size_t)(B * H * l.kblocks) : 0},
+                {l.vscale, which ? sizeof(float) * (size_t)(B * H) : 0}};
+            for (int p = 0; p < 4; p++)
+                for (size_t i = 0; i < parts[p][1]; i++)
+                    if (got[parts[p][0] + i] != want[parts[p][0] + i])
+                        fail_msg("%s %s quantizer: part %d byte %zu is 0x%02x, the host's 0x%02x",
+                                 burst_dtype_name(dtype), which ? "kv" : "q", p, i,
+                                 got[parts[p][0] + i], want[parts[p][0] + i]);
+        }
+        burst_context_free(ctx, dst);
+        for (int t = 0; t < 2; t++) {
+            if (burst_context_device_memory(ctx))
+                burst_context_free(ctx, dev[t]);
+            free(h[t]);
+        }
+        free(want);
+        free(got);
+    }
 }
 
 /* ---- ring cases ---- */
@@ -618,6 +720,7 @@ int main(void)
         cmocka_unit_test(e4m3_codes),
         cmocka_unit_test(e4m3_nearest),
         cmocka_unit_test(quantizers),
+        cmocka_unit_test(quantizers_backend),
         cmocka_unit_test(refuses_fp32),
         cmocka_unit_test_prestate(ring_case, (void *)&cases[0]),
         cmocka_unit_test_prestate(ring_case, (void *)&cases[1]),
