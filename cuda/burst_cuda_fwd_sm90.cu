@@ -152,26 +152,8 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     const float sl2 = s.scale * BURST_LOG2E;
     /* this thread's two rows (accumulator layout): r = 16 warp + rq + 8 u of its warpgroup */
     const int rq = lane >> 2, cq = 2 * (lane & 3);
-    int kb[2], ke[2]; /* local indices: the backend sends nk < 2^31 only */
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        const int64_t i = (int64_t)it.i0 + wc * 64 + warp * 16 + rq + 8 * u;
-        int64_t b64 = 0, e64 = 0;
-        if (i < s.nq)
-            burst_dkeys(s, i, &b64, &e64);
-        kb[u] = (int)b64;
-        ke[u] = (int)e64;
-    }
-    /* [wb, we): the keys every row of the warpgroup sees */
-    const int wmax = __reduce_max_sync(0xffffffffu, max(kb[0], kb[1]));
-    const int wmin = __reduce_min_sync(0xffffffffu, min(ke[0], ke[1]));
-    if (lane == 0) {
-        rng[warp][0] = wmax;
-        rng[warp][1] = wmin;
-    }
-    burst_wg_bar(wc);
-    const int wb = max(max(rng[0][0], rng[1][0]), max(rng[2][0], rng[3][0]));
-    const int we = min(min(rng[0][1], rng[1][1]), min(rng[2][1], rng[3][1]));
+    int kb[2], ke[2], wb, we;
+    burst_wg_rows(s, (int64_t)it.i0 + wc * 64 + warp * 16 + rq, rng, wc, kb, ke, &wb, &we);
 
     float o[D / 2];
 #pragma unroll

@@ -1,7 +1,7 @@
 /*
  * cuda/burst_cuda_wg_fwd.cuh - what the Hopper forwards share (burst_cuda_fwd_sm90.cu, 16-bit;
- * burst_cuda_fwd_fp8.cu, e4m3): the online softmax of an S tile in the wgmma accumulator layout
- * and the work items of their persistent blocks.
+ * burst_cuda_fwd_fp8.cu, e4m3): the online softmax of an S tile in the wgmma accumulator layout,
+ * the work items of their persistent blocks and the allowed keys of a consumer's rows.
  */
 #ifndef BURST_CUDA_WG_FWD_CUH
 #define BURST_CUDA_WG_FWD_CUH
@@ -98,6 +98,35 @@ __device__ __forceinline__ struct burst_wg_item burst_wg_item_at(const struct bu
     it.jfirst = (int)(kmin / BC * BC);
     it.nt = kmin < kmax ? (int)((kmax - it.jfirst + BC - 1) / BC) : 0;
     return it;
+}
+
+/* The allowed keys of this thread's two rows r0 and r0 + 8 (accumulator layout) of a consumer
+ * warpgroup wc, as local indices [kb[u], ke[u]) (the backend sends nk < 2^31 only; rows past nq
+ * get none), and [wb, we): the keys every row of the warpgroup sees, met through rng (four
+ * per-warp slots in shared memory) and the warpgroup's barrier. */
+__device__ __forceinline__ void burst_wg_rows(const struct burst_cuda_step &s, int64_t r0,
+                                              int (*rng)[2], int wc, int *kb, int *ke, int *wb,
+                                              int *we)
+{
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t i = r0 + 8 * u;
+        int64_t b64 = 0, e64 = 0;
+        if (i < s.nq)
+            burst_dkeys(s, i, &b64, &e64);
+        kb[u] = (int)b64;
+        ke[u] = (int)e64;
+    }
+    const int wmax = __reduce_max_sync(0xffffffffu, max(kb[0], kb[1]));
+    const int wmin = __reduce_min_sync(0xffffffffu, min(ke[0], ke[1]));
+    if (lane == 0) {
+        rng[warp][0] = wmax;
+        rng[warp][1] = wmin;
+    }
+    burst_wg_bar(wc);
+    *wb = max(max(rng[0][0], rng[1][0]), max(rng[2][0], rng[3][0]));
+    *we = min(min(rng[0][1], rng[1][1]), min(rng[2][1], rng[3][1]));
 }
 
 #endif /* BURST_CUDA_WG_FWD_CUH */
