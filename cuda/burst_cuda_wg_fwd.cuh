@@ -11,16 +11,26 @@
 /* The online softmax of one S tile in place (the accumulator layout of burst_cuda_wgmma.cuh).
  * MASK: the tile is not wholly allowed for the warpgroup, so keys outside each row's [kb, ke)
  * become -inf (lo / hi: those bounds relative to this thread's first column; only tiles on a
- * mask's edge pay for the test). Then the new running maximum m (log2 units: the scale
- * sl2 > 0 is applied to the maximum, and fused into the exponent's FMA for each element),
- * P = exp2(S sl2 - m) left in sc, l updated, and alpha = the factor the running O must be
- * multiplied by. SHIFT > 0 carries the maximum SHIFT lower, so that P <= 2^SHIFT (the fp8
- * forward's P scale; O and l share the factor). */
-template <int BC, bool MASK, int SHIFT = 0>
+ * mask's edge pay for the test). Then the running maximum m (log2 units: the scale sl2 > 0 is
+ * applied to the maximum, and fused into the exponent's FMA for each element), P = exp2(S sl2 -
+ * m) left in sc, l updated, and alpha = the factor the running O must be multiplied by: exactly
+ * 1 where m did not move, so that a caller can skip the product when no row of its warp moved.
+ * m moves only when the tile's maximum exceeds it by more than SLACK (log2 units), so P <=
+ * 2^SLACK: with SLACK > 0 the maximum is a stale upper estimate most of the way along a row and
+ * O is rarely rescaled (O, l and the final m + log2 l are exact whichever m is used). SHIFT > 0
+ * carries the maximum SHIFT lower, so that P <= 2^SHIFT (the fp8 forward's P scale, which needs
+ * SLACK = 0; O and l share the factor). The maximum and the sum run as four chains per row,
+ * for short dependency chains. */
+template <int BC, bool MASK, int SHIFT = 0, int SLACK = 0>
 __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const int *hi, float sl2,
                                                  float *m, float *l, float *alpha)
 {
-    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    float mc[2][4]; /* four chains of maxima per row */
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            mc[u][k] = -CUDART_INF_F;
 #pragma unroll
     for (int n = 0; n < BC / 8; n++)
 #pragma unroll
@@ -28,33 +38,45 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
             const int u = e >> 1, col = n * 8 + (e & 1);
             if (MASK && !(col >= lo[u] && col < hi[u]))
                 sc[4 * n + e] = -CUDART_INF_F;
-            mx[u] = fmaxf(mx[u], sc[4 * n + e]);
+            mc[u][2 * (n & 1) + (e & 1)] = fmaxf(mc[u][2 * (n & 1) + (e & 1)], sc[4 * n + e]);
         }
     float muse[2];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 1));
-        mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], 2));
-        float top = mx[u] * sl2;
+        float mx = fmaxf(fmaxf(mc[u][0], mc[u][1]), fmaxf(mc[u][2], mc[u][3]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float top = mx * sl2;
         if constexpr (SHIFT != 0)
             top -= (float)SHIFT;
-        const float mnew = fmaxf(m[u], top);
+        const bool moves = SLACK > 0 ? top > m[u] + (float)SLACK : top > m[u];
+        const float mnew = moves ? top : m[u];
         muse[u] = mnew == -CUDART_INF_F ? 0.0f : mnew;
-        alpha[u] = burst_ex2(m[u] - muse[u]);
+        alpha[u] = moves ? burst_ex2(m[u] - muse[u]) : 1.0f;
         m[u] = mnew;
         l[u] *= alpha[u];
     }
+    float ls[2][4] = {};
 #pragma unroll
     for (int n = 0; n < BC / 2; n++) {
         const float x = burst_ex2(fmaf(sc[n], sl2, -muse[(n >> 1) & 1]));
         sc[n] = x;
-        l[(n >> 1) & 1] += x;
+        ls[(n >> 1) & 1][(n >> 2) & 3] += x;
     }
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+        l[u] += (ls[u][0] + ls[u][1]) + (ls[u][2] + ls[u][3]);
+}
+
+/* Whether any row of this warp has alpha != 1 (burst_wg_softmax): only then is O rescaled. */
+__device__ __forceinline__ bool burst_wg_rescales(const float *alpha)
+{
+    return __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
 }
 
 /* Softmax of the tile at key j0 (its scores soft-capped first when the step has a cap): masked only
  * where the warpgroup's rows do not all see it. */
-template <int BC, int SHIFT = 0>
+template <int BC, int SHIFT = 0, int SLACK = 0>
 __device__ __forceinline__ void
 burst_wg_softmax_at(float *sc, int j0, int wb, int we, const int *kb, const int *ke, int cq,
                     float sl2, const struct burst_cuda_step &s, float *m, float *l, float *alpha)
@@ -64,11 +86,11 @@ burst_wg_softmax_at(float *sc, int j0, int wb, int we, const int *kb, const int 
         for (int n = 0; n < BC / 2; n++)
             sc[n] = burst_dcap_score(s, sc[n]);
     if (j0 >= wb && j0 + BC <= we) {
-        burst_wg_softmax<BC, false, SHIFT>(sc, kb, ke, sl2, m, l, alpha);
+        burst_wg_softmax<BC, false, SHIFT, SLACK>(sc, kb, ke, sl2, m, l, alpha);
     } else {
         const int lo[2] = {kb[0] - j0 - cq, kb[1] - j0 - cq};
         const int hi[2] = {ke[0] - j0 - cq, ke[1] - j0 - cq};
-        burst_wg_softmax<BC, true, SHIFT>(sc, lo, hi, sl2, m, l, alpha);
+        burst_wg_softmax<BC, true, SHIFT, SLACK>(sc, lo, hi, sl2, m, l, alpha);
     }
 }
 
