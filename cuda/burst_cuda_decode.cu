@@ -226,19 +226,17 @@ burst_dec_warp_tile(const struct burst_cuda_decode &a, const typename burst_dec_
             fmaxf(fmaxf(sc[0][2 * u], sc[0][2 * u + 1]), fmaxf(sc[1][2 * u], sc[1][2 * u + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mnew = fmaxf(m[u], mx * sl2);
-        muse[u] = mnew == -CUDART_INF_F ? 0.0f : mnew;
-        alpha[u] = burst_ex2(m[u] - muse[u]);
-        m[u] = mnew;
+        burst_max_lag(m[u], mx * sl2, &muse[u], &alpha[u]);
         l[u] *= alpha[u];
     }
+    if (burst_any_moved<2>(alpha))
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
-    }
+        for (int n = 0; n < D / 8; n++) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
 #pragma unroll
     for (int n = 0; n < 2; n++)
 #pragma unroll

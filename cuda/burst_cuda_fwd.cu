@@ -231,21 +231,19 @@ __device__ __forceinline__ void burst_mma_fwd_body(const struct burst_cuda_step 
             for (int r = 0; r < 2 * MR; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                float mnew = fmaxf(m[r], mx[r] * sl2);
-                muse[r] = mnew == -CUDART_INF_F ? 0.0f : mnew;
-                alpha[r] = burst_ex2(m[r] - muse[r]);
-                m[r] = mnew;
+                burst_max_lag(m[r], mx[r] * sl2, &muse[r], &alpha[r]);
                 l[r] *= alpha[r];
             }
+            if (burst_any_moved<2 * MR>(alpha))
 #pragma unroll
-            for (int mr = 0; mr < MR; mr++)
+                for (int mr = 0; mr < MR; mr++)
 #pragma unroll
-                for (int n = 0; n < D / 8; n++) {
-                    o[mr][n][0] *= alpha[2 * mr];
-                    o[mr][n][1] *= alpha[2 * mr];
-                    o[mr][n][2] *= alpha[2 * mr + 1];
-                    o[mr][n][3] *= alpha[2 * mr + 1];
-                }
+                    for (int n = 0; n < D / 8; n++) {
+                        o[mr][n][0] *= alpha[2 * mr];
+                        o[mr][n][1] *= alpha[2 * mr];
+                        o[mr][n][2] *= alpha[2 * mr + 1];
+                        o[mr][n][3] *= alpha[2 * mr + 1];
+                    }
 #pragma unroll
             for (int mr = 0; mr < MR; mr++)
 #pragma unroll

@@ -289,7 +289,7 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
         if (lane == 0)
             burst_mbar_arrive(&bar.freed[prev.st]);
         burst_wg_pin<D / 2>(o);
-        if (burst_wg_rescales(alpha))
+        if (burst_any_moved<2>(alpha))
 #pragma unroll
             for (int n = 0; n < D / 2; n++)
                 o[n] *= alpha[(n >> 1) & 1];

@@ -29,8 +29,7 @@
  *   4. waits for step 2, frees the stage of tile j - 1, rescales O where a row of the warp
  *      moved its maximum and packs P_j to the input dtype,
  * so the softmax of one tile overlaps the P V product of the one before. The running maximum
- * moves only when a tile's exceeds it by more than WG_SLACK (burst_wg_softmax), so P <= 2^8,
- * well inside both 16-bit types, and most tiles skip the rescaling.
+ * lags by up to 2^8 (burst_max_lag), so most tiles skip the rescaling.
  * Layouts, descriptors and ordering: burst_cuda_wgmma.cuh.
  */
 #include <limits.h>
@@ -39,7 +38,6 @@
 #include "burst_cuda_wg_fwd.cuh"
 
 #define WG_NS 3
-#define WG_SLACK 8    /* log2 units the running maximum may lag a row's true maximum */
 #define WG_BAR_TURN 4 /* named barriers 4, 5: consumer warpgroup wc's turn to issue */
 
 template <int D, int BC, int NC> constexpr size_t burst_wg_fwd_smem()
@@ -197,8 +195,8 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
     if (nt == 1)
         qdone();
     burst_wg_pin<BC / 2>(sc);
-    burst_wg_softmax_at<BC, 0, WG_SLACK>(sc, (int)it.jfirst, wb, we, kb, ke, cq, sl2, s, m, l,
-                                         alpha);
+    burst_wg_softmax_at<BC, 0, BURST_MAX_LAG>(sc, (int)it.jfirst, wb, we, kb, ke, cq, sl2, s, m, l,
+                                              alpha);
     burst_wg_pack<T, BC>(p, sc);
     struct burst_wg_stage prev = sg; /* stage of the previous tile */
     sg.next();
@@ -214,13 +212,13 @@ burst_wg_fwd_consume(const struct burst_cuda_step &s, unsigned char *sq, unsigne
         if (j == nt - 1)
             qdone();
         burst_wg_pin<BC / 2>(sc);
-        burst_wg_softmax_at<BC, 0, WG_SLACK>(sc, (int)(it.jfirst + (int64_t)j * BC), wb, we, kb, ke,
-                                             cq, sl2, s, m, l, alpha);
+        burst_wg_softmax_at<BC, 0, BURST_MAX_LAG>(sc, (int)(it.jfirst + (int64_t)j * BC), wb, we,
+                                                  kb, ke, cq, sl2, s, m, l, alpha);
         burst_wg_wait<0>();
         if (lane == 0) /* this warp is done with the stage of tile j - 1 */
             burst_mbar_arrive(&bar.freed[prev.st]);
         burst_wg_pin<D / 2>(o);
-        if (burst_wg_rescales(alpha))
+        if (burst_any_moved<2>(alpha))
 #pragma unroll
             for (int n = 0; n < D / 2; n++)
                 o[n] *= alpha[(n >> 1) & 1];

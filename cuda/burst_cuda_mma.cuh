@@ -88,6 +88,35 @@ __device__ __forceinline__ float burst_ex2(float x)
     return y;
 }
 
+/* The online softmax's running maximum m of a row (log2 units) against a key tile's maximum top.
+ * m moves only when top exceeds it by more than LAG (log2 units), so P = exp2(s - m) <= 2^LAG
+ * for every score the row has seen: with the default of 8 every 16-bit P and fp32 accumulator
+ * keeps its precision, m is a stale upper estimate most of the way along a row, and O's
+ * rescaling is mostly skipped (O, l and the final m + log2 l are exact whichever m is used).
+ * muse: the maximum to subtract (0 for a row that has seen no key yet); alpha: the factor for
+ * the running O and l, exactly 1 where m did not move. */
+#define BURST_MAX_LAG 8
+template <int LAG = BURST_MAX_LAG>
+__device__ __forceinline__ void burst_max_lag(float &m, float top, float *muse, float *alpha)
+{
+    const bool moves = top > m + (float)LAG;
+    const float mnew = moves ? top : m;
+    *muse = mnew == -CUDART_INF_F ? 0.0f : mnew;
+    *alpha = moves ? burst_ex2(m - *muse) : 1.0f;
+    m = mnew;
+}
+
+/* Whether any of this warp's R rows per lane has alpha != 1 (burst_max_lag): only then is O
+ * rescaled. */
+template <int R> __device__ __forceinline__ bool burst_any_moved(const float *alpha)
+{
+    bool moved = false;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        moved |= alpha[r] != 1.0f;
+    return __any_sync(0xffffffffu, moved);
+}
+
 #define MMA_BR BURST_CUDA_MMA_BR
 
 /* Elements per row of a [rows][D] tile of head-dim class D in shared memory: D rounded up to a

@@ -13,15 +13,12 @@
  * become -inf (lo / hi: those bounds relative to this thread's first column; only tiles on a
  * mask's edge pay for the test). Then the running maximum m (log2 units: the scale sl2 > 0 is
  * applied to the maximum, and fused into the exponent's FMA for each element), P = exp2(S sl2 -
- * m) left in sc, l updated, and alpha = the factor the running O must be multiplied by: exactly
- * 1 where m did not move, so that a caller can skip the product when no row of its warp moved.
- * m moves only when the tile's maximum exceeds it by more than SLACK (log2 units), so P <=
- * 2^SLACK: with SLACK > 0 the maximum is a stale upper estimate most of the way along a row and
- * O is rarely rescaled (O, l and the final m + log2 l are exact whichever m is used). SHIFT > 0
+ * m) left in sc, l updated, and alpha = the factor the running O must be multiplied by, as
+ * burst_max_lag with a lag of SLACK (exactly 1 where m did not move: burst_any_moved). SHIFT > 0
  * carries the maximum SHIFT lower, so that P <= 2^SHIFT (the fp8 forward's P scale, which needs
  * SLACK = 0; O and l share the factor). The maximum and the sum run as four chains per row,
  * for short dependency chains. */
-template <int BC, bool MASK, int SHIFT = 0, int SLACK = 0>
+template <int BC, bool MASK, int SHIFT, int SLACK>
 __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const int *hi, float sl2,
                                                  float *m, float *l, float *alpha)
 {
@@ -49,11 +46,7 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
         float top = mx * sl2;
         if constexpr (SHIFT != 0)
             top -= (float)SHIFT;
-        const bool moves = SLACK > 0 ? top > m[u] + (float)SLACK : top > m[u];
-        const float mnew = moves ? top : m[u];
-        muse[u] = mnew == -CUDART_INF_F ? 0.0f : mnew;
-        alpha[u] = moves ? burst_ex2(m[u] - muse[u]) : 1.0f;
-        m[u] = mnew;
+        burst_max_lag<SLACK>(m[u], top, &muse[u], &alpha[u]);
         l[u] *= alpha[u];
     }
     float ls[2][4] = {};
@@ -66,12 +59,6 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
 #pragma unroll
     for (int u = 0; u < 2; u++)
         l[u] += (ls[u][0] + ls[u][1]) + (ls[u][2] + ls[u][3]);
-}
-
-/* Whether any row of this warp has alpha != 1 (burst_wg_softmax): only then is O rescaled. */
-__device__ __forceinline__ bool burst_wg_rescales(const float *alpha)
-{
-    return __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
 }
 
 /* Softmax of the tile at key j0 (its scores soft-capped first when the step has a cap): masked only
