@@ -10,8 +10,9 @@
  * consumer warpgroups of 64 rows, and per key tile the next S issued before the softmax of this
  * one. What differs:
  *   - tiles are bytes: a [rows][D] e4m3 tile is D / 128 panels of 128-byte rows (the 16-bit
- *     layout of half the width), and each k32 slice of a product is 32 bytes of a row, so S
- *     takes D / 32 instructions;
+ *     layout of half the width; at class 64 one panel whose second half is zeros, never
+ *     read), and each k32 slice of a product is 32 bytes of a row, so S takes D / 32
+ *     instructions;
  *   - V arrives transposed, a [D][128 keys] panel tile read K-major (e4m3 products take no
  *     transposed operand), and P goes into P V from the registers of S with no exchange: the
  *     keys of each group of 32 are stored in the order of the accumulator's columns;
@@ -21,8 +22,9 @@
  *   - the two consumers issue their products as soon as each is ready, with no turns;
  *   - the softmax carries its maximum 8 lower, so that P <= 256 (runtime/fp8.h), packed to
  *     e4m3 for P V, and O is multiplied by s_v before the merge.
- * Head-dim classes 128 (d <= 128) and 256 (d <= 256): Q and K rows of dp bytes are read as rows
- * of the class's width, the tensor maps filling the columns past dp with zeros.
+ * Head-dim classes 64 (d <= 64), 128 (d <= 128) and 256 (d <= 256): Q and K rows of dp bytes
+ * are read as rows of the class's width, the tensor maps filling the columns past dp (and the
+ * V^T rows past d) with zeros.
  */
 #include <cuda_fp8.h>
 #include <limits.h>
@@ -35,16 +37,35 @@
 #define F8_BR 128   /* query rows per item */
 #define F8_QROWS 64 /* BURST_FP8_QROWS */
 
-/* Stages: three at class 128 (112 KiB), two at 256 (160 KiB). */
+/* Bytes per Q and K row in shared memory: the class's width, at least one 128-byte panel (the
+ * class 64 rows are a panel's first half, the tensor maps filling the rest with zeros, which
+ * the products never read). */
+template <int D> __host__ __device__ constexpr int burst_f8_w()
+{
+    return D < 128 ? 128 : D;
+}
+
+/* Stages: four at class 64, three at 128, two at 256 (96, 96 and 128 KiB, Q apart). */
 template <int D> __host__ __device__ constexpr int burst_f8_ns()
 {
-    return D <= 128 ? 3 : 2;
+    return D <= 64 ? 4 : D <= 128 ? 3 : 2;
+}
+
+/* One stage: a K tile [128][W] and a V^T tile [D][128]. */
+template <int D> __host__ __device__ constexpr int burst_f8_kbytes()
+{
+    return F8_BC * burst_f8_w<D>();
+}
+template <int D> __host__ __device__ constexpr int burst_f8_stage_bytes()
+{
+    return burst_f8_kbytes<D>() + D * F8_BC;
 }
 
 template <int D> constexpr size_t burst_f8_smem()
 {
-    /* Q, NS stages of K [128][D] and V^T [D][128], and 1 KiB to align on 1024 bytes */
-    return (size_t)F8_BR * D + (size_t)burst_f8_ns<D>() * 2 * F8_BC * D + 1024;
+    /* Q, NS stages, and 1 KiB to align on 1024 bytes */
+    return (size_t)F8_BR * burst_f8_w<D>() + (size_t)burst_f8_ns<D>() * burst_f8_stage_bytes<D>() +
+           1024;
 }
 
 /* ---- e4m3 products --------------------------------------------------------------------------- */
@@ -61,6 +82,14 @@ __device__ __forceinline__ void burst_f8_ss<128>(float *d, uint64_t da, uint64_t
                  ", %64, %65, p, 1, 1;\n}\n"
                  : BURST_WG_A64(d)
                  : "l"(da), "l"(db), "r"(acc));
+}
+template <>
+__device__ __forceinline__ void burst_f8_rs<64>(float *d, const unsigned *a, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " BURST_WG_R32
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+                 : BURST_WG_A32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 template <>
 __device__ __forceinline__ void burst_f8_rs<128>(float *d, const unsigned *a, uint64_t db)
@@ -137,7 +166,7 @@ struct burst_f8_maps {
 };
 
 struct burst_f8_bars {
-    uint64_t q, qfree, k[3], v[3], freed[3], item[2], taken[2];
+    uint64_t q, qfree, k[4], v[4], freed[4], item[2], taken[2];
 };
 
 template <int D> struct burst_f8_stage {
@@ -159,7 +188,7 @@ burst_f8_produce(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
                  unsigned char *sq, unsigned char *skv, struct burst_f8_bars &bar, int64_t *slot,
                  int64_t tiles, int64_t total)
 {
-    constexpr int P = D / 128, TBYTES = F8_BC * D;
+    constexpr int P = burst_f8_w<D>() / 128, KBYTES = burst_f8_kbytes<D>();
     burst_tma_prefetch_map(&maps.q.map);
     burst_tma_prefetch_map(&maps.k.map);
     burst_tma_prefetch_map(&maps.vt.map);
@@ -181,19 +210,19 @@ burst_f8_produce(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
             if (c >= burst_f8_ns<D>())
                 burst_mbar_wait(&bar.freed[sg.st], sg.ph ^ 1);
             const int r0 = (int)it.jfirst + j * F8_BC;
-            unsigned char *kt = skv + sg.st * 2 * TBYTES;
-            burst_mbar_expect(&bar.k[sg.st], TBYTES);
+            unsigned char *kt = skv + sg.st * burst_f8_stage_bytes<D>();
+            burst_mbar_expect(&bar.k[sg.st], KBYTES);
 #pragma unroll
             for (int pn = 0; pn < P; pn++)
                 burst_tma_load(kt + pn * F8_BC * 128, maps.k, &bar.k[sg.st], 128 * pn, (int)it.g,
                                r0, (int)it.b);
-            burst_mbar_expect(&bar.v[sg.st], TBYTES);
-            burst_tma_load(kt + TBYTES, maps.vt, &bar.v[sg.st], r0, (int)it.g, 0, (int)it.b);
+            burst_mbar_expect(&bar.v[sg.st], D * F8_BC);
+            burst_tma_load(kt + KBYTES, maps.vt, &bar.v[sg.st], r0, (int)it.g, 0, (int)it.b);
             if (j == 0) {
                 if (qi > 0)
                     burst_mbar_wait(&bar.qfree, (qi - 1) & 1);
                 qi++;
-                burst_mbar_expect(&bar.q, F8_BR * D);
+                burst_mbar_expect(&bar.q, F8_BR * burst_f8_w<D>());
 #pragma unroll
                 for (int pn = 0; pn < P; pn++)
                     burst_tma_load(sq + pn * F8_BR * 128, maps.q, &bar.q, 128 * pn, (int)it.h,
@@ -230,7 +259,6 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
                  unsigned char *sq, unsigned char *skv, struct burst_f8_bars &bar, int (*rng)[2],
                  int wc, const struct burst_wg_item &it, struct burst_f8_stage<D> &sg, int qi)
 {
-    constexpr int TBYTES = F8_BC * D;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, nt = it.nt;
     const int64_t b = it.b, h = it.h;
     const float sl2 = s.scale * BURST_LOG2E;
@@ -252,8 +280,8 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
     unsigned p[F8_BC / 32][4];
     const uint32_t dq = burst_wg_dlo(sq + wc * 64 * 128, 16);
     const uint32_t dk0 = burst_wg_dlo(skv, 16);
-    const uint32_t dv0 = burst_wg_dlo(skv + TBYTES, 16);
-    constexpr uint32_t DSTAGE = 2 * TBYTES >> 4;
+    const uint32_t dv0 = burst_wg_dlo(skv + burst_f8_kbytes<D>(), 16);
+    constexpr uint32_t DSTAGE = burst_f8_stage_bytes<D>() >> 4;
     auto qdone = [&]() {
         if (lane == 0)
             burst_mbar_arrive(&bar.qfree);
@@ -333,7 +361,7 @@ __global__ void __launch_bounds__(128 * (F8_NC + 1), 1)
     __shared__ struct burst_f8_bars bar;
     __shared__ int64_t s_item[2];
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
-    unsigned char *skv = sq + F8_BR * D;
+    unsigned char *skv = sq + F8_BR * burst_f8_w<D>();
     const int wg = burst_wg_index();
     const int64_t tiles = (s.nq + F8_BR - 1) / F8_BR, total = s.batch * s.hq * tiles;
     if (threadIdx.x == 0) {
@@ -445,13 +473,18 @@ template <int D> static int burst_f8_run(const struct burst_cuda_step *s, int nu
 
 extern "C" int burst_cuda_launch_fwd_fp8(const struct burst_cuda_step *s, int num_sms)
 {
+    if (s->d <= 64)
+        return burst_f8_run<64>(s, num_sms);
     return s->d <= 128 ? burst_f8_run<128>(s, num_sms) : burst_f8_run<256>(s, num_sms);
 }
 
 extern "C" int burst_cuda_fp8_init(void)
 {
     cudaError_t e = cudaFuncSetAttribute(
-        burst_f8_fwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)burst_f8_smem<128>());
+        burst_f8_fwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)burst_f8_smem<64>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(burst_f8_fwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)burst_f8_smem<128>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(burst_f8_fwd<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)burst_f8_smem<256>());
