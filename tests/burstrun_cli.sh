@@ -29,6 +29,10 @@
 #            backend
 #   sinkcap  --softcap and --sinks: --check covers both (the sinks' gradient with the backward),
 #            in both rank modes; --json reports them; bad values are usage errors naming them
+#   fp8      --fp8 (the forward on e4m3 products): --check passes against the fp64 reference of
+#            the unquantized inputs (2^-2 of max |O|) with GQA and odd head dims, in both rank
+#            modes; the report and --json name it; with the backward, with fp32 inputs and in
+#            an inference job it is a usage error naming --fp8
 #   version  -V names the versions and the optional parts burstrun and the library were built with
 #   report   the header first (versions, features, devices, seed), then one row per point of a
 #            sweep (--seq a:b:x2 / a:b:+S / lists, --dtype and --head-dim lists); --csv rows;
@@ -442,6 +446,25 @@ case_sinkcap() {
         --sinks --fwd-only
 }
 
+case_fp8() {
+    for mode in --threads ""; do
+        [ -n "$mode" ] || [ $PROCS = 1 ] || continue
+        m="fp8${mode:- processes}"
+        expect 0 "$m causal gqa" $mode -n 3 --seq 192 --heads 4 --kv-heads 2 --head-dim 40 \
+            --dtype bf16 --causal --fp8 --fwd-only --check $SMALL
+        grep -q "on fp8 (e4m3) products" "$TMP/out" || fail "$m: the report does not name fp8"
+        grep -q "O .* ok" "$TMP/out" || fail "$m: O was not checked"
+    done
+    expect 0 "fp8 json" --threads -n 2 --seq 64 --heads 2 --head-dim 16 --dtype fp16 --fp8 \
+        --fwd-only --check --json $SMALL
+    grep -q '"fp8_forward": true' "$TMP/out" || fail "fp8 json: $(head -c 300 "$TMP/out")"
+    grep -q '"tolerance": 0.25' "$TMP/out" || fail "fp8 json: not the fp8 tolerance"
+    expect_usage "fp8 bwd" "--fp8 runs the forward alone" --threads -n 1 --dtype bf16 --fp8
+    expect_usage "fp8 fp32" "--fp8 quantizes fp16 or bf16 inputs" --threads -n 1 --fp8 --fwd-only
+    expect_usage "fp8 decode" "--softcap, --fp8," --threads -n 1 --dtype bf16 --prefill 64 \
+        --decode 2 --fp8
+}
+
 case_kv() {
     for mode in --threads ""; do
         [ -n "$mode" ] || [ $PROCS = 1 ] || continue
@@ -491,6 +514,7 @@ kv) case_kv ;;
 docs) case_docs ;;
 report) case_report ;;
 sinkcap) case_sinkcap ;;
+fp8) case_fp8 ;;
 cancel) case_cancel ;;
 sizes) case_sizes ;;
 env) case_env ;;

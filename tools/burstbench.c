@@ -449,7 +449,7 @@ static int bench_row(const struct bench *b, const struct job_params *p, const st
     double rel = job_err_rel(&r->err[JOB_O], JOB_O);
     double rel_lse = job_err_rel(&r->err[JOB_LSE], JOB_LSE);
     rel = rel_lse > rel ? rel_lse : rel;
-    int ok = rel <= job_tolerance(p->dtype);
+    int ok = rel <= job_tolerance(p);
     /* the AVX-512 kernels run head dims that are multiples of 16; the others run avx2 */
     double peak = !b->peak_given && strncmp(b->isa, "avx512", 6) == 0 && p->head_dim % 16 != 0
                       ? b->peak_gflops / 2.0
@@ -506,7 +506,7 @@ static int docs_add_job(const struct bench *b, struct job_params *p, struct docs
     t->flops += job_fwd_flops(p);
     t->rel = rel > t->rel ? rel : t->rel;
     t->cpu = t->jobs == 0 || r->cpu_share < t->cpu ? r->cpu_share : t->cpu;
-    t->ok &= rel <= job_tolerance(p->dtype);
+    t->ok &= rel <= job_tolerance(p);
     t->jobs++;
     return JOB_OK;
 }

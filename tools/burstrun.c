@@ -741,6 +741,7 @@ static const struct burstrun_flag burstrun_flags[] = {
     /* soft-capping and sinks */
     VALUED("--softcap", opt_softcap),
     FLAG_P("--sinks", sinks, 1),
+    FLAG_P("--fp8", fp8, 1),
     /* inference: the key/value cache */
     VALUED("--prefill", opt_prefill),
     VALUED("--decode", opt_decode),
@@ -870,6 +871,10 @@ static void check_problem(const struct opts *o, struct job_params *p)
     if (p->head_dim % 8 || p->head_dim > 256)
         die_usage("bad value for --head-dim: '%d' (expected a multiple of 8 in 8..256)",
                   p->head_dim);
+    if (p->fp8 && p->run_bwd)
+        die_usage("--fp8 runs the forward alone: add --fwd-only");
+    if (p->fp8 && p->dtype == BURST_DTYPE_FP32)
+        die_usage("--fp8 quantizes fp16 or bf16 inputs (--dtype fp32 given)");
     int64_t min_seq = p->layout == BURST_LAYOUT_ZIGZAG ? 2 * (int64_t)p->ranks : p->ranks;
     if (p->seq_len < min_seq)
         die_usage("--seq %lld is too short: need at least %lld tokens for -n %d with layout %s",
@@ -914,11 +919,11 @@ static void check_inference(const struct opts *o, struct job_params *p)
     if (!p->kv_prefill)
         die_usage("--decode %lld needs --prefill N (the prompt that fills the cache first)",
                   (long long)p->kv_decode);
-    if (sweep_points(o) > 1 || o->csv || p->sinks || p->softcap > 0 || p->num_docs ||
+    if (sweep_points(o) > 1 || o->csv || p->sinks || p->softcap > 0 || p->fp8 || p->num_docs ||
         p->docs_random || p->window_left >= 0 || p->window_right >= 0 ||
         p->weights_mode != JOB_WEIGHTS_EVEN || p->mismatch_rank >= 0 || o->kill.rank >= 0)
         die_usage("--decode runs one causal inference job: not with sweeps, --csv, --sinks, "
-                  "--softcap, --docs, --window, --weights or the test flags");
+                  "--softcap, --fp8, --docs, --window, --weights or the test flags");
     if (p->batch > 65536)
         die_usage("--batch %lld: an inference job takes at most 65536 sequences",
                   (long long)p->batch);

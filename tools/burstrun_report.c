@@ -93,7 +93,7 @@ static void summarise(const struct job_params *p, const struct job_result *r, st
         double abs_err = r->err[t].nonfinite ? INFINITY : r->err[t].max_abs;
         s->max_abs = abs_err > s->max_abs ? abs_err : s->max_abs;
         s->max_rel = rel > s->max_rel ? rel : s->max_rel;
-        s->tensor_ok[t] = rel <= job_tolerance(p->dtype);
+        s->tensor_ok[t] = rel <= job_tolerance(p);
         ok &= s->tensor_ok[t];
     }
     s->check = ok ? "pass" : "fail";
@@ -179,6 +179,7 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
            burstrun_layout_names[p->layout]);
     printf(", \"window\": [%lld, %lld]", (long long)p->window_left, (long long)p->window_right);
     printf(", \"softcap\": %.9g, \"sinks\": %s", (double)p->softcap, p->sinks ? "true" : "false");
+    printf(", \"fp8_forward\": %s", p->fp8 ? "true" : "false");
     printf(", \"bwd\": \"%s\", \"bwd_requested\": \"%s\"",
            p->run_bwd ? burstrun_bwd_names[r->bwd_used] : "none", burstrun_bwd_names[p->bwd]);
     json_field("cpu_share", r->cpu_share);
@@ -261,7 +262,7 @@ static void print_json_job(const struct report_opts *o, const struct job_params 
            r->caller_bytes);
     json_field("max_abs_err", checked ? s->max_abs : NAN);
     json_field("max_rel_err", checked ? s->max_rel : NAN);
-    json_field("tolerance", checked ? job_tolerance(p->dtype) : NAN);
+    json_field("tolerance", checked ? job_tolerance(p) : NAN);
     printf(", \"check_scope\": \"%s\"", !checked         ? "none"
                                         : r->checked_bwd ? "fwd+bwd"
                                                          : "fwd-sampled-rows");
@@ -373,10 +374,10 @@ static void print_table(const struct report_opts *o, const struct job_params *p,
     else
         snprintf(win, sizeof(win), "%lld,%lld", (long long)p->window_left,
                  (long long)p->window_right);
-    printf("problem  B=%lld N=%lld Hq=%d Hkv=%d d=%d %s, %s, layout %s, window %s, bwd %s\n",
+    printf("problem  B=%lld N=%lld Hq=%d Hkv=%d d=%d %s%s, %s, layout %s, window %s, bwd %s\n",
            (long long)p->batch, (long long)p->seq_len, p->q_heads, p->kv_heads, p->head_dim,
-           burstrun_dtype_names[p->dtype], p->causal ? "causal" : "non-causal",
-           burstrun_layout_names[p->layout], win,
+           burstrun_dtype_names[p->dtype], p->fp8 ? " on fp8 (e4m3) products" : "",
+           p->causal ? "causal" : "non-causal", burstrun_layout_names[p->layout], win,
            p->run_bwd ? burstrun_bwd_names[r->bwd_used] : "not run");
     print_text_docs(p);
     if (p->softcap > 0.0f || p->sinks) {
@@ -460,10 +461,10 @@ static void print_table(const struct report_opts *o, const struct job_params *p,
         printf("check    skipped (pass --check or --check-fwd-only)\n");
         return;
     }
-    printf("check    fp64 reference: forward on %d of %lld rows, backward %s; tolerance %.0e "
+    printf("check    fp64 reference: forward on %d of %lld rows, backward %s; tolerance %.3g "
            "of max |ref|\n",
            r->checked_fwd_rows, (long long)p->seq_len, r->checked_bwd ? "in full" : "not checked",
-           job_tolerance(p->dtype));
+           job_tolerance(p));
     printf("         %-6s %12s %12s %12s\n", "tensor", "max abs err", "max |ref|", "rel err");
     for (int i = 0; i < JOB_NTENSORS; i++) {
         if (!s->tensor_checked[i])

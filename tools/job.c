@@ -86,10 +86,13 @@ double job_err_rel(const struct job_err *e, enum job_tensor t)
     return e->max_abs / denom;
 }
 
-double job_tolerance(burst_dtype_t dtype)
+double job_tolerance(const struct job_params *p)
 {
+    if (p->fp8)
+        return 0.25;
     /* half types: 4 units of roundoff (fp16 u = 2^-11, bf16 u = 2^-8); the output (and every
      * gradient) is rounded once to the dtype, which alone costs up to 1 u of max |ref| */
+    const burst_dtype_t dtype = p->dtype;
     if (dtype == BURST_DTYPE_FP16)
         return 4.0 / 2048.0;
     if (dtype == BURST_DTYPE_BF16)
@@ -448,6 +451,7 @@ struct burst_plan_params job_plan_params(const struct job_params *p)
         pp.num_docs = p->num_docs;
     }
     pp.softcap = p->softcap;
+    pp.fp8_forward = p->fp8;
     return pp;
 }
 

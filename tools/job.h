@@ -78,6 +78,9 @@ struct job_params {
     /* soft-capping and attention sinks (burstrun --softcap, --sinks) */
     float softcap; /* plan.softcap: 0 = off */
     int sinks;     /* nonzero: the _sinks calls with job_sinks' logits */
+    /* plan.fp8_forward (burstrun --fp8): the forward on e4m3 products of quantized fp16 / bf16
+     * inputs (runtime/fp8.h); forward only */
+    int fp8;
     /* an inference job instead (burstrun --prefill, --decode, --spec; tools/job_kv.h): a
      * prompt of kv_prefill tokens per sequence (batch sequences), then kv_decode decode calls
      * of kv_spec tokens each; kv_decode 0 = an attention job */
@@ -302,9 +305,11 @@ double job_err_rel(const struct job_err *e, enum job_tensor t);
 
 const char *job_tensor_name(enum job_tensor t);
 
-/* Largest relative error (job_err_rel) a check accepts: fp32 1e-4; fp16 4 * 2^-11 = 1.95e-3 and
- * bf16 4 * 2^-8 = 1.56e-2 (four units of roundoff of the dtype). */
-double job_tolerance(burst_dtype_t dtype);
+/* Largest relative error (job_err_rel) a check of job p accepts: fp32 1e-4; fp16 4 * 2^-11 =
+ * 1.95e-3 and bf16 4 * 2^-8 = 1.56e-2 (four units of roundoff of the dtype); an fp8 forward
+ * 2^-2 (its inputs and P keep 3 mantissa bits, so O strays a few percent of max |O| from the
+ * unquantized reference: the bound catches wrong results, not rounding). */
+double job_tolerance(const struct job_params *p);
 
 /* Monotonic seconds. */
 double job_now(void);

@@ -268,7 +268,7 @@ static void check_step(struct kv_rank *k, const struct kv_buf *o, int64_t L, int
         const double rel = max_abs / fmax(max_ref, 1e-30);
         k->res->max_rel = fmax(k->res->max_rel, rel);
         k->res->checked_rows += nrows;
-        if (rel > job_tolerance(p->dtype) || k->res->nonfinite)
+        if (rel > job_tolerance(p) || k->res->nonfinite)
             *ok = 0;
     }
     free(kk);
@@ -459,7 +459,7 @@ int job_kv_print(FILE *f, const struct job_params *p, const struct job_result *r
                 k->fallback ? "fwd_step per block" : "decode_step", check_word(p, k));
         if (p->check_fwd)
             fprintf(f, ", \"checked_rows\": %d, \"max_rel_err\": %.6g, \"tolerance\": %.6g",
-                    k->checked_rows, k->max_rel, job_tolerance(p->dtype));
+                    k->checked_rows, k->max_rel, job_tolerance(p));
         return k->check_failed;
     }
     fprintf(f,
@@ -482,6 +482,6 @@ int job_kv_print(FILE *f, const struct job_params *p, const struct job_result *r
             (unsigned long long)k->merge_bytes);
     if (p->check_fwd)
         fprintf(f, "check     %s: %d rows, max relative error %.3g (tolerance %.3g)\n",
-                check_word(p, k), k->checked_rows, k->max_rel, job_tolerance(p->dtype));
+                check_word(p, k), k->checked_rows, k->max_rel, job_tolerance(p));
     return k->check_failed;
 }
