@@ -45,10 +45,11 @@ template <int D> __host__ __device__ constexpr int burst_f8_w()
     return D < 128 ? 128 : D;
 }
 
-/* Stages: four at class 64, three at 128, two at 256 (96, 96 and 128 KiB, Q apart). */
+/* Stages: four at class 64, three at 128 and 256 (96, 96 and 192 KiB, Q apart: 225 KiB in all
+ * at 256, within the 227 KiB a block may have). */
 template <int D> __host__ __device__ constexpr int burst_f8_ns()
 {
-    return D <= 64 ? 4 : D <= 128 ? 3 : 2;
+    return D <= 64 ? 4 : 3;
 }
 
 /* One stage: a K tile [128][W] and a V^T tile [D][128]. */
