@@ -85,6 +85,13 @@ static inline int burst_cuda_dclass(int64_t d)
  * many as 3 stages of K and V beside the Q tile fit in shared memory, 128 at most). */
 #define BURST_CUDA_WG_FWD_WGS(D) ((D) <= 64 ? 3 : 2)
 #define BURST_CUDA_WG_FWD_BC(D) ((D) <= 128 ? 128 : (D) <= 192 ? 64 : 48)
+/* The fp8 forward (burst_cuda_fwd_fp8.cu): its head-dim class of d (64, 128 or 256), query rows
+ * per item (two consumer warpgroups of 64), key rows per tile (one K scale each,
+ * BURST_FP8_KEYS) and stages of K and V^T tiles for class D. */
+#define BURST_CUDA_F8_CLASS(d) ((d) <= 64 ? 64 : (d) <= 128 ? 128 : 256)
+#define BURST_CUDA_F8_BR 128
+#define BURST_CUDA_F8_BC 128
+#define BURST_CUDA_F8_STAGES(D) ((D) <= 64 ? 4 : 3)
 
 /* Kernel variant of a step, chosen by the backend (burst_cuda_kind). */
 enum burst_cuda_fwd_kind {
@@ -169,9 +176,11 @@ size_t burst_cuda_sm90_smem(int d);
 size_t burst_cuda_sm90_bwd_smem(int d);
 size_t burst_cuda_sm90_wide_smem(int d);
 /* The fp8 forward (burst_cuda_fwd_fp8.cu, sm_90a): its launcher (s->f8 set; returns
- * BURST_CUDA_NO_TMA where the driver maps no operand) and its shared-memory setup. */
+ * BURST_CUDA_NO_TMA where the driver maps no operand), its shared-memory setup and its largest
+ * shared memory over the classes. */
 int burst_cuda_launch_fwd_fp8(const struct burst_cuda_step *s, int num_sms);
 int burst_cuda_fp8_init(void);
+size_t burst_cuda_fp8_smem(void);
 /* The fp8 quantizers (burst_cuda_quant.cu, every target): rows of src in blocks of
  * rows_per_scale to e4m3 rows of pitch dp at dst with a scale per block; v transposed to
  * vt [B, H, d, np] with a scale per head (runtime/fp8.h has the layouts). */
@@ -251,6 +260,9 @@ int burst_cuda_mma_usable(const struct burst_cuda_caps *caps);
 /* Can this device run the Hopper forward: built with sm_90a, compute capability 9.0, enough
  * shared memory for every class, and neither BURST_CUDA_WGMMA=0 nor BURST_CUDA_KERNEL=simt set? */
 int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps);
+/* Can it run the fp8 forward, given the Hopper forward's setup succeeded (wg) and tensor maps are
+ * on (tma): enough shared memory for every fp8 class? */
+int burst_cuda_fp8_usable(const struct burst_cuda_caps *caps, int wg, int tma);
 /* May the tensor-core backward (Hopper; sm_80 for fp16 / bf16, and 3xTF32 at classes 64, 128, 192
  * and 256) add dQ with float atomics when a plan is not deterministic? Yes unless
  * BURST_CUDA_DQ_ATOMIC=0 (then dQ always has its own kernel). */

@@ -161,7 +161,8 @@ static burst_status_t burst_cuda_create(const struct burst_context_params *param
         if (!cb->wgmma)
             (void)cudaGetLastError();
         /* the fp8 forward reads its operands through tensor maps only */
-        cb->fp8 = cb->wgmma && cb->tma && burst_cuda_fp8_init() == cudaSuccess;
+        cb->fp8 = burst_cuda_fp8_usable(&cb->caps, cb->wgmma, cb->tma) &&
+                  burst_cuda_fp8_init() == cudaSuccess;
         if (cb->wgmma && !cb->fp8)
             (void)cudaGetLastError();
     }

@@ -9,9 +9,9 @@
  * warpgroup moving Q, K and V^T tiles with the tensor memory accelerator into NS stages, two
  * consumer warpgroups of 64 rows, and per key tile the next S issued before the softmax of this
  * one. What differs:
- *   - tiles are bytes: a [rows][D] e4m3 tile is D / 128 panels of 128-byte rows (the 16-bit
- *     layout of half the width; at class 64 one panel whose second half is zeros, never
- *     read), and each k32 slice of a product is 32 bytes of a row, so S takes D / 32
+ *   - tiles are bytes: a [rows][D] e4m3 tile is W / 128 panels of 128-byte rows, W = max(D,
+ *     128) (the 16-bit layout of half the width; at class 64 one panel whose second half is
+ *     zeros, never read), and each k32 slice of a product is 32 bytes of a row, so S takes D / 32
  *     instructions;
  *   - V arrives transposed, a [D][128 keys] panel tile read K-major (e4m3 products take no
  *     transposed operand), and P goes into P V from the registers of S with no exchange: the
@@ -32,10 +32,10 @@
 #include "burst_cuda_tma.cuh"
 #include "burst_cuda_wg_fwd.cuh"
 
-#define F8_BC 128   /* keys per tile: one K scale (BURST_FP8_KEYS) */
-#define F8_NC 2     /* consumer warpgroups of 64 rows */
-#define F8_BR 128   /* query rows per item */
-#define F8_QROWS 64 /* BURST_FP8_QROWS */
+#define F8_BC BURST_CUDA_F8_BC /* keys per tile: one K scale (BURST_FP8_KEYS) */
+#define F8_NC 2                /* consumer warpgroups of 64 rows */
+#define F8_BR BURST_CUDA_F8_BR /* query rows per item */
+#define F8_QROWS 64            /* BURST_FP8_QROWS */
 
 /* Bytes per Q and K row in shared memory: the class's width, at least one 128-byte panel (the
  * class 64 rows are a panel's first half, the tensor maps filling the rest with zeros, which
@@ -45,11 +45,11 @@ template <int D> __host__ __device__ constexpr int burst_f8_w()
     return D < 128 ? 128 : D;
 }
 
-/* Stages: four at class 64, three at 128 and 256 (96, 96 and 192 KiB, Q apart: 225 KiB in all
- * at 256, within the 227 KiB a block may have). */
+/* Stages (BURST_CUDA_F8_STAGES): four at class 64, three at 128 and 256 (96, 96 and 192 KiB, Q
+ * apart: 225 KiB in all at 256, within the 227 KiB a block may have). */
 template <int D> __host__ __device__ constexpr int burst_f8_ns()
 {
-    return D <= 64 ? 4 : 3;
+    return BURST_CUDA_F8_STAGES(D);
 }
 
 /* One stage: a K tile [128][W] and a V^T tile [D][128]. */
@@ -68,6 +68,12 @@ template <int D> constexpr size_t burst_f8_smem()
     return (size_t)F8_BR * burst_f8_w<D>() + (size_t)burst_f8_ns<D>() * burst_f8_stage_bytes<D>() +
            1024;
 }
+/* the barriers hold four stages; dynamic and static shared memory within a block's 227 KiB */
+static_assert(burst_f8_ns<64>() <= 4 && burst_f8_ns<128>() <= 4 && burst_f8_ns<256>() <= 4,
+              "burst_f8_bars has four stages");
+static_assert(burst_f8_smem<256>() + 512 <= 232448 && burst_f8_smem<128>() + 512 <= 232448 &&
+                  burst_f8_smem<64>() + 512 <= 232448,
+              "a block's shared memory");
 
 /* ---- e4m3 products --------------------------------------------------------------------------- */
 
@@ -296,7 +302,7 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
         qdone();
     burst_wg_pin<F8_BC / 2>(sc);
     float f = burst_f8_factor(s, sc, maps.ks[kbase + it.jfirst / F8_BC], sqs, sl2);
-    burst_wg_softmax_at<F8_BC, 8>(sc, (int)it.jfirst, wb, we, kb, ke, cq, f, s, m, l, alpha);
+    burst_wg_softmax_at<F8_BC, 8, 0>(sc, (int)it.jfirst, wb, we, kb, ke, cq, f, s, m, l, alpha);
     burst_f8_pack(p, sc);
     struct burst_f8_stage<D> prev = sg;
     sg.next();
@@ -313,7 +319,7 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
             qdone();
         burst_wg_pin<F8_BC / 2>(sc);
         f = burst_f8_factor(s, sc, sk, sqs, sl2);
-        burst_wg_softmax_at<F8_BC, 8>(sc, j0, wb, we, kb, ke, cq, f, s, m, l, alpha);
+        burst_wg_softmax_at<F8_BC, 8, 0>(sc, j0, wb, we, kb, ke, cq, f, s, m, l, alpha);
         burst_wg_wait<0>();
         if (lane == 0)
             burst_mbar_arrive(&bar.freed[prev.st]);
@@ -474,9 +480,17 @@ template <int D> static int burst_f8_run(const struct burst_cuda_step *s, int nu
 
 extern "C" int burst_cuda_launch_fwd_fp8(const struct burst_cuda_step *s, int num_sms)
 {
-    if (s->d <= 64)
-        return burst_f8_run<64>(s, num_sms);
-    return s->d <= 128 ? burst_f8_run<128>(s, num_sms) : burst_f8_run<256>(s, num_sms);
+    switch (BURST_CUDA_F8_CLASS(s->d)) {
+    case 64: return burst_f8_run<64>(s, num_sms);
+    case 128: return burst_f8_run<128>(s, num_sms);
+    default: return burst_f8_run<256>(s, num_sms);
+    }
+}
+
+extern "C" size_t burst_cuda_fp8_smem(void)
+{
+    const size_t a = burst_f8_smem<64>(), b = burst_f8_smem<128>(), c = burst_f8_smem<256>();
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
 
 extern "C" int burst_cuda_fp8_init(void)

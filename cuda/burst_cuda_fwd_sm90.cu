@@ -29,7 +29,7 @@
  *   4. waits for step 2, frees the stage of tile j - 1, rescales O where a row of the warp
  *      moved its maximum and packs P_j to the input dtype,
  * so the softmax of one tile overlaps the P V product of the one before. The running maximum
- * lags by up to 2^8 (burst_max_lag), so most tiles skip the rescaling.
+ * lags by up to 8 (log2 units: burst_max_lag), so most tiles skip the rescaling.
  * Layouts, descriptors and ordering: burst_cuda_wgmma.cuh.
  */
 #include <limits.h>

@@ -89,12 +89,12 @@ __device__ __forceinline__ float burst_ex2(float x)
 }
 
 /* The online softmax's running maximum m of a row (log2 units) against a key tile's maximum top.
- * m moves only when top exceeds it by more than LAG (log2 units), so P = exp2(s - m) <= 2^LAG
- * for every score the row has seen: with the default of 8 every 16-bit P and fp32 accumulator
- * keeps its precision, m is a stale upper estimate most of the way along a row, and O's
- * rescaling is mostly skipped (O, l and the final m + log2 l are exact whichever m is used).
- * muse: the maximum to subtract (0 for a row that has seen no key yet); alpha: the factor for
- * the running O and l, exactly 1 where m did not move. */
+ * m moves only when top exceeds it by more than LAG (log2 units), so m is a stale lower estimate,
+ * at most LAG below the largest score the row has seen, and P = exp2(s - m) <= 2^LAG (and l >=
+ * 1): with the default of 8 every 16-bit P and fp32 accumulator keeps its precision, and O's
+ * rescaling is mostly skipped once a row's maximum has settled (O / l and m + log2 l do not
+ * depend on m, up to rounding). muse: the maximum to subtract (0 for a row that has seen no key
+ * yet); alpha: the factor for the running O and l, exactly 1 where m did not move. */
 #define BURST_MAX_LAG 8
 template <int LAG = BURST_MAX_LAG>
 __device__ __forceinline__ void burst_max_lag(float &m, float top, float *muse, float *alpha)

@@ -29,7 +29,10 @@
  *     classes 64, 128, 192 and 256 for plans that are not deterministic;
  *   - SIMT (fp32 arithmetic, the last resort): rows not 16-byte aligned, a device below sm_80
  *     (which the backend refuses), BURST_CUDA_KERNEL=simt, or fp32 with BURST_CUDA_FP32=simt.
- * Deterministic plans never use float atomics (bitwise-identical reruns).
+ * Deterministic plans never use float atomics (bitwise-identical reruns). The fp8 forward (plan
+ * fp8_forward) runs where the wgmma path does and tensor maps are on (BURST_CUDA_TMA not 0), in
+ * its own classes (BURST_CUDA_F8_CLASS: 64, 128, 256) of BURST_CUDA_F8_BR x BURST_CUDA_F8_BC
+ * tiles in BURST_CUDA_F8_STAGES(D) stages.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +93,16 @@ int burst_cuda_wgmma_usable(const struct burst_cuda_caps *caps)
            caps->smem_block_optin >= need;
 }
 
+int burst_cuda_fp8_usable(const struct burst_cuda_caps *caps, int wg, int tma)
+{
+#ifdef BURST_CUDA_SM90A
+    return wg && tma && caps->smem_block_optin >= burst_cuda_fp8_smem();
+#else
+    (void)caps, (void)wg, (void)tma;
+    return 0;
+#endif
+}
+
 size_t burst_cuda_optin(size_t device)
 {
     const long cap = burst_cuda_setting(BURST_SET_CUDA_MAX_SHARED);
@@ -137,21 +150,70 @@ static const char *burst_cuda_kind_name(int kind)
     return kind == BURST_CUDA_FWD_WGMMA ? "wgmma" : kind == BURST_CUDA_FWD_MMA ? "mma" : "simt";
 }
 
-/* Does the Hopper kernels' setup succeed on device i (what a context's creation does before it
- * chooses them)? The probe reports wgmma only then. */
-static int burst_cuda_probe_sm90(int i)
-{
 #ifdef BURST_CUDA_SM90A
+/* Does a setup of Hopper kernels (burst_cuda_sm90_init, burst_cuda_fp8_init) succeed on device i,
+ * as a context's creation runs it before it chooses them? The probe reports them only then. */
+static int burst_cuda_probe_init(int i, int (*init)(void))
+{
     int prev = 0, ok = 0;
     if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(i) == cudaSuccess)
-        ok = burst_cuda_sm90_init() == cudaSuccess;
+        ok = init() == cudaSuccess;
     (void)cudaGetLastError();
     cudaSetDevice(prev); /* the caller's current device stays */
     return ok;
+}
+#endif
+
+static int burst_cuda_probe_sm90(int i)
+{
+#ifdef BURST_CUDA_SM90A
+    return burst_cuda_probe_init(i, burst_cuda_sm90_init);
 #else
     (void)i;
     return 0;
 #endif
+}
+
+/* The fp8 forward on device i, as the backend offers it (burst_cuda_fp8_usable, then its
+ * setup). */
+static int burst_cuda_probe_fp8(int i, const struct burst_cuda_caps *caps, int wg)
+{
+#ifdef BURST_CUDA_SM90A
+    return burst_cuda_fp8_usable(caps, wg, burst_cuda_tma_env()) &&
+           burst_cuda_probe_init(i, burst_cuda_fp8_init);
+#else
+    (void)i, (void)caps, (void)wg;
+    return 0;
+#endif
+}
+
+/* The fp8 forward's kernel and tiles per class (plan fp8_forward): JSON member or text line. */
+static void burst_cuda_probe_f8(struct burst_sb *out, int ok, int json)
+{
+    static const int dcs[3] = {64, 128, 256};
+    if (!ok) {
+        burst_sb_printf(out, json ? ", \"fp8_forward\": null"
+                                  : "    fp8 forward (plan fp8_forward): not offered (needs sm_90a "
+                                    "kernels, the wgmma path and tensor maps)\n");
+        return;
+    }
+    burst_sb_printf(out,
+                    json ? ", \"fp8_forward\": {\"kernel\": \"wgmma e4m3\", \"classes\": ["
+                         : "    fp8 forward (plan fp8_forward): wgmma e4m3, %dx%d tiles;",
+                    BURST_CUDA_F8_BR, BURST_CUDA_F8_BC);
+    for (int c = 0; c < 3; c++) {
+        const int dc = dcs[c], lo = c ? dcs[c - 1] + 8 : 8;
+        if (json)
+            burst_sb_printf(out,
+                            "%s{\"head_dims\": [%d, %d], \"br\": %d, \"bc\": %d, \"stages\": "
+                            "%d}",
+                            c ? ", " : "", lo, dc, BURST_CUDA_F8_BR, BURST_CUDA_F8_BC,
+                            BURST_CUDA_F8_STAGES(dc));
+        else
+            burst_sb_printf(out, "%s class %d (d %d..%d) %d stages", c ? "," : "", dc, lo, dc,
+                            BURST_CUDA_F8_STAGES(dc));
+    }
+    burst_sb_printf(out, json ? "]}" : "\n");
 }
 
 /* The fp32 kernels of class dc: 3xTF32 on mma.sync or SIMT, forward tile, backward dK/dV keys x
@@ -298,7 +360,9 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
             for (int c = 0; c < BURST_CUDA_NCLASSES; c++)
                 burst_cuda_probe_class(out, &caps, mma, wg, wg_bwd, burst_cuda_classes[c], c == 0,
                                        1);
-            burst_sb_printf(out, "]}");
+            burst_sb_printf(out, "]");
+            burst_cuda_probe_f8(out, burst_cuda_probe_fp8(i, &caps, wg), 1);
+            burst_sb_printf(out, "}");
         } else {
             burst_sb_printf(out,
                             "  device %d: %s, compute capability %d.%d%s, %d SMs, shared memory "
@@ -314,6 +378,7 @@ void burst_cuda_probe(const struct burst_context_params *params, struct burst_sb
             for (int c = 0; c < BURST_CUDA_NCLASSES; c++)
                 burst_cuda_probe_class(out, &caps, mma, wg, wg_bwd, burst_cuda_classes[c], c == 0,
                                        0);
+            burst_cuda_probe_f8(out, burst_cuda_probe_fp8(i, &caps, wg), 0);
         }
     }
     if (json)

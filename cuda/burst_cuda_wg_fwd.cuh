@@ -63,7 +63,7 @@ __device__ __forceinline__ void burst_wg_softmax(float *sc, const int *lo, const
 
 /* Softmax of the tile at key j0 (its scores soft-capped first when the step has a cap): masked only
  * where the warpgroup's rows do not all see it. */
-template <int BC, int SHIFT = 0, int SLACK = 0>
+template <int BC, int SHIFT, int SLACK>
 __device__ __forceinline__ void
 burst_wg_softmax_at(float *sc, int j0, int wb, int we, const int *kb, const int *ke, int cq,
                     float sl2, const struct burst_cuda_step &s, float *m, float *l, float *alpha)

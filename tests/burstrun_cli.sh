@@ -30,9 +30,9 @@
 #   sinkcap  --softcap and --sinks: --check covers both (the sinks' gradient with the backward),
 #            in both rank modes; --json reports them; bad values are usage errors naming them
 #   fp8      --fp8 (the forward on e4m3 products): --check passes against the fp64 reference of
-#            the unquantized inputs (2^-2 of max |O|) with GQA and odd head dims, in both rank
-#            modes; the report and --json name it; with the backward, with fp32 inputs and in
-#            an inference job it is a usage error naming --fp8
+#            the unquantized inputs (2^-2 of max |O|) with GQA and head dims below their class,
+#            in both rank modes; the report and --json name it; with the backward, with fp32
+#            inputs and in an inference job it is a usage error naming --fp8
 #   version  -V names the versions and the optional parts burstrun and the library were built with
 #   report   the header first (versions, features, devices, seed), then one row per point of a
 #            sweep (--seq a:b:x2 / a:b:+S / lists, --dtype and --head-dim lists); --csv rows;
