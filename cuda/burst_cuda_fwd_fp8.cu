@@ -358,8 +358,9 @@ __global__ void __launch_bounds__(128 * (F8_NC + 1), 1)
                  const __grid_constant__ struct burst_f8_maps maps)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    /* registers: 168 per thread at launch; the producer keeps 24 (40 at class 256, where the
-     * consumers' 232 suffice) and the consumers take the rest */
+    /* registers: 168 per thread at launch; the producer keeps 24 (40 at class 256, where it
+     * spills less; the consumers' 232 then leave ptxas serialising their wgmma) and the
+     * consumers take the rest */
     constexpr int PREGS = D <= 128 ? 24 : 40;
     constexpr int LREGS = 65536 / (128 * (F8_NC + 1)) / 8 * 8;
     constexpr int CREGS = (LREGS * (F8_NC + 1) - PREGS) / F8_NC / 8 * 8;
