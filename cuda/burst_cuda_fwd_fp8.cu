@@ -90,30 +90,21 @@ __device__ __forceinline__ void burst_f8_ss<128>(float *d, uint64_t da, uint64_t
                  : BURST_WG_A64(d)
                  : "l"(da), "l"(db), "r"(acc));
 }
-template <>
-__device__ __forceinline__ void burst_f8_rs<64>(float *d, const unsigned *a, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " BURST_WG_R32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-                 : BURST_WG_A32(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void burst_f8_rs<128>(float *d, const unsigned *a, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " BURST_WG_R64
-                 ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-                 : BURST_WG_A64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void burst_f8_rs<256>(float *d, const unsigned *a, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " BURST_WG_R128
-                 ", {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
-                 : BURST_WG_A128(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
+
+/* acc += A B with A (P) in registers, N = the head-dim class: REGS / ACCS its accumulators, A0..A3
+ * and IB the operand numbers of A's four registers and of B's descriptor. */
+#define BURST_F8_RS(NN, REGS, ACCS, A0, A1, A2, A3, IB)                                            \
+    template <>                                                                                    \
+    __device__ __forceinline__ void burst_f8_rs<NN>(float *d, const unsigned *a, uint64_t db)      \
+    {                                                                                              \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #NN "k32.f32.e4m3.e4m3 " REGS ", {%" A0   \
+                     ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", 1, 1, 1;\n"                           \
+                     : ACCS(d)                                                                     \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                       \
+    }
+BURST_F8_RS(64, BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
+BURST_F8_RS(128, BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
+BURST_F8_RS(256, BURST_WG_R128, BURST_WG_A128, "128", "129", "130", "131", "132")
 
 /* Issue acc = A B^T (one commit group) over D bytes: A = the warpgroup's 64 rows of the Q tile
  * (128 rows a panel), B = the 128 rows of a K tile; slice kk is panel kk / 4, byte 32 (kk % 4). */
