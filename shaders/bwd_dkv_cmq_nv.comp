@@ -3,7 +3,8 @@
 // (GL_NV_cooperative_matrix) with P^T and dS^T formed in registers, for one K/V block:
 //   dV_j += sum_i P_ij dO_i,  dK_j += tau sum_i dS_ij Q_i
 // summed over every query head of the kv head's group and every query row; fp16 q/k/v/dO, fp32
-// accumulation, head dims <= 128 that are multiples of 16. Same contract as bwd_dkv_cm_nv.comp,
+// accumulation, every head dim (in the matrices rounded up to DM, a multiple of 16: the padding
+// columns load as 0 and are never written). Same contract as bwd_dkv_cm_nv.comp,
 // which takes the scores through shared memory; this kernel uses the accumulators' elements in
 // place, in the fragment layout that the host checked on the device (shaders/cm_layout_nv.comp,
 // runtime/vulkan/vk_cmq.c; the mapping it found: shaders/cmq.glsl): element e of
@@ -11,12 +12,14 @@
 // 2 (lane % 4) + coloff(e); the conversion to fp16 keeps it in place.
 //
 // Workgroup (x = key tile, y = kv head, z = batch): W = BR / 16 subgroups of 32 invocations,
-// each owning 16 key rows. The K tile is staged once in shared memory, the subgroup's V rows
-// once in registers (MMA operands). Query tiles of BC rows (Q, dO, L, D and the rows' allowed
-// key intervals) are staged in shared memory, the next tile's loads in flight during the
-// current one where PREFETCH (constant 11; off by default: 65.7 against 71.6 ms with it on the
-// H100, the registers it holds spilled); only query rows whose interval meets the workgroup's
-// keys are visited. Per subgroup, query tile and 16-query chunk n:
+// each owning 16 key rows; beyond d = 128 (SP = 2) twice as many, two on each 16 rows, each
+// holding half of the head dim's chunks of V, dK and dV, who add their partial S^T and dP^T
+// through shared memory (cmq_pair.glsl). The K tile is staged once in shared memory, the
+// subgroup's V rows once in registers (MMA operands). Query tiles of BC rows (Q, dO, L, D and
+// the rows' allowed key intervals) are staged in shared memory, the next tile's loads in flight
+// during the current one where PREFETCH (constant 11; off by default: on the H100 the registers
+// it holds cost more than it hid, at every head dim); only query rows whose interval meets the
+// workgroup's keys are visited. Per subgroup, query tile and 16-query chunk n:
 //   S^T = K Q^T and dP^T = V dO^T (16 x 16, fp32) on MMAs;
 //   in registers: P^T = exp(S^T - L) masked by each query's allowed keys, dS^T = P^T (dP^T - D)
 //   (L, D and the interval of an element's query column read from shared memory);
@@ -30,11 +33,12 @@
 // dO's scale: convert.glsl bf16_scale_dout), and the scales are undone when dK (dO's and Q's)
 // and dV (dO's) are added.
 //
-// Shared memory (one uvec4 array sh, rows padded to D + 8 halves):
-//   [0, KN)           K tile [BR][D + 8] fp16
-//   [KN, + 2 BC RS)   Q and dO tiles [BC][D + 8] fp16; the V rows pass through them before
+// Shared memory (one uvec4 array sh, rows padded to DM + 8 halves):
+//   [0, KN)           K tile [BR][DM + 8] fp16
+//   [KN, + 2 BC RS)   Q and dO tiles [BC][DM + 8] fp16; the V rows pass through them before
 //                     the loop, VP rows at a time
 //   rowq              the query tile's L log2 e, D and allowed key intervals, an ivec4 a row
+//   xf                with SP = 2: the pairs' partials (cmq_pair.glsl)
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
@@ -55,12 +59,13 @@ const int KN = BR * RS;          // the K tile
 const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
 const int SHN = KN + 2 * BC * RS;
 const int VP = (2 * BC) / 16 * 16 < BR ? (2 * BC) / 16 * 16 : BR; // V rows per pass
-const int L8 = BC * (D / 8);     // 16-byte pieces of a Q (or dO) tile
+const int L8 = BC * D8;          // 16-byte pieces of a Q (or dO) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 sh[SHN];
 shared ivec4 rowq[BC]; // per query row of the tile: L log2 e, D (bits), its allowed key interval
 shared int qmin_s, qmax_s;
+#include "cmq_pair.glsl"
 
 void main()
 {
@@ -68,13 +73,14 @@ void main()
     const View qv = P.q, kv = P.k, vv = P.v, dov = P.dout;
     const int tid = int(gl_LocalInvocationID.x);
     const int sg = tid / T, lane = tid % T;
+    const int rg = sg / SP, c0 = sg % SP * DCH; // its 16 rows; its first head-dim chunk
     const int b = int(gl_WorkGroupID.z), g = int(gl_WorkGroupID.y);
     const int j0 = int(gl_WorkGroupID.x) * BR;
     const int j1 = min(j0 + BR, P.nk);
     const bool vec = (P.flags & 8) != 0;
     I32x2 rows = I32x2(P.rows);
     // this invocation's key rows: r (A) and r + 8 (B) of the subgroup's 16
-    const int jA = j0 + 16 * sg + lane / 4, jB = jA + 8;
+    const int jA = j0 + 16 * rg + lane / 4, jB = jA + 8;
 
     // query rows (of this dispatch's range) whose allowed keys meet [j0, j1)
     if (tid == 0) {
@@ -95,38 +101,39 @@ void main()
         atomicMax(qmax_s, hi);
     }
     // the K tile to shared memory
-    for (int x = tid; x < BR * (D / 8); x += NT) {
-        int row = x / (D / 8), c8 = x % (D / 8);
-        bool in_k = j0 + row < P.nk;
+    for (int x = tid; x < BR * D8; x += NT) {
+        int row = x / D8, c8 = x % D8;
+        bool in_k = j0 + row < P.nk && 8 * c8 < D;
         sh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, 8 * c8), in_k);
     }
     barrier();
     const int qmin = qmin_s, qmax = qmax_s;
     if (qmin >= qmax)
         return;
-    // the V rows (16 x D per subgroup) into registers, through the Q / dO region VP rows at a
-    // time
-    AMAT vf[DC];
+    // the V rows (16 rows x the subgroup's DCH chunks) into registers, through the Q / dO
+    // region VP rows at a time
+    AMAT vf[DCH];
     for (int p0 = 0; p0 < BR; p0 += VP) {
         if (p0 > 0)
             barrier(); // the previous pass is read
-        for (int x = tid; x < VP * (D / 8); x += NT) {
-            int row = x / (D / 8), c8 = x % (D / 8), jr = j0 + p0 + row;
-            bool in_v = p0 + row < BR && jr < P.nk;
+        for (int x = tid; x < VP * D8; x += NT) {
+            int row = x / D8, c8 = x % D8, jr = j0 + p0 + row;
+            bool in_v = p0 + row < BR && jr < P.nk && 8 * c8 < D;
             sh[QO + row * RS + c8] = load8(vv, vec, view_index(vv, b, jr, g, 8 * c8), in_v);
         }
         barrier();
-        if (16 * sg >= p0 && 16 * sg < p0 + VP) // uniform in the subgroup
-            UNROLL for (int c = 0; c < DC; c++)
-                CM_LOAD(vf[c], sh, uint(QO + (16 * sg - p0) * RS + 2 * c), uint(RS), false);
+        if (16 * rg >= p0 && 16 * rg < p0 + VP) // uniform in the subgroup
+            UNROLL for (int c = 0; c < DCH; c++)
+                CM_LOAD(vf[c], sh, uint(QO + (16 * rg - p0) * RS + 2 * min(c0 + c, DC - 1)),
+                              uint(RS), false);
     }
 
     // bf16 inputs converted by the host: their scales (1 otherwise); powers of two, divided one
     // at a time (a product may overflow)
     const vec4 sc = cvt_scales(P.amax, P.flags);
     const float qmul = P.scale * LOG2E / sc.y / sc.x, pmul = 1.0 / sc.z;
-    CMAT dk[DC], dv[DC];
-    UNROLL for (int c = 0; c < DC; c++) {
+    CMAT dk[DCH], dv[DCH];
+    UNROLL for (int c = 0; c < DCH; c++) {
         dk[c] = CMAT(0.0);
         dv[c] = CMAT(0.0);
     }
@@ -140,8 +147,8 @@ void main()
     {                                                                                             \
         const int h = g * P.group + (t) / nt, i0 = qmin + BC * ((t) % nt);                       \
         UNROLL for (int it = 0; it < LPT; it++) {                                                 \
-            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8), ir = i0 + row;           \
-            bool in_tile = x < L8 && ir < qmax;                                                   \
+            int x = tid + NT * it, row = x / D8, c8 = x % D8, ir = i0 + row;                     \
+            bool in_tile = x < L8 && ir < qmax && 8 * c8 < D;                                     \
             qreg[it] = load8(qv, vec, view_index(qv, b, ir, h, 8 * c8), in_tile);                \
             doreg[it] = load8(dov, vec, view_index(dov, b, ir, h, 8 * c8), in_tile);             \
         }                                                                                         \
@@ -161,7 +168,7 @@ void main()
             FETCH_Q(t)
         barrier(); // the previous tile (or the V rows' last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
-            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            int x = tid + NT * it, row = x / D8, c8 = x % D8;
             if (x < L8) {
                 sh[QO + row * RS + c8] = qreg[it];
                 sh[DO + row * RS + c8] = doreg[it];
@@ -175,17 +182,23 @@ void main()
             FETCH_Q(t + 1)
 
         UNROLL for (int n = 0; n < NB; n++) {
-            // S^T = K Q^T and dP^T = V dO^T for the chunk's 16 queries
+            // S^T = K Q^T and dP^T = V dO^T for the chunk's 16 queries (with SP > 1: over this
+            // subgroup's chunks of the head dim, then summed over the SP subgroups)
             CMAT s = CMAT(0.0), dp = CMAT(0.0);
-            UNROLL for (int c = 0; c < DC; c++) {
-                AMAT a;
-                BMAT bq, bdo;
-                CM_LOAD(a, sh, uint(16 * sg * RS + 2 * c), uint(RS), false);
-                CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), true);
-                CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), true);
-                s = CM_MULADD(a, bq, s);
-                dp = CM_MULADD(vf[c], bdo, dp);
+            UNROLL for (int c = 0; c < DCH; c++) {
+                const int cc = c0 + c;
+                if (cc < DC) { // uniform
+                    AMAT a;
+                    BMAT bq, bdo;
+                    CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
+                    CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * cc), uint(RS), true);
+                    CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * cc), uint(RS), true);
+                    s = CM_MULADD(a, bq, s);
+                    dp = CM_MULADD(vf[c], bdo, dp);
+                }
             }
+            if (SP > 1)
+                PAIR_SUM(s, dp, sg, lane, n)
             // P^T and dS^T in place: element e is key row jA or jB, query column 16 n + col;
             // with a soft-cap (uniform) P^T from the capped S^T, dS^T times the cap's derivative
             if (CAPPED != 0 && P.cap > 0.0) {
@@ -212,12 +225,15 @@ void main()
             AMAT ap, ads;
             CM_TO_A(ap, s);
             CM_TO_A(ads, dp);
-            UNROLL for (int c = 0; c < DC; c++) {
-                BMAT bdo, bq;
-                CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * c), uint(RS), false);
-                CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * c), uint(RS), false);
-                dv[c] = CM_MULADD(ap, bdo, dv[c]);
-                dk[c] = CM_MULADD(ads, bq, dk[c]);
+            UNROLL for (int c = 0; c < DCH; c++) {
+                const int cc = c0 + c;
+                if (cc < DC) { // uniform
+                    BMAT bdo, bq;
+                    CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * cc), uint(RS), false);
+                    CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * cc), uint(RS), false);
+                    dv[c] = CM_MULADD(ap, bdo, dv[c]);
+                    dk[c] = CM_MULADD(ads, bq, dk[c]);
+                }
             }
         }
     }
@@ -227,11 +243,12 @@ void main()
     F32 adk = F32(P.dk), adv = F32(P.dv);
     const float tau = P.scale / sc.w / sc.x, vmul = 1.0 / sc.w; // dS^T, dO in dO's units
     const uint obA = uint(((b * P.nk + jA) * P.hkv + g) * D), obB = obA + uint(8 * P.hkv * D);
-    UNROLL for (int c = 0; c < DC; c++) {
+    UNROLL for (int c = 0; c < DCH; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
             bool rb = row_b(e);
-            if ((rb ? jB : jA) < P.nk) {
-                uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
+            int col = 16 * (c0 + c) + col_of(e, lane);
+            if ((rb ? jB : jA) < P.nk && col < D) { // (DM > D, or DCH SP > DC: padding)
+                uint x = (rb ? obB : obA) + uint(col);
                 if (want_dk)
                     adk.v[x] = fma(tau, dk[c][e], adk.v[x]);
                 if (want_dv)

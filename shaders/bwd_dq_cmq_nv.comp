@@ -2,16 +2,19 @@
 // shaders/bwd_dq_cmq_nv.comp - backward dQ on cooperative matrices (GL_NV_cooperative_matrix)
 // with dS formed in registers, for one K/V block: dQ_i += tau sum_j dS_ij K_j with
 // P_ij = exp(tau q_i k_j - L_i) and dS_ij = P_ij (dO_i v_j - D_i); fp16 q/k/v/dO, fp32
-// accumulation, head dims <= 128 that are multiples of 16. Same contract as bwd_dq_cm_nv.comp,
+// accumulation, every head dim (in the matrices rounded up to DM, a multiple of 16: the padding
+// columns load as 0 and are never written). Same contract as bwd_dq_cm_nv.comp,
 // which takes the scores through shared memory; this kernel uses the accumulators' elements in
 // place, in the fragment layout that the host checked on the device (shaders/cm_layout_nv.comp,
 // runtime/vulkan/vk_cmq.c; the mapping it found: shaders/cmq.glsl).
 //
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 subgroups of 32 invocations,
-// each owning 16 query rows: Q and dO (16 x D) in registers as MMA operands; K/V tiles of BC
-// keys are staged in shared memory with 16-byte loads (flag bit 3), the next tile's loads in
-// flight during the current one where PREFETCH (constant 11; off by default: on the H100 it
-// cost registers and gained nothing). Per subgroup, key tile and 16-key chunk n:
+// each owning 16 query rows: Q and dO (16 x DM) in registers as MMA operands; beyond d = 128
+// (SP = 2) twice as many, two on each 16 rows, each holding half of the head dim's chunks of Q,
+// dO and dQ, who add their partial S and dP through shared memory (cmq_pair.glsl). K/V tiles
+// of BC keys are staged in shared memory with 16-byte loads (flag bit 3), the next tile's loads
+// in flight during the current one where PREFETCH (constant 11; off by default: on the H100 it
+// cost registers and gained nothing, at every head dim). Per subgroup, key tile and 16-key chunk n:
 //   S = Q K^T and dP = dO V^T (16 x 16, fp32) on MMAs;
 //   in registers: dS = P (dP - D), P = exp2(S tau log2 e - L log2 e), masked by each row's
 //   allowed key interval (an invocation's two rows' L, D and intervals in registers);
@@ -26,8 +29,9 @@
 // fp16-subnormal; dO's scale also keeps |dS| < 2^15: convert.glsl bf16_scale_dout), and the
 // scales of dO and K are undone when dQ is added.
 //
-// Shared memory (one uvec4 array sh, rows padded to D + 8 halves): K tile [BC] and V tile
-// [BC] fp16; Q and dO pass through them before the loop, QP rows at a time.
+// Shared memory (one uvec4 array sh, rows padded to DM + 8 halves): K tile [BC] and V tile
+// [BC] fp16; Q and dO pass through them before the loop, QP rows at a time. With SP = 2 the
+// pairs' partials (cmq_pair.glsl).
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors the size.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
@@ -46,11 +50,12 @@ layout(constant_id = 12) const int CAPPED = 0;   // 1: soft-capped scores (a pip
 const int NB = BC / 16;             // 16-key chunks of a key tile
 const int KVN = 2 * BC * RS;        // the K/V tiles
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q / dO rows per pass
-const int L8 = BC * (D / 8);        // 16-byte pieces of a K (or V) tile
+const int L8 = BC * D8;             // 16-byte pieces of a K (or V) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 sh[KVN];
 shared int kmin_s, kmax_s;
+#include "cmq_pair.glsl"
 
 void main()
 {
@@ -58,13 +63,14 @@ void main()
     const View qv = P.q, kv = P.k, vv = P.v, dov = P.dout;
     const int tid = int(gl_LocalInvocationID.x);
     const int sg = tid / T, lane = tid % T;
+    const int rg = sg / SP, c0 = sg % SP * DCH; // its 16 rows; its first head-dim chunk
     const int b = int(gl_WorkGroupID.z), h = int(gl_WorkGroupID.y);
     const int i0 = int(gl_WorkGroupID.x) * BR;
     const int g = h / P.group;
     const bool vec = (P.flags & 8) != 0;
     I32x2 rows = I32x2(P.rows);
     // this invocation's two rows: r (A) and r + 8 (B) of the subgroup's 16
-    const int iA = i0 + 16 * sg + lane / 4, iB = iA + 8;
+    const int iA = i0 + 16 * rg + lane / 4, iB = iA + 8;
     const bool liveA = iA < P.nq, liveB = iB < P.nq;
 
     if (tid == 0) {
@@ -90,28 +96,28 @@ void main()
     if (kmin >= kmax)
         return;
 
-    // Q and dO (16 x D per subgroup) into registers, through shared memory QP rows at a time
-    AMAT qa[DC], dof[DC];
+    // Q and dO (16 rows x the subgroup's DCH chunks) into registers, through shared memory QP
+    // rows at a time
+    AMAT qa[DCH], dof[DCH];
     for (int pass = 0; pass < 2; pass++) {
         const View src = pass == 0 ? qv : dov;
         for (int p0 = 0; p0 < BR; p0 += QP) {
             if (pass > 0 || p0 > 0)
                 barrier(); // the previous pass is read
-            for (int x = tid; x < QP * (D / 8); x += NT) {
-                int row = x / (D / 8), c8 = x % (D / 8);
-                bool in_q = p0 + row < BR && i0 + p0 + row < P.nq;
+            for (int x = tid; x < QP * D8; x += NT) {
+                int row = x / D8, c8 = x % D8;
+                bool in_q = p0 + row < BR && i0 + p0 + row < P.nq && 8 * c8 < D;
                 sh[row * RS + c8] =
                     load8(src, vec, view_index(src, b, i0 + p0 + row, h, 8 * c8), in_q);
             }
             barrier();
-            if (16 * sg >= p0 && 16 * sg < p0 + QP) { // uniform in the subgroup
-                UNROLL for (int c = 0; c < DC; c++) {
+            if (16 * rg >= p0 && 16 * rg < p0 + QP) { // uniform in the subgroup
+                UNROLL for (int c = 0; c < DCH; c++) {
+                    const uint at = uint((16 * rg - p0) * RS + 2 * min(c0 + c, DC - 1));
                     if (pass == 0)
-                        CM_LOAD(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
-                                      false);
+                        CM_LOAD(qa[c], sh, at, uint(RS), false);
                     else
-                        CM_LOAD(dof[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS),
-                                      false);
+                        CM_LOAD(dof[c], sh, at, uint(RS), false);
                 }
             }
         }
@@ -133,15 +139,15 @@ void main()
         lse2B = lse == NEG_INF ? POS_INF : lse * LOG2E;
         dlB = F32(P.delta).v[liB] * sc.w;
     }
-    CMAT dq[DC];
-    UNROLL for (int c = 0; c < DC; c++)
+    CMAT dq[DCH];
+    UNROLL for (int c = 0; c < DCH; c++)
         dq[c] = CMAT(0.0);
     const uint kbase = view_index(kv, b, 0, g, 0), vbase = view_index(vv, b, 0, g, 0);
     uvec4 kreg[LPT], vreg[LPT];
 #define FETCH_KV(j0)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);                               \
-        bool in_block = x < L8 && (j0) + row < kmax;                                              \
+        int x = tid + NT * it, row = x / D8, c8 = x % D8;                                         \
+        bool in_block = x < L8 && (j0) + row < kmax && 8 * c8 < D;                                \
         uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
         uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
         kreg[it] = load8(kv, vec, kx, in_block);                                                  \
@@ -154,7 +160,7 @@ void main()
             FETCH_KV(j0)
         barrier(); // the previous tile (or dO's last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
-            int x = tid + NT * it, row = x / (D / 8), c8 = x % (D / 8);
+            int x = tid + NT * it, row = x / D8, c8 = x % D8;
             if (x < L8) {
                 sh[row * RS + c8] = kreg[it];
                 sh[(BC + row) * RS + c8] = vreg[it];
@@ -166,15 +172,20 @@ void main()
         }
 
         UNROLL for (int n = 0; n < NB; n++) {
-            // S = Q K^T and dP = dO V^T for the chunk's 16 keys
+            // S = Q K^T and dP = dO V^T for the chunk's 16 keys (with SP > 1: over this
+            // subgroup's chunks of the head dim, then summed over the SP subgroups)
             CMAT s = CMAT(0.0), dp = CMAT(0.0);
-            UNROLL for (int c = 0; c < DC; c++) {
-                BMAT bk, bv;
-                CM_LOAD(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), true);
-                CM_LOAD(bv, sh, uint((BC + 16 * n) * RS + 2 * c), uint(RS), true);
-                s = CM_MULADD(qa[c], bk, s);
-                dp = CM_MULADD(dof[c], bv, dp);
+            UNROLL for (int c = 0; c < DCH; c++) {
+                if (c0 + c < DC) { // uniform
+                    BMAT bk, bv;
+                    CM_LOAD(bk, sh, uint(16 * n * RS + 2 * (c0 + c)), uint(RS), true);
+                    CM_LOAD(bv, sh, uint((BC + 16 * n) * RS + 2 * (c0 + c)), uint(RS), true);
+                    s = CM_MULADD(qa[c], bk, s);
+                    dp = CM_MULADD(dof[c], bv, dp);
+                }
             }
+            if (SP > 1)
+                PAIR_SUM(s, dp, sg, lane, n)
             // dS in place: element e is query row iA or iB, key j0 + 16 n + col; with a
             // soft-cap (uniform) P from the capped S, dS times the cap's derivative
             if (CAPPED != 0 && P.cap > 0.0) {
@@ -200,10 +211,12 @@ void main()
             // dQ += dS K
             AMAT ads;
             CM_TO_A(ads, s);
-            UNROLL for (int c = 0; c < DC; c++) {
-                BMAT bk;
-                CM_LOAD(bk, sh, uint(16 * n * RS + 2 * c), uint(RS), false);
-                dq[c] = CM_MULADD(ads, bk, dq[c]);
+            UNROLL for (int c = 0; c < DCH; c++) {
+                if (c0 + c < DC) { // uniform
+                    BMAT bk;
+                    CM_LOAD(bk, sh, uint(16 * n * RS + 2 * (c0 + c)), uint(RS), false);
+                    dq[c] = CM_MULADD(ads, bk, dq[c]);
+                }
             }
         }
     }
@@ -212,11 +225,12 @@ void main()
     F32 acc = F32(P.o);
     const float tau = P.scale / sc.w / sc.y; // dS in dO's scaled units, K scaled
     const uint obA = uint(((b * P.nq + iA) * P.hq + h) * D), obB = obA + uint(8 * P.hq * D);
-    UNROLL for (int c = 0; c < DC; c++) {
+    UNROLL for (int c = 0; c < DCH; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
             bool rb = row_b(e);
-            if (rb ? liveB : liveA) {
-                uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
+            int col = 16 * (c0 + c) + col_of(e, lane);
+            if ((rb ? liveB : liveA) && col < D) { // (DM > D, or DCH SP > DC: padding)
+                uint x = (rb ? obB : obA) + uint(col);
                 acc.v[x] = fma(tau, dq[c][e], acc.v[x]);
             }
         }

@@ -49,11 +49,20 @@
 
 #include "convert.glsl"
 
-const int W = BR / 16;      // subgroups per workgroup, 16 rows each
-const int DC = D / 16;      // 16-wide chunks of the head dim
-const int NT = W * T;       // invocations
-const int LPR = T / 16;     // invocations per row when T invocations work on 16 rows
-const int RS = (D + 8) / 8; // row stride of a [rows][D] fp16 tile (uvec4)
+// Subgroups that share 16 rows (the *_cmq backward kernels beyond d = 128: each holds the
+// operands and accumulators of DCH of the DC head-dim chunks; 1 elsewhere)
+layout(constant_id = 16) const int SP = 1;
+
+const int DM = (D + 15) / 16 * 16; // the head dim in the matrices: D rounded up to 16 (the
+                                   // *_cmq kernels; their padding columns load as 0 and are
+                                   // never written; the others take D % 16 == 0)
+const int D8 = DM / 8;             // 16-byte pieces of a row of a tile
+const int W = BR / 16 * SP;        // subgroups per workgroup (SP of them on each 16 rows)
+const int DC = DM / 16;            // 16-wide chunks of the head dim
+const int DCH = (DC + SP - 1) / SP; // of them held by one subgroup of the SP on 16 rows
+const int NT = W * T;              // invocations
+const int LPR = T / 16;            // invocations per row when T invocations work on 16 rows
+const int RS = D8 + 1;             // row stride of a [rows][DM] fp16 tile (uvec4)
 
 #include "load8.glsl"
 

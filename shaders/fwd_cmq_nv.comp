@@ -12,8 +12,9 @@
 // by a matrix conversion, no memory.
 //
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 compute subgroups of 32
-// invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x D) in
-// registers as D / 16 operand matrices, O as D / 16 fp32 accumulators. K/V tiles of BC keys
+// invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x DM) in
+// registers as DC = DM / 16 operand matrices, O as DC fp32 accumulators (DM: the head dim
+// rounded up to 16; the padding columns load as 0 and are never written). K/V tiles of BC keys
 // are staged in shared memory with 16-byte loads (where the views are 16-byte aligned, flag
 // bit 3), global -> registers -> shared memory; with
 // PREFETCH (constant 13, BURST_VK_CMQ_PREFETCH) the next tile's loads are in flight while the
@@ -57,7 +58,7 @@
 // these kernels run on) and on memoryBarrierShared ordering the buffer's stores and loads
 // around the counters' atomics.
 //
-// Shared memory (one uvec4 array sh): K tile [BC][D + 8] and V tile [BC][D + 8] fp16, twice
+// Shared memory (one uvec4 array sh): K tile [BC][DM + 8] and V tile [BC][DM + 8] fp16, twice
 // with LD (two buffers); the Q tile passes through it, QP rows at a time, before the loop.
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors the size.
 #extension GL_GOOGLE_include_directive : require
@@ -83,7 +84,7 @@ const int NB = BC / 16;          // 16-key chunks of a key tile
 const int SLOT = 2 * BC * RS;    // a K/V tile pair
 const int KVN = (LD > 0 ? 2 : 1) * SLOT; // the K/V tile buffers
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q rows per pass
-const int L8 = BC * (D / 8);     // 16-byte pieces of a K (or V) tile
+const int L8 = BC * D8;         // 16-byte pieces of a K (or V) tile
 const int PT = LD > 0 ? LD * T : NT; // invocations that load K/V tiles
 const int LPT = (L8 + PT - 1) / PT; // of them per loading invocation
 const float RESCALE_LOG2 = 8.0;
@@ -166,9 +167,9 @@ void main()
     for (int p0 = 0; p0 < BR; p0 += QP) {
         if (p0 > 0)
             barrier(); // the previous pass is read
-        for (int x = tid; x < QP * (D / 8) && tid < NT; x += NT) {
-            int row = x / (D / 8), c8 = x % (D / 8);
-            bool in_q = p0 + row < BR && i0 + p0 + row < P.nq;
+        for (int x = tid; x < QP * D8 && tid < NT; x += NT) {
+            int row = x / D8, c8 = x % D8;
+            bool in_q = p0 + row < BR && i0 + p0 + row < P.nq && 8 * c8 < D;
             sh[row * RS + c8] =
                 load8s(qv, DTQ, vec, view_index(qv, b, i0 + p0 + row, h, 8 * c8), in_q, qsc);
         }
@@ -188,15 +189,15 @@ void main()
     UNROLL for (int c = 0; c < DC; c++)
         o[c] = CMAT(0.0);
     // K/V tiles go global -> registers -> shared memory, LPT 16-byte pieces per invocation and
-    // matrix (piece x = tid + NT it: row x / (D / 8), column 8 (x % (D / 8))); the loads of tile
+    // matrix (piece x = tid + NT it: row x / D8, column 8 (x % D8)); the loads of tile
     // j0 + BC are issued before the MMAs of tile j0, so that their latency hides behind them
     const uint kbase = view_index(kv, b, 0, g, 0), vbase = view_index(vv, b, 0, g, 0);
     uvec4 kreg[LPT], vreg[LPT];
     const int ptid = LD > 0 ? tid - NT : tid; // among the loading invocations
 #define FETCH_KV(j0)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = ptid + PT * it, row = x / (D / 8), c8 = x % (D / 8);                              \
-        bool in_block = x < L8 && (j0) + row < kmax;                                              \
+        int x = ptid + PT * it, row = x / D8, c8 = x % D8;                                        \
+        bool in_block = x < L8 && (j0) + row < kmax && 8 * c8 < D;                                \
         uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
         uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
         kreg[it] = load8s(kv, DTK, vec, kx, in_block, ksc);                                       \
@@ -205,7 +206,7 @@ void main()
     // the loaded pieces into the K/V buffer at sb (with LD = 0: ptid = tid, PT = NT, sb = 0)
 #define STORE_KV(sb)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = ptid + PT * it, row = x / (D / 8), c8 = x % (D / 8);                              \
+        int x = ptid + PT * it, row = x / D8, c8 = x % D8;                                        \
         if (x < L8) {                                                                             \
             sh[(sb) + row * RS + c8] = kreg[it];                                                  \
             sh[(sb) + (BC + row) * RS + c8] = vreg[it];                                           \
@@ -389,8 +390,9 @@ void main()
     UNROLL for (int c = 0; c < DC; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
             bool rb = row_b(e);
-            if (rb ? mergeB : mergeA) {
-                uint x = (rb ? obB : obA) + uint(16 * c + col_of(e, lane));
+            int col = 16 * c + col_of(e, lane);
+            if ((rb ? mergeB : mergeA) && col < D) { // (DM > D: padding columns)
+                uint x = (rb ? obB : obA) + uint(col);
                 float lo = rb ? loB : loA, co = rb ? coB : coA;
                 float ov = o[c][e] * (rb ? cnB : cnA) * vinv;
                 oa.v[x] = lo == NEG_INF ? ov : fma(co, oa.v[x], ov);

@@ -171,6 +171,22 @@ static void cmq_tile_rule(void **state)
     const struct burst_vk_tile ld2 = {32, 160, 32, 2}, ld0 = {32, 160, 32, 0};
     assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld2, 128), 34848u);
     assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld0, 128), 17424u);
+    /* a head dim rounded up to 16 in the matrices: d = 40's rows are 48 + 8 halves */
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld0, 40), 7184u);
+    /* beyond d = 128 (rows of 264 halves): the forward in one 32-key buffer (8 subgroups,
+     * 33.8 KiB); the backward's subgroup pairs (2 KiB a subgroup to swap partials): dq_cmq 64
+     * rows (8 subgroups) x 16 keys, dkv_cmq 32 key rows (4 subgroups) x 16 query rows */
+    const int c2 = burst_vk_dclass(256);
+    expect_tile(&t.k[BURST_VK_FWD_CMQ][c2], 128, 32, 0);
+    expect_tile(&t.k[BURST_VK_DQ_CMQ][c2], 64, 16, 0);
+    expect_tile(&t.k[BURST_VK_DKV_CMQ][c2], 32, 16, 0);
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_DQ_CMQ, &t.k[BURST_VK_DQ_CMQ][c2], 256),
+                     16896u + 16u + 8u * 2048u);
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_DKV_CMQ, &t.k[BURST_VK_DKV_CMQ][c2], 256),
+                     33792u + 256u + 8u + 4u * 2048u);
+    /* 32-key tiles with the pairs' swap space: 50192 B, beyond 48 KiB */
+    const struct burst_vk_tile dq2 = {32, 64, 32, 0};
+    assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_DQ_CMQ, c2, &dq2));
     /* 64-key buffers twice do not fit 48 KiB; loaders only in the forward; at most 4 */
     const struct burst_vk_tile big = {32, 128, 64, 1}, dq = {32, 128, 32, 1},
                                many = {32, 64, 32, 5};

@@ -284,7 +284,7 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
             memcpy(ep->sstride, t[i]->stride, sizeof ep->sstride);
             ep->units =
                 (uint64_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] * t[i]->shape[3]) /
-                8;           /* 8 elements of a row (d % 16 == 0) */
+                8;           /* 8 elements of a row (d % 8 == 0) */
             if (pass == 1) { /* elem_cvt: the scale from the view's word (and dO's: V's) */
                 ep->aux = wa + 4 * (VkDeviceAddress)i;
                 if (i == 3) /* a backward's dO: its scale also bounds dS (convert.glsl) */
@@ -514,27 +514,25 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     struct burst_vk_tile tl;
     enum burst_vk_kernel kern = BURST_VK_FWD;
     /* the cooperative-matrix forward takes fp16 inputs of a head dim it has tiles for: with
-     * the softmax in registers where the device's layout passed its check (vk_cmq.c); that one
-     * also bf16 inputs (any of q, k, v), scaled into fp16 by a power of two per view
-     * (BURST_VK_CMQ_BF16=0: not) */
-    const int fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
-                     a->v->dtype == BURST_DTYPE_FP16 && dim.d % 16 == 0;
-    const int half = a->q->dtype != BURST_DTYPE_FP32 && a->k->dtype != BURST_DTYPE_FP32 &&
-                     a->v->dtype != BURST_DTYPE_FP32 && dim.d % 16 == 0;
-    const int dcl = burst_vk_dclass((int)dim.d);
-    /* the workgroup-scope forward first (every head dim): fp16 inputs, or bf16 ones with K and
-     * V converted once a call (BURST_VK_CMQ_BF16=1) */
+     * the softmax in registers where the device's layout passed its check (vk_cmq.c), at every
+     * head dim (rounded up to 16 in its matrices); that one also bf16 inputs (any of q, k, v),
+     * scaled into fp16 by a power of two per view (BURST_VK_CMQ_BF16=0: not). The one with the
+     * softmax through shared memory takes head dims that are multiples of 16. */
     const int any16 = a->q->dtype != BURST_DTYPE_FP32 && a->k->dtype != BURST_DTYPE_FP32 &&
                       a->v->dtype != BURST_DTYPE_FP32;
     const int all_fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
                          a->v->dtype == BURST_DTYPE_FP16;
+    const int dcl = burst_vk_dclass((int)dim.d);
+    /* the workgroup-scope forward first (every head dim): fp16 inputs, or bf16 ones with K and
+     * V converted once a call (BURST_VK_CMQ_BF16=1) */
     if (be->use_cm2 && (all_fp16 || (any16 && be->env.cmq_bf16 == 1)) &&
         be->tiles.k[BURST_VK_FWD_CM2][dcl].t > 0)
         kern = BURST_VK_FWD_CM2;
-    else if (be->use_coopmat && (fp16 || (half && be->env.cmq_bf16)) &&
+    else if (be->use_coopmat && (all_fp16 || (any16 && be->env.cmq_bf16)) &&
              be->tiles.k[BURST_VK_FWD_CMQ][dcl].t > 0)
         kern = BURST_VK_FWD_CMQ;
-    else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_FWD_CM][dcl].t > 0)
+    else if (be->use_coopmat && all_fp16 && dim.d % 16 == 0 &&
+             be->tiles.k[BURST_VK_FWD_CM][dcl].t > 0)
         kern = BURST_VK_FWD_CM;
     /* otherwise the register-tiled forward, where the device has a tile for it */
     else
@@ -555,11 +553,13 @@ static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_st
                                  enum burst_vk_kernel *kq_p, enum burst_vk_kernel *kkv_p,
                                  int *nbf_p)
 {
-    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for, and
-     * the *_cmq pair also bf16 ones, converted into fp16 scaled by a power of two per view
-     * (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1, the
-     * default); the register-tiled ones everything else, where the device has tiles for them */
-    int fp16 = dim->d % 16 == 0, bf16 = dim->d % 16 == 0, cvt[4] = {0, 0, 0, 0};
+    /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for (the
+     * *_cmq pair every head dim, rounded up to 16 in its matrices; the *_cm pair multiples of
+     * 16), and the *_cmq pair also bf16 ones, converted into fp16 scaled by a power of two per
+     * view (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1,
+     * the default); the register-tiled ones everything else, where the device has tiles for
+     * them */
+    int fp16 = 1, bf16 = 1, cvt[4] = {0, 0, 0, 0};
     int nbf = 0;
     for (int i = 0; i < 4; i++) { /* bf16: all four (dO's scale needs V's: convert.glsl) */
         fp16 &= t4[i]->dtype == BURST_DTYPE_FP16;
@@ -590,15 +590,14 @@ static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_st
         kkv = BURST_VK_DKV_CMQ;
         for (int i = 0; i < 4; i++)
             nbf += cvt[i];
-    } else if (be->use_coopmat && fp16 && be->tiles.k[BURST_VK_DQ_CM][dc].t > 0 &&
-               be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
+    } else if (be->use_coopmat && fp16 && cmq) {
+        /* with dS in registers where the device's layout passed its check (vk_cmq.c) */
+        kq = BURST_VK_DQ_CMQ;
+        kkv = BURST_VK_DKV_CMQ;
+    } else if (be->use_coopmat && fp16 && dim->d % 16 == 0 &&
+               be->tiles.k[BURST_VK_DQ_CM][dc].t > 0 && be->tiles.k[BURST_VK_DKV_CM][dc].t > 0) {
         kq = BURST_VK_DQ_CM;
         kkv = BURST_VK_DKV_CM;
-        /* with dS in registers where the device's layout passed its check (vk_cmq.c) */
-        if (cmq) {
-            kq = BURST_VK_DQ_CMQ;
-            kkv = BURST_VK_DKV_CMQ;
-        }
     } else {
         if (be->tiles.k[BURST_VK_DQ_RT][dc].t > 0 &&
             burst_vk_rt_fits(be, BURST_VK_DQ_RT, dim, &be->tiles.k[BURST_VK_DQ_RT][dc]))

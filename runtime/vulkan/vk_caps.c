@@ -26,13 +26,18 @@
  *      for head dims up to 128 (BC: keys of a K/V tile for dq_cm, query rows of a Q/dO tile
  *      for dkv_cm).
  *   The cooperative-matrix kernels on the accumulators' elements (fwd_cmq, dq_cmq, dkv_cmq;
- *      head dims up to 128, subgroups of 32, run only where vk_cmq.c's layout check passes):
+ *      every head dim, subgroups of 32, run only where vk_cmq.c's layout check passes):
  *      the first of a short list that fits shared memory and invocations: fwd_cmq 160 rows
  *      (10 subgroups) x 32 keys with 2 loading subgroups first, then 192 rows x 64 keys, then
  *      128 x 64 (which small calls take: burst_vk_fwd_cmq_call_tile); dq_cmq 128 rows
  *      (8 subgroups) x 64 keys first, dkv_cmq 64 key rows x 48-row query tiles first
  *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
- *      BURST_VK_CMQ_BWD_TILE ask for others).
+ *      BURST_VK_CMQ_BWD_TILE ask for others). In the d <= 256 class, where 48 KiB hold only
+ *      one 32-key buffer, the same lists give fwd_cmq 128 x 32 (8 subgroups), dq_cmq 64 x 16
+ *      and dkv_cmq 32 x 16, the backward's on two subgroups a 16 rows (burst_vk_cmq_split);
+ *      on the H200 (bf16, causal, N = 8K) loading subgroups (96 x 16 + 2) measured 1.3-1.7x
+ *      slower at d = 160 and 192 and within 3 % at 256, 64-row forward tiles, 32-row dq_cmq
+ *      tiles and 16-row dkv_cmq tiles slower at all three.
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
  *      cooperative-matrix ones do not take; a tile's T is the chunk depth DC), each: the first
  *      valid of 64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt, dkvq_rt: 128 x 64, 8
@@ -364,15 +369,19 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     }
     case BURST_VK_FWD_CMQ:
     case BURST_VK_DQ_CMQ:
-        /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows
-         * padded by 8 halves (Q, dO pass through them), four ints; fwd_cmq with loading
-         * subgroups: two K/V buffers and four counters */
-        return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * (size_t)(d + 8) * 2 + 16 +
-               (tl->ld > 0 ? 16 : 0);
-    case BURST_VK_DKV_CMQ:
-        /* mirrors shaders/bwd_dkv_cmq_nv.comp: K tile [br], Q and dO tiles [bc] with rows
-         * padded by 8 halves, 16 B per query row, two ints */
-        return (size_t)(tl->br + 2 * tl->bc) * (size_t)(d + 8) * 2 + 16 * (size_t)tl->bc + 8;
+    case BURST_VK_DKV_CMQ: {
+        /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows of
+         * d rounded up to 16 and padded by 8 halves (Q, dO pass through them), four ints;
+         * fwd_cmq with loading subgroups: two K/V buffers and four counters.
+         * bwd_dkv_cmq_nv.comp: K tile [br], Q and dO tiles [bc], 16 B per query row, two ints.
+         * The backward's subgroup pairs beyond d = 128 (cmq_pair.glsl): 2 KiB a subgroup. */
+        size_t row = (size_t)((d + 15) / 16 * 16 + 8) * 2;
+        size_t sp = (size_t)burst_vk_cmq_split(k, d), w = (size_t)tl->br / 16 * sp;
+        size_t pair = sp > 1 ? w * 2048 : 0;
+        if (k == BURST_VK_DKV_CMQ)
+            return (size_t)(tl->br + 2 * tl->bc) * row + 16 * (size_t)tl->bc + 8 + pair;
+        return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * row + 16 + (tl->ld > 0 ? 16 : 0) + pair;
+    }
     case BURST_VK_DQ_CM:
     case BURST_VK_DKV_CM: {
         /* mirror shaders/bwd_dq_cm_nv.comp (Q tile [br], K and V tiles [bc]) and
@@ -446,18 +455,17 @@ int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_
                    burst_vk_shared_limit(caps, env);
     }
     if (burst_vk_kernel_cmq(k)) {
-        /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups, BC rows in
-         * 16-row chunks; head dims up to 128 (16 rows' operands and accumulators in
-         * registers) */
-        uint32_t wg = (uint32_t)((tl->br / 16 + tl->ld) * 32);
+        /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups (times the
+         * backward's split beyond d = 128), BC rows in 16-row chunks */
+        uint32_t wg = (uint32_t)((tl->br / 16 * burst_vk_cmq_split(k, d) + tl->ld) * 32);
         return ((BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
                  BURST_VK_SPV_BWD_DKV_CMQ_NV) ||
                 !burst_vk_coopmat_khr_why(caps, env)) &&
                env->cmq && burst_vk_coopmat_usable(caps, env) &&
                /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
                (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) && caps->subgroup == 32 &&
-               d <= 128 && tl->t == 32 && tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 &&
-               tl->bc >= 16 && tl->bc <= 64 && tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
+               tl->t == 32 && tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 &&
+               tl->bc <= 64 && tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
                (tl->ld == 0 || k == BURST_VK_FWD_CMQ) && wg <= caps->max_invocations &&
                wg <= caps->max_size_x &&
                burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);

@@ -262,6 +262,14 @@ static inline int burst_vk_kernel_cmq(enum burst_vk_kernel k)
     return k == BURST_VK_FWD_CMQ || k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ;
 }
 
+/* Subgroups on each 16 rows of a *_cmq kernel at head dim d (shaders/cm_nv.glsl SP): 2 for the
+ * backward beyond d = 128, where one subgroup's operands and accumulators for the whole head dim
+ * would not fit its registers, each then holding half of them; else 1. */
+static inline int burst_vk_cmq_split(enum burst_vk_kernel k, int d)
+{
+    return (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) && d > 128 ? 2 : 1;
+}
+
 /* ---- the instance ------------------------------------------------------------------------- */
 
 struct burst_vk_buffer {

@@ -248,10 +248,11 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
      * step's S MMAs go before this step's softmax (BURST_VK_CMQ_FWD's third field), 15 = its
      * loading subgroups (the tile's ld); dq_cmq, dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH),
      * 12 = whether the scores are soft-capped (key[10]: a pipeline of its own, so that the
-     * uncapped one carries no code for the cap) */
-    int32_t data[16];
-    VkSpecializationMapEntry map[16];
-    for (int i = 0; i < 16; i++) {
+     * uncapped one carries no code for the cap); every *_cmq: 16 = the subgroups on each 16
+     * rows (burst_vk_cmq_split) */
+    int32_t data[17];
+    VkSpecializationMapEntry map[17];
+    for (int i = 0; i < 17; i++) {
         data[i] = i < 8 ? (int32_t)key[i + 1] : (int32_t)(key[2] * key[3]);
         map[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(i * 4), 4};
     }
@@ -269,18 +270,16 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     }
     if (k == BURST_VK_DELTA)
         data[8] = 64;
-    if (burst_vk_kernel_cm(k)) /* BR / 16 (+ ld loading) subgroups of T invocations */
-        data[8] = (int32_t)(key[2] * (key[3] / 16 + key[9]));
+    data[16] = burst_vk_cmq_split(k, (int)key[1]);
+    if (burst_vk_kernel_cm(k)) /* BR / 16 (times the split, + ld loading) subgroups of T */
+        data[8] = (int32_t)(key[2] * (key[3] / 16 * (uint32_t)data[16] + key[9]));
     if (burst_vk_kernel_rt(k)) /* (BR / 4) x (BC / 4) */
         data[8] = (int32_t)(key[3] / 4 * (key[4] / 4));
     if (k == BURST_VK_CM_LAYOUT) /* one subgroup */
         data[8] = (int32_t)key[2];
     if (burst_vk_kernel_cm2(k)) /* t = the workgroup's invocations */
         data[8] = (int32_t)key[2];
-    uint32_t nspec = k == BURST_VK_FWD_CMQ                           ? 16u
-                     : k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ ? 13u
-                     : burst_vk_kernel_cmq(k)                        ? 12u
-                                                                     : 9u;
+    uint32_t nspec = burst_vk_kernel_cmq(k) ? 17u : 9u;
     VkSpecializationInfo spec = {nspec, map, sizeof data, data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
