@@ -10,7 +10,8 @@
  * Also the *_cmq tile rule (runtime/vulkan/vk_caps.c) on made-up device limits: the forward's
  * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
  * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel
- * has them; and the forward's tile per call (by its workgroup count and mask).
+ * has them; and the forward's tile per call (by its workgroup count, mask and head dim), and
+ * dq_cmq's (by its head dim).
  * And the workgroup-scope kernels (*_cm2) on made-up limits: the reason each missing piece
  * gives (the probe prints it; a build without GL_NV_cooperative_matrix2 names glslang), their
  * tiles where everything is there, none where the workgroup size is not listed or shared
@@ -218,7 +219,8 @@ static void cmq_tile_rule(void **state)
 
 /* fwd_cmq's per-call tile (burst_vk_fwd_cmq_call_tile) on an H100's limits: the loaders' tile
  * from 4 waves of workgroups (any mask), 192 x 64 from 16 waves where every row sees every
- * key, 128 x 64 otherwise; a tile pinned by BURST_VK_CMQ_TILE is never changed */
+ * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
+ * never changed. dq_cmq's (burst_vk_dq_cmq_call_tile): 96 x 16 for d in 129..192. */
 static void cmq_call_tile(void **state)
 {
     (void)state;
@@ -230,7 +232,6 @@ static void cmq_call_tile(void **state)
     burst_vk_env_read(&env);
     struct burst_vk_caps caps;
     h100_caps(&caps); /* 132 multiprocessors */
-    const int c = burst_vk_dclass(128);
     const struct burst_vk_tile ld = {32, 160, 32, 2}, big = {32, 192, 64, 0};
     /* 4 waves = 528 workgroups at 132 multiprocessors (512 at the 128 assumed where none is
      * reported): N = 4K x 32 heads is 26 x 32 = 832, N = 1K x 8 heads 7 x 8 = 56; 192 x 64
@@ -248,7 +249,7 @@ static void cmq_call_tile(void **state)
         const struct burst_vk_tile *want = cases[i].keep ? &rule : &small;
         caps.sm_count = (uint32_t)cases[i].sms;
         struct burst_vk_tile t =
-            burst_vk_fwd_cmq_call_tile(&caps, &env, c, rule, cases[i].groups, cases[i].mask_all);
+            burst_vk_fwd_cmq_call_tile(&caps, &env, 128, rule, cases[i].groups, cases[i].mask_all);
         if (memcmp(&t, want, sizeof t) != 0)
             fail_msg("case %zu: tile %d x %d x %d + %d, expected %d x %d x %d + %d", i, t.t, t.br,
                      t.bc, t.ld, want->t, want->br, want->bc, want->ld);
@@ -256,8 +257,30 @@ static void cmq_call_tile(void **state)
     caps.sm_count = 132;
     /* pinned: kept for every call */
     set_cmq_tile(&env, 160, 32, 2);
-    struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, c, ld, 1, 0);
+    struct burst_vk_tile t = burst_vk_fwd_cmq_call_tile(&caps, &env, 128, ld, 1, 0);
     expect_tile(&t, 160, 32, 2);
+    /* head dims up to 32: 128 x 64 at any size */
+    set_cmq_tile(&env, 0, 0, 0);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 32, ld, 100000, 1);
+    expect_tile(&t, 128, 64, 0);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 40, ld, 100000, 1);
+    expect_tile(&t, 160, 32, 2);
+    /* dq_cmq: 96 x 16 for d in 129..192 in place of the d <= 256 class's 64 x 16; the rule's
+     * tile at other head dims, for other rule tiles and where one is pinned */
+    const struct burst_vk_tile dq64 = {32, 64, 16, 0}, dq128 = {32, 128, 64, 0};
+    static const struct {
+        int d, br; /* the tile's rows wanted */
+    } dq[] = {{128, 64}, {136, 96}, {160, 96}, {192, 96}, {200, 64}, {256, 64}};
+    for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) {
+        t = burst_vk_dq_cmq_call_tile(&caps, &env, dq[i].d, dq64);
+        expect_tile(&t, dq[i].br, 16, 0);
+    }
+    t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq128);
+    expect_tile(&t, 128, 64, 0);
+    env.cmq_bwd_tile[0] = 64;
+    env.cmq_bwd_tile[1] = 16;
+    t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq64);
+    expect_tile(&t, 64, 16, 0);
 }
 
 /* an H100 with the matrix extensions of NVIDIA's driver: VK_KHR_cooperative_matrix and

@@ -496,7 +496,7 @@ static void burst_vk_fwd_cmq_tile(const struct burst_vk_backend *be, const struc
                                   const struct burst_step_dims *dim, struct burst_vk_tile *tl)
 {
     int64_t groups = (int64_t)burst_vk_groups(dim->nq, tl->br) * dim->hq * dim->batch;
-    *tl = burst_vk_fwd_cmq_call_tile(&be->caps, &be->env, burst_vk_dclass((int)dim->d), *tl, groups,
+    *tl = burst_vk_fwd_cmq_call_tile(&be->caps, &be->env, (int)dim->d, *tl, groups,
                                      burst_mask_all(&a->qpos, &a->kpos, a->mask));
 }
 
@@ -696,6 +696,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
                cvt_pipe = VK_NULL_HANDLE;
     if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
         st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
+    if (kq == BURST_VK_DQ_CMQ)
+        tq = burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq);
     const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)
         st = burst_vk_pipeline_capped(be, kq, (int)dim.d, &tq, dt, capped, &pq);
