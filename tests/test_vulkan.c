@@ -23,9 +23,9 @@
  *                          device takes it under the environment meson gives (BURST_VK_CM2,
  *                          BURST_VK_COOPMAT_KHR), else exit 77 with the probe's reason. Cases
  *                          against the fp64 reference, forward and backward: fp16 and bf16,
- *                          every head dim of {8, 32, 40, 64, 80, 96, 128, 160, 192, 256}, every
- *                          mask, GQA, query and key counts not multiples of any tile, unaligned
- *                          rows, large and tiny magnitudes.
+ *                          head dims {8, 32, 40, 64, 72, 80, 96, 128, 136, 160, 192, 200, 248,
+ *                          256}, every mask, GQA, query and key counts not multiples of any
+ *                          tile, unaligned rows, large and tiny magnitudes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -129,6 +129,12 @@ static const struct harness_case path_cases[] = {
     {VK_CASE("p_d256_causal_fp16", 2, 140, 2, 1, 256, BURST_DTYPE_FP16), .causal = 1},
     {VK_CASE("p_d256_full_bf16", 1, 100, 2, 2, 256, BURST_DTYPE_BF16)},
     {VK_CASE("p_d72_padded_fp16", 2, 66, 2, 2, 72, BURST_DTYPE_FP16), .pad = 1, .causal = 1},
+    /* beyond 128, head dims whose 16-column chunks split unevenly between the two subgroups on
+     * each 16 rows of the backward (9 and 13 chunks), and one rounded up to 16 there */
+    {VK_CASE("p_d136_causal_gqa_fp16", 2, 150, 4, 2, 136, BURST_DTYPE_FP16), .causal = 1},
+    {VK_CASE("p_d200_full_bf16", 1, 110, 2, 2, 200, BURST_DTYPE_BF16)},
+    {VK_CASE("p_d248_window_fp16", 2, 120, 2, 1, 248, BURST_DTYPE_FP16), .window_left = 40,
+     .window_right = 7, .pad = 1},
     {VK_CASE("p_large_scores_fp16", 1, 256, 1, 1, 64, BURST_DTYPE_FP16), .softmax_scale = 1.0f,
      .amp = 4.0, .grid = 4},
     {VK_CASE("p_bf16_huge_d128", 1, 130, 2, 2, 128, BURST_DTYPE_BF16), .amp = 1e6,
