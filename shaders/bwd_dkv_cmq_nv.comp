@@ -23,7 +23,8 @@
 //   S^T = K Q^T and dP^T = V dO^T (16 x 16, fp32) on MMAs;
 //   in registers: P^T = exp(S^T - L) masked by each query's allowed keys, dS^T = P^T (dP^T - D)
 //   (L, D and the interval of an element's query column read from shared memory);
-//   dV (16 x D) += P^T dO and dK (16 x D) += dS^T Q on MMAs, P^T and dS^T converted to fp16.
+//   dV (16 x DM) += P^T dO and dK (16 x DM) += dS^T Q on MMAs (DCH chunks a subgroup), P^T
+//   and dS^T converted to fp16.
 // At the end dK, times tau, and dV are added into the fp32 accumulators from the registers;
 // each element has one writer, in a fixed order (deterministic).
 // Precision: P and dS are rounded to fp16 before the MMAs (as in FlashAttention): 2^-11

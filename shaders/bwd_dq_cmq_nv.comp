@@ -18,7 +18,7 @@
 //   S = Q K^T and dP = dO V^T (16 x 16, fp32) on MMAs;
 //   in registers: dS = P (dP - D), P = exp2(S tau log2 e - L log2 e), masked by each row's
 //   allowed key interval (an invocation's two rows' L, D and intervals in registers);
-//   dQ (16 x D, D/16 fp32 accumulators) += dS K on MMAs, dS converted to fp16.
+//   dQ (16 x DM, DCH fp32 accumulators a subgroup) += dS K on MMAs, dS converted to fp16.
 // At the end dQ, times tau, is added into the fp32 accumulator from the registers; each
 // element has one writer (deterministic). Only key tiles in the union of the tile's allowed
 // intervals are visited.

@@ -374,10 +374,11 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
          * d rounded up to 16 and padded by 8 halves (Q, dO pass through them), four ints;
          * fwd_cmq with loading subgroups: two K/V buffers and four counters.
          * bwd_dkv_cmq_nv.comp: K tile [br], Q and dO tiles [bc], 16 B per query row, two ints.
-         * The backward's subgroup pairs beyond d = 128 (cmq_pair.glsl): 2 KiB a subgroup. */
+         * The backward's subgroup pairs beyond d = 128 (cmq_pair.glsl): 2 KiB a subgroup (one
+         * float where there are none). */
         size_t row = (size_t)((d + 15) / 16 * 16 + 8) * 2;
         size_t sp = (size_t)burst_vk_cmq_split(k, d), w = (size_t)tl->br / 16 * sp;
-        size_t pair = sp > 1 ? w * 2048 : 0;
+        size_t pair = sp > 1 ? w * 2048 : k != BURST_VK_FWD_CMQ ? 4 : 0;
         if (k == BURST_VK_DKV_CMQ)
             return (size_t)(tl->br + 2 * tl->bc) * row + 16 * (size_t)tl->bc + 8 + pair;
         return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * row + 16 + (tl->ld > 0 ? 16 : 0) + pair;
