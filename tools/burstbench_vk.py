@@ -25,6 +25,11 @@ path guards against timing a wrong kernel.
         --head-dim 128 --dtype fp16 --causal] [--paths coopmat,coopmat_cm2,coopmat_nv,tiled]
         [--fwd-only]
         [--no-torch]
+
+--head-dim takes a list (32,40,64,...): one size after the other, each beside PyTorch, with
+--width W running W / d heads at head dim d (the work per score then stays the same); a list
+also prints a summary line per head dim (each path against FA2) and plots TFLOP/s against the
+head dim into --svg (where matplotlib is installed). The CSV has every size's rows.
 """
 import argparse
 import csv
@@ -140,27 +145,11 @@ def torch_sdpa(args):
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--burstrun", default="build/tools/burstrun")
-    ap.add_argument("--seq", type=int, default=16384)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--dtype", default="fp16")
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--iters", type=int, default=3)
-    # the GPU clocks up during the first calls (seen at 345-420 MHz at the start of a run):
-    # calls before the timed ones, whose kernel time the profile does not count apart
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--paths", default="coopmat,coopmat_cm2,coopmat_nv,tiled")
-    ap.add_argument("--fwd-only", action="store_true", help="time the forward alone")
-    ap.add_argument("--check-seq", type=int, default=1024)
-    ap.add_argument("--timeout", type=int, default=600)
-    ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--csv", default="burstbench_vk.csv")
-    args = ap.parse_args()
-
+def bench_one(args):
+    """The paths and PyTorch at one size (args.head_dim, args.heads): rows of the CSV."""
     flops_fwd = 4.0 * args.seq * args.seq * args.heads * args.head_dim * (0.5 if args.causal else 1.0)
+    size = {"d": args.head_dim, "heads": args.heads, "seq": args.seq, "dtype": args.dtype,
+            "causal": args.causal}
     rows = []
     for path in args.paths.split(","):
         js, _ = run_burst(args, path, True, args.check_seq, check=True)
@@ -177,9 +166,10 @@ def main():
                 kern += kernel_ms(prof, ["dq", "dkv", "dq_cm", "dkv_cm", "dq_cmq", "dkv_cmq",
                                          "dq_rt", "dkv_rt", "dkvq_rt", "delta"])
             f = flops_fwd * (1.0 if fwd_only else 3.5)
-            rows.append({"impl": f"vulkan-{path}", "what": "fwd" if fwd_only else "fwd+bwd",
-                         "checked": ok, "wall_ms": wall, "kernel_ms": kern,
-                         "tflops_wall": f / wall / 1e9, "tflops_kernel": f / kern / 1e9 if kern else 0})
+            rows.append(dict(size, impl=f"vulkan-{path}", what="fwd" if fwd_only else "fwd+bwd",
+                             checked=ok, wall_ms=wall, kernel_ms=kern,
+                             tflops_wall=f / wall / 1e9,
+                             tflops_kernel=f / kern / 1e9 if kern else 0))
             print(rows[-1], flush=True)
     if not args.no_torch:
         t = torch_sdpa(args)
@@ -188,19 +178,106 @@ def main():
             for key, mult, what in (("fwd", 1.0, "fwd"), ("fwd_bwd", 3.5, "fwd+bwd")):
                 ms = t.get(f"{name}_{key}_ms")
                 if ms:
-                    rows.append({"impl": f"torch-{name}", "what": what, "checked": True,
-                                 "wall_ms": ms, "kernel_ms": ms,
-                                 "tflops_wall": flops_fwd * mult / ms / 1e9,
-                                 "tflops_kernel": flops_fwd * mult / ms / 1e9})
+                    rows.append(dict(size, impl=f"torch-{name}", what=what, checked=True,
+                                     wall_ms=ms, kernel_ms=ms,
+                                     tflops_wall=flops_fwd * mult / ms / 1e9,
+                                     tflops_kernel=flops_fwd * mult / ms / 1e9))
     print(f"\nB=1 N={args.seq} H={args.heads} d={args.head_dim} {args.dtype} causal={args.causal}")
     print(f"{'impl':18} {'what':8} {'kernel ms':>10} {'TFLOP/s':>8} {'wall ms':>10} {'TFLOP/s':>8}")
     for r in rows:
         print(f"{r['impl']:18} {r['what']:8} {r['kernel_ms']:10.2f} {r['tflops_kernel']:8.1f} "
               f"{r['wall_ms']:10.2f} {r['tflops_wall']:8.1f}")
+    return rows
+
+
+def summary(rows, dims, paths):
+    """One line per head dim: each path's kernel TFLOP/s (fwd / fwd+bwd) and its ratio to FA2,
+    then FA2's and cuDNN's."""
+    by = {(r["d"], r["impl"], r["what"]): r["tflops_kernel"] for r in rows}
+
+    def pair(d, impl):
+        return by.get((d, impl, "fwd"), float("nan")), by.get((d, impl, "fwd+bwd"), float("nan"))
+
+    print("\nkernel TFLOP/s, fwd / fwd+bwd (vs FA2)")
+    print(f"{'d':>4} {'heads':>5} " + " ".join(f"{p:>28}" for p in paths)
+          + f" {'FA2':>15} {'cuDNN':>15}")
+    for d in dims:
+        fa = pair(d, "torch-fa2")
+        heads = next((r["heads"] for r in rows if r["d"] == d), 0)
+        line = f"{d:4d} {heads:5d} "
+        for p in paths:
+            b = pair(d, f"vulkan-{p}")
+            line += (f" {b[0]:6.1f} / {b[1]:6.1f} ({b[0] / fa[0]:4.2f} / {b[1] / fa[1]:4.2f})"
+                     if fa[0] == fa[0] else f" {b[0]:6.1f} / {b[1]:6.1f}" + " " * 14)
+        cu = pair(d, "torch-cudnn")
+        print(line + f" {fa[0]:6.1f} / {fa[1]:6.1f} {cu[0]:6.1f} / {cu[1]:6.1f}")
+
+
+def plot(rows, args):
+    """TFLOP/s against the head dim, forward and forward+backward, into args.svg."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    impls = sorted({r["impl"] for r in rows})
+    for ax, what in zip(axes, ("fwd", "fwd+bwd")):
+        for impl in impls:
+            pts = sorted((r["d"], r["tflops_kernel"]) for r in rows
+                         if r["impl"] == impl and r["what"] == what)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts],
+                        "o-" if impl.startswith("vulkan") else "s--", label=impl)
+        ax.set_xlabel("head dim d")
+        ax.set_ylabel("TFLOP/s (kernel time)")
+        ax.set_title(f"{what}, {args.dtype}, N={args.seq}{', causal' if args.causal else ''}")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.svg)
+    print(f"wrote {args.svg}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--burstrun", default="build/tools/burstrun")
+    ap.add_argument("--seq", type=int, default=16384)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--head-dim", default="128", help="a head dim or a list: 32,64,128")
+    ap.add_argument("--width", type=int, default=0,
+                    help="heads x head dim: each head dim runs width / d heads (not --heads)")
+    ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--iters", type=int, default=3)
+    # the GPU clocks up during the first calls (seen at 345-420 MHz at the start of a run):
+    # calls before the timed ones, whose kernel time the profile does not count apart
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--paths", default="coopmat,coopmat_cm2,coopmat_nv,tiled")
+    ap.add_argument("--fwd-only", action="store_true", help="time the forward alone")
+    ap.add_argument("--check-seq", type=int, default=1024)
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--csv", default="burstbench_vk.csv")
+    ap.add_argument("--svg", default="burstbench_vk.svg", help="the plot, for several head dims")
+    args = ap.parse_args()
+
+    dims = [int(x) for x in args.head_dim.split(",")]
+    rows = []
+    for d in dims:
+        one = argparse.Namespace(**vars(args))
+        one.head_dim = d
+        one.heads = max(1, args.width // d) if args.width else args.heads
+        rows += bench_one(one)
+    if len(dims) > 1:
+        summary(rows, dims, args.paths.split(","))
+        plot(rows, args)
     with open(args.csv, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()) if rows else ["impl"])
         w.writeheader()
         w.writerows(rows)
+    print(f"wrote {args.csv}")
 
 
 if __name__ == "__main__":
