@@ -13,9 +13,11 @@
 //
 // Workgroup (x = key tile, y = kv head, z = batch): W = BR / 16 subgroups of 32 invocations,
 // each owning 16 key rows; beyond d = 128 (SP = 2) twice as many, two on each 16 rows, each
-// holding half of the head dim's chunks of V, dK and dV, who add their partial S^T and dP^T
-// through shared memory (cmq_pair.glsl). The K tile is staged once in shared memory, the
-// subgroup's V rows once in registers (MMA operands). Query tiles of BC rows (Q, dO, L, D and
+// holding half of the head dim's chunks of K, V, dK and dV, who add their partial S^T and dP^T
+// through shared memory (cmq_pair.glsl). The subgroup's V rows are loaded once into registers
+// (MMA operands), and so are its K rows with KREG (constant 13; beyond d = 128, where the
+// shared memory they leave holds twice the key rows: burst_vk_cmq_kreg); without it the K tile
+// is staged once in shared memory. Query tiles of BC rows (Q, dO, L, D and
 // the rows' allowed key intervals) are staged in shared memory, the next tile's loads in flight
 // during the current one where PREFETCH (constant 11; off by default: on the H100 the registers
 // it holds cost more than it hid, at every head dim); only query rows whose interval meets the
@@ -35,9 +37,9 @@
 // and dV (dO's) are added.
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves):
-//   [0, KN)           K tile [BR][DM + 8] fp16
-//   [KN, + 2 BC RS)   Q and dO tiles [BC][DM + 8] fp16; the V rows pass through them before
-//                     the loop, VP rows at a time
+//   [0, KN)           K tile [BR][DM + 8] fp16 (none with KREG)
+//   [KN, + 2 BC RS)   Q and dO tiles [BC][DM + 8] fp16; the V rows (and with KREG the K
+//                     rows) pass through them before the loop, VP rows at a time
 //   rowq              the query tile's L log2 e, D and allowed key intervals, an ivec4 a row
 //   xf                with SP = 2: the pairs' partials (cmq_pair.glsl)
 // runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
@@ -54,9 +56,10 @@
 
 layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 layout(constant_id = 12) const int CAPPED = 0;   // 1: soft-capped scores (a pipeline of its own)
+layout(constant_id = 13) const int KREG = 0;     // 1: K rows in registers, no K tile
 
 const int NB = BC / 16;          // 16-row chunks of a query tile
-const int KN = BR * RS;          // the K tile
+const int KN = KREG != 0 ? 0 : BR * RS; // the K tile
 const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
 const int SHN = KN + 2 * BC * RS;
 const int VP = (2 * BC) / 16 * 16 < BR ? (2 * BC) / 16 * 16 : BR; // V rows per pass
@@ -102,7 +105,7 @@ void main()
         atomicMax(qmax_s, hi);
     }
     // the K tile to shared memory
-    for (int x = tid; x < BR * D8; x += NT) {
+    for (int x = tid; x < BR * D8 && KREG == 0; x += NT) {
         int row = x / D8, c8 = x % D8;
         bool in_k = j0 + row < P.nk && 8 * c8 < D;
         sh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, 8 * c8), in_k);
@@ -111,22 +114,30 @@ void main()
     const int qmin = qmin_s, qmax = qmax_s;
     if (qmin >= qmax)
         return;
-    // the V rows (16 rows x the subgroup's DCH chunks) into registers, through the Q / dO
-    // region VP rows at a time
-    AMAT vf[DCH];
-    for (int p0 = 0; p0 < BR; p0 += VP) {
-        if (p0 > 0)
-            barrier(); // the previous pass is read
-        for (int x = tid; x < VP * D8; x += NT) {
-            int row = x / D8, c8 = x % D8, jr = j0 + p0 + row;
-            bool in_v = p0 + row < BR && jr < P.nk && 8 * c8 < D;
-            sh[QO + row * RS + c8] = load8(vv, vec, view_index(vv, b, jr, g, 8 * c8), in_v);
+    // the V rows (16 rows x the subgroup's DCH chunks) into registers, then with KREG the K
+    // rows, through the Q / dO region VP rows at a time
+    AMAT vf[DCH], kf[KREG != 0 ? DCH : 1];
+    for (int m = 0; m < (KREG != 0 ? 2 : 1); m++) {
+        for (int p0 = 0; p0 < BR; p0 += VP) {
+            if (m > 0 || p0 > 0)
+                barrier(); // the previous pass is read
+            for (int x = tid; x < VP * D8; x += NT) {
+                int row = x / D8, c8 = x % D8, jr = j0 + p0 + row;
+                bool in_v = p0 + row < BR && jr < P.nk && 8 * c8 < D;
+                sh[QO + row * RS + c8] =
+                    m == 0 ? load8(vv, vec, view_index(vv, b, jr, g, 8 * c8), in_v)
+                           : load8(kv, vec, view_index(kv, b, jr, g, 8 * c8), in_v);
+            }
+            barrier();
+            if (16 * rg >= p0 && 16 * rg < p0 + VP) // uniform in the subgroup
+                UNROLL for (int c = 0; c < DCH; c++) {
+                    const uint x = uint(QO + (16 * rg - p0) * RS + 2 * min(c0 + c, DC - 1));
+                    if (m == 0)
+                        CM_LOAD(vf[c], sh, x, uint(RS), false);
+                    else
+                        CM_LOAD(kf[KREG != 0 ? c : 0], sh, x, uint(RS), false);
+                }
         }
-        barrier();
-        if (16 * rg >= p0 && 16 * rg < p0 + VP) // uniform in the subgroup
-            UNROLL for (int c = 0; c < DCH; c++)
-                CM_LOAD(vf[c], sh, uint(QO + (16 * rg - p0) * RS + 2 * min(c0 + c, DC - 1)),
-                              uint(RS), false);
     }
 
     // bf16 inputs converted by the host: their scales (1 otherwise); powers of two, divided one
@@ -191,7 +202,10 @@ void main()
                 if (cc < DC) { // uniform
                     AMAT a;
                     BMAT bq, bdo;
-                    CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
+                    if (KREG != 0)
+                        a = kf[KREG != 0 ? c : 0];
+                    else
+                        CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
                     CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * cc), uint(RS), true);
                     CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * cc), uint(RS), true);
                     s = CM_MULADD(a, bq, s);

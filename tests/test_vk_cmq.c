@@ -176,15 +176,23 @@ static void cmq_tile_rule(void **state)
     assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld0, 40), 7184u);
     /* beyond d = 128 (rows of 264 halves): the forward in one 32-key buffer (8 subgroups,
      * 33.8 KiB); the backward's subgroup pairs (2 KiB a subgroup to swap partials): dq_cmq 64
-     * rows (8 subgroups) x 16 keys, dkv_cmq 32 key rows (4 subgroups) x 16 query rows */
+     * rows (8 subgroups) x 16 keys, dkv_cmq 64 key rows (8 subgroups, K in registers: no K
+     * tile) x 16 query rows */
     const int c2 = burst_vk_dclass(256);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c2], 128, 32, 0);
     expect_tile(&t.k[BURST_VK_DQ_CMQ][c2], 64, 16, 0);
-    expect_tile(&t.k[BURST_VK_DKV_CMQ][c2], 32, 16, 0);
+    expect_tile(&t.k[BURST_VK_DKV_CMQ][c2], 64, 16, 0);
     assert_int_equal(burst_vk_tile_shared(BURST_VK_DQ_CMQ, &t.k[BURST_VK_DQ_CMQ][c2], 256),
                      16896u + 16u + 8u * 2048u);
     assert_int_equal(burst_vk_tile_shared(BURST_VK_DKV_CMQ, &t.k[BURST_VK_DKV_CMQ][c2], 256),
-                     33792u + 256u + 8u + 4u * 2048u);
+                     16896u + 256u + 8u + 8u * 2048u);
+    /* at d <= 128 the K tile is in shared memory: 64 rows of 136 halves beside the Q / dO */
+    assert_int_equal(burst_vk_tile_shared(BURST_VK_DKV_CMQ, &t.k[BURST_VK_DKV_CMQ][c], 128),
+                     (64u + 96u) * 272u + 768u + 8u + 4u);
+    /* 32-row query tiles: 50.7 KiB at d = 256, 41.6 KiB at d = 192 */
+    const struct burst_vk_tile dkv2 = {32, 64, 32, 0};
+    assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_DKV_CMQ, c2, &dkv2));
+    assert_true(burst_vk_tile_valid_at(&caps, &env, BURST_VK_DKV_CMQ, 192, &dkv2));
     /* 32-key tiles with the pairs' swap space: 50192 B, beyond 48 KiB */
     const struct burst_vk_tile dq2 = {32, 64, 32, 0};
     assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_DQ_CMQ, c2, &dq2));
@@ -220,7 +228,8 @@ static void cmq_tile_rule(void **state)
 /* fwd_cmq's per-call tile (burst_vk_fwd_cmq_call_tile) on an H100's limits: the loaders' tile
  * from 4 waves of workgroups (any mask), 192 x 64 from 16 waves where every row sees every
  * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
- * never changed. dq_cmq's (burst_vk_dq_cmq_call_tile): 96 x 16 for d in 129..192. */
+ * never changed. dq_cmq's (burst_vk_dq_cmq_call_tile): 96 x 16 for d in 129..192; dkv_cmq's
+ * (burst_vk_dkv_cmq_call_tile): 64 x 32 there. */
 static void cmq_call_tile(void **state)
 {
     (void)state;
@@ -277,9 +286,21 @@ static void cmq_call_tile(void **state)
     }
     t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq128);
     expect_tile(&t, 128, 64, 0);
+    /* dkv_cmq: 32-row query tiles for d in 129..192 in place of the class's 16 */
+    static const struct {
+        int d, bc; /* the tile's query rows wanted */
+    } dkv[] = {{128, 16}, {136, 32}, {160, 32}, {192, 32}, {200, 16}, {256, 16}};
+    for (size_t i = 0; i < sizeof dkv / sizeof dkv[0]; i++) {
+        t = burst_vk_dkv_cmq_call_tile(&caps, &env, dkv[i].d, dq64);
+        expect_tile(&t, 64, dkv[i].bc, 0);
+    }
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq128);
+    expect_tile(&t, 128, 64, 0);
     env.cmq_bwd_tile[0] = 64;
     env.cmq_bwd_tile[1] = 16;
     t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq64);
+    expect_tile(&t, 64, 16, 0);
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq64);
     expect_tile(&t, 64, 16, 0);
 }
 

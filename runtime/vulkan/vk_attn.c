@@ -698,6 +698,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
     if (kq == BURST_VK_DQ_CMQ)
         tq = burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq);
+    if (kkv == BURST_VK_DKV_CMQ)
+        tkv = burst_vk_dkv_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tkv);
     const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)
         st = burst_vk_pipeline_capped(be, kq, (int)dim.d, &tq, dt, capped, &pq);

@@ -34,10 +34,13 @@
  *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
  *      BURST_VK_CMQ_BWD_TILE ask for others). In the d <= 256 class, where 48 KiB hold only
  *      one 32-key buffer, the same lists give fwd_cmq 128 x 32 (8 subgroups), dq_cmq 64 x 16
- *      and dkv_cmq 32 x 16, the backward's on two subgroups a 16 rows (burst_vk_cmq_split);
- *      on the H200 (bf16, causal, N = 8K) loading subgroups (96 x 16 + 2) measured 1.3-1.7x
- *      slower at d = 160 and 192 and within 3 % at 256, 64-row forward tiles, 32-row dq_cmq
- *      tiles and 16-row dkv_cmq tiles slower at all three.
+ *      and dkv_cmq 64 x 16 (its K rows in registers, burst_vk_cmq_kreg), the backward's on
+ *      two subgroups a 16 rows (burst_vk_cmq_split); on the H200 (bf16, causal, N = 8K)
+ *      loading subgroups (96 x 16 + 2) measured 1.3-1.7x slower at d = 160 and 192 and within
+ *      3 % at 256, 64-row forward tiles and 32-row dq_cmq tiles slower at all three, and
+ *      dkv_cmq with K in registers 6-7 % faster at 64 x 16 than 32 x 16 (d = 192, 256), 19 %
+ *      and 17 % faster at 64 x 32 (d = 160, 192: burst_vk_dkv_cmq_call_tile) than the K tile
+ *      in shared memory at 32 x 16.
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
  *      cooperative-matrix ones do not take; a tile's T is the chunk depth DC), each: the first
  *      valid of 64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt, dkvq_rt: 128 x 64, 8
@@ -373,14 +376,16 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
         /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows of
          * d rounded up to 16 and padded by 8 halves (Q, dO pass through them), four ints;
          * fwd_cmq with loading subgroups: two K/V buffers and four counters.
-         * bwd_dkv_cmq_nv.comp: K tile [br], Q and dO tiles [bc], 16 B per query row, two ints.
+         * bwd_dkv_cmq_nv.comp: K tile [br] (none with K in registers), Q and dO tiles [bc],
+         * 16 B per query row, two ints.
          * The backward's subgroup pairs beyond d = 128 (cmq_pair.glsl): 2 KiB a subgroup (one
          * float where there are none). */
         size_t row = (size_t)((d + 15) / 16 * 16 + 8) * 2;
         size_t sp = (size_t)burst_vk_cmq_split(k, d), w = (size_t)tl->br / 16 * sp;
         size_t pair = sp > 1 ? w * 2048 : k != BURST_VK_FWD_CMQ ? 4 : 0;
         if (k == BURST_VK_DKV_CMQ)
-            return (size_t)(tl->br + 2 * tl->bc) * row + 16 * (size_t)tl->bc + 8 + pair;
+            return (size_t)((burst_vk_cmq_kreg(k, d) ? 0 : tl->br) + 2 * tl->bc) * row +
+                   16 * (size_t)tl->bc + 8 + pair;
         return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * row + 16 + (tl->ld > 0 ? 16 : 0) + pair;
     }
     case BURST_VK_DQ_CM:
@@ -440,7 +445,12 @@ static uint32_t burst_vk_shared_limit(const struct burst_vk_caps *caps,
 int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
-    int d = burst_vk_dclass_max[dclass];
+    return burst_vk_tile_valid_at(caps, env, k, burst_vk_dclass_max[dclass], tl);
+}
+
+int burst_vk_tile_valid_at(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                           enum burst_vk_kernel k, int d, const struct burst_vk_tile *tl)
+{
     if (burst_vk_kernel_cm2(k)) {
         /* t = invocations: a count the device lists for fp16 workgroup-scope matrices; BR and
          * BC multiples of 16; shared memory with the driver's reserve */
@@ -709,6 +719,22 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
         rule.ld != 0 || !burst_vk_tile_valid(caps, env, BURST_VK_DQ_CMQ, burst_vk_dclass(d), &wide))
         return rule;
     return wide;
+}
+
+/*
+ * dkv_cmq's tile for one call: the d <= 256 class's rule tile, 64 key rows x 16-row query
+ * tiles, is sized for d = 256; up to d = 192 the shared memory holds 32-row query tiles (41.6
+ * KiB at d = 192), which halve the tile loads and barriers per query row.
+ */
+struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps,
+                                                const struct burst_vk_env *env, int d,
+                                                struct burst_vk_tile rule)
+{
+    const struct burst_vk_tile deep = {32, 64, 32, 0};
+    if (env->cmq_bwd_tile[0] || d <= 128 || d > 192 || rule.br != 64 || rule.bc != 16 ||
+        rule.ld != 0 || !burst_vk_tile_valid_at(caps, env, BURST_VK_DKV_CMQ, d, &deep))
+        return rule;
+    return deep;
 }
 
 const char *burst_vk_coopmat_khr_why(const struct burst_vk_caps *caps,

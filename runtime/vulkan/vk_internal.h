@@ -208,9 +208,11 @@ extern const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS];
 /* Shared memory a kernel needs with tile tl at head dim d (bytes). */
 size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d);
 
-/* Is tl usable on caps for kernel k at the class's largest head dim? */
+/* Is tl usable on caps for kernel k at the class's largest head dim? At head dim d? */
 int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl);
+int burst_vk_tile_valid_at(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                           enum burst_vk_kernel k, int d, const struct burst_vk_tile *tl);
 
 /* The documented tile rule (vk_caps.c); every entry valid, or t = 0 where nothing fits. */
 void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
@@ -231,6 +233,13 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
 struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
                                                const struct burst_vk_env *env, int d,
                                                struct burst_vk_tile rule);
+
+/* dkv_cmq's tile for one call at head dim d, from the device's rule tile: 32-row query tiles
+ * instead of the d <= 256 class's 16 for d in 129..192, where they fit the shared memory
+ * (vk_caps.c); a tile pinned by BURST_VK_CMQ_BWD_TILE stays. */
+struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps,
+                                                const struct burst_vk_env *env, int d,
+                                                struct burst_vk_tile rule);
 
 /* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16, by
  * the NV or the KHR extension)? */
@@ -275,6 +284,14 @@ static inline int burst_vk_kernel_cmq(enum burst_vk_kernel k)
 static inline int burst_vk_cmq_split(enum burst_vk_kernel k, int d)
 {
     return (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) && d > 128 ? 2 : 1;
+}
+
+/* Whether dkv_cmq holds its K rows in registers instead of a K tile in shared memory
+ * (specialization constant 13, KREG in shaders/bwd_dkv_cmq_nv.comp): beyond d = 128, where the
+ * tile of K would leave room for only 32 key rows on 48 KiB. */
+static inline int burst_vk_cmq_kreg(enum burst_vk_kernel k, int d)
+{
+    return k == BURST_VK_DKV_CMQ && d > 128;
 }
 
 /* ---- the instance ------------------------------------------------------------------------- */
