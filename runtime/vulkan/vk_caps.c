@@ -676,7 +676,16 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
  * waves and every query row may see every key (192 x 64, where the loaders' tile is not
  * valid); otherwise 128 x 64, where valid. Head dims up to 32 take 128 x 64 at every size: there
  * a tile's softmax outweighs its products, and on the H200 (bf16, causal, N = 8K, 64 heads:
- * 100 waves) it ran 2.59 ms against 3.26 for 160 x 32 with loaders. Multiprocessors:
+ * 100 waves) it ran 2.59 ms against 3.26 for 160 x 32 with loaders. Head dims 33 to 64 take
+ * 256 x 64 where the loaders' tile would run: on the H200 (bf16, kernel ms, 2048 / d heads)
+ *
+ *     d    N = 8K, causal: 160 x 32 + 2   256 x 64    N = 16K, full: 160 x 32 + 2   256 x 64
+ *     40                    2.90            2.62                     20.35           18.14
+ *     48                    2.56            2.21                     17.76           15.41
+ *     56                    2.25            2.11                     15.69           14.41
+ *     64                    2.03            1.91                     13.67           12.57
+ *
+ * and at d = 96 it did not (1.81 against 1.75 ms, N = 8K, causal). Multiprocessors:
  * VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE pins one tile for every call.
  */
 struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps,
@@ -684,7 +693,7 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
                                                 struct burst_vk_tile rule, int64_t groups,
                                                 int mask_all)
 {
-    const struct burst_vk_tile small = {32, 128, 64, 0};
+    const struct burst_vk_tile small = {32, 128, 64, 0}, tall = {32, 256, 64, 0};
     if ((rule.br <= small.br && rule.ld == 0) || env->cmq_tile[0] ||
         !burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, burst_vk_dclass(d), &small))
         return rule;
@@ -693,19 +702,21 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
     int64_t sms = caps->sm_count ? caps->sm_count : 128;
     if (rule.ld > 0 ? groups < 4 * sms : (groups < 16 * sms || !mask_all))
         return small;
+    if (d <= 64 && rule.ld > 0 && burst_vk_tile_valid_at(caps, env, BURST_VK_FWD_CMQ, d, &tall))
+        return tall;
     return rule;
 }
 
 /*
  * dq_cmq's tile for one call: the d <= 256 class's rule tile, 64 rows (8 subgroups, two on each
  * 16 rows) x 16 keys, is sized for d = 256; head dims up to 192 keep their operands and
- * accumulators in fewer registers, so 96 rows (12 subgroups, the driver then allots 170
+ * accumulators in fewer registers, so 128 rows (16 subgroups, the driver then allots 128
  * registers an invocation) fit a multiprocessor and hide more of each tile's latency. On the
  * H200 (bf16, causal, N = 8K, 2048 / d heads, kernel ms):
  *
- *     d      64 x 16   96 x 16
- *     160      5.03      4.09
- *     192      4.76      3.75
+ *     d      64 x 16   96 x 16   128 x 16   64 x 32   96 x 32
+ *     160      5.03      4.08      3.59       4.64      3.75
+ *     192      4.76      3.75      3.66       4.48
  *     256      2.76      3.21  (96 rows: spilled registers)
  *
  * BURST_VK_CMQ_BWD_TILE pins the rule's tile for every call.
@@ -714,9 +725,9 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
                                                const struct burst_vk_env *env, int d,
                                                struct burst_vk_tile rule)
 {
-    const struct burst_vk_tile wide = {32, 96, 16, 0};
+    const struct burst_vk_tile wide = {32, 128, 16, 0};
     if (env->cmq_bwd_tile[0] || d <= 128 || d > 192 || rule.br != 64 || rule.bc != 16 ||
-        rule.ld != 0 || !burst_vk_tile_valid(caps, env, BURST_VK_DQ_CMQ, burst_vk_dclass(d), &wide))
+        rule.ld != 0 || !burst_vk_tile_valid_at(caps, env, BURST_VK_DQ_CMQ, d, &wide))
         return rule;
     return wide;
 }
