@@ -14,9 +14,10 @@
 // Workgroup (x = Q tile, y = query head, z = batch): W = BR / 16 compute subgroups of 32
 // invocations (and LD loading subgroups, below), each owning 16 query rows: Q (16 x DM) in
 // registers as DC = DM / 16 operand matrices, O as DC fp32 accumulators (DM: the head dim
-// rounded up to 16; the padding columns load as 0 and are never written). K/V tiles of BC keys
-// are staged in shared memory with 16-byte loads (where the views are 16-byte aligned, flag
-// bit 3), global -> registers -> shared memory; with
+// rounded up to 16; the padding columns load as 0 and are never written); an invocation's row
+// state (interval, maximum, sum, merge) in arrays over its two rows, r and r + 8. K/V tiles of
+// BC keys are staged in shared memory with 16-byte loads (where the views are 16-byte aligned,
+// flag bit 3), global -> registers -> shared memory; with
 // PREFETCH (constant 13, BURST_VK_CMQ_PREFETCH) the next tile's loads are in flight while the
 // current one is computed on, which on the H100 cost more (16 registers, spills) than it hid.
 // Per subgroup and key tile, in softmax steps of SMC 16-key chunks (constant 11; 1 by default,
@@ -88,6 +89,7 @@ const int L8 = BC * D8;         // 16-byte pieces of a K (or V) tile
 const int PT = LD > 0 ? LD * T : NT; // invocations that load K/V tiles
 const int LPT = (L8 + PT - 1) / PT; // of them per loading invocation
 const float RESCALE_LOG2 = 8.0;
+const int NQ = 2;               // rows per invocation: r and r + 8 of the subgroup's 16
 
 shared uvec4 sh[KVN];
 shared int kmin_s, kmax_s, kin_lo_s, kin_hi_s;
@@ -106,9 +108,14 @@ void main()
     const int g = h / P.group;
     const bool vec = (P.flags & 8) != 0;
     I32x2 rows = I32x2(P.rows);
-    // this invocation's two rows: r (A) and r + 8 (B) of the subgroup's 16
-    const int iA = i0 + 16 * sg + lane / 4, iB = iA + 8;
-    const bool liveA = sg < W && iA < P.nq, liveB = sg < W && iB < P.nq; // (not a loader)
+    // this invocation's rows: q = 0 and 1 are rows lane / 4 and lane / 4 + 8 of the subgroup's
+    // 16 (element e of a matrix: row q = row_b(e))
+    int ir[NQ];
+    bool live[NQ]; // (not a loader)
+    UNROLL for (int q = 0; q < NQ; q++) {
+        ir[q] = i0 + 16 * sg + lane / 4 + 8 * q;
+        live[q] = sg < W && ir[q] < P.nq;
+    }
 
     if (tid == 0) {
         full_s[0] = full_s[1] = empty_s[0] = empty_s[1] = 0u;
@@ -118,32 +125,30 @@ void main()
         kin_hi_s = P.nk;
     }
     barrier();
-    ivec2 myA = liveA ? rows.v[iA] : ivec2(0, 0), myB = liveB ? rows.v[iB] : ivec2(0, 0);
-    myA = ivec2(max(myA.x, P.lo), min(myA.y, P.hi)); // this dispatch's keys
-    myB = ivec2(max(myB.x, P.lo), min(myB.y, P.hi));
+    ivec2 my[NQ];
+    UNROLL for (int q = 0; q < NQ; q++) {
+        ivec2 iv = live[q] ? rows.v[ir[q]] : ivec2(0, 0);
+        my[q] = ivec2(max(iv.x, P.lo), min(iv.y, P.hi)); // this dispatch's keys
+    }
     if ((lane & 3) == 0) {
-        if (myA.x < myA.y) {
-            atomicMin(kmin_s, myA.x);
-            atomicMax(kmax_s, myA.y);
-        }
-        if (myB.x < myB.y) {
-            atomicMin(kmin_s, myB.x);
-            atomicMax(kmax_s, myB.y);
-        }
-        if (liveA) { // keys allowed for every live row: tiles inside need no mask
-            atomicMax(kin_lo_s, myA.x);
-            atomicMin(kin_hi_s, myA.y);
-        }
-        if (liveB) {
-            atomicMax(kin_lo_s, myB.x);
-            atomicMin(kin_hi_s, myB.y);
+        UNROLL for (int q = 0; q < NQ; q++) {
+            if (my[q].x < my[q].y) {
+                atomicMin(kmin_s, my[q].x);
+                atomicMax(kmax_s, my[q].y);
+            }
+            if (live[q]) { // keys allowed for every live row: tiles inside need no mask
+                atomicMax(kin_lo_s, my[q].x);
+                atomicMin(kin_hi_s, my[q].y);
+            }
         }
     }
-    // the running lse of both rows, read here: the merge at the end writes them (one invocation
+    // the running lse of the rows, read here: the merge at the end writes them (one invocation
     // of the quad), after every barrier of the loop
     F32 lse = F32(P.lse);
-    const uint liA = uint((b * P.hq + h) * P.nq + iA), liB = liA + 8u;
-    const float loA = liveA ? lse.v[liA] : 0.0, loB = liveB ? lse.v[liB] : 0.0;
+    const uint li0 = uint((b * P.hq + h) * P.nq);
+    float lo[NQ];
+    UNROLL for (int q = 0; q < NQ; q++)
+        lo[q] = live[q] ? lse.v[li0 + uint(ir[q])] : 0.0;
     barrier();
     const int kmin = kmin_s, kmax = kmax_s, kin_lo = kin_lo_s, kin_hi = kin_hi_s;
     if (kmin >= kmax)
@@ -184,7 +189,11 @@ void main()
     const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
     const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     const float smul = capped ? 1.0 : qmul; // capped scores are in log2 units already
-    float mA = NEG_INF, mB = NEG_INF, lA = 0.0, lB = 0.0;
+    float m[NQ], l[NQ];
+    UNROLL for (int q = 0; q < NQ; q++) {
+        m[q] = NEG_INF;
+        l[q] = 0.0;
+    }
     CMAT o[DC];
     UNROLL for (int c = 0; c < DC; c++)
         o[c] = CMAT(0.0);
@@ -265,8 +274,8 @@ void main()
     UNROLL for (int c = 0; c < DC; c++) {                                                         \
         UNROLL for (int n = 0; n < SMC; n++) {                                                    \
             BMAT bk;                                                                              \
-            CM_LOAD(bk, sh, uint(sb + 16 * ((m0) + n) * RS + 2 * c), uint(RS), true);       \
-            sv[n] = CM_MULADD(qa[c], bk, sv[n]);                                            \
+            CM_LOAD(bk, sh, uint(sb + 16 * ((m0) + n) * RS + 2 * c), uint(RS), true);             \
+            sv[n] = CM_MULADD(qa[c], bk, sv[n]);                                                  \
         }                                                                                         \
     }
         CMAT s[SMC];
@@ -283,50 +292,49 @@ void main()
                 UNROLL for (int n = 0; n < SMC; n++)
                     UNROLL for (int e = 0; e < NE; e++)
                         s[n][e] = cap2 * cap_tanh(s[n][e] * qmul, rcap2);
-            float mxA = NEG_INF, mxB = NEG_INF;
+            float mx[NQ];
+            UNROLL for (int q = 0; q < NQ; q++)
+                mx[q] = NEG_INF;
             UNROLL for (int n = 0; n < SMC; n++) {
                 UNROLL for (int e = 0; e < NE; e++) {
+                    const int q = row_b(e) ? 1 : 0;
                     int kj = j0 + 16 * (n0 + n) + col_of(e, lane);
-                    ivec2 my = row_b(e) ? myB : myA;
-                    float x = full || (kj >= my.x && kj < my.y) ? s[n][e] * smul : NEG_INF;
+                    float x = full || (kj >= my[q].x && kj < my[q].y) ? s[n][e] * smul : NEG_INF;
                     s[n][e] = x;
-                    if (row_b(e))
-                        mxB = max(mxB, x);
-                    else
-                        mxA = max(mxA, x);
+                    mx[q] = max(mx[q], x);
                 }
             }
-            mxA = max(mxA, subgroupShuffleXor(mxA, 1u));
-            mxA = max(mxA, subgroupShuffleXor(mxA, 2u));
-            mxB = max(mxB, subgroupShuffleXor(mxB, 1u));
-            mxB = max(mxB, subgroupShuffleXor(mxB, 2u));
-            const float mnA = mxA > mA + RESCALE_LOG2 ? mxA : mA; // m = -inf: any finite max
-            const float mnB = mxB > mB + RESCALE_LOG2 ? mxB : mB; // moves it
-            const float muA = mnA == NEG_INF ? 0.0 : mnA; // fully masked so far: P stays 0
-            const float muB = mnB == NEG_INF ? 0.0 : mnB;
-            const float alA = mnA == mA ? 1.0 : exp2(mA - muA);
-            const float alB = mnB == mB ? 1.0 : exp2(mB - muB);
-            float sA = 0.0, sB = 0.0;
+            float mu[NQ], al[NQ];
+            bool same = true;
+            UNROLL for (int q = 0; q < NQ; q++) {
+                mx[q] = max(mx[q], subgroupShuffleXor(mx[q], 1u));
+                mx[q] = max(mx[q], subgroupShuffleXor(mx[q], 2u));
+                // m = -inf: any finite max moves it
+                const float mn = mx[q] > m[q] + RESCALE_LOG2 ? mx[q] : m[q];
+                mu[q] = mn == NEG_INF ? 0.0 : mn; // fully masked so far: P stays 0
+                al[q] = mn == m[q] ? 1.0 : exp2(m[q] - mu[q]);
+                m[q] = mn;
+                same = same && al[q] == 1.0;
+            }
+            float sm[NQ];
+            UNROLL for (int q = 0; q < NQ; q++)
+                sm[q] = 0.0;
             UNROLL for (int n = 0; n < SMC; n++) {
                 UNROLL for (int e = 0; e < NE; e++) {
-                    float p = exp2(s[n][e] - (row_b(e) ? muB : muA)); // masked: exp2(-inf) = 0
+                    const int q = row_b(e) ? 1 : 0;
+                    float p = exp2(s[n][e] - mu[q]); // masked: exp2(-inf) = 0
                     s[n][e] = p;
-                    if (row_b(e))
-                        sB += p;
-                    else
-                        sA += p;
+                    sm[q] += p;
                 }
             }
             // l: this invocation's share of the row sums (alpha is the quad's), summed over
             // the quad at the end
-            lA = lA * alA + sA;
-            lB = lB * alB + sB;
-            mA = mnA;
-            mB = mnB;
-            if (!subgroupAll(alA == 1.0 && alB == 1.0)) { // rare, with the lazy maximum
+            UNROLL for (int q = 0; q < NQ; q++)
+                l[q] = l[q] * al[q] + sm[q];
+            if (!subgroupAll(same)) { // rare, with the lazy maximum
                 UNROLL for (int c = 0; c < DC; c++)
                     UNROLL for (int e = 0; e < NE; e++)
-                        o[c][e] *= row_b(e) ? alB : alA;
+                        o[c][e] *= al[row_b(e) ? 1 : 0];
             }
 
             // O += P V: per 16-column chunk of O, into O itself (DIRECT) or on a fresh
@@ -338,8 +346,7 @@ void main()
                 CMAT t = DIRECT != 0 ? o[c] : CMAT(0.0);
                 UNROLL for (int n = 0; n < SMC; n++) {
                     BMAT bv;
-                    CM_LOAD(bv, sh, uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c),
-                                  uint(RS), false);
+                    CM_LOAD(bv, sh, uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c), uint(RS), false);
                     t = CM_MULADD(pa[n], bv, t);
                 }
                 o[c] = DIRECT != 0 ? t : o[c] + t;
@@ -360,49 +367,43 @@ void main()
                 atomicAdd(empty_s[kt & 1], 1u);
         }
     }
-    lA += subgroupShuffleXor(lA, 1u);
-    lA += subgroupShuffleXor(lA, 2u);
-    lB += subgroupShuffleXor(lB, 1u);
-    lB += subgroupShuffleXor(lB, 2u);
 
-    // fused merge of both rows, straight from the accumulators:
+    // fused merge of each row, straight from the accumulators:
     // L' = max(L, Lr) + log(1 + exp(-|L - Lr|)), O' = e^(L-L') O + e^(Lr-L') Or
     F32 oa = F32(P.o);
-    const bool mergeA = liveA && lA != 0.0, mergeB = liveB && lB != 0.0;
-    float lnA = (mA + log2(lA)) * LN2, coA = 0.0, cnA = 1.0 / lA;
-    float lnB = (mB + log2(lB)) * LN2, coB = 0.0, cnB = 1.0 / lB;
-    if (mergeA && loA != NEG_INF) {
-        float lr = lnA;
-        lnA = max(loA, lr) + log(1.0 + exp(-abs(loA - lr)));
-        coA = exp(loA - lnA);
-        cnA = exp(lr - lnA) / lA;
-    }
-    if (mergeB && loB != NEG_INF) {
-        float lr = lnB;
-        lnB = max(loB, lr) + log(1.0 + exp(-abs(loB - lr)));
-        coB = exp(loB - lnB);
-        cnB = exp(lr - lnB) / lB;
+    bool merge[NQ];
+    float ln[NQ], co[NQ], cn[NQ];
+    UNROLL for (int q = 0; q < NQ; q++) {
+        l[q] += subgroupShuffleXor(l[q], 1u);
+        l[q] += subgroupShuffleXor(l[q], 2u);
+        merge[q] = live[q] && l[q] != 0.0;
+        ln[q] = (m[q] + log2(l[q])) * LN2;
+        co[q] = 0.0;
+        cn[q] = 1.0 / l[q];
+        if (merge[q] && lo[q] != NEG_INF) {
+            float lr = ln[q];
+            ln[q] = max(lo[q], lr) + log(1.0 + exp(-abs(lo[q] - lr)));
+            co[q] = exp(lo[q] - ln[q]);
+            cn[q] = exp(lr - ln[q]) / l[q];
+        }
     }
     // O holds P (V vsc): its weighted mean (times cn) is within V's scaled range, and only then
     // is the scale undone, so nothing overflows or goes subnormal that the result would not
     const float vinv = 1.0 / vsc;
-    const uint obA = uint(((b * P.nq + iA) * P.hq + h) * D), obB = obA + uint(8 * P.hq * D);
     UNROLL for (int c = 0; c < DC; c++) {
         UNROLL for (int e = 0; e < NE; e++) {
-            bool rb = row_b(e);
+            const int q = row_b(e) ? 1 : 0;
             int col = 16 * c + col_of(e, lane);
-            if ((rb ? mergeB : mergeA) && col < D) { // (DM > D: padding columns)
-                uint x = (rb ? obB : obA) + uint(col);
-                float lo = rb ? loB : loA, co = rb ? coB : coA;
-                float ov = o[c][e] * (rb ? cnB : cnA) * vinv;
-                oa.v[x] = lo == NEG_INF ? ov : fma(co, oa.v[x], ov);
+            if (merge[q] && col < D) { // (DM > D: padding columns)
+                uint x = uint((b * P.nq + ir[q]) * P.hq + h) * uint(D) + uint(col);
+                float ov = o[c][e] * cn[q] * vinv;
+                oa.v[x] = lo[q] == NEG_INF ? ov : fma(co[q], oa.v[x], ov);
             }
         }
     }
     if ((lane & 3) == 0) {
-        if (mergeA)
-            lse.v[liA] = lnA;
-        if (mergeB)
-            lse.v[liB] = lnB;
+        UNROLL for (int q = 0; q < NQ; q++)
+            if (merge[q])
+                lse.v[li0 + uint(ir[q])] = ln[q];
     }
 }

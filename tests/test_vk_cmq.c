@@ -228,7 +228,7 @@ static void cmq_tile_rule(void **state)
 /* fwd_cmq's per-call tile (burst_vk_fwd_cmq_call_tile) on an H100's limits: the loaders' tile
  * from 4 waves of workgroups (any mask), 192 x 64 from 16 waves where every row sees every
  * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
- * never changed; 256 x 64 in place of the loaders' tile for d in 33..64. dq_cmq's
+ * never changed; 224 x 32 + 2 in place of 160 x 32 + 2 for d in 33..112. dq_cmq's
  * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192; dkv_cmq's
  * (burst_vk_dkv_cmq_call_tile): 64 x 32 there. */
 static void cmq_call_tile(void **state)
@@ -273,16 +273,20 @@ static void cmq_call_tile(void **state)
     set_cmq_tile(&env, 0, 0, 0);
     t = burst_vk_fwd_cmq_call_tile(&caps, &env, 32, ld, 100000, 1);
     expect_tile(&t, 128, 64, 0);
-    /* 33..64: 256 x 64 where the loaders' tile would run; small calls 128 x 64; above 64 the
-     * loaders' tile */
+    /* 33..112: 224 x 32 + 2 where the loaders' tile would run (16 subgroups); small calls
+     * 128 x 64; above 112 the loaders' tile */
     t = burst_vk_fwd_cmq_call_tile(&caps, &env, 40, ld, 100000, 1);
-    expect_tile(&t, 256, 64, 0);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 64, ld, 528, 0);
-    expect_tile(&t, 256, 64, 0);
+    expect_tile(&t, 224, 32, 2);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 112, ld, 528, 0);
+    expect_tile(&t, 224, 32, 2);
     t = burst_vk_fwd_cmq_call_tile(&caps, &env, 64, ld, 527, 0);
     expect_tile(&t, 128, 64, 0);
-    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 72, ld, 100000, 1);
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 120, ld, 100000, 1);
     expect_tile(&t, 160, 32, 2);
+    caps.max_invocations = caps.max_size_x = 384; /* 16 subgroups do not fit */
+    t = burst_vk_fwd_cmq_call_tile(&caps, &env, 96, ld, 100000, 1);
+    expect_tile(&t, 160, 32, 2);
+    h100_caps(&caps);
     /* dq_cmq: 128 x 16 for d in 129..192 in place of the d <= 256 class's 64 x 16; the rule's
      * tile at other head dims, for other rule tiles and where one is pinned */
     const struct burst_vk_tile dq64 = {32, 64, 16, 0}, dq128 = {32, 128, 64, 0};

@@ -676,24 +676,29 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
  * waves and every query row may see every key (192 x 64, where the loaders' tile is not
  * valid); otherwise 128 x 64, where valid. Head dims up to 32 take 128 x 64 at every size: there
  * a tile's softmax outweighs its products, and on the H200 (bf16, causal, N = 8K, 64 heads:
- * 100 waves) it ran 2.59 ms against 3.26 for 160 x 32 with loaders. Head dims 33 to 64 take
- * 256 x 64 where the loaders' tile would run: on the H200 (bf16, kernel ms, 2048 / d heads)
+ * 100 waves) it ran 2.59 ms against 3.26 for 160 x 32 with loaders. Head dims 33 to 112 take
+ * 224 x 32 with loaders where 160 x 32 with loaders would run: their registers fit 16 subgroups
+ * (the driver allots 128 an invocation), d = 128's do not. On the H200 (bf16, kernel ms,
+ * 2048 / d heads; in brackets 256 x 64, which it also beat):
  *
- *     d    N = 8K, causal: 160 x 32 + 2   256 x 64    N = 16K, full: 160 x 32 + 2   256 x 64
- *     40                    2.90            2.62                     20.35           18.14
- *     48                    2.56            2.21                     17.76           15.41
- *     56                    2.25            2.11                     15.69           14.41
- *     64                    2.03            1.91                     13.67           12.57
+ *               N = 8K, causal                  N = 16K, full
+ *     d    160 x 32 + 2   224 x 32 + 2    160 x 32 + 2   224 x 32 + 2
+ *     40    2.90 (2.59)     2.53          20.35 (17.94)   17.57
+ *     64    2.03 (1.91)     1.84          13.67 (12.52)   12.04
+ *     80    1.79            1.62          12.12           10.84
+ *     96    1.75            1.66          11.94           10.36
+ *     112   1.89            1.71          13.45           11.22
+ *     128   1.49            1.78           9.61           10.41
  *
- * and at d = 96 it did not (1.81 against 1.75 ms, N = 8K, causal). Multiprocessors:
- * VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE pins one tile for every call.
+ * Multiprocessors: VK_NV_shader_sm_builtins, else taken as 128. BURST_VK_CMQ_TILE pins one tile
+ * for every call.
  */
 struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int d,
                                                 struct burst_vk_tile rule, int64_t groups,
                                                 int mask_all)
 {
-    const struct burst_vk_tile small = {32, 128, 64, 0}, tall = {32, 256, 64, 0};
+    const struct burst_vk_tile small = {32, 128, 64, 0}, tall = {32, 224, 32, 2};
     if ((rule.br <= small.br && rule.ld == 0) || env->cmq_tile[0] ||
         !burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, burst_vk_dclass(d), &small))
         return rule;
@@ -702,7 +707,7 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
     int64_t sms = caps->sm_count ? caps->sm_count : 128;
     if (rule.ld > 0 ? groups < 4 * sms : (groups < 16 * sms || !mask_all))
         return small;
-    if (d <= 64 && rule.ld > 0 && burst_vk_tile_valid_at(caps, env, BURST_VK_FWD_CMQ, d, &tall))
+    if (d <= 112 && rule.ld > 0 && burst_vk_tile_valid_at(caps, env, BURST_VK_FWD_CMQ, d, &tall))
         return tall;
     return rule;
 }

@@ -220,9 +220,9 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
 
 /* fwd_cmq's tile for one call at head dim d of `groups` workgroups (x y z of its grid) whose
  * query rows all see every key (mask_all) or not, from the device's rule tile: the rule's tile
- * where the call is large enough for it to pay (256 x 64 for d in 33..64 in place of the
- * loaders' tile), else (and for d <= 32) 128 x 64 (vk_caps.c has the measurements); a tile
- * pinned by BURST_VK_CMQ_TILE stays. */
+ * where the call is large enough for it to pay (224 x 32 with loaders for d in 33..112 in place
+ * of 160 x 32 with loaders), else (and for d <= 32) 128 x 64 (vk_caps.c has the measurements);
+ * a tile pinned by BURST_VK_CMQ_TILE stays. */
 struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int d,
                                                 struct burst_vk_tile rule, int64_t groups,
