@@ -230,7 +230,7 @@ static void cmq_tile_rule(void **state)
  * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
  * never changed; 224 x 32 + 2 in place of 160 x 32 + 2 for d in 33..112. dq_cmq's
  * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192; dkv_cmq's
- * (burst_vk_dkv_cmq_call_tile): 64 x 32 there. */
+ * (burst_vk_dkv_cmq_call_tile): 64 x 32 for d in 129..192, 128 x 64 up to d = 64. */
 static void cmq_call_tile(void **state)
 {
     (void)state;
@@ -309,6 +309,19 @@ static void cmq_call_tile(void **state)
     }
     t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq128);
     expect_tile(&t, 128, 64, 0);
+    /* the d <= 64 class: dkv_cmq 128 x 64 in place of the rule's 64 x 48; dq_cmq keeps the
+     * rule's 128 x 64 */
+    const struct burst_vk_tile kv48 = {32, 64, 48, 0};
+    static const struct {
+        int d, kv_br, kv_bc;
+    } small_d[] = {{8, 128, 64},  {32, 128, 64}, {40, 128, 64},
+                   {64, 128, 64}, {72, 64, 48},  {128, 64, 48}};
+    for (size_t i = 0; i < sizeof small_d / sizeof small_d[0]; i++) {
+        t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128);
+        expect_tile(&t, 128, 64, 0);
+        t = burst_vk_dkv_cmq_call_tile(&caps, &env, small_d[i].d, kv48);
+        expect_tile(&t, small_d[i].kv_br, small_d[i].kv_bc, 0);
+    }
     env.cmq_bwd_tile[0] = 64;
     env.cmq_bwd_tile[1] = 16;
     t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq64);

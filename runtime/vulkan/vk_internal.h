@@ -236,8 +236,9 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
                                                struct burst_vk_tile rule);
 
 /* dkv_cmq's tile for one call at head dim d, from the device's rule tile: 32-row query tiles
- * instead of the d <= 256 class's 16 for d in 129..192, where they fit the shared memory
- * (vk_caps.c); a tile pinned by BURST_VK_CMQ_BWD_TILE stays. */
+ * instead of the d <= 256 class's 16 for d in 129..192, where they fit the shared memory, and
+ * 128 x 64 instead of 64 x 48 up to d = 64 (vk_caps.c); a tile pinned by BURST_VK_CMQ_BWD_TILE
+ * stays. */
 struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int d,
                                                 struct burst_vk_tile rule);
