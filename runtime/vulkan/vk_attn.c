@@ -696,9 +696,9 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
                cvt_pipe = VK_NULL_HANDLE;
     if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
         st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
-    if (kq == BURST_VK_DQ_CMQ)
+    if (st == BURST_OK && kq == BURST_VK_DQ_CMQ)
         tq = burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq);
-    if (kkv == BURST_VK_DKV_CMQ)
+    if (st == BURST_OK && kkv == BURST_VK_DKV_CMQ)
         tkv = burst_vk_dkv_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tkv);
     const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)

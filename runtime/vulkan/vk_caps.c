@@ -732,12 +732,13 @@ static struct burst_vk_tile burst_vk_call_swap(const struct burst_vk_caps *caps,
  * registers an invocation) fit a multiprocessor and hide more of each tile's latency. On the
  * H200 (bf16, causal, N = 8K, 2048 / d heads, kernel ms):
  *
- *     d      64 x 16   96 x 16   128 x 16   64 x 32   96 x 32
- *     160      5.03      4.08      3.59       4.64      3.75
- *     192      4.76      3.75      3.66       4.48
+ *     d      64 x 16   96 x 16   128 x 16   64 x 32   80 x 32   96 x 32
+ *     160      5.03      4.08      3.59       4.64      4.26      3.75
+ *     192      4.76      3.75      3.66       4.48      4.43
  *     256      2.76      3.21  (96 rows: spilled registers)
  *
- * BURST_VK_CMQ_BWD_TILE pins the rule's tile for every call.
+ * (96 x 32 does not fit 48 KiB at d = 192.) BURST_VK_CMQ_BWD_TILE's dq_cmq fields pin the rule's
+ * tile for every call.
  */
 struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
                                                const struct burst_vk_env *env, int d,
@@ -751,10 +752,11 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
 
 /*
  * dkv_cmq's tile for one call. The d <= 256 class's rule tile, 64 key rows x 16-row query
- * tiles, is sized for d = 256; up to d = 192 the shared memory holds 32-row query tiles (41.6
+ * tiles, is sized for d = 256; up to d = 192 the shared memory holds 32-row query tiles (41.5
  * KiB at d = 192), which halve the tile loads and barriers per query row. In the d <= 64 class,
  * 128 key rows x 64-row query tiles in place of the rule's 64 x 48 (sized for d = 128): on the
- * H200 (as above) 3.85 / 5.02 / 3.48 ms against 3.11 / 4.21 / 3.12 at d = 32 / 40 / 64.
+ * H200 (as above) 3.11 / 4.21 / 3.12 ms against 3.85 / 5.02 / 3.48 at d = 32 / 40 / 64.
+ * BURST_VK_CMQ_BWD_TILE's dkv_cmq fields pin the rule's tile for every call.
  */
 struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int d,
@@ -762,7 +764,7 @@ struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps
 {
     const struct burst_vk_tile r16 = {32, 64, 16, 0}, r48 = {32, 64, 48, 0};
     const struct burst_vk_tile deep = {32, 64, 32, 0}, big = {32, 128, 64, 0};
-    if (env->cmq_bwd_tile[0])
+    if (env->cmq_bwd_tile[2])
         return rule;
     rule = burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 129, 192, rule, r16, deep);
     return burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 1, 64, rule, r48, big);
