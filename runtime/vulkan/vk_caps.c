@@ -653,6 +653,19 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                     tiles->k[k][c] = cm2[c][i];
 }
 
+/* tl where the call's head dim is in lo..hi and the rule gave `from`, if tl is valid there */
+static struct burst_vk_tile burst_vk_call_swap(const struct burst_vk_caps *caps,
+                                               const struct burst_vk_env *env,
+                                               enum burst_vk_kernel k, int d, int lo, int hi,
+                                               struct burst_vk_tile rule, struct burst_vk_tile from,
+                                               struct burst_vk_tile tl)
+{
+    if (d < lo || d > hi || rule.br != from.br || rule.bc != from.bc || rule.ld != from.ld ||
+        !burst_vk_tile_valid_at(caps, env, k, d, &tl))
+        return rule;
+    return tl;
+}
+
 /*
  * fwd_cmq's rule tile (above) against 128 x 64 on the H100 (docs/BENCHMARKS.md, fwd, fp16,
  * d = 128, kernel ms):
@@ -698,7 +711,8 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
                                                 struct burst_vk_tile rule, int64_t groups,
                                                 int mask_all)
 {
-    const struct burst_vk_tile small = {32, 128, 64, 0}, tall = {32, 224, 32, 2};
+    const struct burst_vk_tile small = {32, 128, 64, 0}, ld2 = {32, 160, 32, 2};
+    const struct burst_vk_tile tall = {32, 224, 32, 2};
     if ((rule.br <= small.br && rule.ld == 0) || env->cmq_tile[0] ||
         !burst_vk_tile_valid(caps, env, BURST_VK_FWD_CMQ, burst_vk_dclass(d), &small))
         return rule;
@@ -707,22 +721,7 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
     int64_t sms = caps->sm_count ? caps->sm_count : 128;
     if (rule.ld > 0 ? groups < 4 * sms : (groups < 16 * sms || !mask_all))
         return small;
-    if (d <= 112 && rule.ld > 0 && burst_vk_tile_valid_at(caps, env, BURST_VK_FWD_CMQ, d, &tall))
-        return tall;
-    return rule;
-}
-
-/* tl where the call's head dim is in lo..hi and the rule gave `from`, if tl is valid there */
-static struct burst_vk_tile burst_vk_call_swap(const struct burst_vk_caps *caps,
-                                               const struct burst_vk_env *env,
-                                               enum burst_vk_kernel k, int d, int lo, int hi,
-                                               struct burst_vk_tile rule, struct burst_vk_tile from,
-                                               struct burst_vk_tile tl)
-{
-    if (d < lo || d > hi || rule.br != from.br || rule.bc != from.bc || rule.ld != from.ld ||
-        !burst_vk_tile_valid_at(caps, env, k, d, &tl))
-        return rule;
-    return tl;
+    return burst_vk_call_swap(caps, env, BURST_VK_FWD_CMQ, d, 33, 112, rule, ld2, tall);
 }
 
 /*
