@@ -103,6 +103,8 @@ const struct burst_setting burst_settings[BURST_SETTINGS_COUNT] = {
          "0: never the cooperative-matrix kernels that work on accumulators in registers"),
     INT(VK_CMQ_BF16, VK, 1, 0, 2, "1", 0,
         "bf16 inputs of the *_cmq kernels: 1 scaled fp16 copies, 2 converted in loads, 0 none"),
+    BOOL(VK_CMQ_FP32, VK, 1, 0,
+         "0: fp32 inputs on the register-tiled kernels, not the *_cmq ones in two fp16 halves"),
     CHOICE(VK_ELEM, VK, 2, "gpu,cpu,auto", "auto", 0,
            "where copy / fill / accumulate run: gpu shaders, cpu (the calling thread), auto"),
     INT(VK_EXPORT, VK, 1, 0, 2, "1", 0,

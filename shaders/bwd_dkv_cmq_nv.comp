@@ -34,7 +34,10 @@
 // a power of two into fp16's range (flag bits 6-9, shaders/cm_nv.glsl cvt_scales); S^T is
 // unscaled in qmul, dP^T and D are taken in dO's scaled units (so is dS^T, below 2^15 by
 // dO's scale: convert.glsl bf16_scale_dout), and the scales are undone when dK (dO's and Q's)
-// and dV (dO's) are added.
+// and dV (dO's) are added. fp32 inputs (the pipeline keyed fp32): each view arrives as two fp16
+// halves per element, hi + lo (shaders/cm_nv.glsl SPL), and S^T, dP^T, dV and dK each take
+// three MMAs a product (hi hi + lo hi + hi lo, P^T and dS^T split in registers: cmq.glsl
+// CM_TO_A2): about 2^-21 relative per term; the K rows are then held in registers (KREG).
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves):
 //   [0, KN)           K tile [BR][DM + 8] fp16 (none with KREG)
@@ -63,7 +66,7 @@ const int KN = KREG != 0 ? 0 : BR * RS; // the K tile
 const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
 const int SHN = KN + 2 * BC * RS;
 const int VP = (2 * BC) / 16 * 16 < BR ? (2 * BC) / 16 * 16 : BR; // V rows per pass
-const int L8 = BC * D8;          // 16-byte pieces of a Q (or dO) tile
+const int L8 = BC * D8S;         // 16-byte pieces of a Q (or dO) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 sh[SHN];
@@ -105,10 +108,10 @@ void main()
         atomicMax(qmax_s, hi);
     }
     // the K tile to shared memory
-    for (int x = tid; x < BR * D8 && KREG == 0; x += NT) {
-        int row = x / D8, c8 = x % D8;
-        bool in_k = j0 + row < P.nk && 8 * c8 < D;
-        sh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, 8 * c8), in_k);
+    for (int x = tid; x < BR * D8S && KREG == 0; x += NT) {
+        int row = x / D8S, c8 = x % D8S;
+        bool in_k = j0 + row < P.nk && piece_in(c8);
+        sh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, piece_col(c8)), in_k);
     }
     barrier();
     const int qmin = qmin_s, qmax = qmax_s;
@@ -116,17 +119,19 @@ void main()
         return;
     // the V rows (16 rows x the subgroup's DCH chunks) into registers, then with KREG the K
     // rows, through the Q / dO region VP rows at a time
+    // (split: their lo halves too, vl and kl; split views always take KREG)
     AMAT vf[DCH], kf[KREG != 0 ? DCH : 1];
+    AMAT vl[SPL > 1 ? DCH : 1], kl[SPL > 1 && KREG != 0 ? DCH : 1];
     for (int m = 0; m < (KREG != 0 ? 2 : 1); m++) {
         for (int p0 = 0; p0 < BR; p0 += VP) {
             if (m > 0 || p0 > 0)
                 barrier(); // the previous pass is read
-            for (int x = tid; x < VP * D8; x += NT) {
-                int row = x / D8, c8 = x % D8, jr = j0 + p0 + row;
-                bool in_v = p0 + row < BR && jr < P.nk && 8 * c8 < D;
+            for (int x = tid; x < VP * D8S; x += NT) {
+                int row = x / D8S, c8 = x % D8S, jr = j0 + p0 + row;
+                bool in_v = p0 + row < BR && jr < P.nk && piece_in(c8);
                 sh[QO + row * RS + c8] =
-                    m == 0 ? load8(vv, vec, view_index(vv, b, jr, g, 8 * c8), in_v)
-                           : load8(kv, vec, view_index(kv, b, jr, g, 8 * c8), in_v);
+                    m == 0 ? load8(vv, vec, view_index(vv, b, jr, g, piece_col(c8)), in_v)
+                           : load8(kv, vec, view_index(kv, b, jr, g, piece_col(c8)), in_v);
             }
             barrier();
             if (16 * rg >= p0 && 16 * rg < p0 + VP) // uniform in the subgroup
@@ -136,6 +141,11 @@ void main()
                         CM_LOAD(vf[c], sh, x, uint(RS), false);
                     else
                         CM_LOAD(kf[KREG != 0 ? c : 0], sh, x, uint(RS), false);
+                    if (SPL > 1 && m == 0)
+                        CM_LOAD(vl[SPL > 1 ? c : 0], sh, x + uint(D8), uint(RS), false);
+                    else if (SPL > 1)
+                        CM_LOAD(kl[SPL > 1 && KREG != 0 ? c : 0], sh, x + uint(D8), uint(RS),
+                                false);
                 }
         }
     }
@@ -159,10 +169,10 @@ void main()
     {                                                                                             \
         const int h = g * P.group + (t) / nt, i0 = qmin + BC * ((t) % nt);                       \
         UNROLL for (int it = 0; it < LPT; it++) {                                                 \
-            int x = tid + NT * it, row = x / D8, c8 = x % D8, ir = i0 + row;                     \
-            bool in_tile = x < L8 && ir < qmax && 8 * c8 < D;                                     \
-            qreg[it] = load8(qv, vec, view_index(qv, b, ir, h, 8 * c8), in_tile);                \
-            doreg[it] = load8(dov, vec, view_index(dov, b, ir, h, 8 * c8), in_tile);             \
+            int x = tid + NT * it, row = x / D8S, c8 = x % D8S, ir = i0 + row;                   \
+            bool in_tile = x < L8 && ir < qmax && piece_in(c8);                                   \
+            qreg[it] = load8(qv, vec, view_index(qv, b, ir, h, piece_col(c8)), in_tile);         \
+            doreg[it] = load8(dov, vec, view_index(dov, b, ir, h, piece_col(c8)), in_tile);      \
         }                                                                                         \
         if (tid < BC) {                                                                           \
             int ir = i0 + tid;                                                                    \
@@ -180,7 +190,7 @@ void main()
             FETCH_Q(t)
         barrier(); // the previous tile (or the V rows' last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
-            int x = tid + NT * it, row = x / D8, c8 = x % D8;
+            int x = tid + NT * it, row = x / D8S, c8 = x % D8S;
             if (x < L8) {
                 sh[QO + row * RS + c8] = qreg[it];
                 sh[DO + row * RS + c8] = doreg[it];
@@ -206,10 +216,28 @@ void main()
                         a = kf[KREG != 0 ? c : 0];
                     else
                         CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
-                    CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * cc), uint(RS), true);
-                    CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * cc), uint(RS), true);
+                    const uint qx = uint(QO + 16 * n * RS + 2 * cc);
+                    const uint ox = uint(DO + 16 * n * RS + 2 * cc);
+                    CM_LOAD(bq, sh, qx, uint(RS), true);
+                    CM_LOAD(bdo, sh, ox, uint(RS), true);
                     s = CM_MULADD(a, bq, s);
                     dp = CM_MULADD(vf[c], bdo, dp);
+                    if (SPL > 1) { // + the lo x hi and hi x lo products
+                        if (KREG != 0)
+                            a = kl[SPL > 1 && KREG != 0 ? c : 0];
+                        else
+                            CM_LOAD(a, sh, uint(16 * rg * RS + D8 + 2 * cc), uint(RS), false);
+                        s = CM_MULADD(a, bq, s);
+                        dp = CM_MULADD(vl[SPL > 1 ? c : 0], bdo, dp);
+                        CM_LOAD(bq, sh, qx + uint(D8), uint(RS), true);
+                        CM_LOAD(bdo, sh, ox + uint(D8), uint(RS), true);
+                        if (KREG != 0)
+                            a = kf[KREG != 0 ? c : 0];
+                        else
+                            CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
+                        s = CM_MULADD(a, bq, s);
+                        dp = CM_MULADD(vf[c], bdo, dp);
+                    }
                 }
             }
             if (SP > 1)
@@ -236,18 +264,31 @@ void main()
                 s[e] = p;
                 dp[e] = p * (dp[e] * pmul - intBitsToFloat(rq.y));
             }
-            // dV += P^T dO, dK += dS^T Q
-            AMAT ap, ads;
-            CM_TO_A(ap, s);
-            CM_TO_A(ads, dp);
+            // dV += P^T dO, dK += dS^T Q (split: hi x hi + lo x hi + hi x lo)
+            AMAT ap, ads, apl, adsl;
+            {
+                CMAT r_;
+                CM_TO_A2(ap, apl, s, r_);
+                CM_TO_A2(ads, adsl, dp, r_);
+            }
             UNROLL for (int c = 0; c < DCH; c++) {
                 const int cc = c0 + c;
                 if (cc < DC) { // uniform
                     BMAT bdo, bq;
-                    CM_LOAD(bdo, sh, uint(DO + 16 * n * RS + 2 * cc), uint(RS), false);
-                    CM_LOAD(bq, sh, uint(QO + 16 * n * RS + 2 * cc), uint(RS), false);
+                    const uint ox = uint(DO + 16 * n * RS + 2 * cc);
+                    const uint qx = uint(QO + 16 * n * RS + 2 * cc);
+                    CM_LOAD(bdo, sh, ox, uint(RS), false);
+                    CM_LOAD(bq, sh, qx, uint(RS), false);
                     dv[c] = CM_MULADD(ap, bdo, dv[c]);
                     dk[c] = CM_MULADD(ads, bq, dk[c]);
+                    if (SPL > 1) {
+                        dv[c] = CM_MULADD(apl, bdo, dv[c]);
+                        dk[c] = CM_MULADD(adsl, bq, dk[c]);
+                        CM_LOAD(bdo, sh, ox + uint(D8), uint(RS), false);
+                        CM_LOAD(bq, sh, qx + uint(D8), uint(RS), false);
+                        dv[c] = CM_MULADD(ap, bdo, dv[c]);
+                        dk[c] = CM_MULADD(ads, bq, dk[c]);
+                    }
                 }
             }
         }

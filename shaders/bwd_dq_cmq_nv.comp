@@ -27,7 +27,10 @@
 // fp16's range (flag bits 6-9, shaders/cm_nv.glsl cvt_scales); S is unscaled in qmul, dP and D
 // are taken in dO's scaled units (so dS, rounded to fp16, is too: a small dO does not become
 // fp16-subnormal; dO's scale also keeps |dS| < 2^15: convert.glsl bf16_scale_dout), and the
-// scales of dO and K are undone when dQ is added.
+// scales of dO and K are undone when dQ is added. fp32 inputs (the pipeline keyed fp32): each
+// view arrives as two fp16 halves per element, hi + lo (shaders/cm_nv.glsl SPL), and S, dP and
+// dQ each take three MMAs a product (hi hi + lo hi + hi lo, dS split in registers: cmq.glsl
+// CM_TO_A2): about 2^-21 relative per term.
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves): K tile [BC] and V tile
 // [BC] fp16; Q and dO pass through them before the loop, QP rows at a time. With SP = 2 the
@@ -50,7 +53,7 @@ layout(constant_id = 12) const int CAPPED = 0;   // 1: soft-capped scores (a pip
 const int NB = BC / 16;             // 16-key chunks of a key tile
 const int KVN = 2 * BC * RS;        // the K/V tiles
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q / dO rows per pass
-const int L8 = BC * D8;             // 16-byte pieces of a K (or V) tile
+const int L8 = BC * D8S;            // 16-byte pieces of a K (or V) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
 shared uvec4 sh[KVN];
@@ -96,19 +99,19 @@ void main()
     if (kmin >= kmax)
         return;
 
-    // Q and dO (16 rows x the subgroup's DCH chunks) into registers, through shared memory QP
-    // rows at a time
-    AMAT qa[DCH], dof[DCH];
+    // Q and dO (16 rows x the subgroup's DCH chunks; split: their lo halves too) into
+    // registers, through shared memory QP rows at a time
+    AMAT qa[DCH], dof[DCH], ql[SPL > 1 ? DCH : 1], dol[SPL > 1 ? DCH : 1];
     for (int pass = 0; pass < 2; pass++) {
         const View src = pass == 0 ? qv : dov;
         for (int p0 = 0; p0 < BR; p0 += QP) {
             if (pass > 0 || p0 > 0)
                 barrier(); // the previous pass is read
-            for (int x = tid; x < QP * D8; x += NT) {
-                int row = x / D8, c8 = x % D8;
-                bool in_q = p0 + row < BR && i0 + p0 + row < P.nq && 8 * c8 < D;
+            for (int x = tid; x < QP * D8S; x += NT) {
+                int row = x / D8S, c8 = x % D8S;
+                bool in_q = p0 + row < BR && i0 + p0 + row < P.nq && piece_in(c8);
                 sh[row * RS + c8] =
-                    load8(src, vec, view_index(src, b, i0 + p0 + row, h, 8 * c8), in_q);
+                    load8(src, vec, view_index(src, b, i0 + p0 + row, h, piece_col(c8)), in_q);
             }
             barrier();
             if (16 * rg >= p0 && 16 * rg < p0 + QP) { // uniform in the subgroup
@@ -118,6 +121,10 @@ void main()
                         CM_LOAD(qa[c], sh, at, uint(RS), false);
                     else
                         CM_LOAD(dof[c], sh, at, uint(RS), false);
+                    if (SPL > 1 && pass == 0)
+                        CM_LOAD(ql[SPL > 1 ? c : 0], sh, at + uint(D8), uint(RS), false);
+                    else if (SPL > 1)
+                        CM_LOAD(dol[SPL > 1 ? c : 0], sh, at + uint(D8), uint(RS), false);
                 }
             }
         }
@@ -146,10 +153,10 @@ void main()
     uvec4 kreg[LPT], vreg[LPT];
 #define FETCH_KV(j0)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = tid + NT * it, row = x / D8, c8 = x % D8;                                         \
-        bool in_block = x < L8 && (j0) + row < kmax && 8 * c8 < D;                                \
-        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
-        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
+        int x = tid + NT * it, row = x / D8S, c8 = x % D8S;                                       \
+        bool in_block = x < L8 && (j0) + row < kmax && piece_in(c8);                              \
+        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(piece_col(c8));                   \
+        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(piece_col(c8));                   \
         kreg[it] = load8(kv, vec, kx, in_block);                                                  \
         vreg[it] = load8(vv, vec, vx, in_block);                                                  \
     }
@@ -160,7 +167,7 @@ void main()
             FETCH_KV(j0)
         barrier(); // the previous tile (or dO's last pass) is no longer read
         UNROLL for (int it = 0; it < LPT; it++) {
-            int x = tid + NT * it, row = x / D8, c8 = x % D8;
+            int x = tid + NT * it, row = x / D8S, c8 = x % D8S;
             if (x < L8) {
                 sh[row * RS + c8] = kreg[it];
                 sh[(BC + row) * RS + c8] = vreg[it];
@@ -178,10 +185,20 @@ void main()
             UNROLL for (int c = 0; c < DCH; c++) {
                 if (c0 + c < DC) { // uniform
                     BMAT bk, bv;
-                    CM_LOAD(bk, sh, uint(16 * n * RS + 2 * (c0 + c)), uint(RS), true);
-                    CM_LOAD(bv, sh, uint((BC + 16 * n) * RS + 2 * (c0 + c)), uint(RS), true);
+                    const uint kx = uint(16 * n * RS + 2 * (c0 + c));
+                    const uint vx = uint((BC + 16 * n) * RS + 2 * (c0 + c));
+                    CM_LOAD(bk, sh, kx, uint(RS), true);
+                    CM_LOAD(bv, sh, vx, uint(RS), true);
                     s = CM_MULADD(qa[c], bk, s);
                     dp = CM_MULADD(dof[c], bv, dp);
+                    if (SPL > 1) { // + the hi x lo and lo x hi products
+                        s = CM_MULADD(ql[SPL > 1 ? c : 0], bk, s);
+                        dp = CM_MULADD(dol[SPL > 1 ? c : 0], bv, dp);
+                        CM_LOAD(bk, sh, kx + uint(D8), uint(RS), true);
+                        CM_LOAD(bv, sh, vx + uint(D8), uint(RS), true);
+                        s = CM_MULADD(qa[c], bk, s);
+                        dp = CM_MULADD(dof[c], bv, dp);
+                    }
                 }
             }
             if (SP > 1)
@@ -208,14 +225,20 @@ void main()
                                                     : 0.0;
                 s[e] = p * (dp[e] * pmul - (rb ? dlB : dlA));
             }
-            // dQ += dS K
-            AMAT ads;
-            CM_TO_A(ads, s);
+            // dQ += dS K (split: dS_hi K_hi + dS_lo K_hi + dS_hi K_lo)
+            AMAT ads, adsl;
+            CM_TO_A2(ads, adsl, s, dp);
             UNROLL for (int c = 0; c < DCH; c++) {
                 if (c0 + c < DC) { // uniform
                     BMAT bk;
-                    CM_LOAD(bk, sh, uint(16 * n * RS + 2 * (c0 + c)), uint(RS), false);
+                    const uint kx = uint(16 * n * RS + 2 * (c0 + c));
+                    CM_LOAD(bk, sh, kx, uint(RS), false);
                     dq[c] = CM_MULADD(ads, bk, dq[c]);
+                    if (SPL > 1) {
+                        dq[c] = CM_MULADD(adsl, bk, dq[c]);
+                        CM_LOAD(bk, sh, kx + uint(D8), uint(RS), false);
+                        dq[c] = CM_MULADD(ads, bk, dq[c]);
+                    }
                 }
             }
         }

@@ -56,15 +56,33 @@ layout(constant_id = 16) const int SP = 1;
 const int DM = (D + 15) / 16 * 16; // the head dim in the matrices: D rounded up to 16 (the
                                    // *_cmq kernels; their padding columns load as 0 and are
                                    // never written; the others take D % 16 == 0)
-const int D8 = DM / 8;             // 16-byte pieces of a row of a tile
+const int D8 = DM / 8;             // 16-byte pieces of the DM halves of a row
+// fp32 inputs (dtype 0) reach the *_cmq kernels split in two fp16 halves per element, hi and lo
+// (the host's elem_cvt: x 2^s = hi + lo + a remainder below 2^-22 of it, each packed row of the
+// views holding its d hi halves, then its d lo halves); a staged row of a tile holds DM hi halves,
+// then DM lo halves, and each product takes three MMAs (cmq.glsl). SPL: halves per element.
+const int SPL = DTQ == 0 ? 2 : 1;
+const int D8S = SPL * D8;          // 16-byte pieces of a staged row
 const int W = BR / 16 * SP;        // subgroups per workgroup (SP of them on each 16 rows)
 const int DC = DM / 16;            // 16-wide chunks of the head dim
 const int DCH = (DC + SP - 1) / SP; // of them held by one subgroup of the SP on 16 rows
 const int NT = W * T;              // invocations
 const int LPR = T / 16;            // invocations per row when T invocations work on 16 rows
-const int RS = D8 + 1;             // row stride of a [rows][DM] fp16 tile (uvec4)
+const int RS = D8S + 1;            // row stride of a [rows][DM] fp16 tile (uvec4; two halves)
 
 #include "load8.glsl"
+
+// The view column of staged piece c8 of a row (< D8S): hi halves first, then lo ones at D.
+int piece_col(int c8)
+{
+    return SPL > 1 && c8 >= D8 ? D + 8 * (c8 - D8) : 8 * c8;
+}
+
+// Whether staged piece c8 holds columns of the head dim (else the padding up to DM: zeros).
+bool piece_in(int c8)
+{
+    return 8 * (c8 % D8) < D;
+}
 
 // Two fp32 values as the fp16 pair of one 32-bit word (a in the low half).
 uint pack_half2(float a, float b)

@@ -20,3 +20,21 @@ int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
 {
     return 2 * (lane & 3) + ((COLOFF >> (4 * e)) & 15);
 }
+
+// The accumulator c as the fp16 operand a and, with split operands (SPL > 1), its remainder as
+// al: each element of c first keeps its leading 11 significant bits (a mask on its bits: exact
+// in fp16 from 2^-14 up; a float16_t round trip in fp32 is not used, as a compiler may take it
+// for the identity), and cl holds the exact remainder, below 2^-10 of the element, which al
+// rounds to fp16: hi + lo within 2^-21 of c (c changes; cl is scratch).
+#define CM_TO_A2(a, al, c, cl)                                                                    \
+    {                                                                                             \
+        if (SPL > 1) {                                                                            \
+            UNROLL for (int e_ = 0; e_ < NE; e_++) {                                              \
+                const float h_ = uintBitsToFloat(floatBitsToUint((c)[e_]) & 0xffffe000u);         \
+                (cl)[e_] = (c)[e_] - h_;                                                          \
+                (c)[e_] = h_;                                                                     \
+            }                                                                                     \
+            CM_TO_A(al, cl);                                                                      \
+        }                                                                                         \
+        CM_TO_A(a, c);                                                                            \
+    }

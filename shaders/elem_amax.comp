@@ -1,10 +1,11 @@
 #version 460
 // shaders/elem_amax.comp - the largest magnitude of a [B, n, H, d] view, as its bits: the word
-// at dst becomes max(dst, max over the view of |x|'s bits) by atomicMax (fp32: bits & 0x7fffffff,
-// half types: bits & 0x7fff; for finite values and infinities the bits order as the
-// magnitudes; a NaN orders above them all). The cooperative-matrix forward scales bf16 inputs
-// into fp16's range by a power of two from it (convert.glsl bf16_scale; host side
-// runtime/vulkan/vk_attn.c, which zeroes dst first).
+// at dst becomes max(dst, max over the view of |x|'s bits) by atomicMax (half types:
+// bits & 0x7fff; fp32: (bits & 0x7fffffff) >> 16, the bf16 bits of |x| truncated, which keep
+// its exponent; for finite values and infinities the bits order as the magnitudes; a NaN
+// orders above them all). The cooperative-matrix kernels scale bf16 and fp32 inputs into fp16's
+// range by a power of two from it (convert.glsl bf16_scale; host side runtime/vulkan/vk_attn.c,
+// which zeroes dst first).
 //
 // A unit is up to 8 neighbouring elements of one row (b, i, h): units [0, rows * ceil(d / 8))
 // in row-major [B, n, H] order. Each invocation keeps its own maximum, the workgroup reduces
@@ -42,5 +43,5 @@ void main()
         barrier();
     }
     if (t == 0u)
-        atomicMax(Word(P.dst).v, red[0]);
+        atomicMax(Word(P.dst).v, DTS == 0 ? red[0] >> 16 : red[0]);
 }

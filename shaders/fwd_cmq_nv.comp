@@ -44,6 +44,11 @@
 // 6, 7; measured on the H100: see docs/BENCHMARKS.md): exact for every value of at
 // least 2^-28 times the view's maximum (bf16's 8 significant bits fit fp16's 11), the rest
 // within 2^-39 times the maximum; the scales are undone in qmul and at the merge.
+// fp32 inputs (DTQ = 0, all three; flag bits 6-8): the host's elem_cvt splits each scaled
+// element into two fp16 halves, hi + lo (shaders/cm_nv.glsl SPL), and each product takes three
+// MMAs, hi hi + lo hi + hi lo (P too is split in registers: cmq.glsl CM_TO_A2), so that a
+// product term errs by about 2^-21 relative instead of fp16's 2^-11; the K/V tiles and the Q
+// registers hold twice the halves.
 //
 // Loading subgroups (LD, constant 15; the tile's fourth field, BURST_VK_CMQ_TILE=br,bc,ld): with
 // LD = 0 every invocation loads a share of each K/V tile (global -> registers -> shared memory)
@@ -85,7 +90,7 @@ const int NB = BC / 16;          // 16-key chunks of a key tile
 const int SLOT = 2 * BC * RS;    // a K/V tile pair
 const int KVN = (LD > 0 ? 2 : 1) * SLOT; // the K/V tile buffers
 const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q rows per pass
-const int L8 = BC * D8;         // 16-byte pieces of a K (or V) tile
+const int L8 = BC * D8S;        // 16-byte pieces of a K (or V) tile
 const int PT = LD > 0 ? LD * T : NT; // invocations that load K/V tiles
 const int LPT = (L8 + PT - 1) / PT; // of them per loading invocation
 const float RESCALE_LOG2 = 8.0;
@@ -160,28 +165,35 @@ void main()
     // views are then packed fp16 and DTK / DTV say fp16); undone in qmul (Q, K) and at the
     // merge (V)
     float qsc = 1.0, ksc = 1.0, vsc = 1.0;
-    if (DTQ == 2 || DTK == 2 || DTV == 2 || (P.flags & 192) != 0) {
+    if (DTQ == 2 || DTK == 2 || DTV == 2 || (P.flags & 448) != 0) {
         U32 am = U32(P.amax);
-        qsc = DTQ == 2 ? bf16_scale(am.v[0]) : 1.0;
+        qsc = DTQ == 2 || (P.flags & 256) != 0 ? bf16_scale(am.v[0]) : 1.0;
         ksc = DTK == 2 || (P.flags & 64) != 0 ? bf16_scale(am.v[1]) : 1.0;
         vsc = DTV == 2 || (P.flags & 128) != 0 ? bf16_scale(am.v[2]) : 1.0;
     }
 
-    // Q (16 x D per subgroup) into registers, through shared memory QP rows at a time
-    AMAT qa[DC];
+    // Q (16 x D per subgroup; with split inputs its lo halves too) into registers, through
+    // shared memory QP rows at a time
+    AMAT qa[DC], ql[SPL > 1 ? DC : 1];
     for (int p0 = 0; p0 < BR; p0 += QP) {
         if (p0 > 0)
             barrier(); // the previous pass is read
-        for (int x = tid; x < QP * D8 && tid < NT; x += NT) {
-            int row = x / D8, c8 = x % D8;
-            bool in_q = p0 + row < BR && i0 + p0 + row < P.nq && 8 * c8 < D;
-            sh[row * RS + c8] =
-                load8s(qv, DTQ, vec, view_index(qv, b, i0 + p0 + row, h, 8 * c8), in_q, qsc);
+        for (int x = tid; x < QP * D8S && tid < NT; x += NT) {
+            int row = x / D8S, c8 = x % D8S;
+            bool in_q = p0 + row < BR && i0 + p0 + row < P.nq && piece_in(c8);
+            sh[row * RS + c8] = load8s(qv, DTQ, vec,
+                                       view_index(qv, b, i0 + p0 + row, h, piece_col(c8)), in_q,
+                                       qsc);
         }
         barrier();
-        if (16 * sg >= p0 && 16 * sg < p0 + QP) // uniform in the subgroup
-            UNROLL for (int c = 0; c < DC; c++)
+        if (16 * sg >= p0 && 16 * sg < p0 + QP) { // uniform in the subgroup
+            UNROLL for (int c = 0; c < DC; c++) {
                 CM_LOAD(qa[c], sh, uint((16 * sg - p0) * RS + 2 * c), uint(RS), false);
+                if (SPL > 1)
+                    CM_LOAD(ql[SPL > 1 ? c : 0], sh, uint((16 * sg - p0) * RS + D8 + 2 * c),
+                            uint(RS), false);
+            }
+        }
     }
 
     // the scales are powers of two (exact), divided one at a time (their product may overflow)
@@ -205,17 +217,17 @@ void main()
     const int ptid = LD > 0 ? tid - NT : tid; // among the loading invocations
 #define FETCH_KV(j0)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = ptid + PT * it, row = x / D8, c8 = x % D8;                                        \
-        bool in_block = x < L8 && (j0) + row < kmax && 8 * c8 < D;                                \
-        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(8 * c8);                          \
-        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(8 * c8);                          \
+        int x = ptid + PT * it, row = x / D8S, c8 = x % D8S;                                      \
+        bool in_block = x < L8 && (j0) + row < kmax && piece_in(c8);                              \
+        uint kx = kbase + uint((j0) + row) * uint(kv.s1) + uint(piece_col(c8));                   \
+        uint vx = vbase + uint((j0) + row) * uint(vv.s1) + uint(piece_col(c8));                   \
         kreg[it] = load8s(kv, DTK, vec, kx, in_block, ksc);                                       \
         vreg[it] = load8s(vv, DTV, vec, vx, in_block, vsc);                                       \
     }
     // the loaded pieces into the K/V buffer at sb (with LD = 0: ptid = tid, PT = NT, sb = 0)
 #define STORE_KV(sb)                                                                              \
     UNROLL for (int it = 0; it < LPT; it++) {                                                     \
-        int x = ptid + PT * it, row = x / D8, c8 = x % D8;                                        \
+        int x = ptid + PT * it, row = x / D8S, c8 = x % D8S;                                      \
         if (x < L8) {                                                                             \
             sh[(sb) + row * RS + c8] = kreg[it];                                                  \
             sh[(sb) + (BC + row) * RS + c8] = vreg[it];                                           \
@@ -274,8 +286,14 @@ void main()
     UNROLL for (int c = 0; c < DC; c++) {                                                         \
         UNROLL for (int n = 0; n < SMC; n++) {                                                    \
             BMAT bk;                                                                              \
-            CM_LOAD(bk, sh, uint(sb + 16 * ((m0) + n) * RS + 2 * c), uint(RS), true);             \
+            const uint kx_ = uint(sb + 16 * ((m0) + n) * RS + 2 * c);                             \
+            CM_LOAD(bk, sh, kx_, uint(RS), true);                                                 \
             sv[n] = CM_MULADD(qa[c], bk, sv[n]);                                                  \
+            if (SPL > 1) { /* + Q_hi K_lo + Q_lo K_hi */                                          \
+                sv[n] = CM_MULADD(ql[SPL > 1 ? c : 0], bk, sv[n]);                                \
+                CM_LOAD(bk, sh, kx_ + uint(D8), uint(RS), true);                                  \
+                sv[n] = CM_MULADD(qa[c], bk, sv[n]);                                              \
+            }                                                                                     \
         }                                                                                         \
     }
         CMAT s[SMC];
@@ -338,16 +356,24 @@ void main()
             }
 
             // O += P V: per 16-column chunk of O, into O itself (DIRECT) or on a fresh
-            // accumulator added to O
-            AMAT pa[SMC];
-            UNROLL for (int n = 0; n < SMC; n++)
-                CM_TO_A(pa[n], s[n]);
+            // accumulator added to O; split: P_hi V_hi + P_lo V_hi + P_hi V_lo
+            AMAT pa[SMC], pl[SPL > 1 ? SMC : 1];
+            UNROLL for (int n = 0; n < SMC; n++) {
+                CMAT r_;
+                CM_TO_A2(pa[n], pl[SPL > 1 ? n : 0], s[n], r_);
+            }
             UNROLL for (int c = 0; c < DC; c++) {
                 CMAT t = DIRECT != 0 ? o[c] : CMAT(0.0);
                 UNROLL for (int n = 0; n < SMC; n++) {
                     BMAT bv;
-                    CM_LOAD(bv, sh, uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c), uint(RS), false);
+                    const uint vx_ = uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c);
+                    CM_LOAD(bv, sh, vx_, uint(RS), false);
                     t = CM_MULADD(pa[n], bv, t);
+                    if (SPL > 1) {
+                        t = CM_MULADD(pl[SPL > 1 ? n : 0], bv, t);
+                        CM_LOAD(bv, sh, vx_ + uint(D8), uint(RS), false);
+                        t = CM_MULADD(pa[n], bv, t);
+                    }
                 }
                 o[c] = DIRECT != 0 ? t : o[c] + t;
             }

@@ -1014,9 +1014,9 @@ void harness_outputs_free(struct harness_outputs *s)
  *   a_dq[i] = tau sum_j |dS_ij| |k_j|,  a_dk[j] = tau sum_i |dS_ij| |q_i|,  a_dv[j] = sum_i P_ij |dO_i|
  *   e_o[i] = sum_j P_ij delta_ij |v_j - O_i|   (scores rounded in fp32, see harness.h)
  * with w_i = sum_c |dO_ic| |O_ic| and delta_ij = 2 us sqrt(d) tau sum_c |q_ic| |k_jc|, us the
- * scores' unit: u32 = 2^-24, or 2^-21 for fp32 on the cuda backend, whose matrix units may
- * compute fp32 products as 3xTF32 (the dropped low x low term and the rounding of the low
- * halves, about 3 x 2^-22 of each product).
+ * scores' unit: u32 = 2^-24, or 2^-21 for fp32 on a GPU backend, whose matrix units may
+ * compute fp32 products as 3xTF32 (cuda) or on two fp16 halves (vulkan): the dropped low x low
+ * term and the rounding of the low halves, about 3 x 2^-22 of each product.
  *
  * mma (GPU backends in fp16/bf16; every backend in bf16, as the cpu's avx512bf16 kernels take
  * the products on bf16 dot products): the forward's P V product runs with P rounded to the
@@ -1212,11 +1212,12 @@ static int harness_reference(struct harness_problem *p)
         }
         /* GPU backends run the fp16/bf16 forward on matrix units (P rounded to the dtype) */
         int gpu = 0;  /* any rank on a GPU backend: the bound for matrix units (upper bound) */
-        int tf32 = 0; /* any rank on cuda, whose fp32 may run 3xTF32 */
+        int tf32 = 0; /* any rank whose fp32 may run in split halves: cuda, vulkan */
         for (int r = 0; r < p->G; r++) {
             struct burst_context *ctx = harness_rank_context(p->c.backends, r);
             gpu |= ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
-            tf32 |= ctx && strcmp(burst_context_backend(ctx), "cuda") == 0;
+            tf32 |= ctx && (strcmp(burst_context_backend(ctx), "cuda") == 0 ||
+                            strcmp(burst_context_backend(ctx), "vulkan") == 0);
         }
         /* the cpu's bf16 kernels may round P and dS alike (avx512bf16 dot products) */
         const int mma = (p->c.dtype != BURST_DTYPE_FP32 && gpu) || p->c.dtype == BURST_DTYPE_BF16;

@@ -41,8 +41,9 @@
  *            |q_i|, |k_j|). It is negligible for ordinary scores
  *            (|s| of a few units) and dominates only for huge ones (the large_scores case, |s| up
  *            to ~150, where fp32 cannot resolve P to 1e-5: ulp(216) in log2 units is 1.5e-5).
- *            fp32 on the cuda backend may run on matrix units as 3xTF32, whose products carry
- *            about 3 x 2^-22 relative error: there u32 is replaced by 2^-21.
+ *            fp32 on the GPU backends may run on matrix units as 3xTF32 (cuda) or on two fp16
+ *            halves (vulkan), whose products carry about 3 x 2^-22 relative error: there u32
+ *            is replaced by 2^-21.
  *   fp16/bf16 (unit roundoff u = 2^-11 / 2^-8): inputs are rounded BEFORE the reference sees
  *            them, so they contribute nothing; what remains is
  *            (a) output rounding: O, dQ, dK, dV are cast to the dtype once: rtol = u + 1e-5

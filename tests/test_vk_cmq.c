@@ -336,6 +336,61 @@ static void cmq_call_tile(void **state)
 
 /* an H100 with the matrix extensions of NVIDIA's driver: VK_KHR_cooperative_matrix and
  * VK_NV_cooperative_matrix2 with workgroup-scope fp16 shapes for 128 and 256 invocations */
+/* fp32 inputs in two fp16 halves: every staged row twice as long, the backward on subgroup
+ * pairs beyond d = 64 with dkv_cmq's K rows in registers, tiles up to d = 128 and none above, none
+ * where the shared memory is too small or BURST_VK_CMQ_FP32=0 */
+static void cmq_f32_tiles(void **state)
+{
+    (void)state;
+    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
+        skip();
+    unsetenv("BURST_VK_CMQ_FP32");
+    unsetenv("BURST_VK_MAX_SHARED");
+    struct burst_vk_env env;
+    burst_vk_env_read(&env);
+    assert_int_equal(env.cmq_fp32, 1);
+    struct burst_vk_caps caps;
+    h100_caps(&caps);
+    static const struct {
+        enum burst_vk_kernel k;
+        int d, br, bc, sp, kreg;
+        size_t shared;
+    } cases[] = {
+        /* fwd: 2 x 32 rows of (2 x 128 + 8) halves + 16; (2 x 64 + 8) at d = 64 */
+        {BURST_VK_FWD_CMQ, 128, 128, 32, 1, 0, 33808},
+        {BURST_VK_FWD_CMQ, 64, 128, 32, 1, 0, 17424},
+        {BURST_VK_FWD_CMQ, 40, 128, 32, 1, 0, 13328}, /* d 40 -> 48 in the matrices */
+        /* dq: K and V tiles, 8 subgroups' pair partials of 2 KiB beyond d = 64 */
+        {BURST_VK_DQ_CMQ, 128, 64, 16, 2, 0, 33296},
+        {BURST_VK_DQ_CMQ, 72, 64, 16, 2, 0, 2 * 16 * 336 + 16 + 16384},
+        {BURST_VK_DQ_CMQ, 64, 64, 32, 1, 0, 17428},
+        /* dkv: no K tile, Q and dO tiles, 16 B per query row, two ints, the partials */
+        {BURST_VK_DKV_CMQ, 128, 64, 16, 2, 1, 33544},
+        {BURST_VK_DKV_CMQ, 64, 64, 32, 1, 1, 17932},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct burst_vk_tile tl = burst_vk_cmq_f32_tile(&caps, &env, cases[i].k, cases[i].d);
+        expect_tile(&tl, cases[i].br, cases[i].bc, 0);
+        assert_int_equal(burst_vk_cmq_split(cases[i].k, cases[i].d, 1), cases[i].sp);
+        assert_int_equal(burst_vk_cmq_kreg(cases[i].k, cases[i].d, 1), cases[i].kreg);
+        assert_int_equal(burst_vk_cmq_shared(cases[i].k, &tl, cases[i].d, 1), cases[i].shared);
+    }
+    /* the 16-bit kernels' sizes are unchanged: no pairs up to d = 128, a K tile in dkv_cmq */
+    assert_int_equal(burst_vk_cmq_split(BURST_VK_DQ_CMQ, 128, 0), 1);
+    assert_int_equal(burst_vk_cmq_kreg(BURST_VK_DKV_CMQ, 128, 0), 0);
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++) {
+        assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 136).t, 0);
+        assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 256).t, 0);
+    }
+    env.max_shared = 32768; /* below every d = 128 tile */
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+        assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 128).t, 0);
+    env.max_shared = 0;
+    env.cmq_fp32 = 0;
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+        assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 64).t, 0);
+}
+
 static void h100_cm2_caps(struct burst_vk_caps *c)
 {
     h100_caps(c);
@@ -475,9 +530,13 @@ static void khr_reasons(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(fragment_layout_passes), cmocka_unit_test(other_layouts_fail),
-        cmocka_unit_test(cmq_tile_rule),          cmocka_unit_test(cmq_call_tile),
-        cmocka_unit_test(cm2_rule_and_reasons),   cmocka_unit_test(khr_reasons),
+        cmocka_unit_test(fragment_layout_passes),
+        cmocka_unit_test(other_layouts_fail),
+        cmocka_unit_test(cmq_tile_rule),
+        cmocka_unit_test(cmq_call_tile),
+        cmocka_unit_test(cmq_f32_tiles),
+        cmocka_unit_test(cm2_rule_and_reasons),
+        cmocka_unit_test(khr_reasons),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

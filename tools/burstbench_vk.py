@@ -11,7 +11,8 @@ coopmat@BRxBC = coopmat_khr with that fwd_cmq tile (BURST_VK_CMQ_TILE); coopmat_
 BURST_VK_CM2=0 BURST_VK_CMQ=0: the forward fwd_cm, softmax through shared memory; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
 (fwd_rt, dq_rt, dkv_rt); tiled@BRxBCxDC = the same with that tile where valid (BURST_VK_RT_TILE);
 subgroup = also BURST_VK_RT=0: the subgroup kernels; scalar = also BURST_VK_SUBGROUP=0; fp32
-inputs never take the cooperative-matrix kernels, so coopmat and tiled are one path there),
+inputs take the *_cmq kernels in two fp16 halves up to d = 128 on the coopmat paths, and tiled
+keeps them on the register-tiled ones),
 forward only and (unless --fwd-only) forward+backward, with BURST_VK_PROFILE=1 so the GPU time
 of the kernels themselves (timestamp queries) is reported beside burstrun's wall time (which also
 counts host staging of caller tensors and the host-side output casts). Then PyTorch's
@@ -19,7 +20,9 @@ scaled_dot_product_attention with the FLASH_ATTENTION and CUDNN_ATTENTION backen
 EFFICIENT_ATTENTION for fp32, which the other two do not take) on the same sizes. Prints a
 table (TFLOP/s with the field's convention: fwd 4 B N^2 H d, halved when causal; fwd+bwd 3.5x)
 and writes burstbench_vk.csv. Before timing, a small checked run (--check) of each
-path guards against timing a wrong kernel.
+path guards against timing a wrong kernel; its largest error against the fp64 reference (max
+|x - x64| / max |x64| per tensor, on sampled rows) is printed, and for fp32 beside it that of
+PyTorch's EFFICIENT_ATTENTION against fp64 at the same size (O, dQ, dK, dV of random inputs).
 
     python3 tools/burstbench_vk.py --burstrun build/tools/burstrun [--seq 16384 --heads 32
         --head-dim 128 --dtype fp16 --causal] [--paths coopmat,coopmat_cm2,coopmat_nv,tiled]
@@ -145,6 +148,41 @@ def torch_sdpa(args):
     return res
 
 
+def check_seq(args):
+    """The checked run's length: --check-seq, shortened (to a multiple of 64) where burstrun's
+    fp64 backward reference would exceed its 4e9 multiply-adds (N^2 H d)."""
+    if args.fwd_only:
+        return args.check_seq
+    fit = int((3.9e9 / (args.heads * args.head_dim)) ** 0.5) // 64 * 64
+    return max(64, min(args.check_seq, fit))
+
+
+def torch_fp32_error(args):
+    """PyTorch EFFICIENT_ATTENTION's fp32 error against fp64 at the check size: the largest
+    max |x - x64| / max |x64| over O, dQ, dK, dV (random normal inputs and dO)."""
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except Exception:  # noqa: BLE001
+        return float("nan")
+    B, H, N, d = 1, args.heads, check_seq(args), args.head_dim
+    x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.float32) for _ in range(4)]
+    out = {}
+    for name, dt in (("eff", torch.float32), ("ref", torch.float64)):
+        q, k, v = (t.detach().to(dt).clone().requires_grad_() for t in x[:3])
+        if name == "eff":
+            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        else:
+            with sdpa_kernel(SDPBackend.MATH):
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        o.backward(x[3].to(dt))
+        out[name] = [o.detach().double(), q.grad.double(), k.grad.double(), v.grad.double()]
+    return max(((a - r).abs().max() / r.abs().max()).item()
+               for a, r in zip(out["eff"], out["ref"]))
+
+
 def bench_one(args):
     """The paths and PyTorch at one size (args.head_dim, args.heads): rows of the CSV."""
     flops_fwd = 4.0 * args.seq * args.seq * args.heads * args.head_dim * (0.5 if args.causal else 1.0)
@@ -152,10 +190,15 @@ def bench_one(args):
             "causal": args.causal}
     rows = []
     for path in args.paths.split(","):
-        js, _ = run_burst(args, path, True, args.check_seq, check=True)
+        js, _ = run_burst(args, path, args.fwd_only, check_seq(args), check=True)
         ok = js is not None and js.get("check") == "pass"
-        print(f"[{path}] check at N={args.check_seq}: {js.get('check') if js else 'failed'}"
+        print(f"[{path}] check at N={check_seq(args)}: {js.get('check') if js else 'failed'}"
               f" (max_rel_err {js.get('max_rel_err') if js else None})", flush=True)
+        if args.dtype == "fp32" and not args.no_torch and "torch_err" not in size:
+            size["torch_err"] = torch_fp32_error(args)
+            print(f"torch EFFICIENT fp32 at N={check_seq(args)}: max_rel_err "
+                  f"{size['torch_err']:.3g}", flush=True)
+        size_err = js.get("max_rel_err") if js else None
         for fwd_only in (True,) if args.fwd_only else (True, False):
             js, prof = run_burst(args, path, fwd_only, args.seq)
             if js is None:
@@ -167,7 +210,7 @@ def bench_one(args):
                                          "dq_rt", "dkv_rt", "dkvq_rt", "delta"])
             f = flops_fwd * (1.0 if fwd_only else 3.5)
             rows.append(dict(size, impl=f"vulkan-{path}", what="fwd" if fwd_only else "fwd+bwd",
-                             checked=ok, wall_ms=wall, kernel_ms=kern,
+                             checked=ok, max_rel_err=size_err, wall_ms=wall, kernel_ms=kern,
                              tflops_wall=f / wall / 1e9,
                              tflops_kernel=f / kern / 1e9 if kern else 0))
             print(rows[-1], flush=True)
@@ -274,7 +317,8 @@ def main():
         summary(rows, dims, args.paths.split(","))
         plot(rows, args)
     with open(args.csv, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()) if rows else ["impl"])
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()) if rows else ["impl"],
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {args.csv}")

@@ -256,14 +256,15 @@ static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, 
 }
 
 /*
- * bf16 inputs of the *_cmq kernels: dispatches before the kernels', appended to d from d[*nd],
- * with their parameter blocks at `blocks` (device address ba) of the staged extra area and one
- * result word per view at `words` (wa; 16 bytes, zeroed here). For each bf16 view t[i] (at
- * device address addr[i]; i = 0..n-1 is q, k, v, dout) elem_amax first finds its largest
- * magnitude (bits into words[i]), from which the kernels take its power-of-two scale into
- * fp16's range (convert.glsl bf16_scale); then, where cvt_at[i] != 0, elem_cvt converts the
- * view so scaled, once, into packed fp16 at cvt_at[i] (each workgroup of fwd_cmq would
- * otherwise convert every K / V tile it reads itself: load8s).
+ * bf16 and fp32 inputs of the *_cmq kernels: dispatches before the kernels', appended to d from
+ * d[*nd], with their parameter blocks at `blocks` (device address ba) of the staged extra area
+ * and one result word per view at `words` (wa; 16 bytes, zeroed here). For each bf16 or fp32
+ * view t[i] (at device address addr[i]; i = 0..n-1 is q, k, v, dout) elem_amax first finds its
+ * largest magnitude (bf16 bits into words[i]), from which the kernels take its power-of-two
+ * scale into fp16's range (convert.glsl bf16_scale); then, where cvt_at[i] != 0, elem_cvt
+ * converts the view so scaled, once, into packed fp16 at cvt_at[i] (an fp32 view into two
+ * halves per element, hi and lo; each workgroup of fwd_cmq would otherwise convert every K / V
+ * tile it reads itself: load8s). amax_pipe and cvt_pipe are those of the views' dtype.
  */
 static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
                                const VkDeviceAddress *addr, const VkDeviceAddress *cvt_at,
@@ -275,7 +276,7 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
     int nb = 0, cvt_seen = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
-            if (t[i]->dtype != BURST_DTYPE_BF16 || (pass == 1 && !cvt_at[i]))
+            if (t[i]->dtype == BURST_DTYPE_FP16 || (pass == 1 && !cvt_at[i]))
                 continue;
             struct burst_vk_elem_params *ep = (void *)(blocks + (size_t)nb * BURST_VK_PBLOCK);
             memset(ep, 0, sizeof *ep);
@@ -306,15 +307,18 @@ static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
         }
 }
 
-/* The packed fp16 [B, n, H, d] view of t at device address a (elem_cvt's output). */
+/* The packed fp16 [B, n, H, d] view of t at device address a (elem_cvt's output); of an fp32
+ * t, [B, n, H, 2 d]: each row's d hi halves, then its d lo halves. */
 static struct burst_vk_view burst_vk_packed_view(const struct burst_tensor *t, VkDeviceAddress a)
 {
-    return (struct burst_vk_view){a, 0, (int32_t)(t->shape[1] * t->shape[2] * t->shape[3]),
-                                  (int32_t)(t->shape[2] * t->shape[3]), (int32_t)t->shape[3]};
+    const int64_t w = (t->dtype == BURST_DTYPE_FP32 ? 2 : 1) * t->shape[3];
+    return (struct burst_vk_view){a, 0, (int32_t)(t->shape[1] * t->shape[2] * w),
+                                  (int32_t)(t->shape[2] * w), (int32_t)w};
 }
 
 /* Room in the stream's scratch for the views t[i] with want[i] converted into packed fp16
- * (burst_vk_bf16_prep): cvt_at[i] receives each one's device address, 0 where not wanted.
+ * (burst_vk_bf16_prep; fp32 views: two halves an element): cvt_at[i] receives each one's device
+ * address, 0 where not wanted.
  * 0, or -1 where the scratch cannot grow to hold them (every cvt_at 0, no error left). */
 static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_stream *s, int n,
                                 const struct burst_tensor *const *t, const int *want,
@@ -324,9 +328,10 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
     for (int i = 0; i < n; i++) {
         off[i] = need;
         cvt_at[i] = 0;
-        if (want[i]) /* 2 bytes an element, 256-byte aligned */
+        if (want[i]) /* 2 bytes a half, 256-byte aligned */
             need +=
-                (2 * (size_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] * t[i]->shape[3]) +
+                ((t[i]->dtype == BURST_DTYPE_FP32 ? 4 : 2) *
+                     (size_t)(t[i]->shape[0] * t[i]->shape[1] * t[i]->shape[2] * t[i]->shape[3]) +
                  255) /
                 256 * 256;
     }
@@ -335,7 +340,7 @@ static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_str
         return 0;
     if (burst_vk_stream_scratch(be, s, need, &base) != BURST_OK) {
         burst_log(BURST_LOG_DEBUG, BURST_SUB_VULKAN, -1,
-                  "no scratch for bf16 inputs scaled into fp16 (%s): another kernel",
+                  "no scratch for inputs scaled into fp16 (%s): another kernel",
                   burst_last_error());
         burst_error_clear(); /* not an error: the caller takes another way */
         return -1;
@@ -391,13 +396,15 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     int64_t per = burst_vk_rows_per_dispatch(be, kern, dim, tl);
     int nch = (int)((dim->nk + per - 1) / per);
     /* bf16 views of fwd_cmq (burst_vk_bf16_prep): nbf of them, K and V converted into the
-     * stream's scratch where it can hold them (else the kernel converts each tile it reads) */
+     * stream's scratch where it can hold them (else the kernel converts each tile it reads);
+     * fp32 ones (all three, f32): each converted into two fp16 halves */
     const struct burst_tensor *const qkv[3] = {a->q, a->k, a->v};
     int nbf = 0, cvt[3] = {0, 0, 0};
     const int conv = kern == BURST_VK_FWD_CMQ || kern == BURST_VK_FWD_CM2;
+    const int f32 = kern == BURST_VK_FWD_CMQ && a->q->dtype == BURST_DTYPE_FP32;
     for (int i = 0; conv && i < 3; i++) {
-        nbf += qkv[i]->dtype == BURST_DTYPE_BF16;
-        cvt[i] = i > 0 && qkv[i]->dtype == BURST_DTYPE_BF16 && be->env.cmq_bf16 == 1;
+        nbf += qkv[i]->dtype == BURST_DTYPE_BF16 || f32;
+        cvt[i] = f32 || (i > 0 && qkv[i]->dtype == BURST_DTYPE_BF16 && be->env.cmq_bf16 == 1);
     }
     struct burst_vk_dispatch *d = malloc((size_t)(nch + 2 * nbf) * sizeof *d);
     if (!d)
@@ -410,9 +417,10 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     }
     VkDeviceAddress cvt_at[3];
     if (burst_vk_cvt_scratch(be, s, 3, qkv, cvt, cvt_at) != 0) {
-        /* fwd_cmq converts the tiles itself; fwd_cm2 reads fp16 K and V only */
+        /* fwd_cmq converts bf16 tiles itself; fwd_cm2 reads fp16 K and V only, and neither
+         * takes fp32 ones unconverted */
         cvt[1] = cvt[2] = 0;
-        if (kern == BURST_VK_FWD_CM2) {
+        if (kern == BURST_VK_FWD_CM2 || f32) {
             burst_vk_stream_release(be, s);
             free(d);
             struct burst_vk_tile ptl;
@@ -421,10 +429,12 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             return pst != BURST_OK ? pst : burst_vk_fwd_run(be, a, dim, bytes, pk, &ptl, ms_p);
         }
     }
-    const int ncvt = cvt[1] + cvt[2];
-    int dt[4] = {(int)a->q->dtype, cvt[1] ? (int)BURST_DTYPE_FP16 : (int)a->k->dtype,
-                 cvt[2] ? (int)BURST_DTYPE_FP16 : (int)a->v->dtype, 0};
-    int edt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
+    const int ncvt = cvt[0] + cvt[1] + cvt[2];
+    /* the kernel's dtypes: bf16 views converted are fp16 to it; fp32 ones stay fp32, which
+     * keys the kernel that takes two halves (shaders/cm_nv.glsl SPL) */
+    int dt[4] = {(int)a->q->dtype, cvt[1] && !f32 ? (int)BURST_DTYPE_FP16 : (int)a->k->dtype,
+                 cvt[2] && !f32 ? (int)BURST_DTYPE_FP16 : (int)a->v->dtype, 0};
+    int edt[4] = {f32 ? (int)BURST_DTYPE_FP32 : (int)BURST_DTYPE_BF16, 0, 0, 0};
     struct burst_vk_tile etl = {1, 128, 1, 0};
     VkPipeline pipe, amax_pipe = VK_NULL_HANDLE, cvt_pipe = VK_NULL_HANDLE;
     st = burst_vk_pipeline(be, kern, (int)dim->d, tl, dt, &pipe);
@@ -451,7 +461,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         p->rows = xa + roff;
         burst_vk_params_sizes(p, dim, a->scale, a->softcap);
         const int cm = kern == BURST_VK_FWD_CM || kern == BURST_VK_FWD_CMQ;
-        if (cm && burst_vk_vec8(a->q, slots[0].addr) &&
+        if (cm && (cvt[0] || burst_vk_vec8(a->q, slots[0].addr)) &&
             (cvt[1] || burst_vk_vec8(a->k, slots[1].addr)) &&
             (cvt[2] || burst_vk_vec8(a->v, slots[2].addr)))
             p->flags |= 8;
@@ -462,7 +472,11 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         if (kern == BURST_VK_FWD_RT && burst_vk_vec4(a->q, slots[0].addr) &&
             burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr))
             p->flags |= 32;
-        if (cvt[1]) { /* K, V: packed fp16 in the scratch */
+        if (cvt[0]) { /* Q, K, V: packed fp16 in the scratch */
+            p->q = burst_vk_packed_view(a->q, cvt_at[0]);
+            p->flags |= 256;
+        }
+        if (cvt[1]) {
             p->k = burst_vk_packed_view(a->k, cvt_at[1]);
             p->flags |= 64;
         }
@@ -523,6 +537,13 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
     const int all_fp16 = a->q->dtype == BURST_DTYPE_FP16 && a->k->dtype == BURST_DTYPE_FP16 &&
                          a->v->dtype == BURST_DTYPE_FP16;
     const int dcl = burst_vk_dclass((int)dim.d);
+    /* fp32 inputs: fwd_cmq in two fp16 halves, where the device has its tile for them */
+    if (a->q->dtype == BURST_DTYPE_FP32 && a->k->dtype == BURST_DTYPE_FP32 &&
+        a->v->dtype == BURST_DTYPE_FP32 && be->cmq.ok) {
+        tl = burst_vk_cmq_f32_tile(&be->caps, &be->env, BURST_VK_FWD_CMQ, (int)dim.d);
+        if (tl.t > 0)
+            return burst_vk_fwd_run(be, a, &dim, bytes, BURST_VK_FWD_CMQ, &tl, NULL);
+    }
     /* the workgroup-scope forward first (every head dim): fp16 inputs, or bf16 ones with K and
      * V converted once a call (BURST_VK_CMQ_BF16=1) */
     if (be->use_cm2 && (all_fp16 || (any16 && be->env.cmq_bf16 == 1)) &&
@@ -559,11 +580,12 @@ static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_st
      * view (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1,
      * the default); the register-tiled ones everything else, where the device has tiles for
      * them */
-    int fp16 = 1, bf16 = 1, cvt[4] = {0, 0, 0, 0};
+    int fp16 = 1, bf16 = 1, fp32 = 1, cvt[4] = {0, 0, 0, 0};
     int nbf = 0;
     for (int i = 0; i < 4; i++) { /* bf16: all four (dO's scale needs V's: convert.glsl) */
         fp16 &= t4[i]->dtype == BURST_DTYPE_FP16;
         bf16 &= t4[i]->dtype == BURST_DTYPE_BF16;
+        fp32 &= t4[i]->dtype == BURST_DTYPE_FP32;
         cvt[i] = t4[i]->dtype == BURST_DTYPE_BF16;
     }
     enum burst_vk_kernel kq = BURST_VK_DQ, kkv = BURST_VK_DKV;
@@ -578,8 +600,19 @@ static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_st
         all16 &= t4[i]->dtype == BURST_DTYPE_FP16;
         allbf &= t4[i]->dtype == BURST_DTYPE_BF16;
     }
-    if (cm2 && (all16 || (allbf && be->env.cmq_bf16 == 1 &&
-                          burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0))) {
+    /* fp32, all four: the *_cmq pair in two fp16 halves, where the device has tiles for them
+     * (burst_vk_cmq_f32_tile) and the stream's scratch can hold the halves */
+    const int f32 = fp32 && be->cmq.ok &&
+                    burst_vk_cmq_f32_tile(&be->caps, &be->env, BURST_VK_DQ_CMQ, (int)dim->d).t &&
+                    burst_vk_cmq_f32_tile(&be->caps, &be->env, BURST_VK_DKV_CMQ, (int)dim->d).t;
+    for (int i = 0; i < 4; i++)
+        cvt[i] |= f32;
+    if (f32 && burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0) {
+        kq = BURST_VK_DQ_CMQ;
+        kkv = BURST_VK_DKV_CMQ;
+        nbf = 4;
+    } else if (cm2 && (all16 || (allbf && be->env.cmq_bf16 == 1 &&
+                                 burst_vk_cvt_scratch(be, s, 4, t4, cvt, cvt_at) == 0))) {
         kq = BURST_VK_DQ_CM2;
         kkv = BURST_VK_DKV_CM2;
         for (int i = 0; allbf && i < 4; i++)
@@ -686,19 +719,26 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     int nbf;
     burst_vk_bwd_kernels(be, s, a, &dim, t4, cvt_at, &kq, &kkv, &nbf);
     const int fused = kkv == BURST_VK_DKVQ_RT; /* dQ comes from the dK / dV kernel */
+    /* fp32 views converted into two halves (the *_cmq pair keyed fp32: shaders/cm_nv.glsl SPL)
+     * or bf16 ones converted into fp16 */
+    const int f32 = nbf && a->q->dtype == BURST_DTYPE_FP32;
     struct burst_vk_tile tq, tkv;
     int dt[4] = {(int)a->q->dtype, (int)a->k->dtype, (int)a->v->dtype, (int)a->dout->dtype};
-    for (int i = 0; nbf && i < 4; i++) /* converted views are fp16 to the kernels */
+    for (int i = 0; nbf && !f32 && i < 4; i++) /* converted bf16 views are fp16 to the kernels */
         dt[i] = (int)BURST_DTYPE_FP16;
-    int edt[4] = {(int)BURST_DTYPE_BF16, 0, 0, 0};
+    int edt[4] = {f32 ? (int)BURST_DTYPE_FP32 : (int)BURST_DTYPE_BF16, 0, 0, 0};
     struct burst_vk_tile etl = {1, 128, 1, 0};
     VkPipeline pq = VK_NULL_HANDLE, pkv = VK_NULL_HANDLE, amax_pipe = VK_NULL_HANDLE,
                cvt_pipe = VK_NULL_HANDLE;
-    if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
+    if (f32) {
+        tq = burst_vk_cmq_f32_tile(&be->caps, &be->env, kq, (int)dim.d);
+        tkv = burst_vk_cmq_f32_tile(&be->caps, &be->env, kkv, (int)dim.d);
+        st = BURST_OK;
+    } else if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
         st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
-    if (st == BURST_OK && kq == BURST_VK_DQ_CMQ)
+    if (st == BURST_OK && kq == BURST_VK_DQ_CMQ && !f32)
         tq = burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq);
-    if (st == BURST_OK && kkv == BURST_VK_DKV_CMQ)
+    if (st == BURST_OK && kkv == BURST_VK_DKV_CMQ && !f32)
         tkv = burst_vk_dkv_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tkv);
     const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)

@@ -322,6 +322,18 @@ static void burst_vk_probe_text(struct burst_sb *out, int index, const struct bu
         }
         burst_sb_printf(out, "\n");
     }
+    /* fp32 inputs on the *_cmq kernels in two fp16 halves (vk_caps.c burst_vk_cmq_f32_tile) */
+    burst_sb_printf(out,
+                    "    fp32 on fwd_cmq / dq_cmq / dkv_cmq in two fp16 halves, d <= 64 / 128:");
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+        for (int d = 64; d <= 128; d += 64) {
+            struct burst_vk_tile tl = burst_vk_cmq_f32_tile(c, env, (enum burst_vk_kernel)k, d);
+            if (tl.t)
+                burst_sb_printf(out, " %dx%dx%d", tl.t, tl.br, tl.bc);
+            else
+                burst_sb_printf(out, " -");
+        }
+    burst_sb_printf(out, "%s\n", env->cmq_fp32 ? "" : " (BURST_VK_CMQ_FP32=0)");
     burst_sb_printf(out, "    tile cache: %s\n", cache[0] ? cache : "(no cache directory)");
 }
 

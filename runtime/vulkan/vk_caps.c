@@ -110,6 +110,7 @@ burst_status_t burst_vk_env_read(struct burst_vk_env *env)
         cfw[2] = 1;
     int cb16 = burst_vk_env_int(VK_CMQ_BF16);
     env->cmq_bf16 = cb16 == 0 || cb16 == 2 ? cb16 : 1;
+    env->cmq_fp32 = burst_vk_env_int(VK_CMQ_FP32) != 0;
     const char *cp = burst_set_str(&set, BURST_SET_VK_CMQ_PREFETCH);
     int *pf = env->cmq_prefetch;
     if (!cp || sscanf(cp, "%d,%d,%d", &pf[0], &pf[1], &pf[2]) != 3)
@@ -356,6 +357,23 @@ int burst_vk_dclass(int d)
     return d <= 64 ? 0 : d <= 128 ? 1 : 2;
 }
 
+size_t burst_vk_cmq_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d, int f32)
+{
+    /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows of d
+     * rounded up to 16 (twice, hi and lo halves, with f32) and padded by 8 halves (Q, dO pass
+     * through them), four ints; fwd_cmq with loading subgroups: two K/V buffers and four
+     * counters. bwd_dkv_cmq_nv.comp: K tile [br] (none with K in registers), Q and dO tiles
+     * [bc], 16 B per query row, two ints. The backward's subgroup pairs
+     * (cmq_pair.glsl): 2 KiB a subgroup (one float where there are none). */
+    size_t row = (size_t)((f32 ? 2 : 1) * ((d + 15) / 16 * 16) + 8) * 2;
+    size_t sp = (size_t)burst_vk_cmq_split(k, d, f32), w = (size_t)tl->br / 16 * sp;
+    size_t pair = sp > 1 ? w * 2048 : k != BURST_VK_FWD_CMQ ? 4 : 0;
+    if (k == BURST_VK_DKV_CMQ)
+        return (size_t)((burst_vk_cmq_kreg(k, d, f32) ? 0 : tl->br) + 2 * tl->bc) * row +
+               16 * (size_t)tl->bc + 8 + pair;
+    return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * row + 16 + (tl->ld > 0 ? 16 : 0) + pair;
+}
+
 size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d)
 {
     switch (k) {
@@ -372,22 +390,7 @@ size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *
     }
     case BURST_VK_FWD_CMQ:
     case BURST_VK_DQ_CMQ:
-    case BURST_VK_DKV_CMQ: {
-        /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows of
-         * d rounded up to 16 and padded by 8 halves (Q, dO pass through them), four ints;
-         * fwd_cmq with loading subgroups: two K/V buffers and four counters.
-         * bwd_dkv_cmq_nv.comp: K tile [br] (none with K in registers), Q and dO tiles [bc],
-         * 16 B per query row, two ints.
-         * The backward's subgroup pairs beyond d = 128 (cmq_pair.glsl): 2 KiB a subgroup (one
-         * float where there are none). */
-        size_t row = (size_t)((d + 15) / 16 * 16 + 8) * 2;
-        size_t sp = (size_t)burst_vk_cmq_split(k, d), w = (size_t)tl->br / 16 * sp;
-        size_t pair = sp > 1 ? w * 2048 : k != BURST_VK_FWD_CMQ ? 4 : 0;
-        if (k == BURST_VK_DKV_CMQ)
-            return (size_t)((burst_vk_cmq_kreg(k, d) ? 0 : tl->br) + 2 * tl->bc) * row +
-                   16 * (size_t)tl->bc + 8 + pair;
-        return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * row + 16 + (tl->ld > 0 ? 16 : 0) + pair;
-    }
+    case BURST_VK_DKV_CMQ: return burst_vk_cmq_shared(k, tl, d, 0);
     case BURST_VK_DQ_CM:
     case BURST_VK_DKV_CM: {
         /* mirror shaders/bwd_dq_cm_nv.comp (Q tile [br], K and V tiles [bc]) and
@@ -442,6 +445,42 @@ static uint32_t burst_vk_shared_limit(const struct burst_vk_caps *caps,
     return s;
 }
 
+/* tile_valid_at of a *_cmq kernel, for fp32 inputs in two fp16 halves (f32) or not */
+static int burst_vk_cmq_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                              enum burst_vk_kernel k, int d, const struct burst_vk_tile *tl,
+                              int f32)
+{
+    /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups (times the
+     * backward's split, burst_vk_cmq_split), BC rows in 16-row chunks */
+    uint32_t wg = (uint32_t)((tl->br / 16 * burst_vk_cmq_split(k, d, f32) + tl->ld) * 32);
+    return ((BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
+             BURST_VK_SPV_BWD_DKV_CMQ_NV) ||
+            !burst_vk_coopmat_khr_why(caps, env)) &&
+           env->cmq && burst_vk_coopmat_usable(caps, env) &&
+           /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
+           (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) && caps->subgroup == 32 && tl->t == 32 &&
+           tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 && tl->bc <= 64 &&
+           tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
+           (tl->ld == 0 || k == BURST_VK_FWD_CMQ) && wg <= caps->max_invocations &&
+           wg <= caps->max_size_x &&
+           burst_vk_cmq_shared(k, tl, d, f32) <= burst_vk_shared_limit(caps, env);
+}
+
+struct burst_vk_tile burst_vk_cmq_f32_tile(const struct burst_vk_caps *caps,
+                                           const struct burst_vk_env *env, enum burst_vk_kernel k,
+                                           int d)
+{
+    /* every staged row holds twice the halves: 32-key (dq, dkv up to d = 64: 32-row) tiles of
+     * 64 or 128 rows, 16-row ones with the backward's pairs beyond d = 64 (burst_vk_cmq_split) */
+    struct burst_vk_tile tl = {32, k == BURST_VK_FWD_CMQ ? 128 : 64, d <= 64 ? 32 : 16, 0};
+    if (k == BURST_VK_FWD_CMQ)
+        tl.bc = 32;
+    if (!env->cmq_fp32 || d > 128 || !burst_vk_kernel_cmq(k) ||
+        !burst_vk_cmq_valid(caps, env, k, d, &tl, 1))
+        tl.t = 0;
+    return tl;
+}
+
 int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
                         enum burst_vk_kernel k, int dclass, const struct burst_vk_tile *tl)
 {
@@ -465,22 +504,8 @@ int burst_vk_tile_valid_at(const struct burst_vk_caps *caps, const struct burst_
                burst_vk_tile_shared(k, tl, d) + caps->cm2_reserved <=
                    burst_vk_shared_limit(caps, env);
     }
-    if (burst_vk_kernel_cmq(k)) {
-        /* 32 invocations a subgroup (the layout they assume), BR / 16 subgroups (times the
-         * backward's split beyond d = 128), BC rows in 16-row chunks */
-        uint32_t wg = (uint32_t)((tl->br / 16 * burst_vk_cmq_split(k, d) + tl->ld) * 32);
-        return ((BURST_VK_SPV_FWD_CMQ_NV && BURST_VK_SPV_BWD_DQ_CMQ_NV &&
-                 BURST_VK_SPV_BWD_DKV_CMQ_NV) ||
-                !burst_vk_coopmat_khr_why(caps, env)) &&
-               env->cmq && burst_vk_coopmat_usable(caps, env) &&
-               /* dkv_cmq: one invocation per query row of a tile stages its L, D, interval */
-               (k != BURST_VK_DKV_CMQ || 2 * tl->br >= tl->bc) && caps->subgroup == 32 &&
-               tl->t == 32 && tl->br >= 16 && tl->br <= 256 && tl->br % 16 == 0 && tl->bc >= 16 &&
-               tl->bc <= 64 && tl->bc % 16 == 0 && tl->ld >= 0 && tl->ld <= 4 &&
-               (tl->ld == 0 || k == BURST_VK_FWD_CMQ) && wg <= caps->max_invocations &&
-               wg <= caps->max_size_x &&
-               burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
-    }
+    if (burst_vk_kernel_cmq(k))
+        return burst_vk_cmq_valid(caps, env, k, d, tl, 0);
     if (burst_vk_kernel_rt(k)) {
         /* t = DC (4..32, a power of two); BR a multiple of 4, BC of 4 and of DC (the P V
          * loop steps DC keys through the tile); (BR / 4) x (BC / 4) invocations in x; no

@@ -182,6 +182,9 @@ struct burst_vk_env {
                            * where the stream's scratch can hold them; 2 = the forward converts
                            * K and V in its loads, the backward is register-tiled; 0 = the
                            * register-tiled kernels */
+    int cmq_fp32;         /* BURST_VK_CMQ_FP32: 1 (default) = fp32 inputs up to d = 128 take the
+                           * *_cmq kernels, each element split in two fp16 halves (elem_cvt) and
+                           * every product taken as three; 0 = the register-tiled kernels */
     int cmq_prefetch[3];  /* BURST_VK_CMQ_PREFETCH=f,q,kv: 1 = fwd_cmq / dq_cmq / dkv_cmq load
                            * the next tile during the current one, 0 = just before storing it
                            * (default 0,0,0, as measured best on the H100: fewer registers) */
@@ -207,6 +210,17 @@ extern const int burst_vk_dclass_max[BURST_VK_NUM_DCLASS];
 
 /* Shared memory a kernel needs with tile tl at head dim d (bytes). */
 size_t burst_vk_tile_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d);
+
+/* The *_cmq kernels' shared memory with fp32 inputs in two fp16 halves (f32 != 0: every staged
+ * row twice as long) or not. */
+size_t burst_vk_cmq_shared(enum burst_vk_kernel k, const struct burst_vk_tile *tl, int d, int f32);
+
+/* The tile of *_cmq kernel k (fwd_cmq, dq_cmq or dkv_cmq) for fp32 inputs in two fp16 halves at
+ * head dim d (vk_caps.c); t = 0 where the device has none: d > 128, no *_cmq kernels, the
+ * shared memory too small, or BURST_VK_CMQ_FP32=0. */
+struct burst_vk_tile burst_vk_cmq_f32_tile(const struct burst_vk_caps *caps,
+                                           const struct burst_vk_env *env, enum burst_vk_kernel k,
+                                           int d);
 
 /* Is tl usable on caps for kernel k at the class's largest head dim? At head dim d? */
 int burst_vk_tile_valid(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
@@ -281,19 +295,21 @@ static inline int burst_vk_kernel_cmq(enum burst_vk_kernel k)
 }
 
 /* Subgroups on each 16 rows of a *_cmq kernel at head dim d (shaders/cm_nv.glsl SP): 2 for the
- * backward beyond d = 128, where one subgroup's operands and accumulators for the whole head dim
- * would not fit its registers, each then holding half of them; else 1. */
-static inline int burst_vk_cmq_split(enum burst_vk_kernel k, int d)
+ * backward beyond d = 128, and beyond d = 64 for fp32 inputs in two fp16 halves (f32: twice the
+ * operands), where one subgroup's operands and accumulators for the whole head dim would not fit
+ * its registers, each then holding half of them; else 1. */
+static inline int burst_vk_cmq_split(enum burst_vk_kernel k, int d, int f32)
 {
-    return (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) && d > 128 ? 2 : 1;
+    return (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) && (d > 128 || (f32 && d > 64)) ? 2 : 1;
 }
 
 /* Whether dkv_cmq holds its K rows in registers instead of a K tile in shared memory
- * (specialization constant 13, KREG in shaders/bwd_dkv_cmq_nv.comp): beyond d = 128, where the
- * tile of K would leave room for only 32 key rows on 48 KiB. */
-static inline int burst_vk_cmq_kreg(enum burst_vk_kernel k, int d)
+ * (specialization constant 13, KREG in shaders/bwd_dkv_cmq_nv.comp): beyond d = 128, and for
+ * fp32 inputs in two fp16 halves (f32), where the tile of K would leave room for only 32 query
+ * rows (16 with f32) on 48 KiB. */
+static inline int burst_vk_cmq_kreg(enum burst_vk_kernel k, int d, int f32)
 {
-    return k == BURST_VK_DKV_CMQ && d > 128;
+    return k == BURST_VK_DKV_CMQ && (d > 128 || f32);
 }
 
 /* ---- the instance ------------------------------------------------------------------------- */

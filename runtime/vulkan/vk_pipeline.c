@@ -250,7 +250,8 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
      * 12 = whether the scores are soft-capped (key[10]: a pipeline of its own, so that the
      * uncapped one carries no code for the cap), 13 = whether dkv_cmq holds K in registers
      * (burst_vk_cmq_kreg); every *_cmq: 16 = the subgroups on each 16
-     * rows (burst_vk_cmq_split) */
+     * rows (burst_vk_cmq_split). A *_cmq kernel keyed with fp32 q (dtype 0) takes its inputs
+     * in two fp16 halves (shaders/cm_nv.glsl SPL), which both of those depend on. */
     int32_t data[17];
     VkSpecializationMapEntry map[17];
     for (int i = 0; i < 17; i++) {
@@ -263,16 +264,17 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     data[11] = smc >= 1 && smc <= nb && nb % smc == 0 ? smc : nb;
     data[12] = be->env.cmq_fwd[1] != 0;
     data[13] = be->env.cmq_prefetch[0] != 0;
+    const int f32 = burst_vk_kernel_cmq(k) && key[5] == (uint32_t)BURST_DTYPE_FP32;
     data[14] = be->env.cmq_fwd[2] != 0;
     data[15] = (int32_t)key[9];
     if (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) {
         data[11] = be->env.cmq_prefetch[k == BURST_VK_DQ_CMQ ? 1 : 2] != 0;
         data[12] = key[10] != 0;
-        data[13] = burst_vk_cmq_kreg(k, (int)key[1]);
+        data[13] = burst_vk_cmq_kreg(k, (int)key[1], f32);
     }
     if (k == BURST_VK_DELTA)
         data[8] = 64;
-    data[16] = burst_vk_cmq_split(k, (int)key[1]);
+    data[16] = burst_vk_cmq_split(k, (int)key[1], f32);
     if (burst_vk_kernel_cm(k)) /* BR / 16 (times the split, + ld loading) subgroups of T */
         data[8] = (int32_t)(key[2] * (key[3] / 16 * (uint32_t)data[16] + key[9]));
     if (burst_vk_kernel_rt(k)) /* (BR / 4) x (BC / 4) */
