@@ -36,8 +36,11 @@
 // dO's scale: convert.glsl bf16_scale_dout), and the scales are undone when dK (dO's and Q's)
 // and dV (dO's) are added. fp32 inputs (the pipeline keyed fp32): each view arrives as two fp16
 // halves per element, hi + lo (shaders/cm_nv.glsl SPL), and S^T, dP^T, dV and dK each take
-// three MMAs a product (hi hi + lo hi + hi lo, P^T and dS^T split in registers: cmq.glsl
-// CM_TO_A2): about 2^-21 relative per term; the K rows are then held in registers (KREG).
+// three MMAs a product (lo hi + hi lo + hi hi, P^T, scaled by 2^14, and dS^T split in
+// registers: cmq.glsl CM_TO_A2): about 2^-21 relative per term; the products of each query
+// chunk go into a fresh accumulator added to dV and dK in fp32 (the tensor cores' adds
+// truncate: a chain of them as long as the query count drifts); the K rows are then held in
+// registers (KREG).
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves):
 //   [0, KN)           K tile [BR][DM + 8] fp16 (none with KREG)
@@ -66,6 +69,9 @@ const int KN = KREG != 0 ? 0 : BR * RS; // the K tile
 const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
 const int SHN = KN + 2 * BC * RS;
 const int VP = (2 * BC) / 16 * 16 < BR ? (2 * BC) / 16 * 16 : BR; // V rows per pass
+// split inputs: P^T's scale before its split into fp16 halves (P^T <= 1, and its lo halves,
+// 2^-11 of it, would otherwise fall below fp16's normal range from P^T < 2^-3)
+const float PSPLIT = 16384.0;
 const int L8 = BC * D8S;         // 16-byte pieces of a Q (or dO) tile
 const int LPT = (L8 + NT - 1) / NT; // of them per invocation
 
@@ -264,10 +270,15 @@ void main()
                 s[e] = p;
                 dp[e] = p * (dp[e] * pmul - intBitsToFloat(rq.y));
             }
-            // dV += P^T dO, dK += dS^T Q (split: hi x hi + lo x hi + hi x lo)
+            // dV += P^T dO, dK += dS^T Q. Split: lo x hi + hi x lo + hi x hi, the small terms
+            // first, on a fresh accumulator added in fp32 (the tensor cores' adds truncate: a
+            // chain of them as long as the query count would drift)
             AMAT ap, ads, apl, adsl;
             {
                 CMAT r_;
+                if (SPL > 1) // P^T <= 1 times 2^14 (undone in vmul): its lo halves stay normal
+                    UNROLL for (int e = 0; e < NE; e++)
+                        s[e] *= PSPLIT;
                 CM_TO_A2(ap, apl, s, r_);
                 CM_TO_A2(ads, adsl, dp, r_);
             }
@@ -279,13 +290,17 @@ void main()
                     const uint qx = uint(QO + 16 * n * RS + 2 * cc);
                     CM_LOAD(bdo, sh, ox, uint(RS), false);
                     CM_LOAD(bq, sh, qx, uint(RS), false);
-                    dv[c] = CM_MULADD(ap, bdo, dv[c]);
-                    dk[c] = CM_MULADD(ads, bq, dk[c]);
                     if (SPL > 1) {
-                        dv[c] = CM_MULADD(apl, bdo, dv[c]);
-                        dk[c] = CM_MULADD(adsl, bq, dk[c]);
-                        CM_LOAD(bdo, sh, ox + uint(D8), uint(RS), false);
-                        CM_LOAD(bq, sh, qx + uint(D8), uint(RS), false);
+                        BMAT bl;
+                        CM_LOAD(bl, sh, ox + uint(D8), uint(RS), false);
+                        CMAT t = CM_MULADD(apl, bdo, CMAT(0.0));
+                        t = CM_MULADD(ap, bl, t);
+                        dv[c] = dv[c] + CM_MULADD(ap, bdo, t);
+                        CM_LOAD(bl, sh, qx + uint(D8), uint(RS), false);
+                        t = CM_MULADD(adsl, bq, CMAT(0.0));
+                        t = CM_MULADD(ads, bl, t);
+                        dk[c] = dk[c] + CM_MULADD(ads, bq, t);
+                    } else {
                         dv[c] = CM_MULADD(ap, bdo, dv[c]);
                         dk[c] = CM_MULADD(ads, bq, dk[c]);
                     }
@@ -297,7 +312,8 @@ void main()
     // accumulators += tau dK and dV, from the registers
     const bool want_dk = (P.flags & 2) != 0, want_dv = (P.flags & 4) != 0;
     F32 adk = F32(P.dk), adv = F32(P.dv);
-    const float tau = P.scale / sc.w / sc.x, vmul = 1.0 / sc.w; // dS^T, dO in dO's units
+    // dS^T and dO in dO's units; split: P^T scaled by PSPLIT
+    const float tau = P.scale / sc.w / sc.x, vmul = 1.0 / sc.w / (SPL > 1 ? PSPLIT : 1.0);
     const uint obA = uint(((b * P.nk + jA) * P.hkv + g) * D), obB = obA + uint(8 * P.hkv * D);
     UNROLL for (int c = 0; c < DCH; c++) {
         UNROLL for (int e = 0; e < NE; e++) {

@@ -29,8 +29,9 @@
 // fp16-subnormal; dO's scale also keeps |dS| < 2^15: convert.glsl bf16_scale_dout), and the
 // scales of dO and K are undone when dQ is added. fp32 inputs (the pipeline keyed fp32): each
 // view arrives as two fp16 halves per element, hi + lo (shaders/cm_nv.glsl SPL), and S, dP and
-// dQ each take three MMAs a product (hi hi + lo hi + hi lo, dS split in registers: cmq.glsl
-// CM_TO_A2): about 2^-21 relative per term.
+// dQ each take three MMAs a product (lo hi + hi lo + hi hi, dS split in registers: cmq.glsl
+// CM_TO_A2): about 2^-21 relative per term; dS K goes into a fresh accumulator added to dQ in
+// fp32 (the tensor cores' adds truncate: a chain of them as long as the key count drifts).
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves): K tile [BC] and V tile
 // [BC] fp16; Q and dO pass through them before the loop, QP rows at a time. With SP = 2 the
@@ -225,7 +226,9 @@ void main()
                                                     : 0.0;
                 s[e] = p * (dp[e] * pmul - (rb ? dlB : dlA));
             }
-            // dQ += dS K (split: dS_hi K_hi + dS_lo K_hi + dS_hi K_lo)
+            // dQ += dS K. Split: dS_lo K_hi + dS_hi K_lo + dS_hi K_hi, the small terms first,
+            // on a fresh accumulator added to dQ in fp32 (the tensor cores' adds truncate: a
+            // chain of them as long as the key count would drift)
             AMAT ads, adsl;
             CM_TO_A2(ads, adsl, s, dp);
             UNROLL for (int c = 0; c < DCH; c++) {
@@ -233,10 +236,13 @@ void main()
                     BMAT bk;
                     const uint kx = uint(16 * n * RS + 2 * (c0 + c));
                     CM_LOAD(bk, sh, kx, uint(RS), false);
-                    dq[c] = CM_MULADD(ads, bk, dq[c]);
                     if (SPL > 1) {
-                        dq[c] = CM_MULADD(adsl, bk, dq[c]);
-                        CM_LOAD(bk, sh, kx + uint(D8), uint(RS), false);
+                        BMAT bl;
+                        CM_LOAD(bl, sh, kx + uint(D8), uint(RS), false);
+                        CMAT t = CM_MULADD(adsl, bk, CMAT(0.0));
+                        t = CM_MULADD(ads, bl, t);
+                        dq[c] = dq[c] + CM_MULADD(ads, bk, t);
+                    } else {
                         dq[c] = CM_MULADD(ads, bk, dq[c]);
                     }
                 }

@@ -46,9 +46,11 @@
 // within 2^-39 times the maximum; the scales are undone in qmul and at the merge.
 // fp32 inputs (DTQ = 0, all three; flag bits 6-8): the host's elem_cvt splits each scaled
 // element into two fp16 halves, hi + lo (shaders/cm_nv.glsl SPL), and each product takes three
-// MMAs, hi hi + lo hi + hi lo (P too is split in registers: cmq.glsl CM_TO_A2), so that a
+// MMAs, lo hi + hi lo + hi hi (P too is split in registers: cmq.glsl CM_TO_A2), so that a
 // product term errs by about 2^-21 relative instead of fp16's 2^-11; the K/V tiles and the Q
-// registers hold twice the halves.
+// registers hold twice the halves, and P V always goes into a fresh accumulator added to O in
+// fp32 (DIRECT is ignored): the tensor cores' own adds truncate, so that a chain of them as long
+// as the key count would drift. Measured error: as PyTorch's fp32 kernels (docs/BENCHMARKS.md).
 //
 // Loading subgroups (LD, constant 15; the tile's fourth field, BURST_VK_CMQ_TILE=br,bc,ld): with
 // LD = 0 every invocation loads a share of each K/V tile (global -> registers -> shared memory)
@@ -356,26 +358,31 @@ void main()
             }
 
             // O += P V: per 16-column chunk of O, into O itself (DIRECT) or on a fresh
-            // accumulator added to O; split: P_hi V_hi + P_lo V_hi + P_hi V_lo
+            // accumulator added to O. Split: P_lo V_hi + P_hi V_lo + P_hi V_hi, the small terms
+            // first, always on a fresh accumulator (the tensor cores' adds truncate, and a chain
+            // of them as long as the key count would drift by its length in units of fp32's
+            // last place; the fp32 add into O rounds to nearest)
+            const int direct = DIRECT != 0 && SPL == 1 ? 1 : 0;
             AMAT pa[SMC], pl[SPL > 1 ? SMC : 1];
             UNROLL for (int n = 0; n < SMC; n++) {
                 CMAT r_;
                 CM_TO_A2(pa[n], pl[SPL > 1 ? n : 0], s[n], r_);
             }
             UNROLL for (int c = 0; c < DC; c++) {
-                CMAT t = DIRECT != 0 ? o[c] : CMAT(0.0);
+                CMAT t = direct != 0 ? o[c] : CMAT(0.0);
                 UNROLL for (int n = 0; n < SMC; n++) {
                     BMAT bv;
                     const uint vx_ = uint(sb + (BC + 16 * (n0 + n)) * RS + 2 * c);
                     CM_LOAD(bv, sh, vx_, uint(RS), false);
-                    t = CM_MULADD(pa[n], bv, t);
                     if (SPL > 1) {
+                        BMAT bl;
+                        CM_LOAD(bl, sh, vx_ + uint(D8), uint(RS), false);
                         t = CM_MULADD(pl[SPL > 1 ? n : 0], bv, t);
-                        CM_LOAD(bv, sh, vx_ + uint(D8), uint(RS), false);
-                        t = CM_MULADD(pa[n], bv, t);
+                        t = CM_MULADD(pa[n], bl, t);
                     }
+                    t = CM_MULADD(pa[n], bv, t);
                 }
-                o[c] = DIRECT != 0 ? t : o[c] + t;
+                o[c] = direct != 0 ? t : o[c] + t;
             }
             if (n0 + SMC < NB) {
                 if (PIPE != 0) {
