@@ -1,16 +1,14 @@
 #version 460
-// shaders/bwd_dkv.comp - backward dK and dV, scalar/subgroup path, for one K/V block:
+// shaders/bwd_dkv.comp - backward dK and dV, scalar (the last resort, as fwd.comp), for one K/V
+// block:
 //   dV[j] += sum_i P_ij dO_i,  dK[j] += tau sum_i dS_ij Q_i
 // summed over every query head of the kv head's group and every query row. Workgroup (x = key
-// tile, y = kv head, z = batch): BR key rows x T threads; thread (r, lane) keeps elements
-// c = lane + T e of its key row's k, v and of the two accumulators in registers. Query tiles
+// tile, y = kv head, z = batch): BR key rows, one invocation a row (T = 1, lane = 0), which
+// keeps its key row's k, v and the two accumulators in registers. Query tiles
 // of BC rows (Q, dO, lse, D and the rows' allowed key intervals) are staged in shared memory;
 // only query rows whose interval meets the workgroup's keys are visited. Each dK/dV element is
-// written by one thread, in a fixed order (head of the group, then query row): deterministic.
+// written by one invocation, in a fixed order (head of the group, then query row): deterministic.
 #extension GL_GOOGLE_include_directive : require
-#ifndef BURST_SCALAR
-#extension GL_KHR_shader_subgroup_shuffle : require
-#endif
 #include "common.glsl"
 
 shared float qs[BC * D];
@@ -18,15 +16,6 @@ shared float dos[BC * D];
 shared float lse2s[BC], dls[BC];
 shared ivec2 ivs[BC];
 shared int qmin_s, qmax_s;
-
-float row_reduce(float x)
-{
-#ifndef BURST_SCALAR
-    for (int s = T / 2; s > 0; s >>= 1)
-        x += subgroupShuffleXor(x, uint(s));
-#endif
-    return x;
-}
 
 void main()
 {
@@ -97,8 +86,7 @@ void main()
                     s = fma(qs[ii * D + lane + T * e], k[e], s);
                     dp = fma(dos[ii * D + lane + T * e], v[e], dp);
                 }
-                s = row_reduce(s) * qmul;
-                dp = row_reduce(dp);
+                s *= qmul;
                 float dcap = 1.0; // d capped / d raw score
                 if (capped) {
                     float t = cap_tanh(s, rcap2);

@@ -1,27 +1,15 @@
 #version 460
-// shaders/bwd_dq.comp - backward dQ, scalar/subgroup path: dQ[tile] += tau dS K over one K/V
-// block, with P recomputed from the final lse: S = tau Q K^T, P = exp(S - lse),
-// dP = dO V^T, dS = P (dP - D). Same workgroup shape as fwd.comp (BR query rows x T threads,
-// K/V tiles of BC rows in shared memory); each dQ element is written by one thread only, in
-// a fixed order, so results are deterministic.
+// shaders/bwd_dq.comp - backward dQ, scalar (the last resort, as fwd.comp): dQ[tile] += tau dS K
+// over one K/V block, with P recomputed from the final lse: S = tau Q K^T, P = exp(S - lse),
+// dP = dO V^T, dS = P (dP - D). Same workgroup shape as fwd.comp (BR query rows, one
+// invocation a row, K/V tiles of BC rows in shared memory); each dQ element is written by one
+// invocation only, in a fixed order, so results are deterministic.
 #extension GL_GOOGLE_include_directive : require
-#ifndef BURST_SCALAR
-#extension GL_KHR_shader_subgroup_shuffle : require
-#endif
 #include "common.glsl"
 
 shared float ks[BC * D];
 shared float vs[BC * D];
 shared int kmin_s, kmax_s;
-
-float row_reduce(float x)
-{
-#ifndef BURST_SCALAR
-    for (int s = T / 2; s > 0; s >>= 1)
-        x += subgroupShuffleXor(x, uint(s));
-#endif
-    return x;
-}
 
 void main()
 {
@@ -82,8 +70,6 @@ void main()
                 s = fma(q[e], ks[j * D + lane + T * e], s);
                 dp = fma(dout[e], vs[j * D + lane + T * e], dp);
             }
-            s = row_reduce(s);
-            dp = row_reduce(dp);
             float dcap = 1.0; // d capped / d raw score
             if (capped) {
                 float t = cap_tanh(s, rcap2);

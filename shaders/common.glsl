@@ -9,8 +9,9 @@
 // Specialization constants shared by the attention kernels (ids fixed here, set by the host's
 // pipeline cache, runtime/vulkan/vk_pipeline.c):
 //   0 D    head dim (multiple of 8, <= 256)
-//   1 T    threads that share one row (power of two, <= subgroup size; 1 = scalar path)
-//   2 BR   rows per workgroup (workgroup size = BR * T)
+//   1 T    the scalar kernels (fwd, dq, dkv): invocations a row, 1; the register-tiled ones: the
+//          chunk depth DC; the cooperative-matrix ones: the subgroup size
+//   2 BR   rows per workgroup (the scalar kernels' workgroup size)
 //   3 BC   rows of the tile staged in shared memory
 //   4..7   dtype of q, k, v, dout (0 fp32, 1 fp16, 2 bf16)
 #extension GL_EXT_buffer_reference : require
@@ -26,7 +27,7 @@ layout(constant_id = 6) const int DTV = 0;
 layout(constant_id = 7) const int DTO = 0;
 layout(local_size_x_id = 8) in;
 
-const int E = D / T; // elements of a row each thread owns: c = lane + T * e
+const int E = D / T; // the scalar kernels: elements of a row an invocation owns, lane + T * e
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.69314718055994531;
 #define NEG_INF uintBitsToFloat(0xff800000u)

@@ -1,12 +1,13 @@
 #version 460
-// shaders/fwd.comp - forward step, scalar/subgroup path: one Q tile against one K/V block with
-// online softmax, and the log-sum-exp merge into the running (O, lse) fused at the end.
+// shaders/fwd.comp - forward step, scalar: one Q tile against one K/V block with online softmax,
+// and the log-sum-exp merge into the running (O, lse) fused at the end. The last resort of the
+// forward (where the register-tiled fwd_rt does not fit a call, and with BURST_VK_RT=0): no
+// subgroup operation, little shared memory.
 //
-// Workgroup (x = Q tile, y = query head, z = batch): BR query rows, T threads per row; thread
-// (r, lane) owns elements c = lane + T e of row r (q pre-scaled by tau log2 e, and the output
-// accumulator, in registers). K/V tiles of BC rows are converted to fp32 into shared memory;
-// dot products are reduced across the T threads of a row with subgroup shuffles (none when
-// T = 1: the scalar variant, built with -DBURST_SCALAR, uses no subgroup operation at all).
+// Workgroup (x = Q tile, y = query head, z = batch): BR query rows, one invocation a row
+// (T = 1, lane = 0: it owns the elements c = lane + T e of its row, q pre-scaled by tau log2 e,
+// and the output accumulator, in registers). K/V tiles of BC rows are converted to fp32 into
+// shared memory.
 // Only key tiles inside the union of the tile's allowed key intervals are visited (fully masked
 // tiles are skipped); partial tiles are masked per row. Rows with no allowed key in the block
 // leave (O, lse) bit-for-bit unchanged.
@@ -17,9 +18,6 @@
 #else
 #define UNROLL
 #endif
-#ifndef BURST_SCALAR
-#extension GL_KHR_shader_subgroup_shuffle : require
-#endif
 #include "common.glsl"
 
 const int CH = BC < 8 ? BC : 8; // keys per online-softmax update
@@ -27,15 +25,6 @@ const int CH = BC < 8 ? BC : 8; // keys per online-softmax update
 shared float ks[BC * D];
 shared float vs[BC * D];
 shared int kmin_s, kmax_s;
-
-float row_reduce(float x)
-{
-#ifndef BURST_SCALAR
-    for (int s = T / 2; s > 0; s >>= 1)
-        x += subgroupShuffleXor(x, uint(s));
-#endif
-    return x;
-}
 
 void main()
 {
@@ -97,7 +86,6 @@ void main()
                 float acc = 0.0;
                 for (int e = 0; e < E; e++)
                     acc = fma(q[e], ks[(c0 + j) * D + lane + T * e], acc);
-                acc = row_reduce(acc);
                 if (capped)
                     acc = cap2 * cap_tanh(acc, rcap2);
                 int kj = j0 + c0 + j;

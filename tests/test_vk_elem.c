@@ -653,7 +653,6 @@ int main(void)
 {
     seed = harness_seed();
     printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)seed);
-    setenv("BURST_VK_CACHE", "0", 1); /* never read or write the user's tile cache */
     be_gpu = create("gpu", NULL);
     be_grid = create("gpu", "3");
     be_cpu = create("cpu", NULL);

@@ -4,7 +4,7 @@
  *
  *   test_vulkan            (suite vulkan; exit 77 without a Vulkan device)
  *     - attention cases against the fp64 reference on the path the environment selects (meson
- *       runs it once with BURST_VK_SUBGROUP=0: the scalar kernels), every mask, GQA, dtypes and
+ *       runs it once with BURST_VK_RT=0: the scalar kernels), every mask, GQA, dtypes and
  *       head dims 8..256, fp16 and bf16 cases for the cooperative-matrix forward where the
  *       device has it (bf16 far above and below fp16's range too), and blocks long enough that
  *       lavapipe needs split dispatches;
@@ -12,11 +12,8 @@
  *     - bad input: head dim 264 -> BURST_ERR_UNSUPPORTED naming it; a device with too little
  *       shared memory (BURST_VK_MAX_SHARED) -> BURST_ERR_UNSUPPORTED naming the head dim;
  *       allocations beyond the device -> NULL / BURST_ERR_NO_MEMORY, no crash;
- *     - tile cache: a valid file is used ("cache"); corrupt, stale and truncated ones are ignored.
  *   test_vulkan nodevice   (run with VK_ICD_FILENAMES pointing nowhere) backend "vulkan" gives
  *                          BURST_ERR_NO_DEVICE with a message, "auto" falls back to another.
- *   test_vulkan autotune   (suite slow) BURST_VK_AUTOTUNE=64 (the d <= 64 class) writes a
- *                          cache file that a second context then loads.
  *   test_vulkan path P     (suites vulkan, gpu) the cooperative-matrix path P only: cm2 (the
  *                          workgroup-scope kernels, *_cm2), khr (the subgroup-scope kernels'
  *                          KHR builds), nv (their NV builds), each where the probe says the
@@ -37,15 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "harness_table.h"
-
-static char cache_dir[256];
 
 #define VK_CASE(nm, G, n, hq, hkv, d, dt)                                                          \
     .name = (nm), .ranks = (G), .batch = 1, .seq_len = (n), .q_heads = (hq), .kv_heads = (hkv),    \
@@ -168,9 +159,9 @@ static void probe_lists_device(void **state)
     assert_non_null(strstr(text, "subgroup"));
     assert_non_null(strstr(text, "fwd "));
     assert_non_null(strstr(json, "\"backend\": \"vulkan\", \"available\": true"));
-    const char *keys[] = {"\"shared_memory\": ", "\"subgroup_size\": ",  "\"fp16\": ",
-                          "\"coopmat_nv\": ",    "\"heaps\": [",         "\"tiles\": {",
-                          "\"fwd\": [",          "\"source\": \"rule\"", "\"path\": "};
+    const char *keys[] = {"\"shared_memory\": ", "\"subgroup_size\": ", "\"fp16\": ",
+                          "\"coopmat_nv\": ",    "\"heaps\": [",        "\"tiles\": {",
+                          "\"fwd\": [",          "\"fwd_rt\": [",       "\"path\": "};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strstr(json, keys[i]))
             fail_msg("probe JSON lacks %s:\n%s", keys[i], json);
@@ -274,167 +265,6 @@ static void context_alloc_huge(void **state)
     assert_null(ptr);
 }
 
-/* ---- tile cache ---------------------------------------------------------------------------- */
-
-static uint64_t fnv(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
-/* The probe's JSON value of "key": "<string>" (first occurrence) into out. */
-static void json_string(const char *json, const char *key, char *out, size_t len)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": \"", key);
-    size_t pl = strlen(pat);
-    const char *p = json;
-    while (*p && strncmp(p, pat, pl) != 0)
-        p++;
-    assert_true(*p != '\0');
-    p += pl;
-    size_t n = 0;
-    while (p[n] && p[n] != '"' && n + 1 < len)
-        n++;
-    memcpy(out, p, n);
-    out[n] = '\0';
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *probe_json(void)
-{
-    char *json = NULL;
-    assert_int_equal(burst_probe(NULL, 1, &json), BURST_OK);
-    return json;
-}
-
-/* The file must carry the device's pipeline-cache UUID, which the probe reports (cache_uuid). */
-static void tile_cache(void **state)
-{
-    (void)state;
-    char *json = probe_json();
-    char path[512], uuid[64];
-    json_string(json, "cache_file", path, sizeof path);
-    json_string(json, "cache_uuid", uuid, sizeof uuid);
-    assert_non_null(strstr(path, cache_dir));
-    burst_free(json);
-    char dir[300];
-    snprintf(dir, sizeof dir, "%s/burst", cache_dir);
-    mkdir(cache_dir, 0700);
-    mkdir(dir, 0700);
-
-    /* a valid file: fwd for d <= 128 becomes 1 x 32 x 4 (valid on every device) */
-    char text[512];
-    int n = snprintf(text, sizeof text, "burst-vk-tiles 1\nuuid %s\nfwd 1 1 32 4\n", uuid);
-    snprintf(text + n, sizeof text - (size_t)n, "sum %016llx\n",
-             (unsigned long long)fnv(text, (size_t)n));
-    write_file(path, text);
-    json = probe_json();
-    if (!strstr(json, "\"source\": \"cache\"") ||
-        !strstr(json, "{\"max_head_dim\": 128, \"t\": 1, \"br\": 32, \"bc\": 4, "
-                      "\"loaders\": 0}"))
-        fail_msg("valid cache file %s not used:\n%s", path, json);
-    burst_free(json);
-    /* and a context created now computes correctly with it (on the cached fwd tile: the
-     * register-tiled forward, which is not cached, off) */
-    const char *rt = getenv("BURST_VK_RT");
-    char rt_old[32];
-    snprintf(rt_old, sizeof rt_old, "%s", rt ? rt : "");
-    setenv("BURST_VK_RT", "0", 1);
-    void *be = NULL;
-    assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
-    if (rt)
-        setenv("BURST_VK_RT", rt_old, 1);
-    else
-        unsetenv("BURST_VK_RT");
-    struct fwd_problem p;
-    fwd_problem_init(&p, 128);
-    assert_int_equal(burst_vk_backend_ops.attn.fwd_step(be, &p.a), BURST_OK);
-    fwd_problem_fini(&p);
-    burst_vk_backend_ops.core.destroy(be);
-
-    /* corrupt (checksum), stale (another uuid), truncated, garbage, invalid tile: ignored */
-    char bad[5][512];
-    snprintf(bad[0], sizeof bad[0], "%s", text);
-    bad[0][strlen("burst-vk-tiles 1\nuuid ") + 3] ^= 1;
-    n = snprintf(bad[1], sizeof bad[1], "burst-vk-tiles 1\nuuid %032d\nfwd 1 1 32 4\n", 7);
-    snprintf(bad[1] + n, sizeof bad[1] - (size_t)n, "sum %016llx\n",
-             (unsigned long long)fnv(bad[1], (size_t)n));
-    snprintf(bad[2], sizeof bad[2], "%.*s", (int)strlen(text) - 12, text);
-    snprintf(bad[3], sizeof bad[3], "\x01\x02garbage\n\n\nsum zz\n");
-    n = snprintf(bad[4], sizeof bad[4], "burst-vk-tiles 1\nuuid %s\nfwd 1 3 32 4\n", uuid);
-    snprintf(bad[4] + n, sizeof bad[4] - (size_t)n, "sum %016llx\n",
-             (unsigned long long)fnv(bad[4], (size_t)n));
-    for (int i = 0; i < 5; i++) {
-        write_file(path, bad[i]);
-        json = probe_json();
-        if (!strstr(json, "\"source\": \"rule\""))
-            fail_msg("bad cache file %d was used:\n%s\n%s", i, bad[i], json);
-        burst_free(json);
-        assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
-        burst_vk_backend_ops.core.destroy(be);
-    }
-    remove(path);
-}
-
-/* Special file i at path: a FIFO, a directory, a link to /dev/zero, a sparse 1 GiB file. */
-static int make_special(int i, const char *path)
-{
-    if (i == 0)
-        return mkfifo(path, 0600);
-    if (i == 1)
-        return mkdir(path, 0700);
-    if (i == 2)
-        return symlink("/dev/zero", path);
-    int fd = creat(path, 0600);
-    int rc = fd >= 0 && ftruncate(fd, (off_t)1 << 30) == 0 ? 0 : -1;
-    if (fd >= 0)
-        close(fd);
-    return rc;
-}
-
-/* Whatever sits at the cache path instead of a file (a FIFO nobody writes, a directory, a link
- * to an endless device, a file past the size bound): ignored at once, never waited on. The
- * alarm turns a hang into a failure. */
-static void tile_cache_special(void **state)
-{
-    (void)state;
-    char *json = probe_json();
-    char path[512], dir[300];
-    json_string(json, "cache_file", path, sizeof path);
-    burst_free(json);
-    snprintf(dir, sizeof dir, "%s/burst", cache_dir);
-    mkdir(cache_dir, 0700);
-    mkdir(dir, 0700);
-    for (int i = 0; i < 4; i++) {
-        remove(path);
-        rmdir(path);
-        int made = make_special(i, path);
-        if (made != 0)
-            fail_msg("cannot make special file %d at %s: %s", i, path, strerror(errno));
-        alarm(60);
-        json = probe_json();
-        void *be = NULL;
-        assert_int_equal(burst_vk_backend_ops.core.create(NULL, &be), BURST_OK);
-        burst_vk_backend_ops.core.destroy(be);
-        alarm(0);
-        if (!strstr(json, "\"source\": \"rule\""))
-            fail_msg("special file %d at the cache path was used:\n%s", i, json);
-        burst_free(json);
-    }
-    remove(path);
-    rmdir(path);
-}
-
 /* ---- modes --------------------------------------------------------------------------------- */
 
 static int run_nodevice(void)
@@ -463,24 +293,6 @@ static int run_nodevice(void)
         fprintf(stderr, "nodevice: probe: %s\n", json ? json : burst_last_error());
         return 1;
     }
-    burst_free(json);
-    return 0;
-}
-
-static int run_autotune(void)
-{
-    setenv("BURST_VK_AUTOTUNE", "64", 1); /* one class: all three take many minutes on lavapipe */
-    void *be = NULL;
-    if (burst_vk_backend_ops.core.create(NULL, &be) == BURST_ERR_NO_DEVICE)
-        return 77;
-    unsetenv("BURST_VK_AUTOTUNE");
-    burst_vk_backend_ops.core.destroy(be);
-    char *json = NULL;
-    if (burst_probe(NULL, 1, &json) != BURST_OK || !strstr(json, "\"source\": \"cache\"")) {
-        fprintf(stderr, "autotune: no cache was written / loaded:\n%s\n", json ? json : "");
-        return 1;
-    }
-    printf("%s\n", json);
     burst_free(json);
     return 0;
 }
@@ -536,30 +348,22 @@ static int run_path(const char *path)
 
 int main(int argc, char **argv)
 {
-    /* a private cache directory: never the user's */
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/burst-test-vk-%ld", (long)getpid());
-    setenv("XDG_CACHE_HOME", cache_dir, 1);
     int rc;
     if (argc > 1 && strcmp(argv[1], "nodevice") == 0) {
         rc = run_nodevice();
-    } else if (argc > 1 && strcmp(argv[1], "autotune") == 0) {
-        rc = run_autotune();
     } else if (argc > 2 && strcmp(argv[1], "path") == 0) {
         rc = run_path(argv[2]);
     } else {
         printf("seed: BURST_TEST_SEED=%llu\n", (unsigned long long)harness_seed());
         harness_context(); /* exit 77 here when there is no Vulkan device */
         const struct CMUnitTest extra[] = {
-            cmocka_unit_test(probe_lists_device),  cmocka_unit_test(unsupported_head_dim),
-            cmocka_unit_test(small_shared_memory), cmocka_unit_test(context_alloc_huge),
-            cmocka_unit_test(tile_cache),          cmocka_unit_test(tile_cache_special),
+            cmocka_unit_test(probe_lists_device),
+            cmocka_unit_test(unsupported_head_dim),
+            cmocka_unit_test(small_shared_memory),
+            cmocka_unit_test(context_alloc_huge),
         };
         rc = harness_run_cases("vulkan", cases, sizeof cases / sizeof *cases, harness_case_test,
                                extra, sizeof extra / sizeof *extra);
     }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", cache_dir);
     return rc;
 }

@@ -10,7 +10,7 @@ coopmat_nv = also BURST_VK_COOPMAT_KHR=0: their GL_NV_cooperative_matrix builds;
 coopmat@BRxBC = coopmat_khr with that fwd_cmq tile (BURST_VK_CMQ_TILE); coopmat_smem =
 BURST_VK_CM2=0 BURST_VK_CMQ=0: the forward fwd_cm, softmax through shared memory; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
 (fwd_rt, dq_rt, dkv_rt); tiled@BRxBCxDC = the same with that tile where valid (BURST_VK_RT_TILE);
-subgroup = also BURST_VK_RT=0: the subgroup kernels; scalar = also BURST_VK_SUBGROUP=0; fp32
+scalar = also BURST_VK_RT=0: the scalar kernels (the last resort); fp32
 inputs take the *_cmq kernels in two fp16 halves up to d = 128 on the coopmat paths, and tiled
 keeps them on the register-tiled ones),
 forward only and (unless --fwd-only) forward+backward, with BURST_VK_PROFILE=1 so the GPU time
@@ -50,8 +50,7 @@ PATHS = {
     # the forward's softmax through shared memory
     "coopmat_smem": {"BURST_VK_CM2": "0", "BURST_VK_CMQ": "0"},
     "tiled": {"BURST_VK_COOPMAT": "0"},
-    "subgroup": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0"},
-    "scalar": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0", "BURST_VK_SUBGROUP": "0"},
+    "scalar": {"BURST_VK_COOPMAT": "0", "BURST_VK_RT": "0"},
 }
 
 

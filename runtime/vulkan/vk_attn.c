@@ -170,7 +170,7 @@ static int64_t burst_vk_rt_loops(enum burst_vk_kernel k, const struct burst_step
 
 /* Whether a register-tiled kernel fits lavapipe's loop limit with at least one tile per
  * dispatch (dkv_rt with a large GQA group at a large head dim may not: it then gives way to
- * the subgroup / scalar kernel). */
+ * the scalar kernel, the last resort). */
 static int burst_vk_rt_fits(const struct burst_vk_backend *be, enum burst_vk_kernel k,
                             const struct burst_step_dims *dim, const struct burst_vk_tile *tl)
 {
@@ -366,7 +366,7 @@ static void burst_vk_params_sizes(struct burst_vk_params *p, const struct burst_
 }
 
 /* The forward kernel of inputs no cooperative-matrix kernel takes: register-tiled where the
- * device has a tile for it and the call fits, else the subgroup or scalar one. */
+ * device has a tile for it and the call fits, else the scalar one (the last resort). */
 static enum burst_vk_kernel burst_vk_fwd_plain(struct burst_vk_backend *be,
                                                const struct burst_step_dims *dim)
 {
@@ -375,11 +375,10 @@ static enum burst_vk_kernel burst_vk_fwd_plain(struct burst_vk_backend *be,
                                                                        : BURST_VK_FWD;
 }
 
-/* Forward with an explicit kernel and tile (fwd_step and the autotune). */
+/* Forward with an explicit kernel and tile. */
 static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct burst_fwd_args *a,
                                        const struct burst_step_dims *dim, const size_t bytes[4],
-                                       enum burst_vk_kernel kern, const struct burst_vk_tile *tl,
-                                       double *ms_p)
+                                       enum burst_vk_kernel kern, const struct burst_vk_tile *tl)
 {
     const char *op = "vulkan fwd_step";
     if (burst_vk_groups(dim->nq, tl->br) > be->caps.max_groups[0])
@@ -426,7 +425,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             struct burst_vk_tile ptl;
             enum burst_vk_kernel pk = burst_vk_fwd_plain(be, dim);
             burst_status_t pst = burst_vk_tile_for(be, op, pk, dim->d, &ptl);
-            return pst != BURST_OK ? pst : burst_vk_fwd_run(be, a, dim, bytes, pk, &ptl, ms_p);
+            return pst != BURST_OK ? pst : burst_vk_fwd_run(be, a, dim, bytes, pk, &ptl);
         }
     }
     const int ncvt = cvt[0] + cvt[1] + cvt[2];
@@ -498,7 +497,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
         }
         /* after elem_amax / elem_cvt: the kernel reads their results */
         burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, nd > 0, d, &nd);
-        st = burst_vk_submit(be, s, d, nd, slots, 5, ms_p != NULL, ms_p);
+        st = burst_vk_submit(be, s, d, nd, slots, 5, 0, NULL);
     }
     burst_vk_stream_release(be, s);
     free(d);
@@ -542,7 +541,7 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
         a->v->dtype == BURST_DTYPE_FP32 && be->cmq.ok) {
         tl = burst_vk_cmq_f32_tile(&be->caps, &be->env, BURST_VK_FWD_CMQ, (int)dim.d);
         if (tl.t > 0)
-            return burst_vk_fwd_run(be, a, &dim, bytes, BURST_VK_FWD_CMQ, &tl, NULL);
+            return burst_vk_fwd_run(be, a, &dim, bytes, BURST_VK_FWD_CMQ, &tl);
     }
     /* the workgroup-scope forward first (every head dim): fp16 inputs, or bf16 ones with K and
      * V converted once a call (BURST_VK_CMQ_BF16=1) */
@@ -562,7 +561,7 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
         return st;
     if (kern == BURST_VK_FWD_CMQ)
         burst_vk_fwd_cmq_tile(be, a, &dim, &tl);
-    return burst_vk_fwd_run(be, a, &dim, bytes, kern, &tl, NULL);
+    return burst_vk_fwd_run(be, a, &dim, bytes, kern, &tl);
 }
 
 /* The backward kernels of a step: kq for dQ, kkv for dK and dV (BURST_VK_DKVQ_RT: dQ too).
@@ -878,49 +877,4 @@ burst_status_t burst_vk_bwd_delta(void *bev, const struct burst_tensor *dout,
     }
     burst_vk_stream_release(be, s);
     return st;
-}
-
-double burst_vk_time_fwd(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
-                         const struct burst_vk_tile *tl)
-{
-    /* a fixed problem: 1 x 1024 rows x 4 heads, fp16, no mask; best of 3 after a warm-up */
-    const int64_t n = 1024, h = 4;
-    size_t elems = (size_t)(n * h * d);
-    unsigned char *q = burst_vk_alloc(be, elems * 2), *kk = burst_vk_alloc(be, elems * 2);
-    float *o = burst_vk_alloc(be, elems * 4), *lse = burst_vk_alloc(be, (size_t)(n * h) * 4);
-    double best = -1.0;
-    if (q && kk && o && lse) {
-        for (size_t i = 0; i < elems; i++) { /* small fp16 values: 0x2c00 + noise */
-            ((uint16_t *)(void *)q)[i] = (uint16_t)(0x2c00u + (i * 2654435761u >> 24));
-            ((uint16_t *)(void *)kk)[i] = (uint16_t)(0x2c00u + (i * 40503u >> 8 & 0xffu));
-        }
-        struct burst_tensor tq = {q, BURST_DTYPE_FP16, {1, n, h, d}, {n * h * d, h * d, d, 1}};
-        struct burst_tensor tk = tq;
-        tk.data = kk;
-        struct burst_fwd_args a = {
-            .q = &tq, .k = &tk, .v = &tk, .scale = 0.125f, .o_acc = o, .lse_acc = lse};
-        a.qpos.nruns = a.kpos.nruns = 1;
-        a.qpos.run[0].len = a.kpos.run[0].len = n;
-        a.qpos.run[0].stride = a.kpos.run[0].stride = 1;
-        a.mask.left = a.mask.right = BURST_POS_INF;
-        struct burst_step_dims dim = {1, n, n, h, h, d, 1};
-        size_t bytes[4] = {elems * 2, elems * 2, elems * 2, 0};
-        for (int it = 0; it < 4; it++) {
-            for (size_t i = 0; i < (size_t)(n * h); i++)
-                lse[i] = -INFINITY;
-            double ms = -1.0;
-            if (burst_vk_fwd_run(be, &a, &dim, bytes, k, tl, &ms) != BURST_OK || ms < 0) {
-                best = -1.0;
-                break;
-            }
-            if (it > 0 && (best < 0 || ms < best))
-                best = ms;
-        }
-    }
-    burst_vk_free(be, q);
-    burst_vk_free(be, kk);
-    burst_vk_free(be, o);
-    burst_vk_free(be, lse);
-    burst_error_clear();
-    return best;
 }

@@ -2,16 +2,14 @@
  * runtime/vulkan/vk_backend.c - the Vulkan backend's ops table: create, destroy, probe.
  *
  * Environment switches (read once, at create and by the probe; see README.md):
- *   BURST_VK_SUBGROUP=0   no subgroup shuffles: scalar kernels (the *_rt ones have none, stay)
  *   BURST_VK_COOPMAT=0    never the cooperative-matrix kernels
  *   BURST_VK_COOPMAT_KHR=0  the subgroup-scope ones as their NV builds even where the device
  *                         offers VK_KHR_cooperative_matrix (0 or 1; else create fails)
  *   BURST_VK_CM2=0        never the workgroup-scope ones (*_cm2; 0 or 1; else create fails)
- *   BURST_VK_RT=0         never the register-tiled kernels (fwd_rt, dq_rt, dkv_rt)
+ *   BURST_VK_RT=0         never the register-tiled kernels (fwd_rt, dq_rt, dkv_rt): the
+ *                         scalar ones, the last resort, everywhere (tests)
  *   BURST_VK_RT_TILE=br,bc,dc  their tile, where valid (comparison)
  *   BURST_VK_ATOMIC=0     never dkvq_rt (dQ by float atomics in non-deterministic plans)
- *   BURST_VK_AUTOTUNE=1   time tile candidates at create and cache the fastest
- *   BURST_VK_CACHE=0      ignore the tile cache file
  *   BURST_VK_PROFILE=1    timestamp every dispatch, log the totals (info) at destroy
  *   BURST_VK_MAX_SHARED=N behave as if the device had at most N bytes of shared memory (tests)
  *   BURST_VK_ELEM=gpu|cpu|auto  where copy / fill / accumulate run (vk_elem.c; default auto:
@@ -132,7 +130,7 @@ static burst_status_t burst_vk_create(const struct burst_context_params *params,
         burst_vk_destroy(be);
         return burst_error(st, "%s", msg);
     }
-    burst_vk_tiles_choose(be);
+    burst_vk_tiles_rule(&be->caps, &be->env, &be->tiles);
     burst_vk_cmq_check(be); /* the *_cmq kernels only where the layout is as they assume */
     if (be->cmq.why[0])
         burst_log(be->env.profile ? BURST_LOG_INFO : BURST_LOG_DEBUG, BURST_SUB_VULKAN, -1,
@@ -166,7 +164,7 @@ struct burst_vk_probe_facts {
     const char *cm_fam;  /* the cooperative-matrix family that runs: none, nv, khr */
     const char *elem;    /* where copy / fill / accumulate run: none, invalid, gpu, cpu */
     int cm;              /* subgroup-scope cooperative-matrix kernels usable */
-    char api[32], cache[640], path[64];
+    char api[32], path[64];
 };
 
 /* One device of burst_vk_probe as a JSON object. */
@@ -175,7 +173,7 @@ static void burst_vk_probe_json(struct burst_sb *out, int index, const struct bu
                                 const struct burst_vk_probe_facts *f)
 {
     const char *why = f->why, *khr_why = f->khr_why, *cm2_why = f->cm2_why, *cm_fam = f->cm_fam,
-               *elem = f->elem, *api = f->api, *cache = f->cache, *path = f->path;
+               *elem = f->elem, *api = f->api, *path = f->path;
     burst_sb_printf(out, "{\"index\": %d, \"name\": ", index);
     burst_sb_json_str(out, c->name);
     burst_sb_printf(out,
@@ -242,8 +240,6 @@ static void burst_vk_probe_json(struct burst_sb *out, int index, const struct bu
                             t->k[k][d].bc, t->k[k][d].ld);
         burst_sb_printf(out, "]");
     }
-    burst_sb_printf(out, ", \"source\": \"%s\", \"cache_file\": ", t->source);
-    burst_sb_json_str(out, cache);
     burst_sb_printf(out, "}}");
 }
 
@@ -253,7 +249,7 @@ static void burst_vk_probe_text(struct burst_sb *out, int index, const struct bu
                                 const struct burst_vk_probe_facts *f)
 {
     const char *why = f->why, *khr_why = f->khr_why, *cm2_why = f->cm2_why, *elem = f->elem,
-               *api = f->api, *cache = f->cache, *path = f->path;
+               *api = f->api, *path = f->path;
     const int cm = f->cm;
     char smc[48] = "";
     if (c->sm_count)
@@ -303,10 +299,10 @@ static void burst_vk_probe_text(struct burst_sb *out, int index, const struct bu
                                                : elem,
                     env->elem_str[0] ? env->elem_str : "auto");
     burst_sb_printf(out,
-                    "    path: %s; tiles (%s) T x BR x BC (*_rt: DC x BR x BC; *_cm2: "
+                    "    path: %s; tiles T x BR x BC (*_rt: DC x BR x BC; *_cm2: "
                     "invocations x BR x BC) by head dim "
                     "<= 64 / 128 / 256:\n",
-                    path, t->source);
+                    path);
     for (int k = 0; k < BURST_VK_NUM_KERNELS; k++) {
         if (k == BURST_VK_DELTA)
             continue;
@@ -334,7 +330,6 @@ static void burst_vk_probe_text(struct burst_sb *out, int index, const struct bu
                 burst_sb_printf(out, " -");
         }
     burst_sb_printf(out, "%s\n", env->cmq_fp32 ? "" : " (BURST_VK_CMQ_FP32=0)");
-    burst_sb_printf(out, "    tile cache: %s\n", cache[0] ? cache : "(no cache directory)");
 }
 
 static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkInstance inst,
@@ -344,23 +339,21 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
     burst_vk_caps_read(inst, phys, &c);
     struct burst_vk_tiles t;
     burst_vk_tiles_rule(&c, env, &t);
-    burst_vk_cache_load(&c, env, &t);
     struct burst_vk_probe_facts f;
     f.why = burst_vk_unusable(&c);
     snprintf(f.api, sizeof f.api, "%u.%u.%u", VK_API_VERSION_MAJOR(c.api_version),
              VK_API_VERSION_MINOR(c.api_version), VK_API_VERSION_PATCH(c.api_version));
-    burst_vk_cache_path(&c, f.cache, sizeof f.cache);
     f.cm = burst_vk_coopmat_usable(&c, env);
     f.khr_why = burst_vk_coopmat_khr_why(&c, env);
     f.cm2_why = burst_vk_cm2_why(&c, env);
     /* which cooperative-matrix family runs, or why none */
     f.cm_fam = !f.cm ? "none" : f.khr_why ? "nv" : "khr";
     /* the cooperative-matrix kernels for fp16, then the forward's and the backward's for the
-     * rest (as chosen for head dims <= 128): register-tiled, subgroup or scalar */
-    int sg = t.k[BURST_VK_FWD][1].t > 1, rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
+     * rest (as chosen for head dims <= 128): register-tiled or scalar */
+    int rtf = t.k[BURST_VK_FWD_RT][1].t > 0;
     int rtb = t.k[BURST_VK_DQ_RT][1].t > 0 && t.k[BURST_VK_DKV_RT][1].t > 0;
-    const char *fp = rtf ? "tiled" : sg ? "subgroup" : "scalar";
-    const char *bp = rtb ? "tiled" : sg ? "subgroup" : "scalar";
+    const char *fp = rtf ? "tiled" : "scalar";
+    const char *bp = rtb ? "tiled" : "scalar";
     if (f.why)
         snprintf(f.path, sizeof f.path, "none");
     else

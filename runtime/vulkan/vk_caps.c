@@ -3,18 +3,12 @@
  *
  * THE TILE RULE (per kernel, per head-dim class d <= 64 / <= 128 / <= 256, evaluated at the
  * class's largest d so one pipeline serves the class):
- *   T  (threads sharing a row): 8 when the subgroup path is on (shuffles supported, minimum
- *      subgroup size >= 8, BURST_VK_SUBGROUP not 0), else 1 (the scalar kernels). 8 divides
- *      every head dim (multiples of 8) and keeps a thread's slice (d / T <= 32 floats per array)
- *      in registers.
- *   BR (rows per workgroup): workgroup of W = min(128, maxComputeWorkGroupInvocations) for the
- *      subgroup path, min(64, ...) for the scalar one (whose threads hold whole rows);
- *      BR = W / T. W is a multiple of every subgroup size up to 128, so the T lanes of a row
- *      share a subgroup.
- *   BC (rows staged in shared memory: K/V rows for fwd and dq, Q/dO rows for dkv): the largest
- *      power of two <= 64 with burst_vk_tile_shared() <= min(24 KiB, maxComputeSharedMemorySize
- *      - 1 KiB), leaving room for a second resident workgroup on 48 KiB devices. When even
- *      BC = 1 does not fit, the head-dim class is unsupported on this device (t = 0).
+ *   The scalar kernels (fwd, dq, dkv: the last resort, where a register-tiled kernel does not
+ *      fit the call, and with BURST_VK_RT=0): one invocation a row (T = 1), BR = 64 rows a
+ *      workgroup (fewer where maxComputeWorkGroupInvocations is smaller), and BC (rows staged
+ *      in shared memory: K/V rows for fwd and dq, Q/dO rows for dkv) the largest power of two
+ *      <= 64 with burst_vk_tile_shared() <= min(24 KiB, maxComputeSharedMemorySize - 1 KiB).
+ *      When even BC = 1 does not fit, the head-dim class has no scalar kernel (t = 0).
  *   The cooperative-matrix forward (fwd_cm) uses 16x16x16 fp16 MMAs and is valid only where
  *      the device lists that shape: T = the subgroup size, BR = 16 rows per subgroup times 4
  *      subgroups (BURST_VK_CM_ROWS = 16, 32, 64 or 128 sets BR; 128, half the K/V traffic per
@@ -49,9 +43,6 @@
  *      invocations of 4 x 4 score blocks (256 at 64 x 64), the largest tile with the deepest
  *      chunks whose shared memory fits the whole of maxComputeSharedMemorySize. fwd_rt at
  *      64 x 64: DC = 32 on 48 KiB devices (38.9 KiB at d = 128), 16 on lavapipe's 32 KiB.
- * BURST_VK_AUTOTUNE=1 may replace the fwd/dq/dkv choice by the fastest valid candidate
- * (vk_cache.c; the register-tiled kernels keep the rule's tiles); the choice is cached per
- * device and driver version.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +64,6 @@ burst_status_t burst_vk_env_read(struct burst_vk_env *env)
     struct burst_settings set = {0};
     burst_status_t st = burst_settings_load("vulkan create", BURST_SCOPE_VULKAN, &set);
 #define burst_vk_env_int(id) ((int)burst_set_long(&set, BURST_SET_##id))
-    env->subgroup = burst_vk_env_int(VK_SUBGROUP) != 0;
     env->coopmat = burst_vk_env_int(VK_COOPMAT) != 0;
     env->coopmat_khr = burst_vk_env_int(VK_COOPMAT_KHR) != 0;
     env->cm2 = burst_vk_env_int(VK_CM2) != 0;
@@ -82,9 +72,6 @@ burst_status_t burst_vk_env_read(struct burst_vk_env *env)
     const char *rt = burst_set_str(&set, BURST_SET_VK_RT_TILE);
     if (!rt || sscanf(rt, "%d,%d,%d", &env->rt_tile[0], &env->rt_tile[1], &env->rt_tile[2]) != 3)
         env->rt_tile[0] = env->rt_tile[1] = env->rt_tile[2] = 0;
-    int at = burst_vk_env_int(VK_AUTOTUNE);
-    env->autotune = at == 1 || (at >= 8 && at <= 256) ? at : 0;
-    env->cache = burst_vk_env_int(VK_CACHE) != 0;
     env->profile = burst_vk_env_int(VK_PROFILE) != 0;
     int cr = burst_vk_env_int(VK_CM_ROWS);
     env->cm_rows = cr == 16 || cr == 32 || cr == 64 || cr == 128 ? cr : 0;
@@ -521,16 +508,11 @@ int burst_vk_tile_valid_at(const struct burst_vk_caps *caps, const struct burst_
         return wg <= caps->max_invocations && wg <= caps->max_size_x && wg <= 1024 &&
                burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
     }
-    /* bounds first: the values may come from the cache file (br * t must not overflow) */
-    if (tl->t < 1 || tl->t > 64 || tl->br < 1 || tl->br > 1024 || tl->bc < 1 || tl->bc > 64 ||
-        (tl->t & (tl->t - 1)) || d % tl->t)
+    /* the scalar kernels: one invocation a row */
+    if (tl->t != 1 || tl->br < 1 || tl->br > 1024 || tl->bc < 1 || tl->bc > 64)
         return 0;
-    if (tl->t > 1 && (!env->subgroup || !caps->subgroup_shuffle || !BURST_VK_SPV_FWD_SG ||
-                      (uint32_t)tl->t > caps->subgroup_min))
-        return 0;
-    uint32_t wg = (uint32_t)(tl->br * tl->t);
-    if (wg > caps->max_invocations || wg > caps->max_size_x || wg > 1024 ||
-        (tl->t > 1 && wg % caps->subgroup_max))
+    uint32_t wg = (uint32_t)tl->br;
+    if (wg > caps->max_invocations || wg > caps->max_size_x)
         return 0;
     return burst_vk_tile_shared(k, tl, d) <= burst_vk_shared_limit(caps, env);
 }
@@ -539,20 +521,16 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                          struct burst_vk_tiles *tiles)
 {
     memset(tiles, 0, sizeof *tiles);
-    tiles->source = "rule";
     uint32_t limit = burst_vk_shared_limit(caps, env);
     limit = limit > 1024 ? limit - 1024 : 0;
     if (limit > 24576)
         limit = 24576;
-    int sg =
-        env->subgroup && caps->subgroup_shuffle && BURST_VK_SPV_FWD_SG && caps->subgroup_min >= 8;
-    int t = sg ? 8 : 1;
-    uint32_t wg = sg ? 128 : 64;
-    while (wg > caps->max_invocations && wg > (uint32_t)t)
+    uint32_t wg = 64;
+    while (wg > caps->max_invocations && wg > 1)
         wg /= 2;
     for (int k = BURST_VK_FWD; k <= BURST_VK_DKV; k++) {
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
-            struct burst_vk_tile tl = {t, (int)wg / t, 64, 0};
+            struct burst_vk_tile tl = {1, (int)wg, 64, 0};
             while (tl.bc >= 1 && burst_vk_tile_shared((enum burst_vk_kernel)k, &tl,
                                                       burst_vk_dclass_max[c]) > limit)
                 tl.bc /= 2;

@@ -7,7 +7,6 @@
  *   vk_device.c    instance, device selection by index or name, the compute queue, VkResult ->
  *                  burst_status_t (the one place native errors are converted)
  *   vk_caps.c      what a device offers (limits, types, matrix units, heaps) and the tile rule
- *   vk_cache.c     the per device + driver tile cache file and the opt-in autotune
  *   vk_memory.c    buffers: alloc/free of host-addressable memory, the pointer registry
  *   vk_stream.c    per-call command buffers, staging of caller host memory, submit + wait,
  *                  timestamp queries
@@ -96,12 +95,12 @@ struct burst_vk_caps {
 };
 
 /* Kernels, with the pipeline cache's name for each. The attention kernels (below
- * BURST_VK_NUM_KERNELS) have tiles (struct burst_vk_tiles, the tile cache); the elementwise ones
- * after them do not. */
+ * BURST_VK_NUM_KERNELS) have tiles (struct burst_vk_tiles); the elementwise ones after them do
+ * not. */
 enum burst_vk_kernel {
-    BURST_VK_FWD = 0,
-    BURST_VK_DQ,
-    BURST_VK_DKV,
+    BURST_VK_FWD = 0, /* scalar forward: one invocation a query row (the last resort) */
+    BURST_VK_DQ,      /* scalar dQ (likewise) */
+    BURST_VK_DKV,     /* scalar dK / dV (likewise) */
     BURST_VK_DELTA,
     BURST_VK_FWD_CM,  /* cooperative matrix (NV) forward */
     BURST_VK_DQ_CM,   /* cooperative matrix (NV) dQ */
@@ -138,7 +137,6 @@ struct burst_vk_tile {
 /* Tile choice of a device: [kernel][head-dim class]. */
 struct burst_vk_tiles {
     struct burst_vk_tile k[BURST_VK_NUM_KERNELS][BURST_VK_NUM_DCLASS];
-    const char *source; /* "rule", "cache" or "autotune" */
 };
 
 /* Where copy / fill / accumulate run (BURST_VK_ELEM; vk_elem.c). */
@@ -151,20 +149,15 @@ enum burst_vk_elem_mode {
 
 /* Switches read once at create (and by the probe). */
 struct burst_vk_env {
-    int subgroup;         /* BURST_VK_SUBGROUP: 0 = no subgroup shuffles: the scalar kernels (the
-                           * register-tiled ones use none and stay unless BURST_VK_RT=0) */
     int coopmat;          /* BURST_VK_COOPMAT: 0 = never the cooperative-matrix path */
     int coopmat_khr;      /* BURST_VK_COOPMAT_KHR: 0 = the subgroup-scope cooperative-matrix
                            * kernels built against VK_NV_cooperative_matrix even where the
                            * device offers VK_KHR_cooperative_matrix */
     int cm2;              /* BURST_VK_CM2: 0 = never the workgroup-scope kernels (*_cm2) */
     int rt;               /* BURST_VK_RT: 0 = never the register-tiled kernels (fwd_rt, dq_rt,
-                           * dkv_rt, dkvq_rt) */
+                           * dkv_rt, dkvq_rt): the scalar ones (fwd, dq, dkv) instead */
     int rt_tile[3];       /* BURST_VK_RT_TILE=br,bc,dc: their tile, where valid (else the rule) */
     int atomic;           /* BURST_VK_ATOMIC: 0 = never add dQ by float atomics (dkvq_rt) */
-    int autotune;         /* BURST_VK_AUTOTUNE: 1 = time candidates at create, cache the best;
-                           * a head dim (8..256) = only for its class (the others keep the rule) */
-    int cache;            /* BURST_VK_CACHE: 0 = neither read nor write the tile cache */
     int profile;          /* BURST_VK_PROFILE: 1 = timestamp every dispatch, print at destroy */
     int cm_rows;          /* BURST_VK_CM_ROWS: query rows per workgroup of the cooperative-
                            * matrix forward (16, 32, 64 or 128; 0 = the rule's 64) */
@@ -604,20 +597,5 @@ struct burst_vk_elem_arg {
 burst_status_t burst_vk_elem_run(struct burst_vk_backend *be, enum burst_vk_kernel k,
                                  struct burst_vk_elem_params *p, struct burst_vk_elem_arg *args,
                                  int nargs, int *unstaged_p);
-
-/* Time the forward kernel with tile tl on a synthetic problem (autotune): ms, or < 0. */
-double burst_vk_time_fwd(struct burst_vk_backend *be, enum burst_vk_kernel k, int d,
-                         const struct burst_vk_tile *tl);
-
-/* ---- vk_cache.c ---------------------------------------------------------------------------- */
-
-/* Fill be->tiles: the cache file when valid for this device and driver, else the rule, then
- * (BURST_VK_AUTOTUNE=1) the autotune, whose result is written back to the cache. */
-void burst_vk_tiles_choose(struct burst_vk_backend *be);
-/* Path of the cache file for caps into buf (empty when no cache directory). */
-void burst_vk_cache_path(const struct burst_vk_caps *caps, char *buf, size_t len);
-/* Load tiles from the cache file; 1 when present and valid. */
-int burst_vk_cache_load(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
-                        struct burst_vk_tiles *tiles);
 
 #endif /* BURST_VK_INTERNAL_H */

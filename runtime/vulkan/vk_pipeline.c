@@ -3,8 +3,7 @@
  *
  * One pipeline layout for every kernel: no descriptor sets, an 8-byte push constant holding the
  * device address of the call's parameter block. Tile sizes, head dim and dtypes are
- * specialization constants (ids in shaders/common.glsl); a tile with T > 1 uses the subgroup
- * SPIR-V, T = 1 the scalar one. The elementwise kernels (vk_elem_gpu.c) use the same key with
+ * specialization constants (ids in shaders/common.glsl). The elementwise kernels (vk_elem_gpu.c) use the same key with
  * head dim 0, tile {1, workgroup size, 1} and their source / destination dtypes in the first two
  * dtype slots (constants 4 and 5 of shaders/elem.glsl). Pipelines live until the backend is
  * destroyed.
@@ -33,11 +32,6 @@
 #include "bwd_dq_rt.spv.h"
 #if BURST_VK_SPV_BWD_DKVQ_RT
 #include "bwd_dkvq_rt.spv.h"
-#endif
-#if BURST_VK_SPV_FWD_SG
-#include "bwd_dkv_sg.spv.h"
-#include "bwd_dq_sg.spv.h"
-#include "fwd_sg.spv.h"
 #endif
 #if BURST_VK_SPV_FWD_CM_NV
 #include "fwd_cm_nv.spv.h"
@@ -79,9 +73,9 @@ struct burst_vk_spv {
     size_t bytes;
 };
 
-/* The SPIR-V of kernel k: the subgroup build of the row-parallel kernels where `subgroup`, the
- * KHR build of the subgroup-scope cooperative-matrix kernels where `khr`. */
-static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup, int khr)
+/* The SPIR-V of kernel k: the KHR build of the subgroup-scope cooperative-matrix kernels where
+ * `khr`. */
+static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int khr)
 {
 #define BURST_VK_SPV(x) ((struct burst_vk_spv){x, sizeof(x)})
 #ifdef BURST_VK_KHR_BUILT
@@ -101,19 +95,9 @@ static struct burst_vk_spv burst_vk_spv_of(enum burst_vk_kernel k, int subgroup,
     (void)khr;
 #endif
     switch (k) {
-#if BURST_VK_SPV_FWD_SG
-    case BURST_VK_FWD:
-        return subgroup ? BURST_VK_SPV(burst_vk_spv_fwd_sg) : BURST_VK_SPV(burst_vk_spv_fwd);
-    case BURST_VK_DQ:
-        return subgroup ? BURST_VK_SPV(burst_vk_spv_bwd_dq_sg) : BURST_VK_SPV(burst_vk_spv_bwd_dq);
-    case BURST_VK_DKV:
-        return subgroup ? BURST_VK_SPV(burst_vk_spv_bwd_dkv_sg)
-                        : BURST_VK_SPV(burst_vk_spv_bwd_dkv);
-#else
     case BURST_VK_FWD: return BURST_VK_SPV(burst_vk_spv_fwd);
     case BURST_VK_DQ: return BURST_VK_SPV(burst_vk_spv_bwd_dq);
     case BURST_VK_DKV: return BURST_VK_SPV(burst_vk_spv_bwd_dkv);
-#endif
     case BURST_VK_DELTA: return BURST_VK_SPV(burst_vk_spv_bwd_delta);
     case BURST_VK_FWD_RT: return BURST_VK_SPV(burst_vk_spv_fwd_rt);
     case BURST_VK_DQ_RT: return BURST_VK_SPV(burst_vk_spv_bwd_dq_rt);
@@ -224,10 +208,7 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
                                               VkPipeline *pipe_p)
 {
     enum burst_vk_kernel k = (enum burst_vk_kernel)key[0];
-    struct burst_vk_spv spv = burst_vk_spv_of(k,
-                                              key[2] > 1 && !burst_vk_kernel_cm(k) &&
-                                                  !burst_vk_kernel_rt(k) && !burst_vk_kernel_cm2(k),
-                                              be->cm_khr);
+    struct burst_vk_spv spv = burst_vk_spv_of(k, be->cm_khr);
     if (!spv.code)
         return burst_error(BURST_ERR_UNSUPPORTED,
                            "vulkan: kernel %s was not built (glslangValidator lacked an extension)",
