@@ -229,7 +229,8 @@ static void cmq_tile_rule(void **state)
  * from 4 waves of workgroups (any mask), 192 x 64 from 16 waves where every row sees every
  * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
  * never changed; 224 x 32 + 2 in place of 160 x 32 + 2 for d in 33..112. dq_cmq's
- * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192; dkv_cmq's
+ * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192, 192 x 64 for d in 33..64 on grids
+ * of 4 waves; dkv_cmq's
  * (burst_vk_dkv_cmq_call_tile): 64 x 32 for d in 129..192, 128 x 64 up to d = 64. */
 static void cmq_call_tile(void **state)
 {
@@ -294,10 +295,10 @@ static void cmq_call_tile(void **state)
         int d, br; /* the tile's rows wanted */
     } dq[] = {{128, 64}, {136, 128}, {160, 128}, {192, 128}, {200, 64}, {256, 64}};
     for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) {
-        t = burst_vk_dq_cmq_call_tile(&caps, &env, dq[i].d, dq64);
+        t = burst_vk_dq_cmq_call_tile(&caps, &env, dq[i].d, dq64, 100000);
         expect_tile(&t, dq[i].br, 16, 0);
     }
-    t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq128);
+    t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq128, 100000);
     expect_tile(&t, 128, 64, 0);
     /* dkv_cmq: 32-row query tiles for d in 129..192 in place of the class's 16 */
     static const struct {
@@ -309,23 +310,28 @@ static void cmq_call_tile(void **state)
     }
     t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq128);
     expect_tile(&t, 128, 64, 0);
-    /* the d <= 64 class: dkv_cmq 128 x 64 in place of the rule's 64 x 48; dq_cmq keeps the
-     * rule's 128 x 64 */
+    /* the d <= 64 class: dkv_cmq 128 x 64 in place of the rule's 64 x 48; dq_cmq 192 x 64 in
+     * place of the rule's 128 x 64 for d in 33..64 where the grid has 4 waves (132
+     * multiprocessors: 528 workgroups), the rule's below */
     const struct burst_vk_tile kv48 = {32, 64, 48, 0};
     static const struct {
-        int d, kv_br, kv_bc;
-    } small_d[] = {{8, 128, 64},  {32, 128, 64}, {40, 128, 64},
-                   {64, 128, 64}, {72, 64, 48},  {128, 64, 48}};
+        int d, q_br, kv_br, kv_bc;
+    } small_d[] = {{8, 128, 128, 64},  {32, 128, 128, 64}, {40, 192, 128, 64},
+                   {64, 192, 128, 64}, {72, 128, 64, 48},  {128, 128, 64, 48}};
     for (size_t i = 0; i < sizeof small_d / sizeof small_d[0]; i++) {
-        t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128);
+        t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 528);
+        expect_tile(&t, small_d[i].q_br, 64, 0);
+        t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 527);
         expect_tile(&t, 128, 64, 0);
         t = burst_vk_dkv_cmq_call_tile(&caps, &env, small_d[i].d, kv48);
         expect_tile(&t, small_d[i].kv_br, small_d[i].kv_bc, 0);
     }
     env.cmq_bwd_tile[0] = 64;
     env.cmq_bwd_tile[1] = 16;
-    t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq64);
+    t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq64, 100000);
     expect_tile(&t, 64, 16, 0);
+    t = burst_vk_dq_cmq_call_tile(&caps, &env, 64, dq128, 100000); /* pinned: the rule's */
+    expect_tile(&t, 128, 64, 0);
     t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq64); /* dkv_cmq's fields not pinned */
     expect_tile(&t, 64, 32, 0);
     env.cmq_bwd_tile[2] = 64;

@@ -739,16 +739,25 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
  *     192      4.76      3.75      3.66       4.48      4.43
  *     256      2.76      3.21  (96 rows: spilled registers)
  *
- * (96 x 32 does not fit 48 KiB at d = 192.) BURST_VK_CMQ_BWD_TILE's dq_cmq fields pin the rule's
- * tile for every call.
+ * (96 x 32 does not fit 48 KiB at d = 192.) For d in 33..64, 192 rows x 64 keys in place of
+ * the d <= 64 class's 128 x 64 where the call's grid (on the rule's tile) has at least 4 waves
+ * of workgroups: on the H200 (as above) dq_cmq 2.34 / 1.86 ms against 2.75 / 2.06 at d = 40 /
+ * 64, forward + backward 9.16 / 7.00 against 9.58 / 7.21; at d = 32 the whole took 8.21 against
+ * 7.70. A smaller grid keeps the rule's tile, whose workgroups spread over more
+ * multiprocessors.
+ * BURST_VK_CMQ_BWD_TILE's dq_cmq fields pin the rule's tile for every call.
  */
 struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
                                                const struct burst_vk_env *env, int d,
-                                               struct burst_vk_tile rule)
+                                               struct burst_vk_tile rule, int64_t groups)
 {
     const struct burst_vk_tile r16 = {32, 64, 16, 0}, wide = {32, 128, 16, 0};
+    const struct burst_vk_tile r64 = {32, 128, 64, 0}, tall = {32, 192, 64, 0};
     if (env->cmq_bwd_tile[0])
         return rule;
+    const int64_t sms = caps->sm_count ? caps->sm_count : 128;
+    if (groups >= 4 * sms)
+        rule = burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 33, 64, rule, r64, tall);
     return burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 129, 192, rule, r16, wide);
 }
 
