@@ -36,11 +36,11 @@
 // dO's scale: convert.glsl bf16_scale_dout), and the scales are undone when dK (dO's and Q's)
 // and dV (dO's) are added. fp32 inputs (the pipeline keyed fp32): each view arrives as two fp16
 // halves per element, hi + lo (shaders/cm_nv.glsl SPL), and S^T, dP^T, dV and dK each take
-// three MMAs a product (lo hi + hi lo + hi hi, P^T, scaled by 2^14, and dS^T split in
+// three MMAs a product (hi hi, lo hi and hi lo; P^T, scaled by 2^14, and dS^T split in
 // registers: cmq.glsl CM_TO_A2): about 2^-21 relative per term; the products of each query
-// chunk go into a fresh accumulator added to dV and dK in fp32 (the tensor cores' adds
-// truncate: a chain of them as long as the query count drifts); the K rows are then held in
-// registers (KREG).
+// chunk, small terms first, go into a fresh accumulator added to dV and dK in fp32 (the tensor
+// cores' adds truncate: a chain of them as long as the query count drifts); the K rows are
+// then held in registers (KREG).
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves):
 //   [0, KN)           K tile [BR][DM + 8] fp16 (none with KREG)
@@ -48,7 +48,8 @@
 //                     rows) pass through them before the loop, VP rows at a time
 //   rowq              the query tile's L log2 e, D and allowed key intervals, an ivec4 a row
 //   xf                with SP = 2: the pairs' partials (cmq_pair.glsl)
-// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors these sizes.
+// Rows of SPL DM + 8 halves with split inputs. runtime/vulkan/vk_caps.c (burst_vk_cmq_shared)
+// mirrors these sizes.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require

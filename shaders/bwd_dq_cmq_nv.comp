@@ -29,14 +29,16 @@
 // fp16-subnormal; dO's scale also keeps |dS| < 2^15: convert.glsl bf16_scale_dout), and the
 // scales of dO and K are undone when dQ is added. fp32 inputs (the pipeline keyed fp32): each
 // view arrives as two fp16 halves per element, hi + lo (shaders/cm_nv.glsl SPL), and S, dP and
-// dQ each take three MMAs a product (lo hi + hi lo + hi hi, dS split in registers: cmq.glsl
-// CM_TO_A2): about 2^-21 relative per term; dS K goes into a fresh accumulator added to dQ in
-// fp32 (the tensor cores' adds truncate: a chain of them as long as the key count drifts).
+// dQ each take three MMAs a product (hi hi, lo hi and hi lo; dS split in registers: cmq.glsl
+// CM_TO_A2): about 2^-21 relative per term; dS K, small terms first, goes into a fresh
+// accumulator added to dQ in fp32 (the tensor cores' adds truncate: a chain of them as long as
+// the key count drifts).
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves): K tile [BC] and V tile
 // [BC] fp16; Q and dO pass through them before the loop, QP rows at a time. With SP = 2 the
 // pairs' partials (cmq_pair.glsl).
-// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors the size.
+// Rows of SPL DM + 8 halves with split inputs. runtime/vulkan/vk_caps.c (burst_vk_cmq_shared)
+// mirrors the size.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require

@@ -49,8 +49,9 @@
 
 #include "convert.glsl"
 
-// Subgroups that share 16 rows (the *_cmq backward kernels beyond d = 128: each holds the
-// operands and accumulators of DCH of the DC head-dim chunks; 1 elsewhere)
+// Subgroups that share 16 rows (the *_cmq backward kernels beyond d = 128, and with split fp32
+// inputs beyond d = 64, runtime/vulkan/vk_internal.h burst_vk_cmq_split: each holds the operands
+// and accumulators of DCH of the DC head-dim chunks; 1 elsewhere)
 layout(constant_id = 16) const int SP = 1;
 
 const int DM = (D + 15) / 16 * 16; // the head dim in the matrices: D rounded up to 16 (the

@@ -25,7 +25,9 @@ int col_of(int e, int lane) // column of element e in its 16 x 16 matrix
 // al: each element of c first keeps its leading 11 significant bits (a mask on its bits: exact
 // in fp16 from 2^-14 up; a float16_t round trip in fp32 is not used, as a compiler may take it
 // for the identity), and cl holds the exact remainder, below 2^-10 of the element, which al
-// rounds to fp16: hi + lo within 2^-21 of c (c changes; cl is scratch).
+// rounds to fp16: hi + lo within 2^-21 of c where |c| >= 2^-3 (lo normal in fp16; the
+// kernels scale c into that range where they can), within 2^-25 absolute below (c changes; cl
+// is scratch).
 #define CM_TO_A2(a, al, c, cl)                                                                    \
     {                                                                                             \
         if (SPL > 1) {                                                                            \

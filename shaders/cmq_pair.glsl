@@ -1,9 +1,9 @@
 // shaders/cmq_pair.glsl - the sum of two subgroups' partial score matrices, for the *_cmq backward
-// kernels beyond d = 128 (SP = 2, cm_nv.glsl): the two subgroups on the same 16 rows each hold
-// half of the head dim's chunks, so each has the products over its half only; they swap them
-// through shared memory and both add (a + b = b + a in fp32: both get the same sums, bit for
-// bit). After cm_nv.glsl and cmq.glsl (included, not compiled alone), after the kernel's shared
-// arrays.
+// kernels beyond d = 128, or d = 64 with split fp32 inputs (SP = 2, cm_nv.glsl): the two
+// subgroups on the same 16 rows each hold half of the head dim's chunks, so each has the
+// products over its half only; they swap them through shared memory and both add (a + b =
+// b + a in fp32: both get the same sums, bit for bit). After cm_nv.glsl and cmq.glsl
+// (included, not compiled alone), after the kernel's shared arrays.
 //
 // The swap waits on workgroup barriers, which every subgroup reaches at each 16-row chunk n of a
 // tile (the kernels' chunk loops are uniform): the partials are written, a barrier, the

@@ -56,13 +56,14 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Params {
     int flags;            // bit 0: dQ wanted, bit 1: dK, bit 2: dV; fwd_cm: bit 3: q/k/v rows
                           // are 16-byte aligned fp16 vectors of 8, bit 4: o is 16-byte aligned;
                           // fwd_rt: bit 5: q/k/v are fp32 with 16-byte aligned vectors of 4;
-                          // fwd_cmq: bits 6, 7: k, v are bf16 scaled into packed fp16 by the
-                          // host (elem_cvt), their scales from amax
+                          // *_cmq: bits 6, 7, 8, 9: k, v, q, dout are bf16 scaled into packed
+                          // fp16, or fp32 into packed fp16 halves, by the host (elem_cvt),
+                          // their scales from amax
     int lo, hi;           // fwd, dq: keys [lo, hi) only; dkv: query rows [lo, hi) only (the host
                           // splits a call into several dispatches where the device limits the
                           // loop iterations of an invocation, as lavapipe does)
-    uint64_t amax;        // fwd_cmq with bf16 inputs: uint [3], the bits of the largest
-                          // magnitude of q, k, v (shaders/elem_amax.comp)
+    uint64_t amax;        // *_cmq with bf16 or fp32 inputs: uint [4], the bf16 bits of the
+                          // largest magnitude of q, k, v, dout (shaders/elem_amax.comp)
     float cap;            // > 0: scaled scores s soft-capped to cap tanh(s / cap); 0: not
     int pad;
 };

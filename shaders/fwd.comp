@@ -63,8 +63,7 @@ void main()
     const bool capped = P.cap > 0.0; // soft-capping (common.glsl)
     const float cap2 = P.cap * LOG2E, rcap2 = capped ? 1.0 / cap2 : 0.0;
     float m = NEG_INF, l = 0.0;
-    // the running lse, read by every lane of the row before the loop: lane 0 overwrites it at
-    // the end, and the loop's shuffles keep the row's lanes together until then
+    // the running lse, read before the loop and overwritten at the end by the row's invocation
     F32 lse = F32(P.lse), oa = F32(P.o);
     const uint li = uint((b * P.hq + h) * P.nq + i);
     float lo = live ? lse.v[li] : 0.0;

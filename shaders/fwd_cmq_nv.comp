@@ -46,11 +46,13 @@
 // within 2^-39 times the maximum; the scales are undone in qmul and at the merge.
 // fp32 inputs (DTQ = 0, all three; flag bits 6-8): the host's elem_cvt splits each scaled
 // element into two fp16 halves, hi + lo (shaders/cm_nv.glsl SPL), and each product takes three
-// MMAs, lo hi + hi lo + hi hi (P too is split in registers: cmq.glsl CM_TO_A2), so that a
-// product term errs by about 2^-21 relative instead of fp16's 2^-11; the K/V tiles and the Q
-// registers hold twice the halves, and P V always goes into a fresh accumulator added to O in
-// fp32 (DIRECT is ignored): the tensor cores' own adds truncate, so that a chain of them as long
-// as the key count would drift. Measured error: as PyTorch's fp32 kernels (docs/BENCHMARKS.md).
+// MMAs, hi hi, lo hi and hi lo (P too is split in registers: cmq.glsl CM_TO_A2, after the
+// exact maximum (no lazy slack: P <= 1) and a scale of 2^14 keep its halves in fp16's normal
+// range), so that a product term errs by about 2^-21 relative instead of fp16's 2^-11; the
+// K/V tiles and the Q registers hold twice the halves, and P V, small terms first, always goes
+// into a fresh accumulator added to O in fp32 (DIRECT is ignored): the tensor cores' own adds
+// truncate, so that a chain of them as long as the key count would drift. Measured error: as
+// PyTorch's fp32 kernels (docs/BENCHMARKS.md).
 //
 // Loading subgroups (LD, constant 15; the tile's fourth field, BURST_VK_CMQ_TILE=br,bc,ld): with
 // LD = 0 every invocation loads a share of each K/V tile (global -> registers -> shared memory)
@@ -68,7 +70,8 @@
 //
 // Shared memory (one uvec4 array sh): K tile [BC][DM + 8] and V tile [BC][DM + 8] fp16, twice
 // with LD (two buffers); the Q tile passes through it, QP rows at a time, before the loop.
-// runtime/vulkan/vk_caps.c (burst_vk_tile_shared) mirrors the size.
+// Rows of SPL DM + 8 halves with split inputs. runtime/vulkan/vk_caps.c (burst_vk_cmq_shared)
+// mirrors the size.
 #extension GL_GOOGLE_include_directive : require
 #ifndef BURST_NO_UNROLL
 #extension GL_EXT_control_flow_attributes : require
@@ -95,7 +98,11 @@ const int QP = (KVN / RS) / 16 * 16 < BR ? (KVN / RS) / 16 * 16 : BR; // Q rows 
 const int L8 = BC * D8S;        // 16-byte pieces of a K (or V) tile
 const int PT = LD > 0 ? LD * T : NT; // invocations that load K/V tiles
 const int LPT = (L8 + PT - 1) / PT; // of them per loading invocation
-const float RESCALE_LOG2 = 8.0;
+// the lazy maximum's slack (P <= 2^8); with split inputs none, so that P <= 1 can take PSPLIT
+const float RESCALE_LOG2 = SPL > 1 ? 0.0 : 8.0;
+// split inputs: P's scale before its split into fp16 halves (undone as P V is added to O), so
+// that both halves stay in fp16's normal range down to P = 2^-28 (hi) and 2^-17 (lo)
+const float PSPLIT = 16384.0;
 const int NQ = 2;               // rows per invocation: r and r + 8 of the subgroup's 16
 
 shared uvec4 sh[KVN];
@@ -161,11 +168,12 @@ void main()
     if (kmin >= kmax)
         return;
 
-    // bf16 inputs: each view's power-of-two scale into fp16's range, from the largest
-    // magnitudes the host's elem_amax dispatches found: applied here as the tiles load
-    // (load8s), or already by the host's elem_cvt dispatches (K: flag bit 6, V: bit 7; those
-    // views are then packed fp16 and DTK / DTV say fp16); undone in qmul (Q, K) and at the
-    // merge (V)
+    // bf16 and fp32 inputs: each view's power-of-two scale into fp16's range, from the largest
+    // magnitudes the host's elem_amax dispatches found: applied here as bf16 tiles load
+    // (load8s), or already by the host's elem_cvt dispatches (Q: flag bit 8, K: bit 6, V: bit
+    // 7; bf16 views are then packed fp16 and DTK / DTV say fp16, fp32 ones packed halves that
+    // load8s reads as fp16 while the dtype, 0, keys the split); undone in qmul (Q, K) and at
+    // the merge (V)
     float qsc = 1.0, ksc = 1.0, vsc = 1.0;
     if (DTQ == 2 || DTK == 2 || DTV == 2 || (P.flags & 448) != 0) {
         U32 am = U32(P.amax);
@@ -351,7 +359,7 @@ void main()
             // the quad at the end
             UNROLL for (int q = 0; q < NQ; q++)
                 l[q] = l[q] * al[q] + sm[q];
-            if (!subgroupAll(same)) { // rare, with the lazy maximum
+            if (!subgroupAll(same)) { // rare with the lazy maximum (split inputs: not lazy)
                 UNROLL for (int c = 0; c < DC; c++)
                     UNROLL for (int e = 0; e < NE; e++)
                         o[c][e] *= al[row_b(e) ? 1 : 0];
@@ -366,6 +374,9 @@ void main()
             AMAT pa[SMC], pl[SPL > 1 ? SMC : 1];
             UNROLL for (int n = 0; n < SMC; n++) {
                 CMAT r_;
+                if (SPL > 1)
+                    UNROLL for (int e = 0; e < NE; e++)
+                        s[n][e] *= PSPLIT;
                 CM_TO_A2(pa[n], pl[SPL > 1 ? n : 0], s[n], r_);
             }
             UNROLL for (int c = 0; c < DC; c++) {
@@ -382,7 +393,7 @@ void main()
                     }
                     t = CM_MULADD(pa[n], bv, t);
                 }
-                o[c] = direct != 0 ? t : o[c] + t;
+                o[c] = direct != 0 ? t : SPL > 1 ? o[c] + t * (1.0 / PSPLIT) : o[c] + t;
             }
             if (n0 + SMC < NB) {
                 if (PIPE != 0) {

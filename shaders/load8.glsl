@@ -23,7 +23,8 @@ uvec4 load8(View t, bool vec, uint x, bool inside)
     return r;
 }
 
-// load8 of a view of dtype dt (1 fp16, 2 bf16): bf16 elements are converted to fp16 after
+// load8 of a view of dtype dt (1 fp16, 2 bf16; anything else: packed fp16 halves, as fp32
+// views reach the *_cmq kernels, loaded as fp16): bf16 elements are converted to fp16 after
 // scaling by sc, a power of two (bf16_scale below), so that the view's largest magnitude lands
 // in [2^14, 2^15): every bf16 value of at least 2^-28 times that maximum is then a normal fp16
 // and keeps all 8 of its significant bits (fp16 has 11); smaller ones round to fp16's absolute
@@ -50,9 +51,10 @@ uvec4 load8s(View t, int dt, bool vec, uint x, bool inside, float sc)
     return r;
 }
 
-// The scales of views the host converted from bf16 into packed fp16 (vk_attn.c, elem_cvt.comp),
-// from the largest magnitudes' bits at params.amax (q, k, v, dout), where flag bits 8, 6, 7, 9
-// say so; 1 for the others. sc = (q, k, v, dout); dout's is bf16_scale_dout (V converted too).
+// The scales of views the host converted from bf16 into packed fp16, or from fp32 into packed
+// fp16 halves (vk_attn.c, elem_cvt.comp), from the largest magnitudes' bits at params.amax
+// (q, k, v, dout), where flag bits 8, 6, 7, 9 say so; 1 for the others. sc = (q, k, v, dout);
+// dout's is bf16_scale_dout (V converted too).
 vec4 cvt_scales(uint64_t amax, int flags)
 {
     vec4 sc = vec4(1.0);

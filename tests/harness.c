@@ -1170,6 +1170,23 @@ static void harness_sinks_tol(struct harness_problem *p)
     }
 }
 
+/* Whether the vulkan backend's fp32 may run on matrix units in two fp16 halves: its first
+ * device has subgroup-scope cooperative matrices (the probe's "coopmat" is not "none"; lavapipe
+ * has none, and its fp32 keeps the register-tiled kernels' unit). Probed once. */
+static int harness_vk_fp32_split;
+static pthread_once_t harness_vk_once = PTHREAD_ONCE_INIT;
+
+static void harness_vk_probe(void)
+{
+    char *json = NULL;
+    if (burst_probe(NULL, 1, &json) == BURST_OK && json) {
+        const char *v = strstr(json, "\"backend\": \"vulkan\"");
+        const char *cm = v ? strstr(v, "\"coopmat\": \"") : NULL;
+        harness_vk_fp32_split = cm && strncmp(cm + 12, "none\"", 5) != 0;
+    }
+    burst_free(json);
+}
+
 static int harness_reference(struct harness_problem *p)
 {
     if (p->ref_done)
@@ -1212,12 +1229,15 @@ static int harness_reference(struct harness_problem *p)
         }
         /* GPU backends run the fp16/bf16 forward on matrix units (P rounded to the dtype) */
         int gpu = 0;  /* any rank on a GPU backend: the bound for matrix units (upper bound) */
-        int tf32 = 0; /* any rank whose fp32 may run in split halves: cuda, vulkan */
+        int tf32 = 0; /* any rank whose fp32 may run in split halves: cuda, vulkan on matrices */
         for (int r = 0; r < p->G; r++) {
             struct burst_context *ctx = harness_rank_context(p->c.backends, r);
             gpu |= ctx && strcmp(burst_context_backend(ctx), "cpu") != 0;
-            tf32 |= ctx && (strcmp(burst_context_backend(ctx), "cuda") == 0 ||
-                            strcmp(burst_context_backend(ctx), "vulkan") == 0);
+            tf32 |= ctx && strcmp(burst_context_backend(ctx), "cuda") == 0;
+            if (ctx && strcmp(burst_context_backend(ctx), "vulkan") == 0) {
+                pthread_once(&harness_vk_once, harness_vk_probe);
+                tf32 |= harness_vk_fp32_split;
+            }
         }
         /* the cpu's bf16 kernels may round P and dS alike (avx512bf16 dot products) */
         const int mma = (p->c.dtype != BURST_DTYPE_FP32 && gpu) || p->c.dtype == BURST_DTYPE_BF16;

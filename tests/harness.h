@@ -42,7 +42,7 @@
  *            (|s| of a few units) and dominates only for huge ones (the large_scores case, |s| up
  *            to ~150, where fp32 cannot resolve P to 1e-5: ulp(216) in log2 units is 1.5e-5).
  *            fp32 on the GPU backends may run on matrix units as 3xTF32 (cuda) or on two fp16
- *            halves (vulkan), whose products carry about 3 x 2^-22 relative error: there u32
+ *            halves (vulkan, where its device has cooperative matrices), whose products carry about 3 x 2^-22 relative error: there u32
  *            is replaced by 2^-21.
  *   fp16/bf16 (unit roundoff u = 2^-11 / 2^-8): inputs are rounded BEFORE the reference sees
  *            them, so they contribute nothing; what remains is

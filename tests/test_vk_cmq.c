@@ -10,8 +10,9 @@
  * Also the *_cmq tile rule (runtime/vulkan/vk_caps.c) on made-up device limits: the forward's
  * tile with loading subgroups (two K/V buffers: twice the shared memory, more invocations)
  * where it fits, the rule's next tiles where it does not, and loaders refused where no kernel
- * has them; and the forward's tile per call (by its workgroup count, mask and head dim), and
- * dq_cmq's (by its head dim).
+ * has them; the forward's tile per call (by its workgroup count, mask and head dim), and
+ * dq_cmq's and dkv_cmq's (by head dim, and dq_cmq's by workgroup count); the tiles of fp32
+ * inputs in two fp16 halves.
  * And the workgroup-scope kernels (*_cm2) on made-up limits: the reason each missing piece
  * gives (the probe prints it; a build without GL_NV_cooperative_matrix2 names glslang), their
  * tiles where everything is there, none where the workgroup size is not listed or shared
@@ -340,8 +341,6 @@ static void cmq_call_tile(void **state)
     expect_tile(&t, 64, 16, 0);
 }
 
-/* an H100 with the matrix extensions of NVIDIA's driver: VK_KHR_cooperative_matrix and
- * VK_NV_cooperative_matrix2 with workgroup-scope fp16 shapes for 128 and 256 invocations */
 /* fp32 inputs in two fp16 halves: every staged row twice as long, the backward on subgroup
  * pairs beyond d = 64 with dkv_cmq's K rows in registers, tiles up to d = 128 and none above, none
  * where the shared memory is too small or BURST_VK_CMQ_FP32=0 */
@@ -397,6 +396,8 @@ static void cmq_f32_tiles(void **state)
         assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 64).t, 0);
 }
 
+/* an H100 with the matrix extensions of NVIDIA's driver: VK_KHR_cooperative_matrix and
+ * VK_NV_cooperative_matrix2 with workgroup-scope fp16 shapes for 128 and 256 invocations */
 static void h100_cm2_caps(struct burst_vk_caps *c)
 {
     h100_caps(c);

@@ -14,7 +14,7 @@
  * within tol times its largest magnitude, 3e-5 (fp32 rounding is ~1e-6 of it) or 4e-3 with
  * fp16 inputs (matrix kernels round P to fp16): an ignored document or cap moves it by the
  * order of 1.
- * The kernel family is the environment's (tests/meson.build runs the scalar, subgroup and
+ * The kernel family is the environment's (tests/meson.build runs the scalar and the
  * register-tiled ones); exit 77 without a Vulkan device.
  */
 #include <setjmp.h>

@@ -11,8 +11,8 @@ coopmat@BRxBC = coopmat_khr with that fwd_cmq tile (BURST_VK_CMQ_TILE); coopmat_
 BURST_VK_CM2=0 BURST_VK_CMQ=0: the forward fwd_cm, softmax through shared memory; tiled = BURST_VK_COOPMAT=0: the register-tiled kernels
 (fwd_rt, dq_rt, dkv_rt); tiled@BRxBCxDC = the same with that tile where valid (BURST_VK_RT_TILE);
 scalar = also BURST_VK_RT=0: the scalar kernels (the last resort); fp32
-inputs take the *_cmq kernels in two fp16 halves up to d = 128 on the coopmat paths, and tiled
-keeps them on the register-tiled ones),
+inputs take the *_cmq kernels in two fp16 halves up to d = 128 on the coopmat paths but
+coopmat_smem, and tiled keeps them on the register-tiled ones),
 forward only and (unless --fwd-only) forward+backward, with BURST_VK_PROFILE=1 so the GPU time
 of the kernels themselves (timestamp queries) is reported beside burstrun's wall time (which also
 counts host staging of caller tensors and the host-side output casts). Then PyTorch's
@@ -158,7 +158,8 @@ def check_seq(args):
 
 def torch_fp32_error(args):
     """PyTorch EFFICIENT_ATTENTION's fp32 error against fp64 at the check size: the largest
-    max |x - x64| / max |x64| over O, dQ, dK, dV (random normal inputs and dO)."""
+    max |x - x64| / max |x64| over O, dQ, dK, dV (random normal inputs and dO; O alone with
+    --fwd-only, as burst's check then)."""
     try:
         import torch
         import torch.nn.functional as F
@@ -176,6 +177,9 @@ def torch_fp32_error(args):
         else:
             with sdpa_kernel(SDPBackend.MATH):
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        if args.fwd_only:
+            out[name] = [o.detach().double()]
+            continue
         o.backward(x[3].to(dt))
         out[name] = [o.detach().double(), q.grad.double(), k.grad.double(), v.grad.double()]
     return max(((a - r).abs().max() / r.abs().max()).item()

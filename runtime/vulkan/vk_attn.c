@@ -565,8 +565,9 @@ burst_status_t burst_vk_fwd_step(void *bev, const struct burst_fwd_args *a)
 }
 
 /* The backward kernels of a step: kq for dQ, kkv for dK and dV (BURST_VK_DKVQ_RT: dQ too).
- * Where the pair takes bf16 views converted into packed fp16, they are converted into the
- * stream's scratch at cvt_at (0: not converted) and *nbf_p counts them. */
+ * Where the pair takes bf16 views converted into packed fp16 (or fp32 ones into fp16 halves),
+ * they are converted into the stream's scratch at cvt_at (0: not converted) and *nbf_p counts
+ * them. */
 static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_stream *s,
                                  const struct burst_bwd_args *a, const struct burst_step_dims *dim,
                                  const struct burst_tensor *const t4[4], VkDeviceAddress cvt_at[4],
@@ -681,8 +682,8 @@ static void burst_vk_bwd_params(struct burst_vk_params *p, const struct burst_bw
         burst_vk_vec4(a->k, slots[1].addr) && burst_vk_vec4(a->v, slots[2].addr) &&
         burst_vk_vec4(a->dout, slots[3].addr))
         p->flags |= 32;
-    /* bf16 views converted into packed fp16 in the scratch: flag bits 8, 6, 7, 9 for q, k,
-     * v, dout (shaders/cm_nv.glsl cvt_scales) */
+    /* bf16 views converted into packed fp16 (fp32 ones into halves) in the scratch: flag bits
+     * 8, 6, 7, 9 for q, k, v, dout (shaders/load8.glsl cvt_scales) */
     static const int cvt_flag[4] = {256, 64, 128, 512};
     struct burst_vk_view *pv[4] = {&p->q, &p->k, &p->v, &p->dout};
     for (int i = 0; i < 4; i++)

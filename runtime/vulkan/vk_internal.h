@@ -120,8 +120,8 @@ enum burst_vk_kernel {
     BURST_VK_FILL,
     BURST_VK_ACC,
     BURST_VK_CM_LAYOUT, /* the accumulator-layout check of fwd_cmq (vk_cmq.c) */
-    BURST_VK_AMAX,      /* the largest magnitude of a view (bf16 inputs of fwd_cmq) */
-    BURST_VK_CVT,       /* a bf16 view scaled into packed fp16 (K, V of fwd_cmq) */
+    BURST_VK_AMAX,      /* the largest magnitude of a view (bf16 / fp32 inputs of *_cmq) */
+    BURST_VK_CVT,       /* a bf16 view scaled into packed fp16, fp32 into fp16 halves */
     BURST_VK_NUM_ALL_KERNELS
 };
 extern const char *const burst_vk_kernel_names[BURST_VK_NUM_ALL_KERNELS];
@@ -237,8 +237,9 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
 
 /* dq_cmq's tile for one call at head dim d, from the device's rule tile: 128 x 16 instead of the
  * d <= 256 class's 64 x 16 for d in 129..192, and 192 x 64 instead of the d <= 64 class's
- * 128 x 64 for d in 33..64 where the call's grid on the rule's tile, `groups` workgroups, has at least 4 waves
- * (vk_caps.c has the measurements); a tile pinned by BURST_VK_CMQ_BWD_TILE stays. */
+ * 128 x 64 for d in 33..64 where the call's grid on the rule's tile, `groups` workgroups, has
+ * at least 4 waves (vk_caps.c has the measurements); a tile pinned by BURST_VK_CMQ_BWD_TILE
+ * stays. */
 struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
                                                const struct burst_vk_env *env, int d,
                                                struct burst_vk_tile rule, int64_t groups);
@@ -548,7 +549,7 @@ struct burst_vk_params {
     float scale;
     int32_t flags;
     int32_t lo, hi; /* key (fwd, dq) or query (dkv) rows of this dispatch */
-    uint64_t amax;  /* fwd_cmq with bf16 inputs: the largest magnitudes' bits of q, k, v */
+    uint64_t amax;  /* *_cmq, bf16 / fp32 inputs: largest magnitudes' bits of q, k, v, dout */
     float softcap;  /* > 0: scaled scores s soft-capped to softcap tanh(s / softcap); 0: not */
     int32_t pad;
 };

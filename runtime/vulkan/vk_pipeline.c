@@ -3,10 +3,10 @@
  *
  * One pipeline layout for every kernel: no descriptor sets, an 8-byte push constant holding the
  * device address of the call's parameter block. Tile sizes, head dim and dtypes are
- * specialization constants (ids in shaders/common.glsl). The elementwise kernels (vk_elem_gpu.c) use the same key with
- * head dim 0, tile {1, workgroup size, 1} and their source / destination dtypes in the first two
- * dtype slots (constants 4 and 5 of shaders/elem.glsl). Pipelines live until the backend is
- * destroyed.
+ * specialization constants (ids in shaders/common.glsl). The elementwise kernels (vk_elem_gpu.c)
+ * use the same key with head dim 0, tile {1, workgroup size, 1} and their source / destination
+ * dtypes in the first two dtype slots (constants 4 and 5 of shaders/elem.glsl). Pipelines live
+ * until the backend is destroyed.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 #!/bin/bash
 # scripts/gpu/vk_check.sh [SRC] - build burst with the Vulkan backend alone on a GPU machine, run the
 # Vulkan tests on the GPU (test_vulkan on the default path, with the cooperative-matrix forward's
-# softmax through shared memory (BURST_VK_CMQ=0) and on the scalar kernels (BURST_VK_RT=0);
-# test_attention on the default path), then, with
+# softmax through shared memory (BURST_VK_CMQ=0) and on the scalar kernels (BURST_VK_RT=0
+# BURST_VK_COOPMAT=0); test_attention on the default path), then, with
 # BURST_BENCH_VK="<burstbench_vk.py arguments>", the benchmark beside PyTorch SDPA (several
 # argument sets separated by ';' run one after the other). Builds SRC (default: this checkout)
 # into /tmp/burst-vk-build; logs and CSV go to $OUT (or /tmp/out); a short summary is printed
@@ -40,7 +40,7 @@ if [ "${BURST_BENCH_VK_TESTS:-1}" = 1 ]; then
     BURST_VK_CMQ_TILE=160,32,2 step test_vulkan_cmq_loaders "$b/tests/test_vulkan"
     BURST_VK_CMQ_TILE=32,16,1 BURST_VK_CMQ_FWD=1,1,0 BURST_VK_CMQ_BF16=2 \
         step test_vulkan_cmq_loaders_small "$b/tests/test_vulkan"
-    BURST_VK_RT=0 step test_vulkan_scalar "$b/tests/test_vulkan"
+    BURST_VK_RT=0 BURST_VK_COOPMAT=0 step test_vulkan_scalar "$b/tests/test_vulkan"
     step test_attention "$b/tests/test_attention"
     unset BURST_TEST_BACKEND
     "$b/tools/burstrun" --probe >"$out/probe.txt" 2>&1
