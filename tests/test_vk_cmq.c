@@ -151,16 +151,24 @@ static void set_cmq_tile(struct burst_vk_env *env, int br, int bc, int ld)
     env->cmq_tile[2] = ld;
 }
 
+/* The *_cmq tests' environment: the defaults of the switches their tiles depend on; skipped
+ * where glslangValidator lacked GL_NV_cooperative_matrix (no *_cmq kernels built). */
+static void cmq_env(struct burst_vk_env *env)
+{
+    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
+        skip();
+    unsetenv("BURST_VK_CMQ_TILE");
+    unsetenv("BURST_VK_CMQ_BWD_TILE");
+    unsetenv("BURST_VK_CMQ_FP32");
+    unsetenv("BURST_VK_MAX_SHARED");
+    burst_vk_env_read(env);
+}
+
 static void cmq_tile_rule(void **state)
 {
     (void)state;
-    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
-        skip(); /* glslangValidator lacked GL_NV_cooperative_matrix */
-    unsetenv("BURST_VK_CMQ_TILE");
-    unsetenv("BURST_VK_CMQ_BWD_TILE");
-    unsetenv("BURST_VK_MAX_SHARED");
     struct burst_vk_env env;
-    burst_vk_env_read(&env);
+    cmq_env(&env);
     struct burst_vk_caps caps;
     struct burst_vk_tiles t;
     const int c = burst_vk_dclass(128);
@@ -236,12 +244,8 @@ static void cmq_tile_rule(void **state)
 static void cmq_call_tile(void **state)
 {
     (void)state;
-    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
-        skip();
-    unsetenv("BURST_VK_CMQ_TILE");
-    unsetenv("BURST_VK_MAX_SHARED");
     struct burst_vk_env env;
-    burst_vk_env_read(&env);
+    cmq_env(&env);
     struct burst_vk_caps caps;
     h100_caps(&caps); /* 132 multiprocessors */
     const struct burst_vk_tile ld = {32, 160, 32, 2}, big = {32, 192, 64, 0};
@@ -347,12 +351,8 @@ static void cmq_call_tile(void **state)
 static void cmq_f32_tiles(void **state)
 {
     (void)state;
-    if (!BURST_VK_SPV_FWD_CMQ_NV || !BURST_VK_SPV_BWD_DQ_CMQ_NV || !BURST_VK_SPV_BWD_DKV_CMQ_NV)
-        skip();
-    unsetenv("BURST_VK_CMQ_FP32");
-    unsetenv("BURST_VK_MAX_SHARED");
     struct burst_vk_env env;
-    burst_vk_env_read(&env);
+    cmq_env(&env);
     assert_int_equal(env.cmq_fp32, 1);
     struct burst_vk_caps caps;
     h100_caps(&caps);

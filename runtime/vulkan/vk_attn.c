@@ -266,11 +266,11 @@ static void burst_vk_split(unsigned char *extra, VkDeviceAddress xa, int first, 
  * halves per element, hi and lo; each workgroup of fwd_cmq would otherwise convert every K / V
  * tile it reads itself: load8s). amax_pipe and cvt_pipe are those of the views' dtype.
  */
-static void burst_vk_bf16_prep(int n, const struct burst_tensor *const *t,
-                               const VkDeviceAddress *addr, const VkDeviceAddress *cvt_at,
-                               VkPipeline amax_pipe, VkPipeline cvt_pipe, unsigned char *blocks,
-                               VkDeviceAddress ba, unsigned char *words, VkDeviceAddress wa,
-                               struct burst_vk_dispatch *d, int *nd)
+static void burst_vk_cvt_prep(int n, const struct burst_tensor *const *t,
+                              const VkDeviceAddress *addr, const VkDeviceAddress *cvt_at,
+                              VkPipeline amax_pipe, VkPipeline cvt_pipe, unsigned char *blocks,
+                              VkDeviceAddress ba, unsigned char *words, VkDeviceAddress wa,
+                              struct burst_vk_dispatch *d, int *nd)
 {
     memset(words, 0, 16);
     int nb = 0, cvt_seen = 0;
@@ -317,7 +317,7 @@ static struct burst_vk_view burst_vk_packed_view(const struct burst_tensor *t, V
 }
 
 /* Room in the stream's scratch for the views t[i] with want[i] converted into packed fp16
- * (burst_vk_bf16_prep; fp32 views: two halves an element): cvt_at[i] receives each one's device
+ * (burst_vk_cvt_prep; fp32 views: two halves an element): cvt_at[i] receives each one's device
  * address, 0 where not wanted.
  * 0, or -1 where the scratch cannot grow to hold them (every cvt_at 0, no error left). */
 static int burst_vk_cvt_scratch(struct burst_vk_backend *be, struct burst_vk_stream *s, int n,
@@ -394,7 +394,7 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
     };
     int64_t per = burst_vk_rows_per_dispatch(be, kern, dim, tl);
     int nch = (int)((dim->nk + per - 1) / per);
-    /* bf16 views of fwd_cmq (burst_vk_bf16_prep): nbf of them, K and V converted into the
+    /* bf16 views of fwd_cmq (burst_vk_cvt_prep): nbf of them, K and V converted into the
      * stream's scratch where it can hold them (else the kernel converts each tile it reads);
      * fp32 ones (all three, f32): each converted into two fp16 halves */
     const struct burst_tensor *const qkv[3] = {a->q, a->k, a->v};
@@ -492,8 +492,8 @@ static burst_status_t burst_vk_fwd_run(struct burst_vk_backend *be, const struct
             unsigned char *x = extra;
             p->amax = xa + woff;
             const VkDeviceAddress addr[3] = {slots[0].addr, slots[1].addr, slots[2].addr};
-            burst_vk_bf16_prep(3, qkv, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
-                               x + woff, xa + woff, d, &nd);
+            burst_vk_cvt_prep(3, qkv, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
+                              x + woff, xa + woff, d, &nd);
         }
         /* after elem_amax / elem_cvt: the kernel reads their results */
         burst_vk_split(extra, xa, 0, dim->nk, per, kern, pipe, groups, nd > 0, d, &nd);
@@ -577,7 +577,7 @@ static void burst_vk_bwd_kernels(struct burst_vk_backend *be, struct burst_vk_st
     /* the cooperative-matrix kernels take fp16 operands of a head dim they have tiles for (the
      * *_cmq pair every head dim, rounded up to 16 in its matrices; the *_cm pair multiples of
      * 16), and the *_cmq pair also bf16 ones, converted into fp16 scaled by a power of two per
-     * view (burst_vk_bf16_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1,
+     * view (burst_vk_cvt_prep) where the stream's scratch can hold them (BURST_VK_CMQ_BF16=1,
      * the default); the register-tiled ones everything else, where the device has tiles for
      * them */
     int fp16 = 1, bf16 = 1, fp32 = 1, cvt[4] = {0, 0, 0, 0};
@@ -801,8 +801,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
             p->amax = xa + woff;
             const VkDeviceAddress addr[4] = {slots[0].addr, slots[1].addr, slots[2].addr,
                                              slots[3].addr};
-            burst_vk_bf16_prep(4, t4, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
-                               x + woff, xa + woff, d, &nd);
+            burst_vk_cvt_prep(4, t4, addr, cvt_at, amax_pipe, cvt_pipe, x + eoff, xa + eoff,
+                              x + woff, xa + woff, d, &nd);
         }
         /* the first kernel waits for elem_amax / elem_cvt, if any; dQ's is independent of
          * dK / dV's (other outputs) */
