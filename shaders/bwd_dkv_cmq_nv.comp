@@ -14,10 +14,9 @@
 // Workgroup (x = key tile, y = kv head, z = batch): W = BR / 16 subgroups of 32 invocations,
 // each owning 16 key rows; beyond d = 128 (SP = 2) twice as many, two on each 16 rows, each
 // holding half of the head dim's chunks of K, V, dK and dV, who add their partial S^T and dP^T
-// through shared memory (cmq_pair.glsl). The subgroup's V rows are loaded once into registers
-// (MMA operands), and so are its K rows with KREG (constant 13; beyond d = 128, where the
-// shared memory they leave holds twice the key rows: burst_vk_cmq_kreg); without it the K tile
-// is staged once in shared memory. Query tiles of BC rows (Q, dO, L, D and
+// through shared memory (cmq_pair.glsl). The subgroup's K and V rows are loaded once into
+// registers (MMA operands), so that the shared memory holds only query tiles: each staged tile
+// then serves many key rows (up to 256 a workgroup). Query tiles of BC rows (Q, dO, L, D and
 // the rows' allowed key intervals) are staged in shared memory, the next tile's loads in flight
 // during the current one where PREFETCH (constant 11; off by default: on the H100 the registers
 // it holds cost more than it hid, at every head dim); only query rows whose interval meets the
@@ -39,13 +38,11 @@
 // three MMAs a product (hi hi, lo hi and hi lo; P^T, scaled by 2^14, and dS^T split in
 // registers: cmq.glsl CM_TO_A2): about 2^-21 relative per term; the products of each query
 // chunk, small terms first, go into a fresh accumulator added to dV and dK in fp32 (the tensor
-// cores' adds truncate: a chain of them as long as the query count drifts); the K rows are
-// then held in registers (KREG).
+// cores' adds truncate: a chain of them as long as the query count drifts).
 //
 // Shared memory (one uvec4 array sh, rows padded to DM + 8 halves):
-//   [0, KN)           K tile [BR][DM + 8] fp16 (none with KREG)
-//   [KN, + 2 BC RS)   Q and dO tiles [BC][DM + 8] fp16; the V rows (and with KREG the K
-//                     rows) pass through them before the loop, VP rows at a time
+//   [0, 2 BC RS)      Q and dO tiles [BC][DM + 8] fp16; the V and K rows pass through them
+//                     before the loop, VP rows at a time
 //   rowq              the query tile's L log2 e, D and allowed key intervals, an ivec4 a row
 //   xf                with SP = 2: the pairs' partials (cmq_pair.glsl)
 // Rows of SPL DM + 8 halves with split inputs. runtime/vulkan/vk_caps.c (burst_vk_cmq_shared)
@@ -63,12 +60,10 @@
 
 layout(constant_id = 11) const int PREFETCH = 0; // 1: next tile's loads in flight during this one
 layout(constant_id = 12) const int CAPPED = 0;   // 1: soft-capped scores (a pipeline of its own)
-layout(constant_id = 13) const int KREG = 0;     // 1: K rows in registers, no K tile
 
 const int NB = BC / 16;          // 16-row chunks of a query tile
-const int KN = KREG != 0 ? 0 : BR * RS; // the K tile
-const int QO = KN, DO = KN + BC * RS; // the Q and dO tiles
-const int SHN = KN + 2 * BC * RS;
+const int QO = 0, DO = BC * RS;  // the Q and dO tiles
+const int SHN = 2 * BC * RS;
 const int VP = (2 * BC) / 16 * 16 < BR ? (2 * BC) / 16 * 16 : BR; // V rows per pass
 // split inputs: P^T's scale before its split into fp16 halves (P^T <= 1, and its lo halves,
 // 2^-11 of it, would otherwise fall below fp16's normal range from P^T < 2^-3)
@@ -114,22 +109,15 @@ void main()
         atomicMin(qmin_s, lo);
         atomicMax(qmax_s, hi);
     }
-    // the K tile to shared memory
-    for (int x = tid; x < BR * D8S && KREG == 0; x += NT) {
-        int row = x / D8S, c8 = x % D8S;
-        bool in_k = j0 + row < P.nk && piece_in(c8);
-        sh[row * RS + c8] = load8(kv, vec, view_index(kv, b, j0 + row, g, piece_col(c8)), in_k);
-    }
     barrier();
     const int qmin = qmin_s, qmax = qmax_s;
     if (qmin >= qmax)
         return;
-    // the V rows (16 rows x the subgroup's DCH chunks) into registers, then with KREG the K
-    // rows, through the Q / dO region VP rows at a time
-    // (split: their lo halves too, vl and kl; split views always take KREG)
-    AMAT vf[DCH], kf[KREG != 0 ? DCH : 1];
-    AMAT vl[SPL > 1 ? DCH : 1], kl[SPL > 1 && KREG != 0 ? DCH : 1];
-    for (int m = 0; m < (KREG != 0 ? 2 : 1); m++) {
+    // the V rows (16 rows x the subgroup's DCH chunks) into registers, then the K rows, through
+    // the Q / dO region VP rows at a time (split: their lo halves too, vl and kl)
+    AMAT vf[DCH], kf[DCH];
+    AMAT vl[SPL > 1 ? DCH : 1], kl[SPL > 1 ? DCH : 1];
+    for (int m = 0; m < 2; m++) {
         for (int p0 = 0; p0 < BR; p0 += VP) {
             if (m > 0 || p0 > 0)
                 barrier(); // the previous pass is read
@@ -147,12 +135,11 @@ void main()
                     if (m == 0)
                         CM_LOAD(vf[c], sh, x, uint(RS), false);
                     else
-                        CM_LOAD(kf[KREG != 0 ? c : 0], sh, x, uint(RS), false);
+                        CM_LOAD(kf[c], sh, x, uint(RS), false);
                     if (SPL > 1 && m == 0)
                         CM_LOAD(vl[SPL > 1 ? c : 0], sh, x + uint(D8), uint(RS), false);
                     else if (SPL > 1)
-                        CM_LOAD(kl[SPL > 1 && KREG != 0 ? c : 0], sh, x + uint(D8), uint(RS),
-                                false);
+                        CM_LOAD(kl[SPL > 1 ? c : 0], sh, x + uint(D8), uint(RS), false);
                 }
         }
     }
@@ -217,32 +204,19 @@ void main()
             UNROLL for (int c = 0; c < DCH; c++) {
                 const int cc = c0 + c;
                 if (cc < DC) { // uniform
-                    AMAT a;
                     BMAT bq, bdo;
-                    if (KREG != 0)
-                        a = kf[KREG != 0 ? c : 0];
-                    else
-                        CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
                     const uint qx = uint(QO + 16 * n * RS + 2 * cc);
                     const uint ox = uint(DO + 16 * n * RS + 2 * cc);
                     CM_LOAD(bq, sh, qx, uint(RS), true);
                     CM_LOAD(bdo, sh, ox, uint(RS), true);
-                    s = CM_MULADD(a, bq, s);
+                    s = CM_MULADD(kf[c], bq, s);
                     dp = CM_MULADD(vf[c], bdo, dp);
                     if (SPL > 1) { // + the lo x hi and hi x lo products
-                        if (KREG != 0)
-                            a = kl[SPL > 1 && KREG != 0 ? c : 0];
-                        else
-                            CM_LOAD(a, sh, uint(16 * rg * RS + D8 + 2 * cc), uint(RS), false);
-                        s = CM_MULADD(a, bq, s);
+                        s = CM_MULADD(kl[SPL > 1 ? c : 0], bq, s);
                         dp = CM_MULADD(vl[SPL > 1 ? c : 0], bdo, dp);
                         CM_LOAD(bq, sh, qx + uint(D8), uint(RS), true);
                         CM_LOAD(bdo, sh, ox + uint(D8), uint(RS), true);
-                        if (KREG != 0)
-                            a = kf[KREG != 0 ? c : 0];
-                        else
-                            CM_LOAD(a, sh, uint(16 * rg * RS + 2 * cc), uint(RS), false);
-                        s = CM_MULADD(a, bq, s);
+                        s = CM_MULADD(kf[c], bq, s);
                         dp = CM_MULADD(vf[c], bdo, dp);
                     }
                 }

@@ -176,7 +176,7 @@ static void cmq_tile_rule(void **state)
     burst_vk_tiles_rule(&caps, &env, &t);
     expect_tile(&t.k[BURST_VK_FWD_CMQ][c], 160, 32, 2); /* 384 invocations, two 17 KiB buffers */
     expect_tile(&t.k[BURST_VK_DQ_CMQ][c], 128, 64, 0);
-    expect_tile(&t.k[BURST_VK_DKV_CMQ][c], 64, 48, 0); /* 44.3 KiB */
+    expect_tile(&t.k[BURST_VK_DKV_CMQ][c], 128, 64, 0); /* 35.0 KiB */
     /* two K/V buffers and four counters: (32 keys x 136 halves x 2 B) x 2 x 2 + 32 B */
     const struct burst_vk_tile ld2 = {32, 160, 32, 2}, ld0 = {32, 160, 32, 0};
     assert_int_equal(burst_vk_tile_shared(BURST_VK_FWD_CMQ, &ld2, 128), 34848u);
@@ -195,9 +195,9 @@ static void cmq_tile_rule(void **state)
                      16896u + 16u + 8u * 2048u);
     assert_int_equal(burst_vk_tile_shared(BURST_VK_DKV_CMQ, &t.k[BURST_VK_DKV_CMQ][c2], 256),
                      16896u + 256u + 8u + 8u * 2048u);
-    /* at d <= 128 the K tile is in shared memory: 64 rows of 136 halves beside the Q / dO */
+    /* dkv_cmq at d <= 128: Q and dO tiles of 64 rows of 136 halves, 16 B a query row */
     assert_int_equal(burst_vk_tile_shared(BURST_VK_DKV_CMQ, &t.k[BURST_VK_DKV_CMQ][c], 128),
-                     (64u + 96u) * 272u + 768u + 8u + 4u);
+                     128u * 272u + 1024u + 8u + 4u);
     /* 32-row query tiles: 49.5 KiB at d = 256, 41.5 KiB at d = 192 */
     const struct burst_vk_tile dkv2 = {32, 64, 32, 0};
     assert_false(burst_vk_tile_valid(&caps, &env, BURST_VK_DKV_CMQ, c2, &dkv2));
@@ -239,8 +239,8 @@ static void cmq_tile_rule(void **state)
  * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
  * never changed; 224 x 32 + 2 in place of 160 x 32 + 2 for d in 33..112. dq_cmq's
  * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192, 192 x 64 for d in 33..64 on grids
- * of 4 waves; dkv_cmq's
- * (burst_vk_dkv_cmq_call_tile): 64 x 32 for d in 129..192, 128 x 64 up to d = 64. */
+ * of 4 waves; dkv_cmq's (burst_vk_dkv_cmq_call_tile): 64 x 32 for d in 129..192, 256 x 64
+ * up to d = 48 and 192 x 64 for d in 49..64 on grids of 4 waves. */
 static void cmq_call_tile(void **state)
 {
     (void)state;
@@ -310,39 +310,48 @@ static void cmq_call_tile(void **state)
         int d, bc; /* the tile's query rows wanted */
     } dkv[] = {{128, 16}, {136, 32}, {160, 32}, {192, 32}, {200, 16}, {256, 16}};
     for (size_t i = 0; i < sizeof dkv / sizeof dkv[0]; i++) {
-        t = burst_vk_dkv_cmq_call_tile(&caps, &env, dkv[i].d, dq64);
+        t = burst_vk_dkv_cmq_call_tile(&caps, &env, dkv[i].d, dq64, 100000);
         expect_tile(&t, 64, dkv[i].bc, 0);
     }
-    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq128);
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq128, 100000);
     expect_tile(&t, 128, 64, 0);
-    /* the d <= 64 class: dkv_cmq 128 x 64 in place of the rule's 64 x 48; dq_cmq 192 x 64 in
-     * place of the rule's 128 x 64 for d in 33..64 where the grid has 4 waves (132
-     * multiprocessors: 528 workgroups), the rule's below */
-    const struct burst_vk_tile kv48 = {32, 64, 48, 0};
+    /* 192 x 64 in place of the rule's 128 x 64 where the grid has 4 waves (132
+     * multiprocessors: 528 workgroups), the rule's below: dq_cmq for d in 33..64, dkv_cmq for
+     * d in 49..64 (256 x 64 up to 48) */
     static const struct {
-        int d, q_br, kv_br, kv_bc;
-    } small_d[] = {{8, 128, 128, 64},  {32, 128, 128, 64}, {40, 192, 128, 64},
-                   {64, 192, 128, 64}, {72, 128, 64, 48},  {128, 128, 64, 48}};
+        int d, q_br, kv_br;
+    } small_d[] = {{8, 128, 256},  {32, 128, 256}, {40, 192, 256}, {48, 192, 256},
+                   {56, 192, 192}, {64, 192, 192}, {72, 128, 128}, {128, 128, 128}};
     for (size_t i = 0; i < sizeof small_d / sizeof small_d[0]; i++) {
         t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 528);
         expect_tile(&t, small_d[i].q_br, 64, 0);
         t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 527);
         expect_tile(&t, 128, 64, 0);
-        t = burst_vk_dkv_cmq_call_tile(&caps, &env, small_d[i].d, kv48);
-        expect_tile(&t, small_d[i].kv_br, small_d[i].kv_bc, 0);
+        t = burst_vk_dkv_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 528);
+        expect_tile(&t, small_d[i].kv_br, 64, 0);
+        t = burst_vk_dkv_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 527);
+        expect_tile(&t, 128, 64, 0);
     }
+    caps.sm_count = 0; /* none reported: taken as 128, 512 workgroups */
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 64, dq128, 512);
+    expect_tile(&t, 192, 64, 0);
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 64, dq128, 511);
+    expect_tile(&t, 128, 64, 0);
+    h100_caps(&caps);
     env.cmq_bwd_tile[0] = 64;
     env.cmq_bwd_tile[1] = 16;
     t = burst_vk_dq_cmq_call_tile(&caps, &env, 160, dq64, 100000);
     expect_tile(&t, 64, 16, 0);
     t = burst_vk_dq_cmq_call_tile(&caps, &env, 64, dq128, 100000); /* pinned: the rule's */
     expect_tile(&t, 128, 64, 0);
-    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq64); /* dkv_cmq's fields not pinned */
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq64, 100000); /* dkv_cmq's not pinned */
     expect_tile(&t, 64, 32, 0);
     env.cmq_bwd_tile[2] = 64;
     env.cmq_bwd_tile[3] = 16;
-    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq64);
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq64, 100000);
     expect_tile(&t, 64, 16, 0);
+    t = burst_vk_dkv_cmq_call_tile(&caps, &env, 64, dq128, 100000);
+    expect_tile(&t, 128, 64, 0);
 }
 
 /* fp32 inputs in two fp16 halves: every staged row twice as long, the backward on subgroup
@@ -358,31 +367,29 @@ static void cmq_f32_tiles(void **state)
     h100_caps(&caps);
     static const struct {
         enum burst_vk_kernel k;
-        int d, br, bc, sp, kreg;
+        int d, br, bc, sp;
         size_t shared;
     } cases[] = {
         /* fwd: 2 x 32 rows of (2 x 128 + 8) halves + 16; (2 x 64 + 8) at d = 64 */
-        {BURST_VK_FWD_CMQ, 128, 128, 32, 1, 0, 33808},
-        {BURST_VK_FWD_CMQ, 64, 128, 32, 1, 0, 17424},
-        {BURST_VK_FWD_CMQ, 40, 128, 32, 1, 0, 13328}, /* d 40 -> 48 in the matrices */
+        {BURST_VK_FWD_CMQ, 128, 128, 32, 1, 33808},
+        {BURST_VK_FWD_CMQ, 64, 128, 32, 1, 17424},
+        {BURST_VK_FWD_CMQ, 40, 128, 32, 1, 13328}, /* d 40 -> 48 in the matrices */
         /* dq: K and V tiles, 8 subgroups' pair partials of 2 KiB beyond d = 64 */
-        {BURST_VK_DQ_CMQ, 128, 64, 16, 2, 0, 33296},
-        {BURST_VK_DQ_CMQ, 72, 64, 16, 2, 0, 2 * 16 * 336 + 16 + 16384},
-        {BURST_VK_DQ_CMQ, 64, 64, 32, 1, 0, 17428},
+        {BURST_VK_DQ_CMQ, 128, 64, 16, 2, 33296},
+        {BURST_VK_DQ_CMQ, 72, 64, 16, 2, 2 * 16 * 336 + 16 + 16384},
+        {BURST_VK_DQ_CMQ, 64, 64, 32, 1, 17428},
         /* dkv: no K tile, Q and dO tiles, 16 B per query row, two ints, the partials */
-        {BURST_VK_DKV_CMQ, 128, 64, 16, 2, 1, 33544},
-        {BURST_VK_DKV_CMQ, 64, 64, 32, 1, 1, 17932},
+        {BURST_VK_DKV_CMQ, 128, 64, 16, 2, 33544},
+        {BURST_VK_DKV_CMQ, 64, 64, 32, 1, 17932},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct burst_vk_tile tl = burst_vk_cmq_f32_tile(&caps, &env, cases[i].k, cases[i].d);
         expect_tile(&tl, cases[i].br, cases[i].bc, 0);
         assert_int_equal(burst_vk_cmq_split(cases[i].k, cases[i].d, 1), cases[i].sp);
-        assert_int_equal(burst_vk_cmq_kreg(cases[i].k, cases[i].d, 1), cases[i].kreg);
         assert_int_equal(burst_vk_cmq_shared(cases[i].k, &tl, cases[i].d, 1), cases[i].shared);
     }
-    /* the 16-bit kernels' sizes are unchanged: no pairs up to d = 128, a K tile in dkv_cmq */
+    /* the 16-bit kernels: no pairs up to d = 128 */
     assert_int_equal(burst_vk_cmq_split(BURST_VK_DQ_CMQ, 128, 0), 1);
-    assert_int_equal(burst_vk_cmq_kreg(BURST_VK_DKV_CMQ, 128, 0), 0);
     for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++) {
         assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 136).t, 0);
         assert_int_equal(burst_vk_cmq_f32_tile(&caps, &env, (enum burst_vk_kernel)k, 256).t, 0);

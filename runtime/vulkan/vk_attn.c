@@ -740,7 +740,8 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
         tq = burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq,
                                        (dim.nq + tq.br - 1) / tq.br * dim.hq * dim.batch);
     if (st == BURST_OK && kkv == BURST_VK_DKV_CMQ && !f32)
-        tkv = burst_vk_dkv_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tkv);
+        tkv = burst_vk_dkv_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tkv,
+                                         (dim.nk + tkv.br - 1) / tkv.br * dim.hkv * dim.batch);
     const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)
         st = burst_vk_pipeline_capped(be, kq, (int)dim.d, &tq, dt, capped, &pq);

@@ -24,17 +24,20 @@
  *      the first of a short list that fits shared memory and invocations: fwd_cmq 160 rows
  *      (10 subgroups) x 32 keys with 2 loading subgroups first, then 192 rows x 64 keys, then
  *      128 x 64 (which small calls take: burst_vk_fwd_cmq_call_tile); dq_cmq 128 rows
- *      (8 subgroups) x 64 keys first, dkv_cmq 64 key rows x 48-row query tiles first
- *      (each measured best on the H100: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
- *      BURST_VK_CMQ_BWD_TILE ask for others). In the d <= 256 class, where 48 KiB hold only
- *      one 32-key buffer, the same lists give fwd_cmq 128 x 32 (8 subgroups), dq_cmq 64 x 16
- *      and dkv_cmq 64 x 16 (its K rows in registers, burst_vk_cmq_kreg), the backward's on
- *      two subgroups a 16 rows (burst_vk_cmq_split); on the H200 (bf16, causal, N = 8K)
- *      loading subgroups (96 x 16 + 2) measured 1.3-1.7x slower at d = 160 and 192 and within
- *      3 % at 256, 64-row forward tiles and 32-row dq_cmq tiles slower at all three, and
- *      dkv_cmq with K in registers 6-7 % faster at 64 x 16 than 32 x 16 (d = 192, 256), 19 %
- *      and 17 % faster at 64 x 32 (d = 160, 192: burst_vk_dkv_cmq_call_tile) than the K tile
- *      in shared memory at 32 x 16.
+ *      (8 subgroups) x 64 keys first, dkv_cmq 128 key rows x 64-row query tiles first
+ *      (each measured best on the H100 or H200: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
+ *      BURST_VK_CMQ_BWD_TILE ask for others). dkv_cmq holds its K and V rows in registers,
+ *      so its shared memory holds only query tiles: on the H200 (bf16, causal, N = 8K,
+ *      2048 / d heads) 128 x 64 so took 2.65-2.94 ms at d = 80 to 112 against 3.37-3.47 for
+ *      the K tile in shared memory beside 48-row query tiles (64 x 48), and 41.4 ms against
+ *      47.0 at d = 128, N = 16K, 32 heads, fp16, full mask. In the d <= 256 class, where
+ *      48 KiB hold only one 32-key buffer, the same lists give fwd_cmq 128 x 32 (8
+ *      subgroups), dq_cmq 64 x 16 and dkv_cmq 64 x 16, the backward's on two subgroups a 16
+ *      rows (burst_vk_cmq_split); on the H200 (bf16, causal, N = 8K) loading subgroups
+ *      (96 x 16 + 2) measured 1.3-1.7x slower at d = 160 and 192 and within 3 % at 256,
+ *      64-row forward tiles and 32-row dq_cmq tiles slower at all three, and dkv_cmq 6-7 %
+ *      faster at 64 x 16 than 32 x 16 (d = 192, 256), 19 % and 17 % faster at 64 x 32 (d =
+ *      160, 192: burst_vk_dkv_cmq_call_tile) than with K in shared memory at 32 x 16.
  *   The register-tiled kernels (fwd_rt, dq_rt, dkv_rt, dkvq_rt: those of every input the
  *      cooperative-matrix ones do not take; a tile's T is the chunk depth DC), each: the first
  *      valid of 64 x 64 with DC = 32, 16, 8 (dq_rt: 4 first; dkv_rt, dkvq_rt: 128 x 64, 8
@@ -349,15 +352,14 @@ size_t burst_vk_cmq_shared(enum burst_vk_kernel k, const struct burst_vk_tile *t
     /* mirror shaders/fwd_cmq_nv.comp and bwd_dq_cmq_nv.comp: K and V tiles with rows of d
      * rounded up to 16 (twice, hi and lo halves, with f32) and padded by 8 halves (Q, dO pass
      * through them), four ints; fwd_cmq with loading subgroups: two K/V buffers and four
-     * counters. bwd_dkv_cmq_nv.comp: K tile [br] (none with K in registers), Q and dO tiles
-     * [bc], 16 B per query row, two ints. The backward's subgroup pairs
+     * counters. bwd_dkv_cmq_nv.comp (K rows in registers): Q and dO tiles [bc], 16 B per
+     * query row, two ints. The backward's subgroup pairs
      * (cmq_pair.glsl): 2 KiB a subgroup (one float where there are none). */
     size_t row = (size_t)((f32 ? 2 : 1) * ((d + 15) / 16 * 16) + 8) * 2;
     size_t sp = (size_t)burst_vk_cmq_split(k, d, f32), w = (size_t)tl->br / 16 * sp;
     size_t pair = sp > 1 ? w * 2048 : k != BURST_VK_FWD_CMQ ? 4 : 0;
     if (k == BURST_VK_DKV_CMQ)
-        return (size_t)((burst_vk_cmq_kreg(k, d, f32) ? 0 : tl->br) + 2 * tl->bc) * row +
-               16 * (size_t)tl->bc + 8 + pair;
+        return 2 * (size_t)tl->bc * row + 16 * (size_t)tl->bc + 8 + pair;
     return (tl->ld > 0 ? 2 : 1) * 2 * (size_t)tl->bc * row + 16 + (tl->ld > 0 ? 16 : 0) + pair;
 }
 
@@ -620,11 +622,16 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
          {32, 64, 16, 0},
          {32, 32, 16, 0}},
         /* dq_cmq holds Q, dO and dQ of 16 rows: 128 rows of 8 subgroups, 4 pieces a K/V tile
-         * load; dkv_cmq holds V, dK and dV: 64 key rows and 48-row query tiles first (44.3
-         * KiB; on the H100 15 % faster than 32-row ones: a third fewer tile loads and
-         * barriers a key tile), then 32 */
+         * load; dkv_cmq holds K, V, dK and dV of 16 key rows, so its shared memory holds only
+         * query tiles: 128 key rows (8 subgroups) and 64-row query tiles first (35.8 KiB at
+         * d = 128), then 48 and 32 */
         {{32, 128, 64, 0}, {32, 64, 32, 0}, {32, 64, 16, 0}, {32, 32, 16, 0}},
-        {{32, 64, 48, 0}, {32, 64, 32, 0}, {32, 128, 16, 0}, {32, 64, 16, 0}, {32, 32, 16, 0}}};
+        {{32, 128, 64, 0},
+         {32, 64, 48, 0},
+         {32, 64, 32, 0},
+         {32, 128, 16, 0},
+         {32, 64, 16, 0},
+         {32, 32, 16, 0}}};
     for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
         for (int c = 0; c < BURST_VK_NUM_DCLASS; c++) {
             const int *w = k == BURST_VK_FWD_CMQ  ? env->cmq_tile
@@ -764,21 +771,37 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
 /*
  * dkv_cmq's tile for one call. The d <= 256 class's rule tile, 64 key rows x 16-row query
  * tiles, is sized for d = 256; up to d = 192 the shared memory holds 32-row query tiles (41.5
- * KiB at d = 192), which halve the tile loads and barriers per query row. In the d <= 64 class,
- * 128 key rows x 64-row query tiles in place of the rule's 64 x 48 (sized for d = 128): on the
- * H200 (as above) 3.11 / 4.21 / 3.12 ms against 3.85 / 5.02 / 3.48 at d = 32 / 40 / 64.
+ * KiB at d = 192), which halve the tile loads and barriers per query row. Up to d = 64, where
+ * a subgroup's K, V, dK and dV of 16 key rows take fewer registers, 256 key rows (16
+ * subgroups; d <= 48) or 192 (d = 49 to 64) in place of the rule's 128 x 64, each query tile
+ * then serving more keys, where the call's grid (on the rule's tile) has at least 4 waves. On
+ * the H200 (bf16, causal, N = 8K, 2048 / d heads, kernel ms):
+ *
+ *     d     128 x 64   192 x 64   256 x 64   128 x 48
+ *     32      3.64       3.22       3.10       4.14
+ *     40      3.88       3.27       3.13       4.31
+ *     64      2.79       2.66       3.97       3.20
+ *     80      2.74       3.17       6.43       2.92
+ *     96      2.65       3.52       8.86       2.87
+ *     128     3.07       6.47      13.31       3.15
+ *
  * BURST_VK_CMQ_BWD_TILE's dkv_cmq fields pin the rule's tile for every call.
  */
 struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int d,
-                                                struct burst_vk_tile rule)
+                                                struct burst_vk_tile rule, int64_t groups)
 {
-    const struct burst_vk_tile r16 = {32, 64, 16, 0}, r48 = {32, 64, 48, 0};
-    const struct burst_vk_tile deep = {32, 64, 32, 0}, big = {32, 128, 64, 0};
+    const struct burst_vk_tile r16 = {32, 64, 16, 0}, deep = {32, 64, 32, 0};
+    const struct burst_vk_tile r64 = {32, 128, 64, 0}, tall = {32, 192, 64, 0},
+                               taller = {32, 256, 64, 0};
     if (env->cmq_bwd_tile[2])
         return rule;
-    rule = burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 129, 192, rule, r16, deep);
-    return burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 1, 64, rule, r48, big);
+    const int64_t sms = caps->sm_count ? caps->sm_count : 128;
+    if (groups >= 4 * sms) {
+        rule = burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 1, 48, rule, r64, taller);
+        rule = burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 49, 64, rule, r64, tall);
+    }
+    return burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 129, 192, rule, r16, deep);
 }
 
 const char *burst_vk_coopmat_khr_why(const struct burst_vk_caps *caps,

@@ -246,11 +246,12 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
 
 /* dkv_cmq's tile for one call at head dim d, from the device's rule tile: 32-row query tiles
  * instead of the d <= 256 class's 16 for d in 129..192, where they fit the shared memory, and
- * 128 x 64 instead of 64 x 48 up to d = 64 (vk_caps.c); a tile pinned by BURST_VK_CMQ_BWD_TILE
- * stays. */
+ * 256 (d <= 48) or 192 (d <= 64) key rows instead of 128 where the call's grid on the rule's
+ * tile (groups workgroups) has at least 4 waves (vk_caps.c); a tile pinned by
+ * BURST_VK_CMQ_BWD_TILE stays. */
 struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps,
                                                 const struct burst_vk_env *env, int d,
-                                                struct burst_vk_tile rule);
+                                                struct burst_vk_tile rule, int64_t groups);
 
 /* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16, by
  * the NV or the KHR extension)? */
@@ -296,15 +297,6 @@ static inline int burst_vk_kernel_cmq(enum burst_vk_kernel k)
 static inline int burst_vk_cmq_split(enum burst_vk_kernel k, int d, int f32)
 {
     return (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) && (d > 128 || (f32 && d > 64)) ? 2 : 1;
-}
-
-/* Whether dkv_cmq holds its K rows in registers instead of a K tile in shared memory
- * (specialization constant 13, KREG in shaders/bwd_dkv_cmq_nv.comp): beyond d = 128, and for
- * fp32 inputs in two fp16 halves (f32), where the tile of K would leave room for only 32 query
- * rows (16 with f32) on 48 KiB. */
-static inline int burst_vk_cmq_kreg(enum burst_vk_kernel k, int d, int f32)
-{
-    return k == BURST_VK_DKV_CMQ && (d > 128 || f32);
 }
 
 /* ---- the instance ------------------------------------------------------------------------- */

@@ -229,10 +229,9 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
      * step's S MMAs go before this step's softmax (BURST_VK_CMQ_FWD's third field), 15 = its
      * loading subgroups (the tile's ld); dq_cmq, dkv_cmq: 11 = the same (BURST_VK_CMQ_PREFETCH),
      * 12 = whether the scores are soft-capped (key[10]: a pipeline of its own, so that the
-     * uncapped one carries no code for the cap), 13 = whether dkv_cmq holds K in registers
-     * (burst_vk_cmq_kreg); every *_cmq: 16 = the subgroups on each 16
+     * uncapped one carries no code for the cap); every *_cmq: 16 = the subgroups on each 16
      * rows (burst_vk_cmq_split). A *_cmq kernel keyed with fp32 q (dtype 0) takes its inputs
-     * in two fp16 halves (shaders/cm_nv.glsl SPL), which both of those depend on. */
+     * in two fp16 halves (shaders/cm_nv.glsl SPL), which the split depends on. */
     int32_t data[17];
     VkSpecializationMapEntry map[17];
     for (int i = 0; i < 17; i++) {
@@ -251,7 +250,6 @@ static burst_status_t burst_vk_pipeline_build(struct burst_vk_backend *be, const
     if (k == BURST_VK_DQ_CMQ || k == BURST_VK_DKV_CMQ) {
         data[11] = be->env.cmq_prefetch[k == BURST_VK_DQ_CMQ ? 1 : 2] != 0;
         data[12] = key[10] != 0;
-        data[13] = burst_vk_cmq_kreg(k, (int)key[1], f32);
     }
     if (k == BURST_VK_DELTA)
         data[8] = 64;
