@@ -238,7 +238,7 @@ static void cmq_tile_rule(void **state)
  * from 4 waves of workgroups (any mask), 192 x 64 from 16 waves where every row sees every
  * key, 128 x 64 otherwise and for head dims up to 32; a tile pinned by BURST_VK_CMQ_TILE is
  * never changed; 224 x 32 + 2 in place of 160 x 32 + 2 for d in 33..112. dq_cmq's
- * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192, 192 x 64 for d in 33..64 on grids
+ * (burst_vk_dq_cmq_call_tile): 128 x 16 for d in 129..192, 192 x 64 for d in 33..96 on grids
  * of 4 waves; dkv_cmq's (burst_vk_dkv_cmq_call_tile): 64 x 32 for d in 129..192, 256 x 64
  * up to d = 48 and 192 x 64 for d in 49..64 on grids of 4 waves. */
 static void cmq_call_tile(void **state)
@@ -316,12 +316,13 @@ static void cmq_call_tile(void **state)
     t = burst_vk_dkv_cmq_call_tile(&caps, &env, 160, dq128, 100000);
     expect_tile(&t, 128, 64, 0);
     /* 192 x 64 in place of the rule's 128 x 64 where the grid has 4 waves (132
-     * multiprocessors: 528 workgroups), the rule's below: dq_cmq for d in 33..64, dkv_cmq for
+     * multiprocessors: 528 workgroups), the rule's below: dq_cmq for d in 33..96, dkv_cmq for
      * d in 49..64 (256 x 64 up to 48) */
     static const struct {
         int d, q_br, kv_br;
-    } small_d[] = {{8, 128, 256},  {32, 128, 256}, {40, 192, 256}, {48, 192, 256},
-                   {56, 192, 192}, {64, 192, 192}, {72, 128, 128}, {128, 128, 128}};
+    } small_d[] = {{8, 128, 256},   {32, 128, 256}, {40, 192, 256}, {48, 192, 256},
+                   {56, 192, 192},  {64, 192, 192}, {72, 192, 128}, {96, 192, 128},
+                   {104, 128, 128}, {128, 128, 128}};
     for (size_t i = 0; i < sizeof small_d / sizeof small_d[0]; i++) {
         t = burst_vk_dq_cmq_call_tile(&caps, &env, small_d[i].d, dq128, 528);
         expect_tile(&t, small_d[i].q_br, 64, 0);

@@ -746,12 +746,17 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
  *     192      4.76      3.75      3.66       4.48      4.43
  *     256      2.76      3.21  (96 rows: spilled registers)
  *
- * (96 x 32 does not fit 48 KiB at d = 192.) For d in 33..64, 192 rows x 64 keys in place of
- * the d <= 64 class's 128 x 64 where the call's grid (on the rule's tile) has at least 4 waves
- * of workgroups: on the H200 (as above) dq_cmq 2.34 / 1.86 ms against 2.75 / 2.06 at d = 40 /
+ * (96 x 32 does not fit 48 KiB at d = 192.) For d in 33..96, 192 rows x 64 keys in place of
+ * the rule's 128 x 64 where the call's grid (on the rule's tile) has at least 4 waves of
+ * workgroups: on the H200 (as above) dq_cmq 2.34 / 1.86 ms against 2.75 / 2.06 at d = 40 /
  * 64, forward + backward 9.16 / 7.00 against 9.58 / 7.21; at d = 32 the whole took 8.21 against
- * 7.70. A smaller grid keeps the rule's tile, whose workgroups spread over more
- * multiprocessors.
+ * 7.70. Above d = 64 (dq_cmq alone, kernel ms; 160 x 64 slower than both at every d):
+ *
+ *     d      72     80     96    112    128    128, N = 16K, 32 heads, fp16, full
+ *     128    2.22   1.94   1.88   1.89   1.78   24.5
+ *     192    1.95   1.76   1.70   1.90   2.16   26.1
+ *
+ * A smaller grid keeps the rule's tile, whose workgroups spread over more multiprocessors.
  * BURST_VK_CMQ_BWD_TILE's dq_cmq fields pin the rule's tile for every call.
  */
 struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
@@ -764,7 +769,7 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
         return rule;
     const int64_t sms = caps->sm_count ? caps->sm_count : 128;
     if (groups >= 4 * sms)
-        rule = burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 33, 64, rule, r64, tall);
+        rule = burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 33, 96, rule, r64, tall);
     return burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 129, 192, rule, r16, wide);
 }
 

@@ -236,8 +236,8 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
                                                 int mask_all);
 
 /* dq_cmq's tile for one call at head dim d, from the device's rule tile: 128 x 16 instead of the
- * d <= 256 class's 64 x 16 for d in 129..192, and 192 x 64 instead of the d <= 64 class's
- * 128 x 64 for d in 33..64 where the call's grid on the rule's tile, `groups` workgroups, has
+ * d <= 256 class's 64 x 16 for d in 129..192, and 192 x 64 instead of the rule's 128 x 64 for
+ * d in 33..96 where the call's grid on the rule's tile, `groups` workgroups, has
  * at least 4 waves (vk_caps.c has the measurements); a tile pinned by BURST_VK_CMQ_BWD_TILE
  * stays. */
 struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
