@@ -355,6 +355,45 @@ static void cmq_call_tile(void **state)
     expect_tile(&t, 128, 64, 0);
 }
 
+/* The tiles burst_probe lists for large calls (burst_vk_cmq_large_tiles): the rule's tiles on
+ * an H100's limits after every per-call choice, with every wave threshold met and no mask. */
+static void cmq_large_tiles(void **state)
+{
+    (void)state;
+    struct burst_vk_env env;
+    cmq_env(&env);
+    struct burst_vk_caps caps;
+    h100_caps(&caps);
+    struct burst_vk_tiles t;
+    burst_vk_tiles_rule(&caps, &env, &t);
+    static const struct {
+        int d, tiles[3][3]; /* br, bc, loaders of fwd_cmq, dq_cmq, dkv_cmq */
+    } cases[] = {
+        {32, {{128, 64, 0}, {128, 64, 0}, {256, 64, 0}}},
+        {40, {{224, 32, 2}, {192, 64, 0}, {256, 64, 0}}},
+        {64, {{224, 32, 2}, {192, 64, 0}, {192, 64, 0}}},
+        {96, {{224, 32, 2}, {192, 64, 0}, {128, 64, 0}}},
+        {128, {{160, 32, 2}, {128, 64, 0}, {128, 64, 0}}},
+        {160, {{128, 32, 0}, {128, 16, 0}, {64, 32, 0}}},
+        {256, {{128, 32, 0}, {64, 16, 0}, {64, 16, 0}}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct burst_vk_tile tl[3];
+        burst_vk_cmq_large_tiles(&caps, &env, &t, cases[i].d, tl);
+        for (int k = 0; k < 3; k++)
+            if (tl[k].t != 32 || tl[k].br != cases[i].tiles[k][0] ||
+                tl[k].bc != cases[i].tiles[k][1] || tl[k].ld != cases[i].tiles[k][2])
+                fail_msg("d = %d, kernel %d: %d x %d x %d + %d", cases[i].d, k, tl[k].t, tl[k].br,
+                         tl[k].bc, tl[k].ld);
+    }
+    /* no tiles from the rule: none for large calls either */
+    memset(&t, 0, sizeof t);
+    struct burst_vk_tile tl[3];
+    burst_vk_cmq_large_tiles(&caps, &env, &t, 64, tl);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(tl[k].t, 0);
+}
+
 /* fp32 inputs in two fp16 halves: every staged row twice as long, the backward on subgroup
  * pairs beyond d = 64 with dkv_cmq's K rows in registers, tiles up to d = 128 and none above, none
  * where the shared memory is too small or BURST_VK_CMQ_FP32=0 */
@@ -545,13 +584,10 @@ static void khr_reasons(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(fragment_layout_passes),
-        cmocka_unit_test(other_layouts_fail),
-        cmocka_unit_test(cmq_tile_rule),
-        cmocka_unit_test(cmq_call_tile),
-        cmocka_unit_test(cmq_f32_tiles),
-        cmocka_unit_test(cm2_rule_and_reasons),
-        cmocka_unit_test(khr_reasons),
+        cmocka_unit_test(fragment_layout_passes), cmocka_unit_test(other_layouts_fail),
+        cmocka_unit_test(cmq_tile_rule),          cmocka_unit_test(cmq_call_tile),
+        cmocka_unit_test(cmq_large_tiles),        cmocka_unit_test(cmq_f32_tiles),
+        cmocka_unit_test(cm2_rule_and_reasons),   cmocka_unit_test(khr_reasons),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,12 +159,21 @@ static void probe_lists_device(void **state)
     assert_non_null(strstr(text, "subgroup"));
     assert_non_null(strstr(text, "fwd "));
     assert_non_null(strstr(json, "\"backend\": \"vulkan\", \"available\": true"));
-    const char *keys[] = {"\"shared_memory\": ", "\"subgroup_size\": ", "\"fp16\": ",
-                          "\"coopmat_nv\": ",    "\"heaps\": [",        "\"tiles\": {",
-                          "\"fwd\": [",          "\"fwd_rt\": [",       "\"path\": "};
+    const char *keys[] = {"\"shared_memory\": ", "\"subgroup_size\": ",
+                          "\"fp16\": ",          "\"coopmat_nv\": ",
+                          "\"heaps\": [",        "\"tiles\": {",
+                          "\"fwd\": [",          "\"fwd_rt\": [",
+                          "\"path\": ",          "\"cmq_large_call_tiles\": ["};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strstr(json, keys[i]))
             fail_msg("probe JSON lacks %s:\n%s", keys[i], json);
+    /* the *_cmq tiles of large calls, by head dim, where the rule gave those kernels tiles */
+    const char *cmq = strstr(json, "\"fwd_cmq\": [{\"max_head_dim\": 64, \"t\": 32");
+    if (cmq &&
+        !strstr(json, "\"cmq_large_call_tiles\": [{\"head_dim\": 32, \"fwd_cmq\": {\"t\": 32"))
+        fail_msg("probe JSON lacks the large calls' tiles:\n%s", json);
+    if (cmq && !strstr(text, "large calls"))
+        fail_msg("probe text lacks the large calls' tiles:\n%s", text);
     burst_free(text);
     burst_free(json);
 }

@@ -167,9 +167,68 @@ struct burst_vk_probe_facts {
     char api[32], path[64];
 };
 
+/* Head dims whose per-call *_cmq tiles the probe lists (burst_vk_cmq_large_tiles). */
+static const int burst_vk_probe_dims[] = {32, 40, 64, 80, 96, 128, 160, 192, 256};
+#define BURST_VK_PROBE_NDIMS ((int)(sizeof burst_vk_probe_dims / sizeof burst_vk_probe_dims[0]))
+
+/* Whether the rule gave any *_cmq kernel a tile. */
+static int burst_vk_probe_has_cmq(const struct burst_vk_tiles *t)
+{
+    int any = 0;
+    for (int k = BURST_VK_FWD_CMQ; k <= BURST_VK_DKV_CMQ; k++)
+        for (int d = 0; d < BURST_VK_NUM_DCLASS; d++)
+            any |= t->k[k][d].t > 0;
+    return any;
+}
+
+/* The *_cmq tiles of large calls by head dim, as a JSON array. */
+static void burst_vk_probe_large_json(struct burst_sb *out, const struct burst_vk_caps *c,
+                                      const struct burst_vk_tiles *t,
+                                      const struct burst_vk_env *env)
+{
+    static const char *const names[3] = {"fwd_cmq", "dq_cmq", "dkv_cmq"};
+    burst_sb_printf(out, "[");
+    for (int i = 0; i < BURST_VK_PROBE_NDIMS && burst_vk_probe_has_cmq(t); i++) {
+        struct burst_vk_tile tl[3];
+        burst_vk_cmq_large_tiles(c, env, t, burst_vk_probe_dims[i], tl);
+        burst_sb_printf(out, "%s{\"head_dim\": %d", i ? ", " : "", burst_vk_probe_dims[i]);
+        for (int k = 0; k < 3; k++)
+            burst_sb_printf(out, ", \"%s\": {\"t\": %d, \"br\": %d, \"bc\": %d, \"loaders\": %d}",
+                            names[k], tl[k].t, tl[k].br, tl[k].bc, tl[k].ld);
+        burst_sb_printf(out, "}");
+    }
+    burst_sb_printf(out, "]");
+}
+
+/* The *_cmq tiles of large calls by head dim, as text (nothing where the rule gave none). */
+static void burst_vk_probe_large_text(struct burst_sb *out, const struct burst_vk_caps *c,
+                                      const struct burst_vk_tiles *t,
+                                      const struct burst_vk_env *env)
+{
+    if (!burst_vk_probe_has_cmq(t))
+        return;
+    burst_sb_printf(out, "    large calls (4 waves of workgroups or more, no mask) by head dim, "
+                         "fwd_cmq / dq_cmq / dkv_cmq:\n");
+    for (int i = 0; i < BURST_VK_PROBE_NDIMS; i++) {
+        struct burst_vk_tile tl[3];
+        burst_vk_cmq_large_tiles(c, env, t, burst_vk_probe_dims[i], tl);
+        burst_sb_printf(out, "      d %3d:", burst_vk_probe_dims[i]);
+        for (int k = 0; k < 3; k++) {
+            burst_sb_printf(out, "%s", k ? " /" : "");
+            if (!tl[k].t)
+                burst_sb_printf(out, " -");
+            else
+                burst_sb_printf(out, " %dx%dx%d", tl[k].t, tl[k].br, tl[k].bc);
+            if (tl[k].t && tl[k].ld)
+                burst_sb_printf(out, "+%d", tl[k].ld);
+        }
+        burst_sb_printf(out, "\n");
+    }
+}
+
 /* One device of burst_vk_probe as a JSON object. */
 static void burst_vk_probe_json(struct burst_sb *out, int index, const struct burst_vk_caps *c,
-                                const struct burst_vk_tiles *t,
+                                const struct burst_vk_tiles *t, const struct burst_vk_env *env,
                                 const struct burst_vk_probe_facts *f)
 {
     const char *why = f->why, *khr_why = f->khr_why, *cm2_why = f->cm2_why, *cm_fam = f->cm_fam,
@@ -240,7 +299,9 @@ static void burst_vk_probe_json(struct burst_sb *out, int index, const struct bu
                             t->k[k][d].bc, t->k[k][d].ld);
         burst_sb_printf(out, "]");
     }
-    burst_sb_printf(out, "}}");
+    burst_sb_printf(out, "}, \"cmq_large_call_tiles\": ");
+    burst_vk_probe_large_json(out, c, t, env);
+    burst_sb_printf(out, "}");
 }
 
 /* One device of burst_vk_probe as text. */
@@ -330,6 +391,7 @@ static void burst_vk_probe_text(struct burst_sb *out, int index, const struct bu
                 burst_sb_printf(out, " -");
         }
     burst_sb_printf(out, "%s\n", env->cmq_fp32 ? "" : " (BURST_VK_CMQ_FP32=0)");
+    burst_vk_probe_large_text(out, c, t, env);
 }
 
 static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkInstance inst,
@@ -365,7 +427,7 @@ static void burst_vk_probe_device(struct burst_sb *out, int json, int index, VkI
              : burst_vk_elem_gpu(&c, env)     ? "gpu"
                                               : "cpu";
     if (json)
-        burst_vk_probe_json(out, index, &c, &t, &f);
+        burst_vk_probe_json(out, index, &c, &t, env, &f);
     else
         burst_vk_probe_text(out, index, &c, &t, env, &f);
 }

@@ -809,6 +809,23 @@ struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps
     return burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 129, 192, rule, r16, deep);
 }
 
+void burst_vk_cmq_large_tiles(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                              const struct burst_vk_tiles *tiles, int d,
+                              struct burst_vk_tile out[3])
+{
+    const int c = burst_vk_dclass(d);
+    const int64_t many = (int64_t)1 << 30; /* workgroups: every wave threshold met */
+    out[0] = tiles->k[BURST_VK_FWD_CMQ][c];
+    out[1] = tiles->k[BURST_VK_DQ_CMQ][c];
+    out[2] = tiles->k[BURST_VK_DKV_CMQ][c];
+    if (out[0].t)
+        out[0] = burst_vk_fwd_cmq_call_tile(caps, env, d, out[0], many, 1);
+    if (out[1].t)
+        out[1] = burst_vk_dq_cmq_call_tile(caps, env, d, out[1], many);
+    if (out[2].t)
+        out[2] = burst_vk_dkv_cmq_call_tile(caps, env, d, out[2], many);
+}
+
 const char *burst_vk_coopmat_khr_why(const struct burst_vk_caps *caps,
                                      const struct burst_vk_env *env)
 {

@@ -253,6 +253,13 @@ struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps
                                                 const struct burst_vk_env *env, int d,
                                                 struct burst_vk_tile rule, int64_t groups);
 
+/* The tiles of fwd_cmq, dq_cmq and dkv_cmq (out[0..2]; t = 0 where the rule gave none) that a
+ * large call at head dim d takes: the rule's tiles (tiles) after the per-call choices above,
+ * with every wave threshold met and every key allowed (burst_probe shows them). */
+void burst_vk_cmq_large_tiles(const struct burst_vk_caps *caps, const struct burst_vk_env *env,
+                              const struct burst_vk_tiles *tiles, int d,
+                              struct burst_vk_tile out[3]);
+
 /* Is the cooperative-matrix forward usable on this device (shaders built, fp16 16x16x16, by
  * the NV or the KHR extension)? */
 int burst_vk_coopmat_usable(const struct burst_vk_caps *caps, const struct burst_vk_env *env);
