@@ -737,11 +737,13 @@ burst_status_t burst_vk_bwd_step(void *bev, const struct burst_bwd_args *a)
     } else if ((st = burst_vk_tile_for(be, op, kq, dim.d, &tq)) == BURST_OK)
         st = burst_vk_tile_for(be, op, kkv, dim.d, &tkv);
     if (st == BURST_OK && kq == BURST_VK_DQ_CMQ && !f32)
-        tq = burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq,
-                                       (dim.nq + tq.br - 1) / tq.br * dim.hq * dim.batch);
+        tq =
+            burst_vk_dq_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tq,
+                                      (int64_t)burst_vk_groups(dim.nq, tq.br) * dim.hq * dim.batch);
     if (st == BURST_OK && kkv == BURST_VK_DKV_CMQ && !f32)
         tkv = burst_vk_dkv_cmq_call_tile(&be->caps, &be->env, (int)dim.d, tkv,
-                                         (dim.nk + tkv.br - 1) / tkv.br * dim.hkv * dim.batch);
+                                         (int64_t)burst_vk_groups(dim.nk, tkv.br) * dim.hkv *
+                                             dim.batch);
     const int capped = a->softcap > 0.0f;
     if (st == BURST_OK && a->dq && !fused)
         st = burst_vk_pipeline_capped(be, kq, (int)dim.d, &tq, dt, capped, &pq);

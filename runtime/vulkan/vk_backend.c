@@ -187,8 +187,9 @@ static void burst_vk_probe_large_json(struct burst_sb *out, const struct burst_v
                                       const struct burst_vk_env *env)
 {
     static const char *const names[3] = {"fwd_cmq", "dq_cmq", "dkv_cmq"};
+    const int n = burst_vk_probe_has_cmq(t) ? BURST_VK_PROBE_NDIMS : 0;
     burst_sb_printf(out, "[");
-    for (int i = 0; i < BURST_VK_PROBE_NDIMS && burst_vk_probe_has_cmq(t); i++) {
+    for (int i = 0; i < n; i++) {
         struct burst_vk_tile tl[3];
         burst_vk_cmq_large_tiles(c, env, t, burst_vk_probe_dims[i], tl);
         burst_sb_printf(out, "%s{\"head_dim\": %d", i ? ", " : "", burst_vk_probe_dims[i]);
@@ -217,10 +218,10 @@ static void burst_vk_probe_large_text(struct burst_sb *out, const struct burst_v
             burst_sb_printf(out, "%s", k ? " /" : "");
             if (!tl[k].t)
                 burst_sb_printf(out, " -");
+            else if (tl[k].ld)
+                burst_sb_printf(out, " %dx%dx%d+%d", tl[k].t, tl[k].br, tl[k].bc, tl[k].ld);
             else
                 burst_sb_printf(out, " %dx%dx%d", tl[k].t, tl[k].br, tl[k].bc);
-            if (tl[k].t && tl[k].ld)
-                burst_sb_printf(out, "+%d", tl[k].ld);
         }
         burst_sb_printf(out, "\n");
     }

@@ -28,7 +28,7 @@
  *      (each measured best on the H100 or H200: docs/BENCHMARKS.md; BURST_VK_CMQ_TILE and
  *      BURST_VK_CMQ_BWD_TILE ask for others). dkv_cmq holds its K and V rows in registers,
  *      so its shared memory holds only query tiles: on the H200 (bf16, causal, N = 8K,
- *      2048 / d heads) 128 x 64 so took 2.65-2.94 ms at d = 80 to 112 against 3.37-3.47 for
+ *      2048 / d heads) 128 x 64 took 2.65-2.94 ms at d = 80 to 112 against 3.37-3.47 for
  *      the K tile in shared memory beside 48-row query tiles (64 x 48), and 41.4 ms against
  *      47.0 at d = 128, N = 16K, 32 heads, fp16, full mask. In the d <= 256 class, where
  *      48 KiB hold only one 32-key buffer, the same lists give fwd_cmq 128 x 32 (8
@@ -663,6 +663,13 @@ void burst_vk_tiles_rule(const struct burst_vk_caps *caps, const struct burst_vk
                     tiles->k[k][c] = cm2[c][i];
 }
 
+/* Whether a grid of `groups` workgroups has at least `waves` waves on the device's
+ * multiprocessors (VK_NV_shader_sm_builtins; taken as 128 where the driver reports none). */
+static int burst_vk_waves(const struct burst_vk_caps *caps, int64_t groups, int64_t waves)
+{
+    return groups >= waves * (caps->sm_count ? (int64_t)caps->sm_count : 128);
+}
+
 /* tl where the call's head dim is in lo..hi and the rule gave `from`, if tl is valid there */
 static struct burst_vk_tile burst_vk_call_swap(const struct burst_vk_caps *caps,
                                                const struct burst_vk_env *env,
@@ -728,8 +735,8 @@ struct burst_vk_tile burst_vk_fwd_cmq_call_tile(const struct burst_vk_caps *caps
         return rule;
     if (d <= 32)
         return small;
-    int64_t sms = caps->sm_count ? caps->sm_count : 128;
-    if (rule.ld > 0 ? groups < 4 * sms : (groups < 16 * sms || !mask_all))
+    if (rule.ld > 0 ? !burst_vk_waves(caps, groups, 4)
+                    : (!burst_vk_waves(caps, groups, 16) || !mask_all))
         return small;
     return burst_vk_call_swap(caps, env, BURST_VK_FWD_CMQ, d, 33, 112, rule, ld2, tall);
 }
@@ -767,8 +774,7 @@ struct burst_vk_tile burst_vk_dq_cmq_call_tile(const struct burst_vk_caps *caps,
     const struct burst_vk_tile r64 = {32, 128, 64, 0}, tall = {32, 192, 64, 0};
     if (env->cmq_bwd_tile[0])
         return rule;
-    const int64_t sms = caps->sm_count ? caps->sm_count : 128;
-    if (groups >= 4 * sms)
+    if (burst_vk_waves(caps, groups, 4))
         rule = burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 33, 96, rule, r64, tall);
     return burst_vk_call_swap(caps, env, BURST_VK_DQ_CMQ, d, 129, 192, rule, r16, wide);
 }
@@ -801,8 +807,7 @@ struct burst_vk_tile burst_vk_dkv_cmq_call_tile(const struct burst_vk_caps *caps
                                taller = {32, 256, 64, 0};
     if (env->cmq_bwd_tile[2])
         return rule;
-    const int64_t sms = caps->sm_count ? caps->sm_count : 128;
-    if (groups >= 4 * sms) {
+    if (burst_vk_waves(caps, groups, 4)) {
         rule = burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 1, 48, rule, r64, taller);
         rule = burst_vk_call_swap(caps, env, BURST_VK_DKV_CMQ, d, 49, 64, rule, r64, tall);
     }
