@@ -11,21 +11,24 @@
  *     chunk of 16 query rows of that head's group: the rows are (query i, head h) pairs,
  *     r = i * group + (h - g * group), so the t queries of all the group's heads share every K/V
  *     byte the block reads (t * group <= 16, the usual case, is one chunk: K/V are read once).
- *     K/V tiles stream through shared memory with cp.async, STAGES deep (16-byte copies, the next
- *     tiles in flight while one computes; the first ones are issued before the queries are
- *     loaded); a tile inside one cache block (every tile when block_len is a multiple of BK)
- *     costs one block-table read, others one per key row, read one tile ahead. Each of the
- *     block's warps takes 16 keys of a tile and runs the forward's tensor-core step on them (the
- *     query fragments kept in registers for 16-bit operands up to d = 128; burst_tc<T, D> traits:
- *     S = Q K^T with the 16 rows as the m16 tile, online softmax in log2 units, O += P V),
- *     keeping its own (m, l, O); at the end the warps are merged in shared memory and the block
- *     writes its rows' normalised partial O and partial lse (log2 units) to the scratch.
+ *     K/V tiles stream through shared memory with cp.async, STAGES deep (16-byte copies that L2
+ *     evicts first, the next tiles in flight while one computes; the first ones are issued
+ *     before the queries are loaded); a tile inside one cache block (every tile when block_len
+ *     is a multiple of BK) costs one block-table read, others one per key row, read one tile
+ *     ahead. Each of the block's warps takes 16 keys of a tile and runs the forward's
+ *     tensor-core step on them (the query fragments kept in registers for 16-bit operands up to
+ *     d = 128; burst_tc<T, D> traits: S = Q K^T with the 16 rows as the m16 tile, online softmax
+ *     in log2 units, O += P V), keeping its own (m, l, O); at the end the warps are merged in
+ *     shared memory and the block writes its rows' normalised partial O and partial lse (log2
+ *     units) to the scratch.
  *   The last block of a (kv head, chunk) to finish (a counter per pair, counted after a memory
  *     fence and returned to zero by that block) combines the splits' partials of the chunk's rows
- *     (log-sum-exp weights) and either writes the result in the caller's dtype to o_out / lse_out
- *     (a call that sees every key: no accumulator, no second pass) or merges it into
- *     (o_acc, lse_acc) with the fp64 weights of the forward's fused merge (burst_merge_weights in
- *     burst_cuda_mma.cuh): lse in natural log units, o_acc overwritten where lse_acc is -inf.
+ *     (log-sum-exp weights; the first loads of the partials issued before the weights are
+ *     computed, the partials still in L2, which the K/V copies leave first) and either writes
+ *     the result in the caller's dtype to o_out / lse_out (a call that sees every key: no
+ *     accumulator, no second pass) or merges it into (o_acc, lse_acc) with the fp64 weights of
+ *     the forward's fused merge (burst_merge_weights in burst_cuda_mma.cuh): lse in natural log
+ *     units, o_acc overwritten where lse_acc is -inf.
  *     Every row of a call with nkeys > 0 sees key 0.
  *
  * Head-dim classes 64, 128 and 256 only (the caller's d <= class: Q and K/V columns past d are
@@ -45,9 +48,9 @@ template <typename T, int D> struct burst_dec_cfg {
     using E = typename TC::E;
     static constexpr int W = TC::W;           /* elements per shared-memory tile row */
     static constexpr int CH = 16 / sizeof(E); /* elements per 16-byte copy */
-    /* warps per block, each taking 16 keys of a tile: 2 for fp32 at D = 256 (where 64-key fp32
-     * tiles of K and V would not fit twice in shared memory), else 4 */
-    static constexpr int NW = (sizeof(E) == 4 && D > 128) ? 2 : 4;
+    /* warps per block, each taking 16 keys of a tile: 4, or 2 at D = 256, so that three stages
+     * of K and V (fp32: two) and two blocks per multiprocessor fit, for enough bytes in flight */
+    static constexpr int NW = D > 128 ? 2 : 4;
     static constexpr int NT = 32 * NW, BK = 16 * NW;
     static constexpr size_t STAGE = (size_t)2 * BK * W * sizeof(E); /* K and V of one tile */
     static constexpr int STAGES = STAGE <= 40 * 1024 ? 3 : 2;
@@ -56,6 +59,9 @@ template <typename T, int D> struct burst_dec_cfg {
      * are read from the query tile for every tile of keys */
     static constexpr bool QREG = sizeof(E) == 2 && D <= 128;
     static constexpr int NQF = QREG ? D / 16 : 1;
+    /* splits per round of the combine's loads (a thread's float4 loads in flight together):
+     * fewer up to d = 64, whose registers allow three blocks per multiprocessor */
+    static constexpr int ROUND = D > 64 ? 32 : 16;
     static constexpr size_t SMEM = STAGES * STAGE + (size_t)16 * W * sizeof(E);
     /* the loader's threads: one 16-byte column chunk each (NC chunks per row, rounded up to NS),
      * every RS-th row of a tile, RPT rows per thread */
@@ -110,7 +116,7 @@ template <typename T, int D>
 __device__ __forceinline__ void
 burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>::E *sv,
                const struct burst_cuda_decode &a, int j0,
-               const int (&slot)[burst_dec_cfg<T, D>::RPT], int kend, int sh, int g)
+               const int (&slot)[burst_dec_cfg<T, D>::RPT], int kend, int sh, int g, uint64_t pol)
 {
     using C = burst_dec_cfg<T, D>;
     using E = typename C::E;
@@ -127,8 +133,8 @@ burst_dec_load(typename burst_dec_cfg<T, D>::E *sk, typename burst_dec_cfg<T, D>
         const int r = rr + i * C::RS, j = j0 + r;
         const bool ok = col && j < kend;
         const int64_t off = ((int64_t)slot[i] * a.block_len + burst_dec_row(a, sh, j)) * row + head;
-        burst_cp16(sk + C::TC::off(r, ch * C::CH), ok ? kp + off : kp, ok ? 16 : 0);
-        burst_cp16(sv + C::TC::off(r, ch * C::CH), ok ? vp + off : vp, ok ? 16 : 0);
+        burst_cp16_hint(sk + C::TC::off(r, ch * C::CH), ok ? kp + off : kp, ok ? 16 : 0, pol);
+        burst_cp16_hint(sv + C::TC::off(r, ch * C::CH), ok ? vp + off : vp, ok ? 16 : 0, pol);
     }
 }
 
@@ -374,16 +380,59 @@ __device__ __forceinline__ void burst_dec_coeffs(const struct burst_cuda_decode 
     }
 }
 
+/* The partials of splits [s0, s0 + R) of one row (op: its split 0, at the thread's four columns)
+ * from L2 (other blocks wrote them); zeros past the last split. */
+template <int R>
+__device__ __forceinline__ void burst_dec_round(float4 (&x)[R], const float *op, int d, int s0,
+                                                int ns)
+{
+#pragma unroll
+    for (int j = 0; j < R; j++)
+        x[j] = s0 + j < ns ? __ldcg((const float4 *)(op + (int64_t)(s0 + j) * d))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/* acc += sum_j 2^(lse_(s0 + j) - mx) x[j] (lw: the row's split lse); a split with no key for the
+ * row has weight 0: selected away, not multiplied. */
+template <int R>
+__device__ __forceinline__ void burst_dec_accum(float (&acc)[4], const float4 (&x)[R],
+                                                const float *lw, int s0, int ns, float mx)
+{
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        const float w = s0 + j < ns ? burst_ex2(lw[s0 + j] - mx) : 0.0f;
+        if (w != 0.0f) {
+            acc[0] = fmaf(w, x[j].x, acc[0]);
+            acc[1] = fmaf(w, x[j].y, acc[1]);
+            acc[2] = fmaf(w, x[j].z, acc[2]);
+            acc[3] = fmaf(w, x[j].w, acc[3]);
+        }
+    }
+}
+
+/* Item e of the combine (row e / nq of the chunk, columns 4 (e % nq) ...): its row's partial O
+ * of split 0 at those columns. */
+__device__ __forceinline__ const float *burst_dec_part(const struct burst_cuda_decode &a, int g,
+                                                       int z, int e)
+{
+    int i, h;
+    burst_dec_row(a, g, z * 16 + e / (a.d / 4), &i, &h);
+    return a.o_part + ((int64_t)i * a.hq + h) * a.nsplit * a.d + e % (a.d / 4) * 4;
+}
+
 /* The last block's work: the nr rows of chunk z of kv head g, each summed over the splits'
- * partials (read from L2: other blocks wrote them), four columns per thread with 16 splits'
- * loads in flight together, then written to o_out in T or merged into o_acc. sw: shared memory
- * of 16 * nsplit + 48 floats (burst_dec_plan_run keeps nsplit within the tile stages). */
+ * partials, four columns per thread (the first round of a thread's loads issued before the
+ * rows' weights are computed), then written to o_out in T or merged into o_acc. sw: shared
+ * memory of 16 * nsplit + 48 floats (burst_dec_plan_run keeps nsplit within the tile stages). */
 template <typename T, int D>
 __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, int g, int z)
 {
     using C = burst_dec_cfg<T, D>;
-    const int ns = a.nsplit, nr = min(16, a.t * a.group - z * 16);
+    const int ns = a.nsplit, nr = min(16, a.t * a.group - z * 16), nq = a.d / 4;
     float *rm = sw + 16 * ns, *rco = rm + 16, *rcn = rco + 16;
+    float4 x[C::ROUND];
+    if ((int)threadIdx.x < nr * nq)
+        burst_dec_round(x, burst_dec_part(a, g, z, threadIdx.x), a.d, 0, ns);
     for (int e = threadIdx.x; e < nr * ns; e += C::NT) {
         int i, h;
         burst_dec_row(a, g, z * 16 + e / ns, &i, &h);
@@ -392,7 +441,6 @@ __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, 
     __syncthreads();
     burst_dec_coeffs<C::NW>(a, sw, rm, rco, rcn, g, z, nr);
     __syncthreads();
-    const int nq = a.d / 4;
     for (int e = threadIdx.x; e < nr * nq; e += C::NT) {
         const int r = e / nq, c = e % nq * 4;
         const float mx = rm[r];
@@ -400,26 +448,12 @@ __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, 
             continue; /* no key: the running row stays */
         int i, h;
         burst_dec_row(a, g, z * 16 + r, &i, &h);
-        const int64_t row = (int64_t)i * a.hq + h;
-        const float *op = a.o_part + row * ns * a.d + c;
+        const float *op = burst_dec_part(a, g, z, e);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int s0 = 0; mx != -CUDART_INF_F && s0 < ns; s0 += 16) {
-            float4 x[16];
-#pragma unroll
-            for (int j = 0; j < 16; j++)
-                x[j] = s0 + j < ns ? __ldcg((const float4 *)(op + (int64_t)(s0 + j) * a.d))
-                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                /* a split with no key for the row has weight 0: selected away, not multiplied */
-                const float w = s0 + j < ns ? burst_ex2(sw[r * ns + s0 + j] - mx) : 0.0f;
-                if (w != 0.0f) {
-                    acc[0] = fmaf(w, x[j].x, acc[0]);
-                    acc[1] = fmaf(w, x[j].y, acc[1]);
-                    acc[2] = fmaf(w, x[j].z, acc[2]);
-                    acc[3] = fmaf(w, x[j].w, acc[3]);
-                }
-            }
+        for (int s0 = 0; mx != -CUDART_INF_F && s0 < ns; s0 += C::ROUND) {
+            if (e != (int)threadIdx.x || s0 != 0)
+                burst_dec_round(x, op, a.d, s0, ns);
+            burst_dec_accum(acc, x, sw + r * ns, s0, ns, mx);
         }
         if (a.o_out) {
             T *out = (T *)a.o_out + (int64_t)i * a.o_stride_i + (int64_t)h * a.o_stride_h + c;
@@ -427,13 +461,13 @@ __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, 
             for (int k = 0; k < 4; k++)
                 out[k] = burst_from_f<T>(rcn[r] * acc[k]);
         } else {
-            float *orow = a.o_acc + row * a.d + c;
+            float *orow = a.o_acc + (int64_t)(i * a.hq + h) * a.d + c;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                float x = rcn[r] * acc[k];
+                float v = rcn[r] * acc[k];
                 if (rco[r] != 0.0f)
-                    x = fmaf(rco[r], orow[k], x);
-                orow[k] = x;
+                    v = fmaf(rco[r], orow[k], v);
+                orow[k] = v;
             }
         }
     }
@@ -472,13 +506,14 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
     const int ntile = ke_blk > kb ? (ke_blk - kb + C::BK - 1) / C::BK : 0;
 
     const int bl = a.block_len, sh = (bl & (bl - 1)) == 0 ? __ffs(bl) - 1 : -1;
+    const uint64_t pol = burst_l2_evict_first(); /* every key is read once */
     int slot[C::RPT];
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; s++) {
         if (s < ntile) {
             burst_dec_slots<T, D>(slot, a, kb + s * C::BK, ke_blk, sh);
             burst_dec_load<T, D>(stages + s * 2 * C::BK * C::W, stages + (s * 2 + 1) * C::BK * C::W,
-                                 a, kb + s * C::BK, slot, ke_blk, sh, g);
+                                 a, kb + s * C::BK, slot, ke_blk, sh, g, pol);
         }
         burst_cp_commit();
     }
@@ -507,7 +542,7 @@ __global__ void __launch_bounds__(burst_dec_cfg<T, D>::NT)
         if (nx < ntile) {
             burst_dec_load<T, D>(stages + sx * 2 * C::BK * C::W,
                                  stages + (sx * 2 + 1) * C::BK * C::W, a, kb + nx * C::BK, slot,
-                                 ke_blk, sh, g);
+                                 ke_blk, sh, g, pol);
             if (nx + 1 < ntile)
                 burst_dec_slots<T, D>(slot, a, kb + (nx + 1) * C::BK, ke_blk, sh);
         }

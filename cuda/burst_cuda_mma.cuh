@@ -28,6 +28,22 @@ __device__ __forceinline__ void burst_cp16(void *dst, const void *src, int src_b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(burst_smem_addr(dst)),
                  "l"(src), "r"(src_bytes));
 }
+/* The same with an L2 cache policy (burst_l2_evict_first): for data read once, so that it
+ * leaves L2 before what the kernel writes and reads back. */
+__device__ __forceinline__ void burst_cp16_hint(void *dst, const void *src, int src_bytes,
+                                                uint64_t pol)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                     burst_smem_addr(dst)),
+                 "l"(src), "r"(src_bytes), "l"(pol));
+}
+/* An L2 policy that evicts the lines it covers first (sm_80 and later). */
+__device__ __forceinline__ uint64_t burst_l2_evict_first()
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
 __device__ __forceinline__ void burst_cp_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
