@@ -48,8 +48,9 @@ template <typename T, int D> struct burst_dec_cfg {
     using E = typename TC::E;
     static constexpr int W = TC::W;           /* elements per shared-memory tile row */
     static constexpr int CH = 16 / sizeof(E); /* elements per 16-byte copy */
-    /* warps per block, each taking 16 keys of a tile: 4, or 2 at D = 256, so that three stages
-     * of K and V (fp32: two) and two blocks per multiprocessor fit, for enough bytes in flight */
+    /* warps per block, each taking 16 keys of a tile: 4, or 2 at D = 256, where 16-bit tiles
+     * then take three stages and two blocks per multiprocessor, as at D = 128, for as many bytes
+     * in flight */
     static constexpr int NW = D > 128 ? 2 : 4;
     static constexpr int NT = 32 * NW, BK = 16 * NW;
     static constexpr size_t STAGE = (size_t)2 * BK * W * sizeof(E); /* K and V of one tile */
