@@ -61,7 +61,7 @@ template <typename T, int D> struct burst_dec_cfg {
     static constexpr bool QREG = sizeof(E) == 2 && D <= 128;
     static constexpr int NQF = QREG ? D / 16 : 1;
     /* splits per round of the combine's loads (a thread's float4 loads in flight together):
-     * fewer up to d = 64, whose registers allow three blocks per multiprocessor */
+     * fewer up to d = 64, whose kernels would otherwise need more registers than the loop */
     static constexpr int ROUND = D > 64 ? 32 : 16;
     static constexpr size_t SMEM = STAGES * STAGE + (size_t)16 * W * sizeof(E);
     /* the loader's threads: one 16-byte column chunk each (NC chunks per row, rounded up to NS),
