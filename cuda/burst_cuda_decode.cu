@@ -411,14 +411,11 @@ __device__ __forceinline__ void burst_dec_accum(float (&acc)[4], const float4 (&
     }
 }
 
-/* Item e of the combine (row e / nq of the chunk, columns 4 (e % nq) ...): its row's partial O
- * of split 0 at those columns. */
-__device__ __forceinline__ const float *burst_dec_part(const struct burst_cuda_decode &a, int g,
-                                                       int z, int e)
+/* Row (query i, head h)'s partial O of split 0 at column c. */
+__device__ __forceinline__ const float *burst_dec_part(const struct burst_cuda_decode &a, int i,
+                                                       int h, int c)
 {
-    int i, h;
-    burst_dec_row(a, g, z * 16 + e / (a.d / 4), &i, &h);
-    return a.o_part + ((int64_t)i * a.hq + h) * a.nsplit * a.d + e % (a.d / 4) * 4;
+    return a.o_part + ((int64_t)i * a.hq + h) * a.nsplit * a.d + c;
 }
 
 /* The last block's work: the nr rows of chunk z of kv head g, each summed over the splits'
@@ -432,8 +429,11 @@ __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, 
     const int ns = a.nsplit, nr = min(16, a.t * a.group - z * 16), nq = a.d / 4;
     float *rm = sw + 16 * ns, *rco = rm + 16, *rcn = rco + 16;
     float4 x[C::ROUND];
-    if ((int)threadIdx.x < nr * nq)
-        burst_dec_round(x, burst_dec_part(a, g, z, threadIdx.x), a.d, 0, ns);
+    if ((int)threadIdx.x < nr * nq) { /* this thread's first item, as the sums below take it */
+        int i, h;
+        burst_dec_row(a, g, z * 16 + (int)threadIdx.x / nq, &i, &h);
+        burst_dec_round(x, burst_dec_part(a, i, h, (int)threadIdx.x % nq * 4), a.d, 0, ns);
+    }
     for (int e = threadIdx.x; e < nr * ns; e += C::NT) {
         int i, h;
         burst_dec_row(a, g, z * 16 + e / ns, &i, &h);
@@ -449,7 +449,7 @@ __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, 
             continue; /* no key: the running row stays */
         int i, h;
         burst_dec_row(a, g, z * 16 + r, &i, &h);
-        const float *op = burst_dec_part(a, g, z, e);
+        const float *op = burst_dec_part(a, i, h, c);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int s0 = 0; mx != -CUDART_INF_F && s0 < ns; s0 += C::ROUND) {
             if (e != (int)threadIdx.x || s0 != 0)
@@ -462,7 +462,7 @@ __device__ void burst_dec_combine(const struct burst_cuda_decode &a, float *sw, 
             for (int k = 0; k < 4; k++)
                 out[k] = burst_from_f<T>(rcn[r] * acc[k]);
         } else {
-            float *orow = a.o_acc + (int64_t)(i * a.hq + h) * a.d + c;
+            float *orow = a.o_acc + ((int64_t)i * a.hq + h) * a.d + c;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 float v = rcn[r] * acc[k];
