@@ -86,10 +86,11 @@ static inline int burst_cuda_dclass(int64_t d)
 #define BURST_CUDA_WG_FWD_WGS(D) ((D) <= 64 ? 3 : 2)
 #define BURST_CUDA_WG_FWD_BC(D) ((D) <= 128 ? 128 : (D) <= 192 ? 64 : 48)
 /* The fp8 forward (burst_cuda_fwd_fp8.cu): its head-dim class of d (64, 128 or 256), query rows
- * per item (two consumer warpgroups of 64), key rows per tile (one K scale each,
- * BURST_FP8_KEYS) and stages of K and V^T tiles for class D. */
+ * per item of class D (consumer warpgroups of 64: three at class 64, as the 16-bit forward, whose
+ * P and O leave them the registers; two above), key rows per tile (one K scale each,
+ * BURST_FP8_KEYS) and stages of K and V^T tiles. */
 #define BURST_CUDA_F8_CLASS(d) ((d) <= 64 ? 64 : (d) <= 128 ? 128 : 256)
-#define BURST_CUDA_F8_BR 128
+#define BURST_CUDA_F8_BR(D) ((D) <= 64 ? 192 : 128)
 #define BURST_CUDA_F8_BC 128
 #define BURST_CUDA_F8_STAGES(D) ((D) <= 64 ? 4 : 3)
 

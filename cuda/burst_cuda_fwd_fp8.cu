@@ -5,10 +5,10 @@
  * layouts, scales and the column order of V^T are described there).
  *
  * The kernel has the shape of the 16-bit Hopper forward (burst_cuda_fwd_sm90.cu, whose comment
- * describes it): persistent blocks taking items of 128 query rows from a counter, a producer
- * warpgroup moving Q, K and V^T tiles with the tensor memory accelerator into NS stages, two
- * consumer warpgroups of 64 rows, and per key tile the next S issued before the softmax of this
- * one. What differs:
+ * describes it): persistent blocks taking items of BR query rows from a counter, a producer
+ * warpgroup moving Q, K and V^T tiles with the tensor memory accelerator into NS stages, BR / 64
+ * consumer warpgroups of 64 rows (three at class 64, two above: BURST_CUDA_F8_BR), and per key
+ * tile the next S issued before the softmax of this one. What differs:
  *   - tiles are bytes: a [rows][D] e4m3 tile is W / 128 panels of 128-byte rows, W = max(D,
  *     128) (the 16-bit layout of half the width; at class 64 one panel whose second half is
  *     zeros, never read), and each k32 slice of a product is 32 bytes of a row, so S takes D / 32
@@ -19,7 +19,7 @@
  *   - key tiles are 128 keys, one K scale each: the softmax's factor is tau log2(e) s_q s_k per
  *     tile (s_q of the warpgroup's 64 rows), so the scales cost nothing per element, except
  *     under soft-capping, whose scores are scaled first;
- *   - the two consumers issue their products as soon as each is ready, with no turns;
+ *   - the consumers issue their products as soon as each is ready, with no turns;
  *   - the softmax carries its maximum 8 lower, so that P <= 256 (runtime/fp8.h), packed to
  *     e4m3 for P V, and O is multiplied by s_v before the merge.
  * Head-dim classes 64 (d <= 64), 128 (d <= 128) and 256 (d <= 256): Q and K rows of dp bytes
@@ -33,9 +33,18 @@
 #include "burst_cuda_wg_fwd.cuh"
 
 #define F8_BC BURST_CUDA_F8_BC /* keys per tile: one K scale (BURST_FP8_KEYS) */
-#define F8_NC 2                /* consumer warpgroups of 64 rows */
-#define F8_BR BURST_CUDA_F8_BR /* query rows per item */
 #define F8_QROWS 64            /* BURST_FP8_QROWS */
+#define F8_NCMAX 3             /* the most consumer warpgroups of any class */
+
+/* Query rows per item of class D, and its consumer warpgroups of 64 rows. */
+template <int D> __host__ __device__ constexpr int burst_f8_br()
+{
+    return BURST_CUDA_F8_BR(D);
+}
+template <int D> __host__ __device__ constexpr int burst_f8_nc()
+{
+    return burst_f8_br<D>() / 64;
+}
 
 /* Bytes per Q and K row in shared memory: the class's width, at least one 128-byte panel (the
  * class 64 rows are a panel's first half, the tensor maps filling the rest with zeros, which
@@ -65,8 +74,8 @@ template <int D> __host__ __device__ constexpr int burst_f8_stage_bytes()
 template <int D> constexpr size_t burst_f8_smem()
 {
     /* Q, NS stages, and 1 KiB to align on 1024 bytes */
-    return (size_t)F8_BR * burst_f8_w<D>() + (size_t)burst_f8_ns<D>() * burst_f8_stage_bytes<D>() +
-           1024;
+    return (size_t)burst_f8_br<D>() * burst_f8_w<D>() +
+           (size_t)burst_f8_ns<D>() * burst_f8_stage_bytes<D>() + 1024;
 }
 /* the barriers hold four stages; dynamic and static shared memory within a block's 227 KiB */
 static_assert(burst_f8_ns<64>() <= 4 && burst_f8_ns<128>() <= 4 && burst_f8_ns<256>() <= 4,
@@ -186,7 +195,7 @@ burst_f8_produce(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
                  unsigned char *sq, unsigned char *skv, struct burst_f8_bars &bar, int64_t *slot,
                  int64_t tiles, int64_t total)
 {
-    constexpr int P = burst_f8_w<D>() / 128, KBYTES = burst_f8_kbytes<D>();
+    constexpr int P = burst_f8_w<D>() / 128, KBYTES = burst_f8_kbytes<D>(), BR = burst_f8_br<D>();
     burst_tma_prefetch_map(&maps.q.map);
     burst_tma_prefetch_map(&maps.k.map);
     burst_tma_prefetch_map(&maps.vt.map);
@@ -203,7 +212,7 @@ burst_f8_produce(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
         burst_mbar_arrive(&bar.item[k & 1]);
         if (w >= total)
             break;
-        const struct burst_wg_item it = burst_wg_item_at<F8_BC, F8_BR>(s, tiles, w);
+        const struct burst_wg_item it = burst_wg_item_at<F8_BC, BR>(s, tiles, w);
         for (int j = 0; j < it.nt; j++, c++, sg.next()) {
             if (c >= burst_f8_ns<D>())
                 burst_mbar_wait(&bar.freed[sg.st], sg.ph ^ 1);
@@ -220,10 +229,10 @@ burst_f8_produce(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
                 if (qi > 0)
                     burst_mbar_wait(&bar.qfree, (qi - 1) & 1);
                 qi++;
-                burst_mbar_expect(&bar.q, F8_BR * burst_f8_w<D>());
+                burst_mbar_expect(&bar.q, BR * burst_f8_w<D>());
 #pragma unroll
                 for (int pn = 0; pn < P; pn++)
-                    burst_tma_load(sq + pn * F8_BR * 128, maps.q, &bar.q, 128 * pn, (int)it.h,
+                    burst_tma_load(sq + pn * BR * 128, maps.q, &bar.q, 128 * pn, (int)it.h,
                                    (int)it.i0, (int)it.b);
             }
         }
@@ -344,36 +353,40 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
 }
 
 template <int D>
-__global__ void __launch_bounds__(128 * (F8_NC + 1), 1)
+__global__ void __launch_bounds__(128 * (burst_f8_nc<D>() + 1), 1)
     burst_f8_fwd(const __grid_constant__ struct burst_cuda_step s,
                  const __grid_constant__ struct burst_f8_maps maps)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    /* registers: 168 per thread at launch; the producer keeps 24 (40 at class 256, where it
-     * spills less; the consumers' 232 then leave ptxas serialising their wgmma) and the
-     * consumers take the rest */
-    constexpr int PREGS = D <= 128 ? 24 : 40;
-    constexpr int LREGS = 65536 / (128 * (F8_NC + 1)) / 8 * 8;
-    constexpr int CREGS = (LREGS * (F8_NC + 1) - PREGS) / F8_NC / 8 * 8;
+    constexpr int NC = burst_f8_nc<D>(), BR = burst_f8_br<D>();
+    /* registers: 65536 over the block's threads at launch (168 with two consumers, 128 with
+     * three); the producer keeps 24 (40 at class 256, where it spills less; the consumers' 232
+     * then leave ptxas serialising their wgmma; 32 beside three consumers, as in the 16-bit
+     * forward) and the consumers take the rest */
+    constexpr int PREGS = NC == 3 ? 32 : D <= 128 ? 24 : 40;
+    constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
+    constexpr int CREGS = (LREGS * (NC + 1) - PREGS) / NC / 8 * 8;
+    static_assert(PREGS + NC * CREGS <= (NC + 1) * LREGS, "the reallocation fits the launch's");
+    static_assert(NC <= F8_NCMAX, "s_rng holds the consumers");
     extern __shared__ __align__(1024) unsigned char smraw[];
-    __shared__ int s_rng[2][F8_NC][4][2];
+    __shared__ int s_rng[2][F8_NCMAX][4][2];
     __shared__ struct burst_f8_bars bar;
     __shared__ int64_t s_item[2];
     unsigned char *sq = smraw + ((1024u - (burst_smem_addr(smraw) & 1023u)) & 1023u);
-    unsigned char *skv = sq + F8_BR * burst_f8_w<D>();
+    unsigned char *skv = sq + BR * burst_f8_w<D>();
     const int wg = burst_wg_index();
-    const int64_t tiles = (s.nq + F8_BR - 1) / F8_BR, total = s.batch * s.hq * tiles;
+    const int64_t tiles = (s.nq + BR - 1) / BR, total = s.batch * s.hq * tiles;
     if (threadIdx.x == 0) {
         burst_mbar_init(&bar.q, 1);
-        burst_mbar_init(&bar.qfree, 4 * F8_NC);
+        burst_mbar_init(&bar.qfree, 4 * NC);
         for (int st = 0; st < burst_f8_ns<D>(); st++) {
             burst_mbar_init(&bar.k[st], 1);
             burst_mbar_init(&bar.v[st], 1);
-            burst_mbar_init(&bar.freed[st], 4 * F8_NC);
+            burst_mbar_init(&bar.freed[st], 4 * NC);
         }
         for (int k = 0; k < 2; k++) {
             burst_mbar_init(&bar.item[k], 1);
-            burst_mbar_init(&bar.taken[k], 4 * F8_NC);
+            burst_mbar_init(&bar.taken[k], 4 * NC);
         }
         burst_mbar_init_fence();
     }
@@ -398,10 +411,10 @@ __global__ void __launch_bounds__(128 * (F8_NC + 1), 1)
             burst_mbar_arrive(&bar.taken[k & 1]);
         if (w >= total)
             break;
-        const struct burst_wg_item it = burst_wg_item_at<F8_BC, F8_BR>(s, tiles, w);
+        const struct burst_wg_item it = burst_wg_item_at<F8_BC, BR>(s, tiles, w);
         if (it.nt == 0) {
-            burst_final_empty(s, it.b, it.h, it.i0, min((int64_t)it.i0 + F8_BR, s.nq),
-                              threadIdx.x - 128, 128 * F8_NC);
+            burst_final_empty(s, it.b, it.h, it.i0, min((int64_t)it.i0 + BR, s.nq),
+                              threadIdx.x - 128, 128 * NC);
             continue;
         }
         burst_f8_consume<D>(s, maps, sq, skv, bar, s_rng[qi & 1][wc], wc, it, sg, qi);
@@ -450,7 +463,8 @@ template <int D> static int burst_f8_run(const struct burst_cuda_step *s, int nu
     const cuuint64_t vd[4] = {(cuuint64_t)f.np, (cuuint64_t)d, (cuuint64_t)s->hkv, (cuuint64_t)B};
     const cuuint64_t vs[3] = {(cuuint64_t)f.np, (cuuint64_t)(d * f.np),
                               (cuuint64_t)(s->hkv * d * f.np)};
-    int e = burst_f8_map(&maps.q, f.q, qd, qs, 2, F8_BR, rows_at);
+    constexpr int BR = burst_f8_br<D>();
+    int e = burst_f8_map(&maps.q, f.q, qd, qs, 2, BR, rows_at);
     if (e == cudaSuccess)
         e = burst_f8_map(&maps.k, f.k, kd, ks, 2, F8_BC, rows_at);
     if (e == cudaSuccess)
@@ -462,11 +476,10 @@ template <int D> static int burst_f8_run(const struct burst_cuda_step *s, int nu
     maps.vs = f.vs;
     maps.qblocks = (int)((s->nq + F8_QROWS - 1) / F8_QROWS);
     maps.kblocks = (int)((s->nk + F8_BC - 1) / F8_BC);
-    const int64_t items = B * s->hq * ((s->nq + F8_BR - 1) / F8_BR);
+    const int64_t items = B * s->hq * ((s->nq + BR - 1) / BR);
     const int64_t blocks = items < num_sms ? items : num_sms;
-    burst_f8_fwd<D>
-        <<<(unsigned)blocks, 128 * (F8_NC + 1), burst_f8_smem<D>(), cudaStreamPerThread>>>(*s,
-                                                                                           maps);
+    burst_f8_fwd<D><<<(unsigned)blocks, 128 * (burst_f8_nc<D>() + 1), burst_f8_smem<D>(),
+                      cudaStreamPerThread>>>(*s, maps);
     return cudaGetLastError();
 }
 

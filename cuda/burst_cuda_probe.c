@@ -31,7 +31,7 @@
  *     (which the backend refuses), BURST_CUDA_KERNEL=simt, or fp32 with BURST_CUDA_FP32=simt.
  * Deterministic plans never use float atomics (bitwise-identical reruns). The fp8 forward (plan
  * fp8_forward) runs where the wgmma path does and tensor maps are on (BURST_CUDA_TMA not 0), in
- * its own classes (BURST_CUDA_F8_CLASS: 64, 128, 256) of BURST_CUDA_F8_BR x BURST_CUDA_F8_BC
+ * its own classes (BURST_CUDA_F8_CLASS: 64, 128, 256) of BURST_CUDA_F8_BR(D) x BURST_CUDA_F8_BC
  * tiles in BURST_CUDA_F8_STAGES(D) stages.
  */
 #include <stdio.h>
@@ -197,20 +197,19 @@ static void burst_cuda_probe_f8(struct burst_sb *out, int ok, int json)
                                     "kernels, the wgmma path and tensor maps)\n");
         return;
     }
-    burst_sb_printf(out,
-                    json ? ", \"fp8_forward\": {\"kernel\": \"wgmma e4m3\", \"classes\": ["
-                         : "    fp8 forward (plan fp8_forward): wgmma e4m3, %dx%d tiles;",
-                    BURST_CUDA_F8_BR, BURST_CUDA_F8_BC);
+    burst_sb_printf(out, json ? ", \"fp8_forward\": {\"kernel\": \"wgmma e4m3\", \"classes\": ["
+                              : "    fp8 forward (plan fp8_forward): wgmma e4m3;");
     for (int c = 0; c < 3; c++) {
         const int dc = dcs[c], lo = c ? dcs[c - 1] + 8 : 8;
         if (json)
             burst_sb_printf(out,
                             "%s{\"head_dims\": [%d, %d], \"br\": %d, \"bc\": %d, \"stages\": "
                             "%d}",
-                            c ? ", " : "", lo, dc, BURST_CUDA_F8_BR, BURST_CUDA_F8_BC,
+                            c ? ", " : "", lo, dc, BURST_CUDA_F8_BR(dc), BURST_CUDA_F8_BC,
                             BURST_CUDA_F8_STAGES(dc));
         else
-            burst_sb_printf(out, "%s class %d (d %d..%d) %d stages", c ? "," : "", dc, lo, dc,
+            burst_sb_printf(out, "%s class %d (d %d..%d) %dx%d tiles, %d stages", c ? "," : "", dc,
+                            lo, dc, BURST_CUDA_F8_BR(dc), BURST_CUDA_F8_BC,
                             BURST_CUDA_F8_STAGES(dc));
     }
     burst_sb_printf(out, json ? "]}" : "\n");
