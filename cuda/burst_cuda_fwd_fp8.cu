@@ -18,7 +18,8 @@
  *     keys of each group of 32 are stored in the order of the accumulator's columns;
  *   - key tiles are 128 keys, one K scale each: the softmax's factor is tau log2(e) s_q s_k per
  *     tile (s_q of the warpgroup's 64 rows), so the scales cost nothing per element, except
- *     under soft-capping, whose scores are scaled first;
+ *     under soft-capping, whose scores are scaled first; at class 256 S, the softmax and P V
+ *     run over each half of a tile in turn (burst_f8_hb);
  *   - the consumers issue their products as soon as each is ready, with no turns;
  *   - the softmax carries its maximum 8 lower, so that P <= 256 (runtime/fp8.h), packed to
  *     e4m3 for P V, and O is multiplied by s_v before the merge.
@@ -100,6 +101,16 @@ __device__ __forceinline__ void burst_f8_ss<128>(float *d, uint64_t da, uint64_t
                  : "l"(da), "l"(db), "r"(acc));
 }
 
+template <>
+__device__ __forceinline__ void burst_f8_ss<64>(float *d, uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " BURST_WG_R32
+                 ", %32, %33, p, 1, 1;\n}\n"
+                 : BURST_WG_A32(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
 /* acc += A B with A (P) in registers, N = the head-dim class: REGS / ACCS its accumulators, A0..A3
  * and IB the operand numbers of A's four registers and of B's descriptor. */
 #define BURST_F8_RS(NN, REGS, ACCS, A0, A1, A2, A3, IB)                                            \
@@ -115,25 +126,35 @@ BURST_F8_RS(64, BURST_WG_R32, BURST_WG_A32, "32", "33", "34", "35", "36")
 BURST_F8_RS(128, BURST_WG_R64, BURST_WG_A64, "64", "65", "66", "67", "68")
 BURST_F8_RS(256, BURST_WG_R128, BURST_WG_A128, "128", "129", "130", "131", "132")
 
+/* Keys per softmax step of class D: the whole 128-key tile, or at class 256 each half of it, so
+ * that S and P (HB / 2 + HB / 8 registers a thread) beside O (D / 2) leave ptxas the registers to
+ * keep the products asynchronous (with whole tiles it serialises every wgmma at class 256). */
+template <int D> __host__ __device__ constexpr int burst_f8_hb()
+{
+    return D > 128 ? 64 : F8_BC;
+}
+
 /* Issue acc = A B^T (one commit group) over D bytes: A = the warpgroup's 64 rows of the Q tile
- * (128 rows a panel), B = the 128 rows of a K tile; slice kk is panel kk / 4, byte 32 (kk % 4). */
-template <int D> __device__ __forceinline__ void burst_f8_abt(float *acc, uint32_t da, uint32_t db)
+ * (128 rows a panel), B = N rows of a K tile from db (panels of 128 rows); slice kk is panel
+ * kk / 4, byte 32 (kk % 4). */
+template <int D, int N>
+__device__ __forceinline__ void burst_f8_abt(float *acc, uint32_t da, uint32_t db)
 {
 #pragma unroll
     for (int kk = 0; kk < D / 32; kk++) {
         const uint32_t off = ((kk >> 2) * 128 * 128 + (kk & 3) * 32) >> 4;
-        burst_f8_ss<F8_BC>(acc, burst_wg_dhi(da + off), burst_wg_dhi(db + off), kk > 0);
+        burst_f8_ss<N>(acc, burst_wg_dhi(da + off), burst_wg_dhi(db + off), kk > 0);
     }
     burst_wg_commit();
 }
 
-/* Issue acc += P V (one commit group): P in registers (burst_f8_pack), B = a V^T tile of D rows
- * of 128 keys (one panel, K-major); slice kk is byte 32 kk of its rows. */
-template <int D>
+/* Issue acc += P V (one commit group) over N keys: P in registers (burst_f8_pack), B = D rows of a
+ * V^T tile (one panel of 128 keys, K-major) from key byte db; slice kk is byte 32 kk from there. */
+template <int D, int N>
 __device__ __forceinline__ void burst_f8_pv(float *acc, unsigned (*p)[4], uint32_t db)
 {
 #pragma unroll
-    for (int kk = 0; kk < F8_BC / 32; kk++)
+    for (int kk = 0; kk < N / 32; kk++)
         burst_f8_rs<D>(acc, p[kk], burst_wg_dhi(db + (kk * 32 >> 4)));
     burst_wg_commit();
 }
@@ -151,10 +172,10 @@ __device__ __forceinline__ unsigned burst_f8x4(float a, float b, float c, float 
  * keys, register 0 holds row g's keys 2t, 2t + 1, 8 + 2t, 9 + 2t (which V^T stores at columns
  * 4t .. 4t + 3), register 1 the same of row g + 8, registers 2 and 3 the keys 16 higher (at
  * columns 16 + 4t ..). */
-__device__ __forceinline__ void burst_f8_pack(unsigned (*p)[4], const float *sc)
+template <int N> __device__ __forceinline__ void burst_f8_pack(unsigned (*p)[4], const float *sc)
 {
 #pragma unroll
-    for (int kk = 0; kk < F8_BC / 32; kk++) {
+    for (int kk = 0; kk < N / 32; kk++) {
         const float *x = sc + 16 * kk;
         p[kk][0] = burst_f8x4(x[0], x[1], x[4], x[5]);
         p[kk][1] = burst_f8x4(x[2], x[3], x[6], x[7]);
@@ -246,15 +267,16 @@ burst_f8_produce(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
     }
 }
 
-/* The softmax factor of a key tile of K scale sk for this warpgroup: sl2 (tau log2 e) s_q s_k;
- * under soft-capping the scores are scaled to q.k units first and the factor is sl2 alone. */
+/* The softmax factor of N keys of K scale sk for this warpgroup: sl2 (tau log2 e) s_q s_k; under
+ * soft-capping the scores are scaled to q.k units first and the factor is sl2 alone. */
+template <int N>
 __device__ __forceinline__ float burst_f8_factor(const struct burst_cuda_step &s, float *sc,
                                                  float sk, float sq, float sl2)
 {
     if (s.cap_in == 0.0f)
         return sl2 * sq * sk;
 #pragma unroll
-    for (int n = 0; n < F8_BC / 2; n++)
+    for (int n = 0; n < N / 2; n++)
         sc[n] *= sq * sk;
     return sl2;
 }
@@ -278,17 +300,22 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
     int kb[2], ke[2], wb, we;
     burst_wg_rows(s, (int64_t)it.i0 + wc * 64 + warp * 16 + rq, rng, wc, kb, ke, &wb, &we);
 
+    /* the item's key tiles in steps of HB keys: step u is half u % NH of tile u / NH (its K
+     * rows, its V^T keys), the tile's stage freed after its last step's P V */
+    constexpr int HB = burst_f8_hb<D>(), NH = F8_BC / HB;
+    const int ns = nt * NH;
     float o[D / 2];
 #pragma unroll
     for (int n = 0; n < D / 2; n++)
         o[n] = 0.0f;
     float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f}, alpha[2];
-    float sc[F8_BC / 2];
-    unsigned p[F8_BC / 32][4];
+    float sc[HB / 2];
+    unsigned p[HB / 32][4];
     const uint32_t dq = burst_wg_dlo(sq + wc * 64 * 128, 16);
     const uint32_t dk0 = burst_wg_dlo(skv, 16);
     const uint32_t dv0 = burst_wg_dlo(skv + burst_f8_kbytes<D>(), 16);
     constexpr uint32_t DSTAGE = burst_f8_stage_bytes<D>() >> 4;
+    constexpr uint32_t DKH = HB * 128 >> 4, DVH = HB >> 4; /* a step's K rows, V^T keys */
     auto qdone = [&]() {
         if (lane == 0)
             burst_mbar_arrive(&bar.qfree);
@@ -296,46 +323,56 @@ burst_f8_consume(const struct burst_cuda_step &s, const struct burst_f8_maps &ma
     burst_mbar_wait(&bar.q, qi & 1);
     burst_mbar_wait(&bar.k[sg.st], sg.ph);
     burst_wg_fence();
-    burst_f8_abt<D>(sc, dq, dk0 + sg.st * DSTAGE);
+    burst_f8_abt<D, HB>(sc, dq, dk0 + sg.st * DSTAGE);
     burst_wg_wait<0>();
-    if (nt == 1)
+    if (ns == 1)
         qdone();
-    burst_wg_pin<F8_BC / 2>(sc);
-    float f = burst_f8_factor(s, sc, maps.ks[kbase + it.jfirst / F8_BC], sqs, sl2);
-    burst_wg_softmax_at<F8_BC, 8, 0>(sc, (int)it.jfirst, wb, we, kb, ke, cq, f, s, m, l, alpha);
-    burst_f8_pack(p, sc);
+    burst_wg_pin<HB / 2>(sc);
+    float f = burst_f8_factor<HB>(s, sc, maps.ks[kbase + it.jfirst / F8_BC], sqs, sl2);
+    burst_wg_softmax_at<HB, 8, 0>(sc, (int)it.jfirst, wb, we, kb, ke, cq, f, s, m, l, alpha);
+    burst_f8_pack<HB>(p, sc);
     struct burst_f8_stage<D> prev = sg;
-    sg.next();
-    for (int j = 1; j < nt; j++, sg.next()) {
-        const int j0 = (int)(it.jfirst + (int64_t)j * F8_BC);
+    int hprev = 0, hc = 1; /* halves of the previous and this step */
+    if (hc == NH) {
+        hc = 0;
+        sg.next();
+    }
+    for (int u = 1; u < ns; u++) {
+        const int j0 = (int)(it.jfirst + (int64_t)u * HB);
         const float sk = maps.ks[kbase + j0 / F8_BC]; /* its latency under the waits */
-        burst_mbar_wait(&bar.k[sg.st], sg.ph);
+        if (hc == 0)
+            burst_mbar_wait(&bar.k[sg.st], sg.ph);
         burst_mbar_wait(&bar.v[prev.st], prev.ph);
         burst_wg_fence();
-        burst_f8_abt<D>(sc, dq, dk0 + sg.st * DSTAGE);
-        burst_f8_pv<D>(o, p, dv0 + prev.st * DSTAGE);
+        burst_f8_abt<D, HB>(sc, dq, dk0 + sg.st * DSTAGE + hc * DKH);
+        burst_f8_pv<D, HB>(o, p, dv0 + prev.st * DSTAGE + hprev * DVH);
         burst_wg_wait<1>();
-        if (j == nt - 1)
+        if (u == ns - 1)
             qdone();
-        burst_wg_pin<F8_BC / 2>(sc);
-        f = burst_f8_factor(s, sc, sk, sqs, sl2);
-        burst_wg_softmax_at<F8_BC, 8, 0>(sc, j0, wb, we, kb, ke, cq, f, s, m, l, alpha);
+        burst_wg_pin<HB / 2>(sc);
+        f = burst_f8_factor<HB>(s, sc, sk, sqs, sl2);
+        burst_wg_softmax_at<HB, 8, 0>(sc, j0, wb, we, kb, ke, cq, f, s, m, l, alpha);
         burst_wg_wait<0>();
-        if (lane == 0)
+        if (hprev == NH - 1 && lane == 0)
             burst_mbar_arrive(&bar.freed[prev.st]);
         burst_wg_pin<D / 2>(o);
         if (burst_any_moved<2>(alpha))
 #pragma unroll
             for (int n = 0; n < D / 2; n++)
                 o[n] *= alpha[(n >> 1) & 1];
-        burst_f8_pack(p, sc);
+        burst_f8_pack<HB>(p, sc);
         prev = sg;
+        hprev = hc;
+        if (++hc == NH) {
+            hc = 0;
+            sg.next();
+        }
     }
     burst_mbar_wait(&bar.v[prev.st], prev.ph);
     burst_wg_fence();
-    burst_f8_pv<D>(o, p, dv0 + prev.st * DSTAGE);
+    burst_f8_pv<D, HB>(o, p, dv0 + prev.st * DSTAGE + hprev * DVH);
     burst_wg_wait<0>();
-    if (lane == 0)
+    if (lane == 0) /* the item's last step is its last tile's last half */
         burst_mbar_arrive(&bar.freed[prev.st]);
     burst_wg_pin<D / 2>(o);
     const float sv = maps.vs[b * s.hkv + it.g];
@@ -360,9 +397,9 @@ __global__ void __launch_bounds__(128 * (burst_f8_nc<D>() + 1), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int NC = burst_f8_nc<D>(), BR = burst_f8_br<D>();
     /* registers: 65536 over the block's threads at launch (168 with two consumers, 128 with
-     * three); the producer keeps 24 (40 at class 256, where it spills less; the consumers' 232
-     * then leave ptxas serialising their wgmma; 32 beside three consumers, as in the 16-bit
-     * forward) and the consumers take the rest */
+     * three); the producer keeps 24 (40 at class 256, where it spills less, leaving the
+     * consumers 232 for O's 128 and a half tile's S and P; 32 beside three consumers, as in the
+     * 16-bit forward) and the consumers take the rest */
     constexpr int PREGS = NC == 3 ? 32 : D <= 128 ? 24 : 40;
     constexpr int LREGS = 65536 / (128 * (NC + 1)) / 8 * 8;
     constexpr int CREGS = (LREGS * (NC + 1) - PREGS) / NC / 8 * 8;
