@@ -91,25 +91,21 @@ template <int N>
 __device__ __forceinline__ void burst_f8_ss(float *d, uint64_t da, uint64_t db, int acc);
 template <int N>
 __device__ __forceinline__ void burst_f8_rs(float *d, const unsigned *a, uint64_t db);
-template <>
-__device__ __forceinline__ void burst_f8_ss<128>(float *d, uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " BURST_WG_R64
-                 ", %64, %65, p, 1, 1;\n}\n"
-                 : BURST_WG_A64(d)
-                 : "l"(da), "l"(db), "r"(acc));
-}
 
-template <>
-__device__ __forceinline__ void burst_f8_ss<64>(float *d, uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " BURST_WG_R32
-                 ", %32, %33, p, 1, 1;\n}\n"
-                 : BURST_WG_A32(d)
-                 : "l"(da), "l"(db), "r"(acc));
-}
+/* acc = A B^T (+ acc where acc != 0), A and B both from shared memory, N = 64 or 128 keys:
+ * REGS / ACCS its accumulators, IA, IB, IP the operand numbers of the descriptors and of acc. */
+#define BURST_F8_SS(NN, REGS, ACCS, IA, IB, IP)                                                    \
+    template <>                                                                                    \
+    __device__ __forceinline__ void burst_f8_ss<NN>(float *d, uint64_t da, uint64_t db, int acc)   \
+    {                                                                                              \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n" #NN "k32.f32.e4m3.e4m3 " REGS ", %" IA    \
+                     ", %" IB ", p, 1, 1;\n}\n"                                                    \
+                     : ACCS(d)                                                                     \
+                     : "l"(da), "l"(db), "r"(acc));                                                \
+    }
+BURST_F8_SS(64, BURST_WG_R32, BURST_WG_A32, "32", "33", "34")
+BURST_F8_SS(128, BURST_WG_R64, BURST_WG_A64, "64", "65", "66")
 
 /* acc += A B with A (P) in registers, N = the head-dim class: REGS / ACCS its accumulators, A0..A3
  * and IB the operand numbers of A's four registers and of B's descriptor. */
